@@ -1,0 +1,40 @@
+"""Index conventions shared by preprocessing, collation and the model.
+
+Every categorical id, padding value and reserved position is named here once; no other module
+writes a bare ``+ 1`` or ``255``.
+
+Relation ids (the integer index that selects a row of the attention bias table B and of the
+URPE scale table C) for a batch with a graph token at position :data:`GRAPH_TOKEN_POS`::
+
+    PAD_RELATION          0   any pair that involves a padding node (B row fixed at 0, C at 0)
+    GRAPH_TOKEN_RELATION  1   any pair that involves the graph token (the "virtual distance")
+    SPD_RELATION_OFFSET   2   a pair of real nodes at shortest-path distance d -> 2 + d
+
+Pairs farther apart than ``spatial_pos_max`` (and unreachable ones) are masked out of the
+softmax, exactly as the official Graphormer collator does.
+"""
+
+from __future__ import annotations
+
+#: Id of the padding row in every categorical embedding table (node features, degrees, edges).
+PAD_ID = 0
+#: Position of the learned graph token (virtual node) in the token sequence.
+GRAPH_TOKEN_POS = 0
+
+#: Stored shortest-path distance of pairs that are unreachable (or at least this far apart).
+#: Distances are stored as ``uint8``; this value is never a usable distance.
+UNREACHABLE_SPD = 255
+#: Stored "no edge" id in the per-pair first-edge matrix (``int16``).
+NO_EDGE = -1
+
+PAD_RELATION = 0
+GRAPH_TOKEN_RELATION = 1
+SPD_RELATION_OFFSET = 2
+
+#: Official Graphormer collator: pairs with ``spd >= spatial_pos_max`` are masked.
+DEFAULT_SPATIAL_POS_MAX = 20
+#: Official Graphormer: multi-hop edge encoding looks at the first 5 edges of a path.
+DEFAULT_MULTI_HOP_MAX_DIST = 5
+
+#: 1 hartree in electronvolt (CODATA 2018), for QM9 gaps stored in atomic units.
+HARTREE_TO_EV = 27.211386246

@@ -1,0 +1,140 @@
+"""The batch contract between data and model, and the collate function that builds it.
+
+A :class:`GraphRecord` is one preprocessed graph as the cache stores it (small-integer numpy
+arrays). :func:`collate_graphs` pads a list of them to the largest graph of the batch and returns
+a :class:`GraphBatch`, the only input :class:`~graphormer_urpe.model.graphormer.Graphormer` takes.
+
+Shape letters: B graphs, N nodes of the largest graph (no graph token), E edges of the whole
+batch, F node-feature columns, Fe edge-feature columns, Y targets per graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
+
+
+class GraphRecord(NamedTuple):
+    """One preprocessed graph with n nodes and e directed edges (numpy arrays, maybe memory-mapped).
+
+    Shapes:
+        x: (n, F) int; edge_index: (2, e) int, local node ids; edge_attr: (e, Fe) int;
+        spd: (n, n) uint8; first_edge: (n, n) int16; in_degree, out_degree: (n,) int;
+        y: (Y,) float32, NaN where unknown; index: position of the graph in its dataset.
+    """
+
+    x: np.ndarray
+    edge_index: np.ndarray
+    edge_attr: np.ndarray
+    spd: np.ndarray
+    first_edge: np.ndarray
+    in_degree: np.ndarray
+    out_degree: np.ndarray
+    y: np.ndarray
+    index: int
+
+
+@dataclass
+class GraphBatch:
+    """A padded batch of graphs: the model's whole input.
+
+    Fields (padding positions hold 0 unless stated; ``node_mask`` says which nodes are real):
+
+    =============  =========  ================  ==================================================
+    field          dtype      shape             meaning
+    =============  =========  ================  ==================================================
+    x              int64      (B, N, F)         categorical node features (raw values, >= 0)
+    node_mask      bool       (B, N)            True for real nodes
+    in_degree      int64      (B, N)            in-degree of each node
+    out_degree     int64      (B, N)            out-degree of each node
+    spd            uint8      (B, N, N)         shortest-path distance, 255 = unreachable/padding
+    first_edge     int64      (B, N, N)         batch edge id of the first edge of a shortest path
+                                                from i to j, -1 if none (i == j, unreachable, pad)
+    edge_attr      int64      (E, Fe)           categorical edge features of every batch edge
+    edge_dst       int64      (E,)              target node (position in its graph) of each edge
+    y              float32    (B, Y)            targets, NaN where unknown
+    index          int64      (B,)              dataset position of each graph
+    =============  =========  ================  ==================================================
+    """
+
+    x: torch.Tensor
+    node_mask: torch.Tensor
+    in_degree: torch.Tensor
+    out_degree: torch.Tensor
+    spd: torch.Tensor
+    first_edge: torch.Tensor
+    edge_attr: torch.Tensor
+    edge_dst: torch.Tensor
+    y: torch.Tensor
+    index: torch.Tensor
+
+    @property
+    def num_graphs(self) -> int:
+        """B, the number of graphs (what metrics use as ``batch_size``)."""
+        return self.x.shape[0]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> GraphBatch:
+        """A copy with every tensor on ``device``."""
+        return GraphBatch(**{
+            f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+            for f in dataclasses.fields(self)
+        })
+
+    def pin_memory(self) -> GraphBatch:
+        """A copy in page-locked memory (called by ``DataLoader(pin_memory=True)``)."""
+        return GraphBatch(**{f.name: getattr(self, f.name).pin_memory() for f in dataclasses.fields(self)})
+
+
+def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
+    """Pad graphs to the largest one of the batch and renumber their edges batch-wide.
+
+    Args:
+        records: B preprocessed graphs.
+
+    Returns:
+        A :class:`GraphBatch`; ``first_edge`` ids index the concatenated ``edge_attr``.
+    """
+    batch = len(records)
+    sizes = np.array([len(r.in_degree) for r in records])
+    num_edges = np.array([r.edge_index.shape[1] for r in records])
+    edge_offset = np.concatenate([[0], np.cumsum(num_edges)])
+    n_max = int(sizes.max(initial=1))
+    num_features = records[0].x.shape[1]
+
+    x = np.zeros((batch, n_max, num_features), dtype=np.int64)
+    node_mask = np.zeros((batch, n_max), dtype=bool)
+    in_degree = np.zeros((batch, n_max), dtype=np.int64)
+    out_degree = np.zeros((batch, n_max), dtype=np.int64)
+    spd = np.full((batch, n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
+    first_edge = np.full((batch, n_max, n_max), NO_EDGE, dtype=np.int64)
+    for b, (r, n) in enumerate(zip(records, sizes)):
+        x[b, :n] = r.x
+        node_mask[b, :n] = True
+        in_degree[b, :n] = r.in_degree
+        out_degree[b, :n] = r.out_degree
+        spd[b, :n, :n] = r.spd
+        local = r.first_edge.astype(np.int64)
+        first_edge[b, :n, :n] = np.where(local >= 0, local + edge_offset[b], NO_EDGE)
+
+    return GraphBatch(
+        x=torch.from_numpy(x),
+        node_mask=torch.from_numpy(node_mask),
+        in_degree=torch.from_numpy(in_degree),
+        out_degree=torch.from_numpy(out_degree),
+        spd=torch.from_numpy(spd),
+        first_edge=torch.from_numpy(first_edge),
+        edge_attr=torch.from_numpy(_concat([r.edge_attr for r in records], np.int64)),
+        edge_dst=torch.from_numpy(_concat([r.edge_index[1] for r in records], np.int64)),
+        y=torch.from_numpy(np.stack([np.asarray(r.y, dtype=np.float32) for r in records])),
+        index=torch.tensor([r.index for r in records], dtype=torch.long),
+    )
+
+
+def _concat(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate([np.asarray(a, dtype=dtype) for a in arrays], axis=0)

@@ -1,0 +1,75 @@
+"""What every dataset source provides to the shared preprocessing pipeline."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Mapping, Sequence
+from urllib.parse import urlparse
+
+import numpy as np
+
+from graphormer_urpe.data.cache import RowReader
+
+
+class DatasetMissing(RuntimeError):
+    """Raw files are absent and cannot be downloaded; the message says what to put where."""
+
+
+def network_reachable(url: str, timeout: float = 5.0) -> bool:
+    """Whether a TCP connection to ``url``'s host opens within ``timeout`` seconds."""
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname, parsed.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def missing_files(directory: Path, names: Sequence[str]) -> list[str]:
+    """Names of the files in ``names`` that are not in ``directory``."""
+    return [name for name in names if not (directory / name).is_file()]
+
+
+class GraphSource(ABC):
+    """One dataset: where its raw rows live, how they become graphs, and its official splits.
+
+    Subclasses are small and declarative; caching, parallelism, splitting and batching are shared
+    by :class:`~graphormer_urpe.data.datamodule.GraphDataModule`.
+    """
+
+    #: Directory under the data root.
+    name: str
+    #: Values per categorical node-feature and edge-feature column.
+    node_vocab: tuple[int, ...]
+    edge_vocab: tuple[int, ...]
+    #: Y, regression targets per graph.
+    num_targets: int = 1
+    #: Split sizes of the official release, checked loudly after loading.
+    published_split_sizes: Mapping[str, int] | None = None
+
+    @abstractmethod
+    def ensure_raw(self, root: Path) -> None:
+        """Make the raw files available under ``root / name``: download them, or raise
+        :class:`DatasetMissing` within seconds naming the files and where to put them."""
+
+    @abstractmethod
+    def open(self, root: Path) -> RowReader:
+        """A reader of the raw rows (created once, shared with preprocessing workers)."""
+
+    @abstractmethod
+    def splits(self, root: Path, reader: RowReader) -> dict[str, np.ndarray]:
+        """Source rows of each split (``train``, ``valid``, ``test`` ...)."""
+
+    def options(self) -> dict:
+        """Everything besides the raw files that changes the cache (versions, subset flags)."""
+        return {}
+
+    def cache_key(self, extra: Mapping) -> tuple[str, dict]:
+        """Cache directory name and the key it stands for."""
+        key = {"source": type(self).__name__, **self.options(), **extra}
+        digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+        return f"{self.name}-{digest}", key

@@ -1,0 +1,158 @@
+"""Multi-head self-attention with relative positional encodings: RPE and URPE (Luo et al., 2022).
+
+    A   = softmax(Q K^T / sqrt(D) + B) * C        (* is the elementwise product)
+    out = A V
+
+``B`` (additive, inside the softmax) and ``C`` (multiplicative, after it) are looked up from
+integer *relation ids*: shortest-path distances for graphs, signed offsets (or T5 buckets) for
+sequences. With RPE ``C`` is absent, so every attention row sums to one; URPE's ``C`` breaks that
+and makes the Transformer a universal approximator (Theorem 3 / Proposition 4 of the paper).
+The same :class:`MultiHeadAttention` serves both variants and every modality; the variant only
+decides whether a :class:`RelativeScale` table exists.
+
+Shape letters: B batch, T tokens, H heads, D head dim, R relation ids.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from graphormer_urpe.constants import PAD_RELATION
+
+
+class AttentionKind(str, Enum):
+    """Which relative positional encoding the attention uses."""
+
+    NONE = "none"  # no positional information (only for the synthetic sequence baselines)
+    RPE = "rpe"  # additive bias B inside the softmax
+    URPE = "urpe"  # B plus a multiplicative scale C after the softmax
+
+
+class RelativeBias(nn.Module):
+    """The additive table B: one learned scalar per (relation id, head).
+
+    Row :data:`PAD_RELATION` is the padding row: it stays zero and receives no gradient.
+
+    Args:
+        num_relations: R, number of relation ids.
+        num_heads: H.
+    """
+
+    def __init__(self, num_relations: int, num_heads: int) -> None:
+        super().__init__()
+        self.table = nn.Embedding(num_relations, num_heads, padding_idx=PAD_RELATION)
+
+    def forward(self, relation: torch.Tensor) -> torch.Tensor:
+        """Look up the bias of every pair.
+
+        Shapes:
+            relation: (B, T, T) integer ids -> (B, H, T, T) float, a permuted view.
+        """
+        return self.table(relation).permute(0, 3, 1, 2)
+
+
+class RelativeScale(nn.Module):
+    """The URPE table C: one learned scalar per (relation id, head), shared by all layers.
+
+    Initialised to ones, so a URPE model computes exactly what its RPE counterpart computes
+    until C is trained (paper, section 4.2). Row :data:`PAD_RELATION` is fixed at zero: padding
+    keys contribute nothing even before the softmax mask is taken into account.
+
+    Args:
+        num_relations: R, number of relation ids.
+        num_heads: H.
+    """
+
+    def __init__(self, num_relations: int, num_heads: int) -> None:
+        super().__init__()
+        scale = torch.ones(num_relations, num_heads)
+        scale[PAD_RELATION] = 0.0
+        self.weight = nn.Parameter(scale)
+
+    def forward(self, relation: torch.Tensor) -> torch.Tensor:
+        """Look up the scale of every pair.
+
+        Shapes:
+            relation: (B, T, T) integer ids -> (B, H, T, T) float, a permuted view.
+        """
+        return F.embedding(relation, self.weight, padding_idx=PAD_RELATION).permute(0, 3, 1, 2)
+
+    @torch.no_grad()
+    def reset_to_ones(self) -> None:
+        """Set C back to ones (padding row zero): turns a trained RPE model into URPE exactly."""
+        self.weight.fill_(1.0)
+        self.weight[PAD_RELATION] = 0.0
+
+
+class MultiHeadAttention(nn.Module):
+    """Self-attention ``softmax(QK^T/sqrt(D) + bias) [* scale] V`` over padded token sets.
+
+    The softmax, the URPE product and the masking run in float32 whatever the autocast dtype,
+    so fp16 logits never overflow and ``-inf`` masks never turn into NaN.
+
+    Args:
+        hidden_dim: model width, ``H * D``.
+        num_heads: H; must divide ``hidden_dim``.
+        attention_dropout: dropout on the attention matrix (after the URPE product).
+    """
+
+    def __init__(self, hidden_dim: int, num_heads: int, attention_dropout: float = 0.0) -> None:
+        super().__init__()
+        if hidden_dim % num_heads:
+            raise ValueError(f"num_heads={num_heads} must divide hidden_dim={hidden_dim}")
+        self.num_heads = num_heads
+        self.head_dim = hidden_dim // num_heads
+        self.qkv = nn.Linear(hidden_dim, 3 * hidden_dim)
+        self.out = nn.Linear(hidden_dim, hidden_dim)
+        self.attention_dropout = nn.Dropout(attention_dropout)
+
+    def attention_weights(
+        self,
+        x: torch.Tensor,
+        attn_bias: torch.Tensor | None,
+        attn_scale: torch.Tensor | None,
+        key_mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The attention matrix A (before dropout) and the values V.
+
+        Shapes:
+            x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) or None;
+            key_mask: (B, T, T) bool, True where query i may attend to key j, or None.
+            Returns A (B, H, T, T) float32 and V (B, H, T, D).
+        """
+        batch, tokens, _ = x.shape
+        qkv = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
+        logits = (q * self.head_dim**-0.5) @ k.transpose(-1, -2)  # (B, H, T, T)
+        logits = logits.float()
+        if attn_bias is not None:
+            logits = logits + attn_bias
+        if key_mask is not None:
+            logits = logits.masked_fill(~key_mask.unsqueeze(1), float("-inf"))
+        weights = torch.softmax(logits, dim=-1)  # (B, H, T, T), rows sum to 1
+        if attn_scale is not None:
+            weights = weights * attn_scale  # URPE: rows no longer sum to 1
+        return weights, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_bias: torch.Tensor | None = None,
+        attn_scale: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Attend.
+
+        Shapes:
+            x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) float or None;
+            key_mask: (B, T, T) bool or None. Returns (B, T, H*D).
+        """
+        weights, v = self.attention_weights(x, attn_bias, attn_scale, key_mask)
+        weights = self.attention_dropout(weights).to(v.dtype)
+        mixed = weights @ v  # (B, H, T, D)
+        batch, _, tokens, _ = mixed.shape
+        return self.out(mixed.transpose(1, 2).reshape(batch, tokens, -1))

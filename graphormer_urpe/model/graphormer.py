@@ -1,0 +1,357 @@
+"""Graphormer (Ying et al., 2021) with RPE or URPE attention (Luo et al., 2022), top to bottom.
+
+    tokens  = [graph token; node features + degree embeddings]                (B, T, H*D)
+    bias    = B[relation] + edge-path bias        shared by all layers        (B, H, T, T)
+    scale   = C[relation]                         URPE only, shared           (B, H, T, T)
+    layer   : x = x + drop(MHA(LN(x), bias, scale));  x = x + drop(FFN(LN(x)))
+    output  = Linear(LN(x)[graph token])                                      (B, outputs)
+
+The relation id of a pair is its shortest-path distance (offset past the padding and graph-token
+ids, see :mod:`graphormer_urpe.constants`); pairs at distance ``>= spatial_pos_max`` or unreachable
+are masked out of the softmax, as in the official collator. Nothing here imports Lightning: the
+model takes one :class:`~graphormer_urpe.data.batch.GraphBatch` and can be used in any loop.
+
+Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens, H heads, D head dim,
+E edges in the batch, F node-feature columns, Fe edge-feature columns, K hops.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+import torch
+from torch import nn
+
+from graphormer_urpe.constants import (
+    DEFAULT_MULTI_HOP_MAX_DIST,
+    DEFAULT_SPATIAL_POS_MAX,
+    GRAPH_TOKEN_POS,
+    GRAPH_TOKEN_RELATION,
+    NO_EDGE,
+    PAD_ID,
+    PAD_RELATION,
+    SPD_RELATION_OFFSET,
+)
+from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.model.attention import AttentionKind, MultiHeadAttention, RelativeBias, RelativeScale
+
+
+@dataclass
+class GraphormerConfig:
+    """Hyper-parameters of :class:`Graphormer`.
+
+    Args:
+        node_vocab: number of values of each categorical node-feature column (F entries).
+        edge_vocab: number of values of each categorical edge-feature column (Fe entries).
+        num_outputs: width of the prediction (1 for a single regression target).
+        num_layers: encoder layers.
+        hidden_dim: model width ``H * D``.
+        ffn_dim: inner width of the feed-forward block.
+        num_heads: H.
+        attention: ``urpe`` (softmax times C[spd]) or ``rpe`` (plain Graphormer).
+        max_degree: degrees above this share one embedding.
+        spatial_pos_max: pairs at SPD ``>= spatial_pos_max`` are masked (official: 20).
+        edge_encoding: ``multi_hop`` (mean over the first ``multi_hop_max_dist`` path edges, each
+            through its own H x H matrix), ``single_hop`` (direct edges only) or ``none``.
+        multi_hop_max_dist: K, path edges used by ``multi_hop`` (official: 5).
+        input_dropout: dropout on the input tokens.
+        dropout: dropout on each residual branch output.
+        attention_dropout: dropout on the attention matrix.
+        activation_dropout: dropout after the feed-forward activation.
+        drop_path: stochastic-depth rate of the last layer (linearly increasing from 0).
+    """
+
+    node_vocab: Sequence[int] = field(default_factory=lambda: [28])
+    edge_vocab: Sequence[int] = field(default_factory=lambda: [4])
+    num_outputs: int = 1
+    num_layers: int = 12
+    hidden_dim: int = 80
+    ffn_dim: int = 80
+    num_heads: int = 8
+    attention: Literal["urpe", "rpe"] = "urpe"
+    max_degree: int = 64
+    spatial_pos_max: int = DEFAULT_SPATIAL_POS_MAX
+    edge_encoding: Literal["multi_hop", "single_hop", "none"] = "multi_hop"
+    multi_hop_max_dist: int = DEFAULT_MULTI_HOP_MAX_DIST
+    input_dropout: float = 0.0
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    activation_dropout: float = 0.0
+    drop_path: float = 0.0
+
+    @property
+    def num_relations(self) -> int:
+        """Rows of the B and C tables: padding, graph token, and SPD 0 .. spatial_pos_max - 1."""
+        return SPD_RELATION_OFFSET + self.spatial_pos_max
+
+
+def _categorical_offsets(vocab: Sequence[int]) -> torch.Tensor:
+    """Start row of each column in a shared table whose row :data:`PAD_ID` is padding. (F,)"""
+    return torch.tensor([PAD_ID + 1 + sum(vocab[:c]) for c in range(len(vocab))], dtype=torch.long)
+
+
+class NodeEncoder(nn.Module):
+    """Node tokens: summed column embeddings plus in- and out-degree embeddings (centrality).
+
+    Args:
+        node_vocab: values per node-feature column.
+        max_degree: degrees are clipped to this value.
+        hidden_dim: output width.
+    """
+
+    def __init__(self, node_vocab: Sequence[int], max_degree: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.register_buffer("offsets", _categorical_offsets(node_vocab), persistent=False)
+        self.features = nn.Embedding(PAD_ID + 1 + sum(node_vocab), hidden_dim, padding_idx=PAD_ID)
+        self.in_degree = nn.Embedding(PAD_ID + 2 + max_degree, hidden_dim, padding_idx=PAD_ID)
+        self.out_degree = nn.Embedding(PAD_ID + 2 + max_degree, hidden_dim, padding_idx=PAD_ID)
+        self.max_degree = max_degree
+
+    def forward(self, batch: GraphBatch) -> torch.Tensor:
+        """Embed every node; padding nodes get the zero vector.
+
+        Shapes:
+            batch.x: (B, N, F) -> (B, N, H*D).
+        """
+        mask = batch.node_mask
+        features = torch.where(mask.unsqueeze(-1), batch.x + self.offsets, PAD_ID)  # (B, N, F)
+        tokens = self.features(features).sum(dim=-2)  # (B, N, H*D)
+        for degree, table in ((batch.in_degree, self.in_degree), (batch.out_degree, self.out_degree)):
+            tokens = tokens + table(torch.where(mask, degree.clamp(max=self.max_degree) + PAD_ID + 1, PAD_ID))
+        return tokens
+
+
+class EdgePathBias(nn.Module):
+    """Graphormer's edge encoding: a per-head bias from the edges along a shortest path.
+
+    For a pair (i, j) whose shortest path has edges e_1 .. e_L (cut at K = ``max_hops``),
+
+        bias(i, j) = 1/L * sum_{n=1..L} ( mean_f emb(edge features of e_n) ) @ W_n
+
+    with one H x H matrix W_n per hop (``multi_hop``). ``single_hop`` keeps only direct edges and
+    no W. The path is followed through ``first_edge`` from the compact cache, K gathers in all,
+    never a dense (B, N, N, K, Fe) tensor.
+
+    Args:
+        edge_vocab: values per edge-feature column.
+        num_heads: H.
+        max_hops: K; 1 gives ``single_hop``.
+        hop_matrices: learn W_n (``multi_hop``) or not (``single_hop``).
+    """
+
+    def __init__(self, edge_vocab: Sequence[int], num_heads: int, max_hops: int, hop_matrices: bool) -> None:
+        super().__init__()
+        self.register_buffer("offsets", _categorical_offsets(edge_vocab), persistent=False)
+        self.features = nn.Embedding(PAD_ID + 1 + sum(edge_vocab), num_heads, padding_idx=PAD_ID)
+        self.hop_weight = nn.Parameter(torch.empty(max_hops, num_heads, num_heads)) if hop_matrices else None
+        self.max_hops = max_hops
+
+    def forward(self, batch: GraphBatch) -> torch.Tensor:
+        """Edge bias of every pair of nodes.
+
+        Shapes:
+            batch.first_edge: (B, N, N), batch.edge_attr: (E, Fe) -> (B, N, N, H).
+        """
+        per_edge = self.features(batch.edge_attr + self.offsets).mean(dim=-2)  # (E, H)
+        num_edges, heads = per_edge.shape
+        if self.hop_weight is not None:
+            per_hop = torch.einsum("eh,khg->keg", per_edge, self.hop_weight)  # (K, E, H)
+        else:
+            per_hop = per_edge.unsqueeze(0)  # (1, E, H)
+        # one zero row per hop for "no edge", then flatten so one lookup serves all hops
+        per_hop = torch.cat([per_hop, per_hop.new_zeros(self.max_hops, 1, heads)], dim=1)
+        per_hop = per_hop.reshape(-1, heads)  # (K * (E + 1), H)
+
+        edge = batch.first_edge  # (B, N, N): current edge on the path from i to j
+        if self.hop_weight is None:  # single_hop: direct edges only
+            edge = torch.where(batch.spd == 1, edge, NO_EDGE)
+        total = per_hop.new_zeros(*edge.shape, heads)  # (B, N, N, H)
+        hops = torch.zeros(edge.shape, dtype=per_hop.dtype, device=edge.device)  # L
+        for k in range(self.max_hops):
+            on_path = edge >= 0
+            safe = torch.where(on_path, edge, num_edges)  # (B, N, N), num_edges = zero row
+            total = total + per_hop[k * (num_edges + 1) + safe]
+            hops = hops + on_path
+            if k + 1 < self.max_hops:
+                next_node = batch.edge_dst[safe.clamp(max=num_edges - 1)] if num_edges else safe
+                edge = torch.where(on_path, batch.first_edge.gather(1, next_node), edge)
+        return total / hops.clamp(min=1).unsqueeze(-1)
+
+
+class EncoderLayer(nn.Module):
+    """Pre-LayerNorm Transformer layer with optional stochastic depth.
+
+    Args:
+        hidden_dim: width.
+        ffn_dim: feed-forward inner width.
+        num_heads: H.
+        dropout: dropout on both residual branches.
+        attention_dropout: dropout on the attention matrix.
+        activation_dropout: dropout after the GELU.
+        drop_path: probability of skipping a residual branch for a whole graph (training only).
+    """
+
+    def __init__(
+        self,
+        hidden_dim: int,
+        ffn_dim: int,
+        num_heads: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        drop_path: float,
+    ) -> None:
+        super().__init__()
+        self.attention_norm = nn.LayerNorm(hidden_dim)
+        self.attention = MultiHeadAttention(hidden_dim, num_heads, attention_dropout)
+        self.ffn_norm = nn.LayerNorm(hidden_dim)
+        self.ffn = nn.Sequential(
+            nn.Linear(hidden_dim, ffn_dim),
+            nn.GELU(),
+            nn.Dropout(activation_dropout),
+            nn.Linear(ffn_dim, hidden_dim),
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.drop_path = drop_path
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_bias: torch.Tensor,
+        attn_scale: torch.Tensor | None,
+        key_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """One layer.
+
+        Shapes:
+            x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T); key_mask: (B, T, T) -> (B, T, H*D).
+        """
+        attended = self.attention(self.attention_norm(x), attn_bias, attn_scale, key_mask)
+        x = x + self._residual(self.dropout(attended))
+        return x + self._residual(self.dropout(self.ffn(self.ffn_norm(x))))
+
+    def _residual(self, branch: torch.Tensor) -> torch.Tensor:
+        """Stochastic depth: zero the branch of a random subset of graphs, rescale the rest."""
+        if not self.training or self.drop_path == 0.0:
+            return branch
+        keep = 1.0 - self.drop_path
+        alive = branch.new_empty(branch.shape[0], 1, 1).bernoulli_(keep)  # (B, 1, 1)
+        return branch * alive / keep
+
+
+class Graphormer(nn.Module):
+    """Graphormer encoder with a graph-level prediction read from the graph token.
+
+    Args:
+        config: a :class:`GraphormerConfig`.
+    """
+
+    def __init__(self, config: GraphormerConfig) -> None:
+        super().__init__()
+        self.config = config
+        hidden = config.hidden_dim
+        self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden)
+        self.graph_token = nn.Embedding(1, hidden)
+        self.relative_bias = RelativeBias(config.num_relations, config.num_heads)
+        self.relative_scale = (
+            RelativeScale(config.num_relations, config.num_heads)
+            if AttentionKind(config.attention) is AttentionKind.URPE
+            else None
+        )
+        self.edge_bias = (
+            EdgePathBias(
+                config.edge_vocab,
+                config.num_heads,
+                max_hops=config.multi_hop_max_dist if config.edge_encoding == "multi_hop" else 1,
+                hop_matrices=config.edge_encoding == "multi_hop",
+            )
+            if config.edge_encoding != "none"
+            else None
+        )
+        self.input_dropout = nn.Dropout(config.input_dropout)
+        depth_rates = torch.linspace(0.0, config.drop_path, config.num_layers).tolist()
+        self.layers = nn.ModuleList(
+            EncoderLayer(
+                hidden, config.ffn_dim, config.num_heads, config.dropout,
+                config.attention_dropout, config.activation_dropout, rate,
+            )
+            for rate in depth_rates
+        )
+        self.final_norm = nn.LayerNorm(hidden)
+        self.head = nn.Linear(hidden, config.num_outputs)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Official Graphormer init: Linear N(0, 0.02/sqrt(layers)), embeddings N(0, 0.02).
+
+        Padding rows of embeddings are zero; the URPE scale C keeps its all-ones init.
+        """
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02 / math.sqrt(self.config.num_layers))
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+            if module.padding_idx is not None:
+                nn.init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, EdgePathBias) and module.hop_weight is not None:
+            nn.init.normal_(module.hop_weight, std=0.02)
+
+    def relations(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Relation id and attention mask of every token pair, graph token included.
+
+        Shapes:
+            returns relation (B, T, T) int64 and key_mask (B, T, T) bool (True = may attend).
+        """
+        node_mask = batch.node_mask
+        real_pair = node_mask.unsqueeze(2) & node_mask.unsqueeze(1)  # (B, N, N)
+        near = batch.spd < self.config.spatial_pos_max
+        relation = torch.where(real_pair & near, batch.spd.long() + SPD_RELATION_OFFSET, PAD_RELATION)
+        token_row = torch.where(node_mask, GRAPH_TOKEN_RELATION, PAD_RELATION)  # (B, N)
+        token_self = torch.full_like(token_row[:, :1], GRAPH_TOKEN_RELATION)
+        token_row = torch.cat([token_self, token_row], dim=1)  # (B, T)
+        relation = torch.cat([token_row[:, 1:].unsqueeze(2), relation], dim=2)  # (B, N, T)
+        relation = torch.cat([token_row.unsqueeze(1), relation], dim=1)  # (B, T, T)
+
+        real_token = torch.cat([torch.ones_like(node_mask[:, :1]), node_mask], dim=1)  # (B, T)
+        far = torch.zeros_like(relation, dtype=torch.bool)
+        far[:, 1:, 1:] = real_pair & ~near
+        key_mask = real_token.unsqueeze(1) & ~far  # padding queries still see every real key
+        return relation, key_mask
+
+    def attention_inputs(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Bias B + edge bias, URPE scale C and mask, computed once and shared by all layers.
+
+        Shapes:
+            returns attn_bias (B, H, T, T) float32, attn_scale (B, H, T, T) or None, key_mask (B, T, T).
+        """
+        relation, key_mask = self.relations(batch)
+        bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
+        if self.edge_bias is not None:
+            bias[:, 1:, 1:] += self.edge_bias(batch).float()
+        attn_bias = bias.permute(0, 3, 1, 2)  # (B, H, T, T)
+        attn_scale = self.relative_scale(relation).float() if self.relative_scale is not None else None
+        return attn_bias, attn_scale, key_mask
+
+    def encode(self, batch: GraphBatch) -> torch.Tensor:
+        """Final token states, graph token at position :data:`GRAPH_TOKEN_POS`.
+
+        Shapes:
+            returns (B, T, H*D).
+        """
+        nodes = self.nodes(batch)  # (B, N, H*D)
+        token = self.graph_token.weight.expand(nodes.shape[0], 1, -1)  # (B, 1, H*D)
+        x = self.input_dropout(torch.cat([token, nodes], dim=1))  # (B, T, H*D)
+        attn_bias, attn_scale, key_mask = self.attention_inputs(batch)
+        for layer in self.layers:
+            x = layer(x, attn_bias, attn_scale, key_mask)
+        return self.final_norm(x)
+
+    def forward(self, batch: GraphBatch) -> torch.Tensor:
+        """Graph-level prediction.
+
+        Shapes:
+            returns (B, num_outputs).
+        """
+        return self.head(self.encode(batch)[:, GRAPH_TOKEN_POS])
