@@ -9,7 +9,7 @@ Fits, then validates and tests the best checkpoint and writes ``metrics.json`` i
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from graphormer_urpe.cli import GraphormerCLI, log, write_json
 from graphormer_urpe.data.sources import DatasetMissing

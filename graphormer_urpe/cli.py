@@ -14,9 +14,10 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
@@ -135,8 +136,9 @@ class GraphormerCLI(LightningCLI):
         )
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument("--run_root", type=str, default="runs", help="Directory that holds one directory per run.")
-        parser.add_argument("--run_name", type=str | None, default=None, help="Run directory name (default: config-timestamp).")
+        parser.add_argument("--run_root", type=str, default="runs", help="Directory holding one directory per run.")
+        parser.add_argument("--run_name", type=str | None, default=None,
+                            help="Run directory name (default: config name and a timestamp).")
         parser.add_argument("--logger", type=Literal["csv", "none"], default="csv", help="Where metrics are logged.")
         parser.link_arguments("data.node_vocab", "model.init_args.encoder.node_vocab", apply_on="instantiate")
         parser.link_arguments("data.edge_vocab", "model.init_args.encoder.edge_vocab", apply_on="instantiate")

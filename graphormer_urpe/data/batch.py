@@ -11,8 +11,9 @@ batch, F node-feature columns, Fe edge-feature columns, Y targets per graph.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch

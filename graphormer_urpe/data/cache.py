@@ -29,9 +29,10 @@ import os
 import shutil
 import time
 import zlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -338,7 +339,8 @@ def build_store(
 
     with tqdm(total=reader.num_rows, initial=done_rows, desc=description, unit="graph", dynamic_ncols=True) as bar:
         if num_workers > 0 and len(todo) > 1:
-            context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            context = multiprocessing.get_context(method)
             with context.Pool(num_workers, initializer=_init_worker, initargs=(reader,)) as pool:
                 for rows, _ in pool.imap_unordered(_build_chunk, todo):
                     bar.update(rows)

@@ -97,7 +97,8 @@ class GraphDataModule(pl.LightningDataModule):
         reader = self.source.open(self.root)
         summary = build_store(
             reader, self.cache_dir, self.cache_key, self.spec, self.source.splits(self.root, reader),
-            num_workers=self.preprocess_workers, chunk_size=self.chunk_size, description=f"preprocessing {self.source.name}",
+            num_workers=self.preprocess_workers, chunk_size=self.chunk_size,
+            description=f"preprocessing {self.source.name}",
         )
         log.info(
             "%s: %d graphs cached, %d rows skipped%s, %.1f s",

@@ -18,8 +18,9 @@ E edges in the batch, F node-feature columns, Fe edge-feature columns, K hops.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 import torch
 from torch import nn

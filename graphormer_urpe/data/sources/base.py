@@ -6,8 +6,8 @@ import hashlib
 import json
 import socket
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 from urllib.parse import urlparse
 
 import numpy as np

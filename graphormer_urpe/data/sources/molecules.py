@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
