@@ -117,6 +117,8 @@ class GraphormerCLI(LightningCLI):
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:
         configure_logging()
+        # we always pass the (config-resolved) command line as ``args``; Lightning warns about that
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
         argv = resolve_config_paths(sys.argv[1:] if args is None else args)
         self.config_name = next(
             (Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
