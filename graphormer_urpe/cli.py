@@ -14,6 +14,7 @@ import os
 import platform
 import subprocess
 import sys
+import warnings
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
