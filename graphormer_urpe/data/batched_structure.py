@@ -99,9 +99,11 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
     reach = np.zeros((num_total, words), dtype=np.uint64)  # (V, W)
     reach[np.arange(num_total), local // _BITS] = np.left_shift(np.uint64(1), (local % _BITS).astype(np.uint64))
     levels = [reach]
+    at_target = []  # at_target[d]: levels[d] of each edge's target, (E, W)
     while len(src) and len(levels) < UNREACHABLE_SPD:
+        at_target.append(np.take(levels[-1], dst, axis=0))
         grown = levels[-1].copy()
-        grown[heads] |= np.bitwise_or.reduceat(levels[-1][dst], starts, axis=0)
+        grown[heads] |= np.bitwise_or.reduceat(at_target[-1], starts, axis=0)
         if np.array_equal(grown, levels[-1]):
             break
         levels.append(grown)
@@ -111,15 +113,15 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
         reached += _unpack(level)
 
     on_path = np.zeros((len(src), words), dtype=np.uint64)  # (E, W)
-    for level in levels:
-        on_path |= level[dst] & ~level[src]
+    for level, target_level in zip(levels, at_target):
+        on_path |= target_level & ~np.take(level, src, axis=0)
     # rank[i, j]: index among i's edges (ascending target) of the first one on a path to j
     rank = np.zeros((num_total, words * _BITS), dtype=np.uint8 if out_degree.max(initial=0) <= 256 else np.uint16)
     taken = np.zeros((num_total, words), dtype=np.uint64)
     for r in range(int(out_degree.max(initial=0)) - 1):
         rows = np.flatnonzero(out_degree > r + 1)
-        taken[rows] |= on_path[row_start[rows] + r]
-        rank[rows] += _unpack(~taken[rows])
+        taken[rows] |= np.take(on_path, row_start[rows] + r, axis=0)
+        rank[rows] += _unpack(~np.take(taken, rows, axis=0))
 
     # spd = levels at which j is not yet reached; unreachable pairs (never reached) keep 255
     spd = np.full((batch, n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
