@@ -48,35 +48,33 @@ class TargetPapers(Dataset):
 
 
 class ShardedTargetSampler(DistributedSampler):
-    """This process's shard of a split, tagged with the epoch (``(epoch, position)`` items).
+    """This process's shard of a split as ``(epoch, position)`` items.
 
-    Training shards are padded to equal length, as DDP needs; evaluation shards are not, so every
-    target is evaluated exactly once. Lightning calls :meth:`set_epoch` every epoch and leaves a
-    ``DistributedSampler`` in place.
+    Training shards are reshuffled every epoch (seeded), padded to equal length as DDP needs, and
+    tagged with the epoch so that subgraphs are resampled. Evaluation shards keep the split's
+    order, are not padded (every target is evaluated exactly once) and are always tagged epoch 0,
+    so evaluation sees the same subgraphs whenever it runs. Lightning calls :meth:`set_epoch`
+    every epoch and leaves a ``DistributedSampler`` in place.
 
     Args:
         dataset: the split.
         num_replicas: processes (world size).
         rank: this process.
-        shuffle: reshuffle every epoch (seeded).
+        train: training (shuffle, pad, new subgraphs each epoch) or evaluation.
         seed: shuffling seed.
-        pad: pad shards to equal length (training).
     """
 
-    def __init__(self, dataset: Dataset, num_replicas: int, rank: int, shuffle: bool, seed: int, pad: bool) -> None:
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
-        self.pad = pad
-
-    def _positions(self) -> list[int]:
-        if self.pad:
-            return list(super().__iter__())
-        return list(range(self.rank, len(self.dataset), self.num_replicas))
+    def __init__(self, dataset: Dataset, num_replicas: int, rank: int, train: bool, seed: int) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=train, seed=seed)
+        self.train = train
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        return ((self.epoch, position) for position in self._positions())
+        if self.train:
+            return ((self.epoch, position) for position in super().__iter__())
+        return ((0, position) for position in range(self.rank, len(self.dataset), self.num_replicas))
 
     def __len__(self) -> int:
-        return self.num_samples if self.pad else len(range(self.rank, len(self.dataset), self.num_replicas))
+        return self.num_samples if self.train else len(range(self.rank, len(self.dataset), self.num_replicas))
 
 
 class MAG240MDataModule(pl.LightningDataModule):
@@ -189,9 +187,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         return self.splits[split]
 
     def predict_on(self, split: str) -> None:
-        """Choose the split ``predict_dataloader`` serves."""
-        if split not in self.splits:
-            raise ValueError(f"unknown split '{split}'; expected one of {sorted(self.splits)}")
+        """Choose the split ``predict_dataloader`` serves (``train``, ``valid``, ``test-dev``, ``test-challenge``)."""
         self.predict_split = split
 
     def _world(self) -> tuple[int, int]:
@@ -208,7 +204,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         return DataLoader(
             dataset,
             batch_size=batch // world,
-            sampler=ShardedTargetSampler(dataset, world, rank, shuffle=train, seed=self.seed, pad=train),
+            sampler=ShardedTargetSampler(dataset, world, rank, train=train, seed=self.seed),
             num_workers=self.num_workers,
             collate_fn=SubgraphCollator(self.graph, self.fanouts, self.seed),
             persistent_workers=self.num_workers > 0,
@@ -227,4 +223,6 @@ class MAG240MDataModule(pl.LightningDataModule):
         return self._loader("valid", train=False)
 
     def predict_dataloader(self) -> DataLoader:
+        if self.predict_split not in self.splits:
+            raise ValueError(f"unknown split '{self.predict_split}'; expected one of {sorted(self.splits)}")
         return self._loader(self.predict_split, train=False)

@@ -190,10 +190,11 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
     # arXiv papers, years and the year-based split
     labelled = rng.permutation(n)[: max(3, int(round(n * spec.labelled_fraction)))]
     n_test = spec.test_size if spec.test_size is not None else int(round(len(labelled) * _SPLIT_FRACTIONS[2]))
-    if n_test >= len(labelled):
+    if n_test > len(labelled) - 2:
         raise ValueError(f"test_size={n_test} needs more than {len(labelled)} labelled papers; "
                          f"raise labelled_fraction or num_papers")
-    n_valid = max(1, int(round(len(labelled) * _SPLIT_FRACTIONS[1])))
+    remaining = len(labelled) - n_test
+    n_valid = max(1, int(round(remaining * _SPLIT_FRACTIONS[1] / (_SPLIT_FRACTIONS[0] + _SPLIT_FRACTIONS[1]))))
     test, valid, train = labelled[:n_test], labelled[n_test:n_test + n_valid], labelled[n_test + n_valid:]
     year = rng.integers(1950, 2021, n).astype(np.int64)
     year[train] = rng.integers(1991, 2019, len(train))
