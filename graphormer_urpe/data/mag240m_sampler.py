@@ -208,7 +208,8 @@ class NeighbourSampler:
         edge_graph = graph[src]
         pair = (edge_graph * n_max + local[src]) * n_max + local[dst]
         packed = np.unique(pair * _RELATION_SLOTS + relation)
-        keep = np.concatenate([[True], packed[1:] // _RELATION_SLOTS != packed[:-1] // _RELATION_SLOTS])
+        keep = np.ones(len(packed), dtype=bool)
+        keep[1:] = packed[1:] // _RELATION_SLOTS != packed[:-1] // _RELATION_SLOTS
         packed = packed[keep]
         pair, relation = packed // _RELATION_SLOTS, packed % _RELATION_SLOTS
         edge_graph, rest = np.divmod(pair, n_max * n_max)
