@@ -35,7 +35,7 @@ def _numpy_core() -> Any:
 def numpy_safe_globals() -> list[Any]:
     """The globals a pickled numpy array, dtype or scalar refers to, under both numpy spellings."""
     multiarray = _numpy_core()
-    allowed: list[Any] = [np.ndarray, np.dtype]
+    allowed: list[Any] = [np.ndarray, np.dtype, bytes]  # bytes: the buffer of an empty array
     for spelling in _CORE_SPELLINGS:
         allowed.append((multiarray._reconstruct, f"{spelling}.multiarray._reconstruct"))
         allowed.append((multiarray.scalar, f"{spelling}.multiarray.scalar"))
