@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,7 @@ def check_submission(path: str | Path) -> dict:
             if "y_pred" not in archive.files:
                 raise SubmissionError(f"{path}: no 'y_pred' array (found {archive.files})")
             y_pred = archive["y_pred"]
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, zipfile.BadZipFile) as error:
         if isinstance(error, SubmissionError):
             raise
         raise SubmissionError(f"{path}: cannot be read as .npz ({error})") from error
