@@ -62,7 +62,9 @@ class GraphBatch:
     out_degree     int64      (B, N)            out-degree of each node
     spd            uint8      (B, N, N)         shortest-path distance, 255 = unreachable/padding
     first_edge     int64      (B, N, N)         batch edge id of the first edge of a shortest path
-                                                from i to j, -1 if none (i == j, unreachable, pad)
+                                                from i to j, -1 if none (i == j, unreachable, pad);
+                                                int32 in batches of sampled subgraphs (half the
+                                                bytes to move), widened by the model
     edge_attr      int64      (E, Fe)           categorical edge features of every batch edge
     edge_dst       int64      (E,)              target node (position in its graph) of each edge
     y              float32    (B, Y)            targets, NaN where unknown

@@ -39,7 +39,8 @@ class BatchStructure(NamedTuple):
     """Padded structural arrays of a batch (padding: SPD 255, no edge, degree 0).
 
     Shapes:
-        spd: (B, N, N) uint8; first_edge: (B, N, N) int64, ids into the batch's edge list;
+        spd: (B, N, N) uint8; first_edge: (B, N, N) int32 (int64 past 2^31 edges), ids into the
+        batch's edge list;
         in_degree, out_degree: (B, N) int64.
     """
 
@@ -92,7 +93,8 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
 
     out_degree = np.bincount(src, minlength=num_total)
     in_degree = np.bincount(dst, minlength=num_total)
-    row_start = np.concatenate([[0], np.cumsum(out_degree)[:-1]])  # first edge of each node
+    edge_dtype = np.int32 if len(src) < 2**31 else np.int64
+    row_start = np.concatenate([[0], np.cumsum(out_degree)[:-1]]).astype(edge_dtype)  # first edge of each node
     heads = np.flatnonzero(out_degree)
     starts = row_start[heads]
 
@@ -125,7 +127,7 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
 
     # spd = levels at which j is not yet reached; unreachable pairs (never reached) keep 255
     spd = np.full((batch, n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
-    first_edge = np.full((batch, n_max, n_max), NO_EDGE, dtype=np.int64)
+    first_edge = np.full((batch, n_max, n_max), NO_EDGE, dtype=edge_dtype)
     degrees = np.zeros((2, batch, n_max), dtype=np.int64)
     for b in range(batch):  # per-graph slices write straight into the padded outputs
         rows, n = slice(node_ptr[b], node_ptr[b + 1]), num_nodes[b]

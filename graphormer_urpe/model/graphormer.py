@@ -181,7 +181,8 @@ class EdgePathBias(nn.Module):
         per_hop = torch.cat([per_hop, per_hop.new_zeros(self.max_hops, 1, heads)], dim=1)
         per_hop = per_hop.reshape(-1, heads)  # (K * (E + 1), H)
 
-        edge = batch.first_edge  # (B, N, N): current edge on the path from i to j
+        first_edge = batch.first_edge.long()  # (B, N, N); int32 batches (sampled subgraphs) widened once
+        edge = first_edge  # (B, N, N): current edge on the path from i to j
         if self.hop_weight is None:  # single_hop: direct edges only
             edge = torch.where(batch.spd == 1, edge, NO_EDGE)
         total = per_hop.new_zeros(*edge.shape, heads)  # (B, N, N, H)
@@ -193,7 +194,7 @@ class EdgePathBias(nn.Module):
             hops = hops + on_path
             if k + 1 < self.max_hops:
                 next_node = batch.edge_dst[safe.clamp(max=num_edges - 1)] if num_edges else safe
-                edge = torch.where(on_path, batch.first_edge.gather(1, next_node), edge)
+                edge = torch.where(on_path, first_edge.gather(1, next_node), edge)
         return total / hops.clamp(min=1).unsqueeze(-1)
 
 
