@@ -41,6 +41,7 @@ from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from graphormer_urpe.data.safe_load import safe_torch_load
@@ -379,13 +380,12 @@ def build_mean_features(
         stop = min(num_rows, start + block_rows)
         lo, hi = int(indptr[start]), int(indptr[stop])
         counts = np.diff(np.asarray(indptr[start:stop + 1]))
-        means = np.zeros((stop - start, width), dtype=np.float32)
-        if hi > lo:
+        sums = torch.zeros((stop - start, width), dtype=torch.float32)
+        if hi > lo:  # index_add_: numpy's add.reduceat is ~30x slower on wide rows
             rows = _read_rows(source, np.asarray(indices[lo:hi], dtype=np.int64))
-            nonempty = np.flatnonzero(counts)
-            sums = np.add.reduceat(rows, np.asarray(indptr[start:stop])[nonempty] - lo, axis=0)
-            means[nonempty] = sums / counts[nonempty, None]
-        out[start:stop] = means
+            owner = np.repeat(np.arange(stop - start), counts)
+            sums.index_add_(0, torch.from_numpy(owner), torch.from_numpy(rows))
+        out[start:stop] = sums.numpy() / np.maximum(counts, 1)[:, None]
         out.flush()
         progress["done"][str(start)] = zlib.crc32(np.ascontiguousarray(out[start:stop]).data)
         _atomic_json(progress_path, progress)
@@ -399,7 +399,7 @@ def prepare_derived(
     directory: Path,
     verify_checksums: bool = False,
     chunk_edges: int = 20_000_000,
-    feature_block_rows: int = 100_000,
+    feature_block_rows: int = 25_000,
 ) -> DerivedFiles:
     """Build whatever derived file is missing, incomplete or damaged; keep the rest.
 
