@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from common import zinc_like_graph
+
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.transforms import graph_structure
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
@@ -30,11 +32,7 @@ def zinc_like_batch(batch_size: int, seed: int = 0) -> list[GraphRecord]:
     rng = np.random.default_rng(seed)
     records = []
     for index in range(batch_size):
-        n = int(np.clip(round(rng.normal(23.2, 4.5)), 9, 38))
-        pairs = [(k, int(rng.integers(0, k))) for k in range(1, n)]
-        pairs += [(a, b) for a, b in (rng.integers(0, n, 2) for _ in range(2)) if a != b]
-        half = np.array(pairs, dtype=np.int64).T
-        edges = np.concatenate([half, half[::-1]], axis=1)
+        n, edges = zinc_like_graph(rng)
         s = graph_structure(n, edges)
         records.append(GraphRecord(
             x=rng.integers(0, 28, (n, 1)), edge_index=edges, edge_attr=rng.integers(1, 4, (edges.shape[1], 1)),
