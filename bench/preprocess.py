@@ -88,7 +88,7 @@ def main() -> None:
     official = rate(official_style, graphs[: max(1, args.graphs // 4)])
     print(f"{args.graphs} ZINC-sized molecules ({np.mean([g[0] for g in graphs]):.1f} atoms on average), "
           f"one core, process CPU time")
-    print(f"{"method":64} {'molecules/s':>12}")
+    print(f"{'method':64} {'molecules/s':>12}")
     print(f"{'ours: SPD + first edges + degrees, once':64} {ours:12.0f}")
     print(f"{'Graphormer-style: Floyd-Warshall + edge-path tensor, per epoch':64} {official:12.0f}")
     print(f"speed-up: {ours / official:.1f}x per pass (and ours runs once, theirs every epoch)")
