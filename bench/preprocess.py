@@ -22,8 +22,8 @@ import argparse
 import time
 
 import numpy as np
-from common import zinc_like_graph
 
+from common import zinc_like_graph
 from graphormer_urpe.data.transforms import graph_structure
 
 UNREACHABLE = 510  # the official code's "no path" distance
