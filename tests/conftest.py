@@ -50,6 +50,14 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True)
+def fresh_run_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's CLI picks its own run directory (the variable is process-wide)."""
+    from graphormer_urpe.cli import RUN_DIR_ENV
+
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+
+
 @pytest.fixture(scope="session")
 def synthetic_mag(tmp_path_factory: pytest.TempPathFactory):
     """Root of a small synthetic MAG240M (3,000 papers, 8 classes) with its derived files built."""

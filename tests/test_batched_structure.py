@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import random_edges
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.batched_structure import batched_graph_structure
 from graphormer_urpe.data.transforms import graph_structure
+from tests.conftest import random_edges
 
 
 def _canonical(edges: np.ndarray) -> np.ndarray:
