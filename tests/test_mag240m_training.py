@@ -40,11 +40,11 @@ def test_paper_config_and_rpe_one_flag_away(tmp_path, monkeypatch) -> None:
 def test_a_few_steps_beat_chance(synthetic_mag, tmp_path, monkeypatch) -> None:
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
     metrics = train.main(["--config", "mag240m", "--data.root", str(synthetic_mag), "--data.num_classes", "8",
-                          "--data.batch_size", "32", "--data.fanouts", "[3, 2]", "--trainer.max_steps", "60",
-                          "--trainer.val_check_interval", "60", "--model.init_args.warmup_steps", "6",
+                          "--data.batch_size", "32", "--data.fanouts", "[3, 2]", "--trainer.max_steps", "30",
+                          "--trainer.val_check_interval", "30", "--model.init_args.warmup_steps", "3",
                           "--model.init_args.lr", "2e-3", "--run_root", str(tmp_path), *TINY])
-    assert metrics["global_step"] == 60
-    assert metrics["validation"]["val/acc"] > 0.4  # chance: 1/8
+    assert metrics["global_step"] == 30
+    assert metrics["validation"]["val/acc"] > 0.4, metrics  # chance: 1/8
 
 
 @pytest.fixture(scope="module")

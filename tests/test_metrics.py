@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from ogb.lsc import MAG240MEvaluator
 
@@ -21,5 +22,6 @@ def test_matches_the_official_evaluator_over_all_batches() -> None:
     assert math.isclose(float(metric.compute()), expected, abs_tol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:The ``compute`` method of metric")
 def test_nothing_seen_is_nan() -> None:
     assert math.isnan(float(EvaluatorMetric("ogb.lsc.MAG240MEvaluator", "acc").compute()))
