@@ -84,9 +84,9 @@ def measure(root: Path, steps: int, workers: int, batch: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--roots", type=Path, nargs=2, required=True, help="small graph, large graph")
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=16)
     args = parser.parse_args()
     for root in args.roots:  # derived files first, so the runs measure training only
         raw = MAG240MRaw(root)
