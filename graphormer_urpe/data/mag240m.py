@@ -479,17 +479,22 @@ class MAG240MGraph:
 
     @property
     def arrays(self) -> dict:
+        """The memory maps of this process, as plain read-only ndarray views (no per-access
+        ``np.memmap`` overhead; the data stay in the page cache, shared by all workers)."""
         if self._arrays is None:
             derived, paper = self.derived_directory, self.raw_directory / "processed" / "paper"
+
+            def mapped(path: Path) -> np.ndarray:
+                return np.asarray(np.load(path, mmap_mode="r"))
+
             arrays: dict = {"indptr": [], "indices": []}
             for relation in RELATIONS:
                 indptr_name, indices_name = csr_files(relation)
-                arrays["indptr"].append(np.load(derived / indptr_name, mmap_mode="r"))
-                arrays["indices"].append(np.load(derived / indices_name, mmap_mode="r"))
-            arrays["features"] = [np.load(paper / "node_feat.npy", mmap_mode="r"),
-                                  np.load(derived / FEATURE_FILES[NodeType.AUTHOR], mmap_mode="r"),
-                                  np.load(derived / FEATURE_FILES[NodeType.INSTITUTION], mmap_mode="r")]
-            arrays["labels"] = np.load(paper / "node_label.npy", mmap_mode="r")
+                arrays["indptr"].append(mapped(derived / indptr_name))
+                arrays["indices"].append(mapped(derived / indices_name))
+            arrays["features"] = [mapped(paper / "node_feat.npy"), mapped(derived / FEATURE_FILES[NodeType.AUTHOR]),
+                                  mapped(derived / FEATURE_FILES[NodeType.INSTITUTION])]
+            arrays["labels"] = mapped(paper / "node_label.npy")
             self._arrays = arrays
         return self._arrays
 

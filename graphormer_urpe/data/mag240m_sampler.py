@@ -225,10 +225,8 @@ class NeighbourSampler:
         features = np.zeros((batch * n_max, self._feature_width), dtype=np.float16)
         for t in NodeType:
             rows = np.flatnonzero(sample.node_type == t)
-            if len(rows):
-                ids = sample.node_id[rows]
-                order = np.argsort(ids, kind="stable")  # read the memory map in ascending order
-                features[padded[rows[order]]] = self.graph.features(t)[ids[order]]
+            if len(rows):  # np.take: a fast row gather from the memory map
+                features[padded[rows]] = np.take(self.graph.features(t), sample.node_id[rows], axis=0)
         return GraphBatch(
             x=torch.from_numpy(node_type.reshape(batch, n_max, 1)),
             x_continuous=torch.from_numpy(features.reshape(batch, n_max, -1)),
