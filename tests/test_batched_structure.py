@@ -36,6 +36,7 @@ def test_equals_graph_structure_on_every_graph(rng: np.random.Generator) -> None
     result = batched_graph_structure(sizes, np.concatenate([e for _, e in graphs], axis=1), edge_ptr)
     n_max = sizes.max()
     assert result.spd.shape == result.first_edge.shape == (len(graphs), n_max, n_max)
+    assert result.spd.dtype == np.uint8 and result.first_edge.dtype == np.int32
     for b, (n, edges) in enumerate(graphs):
         expected = graph_structure(n, edges)
         np.testing.assert_array_equal(result.spd[b, :n, :n], expected.spd)

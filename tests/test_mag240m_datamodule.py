@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
 from graphormer_urpe.data.mag240m_datamodule import MAG240MDataModule, ShardedTargetSampler, TargetPapers
+from tests.test_mag240m import _copy_raw
 
 
 def _positions(sampler) -> list[int]:
@@ -50,3 +53,17 @@ def test_setup_checks_the_class_count_and_links(synthetic_mag) -> None:
     module.predict_on("nonsense")
     with pytest.raises(ValueError, match="unknown split 'nonsense'"):
         module.predict_dataloader()
+
+
+def test_invalid_training_labels_stop_before_training(synthetic_mag, tmp_path) -> None:
+    raw = _copy_raw(synthetic_mag, tmp_path)
+    shutil.copytree(synthetic_mag / "mag240m_kddcup2021/graphormer", raw.directory / "graphormer")
+    path = raw.directory / "processed/paper/node_label.npy"
+    labels = np.load(path)
+    paper = int(raw.splits()["train"][3])
+    labels[paper] = 11.0  # 8 classes
+    np.save(path, labels)
+    module = MAG240MDataModule(root=str(tmp_path), batch_size=8, num_workers=0, num_classes=8)
+    message = f"1 train papers have no valid label in 0..7 \\(first: paper {paper}, label 11.0"
+    with pytest.raises(ValueError, match=message):
+        module.setup()

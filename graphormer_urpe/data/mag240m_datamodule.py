@@ -167,6 +167,14 @@ class MAG240MDataModule(pl.LightningDataModule):
         self.graph = MAG240MGraph(self.raw.directory, self.cache_dir, {t: meta[t.name.lower()] for t in NodeType})
         split = self.raw.splits()
         self.splits = {name: split[name] for name in ("train", "valid", "test-dev", "test-challenge")}
+        for name in LABELLED_SPLITS:  # a bad label would stop training midway (cross-entropy index error)
+            labels = self.graph.labels(self.splits[name])
+            bad = np.flatnonzero(np.isnan(labels) | (labels >= self.num_classes) | (labels != np.round(labels)))
+            if len(bad):
+                paper = int(self.splits[name][bad[0]])
+                raise ValueError(f"{self.raw.directory / 'processed/paper/node_label.npy'}: {len(bad)} {name} papers "
+                                 f"have no valid label in 0..{self.num_classes - 1} (first: paper {paper}, "
+                                 f"label {self.raw.paper_labels[paper]})")
         sizes = {name: len(ids) for name, ids in self.splits.items()}
         log.info("MAG240M (%s): %s papers, %s authors, %s institutions; splits %s; fanouts %s", self.raw.directory,
                  f"{meta['paper']:,}", f"{meta['author']:,}", f"{meta['institution']:,}",
