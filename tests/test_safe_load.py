@@ -1,4 +1,4 @@
-"""safe_torch_load: OGB split files pickled under numpy 1.x or 2.x load under weights_only; nothing else does."""
+"""load_numpy_checkpoint: OGB split files pickled under numpy 1.x or 2.x load under weights_only; nothing else does."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from graphormer_urpe.data.mag240m_synthetic import torch_save_like_numpy1
-from graphormer_urpe.data.safe_load import safe_torch_load
+from graphormer_urpe.data.safe_load import UnsafeCheckpoint, load_numpy_checkpoint
 
 
 def _split() -> dict:
@@ -26,7 +26,7 @@ def _assert_same(loaded: dict, expected: dict) -> None:
 
 def test_numpy2_pickles_load(tmp_path) -> None:
     torch.save(_split(), tmp_path / "split_dict.pt")
-    _assert_same(safe_torch_load(tmp_path / "split_dict.pt"), _split())
+    _assert_same(load_numpy_checkpoint(tmp_path / "split_dict.pt"), _split())
 
 
 def test_numpy1_pickles_load_where_plain_weights_only_fails(tmp_path) -> None:
@@ -34,7 +34,7 @@ def test_numpy1_pickles_load_where_plain_weights_only_fails(tmp_path) -> None:
     torch_save_like_numpy1(_split(), path)
     with pytest.raises(pickle.UnpicklingError):  # the compatibility trap this module exists for
         torch.load(path, weights_only=True)
-    _assert_same(safe_torch_load(path), _split())
+    _assert_same(load_numpy_checkpoint(path), _split())
 
 
 class _Payload:
@@ -45,10 +45,10 @@ class _Payload:
 def test_other_globals_are_refused_and_the_file_named(tmp_path) -> None:
     path = tmp_path / "evil.pt"
     torch.save({"x": _Payload()}, path)
-    with pytest.raises(pickle.UnpicklingError, match="evil.pt"):
-        safe_torch_load(path)
+    with pytest.raises(UnsafeCheckpoint, match="evil.pt"):
+        load_numpy_checkpoint(path)
 
 
 def test_missing_file(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="nothing.pt"):
-        safe_torch_load(tmp_path / "nothing.pt")
+        load_numpy_checkpoint(tmp_path / "nothing.pt")

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from graphormer_urpe.data.safe_load import safe_torch_load
+from graphormer_urpe.data.safe_load import load_numpy_checkpoint, load_split_dict
 from graphormer_urpe.data.sources.base import DatasetMissing
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class MAG240MRaw:
     @property
     def meta(self) -> dict:
         """``{'paper': ..., 'author': ..., 'institution': ..., 'num_classes': ...}``."""
-        return dict(safe_torch_load(self.directory / "meta.pt"))
+        return dict(load_numpy_checkpoint(self.directory / "meta.pt"))
 
     def num_nodes(self, node_type: NodeType) -> int:
         return int(self.meta[node_type.name.lower()])
@@ -165,8 +165,7 @@ class MAG240MRaw:
         derived from ``split_dict.pt`` exactly as ``ogb.lsc.MAG240MDataset`` does."""
         from ogb.lsc.utils import split_test
 
-        split = {name: np.asarray(ids, dtype=np.int64) for name, ids in safe_torch_load(self.directory /
-                                                                                        "split_dict.pt").items()}
+        split = load_split_dict(self.directory / "split_dict.pt", ["train", "valid", "test"])
         split_test(split)
         return split
 
