@@ -36,7 +36,7 @@ def test_equals_graph_structure_on_every_graph(rng: np.random.Generator) -> None
     result = batched_graph_structure(sizes, np.concatenate([e for _, e in graphs], axis=1), edge_ptr)
     n_max = sizes.max()
     assert result.spd.shape == result.first_edge.shape == (len(graphs), n_max, n_max)
-    assert result.spd.dtype == np.uint8 and result.first_edge.dtype == np.int32
+    assert result.spd.dtype == np.uint8 and result.first_edge.dtype == np.int16  # fewer than 32,767 edges
     for b, (n, edges) in enumerate(graphs):
         expected = graph_structure(n, edges)
         np.testing.assert_array_equal(result.spd[b, :n, :n], expected.spd)
@@ -69,3 +69,15 @@ def test_result_does_not_depend_on_the_other_graphs(rng: np.random.Generator) ->
 def test_rejects_malformed_edges(edges: np.ndarray, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         batched_graph_structure(np.array([3]), edges, np.array([0, edges.shape[1]]))
+
+
+def test_edge_ids_widen_past_int16() -> None:
+    n = 200  # complete graph: 39,800 directed edges
+    src, dst = np.nonzero(~np.eye(n, dtype=bool))
+    edges = np.stack([src, dst])
+    result = batched_graph_structure(np.array([n]), edges, np.array([0, edges.shape[1]]))
+    assert result.first_edge.dtype == np.int32
+    expected = graph_structure(n, edges)  # int16 ids cannot hold 39,800 edges: compare through the path
+    first = result.first_edge[0]
+    np.testing.assert_array_equal(edges[1][np.maximum(first, 0)][first >= 0], np.nonzero(first >= 0)[1])
+    np.testing.assert_array_equal(result.spd[0], expected.spd)

@@ -63,7 +63,7 @@ class GraphBatch:
     spd            uint8      (B, N, N)         shortest-path distance, 255 = unreachable/padding
     first_edge     int64      (B, N, N)         batch edge id of the first edge of a shortest path
                                                 from i to j, -1 if none (i == j, unreachable, pad);
-                                                int32 in batches of sampled subgraphs (half the
+                                                int16/int32 in batches of sampled subgraphs (fewer
                                                 bytes to move), widened by the model
     edge_attr      int64      (E, Fe)           categorical edge features of every batch edge
     edge_dst       int64      (E,)              target node (position in its graph) of each edge

@@ -39,8 +39,9 @@ class BatchStructure(NamedTuple):
     """Padded structural arrays of a batch (padding: SPD 255, no edge, degree 0).
 
     Shapes:
-        spd: (B, N, N) uint8; first_edge: (B, N, N) int32 (int64 past 2^31 edges), ids into the
-        batch's edge list;
+        spd: (B, N, N) uint8; first_edge: (B, N, N) ids into the batch's edge list, in the smallest
+        signed integer type that holds them (int16 below 32,767 edges: the array to move is the
+        largest of the batch);
         in_degree, out_degree: (B, N) int64.
     """
 
@@ -93,7 +94,7 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
 
     out_degree = np.bincount(src, minlength=num_total)
     in_degree = np.bincount(dst, minlength=num_total)
-    edge_dtype = np.int32 if len(src) < 2**31 else np.int64
+    edge_dtype = np.result_type(np.min_scalar_type(-max(len(src), 1)), np.int16)
     row_start = np.concatenate([[0], np.cumsum(out_degree)[:-1]]).astype(edge_dtype)  # first edge of each node
     heads = np.flatnonzero(out_degree)
     starts = row_start[heads]

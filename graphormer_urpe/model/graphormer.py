@@ -181,7 +181,7 @@ class EdgePathBias(nn.Module):
         per_hop = torch.cat([per_hop, per_hop.new_zeros(self.max_hops, 1, heads)], dim=1)
         per_hop = per_hop.reshape(-1, heads)  # (K * (E + 1), H)
 
-        first_edge = batch.first_edge.long()  # (B, N, N); int32 batches (sampled subgraphs) widened once
+        first_edge = batch.first_edge.long()  # (B, N, N); narrower ids (sampled subgraphs) widened once
         edge = first_edge  # (B, N, N): current edge on the path from i to j
         if self.hop_weight is None:  # single_hop: direct edges only
             edge = torch.where(batch.spd == 1, edge, NO_EDGE)
