@@ -126,14 +126,14 @@ class NeighbourSampler:
         """
         targets = np.asarray(targets, dtype=np.int64)
         batch = len(targets)
-        node_graph, node_type, node_id = [np.arange(batch)], [np.full(batch, int(NodeType.PAPER))], [targets]
-        keys = np.arange(batch) * self.total_nodes + targets  # (subgraph, global node) of known nodes
-        key_order = np.argsort(keys)
-        sorted_keys, sorted_flat = keys[key_order], key_order
+        # flat node list of the whole batch, targets first: subgraph, type and id of each node
+        flat_graph, flat_type, flat_id = np.arange(batch), np.full(batch, int(NodeType.PAPER)), targets
+        keys = flat_graph * self.total_nodes + targets  # (subgraph, global node) of known nodes, sorted
+        sorted_flat = np.argsort(keys)
+        sorted_keys = keys[sorted_flat]
         frontier = np.arange(batch)
         num_nodes = batch
         parents, children, relations = [], [], []
-        flat_graph, flat_type, flat_id = node_graph[0], node_type[0], node_id[0]
         for fanout in self.fanouts:
             hop_parent, hop_relation, hop_neighbour, hop_type = [], [], [], []
             for t in NodeType:
