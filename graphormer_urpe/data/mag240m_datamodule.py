@@ -147,6 +147,7 @@ class MAG240MDataModule(pl.LightningDataModule):
 
     @property
     def submission_format(self) -> SubmissionFormat:
+        """How test predictions are submitted (read by ``evaluate.py``)."""
         return MAG240M_SUBMISSION
 
     # -- data
