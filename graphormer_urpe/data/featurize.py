@@ -144,30 +144,77 @@ def molecule_graph(smiles: object, y: np.ndarray) -> RawGraph | str:
         A :class:`RawGraph` (int64 arrays; edges in ogb's order: both directions of bond k at
         positions 2k and 2k + 1), or a short reason such as ``"RDKit cannot parse"``.
     """
-    if not isinstance(smiles, str) or not smiles.strip():
-        return "empty SMILES"
-    mol = Chem.MolFromSmiles(smiles)
-    if mol is None:
-        return "RDKit cannot parse"
-    atoms = list(mol.GetAtoms())
-    if not atoms:
-        return "no atoms"
-    bonds = list(mol.GetBonds())
-    n, m = len(atoms), len(bonds)
-    bond_raw = np.array([list(map(get, bonds)) for get in _BOND_GETTERS], dtype=np.int64).reshape(5, m)
-    atom_raw = np.array([list(map(get, atoms)) for get in _ATOM_GETTERS], dtype=np.int64)  # (8, n)
-    degree = np.bincount(bond_raw[:2].ravel(), minlength=n) + atom_raw[_NUM_HS]
-    x = _ATOM_TABLES(np.concatenate([atom_raw[:2], degree[None], atom_raw[2:]]))  # (9, n)
-    bond_features = _BOND_TABLES(bond_raw[2:])  # (3, m)
-    for features, names in ((x, _ATOM_COLUMN_NAMES), (bond_features, _BOND_COLUMN_NAMES)):
-        if (features == _REJECTED).any():
-            return f"{names[int(np.argmax((features == _REJECTED).any(axis=1)))]} outside ogb's vocabulary"
-    edge_index = np.empty((2, 2 * m), dtype=np.int64)
+    return molecule_graphs([smiles], np.asarray(y).reshape(1, -1))[0]
+
+
+def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGraph | str]:
+    """:func:`molecule_graph` of many molecules, with the numpy work done once for all of them.
+
+    RDKit properties of every atom and bond are appended to flat lists while the molecules are
+    parsed; the lists become arrays, go through the lookup tables once, and every molecule's
+    :class:`RawGraph` is a set of views into them.
+
+    Args:
+        smiles: M SMILES strings.
+        targets: (M, Y) targets.
+    """
+    atom_columns: list[list] = [[] for _ in _ATOM_GETTERS]
+    bond_columns: list[list] = [[] for _ in _BOND_GETTERS]
+    sizes: list[tuple[int, int] | str] = []  # (atoms, bonds) of each molecule, or why it has none
+    for text in smiles:
+        if not isinstance(text, str) or not text.strip():
+            sizes.append("empty SMILES")
+            continue
+        mol = Chem.MolFromSmiles(text)
+        if mol is None:
+            sizes.append("RDKit cannot parse")
+            continue
+        n, m = mol.GetNumAtoms(), mol.GetNumBonds()
+        if n == 0:
+            sizes.append("no atoms")
+            continue
+        atoms = list(map(mol.GetAtomWithIdx, range(n)))
+        bonds = list(map(mol.GetBondWithIdx, range(m)))
+        for column, get in zip(atom_columns, _ATOM_GETTERS):
+            column.extend(map(get, atoms))
+        for column, get in zip(bond_columns, _BOND_GETTERS):
+            column.extend(map(get, bonds))
+        sizes.append((n, m))
+
+    counts = np.array([size if isinstance(size, tuple) else (0, 0) for size in sizes], dtype=np.int64).reshape(-1, 2)
+    node_ptr = np.concatenate([[0], np.cumsum(counts[:, 0])])
+    bond_ptr = np.concatenate([[0], np.cumsum(counts[:, 1])])
+    atom_raw = np.array(atom_columns, dtype=np.int64).reshape(len(_ATOM_GETTERS), -1)  # (8, sum n)
+    bond_raw = np.array(bond_columns, dtype=np.int64).reshape(len(_BOND_GETTERS), -1)  # (5, sum m)
+    # total degree = bonds of the atom + its hydrogens; bond ends are local atom ids, made global here
+    bond_offset = np.repeat(node_ptr[:-1], counts[:, 1])
+    ends = np.concatenate([bond_raw[0] + bond_offset, bond_raw[1] + bond_offset])
+    degree = np.bincount(ends, minlength=atom_raw.shape[1]) + atom_raw[_NUM_HS]
+    x = np.ascontiguousarray(_ATOM_TABLES(np.concatenate([atom_raw[:2], degree[None], atom_raw[2:]])).T)  # (sum n, 9)
+    bond_features = _BOND_TABLES(bond_raw[2:]).T  # (sum m, 3)
+    edge_index = np.empty((2, 2 * bond_raw.shape[1]), dtype=np.int64)
     edge_index[:, 0::2] = bond_raw[:2]  # (i, j) then (j, i) for every bond, as ogb lists them
     edge_index[:, 1::2] = bond_raw[1::-1]
-    return RawGraph(
-        x=np.ascontiguousarray(x.T),
-        edge_index=edge_index,
-        edge_attr=np.repeat(bond_features.T, 2, axis=0),
-        y=y,
-    )
+    edge_attr = np.repeat(bond_features, 2, axis=0)
+    rejected_atom = np.flatnonzero((x == _REJECTED).any(axis=1))
+    rejected_bond = np.flatnonzero((bond_features == _REJECTED).any(axis=1))
+    rejected = {int(i): _rejection(x[a], _ATOM_COLUMN_NAMES) for a in rejected_atom[::-1]
+                for i in [np.searchsorted(node_ptr, a, side="right") - 1]}
+    rejected.update({int(i): _rejection(bond_features[b], _BOND_COLUMN_NAMES) for b in rejected_bond[::-1]
+                     for i in [np.searchsorted(bond_ptr, b, side="right") - 1]})
+
+    targets = np.asarray(targets, dtype=np.float32).reshape(len(sizes), -1)
+    graphs: list[RawGraph | str] = []
+    for i, size in enumerate(sizes):
+        if isinstance(size, str) or i in rejected:
+            graphs.append(size if isinstance(size, str) else rejected[i])
+            continue
+        n0, n1, b0, b1 = node_ptr[i], node_ptr[i + 1], bond_ptr[i], bond_ptr[i + 1]
+        graphs.append(RawGraph(x=x[n0:n1], edge_index=edge_index[:, 2 * b0:2 * b1], edge_attr=edge_attr[2 * b0:2 * b1],
+                               y=targets[i]))
+    return graphs
+
+
+def _rejection(features: np.ndarray, names: Sequence[str]) -> str:
+    """Why a row of ogb indices with a rejected entry cannot be used."""
+    return f"{names[int(np.argmax(features == _REJECTED))]} outside ogb's vocabulary"
