@@ -48,6 +48,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--out", type=Path, default=None, help="write the metrics to this JSON file")
     parser.add_argument("--submission-dir", type=Path, default=None,
                         help="directory for the OGB-LSC submission file of --split test-dev/test-challenge")
+    parser.add_argument("--predictions", type=Path, default=None, metavar="FILE",
+                        help="also save the split's rows and predictions (NaN for skipped rows) to this .npz file")
     parser.add_argument("--check-submission", type=Path, default=None, metavar="FILE",
                         help="only check an existing submission file (name, shape, dtype, finite values)")
     parser.add_argument("--data-root", type=Path, default=Path("data"),
@@ -97,8 +99,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return check_submission_file(options.check_submission, options.data_root)
     if options.ckpt is None:
         raise SystemExit("error: --ckpt is required (or --check-submission FILE)")
-    if options.split in MODES and options.submission_dir is None:
-        raise SystemExit(f"error: --split {options.split} writes a leaderboard submission: pass --submission-dir DIR")
+    if options.split in MODES and options.submission_dir is None and options.predictions is None:
+        raise SystemExit(f"error: --split {options.split} has hidden targets: pass --submission-dir DIR to write a "
+                         "leaderboard submission (or --predictions FILE)")
     with tempfile.TemporaryDirectory() as tmp:
         if not any(a == "--config" or a.startswith("--config=") for a in rest):
             config = Path(tmp) / "checkpoint_config.yaml"
@@ -141,8 +144,14 @@ def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: 
         log.info("%d repeated predictions (sampler padding across processes) dropped", predictions.duplicates)
     if predictions.prediction.shape[1] != 1:
         raise SubmissionError(f"the model predicts {predictions.prediction.shape[1]} targets; ogb expects one")
+    if options.predictions is not None:
+        options.predictions.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(options.predictions, rows=predictions.rows, prediction=predictions.prediction[:, 0])
+        log.info("predictions of %d '%s' rows saved to %s", len(predictions.rows), options.split, options.predictions)
     if options.split not in source.hidden_splits:
         return score(predictions, source, options.ckpt)
+    if options.submission_dir is None:
+        return {"checkpoint": options.ckpt, "split": options.split, "predictions": str(options.predictions)}
     return submit(predictions, cli, options, started, preprocessing, inference)
 
 

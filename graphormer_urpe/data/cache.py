@@ -255,7 +255,9 @@ class Chunk:
 
     def __init__(self, path: Path) -> None:
         self.meta = json.loads((path / CHUNK_META).read_text())
-        self.arrays = {name[:-4]: np.load(path / name, mmap_mode="r") for name in self.meta["files"]}
+        # plain ndarray views of the memory maps: slicing a np.memmap costs ~100x more (its
+        # __array_finalize__ runs on every slice), and a record takes nine slices
+        self.arrays = {name[:-4]: np.load(path / name, mmap_mode="r").view(np.ndarray) for name in self.meta["files"]}
         a = self.arrays
         counts = {len(a["y"]), len(a["source_row"]), len(a["node_ptr"]) - 1, len(a["edge_ptr"]) - 1}
         if len(counts) != 1 or a["node_ptr"][-1] != len(a["x"]) or a["edge_ptr"][-1] != len(a["edge_attr"]) \

@@ -17,8 +17,9 @@ node has the smallest index is taken at every step, so the encoding is determini
 
 Speed: :func:`graph_structures` preprocesses many graphs at once. Graphs with the same node count
 are stacked, so breadth-first search is a few batched ``(G, n, n)`` matmuls and the next-hop
-choice one boolean reduction per block, instead of dozens of tiny numpy calls per graph; a
-molecule costs a few microseconds. :func:`graph_structure` is the one-graph case of the same code.
+choice a few vectorised rounds over all edges of the block, instead of dozens of tiny numpy
+calls per graph; a molecule costs tens of microseconds. :func:`graph_structure` is the one-graph
+case of the same code.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 
 #: Largest node count a graph may have: node ids and edge ids are stored as int16.
 MAX_NODES = 32767
-#: Number of (edge, target) pairs tested at once when choosing next hops.
-_NEXT_HOP_BLOCK = 1 << 22
+#: Graphs of n nodes are stacked into (G, n, n) blocks of at most this many elements.
+_BLOCK_ELEMENTS = 1 << 22
 
 
 class GraphStructure(NamedTuple):
@@ -85,8 +86,10 @@ def first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
     """Id of the first edge of a shortest path for every ordered pair of G graphs of n nodes.
 
     The next node from i towards j is the smallest k with an edge i -> k and
-    ``dist[k, j] == dist[i, j] - 1``. Candidates are tested edge by edge (e * n comparisons per
-    graph, not n^3) and written in decreasing k, so the smallest k is written last and wins.
+    ``dist[k, j] == dist[i, j] - 1``. Edges are tested in rounds: round r tests the r-th smallest
+    neighbour of every node against all targets at once (e * n comparisons per graph, not n^3)
+    and fills only the pairs no earlier round filled, so within a round every written pair is
+    distinct and the smallest k wins.
 
     Args:
         dist: (G, n, n) int16 from :func:`shortest_path_distances`.
@@ -97,12 +100,17 @@ def first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
     """
     n = dist.shape[1]
     first = np.full(dist.shape, NO_EDGE, dtype=np.int16)
-    graph, source, nxt = (index[::-1] for index in np.nonzero(edge_id >= 0))  # by decreasing (g, i, k)
-    per_block = max(1, _NEXT_HOP_BLOCK // max(1, n))
-    for e0 in range(0, len(graph), per_block):
-        g, i, k = graph[e0:e0 + per_block], source[e0:e0 + per_block], nxt[e0:e0 + per_block]
+    graph, source, nxt = np.nonzero(edge_id >= 0)  # sorted by (g, i, k)
+    if not len(graph):
+        return first
+    source_key = graph * n + source
+    run_start = np.flatnonzero(np.concatenate([[True], source_key[1:] != source_key[:-1]]))
+    rank = np.arange(len(graph)) - np.repeat(run_start, np.diff(np.append(run_start, len(graph))))
+    for r in range(int(rank.max()) + 1):
+        chosen = rank == r
+        g, i, k = graph[chosen], source[chosen], nxt[chosen]
         from_i = dist[g, i]  # (b, n): dist[i, j] for every j
-        on_path = (dist[g, k] == from_i - 1) & (from_i >= 1)  # (b, n): k is one step closer to j
+        on_path = (dist[g, k] == from_i - 1) & (from_i >= 1) & (first[g, i] == NO_EDGE)  # (b, n)
         edge, j = np.nonzero(on_path)
         first[g[edge], i[edge], j] = edge_id[g[edge], i[edge], k[edge]]
     return first
@@ -156,7 +164,7 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
     for g, n in enumerate(sizes.tolist()):
         by_size[n].append(g)
     for n, members in by_size.items():
-        per_block = max(1, _NEXT_HOP_BLOCK // max(1, n ** 3))
+        per_block = max(1, _BLOCK_ELEMENTS // max(1, n * n))
         for b0 in range(0, len(members), per_block):
             block = np.array(members[b0:b0 + per_block])
             spd, first, in_degree, out_degree = _equal_size_structures(n, [edge_indices[g] for g in block])
@@ -181,7 +189,8 @@ def _equal_size_structures(n: int, edge_indices: list[np.ndarray]) -> tuple[np.n
     adjacency = np.zeros((num_graphs, n, n), dtype=bool)
     adjacency[graph, src, dst] = True
     edge_id = np.full((num_graphs, n, n), -1, dtype=np.int64)
-    edge_id[graph[::-1], src[::-1], dst[::-1]] = local_id[::-1]  # first of duplicate edges wins
+    pair, first_listed = np.unique((graph * n + src) * n + dst, return_index=True)
+    edge_id.reshape(-1)[pair] = local_id[first_listed]  # the first listed of duplicate edges wins
     dist = shortest_path_distances(adjacency)
     spd = np.where((dist < 0) | (dist > UNREACHABLE_SPD), UNREACHABLE_SPD, dist).astype(np.uint8)
     in_degree = np.bincount(graph * n + dst, minlength=num_graphs * n).reshape(num_graphs, n)
