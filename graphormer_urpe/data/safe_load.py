@@ -48,7 +48,10 @@ def numpy_safe_globals() -> list[tuple[Callable, str]]:
     classes are needed because the unpickler only restores the state of allow-listed types.
     """
     multiarray = _multiarray()
-    entries: list[tuple[Callable, str]] = [(np.ndarray, "numpy.ndarray"), (np.dtype, "numpy.dtype")]
+    entries: list[tuple[Callable, str]] = [
+        (np.ndarray, "numpy.ndarray"), (np.dtype, "numpy.dtype"),
+        (bytes, "builtins.bytes"),  # the (empty) data of an empty array is pickled as bytes()
+    ]
     for module in MULTIARRAY_SPELLINGS:
         entries.append((multiarray._reconstruct, f"{module}._reconstruct"))
         entries.append((multiarray.scalar, f"{module}.scalar"))
