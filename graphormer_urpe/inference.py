@@ -47,19 +47,20 @@ def gather_predictions(index: torch.Tensor, prediction: torch.Tensor) -> tuple[n
 
     Args:
         index: (b,) graph indices predicted by this process.
-        prediction: (b, Y) their predictions (any device).
+        prediction: (b, Y) or (b,) their predictions (any device).
 
     Returns:
         (G,) sorted unique graph indices, (G, Y) float32 predictions (the first one seen for a graph
         predicted twice), and the number of repeated predictions dropped.
     """
-    parts = [(index.detach().cpu().numpy(), prediction.detach().to("cpu", torch.float32).numpy())]
+    values = prediction.detach().to("cpu", torch.float32).numpy()
+    parts = [(index.detach().cpu().numpy(), values[:, None] if values.ndim == 1 else values)]
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         gathered: list = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, parts[0])
         parts = gathered
     all_index = np.concatenate([p[0] for p in parts]).astype(np.int64)
-    all_prediction = np.concatenate([p[1] for p in parts]).reshape(len(all_index), -1)
+    all_prediction = np.concatenate([p[1] for p in parts])
     order = np.argsort(all_index, kind="stable")
     all_index, all_prediction = all_index[order], all_prediction[order]
     first = np.ones(len(all_index), dtype=bool)
