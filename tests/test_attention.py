@@ -10,6 +10,11 @@ from graphormer_urpe.model.attention import MultiHeadAttention, RelativeBias, Re
 B, T, H, D = 3, 6, 4, 8
 
 
+def masked(bias: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    """Fold a (B, T, T) visibility mask into a (B, H, T, T) bias as -inf, contiguous."""
+    return bias.masked_fill(~key_mask.unsqueeze(1), float("-inf")).contiguous()
+
+
 def inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(B, T, H * D, generator=g)
@@ -26,8 +31,8 @@ def test_urpe_with_ones_equals_rpe_exactly() -> None:
     attention = MultiHeadAttention(H * D, H).eval()
     bias, scale = RelativeBias(5, H), RelativeScale(5, H)
     x, relation, key_mask = inputs()
-    rpe = attention(x, bias(relation), None, key_mask)
-    urpe = attention(x, bias(relation), scale(relation), key_mask)
+    rpe = attention(x, masked(bias(relation), key_mask), None)
+    urpe = attention(x, masked(bias(relation), key_mask), scale(relation).contiguous())
     real = key_mask[:, 0, :]  # (B, T) real tokens; padding rows are never read
     assert torch.equal(rpe[real], urpe[real])
 
@@ -39,8 +44,8 @@ def test_rpe_rows_sum_to_one_and_urpe_rows_do_not() -> None:
     with torch.no_grad():
         scale.weight[1:] = torch.rand(4, H) + 0.5
     x, relation, key_mask = inputs()
-    rpe, _ = attention.attention_weights(x, bias(relation), None, key_mask)
-    urpe, _ = attention.attention_weights(x, bias(relation), scale(relation), key_mask)
+    rpe, _ = attention.attention_weights(x, masked(bias(relation), key_mask), None)
+    urpe, _ = attention.attention_weights(x, masked(bias(relation), key_mask), scale(relation).contiguous())
     torch.testing.assert_close(rpe.sum(-1), torch.ones(B, H, T))
     assert (urpe.sum(-1) - 1).abs().max() > 1e-2
 
@@ -49,7 +54,9 @@ def test_padding_keys_get_zero_weight_and_zero_scale() -> None:
     scale = RelativeScale(5, H)
     x, relation, key_mask = inputs()
     assert (scale(relation)[1, :, :, 4:] == 0).all()
-    weights, _ = MultiHeadAttention(H * D, H).attention_weights(x, None, scale(relation), key_mask)
+    weights, _ = MultiHeadAttention(H * D, H).attention_weights(
+        x, masked(torch.zeros(B, H, T, T), key_mask), scale(relation).contiguous()
+    )
     assert (weights[1, :, :, 4:] == 0).all()
 
 
@@ -73,8 +80,9 @@ def test_softmax_runs_in_float32_without_nan_under_bf16() -> None:
     attention = MultiHeadAttention(H * D, H)
     x, relation, key_mask = inputs()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        weights, _ = attention.attention_weights(x, RelativeBias(5, H)(relation), None, key_mask)
-        out = attention(x, RelativeBias(5, H)(relation), None, key_mask)
+        bias = masked(RelativeBias(5, H)(relation), key_mask)
+        weights, _ = attention.attention_weights(x, bias, None)
+        out = attention(x, bias, None)
     assert weights.dtype == torch.float32 and torch.isfinite(out).all()
 
 
