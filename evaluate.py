@@ -134,10 +134,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
 def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: float) -> dict:
     """Predict ``options.split`` in dataset order, then score it with ogb's evaluator or write a submission."""
     datamodule, source = cli.datamodule, cli.datamodule.source
+    log.info("predicting %s '%s' with %s on %d process(es)", source.name, options.split, options.ckpt,
+             cli.trainer.world_size)
     inference_started = time.perf_counter()
     predictions = predict_split(cli.trainer, cli.model, datamodule, options.split, options.ckpt)
     if not cli.trainer.is_global_zero:
         return {"checkpoint": options.ckpt, "split": options.split}
+    log.info("'%s': %d rows, %d predicted, %d skipped while preprocessing", options.split, len(predictions.rows),
+             int((predictions.graphs >= 0).sum()), len(predictions.skipped))
     preprocessing = datamodule.build_summary.seconds if datamodule.build_summary is not None else 0.0
     inference = time.perf_counter() - inference_started - preprocessing
     if predictions.duplicates:

@@ -86,10 +86,9 @@ def first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
     """Id of the first edge of a shortest path for every ordered pair of G graphs of n nodes.
 
     The next node from i towards j is the smallest k with an edge i -> k and
-    ``dist[k, j] == dist[i, j] - 1``. Edges are tested in rounds: round r tests the r-th smallest
-    neighbour of every node against all targets at once (e * n comparisons per graph, not n^3)
-    and fills only the pairs no earlier round filled, so within a round every written pair is
-    distinct and the smallest k wins.
+    ``dist[k, j] == dist[i, j] - 1``. Every edge i -> k is tested against all targets j at once
+    (e * n comparisons per graph, not n^3); the candidates, listed by (j, g, i, k), are sorted
+    already, so the first of each (j, g, i) run is the smallest k and every pair is written once.
 
     Args:
         dist: (G, n, n) int16 from :func:`shortest_path_distances`.
@@ -98,20 +97,21 @@ def first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
     Returns:
         (G, n, n) int16 edge ids, :data:`NO_EDGE` on the diagonal and for unreachable pairs.
     """
-    n = dist.shape[1]
+    num_graphs, n, _ = dist.shape
     first = np.full(dist.shape, NO_EDGE, dtype=np.int16)
     graph, source, nxt = np.nonzero(edge_id >= 0)  # sorted by (g, i, k)
-    if not len(graph):
-        return first
-    source_key = graph * n + source
-    run_start = np.flatnonzero(np.concatenate([[True], source_key[1:] != source_key[:-1]]))
-    rank = np.arange(len(graph)) - np.repeat(run_start, np.diff(np.append(run_start, len(graph))))
-    for r in range(int(rank.max()) + 1):
-        chosen = rank == r
-        g, i, k = graph[chosen], source[chosen], nxt[chosen]
+    per_block = max(1, _BLOCK_ELEMENTS // max(1, n))
+    for e0 in range(0, len(graph), per_block):  # blocks in (g, i, k) order: earlier blocks have smaller k
+        g, i, k = graph[e0:e0 + per_block], source[e0:e0 + per_block], nxt[e0:e0 + per_block]
         from_i = dist[g, i]  # (b, n): dist[i, j] for every j
-        on_path = (dist[g, k] == from_i - 1) & (from_i >= 1) & (first[g, i] == NO_EDGE)  # (b, n)
-        edge, j = np.nonzero(on_path)
+        on_path = (dist[g, k] == from_i - 1) & (from_i >= 1)  # (b, n): k is one step closer to j
+        if e0:
+            on_path &= first[g, i] == NO_EDGE  # pairs an earlier block settled keep their smaller k
+        j, edge = np.nonzero(on_path.T)  # sorted by (j, edge), so by (j, g, i, k)
+        key = (j * num_graphs + g[edge]) * n + i[edge]
+        smallest = np.ones(len(key), dtype=bool)
+        smallest[1:] = key[1:] != key[:-1]
+        j, edge = j[smallest], edge[smallest]
         first[g[edge], i[edge], j] = edge_id[g[edge], i[edge], k[edge]]
     return first
 
