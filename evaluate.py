@@ -99,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return check_submission_file(options.check_submission, options.data_root)
     if options.ckpt is None:
         raise SystemExit("error: --ckpt is required (or --check-submission FILE)")
+    if options.submission_dir is not None and options.split not in MODES:
+        raise SystemExit("error: --submission-dir writes test-dev or test-challenge submissions, "
+                         f"not '{options.split}'")
     if options.split in MODES and options.submission_dir is None and options.predictions is None:
         raise SystemExit(f"error: --split {options.split} has hidden targets: pass --submission-dir DIR to write a "
                          "leaderboard submission (or --predictions FILE)")
@@ -109,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
             rest = ["--config", str(config), *rest]
         cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp])
         source: GraphSource = cli.datamodule.source
+        if options.predictions is not None and source.submission is None:
+            raise SystemExit(f"error: --predictions is available for OGB-LSC datasets, not {source.name}")
         try:
             if source.submission is not None:
                 result = evaluate_with_ogb(cli, options, started)

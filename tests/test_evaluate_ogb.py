@@ -134,6 +134,8 @@ def test_a_non_official_split_or_missing_directory_fails_clearly(pcqm_run: dict,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(SystemExit, match="pass --submission-dir DIR"):
         run_evaluate(pcqm_run, "--split", "test-challenge")
+    with pytest.raises(SystemExit, match="writes test-dev or test-challenge submissions, not 'valid'"):
+        run_evaluate(pcqm_run, "--split", "valid", "--submission-dir", str(tmp_path))
     with caplog.at_level(logging.ERROR, logger="graphormer_urpe"), pytest.raises(SystemExit) as exit_info:
         run_evaluate(pcqm_run, "--split", "test-challenge", "--submission-dir", str(tmp_path))
     assert exit_info.value.code == 1

@@ -92,7 +92,8 @@ class GraphSpec:
         only the graphs that fail the screen are examined one by one for the message.
         """
         reasons = [self._shape_problem(g) for g in graphs]
-        candidates = [g for g, reason in zip(graphs, reasons) if reason is None]
+        positions = [k for k, reason in enumerate(reasons) if reason is None]
+        candidates = [graphs[k] for k in positions]
         if not candidates:
             return reasons
         nodes = np.array([g.x.shape[0] for g in candidates])
@@ -108,9 +109,9 @@ class GraphSpec:
         suspect = np.zeros(len(candidates), dtype=bool)
         suspect[node_graph[bad_node]] = True
         suspect[edge_graph[bad_edge]] = True
-        flagged = iter(suspect.tolist())
-        return [reason if reason is not None else (self._value_problem(g) if next(flagged) else None)
-                for g, reason in zip(graphs, reasons)]
+        for k in np.flatnonzero(suspect):
+            reasons[positions[k]] = self._value_problem(candidates[k])
+        return reasons
 
     def _shape_problem(self, graph: RawGraph) -> str | None:
         """Wrong target count, array shapes or node count."""

@@ -196,12 +196,11 @@ def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGr
     edge_index[:, 0::2] = bond_raw[:2]  # (i, j) then (j, i) for every bond, as ogb lists them
     edge_index[:, 1::2] = bond_raw[1::-1]
     edge_attr = np.repeat(bond_features, 2, axis=0)
-    rejected_atom = np.flatnonzero((x == _REJECTED).any(axis=1))
-    rejected_bond = np.flatnonzero((bond_features == _REJECTED).any(axis=1))
-    rejected = {int(i): _rejection(x[a], _ATOM_COLUMN_NAMES) for a in rejected_atom[::-1]
-                for i in [np.searchsorted(node_ptr, a, side="right") - 1]}
-    rejected.update({int(i): _rejection(bond_features[b], _BOND_COLUMN_NAMES) for b in rejected_bond[::-1]
-                     for i in [np.searchsorted(bond_ptr, b, side="right") - 1]})
+    rejected: dict[int, str] = {}  # molecule -> why, for values ogb's featuriser would raise on
+    for features, names, ptr in ((x, _ATOM_COLUMN_NAMES, node_ptr), (bond_features, _BOND_COLUMN_NAMES, bond_ptr)):
+        for row in np.flatnonzero((features == _REJECTED).any(axis=1)):
+            molecule = int(np.searchsorted(ptr, row, side="right")) - 1
+            rejected.setdefault(molecule, _rejection(features[row], names))
 
     targets = np.asarray(targets, dtype=np.float32).reshape(len(sizes), -1)
     graphs: list[RawGraph | str] = []
