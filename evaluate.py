@@ -177,7 +177,7 @@ def score(predictions: SplitPredictions, source: GraphSource, ckpt: str) -> dict
     metrics = evaluator.eval({"y_true": predictions.target[known, 0], "y_pred": predictions.prediction[known, 0]})
     metrics = {name: float(value) for name, value in metrics.items()}
     summary = ", ".join(f"{name.upper()} {value:.6f}" for name, value in metrics.items())
-    print(f"{source.name} {predictions.split}: {summary} ({type(evaluator).__name__}, {int(known.sum())} molecules)")
+    print(f"{source.name} {predictions.split}: {summary} ({type(evaluator).__name__}, {int(known.sum()):,} molecules)")
     return {"checkpoint": ckpt, "split": predictions.split, "metrics": metrics, "evaluator": type(evaluator).__name__,
             "scored": int(known.sum()), "skipped": len(predictions.skipped)}
 
