@@ -205,10 +205,7 @@ def graph_structure(num_nodes: int, edge_index: np.ndarray) -> GraphStructure:
         num_nodes: n, at most :data:`MAX_NODES`.
         edge_index: (2, e) integer array of directed edges.
     """
-    flat = graph_structures([num_nodes], [edge_index])
-    return GraphStructure(
-        spd=flat.spd.reshape(num_nodes, num_nodes),
-        first_edge=flat.first_edge.reshape(num_nodes, num_nodes),
-        in_degree=flat.in_degree,
-        out_degree=flat.out_degree,
-    )
+    if not 0 <= num_nodes <= MAX_NODES:
+        raise ValueError(f"graph has {num_nodes} nodes; 0 to {MAX_NODES} are supported")
+    spd, first, in_degree, out_degree = _equal_size_structures(int(num_nodes), [edge_index])  # a block of one
+    return GraphStructure(spd=spd[0], first_edge=first[0], in_degree=in_degree[0], out_degree=out_degree[0])
