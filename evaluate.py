@@ -139,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
 def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: float) -> dict:
     """Predict ``options.split`` in dataset order, then score it with ogb's evaluator or write a submission."""
     datamodule, source = cli.datamodule, cli.datamodule.source
+    splits = source.published_split_sizes or {}
+    if options.split not in splits:
+        raise SystemExit(f"error: {source.name} has no split '{options.split}'; its splits are {', '.join(splits)}")
     log.info("predicting %s '%s' with %s on %d process(es)", source.name, options.split, options.ckpt,
              cli.trainer.world_size)
     inference_started = time.perf_counter()

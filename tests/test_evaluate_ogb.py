@@ -140,7 +140,7 @@ def test_a_non_official_split_or_missing_directory_fails_clearly(pcqm_run: dict,
         run_evaluate(pcqm_run, "--split", "test-challenge", "--submission-dir", str(tmp_path))
     assert exit_info.value.code == 1
     assert "refused 13 test-challenge predictions: the split in split_dict.pt has 13 rows" in caplog.text
-    with pytest.raises(ValueError, match="pcqm4m-v2 has no split 'test'; its splits are train, valid, test-dev"):
+    with pytest.raises(SystemExit, match="pcqm4m-v2 has no split 'test'; its splits are train, valid, test-dev"):
         run_evaluate(pcqm_run, "--split", "test")
 
 
