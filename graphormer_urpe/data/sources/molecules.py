@@ -28,6 +28,7 @@ class MoleculeTable:
         self.num_rows = len(self.smiles)
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
+        """Rows ``start .. stop - 1``, featurised together (one chunk's memory, see ``molecule_graphs``)."""
         yield from zip(range(start, stop), molecule_graphs(self.smiles[start:stop], self.targets[start:stop]))
 
 
