@@ -26,7 +26,13 @@ def main(args: Sequence[str] | None = None) -> dict:
         sys.exit(2)
     best = trainer.checkpoint_callback.best_model_path or None
     validation = trainer.validate(model, datamodule, ckpt_path=best, verbose=False)[0]
-    test = trainer.test(model, datamodule, ckpt_path=best, verbose=False)[0]
+    if "test" in datamodule.split_sizes:
+        test = trainer.test(model, datamodule, ckpt_path=best, verbose=False)[0]
+    else:  # e.g. PCQM4Mv2, MAG240M: test targets are hidden
+        test = None
+        hidden = [name for name in datamodule.split_sizes if name not in ("train", "valid")]
+        log.info("no labelled 'test' split; write leaderboard predictions with evaluate.py --split %s "
+                 "--submission-dir DIR", "|".join(hidden) or "<split>")
     metrics = {
         "best_checkpoint": best,
         "global_step": trainer.global_step,

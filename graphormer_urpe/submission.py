@@ -1,142 +1,204 @@
-"""OGB-LSC test submissions: writing them through the official evaluators, and checking a file.
+"""OGB-LSC test submissions: written through ogb's own ``save_test_submission``, read back, checked.
 
-A datamodule that can be submitted exposes ``submission_format`` (a :class:`SubmissionFormat`),
-``split_index(split)`` (the ids a submission's rows refer to, in the official order) and
-``predict_on(split)``; its task's ``predict_step`` returns ``{"index", "prediction"}``. Then
-:func:`write_submission` works for any dataset, and :func:`check_submission` recognises a file by
-its official name (``y_pred_<dataset>_<mode>.npz``).
+A submission is ``y_pred_<dataset>_<mode>.npz`` holding one array ``y_pred`` with one entry per
+row of the test split, in the split's order. Every check here raises :class:`SubmissionError`
+with a sentence saying what is wrong (never ``assert``, which ``python -O`` removes); the expected
+row count always comes from the dataset's ``split_dict.pt``, never from a constant.
 """
 
 from __future__ import annotations
 
-import importlib
-import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
+
+from graphormer_urpe.data.safe_load import load_split_dict
+
+#: The one array a submission file holds.
+PREDICTION_KEY = "y_pred"
+#: Test splits a submission can be made for.
+MODES = ("test-dev", "test-challenge")
 
 
 class SubmissionError(ValueError):
-    """A submission file or prediction array does not have the official form."""
+    """A submission (array or file) is not what the leaderboard accepts; the message says why."""
 
 
 @dataclass(frozen=True)
 class SubmissionFormat:
-    """How one OGB-LSC dataset's test predictions are submitted.
+    """The test-submission file of one OGB-LSC dataset.
 
     Args:
-        dataset: the tag in the official file name (``y_pred_<dataset>_<mode>.npz``).
-        sizes: rows of each submission mode.
-        evaluator: dotted path of the OGB evaluator class whose ``save_test_submission`` writes it.
-        kind: ``class`` (integer labels in ``0 .. num_classes - 1``) or ``value`` (finite floats).
-        num_classes: number of classes for ``class`` submissions.
+        dataset: the name in the file name, ``y_pred_<dataset>_<mode>.npz`` (also the directory of
+            the dataset under the data root).
+        evaluator: builds ogb's evaluator (``eval`` for labelled splits, ``save_test_submission``).
+        dtype: dtype of ``y_pred`` in the file written by ogb.
+        num_classes: for classification, the number of classes: predictions are integer labels in
+            ``0 .. num_classes - 1``; None for regression (finite floating-point values).
+        directory: the dataset's directory under the data root, when it differs from ``dataset``.
     """
 
     dataset: str
-    sizes: Mapping[str, int]
-    evaluator: str
-    kind: Literal["class", "value"]
+    evaluator: Callable[[], Any]
+    dtype: np.dtype
     num_classes: int | None = None
+    directory: str | None = None
 
     def filename(self, mode: str) -> str:
+        """``y_pred_<dataset>_<mode>.npz``."""
         return f"y_pred_{self.dataset}_{mode}.npz"
 
-    def make_evaluator(self) -> Any:
-        module, name = self.evaluator.rsplit(".", 1)
-        return getattr(importlib.import_module(module), name)()
+    def split_size(self, data_root: Path | str, mode: str) -> int:
+        """Rows of test split ``mode`` according to ``<data_root>/<dataset>/split_dict.pt`` (a file
+        holding one ``test`` split is divided 3:2 into test-dev and test-challenge, as ogb does)."""
+        path = Path(data_root) / (self.directory or self.dataset) / "split_dict.pt"
+        splits = load_split_dict(path, [])
+        if mode not in splits and "test" in splits:
+            from ogb.lsc.utils import split_test
 
-    def problems(self, y_pred: np.ndarray, mode: str) -> list[str]:
-        """Everything that keeps ``y_pred`` from being a valid ``mode`` submission."""
-        if mode not in self.sizes:
-            return [f"unknown mode '{mode}' (expected one of {sorted(self.sizes)})"]
-        found = []
-        if y_pred.shape != (self.sizes[mode],):
-            found.append(f"shape {y_pred.shape}, expected ({self.sizes[mode]},)")
-        if self.kind == "class":
-            if not np.issubdtype(y_pred.dtype, np.integer):
-                found.append(f"dtype {y_pred.dtype}, expected integer class labels")
-            elif y_pred.size and (y_pred.min() < 0 or y_pred.max() >= self.num_classes):
-                found.append(f"labels span {y_pred.min()}..{y_pred.max()}, expected 0..{self.num_classes - 1}")
-        elif not np.isfinite(np.asarray(y_pred, dtype=np.float64)).all():
-            found.append(f"{int((~np.isfinite(y_pred)).sum())} non-finite predictions")
-        return found
-
-    def save(self, y_pred: np.ndarray, directory: Path, mode: str) -> Path:
-        """Write ``y_pred`` with the official evaluator's ``save_test_submission``; returns the file."""
-        found = self.problems(y_pred, mode)
-        if found:
-            raise SubmissionError(f"{self.dataset} {mode} predictions: " + "; ".join(found))
-        directory.mkdir(parents=True, exist_ok=True)
-        self.make_evaluator().save_test_submission({"y_pred": y_pred}, str(directory), mode)
-        return directory / self.filename(mode)
+            split_test(splits)
+        if mode not in splits:
+            raise SubmissionError(f"{path} has no '{mode}' split (it holds {sorted(splits)})")
+        return len(splits[mode])
 
 
-MAG240M_SUBMISSION = SubmissionFormat(
-    dataset="mag240m", sizes={"test-dev": 88_092, "test-challenge": 58_726},
-    evaluator="ogb.lsc.MAG240MEvaluator", kind="class", num_classes=153,
-)
-#: Every known format by the dataset tag of its file names.
-SUBMISSION_FORMATS = {f.dataset: f for f in (MAG240M_SUBMISSION,)}
-_FILE_NAME = re.compile(r"y_pred_(?P<dataset>.+)_(?P<mode>test-dev|test-challenge)\.npz")
+def _pcqm4mv2_evaluator() -> Any:
+    from ogb.lsc import PCQM4Mv2Evaluator
+
+    return PCQM4Mv2Evaluator()
 
 
-def check_submission(path: str | Path) -> dict:
-    """Validate a submission file by its official name; returns a summary.
+def _mag240m_evaluator() -> Any:
+    from ogb.lsc import MAG240MEvaluator
+
+    return MAG240MEvaluator()
+
+
+PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, dtype=np.dtype(np.float32))
+#: ogb writes MAG240M labels as int16 (``np.short``).
+MAG240M = SubmissionFormat(dataset="mag240m", evaluator=_mag240m_evaluator, dtype=np.dtype(np.int16),
+                           num_classes=153, directory="mag240m_kddcup2021")
+#: Every known format by dataset name (``--check-submission`` finds the format from the file name).
+FORMATS = {fmt.dataset: fmt for fmt in (PCQM4MV2, MAG240M)}
+
+
+def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype | None = None,
+                       num_classes: int | None = None) -> str | None:
+    """What is wrong with a prediction array for a split of ``expected_rows`` rows, or None.
+
+    Args:
+        y_pred: the predictions.
+        expected_rows: rows of the test split (from ``split_dict.pt``).
+        dtype: required dtype (files written by ogb); None accepts any floating (or, for
+            classification, integer) dtype.
+        num_classes: classification: labels must be integers in ``0 .. num_classes - 1``.
+    """
+    if y_pred.shape != (expected_rows,):
+        return (f"y_pred has shape {y_pred.shape}, expected ({expected_rows},): one prediction per row of the "
+                "test split, in the split's order")
+    if dtype is not None and y_pred.dtype != dtype:
+        return f"y_pred has dtype {y_pred.dtype}, expected {dtype}"
+    if num_classes is not None:
+        if not np.issubdtype(y_pred.dtype, np.integer):
+            return f"y_pred has dtype {y_pred.dtype}, expected integer class labels"
+        bad = np.flatnonzero((y_pred < 0) | (y_pred >= num_classes))
+        if bad.size:
+            return (f"y_pred has {bad.size} labels outside 0..{num_classes - 1}, first at positions "
+                    f"{bad[:5].tolist()}")
+        return None
+    if not np.issubdtype(y_pred.dtype, np.floating):
+        return f"y_pred has dtype {y_pred.dtype}, expected floating-point predictions"
+    bad = np.flatnonzero(~np.isfinite(y_pred))
+    if bad.size:
+        return f"y_pred has {bad.size} non-finite values (NaN or inf), first at positions {bad[:5].tolist()}"
+    return None
+
+
+def check_submission(path: Path | str, expected_rows: int, fmt: SubmissionFormat = PCQM4MV2,
+                     mode: str | None = None) -> np.ndarray:
+    """Read a submission file and check its name, contents, shape, dtype and values.
+
+    Args:
+        path: the ``.npz`` file.
+        expected_rows: rows of the test split (from ``split_dict.pt``).
+        fmt: the dataset's submission format.
+        mode: ``test-dev`` or ``test-challenge``; None takes it from the file name.
+
+    Returns:
+        The (expected_rows,) predictions.
 
     Raises:
-        SubmissionError: unknown name, unreadable file, missing ``y_pred``, wrong shape, dtype or values.
+        SubmissionError: naming the file and what is wrong with it.
     """
     path = Path(path)
-    match = _FILE_NAME.fullmatch(path.name)
-    if match is None or match["dataset"] not in SUBMISSION_FORMATS:
-        known = ", ".join(f.filename("<mode>") for f in SUBMISSION_FORMATS.values())
-        raise SubmissionError(f"{path}: not an official submission file name (known: {known}; "
-                              f"mode test-dev or test-challenge)")
-    fmt, mode = SUBMISSION_FORMATS[match["dataset"]], match["mode"]
+    names = {fmt.filename(m): m for m in MODES}
+    if mode is None and path.name not in names:
+        raise SubmissionError(f"{path}: the file must be named {' or '.join(names)}")
+    if mode is not None and path.name != fmt.filename(mode):
+        raise SubmissionError(f"{path}: a {mode} submission must be named {fmt.filename(mode)}")
+    if not path.is_file():
+        raise SubmissionError(f"{path} does not exist")
     try:
-        with np.load(path) as archive:
-            if "y_pred" not in archive.files:
-                raise SubmissionError(f"{path}: no 'y_pred' array (found {archive.files})")
-            y_pred = archive["y_pred"]
-    except (OSError, ValueError, zipfile.BadZipFile) as error:
-        if isinstance(error, SubmissionError):
-            raise
-        raise SubmissionError(f"{path}: cannot be read as .npz ({error})") from error
-    found = fmt.problems(y_pred, mode)
-    if found:
-        raise SubmissionError(f"{path}: " + "; ".join(found))
-    return {"file": str(path), "dataset": fmt.dataset, "mode": mode, "rows": int(y_pred.shape[0]),
-            "dtype": str(y_pred.dtype)}
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise SubmissionError(f"{path} is not a readable .npz file ({error})") from error
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise SubmissionError(f"{path} holds a bare {type(loaded).__name__}, expected an .npz archive")
+    with loaded:
+        if loaded.files != [PREDICTION_KEY]:
+            raise SubmissionError(f"{path} holds the arrays {loaded.files}, expected exactly ['{PREDICTION_KEY}']")
+        try:
+            y_pred = loaded[PREDICTION_KEY]
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+            raise SubmissionError(f"{path}: '{PREDICTION_KEY}' cannot be read ({error})") from error
+    problem = prediction_problem(y_pred, expected_rows, fmt.dtype, fmt.num_classes)
+    if problem is not None:
+        raise SubmissionError(f"{path}: {problem}")
+    return y_pred
 
 
-def write_submission(trainer: pl.Trainer, model: pl.LightningModule, datamodule: pl.LightningDataModule,
-                     split: str, directory: Path, ckpt_path: str | None = None) -> Path:
-    """Predict ``split`` and write its official submission file (then check it).
+def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, mode: str, expected_rows: int,
+                     fmt: SubmissionFormat = PCQM4MV2) -> Path:
+    """Write a submission with ogb's ``save_test_submission``, then read it back and check it.
+
+    Args:
+        y_pred: (expected_rows,) predictions in the test split's order (any device): values, or
+            integer class labels for a classification format.
+        directory: where the file goes (created).
+        mode: ``test-dev`` or ``test-challenge``.
+        expected_rows: rows of the test split (from ``split_dict.pt``).
+        fmt: the dataset's submission format.
+
+    Returns:
+        The written file.
 
     Raises:
-        SubmissionError: a target was predicted twice or not at all, or the result is malformed.
+        SubmissionError: the predictions or the written file are not a valid submission.
     """
-    fmt: SubmissionFormat = datamodule.submission_format
-    datamodule.predict_on(split)
-    outputs = trainer.predict(model, datamodule=datamodule, ckpt_path=ckpt_path)
-    index = torch.cat([o["index"] for o in outputs]).numpy()
-    prediction = torch.cat([o["prediction"] for o in outputs]).numpy()
-    expected = np.asarray(datamodule.split_index(split))
-    order = np.argsort(index, kind="stable")
-    position = np.searchsorted(index[order], expected)
-    found = (position < len(index)) & (index[order][np.minimum(position, len(index) - 1)] == expected)
-    if not found.all() or len(index) != len(expected) or len(np.unique(index)) != len(index):
-        raise SubmissionError(f"{split}: predicted {len(index)} rows ({len(np.unique(index))} distinct) for "
-                              f"{len(expected)} targets ({int((~found).sum())} missing)")
-    y_pred = prediction[order[position]]
-    if fmt.kind == "class":
-        y_pred = y_pred.astype(np.int64)
-    path = fmt.save(y_pred, directory, split)
-    check_submission(path)
+    if mode not in MODES:
+        raise SubmissionError(f"mode '{mode}' is not one of {', '.join(MODES)}")
+    if isinstance(y_pred, torch.Tensor):
+        y_pred = y_pred.detach().cpu().numpy()
+    if fmt.num_classes is None:
+        y_pred = np.asarray(y_pred, dtype=np.float32)
+    problem = prediction_problem(y_pred, expected_rows, num_classes=fmt.num_classes)
+    if problem is not None:
+        raise SubmissionError(f"not writing the {mode} submission: {problem}")
+    directory = Path(directory)
+    try:
+        fmt.evaluator().save_test_submission({PREDICTION_KEY: y_pred}, str(directory), mode=mode)
+    except AssertionError as error:  # ogb checks the official split sizes with bare asserts
+        raise SubmissionError(
+            f"ogb's save_test_submission refused {y_pred.shape[0]} {mode} predictions: the split in "
+            f"split_dict.pt has {expected_rows} rows, which is not the official {mode} size"
+        ) from error
+    path = directory / fmt.filename(mode)
+    written = check_submission(path, expected_rows, fmt, mode)
+    if not np.array_equal(written, y_pred):
+        raise SubmissionError(f"{path} does not hold the predictions that were written")
     return path

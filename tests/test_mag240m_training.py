@@ -9,7 +9,7 @@ import evaluate
 import train
 from graphormer_urpe.cli import RUN_DIR_ENV, GraphormerCLI, count_parameters
 from graphormer_urpe.data.mag240m_synthetic import SyntheticMAG, write_synthetic_mag240m
-from graphormer_urpe.submission import check_submission
+from graphormer_urpe.submission import MAG240M, check_submission
 
 TINY = ["--model.init_args.encoder.num_layers", "1", "--model.init_args.encoder.hidden_dim", "32",
         "--model.init_args.encoder.ffn_dim", "32", "--model.init_args.encoder.num_heads", "4",
@@ -43,7 +43,7 @@ def test_a_few_steps_beat_chance(synthetic_mag, tmp_path, monkeypatch) -> None:
                           "--data.batch_size", "32", "--data.fanouts", "[3, 2]", "--trainer.max_steps", "30",
                           "--trainer.val_check_interval", "30", "--model.init_args.warmup_steps", "3",
                           "--model.init_args.lr", "2e-3", "--run_root", str(tmp_path), *TINY])
-    assert metrics["global_step"] == 30
+    assert metrics["global_step"] == 30 and metrics["test"] is None  # test labels are hidden
     assert metrics["validation"]["val/acc"] > 0.4, metrics  # chance: 1/8
 
 
@@ -69,10 +69,10 @@ def test_submission_written_and_checked_at_official_shapes(official_shapes, tmp_
     result = evaluate.main(["--ckpt", checkpoint, "--split", split, "--submission-dir", str(tmp_path),
                             "--data.root", str(root), "--data.num_workers", "0", "--data.eval_batch_size", "16384"])
     path = tmp_path / f"y_pred_mag240m_{split}.npz"
-    assert result["metrics"]["rows"] == rows and check_submission(path)["rows"] == rows
-    assert evaluate.main(["--check-submission", str(path)])["mode"] == split
+    assert result["rows"] == rows and len(check_submission(path, rows, MAG240M)) == rows
+    assert evaluate.main(["--check-submission", str(path), "--data-root", str(root)])["mode"] == split
     with np.load(path) as archive:
         assert archive["y_pred"].shape == (rows,) and archive["y_pred"].max() < 153
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(SystemExit):
-        evaluate.main(["--check-submission", str(path)])
+        evaluate.main(["--check-submission", str(path), "--data-root", str(root)])

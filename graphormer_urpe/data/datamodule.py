@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset
 
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
-from graphormer_urpe.data.cache import MANIFEST, GraphSpec, GraphStore, build_store, chunk_problem
+from graphormer_urpe.data.cache import MANIFEST, BuildSummary, GraphSpec, GraphStore, build_store, chunk_problem
 from graphormer_urpe.data.sources.base import GraphSource
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,8 @@ class GraphDataModule(pl.LightningDataModule):
         batch_size: graphs per optimiser step over all devices (the global batch); each of the
             W processes loads ``batch_size / W``.
         num_workers: DataLoader worker processes.
-        preprocess_workers: processes for the one-off preprocessing; None uses every core.
+        preprocess_workers: processes for the one-off preprocessing; None uses every core this
+            process may run on.
         chunk_size: source rows per cache chunk.
         max_nodes: graphs with more nodes are skipped and counted when the cache is built.
     """
@@ -66,12 +67,16 @@ class GraphDataModule(pl.LightningDataModule):
         self.root = Path(root)
         self.batch_size = batch_size
         self.num_workers = num_workers
-        self.preprocess_workers = (os.cpu_count() or 1) if preprocess_workers is None else preprocess_workers
+        self.preprocess_workers = available_cores() if preprocess_workers is None else preprocess_workers
         self.chunk_size = chunk_size
         self.spec = GraphSpec(source.node_vocab, source.edge_vocab, source.num_targets, max_nodes)
         cache_name, self.cache_key = source.cache_key({"max_nodes": max_nodes})
         self.cache_dir = self.root / source.name / "graphormer" / cache_name
         self.datasets: dict[str, GraphDataset] = {}
+        #: Split served by ``predict_dataloader`` (set by ``evaluate.py``).
+        self.predict_split = "test"
+        #: What building the cache did in this process, None when a valid cache was found.
+        self.build_summary: BuildSummary | None = None
 
     @property
     def node_vocab(self) -> list[int]:
@@ -105,15 +110,10 @@ class GraphDataModule(pl.LightningDataModule):
             return
         log.info("preprocessing %s into %s with %d workers", self.source.name, self.cache_dir, self.preprocess_workers)
         reader = self.source.open(self.root)
-        summary = build_store(
+        self.build_summary = build_store(
             reader, self.cache_dir, self.cache_key, self.spec, self.source.splits(self.root, reader),
             num_workers=self.preprocess_workers, chunk_size=self.chunk_size,
             description=f"preprocessing {self.source.name}",
-        )
-        log.info(
-            "%s: %d graphs cached, %d rows skipped%s, %.1f s",
-            self.source.name, summary.graphs, len(summary.skipped),
-            f" (first: {summary.skipped[:3]})" if summary.skipped else "", summary.seconds,
         )
 
     def _cache_is_valid(self) -> bool:
@@ -136,9 +136,10 @@ class GraphDataModule(pl.LightningDataModule):
         store = GraphStore(self.cache_dir)
         manifest = store.manifest
         if manifest["skipped"]:
+            per_split = ", ".join(f"{k} {v}" for k, v in manifest["skipped_by_split"].items() if v)
             log.warning(
-                "%s: %d of %d rows were skipped while preprocessing (first: %s)",
-                self.source.name, manifest["skipped"], manifest["rows"], manifest["skipped_examples"][:3],
+                "%s: %d of %d rows were skipped while preprocessing (%s; first: %s)",
+                self.source.name, manifest["skipped"], manifest["rows"], per_split, manifest["skipped_examples"][:3],
             )
         self.datasets = {name: GraphDataset(store, idx) for name, idx in store.split_indices().items()}
         sizes = {name: len(ds) for name, ds in self.datasets.items()}
@@ -174,6 +175,8 @@ class GraphDataModule(pl.LightningDataModule):
         return self.batch_size // world
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if split not in self.datasets:
+            raise ValueError(f"{self.source.name} has no split '{split}'; its splits are {', '.join(self.datasets)}")
         return DataLoader(
             self.datasets[split],
             batch_size=self.per_device_batch_size(),
@@ -191,3 +194,14 @@ class GraphDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The split named by :attr:`predict_split`, in its order (Lightning shards it over processes)."""
+        return self._loader(self.predict_split, shuffle=False)
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. a SLURM allocation), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1

@@ -21,7 +21,7 @@ from graphormer_urpe.data.mag240m import (
     prepare_derived,
 )
 from graphormer_urpe.data.mag240m_sampler import SubgraphCollator
-from graphormer_urpe.submission import MAG240M_SUBMISSION, SubmissionFormat
+from graphormer_urpe.submission import MAG240M, SubmissionFormat
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class MAG240MDataModule(pl.LightningDataModule):
     @property
     def submission_format(self) -> SubmissionFormat:
         """How test predictions are submitted (read by ``evaluate.py``)."""
-        return MAG240M_SUBMISSION
+        return MAG240M
 
     # -- data
     def prepare_data(self) -> None:
@@ -185,11 +185,15 @@ class MAG240MDataModule(pl.LightningDataModule):
                         "(a synthetic graph?); results are not comparable with the papers !!!",
                         sizes, PUBLISHED_SPLIT_SIZES)
 
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """Papers per split (after setup); no labelled ``test`` split: its labels are hidden."""
+        return {name: len(ids) for name, ids in self.splits.items()}
+
     def describe(self) -> dict:
         """Dataset, directories, split sizes and sampling settings (after setup)."""
         return {"source": "MAG240M", "root": str(self.raw.root / DATASET_DIR), "cache": str(self.cache_dir),
-                "splits": {name: len(ids) for name, ids in self.splits.items()}, "fanouts": self.fanouts,
-                "batch_size": self.batch_size}
+                "splits": self.split_sizes, "fanouts": self.fanouts, "batch_size": self.batch_size}
 
     def split_index(self, split: str) -> np.ndarray:
         """Paper ids of ``split`` in the official order (what a submission's rows refer to)."""
@@ -223,12 +227,6 @@ class MAG240MDataModule(pl.LightningDataModule):
         return self._loader("train", train=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("valid", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        """The valid split again: MAG240M's test labels are hidden (submit with ``evaluate.py``)."""
-        log.info("MAG240M test labels are hidden: testing evaluates the valid split; "
-                 "write test-dev/test-challenge submissions with evaluate.py")
         return self._loader("valid", train=False)
 
     def predict_dataloader(self) -> DataLoader:
