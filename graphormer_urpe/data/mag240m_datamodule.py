@@ -115,6 +115,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         self.num_classes = num_classes
         self.cache_dir = Path(cache_dir) if cache_dir else self.raw.directory / "graphormer"
         self.verify_checksums = verify_checksums
+        self._prepared = False
         self.graph: MAG240MGraph | None = None
         self.splits: dict[str, np.ndarray] = {}
         self.predict_split = "test-dev"
@@ -152,9 +153,13 @@ class MAG240MDataModule(pl.LightningDataModule):
 
     # -- data
     def prepare_data(self) -> None:
-        """Check the release and build (or finish, or repair) the derived files."""
+        """Check the release and build (or finish, or repair) the derived files, once per process
+        (Lightning calls this before fitting, validating and predicting alike)."""
+        if self._prepared:
+            return
         self.raw.check()
         prepare_derived(self.raw, self.cache_dir, verify_checksums=self.verify_checksums)
+        self._prepared = True
 
     def setup(self, stage: str | None = None) -> None:
         """Map the graph, read the splits, say how big everything is."""
