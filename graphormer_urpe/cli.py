@@ -26,6 +26,8 @@ from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelChec
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, Logger
 
+from graphormer_urpe.data.sources.base import DatasetMissing
+
 log = logging.getLogger("graphormer_urpe")
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -149,6 +151,21 @@ class GraphormerCLI(LightningCLI):
         parser.link_arguments("data.continuous_node_dim", "model.init_args.encoder.continuous_node_dim",
                               apply_on="instantiate")
         parser.link_arguments("data.readout", "model.init_args.encoder.readout", apply_on="instantiate")
+        # jsonargparse skips a link whose source attribute the datamodule lacks (MAG240M) or whose
+        # target the task lacks (NodeClassification), so each pair feeds exactly what both define
+        parser.link_arguments("data.continuous_edge_dim", "model.init_args.encoder.continuous_edge_dim",
+                              apply_on="instantiate")
+        parser.link_arguments("data.target_kind", "model.init_args.target_kind", apply_on="instantiate")
+        parser.link_arguments("data.target_names", "model.init_args.target_names", apply_on="instantiate")
+
+    def instantiate_classes(self) -> None:
+        """Build data, model and trainer; a dataset that is missing stops here, saying what to put where
+        (sources that infer vocabularies open their data when the model is linked to it)."""
+        try:
+            super().instantiate_classes()
+        except DatasetMissing as error:
+            log.error("%s", error)
+            raise SystemExit(2) from error
 
     @property
     def run_dir(self) -> Path:

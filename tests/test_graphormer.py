@@ -243,5 +243,5 @@ def test_continuous_features_matter_but_not_on_padding(rng: np.random.Generator)
 
 
 def test_unknown_readout_is_refused() -> None:
-    with pytest.raises(ValueError, match="readout='node'"):
-        Graphormer(GraphormerConfig(readout="node", **SMALL))
+    with pytest.raises(ValueError, match="readout='nodes'"):
+        Graphormer(GraphormerConfig(readout="nodes", **SMALL))

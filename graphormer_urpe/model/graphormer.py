@@ -6,6 +6,7 @@
     scale   = C[relation]                         URPE only, shared           (B, H, T, T)
     layer   : x = x + drop(MHA(LN(x), bias, scale));  x = x + drop(FFN(LN(x)))
     output  = Linear(LN(x)[graph token or target node])                       (B, outputs)
+              or Linear(LN(x)[every node])  with ``readout: node``            (B, N, outputs)
 
 The relation id of a pair is its shortest-path distance (offset past the padding and graph-token
 ids, see :mod:`graphormer_urpe.constants`); pairs at distance ``>= spatial_pos_max`` or unreachable
@@ -14,7 +15,7 @@ model takes one :class:`~graphormer_urpe.data.batch.GraphBatch` and can be used 
 
 Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens, H heads, D head dim,
 E edges in the batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature
-columns, K hops.
+columns, Fec continuous edge-feature width, K hops.
 """
 
 from __future__ import annotations
@@ -53,8 +54,12 @@ class GraphormerConfig:
             classes for classification).
         continuous_node_dim: Fc, width of the continuous node features projected into every node
             token (MAG240M: 768); 0 for datasets with categorical node features only.
-        readout: where the prediction is read: ``graph_token`` (graph-level tasks) or
-            ``target_node`` (node-level tasks: the node ``batch.target_node`` of each graph).
+        continuous_edge_dim: Fec, width of the continuous edge features, projected to one bias per
+            head and added to the embedding of each edge's categorical features in the edge
+            encoding; 0 for datasets with categorical edge features only.
+        readout: where the prediction is read: ``graph_token`` (graph-level tasks),
+            ``target_node`` (the node ``batch.target_node`` of each graph, MAG240M) or ``node``
+            (one prediction per node: per-node targets).
         num_layers: encoder layers.
         hidden_dim: model width ``H * D``.
         ffn_dim: inner width of the feed-forward block.
@@ -76,7 +81,8 @@ class GraphormerConfig:
     edge_vocab: Sequence[int] = field(default_factory=lambda: [4])
     num_outputs: int = 1
     continuous_node_dim: int = 0
-    readout: Literal["graph_token", "target_node"] = "graph_token"
+    continuous_edge_dim: int = 0
+    readout: Literal["graph_token", "target_node", "node"] = "graph_token"
     num_layers: int = 12
     hidden_dim: int = 80
     ffn_dim: int = 80
@@ -149,19 +155,24 @@ class EdgePathBias(nn.Module):
 
     with one H x H matrix W_n per hop (``multi_hop``). ``single_hop`` keeps only direct edges and
     no W. The path is followed through ``first_edge`` from the compact cache, K gathers in all,
-    never a dense (B, N, N, K, Fe) tensor.
+    never a dense (B, N, N, K, Fe) tensor. Continuous edge features c_e, when the dataset has
+    them, are projected to H values and added to each edge's vector before the hops:
+    ``mean_f emb(features of e) + Linear(c_e)``.
 
     Args:
         edge_vocab: values per edge-feature column.
         num_heads: H.
         max_hops: K; 1 gives ``single_hop``.
         hop_matrices: learn W_n (``multi_hop``) or not (``single_hop``).
+        continuous_dim: Fec, width of the continuous edge features; 0 for none.
     """
 
-    def __init__(self, edge_vocab: Sequence[int], num_heads: int, max_hops: int, hop_matrices: bool) -> None:
+    def __init__(self, edge_vocab: Sequence[int], num_heads: int, max_hops: int, hop_matrices: bool,
+                 continuous_dim: int = 0) -> None:
         super().__init__()
         self.register_buffer("offsets", _categorical_offsets(edge_vocab), persistent=False)
         self.features = nn.Embedding(PAD_ID + 1 + sum(edge_vocab), num_heads, padding_idx=PAD_ID)
+        self.continuous = nn.Linear(continuous_dim, num_heads) if continuous_dim > 0 else None
         self.hop_weight = nn.Parameter(torch.empty(max_hops, num_heads, num_heads)) if hop_matrices else None
         self.max_hops = max_hops
 
@@ -169,9 +180,12 @@ class EdgePathBias(nn.Module):
         """Edge bias of every pair of nodes.
 
         Shapes:
-            batch.first_edge: (B, N, N), batch.edge_attr: (E, Fe) -> (B, N, N, H).
+            batch.first_edge: (B, N, N), batch.edge_attr: (E, Fe), batch.edge_continuous: (E, Fec)
+            -> (B, N, N, H).
         """
         per_edge = self.features(batch.edge_attr + self.offsets).mean(dim=-2)  # (E, H)
+        if self.continuous is not None:
+            per_edge = per_edge + self.continuous(batch.edge_continuous.to(self.continuous.weight.dtype))  # (E, H)
         num_edges, heads = per_edge.shape
         if self.hop_weight is not None:
             per_hop = torch.einsum("eh,khg->keg", per_edge, self.hop_weight)  # (K, E, H)
@@ -267,8 +281,8 @@ class Graphormer(nn.Module):
 
     def __init__(self, config: GraphormerConfig) -> None:
         super().__init__()
-        if config.readout not in ("graph_token", "target_node"):
-            raise ValueError(f"readout={config.readout!r}; expected 'graph_token' or 'target_node'")
+        if config.readout not in ("graph_token", "target_node", "node"):
+            raise ValueError(f"readout={config.readout!r}; expected 'graph_token', 'target_node' or 'node'")
         self.config = config
         hidden = config.hidden_dim
         self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden, config.continuous_node_dim)
@@ -285,6 +299,7 @@ class Graphormer(nn.Module):
                 config.num_heads,
                 max_hops=config.multi_hop_max_dist if config.edge_encoding == "multi_hop" else 1,
                 hop_matrices=config.edge_encoding == "multi_hop",
+                continuous_dim=config.continuous_edge_dim,
             )
             if config.edge_encoding != "none"
             else None
@@ -373,13 +388,16 @@ class Graphormer(nn.Module):
         return self.final_norm(x)
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Prediction of each graph (``readout="graph_token"``) or of its target node.
+        """Prediction of each graph (``readout="graph_token"``), of its target node, or of every node.
 
         Shapes:
-            returns (B, num_outputs).
+            returns (B, num_outputs), or (B, N, num_outputs) with ``readout="node"`` (padding
+            nodes included: mask them with ``batch.node_mask``).
         """
         states = self.encode(batch)  # (B, T, H*D)
         if self.config.readout == "graph_token":
             return self.head(states[:, GRAPH_TOKEN_POS])
+        if self.config.readout == "node":
+            return self.head(states[:, NODE_TOKEN_OFFSET:])  # (B, N, outputs)
         position = batch.target_node + NODE_TOKEN_OFFSET  # (B,)
         return self.head(states[torch.arange(states.shape[0], device=states.device), position])
