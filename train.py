@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from graphormer_urpe.cli import GraphormerCLI, log, write_json
-from graphormer_urpe.data.sources import DatasetMissing
+from graphormer_urpe.data.sources import DataError, DatasetMissing
 
 
 def main(args: Sequence[str] | None = None) -> dict:
@@ -21,7 +21,7 @@ def main(args: Sequence[str] | None = None) -> dict:
     trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
     try:
         trainer.fit(model, datamodule)
-    except DatasetMissing as error:
+    except (DatasetMissing, DataError) as error:
         log.error("%s", error)
         sys.exit(2)
     best = trainer.checkpoint_callback.best_model_path or None

@@ -26,7 +26,7 @@ from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelChec
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, Logger
 
-from graphormer_urpe.data.sources.base import DatasetMissing
+from graphormer_urpe.data.sources.base import DataError, DatasetMissing
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -159,12 +159,18 @@ class GraphormerCLI(LightningCLI):
         parser.link_arguments("data.target_names", "model.init_args.target_names", apply_on="instantiate")
 
     def instantiate_classes(self) -> None:
-        """Build data, model and trainer; a dataset that is missing stops here, saying what to put where
-        (sources that infer vocabularies open their data when the model is linked to it)."""
+        """Build data, model and trainer. Missing or unusable data stops here with its own message,
+        not jsonargparse's (sources that infer vocabularies open their data when the model is linked
+        to it, and tasks check the kind of target)."""
         try:
             super().instantiate_classes()
-        except DatasetMissing as error:
-            log.error("%s", error)
+        except Exception as error:
+            cause: BaseException | None = error
+            while cause is not None and not isinstance(cause, DatasetMissing | DataError):
+                cause = cause.__cause__ or cause.__context__
+            if cause is None:
+                raise
+            log.error("%s", cause)
             raise SystemExit(2) from error
 
     @property

@@ -22,6 +22,7 @@ from torchmetrics import MeanAbsoluteError
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 
 from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.sources.base import DataError
 from graphormer_urpe.metrics import DefinedBinaryAUROC, EvaluatorMetric, PerTargetMetrics
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
@@ -163,7 +164,7 @@ class GraphRegression(PerTargetTask):
         target_names: list[str] | None = None,
     ) -> None:
         if target_kind != "regression":
-            raise ValueError(f"the data's targets are {target_kind} class labels (data.source.task: {target_kind}): "
+            raise DataError(f"the data's targets are {target_kind} class labels (data.source.task: {target_kind}): "
                              "train them with model.class_path: graphormer_urpe.tasks.GraphClassification")
         super().__init__(encoder)
         self.save_hyperparameters(ignore=["encoder"])
@@ -243,7 +244,7 @@ class GraphClassification(PerTargetTask):
         target_names: list[str] | None = None,
     ) -> None:
         if target_kind not in ("binary", "multiclass"):
-            raise ValueError(f"GraphClassification needs binary or multiclass targets, the data has {target_kind} "
+            raise DataError(f"GraphClassification needs binary or multiclass targets, the data has {target_kind} "
                              "ones: train them with model.class_path: graphormer_urpe.tasks.GraphRegression")
         super().__init__(encoder)
         self.save_hyperparameters(ignore=["encoder"])
@@ -313,9 +314,9 @@ class GraphClassification(PerTargetTask):
                 **{f"{name}_probability_{c}": prediction[:, c] for c in range(prediction.shape[1])}}
 
 
-def _labels(values: np.ndarray, missing: np.ndarray) -> pd.array:
+def _labels(values: np.ndarray, missing: np.ndarray) -> pd.arrays.IntegerArray:
     """Integer labels with empty entries where ``missing``."""
-    return pd.array(np.where(missing, 0, values).astype(np.int64), dtype="Int64").where(~missing, pd.NA)
+    return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64), mask=np.asarray(missing, dtype=bool))
 
 
 def class_labels(target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
