@@ -9,6 +9,12 @@ Deterministic (seeded sample, RDKit descriptors); rewrites:
   (dipole moment, D), ``polar`` (1 if the dipole moment is above 2.5 D, else 0) and ``rings``
   (RDKit ring count, 3 for three or more: classes 0..3). ``mu_debye`` and ``polar`` are left
   empty in every 25th row (20 rows) to show how missing targets are masked.
+* ``examples/tu/QM9SAMPLE/raw/``: the same 500 molecules as graphs in the TU Dortmund layout that
+  ``torch_geometric.datasets.TUDataset`` reads (heavy atoms as nodes, bonds in both directions):
+  node labels = atomic number, node attributes = Gasteiger partial charge, edge labels = bond
+  type (1 single, 2 double, 3 triple, 4 aromatic), edge attributes = electronegativity difference
+  (Pauling) from the edge's source to its target atom (signed: the two directions differ), graph
+  attributes = HOMO-LUMO gap in eV.
 """
 
 from __future__ import annotations
@@ -19,13 +25,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from rdkit import Chem
-from rdkit.Chem import rdMolDescriptors
+from rdkit.Chem import AllChem, rdMolDescriptors
 
 EXAMPLES = Path(__file__).resolve().parent
 sys.path.insert(0, str(EXAMPLES.parent))
 
 from graphormer_urpe.constants import HARTREE_TO_EV  # noqa: E402
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs  # noqa: E402
+from graphormer_urpe.data.tu_format import TUGraph, write_tu_dataset  # noqa: E402
 
 MOLECULES = 500
 POLAR_DEBYE = 2.5
@@ -51,7 +58,35 @@ def qm9_sample() -> pd.DataFrame:
     return table
 
 
+#: TU edge label of each RDKit bond type.
+BOND_LABELS = {Chem.BondType.SINGLE: 1, Chem.BondType.DOUBLE: 2, Chem.BondType.TRIPLE: 3, Chem.BondType.AROMATIC: 4}
+#: Pauling electronegativity of QM9's heavy elements.
+PAULING = {6: 2.55, 7: 3.04, 8: 3.44, 9: 3.98}
+
+
+def tu_graph(smiles: str, gap_ev: float) -> TUGraph:
+    """One molecule as a TU graph (heavy atoms; every bond in both directions)."""
+    mol = Chem.MolFromSmiles(smiles)
+    AllChem.ComputeGasteigerCharges(mol)
+    bonds = [(b.GetBeginAtomIdx(), b.GetEndAtomIdx(), BOND_LABELS[b.GetBondType()]) for b in mol.GetBonds()]
+    pairs = np.array([(i, j) for i, j, _ in bonds] + [(j, i) for i, j, _ in bonds], dtype=np.int64).reshape(-1, 2)
+    chi = np.array([PAULING[a.GetAtomicNum()] for a in mol.GetAtoms()])
+    return TUGraph(
+        num_nodes=mol.GetNumAtoms(),
+        edge_index=pairs.T,
+        node_labels=np.array([a.GetAtomicNum() for a in mol.GetAtoms()]),
+        node_attributes=np.array([[a.GetDoubleProp("_GasteigerCharge")] for a in mol.GetAtoms()]),
+        edge_labels=np.array([label for *_, label in bonds] * 2),
+        edge_attributes=(chi[pairs[:, 1]] - chi[pairs[:, 0]]).reshape(-1, 1),
+        graph_attributes=np.array([gap_ev]),
+    )
+
+
 if __name__ == "__main__":
+    table = qm9_sample()
     path = EXAMPLES / "qm9_sample.csv"
-    qm9_sample().to_csv(path, index=False)
+    table.to_csv(path, index=False)
     print(f"wrote {path}")
+    raw = EXAMPLES / "tu" / "QM9SAMPLE" / "raw"
+    write_tu_dataset(raw, "QM9SAMPLE", [tu_graph(s, g) for s, g in zip(table["smiles"], table["gap_ev"])])
+    print(f"wrote {raw}")
