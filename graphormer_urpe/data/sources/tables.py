@@ -105,8 +105,9 @@ def read_columns(path: Path, columns: Sequence[str], what: Sequence[str]) -> pd.
             raise TableError(f"{path}: the file is empty") from error
     for column, key in zip(columns, what):
         if column not in header:
-            close = difflib.get_close_matches(column, header, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            lower = {name.lower(): name for name in header}
+            close = difflib.get_close_matches(column.lower(), list(lower), n=1)
+            hint = f"; did you mean '{lower[close[0]]}'?" if close else "."
             raise TableError(f"{path}: no column '{column}' ({key}){hint} The file's columns are: {', '.join(header)}")
     unique = list(dict.fromkeys(columns))
     if is_parquet(path):
