@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 
 import evaluate
 import train
+from graphormer_urpe.cli import RUN_DIR_ENV
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.featurize import molecule_graph
 from graphormer_urpe.data.sources import DataError
@@ -27,6 +29,7 @@ NEW = ["CCO", "not a molecule", "c1ccccc1O", "", "CCO", "  C1CC1  ", "C1CC(=O"]
 
 def trained(tmp: Path, config: str, *overrides: str) -> tuple[Path, Path]:
     """Checkpoint and run directory of a tiny run of ``config``."""
+    os.environ.pop(RUN_DIR_ENV, None)  # module fixtures run before the per-test reset of conftest
     metrics = train.main(["--config", config, *TINY, *overrides, "--data.root", str(tmp / "data"),
                           "--run_root", str(tmp / "runs"), "--run_name", "run"])
     return Path(metrics["best_checkpoint"]), tmp / "runs" / "run"
