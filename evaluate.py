@@ -14,8 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
+from graphormer_urpe.checkpoints import CheckpointError, check_checkpoint, load_checkpoint
 from graphormer_urpe.cli import CONFIG_KEY, GraphormerCLI, log, write_json
 from graphormer_urpe.data.sources import DatasetMissing
 
@@ -31,9 +30,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def embedded_config(ckpt: str) -> str:
     """The YAML config stored in a checkpoint by training."""
-    if not Path(ckpt).is_file():
-        raise SystemExit(f"error: checkpoint {ckpt} does not exist")
-    checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True)
+    checkpoint = load_checkpoint(ckpt)
     if CONFIG_KEY not in checkpoint:
         raise SystemExit(f"error: {ckpt} holds no config (not written by train.py); pass --config")
     return checkpoint[CONFIG_KEY]
@@ -43,15 +40,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Evaluate; returns the metrics."""
     options, rest = parse_args(sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory() as tmp:
-        if not any(a == "--config" or a.startswith("--config=") for a in rest):
-            config = Path(tmp) / "checkpoint_config.yaml"
-            config.write_text(embedded_config(options.ckpt))
-            rest = ["--config", str(config), *rest]
-        cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp])
-        run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
         try:
+            if not any(a == "--config" or a.startswith("--config=") for a in rest):
+                config = Path(tmp) / "checkpoint_config.yaml"
+                config.write_text(embedded_config(options.ckpt))
+                rest = ["--config", str(config), *rest]
+            cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp])
+            check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
+            run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
             metrics = run(cli.model, cli.datamodule, ckpt_path=options.ckpt, verbose=False)[0]
-        except DatasetMissing as error:
+        except (DatasetMissing, CheckpointError) as error:
             log.error("%s", error)
             sys.exit(2)
     result = {"checkpoint": options.ckpt, "split": options.split, "metrics": metrics}

@@ -324,15 +324,18 @@ class Graphormer(nn.Module):
     def attention_inputs(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """Bias B + edge bias, URPE scale C and mask, computed once and shared by all layers.
 
+        Always float32, also under mixed precision (autocast is off here: the tables are tiny).
+
         Shapes:
             returns attn_bias (B, H, T, T) float32, attn_scale (B, H, T, T) or None, key_mask (B, T, T).
         """
         relation, key_mask = self.relations(batch)
-        bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
-        if self.edge_bias is not None:
-            bias[:, 1:, 1:] += self.edge_bias(batch).float()
-        attn_bias = bias.permute(0, 3, 1, 2)  # (B, H, T, T)
-        attn_scale = self.relative_scale(relation).float() if self.relative_scale is not None else None
+        with torch.autocast(relation.device.type, enabled=False):
+            bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
+            if self.edge_bias is not None:
+                bias[:, 1:, 1:] += self.edge_bias(batch).float()
+            attn_bias = bias.permute(0, 3, 1, 2)  # (B, H, T, T)
+            attn_scale = self.relative_scale(relation).float() if self.relative_scale is not None else None
         return attn_bias, attn_scale, key_mask
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
@@ -352,7 +355,12 @@ class Graphormer(nn.Module):
     def forward(self, batch: GraphBatch) -> torch.Tensor:
         """Graph-level prediction.
 
+        The head runs outside autocast, in the parameters' dtype (float32 under mixed precision),
+        so predictions keep full resolution.
+
         Shapes:
             returns (B, num_outputs).
         """
-        return self.head(self.encode(batch)[:, GRAPH_TOKEN_POS])
+        graph_state = self.encode(batch)[:, GRAPH_TOKEN_POS]  # (B, H*D)
+        with torch.autocast(graph_state.device.type, enabled=False):
+            return self.head(graph_state.to(self.head.weight.dtype))
