@@ -11,8 +11,11 @@ Exit codes: 0 done, 2 bad input (missing dataset, unusable checkpoint), 3 non-fi
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Sequence
+
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from graphormer_urpe.callbacks import NonFiniteLoss, Preempted
 from graphormer_urpe.checkpoints import CheckpointError, check_checkpoint, resolve_ckpt_path
@@ -53,6 +56,9 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
         if trainer.is_global_zero:
             log.warning("%s", stop)
         exit_code = stop.exit_code
+    except SIGTERMException:  # Lightning's handler, outside the training loop (set-up, final evaluation)
+        log.warning("SIGTERM received outside training steps; checkpoints are in %s", cli.checkpoint_dir)
+        exit_code = 128 + signal.SIGTERM
     finally:
         finish_wandb(cli, exit_code)
     if exit_code:

@@ -1,5 +1,6 @@
 """Run-operation callbacks shared by every task: exact resume, preemption, non-finite losses, plots.
 
+* :class:`LastCheckpoint` writes ``last.ckpt`` every N steps and at the end of training.
 * :class:`RNGState` puts every process's random-number-generator state into each checkpoint and
   restores it before the first batch after a resume (Lightning saves model, optimiser, scheduler,
   loop counters and, through :class:`~graphormer_urpe.data.sampling.ResumableLoader`, the data order).
@@ -26,7 +27,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
@@ -110,6 +111,26 @@ class RNGState(Callback):
                         "differ from the original run", len(states), trainer.world_size)
         set_rng_state(states[trainer.global_rank % len(states)])
         self.pending = None
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps and at the end of training.
+
+    Lightning's ``save_last`` skips the end of training once any step wrote ``last.ckpt``; here
+    ``last.ckpt`` always holds the final state, so ``--ckpt_path last`` can extend a finished run.
+
+    Args:
+        dirpath: the checkpoint directory.
+        every_n_train_steps: interval in optimiser steps (0: only at the end and on signals).
+    """
+
+    def __init__(self, dirpath: Path, every_n_train_steps: int) -> None:
+        super().__init__(dirpath=dirpath, filename=Path(LAST_CHECKPOINT).stem, save_top_k=0, save_last=True,
+                         every_n_train_steps=every_n_train_steps, enable_version_counter=False)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
 # ----------------------------------------------------------------------------- preemption

@@ -29,8 +29,13 @@ from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelChec
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, Logger
 
-from graphormer_urpe.callbacks import NonFiniteLossGuard, PreemptionCheckpoint, RelationTablePlots, RNGState
-from graphormer_urpe.checkpoints import LAST_CHECKPOINT
+from graphormer_urpe.callbacks import (
+    LastCheckpoint,
+    NonFiniteLossGuard,
+    PreemptionCheckpoint,
+    RelationTablePlots,
+    RNGState,
+)
 from graphormer_urpe.tracking import WandbOptions, wandb_logger
 
 log = logging.getLogger("graphormer_urpe")
@@ -163,7 +168,8 @@ class CheckpointOptions:
     """When ``last.ckpt`` (the checkpoint that ``--ckpt_path last`` resumes) is written.
 
     Args:
-        every_n_steps: every N optimiser steps (0: only at the end of training and on signals).
+        every_n_steps: every N optimiser steps, and always at the end of training and on signals
+            (0: only then).
         signals: signals after which the run finishes its optimiser step, writes ``last.ckpt`` and
             exits with code 128 + signal number: SLURM sends SIGTERM when preempting or cancelling,
             and SIGUSR1 ahead of the time limit with ``#SBATCH --signal=USR1@120``.
@@ -252,8 +258,7 @@ class GraphormerCLI(LightningCLI):
         callbacks += [
             ModelCheckpoint(dirpath=checkpoint_dir, filename="best-{step}", monitor=monitor, mode=mode,
                             auto_insert_metric_name=False),
-            ModelCheckpoint(dirpath=checkpoint_dir, filename=Path(LAST_CHECKPOINT).stem, save_top_k=0,
-                            save_last=True, every_n_train_steps=options.every_n_steps, enable_version_counter=False),
+            LastCheckpoint(checkpoint_dir, options.every_n_steps),
             RNGState(),
             PreemptionCheckpoint(checkpoint_dir, tuple(options.signals),
                                  requeue_signals=("SIGUSR1",) if options.requeue else ()),

@@ -134,8 +134,10 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def _init_and_run(rank: int, world: int, port: int, fn: Callable[..., None], args: tuple) -> None:
     import datetime
 
+    import torch
     import torch.distributed as dist
 
+    torch.set_num_threads(1)  # the parent's OpenMP thread pool does not survive fork()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
     try:

@@ -80,6 +80,8 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
     resumed = FinalState()
     assert run(args + ["--ckpt_path", "last"], resumed) == 0
     assert resumed.step == uninterrupted.step == 9
+    # last.ckpt is written every 4 steps and at the end: it holds the final state
+    assert torch.load(tmp_path / "cut" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 9
     different = [k for k, v in uninterrupted.weights.items() if not torch.equal(v, resumed.weights[k])]
     assert different == []
 
