@@ -263,7 +263,7 @@ class GraphormerCLI(LightningCLI):
             PreemptionCheckpoint(checkpoint_dir, tuple(options.signals),
                                  requeue_signals=("SIGUSR1",) if options.requeue else ()),
             NonFiniteLossGuard(),
-            EmbedConfig(self.parser.dump(self.config, skip_none=False)),
+            EmbedConfig(self.parser.dump(self.config)),
             RunRecord(run_dir, self.config_name, self.config.get("seed_everything"), self.config_dict()),
         ]
         if self.config["logger"] != "none":
@@ -280,7 +280,7 @@ class GraphormerCLI(LightningCLI):
 
     def config_dict(self) -> dict:
         """The resolved config as plain data (for loggers)."""
-        return yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+        return yaml.safe_load(self.parser.dump(self.config))
 
     @property
     def uses_wandb(self) -> bool:

@@ -66,7 +66,8 @@ class GraphRegression(pl.LightningModule):
     def from_checkpoint(cls, path: str | Path, map_location: str | torch.device = "cpu") -> GraphRegression:
         """Rebuild the task from a checkpoint alone (config and vocabularies travel with it)."""
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-        hparams = dict(checkpoint["hyper_parameters"])
+        # LightningCLI adds private entries such as ``_class_path``
+        hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
         task = cls(encoder=GraphormerConfig(**hparams.pop("encoder")), **hparams)
         task.load_state_dict(checkpoint["state_dict"])
         return task

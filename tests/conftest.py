@@ -57,6 +57,14 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True)
+def fresh_run_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's CLI picks its own run directory (the variable is process-wide)."""
+    from graphormer_urpe.cli import RUN_DIR_ENV
+
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+
+
 # ----------------------------------------------------------------------------- tiny training runs
 
 #: Molecules of the tiny QM9 runs: an 80/10/10 split gives 40 train, 5 valid and 5 test graphs.

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_run_args
 
 import evaluate
 import train
@@ -19,6 +18,7 @@ from graphormer_urpe.checkpoints import (
 )
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks import GraphRegression
+from tests.conftest import tiny_run_args
 
 
 def task(**encoder: object) -> GraphRegression:

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_MOLECULES
 
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import QM9Gap
+from tests.conftest import TINY_MOLECULES
 
 
 def build_when_released(root: str, start: multiprocessing.Event, builds: str) -> None:

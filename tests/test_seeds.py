@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, tiny_run_args
 
 import seeds
+from tests.conftest import REPO, tiny_run_args
 
 
 def test_aggregate_gives_mean_sample_std_and_values() -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import make_record, run_on_processes, tiny_run_args
 from torch.nn.parallel import DistributedDataParallel
 
 import train
@@ -18,6 +17,7 @@ from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.data.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks import GraphRegression
+from tests.conftest import make_record, run_on_processes, tiny_run_args
 
 SMALL = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
 
@@ -83,7 +83,7 @@ def test_half_precision_keeps_loss_and_gradients_finite(rng: np.random.Generator
     task.log = lambda *args, **kwargs: None
     full = task.training_step(batch, 0)
     with torch.autocast("cpu", dtype=dtype):
-        attn_bias, attn_scale, _ = task.model.attention_inputs(batch)
+        attn_bias, attn_scale = task.model.attention_inputs(batch)
         prediction = task.model(batch)
         loss = task.training_step(batch, 0)
     loss.backward()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DDP_TWIN_ARGS, tiny_run_args
 
 import evaluate
 import train
+from tests.conftest import DDP_TWIN_ARGS, tiny_run_args
 
 
 def lr_per_step(run_dir: Path) -> dict[int, float]:

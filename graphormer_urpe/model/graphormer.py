@@ -222,14 +222,13 @@ class EncoderLayer(nn.Module):
         x: torch.Tensor,
         attn_bias: torch.Tensor,
         attn_scale: torch.Tensor | None,
-        key_mask: torch.Tensor,
     ) -> torch.Tensor:
         """One layer.
 
         Shapes:
-            x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T); key_mask: (B, T, T) -> (B, T, H*D).
+            x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) -> (B, T, H*D).
         """
-        attended = self.attention(self.attention_norm(x), attn_bias, attn_scale, key_mask)
+        attended = self.attention(self.attention_norm(x), attn_bias, attn_scale)
         x = x + self._residual(self.dropout(attended))
         return x + self._residual(self.dropout(self.ffn(self.ffn_norm(x))))
 
@@ -321,22 +320,27 @@ class Graphormer(nn.Module):
         key_mask = real_token.unsqueeze(1) & ~far  # padding queries still see every real key
         return relation, key_mask
 
-    def attention_inputs(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """Bias B + edge bias, URPE scale C and mask, computed once and shared by all layers.
+    def attention_inputs(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Bias B + edge bias with the masks folded in as -inf, and the URPE scale C.
 
-        Always float32, also under mixed precision (autocast is off here: the tables are tiny).
+        Computed once per forward and shared by all layers (contiguous, so no layer pays for a
+        permuted view).
+
+        Computed in float32 also under mixed precision (autocast is off here: the tables are tiny).
 
         Shapes:
-            returns attn_bias (B, H, T, T) float32, attn_scale (B, H, T, T) or None, key_mask (B, T, T).
+            returns attn_bias (B, H, T, T) float32 and attn_scale (B, H, T, T) float32 or None.
         """
         relation, key_mask = self.relations(batch)
         with torch.autocast(relation.device.type, enabled=False):
             bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
             if self.edge_bias is not None:
                 bias[:, 1:, 1:] += self.edge_bias(batch).float()
-            attn_bias = bias.permute(0, 3, 1, 2)  # (B, H, T, T)
-            attn_scale = self.relative_scale(relation).float() if self.relative_scale is not None else None
-        return attn_bias, attn_scale, key_mask
+            bias = bias.masked_fill(~key_mask.unsqueeze(-1), float("-inf"))
+            attn_bias = bias.permute(0, 3, 1, 2).contiguous()  # (B, H, T, T)
+            if self.relative_scale is None:
+                return attn_bias, None
+            return attn_bias, self.relative_scale(relation).float().contiguous()
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """Final token states, graph token at position :data:`GRAPH_TOKEN_POS`.
@@ -347,9 +351,9 @@ class Graphormer(nn.Module):
         nodes = self.nodes(batch)  # (B, N, H*D)
         token = self.graph_token.weight.expand(nodes.shape[0], 1, -1)  # (B, 1, H*D)
         x = self.input_dropout(torch.cat([token, nodes], dim=1))  # (B, T, H*D)
-        attn_bias, attn_scale, key_mask = self.attention_inputs(batch)
+        attn_bias, attn_scale = self.attention_inputs(batch)
         for layer in self.layers:
-            x = layer(x, attn_bias, attn_scale, key_mask)
+            x = layer(x, attn_bias, attn_scale)
         return self.final_norm(x)
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
