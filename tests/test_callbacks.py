@@ -70,9 +70,20 @@ def uninterrupted(qm9_root: Path, tmp_path_factory: pytest.TempPathFactory) -> F
 # 40 training graphs in batches of 8, two batches per step: steps 3, 6 and 9 end an epoch (5 batches)
 @pytest.mark.parametrize(("stop_step", "signum"), [(4, signal.SIGTERM), (3, signal.SIGUSR1)])
 def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
-        uninterrupted: FinalState, qm9_root: Path, tmp_path: Path, stop_step: int, signum: int) -> None:
+        uninterrupted: FinalState, qm9_root: Path, tmp_path: Path, stop_step: int, signum: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a SLURM job whose scontrol records what it is asked to do
+    bin_dir, requests = tmp_path / "bin", tmp_path / "scontrol.txt"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {requests}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
     args = tiny_run_args(qm9_root, tmp_path, *RANDOM_RUN, "--run_name", "cut")
     assert run(args, SignalDuringStep(stop_step, signum)) == 128 + signum
+    # SIGUSR1 (time limit ahead) requeues the job after saving; SIGTERM leaves it to SLURM
+    expected = "requeue 4242\n" if signum == signal.SIGUSR1 else None
+    assert (requests.read_text() if requests.exists() else None) == expected
     last = torch.load(tmp_path / "cut" / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == stop_step
     assert not (tmp_path / "cut" / "metrics.json").exists()
