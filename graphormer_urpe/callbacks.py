@@ -32,7 +32,7 @@ from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
 from graphormer_urpe.checkpoints import LAST_CHECKPOINT
-from graphormer_urpe.plots import figure_to_image, graph_relation_labels, plot_relation_tables
+from graphormer_urpe.plots import graph_figure, graph_tables
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -201,7 +201,16 @@ class PreemptionCheckpoint(Callback):
             signum = getattr(signal, name)
             self._previous[signum] = signal.signal(signum, self._handle)
 
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # before Lightning restores the process's original handlers (its teardown runs before the
+        # callbacks' ``teardown``): a handler left behind would outlive the run, and forked workers
+        # that inherit it could no longer be terminated by SIGTERM
+        self._restore_handlers()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._restore_handlers()
+
+    def _restore_handlers(self) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
@@ -311,13 +320,10 @@ class RelationTablePlots(Callback):
             return
         if not trainer.is_global_zero:
             return
-        bias = model.relative_bias.table.weight[1:]  # (R - 1, H): the padding row is fixed at 0
-        scale = model.relative_scale.weight[1:] if model.relative_scale is not None else None
-        labels = graph_relation_labels(model.relative_bias.table.num_embeddings)[1:]
-        figure = plot_relation_tables(bias, scale, labels, title=f"step {trainer.global_step}")
-        image = figure_to_image(figure)
+        labels, bias, scale = graph_tables(model)
+        path = self.plot_dir / f"relation_tables-step{trainer.global_step:07d}.png"
         self.plot_dir.mkdir(parents=True, exist_ok=True)
-        image.save(self.plot_dir / f"relation_tables-step{trainer.global_step:07d}.png")
+        graph_figure(labels, bias, scale, title=f"step {trainer.global_step}").savefig(path, dpi=100)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
-                logger.log_image(key="relation_tables", images=[image], step=trainer.global_step)
+                logger.log_image(key="relation_tables", images=[str(path)], step=trainer.global_step)

@@ -79,8 +79,10 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
     (bin_dir / "scontrol").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
     args = tiny_run_args(qm9_root, tmp_path, *RANDOM_RUN, "--run_name", "cut")
     assert run(args, SignalDuringStep(stop_step, signum)) == 128 + signum
+    assert {s: signal.getsignal(s) for s in handlers} == handlers  # nothing left behind in the process
     # SIGUSR1 (time limit ahead) requeues the job after saving; SIGTERM leaves it to SLURM
     expected = "requeue 4242\n" if signum == signal.SIGUSR1 else None
     assert (requests.read_text() if requests.exists() else None) == expected
@@ -91,6 +93,7 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
     resumed = FinalState()
     assert run(args + ["--ckpt_path", "last"], resumed) == 0
     assert resumed.step == uninterrupted.step == 9
+    assert {s: signal.getsignal(s) for s in handlers} == handlers  # also after a run that finished
     # last.ckpt is written every 4 steps and at the end: it holds the final state
     assert torch.load(tmp_path / "cut" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 9
     different = [k for k, v in uninterrupted.weights.items() if not torch.equal(v, resumed.weights[k])]
