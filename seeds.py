@@ -62,7 +62,7 @@ def seed_command(options: argparse.Namespace, seed: int, train_args: Sequence[st
 
 def final_metrics(metrics: Mapping) -> dict[str, float]:
     """The numbers of one run's ``metrics.json``: its validation and test metrics, and its steps."""
-    values = {**metrics.get("validation", {}), **metrics.get("test", {})}
+    values = {**(metrics.get("validation") or {}), **(metrics.get("test") or {})}  # test: None if hidden
     values["global_step"] = metrics.get("global_step")
     return {k: float(v) for k, v in values.items() if isinstance(v, (int, float))}
 

@@ -45,7 +45,13 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
         trainer.fit(model, datamodule, ckpt_path=ckpt_path)
         best = trainer.checkpoint_callback.best_model_path or None
         validation = trainer.validate(model, datamodule, ckpt_path=best, verbose=False)[0]
-        test = trainer.test(model, datamodule, ckpt_path=best, verbose=False)[0]
+        if "test" in datamodule.split_sizes:
+            test = trainer.test(model, datamodule, ckpt_path=best, verbose=False)[0]
+        else:  # e.g. PCQM4Mv2: test targets are hidden
+            test = None
+            log.info("%s has no labelled 'test' split; write leaderboard predictions with evaluate.py --split %s "
+                     "--submission-dir DIR", datamodule.source.name,
+                     "|".join(datamodule.source.hidden_splits) or "<split>")
     except (DatasetMissing, CheckpointError) as error:
         log.error("%s", error)
         exit_code = EXIT_BAD_INPUT

@@ -22,6 +22,11 @@ def test_aggregate_gives_mean_sample_std_and_values() -> None:
     assert summary["test/mae"] == {"mean": 2.0, "std": 0.0, "n": 1, "values": {0: 2.0}}
 
 
+def test_runs_without_labelled_test_split_report_validation_only() -> None:
+    metrics = {"validation": {"val/mae": 0.1}, "test": None, "global_step": 5}  # PCQM4Mv2: test hidden
+    assert seeds.final_metrics(metrics) == {"val/mae": 0.1, "global_step": 5.0}
+
+
 def test_markdown_table_has_a_row_per_metric_and_a_column_per_seed() -> None:
     summary = seeds.aggregate({0: {"val/mae": 0.125}, 3: {"val/mae": 0.25}})
     table = seeds.markdown_table("zinc", summary, [0, 3]).splitlines()

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.cache import (
     MANIFEST,
+    BuildSummary,
     GraphSpec,
     GraphStore,
     build_store,
@@ -54,7 +55,8 @@ class GraphDataModule(pl.LightningDataModule):
         batch_size: graphs per optimiser step over all devices (the global batch); each of the
             W processes loads ``batch_size / W``.
         num_workers: DataLoader worker processes.
-        preprocess_workers: processes for the one-off preprocessing; None uses every core.
+        preprocess_workers: processes for the one-off preprocessing; None uses every core this
+            process may run on.
         chunk_size: source rows per cache chunk.
         max_nodes: graphs with more nodes are skipped and counted when the cache is built.
         prepare_per_node: build the cache on every node (``root`` on node-local disks) instead of
@@ -78,12 +80,16 @@ class GraphDataModule(pl.LightningDataModule):
         self.root = Path(root)
         self.batch_size = batch_size
         self.num_workers = num_workers
-        self.preprocess_workers = (os.cpu_count() or 1) if preprocess_workers is None else preprocess_workers
+        self.preprocess_workers = available_cores() if preprocess_workers is None else preprocess_workers
         self.chunk_size = chunk_size
         self.spec = GraphSpec(source.node_vocab, source.edge_vocab, source.num_targets, max_nodes)
         cache_name, self.cache_key = source.cache_key({"max_nodes": max_nodes})
         self.cache_dir = self.root / source.name / "graphormer" / cache_name
         self.datasets: dict[str, GraphDataset] = {}
+        #: Split served by ``predict_dataloader`` (set by ``evaluate.py``).
+        self.predict_split = "test"
+        #: What building the cache did in this process, None when a valid cache was found.
+        self.build_summary: BuildSummary | None = None
 
     @property
     def node_vocab(self) -> list[int]:
@@ -116,15 +122,10 @@ class GraphDataModule(pl.LightningDataModule):
     def _build_cache(self) -> None:
         log.info("preprocessing %s into %s with %d workers", self.source.name, self.cache_dir, self.preprocess_workers)
         reader = self.source.open(self.root)
-        summary = build_store(
+        self.build_summary = build_store(
             reader, self.cache_dir, self.cache_key, self.spec, self.source.splits(self.root, reader),
             num_workers=self.preprocess_workers, chunk_size=self.chunk_size,
             description=f"preprocessing {self.source.name}",
-        )
-        log.info(
-            "%s: %d graphs cached, %d rows skipped%s, %.1f s",
-            self.source.name, summary.graphs, len(summary.skipped),
-            f" (first: {summary.skipped[:3]})" if summary.skipped else "", summary.seconds,
         )
 
     def _cache_is_valid(self) -> bool:
@@ -152,9 +153,10 @@ class GraphDataModule(pl.LightningDataModule):
         store = GraphStore(self.cache_dir)
         manifest = store.manifest
         if manifest["skipped"]:
+            per_split = ", ".join(f"{k} {v}" for k, v in manifest["skipped_by_split"].items() if v)
             log.warning(
-                "%s: %d of %d rows were skipped while preprocessing (first: %s)",
-                self.source.name, manifest["skipped"], manifest["rows"], manifest["skipped_examples"][:3],
+                "%s: %d of %d rows were skipped while preprocessing (%s; first: %s)",
+                self.source.name, manifest["skipped"], manifest["rows"], per_split, manifest["skipped_examples"][:3],
             )
         self.datasets = {name: GraphDataset(store, idx) for name, idx in store.split_indices().items()}
         sizes = {name: len(ds) for name, ds in self.datasets.items()}
@@ -186,14 +188,32 @@ class GraphDataModule(pl.LightningDataModule):
         """``batch_size`` divided over the processes, so the optimiser always sees the global batch."""
         return per_device_batch_size(self.batch_size, process_grid(self.trainer)[0])
 
+    def _split(self, split: str) -> GraphDataset:
+        if split not in self.datasets:
+            raise ValueError(f"{self.source.name} has no split '{split}'; its splits are {', '.join(self.datasets)}")
+        return self.datasets[split]
+
     def train_dataloader(self) -> DataLoader:
         """Shuffled global batches, this process's slice of each; resumable mid-epoch."""
-        return train_loader(self.datasets["train"], self.batch_size, self.trainer, collate_graphs, self.num_workers)
+        return train_loader(self._split("train"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         """This process's exact, unpadded shard of the validation split."""
-        return eval_loader(self.datasets["valid"], self.batch_size, self.trainer, collate_graphs, self.num_workers)
+        return eval_loader(self._split("valid"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
 
     def test_dataloader(self) -> DataLoader:
         """This process's exact, unpadded shard of the test split."""
-        return eval_loader(self.datasets["test"], self.batch_size, self.trainer, collate_graphs, self.num_workers)
+        return eval_loader(self._split("test"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The split named by :attr:`predict_split`, in its order (Lightning shards it over processes
+        itself, without repeating graphs)."""
+        return DataLoader(self._split(self.predict_split), batch_size=self.per_device_batch_size(), shuffle=False,
+                          num_workers=self.num_workers, collate_fn=collate_graphs)
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. a SLURM allocation), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
