@@ -4,6 +4,7 @@
     python evaluate.py --ckpt runs/pcqm4mv2-.../checkpoints/last.ckpt --split valid
     python evaluate.py --ckpt runs/pcqm4mv2-.../checkpoints/last.ckpt --split test-dev --submission-dir subs/
     python evaluate.py --check-submission subs/y_pred_pcqm4m-v2_test-dev.npz --data-root data
+    python evaluate.py --ckpt runs/mag240m-.../checkpoints/best.ckpt --split test-dev --submission-dir subs/
 
 The checkpoint carries its resolved config; ``--config`` and dotted overrides (``--data.root``,
 ``--trainer.devices 8 --trainer.strategy ddp``) change it. On CPU the validation metric equals the
@@ -14,7 +15,8 @@ graph index, so any number of processes gives the same predictions in the split'
 ``--split valid`` prints the metric of ogb's evaluator; a hidden test split (``test-dev``,
 ``test-challenge``) is written with ogb's ``save_test_submission`` into ``--submission-dir``, read
 back and checked, with a log (``*.log.json``) listing every row that could not be featurised and
-was given the training mean.
+was given the training mean. MAG240M (node classification on sampled subgraphs) reports accuracy
+and writes its submissions from one process (:func:`evaluate_mag240m`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from graphormer_urpe.checkpoints import CheckpointError, check_checkpoint, load_checkpoint
 from graphormer_urpe.cli import CONFIG_KEY, GraphormerCLI, git_commit, log, package_versions, write_json
+from graphormer_urpe.data.mag240m_datamodule import MAG240MDataModule
 from graphormer_urpe.data.sources import DatasetMissing
 from graphormer_urpe.data.sources.base import GraphSource
 from graphormer_urpe.inference import SplitPredictions, predict_split
@@ -114,11 +118,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
         except CheckpointError as error:
             log.error("%s", error)
             sys.exit(2)
-        source: GraphSource = cli.datamodule.source
-        if options.predictions is not None and source.submission is None:
-            raise SystemExit(f"error: --predictions is available for OGB-LSC datasets, not {source.name}")
+        node_level = isinstance(cli.datamodule, MAG240MDataModule)
+        source: GraphSource | None = None if node_level else cli.datamodule.source
+        if options.predictions is not None and (source is None or source.submission is None):
+            raise SystemExit("error: --predictions is available for graph-level OGB-LSC datasets (PCQM4Mv2)")
         try:
-            if source.submission is not None:
+            if node_level:
+                result = evaluate_mag240m(cli, options)
+            elif source.submission is not None:
                 result = evaluate_with_ogb(cli, options, started)
             elif options.split in MODES:
                 raise SystemExit(f"error: {source.name} has no hidden test split '{options.split}'")
@@ -137,6 +144,34 @@ def main(argv: Sequence[str] | None = None) -> dict:
         if options.out is not None:
             write_json(options.out, result)
     return result
+
+
+def evaluate_mag240m(cli: GraphormerCLI, options: argparse.Namespace) -> dict:
+    """MAG240M: ``valid`` accuracy by ``MAG240MEvaluator``, or a test-dev / test-challenge submission
+    predicted in one process (test labels are hidden)."""
+    datamodule: MAG240MDataModule = cli.datamodule
+    if options.split == "test":
+        raise SystemExit("error: MAG240M test labels are hidden: use --split valid, or --split test-dev|"
+                         "test-challenge with --submission-dir DIR")
+    if options.split == "valid":
+        metrics = cli.trainer.validate(cli.model, datamodule, ckpt_path=options.ckpt, verbose=False)[0]
+        return {"checkpoint": options.ckpt, "split": options.split, "metrics": metrics}
+    datamodule.predict_on(options.split)
+    outputs = cli.trainer.predict(cli.model, datamodule=datamodule, ckpt_path=options.ckpt)
+    papers = torch.cat([o["index"] for o in outputs]).numpy()
+    labels = torch.cat([o["prediction"] for o in outputs]).numpy()
+    expected = datamodule.split_index(options.split)
+    if len(papers) != len(expected) or not np.array_equal(np.sort(papers), np.sort(expected)):
+        raise SubmissionError(f"'{options.split}': {len(papers)} predictions for {len(expected)} papers; "
+                              "predict in one process (--trainer.devices 1)")
+    order = np.argsort(papers)
+    y_pred = labels[order][np.searchsorted(papers[order], expected)]  # the split's order
+    fmt = datamodule.submission_format
+    path = write_submission(y_pred, options.submission_dir, options.split,
+                            fmt.split_size(datamodule.raw.root, options.split), fmt)
+    log.info("wrote %s (%d rows), checked after reading it back", path, len(y_pred))
+    return {"checkpoint": options.ckpt, "split": options.split, "file": str(path), "dataset": fmt.dataset,
+            "rows": len(y_pred)}
 
 
 def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: float) -> dict:

@@ -47,11 +47,11 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
         validation = trainer.validate(model, datamodule, ckpt_path=best, verbose=False)[0]
         if "test" in datamodule.split_sizes:
             test = trainer.test(model, datamodule, ckpt_path=best, verbose=False)[0]
-        else:  # e.g. PCQM4Mv2: test targets are hidden
+        else:  # e.g. PCQM4Mv2, MAG240M: test targets are hidden
             test = None
-            log.info("%s has no labelled 'test' split; write leaderboard predictions with evaluate.py --split %s "
-                     "--submission-dir DIR", datamodule.source.name,
-                     "|".join(datamodule.source.hidden_splits) or "<split>")
+            hidden = [name for name in datamodule.split_sizes if name not in ("train", "valid")]
+            log.info("no labelled 'test' split; write leaderboard predictions with evaluate.py --split %s "
+                     "--submission-dir DIR", "|".join(hidden) or "<split>")
     except (DatasetMissing, CheckpointError) as error:
         log.error("%s", error)
         exit_code = EXIT_BAD_INPUT

@@ -228,6 +228,9 @@ class GraphormerCLI(LightningCLI):
         parser.link_arguments("data.node_vocab", "model.init_args.encoder.node_vocab", apply_on="instantiate")
         parser.link_arguments("data.edge_vocab", "model.init_args.encoder.edge_vocab", apply_on="instantiate")
         parser.link_arguments("data.num_targets", "model.init_args.encoder.num_outputs", apply_on="instantiate")
+        parser.link_arguments("data.continuous_node_dim", "model.init_args.encoder.continuous_node_dim",
+                              apply_on="instantiate")
+        parser.link_arguments("data.readout", "model.init_args.encoder.readout", apply_on="instantiate")
 
     @property
     def run_dir(self) -> Path:

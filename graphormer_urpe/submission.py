@@ -38,19 +38,33 @@ class SubmissionFormat:
             the dataset under the data root).
         evaluator: builds ogb's evaluator (``eval`` for labelled splits, ``save_test_submission``).
         dtype: dtype of ``y_pred`` in the file written by ogb.
+        num_classes: for classification, the number of classes: predictions are integer labels in
+            ``0 .. num_classes - 1``; None for regression (finite floating-point values).
+        directory: the dataset's directory under the data root, when it differs from ``dataset``.
     """
 
     dataset: str
     evaluator: Callable[[], Any]
     dtype: np.dtype
+    num_classes: int | None = None
+    directory: str | None = None
 
     def filename(self, mode: str) -> str:
         """``y_pred_<dataset>_<mode>.npz``."""
         return f"y_pred_{self.dataset}_{mode}.npz"
 
     def split_size(self, data_root: Path | str, mode: str) -> int:
-        """Rows of test split ``mode`` according to ``<data_root>/<dataset>/split_dict.pt``."""
-        return len(load_split_dict(Path(data_root) / self.dataset / "split_dict.pt", [mode])[mode])
+        """Rows of test split ``mode`` according to ``<data_root>/<dataset>/split_dict.pt`` (a file
+        holding one ``test`` split is divided 3:2 into test-dev and test-challenge, as ogb does)."""
+        path = Path(data_root) / (self.directory or self.dataset) / "split_dict.pt"
+        splits = load_split_dict(path, [])
+        if mode not in splits and "test" in splits:
+            from ogb.lsc.utils import split_test
+
+            split_test(splits)
+        if mode not in splits:
+            raise SubmissionError(f"{path} has no '{mode}' split (it holds {sorted(splits)})")
+        return len(splits[mode])
 
 
 def _pcqm4mv2_evaluator() -> Any:
@@ -59,24 +73,44 @@ def _pcqm4mv2_evaluator() -> Any:
     return PCQM4Mv2Evaluator()
 
 
+def _mag240m_evaluator() -> Any:
+    from ogb.lsc import MAG240MEvaluator
+
+    return MAG240MEvaluator()
+
+
 PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, dtype=np.dtype(np.float32))
+#: ogb writes MAG240M labels as int16 (``np.short``).
+MAG240M = SubmissionFormat(dataset="mag240m", evaluator=_mag240m_evaluator, dtype=np.dtype(np.int16),
+                           num_classes=153, directory="mag240m_kddcup2021")
 #: Every known format by dataset name (``--check-submission`` finds the format from the file name).
-FORMATS = {PCQM4MV2.dataset: PCQM4MV2}
+FORMATS = {fmt.dataset: fmt for fmt in (PCQM4MV2, MAG240M)}
 
 
-def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype | None = None) -> str | None:
+def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype | None = None,
+                       num_classes: int | None = None) -> str | None:
     """What is wrong with a prediction array for a split of ``expected_rows`` rows, or None.
 
     Args:
         y_pred: the predictions.
         expected_rows: rows of the test split (from ``split_dict.pt``).
-        dtype: required dtype (files written by ogb); None accepts any floating dtype.
+        dtype: required dtype (files written by ogb); None accepts any floating (or, for
+            classification, integer) dtype.
+        num_classes: classification: labels must be integers in ``0 .. num_classes - 1``.
     """
     if y_pred.shape != (expected_rows,):
         return (f"y_pred has shape {y_pred.shape}, expected ({expected_rows},): one prediction per row of the "
                 "test split, in the split's order")
     if dtype is not None and y_pred.dtype != dtype:
         return f"y_pred has dtype {y_pred.dtype}, expected {dtype}"
+    if num_classes is not None:
+        if not np.issubdtype(y_pred.dtype, np.integer):
+            return f"y_pred has dtype {y_pred.dtype}, expected integer class labels"
+        bad = np.flatnonzero((y_pred < 0) | (y_pred >= num_classes))
+        if bad.size:
+            return (f"y_pred has {bad.size} labels outside 0..{num_classes - 1}, first at positions "
+                    f"{bad[:5].tolist()}")
+        return None
     if not np.issubdtype(y_pred.dtype, np.floating):
         return f"y_pred has dtype {y_pred.dtype}, expected floating-point predictions"
     bad = np.flatnonzero(~np.isfinite(y_pred))
@@ -122,7 +156,7 @@ def check_submission(path: Path | str, expected_rows: int, fmt: SubmissionFormat
             y_pred = loaded[PREDICTION_KEY]
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
             raise SubmissionError(f"{path}: '{PREDICTION_KEY}' cannot be read ({error})") from error
-    problem = prediction_problem(y_pred, expected_rows, fmt.dtype)
+    problem = prediction_problem(y_pred, expected_rows, fmt.dtype, fmt.num_classes)
     if problem is not None:
         raise SubmissionError(f"{path}: {problem}")
     return y_pred
@@ -133,7 +167,8 @@ def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, m
     """Write a submission with ogb's ``save_test_submission``, then read it back and check it.
 
     Args:
-        y_pred: (expected_rows,) predictions in the test split's order (any device).
+        y_pred: (expected_rows,) predictions in the test split's order (any device): values, or
+            integer class labels for a classification format.
         directory: where the file goes (created).
         mode: ``test-dev`` or ``test-challenge``.
         expected_rows: rows of the test split (from ``split_dict.pt``).
@@ -148,9 +183,10 @@ def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, m
     if mode not in MODES:
         raise SubmissionError(f"mode '{mode}' is not one of {', '.join(MODES)}")
     if isinstance(y_pred, torch.Tensor):
-        y_pred = y_pred.detach().to("cpu", torch.float32).numpy()
-    y_pred = np.asarray(y_pred, dtype=np.float32)
-    problem = prediction_problem(y_pred, expected_rows)
+        y_pred = y_pred.detach().cpu().numpy()
+    if fmt.num_classes is None:
+        y_pred = np.asarray(y_pred, dtype=np.float32)
+    problem = prediction_problem(y_pred, expected_rows, num_classes=fmt.num_classes)
     if problem is not None:
         raise SubmissionError(f"not writing the {mode} submission: {problem}")
     directory = Path(directory)

@@ -65,6 +65,21 @@ def fresh_run_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
 
 
+@pytest.fixture(scope="session")
+def synthetic_mag(tmp_path_factory: pytest.TempPathFactory):
+    """Root of a small synthetic MAG240M (3,000 papers, 8 classes) with its derived files built."""
+    from graphormer_urpe.data.mag240m import MAG240MRaw, prepare_derived
+    from graphormer_urpe.data.mag240m_synthetic import SyntheticMAG, write_synthetic_mag240m
+
+    root = tmp_path_factory.mktemp("mag240m")
+    write_synthetic_mag240m(root, SyntheticMAG(num_papers=3000, num_classes=8, labelled_fraction=0.6, seed=1),
+                            chunk_size=1000)
+    raw = MAG240MRaw(root)
+    raw.check()
+    prepare_derived(raw, raw.directory / "graphormer", chunk_edges=7000, feature_block_rows=500)
+    return root
+
+
 # ----------------------------------------------------------------------------- tiny training runs
 
 #: Molecules of the tiny QM9 runs: an 80/10/10 split gives 40 train, 5 valid and 5 test graphs.

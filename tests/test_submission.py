@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.submission import PCQM4MV2, SubmissionError, check_submission, write_submission
+from graphormer_urpe.data.mag240m_synthetic import torch_save_like_numpy1
+from graphormer_urpe.submission import MAG240M, PCQM4MV2, SubmissionError, check_submission, write_submission
 from tests.ogb_layouts import write_pcqm4mv2
 
 #: The official test split sizes (here only to build arrays; the code reads them from split_dict.pt).
@@ -96,3 +97,39 @@ def test_every_defect_of_a_file_is_named(tmp_path: Path) -> None:
         np.save(f, good)
     with pytest.raises(SubmissionError, match="holds a bare ndarray"):
         check_submission(bare, rows)
+
+
+# ----------------------------------------------------------------------------- MAG240M: class labels
+
+MAG_OFFICIAL = {"test-dev": 88_092, "test-challenge": 58_726}
+
+
+@pytest.mark.parametrize("mode", list(MAG_OFFICIAL))
+def test_mag240m_labels_are_written_by_ogb_and_read_back(mode: str, tmp_path: Path) -> None:
+    rows = MAG_OFFICIAL[mode]
+    y_pred = torch.as_tensor(np.random.default_rng(0).integers(0, 153, rows))
+    path = write_submission(y_pred, tmp_path, mode, rows, MAG240M)
+    assert path.name == f"y_pred_mag240m_{mode}.npz"
+    with np.load(path) as archive:
+        assert archive["y_pred"].dtype == np.int16  # ogb's np.short
+    np.testing.assert_array_equal(check_submission(path, rows, MAG240M), y_pred.numpy())
+
+
+def test_mag240m_split_size_comes_from_the_single_test_split(tmp_path: Path) -> None:
+    """The MAG240M release holds one 'test' split; ogb gives 3 of every 5 rows to test-dev."""
+    folder = tmp_path / "mag240m_kddcup2021"
+    folder.mkdir()
+    torch_save_like_numpy1({"train": np.arange(5), "valid": np.arange(5, 7), "test": np.arange(7, 17)},
+                           folder / "split_dict.pt")
+    assert MAG240M.split_size(tmp_path, "test-dev") == 6 and MAG240M.split_size(tmp_path, "test-challenge") == 4
+
+
+@pytest.mark.parametrize("y_pred, message", [
+    (np.zeros(88_092, np.float32), "expected integer class labels"),
+    (np.full(88_092, 153), "88092 labels outside 0..152, first at positions \\[0, 1, 2, 3, 4\\]"),
+    (np.zeros(100, np.int64), r"shape \(100,\), expected \(88092,\)"),
+])
+def test_bad_mag240m_labels_are_not_written(y_pred: np.ndarray, message: str, tmp_path: Path) -> None:
+    with pytest.raises(SubmissionError, match=message):
+        write_submission(y_pred, tmp_path, "test-dev", 88_092, MAG240M)
+    assert not tmp_path.joinpath("y_pred_mag240m_test-dev.npz").exists()

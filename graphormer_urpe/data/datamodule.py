@@ -106,6 +106,16 @@ class GraphDataModule(pl.LightningDataModule):
         """Targets per graph (linked to the model's output width)."""
         return self.source.num_targets
 
+    @property
+    def continuous_node_dim(self) -> int:
+        """Width of continuous node features (linked to the model): molecules have none."""
+        return 0
+
+    @property
+    def readout(self) -> str:
+        """Where the model reads its prediction (linked to the model): graph-level targets."""
+        return "graph_token"
+
     def prepare_data(self) -> None:
         """Check or fetch the raw files, then build (or finish, or repair) the cache once.
 

@@ -1,10 +1,11 @@
 """Graphormer (Ying et al., 2021) with RPE or URPE attention (Luo et al., 2022), top to bottom.
 
     tokens  = [graph token; node features + degree embeddings]                (B, T, H*D)
+              (node features: summed categorical embeddings + optional Linear(continuous))
     bias    = B[relation] + edge-path bias        shared by all layers        (B, H, T, T)
     scale   = C[relation]                         URPE only, shared           (B, H, T, T)
     layer   : x = x + drop(MHA(LN(x), bias, scale));  x = x + drop(FFN(LN(x)))
-    output  = Linear(LN(x)[graph token])                                      (B, outputs)
+    output  = Linear(LN(x)[graph token or target node])                       (B, outputs)
 
 The relation id of a pair is its shortest-path distance (offset past the padding and graph-token
 ids, see :mod:`graphormer_urpe.constants`); pairs at distance ``>= spatial_pos_max`` or unreachable
@@ -12,7 +13,8 @@ are masked out of the softmax, as in the official collator. Nothing here imports
 model takes one :class:`~graphormer_urpe.data.batch.GraphBatch` and can be used in any loop.
 
 Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens, H heads, D head dim,
-E edges in the batch, F node-feature columns, Fe edge-feature columns, K hops.
+E edges in the batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature
+columns, K hops.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from graphormer_urpe.constants import (
     GRAPH_TOKEN_POS,
     GRAPH_TOKEN_RELATION,
     NO_EDGE,
+    NODE_TOKEN_OFFSET,
     PAD_ID,
     PAD_RELATION,
     SPD_RELATION_OFFSET,
@@ -46,7 +49,12 @@ class GraphormerConfig:
     Args:
         node_vocab: number of values of each categorical node-feature column (F entries).
         edge_vocab: number of values of each categorical edge-feature column (Fe entries).
-        num_outputs: width of the prediction (1 for a single regression target).
+        num_outputs: width of the prediction (1 for a single regression target, the number of
+            classes for classification).
+        continuous_node_dim: Fc, width of the continuous node features projected into every node
+            token (MAG240M: 768); 0 for datasets with categorical node features only.
+        readout: where the prediction is read: ``graph_token`` (graph-level tasks) or
+            ``target_node`` (node-level tasks: the node ``batch.target_node`` of each graph).
         num_layers: encoder layers.
         hidden_dim: model width ``H * D``.
         ffn_dim: inner width of the feed-forward block.
@@ -67,6 +75,8 @@ class GraphormerConfig:
     node_vocab: Sequence[int] = field(default_factory=lambda: [28])
     edge_vocab: Sequence[int] = field(default_factory=lambda: [4])
     num_outputs: int = 1
+    continuous_node_dim: int = 0
+    readout: Literal["graph_token", "target_node"] = "graph_token"
     num_layers: int = 12
     hidden_dim: int = 80
     ffn_dim: int = 80
@@ -94,18 +104,21 @@ def _categorical_offsets(vocab: Sequence[int]) -> torch.Tensor:
 
 
 class NodeEncoder(nn.Module):
-    """Node tokens: summed column embeddings plus in- and out-degree embeddings (centrality).
+    """Node tokens: summed column embeddings, a projection of the continuous features (if any),
+    plus in- and out-degree embeddings (centrality).
 
     Args:
         node_vocab: values per node-feature column.
         max_degree: degrees are clipped to this value.
         hidden_dim: output width.
+        continuous_dim: Fc, width of the continuous node features; 0 for none.
     """
 
-    def __init__(self, node_vocab: Sequence[int], max_degree: int, hidden_dim: int) -> None:
+    def __init__(self, node_vocab: Sequence[int], max_degree: int, hidden_dim: int, continuous_dim: int = 0) -> None:
         super().__init__()
         self.register_buffer("offsets", _categorical_offsets(node_vocab), persistent=False)
         self.features = nn.Embedding(PAD_ID + 1 + sum(node_vocab), hidden_dim, padding_idx=PAD_ID)
+        self.continuous = nn.Linear(continuous_dim, hidden_dim) if continuous_dim > 0 else None
         self.in_degree = nn.Embedding(PAD_ID + 2 + max_degree, hidden_dim, padding_idx=PAD_ID)
         self.out_degree = nn.Embedding(PAD_ID + 2 + max_degree, hidden_dim, padding_idx=PAD_ID)
         self.max_degree = max_degree
@@ -114,11 +127,14 @@ class NodeEncoder(nn.Module):
         """Embed every node; padding nodes get the zero vector.
 
         Shapes:
-            batch.x: (B, N, F) -> (B, N, H*D).
+            batch.x: (B, N, F), batch.x_continuous: (B, N, Fc) -> (B, N, H*D).
         """
         mask = batch.node_mask
         features = torch.where(mask.unsqueeze(-1), batch.x + self.offsets, PAD_ID)  # (B, N, F)
         tokens = self.features(features).sum(dim=-2)  # (B, N, H*D)
+        if self.continuous is not None:
+            projected = self.continuous(batch.x_continuous.to(self.continuous.weight.dtype))  # (B, N, H*D)
+            tokens = tokens + torch.where(mask.unsqueeze(-1), projected, 0.0)
         for degree, table in ((batch.in_degree, self.in_degree), (batch.out_degree, self.out_degree)):
             tokens = tokens + table(torch.where(mask, degree.clamp(max=self.max_degree) + PAD_ID + 1, PAD_ID))
         return tokens
@@ -165,7 +181,8 @@ class EdgePathBias(nn.Module):
         per_hop = torch.cat([per_hop, per_hop.new_zeros(self.max_hops, 1, heads)], dim=1)
         per_hop = per_hop.reshape(-1, heads)  # (K * (E + 1), H)
 
-        edge = batch.first_edge  # (B, N, N): current edge on the path from i to j
+        first_edge = batch.first_edge.long()  # (B, N, N); narrower ids (sampled subgraphs) widened once
+        edge = first_edge  # (B, N, N): current edge on the path from i to j
         if self.hop_weight is None:  # single_hop: direct edges only
             edge = torch.where(batch.spd == 1, edge, NO_EDGE)
         total = per_hop.new_zeros(*edge.shape, heads)  # (B, N, N, H)
@@ -177,7 +194,7 @@ class EdgePathBias(nn.Module):
             hops = hops + on_path
             if k + 1 < self.max_hops:
                 next_node = batch.edge_dst[safe.clamp(max=num_edges - 1)] if num_edges else safe
-                edge = torch.where(on_path, batch.first_edge.gather(1, next_node), edge)
+                edge = torch.where(on_path, first_edge.gather(1, next_node), edge)
         return total / hops.clamp(min=1).unsqueeze(-1)
 
 
@@ -242,7 +259,7 @@ class EncoderLayer(nn.Module):
 
 
 class Graphormer(nn.Module):
-    """Graphormer encoder with a graph-level prediction read from the graph token.
+    """Graphormer encoder with a prediction read from the graph token or from a target node.
 
     Args:
         config: a :class:`GraphormerConfig`.
@@ -250,9 +267,11 @@ class Graphormer(nn.Module):
 
     def __init__(self, config: GraphormerConfig) -> None:
         super().__init__()
+        if config.readout not in ("graph_token", "target_node"):
+            raise ValueError(f"readout={config.readout!r}; expected 'graph_token' or 'target_node'")
         self.config = config
         hidden = config.hidden_dim
-        self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden)
+        self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden, config.continuous_node_dim)
         self.graph_token = nn.Embedding(1, hidden)
         self.relative_bias = RelativeBias(config.num_relations, config.num_heads)
         self.relative_scale = (
@@ -357,7 +376,7 @@ class Graphormer(nn.Module):
         return self.final_norm(x)
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Graph-level prediction.
+        """Prediction of each graph (``readout="graph_token"``) or of its target node.
 
         The head runs outside autocast, in the parameters' dtype (float32 under mixed precision),
         so predictions keep full resolution.
@@ -365,6 +384,11 @@ class Graphormer(nn.Module):
         Shapes:
             returns (B, num_outputs).
         """
-        graph_state = self.encode(batch)[:, GRAPH_TOKEN_POS]  # (B, H*D)
-        with torch.autocast(graph_state.device.type, enabled=False):
-            return self.head(graph_state.to(self.head.weight.dtype))
+        states = self.encode(batch)  # (B, T, H*D)
+        if self.config.readout == "graph_token":
+            readout = states[:, GRAPH_TOKEN_POS]  # (B, H*D)
+        else:
+            position = batch.target_node + NODE_TOKEN_OFFSET  # (B,)
+            readout = states[torch.arange(states.shape[0], device=states.device), position]  # (B, H*D)
+        with torch.autocast(readout.device.type, enabled=False):
+            return self.head(readout.to(self.head.weight.dtype))
