@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from graphormer_urpe.checkpoints import CheckpointError, check_checkpoint, load_checkpoint
 from graphormer_urpe.cli import (
     CONFIG_KEY,
     GraphormerCLI,
@@ -83,9 +84,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def embedded_config(ckpt: str) -> str:
     """The YAML config stored in a checkpoint by training."""
-    if not Path(ckpt).is_file():
-        raise SystemExit(f"error: checkpoint {ckpt} does not exist")
-    checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True)
+    checkpoint = load_checkpoint(ckpt)
     if CONFIG_KEY not in checkpoint:
         raise SystemExit(f"error: {ckpt} holds no config (not written by train.py); pass --config")
     return checkpoint[CONFIG_KEY]
@@ -132,11 +131,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
         raise SystemExit(f"error: --split {options.split} has hidden targets: pass --submission-dir DIR to write a "
                          "leaderboard submission (or --predictions FILE)")
     with tempfile.TemporaryDirectory() as tmp:
-        if not any(a == "--config" or a.startswith("--config=") for a in rest):
-            config = Path(tmp) / "checkpoint_config.yaml"
-            config.write_text(embedded_config(options.ckpt))
-            rest = ["--config", str(config), *rest]
-        cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp])
+        try:
+            if not any(a == "--config" or a.startswith("--config=") for a in rest):
+                config = Path(tmp) / "checkpoint_config.yaml"
+                config.write_text(embedded_config(options.ckpt))
+                rest = ["--config", str(config), *rest]
+            cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp])
+            check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
+        except CheckpointError as error:
+            log.error("%s", error)
+            sys.exit(2)
         node_level = isinstance(cli.datamodule, MAG240MDataModule)
         source: GraphSource | None = None if node_level else cli.datamodule.source
         if options.predictions is not None and (source is None or source.submission is None):

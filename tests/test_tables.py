@@ -211,7 +211,8 @@ def test_bad_tables_stop_before_any_work_naming_file_column_and_rows(tmp_path: P
     data = datamodule(tmp_path, **{"path": str(path), "targets": ["gap_ev"], **arguments})
     with pytest.raises(error, match=message):
         data.prepare_data()
-    assert not (tmp_path / "data").exists()  # nothing half-written
+    assert not data.cache_dir.exists()  # nothing half-written: at most the build lock of the cache
+    assert [p.name for p in (tmp_path / "data").rglob("*") if p.is_file()] in ([], [f".{data.cache_dir.name}.lock"])
 
 
 def test_a_missing_table_is_named(tmp_path: Path) -> None:

@@ -25,6 +25,8 @@ chunk; a chunk whose files do not match their recorded sizes and checksums is re
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import multiprocessing
@@ -399,6 +401,24 @@ class GraphStore:
 
 
 # ----------------------------------------------------------------------------- building
+
+
+@contextlib.contextmanager
+def exclusive_build(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock for building ``directory``; other processes wait here, on any node
+    whose file system supports POSIX locks (local disks, NFS). The lock is the sibling file
+    ``.<name>.lock`` and is released when its holder exits, even after a crash."""
+    lock_path = directory.parent / f".{directory.name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process that is building %s (lock %s)", directory, lock_path)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as error:  # e.g. Lustre mounted without -o flock
+            log.warning("cannot lock %s (%s): make sure only one job builds %s at a time", lock_path, error, directory)
+        yield
 
 
 @dataclass

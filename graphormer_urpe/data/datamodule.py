@@ -13,7 +13,16 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset
 
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
-from graphormer_urpe.data.cache import MANIFEST, BuildSummary, GraphSpec, GraphStore, build_store, chunk_problem
+from graphormer_urpe.data.cache import (
+    MANIFEST,
+    BuildSummary,
+    GraphSpec,
+    GraphStore,
+    build_store,
+    chunk_problem,
+    exclusive_build,
+)
+from graphormer_urpe.data.sampling import eval_loader, per_device_batch_size, process_grid, train_loader
 from graphormer_urpe.data.sources.base import GraphSource
 
 log = logging.getLogger(__name__)
@@ -51,6 +60,8 @@ class GraphDataModule(pl.LightningDataModule):
             process may run on.
         chunk_size: source rows per cache chunk.
         max_nodes: graphs with more nodes are skipped and counted when the cache is built.
+        prepare_per_node: build the cache on every node (``root`` on node-local disks) instead of
+            once on global rank 0 (``root`` on a file system shared by all nodes, the default).
     """
 
     def __init__(
@@ -62,8 +73,10 @@ class GraphDataModule(pl.LightningDataModule):
         preprocess_workers: int | None = None,
         chunk_size: int = 10_000,
         max_nodes: int = 512,
+        prepare_per_node: bool = False,
     ) -> None:
         super().__init__()
+        self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
         self.source = source
         self.root = Path(root)
         self.batch_size = batch_size
@@ -140,10 +153,19 @@ class GraphDataModule(pl.LightningDataModule):
         return list(self.source.target_names)
 
     def prepare_data(self) -> None:
-        """Check or fetch the raw files, then build (or finish, or repair) the cache once."""
+        """Check or fetch the raw files, then build (or finish, or repair) the cache once.
+
+        Lightning calls this on one process (per node with ``prepare_per_node``) while the others
+        wait; a file lock also keeps separate jobs sharing ``root`` from building the same cache.
+        """
         self.source.ensure_raw(self.root)
         if self._cache_is_valid():
             return
+        with exclusive_build(self.cache_dir):
+            if not self._cache_is_valid():  # another job may have built it while we waited
+                self._build_cache()
+
+    def _build_cache(self) -> None:
         log.info("preprocessing %s into %s with %d workers", self.source.name, self.cache_dir, self.preprocess_workers)
         reader = self.source.open(self.root)
         self.build_summary = build_store(
@@ -169,6 +191,11 @@ class GraphDataModule(pl.LightningDataModule):
         """Open the cache and the splits; say how big they are."""
         if self.datasets:
             return
+        if not (self.cache_dir / MANIFEST).is_file():
+            raise FileNotFoundError(
+                f"{self.cache_dir} holds no complete cache on this machine; if data.root is not shared by all "
+                "nodes, set --data.prepare_per_node true so that every node builds its own"
+            )
         store = GraphStore(self.cache_dir)
         manifest = store.manifest
         if manifest["skipped"]:
@@ -216,35 +243,30 @@ class GraphDataModule(pl.LightningDataModule):
 
     def per_device_batch_size(self) -> int:
         """``batch_size`` divided over the processes, so the optimiser always sees the global batch."""
-        world = self.trainer.world_size if self.trainer is not None else 1
-        if self.batch_size % world:
-            raise ValueError(f"batch_size={self.batch_size} is not divisible by the {world} processes")
-        return self.batch_size // world
+        return per_device_batch_size(self.batch_size, process_grid(self.trainer)[0])
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _split(self, split: str) -> GraphDataset:
         if split not in self.datasets:
             raise ValueError(f"{self.source.name} has no split '{split}'; its splits are {', '.join(self.datasets)}")
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.per_device_batch_size(),
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=collate_graphs,
-            persistent_workers=self.num_workers > 0,
-        )
+        return self.datasets[split]
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        """Shuffled global batches, this process's slice of each; resumable mid-epoch."""
+        return train_loader(self._split("train"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("valid", shuffle=False)
+        """This process's exact, unpadded shard of the validation split."""
+        return eval_loader(self._split("valid"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        """This process's exact, unpadded shard of the test split."""
+        return eval_loader(self._split("test"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
 
     def predict_dataloader(self) -> DataLoader:
-        """The split named by :attr:`predict_split`, in its order (Lightning shards it over processes)."""
-        return self._loader(self.predict_split, shuffle=False)
+        """The split named by :attr:`predict_split`, in its order (Lightning shards it over processes
+        itself, without repeating graphs)."""
+        return DataLoader(self._split(self.predict_split), batch_size=self.per_device_batch_size(), shuffle=False,
+                          num_workers=self.num_workers, collate_fn=collate_graphs)
 
 
 def available_cores() -> int:

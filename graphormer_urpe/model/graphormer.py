@@ -360,18 +360,21 @@ class Graphormer(nn.Module):
         Computed once per forward and shared by all layers (contiguous, so no layer pays for a
         permuted view).
 
+        Computed in float32 also under mixed precision (autocast is off here: the tables are tiny).
+
         Shapes:
             returns attn_bias (B, H, T, T) float32 and attn_scale (B, H, T, T) float32 or None.
         """
         relation, key_mask = self.relations(batch)
-        bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
-        if self.edge_bias is not None:
-            bias[:, 1:, 1:] += self.edge_bias(batch).float()
-        bias = bias.masked_fill(~key_mask.unsqueeze(-1), float("-inf"))
-        attn_bias = bias.permute(0, 3, 1, 2).contiguous()  # (B, H, T, T)
-        if self.relative_scale is None:
-            return attn_bias, None
-        return attn_bias, self.relative_scale(relation).float().contiguous()
+        with torch.autocast(relation.device.type, enabled=False):
+            bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
+            if self.edge_bias is not None:
+                bias[:, 1:, 1:] += self.edge_bias(batch).float()
+            bias = bias.masked_fill(~key_mask.unsqueeze(-1), float("-inf"))
+            attn_bias = bias.permute(0, 3, 1, 2).contiguous()  # (B, H, T, T)
+            if self.relative_scale is None:
+                return attn_bias, None
+            return attn_bias, self.relative_scale(relation).float().contiguous()
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """Final token states, graph token at position :data:`GRAPH_TOKEN_POS`.
@@ -390,14 +393,20 @@ class Graphormer(nn.Module):
     def forward(self, batch: GraphBatch) -> torch.Tensor:
         """Prediction of each graph (``readout="graph_token"``), of its target node, or of every node.
 
+        The head runs outside autocast, in the parameters' dtype (float32 under mixed precision),
+        so predictions keep full resolution.
+
         Shapes:
             returns (B, num_outputs), or (B, N, num_outputs) with ``readout="node"`` (padding
             nodes included: mask them with ``batch.node_mask``).
         """
         states = self.encode(batch)  # (B, T, H*D)
         if self.config.readout == "graph_token":
-            return self.head(states[:, GRAPH_TOKEN_POS])
-        if self.config.readout == "node":
-            return self.head(states[:, NODE_TOKEN_OFFSET:])  # (B, N, outputs)
-        position = batch.target_node + NODE_TOKEN_OFFSET  # (B,)
-        return self.head(states[torch.arange(states.shape[0], device=states.device), position])
+            readout = states[:, GRAPH_TOKEN_POS]  # (B, H*D)
+        elif self.config.readout == "node":
+            readout = states[:, NODE_TOKEN_OFFSET:]  # (B, N, H*D)
+        else:
+            position = batch.target_node + NODE_TOKEN_OFFSET  # (B,)
+            readout = states[torch.arange(states.shape[0], device=states.device), position]  # (B, H*D)
+        with torch.autocast(readout.device.type, enabled=False):
+            return self.head(readout.to(self.head.weight.dtype))
