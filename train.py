@@ -2,6 +2,7 @@
 
     python train.py --config qm9_gap.yaml
     python train.py --config zinc_subset.yaml --model.encoder.attention rpe --trainer.max_steps 200
+    python train.py --config qm9_gap.yaml --init_from runs/qm9_gap-rpe/checkpoints/best-1500.ckpt  # RPE -> URPE
 
 Fits, then validates and tests the best checkpoint and writes ``metrics.json`` in the run directory.
 """
@@ -13,12 +14,15 @@ from collections.abc import Sequence
 
 from graphormer_urpe.cli import GraphormerCLI, log, write_json
 from graphormer_urpe.data.sources import DatasetMissing
+from graphormer_urpe.finetune import init_from_checkpoint
 
 
 def main(args: Sequence[str] | None = None) -> dict:
     """Run one experiment; returns the final metrics."""
     cli = GraphormerCLI(args)
     trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
+    if cli.config.get("init_from"):
+        init_from_checkpoint(model, cli.config["init_from"])
     try:
         trainer.fit(model, datamodule)
     except DatasetMissing as error:

@@ -14,6 +14,7 @@ import os
 import platform
 import subprocess
 import sys
+import warnings
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -111,6 +112,7 @@ class GraphormerCLI(LightningCLI):
 
     Extra top-level keys:
         run_root: directory under which each run gets its own directory.
+        init_from: checkpoint whose weights ``train.py`` loads before fitting (see :mod:`graphormer_urpe.finetune`).
         run_name: name of the run directory (default: config name plus a timestamp).
         logger: ``csv`` (default) or ``none``.
     """
@@ -142,9 +144,17 @@ class GraphormerCLI(LightningCLI):
         parser.add_argument("--run_name", type=str | None, default=None,
                             help="Run directory name (default: config name and a timestamp).")
         parser.add_argument("--logger", type=Literal["csv", "none"], default="csv", help="Where metrics are logged.")
+        parser.add_argument("--init_from", type=str | None, default=None,
+                            help="train.py: start from this checkpoint's weights; a URPE model takes an RPE "
+                                 "checkpoint with C set to ones (paper section 4.2).")
         parser.link_arguments("data.node_vocab", "model.init_args.encoder.node_vocab", apply_on="instantiate")
         parser.link_arguments("data.edge_vocab", "model.init_args.encoder.edge_vocab", apply_on="instantiate")
         parser.link_arguments("data.num_targets", "model.init_args.encoder.num_outputs", apply_on="instantiate")
+        # sequence tasks; jsonargparse skips a link whose source attribute the chosen datamodule lacks,
+        # so each datamodule feeds exactly the sizes it defines (graph sizes above, sequence sizes here)
+        parser.link_arguments("data.vocab_size", "model.init_args.encoder.vocab_size", apply_on="instantiate")
+        parser.link_arguments("data.num_classes", "model.init_args.encoder.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.length", "model.init_args.encoder.length", apply_on="instantiate")
 
     @property
     def run_dir(self) -> Path:

@@ -24,7 +24,26 @@ def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_fact
     return 1.0 - (1.0 - end_factor) * progress
 
 
-class GraphRegression(pl.LightningModule):
+class FromCheckpoint:
+    """Mixin: rebuild a task from a checkpoint alone (its encoder config and sizes travel with it).
+
+    The task stores its encoder config as the primitive dict ``hparams["encoder"]`` and names the
+    config dataclass in ``config_class``.
+    """
+
+    config_class: type
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, map_location: str | torch.device = "cpu") -> Any:
+        """The task with the checkpoint's hyper-parameters and weights."""
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+        hparams = dict(checkpoint["hyper_parameters"])
+        task = cls(encoder=cls.config_class(**hparams.pop("encoder")), **hparams)
+        task.load_state_dict(checkpoint["state_dict"])
+        return task
+
+
+class GraphRegression(FromCheckpoint, pl.LightningModule):
     """Graph-level regression with an L1 loss and MAE metrics (ZINC, QM9, PCQM4Mv2).
 
     Args:
@@ -41,6 +60,7 @@ class GraphRegression(pl.LightningModule):
 
     #: Metric that selects the best checkpoint, and whether lower is better.
     monitor = ("val/mae", "min")
+    config_class = GraphormerConfig
 
     def __init__(
         self,
@@ -61,15 +81,6 @@ class GraphRegression(pl.LightningModule):
         self.register_buffer("target_std", torch.ones(encoder.num_outputs))
         self.val_mae = MeanAbsoluteError()
         self.test_mae = MeanAbsoluteError()
-
-    @classmethod
-    def from_checkpoint(cls, path: str | Path, map_location: str | torch.device = "cpu") -> GraphRegression:
-        """Rebuild the task from a checkpoint alone (config and vocabularies travel with it)."""
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-        hparams = dict(checkpoint["hyper_parameters"])
-        task = cls(encoder=GraphormerConfig(**hparams.pop("encoder")), **hparams)
-        task.load_state_dict(checkpoint["state_dict"])
-        return task
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
         """Predictions in the data's units. (B, Y)"""
@@ -106,13 +117,19 @@ class GraphRegression(pl.LightningModule):
         return {"index": batch.index, "prediction": self(batch).float()}
 
     def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = torch.optim.AdamW(
-            self.parameters(), lr=self.hparams.lr, betas=(0.9, 0.999),
-            eps=self.hparams.adam_eps, weight_decay=self.hparams.weight_decay,
-        )
-        total = int(self.trainer.estimated_stepping_batches)
-        end_factor = self.hparams.end_lr / self.hparams.lr
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_linear_decay(step, self.hparams.warmup_steps, total, end_factor)
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        return adamw_warmup_linear_decay(self)
+
+
+def adamw_warmup_linear_decay(task: pl.LightningModule) -> dict[str, Any]:
+    """AdamW over every parameter with :func:`warmup_linear_decay` by step, from the task's hyper-parameters
+    ``lr``, ``warmup_steps``, ``end_lr``, ``weight_decay`` and ``adam_eps`` (``configure_optimizers``'s return)."""
+    hparams = task.hparams
+    optimizer = torch.optim.AdamW(
+        task.parameters(), lr=hparams.lr, betas=(0.9, 0.999), eps=hparams.adam_eps, weight_decay=hparams.weight_decay,
+    )
+    total = int(task.trainer.estimated_stepping_batches)
+    end_factor = hparams.end_lr / hparams.lr
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: warmup_linear_decay(step, hparams.warmup_steps, total, end_factor)
+    )
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -18,6 +18,14 @@ from graphormer_urpe.data.sources.base import GraphSource
 log = logging.getLogger(__name__)
 
 
+def per_device_batch_size(batch_size: int, trainer: pl.Trainer | None) -> int:
+    """The global ``batch_size`` divided over the trainer's processes (all of it without a trainer)."""
+    world = trainer.world_size if trainer is not None else 1
+    if batch_size % world:
+        raise ValueError(f"batch_size={batch_size} is not divisible by the {world} processes")
+    return batch_size // world
+
+
 class GraphDataset(Dataset):
     """The graphs of one split, read from the memory-mapped cache.
 
@@ -158,10 +166,7 @@ class GraphDataModule(pl.LightningDataModule):
 
     def per_device_batch_size(self) -> int:
         """``batch_size`` divided over the processes, so the optimiser always sees the global batch."""
-        world = self.trainer.world_size if self.trainer is not None else 1
-        if self.batch_size % world:
-            raise ValueError(f"batch_size={self.batch_size} is not divisible by the {world} processes")
-        return self.batch_size // world
+        return per_device_batch_size(self.batch_size, self.trainer)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         return DataLoader(

@@ -5,18 +5,21 @@
     scale   = C[relation]                         URPE only, shared           (B, H, T, T)
     layer   : x = x + drop(MHA(LN(x), bias, scale));  x = x + drop(FFN(LN(x)))
     output  = Linear(LN(x)[graph token])                                      (B, outputs)
+              or Linear(LN(x)[nodes])       with ``readout: node``            (B, N, outputs)
 
 The relation id of a pair is its shortest-path distance (offset past the padding and graph-token
 ids, see :mod:`graphormer_urpe.constants`); pairs at distance ``>= spatial_pos_max`` or unreachable
-are masked out of the softmax, as in the official collator. Nothing here imports Lightning: the
+are masked out of the softmax, as in the official collator. ``graph_token: false`` drops the virtual
+node (T = N), the setting of the paper's Theorem 2. Nothing here imports Lightning: the
 model takes one :class:`~graphormer_urpe.data.batch.GraphBatch` and can be used in any loop.
 
-Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens, H heads, D head dim,
+Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens (N without graph token), H heads, D head dim,
 E edges in the batch, F node-feature columns, Fe edge-feature columns, K hops.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -62,6 +65,10 @@ class GraphormerConfig:
         attention_dropout: dropout on the attention matrix.
         activation_dropout: dropout after the feed-forward activation.
         drop_path: stochastic-depth rate of the last layer (linearly increasing from 0).
+        graph_token: prepend the learned graph token (virtual node). Without it the encoder sees the
+            node set alone, the setting of the paper's Theorem 2; needs ``readout: node``.
+        readout: ``graph`` (one prediction per graph, read from the graph token) or ``node`` (one
+            prediction per node).
     """
 
     node_vocab: Sequence[int] = field(default_factory=lambda: [28])
@@ -81,6 +88,12 @@ class GraphormerConfig:
     attention_dropout: float = 0.1
     activation_dropout: float = 0.0
     drop_path: float = 0.0
+    graph_token: bool = True
+    readout: Literal["graph", "node"] = "graph"
+
+    def __post_init__(self) -> None:
+        if self.readout == "graph" and not self.graph_token:
+            raise ValueError("readout='graph' reads the graph token: set graph_token=true or readout='node'")
 
     @property
     def num_relations(self) -> int:
@@ -220,14 +233,15 @@ class EncoderLayer(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        attn_bias: torch.Tensor,
+        attn_bias: torch.Tensor | None,
         attn_scale: torch.Tensor | None,
-        key_mask: torch.Tensor,
+        key_mask: torch.Tensor | None,
     ) -> torch.Tensor:
         """One layer.
 
         Shapes:
-            x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T); key_mask: (B, T, T) -> (B, T, H*D).
+            x: (B, T, H*D); attn_bias, attn_scale: (B or 1, H, T, T) or None; key_mask: (B, T, T) or None
+            -> (B, T, H*D).
         """
         attended = self.attention(self.attention_norm(x), attn_bias, attn_scale, key_mask)
         x = x + self._residual(self.dropout(attended))
@@ -242,8 +256,25 @@ class EncoderLayer(nn.Module):
         return branch * alive / keep
 
 
+def official_init(module: nn.Module, num_layers: int) -> None:
+    """Official Graphormer init: Linear N(0, 0.02/sqrt(layers)), embeddings N(0, 0.02).
+
+    Padding rows of embeddings are zero; the URPE scale C keeps its all-ones init. Applied once,
+    with ``model.apply(functools.partial(official_init, num_layers=L))``.
+    """
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=0.02 / math.sqrt(num_layers))
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)
+        if module.padding_idx is not None:
+            nn.init.zeros_(module.weight[module.padding_idx])
+    elif isinstance(module, EdgePathBias) and module.hop_weight is not None:
+        nn.init.normal_(module.hop_weight, std=0.02)
+
+
 class Graphormer(nn.Module):
-    """Graphormer encoder with a graph-level prediction read from the graph token.
+    """Graphormer encoder with a graph-level prediction read from the graph token (or node-level ones).
 
     Args:
         config: a :class:`GraphormerConfig`.
@@ -254,7 +285,9 @@ class Graphormer(nn.Module):
         self.config = config
         hidden = config.hidden_dim
         self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden)
-        self.graph_token = nn.Embedding(1, hidden)
+        self.graph_token = nn.Embedding(1, hidden) if config.graph_token else None
+        #: Position of the first node token: 1 behind the graph token, else 0.
+        self.first_node = GRAPH_TOKEN_POS + 1 if config.graph_token else 0
         self.relative_bias = RelativeBias(config.num_relations, config.num_heads)
         self.relative_scale = (
             RelativeScale(config.num_relations, config.num_heads)
@@ -282,25 +315,10 @@ class Graphormer(nn.Module):
         )
         self.final_norm = nn.LayerNorm(hidden)
         self.head = nn.Linear(hidden, config.num_outputs)
-        self.apply(self._init_weights)
-
-    def _init_weights(self, module: nn.Module) -> None:
-        """Official Graphormer init: Linear N(0, 0.02/sqrt(layers)), embeddings N(0, 0.02).
-
-        Padding rows of embeddings are zero; the URPE scale C keeps its all-ones init.
-        """
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=0.02 / math.sqrt(self.config.num_layers))
-            nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=0.02)
-            if module.padding_idx is not None:
-                nn.init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, EdgePathBias) and module.hop_weight is not None:
-            nn.init.normal_(module.hop_weight, std=0.02)
+        self.apply(functools.partial(official_init, num_layers=config.num_layers))
 
     def relations(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Relation id and attention mask of every token pair, graph token included.
+        """Relation id and attention mask of every token pair, graph token included (if any).
 
         Shapes:
             returns relation (B, T, T) int64 and key_mask (B, T, T) bool (True = may attend).
@@ -309,6 +327,9 @@ class Graphormer(nn.Module):
         real_pair = node_mask.unsqueeze(2) & node_mask.unsqueeze(1)  # (B, N, N)
         near = batch.spd < self.config.spatial_pos_max
         relation = torch.where(real_pair & near, batch.spd.long() + SPD_RELATION_OFFSET, PAD_RELATION)
+        if self.graph_token is None:
+            return relation, node_mask.unsqueeze(1) & ~(real_pair & ~near)  # padding queries see real keys
+
         token_row = torch.where(node_mask, GRAPH_TOKEN_RELATION, PAD_RELATION)  # (B, N)
         token_self = torch.full_like(token_row[:, :1], GRAPH_TOKEN_RELATION)
         token_row = torch.cat([token_self, token_row], dim=1)  # (B, T)
@@ -330,29 +351,34 @@ class Graphormer(nn.Module):
         relation, key_mask = self.relations(batch)
         bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
         if self.edge_bias is not None:
-            bias[:, 1:, 1:] += self.edge_bias(batch).float()
+            bias[:, self.first_node:, self.first_node:] += self.edge_bias(batch).float()
         attn_bias = bias.permute(0, 3, 1, 2)  # (B, H, T, T)
         attn_scale = self.relative_scale(relation).float() if self.relative_scale is not None else None
         return attn_bias, attn_scale, key_mask
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
-        """Final token states, graph token at position :data:`GRAPH_TOKEN_POS`.
+        """Final token states: graph token at :data:`GRAPH_TOKEN_POS` (if any), nodes from ``first_node``.
 
         Shapes:
             returns (B, T, H*D).
         """
-        nodes = self.nodes(batch)  # (B, N, H*D)
-        token = self.graph_token.weight.expand(nodes.shape[0], 1, -1)  # (B, 1, H*D)
-        x = self.input_dropout(torch.cat([token, nodes], dim=1))  # (B, T, H*D)
+        x = self.nodes(batch)  # (B, N, H*D)
+        if self.graph_token is not None:
+            token = self.graph_token.weight.expand(x.shape[0], 1, -1)  # (B, 1, H*D)
+            x = torch.cat([token, x], dim=1)  # (B, T, H*D)
+        x = self.input_dropout(x)
         attn_bias, attn_scale, key_mask = self.attention_inputs(batch)
         for layer in self.layers:
             x = layer(x, attn_bias, attn_scale, key_mask)
         return self.final_norm(x)
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Graph-level prediction.
+        """Graph-level prediction, or one per node (padding nodes included) with ``readout: node``.
 
         Shapes:
-            returns (B, num_outputs).
+            returns (B, num_outputs), or (B, N, num_outputs) with ``readout: node``.
         """
-        return self.head(self.encode(batch)[:, GRAPH_TOKEN_POS])
+        states = self.encode(batch)
+        if self.config.readout == "node":
+            return self.head(states[:, self.first_node:])
+        return self.head(states[:, GRAPH_TOKEN_POS])

@@ -1,0 +1,166 @@
+"""Pictures of the learned relative encodings B and C: the one way to draw them (README, W&B images).
+
+* Sequences (paper, Figure 2): B and C as dense n x n matrices, entry (i, j) for query i and key j,
+  one row of panels per head.
+* Graphs: the tables themselves, heads x relation (graph token, SPD 0, 1, 2, ...), since a graph's
+  B and C are functions of the shortest-path distance.
+
+Everything here returns a :class:`matplotlib.figure.Figure` built without pyplot (no global state, no
+display needed); save it with ``figure.savefig(path)`` or log it with ``wandb.Image(figure)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from torch import nn
+
+from graphormer_urpe.constants import GRAPH_TOKEN_RELATION, SPD_RELATION_OFFSET
+from graphormer_urpe.model.graphormer import Graphormer
+from graphormer_urpe.model.sequence import SequenceTransformer
+
+#: Heads drawn when none are chosen.
+DEFAULT_HEADS_SHOWN = 4
+
+
+@torch.no_grad()
+def sequence_matrices(model: SequenceTransformer) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Dense B and C of a sequence model over its full length, exactly as the attention receives them.
+
+    Shapes:
+        returns B (H, n, n) and C (H, n, n) float arrays, each None when the model has no such table.
+    """
+    bias, scale = model.attention_inputs(model.config.length)  # (1, H, n, n) or None each
+    return tuple(None if m is None else m[0].float().cpu().numpy() for m in (bias, scale))
+
+
+@torch.no_grad()
+def graph_tables(model: Graphormer) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    """The B and C tables of a Graphormer as heads x relation arrays, padding row left out.
+
+    Shapes:
+        returns relation labels (R',), B (H, R') and C (H, R') or None (RPE).
+    """
+    rows = list(range(SPD_RELATION_OFFSET, model.config.num_relations))
+    labels = [f"{row - SPD_RELATION_OFFSET}" for row in rows]
+    if model.graph_token is not None:
+        rows, labels = [GRAPH_TOKEN_RELATION, *rows], ["token", *labels]
+    bias = model.relative_bias.table.weight[rows].T.float().cpu().numpy()
+    scale = None if model.relative_scale is None else model.relative_scale.weight[rows].T.float().cpu().numpy()
+    return labels, bias, scale
+
+
+def most_varied_heads(values: np.ndarray, count: int) -> list[int]:
+    """The ``count`` heads whose entries vary most (standard deviation), in head order. ``values``: (H, ...)"""
+    spread = values.reshape(values.shape[0], -1).std(axis=1)
+    return sorted(np.argsort(-spread, kind="stable")[:count].tolist())
+
+
+def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Sequence[int] | None = None,
+                    title: str = "") -> Figure:
+    """B and C matrices of the chosen heads, one row per head (B left, C right), like the paper's Figure 2.
+
+    Args:
+        bias: (H, n, n) or None (no positional encoding).
+        scale: (H, n, n) or None (RPE).
+        heads: heads to draw; default: the :data:`DEFAULT_HEADS_SHOWN` heads whose C (else B) varies most.
+        title: figure title.
+    """
+    panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
+    if not panels:
+        raise ValueError("the model has neither B nor C (attention: none): nothing to draw")
+    if heads is None:
+        heads = most_varied_heads(panels[-1][1], min(DEFAULT_HEADS_SHOWN, panels[-1][1].shape[0]))
+    figure = Figure(figsize=(3.2 * len(panels), 2.8 * len(heads)), layout="constrained")
+    axes = np.asarray(figure.subplots(len(heads), len(panels), squeeze=False))
+    for row, head in enumerate(heads):
+        for col, (name, matrix) in enumerate(panels):
+            ax = axes[row, col]
+            image = ax.imshow(matrix[head], cmap="viridis" if name == "C" else "RdBu_r",
+                              **({} if name == "C" else _centered(matrix[head])))
+            ax.set_title(f"{name}, head {head}", fontsize=9)
+            ax.set_xlabel("key j", fontsize=8)
+            ax.set_ylabel("query i", fontsize=8)
+            ax.tick_params(labelsize=7)
+            figure.colorbar(image, ax=ax, shrink=0.8)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    return figure
+
+
+def graph_figure(labels: Sequence[str], bias: np.ndarray, scale: np.ndarray | None, title: str = "") -> Figure:
+    """Heatmaps of the B and C tables, heads x relation (graph token, SPD 0, 1, ...).
+
+    Args:
+        labels: relation names (R').
+        bias: (H, R').
+        scale: (H, R') or None (RPE).
+        title: figure title.
+    """
+    panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
+    figure = Figure(figsize=(0.32 * len(labels) + 2.0, 0.35 * bias.shape[0] * len(panels) + 1.2),
+                    layout="constrained")
+    axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
+    for ax, (name, table) in zip(axes, panels):
+        image = ax.imshow(table, aspect="auto", cmap="viridis" if name == "C" else "RdBu_r",
+                          **({} if name == "C" else _centered(table)))
+        ax.set_title(f"{name}[relation] per head", fontsize=9)
+        ax.set_xticks(range(len(labels)), labels, fontsize=7)
+        ax.set_xlabel("shortest-path distance", fontsize=8)
+        ax.set_ylabel("head", fontsize=8)
+        ax.tick_params(labelsize=7)
+        figure.colorbar(image, ax=ax)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    return figure
+
+
+def relative_encoding_figure(model: nn.Module, title: str = "", heads: Sequence[int] | None = None) -> Figure:
+    """The learned B and C of a :class:`SequenceTransformer` or :class:`Graphormer`, drawn the standard way.
+
+    Args:
+        model: the plain model (``task.model`` of a LightningModule).
+        title: figure title.
+        heads: sequence models only: heads to draw (default: the most varied ones).
+    """
+    if isinstance(model, SequenceTransformer):
+        bias, scale = sequence_matrices(model)
+        return sequence_figure(bias, scale, heads, title)
+    if isinstance(model, Graphormer):
+        return graph_figure(*graph_tables(model), title=title)
+    raise TypeError(f"cannot draw the relative encodings of a {type(model).__name__}")
+
+
+def _centered(values: np.ndarray) -> dict[str, float]:
+    """Colour limits symmetric around 0, so white means "no bias"."""
+    limit = float(np.abs(values).max()) or 1.0
+    return {"vmin": -limit, "vmax": limit}
+
+
+def accuracy_figure(results: dict[str, dict[str, float]], methods: Sequence[str], title: str = "") -> Figure:
+    """Grouped bars of accuracy per setting and method, like the paper's Figure 1.
+
+    Args:
+        results: ``{setting: {method: accuracy in [0, 1]}}``, settings in drawing order.
+        methods: methods in bar order (a missing result leaves a gap).
+        title: figure title.
+    """
+    settings = list(results)
+    figure = Figure(figsize=(1.4 + 1.5 * len(settings), 3.2), layout="constrained")
+    ax = figure.subplots()
+    width = 0.8 / len(methods)
+    for k, method in enumerate(methods):
+        xs = [i + (k - (len(methods) - 1) / 2) * width for i, s in enumerate(settings) if method in results[s]]
+        ys = [results[s][method] for s in settings if method in results[s]]
+        bars = ax.bar(xs, ys, width, label=method)
+        ax.bar_label(bars, labels=[f"{y:.2f}" for y in ys], fontsize=6, padding=1)
+    ax.set_xticks(range(len(settings)), settings, fontsize=8)
+    ax.set_ylim(0, 1.08)
+    ax.set_ylabel("accuracy (test)")
+    ax.legend(fontsize=7, loc="upper left", ncols=len(methods))
+    if title:
+        ax.set_title(title, fontsize=10)
+    return figure
