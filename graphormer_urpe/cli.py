@@ -177,7 +177,7 @@ class GraphormerCLI(LightningCLI):
         callbacks += [
             ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best-{step}", monitor=monitor, mode=mode,
                             save_last=True, auto_insert_metric_name=False),
-            EmbedConfig(self.parser.dump(self.config, skip_none=False)),
+            EmbedConfig(self.parser.dump(self.config)),
             RunRecord(run_dir, self.config_name, self.config.get("seed_everything")),
         ]
         if self.config["logger"] != "none":

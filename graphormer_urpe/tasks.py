@@ -37,7 +37,8 @@ class FromCheckpoint:
     def from_checkpoint(cls, path: str | Path, map_location: str | torch.device = "cpu") -> Any:
         """The task with the checkpoint's hyper-parameters and weights."""
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-        hparams = dict(checkpoint["hyper_parameters"])
+        # LightningCLI adds private entries such as ``_class_path``
+        hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
         task = cls(encoder=cls.config_class(**hparams.pop("encoder")), **hparams)
         task.load_state_dict(checkpoint["state_dict"])
         return task

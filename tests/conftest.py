@@ -48,3 +48,11 @@ def make_record(rng: np.random.Generator, n: int, index: int = 0, node_vocab=(28
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def fresh_run_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's CLI picks its own run directory (the variable is process-wide)."""
+    from graphormer_urpe.cli import RUN_DIR_ENV
+
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)

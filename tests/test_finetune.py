@@ -6,12 +6,12 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import make_record
 
 from graphormer_urpe.data.batch import collate_graphs
 from graphormer_urpe.finetune import init_from_checkpoint
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks import GraphRegression
+from tests.conftest import make_record
 
 ENCODER = GraphormerConfig(node_vocab=[28], edge_vocab=[4], num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4,
                            attention="rpe", dropout=0.0, attention_dropout=0.0)

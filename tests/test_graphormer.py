@@ -1,4 +1,5 @@
-"""Graphormer without graph token and with node readout: Theorem 2 on graphs, URPE with C = 1 equals RPE."""
+"""Graphormer: RPE/URPE equivalence, invariances, masks, edge encoding, initialisation; without graph token
+and with node readout, Theorem 2 on regular graphs."""
 
 from __future__ import annotations
 
@@ -6,24 +7,182 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
-from conftest import make_record
 
-from graphormer_urpe.data.batch import collate_graphs
+from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.data.synthetic_graphs import regular_graph_record, regular_graphs
-from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
+from graphormer_urpe.data.transforms import graph_structure
+from graphormer_urpe.model.graphormer import EdgePathBias, Graphormer, GraphormerConfig
+from tests.conftest import make_record, random_edges
 
 
-def config(**overrides) -> GraphormerConfig:
+def model(attention: str = "urpe", seed: int = 0, **overrides) -> Graphormer:
+    torch.manual_seed(seed)
+    config = GraphormerConfig(num_layers=3, hidden_dim=32, ffn_dim=32, num_heads=4, attention=attention, **overrides)
+    return Graphormer(config).eval()
+
+
+def randomize_scale(net: Graphormer) -> None:
+    with torch.no_grad():
+        net.relative_scale.weight[1:] = torch.rand_like(net.relative_scale.weight[1:]) + 0.5
+
+
+def permute_record(record, perm: np.ndarray):
+    """The same graph with node i renamed to position inverse[i] (x_new = x[perm])."""
+    inverse = np.argsort(perm)
+    edge_index = inverse[record.edge_index]
+    s = graph_structure(len(perm), edge_index)
+    return record._replace(x=record.x[perm], edge_index=edge_index, spd=s.spd, first_edge=s.first_edge,
+                           in_degree=s.in_degree, out_degree=s.out_degree)
+
+
+def test_urpe_at_init_equals_rpe_exactly(rng: np.random.Generator) -> None:
+    batch = collate_graphs([make_record(rng, n, i) for i, n in enumerate([5, 17, 9, 1])])
+    rpe, urpe = model("rpe"), model("urpe")
+    missing = urpe.load_state_dict(rpe.state_dict(), strict=False)
+    assert missing.missing_keys == ["relative_scale.weight"] and not missing.unexpected_keys
+    assert torch.equal(rpe(batch), urpe(batch))
+    real = torch.cat([torch.ones(4, 1, dtype=torch.bool), batch.node_mask], 1)
+    assert torch.equal(rpe.encode(batch)[real], urpe.encode(batch)[real])
+
+
+def test_learned_scale_changes_the_output(rng: np.random.Generator) -> None:
+    batch = collate_graphs([make_record(rng, 12)])
+    net = model("urpe")
+    before = net(batch)
+    randomize_scale(net)
+    assert not torch.allclose(before, net(batch))
+
+
+@pytest.mark.parametrize("attention", ["rpe", "urpe"])
+@pytest.mark.parametrize(("edge_encoding", "chords"), [("multi_hop", 0), ("single_hop", 4), ("none", 4)])
+def test_permutation_equivariance_and_invariance(
+    rng: np.random.Generator, attention: str, edge_encoding: str, chords: int
+) -> None:
+    """Node outputs permute with the nodes; the graph output does not move.
+
+    With several shortest paths between two nodes, ``multi_hop`` encodes one of them chosen by node
+    order (as the official Floyd-Warshall does), so it is exactly equivariant on forests only.
+    """
+    net = model(attention, edge_encoding=edge_encoding)
+    if attention == "urpe":
+        randomize_scale(net)
+    record = make_record(rng, 14, edges=random_edges(rng, 14, extra=chords, connected=False))
+    perm = rng.permutation(14)
+    original = net.encode(collate_graphs([record]))
+    permuted = net.encode(collate_graphs([permute_record(record, perm)]))
+    torch.testing.assert_close(permuted[0, 1:], original[0, 1:][perm], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(permuted[0, 0], original[0, 0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["rpe", "urpe"])
+def test_other_graphs_and_padding_do_not_change_a_graph(rng: np.random.Generator, attention: str) -> None:
+    net = model(attention)
+    if attention == "urpe":
+        randomize_scale(net)
+    target = make_record(rng, 7)
+    alone = net(collate_graphs([target]))
+    crowded = net(collate_graphs([make_record(rng, 30), target, make_record(rng, 1)]))
+    torch.testing.assert_close(crowded[1], alone[0], atol=1e-6, rtol=1e-5)
+
+
+def test_padded_rows_and_single_node_graphs_are_finite(rng: np.random.Generator) -> None:
+    net = model("urpe")
+    net.train()
+    batch = collate_graphs([make_record(rng, 1), make_record(rng, 40)])
+    out = net(batch)
+    out.sum().backward()
+    assert torch.isfinite(out).all()
+    assert all(torch.isfinite(p.grad).all() for p in net.parameters() if p.grad is not None)
+
+
+def test_unreachable_and_far_pairs_are_masked() -> None:
+    chain = np.array([[i, i + 1] for i in range(24)]).T
+    edges = np.concatenate([chain, chain[::-1]], axis=1)
+    rng = np.random.default_rng(0)
+    path = make_record(rng, 25, edges=edges)
+    two_parts = make_record(rng, 6, edges=np.array([[0, 1, 3, 4], [1, 0, 4, 3]]))
+    relation, key_mask = model().relations(collate_graphs([path, two_parts]))
+    assert key_mask[0, 1, 1 + 19] and not key_mask[0, 1, 1 + 20]  # spd 19 kept, spd 20 masked
+    assert not key_mask[1, 1 + 0, 1 + 3] and key_mask[1, 1 + 0, 1 + 1]  # other component masked
+    assert key_mask[:, :, 0].all()  # everyone sees the graph token
+    assert not key_mask[1, :, 1 + 6:].any()  # nobody sees padding
+
+
+def test_components_do_not_mix_within_one_layer(rng: np.random.Generator) -> None:
+    """Without the graph token in between (1 layer), a component ignores the other component."""
+    net = Graphormer(GraphormerConfig(num_layers=1, hidden_dim=16, ffn_dim=16, num_heads=2)).eval()
+    edges = np.array([[0, 1, 3, 4], [1, 0, 4, 3]])
+    record = make_record(rng, 6, edges=edges)
+    changed = record._replace(x=np.where(np.arange(6)[:, None] >= 3, (record.x + 5) % 28, record.x))
+    a = net.encode(collate_graphs([record]))[0, 1:4]
+    b = net.encode(collate_graphs([changed]))[0, 1:4]
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def hand_batch(edge_attr: np.ndarray) -> GraphBatch:
+    """Path 0 - 1 - 2 - 3 with the given features on its 3 bonds (both directions)."""
+    half = np.array([[0, 1, 2], [1, 2, 3]])
+    edges = np.concatenate([half, half[::-1]], axis=1)
+    record = make_record(np.random.default_rng(0), 4, edges=edges, edge_vocab=(4, 3))
+    return collate_graphs([record._replace(edge_attr=np.concatenate([edge_attr, edge_attr]))])
+
+
+@pytest.mark.parametrize("max_hops", [5, 2])
+def test_multi_hop_edge_encoding_of_one_path(max_hops: int) -> None:
+    torch.manual_seed(0)
+    bond = np.array([[1, 0], [2, 1], [3, 2]])  # two feature columns per bond
+    encoder = EdgePathBias((4, 3), num_heads=2, max_hops=max_hops, hop_matrices=True)
+    torch.nn.init.normal_(encoder.hop_weight)
+    bias = encoder(hand_batch(bond))  # (1, 4, 4, 2)
+    table = encoder.features.weight  # rows: 0 pad, 1..4 column 0, 5..7 column 1
+    per_bond = [(table[1 + a] + table[5 + b]) / 2 for a, b in bond]  # mean over feature columns
+    hops = min(3, max_hops)
+    expected = sum(per_bond[n] @ encoder.hop_weight[n] for n in range(hops)) / hops
+    torch.testing.assert_close(bias[0, 0, 3], expected)
+    # reverse direction walks 3 -> 2 -> 1 -> 0: bonds in reverse order
+    expected_reverse = sum(per_bond[2 - n] @ encoder.hop_weight[n] for n in range(hops)) / hops
+    torch.testing.assert_close(bias[0, 3, 0], expected_reverse)
+    assert (bias[0, torch.arange(4), torch.arange(4)] == 0).all()
+
+
+def test_single_hop_uses_direct_edges_only() -> None:
+    encoder = EdgePathBias((4, 3), num_heads=2, max_hops=1, hop_matrices=False)
+    bias = encoder(hand_batch(np.array([[1, 0], [2, 1], [3, 2]])))
+    table = encoder.features.weight
+    torch.testing.assert_close(bias[0, 0, 1], (table[2] + table[5]) / 2)
+    assert (bias[0, 0, 2] == 0).all() and (bias[0, 0, 3] == 0).all()
+
+
+def test_zinc_configuration_fits_the_parameter_budget() -> None:
+    for attention in ("rpe", "urpe"):
+        count = sum(p.numel() for p in Graphormer(GraphormerConfig(attention=attention)).parameters())
+        assert count < 500_000, count
+
+
+def test_official_initialisation() -> None:
+    net = Graphormer(GraphormerConfig(num_layers=16, hidden_dim=256, ffn_dim=256))
+    linear = net.layers[0].attention.qkv.weight
+    assert abs(linear.std().item() - 0.02 / 4) < 5e-4 and (net.layers[0].attention.qkv.bias == 0).all()
+    assert abs(net.nodes.features.weight[1:].std().item() - 0.02) < 2e-3
+    for table in (net.nodes.features, net.nodes.in_degree, net.relative_bias.table, net.edge_bias.features):
+        assert (table.weight[0] == 0).all()
+    assert (net.relative_scale.weight[1:] == 1).all()
+
+
+# ----------------------------------------------------------------------------- no graph token, node readout
+
+
+def node_config(**overrides) -> GraphormerConfig:
     base = dict(node_vocab=[1], edge_vocab=[1], num_outputs=3, num_layers=3, hidden_dim=16, ffn_dim=16, num_heads=4,
                 attention="rpe", graph_token=False, readout="node", dropout=0.0, attention_dropout=0.0)
     return GraphormerConfig(**{**base, **overrides})
 
 
-def randomize(model: torch.nn.Module, seed: int) -> None:
+def randomize(net: torch.nn.Module, seed: int) -> None:
     """Large random weights everywhere, padding rows included; C random in [0.5, 1.5] (padding row 0)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, p in net.named_parameters():
             if "relative_scale" in name:
                 p[1:] = torch.rand(p[1:].shape, generator=generator) + 0.5
             else:
@@ -41,11 +200,11 @@ def distance_profiles(spd: torch.Tensor) -> list[tuple[int, ...]]:
     return [tuple(torch.bincount(row, minlength=int(spd.max()) + 1).tolist()) for row in spd]
 
 
-def layer_states(model: Graphormer, batch) -> list[torch.Tensor]:
+def layer_states(net: Graphormer, batch) -> list[torch.Tensor]:
     """Token states after every layer (forward hooks)."""
     states: list[torch.Tensor] = []
-    hooks = [layer.register_forward_hook(lambda _m, _i, out: states.append(out)) for layer in model.layers]
-    model(batch)
+    hooks = [layer.register_forward_hook(lambda _m, _i, out: states.append(out)) for layer in net.layers]
+    net(batch)
     for hook in hooks:
         hook.remove()
     return states
@@ -57,9 +216,9 @@ def test_rpe_without_graph_token_gives_every_node_the_same_state(seed, edge_enco
     """Theorem 2: on a regular graph with identical node features, RPE keeps all nodes identical at every layer."""
     records = [record for record, _ in regular_graphs(3, 3, 12, 16, 2, seed=seed)[0]]
     batch = collate_graphs([regular_graph_record(nx.frucht_graph(), 0), *records])
-    model = Graphormer(config(edge_encoding=edge_encoding)).eval()
-    randomize(model, seed)
-    for states in [*layer_states(model, batch), model(batch)]:
+    net = Graphormer(node_config(edge_encoding=edge_encoding)).eval()
+    randomize(net, seed)
+    for states in [*layer_states(net, batch), net(batch)]:
         for b in range(batch.num_graphs):
             real = states[b][batch.node_mask[b]]  # (n, ...)
             torch.testing.assert_close(real, real[:1].expand_as(real), rtol=1e-5, atol=1e-5)
@@ -68,9 +227,9 @@ def test_rpe_without_graph_token_gives_every_node_the_same_state(seed, edge_enco
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_urpe_separates_nodes_with_different_distance_profiles(seed):
     batch = frucht_batch()
-    model = Graphormer(config(attention="urpe")).eval()
-    randomize(model, seed)
-    out = model(batch)[0]  # (n, outputs)
+    net = Graphormer(node_config(attention="urpe")).eval()
+    randomize(net, seed)
+    out = net(batch)[0]  # (n, outputs)
     profiles = distance_profiles(batch.spd[0])
     assert len(set(profiles)) > 1
     for i in range(len(profiles)):
@@ -82,9 +241,9 @@ def test_urpe_separates_nodes_with_different_distance_profiles(seed):
 def test_graph_token_already_lets_rpe_tell_nodes_apart():
     """Why the task drops the graph token: its share of each softmax row depends on the distance profile."""
     batch = frucht_batch()
-    model = Graphormer(config(graph_token=True)).eval()
-    randomize(model, 0)
-    out = model(batch)[0]
+    net = Graphormer(node_config(graph_token=True)).eval()
+    randomize(net, 0)
+    out = net(batch)[0]
     assert (out - out[:1]).abs().max() > 1e-3
 
 
@@ -92,9 +251,9 @@ def test_graph_token_already_lets_rpe_tell_nodes_apart():
 def test_urpe_with_unit_scale_equals_rpe(rng, graph_token, readout):
     batch = collate_graphs([make_record(rng, n, index=i) for i, n in enumerate((5, 9, 3))])
     overrides = dict(node_vocab=[28], edge_vocab=[4], graph_token=graph_token, readout=readout)
-    rpe = Graphormer(config(**overrides)).eval()
+    rpe = Graphormer(node_config(**overrides)).eval()
     randomize(rpe, 0)
-    urpe = Graphormer(config(attention="urpe", **overrides)).eval()
+    urpe = Graphormer(node_config(attention="urpe", **overrides)).eval()
     missing, unexpected = urpe.load_state_dict(rpe.state_dict(), strict=False)
     assert missing == ["relative_scale.weight"] and unexpected == []
     real = slice(None) if readout == "graph" else batch.node_mask  # padding nodes' outputs are meaningless
@@ -103,26 +262,26 @@ def test_urpe_with_unit_scale_equals_rpe(rng, graph_token, readout):
 
 def test_node_readout_shapes_and_padding_invariance(rng):
     small, large = make_record(rng, 4, index=0), make_record(rng, 11, index=1)
-    model = Graphormer(config(node_vocab=[28], edge_vocab=[4], attention="urpe")).eval()
-    randomize(model, 0)
-    alone = model(collate_graphs([small]))
-    together = model(collate_graphs([small, large]))
+    net = Graphormer(node_config(node_vocab=[28], edge_vocab=[4], attention="urpe")).eval()
+    randomize(net, 0)
+    alone = net(collate_graphs([small]))
+    together = net(collate_graphs([small, large]))
     assert alone.shape == (1, 4, 3) and together.shape == (2, 11, 3)
     torch.testing.assert_close(together[0, :4], alone[0], rtol=1e-5, atol=1e-5)
 
 
 def test_node_readout_with_graph_token_reads_the_node_positions(rng):
     batch = collate_graphs([make_record(rng, 6)])
-    model = Graphormer(config(node_vocab=[28], edge_vocab=[4], graph_token=True, readout="node")).eval()
-    randomize(model, 0)
-    assert torch.equal(model(batch), model.head(model.encode(batch)[:, 1:]))
+    net = Graphormer(node_config(node_vocab=[28], edge_vocab=[4], graph_token=True, readout="node")).eval()
+    randomize(net, 0)
+    assert torch.equal(net(batch), net.head(net.encode(batch)[:, 1:]))
 
 
 def test_default_keeps_the_graph_token_and_graph_readout():
     default = GraphormerConfig()
     assert default.graph_token and default.readout == "graph"
-    assert "graph_token.weight" in Graphormer(config(graph_token=True, readout="graph")).state_dict()
-    assert "graph_token.weight" not in Graphormer(config()).state_dict()
+    assert "graph_token.weight" in Graphormer(node_config(graph_token=True, readout="graph")).state_dict()
+    assert "graph_token.weight" not in Graphormer(node_config()).state_dict()
     with pytest.raises(ValueError, match="graph_token"):
         GraphormerConfig(graph_token=False, readout="graph")
 

@@ -11,9 +11,10 @@ import torch
 import train
 from graphormer_urpe.cli import RUN_DIR_ENV
 
+TINY_SEQUENCES = ["--data.length", "8", "--data.val_size", "16", "--data.test_size", "16", "--data.batch_size", "8"]
 TINY = {
-    "synthetic_pi": ["--data.length", "8", "--data.val_size", "16", "--data.test_size", "16", "--data.batch_size", "8"],
-    "synthetic_etp": ["--data.length", "8", "--data.val_size", "16", "--data.test_size", "16", "--data.batch_size", "8"],
+    "synthetic_pi": TINY_SEQUENCES,
+    "synthetic_etp": TINY_SEQUENCES,
     "synthetic_graph": ["--data.train_graphs", "8", "--data.val_graphs", "4", "--data.test_graphs", "4",
                         "--data.batch_size", "4"],
 }

@@ -91,8 +91,9 @@ class RelativeScale(nn.Module):
 class MultiHeadAttention(nn.Module):
     """Self-attention ``softmax(QK^T/sqrt(D) + bias) [* scale] V`` over padded token sets.
 
-    The softmax, the URPE product and the masking run in float32 whatever the autocast dtype,
-    so fp16 logits never overflow and ``-inf`` masks never turn into NaN.
+    The softmax and the URPE product run in float32 whatever the autocast dtype, and masks are
+    ``-inf`` entries of the bias, so padded rows never turn into NaN as long as each row keeps
+    one visible key (the graph token, for Graphormer).
 
     Args:
         hidden_dim: model width, ``H * D``.
@@ -115,25 +116,29 @@ class MultiHeadAttention(nn.Module):
         x: torch.Tensor,
         attn_bias: torch.Tensor | None,
         attn_scale: torch.Tensor | None,
-        key_mask: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The attention matrix A (before dropout) and the values V.
 
+        ``attn_bias`` carries the masks: ``-inf`` where query i must not see key j (every row needs
+        one finite entry). The logits are ``attn_bias + QK^T/sqrt(D)`` in one fused ``baddbmm``;
+        under autocast that matmul runs in half precision like the official fp16 code, and the
+        softmax and the URPE product run in float32.
+
         Shapes:
-            x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) or None;
-            key_mask: (B, T, T) bool, True where query i may attend to key j, or None.
+            x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) contiguous, or None.
             Returns A (B, H, T, T) float32 and V (B, H, T, D).
         """
         batch, tokens, _ = x.shape
         qkv = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
-        logits = (q * self.head_dim**-0.5) @ k.transpose(-1, -2)  # (B, H, T, T)
-        logits = logits.float()
-        if attn_bias is not None:
-            logits = logits + attn_bias
-        if key_mask is not None:
-            logits = logits.masked_fill(~key_mask.unsqueeze(1), float("-inf"))
-        weights = torch.softmax(logits, dim=-1)  # (B, H, T, T), rows sum to 1
+        q = q.reshape(batch * self.num_heads, tokens, self.head_dim)  # (B*H, T, D)
+        k_t = k.reshape(batch * self.num_heads, tokens, self.head_dim).transpose(1, 2)  # (B*H, D, T)
+        if attn_bias is None:
+            logits = (q @ k_t) * self.head_dim**-0.5  # (B*H, T, T)
+        else:
+            bias = attn_bias.reshape(batch * self.num_heads, tokens, tokens)
+            logits = torch.baddbmm(bias, q, k_t, alpha=self.head_dim**-0.5)  # (B*H, T, T)
+        weights = torch.softmax(logits.float(), dim=-1).view(batch, self.num_heads, tokens, tokens)
         if attn_scale is not None:
             weights = weights * attn_scale  # URPE: rows no longer sum to 1
         return weights, v
@@ -143,15 +148,14 @@ class MultiHeadAttention(nn.Module):
         x: torch.Tensor,
         attn_bias: torch.Tensor | None = None,
         attn_scale: torch.Tensor | None = None,
-        key_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attend.
 
         Shapes:
-            x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) float or None;
-            key_mask: (B, T, T) bool or None. Returns (B, T, H*D).
+            x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) or None.
+            Returns (B, T, H*D).
         """
-        weights, v = self.attention_weights(x, attn_bias, attn_scale, key_mask)
+        weights, v = self.attention_weights(x, attn_bias, attn_scale)
         weights = self.attention_dropout(weights).to(v.dtype)
         mixed = weights @ v  # (B, H, T, D)
         batch, _, tokens, _ = mixed.shape

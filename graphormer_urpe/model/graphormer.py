@@ -235,15 +235,13 @@ class EncoderLayer(nn.Module):
         x: torch.Tensor,
         attn_bias: torch.Tensor | None,
         attn_scale: torch.Tensor | None,
-        key_mask: torch.Tensor | None,
     ) -> torch.Tensor:
         """One layer.
 
         Shapes:
-            x: (B, T, H*D); attn_bias, attn_scale: (B or 1, H, T, T) or None; key_mask: (B, T, T) or None
-            -> (B, T, H*D).
+            x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) or None -> (B, T, H*D).
         """
-        attended = self.attention(self.attention_norm(x), attn_bias, attn_scale, key_mask)
+        attended = self.attention(self.attention_norm(x), attn_bias, attn_scale)
         x = x + self._residual(self.dropout(attended))
         return x + self._residual(self.dropout(self.ffn(self.ffn_norm(x))))
 
@@ -327,8 +325,8 @@ class Graphormer(nn.Module):
         real_pair = node_mask.unsqueeze(2) & node_mask.unsqueeze(1)  # (B, N, N)
         near = batch.spd < self.config.spatial_pos_max
         relation = torch.where(real_pair & near, batch.spd.long() + SPD_RELATION_OFFSET, PAD_RELATION)
-        if self.graph_token is None:
-            return relation, node_mask.unsqueeze(1) & ~(real_pair & ~near)  # padding queries see real keys
+        if self.graph_token is None:  # every row keeps a visible key: its own node, or the real nodes
+            return relation, node_mask.unsqueeze(1) & ~(real_pair & ~near)
 
         token_row = torch.where(node_mask, GRAPH_TOKEN_RELATION, PAD_RELATION)  # (B, N)
         token_self = torch.full_like(token_row[:, :1], GRAPH_TOKEN_RELATION)
@@ -342,19 +340,24 @@ class Graphormer(nn.Module):
         key_mask = real_token.unsqueeze(1) & ~far  # padding queries still see every real key
         return relation, key_mask
 
-    def attention_inputs(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """Bias B + edge bias, URPE scale C and mask, computed once and shared by all layers.
+    def attention_inputs(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Bias B + edge bias with the masks folded in as -inf, and the URPE scale C.
+
+        Computed once per forward and shared by all layers (contiguous, so no layer pays for a
+        permuted view).
 
         Shapes:
-            returns attn_bias (B, H, T, T) float32, attn_scale (B, H, T, T) or None, key_mask (B, T, T).
+            returns attn_bias (B, H, T, T) float32 and attn_scale (B, H, T, T) float32 or None.
         """
         relation, key_mask = self.relations(batch)
         bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
         if self.edge_bias is not None:
             bias[:, self.first_node:, self.first_node:] += self.edge_bias(batch).float()
-        attn_bias = bias.permute(0, 3, 1, 2)  # (B, H, T, T)
-        attn_scale = self.relative_scale(relation).float() if self.relative_scale is not None else None
-        return attn_bias, attn_scale, key_mask
+        bias = bias.masked_fill(~key_mask.unsqueeze(-1), float("-inf"))
+        attn_bias = bias.permute(0, 3, 1, 2).contiguous()  # (B, H, T, T)
+        if self.relative_scale is None:
+            return attn_bias, None
+        return attn_bias, self.relative_scale(relation).float().contiguous()
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """Final token states: graph token at :data:`GRAPH_TOKEN_POS` (if any), nodes from ``first_node``.
@@ -367,9 +370,9 @@ class Graphormer(nn.Module):
             token = self.graph_token.weight.expand(x.shape[0], 1, -1)  # (B, 1, H*D)
             x = torch.cat([token, x], dim=1)  # (B, T, H*D)
         x = self.input_dropout(x)
-        attn_bias, attn_scale, key_mask = self.attention_inputs(batch)
+        attn_bias, attn_scale = self.attention_inputs(batch)
         for layer in self.layers:
-            x = layer(x, attn_bias, attn_scale, key_mask)
+            x = layer(x, attn_bias, attn_scale)
         return self.final_norm(x)
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:

@@ -154,7 +154,7 @@ class SequenceTransformer(nn.Module):
         self.apply(functools.partial(official_init, num_layers=config.num_layers))
 
     def attention_inputs(self, tokens: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """B and C of the first ``tokens`` positions, shared by the batch and by all layers.
+        """B and C of the first ``tokens`` positions, the same for every sequence and every layer.
 
         Shapes:
             returns attn_bias (1, H, T, T) float32 or None, attn_scale (1, H, T, T) float32 or None.
@@ -174,8 +174,11 @@ class SequenceTransformer(nn.Module):
         Shapes:
             tokens: (B, T) int64 in ``[0, vocab_size)`` -> (B, T, num_classes).
         """
+        batch, length = tokens.shape
         x = self.tokens(tokens)  # (B, T, H*D)
-        attn_bias, attn_scale = self.attention_inputs(tokens.shape[1])
+        bias, scale = self.attention_inputs(length)
+        # the attention takes one contiguous (B, H, T, T) table each, computed once for all layers
+        attn_bias, attn_scale = (None if m is None else m.expand(batch, -1, -1, -1).contiguous() for m in (bias, scale))
         for layer in self.layers:
-            x = layer(x, attn_bias, attn_scale, None)
+            x = layer(x, attn_bias, attn_scale)
         return self.head(self.final_norm(x))

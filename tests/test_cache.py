@@ -1,0 +1,113 @@
+"""The chunked memory-mapped cache: round trip, skipping, resume, corruption."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphormer_urpe.data.cache import GraphSpec, GraphStore, build_store, chunk_problem
+from graphormer_urpe.data.featurize import RawGraph
+from graphormer_urpe.data.transforms import graph_structure
+from tests.conftest import random_edges
+
+SPEC = GraphSpec(node_vocab=(5, 3), edge_vocab=(4,), num_targets=2, max_nodes=30)
+
+
+class FakeReader:
+    """Random graphs; rows 3 and 11 are unusable, row 7 has an out-of-vocabulary feature."""
+
+    def __init__(self, num_rows: int = 25) -> None:
+        self.num_rows = num_rows
+        self.calls: list[tuple[int, int]] = []
+
+    def graph(self, row: int) -> RawGraph | str:
+        if row in (3, 11):
+            return "RDKit cannot parse"
+        rng = np.random.default_rng(row)
+        n = 40 if row == 19 else int(rng.integers(1, 20))
+        edges = random_edges(rng, n, extra=2, connected=row % 2 == 0)
+        x = np.stack([rng.integers(0, 5, n), rng.integers(0, 3, n)], 1)
+        if row == 7:
+            x[0, 1] = 3
+        return RawGraph(x=x, edge_index=edges, edge_attr=rng.integers(0, 4, (edges.shape[1], 1)),
+                        y=rng.normal(size=2).astype(np.float32))
+
+    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
+        self.calls.append((start, stop))
+        for row in range(start, stop):
+            yield row, self.graph(row)
+
+
+def build(directory: Path, reader: FakeReader, workers: int = 0):
+    splits = {"train": np.arange(0, 20), "valid": np.arange(20, 25)}
+    return build_store(reader, directory, {"test": 1}, SPEC, splits, num_workers=workers, chunk_size=6)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_round_trip_and_skips(tmp_path: Path, workers: int) -> None:
+    reader = FakeReader()
+    summary = build(tmp_path, reader, workers)
+    assert [row for row, _ in summary.skipped] == [3, 7, 11, 19]
+    assert "max_nodes" in dict(summary.skipped)[19] and "column 1" in dict(summary.skipped)[7]
+    store = GraphStore(tmp_path)
+    assert len(store) == 21 and store.manifest["skipped"] == 4
+    for index, row in enumerate(store.source_row):
+        expected, record = reader.graph(int(row)), store.record(index)
+        structure = graph_structure(len(expected.x), expected.edge_index)
+        np.testing.assert_array_equal(record.x, expected.x)
+        np.testing.assert_array_equal(record.edge_index, expected.edge_index)
+        np.testing.assert_array_equal(record.spd, structure.spd)
+        np.testing.assert_array_equal(record.first_edge, structure.first_edge)
+        np.testing.assert_array_equal(record.y, expected.y)
+        assert record.index == index
+    splits = store.split_indices()
+    assert len(splits["train"]) == 16 and len(splits["valid"]) == 5  # rows 3, 7, 11, 19 skipped
+
+
+def test_arrays_are_memory_mapped_and_compact(tmp_path: Path) -> None:
+    build(tmp_path, FakeReader())
+    chunk = GraphStore(tmp_path).chunks[0]
+    assert isinstance(chunk.arrays["spd"], np.memmap)
+    assert chunk.arrays["spd"].dtype == np.uint8 and chunk.arrays["first_edge"].dtype == np.int16
+
+
+def test_interrupted_build_resumes_at_missing_chunks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    build(tmp_path, FakeReader())
+    (tmp_path / "manifest.json").unlink()
+    for name in ("chunk_00002", "chunk_00003"):  # as if killed before these were written
+        for file in (tmp_path / name).iterdir():
+            file.unlink()
+        (tmp_path / name).rmdir()
+    reader = FakeReader()
+    with caplog.at_level(logging.INFO):
+        build(tmp_path, reader)
+    assert reader.calls == [(12, 18), (18, 24)]
+    assert len(GraphStore(tmp_path)) == 21
+
+
+def test_truncated_or_corrupt_chunks_are_detected_and_rebuilt(tmp_path: Path) -> None:
+    build(tmp_path, FakeReader())
+    spd = tmp_path / "chunk_00001" / "spd.npy"
+    spd.write_bytes(spd.read_bytes()[:-5])
+    assert "truncated" in chunk_problem(tmp_path / "chunk_00001")
+    y = tmp_path / "chunk_00002" / "y.npy"
+    data = bytearray(y.read_bytes())
+    data[-1] ^= 0xFF
+    y.write_bytes(bytes(data))
+    assert "checksum" in chunk_problem(tmp_path / "chunk_00002")
+    reader = FakeReader()
+    summary = build(tmp_path, reader)
+    assert summary.rebuilt_chunks == 2 and reader.calls == [(6, 12), (12, 18)]
+    assert chunk_problem(tmp_path / "chunk_00001") is None and chunk_problem(tmp_path / "chunk_00002") is None
+
+
+def test_manifest_records_totals(tmp_path: Path) -> None:
+    build(tmp_path, FakeReader())
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["rows"] == 25 and manifest["graphs"] == 21 and manifest["key"] == {"test": 1}
+    assert manifest["skipped_examples"][0] == [3, "RDKit cannot parse"]

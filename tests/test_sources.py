@@ -1,0 +1,115 @@
+"""Dataset sources on fixtures written in the real on-disk layouts, and the embedded QM9 data."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphormer_urpe.constants import HARTREE_TO_EV
+from graphormer_urpe.data.datamodule import GraphDataModule
+from graphormer_urpe.data.sources import ZINC, DatasetMissing, QM9Gap
+from graphormer_urpe.data.sources import base as sources_base
+from graphormer_urpe.data.sources import zinc as zinc_module
+from graphormer_urpe.data.sources.molecules import qm9pack_csvs, seeded_split
+
+
+def write_zinc_raw(raw: Path, sizes: dict[str, int], subset_sizes: dict[str, int], seed: int = 0) -> dict:
+    """Benchmarking-GNNs ZINC pickles (lists of dicts) and subset index files, as PyG downloads them."""
+    rng = np.random.default_rng(seed)
+    raw.mkdir(parents=True)
+    molecules = {}
+    for split, size in sizes.items():
+        mols = []
+        for _ in range(size):
+            n = int(rng.integers(2, 12))
+            adjacency = torch.zeros(n, n, dtype=torch.long)
+            for k in range(1, n):
+                j, bond = int(rng.integers(0, k)), int(rng.integers(1, 4))
+                adjacency[k, j] = adjacency[j, k] = bond
+            mols.append({"atom_type": torch.from_numpy(rng.integers(0, 28, n)), "bond_type": adjacency,
+                         "logP_SA_cycle_normalized": torch.tensor([float(rng.normal())]), "num_atom": n})
+        with open(raw / f"{split}.pickle", "wb") as f:
+            pickle.dump(mols, f)
+        subset = sorted(rng.choice(size, subset_sizes[split], replace=False).tolist())
+        (raw / f"{split}.index").write_text(",".join(map(str, subset)) + "\n")
+        molecules[split] = (mols, subset)
+    return molecules
+
+
+@pytest.fixture
+def zinc_root(tmp_path: Path) -> tuple[Path, dict]:
+    mols = write_zinc_raw(tmp_path / "ZINC" / "raw", {"train": 30, "val": 8, "test": 6},
+                          {"train": 10, "val": 4, "test": 3})
+    return tmp_path, mols
+
+
+@pytest.mark.parametrize("subset", [True, False])
+def test_zinc_from_raw_layout(zinc_root, subset: bool, caplog: pytest.LogCaptureFixture) -> None:
+    root, mols = zinc_root
+    data = GraphDataModule(ZINC(subset=subset), root=str(root), batch_size=4, num_workers=0, preprocess_workers=0)
+    data.prepare_data()
+    with caplog.at_level(logging.WARNING):
+        data.setup()
+    expected = {"train": 10, "valid": 4, "test": 3} if subset else {"train": 30, "valid": 8, "test": 6}
+    assert data.split_sizes == expected
+    assert "differ from the published" in caplog.text  # a 30-graph ZINC is not the published one
+    first = mols["train"][0][mols["train"][1][0] if subset else 0]
+    record = data.datasets["train"][0]
+    np.testing.assert_array_equal(record.x[:, 0], first["atom_type"].numpy())
+    adjacency = first["bond_type"].numpy()
+    np.testing.assert_array_equal(record.edge_attr[:, 0], adjacency[tuple(record.edge_index)])
+    np.testing.assert_allclose(record.y, first["logP_SA_cycle_normalized"].numpy())
+    batch = next(iter(data.train_dataloader()))
+    assert batch.num_graphs == 4 and batch.x.shape[-1] == 1
+
+
+def test_zinc_split_sizes_match_the_papers() -> None:
+    assert ZINC(subset=True).published_split_sizes == {"train": 10_000, "valid": 1_000, "test": 1_000}
+    assert ZINC(subset=False).published_split_sizes == {"train": 220_011, "valid": 24_445, "test": 5_000}
+
+
+def test_missing_zinc_stops_at_once_with_instructions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(zinc_module, "network_reachable", lambda url: False)
+    data = GraphDataModule(ZINC(), root=str(tmp_path), num_workers=0)
+    with pytest.raises(DatasetMissing) as error:
+        data.prepare_data()
+    message = str(error.value)
+    assert str(tmp_path / "ZINC" / "raw") in message and "train.pickle" in message and "dropbox" in message
+
+
+def test_unreachable_network_is_detected_quickly() -> None:
+    started = time.perf_counter()
+    assert not sources_base.network_reachable("https://192.0.2.1:9/", timeout=0.5)  # TEST-NET-1, never routed
+    assert time.perf_counter() - started < 5
+
+
+def test_qm9_slice(tmp_path: Path) -> None:
+    data = GraphDataModule(QM9Gap(max_molecules=300), root=str(tmp_path), batch_size=8, num_workers=0,
+                           preprocess_workers=2, chunk_size=100)
+    data.prepare_data()
+    data.setup()
+    assert data.split_sizes == {"train": 240, "valid": 30, "test": 30}
+    store = data.datasets["train"].store
+    assert store.source_row[0] == 0 and store.record(0).x.tolist() == [[5, 0, 4, 5, 4, 0, 2, 0, 0]]  # methane
+    assert store.record(0).y[0] == pytest.approx(0.5048 * HARTREE_TO_EV, rel=1e-6)
+    assert (data.cache_dir / "splits.npz").is_file()
+    mean, std = data.target_statistics()
+    assert 5 < mean[0] < 9 and 0.5 < std[0] < 3  # gaps in eV
+
+
+def test_qm9_is_read_without_importing_qm9pack() -> None:
+    files = qm9pack_csvs()
+    assert [f.name for f in files] == ["qm9_part1.csv", "qm9_part2.csv", "qm9_part3.csv"]
+
+
+def test_seeded_split_is_fixed_and_disjoint() -> None:
+    a, b = seeded_split(1000, seed=3), seeded_split(1000, seed=3)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert sorted(np.concatenate(list(a.values())).tolist()) == list(range(1000))
+    assert [len(v) for v in a.values()] == [800, 100, 100]

@@ -1,0 +1,83 @@
+"""Shortest paths, first edges and degrees against networkx and hand-checked graphs."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
+from graphormer_urpe.data.transforms import graph_structure
+from tests.conftest import random_edges
+
+
+def networkx_distances(n: int, edge_index: np.ndarray) -> np.ndarray:
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(n))
+    graph.add_edges_from(edge_index.T.tolist())
+    lengths = dict(nx.all_pairs_shortest_path_length(graph))
+    return np.array([[lengths[i].get(j, UNREACHABLE_SPD) for j in range(n)] for i in range(n)])
+
+
+@pytest.mark.parametrize("connected", [True, False])
+@pytest.mark.parametrize("seed", range(5))
+def test_spd_matches_networkx(seed: int, connected: bool) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 40))
+    edges = random_edges(rng, n, extra=3, connected=connected)
+    np.testing.assert_array_equal(graph_structure(n, edges).spd, networkx_distances(n, edges))
+
+
+def test_spd_of_directed_graph_is_directed() -> None:
+    edges = np.array([[0, 1], [1, 2]])  # 0 -> 1 -> 2
+    spd = graph_structure(3, edges).spd
+    assert spd[0, 2] == 2 and spd[2, 0] == UNREACHABLE_SPD
+
+
+def test_first_edges_trace_shortest_paths() -> None:
+    """Following first_edge from i reaches j in exactly spd[i, j] existing edges."""
+    rng = np.random.default_rng(7)
+    for _ in range(10):
+        n = int(rng.integers(2, 30))
+        edges = random_edges(rng, n, extra=4, connected=bool(rng.integers(0, 2)))
+        s = graph_structure(n, edges)
+        for i in range(n):
+            for j in range(n):
+                if i == j or s.spd[i, j] == UNREACHABLE_SPD:
+                    assert s.first_edge[i, j] == NO_EDGE
+                    continue
+                node, hops = i, 0
+                while node != j:
+                    e = s.first_edge[node, j]
+                    assert edges[0, e] == node
+                    node, hops = int(edges[1, e]), hops + 1
+                assert hops == s.spd[i, j]
+
+
+def test_hand_checked_cycle_takes_smallest_next_node() -> None:
+    # 4-cycle 0-1-2-3-0: from 0 to 2 both 1 and 3 are on shortest paths; the smaller (1) is taken
+    half = np.array([[0, 1, 2, 3], [1, 2, 3, 0]])
+    edges = np.concatenate([half, half[::-1]], axis=1)  # edge ids: 0:0->1 1:1->2 2:2->3 3:3->0 4:1->0 ...
+    s = graph_structure(4, edges)
+    assert s.spd[0, 2] == 2
+    assert s.first_edge[0, 2] == 0  # 0 -> 1
+    assert s.first_edge[1, 2] == 1  # 1 -> 2
+    np.testing.assert_array_equal(s.in_degree, [2, 2, 2, 2])
+
+
+def test_degrees_and_isolated_nodes() -> None:
+    edges = np.array([[0, 0, 1], [1, 2, 2]])  # directed: out(0)=2, in(2)=2, node 3 isolated
+    s = graph_structure(4, edges)
+    np.testing.assert_array_equal(s.out_degree, [2, 1, 0, 0])
+    np.testing.assert_array_equal(s.in_degree, [0, 1, 2, 0])
+    assert (s.spd[3, :3] == UNREACHABLE_SPD).all() and s.spd[3, 3] == 0
+
+
+def test_compact_dtypes() -> None:
+    s = graph_structure(5, random_edges(np.random.default_rng(0), 5))
+    assert s.spd.dtype == np.uint8 and s.first_edge.dtype == np.int16 and s.in_degree.dtype == np.int16
+
+
+def test_single_node_graph() -> None:
+    s = graph_structure(1, np.zeros((2, 0), dtype=np.int64))
+    assert s.spd.tolist() == [[0]] and s.first_edge.tolist() == [[NO_EDGE]]
