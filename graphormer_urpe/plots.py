@@ -140,27 +140,35 @@ def _centered(values: np.ndarray) -> dict[str, float]:
     return {"vmin": -limit, "vmax": limit}
 
 
-def accuracy_figure(results: dict[str, dict[str, float]], methods: Sequence[str], title: str = "") -> Figure:
+def accuracy_figure(results: dict[str, dict[str, float]], methods: Sequence[str], title: str = "",
+                    baselines: dict[str, float] | None = None) -> Figure:
     """Grouped bars of accuracy per setting and method, like the paper's Figure 1.
 
     Args:
-        results: ``{setting: {method: accuracy in [0, 1]}}``, settings in drawing order.
-        methods: methods in bar order (a missing result leaves a gap).
+        results: ``{setting: {method: accuracy in [0, 1]}}``, settings in drawing order; a setting may
+            have only some of the methods.
+        methods: every method, in bar order (fixes each method's colour).
         title: figure title.
+        baselines: ``{setting: accuracy}`` of a trivial predictor, drawn as a dashed line per group.
     """
-    settings = list(results)
-    figure = Figure(figsize=(1.4 + 1.5 * len(settings), 3.2), layout="constrained")
+    figure = Figure(figsize=(1.6 + 1.7 * len(results), 3.4), layout="constrained")
     ax = figure.subplots()
-    width = 0.8 / len(methods)
-    for k, method in enumerate(methods):
-        xs = [i + (k - (len(methods) - 1) / 2) * width for i, s in enumerate(settings) if method in results[s]]
-        ys = [results[s][method] for s in settings if method in results[s]]
-        bars = ax.bar(xs, ys, width, label=method)
-        ax.bar_label(bars, labels=[f"{y:.2f}" for y in ys], fontsize=6, padding=1)
-    ax.set_xticks(range(len(settings)), settings, fontsize=8)
-    ax.set_ylim(0, 1.08)
-    ax.set_ylabel("accuracy (test)")
-    ax.legend(fontsize=7, loc="upper left", ncols=len(methods))
+    colours = {method: f"C{k}" for k, method in enumerate(methods)}
+    drawn: set[str] = set()
+    for i, (setting, scores) in enumerate(results.items()):
+        present = [m for m in methods if m in scores]
+        width = 0.8 / max(len(present), 1)
+        for k, method in enumerate(present):
+            x = i + (k - (len(present) - 1) / 2) * width
+            bar = ax.bar(x, scores[method], width, color=colours[method], label=None if method in drawn else method)
+            ax.bar_label(bar, labels=[f"{scores[method]:.2f}"], fontsize=6, padding=1)
+            drawn.add(method)
+        if baselines and setting in baselines:
+            ax.hlines(baselines[setting], i - 0.45, i + 0.45, colors="k", linestyles="dashed", linewidth=0.8)
+    ax.set_xticks(range(len(results)), list(results), fontsize=8)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("test accuracy")
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=min(len(drawn), 5), frameon=False)
     if title:
-        ax.set_title(title, fontsize=10)
+        figure.suptitle(title, fontsize=10)
     return figure
