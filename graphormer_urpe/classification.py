@@ -26,7 +26,11 @@ from graphormer_urpe.tasks import FromCheckpoint, adamw_warmup_linear_decay
 class TokenClassification(FromCheckpoint, pl.LightningModule):
     """Cross-entropy and token accuracy over every token whose label is not :data:`IGNORE_LABEL`.
 
-    Subclasses build ``self.model`` and implement :meth:`logits_and_labels`.
+    Subclasses pass their network and implement :meth:`logits_and_labels`; their ``__init__`` saves the
+    hyper-parameters (``lr``, ``warmup_steps``, ``end_lr``, ``weight_decay``, ``adam_eps``, ``encoder``).
+
+    Args:
+        model: the network, kept as ``self.model``.
     """
 
     #: Metric that selects the best checkpoint, and whether lower is better.
