@@ -1,64 +1,285 @@
-"""Evaluate a checkpoint on a split.
+"""Evaluate a checkpoint on a split, or write and check OGB-LSC test submissions.
 
     python evaluate.py --ckpt runs/qm9_gap-.../checkpoints/best-1000.ckpt --split test --out metrics.json
+    python evaluate.py --ckpt runs/pcqm4mv2-.../checkpoints/last.ckpt --split valid
+    python evaluate.py --ckpt runs/pcqm4mv2-.../checkpoints/last.ckpt --split test-dev --submission-dir subs/
+    python evaluate.py --check-submission subs/y_pred_pcqm4m-v2_test-dev.npz --data-root data
+    python evaluate.py --ckpt runs/mag240m-.../checkpoints/best.ckpt --split test-dev --submission-dir subs/
 
-The checkpoint carries its resolved config; ``--config`` and dotted overrides (``--data.root``)
-change it. On CPU the validation metric equals the one logged for the checkpoint in training.
+The checkpoint carries its resolved config; ``--config`` and dotted overrides (``--data.root``,
+``--trainer.devices 8 --trainer.strategy ddp``) change it. On CPU the validation metric equals the
+one logged for the checkpoint in training.
+
+For OGB-LSC datasets (PCQM4Mv2) every split is predicted with ``trainer.predict`` and gathered by
+graph index, so any number of processes gives the same predictions in the split's order.
+``--split valid`` prints the metric of ogb's evaluator; a hidden test split (``test-dev``,
+``test-challenge``) is written with ogb's ``save_test_submission`` into ``--submission-dir``, read
+back and checked, with a log (``*.log.json``) listing every row that could not be featurised and
+was given the training mean. MAG240M (node classification on sampled subgraphs) reports accuracy
+and writes its submissions from one process (:func:`evaluate_mag240m`).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from graphormer_urpe.cli import CONFIG_KEY, GraphormerCLI, log, write_json
+from graphormer_urpe.checkpoints import CheckpointError, check_checkpoint, load_checkpoint
+from graphormer_urpe.cli import CONFIG_KEY, GraphormerCLI, git_commit, log, package_versions, write_json
+from graphormer_urpe.data.datamodule import GraphDataModule
+from graphormer_urpe.data.mag240m_datamodule import MAG240MDataModule
 from graphormer_urpe.data.sources import DatasetMissing
+from graphormer_urpe.data.sources.base import GraphSource
+from graphormer_urpe.inference import SplitPredictions, predict_split
+from graphormer_urpe.submission import FORMATS, MODES, SubmissionError, check_submission, write_submission
+
+#: Skipped rows named one by one in log messages (the submission log lists all of them).
+SHOWN_ROWS = 10
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      add_help=False)
-    parser.add_argument("--ckpt", required=True, help="checkpoint file (.ckpt)")
-    parser.add_argument("--split", default="valid", choices=["valid", "test"], help="split to evaluate")
+    parser.add_argument("--ckpt", default=None, help="checkpoint file (.ckpt)")
+    parser.add_argument("--split", default="valid", choices=["valid", "test", *MODES], help="split to evaluate")
     parser.add_argument("--out", type=Path, default=None, help="write the metrics to this JSON file")
+    parser.add_argument("--submission-dir", type=Path, default=None,
+                        help="directory for the OGB-LSC submission file of --split test-dev/test-challenge")
+    parser.add_argument("--predictions", type=Path, default=None, metavar="FILE",
+                        help="also save the split's rows and predictions (NaN for skipped rows) to this .npz file")
+    parser.add_argument("--check-submission", type=Path, default=None, metavar="FILE",
+                        help="only check an existing submission file (name, shape, dtype, finite values)")
+    parser.add_argument("--data-root", type=Path, default=Path("data"),
+                        help="dataset root holding <dataset>/split_dict.pt, for --check-submission")
     return parser.parse_known_args(argv)
 
 
 def embedded_config(ckpt: str) -> str:
     """The YAML config stored in a checkpoint by training."""
-    if not Path(ckpt).is_file():
-        raise SystemExit(f"error: checkpoint {ckpt} does not exist")
-    checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True)
+    checkpoint = load_checkpoint(ckpt)
     if CONFIG_KEY not in checkpoint:
         raise SystemExit(f"error: {ckpt} holds no config (not written by train.py); pass --config")
     return checkpoint[CONFIG_KEY]
 
 
+def check_submission_file(path: Path, data_root: Path) -> dict:
+    """Check an existing submission against the split sizes in ``data_root``; exit 1 saying what is wrong."""
+    fmt = next((f for name, f in FORMATS.items() if path.name.startswith(f"y_pred_{name}_")), None)
+    if fmt is None:
+        raise SystemExit(f"error: {path}: not a submission file name (expected y_pred_<dataset>_<mode>.npz for "
+                         f"a dataset in {sorted(FORMATS)})")
+    mode = next((m for m in MODES if path.name == fmt.filename(m)), None)
+    try:
+        if mode is None:
+            raise SubmissionError(f"{path}: the file must be named {' or '.join(fmt.filename(m) for m in MODES)}")
+        expected = fmt.split_size(data_root, mode)
+        y_pred = check_submission(path, expected, fmt, mode)
+    except FileNotFoundError as error:
+        log.error("cannot check %s: the expected row count comes from the dataset's split file, and %s; pass "
+                  "--data-root DIR with DIR/%s/split_dict.pt", path, error, fmt.dataset)
+        raise SystemExit(1) from error
+    except (SubmissionError, RuntimeError) as error:
+        log.error("%s", error)
+        raise SystemExit(1) from error
+    log.info("%s is a valid %s %s submission: %d finite %s predictions", path, fmt.dataset, mode, len(y_pred),
+             y_pred.dtype)
+    return {"file": str(path), "dataset": fmt.dataset, "mode": mode, "rows": len(y_pred), "valid": True}
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
-    """Evaluate; returns the metrics."""
+    """Evaluate, or write or check a submission; returns what was measured or written."""
+    started = time.perf_counter()
     options, rest = parse_args(sys.argv[1:] if argv is None else argv)
+    if options.check_submission is not None:
+        return check_submission_file(options.check_submission, options.data_root)
+    if options.ckpt is None:
+        raise SystemExit("error: --ckpt is required (or --check-submission FILE)")
+    if options.submission_dir is not None and options.split not in MODES:
+        raise SystemExit("error: --submission-dir writes test-dev or test-challenge submissions, "
+                         f"not '{options.split}'")
+    if options.split in MODES and options.submission_dir is None and options.predictions is None:
+        raise SystemExit(f"error: --split {options.split} has hidden targets: pass --submission-dir DIR to write a "
+                         "leaderboard submission (or --predictions FILE)")
     with tempfile.TemporaryDirectory() as tmp:
-        if not any(a == "--config" or a.startswith("--config=") for a in rest):
-            config = Path(tmp) / "checkpoint_config.yaml"
-            config.write_text(embedded_config(options.ckpt))
-            rest = ["--config", str(config), *rest]
-        cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp])
-        run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
         try:
-            metrics = run(cli.model, cli.datamodule, ckpt_path=options.ckpt, verbose=False)[0]
+            if not any(a == "--config" or a.startswith("--config=") for a in rest):
+                config = Path(tmp) / "checkpoint_config.yaml"
+                config.write_text(embedded_config(options.ckpt))
+                rest = ["--config", str(config), *rest]
+            cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp])
+            check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
+        except CheckpointError as error:
+            log.error("%s", error)
+            sys.exit(2)
+        node_level = isinstance(cli.datamodule, MAG240MDataModule)
+        # graph-level datasets have a GraphSource; MAG240M and the synthetic tasks do not
+        source: GraphSource | None = cli.datamodule.source if isinstance(cli.datamodule, GraphDataModule) else None
+        if options.predictions is not None and (source is None or source.submission is None):
+            raise SystemExit("error: --predictions is available for graph-level OGB-LSC datasets (PCQM4Mv2)")
+        try:
+            if node_level:
+                result = evaluate_mag240m(cli, options)
+            elif source is not None and source.submission is not None:
+                result = evaluate_with_ogb(cli, options, started)
+            elif options.split in MODES:
+                name = source.name if source is not None else type(cli.datamodule).__name__
+                raise SystemExit(f"error: {name} has no hidden test split '{options.split}'")
+            else:
+                run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
+                metrics = run(cli.model, cli.datamodule, ckpt_path=options.ckpt, verbose=False)[0]
+                result = {"checkpoint": options.ckpt, "split": options.split, "metrics": metrics}
         except DatasetMissing as error:
             log.error("%s", error)
             sys.exit(2)
-    result = {"checkpoint": options.ckpt, "split": options.split, "metrics": metrics}
-    log.info("%s", result)
-    if options.out is not None and cli.trainer.is_global_zero:
-        write_json(options.out, result)
+        except SubmissionError as error:
+            log.error("%s", error)
+            sys.exit(1)
+    if cli.trainer.is_global_zero:
+        log.info("%s", result)
+        if options.out is not None:
+            write_json(options.out, result)
     return result
+
+
+def evaluate_mag240m(cli: GraphormerCLI, options: argparse.Namespace) -> dict:
+    """MAG240M: ``valid`` accuracy by ``MAG240MEvaluator``, or a test-dev / test-challenge submission
+    predicted in one process (test labels are hidden)."""
+    datamodule: MAG240MDataModule = cli.datamodule
+    if options.split == "test":
+        raise SystemExit("error: MAG240M test labels are hidden: use --split valid, or --split test-dev|"
+                         "test-challenge with --submission-dir DIR")
+    if options.split == "valid":
+        metrics = cli.trainer.validate(cli.model, datamodule, ckpt_path=options.ckpt, verbose=False)[0]
+        return {"checkpoint": options.ckpt, "split": options.split, "metrics": metrics}
+    datamodule.predict_on(options.split)
+    outputs = cli.trainer.predict(cli.model, datamodule=datamodule, ckpt_path=options.ckpt)
+    papers = torch.cat([o["index"] for o in outputs]).numpy()
+    labels = torch.cat([o["prediction"] for o in outputs]).numpy()
+    expected = datamodule.split_index(options.split)
+    if len(papers) != len(expected) or not np.array_equal(np.sort(papers), np.sort(expected)):
+        raise SubmissionError(f"'{options.split}': {len(papers)} predictions for {len(expected)} papers; "
+                              "predict in one process (--trainer.devices 1)")
+    order = np.argsort(papers)
+    y_pred = labels[order][np.searchsorted(papers[order], expected)]  # the split's order
+    fmt = datamodule.submission_format
+    path = write_submission(y_pred, options.submission_dir, options.split,
+                            fmt.split_size(datamodule.raw.root, options.split), fmt)
+    log.info("wrote %s (%d rows), checked after reading it back", path, len(y_pred))
+    return {"checkpoint": options.ckpt, "split": options.split, "file": str(path), "dataset": fmt.dataset,
+            "rows": len(y_pred)}
+
+
+def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: float) -> dict:
+    """Predict ``options.split`` in dataset order, then score it with ogb's evaluator or write a submission."""
+    datamodule, source = cli.datamodule, cli.datamodule.source
+    splits = source.published_split_sizes or {}
+    if options.split not in splits:
+        raise SystemExit(f"error: {source.name} has no split '{options.split}'; its splits are {', '.join(splits)}")
+    log.info("predicting %s '%s' with %s on %d process(es)", source.name, options.split, options.ckpt,
+             cli.trainer.world_size)
+    inference_started = time.perf_counter()
+    predictions = predict_split(cli.trainer, cli.model, datamodule, options.split, options.ckpt)
+    if not cli.trainer.is_global_zero:
+        return {"checkpoint": options.ckpt, "split": options.split}
+    log.info("'%s': %d rows, %d predicted, %d skipped while preprocessing", options.split, len(predictions.rows),
+             int((predictions.graphs >= 0).sum()), len(predictions.skipped))
+    preprocessing = datamodule.build_summary.seconds if datamodule.build_summary is not None else 0.0
+    inference = time.perf_counter() - inference_started - preprocessing
+    if predictions.duplicates:
+        log.info("%d repeated predictions (sampler padding across processes) dropped", predictions.duplicates)
+    if predictions.prediction.shape[1] != 1:
+        raise SubmissionError(f"the model predicts {predictions.prediction.shape[1]} targets; ogb expects one")
+    if options.predictions is not None:
+        options.predictions.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(options.predictions, rows=predictions.rows, prediction=predictions.prediction[:, 0])
+        log.info("predictions of %d '%s' rows saved to %s", len(predictions.rows), options.split, options.predictions)
+    if options.split not in source.hidden_splits:
+        return score(predictions, source, options.ckpt)
+    if options.submission_dir is None:
+        return {"checkpoint": options.ckpt, "split": options.split, "predictions": str(options.predictions)}
+    return submit(predictions, cli, options, started, preprocessing, inference)
+
+
+def score(predictions: SplitPredictions, source: GraphSource, ckpt: str) -> dict:
+    """ogb's metric on the rows of a labelled split that have a graph and a target."""
+    known = (predictions.graphs >= 0) & np.isfinite(predictions.target[:, 0])
+    unlabelled = int(((predictions.graphs >= 0) & ~known).sum())
+    if unlabelled:
+        log.warning("%d rows of '%s' have no target and are not scored", unlabelled, predictions.split)
+    if predictions.skipped:
+        log.warning("%d rows of '%s' could not be preprocessed and are not scored (first: %s)",
+                    len(predictions.skipped), predictions.split, list(predictions.skipped.items())[:SHOWN_ROWS])
+    evaluator = source.submission.evaluator()
+    metrics = evaluator.eval({"y_true": predictions.target[known, 0], "y_pred": predictions.prediction[known, 0]})
+    metrics = {name: float(value) for name, value in metrics.items()}
+    summary = ", ".join(f"{name.upper()} {value:.6f}" for name, value in metrics.items())
+    print(f"{source.name} {predictions.split}: {summary} ({type(evaluator).__name__}, {int(known.sum()):,} molecules)")
+    return {"checkpoint": ckpt, "split": predictions.split, "metrics": metrics, "evaluator": type(evaluator).__name__,
+            "scored": int(known.sum()), "skipped": len(predictions.skipped)}
+
+
+def submit(predictions: SplitPredictions, cli: GraphormerCLI, options: argparse.Namespace, started: float,
+           preprocessing: float, inference: float) -> dict:
+    """Fill skipped rows with the training mean, write the submission and its log, say how long it took."""
+    datamodule, source, mode = cli.datamodule, cli.datamodule.source, options.split
+    fmt = source.submission
+    expected = fmt.split_size(datamodule.root, mode)
+    if expected != len(predictions.rows):
+        raise SubmissionError(f"{datamodule.root / fmt.dataset / 'split_dict.pt'} has {expected} {mode} rows but "
+                              f"the cache {datamodule.cache_dir} was built with {len(predictions.rows)}; delete it")
+    y_pred = predictions.prediction[:, 0].copy()
+    filled = np.flatnonzero(np.isnan(y_pred))
+    train_mean = float(datamodule.target_statistics()[0][0])
+    if filled.size:
+        y_pred[filled] = train_mean
+        log.warning("%d of %d %s rows could not be featurised; they are predicted as the training mean %.6f "
+                    "(first: %s; all are listed in the submission log)", filled.size, len(y_pred), mode, train_mean,
+                    [(int(predictions.rows[p]), predictions.skipped[int(predictions.rows[p])])
+                     for p in filled[:SHOWN_ROWS]])
+    writing_started = time.perf_counter()
+    path = write_submission(y_pred, options.submission_dir, mode, expected, fmt)
+    now = time.perf_counter()
+    cached = datamodule.build_summary is None
+    seconds = {
+        "total": round(now - started, 3),
+        "preprocessing": round(preprocessing, 3),
+        "inference": round(inference, 3),
+        "writing_and_checking": round(now - writing_started, 3),
+    }
+    record = {
+        "file": str(path),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "dataset": fmt.dataset,
+        "mode": mode,
+        "rows": len(y_pred),
+        "checkpoint": options.ckpt,
+        "cache": str(datamodule.cache_dir),
+        "filled_with_train_mean": [{"row": int(row), "position": int(p), "reason": predictions.skipped[int(row)]}
+                                   for p, row in zip(filled, predictions.rows[filled])],
+        "train_mean": train_mean,
+        "seconds": seconds,
+        "preprocessing_cached": cached,
+        "devices": cli.trainer.world_size,
+        "git_commit": git_commit(),
+        "versions": package_versions(),
+    }
+    write_json(path.with_suffix(".log.json"), record)
+    build_seconds = datamodule.datasets[mode].store.manifest["build_seconds"]
+    graphs_from = f"cached, built in {build_seconds:.1f} s" if cached else f"preprocessed now, {preprocessing:.1f} s"
+    log.info("wrote %s (%d rows, %d filled with the training mean), checked after reading it back", path,
+             len(y_pred), filled.size)
+    log.info("wall time SMILES -> file: %.1f s (graphs: %s; inference %.1f s on %d process(es); writing and "
+             "checking %.1f s); log: %s", seconds["total"], graphs_from, inference, cli.trainer.world_size,
+             seconds["writing_and_checking"], path.with_suffix(".log.json"))
+    return record
 
 
 if __name__ == "__main__":

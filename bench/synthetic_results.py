@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphormer_urpe.classification import NodeClassification, SequenceTagging
+from graphormer_urpe.classification import NodeTagging, SequenceTagging
 from graphormer_urpe.cli import RUN_DIR_ENV
 from graphormer_urpe.plots import accuracy_figure, relative_encoding_figure
 
@@ -131,7 +131,7 @@ def draw_heatmaps(runs: list[Run], results: dict[str, dict], out: Path) -> list[
     drawn = []
     chosen = [r for r in runs if r.name.endswith("_urpe") and (r.name.startswith("graph") or "_v10_" in r.name)]
     for run in chosen:
-        task_class = NodeClassification if run.config == "synthetic_graph" else SequenceTagging
+        task_class = NodeTagging if run.config == "synthetic_graph" else SequenceTagging
         task = task_class.from_checkpoint(results[run.name]["best_checkpoint"])
         accuracy = results[run.name]["test"]["test/accuracy"]
         figure = relative_encoding_figure(task.model, title=f"{run.setting}, {run.method}: learned B and C "

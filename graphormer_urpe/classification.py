@@ -1,44 +1,39 @@
 """LightningModules for per-token classification: the synthetic sequence tasks and per-node graph labels.
 
 Both share one system (:class:`TokenClassification`): cross-entropy over every labelled token, token
-accuracy (the paper's metric for the synthetic tasks), AdamW with linear warm-up and linear decay.
-They differ only in the network and in how a batch becomes ``(logits, labels)``.
+accuracy (the paper's metric for the synthetic tasks), and the AdamW schedule of every
+:class:`~graphormer_urpe.tasks.GraphormerTask`. They differ only in the network and in how a batch
+becomes ``(logits, labels)``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from torch import nn
 from torchmetrics import MeanMetric
 
 from graphormer_urpe.constants import IGNORE_LABEL
 from graphormer_urpe.data.synthetic_graphs import NodeLabelBatch
 from graphormer_urpe.data.synthetic_sequences import SequenceBatch
-from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
+from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig, SequenceTransformer
-from graphormer_urpe.tasks import FromCheckpoint, adamw_warmup_linear_decay
+from graphormer_urpe.tasks import GraphormerTask
 
 
-class TokenClassification(FromCheckpoint, pl.LightningModule):
+class TokenClassification(GraphormerTask):
     """Cross-entropy and token accuracy over every token whose label is not :data:`IGNORE_LABEL`.
 
-    Subclasses pass their network and implement :meth:`logits_and_labels`; their ``__init__`` saves the
-    hyper-parameters (``lr``, ``warmup_steps``, ``end_lr``, ``weight_decay``, ``adam_eps``, ``encoder``).
+    Subclasses implement :meth:`logits_and_labels` and save their hyper-parameters.
 
     Args:
-        model: the network, kept as ``self.model``.
+        encoder: the network's config.
     """
 
     #: Metric that selects the best checkpoint, and whether lower is better.
     monitor = ("val/accuracy", "max")
 
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
+    def __init__(self, encoder: GraphormerConfig | SequenceConfig) -> None:
+        super().__init__(encoder)
         self.val_accuracy = MeanMetric()
         self.test_accuracy = MeanMetric()
 
@@ -70,9 +65,6 @@ class TokenClassification(FromCheckpoint, pl.LightningModule):
     def test_step(self, batch: object, batch_idx: int) -> None:
         self._evaluate(batch, self.test_accuracy, "test")
 
-    def configure_optimizers(self) -> dict:
-        return adamw_warmup_linear_decay(self)
-
 
 class SequenceTagging(TokenClassification):
     """One class per token of a sequence: Position Identification, Even Token Prediction.
@@ -87,6 +79,7 @@ class SequenceTagging(TokenClassification):
         adam_eps: Adam epsilon.
     """
 
+    model_class = SequenceTransformer
     config_class = SequenceConfig
 
     def __init__(
@@ -98,28 +91,27 @@ class SequenceTagging(TokenClassification):
         weight_decay: float = 0.0,
         adam_eps: float = 1e-8,
     ) -> None:
-        super().__init__(SequenceTransformer(encoder))
+        super().__init__(encoder)
         self.save_hyperparameters(ignore=["encoder"])
-        self.hparams["encoder"] = dataclasses.asdict(encoder)  # primitives only: safe to torch.load
+        self.save_encoder_config(encoder)
 
     def logits_and_labels(self, batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
         return self.model(batch.tokens).flatten(0, 1), batch.labels.flatten()  # (B*T, K), (B*T,)
 
 
-class NodeClassification(TokenClassification):
-    """One class per node of every graph (the synthetic regular-graph task).
+class NodeTagging(TokenClassification):
+    """One class for every node of every graph (the synthetic regular-graph task).
 
     Args:
-        encoder: a :class:`GraphormerConfig` with ``readout: node`` (``attention: rpe | urpe`` selects the method,
-            ``graph_token`` whether the virtual node is there; vocabularies and classes are linked from the data).
+        encoder: a :class:`GraphormerConfig` with ``readout: nodes`` (``attention: rpe | urpe`` selects the
+            method, ``graph_token`` whether the virtual node is there; vocabularies, classes and the readout
+            are linked from the data).
         lr: peak learning rate.
         warmup_steps: linear warm-up length in optimiser steps.
         end_lr: learning rate at the last step.
         weight_decay: decoupled (AdamW) weight decay.
         adam_eps: Adam epsilon.
     """
-
-    config_class = GraphormerConfig
 
     def __init__(
         self,
@@ -130,11 +122,11 @@ class NodeClassification(TokenClassification):
         weight_decay: float = 0.0,
         adam_eps: float = 1e-8,
     ) -> None:
-        if encoder.readout != "node":
-            raise ValueError(f"NodeClassification needs model.encoder.readout=node, got {encoder.readout!r}")
-        super().__init__(Graphormer(encoder))
+        if encoder.readout != "nodes":
+            raise ValueError(f"NodeTagging needs model.encoder.readout=nodes, got {encoder.readout!r}")
+        super().__init__(encoder)
         self.save_hyperparameters(ignore=["encoder"])
-        self.hparams["encoder"] = dataclasses.asdict(encoder)
+        self.save_encoder_config(encoder)
 
     def logits_and_labels(self, batch: NodeLabelBatch) -> tuple[torch.Tensor, torch.Tensor]:
         return self.model(batch.graphs).flatten(0, 1), batch.labels.flatten()  # (B*N, K), (B*N,)

@@ -16,22 +16,37 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
+import yaml
+from lightning_fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
 from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, Logger
+
+from graphormer_urpe.callbacks import (
+    LastCheckpoint,
+    NonFiniteLossGuard,
+    PreemptionCheckpoint,
+    RelationTablePlots,
+    RNGState,
+)
+from graphormer_urpe.tracking import WandbOptions, wandb_logger
 
 log = logging.getLogger("graphormer_urpe")
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_DIR / "configs"
-#: Environment variable through which DDP processes share the run directory chosen by rank 0.
+#: Environment variable through which processes launched by this one (Lightning's DDP launcher)
+#: share the run directory it chose.
 RUN_DIR_ENV = "GRAPHORMER_RUN_DIR"
+#: Run directories this process chose itself (a later run in the same process must not reuse them).
+_CHOSEN_HERE: set[str] = set()
 #: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
 CONFIG_KEY = "graphormer_config_yaml"
 PACKAGES = ("torch", "pytorch-lightning", "torch-geometric", "torchmetrics", "ogb", "rdkit", "numpy", "wandb")
@@ -107,14 +122,77 @@ class EmbedConfig(Callback):
         checkpoint[CONFIG_KEY] = self.config_yaml
 
 
+def launcher_run_id() -> str | None:
+    """An id that every process of this launch sees: SLURM job (and srun step), or torchrun run id."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        array = os.environ.get("SLURM_ARRAY_TASK_ID")
+        step = os.environ.get("SLURM_STEP_ID")
+        return f"slurm{os.environ.get('SLURM_ARRAY_JOB_ID', job)}" + (f"_{array}" if array else "") + \
+            (f".{step}" if step else "")
+    torchrun = os.environ.get("TORCHELASTIC_RUN_ID")
+    if torchrun and torchrun != "none":
+        return f"torchrun-{torchrun[:12]}"
+    return None
+
+
+def resolve_run_dir(run_root: str | Path, run_name: str | None, config_name: str) -> Path:
+    """The run directory, identical in every process of a multi-process run.
+
+    In order: ``run_root/run_name``; the directory chosen by the process that launched this one
+    (Lightning's DDP launcher passes it through :data:`RUN_DIR_ENV`); ``<config>-<launch id>``
+    under SLURM (stable across requeues) or torchrun; ``<config>-<timestamp>`` for a single process.
+    """
+    if run_name:
+        run_dir = Path(run_root) / run_name
+    elif os.environ.get(RUN_DIR_ENV) and os.environ[RUN_DIR_ENV] not in _CHOSEN_HERE:
+        run_dir = Path(os.environ[RUN_DIR_ENV])
+    elif (launch := launcher_run_id()) is not None:
+        run_dir = Path(run_root) / f"{config_name}-{launch}"
+    elif int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("NODE_RANK", "0")) > 0:
+        raise SystemExit("error: this process is one of several started by a launcher that gives them no common "
+                         "id; pass --run_name NAME so that they share one run directory")
+    else:
+        stamp = f"{config_name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+        run_dir, copy = Path(run_root) / stamp, 1
+        while run_dir.exists() or str(run_dir) in _CHOSEN_HERE:
+            copy += 1
+            run_dir = Path(run_root) / f"{stamp}-{copy}"
+    _CHOSEN_HERE.add(str(run_dir))
+    os.environ[RUN_DIR_ENV] = str(run_dir)
+    return run_dir
+
+
+@dataclass
+class CheckpointOptions:
+    """When ``last.ckpt`` (the checkpoint that ``--ckpt_path last`` resumes) is written.
+
+    Args:
+        every_n_steps: every N optimiser steps, and always at the end of training and on signals
+            (0: only then).
+        signals: signals after which the run finishes its optimiser step, writes ``last.ckpt`` and
+            exits with code 128 + signal number: SLURM sends SIGTERM when preempting or cancelling,
+            and SIGUSR1 ahead of the time limit with ``#SBATCH --signal=USR1@120``.
+        requeue: under SLURM, requeue the job (``scontrol requeue``) after SIGUSR1.
+    """
+
+    every_n_steps: int = 1000
+    signals: list[str] = field(default_factory=lambda: ["SIGTERM", "SIGUSR1"])
+    requeue: bool = True
+
+
 class GraphormerCLI(LightningCLI):
     """LightningCLI with run directories, a logger chosen by one key, and data-to-model links.
 
     Extra top-level keys:
         run_root: directory under which each run gets its own directory.
-        init_from: checkpoint whose weights ``train.py`` loads before fitting (see :mod:`graphormer_urpe.finetune`).
-        run_name: name of the run directory (default: config name plus a timestamp).
-        logger: ``csv`` (default) or ``none``.
+        run_name: name of the run directory (default: see :func:`resolve_run_dir`).
+        logger: ``csv`` (default), ``wandb`` (W&B plus the CSV log) or ``none``.
+        wandb: :class:`~graphormer_urpe.tracking.WandbOptions` (project, entity, name, tags, group, mode).
+        checkpoint: :class:`CheckpointOptions` (``last.ckpt`` interval, signals, SLURM requeue).
+        ckpt_path: resume training from a checkpoint, or ``last`` for ``<run dir>/checkpoints/last.ckpt``.
+        init_from: checkpoint whose weights ``train.py`` loads before fitting a new run (see
+            :mod:`graphormer_urpe.finetune`).
     """
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:
@@ -142,48 +220,85 @@ class GraphormerCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_root", type=str, default="runs", help="Directory holding one directory per run.")
         parser.add_argument("--run_name", type=str | None, default=None,
-                            help="Run directory name (default: config name and a timestamp).")
-        parser.add_argument("--logger", type=Literal["csv", "none"], default="csv", help="Where metrics are logged.")
+                            help="Run directory name (default: config name and the SLURM job, torchrun id or time).")
+        parser.add_argument("--logger", type=Literal["csv", "wandb", "none"], default="csv",
+                            help="Where metrics go: csv, wandb (W&B and csv) or none.")
+        parser.add_class_arguments(WandbOptions, "wandb")
+        parser.add_class_arguments(CheckpointOptions, "checkpoint")
+        parser.add_argument("--ckpt_path", type=str | None, default=None,
+                            help="Resume training from this checkpoint, or 'last' (<run dir>/checkpoints/last.ckpt).")
         parser.add_argument("--init_from", type=str | None, default=None,
-                            help="train.py: start from this checkpoint's weights; a URPE model takes an RPE "
+                            help="Start a new run from this checkpoint's weights; a URPE model takes an RPE "
                                  "checkpoint with C set to ones (paper section 4.2).")
+        # jsonargparse skips a link whose source attribute the chosen datamodule lacks, so each datamodule
+        # feeds exactly the sizes it defines: graph datamodules the first five, sequence ones the last three
         parser.link_arguments("data.node_vocab", "model.init_args.encoder.node_vocab", apply_on="instantiate")
         parser.link_arguments("data.edge_vocab", "model.init_args.encoder.edge_vocab", apply_on="instantiate")
         parser.link_arguments("data.num_targets", "model.init_args.encoder.num_outputs", apply_on="instantiate")
-        # sequence tasks; jsonargparse skips a link whose source attribute the chosen datamodule lacks,
-        # so each datamodule feeds exactly the sizes it defines (graph sizes above, sequence sizes here)
+        parser.link_arguments("data.continuous_node_dim", "model.init_args.encoder.continuous_node_dim",
+                              apply_on="instantiate")
+        parser.link_arguments("data.readout", "model.init_args.encoder.readout", apply_on="instantiate")
         parser.link_arguments("data.vocab_size", "model.init_args.encoder.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.num_classes", "model.init_args.encoder.num_classes", apply_on="instantiate")
         parser.link_arguments("data.length", "model.init_args.encoder.length", apply_on="instantiate")
 
     @property
     def run_dir(self) -> Path:
-        """This run's directory, shared by every DDP process."""
-        if RUN_DIR_ENV not in os.environ:
-            name = self.config.get("run_name") or f"{self.config_name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-            os.environ[RUN_DIR_ENV] = str(Path(self.config["run_root"]) / name)
-        return Path(os.environ[RUN_DIR_ENV])
+        """This run's directory, shared by every process."""
+        if not hasattr(self, "_run_dir"):
+            self._run_dir = resolve_run_dir(self.config["run_root"], self.config.get("run_name"), self.config_name)
+        return self._run_dir
 
-    def _logger(self, run_dir: Path) -> Logger | bool:
-        if self.config["logger"] == "csv":
-            return CSVLogger(save_dir=str(run_dir), name="", version="")
-        return False
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Where checkpoints go."""
+        return self.run_dir / "checkpoints"
+
+    def _loggers(self, run_dir: Path) -> list[Logger]:
+        if self.config["logger"] == "none":
+            return []
+        loggers: list[Logger] = [CSVLogger(save_dir=str(run_dir), name="", version="")]
+        if self.config["logger"] == "wandb":
+            loggers.append(wandb_logger(self.config_init["wandb"], run_dir))
+        return loggers
 
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
-        run_dir = self.run_dir
+        run_dir, checkpoint_dir = self.run_dir, self.checkpoint_dir
+        options: CheckpointOptions = self.config_init["checkpoint"]
         trainer_config = self._get(self.config_init, "trainer", default={})
         callbacks = list(trainer_config.get("callbacks") or [])
         monitor, mode = getattr(self.model, "monitor", ("val/loss", "min"))
         callbacks += [
-            ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best-{step}", monitor=monitor, mode=mode,
-                            save_last=True, auto_insert_metric_name=False),
+            ModelCheckpoint(dirpath=checkpoint_dir, filename="best-{step}", monitor=monitor, mode=mode,
+                            auto_insert_metric_name=False),
+            LastCheckpoint(checkpoint_dir, options.every_n_steps),
+            RNGState(),
+            PreemptionCheckpoint(checkpoint_dir, tuple(options.signals),
+                                 requeue_signals=("SIGUSR1",) if options.requeue else ()),
+            NonFiniteLossGuard(),
             EmbedConfig(self.parser.dump(self.config)),
-            RunRecord(run_dir, self.config_name, self.config.get("seed_everything")),
+            RunRecord(run_dir, self.config_name, self.config.get("seed_everything"), self.config_dict()),
         ]
         if self.config["logger"] != "none":
             callbacks.append(LearningRateMonitor(logging_interval="step"))
-        return super().instantiate_trainer(default_root_dir=str(run_dir), logger=self._logger(run_dir),
-                                           callbacks=callbacks, **kwargs)
+        if self.config["logger"] == "wandb":
+            callbacks.append(RelationTablePlots(run_dir / "plots", self.config_init["wandb"].plot_every_n_validations))
+        plugins = trainer_config.get("plugins") or []
+        plugins = list(plugins) if isinstance(plugins, list) else [plugins]
+        if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
+            # our PreemptionCheckpoint requeues at a step boundary; Lightning's would save mid-step
+            plugins.append(SLURMEnvironment(auto_requeue=False))
+        return super().instantiate_trainer(default_root_dir=str(run_dir), logger=self._loggers(run_dir),
+                                           callbacks=callbacks, plugins=plugins or None, **kwargs)
+
+    def config_dict(self) -> dict:
+        """The resolved config as plain data (for loggers)."""
+        return yaml.safe_load(self.parser.dump(self.config))
+
+    @property
+    def uses_wandb(self) -> bool:
+        """Whether this run logs to W&B."""
+        return self.config["logger"] == "wandb"
 
 
 class RunRecord(Callback):
@@ -193,8 +308,8 @@ class RunRecord(Callback):
     package versions and the command line.
     """
 
-    def __init__(self, run_dir: Path, config_name: str, seed: int | None) -> None:
-        self.run_dir, self.config_name, self.seed = run_dir, config_name, seed
+    def __init__(self, run_dir: Path, config_name: str, seed: int | None, config: dict | None = None) -> None:
+        self.run_dir, self.config_name, self.seed, self.config = run_dir, config_name, seed, config
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         datamodule = trainer.datamodule
@@ -210,11 +325,13 @@ class RunRecord(Callback):
             "git_commit": git_commit(),
             "versions": package_versions(),
         }
-        log.info("run directory: %s", self.run_dir)
-        log.info("dataset: %s", info["dataset"])
-        log.info("%s: %s trainable parameters; device %s; precision %s; seed %s", type(pl_module).__name__,
-                 f"{info['parameters']:,}", info["device"], info["precision"], self.seed)
+        for logger in trainer.loggers:  # W&B: the resolved config, parameters, commit, dataset sizes
+            logger.log_hyperparams({"config": self.config or {}, "run": info})
         if trainer.is_global_zero:
+            log.info("run directory: %s", self.run_dir)
+            log.info("dataset: %s", info["dataset"])
+            log.info("%s: %s trainable parameters; device %s; precision %s; seed %s", type(pl_module).__name__,
+                     f"{info['parameters']:,}", info["device"], info["precision"], self.seed)
             write_json(self.run_dir / "run.json", info)
 
 

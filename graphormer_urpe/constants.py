@@ -26,6 +26,10 @@ from __future__ import annotations
 PAD_ID = 0
 #: Position of the learned graph token (virtual node) in the token sequence.
 GRAPH_TOKEN_POS = 0
+#: Token position of node i is ``i + NODE_TOKEN_OFFSET`` (the graph token comes first).
+NODE_TOKEN_OFFSET = 1
+#: ``GraphBatch.target_node`` of a graph-level example: no node is the prediction target.
+NO_TARGET_NODE = -1
 
 #: Stored shortest-path distance of pairs that are unreachable (or at least this far apart).
 #: Distances are stored as ``uint8``; this value is never a usable distance.

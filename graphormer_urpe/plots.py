@@ -5,8 +5,12 @@
 * Graphs: the tables themselves, heads x relation (graph token, SPD 0, 1, 2, ...), since a graph's
   B and C are functions of the shortest-path distance.
 
-Everything here returns a :class:`matplotlib.figure.Figure` built without pyplot (no global state, no
-display needed); save it with ``figure.savefig(path)`` or log it with ``wandb.Image(figure)``.
+B is coloured around 0 and C around its initial 1 (red above, blue below). Everything here returns
+a :class:`matplotlib.figure.Figure` built without pyplot (no global state, no display needed); save it
+with ``figure.savefig(path)`` or log it with ``wandb.Image(figure)``
+(:class:`~graphormer_urpe.callbacks.RelationTablePlots` does, during training).
+
+Shape letters: H heads, n sequence length, R' relations drawn (the padding row is left out).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from torch import nn
 
@@ -59,6 +64,16 @@ def most_varied_heads(values: np.ndarray, count: int) -> list[int]:
     return sorted(np.argsort(-spread, kind="stable")[:count].tolist())
 
 
+def _centred(values: np.ndarray, centre: float) -> TwoSlopeNorm:
+    """Colours symmetric around ``centre`` (0 for B, the initial 1 for C)."""
+    spread = max(float(np.abs(values - centre).max()), 1e-6)
+    return TwoSlopeNorm(vcenter=centre, vmin=centre - spread, vmax=centre + spread)
+
+
+#: (title, value at which the colour is white) of each table.
+_PANELS = {"B": ("B: additive bias", 0.0), "C": ("C: URPE scale (1 at init)", 1.0)}
+
+
 def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Sequence[int] | None = None,
                     title: str = "") -> Figure:
     """B and C matrices of the chosen heads, one row per head (B left, C right), like the paper's Figure 2.
@@ -79,8 +94,8 @@ def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Se
     for row, head in enumerate(heads):
         for col, (name, matrix) in enumerate(panels):
             ax = axes[row, col]
-            image = ax.imshow(matrix[head], cmap="viridis" if name == "C" else "RdBu_r",
-                              **({} if name == "C" else _centered(matrix[head])))
+            image = ax.imshow(matrix[head], cmap="RdBu_r", norm=_centred(matrix[head], _PANELS[name][1]),
+                              interpolation="nearest")
             ax.set_title(f"{name}, head {head}", fontsize=9)
             ax.set_xlabel("key j", fontsize=8)
             ax.set_ylabel("query i", fontsize=8)
@@ -101,21 +116,27 @@ def graph_figure(labels: Sequence[str], bias: np.ndarray, scale: np.ndarray | No
         title: figure title.
     """
     panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
-    figure = Figure(figsize=(0.32 * len(labels) + 2.0, 0.35 * bias.shape[0] * len(panels) + 1.2),
+    heads = bias.shape[0]
+    figure = Figure(figsize=(max(6.0, 0.35 * len(labels) + 2.0), (0.3 * heads + 1.4) * len(panels)),
                     layout="constrained")
     axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
     for ax, (name, table) in zip(axes, panels):
-        image = ax.imshow(table, aspect="auto", cmap="viridis" if name == "C" else "RdBu_r",
-                          **({} if name == "C" else _centered(table)))
-        ax.set_title(f"{name}[relation] per head", fontsize=9)
+        title, centre = _PANELS[name]
+        image = ax.imshow(table, aspect="auto", cmap="RdBu_r", norm=_centred(table, centre), interpolation="nearest")
+        ax.set_title(title, fontsize=9)
         ax.set_xticks(range(len(labels)), labels, fontsize=7)
-        ax.set_xlabel("shortest-path distance", fontsize=8)
+        ax.set_yticks(range(heads), [str(h) for h in range(heads)], fontsize=7)
+        ax.set_xlabel("relation: graph token (if any), then shortest-path distance", fontsize=8)
         ax.set_ylabel("head", fontsize=8)
-        ax.tick_params(labelsize=7)
-        figure.colorbar(image, ax=ax)
+        figure.colorbar(image, ax=ax, shrink=0.9)
     if title:
         figure.suptitle(title, fontsize=10)
     return figure
+
+
+def has_relative_encodings(model: nn.Module) -> bool:
+    """Whether :func:`relative_encoding_figure` can draw ``model`` (a Graphormer, or a sequence model with B)."""
+    return isinstance(model, Graphormer) or (isinstance(model, SequenceTransformer) and model.relative_bias is not None)
 
 
 def relative_encoding_figure(model: nn.Module, title: str = "", heads: Sequence[int] | None = None) -> Figure:
@@ -132,12 +153,6 @@ def relative_encoding_figure(model: nn.Module, title: str = "", heads: Sequence[
     if isinstance(model, Graphormer):
         return graph_figure(*graph_tables(model), title=title)
     raise TypeError(f"cannot draw the relative encodings of a {type(model).__name__}")
-
-
-def _centered(values: np.ndarray) -> dict[str, float]:
-    """Colour limits symmetric around 0, so white means "no bias"."""
-    limit = float(np.abs(values).max()) or 1.0
-    return {"vmin": -limit, "vmax": limit}
 
 
 def accuracy_figure(results: dict[str, dict[str, float]], methods: Sequence[str], title: str = "",

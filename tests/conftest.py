@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -56,3 +63,129 @@ def fresh_run_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     from graphormer_urpe.cli import RUN_DIR_ENV
 
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+
+
+@pytest.fixture(scope="session")
+def synthetic_mag(tmp_path_factory: pytest.TempPathFactory):
+    """Root of a small synthetic MAG240M (3,000 papers, 8 classes) with its derived files built."""
+    from graphormer_urpe.data.mag240m import MAG240MRaw, prepare_derived
+    from graphormer_urpe.data.mag240m_synthetic import SyntheticMAG, write_synthetic_mag240m
+
+    root = tmp_path_factory.mktemp("mag240m")
+    write_synthetic_mag240m(root, SyntheticMAG(num_papers=3000, num_classes=8, labelled_fraction=0.6, seed=1),
+                            chunk_size=1000)
+    raw = MAG240MRaw(root)
+    raw.check()
+    prepare_derived(raw, raw.directory / "graphormer", chunk_edges=7000, feature_block_rows=500)
+    return root
+
+
+# ----------------------------------------------------------------------------- tiny training runs
+
+#: Molecules of the tiny QM9 runs: an 80/10/10 split gives 40 train, 5 valid and 5 test graphs.
+TINY_MOLECULES = 50
+
+
+@pytest.fixture(scope="session")
+def qm9_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data root holding the cache of the first 50 QM9 molecules, built once per test session."""
+    from graphormer_urpe.data.datamodule import GraphDataModule
+    from graphormer_urpe.data.sources import QM9Gap
+
+    root = tmp_path_factory.mktemp("qm9_root")
+    GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0).prepare_data()
+    return root
+
+
+def tiny_run_args(data_root: Path, run_root: Path, *extra: str) -> list[str]:
+    """``train.py`` arguments of a seconds-long QM9 run: 2 layers of width 16, no progress bars."""
+    return [
+        "--config", "qm9_gap",
+        "--data.source.max_molecules", str(TINY_MOLECULES), "--data.root", str(data_root),
+        "--data.batch_size", "8", "--data.num_workers", "0", "--data.preprocess_workers", "0",
+        "--run_root", str(run_root),
+        "--model.encoder.num_layers", "2", "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16",
+        "--model.encoder.num_heads", "4", "--model.warmup_steps", "3",
+        "--trainer.max_steps", "6", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+        *extra,
+    ]
+
+
+@pytest.fixture
+def package_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """``caplog`` that also sees the package's own logger (which does not propagate to the root)."""
+    import logging
+
+    logger = logging.getLogger("graphormer_urpe")
+    propagate, logger.propagate = logger.propagate, False  # each record once, whether or not the CLI ran
+    logger.addHandler(caplog.handler)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+    logger.propagate = propagate
+
+
+#: Arguments shared by the 2-process DDP run and its 1-process twin: global batch 4 (2 per process),
+#: so the 5 validation graphs form shards of 3 and 2 graphs, i.e. 2 and 1 batches.
+DDP_TWIN_ARGS = ("--data.batch_size", "4", "--checkpoint.every_n_steps", "6", "--wandb.plot_every_n_validations", "1")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_train_subprocess(args: list[str], timeout: float = 300.0) -> subprocess.CompletedProcess:
+    """``python train.py ARGS`` in a fresh process, W&B offline, killed after ``timeout`` seconds."""
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    env.pop("GRAPHORMER_RUN_DIR", None)
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="session")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One 2-process DDP training run on CPU (gloo), logging to W&B offline, on a fresh data root.
+
+    Returns the run directory and the combined log of both processes.
+    """
+    base = tmp_path_factory.mktemp("ddp")
+    args = tiny_run_args(base / "data", base / "runs", *DDP_TWIN_ARGS, "--run_name", "ddp", "--logger", "wandb",
+                         "--wandb.mode", "offline", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+                         "--trainer.accelerator", "cpu")
+    result = run_train_subprocess(args)
+    assert result.returncode == 0, result.stderr[-5000:]
+    return base / "runs" / "ddp", result.stderr
+
+
+def _init_and_run(rank: int, world: int, port: int, fn: Callable[..., None], args: tuple) -> None:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)  # the parent's OpenMP thread pool does not survive fork()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        fn(rank, world, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_on_processes(fn: Callable[..., None], world: int, *args: object, timeout: float = 120.0) -> None:
+    """Run ``fn(rank, world, *args)`` on ``world`` forked processes joined by a gloo process group.
+
+    Fails (and kills the processes) if one raises or if they do not finish within ``timeout`` seconds.
+    """
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = mp.start_processes(_init_and_run, args=(world, port, fn, args), nprocs=world, join=False,
+                                 start_method="fork")
+    deadline = time.monotonic() + timeout
+    while not context.join(timeout=max(0.0, deadline - time.monotonic())):
+        if time.monotonic() >= deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"{world} processes did not finish within {timeout} s (hang)")

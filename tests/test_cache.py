@@ -72,7 +72,7 @@ def test_round_trip_and_skips(tmp_path: Path, workers: int) -> None:
 def test_arrays_are_memory_mapped_and_compact(tmp_path: Path) -> None:
     build(tmp_path, FakeReader())
     chunk = GraphStore(tmp_path).chunks[0]
-    assert isinstance(chunk.arrays["spd"], np.memmap)
+    assert isinstance(chunk.arrays["spd"].base, np.memmap)  # a plain view of the memory map, not a copy
     assert chunk.arrays["spd"].dtype == np.uint8 and chunk.arrays["first_edge"].dtype == np.int16
 
 
@@ -111,3 +111,43 @@ def test_manifest_records_totals(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["rows"] == 25 and manifest["graphs"] == 21 and manifest["key"] == {"test": 1}
     assert manifest["skipped_examples"][0] == [3, "RDKit cannot parse"]
+
+
+def test_vectorised_checks_give_the_same_reasons_as_one_by_one() -> None:
+    reader = FakeReader(40)
+    good = reader.graph(0)
+    graphs = [g for g in (reader.graph(row) for row in range(40)) if not isinstance(g, str)] + [
+        good._replace(edge_index=good.edge_index + 100),  # edge to a missing node
+        good._replace(edge_attr=good.edge_attr[:-1]),  # one feature row short
+        good._replace(x=good.x[:, :1]),  # a feature column missing
+        good._replace(y=np.zeros(3, np.float32)),  # wrong target count
+        good._replace(x=good.x[:0]),  # no nodes
+        good._replace(edge_attr=np.full_like(good.edge_attr, 9)),  # edge feature outside its vocabulary
+    ]
+    expected = [SPEC.problem(g) for g in graphs]
+    assert SPEC.problems(graphs) == expected
+    assert sum(reason is not None for reason in expected) == 8  # rows 7 and 19, and the six above
+
+
+def test_summary_counts_skips_per_split_and_says_what_was_done(tmp_path: Path) -> None:
+    summary = build(tmp_path, FakeReader())
+    assert summary.skipped_by_split == {"train": 4, "valid": 0}  # rows 3, 7, 11, 19
+    assert summary.rows == summary.processed_rows == 25 and summary.graphs == 21
+    text = summary.describe()
+    assert "25 of 25 rows preprocessed" in text and "21 graphs cached, 4 rows skipped" in text
+    assert "(train 4; first: row 3: RDKit cannot parse; row 7: node-feature column 1" in text
+    assert json.loads((tmp_path / "manifest.json").read_text())["skipped_by_split"] == {"train": 4, "valid": 0}
+    again = build(tmp_path, FakeReader())
+    assert again.processed_rows == 0 and "0 of 25 rows preprocessed" in again.describe()
+
+
+def test_chunks_of_another_chunk_size_and_stale_temporaries_are_replaced(tmp_path: Path) -> None:
+    build(tmp_path, FakeReader())  # chunk_size 6
+    stale = tmp_path / ".chunk_00000.tmp-12345"  # a run killed while writing
+    stale.mkdir()
+    (stale / "x.npy").write_bytes(b"partial")
+    reader = FakeReader()
+    summary = build_store(reader, tmp_path, {"test": 1}, SPEC, {"train": np.arange(25)}, num_workers=0, chunk_size=10)
+    assert not stale.exists()
+    assert summary.rebuilt_chunks == 3 and reader.calls == [(0, 10), (10, 20), (20, 25)]
+    assert len(GraphStore(tmp_path)) == 21

@@ -6,7 +6,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from graphormer_urpe.classification import NodeClassification, SequenceTagging
+from graphormer_urpe.classification import NodeTagging, SequenceTagging
 from graphormer_urpe.constants import IGNORE_LABEL
 from graphormer_urpe.data.synthetic_graphs import collate_node_labels, regular_graphs
 from graphormer_urpe.data.synthetic_sequences import SyntheticSequenceDataModule
@@ -14,7 +14,7 @@ from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
 
 GRAPH_ENCODER = GraphormerConfig(node_vocab=[1], edge_vocab=[1], num_outputs=7, num_layers=2, hidden_dim=16,
-                                 ffn_dim=16, num_heads=4, attention="urpe", graph_token=False, readout="node")
+                                 ffn_dim=16, num_heads=4, attention="urpe", graph_token=False, readout="nodes")
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_position_identification_needs_urpe(one_thread, attention, low, high):
 def test_accuracy_counts_labelled_nodes_only():
     graphs, _ = regular_graphs(3, 3, 10, 16, 2, seed=0)
     batch = collate_node_labels(graphs)
-    task = NodeClassification(GRAPH_ENCODER).eval()
+    task = NodeTagging(GRAPH_ENCODER).eval()
     with torch.no_grad():
         logits, labels = task.logits_and_labels(batch)
         task.validation_step(batch, 0)
@@ -55,9 +55,9 @@ def test_accuracy_counts_labelled_nodes_only():
     torch.testing.assert_close(task.val_accuracy.compute(), expected)
 
 
-def test_node_classification_needs_node_readout():
-    with pytest.raises(ValueError, match="readout=node"):
-        NodeClassification(GraphormerConfig(node_vocab=[1], edge_vocab=[1]))
+def test_node_tagging_needs_the_nodes_readout():
+    with pytest.raises(ValueError, match="readout=nodes"):
+        NodeTagging(GraphormerConfig(node_vocab=[1], edge_vocab=[1]))
 
 
 def test_sequence_task_rebuilds_from_checkpoint(tmp_path):

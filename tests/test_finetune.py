@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from graphormer_urpe.checkpoints import CheckpointError
 from graphormer_urpe.data.batch import collate_graphs
 from graphormer_urpe.finetune import init_from_checkpoint
 from graphormer_urpe.model.graphormer import GraphormerConfig
@@ -63,19 +64,19 @@ def test_urpe_checkpoint_keeps_its_scale(tmp_path):
 def test_mismatched_checkpoints_are_refused_by_name(tmp_path):
     urpe = GraphRegression(dataclasses.replace(ENCODER, attention="urpe"))
     save_checkpoint(urpe, tmp_path / "urpe.ckpt")
-    with pytest.raises(ValueError, match="unexpected model.relative_scale.weight"):
+    with pytest.raises(CheckpointError, match="checkpoint parameters are not in the model: model.relative_scale"):
         init_from_checkpoint(GraphRegression(ENCODER), tmp_path / "urpe.ckpt")  # C cannot silently vanish
 
     deeper = GraphRegression(dataclasses.replace(ENCODER, num_layers=3))
-    with pytest.raises(ValueError, match="missing model.layers.2"):
+    with pytest.raises(CheckpointError, match="not in the checkpoint: model.layers.2"):
         init_from_checkpoint(deeper, tmp_path / "urpe.ckpt")
 
     wider = GraphRegression(dataclasses.replace(ENCODER, hidden_dim=32, ffn_dim=32))
-    with pytest.raises(ValueError, match=r"model.nodes.features.weight: checkpoint \(29, 16\) vs model \(29, 32\)"):
+    with pytest.raises(CheckpointError, match=r"features.weight \(29, 16\) in the checkpoint vs \(29, 32\)"):
         init_from_checkpoint(wider, tmp_path / "urpe.ckpt")
 
-    with pytest.raises(FileNotFoundError, match="nowhere.ckpt"):
+    with pytest.raises(CheckpointError, match="nowhere.ckpt does not exist"):
         init_from_checkpoint(urpe, tmp_path / "nowhere.ckpt")
     torch.save({"weights": {}}, tmp_path / "plain.pt")
-    with pytest.raises(ValueError, match="not a Lightning checkpoint"):
+    with pytest.raises(CheckpointError, match="not a Lightning checkpoint"):
         init_from_checkpoint(urpe, tmp_path / "plain.pt")

@@ -1,13 +1,17 @@
-"""Graphormer: RPE/URPE equivalence, invariances, masks, edge encoding, initialisation; without graph token
-and with node readout, Theorem 2 on regular graphs."""
+"""Graphormer: RPE/URPE equivalence, invariances, masks, edge encoding, initialisation; node-level inputs
+(continuous features, target-node readout) with graph-level behaviour unchanged; without graph token and
+with a readout of every node, Theorem 2 on regular graphs."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import networkx as nx
 import numpy as np
 import pytest
 import torch
 
+from graphormer_urpe.constants import NO_TARGET_NODE
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.data.synthetic_graphs import regular_graph_record, regular_graphs
 from graphormer_urpe.data.transforms import graph_structure
@@ -169,12 +173,89 @@ def test_official_initialisation() -> None:
     assert (net.relative_scale.weight[1:] == 1).all()
 
 
+# ----------------------------------------------------------------------------- node-level inputs
+
+SMALL = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
+
+
+def _node_batch(rng: np.random.Generator, sizes=(5, 3, 7), width: int = 6) -> GraphBatch:
+    """Graph batch plus continuous features and a target node per graph."""
+    batch = collate_graphs([make_record(rng, n, index=i, node_vocab=(3,), edge_vocab=(6,))
+                            for i, n in enumerate(sizes)])
+    features = torch.randn(len(sizes), batch.x.shape[1], width) * batch.node_mask.unsqueeze(-1)
+    target = torch.tensor([int(rng.integers(0, n)) for n in sizes])
+    return dataclasses.replace(batch, x_continuous=features.half(), target_node=target)
+
+
+def _node_model(attention: str, width: int = 6) -> Graphormer:
+    torch.manual_seed(0)
+    config = GraphormerConfig(node_vocab=[3], edge_vocab=[6], num_outputs=4, continuous_node_dim=width,
+                              readout="target_node", attention=attention, **SMALL)
+    return Graphormer(config).eval()
+
+
+def test_graph_level_batches_and_models_are_unchanged(rng: np.random.Generator) -> None:
+    batch = collate_graphs([make_record(rng, n) for n in (4, 6)])
+    assert batch.x_continuous.shape == (2, 6, 0) and batch.target_node.tolist() == [NO_TARGET_NODE] * 2
+    model = Graphormer(GraphormerConfig(**SMALL)).eval()
+    assert model.nodes.continuous is None
+    assert not any("continuous" in name for name in model.state_dict())
+    torch.testing.assert_close(model(batch), model.head(model.encode(batch)[:, 0]))
+
+
+@pytest.mark.parametrize("attention", ["rpe", "urpe"])
+def test_target_readout_reads_the_target_token(rng: np.random.Generator, attention: str) -> None:
+    batch, model = _node_batch(rng), _node_model(attention)
+    states = model.encode(batch)
+    expected = model.head(states[torch.arange(3), batch.target_node + 1])
+    torch.testing.assert_close(model(batch), expected)
+
+
+def _permute(batch: GraphBatch, b: int, order: torch.Tensor) -> GraphBatch:
+    """Renumber the nodes of graph b: new node k is old node order[k]."""
+    fields = {f.name: getattr(batch, f.name).clone() for f in dataclasses.fields(batch)}
+    n = len(order)
+    for name in ("x", "x_continuous", "in_degree", "out_degree"):
+        fields[name][b, :n] = getattr(batch, name)[b, order]
+    for name in ("spd", "first_edge"):
+        fields[name][b, :n, :n] = getattr(batch, name)[b][order][:, order]
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(n)
+    graph_edges = (batch.first_edge[b][batch.first_edge[b] >= 0]).unique()
+    fields["edge_dst"][graph_edges] = inverse[batch.edge_dst[graph_edges]]
+    fields["target_node"][b] = inverse[batch.target_node[b]]
+    return GraphBatch(**fields)
+
+
+@pytest.mark.parametrize("attention", ["rpe", "urpe"])
+def test_target_prediction_is_invariant_to_node_order(rng: np.random.Generator, attention: str) -> None:
+    batch, model = _node_batch(rng), _node_model(attention)
+    order = torch.as_tensor(rng.permutation(7))
+    torch.testing.assert_close(model(_permute(batch, 2, order)), model(batch), atol=1e-5, rtol=1e-5)
+
+
+def test_continuous_features_matter_but_not_on_padding(rng: np.random.Generator) -> None:
+    batch, model = _node_batch(rng), _node_model("urpe")
+    padding = ~batch.node_mask
+    noisy = batch.x_continuous.clone()
+    noisy[padding] = 7.0
+    torch.testing.assert_close(model(dataclasses.replace(batch, x_continuous=noisy)), model(batch))
+    changed = batch.x_continuous.clone()
+    changed[1, 0] += 1.0
+    assert not torch.allclose(model(dataclasses.replace(batch, x_continuous=changed))[1], model(batch)[1])
+
+
+def test_unknown_readout_is_refused() -> None:
+    with pytest.raises(ValueError, match="readout='node'"):
+        Graphormer(GraphormerConfig(readout="node", **SMALL))
+
+
 # ----------------------------------------------------------------------------- no graph token, node readout
 
 
 def node_config(**overrides) -> GraphormerConfig:
     base = dict(node_vocab=[1], edge_vocab=[1], num_outputs=3, num_layers=3, hidden_dim=16, ffn_dim=16, num_heads=4,
-                attention="rpe", graph_token=False, readout="node", dropout=0.0, attention_dropout=0.0)
+                attention="rpe", graph_token=False, readout="nodes", dropout=0.0, attention_dropout=0.0)
     return GraphormerConfig(**{**base, **overrides})
 
 
@@ -247,7 +328,7 @@ def test_graph_token_already_lets_rpe_tell_nodes_apart():
     assert (out - out[:1]).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("graph_token,readout", [(True, "graph"), (True, "node"), (False, "node")])
+@pytest.mark.parametrize("graph_token,readout", [(True, "graph_token"), (True, "nodes"), (False, "nodes")])
 def test_urpe_with_unit_scale_equals_rpe(rng, graph_token, readout):
     batch = collate_graphs([make_record(rng, n, index=i) for i, n in enumerate((5, 9, 3))])
     overrides = dict(node_vocab=[28], edge_vocab=[4], graph_token=graph_token, readout=readout)
@@ -256,7 +337,7 @@ def test_urpe_with_unit_scale_equals_rpe(rng, graph_token, readout):
     urpe = Graphormer(node_config(attention="urpe", **overrides)).eval()
     missing, unexpected = urpe.load_state_dict(rpe.state_dict(), strict=False)
     assert missing == ["relative_scale.weight"] and unexpected == []
-    real = slice(None) if readout == "graph" else batch.node_mask  # padding nodes' outputs are meaningless
+    real = slice(None) if readout == "graph_token" else batch.node_mask  # padding nodes' outputs are meaningless
     assert torch.equal(urpe(batch)[real], rpe(batch)[real])
 
 
@@ -272,18 +353,26 @@ def test_node_readout_shapes_and_padding_invariance(rng):
 
 def test_node_readout_with_graph_token_reads_the_node_positions(rng):
     batch = collate_graphs([make_record(rng, 6)])
-    net = Graphormer(node_config(node_vocab=[28], edge_vocab=[4], graph_token=True, readout="node")).eval()
+    net = Graphormer(node_config(node_vocab=[28], edge_vocab=[4], graph_token=True, readout="nodes")).eval()
     randomize(net, 0)
     assert torch.equal(net(batch), net.head(net.encode(batch)[:, 1:]))
 
 
 def test_default_keeps_the_graph_token_and_graph_readout():
     default = GraphormerConfig()
-    assert default.graph_token and default.readout == "graph"
-    assert "graph_token.weight" in Graphormer(node_config(graph_token=True, readout="graph")).state_dict()
+    assert default.graph_token and default.readout == "graph_token"
+    assert "graph_token.weight" in Graphormer(node_config(graph_token=True, readout="graph_token")).state_dict()
     assert "graph_token.weight" not in Graphormer(node_config()).state_dict()
-    with pytest.raises(ValueError, match="graph_token"):
-        GraphormerConfig(graph_token=False, readout="graph")
+    with pytest.raises(ValueError, match="needs graph_token=true"):
+        Graphormer(node_config(readout="graph_token"))
+
+
+def test_target_node_readout_without_graph_token(rng):
+    batch = dataclasses.replace(collate_graphs([make_record(rng, 5), make_record(rng, 8)]),
+                                target_node=torch.tensor([4, 2]))
+    net = Graphormer(node_config(node_vocab=[28], edge_vocab=[4], readout="target_node")).eval()
+    randomize(net, 0)
+    torch.testing.assert_close(net(batch), net.head(net.encode(batch)[torch.arange(2), batch.target_node]))
 
 
 def test_frucht_graph_nodes_have_several_distance_profiles():

@@ -1,15 +1,72 @@
-"""train.py end to end on the synthetic configs, and ``--init_from`` from an RPE run to a URPE run."""
+"""End to end: 2-process DDP on CPU against one process, run files, exit codes; the synthetic configs and
+``--init_from`` from an RPE run to a URPE run."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
+import evaluate
 import train
-from graphormer_urpe.cli import RUN_DIR_ENV
+from tests.conftest import DDP_TWIN_ARGS, tiny_run_args
+
+
+def lr_per_step(run_dir: Path) -> dict[int, float]:
+    """The learning rate of every optimiser step, from the CSV log."""
+    with open(run_dir / "metrics.csv") as f:
+        return {int(row["step"]): float(row["lr-AdamW"]) for row in csv.DictReader(f) if row["lr-AdamW"]}
+
+
+@pytest.fixture(scope="module")
+def single_process_twin(qm9_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The DDP run's configuration on one process."""
+    run_root = tmp_path_factory.mktemp("twin")
+    train.main(tiny_run_args(qm9_root, run_root, *DDP_TWIN_ARGS, "--run_name", "twin"))
+    return run_root / "twin"
+
+
+def test_ddp_processes_data_once_and_only_rank_zero_writes(ddp_run: tuple[Path, str]) -> None:
+    run_dir, log = ddp_run
+    assert log.count("preprocessing qm9_gap into") == 1  # rank 0 built the cache, rank 1 waited
+    assert log.count("qm9_gap splits: train 40, valid 5, test 5") == 2  # then both opened it
+    assert log.count("metrics written to") == 1 and log.count("run directory:") == 1
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best-6.ckpt", "last.ckpt"]
+    assert {p.name for p in run_dir.iterdir()} == {
+        "checkpoints", "config.yaml", "hparams.yaml", "metrics.csv", "metrics.json", "plots", "run.json", "wandb"}
+
+
+@pytest.mark.parametrize("split", ["valid", "test"])
+def test_ddp_metric_equals_single_process_metric_of_the_same_checkpoint(ddp_run: tuple[Path, str], split: str) -> None:
+    """5 graphs on 2 processes (shards of 3 and 2, in 2 and 1 batches): none repeated, none dropped, no hang."""
+    run_dir, _ = ddp_run
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    single = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", split, "--trainer.devices", "1",
+                            "--trainer.strategy", "auto", "--logger", "none"])
+    name, stage = ("val/mae", "validation") if split == "valid" else ("test/mae", "test")
+    assert metrics[stage][name] == pytest.approx(single["metrics"][name], rel=1e-6, abs=1e-7)
+
+
+def test_global_batch_gives_the_same_steps_learning_rates_and_weights(
+        ddp_run: tuple[Path, str], single_process_twin: Path) -> None:
+    run_dir, _ = ddp_run
+    ddp_metrics = json.loads((run_dir / "metrics.json").read_text())
+    twin_metrics = json.loads((single_process_twin / "metrics.json").read_text())
+    assert ddp_metrics["global_step"] == twin_metrics["global_step"] == 6
+    assert lr_per_step(run_dir) == pytest.approx(lr_per_step(single_process_twin), rel=1e-12)
+    assert len(lr_per_step(run_dir)) == 6
+    # the same graphs in every step: the weights agree up to the order of floating-point sums
+    ddp = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    twin = torch.load(single_process_twin / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert ddp.keys() == twin.keys()
+    assert max((ddp[k].float() - twin[k].float()).abs().max().item() for k in ddp) < 1e-5
+    assert any(not torch.equal(ddp[k], twin[k]) for k in ddp)  # it really ran on two processes
+
+
+# ----------------------------------------------------------------------------- synthetic tasks
 
 TINY_SEQUENCES = ["--data.length", "8", "--data.val_size", "16", "--data.test_size", "16", "--data.batch_size", "8"]
 TINY = {
@@ -20,20 +77,18 @@ TINY = {
 }
 
 
-def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, config: str, *extra: str) -> tuple[dict, Path]:
-    """A two-step training run in its own directory; returns metrics.json and the run directory."""
-    run_dir = tmp_path / name
-    monkeypatch.setenv(RUN_DIR_ENV, str(run_dir))  # the CLI shares it through the environment
+def synthetic_run(tmp_path: Path, name: str, config: str, *extra: str) -> tuple[dict, Path]:
+    """A two-step training run of a synthetic config; returns metrics.json and the run directory."""
     train.main(["--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "1",
                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-                *TINY[config], *extra])
-    return json.loads((run_dir / "metrics.json").read_text()), run_dir
+                "--run_root", str(tmp_path), "--run_name", name, *TINY[config], *extra])
+    return json.loads((tmp_path / name / "metrics.json").read_text()), tmp_path / name
 
 
 @pytest.mark.parametrize("config,method", [("synthetic_pi", "none"), ("synthetic_pi", "rpe"),
                                            ("synthetic_etp", "urpe"), ("synthetic_graph", "rpe")])
-def test_synthetic_configs_train_and_test(monkeypatch, tmp_path, config, method):
-    metrics, run_dir = run(monkeypatch, tmp_path, "run", config, "--model.encoder.attention", method)
+def test_synthetic_configs_train_and_test(tmp_path, config, method):
+    metrics, run_dir = synthetic_run(tmp_path, "run", config, "--model.encoder.attention", method)
     assert 0.0 <= metrics["test"]["test/accuracy"] <= 1.0
     assert Path(metrics["best_checkpoint"]).is_file()
     checkpoint = torch.load(metrics["best_checkpoint"], map_location="cpu", weights_only=True)
@@ -41,10 +96,10 @@ def test_synthetic_configs_train_and_test(monkeypatch, tmp_path, config, method)
     assert json.loads((run_dir / "run.json").read_text())["dataset"]["source"].startswith("synthetic")
 
 
-def test_init_from_turns_an_rpe_run_into_an_identical_urpe_run(monkeypatch, tmp_path):
-    rpe_metrics, _ = run(monkeypatch, tmp_path, "rpe", "synthetic_graph", "--model.encoder.attention", "rpe")
+def test_init_from_turns_an_rpe_run_into_an_identical_urpe_run(tmp_path):
+    rpe_metrics, _ = synthetic_run(tmp_path, "rpe", "synthetic_graph", "--model.encoder.attention", "rpe")
     # one step at the first learning rate of the warm-up, which is 0: the URPE run keeps the loaded weights
-    _, urpe_dir = run(monkeypatch, tmp_path, "urpe", "synthetic_graph", "--model.encoder.attention", "urpe",
+    _, urpe_dir = synthetic_run(tmp_path, "urpe", "synthetic_graph", "--model.encoder.attention", "urpe",
                       "--init_from", rpe_metrics["best_checkpoint"], "--trainer.max_steps", "1")
     rpe = torch.load(rpe_metrics["best_checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
     urpe = torch.load(urpe_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
@@ -52,3 +107,11 @@ def test_init_from_turns_an_rpe_run_into_an_identical_urpe_run(monkeypatch, tmp_
     assert torch.equal(scale[1:], torch.ones_like(scale[1:]))
     assert urpe.keys() == rpe.keys()
     assert all(torch.equal(urpe[key], rpe[key]) for key in rpe)
+
+
+@pytest.mark.parametrize("config", ["synthetic_pi", "synthetic_graph"])
+def test_evaluate_reproduces_a_synthetic_run(tmp_path, config):
+    metrics, _ = synthetic_run(tmp_path, "run", config)
+    for split, stage, name in (("valid", "validation", "val/accuracy"), ("test", "test", "test/accuracy")):
+        result = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", split, "--logger", "none"])
+        assert result["metrics"][name] == metrics[stage][name]

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
-from graphormer_urpe.data.transforms import graph_structure
+from graphormer_urpe.data import transforms
+from graphormer_urpe.data.transforms import graph_structure, graph_structures
 from tests.conftest import random_edges
 
 
@@ -81,3 +82,66 @@ def test_compact_dtypes() -> None:
 def test_single_node_graph() -> None:
     s = graph_structure(1, np.zeros((2, 0), dtype=np.int64))
     assert s.spd.tolist() == [[0]] and s.first_edge.tolist() == [[NO_EDGE]]
+
+
+def reference_first_edges(n: int, edge_index: np.ndarray, spd: np.ndarray) -> np.ndarray:
+    """The definition, pair by pair: the edge to the smallest next node on a shortest path
+    (the first listed edge when an edge is duplicated)."""
+    first = np.full((n, n), NO_EDGE, dtype=np.int16)
+    for i in range(n):
+        for j in range(n):
+            if i == j or spd[i, j] == UNREACHABLE_SPD:
+                continue
+            candidates = [(int(edge_index[1, e]), e) for e in range(edge_index.shape[1])
+                          if edge_index[0, e] == i and spd[edge_index[1, e], j] == spd[i, j] - 1]
+            first[i, j] = min(candidates)[1]
+    return first
+
+
+def mixed_graphs(seed: int, count: int) -> list[tuple[int, np.ndarray]]:
+    """Graphs of many sizes (0 to 24 nodes): undirected, directed, disconnected, duplicated edges."""
+    rng = np.random.default_rng(seed)
+    graphs = []
+    for k in range(count):
+        n = int(rng.integers(0, 25))
+        if n == 0:
+            edges = np.zeros((2, 0), dtype=np.int64)
+        elif k % 3 == 0:  # directed, with duplicates and self-loops
+            edges = rng.integers(0, n, (2, int(rng.integers(0, 3 * n))))
+        else:
+            edges = random_edges(rng, n, extra=3, connected=k % 3 == 1)
+        graphs.append((n, edges))
+    return graphs
+
+
+def test_batched_structures_match_the_definition_and_networkx() -> None:
+    graphs = mixed_graphs(seed=11, count=60)
+    flat = graph_structures([n for n, _ in graphs], [e for _, e in graphs])
+    assert flat.node_ptr[-1] == len(flat.in_degree) and flat.pair_ptr[-1] == len(flat.spd)
+    for k, (n, edges) in enumerate(graphs):
+        spd = flat.spd[flat.pair_ptr[k]:flat.pair_ptr[k + 1]].reshape(n, n)
+        first = flat.first_edge[flat.pair_ptr[k]:flat.pair_ptr[k + 1]].reshape(n, n)
+        np.testing.assert_array_equal(spd, networkx_distances(n, edges).reshape(n, n))
+        np.testing.assert_array_equal(first, reference_first_edges(n, edges, spd))
+        nodes = slice(flat.node_ptr[k], flat.node_ptr[k + 1])
+        np.testing.assert_array_equal(flat.in_degree[nodes], np.bincount(edges[1], minlength=n))
+        np.testing.assert_array_equal(flat.out_degree[nodes], np.bincount(edges[0], minlength=n))
+
+
+@pytest.mark.parametrize("block", [1, 7, 50, 1 << 22])
+def test_batching_and_blocking_do_not_change_results(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each graph's arrays are the same alone, in any company, in any order, with any block size."""
+    graphs = mixed_graphs(seed=3, count=40)
+    alone = [graph_structure(n, e) for n, e in graphs]
+    monkeypatch.setattr(transforms, "_BLOCK_ELEMENTS", block)
+    order = np.random.default_rng(block).permutation(len(graphs))
+    flat = graph_structures([graphs[k][0] for k in order], [graphs[k][1] for k in order])
+    for position, k in enumerate(order):
+        pairs = slice(flat.pair_ptr[position], flat.pair_ptr[position + 1])
+        np.testing.assert_array_equal(flat.spd[pairs], alone[k].spd.ravel())
+        np.testing.assert_array_equal(flat.first_edge[pairs], alone[k].first_edge.ravel())
+
+
+def test_too_many_nodes_is_refused() -> None:
+    with pytest.raises(ValueError, match="graph 1 has 40000 nodes"):
+        graph_structures([3, 40_000], [np.zeros((2, 0), int), np.zeros((2, 0), int)])

@@ -4,8 +4,12 @@ A :class:`GraphRecord` is one preprocessed graph as the cache stores it (small-i
 arrays). :func:`collate_graphs` pads a list of them to the largest graph of the batch and returns
 a :class:`GraphBatch`, the only input :class:`~graphormer_urpe.model.graphormer.Graphormer` takes.
 
+Node-level tasks (MAG240M) build a :class:`GraphBatch` straight from sampled subgraphs
+(:mod:`graphormer_urpe.data.mag240m_sampler`), with continuous node features and a target node.
+
 Shape letters: B graphs, N nodes of the largest graph (no graph token), E edges of the whole
-batch, F node-feature columns, Fe edge-feature columns, Y targets per graph.
+batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature columns,
+Y targets per graph.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
+from graphormer_urpe.constants import NO_EDGE, NO_TARGET_NODE, UNREACHABLE_SPD
 
 
 class GraphRecord(NamedTuple):
@@ -51,20 +55,28 @@ class GraphBatch:
     field          dtype      shape             meaning
     =============  =========  ================  ==================================================
     x              int64      (B, N, F)         categorical node features (raw values, >= 0)
+    x_continuous   float16/32 (B, N, Fc)        continuous node features (Fc = 0 when the dataset
+                                                has none); 0 at padding
     node_mask      bool       (B, N)            True for real nodes
     in_degree      int64      (B, N)            in-degree of each node
     out_degree     int64      (B, N)            out-degree of each node
     spd            uint8      (B, N, N)         shortest-path distance, 255 = unreachable/padding
     first_edge     int64      (B, N, N)         batch edge id of the first edge of a shortest path
-                                                from i to j, -1 if none (i == j, unreachable, pad)
+                                                from i to j, -1 if none (i == j, unreachable, pad);
+                                                int16/int32 in batches of sampled subgraphs (fewer
+                                                bytes to move), widened by the model
     edge_attr      int64      (E, Fe)           categorical edge features of every batch edge
     edge_dst       int64      (E,)              target node (position in its graph) of each edge
     y              float32    (B, Y)            targets, NaN where unknown
-    index          int64      (B,)              dataset position of each graph
+    index          int64      (B,)              dataset position of each graph (MAG240M: the
+                                                target paper's id)
+    target_node    int64      (B,)              node whose label ``y`` is (node-level tasks), or
+                                                -1 (:data:`NO_TARGET_NODE`) for graph-level ones
     =============  =========  ================  ==================================================
     """
 
     x: torch.Tensor
+    x_continuous: torch.Tensor
     node_mask: torch.Tensor
     in_degree: torch.Tensor
     out_degree: torch.Tensor
@@ -74,6 +86,7 @@ class GraphBatch:
     edge_dst: torch.Tensor
     y: torch.Tensor
     index: torch.Tensor
+    target_node: torch.Tensor
 
     @property
     def num_graphs(self) -> int:
@@ -125,6 +138,7 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
 
     return GraphBatch(
         x=torch.from_numpy(x),
+        x_continuous=torch.zeros((batch, n_max, 0), dtype=torch.float32),
         node_mask=torch.from_numpy(node_mask),
         in_degree=torch.from_numpy(in_degree),
         out_degree=torch.from_numpy(out_degree),
@@ -134,6 +148,7 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
         edge_dst=torch.from_numpy(_concat([r.edge_index[1] for r in records], np.int64)),
         y=torch.from_numpy(np.stack([np.asarray(r.y, dtype=np.float32) for r in records])),
         index=torch.tensor([r.index for r in records], dtype=torch.long),
+        target_node=torch.full((batch,), NO_TARGET_NODE, dtype=torch.long),
     )
 
 

@@ -22,6 +22,8 @@ chunk; a chunk whose files do not match their recorded sizes and checksums is re
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import multiprocessing
@@ -39,7 +41,7 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import GraphRecord
 from graphormer_urpe.data.featurize import RawGraph
-from graphormer_urpe.data.transforms import MAX_NODES, graph_structure
+from graphormer_urpe.data.transforms import MAX_NODES, graph_structures
 
 log = logging.getLogger(__name__)
 
@@ -82,20 +84,64 @@ class GraphSpec:
 
     def problem(self, graph: RawGraph) -> str | None:
         """Why ``graph`` cannot be cached, or None."""
-        n = graph.x.shape[0]
+        return self._shape_problem(graph) or self._value_problem(graph)
+
+    def problems(self, graphs: Sequence[RawGraph]) -> list[str | None]:
+        """:meth:`problem` of every graph, with the array checks done once for the whole list.
+
+        Shapes and sizes are compared per graph; value ranges (features within their
+        vocabularies, edges between existing nodes) are screened on the concatenated arrays, and
+        only the graphs that fail the screen are examined one by one for the message.
+        """
+        reasons = [self._shape_problem(g) for g in graphs]
+        positions = [k for k, reason in enumerate(reasons) if reason is None]
+        candidates = [graphs[k] for k in positions]
+        if not candidates:
+            return reasons
+        nodes = np.array([g.x.shape[0] for g in candidates])
+        edges = np.array([g.edge_index.shape[1] for g in candidates])
+        node_graph = np.repeat(np.arange(len(candidates)), nodes)
+        edge_graph = np.repeat(np.arange(len(candidates)), edges)
+        x = np.concatenate([g.x for g in candidates])
+        edge_attr = np.concatenate([g.edge_attr for g in candidates])
+        edge_index = np.concatenate([g.edge_index for g in candidates], axis=1)
+        bad_node = ((x < 0) | (x >= np.asarray(self.node_vocab))).any(axis=1)
+        bad_edge = ((edge_attr < 0) | (edge_attr >= np.asarray(self.edge_vocab))).any(axis=1)
+        bad_edge |= ((edge_index < 0) | (edge_index >= nodes[edge_graph])).any(axis=0)
+        suspect = np.zeros(len(candidates), dtype=bool)
+        suspect[node_graph[bad_node]] = True
+        suspect[edge_graph[bad_edge]] = True
+        for k in np.flatnonzero(suspect):
+            reasons[positions[k]] = self._value_problem(candidates[k])
+        return reasons
+
+    def _shape_problem(self, graph: RawGraph) -> str | None:
+        """Wrong target count, array shapes or node count."""
+        x, edge_index, edge_attr = graph.x, graph.edge_index, graph.edge_attr
         if len(graph.y) != self.num_targets:
             return f"{len(graph.y)} targets, expected {self.num_targets}"
-        if n == 0:
+        for name, values, vocab in (("node", x, self.node_vocab), ("edge", edge_attr, self.edge_vocab)):
+            if values.ndim != 2 or values.shape[1] != len(vocab):
+                return f"{name} features of shape {values.shape}, expected ({name}s, {len(vocab)})"
+        if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+            return f"edge_index of shape {edge_index.shape}, expected (2, edges)"
+        if edge_attr.shape[0] != edge_index.shape[1]:
+            return f"{edge_attr.shape[0]} edge-feature rows for {edge_index.shape[1]} edges"
+        if x.shape[0] == 0:
             return "no nodes"
-        if n > min(self.max_nodes, MAX_NODES):
-            return f"{n} nodes > max_nodes={self.max_nodes}"
+        if x.shape[0] > min(self.max_nodes, MAX_NODES):
+            return f"{x.shape[0]} nodes > max_nodes={self.max_nodes}"
+        return None
+
+    def _value_problem(self, graph: RawGraph) -> str | None:
+        """Edges to missing nodes, or feature values outside their vocabularies."""
+        n = graph.x.shape[0]
         if graph.edge_index.size and (graph.edge_index.min() < 0 or graph.edge_index.max() >= n):
             return "edge_index refers to a missing node"
         for name, values, vocab in (("node", graph.x, self.node_vocab), ("edge", graph.edge_attr, self.edge_vocab)):
-            if values.shape[1] != len(vocab):
-                return f"{values.shape[1]} {name}-feature columns, expected {len(vocab)}"
-            if values.size and ((values < 0).any() or (values >= np.asarray(vocab)).any()):
-                column = int(np.argmax(((values < 0) | (values >= np.asarray(vocab))).any(axis=0)))
+            outside = (values < 0) | (values >= np.asarray(vocab))
+            if outside.any():
+                column = int(np.argmax(outside.any(axis=0)))
                 return f"{name}-feature column {column} outside 0..{vocab[column] - 1}"
         return None
 
@@ -106,37 +152,51 @@ class GraphSpec:
 def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: GraphSpec) -> tuple[dict[str, np.ndarray], list]:
     """Preprocess rows into the flat arrays of one chunk.
 
+    The graphs of the chunk are checked and preprocessed together (see
+    :func:`~graphormer_urpe.data.transforms.graph_structures`), so the per-graph Python work is a
+    handful of list appends.
+
     Returns:
         The arrays (see the module docstring) and the skipped rows as ``[row, reason]`` pairs.
     """
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in
-                                          ("x", "in_degree", "out_degree", "edge_index", "edge_attr",
-                                           "spd", "first_edge", "y", "source_row")}
-    sizes: dict[str, list[int]] = {"node_ptr": [], "edge_ptr": [], "pair_ptr": []}
     skipped: list = []
+    kept_rows: list[int] = []
+    kept: list[RawGraph] = []
     for row, graph in rows:
-        reason = graph if isinstance(graph, str) else spec.problem(graph)
-        if reason is not None:
-            skipped.append([int(row), reason])
-            continue
-        n = graph.x.shape[0]
-        structure = graph_structure(n, graph.edge_index)
-        parts["x"].append(graph.x.astype(np.int16))
-        parts["in_degree"].append(structure.in_degree)
-        parts["out_degree"].append(structure.out_degree)
-        parts["edge_index"].append(np.asarray(graph.edge_index, dtype=np.int16).T)
-        parts["edge_attr"].append(graph.edge_attr.astype(np.int16))
-        parts["spd"].append(structure.spd.ravel())
-        parts["first_edge"].append(structure.first_edge.ravel())
-        parts["y"].append(np.asarray(graph.y, dtype=np.float32).reshape(1, -1))
-        parts["source_row"].append(np.array([row], dtype=np.int64))
-        sizes["node_ptr"].append(n)
-        sizes["edge_ptr"].append(graph.edge_index.shape[1])
-        sizes["pair_ptr"].append(n * n)
-    arrays = {name: (np.concatenate(chunks) if chunks else _empty(name, spec)) for name, chunks in parts.items()}
-    for name, counts in sizes.items():
-        arrays[name] = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        if isinstance(graph, str):
+            skipped.append([int(row), graph])
+        else:
+            kept_rows.append(int(row))
+            kept.append(graph)
+    problems = spec.problems(kept)
+    if any(p is not None for p in problems):
+        skipped += [[row, p] for row, p in zip(kept_rows, problems) if p is not None]
+        skipped.sort()
+        kept_rows = [row for row, p in zip(kept_rows, problems) if p is None]
+        kept = [g for g, p in zip(kept, problems) if p is None]
+    if not kept:
+        offsets = {name: np.zeros(1, dtype=np.int64) for name in ("node_ptr", "edge_ptr", "pair_ptr")}
+        return {**{name: _empty(name, spec) for name in _ARRAY_NAMES}, **offsets}, skipped
+    structure = graph_structures([g.x.shape[0] for g in kept], [g.edge_index for g in kept])
+    num_edges = np.array([g.edge_index.shape[1] for g in kept], dtype=np.int64)
+    arrays = {
+        "x": np.concatenate([g.x for g in kept]).astype(np.int16),
+        "in_degree": structure.in_degree,
+        "out_degree": structure.out_degree,
+        "edge_index": np.concatenate([g.edge_index for g in kept], axis=1).T.astype(np.int16),
+        "edge_attr": np.concatenate([g.edge_attr for g in kept]).astype(np.int16),
+        "spd": structure.spd,
+        "first_edge": structure.first_edge,
+        "y": np.stack([np.asarray(g.y, dtype=np.float32).reshape(-1) for g in kept]),
+        "source_row": np.array(kept_rows, dtype=np.int64),
+        "node_ptr": structure.node_ptr,
+        "edge_ptr": np.concatenate([[0], np.cumsum(num_edges)]).astype(np.int64),
+        "pair_ptr": structure.pair_ptr,
+    }
     return arrays, skipped
+
+
+_ARRAY_NAMES = ("x", "in_degree", "out_degree", "edge_index", "edge_attr", "spd", "first_edge", "y", "source_row")
 
 
 def _empty(name: str, spec: GraphSpec) -> np.ndarray:
@@ -198,7 +258,9 @@ class Chunk:
 
     def __init__(self, path: Path) -> None:
         self.meta = json.loads((path / CHUNK_META).read_text())
-        self.arrays = {name[:-4]: np.load(path / name, mmap_mode="r") for name in self.meta["files"]}
+        # plain ndarray views of the memory maps: slicing a np.memmap costs ~100x more (its
+        # __array_finalize__ runs on every slice), and a record takes nine slices
+        self.arrays = {name[:-4]: np.load(path / name, mmap_mode="r").view(np.ndarray) for name in self.meta["files"]}
         a = self.arrays
         counts = {len(a["y"]), len(a["source_row"]), len(a["node_ptr"]) - 1, len(a["edge_ptr"]) - 1}
         if len(counts) != 1 or a["node_ptr"][-1] != len(a["x"]) or a["edge_ptr"][-1] != len(a["edge_attr"]) \
@@ -253,31 +315,88 @@ class GraphStore:
         """(G, Y) float32 targets of every graph."""
         return np.concatenate([np.asarray(c.arrays["y"]) for c in self.chunks])
 
+    def split_rows(self) -> dict[str, np.ndarray]:
+        """Source rows of every split, in the dataset's order, skipped rows included."""
+        with np.load(self.directory / SPLITS) as splits:
+            return {name: splits[name] for name in splits.files}
+
     def split_indices(self) -> dict[str, np.ndarray]:
         """Graph indices of every split, source rows that were skipped left out."""
-        with np.load(self.directory / SPLITS) as splits:
-            rows = {name: splits[name] for name in splits.files}
-        return {name: self.indices_of_rows(r) for name, r in rows.items()}
+        return {name: self.indices_of_rows(rows) for name, rows in self.split_rows().items()}
+
+    def skipped_rows(self) -> dict[int, str]:
+        """Every source row that is not in the cache, with the reason it was skipped."""
+        return {int(row): reason for chunk in self.chunks for row, reason in chunk.meta["skipped"]}
+
+    def graphs_of_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Graph index of each source row, -1 where the row was skipped. (R,) int64"""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(self.source_row):
+            return np.full(len(rows), -1, dtype=np.int64)
+        position = np.minimum(np.searchsorted(self.source_row, rows), len(self.source_row) - 1)
+        return np.where(self.source_row[position] == rows, position, -1).astype(np.int64)
 
     def indices_of_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Graph indices of the given source rows that are in the cache."""
-        position = np.searchsorted(self.source_row, rows)
-        position = np.minimum(position, max(len(self.source_row) - 1, 0))
-        found = self.source_row[position] == rows if len(self.source_row) else np.zeros(len(rows), bool)
-        return position[found]
+        """Graph indices of the given source rows that are in the cache, in the given order."""
+        graphs = self.graphs_of_rows(rows)
+        return graphs[graphs >= 0]
 
 
 # ----------------------------------------------------------------------------- building
 
 
+@contextlib.contextmanager
+def exclusive_build(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock for building ``directory``; other processes wait here, on any node
+    whose file system supports POSIX locks (local disks, NFS). The lock is the sibling file
+    ``.<name>.lock`` and is released when its holder exits, even after a crash."""
+    lock_path = directory.parent / f".{directory.name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process that is building %s (lock %s)", directory, lock_path)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as error:  # e.g. Lustre mounted without -o flock
+            log.warning("cannot lock %s (%s): make sure only one job builds %s at a time", lock_path, error, directory)
+        yield
+
+
 @dataclass
 class BuildSummary:
-    """What a cache build did."""
+    """What a cache build did.
 
+    Args:
+        rows: source rows of the dataset.
+        processed_rows: rows preprocessed by this run (fewer when a previous run is resumed).
+        graphs: graphs in the cache.
+        skipped: every skipped row as ``[row, reason]``.
+        skipped_by_split: skipped rows per split.
+        seconds: wall time of this run.
+        rebuilt_chunks: chunks found damaged and built again.
+    """
+
+    rows: int
+    processed_rows: int
     graphs: int
     skipped: list
+    skipped_by_split: dict[str, int]
     seconds: float
     rebuilt_chunks: int
+
+    def describe(self) -> str:
+        """One line: processed, cached, skipped (with the first few rows and reasons), seconds."""
+        rate = f" ({self.processed_rows / self.seconds:,.0f} rows/s)" if self.processed_rows and self.seconds else ""
+        text = (f"{self.processed_rows:,} of {self.rows:,} rows preprocessed in {self.seconds:.1f} s{rate}; "
+                f"{self.graphs:,} graphs cached, {len(self.skipped):,} rows skipped")
+        if self.skipped:
+            per_split = ", ".join(f"{name} {count:,}" for name, count in self.skipped_by_split.items() if count)
+            shown = "; ".join(f"row {row}: {reason}" for row, reason in self.skipped[:SHOWN_SKIPS])
+            text += f" ({per_split}; first: {shown})"
+        if self.rebuilt_chunks:
+            text += f"; {self.rebuilt_chunks} damaged chunks rebuilt"
+        return text
 
 
 _WORKER_READER: RowReader | None = None
@@ -322,26 +441,34 @@ def build_store(
     """
     started = time.perf_counter()
     directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob(".chunk_*.tmp-*"):  # left by a run that was killed while writing
+        shutil.rmtree(stale, ignore_errors=True)
     ranges = [(s, min(s + chunk_size, reader.num_rows)) for s in range(0, reader.num_rows, chunk_size)]
     names = [f"chunk_{i:05d}" for i in range(len(ranges))]
     todo, rebuilt = [], 0
     for name, (start, stop) in zip(names, ranges):
         problem = chunk_problem(directory / name)
-        if problem is None and json.loads((directory / name / CHUNK_META).read_text())["stop"] == stop:
-            continue
+        if problem is None:
+            meta = json.loads((directory / name / CHUNK_META).read_text())
+            if (meta["start"], meta["stop"]) == (start, stop):
+                continue
+            problem = f"covers rows {meta['start']}..{meta['stop'] - 1}, expected {start}..{stop - 1}"
         if (directory / name).exists():
             log.warning("%s/%s: %s; rebuilding it", directory, name, problem)
             rebuilt += 1
         todo.append((directory / name, start, stop, spec))
-    done_rows = reader.num_rows - sum(stop - start for _, start, stop, _ in todo)
-    if done_rows:
-        log.info("resuming %s: %d of %d rows already preprocessed", directory, done_rows, reader.num_rows)
+    processed_rows = sum(stop - start for _, start, stop, _ in todo)
+    if processed_rows < reader.num_rows:
+        log.info("resuming %s: %d of %d rows already preprocessed", directory, reader.num_rows - processed_rows,
+                 reader.num_rows)
 
-    with tqdm(total=reader.num_rows, initial=done_rows, desc=description, unit="graph", dynamic_ncols=True) as bar:
-        if num_workers > 0 and len(todo) > 1:
+    workers = min(num_workers, len(todo))
+    with tqdm(total=reader.num_rows, initial=reader.num_rows - processed_rows, desc=description, unit="graph",
+              dynamic_ncols=True) as bar:
+        if workers > 1:
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
             context = multiprocessing.get_context(method)
-            with context.Pool(num_workers, initializer=_init_worker, initargs=(reader,)) as pool:
+            with context.Pool(workers, initializer=_init_worker, initargs=(reader,)) as pool:
                 for rows, _ in pool.imap_unordered(_build_chunk, todo):
                     bar.update(rows)
         else:
@@ -351,15 +478,20 @@ def build_store(
 
     chunk_metas = [json.loads((directory / name / CHUNK_META).read_text()) for name in names]
     skipped = [s for meta in chunk_metas for s in meta["skipped"]]
+    skipped_rows = np.array([row for row, _ in skipped], dtype=np.int64)
+    skipped_by_split = {name: int(np.isin(rows, skipped_rows).sum()) for name, rows in splits.items()}
     graphs = sum(meta["graphs"] for meta in chunk_metas)
     np.savez(directory / SPLITS, **{name: np.asarray(rows, dtype=np.int64) for name, rows in splits.items()})
-    seconds = time.perf_counter() - started
+    summary = BuildSummary(rows=reader.num_rows, processed_rows=processed_rows, graphs=graphs, skipped=skipped,
+                           skipped_by_split=skipped_by_split, seconds=time.perf_counter() - started,
+                           rebuilt_chunks=rebuilt)
     manifest = {
         "format": CACHE_FORMAT, "key": dict(key), "chunks": names, "rows": reader.num_rows,
         "graphs": graphs, "skipped": len(skipped), "skipped_examples": skipped[:SHOWN_SKIPS],
-        "build_seconds": round(seconds, 2),
+        "skipped_by_split": skipped_by_split, "build_seconds": round(summary.seconds, 2),
     }
     tmp = directory / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=1))
     os.replace(tmp, directory / MANIFEST)
-    return BuildSummary(graphs=graphs, skipped=skipped, seconds=seconds, rebuilt_chunks=rebuilt)
+    log.info("%s: %s", description, summary.describe())
+    return summary

@@ -12,18 +12,19 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset
 
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
-from graphormer_urpe.data.cache import MANIFEST, GraphSpec, GraphStore, build_store, chunk_problem
+from graphormer_urpe.data.cache import (
+    MANIFEST,
+    BuildSummary,
+    GraphSpec,
+    GraphStore,
+    build_store,
+    chunk_problem,
+    exclusive_build,
+)
+from graphormer_urpe.data.sampling import eval_loader, per_device_batch_size, process_grid, train_loader
 from graphormer_urpe.data.sources.base import GraphSource
 
 log = logging.getLogger(__name__)
-
-
-def per_device_batch_size(batch_size: int, trainer: pl.Trainer | None) -> int:
-    """The global ``batch_size`` divided over the trainer's processes (all of it without a trainer)."""
-    world = trainer.world_size if trainer is not None else 1
-    if batch_size % world:
-        raise ValueError(f"batch_size={batch_size} is not divisible by the {world} processes")
-    return batch_size // world
 
 
 class GraphDataset(Dataset):
@@ -54,9 +55,12 @@ class GraphDataModule(pl.LightningDataModule):
         batch_size: graphs per optimiser step over all devices (the global batch); each of the
             W processes loads ``batch_size / W``.
         num_workers: DataLoader worker processes.
-        preprocess_workers: processes for the one-off preprocessing; None uses every core.
+        preprocess_workers: processes for the one-off preprocessing; None uses every core this
+            process may run on.
         chunk_size: source rows per cache chunk.
         max_nodes: graphs with more nodes are skipped and counted when the cache is built.
+        prepare_per_node: build the cache on every node (``root`` on node-local disks) instead of
+            once on global rank 0 (``root`` on a file system shared by all nodes, the default).
     """
 
     def __init__(
@@ -68,18 +72,24 @@ class GraphDataModule(pl.LightningDataModule):
         preprocess_workers: int | None = None,
         chunk_size: int = 10_000,
         max_nodes: int = 512,
+        prepare_per_node: bool = False,
     ) -> None:
         super().__init__()
+        self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
         self.source = source
         self.root = Path(root)
         self.batch_size = batch_size
         self.num_workers = num_workers
-        self.preprocess_workers = (os.cpu_count() or 1) if preprocess_workers is None else preprocess_workers
+        self.preprocess_workers = available_cores() if preprocess_workers is None else preprocess_workers
         self.chunk_size = chunk_size
         self.spec = GraphSpec(source.node_vocab, source.edge_vocab, source.num_targets, max_nodes)
         cache_name, self.cache_key = source.cache_key({"max_nodes": max_nodes})
         self.cache_dir = self.root / source.name / "graphormer" / cache_name
         self.datasets: dict[str, GraphDataset] = {}
+        #: Split served by ``predict_dataloader`` (set by ``evaluate.py``).
+        self.predict_split = "test"
+        #: What building the cache did in this process, None when a valid cache was found.
+        self.build_summary: BuildSummary | None = None
 
     @property
     def node_vocab(self) -> list[int]:
@@ -96,22 +106,36 @@ class GraphDataModule(pl.LightningDataModule):
         """Targets per graph (linked to the model's output width)."""
         return self.source.num_targets
 
+    @property
+    def continuous_node_dim(self) -> int:
+        """Width of continuous node features (linked to the model): molecules have none."""
+        return 0
+
+    @property
+    def readout(self) -> str:
+        """Where the model reads its prediction (linked to the model): graph-level targets."""
+        return "graph_token"
+
     def prepare_data(self) -> None:
-        """Check or fetch the raw files, then build (or finish, or repair) the cache once."""
+        """Check or fetch the raw files, then build (or finish, or repair) the cache once.
+
+        Lightning calls this on one process (per node with ``prepare_per_node``) while the others
+        wait; a file lock also keeps separate jobs sharing ``root`` from building the same cache.
+        """
         self.source.ensure_raw(self.root)
         if self._cache_is_valid():
             return
+        with exclusive_build(self.cache_dir):
+            if not self._cache_is_valid():  # another job may have built it while we waited
+                self._build_cache()
+
+    def _build_cache(self) -> None:
         log.info("preprocessing %s into %s with %d workers", self.source.name, self.cache_dir, self.preprocess_workers)
         reader = self.source.open(self.root)
-        summary = build_store(
+        self.build_summary = build_store(
             reader, self.cache_dir, self.cache_key, self.spec, self.source.splits(self.root, reader),
             num_workers=self.preprocess_workers, chunk_size=self.chunk_size,
             description=f"preprocessing {self.source.name}",
-        )
-        log.info(
-            "%s: %d graphs cached, %d rows skipped%s, %.1f s",
-            self.source.name, summary.graphs, len(summary.skipped),
-            f" (first: {summary.skipped[:3]})" if summary.skipped else "", summary.seconds,
         )
 
     def _cache_is_valid(self) -> bool:
@@ -131,12 +155,18 @@ class GraphDataModule(pl.LightningDataModule):
         """Open the cache and the splits; say how big they are."""
         if self.datasets:
             return
+        if not (self.cache_dir / MANIFEST).is_file():
+            raise FileNotFoundError(
+                f"{self.cache_dir} holds no complete cache on this machine; if data.root is not shared by all "
+                "nodes, set --data.prepare_per_node true so that every node builds its own"
+            )
         store = GraphStore(self.cache_dir)
         manifest = store.manifest
         if manifest["skipped"]:
+            per_split = ", ".join(f"{k} {v}" for k, v in manifest["skipped_by_split"].items() if v)
             log.warning(
-                "%s: %d of %d rows were skipped while preprocessing (first: %s)",
-                self.source.name, manifest["skipped"], manifest["rows"], manifest["skipped_examples"][:3],
+                "%s: %d of %d rows were skipped while preprocessing (%s; first: %s)",
+                self.source.name, manifest["skipped"], manifest["rows"], per_split, manifest["skipped_examples"][:3],
             )
         self.datasets = {name: GraphDataset(store, idx) for name, idx in store.split_indices().items()}
         sizes = {name: len(ds) for name, ds in self.datasets.items()}
@@ -166,23 +196,34 @@ class GraphDataModule(pl.LightningDataModule):
 
     def per_device_batch_size(self) -> int:
         """``batch_size`` divided over the processes, so the optimiser always sees the global batch."""
-        return per_device_batch_size(self.batch_size, self.trainer)
+        return per_device_batch_size(self.batch_size, process_grid(self.trainer)[0])
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.per_device_batch_size(),
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=collate_graphs,
-            persistent_workers=self.num_workers > 0,
-        )
+    def _split(self, split: str) -> GraphDataset:
+        if split not in self.datasets:
+            raise ValueError(f"{self.source.name} has no split '{split}'; its splits are {', '.join(self.datasets)}")
+        return self.datasets[split]
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        """Shuffled global batches, this process's slice of each; resumable mid-epoch."""
+        return train_loader(self._split("train"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("valid", shuffle=False)
+        """This process's exact, unpadded shard of the validation split."""
+        return eval_loader(self._split("valid"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        """This process's exact, unpadded shard of the test split."""
+        return eval_loader(self._split("test"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The split named by :attr:`predict_split`, in its order (Lightning shards it over processes
+        itself, without repeating graphs)."""
+        return DataLoader(self._split(self.predict_split), batch_size=self.per_device_batch_size(), shuffle=False,
+                          num_workers=self.num_workers, collate_fn=collate_graphs)
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. a SLURM allocation), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1

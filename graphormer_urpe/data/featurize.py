@@ -1,22 +1,24 @@
-"""Molecules to graphs with exactly ogb's ``smiles2graph`` features, without its crashes.
+"""Molecules to graphs with exactly ogb's ``smiles2graph`` features, faster and without its crashes.
 
-ogb's ``smiles2graph`` raises ``AttributeError`` on a SMILES RDKit cannot parse and parses every
-string twice when wrapped in a check. :func:`molecule_graph` parses once, reports why a row cannot
-be used, and builds the features with the same ogb functions (``atom_to_feature_vector``,
-``bond_to_feature_vector``), so the arrays are identical to ``smiles2graph``'s (a test checks it).
+ogb's ``smiles2graph`` raises ``AttributeError`` on a SMILES RDKit cannot parse, and spends most of
+its time in Python: ``str()`` of RDKit enums and ``list.index`` over 119-entry lists for every atom.
+:func:`molecule_graph` parses once, reads each RDKit property of all atoms (bonds) with one
+``map`` over the atom (bond) list, and turns the raw values into ogb's indices with lookup tables
+built from ogb's own ``allowable_features``. The arrays equal ``smiles2graph``'s, value for value
+and in the same order (a test checks thousands of molecules), at about twice its speed.
+
+A molecule is reported instead of featurised when RDKit cannot parse it, when it has no atoms,
+or when it has a value for which ogb's featuriser itself raises (a bond stereo label outside
+ogb's list, such as RDKit's atropisomer labels).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
-from ogb.utils.features import (
-    atom_to_feature_vector,
-    bond_to_feature_vector,
-    get_atom_feature_dims,
-    get_bond_feature_dims,
-)
+from ogb.utils.features import allowable_features, get_atom_feature_dims, get_bond_feature_dims
 from rdkit import Chem, RDLogger, rdBase
 
 #: Categorical vocabulary sizes of ogb's atom features (9 columns) and bond features (3 columns).
@@ -24,6 +26,9 @@ ATOM_VOCAB: tuple[int, ...] = tuple(get_atom_feature_dims())
 BOND_VOCAB: tuple[int, ...] = tuple(get_bond_feature_dims())
 #: Part of every molecular cache key: RDKit releases change which SMILES parse.
 FEATURIZER_VERSION = f"ogb-smiles2graph/rdkit-{rdBase.rdkitVersion}"
+
+#: Index of a value ogb's featuriser rejects (it calls ``list.index`` without a fallback).
+_REJECTED = -1
 
 
 class RawGraph(NamedTuple):
@@ -44,29 +49,171 @@ def silence_rdkit() -> None:
     RDLogger.DisableLog("rdApp.*")
 
 
+class _LookupTables:
+    """ogb's ``allowable_features`` lists as one flat integer table.
+
+    Column c maps a raw integer value v (an RDKit number, enum value or bool) to
+    ``table[start[c] + v - low[c]]`` when ``low[c] <= v < low[c] + size[c]``, else to
+    ``table[start[c] + size[c]]``: ogb's ``misc`` index where ogb uses ``safe_index``,
+    :data:`_REJECTED` where ogb uses ``list.index`` (and would raise).
+
+    Args:
+        columns: per column, ogb's allowable list, the raw integer keys the column can see with
+            the entry of the allowable list each key stands for, and whether ogb falls back to
+            ``misc`` (``safe_index``) for values not in the list.
+    """
+
+    def __init__(self, columns: Sequence[tuple[list, dict[int, object], bool]]) -> None:
+        tables, low, size, start = [], [], [], []
+        offset = 0
+        for allowed, keys, has_fallback in columns:
+            fallback = len(allowed) - 1 if has_fallback else _REJECTED
+            lo, hi = min(keys), max(keys)
+            table = [allowed.index(keys[k]) if k in keys and keys[k] in allowed else fallback
+                     for k in range(lo, hi + 1)]
+            tables.append(np.array([*table, fallback], dtype=np.int64))
+            low.append(lo)
+            size.append(hi - lo + 1)
+            start.append(offset)
+            offset += hi - lo + 2
+        self.table = np.concatenate(tables)
+        self.low = np.array(low, dtype=np.int64)[:, None]
+        self.size = np.array(size, dtype=np.int64)[:, None]
+        self.start = np.array(start, dtype=np.int64)[:, None]
+
+    def __call__(self, raw: np.ndarray) -> np.ndarray:
+        """ogb indices of raw values. (C, k) int64 -> (C, k) int64"""
+        position = raw - self.low
+        inside = (position >= 0) & (position < self.size)
+        return self.table[np.where(inside, self.start + position, self.start + self.size)]
+
+
+def _int_keys(allowed: list) -> dict[int, object]:
+    return {v: v for v in allowed if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _enum_keys(enum: type) -> dict[int, object]:
+    return {int(value): str(member) for value, member in enum.values.items()}
+
+
+_BOOL_KEYS: dict[int, object] = {0: False, 1: True}
+
+# Atom columns in ogb's order. Total degree is not read per atom: it is the bond count of the atom
+# (from the bond list) plus its hydrogens, which is how RDKit defines GetTotalDegree.
+_A = allowable_features
+_ATOM_TABLES = _LookupTables([
+    (_A["possible_atomic_num_list"], _int_keys(_A["possible_atomic_num_list"]), True),
+    (_A["possible_chirality_list"], _enum_keys(Chem.rdchem.ChiralType), True),
+    (_A["possible_degree_list"], _int_keys(_A["possible_degree_list"]), True),
+    (_A["possible_formal_charge_list"], _int_keys(_A["possible_formal_charge_list"]), True),
+    (_A["possible_numH_list"], _int_keys(_A["possible_numH_list"]), True),
+    (_A["possible_number_radical_e_list"], _int_keys(_A["possible_number_radical_e_list"]), True),
+    (_A["possible_hybridization_list"], _enum_keys(Chem.rdchem.HybridizationType), True),
+    (_A["possible_is_aromatic_list"], _BOOL_KEYS, False),
+    (_A["possible_is_in_ring_list"], _BOOL_KEYS, False),
+])
+_BOND_TABLES = _LookupTables([
+    (_A["possible_bond_type_list"], _enum_keys(Chem.rdchem.BondType), True),
+    (_A["possible_bond_stereo_list"], _enum_keys(Chem.rdchem.BondStereo), False),
+    (_A["possible_is_conjugated_list"], _BOOL_KEYS, False),
+])
+_ATOM_COLUMN_NAMES = ("atomic number", "chirality", "degree", "formal charge", "hydrogen count",
+                      "radical electrons", "hybridization", "aromaticity", "ring membership")
+_BOND_COLUMN_NAMES = ("bond type", "bond stereo", "conjugation")
+
+#: RDKit getters read for every atom, in the order of ``_ATOM_TABLES`` without the degree column.
+_ATOM_GETTERS: tuple[Callable, ...] = (
+    Chem.Atom.GetAtomicNum, Chem.Atom.GetChiralTag, Chem.Atom.GetFormalCharge, Chem.Atom.GetTotalNumHs,
+    Chem.Atom.GetNumRadicalElectrons, Chem.Atom.GetHybridization, Chem.Atom.GetIsAromatic, Chem.Atom.IsInRing,
+)
+_NUM_HS = 3  # row of GetTotalNumHs in the raw atom values
+_BOND_GETTERS: tuple[Callable, ...] = (
+    Chem.Bond.GetBeginAtomIdx, Chem.Bond.GetEndAtomIdx, Chem.Bond.GetBondType, Chem.Bond.GetStereo,
+    Chem.Bond.GetIsConjugated,
+)
+
+
 def molecule_graph(smiles: object, y: np.ndarray) -> RawGraph | str:
-    """Featurise one molecule, or say why it cannot be used.
+    """Featurise one molecule exactly as ``ogb.utils.smiles2graph``, or say why it cannot be used.
 
     Args:
         smiles: the SMILES string (pandas gives a float NaN for an empty cell).
         y: (Y,) float32 targets.
 
     Returns:
-        A :class:`RawGraph`, or a short reason such as ``"RDKit cannot parse"``.
+        A :class:`RawGraph` (int64 arrays; edges in ogb's order: both directions of bond k at
+        positions 2k and 2k + 1), or a short reason such as ``"RDKit cannot parse"``.
     """
-    if not isinstance(smiles, str) or not smiles.strip():
-        return "empty SMILES"
-    mol = Chem.MolFromSmiles(smiles)
-    if mol is None:
-        return "RDKit cannot parse"
-    if mol.GetNumAtoms() == 0:
-        return "no atoms"
-    x = np.array([atom_to_feature_vector(atom) for atom in mol.GetAtoms()], dtype=np.int64)
-    bonds = mol.GetBonds()
-    src = np.array([b.GetBeginAtomIdx() for b in bonds], dtype=np.int64)
-    dst = np.array([b.GetEndAtomIdx() for b in bonds], dtype=np.int64)
-    bond_features = np.array([bond_to_feature_vector(b) for b in bonds], dtype=np.int64).reshape(-1, len(BOND_VOCAB))
-    # both directions of every bond, interleaved as ogb does: (i, j), (j, i), ...
-    edge_index = np.stack([np.stack([src, dst], 1), np.stack([dst, src], 1)], 1).reshape(-1, 2).T
+    return molecule_graphs([smiles], np.asarray(y).reshape(1, -1))[0]
+
+
+def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGraph | str]:
+    """:func:`molecule_graph` of many molecules, with the numpy work done once for all of them.
+
+    RDKit properties of every atom and bond are appended to flat lists while the molecules are
+    parsed; the lists become arrays, go through the lookup tables once, and every molecule's
+    :class:`RawGraph` is a set of views into them.
+
+    Args:
+        smiles: M SMILES strings.
+        targets: (M, Y) targets.
+    """
+    atom_columns: list[list] = [[] for _ in _ATOM_GETTERS]
+    bond_columns: list[list] = [[] for _ in _BOND_GETTERS]
+    sizes: list[tuple[int, int] | str] = []  # (atoms, bonds) of each molecule, or why it has none
+    for text in smiles:
+        if not isinstance(text, str) or not text.strip():
+            sizes.append("empty SMILES")
+            continue
+        mol = Chem.MolFromSmiles(text)
+        if mol is None:
+            sizes.append("RDKit cannot parse")
+            continue
+        n, m = mol.GetNumAtoms(), mol.GetNumBonds()
+        if n == 0:
+            sizes.append("no atoms")
+            continue
+        atoms = list(map(mol.GetAtomWithIdx, range(n)))
+        bonds = list(map(mol.GetBondWithIdx, range(m)))
+        for column, get in zip(atom_columns, _ATOM_GETTERS):
+            column.extend(map(get, atoms))
+        for column, get in zip(bond_columns, _BOND_GETTERS):
+            column.extend(map(get, bonds))
+        sizes.append((n, m))
+
+    counts = np.array([size if isinstance(size, tuple) else (0, 0) for size in sizes], dtype=np.int64).reshape(-1, 2)
+    node_ptr = np.concatenate([[0], np.cumsum(counts[:, 0])])
+    bond_ptr = np.concatenate([[0], np.cumsum(counts[:, 1])])
+    atom_raw = np.array(atom_columns, dtype=np.int64).reshape(len(_ATOM_GETTERS), -1)  # (8, sum n)
+    bond_raw = np.array(bond_columns, dtype=np.int64).reshape(len(_BOND_GETTERS), -1)  # (5, sum m)
+    # total degree = bonds of the atom + its hydrogens; bond ends are local atom ids, made global here
+    bond_offset = np.repeat(node_ptr[:-1], counts[:, 1])
+    ends = np.concatenate([bond_raw[0] + bond_offset, bond_raw[1] + bond_offset])
+    degree = np.bincount(ends, minlength=atom_raw.shape[1]) + atom_raw[_NUM_HS]
+    x = np.ascontiguousarray(_ATOM_TABLES(np.concatenate([atom_raw[:2], degree[None], atom_raw[2:]])).T)  # (sum n, 9)
+    bond_features = _BOND_TABLES(bond_raw[2:]).T  # (sum m, 3)
+    edge_index = np.empty((2, 2 * bond_raw.shape[1]), dtype=np.int64)
+    edge_index[:, 0::2] = bond_raw[:2]  # (i, j) then (j, i) for every bond, as ogb lists them
+    edge_index[:, 1::2] = bond_raw[1::-1]
     edge_attr = np.repeat(bond_features, 2, axis=0)
-    return RawGraph(x=x, edge_index=edge_index, edge_attr=edge_attr, y=y)
+    rejected: dict[int, str] = {}  # molecule -> why, for values ogb's featuriser would raise on
+    for features, names, ptr in ((x, _ATOM_COLUMN_NAMES, node_ptr), (bond_features, _BOND_COLUMN_NAMES, bond_ptr)):
+        for row in np.flatnonzero((features == _REJECTED).any(axis=1)):
+            molecule = int(np.searchsorted(ptr, row, side="right")) - 1
+            rejected.setdefault(molecule, _rejection(features[row], names))
+
+    targets = np.asarray(targets, dtype=np.float32).reshape(len(sizes), -1)
+    graphs: list[RawGraph | str] = []
+    for i, size in enumerate(sizes):
+        if isinstance(size, str) or i in rejected:
+            graphs.append(size if isinstance(size, str) else rejected[i])
+            continue
+        n0, n1, b0, b1 = node_ptr[i], node_ptr[i + 1], bond_ptr[i], bond_ptr[i + 1]
+        graphs.append(RawGraph(x=x[n0:n1], edge_index=edge_index[:, 2 * b0:2 * b1], edge_attr=edge_attr[2 * b0:2 * b1],
+                               y=targets[i]))
+    return graphs
+
+
+def _rejection(features: np.ndarray, names: Sequence[str]) -> str:
+    """Why a row of ogb indices with a rejected entry cannot be used."""
+    return f"{names[int(np.argmax(features == _REJECTED))]} outside ogb's vocabulary"

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 
 from graphormer_urpe.constants import IGNORE_LABEL
 from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
-from graphormer_urpe.data.datamodule import per_device_batch_size
+from graphormer_urpe.data.sampling import eval_loader, train_loader
 from graphormer_urpe.data.transforms import graph_structure
 
 #: Seed-stream ids that keep the three splits apart.
@@ -193,6 +193,16 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
         """The model's output width: one logit per class, counts ``0 .. max_distance_count``."""
         return max_distance_count(self.degree, self.distance, self.max_nodes) + 1
 
+    @property
+    def readout(self) -> str:
+        """Where the model reads its predictions (linked to the model): every node."""
+        return "nodes"
+
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """Graphs per split."""
+        return dict(self.split_graphs)
+
     def setup(self, stage: str | None = None) -> None:
         """Generate the three splits and report their sizes, rejections and label distribution."""
         if self.datasets:
@@ -221,15 +231,14 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
                                                for split in self.datasets}
         return info
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return DataLoader(self.datasets[split], batch_size=per_device_batch_size(self.batch_size, self.trainer),
-                          shuffle=shuffle, collate_fn=collate_node_labels)
-
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        """Shuffled global batches, this process's slice of each; resumable mid-epoch."""
+        return train_loader(self.datasets["train"], self.batch_size, self.trainer, collate_node_labels)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("valid", shuffle=False)
+        """This process's exact shard of the validation graphs."""
+        return eval_loader(self.datasets["valid"], self.batch_size, self.trainer, collate_node_labels)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        """This process's exact shard of the test graphs."""
+        return eval_loader(self.datasets["test"], self.batch_size, self.trainer, collate_node_labels)

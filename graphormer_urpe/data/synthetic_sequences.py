@@ -26,7 +26,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-from graphormer_urpe.data.datamodule import per_device_batch_size
+from graphormer_urpe.data.sampling import eval_loader, per_device_batch_size, process_grid
 
 SequenceTask = Literal["position", "even_token"]
 #: Seed-stream ids that keep the training stream, validation set and test set apart.
@@ -122,23 +122,27 @@ class SequenceStream(IterableDataset):
             yield random_sequences(self.task, self.batch_size, self.length, self.vocab_size, generator)
 
 
-class FixedBatches(Dataset):
-    """A fixed evaluation set served in consecutive batches.
+class FixedSequences(Dataset):
+    """A fixed evaluation set; item i is sequence i as a ``(tokens (n,), labels (n,))`` pair.
 
     Args:
         data: all sequences of the set.
-        batch_size: sequences per batch.
     """
 
-    def __init__(self, data: SequenceBatch, batch_size: int) -> None:
-        self.data, self.batch_size = data, batch_size
+    def __init__(self, data: SequenceBatch) -> None:
+        self.data = data
 
     def __len__(self) -> int:
-        return -(-self.data.num_sequences // self.batch_size)
+        return self.data.num_sequences
 
-    def __getitem__(self, i: int) -> SequenceBatch:
-        part = slice(i * self.batch_size, (i + 1) * self.batch_size)
-        return SequenceBatch(self.data.tokens[part], self.data.labels[part])
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.data.tokens[i], self.data.labels[i]
+
+
+def collate_sequences(items: list[tuple[torch.Tensor, torch.Tensor]]) -> SequenceBatch:
+    """Stack equal-length sequences into a :class:`SequenceBatch`."""
+    tokens, labels = zip(*items)
+    return SequenceBatch(torch.stack(tokens), torch.stack(labels))
 
 
 class SyntheticSequenceDataModule(pl.LightningDataModule):
@@ -152,6 +156,9 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
         val_size: sequences in the fixed validation set.
         test_size: sequences in the fixed test set.
         seed: seed of the training stream and of both fixed sets.
+
+    Resuming a run (``--ckpt_path``) restarts the training stream from its seed: the sequences are
+    fresh random draws either way, but not the exact continuation of the interrupted run.
     """
 
     def __init__(
@@ -171,7 +178,7 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
             raise ValueError(f"data.length={length}: even_token needs an even length")
         self.task, self._length, self._vocab_size = task, length, vocab_size
         self.batch_size, self.val_size, self.test_size, self.seed = batch_size, val_size, test_size, seed
-        self.datasets: dict[str, FixedBatches] = {}
+        self.datasets: dict[str, FixedSequences] = {}
 
     @property
     def vocab_size(self) -> int:
@@ -188,14 +195,19 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
         """n (linked to the model: it sizes the Toeplitz C)."""
         return self._length
 
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """Sequences per fixed split (training draws fresh ones)."""
+        return {"valid": self.val_size, "test": self.test_size}
+
     def setup(self, stage: str | None = None) -> None:
         """Draw the fixed validation and test sets."""
         if self.datasets:
             return
-        for split, size in (("valid", self.val_size), ("test", self.test_size)):
+        for split, size in self.split_sizes.items():
             data = random_sequences(self.task, size, self._length, self._vocab_size,
                                     _generator(self.seed, _STREAM_IDS[split]))
-            self.datasets[split] = FixedBatches(data, per_device_batch_size(self.batch_size, self.trainer))
+            self.datasets[split] = FixedSequences(data)
 
     def describe(self) -> dict:
         """Task, sizes and seed."""
@@ -205,16 +217,16 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
                 "batch_size": self.batch_size, "seed": self.seed}
 
     def train_dataloader(self) -> DataLoader:
-        rank = self.trainer.global_rank if self.trainer is not None else 0
+        """Fresh batches of this process's share of the global batch, from its own seeded stream."""
+        world, rank = process_grid(self.trainer)
         stream = SequenceStream(self.task, self._length, self._vocab_size,
-                                per_device_batch_size(self.batch_size, self.trainer), self.seed, rank)
+                                per_device_batch_size(self.batch_size, world), self.seed, rank)
         return DataLoader(stream, batch_size=None)
 
-    def _fixed_loader(self, split: str) -> DataLoader:
-        return DataLoader(self.datasets[split], batch_size=None, shuffle=False)
-
     def val_dataloader(self) -> DataLoader:
-        return self._fixed_loader("valid")
+        """This process's exact shard of the validation set."""
+        return eval_loader(self.datasets["valid"], self.batch_size, self.trainer, collate_sequences)
 
     def test_dataloader(self) -> DataLoader:
-        return self._fixed_loader("test")
+        """This process's exact shard of the test set."""
+        return eval_loader(self.datasets["test"], self.batch_size, self.trainer, collate_sequences)

@@ -1,20 +1,22 @@
 """Graphormer (Ying et al., 2021) with RPE or URPE attention (Luo et al., 2022), top to bottom.
 
     tokens  = [graph token; node features + degree embeddings]                (B, T, H*D)
+              (node features: summed categorical embeddings + optional Linear(continuous))
     bias    = B[relation] + edge-path bias        shared by all layers        (B, H, T, T)
     scale   = C[relation]                         URPE only, shared           (B, H, T, T)
     layer   : x = x + drop(MHA(LN(x), bias, scale));  x = x + drop(FFN(LN(x)))
-    output  = Linear(LN(x)[graph token])                                      (B, outputs)
-              or Linear(LN(x)[nodes])       with ``readout: node``            (B, N, outputs)
+    output  = Linear(LN(x)[graph token or target node])                       (B, outputs)
+              or Linear(LN(x)[every node])  with ``readout: nodes``           (B, N, outputs)
 
 The relation id of a pair is its shortest-path distance (offset past the padding and graph-token
 ids, see :mod:`graphormer_urpe.constants`); pairs at distance ``>= spatial_pos_max`` or unreachable
 are masked out of the softmax, as in the official collator. ``graph_token: false`` drops the virtual
-node (T = N), the setting of the paper's Theorem 2. Nothing here imports Lightning: the
+node (T = N), the setting of Theorem 2 of the URPE paper. Nothing here imports Lightning: the
 model takes one :class:`~graphormer_urpe.data.batch.GraphBatch` and can be used in any loop.
 
 Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens (N without graph token), H heads, D head dim,
-E edges in the batch, F node-feature columns, Fe edge-feature columns, K hops.
+E edges in the batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature
+columns, K hops.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from graphormer_urpe.constants import (
     GRAPH_TOKEN_POS,
     GRAPH_TOKEN_RELATION,
     NO_EDGE,
+    NODE_TOKEN_OFFSET,
     PAD_ID,
     PAD_RELATION,
     SPD_RELATION_OFFSET,
@@ -49,7 +52,13 @@ class GraphormerConfig:
     Args:
         node_vocab: number of values of each categorical node-feature column (F entries).
         edge_vocab: number of values of each categorical edge-feature column (Fe entries).
-        num_outputs: width of the prediction (1 for a single regression target).
+        num_outputs: width of the prediction (1 for a single regression target, the number of
+            classes for classification).
+        continuous_node_dim: Fc, width of the continuous node features projected into every node
+            token (MAG240M: 768); 0 for datasets with categorical node features only.
+        readout: where the prediction is read: ``graph_token`` (graph-level tasks),
+            ``target_node`` (node-level tasks: the node ``batch.target_node`` of each graph) or
+            ``nodes`` (one prediction for every node).
         num_layers: encoder layers.
         hidden_dim: model width ``H * D``.
         ffn_dim: inner width of the feed-forward block.
@@ -66,14 +75,14 @@ class GraphormerConfig:
         activation_dropout: dropout after the feed-forward activation.
         drop_path: stochastic-depth rate of the last layer (linearly increasing from 0).
         graph_token: prepend the learned graph token (virtual node). Without it the encoder sees the
-            node set alone, the setting of the paper's Theorem 2; needs ``readout: node``.
-        readout: ``graph`` (one prediction per graph, read from the graph token) or ``node`` (one
-            prediction per node).
+            node set alone, the setting of the URPE paper's Theorem 2; the readout is then a node's.
     """
 
     node_vocab: Sequence[int] = field(default_factory=lambda: [28])
     edge_vocab: Sequence[int] = field(default_factory=lambda: [4])
     num_outputs: int = 1
+    continuous_node_dim: int = 0
+    readout: Literal["graph_token", "target_node", "nodes"] = "graph_token"
     num_layers: int = 12
     hidden_dim: int = 80
     ffn_dim: int = 80
@@ -89,11 +98,6 @@ class GraphormerConfig:
     activation_dropout: float = 0.0
     drop_path: float = 0.0
     graph_token: bool = True
-    readout: Literal["graph", "node"] = "graph"
-
-    def __post_init__(self) -> None:
-        if self.readout == "graph" and not self.graph_token:
-            raise ValueError("readout='graph' reads the graph token: set graph_token=true or readout='node'")
 
     @property
     def num_relations(self) -> int:
@@ -107,18 +111,21 @@ def _categorical_offsets(vocab: Sequence[int]) -> torch.Tensor:
 
 
 class NodeEncoder(nn.Module):
-    """Node tokens: summed column embeddings plus in- and out-degree embeddings (centrality).
+    """Node tokens: summed column embeddings, a projection of the continuous features (if any),
+    plus in- and out-degree embeddings (centrality).
 
     Args:
         node_vocab: values per node-feature column.
         max_degree: degrees are clipped to this value.
         hidden_dim: output width.
+        continuous_dim: Fc, width of the continuous node features; 0 for none.
     """
 
-    def __init__(self, node_vocab: Sequence[int], max_degree: int, hidden_dim: int) -> None:
+    def __init__(self, node_vocab: Sequence[int], max_degree: int, hidden_dim: int, continuous_dim: int = 0) -> None:
         super().__init__()
         self.register_buffer("offsets", _categorical_offsets(node_vocab), persistent=False)
         self.features = nn.Embedding(PAD_ID + 1 + sum(node_vocab), hidden_dim, padding_idx=PAD_ID)
+        self.continuous = nn.Linear(continuous_dim, hidden_dim) if continuous_dim > 0 else None
         self.in_degree = nn.Embedding(PAD_ID + 2 + max_degree, hidden_dim, padding_idx=PAD_ID)
         self.out_degree = nn.Embedding(PAD_ID + 2 + max_degree, hidden_dim, padding_idx=PAD_ID)
         self.max_degree = max_degree
@@ -127,11 +134,14 @@ class NodeEncoder(nn.Module):
         """Embed every node; padding nodes get the zero vector.
 
         Shapes:
-            batch.x: (B, N, F) -> (B, N, H*D).
+            batch.x: (B, N, F), batch.x_continuous: (B, N, Fc) -> (B, N, H*D).
         """
         mask = batch.node_mask
         features = torch.where(mask.unsqueeze(-1), batch.x + self.offsets, PAD_ID)  # (B, N, F)
         tokens = self.features(features).sum(dim=-2)  # (B, N, H*D)
+        if self.continuous is not None:
+            projected = self.continuous(batch.x_continuous.to(self.continuous.weight.dtype))  # (B, N, H*D)
+            tokens = tokens + torch.where(mask.unsqueeze(-1), projected, 0.0)
         for degree, table in ((batch.in_degree, self.in_degree), (batch.out_degree, self.out_degree)):
             tokens = tokens + table(torch.where(mask, degree.clamp(max=self.max_degree) + PAD_ID + 1, PAD_ID))
         return tokens
@@ -178,7 +188,8 @@ class EdgePathBias(nn.Module):
         per_hop = torch.cat([per_hop, per_hop.new_zeros(self.max_hops, 1, heads)], dim=1)
         per_hop = per_hop.reshape(-1, heads)  # (K * (E + 1), H)
 
-        edge = batch.first_edge  # (B, N, N): current edge on the path from i to j
+        first_edge = batch.first_edge.long()  # (B, N, N); narrower ids (sampled subgraphs) widened once
+        edge = first_edge  # (B, N, N): current edge on the path from i to j
         if self.hop_weight is None:  # single_hop: direct edges only
             edge = torch.where(batch.spd == 1, edge, NO_EDGE)
         total = per_hop.new_zeros(*edge.shape, heads)  # (B, N, N, H)
@@ -190,7 +201,7 @@ class EdgePathBias(nn.Module):
             hops = hops + on_path
             if k + 1 < self.max_hops:
                 next_node = batch.edge_dst[safe.clamp(max=num_edges - 1)] if num_edges else safe
-                edge = torch.where(on_path, batch.first_edge.gather(1, next_node), edge)
+                edge = torch.where(on_path, first_edge.gather(1, next_node), edge)
         return total / hops.clamp(min=1).unsqueeze(-1)
 
 
@@ -233,13 +244,13 @@ class EncoderLayer(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        attn_bias: torch.Tensor | None,
+        attn_bias: torch.Tensor,
         attn_scale: torch.Tensor | None,
     ) -> torch.Tensor:
         """One layer.
 
         Shapes:
-            x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) or None -> (B, T, H*D).
+            x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) -> (B, T, H*D).
         """
         attended = self.attention(self.attention_norm(x), attn_bias, attn_scale)
         x = x + self._residual(self.dropout(attended))
@@ -272,7 +283,7 @@ def official_init(module: nn.Module, num_layers: int) -> None:
 
 
 class Graphormer(nn.Module):
-    """Graphormer encoder with a graph-level prediction read from the graph token (or node-level ones).
+    """Graphormer encoder with a prediction read from the graph token, a target node or every node.
 
     Args:
         config: a :class:`GraphormerConfig`.
@@ -280,12 +291,16 @@ class Graphormer(nn.Module):
 
     def __init__(self, config: GraphormerConfig) -> None:
         super().__init__()
+        if config.readout not in ("graph_token", "target_node", "nodes"):
+            raise ValueError(f"readout={config.readout!r}; expected 'graph_token', 'target_node' or 'nodes'")
+        if config.readout == "graph_token" and not config.graph_token:
+            raise ValueError("readout='graph_token' needs graph_token=true; without it read 'target_node' or 'nodes'")
         self.config = config
         hidden = config.hidden_dim
-        self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden)
+        self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden, config.continuous_node_dim)
         self.graph_token = nn.Embedding(1, hidden) if config.graph_token else None
-        #: Position of the first node token: 1 behind the graph token, else 0.
-        self.first_node = GRAPH_TOKEN_POS + 1 if config.graph_token else 0
+        #: Token position of node 0: behind the graph token, or first without it.
+        self.first_node = NODE_TOKEN_OFFSET if config.graph_token else 0
         self.relative_bias = RelativeBias(config.num_relations, config.num_heads)
         self.relative_scale = (
             RelativeScale(config.num_relations, config.num_heads)
@@ -346,21 +361,24 @@ class Graphormer(nn.Module):
         Computed once per forward and shared by all layers (contiguous, so no layer pays for a
         permuted view).
 
+        Computed in float32 also under mixed precision (autocast is off here: the tables are tiny).
+
         Shapes:
             returns attn_bias (B, H, T, T) float32 and attn_scale (B, H, T, T) float32 or None.
         """
         relation, key_mask = self.relations(batch)
-        bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
-        if self.edge_bias is not None:
-            bias[:, self.first_node:, self.first_node:] += self.edge_bias(batch).float()
-        bias = bias.masked_fill(~key_mask.unsqueeze(-1), float("-inf"))
-        attn_bias = bias.permute(0, 3, 1, 2).contiguous()  # (B, H, T, T)
-        if self.relative_scale is None:
-            return attn_bias, None
-        return attn_bias, self.relative_scale(relation).float().contiguous()
+        with torch.autocast(relation.device.type, enabled=False):
+            bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
+            if self.edge_bias is not None:
+                bias[:, self.first_node:, self.first_node:] += self.edge_bias(batch).float()
+            bias = bias.masked_fill(~key_mask.unsqueeze(-1), float("-inf"))
+            attn_bias = bias.permute(0, 3, 1, 2).contiguous()  # (B, H, T, T)
+            if self.relative_scale is None:
+                return attn_bias, None
+            return attn_bias, self.relative_scale(relation).float().contiguous()
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
-        """Final token states: graph token at :data:`GRAPH_TOKEN_POS` (if any), nodes from ``first_node``.
+        """Final token states: graph token at :data:`GRAPH_TOKEN_POS` (if any), node i at ``first_node + i``.
 
         Shapes:
             returns (B, T, H*D).
@@ -376,12 +394,21 @@ class Graphormer(nn.Module):
         return self.final_norm(x)
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Graph-level prediction, or one per node (padding nodes included) with ``readout: node``.
+        """Prediction of each graph (``readout="graph_token"``), of its target node, or of every node.
+
+        The head runs outside autocast, in the parameters' dtype (float32 under mixed precision),
+        so predictions keep full resolution.
 
         Shapes:
-            returns (B, num_outputs), or (B, N, num_outputs) with ``readout: node``.
+            returns (B, num_outputs); (B, N, num_outputs) with ``readout="nodes"`` (padding nodes included).
         """
-        states = self.encode(batch)
-        if self.config.readout == "node":
-            return self.head(states[:, self.first_node:])
-        return self.head(states[:, GRAPH_TOKEN_POS])
+        states = self.encode(batch)  # (B, T, H*D)
+        if self.config.readout == "graph_token":
+            readout = states[:, GRAPH_TOKEN_POS]  # (B, H*D)
+        elif self.config.readout == "nodes":
+            readout = states[:, self.first_node:]  # (B, N, H*D)
+        else:
+            position = batch.target_node + self.first_node  # (B,)
+            readout = states[torch.arange(states.shape[0], device=states.device), position]  # (B, H*D)
+        with torch.autocast(readout.device.type, enabled=False):
+            return self.head(readout.to(self.head.weight.dtype))

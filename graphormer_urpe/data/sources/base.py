@@ -8,11 +8,15 @@ import socket
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import numpy as np
 
-from graphormer_urpe.data.cache import RowReader
+from graphormer_urpe.data.cache import CACHE_FORMAT, RowReader
+
+if TYPE_CHECKING:
+    from graphormer_urpe.submission import SubmissionFormat
 
 
 class DatasetMissing(RuntimeError):
@@ -50,6 +54,10 @@ class GraphSource(ABC):
     num_targets: int = 1
     #: Split sizes of the official release, checked loudly after loading.
     published_split_sizes: Mapping[str, int] | None = None
+    #: Splits whose targets are hidden: ``evaluate.py`` writes leaderboard submissions for them.
+    hidden_splits: tuple[str, ...] = ()
+    #: The leaderboard's file format and evaluator (OGB-LSC datasets), else None.
+    submission: SubmissionFormat | None = None
 
     @abstractmethod
     def ensure_raw(self, root: Path) -> None:
@@ -70,6 +78,6 @@ class GraphSource(ABC):
 
     def cache_key(self, extra: Mapping) -> tuple[str, dict]:
         """Cache directory name and the key it stands for."""
-        key = {"source": type(self).__name__, **self.options(), **extra}
+        key = {"source": type(self).__name__, "cache_format": CACHE_FORMAT, **self.options(), **extra}
         digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.name}-{digest}", key

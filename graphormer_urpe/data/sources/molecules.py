@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from graphormer_urpe.constants import HARTREE_TO_EV
-from graphormer_urpe.data.featurize import ATOM_VOCAB, BOND_VOCAB, FEATURIZER_VERSION, RawGraph, molecule_graph
+from graphormer_urpe.data.featurize import ATOM_VOCAB, BOND_VOCAB, FEATURIZER_VERSION, RawGraph, molecule_graphs
 from graphormer_urpe.data.sources.base import DatasetMissing, GraphSource
 
 
@@ -28,8 +28,8 @@ class MoleculeTable:
         self.num_rows = len(self.smiles)
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
-        for row in range(start, stop):
-            yield row, molecule_graph(self.smiles[row], self.targets[row])
+        """Rows ``start .. stop - 1``, featurised together (one chunk's memory, see ``molecule_graphs``)."""
+        yield from zip(range(start, stop), molecule_graphs(self.smiles[start:stop], self.targets[start:stop]))
 
 
 def seeded_split(num_rows: int, seed: int, fractions: Sequence[float] = (0.8, 0.1)) -> dict[str, np.ndarray]:
@@ -57,7 +57,22 @@ def qm9pack_csvs() -> list[Path]:
     return files
 
 
-class QM9Gap(GraphSource):
+class MoleculeSource(GraphSource):
+    """A dataset of SMILES strings and targets, featurised exactly like PCQM4Mv2.
+
+    Subclasses (QM9, PCQM4Mv2, SMILES tables) return a :class:`MoleculeTable` from ``open``;
+    the featuriser and RDKit versions are part of every cache key, since RDKit releases change
+    which SMILES parse.
+    """
+
+    node_vocab = ATOM_VOCAB
+    edge_vocab = BOND_VOCAB
+
+    def options(self) -> dict:
+        return {"featurizer": FEATURIZER_VERSION}
+
+
+class QM9Gap(MoleculeSource):
     """QM9 HOMO-LUMO gap in eV (DFT, converted from hartree), the embedded offline default.
 
     130,831 molecules from the ``qm9pack`` package, featurised with ogb's ``smiles2graph``
@@ -69,8 +84,6 @@ class QM9Gap(GraphSource):
     """
 
     name = "qm9_gap"
-    node_vocab = ATOM_VOCAB
-    edge_vocab = BOND_VOCAB
     columns = ("SMILES", "HOMO_LUMO_gap_au")
 
     def __init__(self, seed: int = 0, max_molecules: int | None = None) -> None:
@@ -78,7 +91,7 @@ class QM9Gap(GraphSource):
         self.max_molecules = max_molecules
 
     def options(self) -> dict:
-        return {"seed": self.seed, "max_molecules": self.max_molecules, "featurizer": FEATURIZER_VERSION}
+        return {**super().options(), "seed": self.seed, "max_molecules": self.max_molecules}
 
     def ensure_raw(self, root: Path) -> None:
         qm9pack_csvs()

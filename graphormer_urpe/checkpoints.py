@@ -1,0 +1,120 @@
+"""Checkpoint files: find the one to resume, and check that it fits before Lightning touches it.
+
+A truncated file, a file that is not a checkpoint, or a checkpoint of another architecture would
+otherwise surface as a long stack trace from deep inside ``torch.load`` or ``load_state_dict``.
+:func:`check_checkpoint` turns each into one :class:`CheckpointError` naming what does not match:
+missing and unexpected parameter names, shape differences, and the hyper-parameters that explain
+them (attention type, number of layers, width ...).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+#: Name of the checkpoint written every N steps and on preemption.
+LAST_CHECKPOINT = "last.ckpt"
+#: Parameter names listed per kind of mismatch before "...".
+SHOWN_KEYS = 5
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be read or does not fit the model; the message says why."""
+
+
+def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | None:
+    """``last`` becomes ``checkpoint_dir/last.ckpt`` if it exists (None, with a log line, if not:
+    the first start of a job that is always submitted with ``--ckpt_path last``)."""
+    if ckpt_path != "last":
+        return ckpt_path
+    last = checkpoint_dir / LAST_CHECKPOINT
+    if last.is_file():
+        log.info("resuming from %s", last)
+        return str(last)
+    log.info("--ckpt_path last: no %s yet, starting from scratch", last)
+    return None
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a Lightning checkpoint on the CPU (``weights_only``), or raise :class:`CheckpointError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises RuntimeError, EOFError, UnpicklingError ... for bad files
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(
+            f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint, probably truncated or "
+            f"corrupted: {reason}"
+        ) from None
+    if not isinstance(checkpoint, Mapping) or "state_dict" not in checkpoint:
+        raise CheckpointError(f"{path} is a torch file but not a Lightning checkpoint (no 'state_dict')")
+    return dict(checkpoint)
+
+
+def _shown(names: list[str]) -> str:
+    more = f" ... (+{len(names) - SHOWN_KEYS} more)" if len(names) > SHOWN_KEYS else ""
+    return ", ".join(names[:SHOWN_KEYS]) + more
+
+
+def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def state_dict_problems(saved: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> list[str]:
+    """Missing keys, unexpected keys and shape differences between two state dicts, one line each."""
+    missing = [k for k in expected if k not in saved]
+    unexpected = [k for k in saved if k not in expected]
+    reshaped = [f"{k} {tuple(saved[k].shape)} in the checkpoint vs {tuple(v.shape)} in the model"
+                for k, v in expected.items() if k in saved and tuple(saved[k].shape) != tuple(v.shape)]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} parameters of the model are not in the checkpoint: {_shown(missing)}")
+    if unexpected:
+        problems.append(f"{len(unexpected)} checkpoint parameters are not in the model: {_shown(unexpected)}")
+    if reshaped:
+        problems.append(f"{len(reshaped)} parameters differ in shape: {_shown(reshaped)}")
+    return problems
+
+
+def check_checkpoint(path: str | Path, module: nn.Module, hparams: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Load ``path`` and make sure its weights fit ``module``.
+
+    Args:
+        path: the checkpoint.
+        module: the LightningModule (or any module) that will load it.
+        hparams: the module's hyper-parameters; differing ones are named to explain a mismatch.
+
+    Returns:
+        The checkpoint.
+
+    Raises:
+        CheckpointError: unreadable file, or weights that do not fit (names, shapes, hyper-parameters).
+    """
+    checkpoint = load_checkpoint(path)
+    problems = state_dict_problems(checkpoint["state_dict"], module.state_dict())
+    if problems:
+        saved_hparams = _flat(checkpoint.get("hyper_parameters") or {})
+        current = _flat(hparams or {})
+        differing = [f"{k}: checkpoint {saved_hparams[k]!r}, config {current[k]!r}"
+                     for k in sorted(set(saved_hparams) & set(current)) if saved_hparams[k] != current[k]]
+        lines = [f"checkpoint {path} does not fit the configured model:", *[f"  - {p}" for p in problems]]
+        if differing:
+            lines.append("  hyper-parameters that differ: " + "; ".join(differing))
+        lines.append("  use the config the checkpoint was trained with (evaluate.py reads it from the checkpoint)")
+        raise CheckpointError("\n".join(lines))
+    return checkpoint

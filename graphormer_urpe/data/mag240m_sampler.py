@@ -1,0 +1,267 @@
+"""Neighbour sampling around MAG240M papers, straight into a padded :class:`GraphBatch`.
+
+For a batch of target papers, hop h expands every node first reached at hop h - 1 by drawing
+at most ``fanouts[h]`` distinct neighbours, uniformly without replacement, from the union of its
+relations (a paper: cites, cited_by, written_by; an author: writes, affiliated_with; an
+institution: employs), like the OGB-LSC baseline's sampler over its merged adjacency. A node
+reached twice in one subgraph is one node. The subgraph's edges are the sampled ones, in both
+directions with their relation and its reverse as the categorical edge feature, so its shortest
+paths are those of an undirected graph. The target is node 0 of its subgraph; an isolated paper
+yields a one-node subgraph.
+
+Everything is numpy on memory-mapped CSR arrays, vectorised over the whole batch, and runs in
+the DataLoader workers (:class:`SubgraphCollator` is the ``collate_fn``). Randomness comes from
+``(seed, epoch, targets of the batch)``: the same epoch gives the same subgraphs, another epoch
+other ones, independently of the number of workers.
+
+Shape letters: B target papers, N nodes of the largest subgraph, E edges of the batch.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.batched_structure import batched_graph_structure
+from graphormer_urpe.data.mag240m import RELATIONS, REVERSE, MAG240MGraph, NodeType
+
+#: Relations each node type is expanded along, in a fixed order (ids of :data:`RELATIONS`).
+EXPANSIONS = {t: tuple(r.id for r in RELATIONS if r.source is t) for t in NodeType}
+#: Node type reached by each relation.
+_TARGET_TYPE = np.array([r.target for r in RELATIONS], dtype=np.int64)
+#: Largest relation id + 1: packs (edge key, relation) into one sortable integer.
+_RELATION_SLOTS = 8
+
+
+@dataclass
+class SampledSubgraphs:
+    """The raw sample of a batch, flat over its subgraphs.
+
+    Shapes:
+        node_graph, node_type, node_id: (V,) subgraph, type and id of each node; nodes of
+        subgraph b appear in sampling order, its target first; the first B nodes are the targets.
+        edge_parent, edge_child, edge_relation: (S,) flat ids of each sampled edge's expanded
+        node and sampled neighbour, and the relation from parent to child.
+    """
+
+    node_graph: np.ndarray
+    node_type: np.ndarray
+    node_id: np.ndarray
+    edge_parent: np.ndarray
+    edge_child: np.ndarray
+    edge_relation: np.ndarray
+
+
+def sample_without_replacement(rng: np.random.Generator, population: np.ndarray, k: int) -> np.ndarray:
+    """For each row, ``k`` distinct values of ``range(population[row])`` (Floyd's algorithm,
+    vectorised over rows); requires ``population >= k``. ((R,), k) -> (R, k)"""
+    rows = len(population)
+    chosen = np.empty((rows, k), dtype=np.int64)
+    for i in range(k):
+        top = population - k + i  # (R,): draw from 0..top inclusive
+        draw = np.floor(rng.random(rows) * (top + 1)).astype(np.int64)
+        taken = (chosen[:, :i] == draw[:, None]).any(axis=1)
+        chosen[:, i] = np.where(taken, top, draw)
+    return chosen
+
+
+class NeighbourSampler:
+    """Samples subgraphs around papers of a :class:`MAG240MGraph`.
+
+    Args:
+        graph: the memory-mapped graph.
+        fanouts: neighbours drawn per node at each hop (the OGB-LSC baseline: ``[25, 15]``).
+    """
+
+    def __init__(self, graph: MAG240MGraph, fanouts: Sequence[int]) -> None:
+        if any(f < 0 for f in fanouts):
+            raise ValueError(f"fanouts must be >= 0, got {list(fanouts)}")
+        self.graph = graph
+        self.fanouts = [int(f) for f in fanouts]
+        counts = [graph.num_nodes[t] for t in NodeType]
+        self.type_offset = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self.total_nodes = int(sum(counts))
+
+    def _expand(self, rng: np.random.Generator, node_type: NodeType, ids: np.ndarray, fanout: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Draw neighbours of nodes of one type.
+
+        Returns:
+            (owner, relation, neighbour): position in ``ids`` of the expanded node, relation id
+            and neighbour id of every draw.
+        """
+        relations = EXPANSIONS[node_type]
+        starts = np.stack([np.asarray(self.graph.indptr(r)[ids]) for r in relations], axis=1)  # (m, R)
+        degree = np.stack([np.asarray(self.graph.indptr(r)[ids + 1]) for r in relations], axis=1) - starts
+        total = degree.sum(axis=1)
+        draws = np.minimum(total, fanout)
+        owner = np.repeat(np.arange(len(ids)), draws)
+        first = np.concatenate([[0], np.cumsum(draws)[:-1]])
+        position = np.arange(len(owner)) - np.repeat(first, draws)  # take everything of small nodes
+        crowded = np.flatnonzero(total > fanout)
+        if len(crowded) and fanout > 0:
+            slots = (first[crowded, None] + np.arange(fanout)).ravel()
+            position[slots] = sample_without_replacement(rng, total[crowded], fanout).ravel()
+        bounds = np.cumsum(degree, axis=1)[owner]  # (S, R)
+        which = (position[:, None] >= bounds).sum(axis=1)  # index into relations
+        offset = position - np.where(which > 0, bounds[np.arange(len(owner)), np.maximum(which - 1, 0)], 0)
+        relation = np.asarray(relations, dtype=np.int64)[which]
+        neighbour = np.empty(len(owner), dtype=np.int64)
+        for k, r in enumerate(relations):
+            mask = which == k
+            neighbour[mask] = self.graph.indices(r)[starts[owner[mask], k] + offset[mask]]
+        return owner, relation, neighbour
+
+    def sample(self, targets: np.ndarray, rng: np.random.Generator) -> SampledSubgraphs:
+        """Sample one subgraph around each target paper.
+
+        Args:
+            targets: (B,) paper ids.
+            rng: the randomness of this batch.
+        """
+        targets = np.asarray(targets, dtype=np.int64)
+        batch = len(targets)
+        # flat node list of the whole batch, targets first: subgraph, type and id of each node
+        flat_graph, flat_type, flat_id = np.arange(batch), np.full(batch, int(NodeType.PAPER)), targets
+        keys = flat_graph * self.total_nodes + targets  # (subgraph, global node) of known nodes, sorted
+        sorted_flat = np.argsort(keys)
+        sorted_keys = keys[sorted_flat]
+        frontier = np.arange(batch)
+        num_nodes = batch
+        parents, children, relations = [], [], []
+        for fanout in self.fanouts:
+            hop_parent, hop_relation, hop_neighbour, hop_type = [], [], [], []
+            for t in NodeType:
+                members = frontier[flat_type[frontier] == t]
+                if not len(members):
+                    continue
+                owner, relation, neighbour = self._expand(rng, t, flat_id[members], fanout)
+                hop_parent.append(members[owner])
+                hop_relation.append(relation)
+                hop_neighbour.append(neighbour)
+                hop_type.append(_TARGET_TYPE[relation])
+            if not hop_parent:
+                break
+            parent = np.concatenate(hop_parent)
+            relation = np.concatenate(hop_relation)
+            neighbour = np.concatenate(hop_neighbour)
+            child_type = np.concatenate(hop_type)
+            graph_of = flat_graph[parent]
+            key = graph_of * self.total_nodes + self.type_offset[child_type] + neighbour
+            # known nodes keep their flat id; new ones get ids in order of first appearance
+            where = np.minimum(np.searchsorted(sorted_keys, key), len(sorted_keys) - 1)
+            known = sorted_keys[where] == key
+            child = np.where(known, sorted_flat[where], -1)
+            fresh_keys, first_seen, inverse = np.unique(key[~known], return_index=True, return_inverse=True)
+            by_appearance = np.argsort(first_seen, kind="stable")
+            new_flat = np.empty(len(fresh_keys), dtype=np.int64)
+            new_flat[by_appearance] = num_nodes + np.arange(len(fresh_keys))
+            child[~known] = new_flat[inverse]
+            new_positions = np.flatnonzero(~known)[first_seen[by_appearance]]
+            flat_graph = np.concatenate([flat_graph, graph_of[new_positions]])
+            flat_type = np.concatenate([flat_type, child_type[new_positions]])
+            flat_id = np.concatenate([flat_id, neighbour[new_positions]])
+            merged = np.concatenate([sorted_keys, fresh_keys])
+            order = np.argsort(merged, kind="stable")
+            sorted_keys = merged[order]
+            sorted_flat = np.concatenate([sorted_flat, new_flat])[order]
+            parents.append(parent)
+            children.append(child)
+            relations.append(relation)
+            frontier = num_nodes + np.arange(len(fresh_keys))
+            num_nodes += len(fresh_keys)
+        empty = np.zeros(0, dtype=np.int64)
+        return SampledSubgraphs(
+            node_graph=flat_graph, node_type=flat_type.astype(np.int64), node_id=flat_id,
+            edge_parent=np.concatenate(parents) if parents else empty,
+            edge_child=np.concatenate(children) if children else empty,
+            edge_relation=np.concatenate(relations) if relations else empty,
+        )
+
+    def batch(self, targets: np.ndarray, rng: np.random.Generator) -> GraphBatch:
+        """Sample subgraphs around ``targets`` and pad them into the model's input.
+
+        Returns:
+            A :class:`GraphBatch` with ``x`` = node type (B, N, 1), ``x_continuous`` = float16
+            features (B, N, 768), ``edge_attr`` = relation (E, 1), ``y`` = label (B, 1) (NaN if
+            unknown), ``index`` = target paper id, ``target_node`` = 0.
+        """
+        sample = self.sample(targets, rng)
+        batch = len(targets)
+        graph = sample.node_graph
+        num_nodes = np.bincount(graph, minlength=batch)
+        n_max = max(int(num_nodes.max(initial=1)), 1)
+        by_graph = np.argsort(graph, kind="stable")  # flat ids grouped by subgraph, sampling order kept
+        node_start = np.concatenate([[0], np.cumsum(num_nodes)[:-1]])
+        local = np.empty(len(graph), dtype=np.int64)
+        local[by_graph] = np.arange(len(graph)) - node_start[graph[by_graph]]
+
+        # both directions of every sampled edge; one edge per ordered pair (lowest relation id)
+        src = np.concatenate([sample.edge_parent, sample.edge_child])
+        dst = np.concatenate([sample.edge_child, sample.edge_parent])
+        relation = np.concatenate([sample.edge_relation, REVERSE[sample.edge_relation]])
+        edge_graph = graph[src]
+        pair = (edge_graph * n_max + local[src]) * n_max + local[dst]
+        packed = np.unique(pair * _RELATION_SLOTS + relation)
+        keep = np.ones(len(packed), dtype=bool)
+        keep[1:] = packed[1:] // _RELATION_SLOTS != packed[:-1] // _RELATION_SLOTS
+        packed = packed[keep]
+        pair, relation = packed // _RELATION_SLOTS, packed % _RELATION_SLOTS
+        edge_graph, rest = np.divmod(pair, n_max * n_max)
+        edge_src, edge_dst = np.divmod(rest, n_max)
+        edge_ptr = np.concatenate([[0], np.cumsum(np.bincount(edge_graph, minlength=batch))])
+        structure = batched_graph_structure(num_nodes, np.stack([edge_src, edge_dst]), edge_ptr)
+
+        padded = graph * n_max + local  # position of each flat node in the (B * N) padding
+        node_type = np.zeros(batch * n_max, dtype=np.int64)
+        node_type[padded] = sample.node_type
+        node_mask = np.zeros(batch * n_max, dtype=bool)
+        node_mask[padded] = True
+        features = np.zeros((batch * n_max, self._feature_width), dtype=np.float16)
+        for t in NodeType:
+            rows = np.flatnonzero(sample.node_type == t)
+            if len(rows):  # np.take: a fast row gather from the memory map
+                features[padded[rows]] = np.take(self.graph.features(t), sample.node_id[rows], axis=0)
+        return GraphBatch(
+            x=torch.from_numpy(node_type.reshape(batch, n_max, 1)),
+            x_continuous=torch.from_numpy(features.reshape(batch, n_max, -1)),
+            node_mask=torch.from_numpy(node_mask.reshape(batch, n_max)),
+            in_degree=torch.from_numpy(structure.in_degree),
+            out_degree=torch.from_numpy(structure.out_degree),
+            spd=torch.from_numpy(structure.spd),
+            first_edge=torch.from_numpy(structure.first_edge),
+            edge_attr=torch.from_numpy(relation.reshape(-1, 1)),
+            edge_dst=torch.from_numpy(edge_dst),
+            y=torch.from_numpy(self.graph.labels(np.asarray(targets, dtype=np.int64)).reshape(-1, 1)),
+            index=torch.from_numpy(np.asarray(targets, dtype=np.int64).copy()),
+            target_node=torch.zeros(batch, dtype=torch.long),
+        )
+
+    @property
+    def _feature_width(self) -> int:
+        return int(self.graph.features(NodeType.PAPER).shape[1])
+
+
+class SubgraphCollator:
+    """``collate_fn`` of the MAG240M loaders: ``[(epoch, paper), ...]`` -> :class:`GraphBatch`.
+
+    Args:
+        graph: the memory-mapped graph (each worker maps the files itself).
+        fanouts: neighbours per hop.
+        seed: base seed; the batch's randomness is ``(seed, epoch, its target papers)``.
+    """
+
+    def __init__(self, graph: MAG240MGraph, fanouts: Sequence[int], seed: int) -> None:
+        self.sampler = NeighbourSampler(graph, fanouts)
+        self.seed = seed
+
+    def __call__(self, items: Sequence[tuple[int, int]]) -> GraphBatch:
+        epoch = int(items[0][0])
+        targets = np.array([paper for _, paper in items], dtype=np.int64)
+        rng = np.random.default_rng([self.seed, epoch, zlib.crc32(targets.tobytes())])
+        return self.sampler.batch(targets, rng)

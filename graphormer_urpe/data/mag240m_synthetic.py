@@ -1,0 +1,247 @@
+"""TEST AND BENCHMARK TOOL: writes a synthetic graph in MAG240M's on-disk layout, of any size.
+
+The real MAG240M (about 200 GB) cannot be downloaded here; this generator writes a directory that
+the real loading code reads exactly like the OGB-LSC release, so that tests run offline and the
+preprocessing and the sampler can be measured at millions of papers. It is never the default of
+a user config: point ``--data.root`` at its output explicitly.
+
+    python -m graphormer_urpe.data.mag240m_synthetic /tmp/synthetic_mag --papers 1000000
+
+Layout written (as ``ogb.lsc.MAG240MDataset`` expects under ``ROOT/mag240m_kddcup2021/``)::
+
+    RELEASE_v1.txt, meta.pt (dict of ints), split_dict.pt (numpy arrays, pickled with numpy 1.x
+        names like the real release)
+    processed/paper/node_feat.npy   float16 (papers, 768)
+    processed/paper/node_label.npy  float32 (papers,): class for train/valid arXiv papers, -1 for
+                                    test papers (hidden), NaN for papers outside arXiv
+    processed/paper/node_year.npy   int64 (papers,)
+    processed/paper___cites___paper/edge_index.npy                 int64 (2, E), sorted by citing paper
+    processed/author___writes___paper/edge_index.npy               int64 (2, E), sorted by author
+    processed/author___affiliated_with___institution/edge_index.npy int64 (2, E), sorted by author
+
+Structure that a model can learn and that the sampler must cope with:
+
+* every paper has a latent class; its features are ``signal * centroid[class] + noise``, except a
+  ``confusing_fraction`` of papers whose centroid is another class's (only the graph tells);
+* citations and authorships are homophilous (``homophily``) and citation targets are
+  heavy-tailed (a few hub papers are cited very often);
+* ``isolated_fraction`` of the papers have no citations, no citers and no authors; the last
+  ``idle_author_fraction`` of the authors wrote nothing; some authors have no institution;
+* arXiv papers (``labelled_fraction``) are split by year like the release: train up to 2018,
+  valid 2019, test 2020 (``test_size`` fixes the test count, e.g. 146,818 for official shapes).
+
+Edges are generated in memory (O(edges)); features, the bulk, are streamed in chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+#: Dimension of MAG240M paper features (RoBERTa sentence embeddings).
+FEATURE_DIM = 768
+#: Real release: 1,112,392 / 138,949 / 146,818 arXiv papers in train / valid / test.
+_SPLIT_FRACTIONS = (0.7961, 0.0994, 0.1045)
+
+
+class _Numpy1Pickler(pickle._Pickler):
+    """Pickles numpy objects under their numpy 1.x names (``numpy.core...``), as the real files do."""
+
+    def save_global(self, obj: object, name: str | None = None) -> None:
+        module = getattr(obj, "__module__", None) or ""
+        if module.startswith("numpy._core"):
+            old_name = module.replace("numpy._core", "numpy.core", 1)
+            self.write(pickle.GLOBAL + f"{old_name}\n{name or obj.__qualname__}\n".encode())
+            self.memoize(obj)
+            return
+        super().save_global(obj, name)
+
+
+def torch_save_like_numpy1(obj: object, path: Path) -> None:
+    """``torch.save`` whose pickle names numpy 1.x modules, like OGB's ``split_dict.pt`` files."""
+    torch.save(obj, path, pickle_module=types.SimpleNamespace(Pickler=_Numpy1Pickler, __name__="pickle"))
+
+
+@dataclass(frozen=True)
+class SyntheticMAG:
+    """Sizes and knobs of a synthetic MAG240M graph.
+
+    Args:
+        num_papers: papers.
+        num_authors: authors (default: as many as papers).
+        num_institutions: institutions (default: one per 2,000 papers, at least 8).
+        num_classes: arXiv subject classes (the release has 153).
+        labelled_fraction: share of papers that are arXiv papers (release: about 1.15 %).
+        test_size: exact number of test (2020) arXiv papers; default from the release's proportions.
+        citations_per_paper: mean citations made by a non-isolated paper (release: about 10.7).
+        authors_per_paper: mean authors of a non-isolated paper (release: about 3.2).
+        homophily: probability that a citation or an authorship stays within the paper's class.
+        signal: scale of the class centroid in the features (noise has unit variance).
+        confusing_fraction: papers whose features carry another class's centroid.
+        isolated_fraction: papers with no edges at all.
+        idle_author_fraction: authors (the highest ids) who wrote nothing.
+        seed: random seed; the same arguments give the same files.
+    """
+
+    num_papers: int
+    num_authors: int | None = None
+    num_institutions: int | None = None
+    num_classes: int = 153
+    labelled_fraction: float = 0.0115
+    test_size: int | None = None
+    citations_per_paper: float = 10.0
+    authors_per_paper: float = 3.0
+    homophily: float = 0.75
+    signal: float = 0.5
+    confusing_fraction: float = 0.3
+    isolated_fraction: float = 0.02
+    idle_author_fraction: float = 0.05
+    seed: int = 0
+
+    @property
+    def authors(self) -> int:
+        return self.num_authors if self.num_authors is not None else self.num_papers
+
+    @property
+    def institutions(self) -> int:
+        return self.num_institutions if self.num_institutions is not None else max(8, self.num_papers // 2000)
+
+
+def _pick_in_class(rng: np.random.Generator, classes: np.ndarray, members: np.ndarray, member_ptr: np.ndarray,
+                   skew: float) -> np.ndarray:
+    """One member of each given class; ``skew > 1`` favours the first members (heavy-tailed popularity)."""
+    counts = member_ptr[classes + 1] - member_ptr[classes]
+    offset = np.floor(rng.random(len(classes)) ** skew * counts).astype(np.int64)
+    return members[member_ptr[classes] + np.minimum(offset, np.maximum(counts - 1, 0))]
+
+
+def _grouped(values: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices sorted by value and the offsets of each value's run. ((n,), (groups + 1,))"""
+    order = np.argsort(values, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(values, minlength=groups))])
+    return order, ptr
+
+
+def _save_edges(path: Path, src: np.ndarray, dst: np.ndarray) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    np.save(path / "edge_index.npy", np.stack([src, dst]).astype(np.int64))
+
+
+def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: int = 100_000) -> Path:
+    """Write ``root/mag240m_kddcup2021`` for ``spec``; returns that directory.
+
+    Args:
+        root: dataset root (the ``--data.root`` of a run).
+        spec: sizes and structure.
+        chunk_size: papers per feature chunk (bounds memory).
+    """
+    rng = np.random.default_rng(spec.seed)
+    directory = Path(root) / "mag240m_kddcup2021"
+    paper_dir = directory / "processed" / "paper"
+    paper_dir.mkdir(parents=True, exist_ok=True)
+    n, classes_count = spec.num_papers, spec.num_classes
+
+    paper_class = rng.integers(0, classes_count, n)
+    isolated = rng.random(n) < spec.isolated_fraction
+    connected = np.flatnonzero(~isolated)
+    members, member_ptr = _grouped(paper_class[connected], classes_count)
+    members = connected[members]
+
+    # citations: sorted by citing paper, none from or to isolated papers
+    cites_made = np.where(isolated, 0, rng.poisson(spec.citations_per_paper, n))
+    if len(connected) == 0:
+        cites_made[:] = 0
+    citing = np.repeat(np.arange(n), cites_made)
+    same = rng.random(len(citing)) < spec.homophily
+    target_class = np.where(same, paper_class[citing], rng.integers(0, classes_count, len(citing)))
+    cited = _pick_in_class(rng, target_class, members, member_ptr, skew=3.0)
+    valid = (cited != citing) & (member_ptr[target_class + 1] > member_ptr[target_class])
+    pairs = np.unique(np.stack([citing[valid], cited[valid]]), axis=1)  # sorted by citing paper, no duplicates
+    _save_edges(directory / "processed" / "paper___cites___paper", pairs[0], pairs[1])
+
+    # authorships: authors have a home class; the last idle_author_fraction wrote nothing
+    active = max(1, int(round(spec.authors * (1.0 - spec.idle_author_fraction))))
+    author_class = rng.integers(0, classes_count, spec.authors)
+    authors_sorted, author_ptr = _grouped(author_class[:active], classes_count)
+    team = np.where(isolated, 0, 1 + rng.poisson(max(spec.authors_per_paper - 1.0, 0.0), n))
+    written = np.repeat(np.arange(n), team)
+    same = rng.random(len(written)) < spec.homophily
+    wanted = np.where(same, paper_class[written], rng.integers(0, classes_count, len(written)))
+    has_author = author_ptr[wanted + 1] > author_ptr[wanted]
+    writer = np.where(has_author, _pick_in_class(rng, wanted, authors_sorted, author_ptr, skew=1.5),
+                      rng.integers(0, active, len(written)))
+    pairs = np.unique(np.stack([writer, written]), axis=1)  # sorted by author, no duplicate authorship
+    _save_edges(directory / "processed" / "author___writes___paper", pairs[0], pairs[1])
+
+    # affiliations: 0-2 institutions per author (class-correlated)
+    affiliations = rng.choice(3, spec.authors, p=[0.3, 0.55, 0.15])
+    member = np.repeat(np.arange(spec.authors), affiliations)
+    institution = (author_class[member] * 7 + rng.integers(0, 3, len(member))) % spec.institutions
+    pairs = np.unique(np.stack([member, institution]), axis=1)
+    _save_edges(directory / "processed" / "author___affiliated_with___institution", pairs[0], pairs[1])
+
+    # arXiv papers, years and the year-based split
+    labelled = rng.permutation(n)[: max(3, int(round(n * spec.labelled_fraction)))]
+    n_test = spec.test_size if spec.test_size is not None else int(round(len(labelled) * _SPLIT_FRACTIONS[2]))
+    if n_test > len(labelled) - 2:
+        raise ValueError(f"test_size={n_test} needs more than {len(labelled)} labelled papers; "
+                         f"raise labelled_fraction or num_papers")
+    remaining = len(labelled) - n_test
+    n_valid = max(1, int(round(remaining * _SPLIT_FRACTIONS[1] / (_SPLIT_FRACTIONS[0] + _SPLIT_FRACTIONS[1]))))
+    test, valid, train = labelled[:n_test], labelled[n_test:n_test + n_valid], labelled[n_test + n_valid:]
+    year = rng.integers(1950, 2021, n).astype(np.int64)
+    year[train] = rng.integers(1991, 2019, len(train))
+    year[valid], year[test] = 2019, 2020
+    label = np.full(n, np.nan, dtype=np.float32)
+    label[train], label[valid], label[test] = paper_class[train], paper_class[valid], -1.0
+    np.save(paper_dir / "node_label.npy", label)
+    np.save(paper_dir / "node_year.npy", year)
+
+    # features, streamed: signal * centroid[class] + noise, a confusing share with a wrong centroid
+    centroid = rng.standard_normal((classes_count, FEATURE_DIM)).astype(np.float32)
+    shown_class = np.where(rng.random(n) < spec.confusing_fraction, rng.integers(0, classes_count, n), paper_class)
+    features = np.lib.format.open_memmap(paper_dir / "node_feat.npy", mode="w+", dtype=np.float16,
+                                         shape=(n, FEATURE_DIM))
+    for start in tqdm(range(0, n, chunk_size), desc=f"synthetic MAG240M features ({n:,} papers)", unit="chunk"):
+        stop = min(n, start + chunk_size)
+        block = rng.standard_normal((stop - start, FEATURE_DIM), dtype=np.float32)
+        block += spec.signal * centroid[shown_class[start:stop]]
+        features[start:stop] = block
+    features.flush()
+    del features
+
+    torch.save({"paper": n, "author": spec.authors, "institution": spec.institutions, "num_classes": classes_count},
+               directory / "meta.pt")
+    torch_save_like_numpy1({"train": np.sort(train).astype(np.int64), "valid": np.sort(valid).astype(np.int64),
+                            "test": np.sort(test).astype(np.int64)}, directory / "split_dict.pt")
+    (directory / "RELEASE_v1.txt").write_text("synthetic MAG240M written by graphormer_urpe.data.mag240m_synthetic\n")
+    return directory
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", type=Path, help="dataset root; writes ROOT/mag240m_kddcup2021")
+    parser.add_argument("--papers", type=int, required=True)
+    parser.add_argument("--authors", type=int, default=None)
+    parser.add_argument("--institutions", type=int, default=None)
+    parser.add_argument("--classes", type=int, default=153)
+    parser.add_argument("--labelled-fraction", type=float, default=0.0115)
+    parser.add_argument("--test-size", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    spec = SyntheticMAG(num_papers=args.papers, num_authors=args.authors, num_institutions=args.institutions,
+                        num_classes=args.classes, labelled_fraction=args.labelled_fraction,
+                        test_size=args.test_size, seed=args.seed)
+    print(f"writing {spec} to {args.root}")
+    print(f"done: {write_synthetic_mag240m(args.root, spec)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+"""How every process picks its graphs: global batches for training, exact shards for evaluation.
+
+Three guarantees, for any dataset and any number of processes W:
+
+* **The configured batch is the global batch.** :class:`GlobalBatchSampler` shuffles the whole
+  training set once per epoch, cuts the order into global batches and gives process r the r-th of W
+  equal slices of each. An optimiser step therefore sees the same graphs for W = 1, 2 or 32 (only the
+  very last batch of an epoch may repeat up to W - 1 graphs, to give every process the same count).
+* **Evaluation counts every graph exactly once.** :class:`EvalShardSampler` gives each process a
+  contiguous, unpadded slice; Lightning's default ``DistributedSampler`` would instead repeat graphs
+  to even out the shards, and an MAE over them would weigh those graphs twice. Metrics that sum
+  their state across processes (torchmetrics) then give the exact full-split value.
+* **Training resumes at the exact next batch.** :class:`ResumableLoader` counts the batches it has
+  handed out; Lightning stores its ``state_dict()`` in every checkpoint and restores it before the
+  first batch after ``--ckpt_path``. Its position is counted in global batches, so a run can even be
+  resumed on a different number of processes with the same data order. Worker processes are seeded
+  from (seed, epoch) only, never from the history of the process.
+
+Both samplers subclass ``DistributedSampler`` so that Lightning leaves them in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable, Iterator, Sized
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+log = logging.getLogger(__name__)
+
+
+def process_grid(trainer: pl.Trainer | None) -> tuple[int, int]:
+    """``(world_size, global_rank)`` of the current process; ``(1, 0)`` without a trainer."""
+    if trainer is None:
+        return 1, 0
+    return trainer.world_size, trainer.global_rank
+
+
+def per_device_batch_size(global_batch: int, world_size: int) -> int:
+    """The share of one process; the global batch must divide evenly."""
+    if global_batch % world_size:
+        raise ValueError(
+            f"batch_size={global_batch} is the global batch and must be divisible by the {world_size} processes; "
+            f"use e.g. --data.batch_size {max(world_size, global_batch // world_size * world_size)}"
+        )
+    return global_batch // world_size
+
+
+def run_seed() -> int:
+    """The run's seed (``seed_everything``, which Lightning exports as ``PL_GLOBAL_SEED``), or 0."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+
+class GlobalBatchSampler(DistributedSampler):
+    """Shuffled training order, cut into global batches, each split evenly over the processes.
+
+    Epoch e draws ``torch.randperm`` from a generator seeded with ``seed + e``. The order is padded to
+    a multiple of W by repeating its first indices, cut into global batches of ``global_batch``
+    indices (the last one may be shorter, but still a multiple of W), and process ``rank`` takes the
+    ``rank``-th of W equal slices of every batch. ``len()`` is the full epoch of this process.
+
+    Args:
+        dataset: the training set (only its length is used).
+        global_batch: graphs per optimiser step over all processes.
+        num_replicas: W.
+        rank: this process, 0 .. W - 1.
+        seed: seed of the epoch permutations.
+        shuffle: False keeps the dataset order (still split into global batches).
+    """
+
+    def __init__(
+        self,
+        dataset: Sized,
+        global_batch: int,
+        num_replicas: int = 1,
+        rank: int = 0,
+        seed: int = 0,
+        shuffle: bool = True,
+    ) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
+        self.global_batch = global_batch
+        self.local_batch = per_device_batch_size(global_batch, num_replicas)
+        self.dataset_size = len(dataset)
+        self.skip_batches = 0  # global batches to skip at the start of the next iteration (resume)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """Global batches (optimiser micro-steps) per epoch, the same for every W."""
+        return math.ceil(self.total_size / self.global_batch)
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        """The padded global order of ``epoch``: ``total_size`` dataset indices."""
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + epoch)
+            order = torch.randperm(self.dataset_size, generator=generator).tolist()
+        else:
+            order = list(range(self.dataset_size))
+        padding = self.total_size - len(order)
+        return order + (order * math.ceil(padding / max(len(order), 1)))[:padding]
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.epoch_order(self.epoch)
+        first, self.skip_batches = self.skip_batches, 0  # a resume position applies once
+        for start in range(first * self.global_batch, self.total_size, self.global_batch):
+            block = order[start:start + self.global_batch]
+            share = len(block) // self.num_replicas
+            yield from block[self.rank * share:(self.rank + 1) * share]
+
+    def resume(self, epoch: int, batches_done: int) -> None:
+        """Make the next iteration start at global batch ``batches_done`` of ``epoch``."""
+        if batches_done >= self.batches_per_epoch:  # saved after the last batch of an epoch
+            epoch, batches_done = epoch + 1, 0
+        self.set_epoch(epoch)
+        self.skip_batches = batches_done
+
+
+class EvalShardSampler(DistributedSampler):
+    """Contiguous, unpadded shards: process r evaluates indices ``[r * N // W, (r + 1) * N // W)``.
+
+    Shards differ by at most one graph and together hold every index exactly once.
+
+    Args:
+        dataset: the evaluation split (only its length is used).
+        num_replicas: W.
+        rank: this process.
+    """
+
+    def __init__(self, dataset: Sized, num_replicas: int = 1, rank: int = 0) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)
+        size = len(dataset)
+        if size < num_replicas:
+            raise ValueError(
+                f"an evaluation split of {size} graphs cannot be shared by {num_replicas} processes without "
+                "repeating graphs; evaluate on fewer devices"
+            )
+        self.start = rank * size // num_replicas
+        self.stop = (rank + 1) * size // num_replicas
+        self.num_samples = self.stop - self.start
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.start, self.stop))
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class ResumableLoader(DataLoader):
+    """Training DataLoader whose position Lightning saves in checkpoints and restores on resume.
+
+    Position = (epoch, global batches handed out). Lightning does not prefetch batches from loaders
+    with a length, so the count equals the batches trained on when a checkpoint is written.
+
+    Args:
+        dataset: the training set.
+        sampler: its :class:`GlobalBatchSampler`.
+        collate_fn: list of samples -> batch.
+        num_workers: worker processes; they are started per epoch and seeded from (seed, epoch).
+        pin_memory: page-locked batches (CUDA).
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        sampler: GlobalBatchSampler,
+        collate_fn: Callable[[list[Any]], Any],
+        num_workers: int = 0,
+        pin_memory: bool = False,
+    ) -> None:
+        super().__init__(
+            dataset, batch_size=sampler.local_batch, sampler=sampler, collate_fn=collate_fn,
+            num_workers=num_workers, pin_memory=pin_memory, generator=torch.Generator(),
+        )
+        self.position = (sampler.epoch, 0)
+
+    def __iter__(self) -> Iterator[Any]:
+        sampler: GlobalBatchSampler = self.sampler
+        epoch, done = sampler.epoch, sampler.skip_batches
+        # worker seeds come from this generator: make them depend on (seed, epoch) alone
+        self.generator.manual_seed(sampler.seed * 1_000_003 + epoch)
+        self.position = (epoch, done)
+        return self._counted(super().__iter__(), epoch, done)
+
+    def _counted(self, batches: Iterator[Any], epoch: int, done: int) -> Iterator[Any]:
+        for batch in batches:
+            done += 1
+            self.position = (epoch, done)
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the data order stands, plus what it depends on (checked on resume)."""
+        sampler: GlobalBatchSampler = self.sampler
+        epoch, done = self.position
+        return {"epoch": epoch, "batches_done": done, "seed": sampler.seed,
+                "dataset_size": sampler.dataset_size, "global_batch": sampler.global_batch}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue the data order of a checkpoint at its next batch."""
+        sampler: GlobalBatchSampler = self.sampler
+        saved = (state["dataset_size"], state["global_batch"])
+        if saved != (sampler.dataset_size, sampler.global_batch):
+            raise ValueError(
+                f"the checkpoint's data order is for {saved[0]} training graphs in global batches of {saved[1]}, "
+                f"this run has {sampler.dataset_size} graphs in batches of {sampler.global_batch}: the run cannot "
+                "resume exactly; use the same data and --data.batch_size, or start a new run"
+            )
+        if state["seed"] != sampler.seed:
+            log.warning("resuming the checkpoint's data order (seed %d), not seed %d", state["seed"], sampler.seed)
+            sampler.seed = state["seed"]
+        sampler.resume(state["epoch"], state["batches_done"])
+        log.info("data order resumed at epoch %d, batch %d", sampler.epoch, sampler.skip_batches)
+
+
+def train_loader(
+    dataset: Dataset,
+    global_batch: int,
+    trainer: pl.Trainer | None,
+    collate_fn: Callable[[list[Any]], Any],
+    num_workers: int = 0,
+    seed: int | None = None,
+) -> ResumableLoader:
+    """The training loader of this process (see the module docstring).
+
+    Args:
+        dataset: the training set.
+        global_batch: graphs per step over all processes.
+        trainer: the running trainer (None: one process).
+        collate_fn: list of samples -> batch.
+        num_workers: DataLoader workers.
+        seed: data-order seed; None takes the run's ``seed_everything``.
+    """
+    world, rank = process_grid(trainer)
+    sampler = GlobalBatchSampler(dataset, global_batch, world, rank, run_seed() if seed is None else seed)
+    pin = trainer is not None and trainer.strategy.root_device.type == "cuda"
+    return ResumableLoader(dataset, sampler, collate_fn, num_workers=num_workers, pin_memory=pin)
+
+
+def eval_loader(
+    dataset: Dataset,
+    global_batch: int,
+    trainer: pl.Trainer | None,
+    collate_fn: Callable[[list[Any]], Any],
+    num_workers: int = 0,
+) -> DataLoader:
+    """The validation/test loader of this process: its exact shard, in dataset order.
+
+    For ``trainer.predict`` return a plain sequential DataLoader instead: Lightning shards predict
+    loaders itself, also without repetition.
+    """
+    world, rank = process_grid(trainer)
+    return DataLoader(
+        dataset,
+        batch_size=per_device_batch_size(global_batch, world),
+        sampler=EvalShardSampler(dataset, world, rank),
+        collate_fn=collate_fn,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+        pin_memory=trainer is not None and trainer.strategy.root_device.type == "cuda",
+        generator=torch.Generator().manual_seed(0),  # iterating never consumes the global RNG
+    )

@@ -1,0 +1,204 @@
+"""OGB-LSC test submissions: written through ogb's own ``save_test_submission``, read back, checked.
+
+A submission is ``y_pred_<dataset>_<mode>.npz`` holding one array ``y_pred`` with one entry per
+row of the test split, in the split's order. Every check here raises :class:`SubmissionError`
+with a sentence saying what is wrong (never ``assert``, which ``python -O`` removes); the expected
+row count always comes from the dataset's ``split_dict.pt``, never from a constant.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphormer_urpe.data.safe_load import load_split_dict
+
+#: The one array a submission file holds.
+PREDICTION_KEY = "y_pred"
+#: Test splits a submission can be made for.
+MODES = ("test-dev", "test-challenge")
+
+
+class SubmissionError(ValueError):
+    """A submission (array or file) is not what the leaderboard accepts; the message says why."""
+
+
+@dataclass(frozen=True)
+class SubmissionFormat:
+    """The test-submission file of one OGB-LSC dataset.
+
+    Args:
+        dataset: the name in the file name, ``y_pred_<dataset>_<mode>.npz`` (also the directory of
+            the dataset under the data root).
+        evaluator: builds ogb's evaluator (``eval`` for labelled splits, ``save_test_submission``).
+        dtype: dtype of ``y_pred`` in the file written by ogb.
+        num_classes: for classification, the number of classes: predictions are integer labels in
+            ``0 .. num_classes - 1``; None for regression (finite floating-point values).
+        directory: the dataset's directory under the data root, when it differs from ``dataset``.
+    """
+
+    dataset: str
+    evaluator: Callable[[], Any]
+    dtype: np.dtype
+    num_classes: int | None = None
+    directory: str | None = None
+
+    def filename(self, mode: str) -> str:
+        """``y_pred_<dataset>_<mode>.npz``."""
+        return f"y_pred_{self.dataset}_{mode}.npz"
+
+    def split_size(self, data_root: Path | str, mode: str) -> int:
+        """Rows of test split ``mode`` according to ``<data_root>/<dataset>/split_dict.pt`` (a file
+        holding one ``test`` split is divided 3:2 into test-dev and test-challenge, as ogb does)."""
+        path = Path(data_root) / (self.directory or self.dataset) / "split_dict.pt"
+        splits = load_split_dict(path, [])
+        if mode not in splits and "test" in splits:
+            from ogb.lsc.utils import split_test
+
+            split_test(splits)
+        if mode not in splits:
+            raise SubmissionError(f"{path} has no '{mode}' split (it holds {sorted(splits)})")
+        return len(splits[mode])
+
+
+def _pcqm4mv2_evaluator() -> Any:
+    from ogb.lsc import PCQM4Mv2Evaluator
+
+    return PCQM4Mv2Evaluator()
+
+
+def _mag240m_evaluator() -> Any:
+    from ogb.lsc import MAG240MEvaluator
+
+    return MAG240MEvaluator()
+
+
+PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, dtype=np.dtype(np.float32))
+#: ogb writes MAG240M labels as int16 (``np.short``).
+MAG240M = SubmissionFormat(dataset="mag240m", evaluator=_mag240m_evaluator, dtype=np.dtype(np.int16),
+                           num_classes=153, directory="mag240m_kddcup2021")
+#: Every known format by dataset name (``--check-submission`` finds the format from the file name).
+FORMATS = {fmt.dataset: fmt for fmt in (PCQM4MV2, MAG240M)}
+
+
+def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype | None = None,
+                       num_classes: int | None = None) -> str | None:
+    """What is wrong with a prediction array for a split of ``expected_rows`` rows, or None.
+
+    Args:
+        y_pred: the predictions.
+        expected_rows: rows of the test split (from ``split_dict.pt``).
+        dtype: required dtype (files written by ogb); None accepts any floating (or, for
+            classification, integer) dtype.
+        num_classes: classification: labels must be integers in ``0 .. num_classes - 1``.
+    """
+    if y_pred.shape != (expected_rows,):
+        return (f"y_pred has shape {y_pred.shape}, expected ({expected_rows},): one prediction per row of the "
+                "test split, in the split's order")
+    if dtype is not None and y_pred.dtype != dtype:
+        return f"y_pred has dtype {y_pred.dtype}, expected {dtype}"
+    if num_classes is not None:
+        if not np.issubdtype(y_pred.dtype, np.integer):
+            return f"y_pred has dtype {y_pred.dtype}, expected integer class labels"
+        bad = np.flatnonzero((y_pred < 0) | (y_pred >= num_classes))
+        if bad.size:
+            return (f"y_pred has {bad.size} labels outside 0..{num_classes - 1}, first at positions "
+                    f"{bad[:5].tolist()}")
+        return None
+    if not np.issubdtype(y_pred.dtype, np.floating):
+        return f"y_pred has dtype {y_pred.dtype}, expected floating-point predictions"
+    bad = np.flatnonzero(~np.isfinite(y_pred))
+    if bad.size:
+        return f"y_pred has {bad.size} non-finite values (NaN or inf), first at positions {bad[:5].tolist()}"
+    return None
+
+
+def check_submission(path: Path | str, expected_rows: int, fmt: SubmissionFormat = PCQM4MV2,
+                     mode: str | None = None) -> np.ndarray:
+    """Read a submission file and check its name, contents, shape, dtype and values.
+
+    Args:
+        path: the ``.npz`` file.
+        expected_rows: rows of the test split (from ``split_dict.pt``).
+        fmt: the dataset's submission format.
+        mode: ``test-dev`` or ``test-challenge``; None takes it from the file name.
+
+    Returns:
+        The (expected_rows,) predictions.
+
+    Raises:
+        SubmissionError: naming the file and what is wrong with it.
+    """
+    path = Path(path)
+    names = {fmt.filename(m): m for m in MODES}
+    if mode is None and path.name not in names:
+        raise SubmissionError(f"{path}: the file must be named {' or '.join(names)}")
+    if mode is not None and path.name != fmt.filename(mode):
+        raise SubmissionError(f"{path}: a {mode} submission must be named {fmt.filename(mode)}")
+    if not path.is_file():
+        raise SubmissionError(f"{path} does not exist")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise SubmissionError(f"{path} is not a readable .npz file ({error})") from error
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise SubmissionError(f"{path} holds a bare {type(loaded).__name__}, expected an .npz archive")
+    with loaded:
+        if loaded.files != [PREDICTION_KEY]:
+            raise SubmissionError(f"{path} holds the arrays {loaded.files}, expected exactly ['{PREDICTION_KEY}']")
+        try:
+            y_pred = loaded[PREDICTION_KEY]
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+            raise SubmissionError(f"{path}: '{PREDICTION_KEY}' cannot be read ({error})") from error
+    problem = prediction_problem(y_pred, expected_rows, fmt.dtype, fmt.num_classes)
+    if problem is not None:
+        raise SubmissionError(f"{path}: {problem}")
+    return y_pred
+
+
+def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, mode: str, expected_rows: int,
+                     fmt: SubmissionFormat = PCQM4MV2) -> Path:
+    """Write a submission with ogb's ``save_test_submission``, then read it back and check it.
+
+    Args:
+        y_pred: (expected_rows,) predictions in the test split's order (any device): values, or
+            integer class labels for a classification format.
+        directory: where the file goes (created).
+        mode: ``test-dev`` or ``test-challenge``.
+        expected_rows: rows of the test split (from ``split_dict.pt``).
+        fmt: the dataset's submission format.
+
+    Returns:
+        The written file.
+
+    Raises:
+        SubmissionError: the predictions or the written file are not a valid submission.
+    """
+    if mode not in MODES:
+        raise SubmissionError(f"mode '{mode}' is not one of {', '.join(MODES)}")
+    if isinstance(y_pred, torch.Tensor):
+        y_pred = y_pred.detach().cpu().numpy()
+    if fmt.num_classes is None:
+        y_pred = np.asarray(y_pred, dtype=np.float32)
+    problem = prediction_problem(y_pred, expected_rows, num_classes=fmt.num_classes)
+    if problem is not None:
+        raise SubmissionError(f"not writing the {mode} submission: {problem}")
+    directory = Path(directory)
+    try:
+        fmt.evaluator().save_test_submission({PREDICTION_KEY: y_pred}, str(directory), mode=mode)
+    except AssertionError as error:  # ogb checks the official split sizes with bare asserts
+        raise SubmissionError(
+            f"ogb's save_test_submission refused {y_pred.shape[0]} {mode} predictions: the split in "
+            f"split_dict.pt has {expected_rows} rows, which is not the official {mode} size"
+        ) from error
+    path = directory / fmt.filename(mode)
+    written = check_submission(path, expected_rows, fmt, mode)
+    if not np.array_equal(written, y_pred):
+        raise SubmissionError(f"{path} does not hold the predictions that were written")
+    return path

@@ -1,0 +1,132 @@
+"""Run one experiment over several seeds; report mean and standard deviation of every metric.
+
+    python seeds.py --config zinc_subset --seeds 0 1 2 3
+    python seeds.py --config qm9_gap --seeds 0 1 2 3 --name gap_rpe --model.encoder.attention rpe
+    python seeds.py --collect --name gap_rpe --seeds 0 1 2 3      # only aggregate finished runs
+
+Seed S is the ``train.py`` run ``<run_root>/<name>-seed<S>`` with ``--seed_everything S`` (model
+initialisation, dropout and data order; the dataset split stays fixed), one after the other, each
+in its own process (so ``--trainer.devices 4`` works as in ``train.py``). Any other argument goes
+to ``train.py`` unchanged; with ``--logger wandb`` the runs share the W&B group ``<name>``. Seeds
+whose ``metrics.json`` exists are not run again, so an interrupted sweep continues where it
+stopped. On a SLURM cluster run the seeds as an array job and aggregate them with ``--collect``.
+
+Writes ``<run_root>/<name>-seeds.json`` and ``<run_root>/<name>-seeds.md``: per metric the mean,
+the sample standard deviation (n - 1 in the denominator; 0 for one seed), n and every seed's value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+TRAIN = Path(__file__).resolve().parent / "train.py"
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="experiment config (as for train.py)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3], help="seeds (default: 0 1 2 3)")
+    parser.add_argument("--name", help="experiment name (default: the config name)")
+    parser.add_argument("--run_root", default="runs", help="directory of the runs and of the summary")
+    parser.add_argument("--collect", action="store_true", help="only aggregate the seeds' finished runs")
+    options, train_args = parser.parse_known_args(argv)
+    if options.name is None:
+        if options.config is None:
+            parser.error("--name or --config is required")
+        options.name = Path(options.config).stem
+    if not options.collect and options.config is None:
+        parser.error("--config is required to run seeds")
+    return options, train_args
+
+
+def run_name(name: str, seed: int) -> str:
+    """Run directory name of one seed."""
+    return f"{name}-seed{seed}"
+
+
+def seed_command(options: argparse.Namespace, seed: int, train_args: Sequence[str]) -> list[str]:
+    """The ``train.py`` command line of one seed."""
+    command = [sys.executable, str(TRAIN), "--config", options.config, *train_args,
+               "--seed_everything", str(seed), "--run_root", options.run_root,
+               "--run_name", run_name(options.name, seed)]
+    if not any(a == "--wandb.group" or a.startswith("--wandb.group=") for a in train_args):
+        command += ["--wandb.group", options.name]
+    return command
+
+
+def final_metrics(metrics: Mapping) -> dict[str, float]:
+    """The numbers of one run's ``metrics.json``: its validation and test metrics, and its steps."""
+    values = {**(metrics.get("validation") or {}), **(metrics.get("test") or {})}  # test: None if hidden
+    values["global_step"] = metrics.get("global_step")
+    return {k: float(v) for k, v in values.items() if isinstance(v, (int, float))}
+
+
+def aggregate(per_seed: Mapping[int, Mapping[str, float]]) -> dict[str, dict]:
+    """Mean, sample standard deviation, n and values of every metric over the seeds that have it."""
+    names = sorted({name for metrics in per_seed.values() for name in metrics})
+    summary = {}
+    for name in names:
+        values = {seed: metrics[name] for seed, metrics in per_seed.items() if name in metrics}
+        n = len(values)
+        mean = sum(values.values()) / n
+        std = math.sqrt(sum((v - mean) ** 2 for v in values.values()) / (n - 1)) if n > 1 else 0.0
+        summary[name] = {"mean": mean, "std": std, "n": n, "values": values}
+    return summary
+
+
+def markdown_table(name: str, summary: Mapping[str, Mapping], seeds: Sequence[int]) -> str:
+    """A Markdown table: metric, mean ± std, n, one column per seed."""
+    lines = [f"### {name}: {len(seeds)} seeds", "",
+             "| metric | mean ± std | n | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+             "|---|---|---|" + "---|" * len(seeds)]
+    for metric, stats in summary.items():
+        cells = [f"{stats['values'][s]:.6g}" if s in stats["values"] else "-" for s in seeds]
+        lines.append(f"| {metric} | {stats['mean']:.6g} ± {stats['std']:.2g} | {stats['n']} | " + " | ".join(cells)
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Run (unless ``--collect``) and aggregate; returns the summary."""
+    options, train_args = parse_args(sys.argv[1:] if argv is None else argv)
+    run_root = Path(options.run_root)
+    failed = []
+    for seed in options.seeds:
+        metrics_file = run_root / run_name(options.name, seed) / "metrics.json"
+        if options.collect or metrics_file.is_file():
+            continue
+        print(f"[seeds] {options.name}: seed {seed} ({options.seeds.index(seed) + 1}/{len(options.seeds)})",
+              flush=True)
+        result = subprocess.run(seed_command(options, seed, train_args), check=False)
+        if result.returncode:
+            print(f"[seeds] seed {seed} failed with exit code {result.returncode}", file=sys.stderr, flush=True)
+            failed.append(seed)
+    per_seed = {}
+    for seed in options.seeds:
+        metrics_file = run_root / run_name(options.name, seed) / "metrics.json"
+        if metrics_file.is_file():
+            per_seed[seed] = final_metrics(json.loads(metrics_file.read_text()))
+        elif seed not in failed:
+            failed.append(seed)
+    if not per_seed:
+        raise SystemExit(f"error: no finished run of {options.name} under {run_root} for seeds {options.seeds}")
+    summary = aggregate(per_seed)
+    result = {"experiment": options.name, "seeds": sorted(per_seed), "missing_seeds": failed,
+              "runs": {seed: str(run_root / run_name(options.name, seed)) for seed in per_seed}, "metrics": summary}
+    json_path, md_path = run_root / f"{options.name}-seeds.json", run_root / f"{options.name}-seeds.md"
+    json_path.write_text(json.dumps(result, indent=2) + "\n")
+    md_path.write_text(markdown_table(options.name, summary, sorted(per_seed)))
+    print(md_path.read_text() + f"\n[seeds] written {json_path} and {md_path}", flush=True)
+    if failed:
+        raise SystemExit(f"error: seeds {failed} did not finish; the summary covers seeds {sorted(per_seed)}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

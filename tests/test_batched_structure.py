@@ -1,0 +1,83 @@
+"""batched_graph_structure equals graph_structure graph by graph, padding included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
+from graphormer_urpe.data.batched_structure import batched_graph_structure
+from graphormer_urpe.data.transforms import graph_structure
+from tests.conftest import random_edges
+
+
+def _canonical(edges: np.ndarray) -> np.ndarray:
+    """Sorted by (source, target), duplicates and self-loops removed."""
+    edges = edges[:, edges[0] != edges[1]]
+    return np.unique(edges, axis=1) if edges.size else np.zeros((2, 0), dtype=np.int64)
+
+
+def _graphs(rng: np.random.Generator) -> list[tuple[int, np.ndarray]]:
+    graphs = [(1, np.zeros((2, 0), np.int64)), (4, np.zeros((2, 0), np.int64))]  # single node, no edges
+    for n in (2, 3, 7, 20, 70, 130):  # 130 nodes: bit sets of three 64-bit words
+        graphs.append((n, _canonical(random_edges(rng, n, extra=n // 3))))
+        graphs.append((n, _canonical(random_edges(rng, n, extra=2, connected=False))))
+        directed = rng.integers(0, n, (2, 2 * n))  # directed, with hubs and unreachable pairs
+        graphs.append((n, _canonical(directed)))
+    star = np.stack([np.zeros(300, np.int64), np.arange(1, 301)])  # degree 300 > 255: wide ranks
+    graphs.append((301, _canonical(np.concatenate([star, star[::-1]], axis=1))))
+    return graphs
+
+
+def test_equals_graph_structure_on_every_graph(rng: np.random.Generator) -> None:
+    graphs = _graphs(rng)
+    sizes = np.array([n for n, _ in graphs])
+    edge_ptr = np.concatenate([[0], np.cumsum([e.shape[1] for _, e in graphs])])
+    result = batched_graph_structure(sizes, np.concatenate([e for _, e in graphs], axis=1), edge_ptr)
+    n_max = sizes.max()
+    assert result.spd.shape == result.first_edge.shape == (len(graphs), n_max, n_max)
+    assert result.spd.dtype == np.uint8 and result.first_edge.dtype == np.int16  # fewer than 32,767 edges
+    for b, (n, edges) in enumerate(graphs):
+        expected = graph_structure(n, edges)
+        np.testing.assert_array_equal(result.spd[b, :n, :n], expected.spd)
+        first = expected.first_edge.astype(np.int64)
+        np.testing.assert_array_equal(result.first_edge[b, :n, :n], np.where(first >= 0, first + edge_ptr[b], NO_EDGE))
+        np.testing.assert_array_equal(result.in_degree[b, :n], expected.in_degree)
+        np.testing.assert_array_equal(result.out_degree[b, :n], expected.out_degree)
+        assert (result.spd[b, n:] == UNREACHABLE_SPD).all() and (result.spd[b, :, n:] == UNREACHABLE_SPD).all()
+        assert (result.first_edge[b, n:] == NO_EDGE).all() and (result.first_edge[b, :, n:] == NO_EDGE).all()
+        assert (result.in_degree[b, n:] == 0).all() and (result.out_degree[b, n:] == 0).all()
+
+
+def test_result_does_not_depend_on_the_other_graphs(rng: np.random.Generator) -> None:
+    graphs = _graphs(rng)[2:8]
+    sizes = np.array([n for n, _ in graphs])
+    edge_ptr = np.concatenate([[0], np.cumsum([e.shape[1] for _, e in graphs])])
+    together = batched_graph_structure(sizes, np.concatenate([e for _, e in graphs], axis=1), edge_ptr)
+    for b, (n, edges) in enumerate(graphs):
+        alone = batched_graph_structure(np.array([n]), edges, np.array([0, edges.shape[1]]))
+        np.testing.assert_array_equal(together.spd[b, :n, :n], alone.spd[0])
+        np.testing.assert_array_equal(together.first_edge[b, :n, :n] - np.where(alone.first_edge[0] >= 0,
+                                                                                 edge_ptr[b], 0), alone.first_edge[0])
+
+
+@pytest.mark.parametrize("edges, message", [
+    (np.array([[1, 0], [0, 1]]), "sorted"),  # unsorted
+    (np.array([[0, 0], [1, 1]]), "sorted"),  # duplicate
+    (np.array([[0], [5]]), "outside"),  # no node 5
+])
+def test_rejects_malformed_edges(edges: np.ndarray, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        batched_graph_structure(np.array([3]), edges, np.array([0, edges.shape[1]]))
+
+
+def test_edge_ids_widen_past_int16() -> None:
+    n = 200  # complete graph: 39,800 directed edges
+    src, dst = np.nonzero(~np.eye(n, dtype=bool))
+    edges = np.stack([src, dst])
+    result = batched_graph_structure(np.array([n]), edges, np.array([0, edges.shape[1]]))
+    assert result.first_edge.dtype == np.int32
+    expected = graph_structure(n, edges)  # int16 ids cannot hold 39,800 edges: compare through the path
+    first = result.first_edge[0]
+    np.testing.assert_array_equal(edges[1][np.maximum(first, 0)][first >= 0], np.nonzero(first >= 0)[1])
+    np.testing.assert_array_equal(result.spd[0], expected.spd)

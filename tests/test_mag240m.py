@@ -1,0 +1,199 @@
+"""MAG240M release reader and derived files: layout, splits as ogb derives them, CSR, features,
+checksums and resumption."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from graphormer_urpe.data import mag240m
+from graphormer_urpe.data.mag240m import (
+    FEATURE_FILES,
+    RELATIONS,
+    MAG240MRaw,
+    NodeType,
+    csr_files,
+    prepare_derived,
+)
+from graphormer_urpe.data.safe_load import numpy_safe_globals
+from graphormer_urpe.data.sources import DatasetMissing
+
+
+@pytest.fixture
+def package_log(caplog: pytest.LogCaptureFixture):
+    """caplog that sees INFO records of this package even after the CLI stopped their propagation."""
+    logger = logging.getLogger("graphormer_urpe")
+    level = logger.level
+    logger.addHandler(caplog.handler)
+    logger.setLevel(logging.INFO)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+    logger.setLevel(level)
+
+
+def _copy_raw(root, tmp_path):
+    """A copy of the synthetic release without derived files."""
+    shutil.copytree(root / "mag240m_kddcup2021", tmp_path / "mag240m_kddcup2021",
+                    ignore=shutil.ignore_patterns("graphormer"))
+    return MAG240MRaw(tmp_path)
+
+
+def test_reads_the_layout_exactly_like_ogb(synthetic_mag) -> None:
+    from ogb.lsc import MAG240MDataset
+
+    raw = MAG240MRaw(synthetic_mag)
+    raw.check()
+    with torch.serialization.safe_globals(numpy_safe_globals()):  # ogb itself cannot load split_dict.pt
+        reference = MAG240MDataset(str(synthetic_mag))
+    assert raw.meta["paper"] == reference.num_papers and raw.meta["author"] == reference.num_authors
+    assert raw.meta["institution"] == reference.num_institutions and raw.meta["num_classes"] == reference.num_classes
+    ours, theirs = raw.splits(), reference.get_idx_split()
+    assert ours.keys() == theirs.keys() == {"train", "valid", "test-whole", "test-dev", "test-challenge"}
+    for name in ours:
+        np.testing.assert_array_equal(ours[name], theirs[name])
+    whole = ours["test-whole"]
+    np.testing.assert_array_equal(ours["test-dev"], whole[np.arange(len(whole)) % 5 < 3])
+    assert isinstance(raw.paper_features, np.memmap) and raw.paper_features.dtype == np.float16
+    np.testing.assert_array_equal(raw.paper_features[:50], reference.paper_feat[:50])
+    np.testing.assert_array_equal(raw.edge_index(mag240m.CITES), reference.edge_index("paper", "cites", "paper"))
+
+
+def test_missing_files_are_named(synthetic_mag, tmp_path) -> None:
+    raw = _copy_raw(synthetic_mag, tmp_path)
+    os.remove(raw.directory / "processed/paper/node_year.npy")
+    os.remove(raw.directory / "split_dict.pt")
+    with pytest.raises(DatasetMissing, match="split_dict.pt, processed/paper/node_year.npy") as error:
+        raw.check()
+    assert "MAG240MDataset" in str(error.value)  # says how to get the data
+
+
+def test_wrong_feature_shape_is_named(synthetic_mag, tmp_path) -> None:
+    raw = _copy_raw(synthetic_mag, tmp_path)
+    np.save(raw.directory / "processed/paper/node_feat.npy", np.zeros((3, 768), np.float16))
+    with pytest.raises(ValueError, match="node_feat.npy: shape \\(3, 768\\)"):
+        raw.check()
+
+
+def test_csr_matches_the_edge_arrays(synthetic_mag) -> None:
+    raw = MAG240MRaw(synthetic_mag)
+    derived = raw.directory / "graphormer"
+    for relation in RELATIONS:
+        indptr_name, indices_name = csr_files(relation)
+        indptr, indices = np.load(derived / indptr_name), np.load(derived / indices_name)
+        edges = np.asarray(raw.edge_index(relation.raw))
+        src, dst = (edges[1], edges[0]) if relation.transposed else (edges[0], edges[1])
+        assert indptr.shape == (raw.num_nodes(relation.source) + 1,) and indptr[0] == 0
+        assert indptr[-1] == len(indices) == edges.shape[1] and indices.dtype == np.int32
+        np.testing.assert_array_equal(np.diff(indptr), np.bincount(src, minlength=raw.num_nodes(relation.source)))
+        rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+        ours = np.lexsort((indices, rows))
+        theirs = np.lexsort((dst, src))
+        np.testing.assert_array_equal(rows[ours], src[theirs])
+        np.testing.assert_array_equal(indices[ours], dst[theirs])
+
+
+def test_author_and_institution_features_are_means(synthetic_mag) -> None:
+    raw = MAG240MRaw(synthetic_mag)
+    derived = raw.directory / "graphormer"
+    papers = np.asarray(raw.paper_features, dtype=np.float32)
+    author, paper = np.asarray(raw.edge_index(mag240m.WRITES))
+    expected = np.zeros((raw.num_nodes(NodeType.AUTHOR), papers.shape[1]), np.float32)
+    np.add.at(expected, author, papers[paper])
+    counts = np.bincount(author, minlength=len(expected))
+    expected[counts > 0] /= counts[counts > 0, None]
+    authors = np.load(derived / FEATURE_FILES[NodeType.AUTHOR])
+    assert authors.dtype == np.float16 and (counts == 0).any()  # some authors wrote nothing
+    np.testing.assert_allclose(authors, expected, atol=2e-3, rtol=2e-3)
+    assert (authors[counts == 0] == 0).all()
+
+    member, institution = np.asarray(raw.edge_index(mag240m.AFFILIATED))
+    expected = np.zeros((raw.num_nodes(NodeType.INSTITUTION), papers.shape[1]), np.float32)
+    np.add.at(expected, institution, authors[member].astype(np.float32))
+    counts = np.bincount(institution, minlength=len(expected))
+    expected[counts > 0] /= counts[counts > 0, None]
+    np.testing.assert_allclose(np.load(derived / FEATURE_FILES[NodeType.INSTITUTION]), expected, atol=2e-3)
+
+
+def test_out_of_range_edge_is_named(synthetic_mag, tmp_path) -> None:
+    raw = _copy_raw(synthetic_mag, tmp_path)
+    path = raw.directory / "processed" / mag240m.WRITES / "edge_index.npy"
+    edges = np.load(path)
+    edges[1, 5] = raw.num_nodes(NodeType.PAPER) + 3
+    np.save(path, edges)
+    with pytest.raises(ValueError, match="author___writes___paper/edge_index.npy: edge 5 has row-1 node id"):
+        prepare_derived(raw, tmp_path / "derived")
+
+
+def _build(raw, directory, **kwargs):
+    return prepare_derived(raw, directory, chunk_edges=5000, feature_block_rows=400, **kwargs)
+
+
+def test_damaged_files_are_detected_and_rebuilt(synthetic_mag, tmp_path, package_log) -> None:
+    raw = _copy_raw(synthetic_mag, tmp_path)
+    directory = tmp_path / "derived"
+    _build(raw, directory)
+    features = directory / FEATURE_FILES[NodeType.AUTHOR]
+    original = features.read_bytes()
+    stat = features.stat()
+
+    damaged = bytearray(original)
+    damaged[-5] ^= 0xFF  # same size, same modification time: only a checksum finds it
+    features.write_bytes(bytes(damaged))
+    os.utime(features, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    _build(raw, directory)
+    assert features.read_bytes() == bytes(damaged)  # not verified by default
+    _build(raw, directory, verify_checksums=True)
+    assert features.read_bytes() == original and "corrupted" in package_log.text
+
+    features.write_bytes(original[:-100])  # truncated
+    _build(raw, directory)
+    assert features.read_bytes() == original and "truncated" in package_log.text
+
+    indices = directory / csr_files(RELATIONS[0])[1]
+    healthy = indices.read_bytes()
+    indices.write_bytes(healthy[:-8] + b"\x01" * 8)  # rewritten in place: modification time moved
+    _build(raw, directory)
+    assert indices.read_bytes() == healthy
+
+
+def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch, package_log) -> None:
+    raw = _copy_raw(synthetic_mag, tmp_path)
+    directory = tmp_path / "derived"
+    calls = {"n": 0}
+    read_rows = mag240m._read_rows
+
+    def failing(source, ids):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt("simulated interruption")
+        return read_rows(source, ids)
+
+    monkeypatch.setattr(mag240m, "_read_rows", failing)
+    with pytest.raises(KeyboardInterrupt):
+        _build(raw, directory)
+    name = FEATURE_FILES[NodeType.AUTHOR]
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert all(csr_files(r)[0] in manifest["files"] for r in RELATIONS) and name not in manifest["files"]
+    assert not (directory / name).exists()  # only the .partial file and its progress
+
+    monkeypatch.setattr(mag240m, "_read_rows", read_rows)
+    calls["n"] = 0
+    counting = mag240m._read_rows
+
+    def counted(source, ids):
+        calls["n"] += 1
+        return counting(source, ids)
+
+    monkeypatch.setattr(mag240m, "_read_rows", counted)
+    _build(raw, directory)
+    blocks = -(-raw.num_nodes(NodeType.AUTHOR) // 400)
+    assert calls["n"] < blocks + 1  # finished blocks were not recomputed
+    assert "resuming, 3 of" in package_log.text
+    np.testing.assert_array_equal(np.load(directory / name),
+                                  np.load(synthetic_mag / "mag240m_kddcup2021/graphormer" / name))

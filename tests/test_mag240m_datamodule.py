@@ -1,0 +1,69 @@
+"""MAG240MDataModule: shards per rank, epochs, links and checks."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from graphormer_urpe.data.mag240m_datamodule import MAG240MDataModule, ShardedTargetSampler, TargetPapers
+from tests.test_mag240m import _copy_raw
+
+
+def _positions(sampler) -> list[int]:
+    return [position for _, position in sampler]
+
+
+def test_training_shards_are_disjoint_padded_and_reshuffled_each_epoch() -> None:
+    dataset = TargetPapers(np.arange(103) * 10)
+    samplers = [ShardedTargetSampler(dataset, 4, rank, train=True, seed=3) for rank in range(4)]
+    shards = [_positions(s) for s in samplers]
+    assert len({len(shard) for shard in shards}) == 1  # equal lengths: DDP ranks stay in step
+    assert set().union(*shards) == set(range(103))
+    assert sum(len(s) for s in shards) - 103 < 4  # padding only
+    for sampler in samplers:
+        sampler.set_epoch(1)
+    assert [_positions(s) for s in samplers] != shards
+    assert {epoch for epoch, _ in samplers[0]} == {1}  # the epoch travels to the collator
+
+
+def test_evaluation_shards_cover_each_target_once_with_fixed_subgraphs() -> None:
+    dataset = TargetPapers(np.arange(103))
+    samplers = [ShardedTargetSampler(dataset, 4, rank, train=False, seed=3) for rank in range(4)]
+    for sampler in samplers:
+        sampler.set_epoch(5)
+    shards = [_positions(s) for s in samplers]
+    assert sorted(sum(shards, [])) == list(range(103))
+    assert all({epoch for epoch, _ in s} == {0} for s in samplers)
+    assert [len(s) for s in samplers] == [len(shard) for shard in shards]
+
+
+def test_setup_checks_the_class_count_and_links(synthetic_mag) -> None:
+    module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=153)
+    assert module.node_vocab == [3] and module.edge_vocab == [6] and module.continuous_node_dim == 768
+    assert module.readout == "target_node" and module.num_targets == 153
+    with pytest.raises(ValueError, match="--data.num_classes 8"):
+        module.setup()
+    module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=8, fanouts=[2])
+    module.setup()
+    batch = next(iter(module.train_dataloader()))
+    assert batch.num_graphs == 8 and batch.x.shape[-1] == 1
+    assert set(module.describe()["splits"]) == {"train", "valid", "test-dev", "test-challenge"}
+    module.predict_on("nonsense")
+    with pytest.raises(ValueError, match="unknown split 'nonsense'"):
+        module.predict_dataloader()
+
+
+def test_invalid_training_labels_stop_before_training(synthetic_mag, tmp_path) -> None:
+    raw = _copy_raw(synthetic_mag, tmp_path)
+    shutil.copytree(synthetic_mag / "mag240m_kddcup2021/graphormer", raw.directory / "graphormer")
+    path = raw.directory / "processed/paper/node_label.npy"
+    labels = np.load(path)
+    paper = int(raw.splits()["train"][3])
+    labels[paper] = 11.0  # 8 classes
+    np.save(path, labels)
+    module = MAG240MDataModule(root=str(tmp_path), batch_size=8, num_workers=0, num_classes=8)
+    message = f"1 train papers have no valid label in 0..7 \\(first: paper {paper}, label 11.0"
+    with pytest.raises(ValueError, match=message):
+        module.setup()

@@ -1,0 +1,161 @@
+"""Neighbour sampling: fanouts, edges that exist, types, SPD, determinism, isolated papers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
+from graphormer_urpe.data.mag240m import RELATIONS, REVERSE, MAG240MGraph, MAG240MRaw, NodeType
+from graphormer_urpe.data.mag240m_sampler import (
+    NeighbourSampler,
+    SubgraphCollator,
+    sample_without_replacement,
+)
+from graphormer_urpe.data.transforms import graph_structure
+from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
+
+FANOUTS = [4, 3]
+
+
+@pytest.fixture(scope="module")
+def graph(synthetic_mag) -> MAG240MGraph:
+    raw = MAG240MRaw(synthetic_mag)
+    return MAG240MGraph(raw.directory, raw.directory / "graphormer", {t: raw.num_nodes(t) for t in NodeType})
+
+
+@pytest.fixture(scope="module")
+def neighbours(synthetic_mag) -> list[dict[int, set[int]]]:
+    """Neighbour sets of every relation, straight from the raw edge files."""
+    raw = MAG240MRaw(synthetic_mag)
+    result = []
+    for relation in RELATIONS:
+        edges = np.asarray(raw.edge_index(relation.raw))
+        src, dst = (edges[1], edges[0]) if relation.transposed else (edges[0], edges[1])
+        table: dict[int, set[int]] = {}
+        for s, d in zip(src.tolist(), dst.tolist()):
+            table.setdefault(s, set()).add(d)
+        result.append(table)
+    return result
+
+
+def _degree(neighbours, node_type: int, node: int) -> int:
+    return sum(len(neighbours[r.id].get(node, ())) for r in RELATIONS if r.source == node_type)
+
+
+def test_sample_without_replacement_is_distinct_and_uniform() -> None:
+    rng = np.random.default_rng(0)
+    draws = sample_without_replacement(rng, np.array([5, 9, 3] * 4000), 3)
+    assert ((draws >= 0) & (draws < np.array([5, 9, 3] * 4000)[:, None])).all()
+    assert all(len(set(row)) == 3 for row in draws.tolist())
+    counts = np.bincount(draws[0::3].ravel(), minlength=5) / 4000  # each of 5 values: probability 3/5
+    np.testing.assert_allclose(counts, 0.6, atol=0.04)
+
+
+def test_subgraphs_respect_fanouts_and_contain_real_edges(graph, neighbours, synthetic_mag) -> None:
+    targets = MAG240MRaw(synthetic_mag).splits()["train"][:64]
+    sample = NeighbourSampler(graph, FANOUTS).sample(targets, np.random.default_rng(0))
+    np.testing.assert_array_equal(sample.node_id[:64], targets)  # targets first, as papers
+    assert (sample.node_type[:64] == NodeType.PAPER).all() and (sample.node_graph[:64] == np.arange(64)).all()
+    hop = np.full(len(sample.node_id), -1)
+    hop[:64] = 0
+    for parent, child, relation in zip(sample.edge_parent, sample.edge_child, sample.edge_relation):
+        rel = RELATIONS[relation]
+        assert sample.node_graph[parent] == sample.node_graph[child]
+        assert sample.node_type[parent] == rel.source and sample.node_type[child] == rel.target
+        assert sample.node_id[child] in neighbours[relation][int(sample.node_id[parent])]
+        if hop[child] < 0:
+            hop[child] = hop[parent] + 1
+    assert (hop >= 0).all() and hop.max() <= len(FANOUTS)
+    # every node first reached at hop h < len(FANOUTS) drew exactly min(degree, fanout) distinct neighbours
+    drawn = np.bincount(sample.edge_parent, minlength=len(hop))
+    for node in range(len(hop)):
+        if hop[node] < len(FANOUTS):
+            expected = min(_degree(neighbours, sample.node_type[node], int(sample.node_id[node])), FANOUTS[hop[node]])
+            assert drawn[node] == expected
+        else:
+            assert drawn[node] == 0
+    pairs = set(zip(sample.edge_parent.tolist(), sample.edge_child.tolist(), sample.edge_relation.tolist()))
+    assert len(pairs) == len(sample.edge_parent)  # without replacement
+    sizes = np.bincount(sample.node_graph)
+    assert sizes.max() <= 1 + FANOUTS[0] + FANOUTS[0] * FANOUTS[1]
+    keys = sample.node_graph * 10**9 + sample.node_type * 10**7 + sample.node_id
+    assert len(np.unique(keys)) == len(keys)  # a node reached twice is one node
+
+
+def test_batch_has_correct_types_features_spd_and_edges(graph, synthetic_mag) -> None:
+    targets = MAG240MRaw(synthetic_mag).splits()["valid"][:24]
+    sampler = NeighbourSampler(graph, FANOUTS)
+    sample = sampler.sample(targets, np.random.default_rng(5))
+    batch = sampler.batch(targets, np.random.default_rng(5))
+    assert torch.equal(batch.index, torch.as_tensor(targets)) and (batch.target_node == 0).all()
+    assert batch.x_continuous.dtype == torch.float16 and batch.x_continuous.shape[-1] == 768
+    labels = np.asarray(graph.arrays["labels"])[targets]
+    np.testing.assert_array_equal(batch.y[:, 0].numpy(), labels)
+    relation_of = batch.edge_attr[:, 0].numpy()
+    edge_dst = batch.edge_dst.numpy()
+    for b in range(len(targets)):
+        nodes = np.flatnonzero(sample.node_graph == b)  # flat ids in local order
+        n = len(nodes)
+        assert batch.node_mask[b].sum() == n
+        np.testing.assert_array_equal(batch.x[b, :n, 0].numpy(), sample.node_type[nodes])
+        for t in NodeType:
+            local = np.flatnonzero(sample.node_type[nodes] == t)
+            expected = graph.features(t)[sample.node_id[nodes[local]]]
+            np.testing.assert_array_equal(batch.x_continuous[b, local].numpy(), expected)
+        assert (batch.x_continuous[b, n:] == 0).all()
+        # the expected subgraph: sampled edges in both directions, one per ordered pair
+        local_of = {int(f): i for i, f in enumerate(nodes)}
+        mine = np.flatnonzero(sample.node_graph[sample.edge_parent] == b)
+        pairs = {}
+        for e in mine:
+            p, c = local_of[int(sample.edge_parent[e])], local_of[int(sample.edge_child[e])]
+            r = int(sample.edge_relation[e])
+            for key, rel in (((p, c), r), ((c, p), int(REVERSE[r]))):
+                pairs[key] = min(pairs.get(key, rel), rel)
+        edges = np.array(sorted(pairs), dtype=np.int64).T.reshape(2, -1)
+        expected = graph_structure(n, edges)
+        np.testing.assert_array_equal(batch.spd[b, :n, :n].numpy(), expected.spd)
+        assert (batch.spd[b, n:] == UNREACHABLE_SPD).all()
+        assert expected.spd.max() <= 2 * len(FANOUTS)  # everything within two hops of the target
+        # first edges: the batch edge from i is an edge (i -> k) of the right relation, k one step closer
+        first = batch.first_edge[b, :n, :n].numpy()
+        for i, j in zip(*np.nonzero(first != NO_EDGE)):
+            k = edge_dst[first[i, j]]
+            assert (i, k) in pairs and relation_of[first[i, j]] == pairs[(i, k)]
+            assert expected.spd[k, j] == expected.spd[i, j] - 1
+        assert ((first == NO_EDGE) == ((expected.spd == 0) | (expected.spd == UNREACHABLE_SPD))).all()
+        np.testing.assert_array_equal(batch.in_degree[b, :n].numpy(), expected.in_degree)
+
+
+def test_isolated_paper_gives_a_valid_one_node_subgraph(graph, neighbours, synthetic_mag) -> None:
+    lonely = next(p for p in range(graph.num_nodes[NodeType.PAPER]) if _degree(neighbours, NodeType.PAPER, p) == 0)
+    sampler = NeighbourSampler(graph, [25, 15])
+    alone = sampler.batch(np.array([lonely]), np.random.default_rng(0))
+    assert alone.node_mask.shape == (1, 1) and alone.spd.tolist() == [[[0]]]
+    assert alone.first_edge.tolist() == [[[NO_EDGE]]] and alone.edge_attr.shape == (0, 1)
+    mixed = sampler.batch(np.array([lonely, MAG240MRaw(synthetic_mag).splits()["train"][0]]), np.random.default_rng(0))
+    assert mixed.node_mask[0].sum() == 1 and mixed.node_mask[1].sum() > 1
+    model = Graphormer(GraphormerConfig(node_vocab=[3], edge_vocab=[6], num_outputs=8, continuous_node_dim=768,
+                                        readout="target_node", num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4))
+    model.eval()
+    for batch in (alone, mixed):
+        assert torch.isfinite(model(batch)).all()
+    np.testing.assert_allclose(model(mixed)[0].detach(), model(alone)[0].detach(), atol=1e-5)
+
+
+def test_seeded_per_epoch_and_independent_of_workers(graph, synthetic_mag) -> None:
+    targets = MAG240MRaw(synthetic_mag).splits()["train"][:16].tolist()
+    collate = SubgraphCollator(graph, FANOUTS, seed=7)
+    first, again = collate([(0, t) for t in targets]), collate([(0, t) for t in targets])
+    other_epoch = collate([(1, t) for t in targets])
+    other_seed = SubgraphCollator(graph, FANOUTS, seed=8)([(0, t) for t in targets])
+    assert torch.equal(first.spd, again.spd) and torch.equal(first.x_continuous, again.x_continuous)
+    assert first.spd.shape != other_epoch.spd.shape or not torch.equal(first.spd, other_epoch.spd)
+    assert first.spd.shape != other_seed.spd.shape or not torch.equal(first.spd, other_seed.spd)
+    items = [(0, t) for t in targets]
+    loaders = [torch.utils.data.DataLoader(items, batch_size=4, collate_fn=collate, num_workers=w) for w in (0, 2)]
+    for serial, parallel in zip(*loaders):  # workers map the files themselves; same batches
+        assert torch.equal(serial.spd, parallel.spd) and torch.equal(serial.first_edge, parallel.first_edge)
+        assert torch.equal(serial.x_continuous, parallel.x_continuous)

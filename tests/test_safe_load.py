@@ -1,0 +1,85 @@
+"""torch.save files of numpy arrays load with weights_only=True, numpy 1.x pickles included; nothing else does."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphormer_urpe.data.safe_load import UnsafeCheckpoint, load_numpy_checkpoint, load_split_dict, numpy_safe_globals
+from tests.ogb_layouts import NUMPY1_MULTIARRAY, torch_save_as_numpy1
+
+SPLITS = {"train": np.arange(10), "valid": np.array([10, 12]), "test-dev": np.array([11]),
+          "test-challenge": np.array([], dtype=np.int64)}
+
+
+def test_a_numpy1_pickle_loads(tmp_path: Path) -> None:
+    """The official split files name numpy.core.multiarray._reconstruct: plain torch.load refuses
+    them, and allow-listing only numpy 2's names would not help."""
+    path = tmp_path / "split_dict.pt"
+    values = {**SPLITS, "scalar": np.int64(7), "half": np.ones(3, np.float16), "matrix": np.eye(2, dtype=np.float32)}
+    torch_save_as_numpy1(values, path)
+    assert NUMPY1_MULTIARRAY in _pickle_bytes(path)
+    assert "numpy.core.multiarray._reconstruct" in torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(path, weights_only=True)
+    with torch.serialization.safe_globals([np.ndarray, np.dtype, np._core.multiarray._reconstruct]):
+        with pytest.raises(pickle.UnpicklingError, match="numpy.core.multiarray._reconstruct"):
+            torch.load(path, weights_only=True)  # numpy 2's spelling alone is not enough
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no DeprecationWarning from importing numpy.core
+        loaded = load_numpy_checkpoint(path)
+    for name, value in values.items():
+        np.testing.assert_array_equal(loaded[name], value)
+        assert np.asarray(loaded[name]).dtype == np.asarray(value).dtype
+
+
+def test_a_numpy2_pickle_loads_and_the_allow_list_is_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "split_dict.pt"
+    torch.save(SPLITS, path)
+    assert load_split_dict(path, list(SPLITS))["valid"].tolist() == [10, 12]
+    assert not set(numpy_safe_globals()) & set(torch.serialization.get_safe_globals())  # nothing stays allowed
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(path, weights_only=True)
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    ({"train": np.array([object()], dtype=object)}, "builtins.object"),
+    ({"train": np.array(["a"])}, "weights_only"),
+    ({"train": torch.nn.Linear(1, 1)}, "torch.nn.modules.linear.Linear"),
+])
+def test_anything_but_numeric_arrays_is_refused(tmp_path: Path, payload: dict, message: str) -> None:
+    path = tmp_path / "split_dict.pt"
+    torch.save(payload, path)
+    with pytest.raises(UnsafeCheckpoint, match=message) as error:
+        load_numpy_checkpoint(path)
+    assert str(path) in str(error.value)
+
+
+def test_corrupt_and_wrong_files_say_what_is_wrong(tmp_path: Path) -> None:
+    path = tmp_path / "split_dict.pt"
+    torch_save_as_numpy1(SPLITS, path)
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(UnsafeCheckpoint, match="truncated or corrupt"):
+        load_numpy_checkpoint(truncated)
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        load_numpy_checkpoint(tmp_path / "missing.pt")
+    with pytest.raises(UnsafeCheckpoint, match=r"no split\(s\) \['test'\]"):
+        load_split_dict(path, ["train", "test"])
+    torch.save({"train": np.zeros((2, 2), dtype=np.int64)}, path)
+    with pytest.raises(UnsafeCheckpoint, match="split 'train' is a int64 array of shape \\(2, 2\\)"):
+        load_split_dict(path, ["train"])
+    torch.save([np.arange(3)], path)
+    with pytest.raises(UnsafeCheckpoint, match="holds a list"):
+        load_split_dict(path, ["train"])
+
+
+def _pickle_bytes(path: Path) -> bytes:
+    with zipfile.ZipFile(path) as archive:
+        return archive.read(next(n for n in archive.namelist() if n.endswith("/data.pkl")))

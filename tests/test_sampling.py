@@ -1,0 +1,156 @@
+"""Global batches, exact evaluation shards and mid-epoch resume of the data order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from graphormer_urpe.data.sampling import (
+    EvalShardSampler,
+    GlobalBatchSampler,
+    ResumableLoader,
+    per_device_batch_size,
+)
+
+
+class Indices(Dataset):
+    """Item i is i."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+class WorkerRandom(Indices):
+    """Item i is (i, a random number drawn in the worker process)."""
+
+    def __getitem__(self, i: int) -> tuple[int, float]:
+        return i, torch.rand(()).item()
+
+
+def collate(items: list) -> list:
+    return list(items)
+
+
+def global_batches(size: int, batch: int, world: int, epoch: int = 0) -> list[list[int]]:
+    """The graphs of every optimiser step when W processes each take their sampler's slices."""
+    per_rank = []
+    for rank in range(world):
+        sampler = GlobalBatchSampler(Indices(size), batch, world, rank, seed=3)
+        sampler.set_epoch(epoch)
+        order = list(sampler)
+        assert len(order) == len(sampler)
+        local = batch // world
+        per_rank.append([order[i:i + local] for i in range(0, len(order), local)])
+    assert len({len(steps) for steps in per_rank}) == 1, "every process must take the same number of steps"
+    return [sum((steps[s] for steps in per_rank), []) for s in range(len(per_rank[0]))]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_step_sees_the_same_graphs_whatever_the_number_of_processes(world: int) -> None:
+    size, batch = 22, 8  # 22 is not divisible by 4 or 8
+    single = global_batches(size, batch, 1)
+    multi = global_batches(size, batch, world)
+    assert len(single) == len(multi) == 3
+    assert multi[:-1] == single[:-1]  # full batches: identical
+    # the last batch holds the 6 left-over graphs, padded to a multiple of W with the epoch's first graphs
+    padding = -(-len(single[-1]) // world) * world - len(single[-1])
+    assert sorted(multi[-1]) == sorted(single[-1] + single[0][:padding])
+    assert sorted(sum(single, [])) == list(range(size))  # one process: every graph exactly once
+
+
+def test_each_epoch_has_its_own_deterministic_order() -> None:
+    epochs = [sum(global_batches(30, 6, 2, epoch), []) for epoch in (0, 1, 0)]
+    assert epochs[0] == epochs[2]
+    assert epochs[0] != epochs[1]
+    assert sorted(epochs[1]) == list(range(30))
+
+
+@pytest.mark.parametrize(("size", "world"), [(5, 2), (7, 3), (8, 4), (1001, 8)])
+def test_eval_shards_hold_every_graph_exactly_once(size: int, world: int) -> None:
+    shards = [list(EvalShardSampler(Indices(size), world, rank)) for rank in range(world)]
+    assert sum(shards, []) == list(range(size))  # contiguous, in order, no repeats, none dropped
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    assert [len(EvalShardSampler(Indices(size), world, r)) for r in range(world)] == list(map(len, shards))
+
+
+def test_eval_split_smaller_than_the_world_is_refused() -> None:
+    with pytest.raises(ValueError, match="3 graphs cannot be shared by 4 processes"):
+        EvalShardSampler(Indices(3), 4, 0)
+
+
+def test_global_batch_must_divide_over_the_processes() -> None:
+    assert per_device_batch_size(256, 8) == 32
+    with pytest.raises(ValueError, match="batch_size=250 is the global batch and must be divisible by the 8"):
+        per_device_batch_size(250, 8)
+
+
+def epochs_of(loader: ResumableLoader, epochs: range) -> list[list]:
+    """Iterate ``loader`` over ``epochs`` as Lightning does (set_epoch, then iter)."""
+    out = []
+    for epoch in epochs:
+        loader.sampler.set_epoch(epoch)
+        out.append(list(loader))
+    return out
+
+
+def make_loader(size: int = 22, batch: int = 4, world: int = 1, rank: int = 0, dataset: Dataset | None = None,
+                num_workers: int = 0) -> ResumableLoader:
+    dataset = Indices(size) if dataset is None else dataset
+    return ResumableLoader(dataset, GlobalBatchSampler(dataset, batch, world, rank, seed=5), collate,
+                           num_workers=num_workers)
+
+
+@pytest.mark.parametrize("consumed", [0, 2, 5, 6])  # 6 batches per epoch: 6 = saved after the epoch's last batch
+def test_loader_resumes_at_the_exact_next_batch(consumed: int) -> None:
+    reference = make_loader()
+    expected = sum(epochs_of(reference, range(3)), [])
+
+    original = make_loader()
+    original.sampler.set_epoch(1)
+    iterator = iter(original)
+    for _ in range(consumed):
+        next(iterator)
+    state = original.state_dict()
+    assert state["epoch"] == 1 and state["batches_done"] == consumed
+
+    resumed = make_loader()
+    resumed.load_state_dict(state)
+    epoch = resumed.sampler.epoch
+    assert len(resumed) == 6  # Lightning's epoch length stays the full epoch
+    first = list(resumed)  # Lightning iterates once without calling set_epoch again for this epoch
+    rest = epochs_of(resumed, range(epoch + 1, 3))
+    assert first + sum(rest, []) == expected[6 + consumed:]
+
+
+def test_resume_on_another_number_of_processes_keeps_the_global_order() -> None:
+    two = [make_loader(world=2, rank=r) for r in range(2)]
+    two[0].sampler.set_epoch(0)
+    iterator = iter(two[0])
+    next(iterator), next(iterator)
+    state = two[0].state_dict()
+    single = make_loader(world=1)
+    single.load_state_dict(state)
+    expected = [b for b in list(make_loader(world=1))][2:]
+    assert list(single) == expected
+
+
+def test_resume_refuses_a_different_dataset_or_batch() -> None:
+    state = make_loader(size=22, batch=4).state_dict()
+    with pytest.raises(ValueError, match="22 training graphs in global batches of 4.*30 graphs in batches of 4"):
+        make_loader(size=30, batch=4).load_state_dict(state)
+
+
+def test_worker_random_numbers_depend_only_on_seed_and_epoch() -> None:
+    dataset = WorkerRandom(8)
+    uninterrupted = epochs_of(make_loader(batch=2, dataset=dataset, num_workers=1), range(2))
+    resumed = make_loader(batch=2, dataset=dataset, num_workers=1)
+    resumed.load_state_dict({"epoch": 1, "batches_done": 0, "seed": 5, "dataset_size": 8, "global_batch": 2})
+    assert list(resumed) == uninterrupted[1]
+    assert uninterrupted[0] != uninterrupted[1]

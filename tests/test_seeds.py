@@ -1,0 +1,64 @@
+"""One command over several seeds: mean and standard deviation per metric, JSON and Markdown."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import seeds
+from tests.conftest import REPO, tiny_run_args
+
+
+def test_aggregate_gives_mean_sample_std_and_values() -> None:
+    summary = seeds.aggregate({0: {"val/mae": 1.0, "test/mae": 2.0}, 1: {"val/mae": 3.0}, 2: {"val/mae": 5.0}})
+    assert summary["val/mae"]["mean"] == 3.0
+    assert summary["val/mae"]["std"] == pytest.approx(2.0)  # sqrt(((1-3)^2 + 0 + (5-3)^2) / (3 - 1))
+    assert summary["val/mae"]["n"] == 3 and summary["val/mae"]["values"] == {0: 1.0, 1: 3.0, 2: 5.0}
+    assert summary["test/mae"] == {"mean": 2.0, "std": 0.0, "n": 1, "values": {0: 2.0}}
+
+
+def test_runs_without_labelled_test_split_report_validation_only() -> None:
+    metrics = {"validation": {"val/mae": 0.1}, "test": None, "global_step": 5}  # PCQM4Mv2: test hidden
+    assert seeds.final_metrics(metrics) == {"val/mae": 0.1, "global_step": 5.0}
+
+
+def test_markdown_table_has_a_row_per_metric_and_a_column_per_seed() -> None:
+    summary = seeds.aggregate({0: {"val/mae": 0.125}, 3: {"val/mae": 0.25}})
+    table = seeds.markdown_table("zinc", summary, [0, 3]).splitlines()
+    assert table[2] == "| metric | mean ± std | n | seed 0 | seed 3 |"
+    assert table[4] == f"| val/mae | 0.1875 ± {math.sqrt(2 * 0.0625**2):.2g} | 2 | 0.125 | 0.25 |"
+
+
+def test_seed_command_sets_seed_run_name_and_wandb_group() -> None:
+    options, rest = seeds.parse_args(["--config", "qm9_gap", "--seeds", "4", "--trainer.max_steps", "9"])
+    command = seeds.seed_command(options, 4, rest)
+    assert command[1:] == [str(seeds.TRAIN), "--config", "qm9_gap", "--trainer.max_steps", "9", "--seed_everything",
+                           "4", "--run_root", "runs", "--run_name", "qm9_gap-seed4", "--wandb.group", "qm9_gap"]
+
+
+def test_two_seeds_end_to_end_then_collect(qm9_root: Path, tmp_path: Path) -> None:
+    args = tiny_run_args(qm9_root, tmp_path, "--trainer.max_steps", "2")
+    result = subprocess.run([sys.executable, str(REPO / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args],
+                            cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stderr[-5000:]
+    summary = json.loads((tmp_path / "tiny-seeds.json").read_text())
+    assert summary["seeds"] == [0, 1] and summary["missing_seeds"] == []
+    for seed in (0, 1):
+        metrics = json.loads((tmp_path / f"tiny-seed{seed}" / "metrics.json").read_text())
+        assert summary["metrics"]["val/mae"]["values"][str(seed)] == metrics["validation"]["val/mae"]
+        assert json.loads((tmp_path / f"tiny-seed{seed}" / "run.json").read_text())["seed"] == seed
+    values = summary["metrics"]["test/mae"]["values"]
+    assert values["0"] != values["1"]  # the seed changed the run
+    assert "| test/mae |" in (tmp_path / "tiny-seeds.md").read_text()
+    collected = seeds.main(["--collect", "--name", "tiny", "--seeds", "0", "1", "--run_root", str(tmp_path)])
+    assert collected["metrics"]["val/mae"]["mean"] == pytest.approx(summary["metrics"]["val/mae"]["mean"])
+
+
+def test_collect_without_runs_fails_clearly(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no finished run of nothing"):
+        seeds.main(["--collect", "--name", "nothing", "--run_root", str(tmp_path)])
