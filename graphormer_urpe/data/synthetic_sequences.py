@@ -7,9 +7,10 @@ Given random tokens ``w_1 .. w_n`` (uniform over a vocabulary of V values):
 * **Even Token Prediction** (``even_token``): ``f(w) = (w_2, w_4, ..., w_n, EOS, ..., EOS)``; the
   first n/2 positions copy the even-indexed tokens, the rest predict EOS (class V).
 
-Both depend on absolute positions, which a Transformer with relative encodings only must infer; the
-paper's Theorem 2 says softmax attention with RPE alone cannot, URPE can. Training batches are drawn
-fresh at every step from a seeded stream; validation and test sets are fixed sets from their own seeds.
+Both depend on absolute positions, which a Transformer with relative encodings only must infer. By
+the paper's Theorem 2 an RPE Transformer cannot represent such functions in general (on a sequence of
+identical tokens it cannot tell any two positions apart); URPE can. Training batches are drawn fresh
+at every step from a seeded stream; validation and test sets are fixed sets from their own seeds.
 
 Shape letters: B sequences, T tokens (T = n).
 """
