@@ -121,9 +121,9 @@ def graph_figure(labels: Sequence[str], bias: np.ndarray, scale: np.ndarray | No
                     layout="constrained")
     axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
     for ax, (name, table) in zip(axes, panels):
-        title, centre = _PANELS[name]
+        panel_title, centre = _PANELS[name]
         image = ax.imshow(table, aspect="auto", cmap="RdBu_r", norm=_centred(table, centre), interpolation="nearest")
-        ax.set_title(title, fontsize=9)
+        ax.set_title(panel_title, fontsize=9)
         ax.set_xticks(range(len(labels)), labels, fontsize=7)
         ax.set_yticks(range(heads), [str(h) for h in range(heads)], fontsize=7)
         ax.set_xlabel("relation: graph token (if any), then shortest-path distance", fontsize=8)

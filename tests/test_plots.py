@@ -51,6 +51,7 @@ def test_sequence_figure_draws_b_and_c_of_the_most_varied_heads(tmp_path):
     heads = most_varied_heads(scale, 4)
     assert 2 not in heads and heads == sorted(heads)
     figure = relative_encoding_figure(model, title="PI")  # default: the 4 most varied of 6 heads
+    assert figure.get_suptitle() == "PI"
     images = [ax.images[0] for ax in figure.axes if ax.images]
     assert len(images) == 2 * 4
     for row, head in enumerate(heads):
@@ -123,6 +124,7 @@ def test_tables_are_heads_by_relation_without_the_padding_row(attention: str) ->
 def test_figure_has_one_heatmap_per_table_centred_on_its_initial_value() -> None:
     bias, scale = np.random.default_rng(0).normal(size=(2, 3, 6)) * [[[1.0]], [[0.1]]] + [[[0.0]], [[1.0]]]
     figure = graph_figure([str(r) for r in range(6)], bias, scale, title="step 10")
+    assert figure.get_suptitle() == "step 10"
     heatmaps = [ax for ax in figure.axes if ax.images]
     assert len(heatmaps) == 2
     for ax, table, centre in zip(heatmaps, (bias, scale), (0.0, 1.0)):
