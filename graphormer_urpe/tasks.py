@@ -14,6 +14,7 @@ from typing import Any, Literal
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torchmetrics import MeanAbsoluteError
 
 from graphormer_urpe.data.batch import GraphBatch
@@ -34,15 +35,20 @@ class GraphormerTask(pl.LightningModule):
     """A Graphormer with the papers' optimiser and schedule; subclasses add loss and metrics.
 
     Subclasses call ``save_hyperparameters(ignore=["encoder"])`` and pass ``lr``, ``warmup_steps``,
-    ``end_lr``, ``weight_decay`` and ``adam_eps`` as constructor arguments.
+    ``end_lr``, ``weight_decay`` and ``adam_eps`` as constructor arguments. A subclass may swap the
+    network and its config dataclass (the synthetic sequence tasks use the sequence Transformer).
 
     Args:
         encoder: the Graphormer hyper-parameters.
     """
 
+    #: The network, built from ``encoder``, and the config dataclass that ``from_checkpoint`` rebuilds.
+    model_class: type[nn.Module] = Graphormer
+    config_class: type = GraphormerConfig
+
     def __init__(self, encoder: GraphormerConfig) -> None:
         super().__init__()
-        self.model = Graphormer(encoder)
+        self.model = self.model_class(encoder)
 
     def save_encoder_config(self, encoder: GraphormerConfig) -> None:
         """Store the encoder config as primitives in the hyper-parameters (safe to ``torch.load``)."""
@@ -54,7 +60,7 @@ class GraphormerTask(pl.LightningModule):
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
         # LightningCLI adds private entries such as ``_class_path``
         hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
-        task = cls(encoder=GraphormerConfig(**hparams.pop("encoder")), **hparams)
+        task = cls(encoder=cls.config_class(**hparams.pop("encoder")), **hparams)
         task.load_state_dict(checkpoint["state_dict"])
         return task
 
