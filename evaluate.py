@@ -49,6 +49,7 @@ from graphormer_urpe.cli import (
     resolve_config_paths,
     write_json,
 )
+from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.mag240m_datamodule import MAG240MDataModule
 from graphormer_urpe.data.sources import DataError, DatasetMissing
 from graphormer_urpe.data.sources.base import GraphSource
@@ -142,16 +143,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
             log.error("%s", error)
             sys.exit(2)
         node_level = isinstance(cli.datamodule, MAG240MDataModule)
-        source: GraphSource | None = None if node_level else cli.datamodule.source
+        # graph-level datasets have a GraphSource; MAG240M and the synthetic tasks do not
+        source: GraphSource | None = cli.datamodule.source if isinstance(cli.datamodule, GraphDataModule) else None
         if options.predictions is not None and (source is None or source.submission is None):
             raise SystemExit("error: --predictions is available for graph-level OGB-LSC datasets (PCQM4Mv2)")
         try:
             if node_level:
                 result = evaluate_mag240m(cli, options)
-            elif source.submission is not None:
+            elif source is not None and source.submission is not None:
                 result = evaluate_with_ogb(cli, options, started)
             elif options.split in MODES:
-                raise SystemExit(f"error: {source.name} has no hidden test split '{options.split}'")
+                name = source.name if source is not None else type(cli.datamodule).__name__
+                raise SystemExit(f"error: {name} has no hidden test split '{options.split}'")
             else:
                 run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
                 metrics = run(cli.model, cli.datamodule, ckpt_path=options.ckpt, verbose=False)[0]

@@ -3,6 +3,7 @@
     python train.py --config qm9_gap.yaml
     python train.py --config zinc_subset.yaml --model.encoder.attention rpe --trainer.max_steps 200
     python train.py --config qm9_gap.yaml --run_name gap1 --ckpt_path last      # resume run "gap1"
+    python train.py --config qm9_gap.yaml --init_from runs/qm9_rpe/checkpoints/last.ckpt  # RPE -> URPE (C = 1)
 
 Fits, then validates and tests the best checkpoint and writes ``metrics.json`` in the run directory.
 Exit codes: 0 done, 2 bad input (missing dataset, unusable checkpoint), 3 non-finite loss,
@@ -21,6 +22,7 @@ from graphormer_urpe.callbacks import NonFiniteLoss, Preempted
 from graphormer_urpe.checkpoints import CheckpointError, check_checkpoint, resolve_ckpt_path
 from graphormer_urpe.cli import GraphormerCLI, log, write_json
 from graphormer_urpe.data.sources import DataError, DatasetMissing
+from graphormer_urpe.finetune import init_from_checkpoint
 
 EXIT_BAD_INPUT = 2
 EXIT_NON_FINITE = 3
@@ -42,6 +44,10 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
                         "with --ckpt_path last)", cli.checkpoint_dir)
         if ckpt_path is not None:
             check_checkpoint(ckpt_path, model, model.hparams)
+        if cli.config["init_from"] and ckpt_path is None:
+            init_from_checkpoint(model, cli.config["init_from"])
+        elif cli.config["init_from"]:
+            log.info("resuming from %s: --init_from %s only starts new runs", ckpt_path, cli.config["init_from"])
         trainer.fit(model, datamodule, ckpt_path=ckpt_path)
         best = trainer.checkpoint_callback.best_model_path or None
         validation = trainer.validate(model, datamodule, ckpt_path=best, verbose=False)[0]

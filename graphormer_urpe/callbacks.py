@@ -32,7 +32,7 @@ from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
 from graphormer_urpe.checkpoints import LAST_CHECKPOINT
-from graphormer_urpe.plots import graph_figure, graph_tables
+from graphormer_urpe.plots import has_relative_encodings, relative_encoding_figure
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -296,10 +296,11 @@ def last_good_checkpoint(trainer: pl.Trainer) -> str | None:
 
 
 class RelationTablePlots(Callback):
-    """Every ``every_n_validations`` validations, draw B and C per head against distance.
+    """Every ``every_n_validations`` validations, draw the learned B and C (:mod:`graphormer_urpe.plots`).
 
-    The image goes to every W&B logger (``relation_tables``) and to ``<run dir>/plots/``. Does
-    nothing for models without a Graphormer (``pl_module.model.relative_bias``).
+    Graphormers: per head against distance; sequence models: the n x n matrices. The image goes to
+    every W&B logger (``relation_tables``) and to ``<run dir>/plots/``. Does nothing for models
+    without relative encodings.
 
     Args:
         plot_dir: where the PNG files go.
@@ -316,14 +317,13 @@ class RelationTablePlots(Callback):
             return
         self.validations += 1
         model = getattr(pl_module, "model", None)
-        if self.validations % self.every_n_validations or not hasattr(model, "relative_bias"):
+        if self.validations % self.every_n_validations or not has_relative_encodings(model):
             return
         if not trainer.is_global_zero:
             return
-        labels, bias, scale = graph_tables(model)
         path = self.plot_dir / f"relation_tables-step{trainer.global_step:07d}.png"
         self.plot_dir.mkdir(parents=True, exist_ok=True)
-        graph_figure(labels, bias, scale, title=f"step {trainer.global_step}").savefig(path, dpi=100)
+        relative_encoding_figure(model, title=f"step {trainer.global_step}").savefig(path, dpi=100)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 logger.log_image(key="relation_tables", images=[str(path)], step=trainer.global_step)

@@ -192,6 +192,8 @@ class GraphormerCLI(LightningCLI):
         wandb: :class:`~graphormer_urpe.tracking.WandbOptions` (project, entity, name, tags, group, mode).
         checkpoint: :class:`CheckpointOptions` (``last.ckpt`` interval, signals, SLURM requeue).
         ckpt_path: resume training from a checkpoint, or ``last`` for ``<run dir>/checkpoints/last.ckpt``.
+        init_from: checkpoint whose weights ``train.py`` loads before fitting a new run (see
+            :mod:`graphormer_urpe.finetune`).
     """
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:
@@ -226,12 +228,20 @@ class GraphormerCLI(LightningCLI):
         parser.add_class_arguments(CheckpointOptions, "checkpoint")
         parser.add_argument("--ckpt_path", type=str | None, default=None,
                             help="Resume training from this checkpoint, or 'last' (<run dir>/checkpoints/last.ckpt).")
+        parser.add_argument("--init_from", type=str | None, default=None,
+                            help="Start a new run from this checkpoint's weights; a URPE model takes an RPE "
+                                 "checkpoint with C set to ones (paper section 4.2).")
+        # jsonargparse skips a link whose source attribute the chosen datamodule lacks, so each datamodule
+        # feeds exactly the sizes it defines: graph datamodules the first five, sequence ones the last three
         parser.link_arguments("data.node_vocab", "model.init_args.encoder.node_vocab", apply_on="instantiate")
         parser.link_arguments("data.edge_vocab", "model.init_args.encoder.edge_vocab", apply_on="instantiate")
         parser.link_arguments("data.num_targets", "model.init_args.encoder.num_outputs", apply_on="instantiate")
         parser.link_arguments("data.continuous_node_dim", "model.init_args.encoder.continuous_node_dim",
                               apply_on="instantiate")
         parser.link_arguments("data.readout", "model.init_args.encoder.readout", apply_on="instantiate")
+        parser.link_arguments("data.vocab_size", "model.init_args.encoder.vocab_size", apply_on="instantiate")
+        parser.link_arguments("data.num_classes", "model.init_args.encoder.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.length", "model.init_args.encoder.length", apply_on="instantiate")
         # jsonargparse skips a link whose source attribute the datamodule lacks (MAG240M) or whose
         # target the task lacks (NodeClassification), so each pair feeds exactly what both define
         parser.link_arguments("data.continuous_edge_dim", "model.init_args.encoder.continuous_edge_dim",

@@ -11,7 +11,13 @@ URPE scale table C) for a batch with a graph token at position :data:`GRAPH_TOKE
     SPD_RELATION_OFFSET   2   a pair of real nodes at shortest-path distance d -> 2 + d
 
 Pairs farther apart than ``spatial_pos_max`` (and unreachable ones) are masked out of the
-softmax, exactly as the official Graphormer collator does.
+softmax, exactly as the official Graphormer collator does. Without a graph token (``graph_token:
+false``) id 1 is unused and the relation matrix is the node block alone.
+
+Relation ids of a sequence of length n (the synthetic tasks), id :data:`PAD_RELATION` reserved::
+
+    B (T5 buckets)   SEQUENCE_RELATION_OFFSET + bucket(j - i)           0 <= bucket < num_buckets
+    C (Toeplitz)     SEQUENCE_RELATION_OFFSET + (j - i) + (n - 1)       one id per signed offset
 """
 
 from __future__ import annotations
@@ -34,6 +40,15 @@ NO_EDGE = -1
 PAD_RELATION = 0
 GRAPH_TOKEN_RELATION = 1
 SPD_RELATION_OFFSET = 2
+
+#: First relation id of sequence offsets and T5 buckets (id :data:`PAD_RELATION` stays reserved).
+SEQUENCE_RELATION_OFFSET = PAD_RELATION + 1
+#: T5's defaults: 32 buckets (16 per direction, half of them exact) spaced logarithmically up to 128.
+DEFAULT_T5_NUM_BUCKETS = 32
+DEFAULT_T5_MAX_DISTANCE = 128
+
+#: Class label ignored by losses and accuracy (padding nodes of node-level tasks).
+IGNORE_LABEL = -100
 
 #: Official Graphormer collator: pairs with ``spd >= spatial_pos_max`` are masked.
 DEFAULT_SPATIAL_POS_MAX = 20

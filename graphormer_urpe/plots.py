@@ -1,11 +1,16 @@
-"""Pictures of the learned relative encodings B and C of a Graphormer (W&B images, run plots).
+"""Pictures of the learned relative encodings B and C: the one way to draw them (README, W&B images).
 
-The graph counterpart of the paper's Figure 2: since a graph's B and C are functions of the
-shortest-path distance, the tables themselves are drawn, heads down and relations (graph token,
-SPD 0, 1, 2 ...) across. Figures are built without pyplot (no global state, no display needed);
-save one with ``figure.savefig(path)``.
+* Sequences (paper, Figure 2): B and C as dense n x n matrices, entry (i, j) for query i and key j,
+  one row of panels per head.
+* Graphs: the tables themselves, heads x relation (graph token, SPD 0, 1, 2, ...), since a graph's
+  B and C are functions of the shortest-path distance.
 
-Shape letters: H heads, R' relations drawn (the padding row is left out).
+B is coloured around 0 and C around its initial 1 (red above, blue below). Everything here returns
+a :class:`matplotlib.figure.Figure` built without pyplot (no global state, no display needed); save it
+with ``figure.savefig(path)`` or log it with ``wandb.Image(figure)``
+(:class:`~graphormer_urpe.callbacks.RelationTablePlots` does, during training).
+
+Shape letters: H heads, n sequence length, R' relations drawn (the padding row is left out).
 """
 
 from __future__ import annotations
@@ -16,9 +21,25 @@ import numpy as np
 import torch
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
+from torch import nn
 
 from graphormer_urpe.constants import GRAPH_TOKEN_RELATION, SPD_RELATION_OFFSET
 from graphormer_urpe.model.graphormer import Graphormer
+from graphormer_urpe.model.sequence import SequenceTransformer
+
+#: Heads drawn when none are chosen.
+DEFAULT_HEADS_SHOWN = 4
+
+
+@torch.no_grad()
+def sequence_matrices(model: SequenceTransformer) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Dense B and C of a sequence model over its full length, exactly as the attention receives them.
+
+    Shapes:
+        returns B (H, n, n) and C (H, n, n) float arrays, each None when the model has no such table.
+    """
+    bias, scale = model.attention_inputs(model.config.length)  # (1, H, n, n) or None each
+    return tuple(None if m is None else m[0].float().cpu().numpy() for m in (bias, scale))
 
 
 @torch.no_grad()
@@ -28,41 +49,141 @@ def graph_tables(model: Graphormer) -> tuple[list[str], np.ndarray, np.ndarray |
     Shapes:
         returns relation labels (R',), B (H, R') and C (H, R') or None (RPE).
     """
-    rows = [GRAPH_TOKEN_RELATION, *range(SPD_RELATION_OFFSET, model.config.num_relations)]
-    labels = ["token", *(str(row - SPD_RELATION_OFFSET) for row in rows[1:])]
+    rows = list(range(SPD_RELATION_OFFSET, model.config.num_relations))
+    labels = [f"{row - SPD_RELATION_OFFSET}" for row in rows]
+    if model.graph_token is not None:
+        rows, labels = [GRAPH_TOKEN_RELATION, *rows], ["token", *labels]
     bias = model.relative_bias.table.weight[rows].T.float().cpu().numpy()
     scale = None if model.relative_scale is None else model.relative_scale.weight[rows].T.float().cpu().numpy()
     return labels, bias, scale
 
 
+def most_varied_heads(values: np.ndarray, count: int) -> list[int]:
+    """The ``count`` heads whose entries vary most (standard deviation), in head order. ``values``: (H, ...)"""
+    spread = values.reshape(values.shape[0], -1).std(axis=1)
+    return sorted(np.argsort(-spread, kind="stable")[:count].tolist())
+
+
 def _centred(values: np.ndarray, centre: float) -> TwoSlopeNorm:
+    """Colours symmetric around ``centre`` (0 for B, the initial 1 for C)."""
     spread = max(float(np.abs(values - centre).max()), 1e-6)
     return TwoSlopeNorm(vcenter=centre, vmin=centre - spread, vmax=centre + spread)
 
 
+#: (title, value at which the colour is white) of each table.
+_PANELS = {"B": ("B: additive bias", 0.0), "C": ("C: URPE scale (1 at init)", 1.0)}
+
+
+def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Sequence[int] | None = None,
+                    title: str = "") -> Figure:
+    """B and C matrices of the chosen heads, one row per head (B left, C right), like the paper's Figure 2.
+
+    Args:
+        bias: (H, n, n) or None (no positional encoding).
+        scale: (H, n, n) or None (RPE).
+        heads: heads to draw; default: the :data:`DEFAULT_HEADS_SHOWN` heads whose C (else B) varies most.
+        title: figure title.
+    """
+    panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
+    if not panels:
+        raise ValueError("the model has neither B nor C (attention: none): nothing to draw")
+    if heads is None:
+        heads = most_varied_heads(panels[-1][1], min(DEFAULT_HEADS_SHOWN, panels[-1][1].shape[0]))
+    figure = Figure(figsize=(3.2 * len(panels), 2.8 * len(heads)), layout="constrained")
+    axes = np.asarray(figure.subplots(len(heads), len(panels), squeeze=False))
+    for row, head in enumerate(heads):
+        for col, (name, matrix) in enumerate(panels):
+            ax = axes[row, col]
+            image = ax.imshow(matrix[head], cmap="RdBu_r", norm=_centred(matrix[head], _PANELS[name][1]),
+                              interpolation="nearest")
+            ax.set_title(f"{name}, head {head}", fontsize=9)
+            ax.set_xlabel("key j", fontsize=8)
+            ax.set_ylabel("query i", fontsize=8)
+            ax.tick_params(labelsize=7)
+            figure.colorbar(image, ax=ax, shrink=0.8)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    return figure
+
+
 def graph_figure(labels: Sequence[str], bias: np.ndarray, scale: np.ndarray | None, title: str = "") -> Figure:
-    """Heatmaps of the B table (coloured around 0) and the URPE C table (around its initial 1).
+    """Heatmaps of the B and C tables, heads x relation (graph token, SPD 0, 1, ...).
 
     Args:
         labels: relation names (R').
         bias: (H, R').
         scale: (H, R') or None (RPE).
-        title: figure title (e.g. the training step).
+        title: figure title.
     """
-    panels = [("B: additive bias", bias, 0.0)] + ([("C: URPE scale (1 at init)", scale, 1.0)] if scale is not None
-                                                 else [])
+    panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
     heads = bias.shape[0]
     figure = Figure(figsize=(max(6.0, 0.35 * len(labels) + 2.0), (0.3 * heads + 1.4) * len(panels)),
                     layout="constrained")
     axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
-    for ax, (name, table, centre) in zip(axes, panels):
+    for ax, (name, table) in zip(axes, panels):
+        panel_title, centre = _PANELS[name]
         image = ax.imshow(table, aspect="auto", cmap="RdBu_r", norm=_centred(table, centre), interpolation="nearest")
-        ax.set_title(name, fontsize=9)
+        ax.set_title(panel_title, fontsize=9)
         ax.set_xticks(range(len(labels)), labels, fontsize=7)
         ax.set_yticks(range(heads), [str(h) for h in range(heads)], fontsize=7)
-        ax.set_xlabel("relation: graph token, then shortest-path distance", fontsize=8)
+        ax.set_xlabel("relation: graph token (if any), then shortest-path distance", fontsize=8)
         ax.set_ylabel("head", fontsize=8)
         figure.colorbar(image, ax=ax, shrink=0.9)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    return figure
+
+
+def has_relative_encodings(model: nn.Module) -> bool:
+    """Whether :func:`relative_encoding_figure` can draw ``model`` (a Graphormer, or a sequence model with B)."""
+    return isinstance(model, Graphormer) or (isinstance(model, SequenceTransformer) and model.relative_bias is not None)
+
+
+def relative_encoding_figure(model: nn.Module, title: str = "", heads: Sequence[int] | None = None) -> Figure:
+    """The learned B and C of a :class:`SequenceTransformer` or :class:`Graphormer`, drawn the standard way.
+
+    Args:
+        model: the plain model (``task.model`` of a LightningModule).
+        title: figure title.
+        heads: sequence models only: heads to draw (default: the most varied ones).
+    """
+    if isinstance(model, SequenceTransformer):
+        bias, scale = sequence_matrices(model)
+        return sequence_figure(bias, scale, heads, title)
+    if isinstance(model, Graphormer):
+        return graph_figure(*graph_tables(model), title=title)
+    raise TypeError(f"cannot draw the relative encodings of a {type(model).__name__}")
+
+
+def accuracy_figure(results: dict[str, dict[str, float]], methods: Sequence[str], title: str = "",
+                    baselines: dict[str, float] | None = None) -> Figure:
+    """Grouped bars of accuracy per setting and method, like the paper's Figure 1.
+
+    Args:
+        results: ``{setting: {method: accuracy in [0, 1]}}``, settings in drawing order; a setting may
+            have only some of the methods.
+        methods: every method, in bar order (fixes each method's colour).
+        title: figure title.
+        baselines: ``{setting: accuracy}`` of a trivial predictor, drawn as a dashed line per group.
+    """
+    figure = Figure(figsize=(1.6 + 1.7 * len(results), 3.4), layout="constrained")
+    ax = figure.subplots()
+    colours = {method: f"C{k}" for k, method in enumerate(methods)}
+    drawn: set[str] = set()
+    for i, (setting, scores) in enumerate(results.items()):
+        present = [m for m in methods if m in scores]
+        width = 0.8 / max(len(present), 1)
+        for k, method in enumerate(present):
+            x = i + (k - (len(present) - 1) / 2) * width
+            bar = ax.bar(x, scores[method], width, color=colours[method], label=None if method in drawn else method)
+            ax.bar_label(bar, labels=[f"{scores[method]:.2f}"], fontsize=6, padding=1)
+            drawn.add(method)
+        if baselines and setting in baselines:
+            ax.hlines(baselines[setting], i - 0.45, i + 0.45, colors="k", linestyles="dashed", linewidth=0.8)
+    ax.set_xticks(range(len(results)), list(results), fontsize=8)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("test accuracy")
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=min(len(drawn), 5), frameon=False)
     if title:
         figure.suptitle(title, fontsize=10)
     return figure

@@ -43,15 +43,20 @@ class GraphormerTask(pl.LightningModule):
     """A Graphormer with the papers' optimiser and schedule; subclasses add loss and metrics.
 
     Subclasses call ``save_hyperparameters(ignore=["encoder"])`` and pass ``lr``, ``warmup_steps``,
-    ``end_lr``, ``weight_decay`` and ``adam_eps`` as constructor arguments.
+    ``end_lr``, ``weight_decay`` and ``adam_eps`` as constructor arguments. A subclass may swap the
+    network and its config dataclass (the synthetic sequence tasks use the sequence Transformer).
 
     Args:
         encoder: the Graphormer hyper-parameters.
     """
 
+    #: The network, built from ``encoder``, and the config dataclass that ``from_checkpoint`` rebuilds.
+    model_class: type[nn.Module] = Graphormer
+    config_class: type = GraphormerConfig
+
     def __init__(self, encoder: GraphormerConfig) -> None:
         super().__init__()
-        self.model = Graphormer(encoder)
+        self.model = self.model_class(encoder)
 
     def save_encoder_config(self, encoder: GraphormerConfig) -> None:
         """Store the encoder config as primitives in the hyper-parameters (safe to ``torch.load``)."""
@@ -63,7 +68,7 @@ class GraphormerTask(pl.LightningModule):
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
         # LightningCLI adds private entries such as ``_class_path``
         hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
-        task = cls(encoder=GraphormerConfig(**hparams.pop("encoder")), **hparams)
+        task = cls(encoder=cls.config_class(**hparams.pop("encoder")), **hparams)
         task.load_state_dict(checkpoint["state_dict"])
         return task
 
@@ -81,7 +86,7 @@ class GraphormerTask(pl.LightningModule):
 
     @staticmethod
     def outputs_and_targets(output: torch.Tensor, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """One row per prediction: per graph (or target node), or per real node with ``readout: node``.
+        """One row per prediction: per graph (or target node), or per real node with ``readout: nodes``.
 
         Shapes:
             output: (B, O) or (B, N, O); returns (K, O) outputs and (K, Y) targets (NaN where unknown).
@@ -127,7 +132,7 @@ class PerTargetTask(GraphormerTask):
 
 class GraphRegression(PerTargetTask):
     """Regression with an L1 (or MSE) loss and MAE metrics, per graph (ZINC, QM9, PCQM4Mv2, tables of
-    SMILES) or per node (``readout: node``).
+    SMILES) or per node (``readout: nodes``).
 
     Several targets are learned at once; a missing value (NaN) is left out of the loss and of
     that target's metric. The MAE of every target is logged (``val/mae/<target>``) with their mean
@@ -177,7 +182,7 @@ class GraphRegression(PerTargetTask):
         })
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Predictions in the data's units. (B, Y), or (B, N, Y) with ``readout: node``"""
+        """Predictions in the data's units. (B, Y), or (B, N, Y) with ``readout: nodes``"""
         return self.model(batch) * self.target_std + self.target_mean
 
     def on_fit_start(self) -> None:
@@ -209,7 +214,7 @@ class GraphRegression(PerTargetTask):
 
 
 class GraphClassification(PerTargetTask):
-    """Classification per graph (or per node, ``readout: node``): binary labels or one multi-class label.
+    """Classification per graph (or per node, ``readout: nodes``): binary labels or one multi-class label.
 
     * ``binary``: Y targets, each 0 or 1 (several at once, e.g. toxicity assays), binary
       cross-entropy on the logits; ROC-AUC (exact, torchmetrics) and accuracy (probability >= 0.5)
@@ -270,7 +275,7 @@ class GraphClassification(PerTargetTask):
         return ("val/auroc", "max") if self.binary else ("val/accuracy", "max")
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Logits. (B, Y) binary, (B, C) multi-class; (B, N, .) with ``readout: node``"""
+        """Logits. (B, Y) binary, (B, C) multi-class; (B, N, .) with ``readout: nodes``"""
         return self.model(batch)
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:

@@ -150,7 +150,7 @@ def test_per_node_targets_with_node_masks(tmp_path: Path) -> None:
     pyg = NodeTargets()
     x, edge_attr = pyg._data.x, pyg._data.edge_attr
     assert data.node_vocab == (x.max(dim=0).values + 1).tolist() and data.edge_vocab == [int(edge_attr.max()) + 1]
-    assert (data.continuous_node_dim, data.continuous_edge_dim, data.readout) == (3, 1, "node")
+    assert (data.continuous_node_dim, data.continuous_edge_dim, data.readout) == (3, 1, "nodes")
     assert data.split_sizes == {"train": 12, "valid": 12, "test": 12}  # every graph once per split
     for split, mask in (("train", "train_mask"), ("valid", "val_mask"), ("test", "test_mask")):
         for record in data.datasets[split]:
@@ -205,7 +205,7 @@ def test_vocabularies_and_widths_are_linked_into_the_model_by_the_cli(tmp_path: 
     cli = GraphormerCLI(["--config", str(tmp_path / "node.yaml"), "--run_root", str(tmp_path), "--logger", "none"])
     encoder = cli.model.model.config
     assert list(encoder.node_vocab) == cli.datamodule.node_vocab and list(encoder.edge_vocab) == [3]
-    assert (encoder.continuous_node_dim, encoder.continuous_edge_dim, encoder.readout) == (3, 1, "node")
+    assert (encoder.continuous_node_dim, encoder.continuous_edge_dim, encoder.readout) == (3, 1, "nodes")
     assert encoder.num_outputs == 2 and cli.model.target_names == ["a", "b"]
     assert not (tmp_path / "data").exists()  # linking reads the data, it builds nothing
 

@@ -140,7 +140,7 @@ class GraphDataModule(pl.LightningDataModule):
     @property
     def readout(self) -> str:
         """Where the model reads its prediction (linked to the model): the graph token, or every node."""
-        return "node" if self.source.target_level == "node" else "graph_token"
+        return "nodes" if self.source.target_level == "node" else "graph_token"
 
     @property
     def target_kind(self) -> str:

@@ -6,20 +6,22 @@
     scale   = C[relation]                         URPE only, shared           (B, H, T, T)
     layer   : x = x + drop(MHA(LN(x), bias, scale));  x = x + drop(FFN(LN(x)))
     output  = Linear(LN(x)[graph token or target node])                       (B, outputs)
-              or Linear(LN(x)[every node])  with ``readout: node``            (B, N, outputs)
+              or Linear(LN(x)[every node])  with ``readout: nodes``           (B, N, outputs)
 
 The relation id of a pair is its shortest-path distance (offset past the padding and graph-token
 ids, see :mod:`graphormer_urpe.constants`); pairs at distance ``>= spatial_pos_max`` or unreachable
-are masked out of the softmax, as in the official collator. Nothing here imports Lightning: the
+are masked out of the softmax, as in the official collator. ``graph_token: false`` drops the virtual
+node (T = N), the setting of Theorem 2 of the URPE paper. Nothing here imports Lightning: the
 model takes one :class:`~graphormer_urpe.data.batch.GraphBatch` and can be used in any loop.
 
-Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens, H heads, D head dim,
+Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens (N without graph token), H heads, D head dim,
 E edges in the batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature
 columns, Fec continuous edge-feature width, K hops.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,8 +60,8 @@ class GraphormerConfig:
             head and added to the embedding of each edge's categorical features in the edge
             encoding; 0 for datasets with categorical edge features only.
         readout: where the prediction is read: ``graph_token`` (graph-level tasks),
-            ``target_node`` (the node ``batch.target_node`` of each graph, MAG240M) or ``node``
-            (one prediction per node: per-node targets).
+            ``target_node`` (node-level tasks: the node ``batch.target_node`` of each graph) or
+            ``nodes`` (one prediction for every node).
         num_layers: encoder layers.
         hidden_dim: model width ``H * D``.
         ffn_dim: inner width of the feed-forward block.
@@ -75,6 +77,8 @@ class GraphormerConfig:
         attention_dropout: dropout on the attention matrix.
         activation_dropout: dropout after the feed-forward activation.
         drop_path: stochastic-depth rate of the last layer (linearly increasing from 0).
+        graph_token: prepend the learned graph token (virtual node). Without it the encoder sees the
+            node set alone, the setting of the URPE paper's Theorem 2; the readout is then a node's.
     """
 
     node_vocab: Sequence[int] = field(default_factory=lambda: [28])
@@ -82,7 +86,7 @@ class GraphormerConfig:
     num_outputs: int = 1
     continuous_node_dim: int = 0
     continuous_edge_dim: int = 0
-    readout: Literal["graph_token", "target_node", "node"] = "graph_token"
+    readout: Literal["graph_token", "target_node", "nodes"] = "graph_token"
     num_layers: int = 12
     hidden_dim: int = 80
     ffn_dim: int = 80
@@ -97,6 +101,7 @@ class GraphormerConfig:
     attention_dropout: float = 0.1
     activation_dropout: float = 0.0
     drop_path: float = 0.0
+    graph_token: bool = True
 
     @property
     def num_relations(self) -> int:
@@ -272,8 +277,25 @@ class EncoderLayer(nn.Module):
         return branch * alive / keep
 
 
+def official_init(module: nn.Module, num_layers: int) -> None:
+    """Official Graphormer init: Linear N(0, 0.02/sqrt(layers)), embeddings N(0, 0.02).
+
+    Padding rows of embeddings are zero; the URPE scale C keeps its all-ones init. Applied once,
+    with ``model.apply(functools.partial(official_init, num_layers=L))``.
+    """
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=0.02 / math.sqrt(num_layers))
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)
+        if module.padding_idx is not None:
+            nn.init.zeros_(module.weight[module.padding_idx])
+    elif isinstance(module, EdgePathBias) and module.hop_weight is not None:
+        nn.init.normal_(module.hop_weight, std=0.02)
+
+
 class Graphormer(nn.Module):
-    """Graphormer encoder with a prediction read from the graph token or from a target node.
+    """Graphormer encoder with a prediction read from the graph token, a target node or every node.
 
     Args:
         config: a :class:`GraphormerConfig`.
@@ -281,12 +303,16 @@ class Graphormer(nn.Module):
 
     def __init__(self, config: GraphormerConfig) -> None:
         super().__init__()
-        if config.readout not in ("graph_token", "target_node", "node"):
-            raise ValueError(f"readout={config.readout!r}; expected 'graph_token', 'target_node' or 'node'")
+        if config.readout not in ("graph_token", "target_node", "nodes"):
+            raise ValueError(f"readout={config.readout!r}; expected 'graph_token', 'target_node' or 'nodes'")
+        if config.readout == "graph_token" and not config.graph_token:
+            raise ValueError("readout='graph_token' needs graph_token=true; without it read 'target_node' or 'nodes'")
         self.config = config
         hidden = config.hidden_dim
         self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden, config.continuous_node_dim)
-        self.graph_token = nn.Embedding(1, hidden)
+        self.graph_token = nn.Embedding(1, hidden) if config.graph_token else None
+        #: Token position of node 0: behind the graph token, or first without it.
+        self.first_node = NODE_TOKEN_OFFSET if config.graph_token else 0
         self.relative_bias = RelativeBias(config.num_relations, config.num_heads)
         self.relative_scale = (
             RelativeScale(config.num_relations, config.num_heads)
@@ -315,25 +341,10 @@ class Graphormer(nn.Module):
         )
         self.final_norm = nn.LayerNorm(hidden)
         self.head = nn.Linear(hidden, config.num_outputs)
-        self.apply(self._init_weights)
-
-    def _init_weights(self, module: nn.Module) -> None:
-        """Official Graphormer init: Linear N(0, 0.02/sqrt(layers)), embeddings N(0, 0.02).
-
-        Padding rows of embeddings are zero; the URPE scale C keeps its all-ones init.
-        """
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=0.02 / math.sqrt(self.config.num_layers))
-            nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=0.02)
-            if module.padding_idx is not None:
-                nn.init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, EdgePathBias) and module.hop_weight is not None:
-            nn.init.normal_(module.hop_weight, std=0.02)
+        self.apply(functools.partial(official_init, num_layers=config.num_layers))
 
     def relations(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Relation id and attention mask of every token pair, graph token included.
+        """Relation id and attention mask of every token pair, graph token included (if any).
 
         Shapes:
             returns relation (B, T, T) int64 and key_mask (B, T, T) bool (True = may attend).
@@ -342,6 +353,9 @@ class Graphormer(nn.Module):
         real_pair = node_mask.unsqueeze(2) & node_mask.unsqueeze(1)  # (B, N, N)
         near = batch.spd < self.config.spatial_pos_max
         relation = torch.where(real_pair & near, batch.spd.long() + SPD_RELATION_OFFSET, PAD_RELATION)
+        if self.graph_token is None:  # every row keeps a visible key: its own node, or the real nodes
+            return relation, node_mask.unsqueeze(1) & ~(real_pair & ~near)
+
         token_row = torch.where(node_mask, GRAPH_TOKEN_RELATION, PAD_RELATION)  # (B, N)
         token_self = torch.full_like(token_row[:, :1], GRAPH_TOKEN_RELATION)
         token_row = torch.cat([token_self, token_row], dim=1)  # (B, T)
@@ -369,7 +383,7 @@ class Graphormer(nn.Module):
         with torch.autocast(relation.device.type, enabled=False):
             bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
             if self.edge_bias is not None:
-                bias[:, 1:, 1:] += self.edge_bias(batch).float()
+                bias[:, self.first_node:, self.first_node:] += self.edge_bias(batch).float()
             bias = bias.masked_fill(~key_mask.unsqueeze(-1), float("-inf"))
             attn_bias = bias.permute(0, 3, 1, 2).contiguous()  # (B, H, T, T)
             if self.relative_scale is None:
@@ -377,14 +391,16 @@ class Graphormer(nn.Module):
             return attn_bias, self.relative_scale(relation).float().contiguous()
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
-        """Final token states, graph token at position :data:`GRAPH_TOKEN_POS`.
+        """Final token states: graph token at :data:`GRAPH_TOKEN_POS` (if any), node i at ``first_node + i``.
 
         Shapes:
             returns (B, T, H*D).
         """
-        nodes = self.nodes(batch)  # (B, N, H*D)
-        token = self.graph_token.weight.expand(nodes.shape[0], 1, -1)  # (B, 1, H*D)
-        x = self.input_dropout(torch.cat([token, nodes], dim=1))  # (B, T, H*D)
+        x = self.nodes(batch)  # (B, N, H*D)
+        if self.graph_token is not None:
+            token = self.graph_token.weight.expand(x.shape[0], 1, -1)  # (B, 1, H*D)
+            x = torch.cat([token, x], dim=1)  # (B, T, H*D)
+        x = self.input_dropout(x)
         attn_bias, attn_scale = self.attention_inputs(batch)
         for layer in self.layers:
             x = layer(x, attn_bias, attn_scale)
@@ -397,16 +413,15 @@ class Graphormer(nn.Module):
         so predictions keep full resolution.
 
         Shapes:
-            returns (B, num_outputs), or (B, N, num_outputs) with ``readout="node"`` (padding
-            nodes included: mask them with ``batch.node_mask``).
+            returns (B, num_outputs); (B, N, num_outputs) with ``readout="nodes"`` (padding nodes included).
         """
         states = self.encode(batch)  # (B, T, H*D)
         if self.config.readout == "graph_token":
             readout = states[:, GRAPH_TOKEN_POS]  # (B, H*D)
-        elif self.config.readout == "node":
-            readout = states[:, NODE_TOKEN_OFFSET:]  # (B, N, H*D)
+        elif self.config.readout == "nodes":
+            readout = states[:, self.first_node:]  # (B, N, H*D)
         else:
-            position = batch.target_node + NODE_TOKEN_OFFSET  # (B,)
+            position = batch.target_node + self.first_node  # (B,)
             readout = states[torch.arange(states.shape[0], device=states.device), position]  # (B, H*D)
         with torch.autocast(readout.device.type, enabled=False):
             return self.head(readout.to(self.head.weight.dtype))

@@ -1,0 +1,244 @@
+"""A node-level task on regular graphs where RPE provably fails and URPE does not (Theorem 2 on graphs).
+
+Every node of a random d-regular graph gets the same input features (one constant feature, and its
+degree is d like everyone else's), so nothing but the graph structure tells nodes apart. The label of
+node i is the number of nodes at shortest-path distance exactly ``distance`` from i (a function of
+its distance profile). Only graphs whose labels are not all equal are kept; such graphs are not
+vertex-transitive.
+
+Without a graph token, an RPE Graphormer maps identical inputs to identical outputs at every layer:
+every attention row sums to one, so a weighted mean of identical vectors is that vector again. It
+can only predict one class for all nodes. URPE's ``C[spd]`` makes the row sums depend on how many
+nodes lie at each distance, which is exactly the label.
+
+Shape letters: B graphs, N nodes of the largest graph.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from graphormer_urpe.constants import IGNORE_LABEL
+from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
+from graphormer_urpe.data.sampling import eval_loader, train_loader
+from graphormer_urpe.data.transforms import graph_structure
+
+#: Seed-stream ids that keep the three splits apart.
+_SPLIT_IDS = {"train": 0, "valid": 1, "test": 2}
+
+
+@dataclass
+class NodeLabelBatch:
+    """Padded graphs and one class label per node.
+
+    Shapes:
+        graphs: a :class:`GraphBatch` of B graphs padded to N nodes;
+        labels: (B, N) int64, :data:`~graphormer_urpe.constants.IGNORE_LABEL` at padding nodes.
+    """
+
+    graphs: GraphBatch
+    labels: torch.Tensor
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> NodeLabelBatch:
+        """A copy with every tensor on ``device``."""
+        return NodeLabelBatch(self.graphs.to(device, non_blocking), self.labels.to(device, non_blocking=non_blocking))
+
+    @property
+    def num_graphs(self) -> int:
+        """B."""
+        return self.graphs.num_graphs
+
+
+def distance_counts(spd: np.ndarray, distance: int) -> np.ndarray:
+    """Number of nodes at shortest-path distance exactly ``distance`` from each node.
+
+    Args:
+        spd: (n, n) distances (unreachable pairs hold a value that is never ``distance``).
+        distance: the distance that is counted (>= 1).
+
+    Returns:
+        (n,) int64 counts.
+    """
+    return (spd == distance).sum(axis=1).astype(np.int64)
+
+
+def max_distance_count(degree: int, distance: int, max_nodes: int) -> int:
+    """Largest possible count: ``d (d - 1)^(k - 1)`` nodes at distance k in a d-regular graph, at most n - 1."""
+    return min(degree * (degree - 1) ** (distance - 1), max_nodes - 1)
+
+
+def regular_graph_record(graph: nx.Graph, index: int) -> GraphRecord:
+    """A graph with one constant node feature and one constant edge feature, preprocessed like any dataset."""
+    n = graph.number_of_nodes()
+    half = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2).T  # (2, e/2)
+    edge_index = np.concatenate([half, half[::-1]], axis=1)  # both directions
+    structure = graph_structure(n, edge_index)
+    return GraphRecord(
+        x=np.zeros((n, 1), dtype=np.int64),
+        edge_index=edge_index,
+        edge_attr=np.zeros((edge_index.shape[1], 1), dtype=np.int64),
+        spd=structure.spd,
+        first_edge=structure.first_edge,
+        in_degree=structure.in_degree,
+        out_degree=structure.out_degree,
+        y=np.zeros(0, dtype=np.float32),  # no graph-level target: labels are per node
+        index=index,
+    )
+
+
+def regular_graphs(
+    count: int, degree: int, min_nodes: int, max_nodes: int, distance: int, seed: int
+) -> tuple[list[tuple[GraphRecord, np.ndarray]], Counter]:
+    """Random connected d-regular graphs whose node labels are not all equal, with their labels.
+
+    Args:
+        count: graphs to return.
+        degree: d.
+        min_nodes, max_nodes: node counts are drawn uniformly from this range (n * d must be even).
+        distance: labels count the nodes at this distance.
+        seed: the graphs are a deterministic function of the arguments.
+
+    Returns:
+        ``count`` (record, labels (n,)) pairs and the number of rejected graphs per reason.
+    """
+    sizes = [n for n in range(min_nodes, max_nodes + 1) if n > degree and n * degree % 2 == 0]
+    if not sizes:
+        raise ValueError(f"no {degree}-regular graph has between {min_nodes} and {max_nodes} nodes")
+    rng = np.random.default_rng(seed)
+    graphs: list[tuple[GraphRecord, np.ndarray]] = []
+    rejected: Counter = Counter()
+    while len(graphs) < count:
+        if sum(rejected.values()) > 100 * count + 1000:
+            raise RuntimeError(f"only {len(graphs)} of {count} usable graphs after rejecting {dict(rejected)}: "
+                               "widen the node range or change degree/distance")
+        graph = nx.random_regular_graph(degree, int(rng.choice(sizes)), seed=int(rng.integers(2**31)))
+        if not nx.is_connected(graph):
+            rejected["disconnected"] += 1
+            continue
+        record = regular_graph_record(graph, index=len(graphs))
+        labels = distance_counts(record.spd, distance)
+        if (labels == labels[0]).all():
+            rejected["same label at every node"] += 1
+            continue
+        graphs.append((record, labels))
+    return graphs, rejected
+
+
+def collate_node_labels(items: Sequence[tuple[GraphRecord, np.ndarray]]) -> NodeLabelBatch:
+    """Pad graphs with :func:`collate_graphs` and their node labels with :data:`IGNORE_LABEL`."""
+    graphs = collate_graphs([record for record, _ in items])
+    labels = torch.full(graphs.node_mask.shape, IGNORE_LABEL, dtype=torch.long)
+    for b, (_, node_labels) in enumerate(items):
+        labels[b, : len(node_labels)] = torch.from_numpy(node_labels)
+    return NodeLabelBatch(graphs, labels)
+
+
+class SyntheticGraphDataModule(pl.LightningDataModule):
+    """Random d-regular graphs with identical node features; label = number of nodes at a given distance.
+
+    The graphs are generated in memory from the seed at ``setup`` (a few seconds), never written to disk.
+
+    Args:
+        degree: d, the degree of every node.
+        min_nodes: smallest graph.
+        max_nodes: largest graph.
+        distance: labels count the nodes at exactly this shortest-path distance.
+        train_graphs, val_graphs, test_graphs: graphs per split.
+        batch_size: graphs per optimiser step over all devices (the global batch).
+        seed: seed of all three splits.
+    """
+
+    def __init__(
+        self,
+        degree: int = 3,
+        min_nodes: int = 12,
+        max_nodes: int = 24,
+        distance: int = 2,
+        train_graphs: int = 2000,
+        val_graphs: int = 250,
+        test_graphs: int = 250,
+        batch_size: int = 64,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if degree < 2 or distance < 1 or min_nodes > max_nodes:
+            raise ValueError(f"need degree >= 2, distance >= 1 and min_nodes <= max_nodes; got degree={degree}, "
+                             f"distance={distance}, nodes {min_nodes}..{max_nodes}")
+        self.degree, self.min_nodes, self.max_nodes, self.distance = degree, min_nodes, max_nodes, distance
+        self.split_graphs = {"train": train_graphs, "valid": val_graphs, "test": test_graphs}
+        self.batch_size, self.seed = batch_size, seed
+        self.datasets: dict[str, list[tuple[GraphRecord, np.ndarray]]] = {}
+        self.rejected: Counter = Counter()
+
+    @property
+    def node_vocab(self) -> list[int]:
+        """One node-feature column with a single value: every node looks the same."""
+        return [1]
+
+    @property
+    def edge_vocab(self) -> list[int]:
+        """One edge-feature column with a single value."""
+        return [1]
+
+    @property
+    def num_targets(self) -> int:
+        """The model's output width: one logit per class, counts ``0 .. max_distance_count``."""
+        return max_distance_count(self.degree, self.distance, self.max_nodes) + 1
+
+    @property
+    def readout(self) -> str:
+        """Where the model reads its predictions (linked to the model): every node."""
+        return "nodes"
+
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """Graphs per split."""
+        return dict(self.split_graphs)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Generate the three splits and report their sizes, rejections and label distribution."""
+        if self.datasets:
+            return
+        for split, count in self.split_graphs.items():
+            self.datasets[split], rejected = regular_graphs(
+                count, self.degree, self.min_nodes, self.max_nodes, self.distance,
+                seed=int(np.random.SeedSequence([self.seed, _SPLIT_IDS[split]]).generate_state(1)[0]),
+            )
+            self.rejected += rejected
+
+    def label_distribution(self, split: str) -> dict[int, float]:
+        """Fraction of the nodes of ``split`` with each label (after setup)."""
+        counts = Counter(int(v) for _, labels in self.datasets[split] for v in labels)
+        total = sum(counts.values())
+        return {label: counts[label] / total for label in sorted(counts)}
+
+    def describe(self) -> dict:
+        """Graph family, split sizes, rejected graphs and the accuracy of always predicting the majority label."""
+        info = {"source": f"synthetic {self.degree}-regular graphs, label = #nodes at distance {self.distance}",
+                "nodes": f"{self.min_nodes}..{self.max_nodes}", "splits": dict(self.split_graphs),
+                "batch_size": self.batch_size, "seed": self.seed}
+        if self.datasets:
+            info["rejected"] = dict(self.rejected)
+            info["majority_label_accuracy"] = {split: round(max(self.label_distribution(split).values()), 4)
+                                               for split in self.datasets}
+        return info
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled global batches, this process's slice of each; resumable mid-epoch."""
+        return train_loader(self.datasets["train"], self.batch_size, self.trainer, collate_node_labels)
+
+    def val_dataloader(self) -> DataLoader:
+        """This process's exact shard of the validation graphs."""
+        return eval_loader(self.datasets["valid"], self.batch_size, self.trainer, collate_node_labels)
+
+    def test_dataloader(self) -> DataLoader:
+        """This process's exact shard of the test graphs."""
+        return eval_loader(self.datasets["test"], self.batch_size, self.trainer, collate_node_labels)
