@@ -5,6 +5,7 @@
     python evaluate.py --ckpt runs/pcqm4mv2-.../checkpoints/last.ckpt --split test-dev --submission-dir subs/
     python evaluate.py --check-submission subs/y_pred_pcqm4m-v2_test-dev.npz --data-root data
     python evaluate.py --ckpt runs/mag240m-.../checkpoints/best.ckpt --split test-dev --submission-dir subs/
+    python evaluate.py --ckpt runs/smiles_csv_example-.../checkpoints/best-600.ckpt --predict new.csv --out preds.csv
 
 The checkpoint carries its resolved config; ``--config`` and dotted overrides (``--data.root``,
 ``--trainer.devices 8 --trainer.strategy ddp``) change it. On CPU the validation metric equals the
@@ -17,6 +18,11 @@ graph index, so any number of processes gives the same predictions in the split'
 back and checked, with a log (``*.log.json``) listing every row that could not be featurised and
 was given the training mean. MAG240M (node classification on sampled subgraphs) reports accuracy
 and writes its submissions from one process (:func:`evaluate_mag240m`).
+
+``--predict FILE --out FILE.csv`` predicts new molecules (a CSV or Parquet table with a SMILES
+column) with a checkpoint trained on any molecular dataset, one output row per input row in file
+order, with an empty prediction and the reason for rows that could not be featurised
+(:mod:`graphormer_urpe.predict`).
 """
 
 from __future__ import annotations
@@ -33,12 +39,22 @@ import numpy as np
 import torch
 
 from graphormer_urpe.checkpoints import CheckpointError, check_checkpoint, load_checkpoint
-from graphormer_urpe.cli import CONFIG_KEY, GraphormerCLI, git_commit, log, package_versions, write_json
+from graphormer_urpe.cli import (
+    CONFIG_KEY,
+    GraphormerCLI,
+    configure_logging,
+    git_commit,
+    log,
+    package_versions,
+    resolve_config_paths,
+    write_json,
+)
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.mag240m_datamodule import MAG240MDataModule
-from graphormer_urpe.data.sources import DatasetMissing
+from graphormer_urpe.data.sources import DataError, DatasetMissing
 from graphormer_urpe.data.sources.base import GraphSource
 from graphormer_urpe.inference import SplitPredictions, predict_split
+from graphormer_urpe.predict import predict_table
 from graphormer_urpe.submission import FORMATS, MODES, SubmissionError, check_submission, write_submission
 
 #: Skipped rows named one by one in log messages (the submission log lists all of them).
@@ -50,7 +66,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                                      add_help=False)
     parser.add_argument("--ckpt", default=None, help="checkpoint file (.ckpt)")
     parser.add_argument("--split", default="valid", choices=["valid", "test", *MODES], help="split to evaluate")
-    parser.add_argument("--out", type=Path, default=None, help="write the metrics to this JSON file")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write the metrics to this JSON file (with --predict: the predictions' CSV file)")
+    parser.add_argument("--predict", type=Path, default=None, metavar="TABLE",
+                        help="predict the molecules of this CSV or Parquet table (one SMILES column) into --out")
+    parser.add_argument("--smiles-column", default=None,
+                        help="with --predict: the SMILES column of TABLE (default: the training table's, or 'smiles')")
     parser.add_argument("--submission-dir", type=Path, default=None,
                         help="directory for the OGB-LSC submission file of --split test-dev/test-challenge")
     parser.add_argument("--predictions", type=Path, default=None, metavar="FILE",
@@ -102,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return check_submission_file(options.check_submission, options.data_root)
     if options.ckpt is None:
         raise SystemExit("error: --ckpt is required (or --check-submission FILE)")
+    if options.predict is not None:
+        return predict_file(options, rest)
     if options.submission_dir is not None and options.split not in MODES:
         raise SystemExit("error: --submission-dir writes test-dev or test-challenge submissions, "
                          f"not '{options.split}'")
@@ -136,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
                 metrics = run(cli.model, cli.datamodule, ckpt_path=options.ckpt, verbose=False)[0]
                 result = {"checkpoint": options.ckpt, "split": options.split, "metrics": metrics}
-        except DatasetMissing as error:
+        except (DatasetMissing, DataError) as error:
             log.error("%s", error)
             sys.exit(2)
         except SubmissionError as error:
@@ -147,6 +170,26 @@ def main(argv: Sequence[str] | None = None) -> dict:
         if options.out is not None:
             write_json(options.out, result)
     return result
+
+
+def predict_file(options: argparse.Namespace, rest: list[str]) -> dict:
+    """``--predict TABLE --out FILE.csv``: predictions for new molecules, in the table's row order."""
+    configure_logging()
+    if options.out is None:
+        raise SystemExit("error: --predict TABLE needs --out FILE.csv for the predictions")
+    config_args = resolve_config_paths(rest)
+    if len(config_args) not in (0, 2) or (config_args and config_args[0] != "--config"):
+        raise SystemExit(f"error: with --predict, only --config FILE may be added to --ckpt, --out, --smiles-column; "
+                         f"got {' '.join(rest)}")
+    config_yaml = Path(config_args[1]).read_text() if config_args else embedded_config(options.ckpt)
+    try:
+        frame = predict_table(Path(options.ckpt), options.predict, options.out, config_yaml, options.smiles_column)
+    except (DatasetMissing, DataError) as error:
+        log.error("%s", error)
+        sys.exit(2)
+    failed = int((frame["error"] != "").sum())
+    return {"checkpoint": options.ckpt, "table": str(options.predict), "out": str(options.out), "rows": len(frame),
+            "predicted": len(frame) - failed, "failed": failed}
 
 
 def evaluate_mag240m(cli: GraphormerCLI, options: argparse.Namespace) -> dict:

@@ -21,7 +21,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from graphormer_urpe.callbacks import NonFiniteLoss, Preempted
 from graphormer_urpe.checkpoints import CheckpointError, check_checkpoint, resolve_ckpt_path
 from graphormer_urpe.cli import GraphormerCLI, log, write_json
-from graphormer_urpe.data.sources import DatasetMissing
+from graphormer_urpe.data.sources import DataError, DatasetMissing
 from graphormer_urpe.finetune import init_from_checkpoint
 
 EXIT_BAD_INPUT = 2
@@ -58,7 +58,7 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
             hidden = [name for name in datamodule.split_sizes if name not in ("train", "valid")]
             log.info("no labelled 'test' split; write leaderboard predictions with evaluate.py --split %s "
                      "--submission-dir DIR", "|".join(hidden) or "<split>")
-    except (DatasetMissing, CheckpointError) as error:
+    except (DatasetMissing, DataError, CheckpointError) as error:
         log.error("%s", error)
         exit_code = EXIT_BAD_INPUT
     except NonFiniteLoss as error:

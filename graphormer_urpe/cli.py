@@ -36,6 +36,7 @@ from graphormer_urpe.callbacks import (
     RelationTablePlots,
     RNGState,
 )
+from graphormer_urpe.data.sources.base import DataError, DatasetMissing
 from graphormer_urpe.tracking import WandbOptions, wandb_logger
 
 log = logging.getLogger("graphormer_urpe")
@@ -241,6 +242,27 @@ class GraphormerCLI(LightningCLI):
         parser.link_arguments("data.vocab_size", "model.init_args.encoder.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.num_classes", "model.init_args.encoder.num_classes", apply_on="instantiate")
         parser.link_arguments("data.length", "model.init_args.encoder.length", apply_on="instantiate")
+        # jsonargparse skips a link whose source attribute the datamodule lacks (MAG240M) or whose
+        # target the task lacks (NodeClassification), so each pair feeds exactly what both define
+        parser.link_arguments("data.continuous_edge_dim", "model.init_args.encoder.continuous_edge_dim",
+                              apply_on="instantiate")
+        parser.link_arguments("data.target_kind", "model.init_args.target_kind", apply_on="instantiate")
+        parser.link_arguments("data.target_names", "model.init_args.target_names", apply_on="instantiate")
+
+    def instantiate_classes(self) -> None:
+        """Build data, model and trainer. Missing or unusable data stops here with its own message,
+        not jsonargparse's (sources that infer vocabularies open their data when the model is linked
+        to it, and tasks check the kind of target)."""
+        try:
+            super().instantiate_classes()
+        except Exception as error:
+            cause: BaseException | None = error
+            while cause is not None and not isinstance(cause, DatasetMissing | DataError):
+                cause = cause.__cause__ or cause.__context__
+            if cause is None:
+                raise
+            log.error("%s", cause)
+            raise SystemExit(2) from error
 
     @property
     def run_dir(self) -> Path:

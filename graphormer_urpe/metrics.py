@@ -1,11 +1,15 @@
-"""Metrics computed by the official OGB evaluators over a whole split, gathered across processes."""
+"""Metrics over a whole split, gathered across processes: the official OGB evaluators, and
+torchmetrics metrics per target with missing values (NaN) left out."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Sequence
 
 import torch
+from torch import nn
 from torchmetrics import Metric
+from torchmetrics.classification import BinaryAUROC
 from torchmetrics.utilities import dim_zero_cat
 
 
@@ -42,3 +46,85 @@ class EvaluatorMetric(Metric):
         if target.numel() == 0:
             return torch.tensor(float("nan"))
         return torch.tensor(float(self.evaluator.eval({"y_pred": preds, "y_true": target})[self.key]))
+
+
+class DefinedBinaryAUROC(BinaryAUROC):
+    """torchmetrics' exact ``BinaryAUROC``, but NaN (not 0) when the targets seen hold a single
+    class, where ROC-AUC is undefined (as OGB's evaluators, which skip such targets)."""
+
+    def compute(self) -> torch.Tensor:
+        target = dim_zero_cat(self.target) if isinstance(self.target, list) and self.target else self.target
+        if isinstance(target, list) or target.numel() == 0 or bool(target.min() == target.max()):
+            return torch.tensor(float("nan"))
+        return super().compute()
+
+
+class KnownCounts(Metric):
+    """Labelled rows seen per target column, summed across processes."""
+
+    full_state_update = False
+
+    def __init__(self, num_targets: int) -> None:
+        super().__init__()
+        self.add_state("count", default=torch.zeros(num_targets, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, known: torch.Tensor) -> None:
+        """Shapes: known (K, Y) bool."""
+        self.count += known.sum(dim=0).to(self.count.device)
+
+    def compute(self) -> torch.Tensor:
+        return self.count
+
+
+class PerTargetMetrics(nn.Module):
+    """One torchmetrics metric per target column, each updated with the rows where that column is
+    known (not NaN), and their mean over the targets where the metric is defined.
+
+    A target without any labelled row in the split (over all processes) reports NaN, as does a
+    ROC-AUC whose labels hold one class (:class:`DefinedBinaryAUROC`); the mean leaves them out.
+
+    Args:
+        make_metric: builds one metric (e.g. ``MeanAbsoluteError``); called once per target.
+        key: the metric's name in logs (``mae``, ``auroc``, ``accuracy``).
+        target_names: Y names, in column order.
+        labels: targets are class labels, passed to the metrics as integers.
+        class_scores: the predictions of one row are the C scores of a multi-class target (one
+            target column); otherwise prediction column c belongs to target column c.
+    """
+
+    def __init__(self, make_metric: Callable[[], Metric], key: str, target_names: Sequence[str],
+                 labels: bool = False, class_scores: bool = False) -> None:
+        super().__init__()
+        self.key = key
+        self.target_names = list(target_names)
+        self.labels = labels
+        self.class_scores = class_scores
+        self.metrics = nn.ModuleList(make_metric() for _ in self.target_names)
+        self.known = KnownCounts(len(self.target_names))
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """Shapes: preds (K, Y), or (K, C) class scores of one multi-class target; target (K, Y), NaN where unknown."""
+        known = ~torch.isnan(target)
+        self.known.update(known)
+        for column, metric in enumerate(self.metrics):
+            rows = known[:, column]
+            if rows.any():
+                label = target[rows, column]
+                metric.update(preds[rows] if self.class_scores else preds[rows, column],
+                              label.long() if self.labels else label)
+
+    def compute(self, prefix: str) -> dict[str, torch.Tensor]:
+        """``{prefix/key: mean over defined targets}`` and, with several targets, ``prefix/key/<name>`` each."""
+        counts = self.known.compute().reshape(-1)  # torchmetrics squeezes a single count
+        values = torch.stack([metric.compute().float().cpu() if count else torch.tensor(float("nan"))
+                              for metric, count in zip(self.metrics, counts.tolist())])
+        defined = values[~torch.isnan(values)]
+        result = {f"{prefix}/{self.key}": defined.mean() if defined.numel() else torch.tensor(float("nan"))}
+        if len(values) > 1:
+            result.update({f"{prefix}/{self.key}/{name}": value for name, value in zip(self.target_names, values)})
+        return result
+
+    def reset(self) -> None:
+        self.known.reset()
+        for metric in self.metrics:
+            metric.reset()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from graphormer_urpe.data.cache import GraphSpec, GraphStore, build_store, chunk_problem
 from graphormer_urpe.data.featurize import RawGraph
@@ -151,3 +152,62 @@ def test_chunks_of_another_chunk_size_and_stale_temporaries_are_replaced(tmp_pat
     assert not stale.exists()
     assert summary.rebuilt_chunks == 3 and reader.calls == [(0, 10), (10, 20), (20, 25)]
     assert len(GraphStore(tmp_path)) == 21
+
+
+# ----------------------------------------------------------------------------- continuous features, per-node targets
+
+NODE_SPEC = GraphSpec(node_vocab=(3,), edge_vocab=(2,), num_targets=2, max_nodes=30, continuous_node_dim=4,
+                      continuous_edge_dim=1, node_targets=True)
+
+
+class NodeTargetReader(FakeReader):
+    """Graphs with continuous node and edge features and two targets per node (some NaN); row 5 has a
+    NaN continuous node feature, row 6 a target row count that does not match its nodes."""
+
+    def graph(self, row: int) -> RawGraph | str:
+        rng = np.random.default_rng(row)
+        n = int(rng.integers(1, 12))
+        edges = random_edges(rng, n)
+        y = rng.normal(size=(n + (row == 6), 2)).astype(np.float32)
+        y[rng.random(y.shape) < 0.3] = np.nan
+        x_continuous = rng.normal(size=(n, 4))
+        if row == 5:
+            x_continuous[0, 2] = np.nan
+        e = edges.shape[1]
+        return RawGraph(x=rng.integers(0, 3, (n, 1)), edge_index=edges, edge_attr=rng.integers(0, 2, (e, 1)), y=y,
+                        x_continuous=x_continuous, edge_continuous=rng.normal(size=(e, 1)))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_continuous_features_and_per_node_targets_round_trip(tmp_path: Path, workers: int) -> None:
+    from graphormer_urpe.data.batch import collate_graphs
+
+    reader = NodeTargetReader(12)
+    summary = build_store(reader, tmp_path, {"test": 2}, NODE_SPEC, {"train": np.arange(12)}, num_workers=workers,
+                          chunk_size=5)
+    assert dict(summary.skipped) == {5: "continuous node-feature column 2 is not finite (NaN or inf)",
+                                     6: f"targets of shape ({reader.graph(6).x.shape[0] + 1}, 2), expected "
+                                        f"({reader.graph(6).x.shape[0]}, 2)"}
+    store = GraphStore(tmp_path)
+    records = [store.record(i) for i in range(len(store))]
+    for record, row in zip(records, store.source_row):
+        expected = reader.graph(int(row))
+        np.testing.assert_array_equal(record.y, expected.y)  # NaN where unknown, one row per node
+        np.testing.assert_array_equal(record.x_continuous, expected.x_continuous.astype(np.float32))
+        np.testing.assert_array_equal(record.edge_continuous, expected.edge_continuous.astype(np.float32))
+    picked = np.array([7, 0, 3])  # any order, across chunks
+    np.testing.assert_array_equal(store.targets(picked), np.concatenate([records[i].y for i in picked]))
+    batch = collate_graphs([records[i] for i in picked])
+    n = batch.node_mask.sum(dim=1)
+    assert batch.y.shape == (3, int(n.max()), 2) and torch.isnan(batch.y[~batch.node_mask]).all()
+    for b, i in enumerate(picked):
+        np.testing.assert_array_equal(batch.y[b, : n[b]].numpy(), records[i].y)
+        np.testing.assert_array_equal(batch.x_continuous[b, : n[b]].numpy(), records[i].x_continuous)
+    np.testing.assert_array_equal(batch.edge_continuous.numpy(),
+                                  np.concatenate([records[i].edge_continuous for i in picked]))
+
+
+def test_graph_level_caches_hold_no_continuous_features(tmp_path: Path) -> None:
+    build(tmp_path, FakeReader())
+    record = GraphStore(tmp_path).record(0)
+    assert record.x_continuous is None and record.edge_continuous is None and record.y.shape == (2,)

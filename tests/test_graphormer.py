@@ -380,3 +380,56 @@ def test_frucht_graph_nodes_have_several_distance_profiles():
     spd = frucht_batch().spd[0]
     assert len(set(distance_profiles(spd))) >= 3
     assert np.all(np.array([d for _, d in nx.frucht_graph().degree()]) == 3)
+
+
+# ----------------------------------------------------------------------------- your own graphs: continuous
+# edge features, one prediction per node
+
+
+def test_continuous_edge_features_are_projected_into_each_edges_bias() -> None:
+    torch.manual_seed(0)
+    bond = np.array([[1, 0], [2, 1], [3, 2]])
+    forward_values, backward_values = torch.randn(3, 2), torch.randn(3, 2)  # a directed feature: directions differ
+    batch = dataclasses.replace(hand_batch(bond), edge_continuous=torch.cat([forward_values, backward_values]))
+    encoder = EdgePathBias((4, 3), num_heads=2, max_hops=5, hop_matrices=True, continuous_dim=2)
+    torch.nn.init.normal_(encoder.hop_weight)
+    bias = encoder(batch)
+    table, projection = encoder.features.weight, encoder.continuous
+    per_edge = [(table[1 + a] + table[5 + b]) / 2 for a, b in bond]
+    forward = [per_edge[n] + projection(forward_values[n]) for n in range(3)]
+    backward = [per_edge[n] + projection(backward_values[n]) for n in range(3)]
+    torch.testing.assert_close(bias[0, 0, 3], sum(forward[n] @ encoder.hop_weight[n] for n in range(3)) / 3)
+    torch.testing.assert_close(bias[0, 3, 0], sum(backward[2 - n] @ encoder.hop_weight[n] for n in range(3)) / 3)
+
+
+def test_continuous_edge_features_change_only_their_graph(rng: np.random.Generator) -> None:
+    records = [make_record(rng, n, index=i, edge_vocab=(4,)) for i, n in enumerate((6, 4))]
+    batch = collate_graphs(records)
+    batch = dataclasses.replace(batch, edge_continuous=torch.randn(batch.edge_attr.shape[0], 3))
+    net = model(continuous_edge_dim=3)
+    with torch.no_grad():  # large enough to see through the small initialisation
+        torch.nn.init.normal_(net.edge_bias.continuous.weight)
+        torch.nn.init.normal_(net.edge_bias.hop_weight)
+    changed = batch.edge_continuous.clone()
+    changed[: records[0].edge_index.shape[1]] += 1.0  # graph 0's edges only
+    before, after = net(batch), net(dataclasses.replace(batch, edge_continuous=changed))
+    assert not torch.allclose(before[0], after[0]) and torch.equal(before[1], after[1])
+
+
+@pytest.mark.parametrize("attention", ["rpe", "urpe"])
+def test_node_readout_predicts_every_node_equivariantly(rng: np.random.Generator, attention: str) -> None:
+    batch = _node_batch(rng)
+    torch.manual_seed(0)
+    net = Graphormer(GraphormerConfig(node_vocab=[3], edge_vocab=[6], num_outputs=2, continuous_node_dim=6,
+                                      readout="nodes", attention=attention, **SMALL)).eval()
+    output = net(batch)
+    assert output.shape == (3, 7, 2)
+    torch.testing.assert_close(output, net.head(net.encode(batch)[:, 1:]))
+    order = torch.as_tensor(rng.permutation(7))
+    torch.testing.assert_close(net(_permute(batch, 2, order))[2], output[2][order], atol=1e-5, rtol=1e-5)
+    alone = collate_graphs([make_record(np.random.default_rng(0), 5, node_vocab=(3,), edge_vocab=(6,))])
+    together = collate_graphs([make_record(np.random.default_rng(0), 5, node_vocab=(3,), edge_vocab=(6,)),
+                               make_record(rng, 9, node_vocab=(3,), edge_vocab=(6,))])
+    plain = Graphormer(GraphormerConfig(node_vocab=[3], edge_vocab=[6], num_outputs=2, readout="nodes",
+                                        attention=attention, **SMALL)).eval()
+    torch.testing.assert_close(plain(together)[0, :5], plain(alone)[0], atol=1e-5, rtol=1e-5)

@@ -6,10 +6,12 @@ a :class:`GraphBatch`, the only input :class:`~graphormer_urpe.model.graphormer.
 
 Node-level tasks (MAG240M) build a :class:`GraphBatch` straight from sampled subgraphs
 (:mod:`graphormer_urpe.data.mag240m_sampler`), with continuous node features and a target node.
+Datasets with per-node targets (``PygDataset`` with ``target_level: node``) cache one target row
+per node, and their batches carry ``y`` of shape (B, N, Y).
 
 Shape letters: B graphs, N nodes of the largest graph (no graph token), E edges of the whole
-batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature columns,
-Y targets per graph.
+batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature columns, Fec
+continuous edge-feature width, Y targets per graph (or per node).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ class GraphRecord(NamedTuple):
     Shapes:
         x: (n, F) int; edge_index: (2, e) int, local node ids; edge_attr: (e, Fe) int;
         spd: (n, n) uint8; first_edge: (n, n) int16; in_degree, out_degree: (n,) int;
-        y: (Y,) float32, NaN where unknown; index: position of the graph in its dataset.
+        y: (Y,) float32 graph-level targets or (n, Y) node-level ones, NaN where unknown;
+        index: position of the graph in its dataset; x_continuous: (n, Fc) float32 and
+        edge_continuous: (e, Fec) float32, or None when the dataset has no continuous features.
     """
 
     x: np.ndarray
@@ -43,6 +47,8 @@ class GraphRecord(NamedTuple):
     out_degree: np.ndarray
     y: np.ndarray
     index: int
+    x_continuous: np.ndarray | None = None
+    edge_continuous: np.ndarray | None = None
 
 
 @dataclass
@@ -51,28 +57,31 @@ class GraphBatch:
 
     Fields (padding positions hold 0 unless stated; ``node_mask`` says which nodes are real):
 
-    =============  =========  ================  ==================================================
-    field          dtype      shape             meaning
-    =============  =========  ================  ==================================================
-    x              int64      (B, N, F)         categorical node features (raw values, >= 0)
-    x_continuous   float16/32 (B, N, Fc)        continuous node features (Fc = 0 when the dataset
-                                                has none); 0 at padding
-    node_mask      bool       (B, N)            True for real nodes
-    in_degree      int64      (B, N)            in-degree of each node
-    out_degree     int64      (B, N)            out-degree of each node
-    spd            uint8      (B, N, N)         shortest-path distance, 255 = unreachable/padding
-    first_edge     int64      (B, N, N)         batch edge id of the first edge of a shortest path
-                                                from i to j, -1 if none (i == j, unreachable, pad);
-                                                int16/int32 in batches of sampled subgraphs (fewer
-                                                bytes to move), widened by the model
-    edge_attr      int64      (E, Fe)           categorical edge features of every batch edge
-    edge_dst       int64      (E,)              target node (position in its graph) of each edge
-    y              float32    (B, Y)            targets, NaN where unknown
-    index          int64      (B,)              dataset position of each graph (MAG240M: the
-                                                target paper's id)
-    target_node    int64      (B,)              node whose label ``y`` is (node-level tasks), or
-                                                -1 (:data:`NO_TARGET_NODE`) for graph-level ones
-    =============  =========  ================  ==================================================
+    ===============  =========  ================  ==================================================
+    field            dtype      shape             meaning
+    ===============  =========  ================  ==================================================
+    x                int64      (B, N, F)         categorical node features (raw values, >= 0)
+    x_continuous     float16/32 (B, N, Fc)        continuous node features (Fc = 0 when the dataset
+                                                  has none); 0 at padding
+    node_mask        bool       (B, N)            True for real nodes
+    in_degree        int64      (B, N)            in-degree of each node
+    out_degree       int64      (B, N)            out-degree of each node
+    spd              uint8      (B, N, N)         shortest-path distance, 255 = unreachable/padding
+    first_edge       int64      (B, N, N)         batch edge id of the first edge of a shortest path
+                                                  from i to j, -1 if none (i == j, unreachable, pad);
+                                                  int16/int32 in batches of sampled subgraphs (fewer
+                                                  bytes to move), widened by the model
+    edge_attr        int64      (E, Fe)           categorical edge features of every batch edge
+    edge_continuous  float32    (E, Fec)          continuous edge features (Fec = 0 when the dataset
+                                                  has none)
+    edge_dst         int64      (E,)              target node (position in its graph) of each edge
+    y                float32    (B, Y)            targets, NaN where unknown; (B, N, Y) for per-node
+                                                  targets (NaN at padding and unlabelled nodes)
+    index            int64      (B,)              dataset position of each graph (MAG240M: the
+                                                  target paper's id)
+    target_node      int64      (B,)              node whose label ``y`` is (node-level tasks), or
+                                                  -1 (:data:`NO_TARGET_NODE`) for graph-level ones
+    ===============  =========  ================  ==================================================
     """
 
     x: torch.Tensor
@@ -83,6 +92,7 @@ class GraphBatch:
     spd: torch.Tensor
     first_edge: torch.Tensor
     edge_attr: torch.Tensor
+    edge_continuous: torch.Tensor
     edge_dst: torch.Tensor
     y: torch.Tensor
     index: torch.Tensor
@@ -109,7 +119,7 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
     """Pad graphs to the largest one of the batch and renumber their edges batch-wide.
 
     Args:
-        records: B preprocessed graphs.
+        records: B preprocessed graphs (all graph-level or all node-level targets).
 
     Returns:
         A :class:`GraphBatch`; ``first_edge`` ids index the concatenated ``edge_attr``.
@@ -120,15 +130,26 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
     edge_offset = np.concatenate([[0], np.cumsum(num_edges)])
     n_max = int(sizes.max(initial=1))
     num_features = records[0].x.shape[1]
+    continuous_width = _width(records[0].x_continuous)
+    node_targets = np.ndim(records[0].y) == 2
 
     x = np.zeros((batch, n_max, num_features), dtype=np.int64)
+    x_continuous = np.zeros((batch, n_max, continuous_width), dtype=np.float32)
     node_mask = np.zeros((batch, n_max), dtype=bool)
     in_degree = np.zeros((batch, n_max), dtype=np.int64)
     out_degree = np.zeros((batch, n_max), dtype=np.int64)
     spd = np.full((batch, n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
     first_edge = np.full((batch, n_max, n_max), NO_EDGE, dtype=np.int64)
+    if node_targets:  # (B, N, Y), NaN at padding
+        y = np.full((batch, n_max, records[0].y.shape[1]), np.nan, dtype=np.float32)
+    else:
+        y = np.stack([np.asarray(r.y, dtype=np.float32) for r in records])  # (B, Y)
     for b, (r, n) in enumerate(zip(records, sizes)):
         x[b, :n] = r.x
+        if continuous_width:
+            x_continuous[b, :n] = r.x_continuous
+        if node_targets:
+            y[b, :n] = r.y
         node_mask[b, :n] = True
         in_degree[b, :n] = r.in_degree
         out_degree[b, :n] = r.out_degree
@@ -136,20 +157,31 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
         local = r.first_edge.astype(np.int64)
         first_edge[b, :n, :n] = np.where(local >= 0, local + edge_offset[b], NO_EDGE)
 
+    edge_continuous_width = _width(records[0].edge_continuous)
+    if edge_continuous_width:
+        edge_continuous = _concat([r.edge_continuous for r in records], np.float32)
+    else:
+        edge_continuous = np.zeros((int(edge_offset[-1]), 0), dtype=np.float32)
     return GraphBatch(
         x=torch.from_numpy(x),
-        x_continuous=torch.zeros((batch, n_max, 0), dtype=torch.float32),
+        x_continuous=torch.from_numpy(x_continuous),
         node_mask=torch.from_numpy(node_mask),
         in_degree=torch.from_numpy(in_degree),
         out_degree=torch.from_numpy(out_degree),
         spd=torch.from_numpy(spd),
         first_edge=torch.from_numpy(first_edge),
         edge_attr=torch.from_numpy(_concat([r.edge_attr for r in records], np.int64)),
+        edge_continuous=torch.from_numpy(edge_continuous),
         edge_dst=torch.from_numpy(_concat([r.edge_index[1] for r in records], np.int64)),
-        y=torch.from_numpy(np.stack([np.asarray(r.y, dtype=np.float32) for r in records])),
+        y=torch.from_numpy(y),
         index=torch.tensor([r.index for r in records], dtype=torch.long),
         target_node=torch.full((batch,), NO_TARGET_NODE, dtype=torch.long),
     )
+
+
+def _width(features: np.ndarray | None) -> int:
+    """Columns of an optional (rows, width) feature array; 0 for None."""
+    return 0 if features is None else features.shape[1]
 
 
 def _concat(arrays: list[np.ndarray], dtype: type) -> np.ndarray:

@@ -10,8 +10,11 @@ Layout of one cache directory (``ROOT/<dataset>/processed/<name>-<key hash>/``):
         in_degree.npy      (sum n,) int16        out_degree.npy (sum n,) int16
         edge_index.npy     (sum e, 2) int16      local node ids
         edge_attr.npy      (sum e, Fe) int16
+        x_continuous.npy   (sum n, Fc) float32   continuous node features (Fc = 0: none)
+        edge_continuous.npy (sum e, Fec) float32 continuous edge features (Fec = 0: none)
         spd.npy            (sum n^2,) uint8      first_edge.npy (sum n^2,) int16
-        y.npy              (G, Y) float32        source_row.npy (G,) int64
+        y.npy              (G, Y) float32, or (sum n, Y) for per-node targets (chunk.json
+                           ``node_targets``)     source_row.npy (G,) int64
         node_ptr.npy, edge_ptr.npy, pair_ptr.npy   (G + 1,) int64 offsets
 
 Every array is opened with ``np.load(mmap_mode="r")``: DataLoader workers share the page cache
@@ -45,7 +48,7 @@ from graphormer_urpe.data.transforms import MAX_NODES, graph_structures
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 MANIFEST = "manifest.json"
 CHUNK_META = "chunk.json"
 SPLITS = "splits.npz"
@@ -73,14 +76,20 @@ class GraphSpec:
     Args:
         node_vocab: values per node-feature column; every value must be below it.
         edge_vocab: values per edge-feature column.
-        num_targets: Y, targets per graph.
+        num_targets: Y, targets per graph (or per node).
         max_nodes: larger graphs are skipped and counted.
+        continuous_node_dim: Fc, continuous node features per node (0: none).
+        continuous_edge_dim: Fec, continuous edge features per edge (0: none).
+        node_targets: targets are per node, ``y`` of shape (n, Y), instead of per graph.
     """
 
     node_vocab: Sequence[int]
     edge_vocab: Sequence[int]
     num_targets: int
     max_nodes: int = 512
+    continuous_node_dim: int = 0
+    continuous_edge_dim: int = 0
+    node_targets: bool = False
 
     def problem(self, graph: RawGraph) -> str | None:
         """Why ``graph`` cannot be cached, or None."""
@@ -108,6 +117,10 @@ class GraphSpec:
         bad_node = ((x < 0) | (x >= np.asarray(self.node_vocab))).any(axis=1)
         bad_edge = ((edge_attr < 0) | (edge_attr >= np.asarray(self.edge_vocab))).any(axis=1)
         bad_edge |= ((edge_index < 0) | (edge_index >= nodes[edge_graph])).any(axis=0)
+        if self.continuous_node_dim:
+            bad_node |= ~np.isfinite(np.concatenate([g.x_continuous for g in candidates])).all(axis=1)
+        if self.continuous_edge_dim:
+            bad_edge |= ~np.isfinite(np.concatenate([g.edge_continuous for g in candidates])).all(axis=1)
         suspect = np.zeros(len(candidates), dtype=bool)
         suspect[node_graph[bad_node]] = True
         suspect[edge_graph[bad_edge]] = True
@@ -118,11 +131,19 @@ class GraphSpec:
     def _shape_problem(self, graph: RawGraph) -> str | None:
         """Wrong target count, array shapes or node count."""
         x, edge_index, edge_attr = graph.x, graph.edge_index, graph.edge_attr
-        if len(graph.y) != self.num_targets:
-            return f"{len(graph.y)} targets, expected {self.num_targets}"
+        y_shape = np.shape(graph.y)
+        expected_y = (x.shape[0], self.num_targets) if self.node_targets else (self.num_targets,)
+        if y_shape != expected_y:
+            return f"targets of shape {y_shape}, expected {expected_y}"
         for name, values, vocab in (("node", x, self.node_vocab), ("edge", edge_attr, self.edge_vocab)):
             if values.ndim != 2 or values.shape[1] != len(vocab):
                 return f"{name} features of shape {values.shape}, expected ({name}s, {len(vocab)})"
+        continuous = (("node", graph.x_continuous, self.continuous_node_dim, x.shape[0]),
+                      ("edge", graph.edge_continuous, self.continuous_edge_dim, edge_attr.shape[0]))
+        for name, values, width, rows in continuous:
+            shape = (rows, 0) if values is None else values.shape
+            if shape != (rows, width):
+                return f"continuous {name} features of shape {shape}, expected ({rows}, {width})"
         if edge_index.ndim != 2 or edge_index.shape[0] != 2:
             return f"edge_index of shape {edge_index.shape}, expected (2, edges)"
         if edge_attr.shape[0] != edge_index.shape[1]:
@@ -134,7 +155,7 @@ class GraphSpec:
         return None
 
     def _value_problem(self, graph: RawGraph) -> str | None:
-        """Edges to missing nodes, or feature values outside their vocabularies."""
+        """Edges to missing nodes, feature values outside their vocabularies, non-finite continuous features."""
         n = graph.x.shape[0]
         if graph.edge_index.size and (graph.edge_index.min() < 0 or graph.edge_index.max() >= n):
             return "edge_index refers to a missing node"
@@ -143,6 +164,10 @@ class GraphSpec:
             if outside.any():
                 column = int(np.argmax(outside.any(axis=0)))
                 return f"{name}-feature column {column} outside 0..{vocab[column] - 1}"
+        for name, values in (("node", graph.x_continuous), ("edge", graph.edge_continuous)):
+            if values is not None and values.size and not np.isfinite(values).all():
+                column = int(np.argmax(~np.isfinite(values).all(axis=0)))
+                return f"continuous {name}-feature column {column} is not finite (NaN or inf)"
         return None
 
 
@@ -179,15 +204,21 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: GraphSpec) ->
         return {**{name: _empty(name, spec) for name in _ARRAY_NAMES}, **offsets}, skipped
     structure = graph_structures([g.x.shape[0] for g in kept], [g.edge_index for g in kept])
     num_edges = np.array([g.edge_index.shape[1] for g in kept], dtype=np.int64)
+    if spec.node_targets:  # one row per node, found through node_ptr
+        y = np.concatenate([np.asarray(g.y, dtype=np.float32) for g in kept])
+    else:
+        y = np.stack([np.asarray(g.y, dtype=np.float32).reshape(-1) for g in kept])
     arrays = {
         "x": np.concatenate([g.x for g in kept]).astype(np.int16),
         "in_degree": structure.in_degree,
         "out_degree": structure.out_degree,
         "edge_index": np.concatenate([g.edge_index for g in kept], axis=1).T.astype(np.int16),
         "edge_attr": np.concatenate([g.edge_attr for g in kept]).astype(np.int16),
+        "x_continuous": _continuous([g.x_continuous for g in kept], spec.continuous_node_dim),
+        "edge_continuous": _continuous([g.edge_continuous for g in kept], spec.continuous_edge_dim),
         "spd": structure.spd,
         "first_edge": structure.first_edge,
-        "y": np.stack([np.asarray(g.y, dtype=np.float32).reshape(-1) for g in kept]),
+        "y": y,
         "source_row": np.array(kept_rows, dtype=np.int64),
         "node_ptr": structure.node_ptr,
         "edge_ptr": np.concatenate([[0], np.cumsum(num_edges)]).astype(np.int64),
@@ -196,14 +227,24 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: GraphSpec) ->
     return arrays, skipped
 
 
-_ARRAY_NAMES = ("x", "in_degree", "out_degree", "edge_index", "edge_attr", "spd", "first_edge", "y", "source_row")
+_ARRAY_NAMES = ("x", "in_degree", "out_degree", "edge_index", "edge_attr", "x_continuous", "edge_continuous", "spd",
+                "first_edge", "y", "source_row")
+
+
+def _continuous(features: list[np.ndarray | None], width: int) -> np.ndarray:
+    """Continuous features of every graph stacked as (sum rows, width) float32; (0, 0) when width is 0."""
+    if not width:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.concatenate(features).astype(np.float32)
 
 
 def _empty(name: str, spec: GraphSpec) -> np.ndarray:
     """A zero-row array of the right dtype and width, for a chunk in which every row was skipped."""
     shapes = {"x": (0, len(spec.node_vocab)), "edge_index": (0, 2), "edge_attr": (0, len(spec.edge_vocab)),
-              "y": (0, spec.num_targets)}
-    dtypes = {"spd": np.uint8, "y": np.float32, "source_row": np.int64}
+              "y": (0, spec.num_targets), "x_continuous": (0, spec.continuous_node_dim),
+              "edge_continuous": (0, spec.continuous_edge_dim)}
+    dtypes = {"spd": np.uint8, "y": np.float32, "source_row": np.int64, "x_continuous": np.float32,
+              "edge_continuous": np.float32}
     return np.zeros(shapes.get(name, (0,)), dtype=dtypes.get(name, np.int16))
 
 
@@ -262,11 +303,16 @@ class Chunk:
         # __array_finalize__ runs on every slice), and a record takes nine slices
         self.arrays = {name[:-4]: np.load(path / name, mmap_mode="r").view(np.ndarray) for name in self.meta["files"]}
         a = self.arrays
-        counts = {len(a["y"]), len(a["source_row"]), len(a["node_ptr"]) - 1, len(a["edge_ptr"]) - 1}
+        #: Targets are per node (rows found through ``node_ptr``) rather than per graph.
+        self.node_targets = bool(self.meta.get("node_targets", False))
+        counts = {len(a["source_row"]), len(a["node_ptr"]) - 1, len(a["edge_ptr"]) - 1}
+        target_rows = a["node_ptr"][-1] if self.node_targets else len(a["source_row"])
+        continuous_ok = all(len(a[name]) in (0, a[ptr][-1]) for name, ptr in
+                            (("x_continuous", "node_ptr"), ("edge_continuous", "edge_ptr")))
         if len(counts) != 1 or a["node_ptr"][-1] != len(a["x"]) or a["edge_ptr"][-1] != len(a["edge_attr"]) \
-                or a["pair_ptr"][-1] != len(a["spd"]):
+                or a["pair_ptr"][-1] != len(a["spd"]) or len(a["y"]) != target_rows or not continuous_ok:
             raise CacheError(f"{path}: array lengths disagree with their offsets; delete the directory to rebuild")
-        self.num_graphs = len(a["y"])
+        self.num_graphs = len(a["source_row"])
 
     def record(self, local: int, index: int) -> GraphRecord:
         """Graph ``local`` of this chunk as numpy arrays (views into the memory map)."""
@@ -283,8 +329,10 @@ class Chunk:
             first_edge=a["first_edge"][p0:p1].reshape(n, n),
             in_degree=a["in_degree"][n0:n1],
             out_degree=a["out_degree"][n0:n1],
-            y=a["y"][local],
+            y=a["y"][n0:n1] if self.node_targets else a["y"][local],
             index=index,
+            x_continuous=a["x_continuous"][n0:n1] if a["x_continuous"].shape[1] else None,
+            edge_continuous=a["edge_continuous"][e0:e1] if a["edge_continuous"].shape[1] else None,
         )
 
 
@@ -311,9 +359,19 @@ class GraphStore:
         chunk = int(np.searchsorted(self.chunk_start, index, side="right")) - 1
         return self.chunks[chunk].record(index - int(self.chunk_start[chunk]), index)
 
-    def targets(self) -> np.ndarray:
-        """(G, Y) float32 targets of every graph."""
-        return np.concatenate([np.asarray(c.arrays["y"]) for c in self.chunks])
+    def targets(self, indices: np.ndarray | None = None) -> np.ndarray:
+        """float32 targets of the given graphs (default: all), in their order: (G, Y), or the rows of
+        their nodes, graph after graph, (sum n, Y) for per-node targets."""
+        y = np.concatenate([np.asarray(c.arrays["y"]) for c in self.chunks])
+        if indices is None:
+            return y
+        indices = np.asarray(indices, dtype=np.int64)
+        if not self.chunks[0].node_targets:
+            return y[indices]
+        node_ptr = np.concatenate([[0], np.cumsum(self.num_nodes)])
+        counts = self.num_nodes[indices]
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]])  # position of each graph's first node in the output
+        return y[np.repeat(node_ptr[indices] - first, counts) + np.arange(counts.sum())]
 
     def split_rows(self) -> dict[str, np.ndarray]:
         """Source rows of every split, in the dataset's order, skipped rows included."""
@@ -413,7 +471,8 @@ def _init_worker(reader: RowReader) -> None:
 def _build_chunk(task: tuple[Path, int, int, GraphSpec]) -> tuple[int, list]:
     path, start, stop, spec = task
     arrays, skipped = encode_chunk(_WORKER_READER.graphs(start, stop), spec)
-    write_chunk(path, arrays, {"start": start, "stop": stop, "graphs": len(arrays["y"]), "skipped": skipped})
+    write_chunk(path, arrays, {"start": start, "stop": stop, "graphs": len(arrays["source_row"]), "skipped": skipped,
+                               "node_targets": spec.node_targets})
     return stop - start, skipped
 
 

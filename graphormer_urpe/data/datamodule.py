@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -82,14 +83,34 @@ class GraphDataModule(pl.LightningDataModule):
         self.num_workers = num_workers
         self.preprocess_workers = available_cores() if preprocess_workers is None else preprocess_workers
         self.chunk_size = chunk_size
-        self.spec = GraphSpec(source.node_vocab, source.edge_vocab, source.num_targets, max_nodes)
-        cache_name, self.cache_key = source.cache_key({"max_nodes": max_nodes})
-        self.cache_dir = self.root / source.name / "graphormer" / cache_name
+        self.max_nodes = max_nodes
         self.datasets: dict[str, GraphDataset] = {}
         #: Split served by ``predict_dataloader`` (set by ``evaluate.py``).
         self.predict_split = "test"
         #: What building the cache did in this process, None when a valid cache was found.
         self.build_summary: BuildSummary | None = None
+
+    @cached_property
+    def spec(self) -> GraphSpec:
+        """What every cached graph looks like (sources that infer vocabularies read their data here)."""
+        source = self.source
+        return GraphSpec(source.node_vocab, source.edge_vocab, source.num_targets, self.max_nodes,
+                         continuous_node_dim=source.continuous_node_dim, continuous_edge_dim=source.continuous_edge_dim,
+                         node_targets=source.target_level == "node")
+
+    @cached_property
+    def _cache_name_and_key(self) -> tuple[str, dict]:
+        return self.source.cache_key({"max_nodes": self.max_nodes})
+
+    @property
+    def cache_key(self) -> dict:
+        """Everything the cache depends on (stored in its manifest)."""
+        return self._cache_name_and_key[1]
+
+    @property
+    def cache_dir(self) -> Path:
+        """``ROOT/<dataset>/graphormer/<name>-<key hash>``."""
+        return self.root / self.source.name / "graphormer" / self._cache_name_and_key[0]
 
     @property
     def node_vocab(self) -> list[int]:
@@ -103,18 +124,33 @@ class GraphDataModule(pl.LightningDataModule):
 
     @property
     def num_targets(self) -> int:
-        """Targets per graph (linked to the model's output width)."""
-        return self.source.num_targets
+        """Width of the model's prediction (linked to it): targets, or classes of a multi-class target."""
+        return self.source.num_outputs
 
     @property
     def continuous_node_dim(self) -> int:
-        """Width of continuous node features (linked to the model): molecules have none."""
-        return 0
+        """Width of continuous node features (linked to the model); molecules have none."""
+        return self.source.continuous_node_dim
+
+    @property
+    def continuous_edge_dim(self) -> int:
+        """Width of continuous edge features (linked to the model); molecules have none."""
+        return self.source.continuous_edge_dim
 
     @property
     def readout(self) -> str:
-        """Where the model reads its prediction (linked to the model): graph-level targets."""
-        return "graph_token"
+        """Where the model reads its prediction (linked to the model): the graph token, or every node."""
+        return "nodes" if self.source.target_level == "node" else "graph_token"
+
+    @property
+    def target_kind(self) -> str:
+        """``regression``, ``binary`` or ``multiclass`` (linked to the classification task)."""
+        return self.source.target_kind
+
+    @property
+    def target_names(self) -> list[str]:
+        """Name of every target (linked to the task: metric names, prediction columns)."""
+        return list(self.source.target_names)
 
     def prepare_data(self) -> None:
         """Check or fetch the raw files, then build (or finish, or repair) the cache once.
@@ -166,7 +202,8 @@ class GraphDataModule(pl.LightningDataModule):
             per_split = ", ".join(f"{k} {v}" for k, v in manifest["skipped_by_split"].items() if v)
             log.warning(
                 "%s: %d of %d rows were skipped while preprocessing (%s; first: %s)",
-                self.source.name, manifest["skipped"], manifest["rows"], per_split, manifest["skipped_examples"][:3],
+                self.source.origin(), manifest["skipped"], manifest["rows"], per_split,
+                manifest["skipped_examples"][:3],
             )
         self.datasets = {name: GraphDataset(store, idx) for name, idx in store.split_indices().items()}
         sizes = {name: len(ds) for name, ds in self.datasets.items()}
@@ -189,9 +226,19 @@ class GraphDataModule(pl.LightningDataModule):
                 "splits": self.split_sizes, "batch_size": self.batch_size}
 
     def target_statistics(self) -> tuple[np.ndarray, np.ndarray]:
-        """(Y,) mean and standard deviation of the training targets, NaNs ignored."""
+        """(Y,) mean and standard deviation of the training targets (of every training node, for
+        per-node targets), NaNs ignored.
+
+        Raises:
+            ValueError: a target has no known training value.
+        """
         train = self.datasets["train"]
-        targets = train.store.targets()[train.indices]
+        targets = train.store.targets(train.indices)
+        known = np.isfinite(targets).sum(axis=0)
+        if (known == 0).any():
+            name = self.target_names[int(np.argmin(known))]
+            raise ValueError(f"{self.source.origin()}: target '{name}' has no known value in the training split, "
+                             "so it cannot be normalised or learned")
         return np.nanmean(targets, axis=0), np.maximum(np.nanstd(targets, axis=0), 1e-6)
 
     def per_device_batch_size(self) -> int:

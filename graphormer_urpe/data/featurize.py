@@ -35,13 +35,18 @@ class RawGraph(NamedTuple):
     """A graph before structural preprocessing (n nodes, e directed edges).
 
     Shapes:
-        x: (n, F) int; edge_index: (2, e) int; edge_attr: (e, Fe) int; y: (Y,) float32.
+        x: (n, F) int; edge_index: (2, e) int; edge_attr: (e, Fe) int;
+        y: (Y,) float32 graph-level targets, or (n, Y) node-level ones (NaN where unknown);
+        x_continuous: (n, Fc) float or None; edge_continuous: (e, Fec) float or None (None when
+        the dataset has no continuous features).
     """
 
     x: np.ndarray
     edge_index: np.ndarray
     edge_attr: np.ndarray
     y: np.ndarray
+    x_continuous: np.ndarray | None = None
+    edge_continuous: np.ndarray | None = None
 
 
 def silence_rdkit() -> None:

@@ -236,6 +236,7 @@ class NeighbourSampler:
             spd=torch.from_numpy(structure.spd),
             first_edge=torch.from_numpy(structure.first_edge),
             edge_attr=torch.from_numpy(relation.reshape(-1, 1)),
+            edge_continuous=torch.zeros((len(relation), 0), dtype=torch.float32),
             edge_dst=torch.from_numpy(edge_dst),
             y=torch.from_numpy(self.graph.labels(np.asarray(targets, dtype=np.int64)).reshape(-1, 1)),
             index=torch.from_numpy(np.asarray(targets, dtype=np.int64).copy()),

@@ -16,7 +16,7 @@ model takes one :class:`~graphormer_urpe.data.batch.GraphBatch` and can be used 
 
 Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens (N without graph token), H heads, D head dim,
 E edges in the batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature
-columns, K hops.
+columns, Fec continuous edge-feature width, K hops.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ class GraphormerConfig:
             classes for classification).
         continuous_node_dim: Fc, width of the continuous node features projected into every node
             token (MAG240M: 768); 0 for datasets with categorical node features only.
+        continuous_edge_dim: Fec, width of the continuous edge features, projected to one bias per
+            head and added to the embedding of each edge's categorical features in the edge
+            encoding; 0 for datasets with categorical edge features only.
         readout: where the prediction is read: ``graph_token`` (graph-level tasks),
             ``target_node`` (node-level tasks: the node ``batch.target_node`` of each graph) or
             ``nodes`` (one prediction for every node).
@@ -82,6 +85,7 @@ class GraphormerConfig:
     edge_vocab: Sequence[int] = field(default_factory=lambda: [4])
     num_outputs: int = 1
     continuous_node_dim: int = 0
+    continuous_edge_dim: int = 0
     readout: Literal["graph_token", "target_node", "nodes"] = "graph_token"
     num_layers: int = 12
     hidden_dim: int = 80
@@ -156,19 +160,24 @@ class EdgePathBias(nn.Module):
 
     with one H x H matrix W_n per hop (``multi_hop``). ``single_hop`` keeps only direct edges and
     no W. The path is followed through ``first_edge`` from the compact cache, K gathers in all,
-    never a dense (B, N, N, K, Fe) tensor.
+    never a dense (B, N, N, K, Fe) tensor. Continuous edge features c_e, when the dataset has
+    them, are projected to H values and added to each edge's vector before the hops:
+    ``mean_f emb(features of e) + Linear(c_e)``.
 
     Args:
         edge_vocab: values per edge-feature column.
         num_heads: H.
         max_hops: K; 1 gives ``single_hop``.
         hop_matrices: learn W_n (``multi_hop``) or not (``single_hop``).
+        continuous_dim: Fec, width of the continuous edge features; 0 for none.
     """
 
-    def __init__(self, edge_vocab: Sequence[int], num_heads: int, max_hops: int, hop_matrices: bool) -> None:
+    def __init__(self, edge_vocab: Sequence[int], num_heads: int, max_hops: int, hop_matrices: bool,
+                 continuous_dim: int = 0) -> None:
         super().__init__()
         self.register_buffer("offsets", _categorical_offsets(edge_vocab), persistent=False)
         self.features = nn.Embedding(PAD_ID + 1 + sum(edge_vocab), num_heads, padding_idx=PAD_ID)
+        self.continuous = nn.Linear(continuous_dim, num_heads) if continuous_dim > 0 else None
         self.hop_weight = nn.Parameter(torch.empty(max_hops, num_heads, num_heads)) if hop_matrices else None
         self.max_hops = max_hops
 
@@ -176,9 +185,12 @@ class EdgePathBias(nn.Module):
         """Edge bias of every pair of nodes.
 
         Shapes:
-            batch.first_edge: (B, N, N), batch.edge_attr: (E, Fe) -> (B, N, N, H).
+            batch.first_edge: (B, N, N), batch.edge_attr: (E, Fe), batch.edge_continuous: (E, Fec)
+            -> (B, N, N, H).
         """
         per_edge = self.features(batch.edge_attr + self.offsets).mean(dim=-2)  # (E, H)
+        if self.continuous is not None:
+            per_edge = per_edge + self.continuous(batch.edge_continuous.to(self.continuous.weight.dtype))  # (E, H)
         num_edges, heads = per_edge.shape
         if self.hop_weight is not None:
             per_hop = torch.einsum("eh,khg->keg", per_edge, self.hop_weight)  # (K, E, H)
@@ -313,6 +325,7 @@ class Graphormer(nn.Module):
                 config.num_heads,
                 max_hops=config.multi_hop_max_dist if config.edge_encoding == "multi_hop" else 1,
                 hop_matrices=config.edge_encoding == "multi_hop",
+                continuous_dim=config.continuous_edge_dim,
             )
             if config.edge_encoding != "none"
             else None

@@ -23,6 +23,11 @@ class DatasetMissing(RuntimeError):
     """Raw files are absent and cannot be downloaded; the message says what to put where."""
 
 
+class DataError(ValueError):
+    """The data cannot be used as configured (a column, a value, a split, a kind of target); the
+    message names the file, column or rows, and what to change. Raised before any work."""
+
+
 def network_reachable(url: str, timeout: float = 5.0) -> bool:
     """Whether a TCP connection to ``url``'s host opens within ``timeout`` seconds."""
     parsed = urlparse(url)
@@ -50,14 +55,35 @@ class GraphSource(ABC):
     #: Values per categorical node-feature and edge-feature column.
     node_vocab: tuple[int, ...]
     edge_vocab: tuple[int, ...]
-    #: Y, regression targets per graph.
+    #: Y, targets per graph (per node for ``target_level == "node"``).
     num_targets: int = 1
+    #: Widths of the continuous node and edge features (0: none; molecules have none).
+    continuous_node_dim: int = 0
+    continuous_edge_dim: int = 0
+    #: ``graph`` (one target row per graph) or ``node`` (one per node).
+    target_level: str = "graph"
+    #: ``regression``, ``binary`` (Y labels in {0, 1}) or ``multiclass`` (one label in 0..C-1).
+    target_kind: str = "regression"
     #: Split sizes of the official release, checked loudly after loading.
     published_split_sizes: Mapping[str, int] | None = None
     #: Splits whose targets are hidden: ``evaluate.py`` writes leaderboard submissions for them.
     hidden_splits: tuple[str, ...] = ()
     #: The leaderboard's file format and evaluator (OGB-LSC datasets), else None.
     submission: SubmissionFormat | None = None
+
+    @property
+    def target_names(self) -> tuple[str, ...]:
+        """Name of every target (metric names and prediction columns); ``y``, or ``y0``, ``y1`` ..."""
+        return ("y",) if self.num_targets == 1 else tuple(f"y{i}" for i in range(self.num_targets))
+
+    @property
+    def num_outputs(self) -> int:
+        """Width of the model's prediction: one per target (regression, binary labels)."""
+        return self.num_targets
+
+    def origin(self) -> str:
+        """Where the rows come from, for messages about them (a file and column, or the dataset name)."""
+        return self.name
 
     @abstractmethod
     def ensure_raw(self, root: Path) -> None:

@@ -85,6 +85,7 @@ class QM9Gap(MoleculeSource):
 
     name = "qm9_gap"
     columns = ("SMILES", "HOMO_LUMO_gap_au")
+    target_names = ("gap_ev",)
 
     def __init__(self, seed: int = 0, max_molecules: int | None = None) -> None:
         self.seed = seed

@@ -45,6 +45,7 @@ class PCQM4Mv2(MoleculeSource):
     """
 
     name = "pcqm4m-v2"
+    target_names = ("homolumogap",)
     published_split_sizes = {"train": 3_378_606, "valid": 73_545, "test-dev": 147_037, "test-challenge": 147_432}
     hidden_splits = HIDDEN_SPLITS
     submission = PCQM4MV2_SUBMISSION

@@ -1,0 +1,431 @@
+"""Your own graphs: any ``torch_geometric`` ``InMemoryDataset``, named by import path and arguments.
+
+    source:
+      class_path: graphormer_urpe.data.sources.PygDataset
+      init_args:
+        dataset: torch_geometric.datasets.TUDataset
+        args: {root: data/TU, name: MUTAG}
+        task: binary
+
+Node and edge features are the dataset's tensor attributes (``x`` and ``edge_attr`` by default,
+any others by name): integer (or bool) tensors are categorical columns, embedded like atom types,
+with vocabulary sizes read from the data (largest value + 1) and linked to the model; float
+tensors are continuous columns, projected by a linear layer (node features into the node token,
+edge features to one bias per head in the edge encoding). A one-hot float block (what TUDataset
+makes of node and edge labels) is projected, which is the same function as embedding its index.
+
+Targets are per graph or per node (``target_level``); a NaN target is missing and left out of the
+loss and the metrics. Splits: a seeded random split of the graphs; the dataset's own splits as
+separate instances (``split_args``, e.g. ZINC's or PPI's ``split`` argument); or, for per-node
+targets, the nodes' ``train_mask``/``val_mask``/``test_mask`` (each graph is stored once per split,
+its targets outside the split's mask set to NaN).
+
+Vocabularies, widths, target checks and a fingerprint of the data (for the cache key) are computed
+from the dataset's collated tensors the first time one is needed, which is when the model is built
+(LightningCLI links them at instantiation), so the model always matches the data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch_geometric.data import Dataset, InMemoryDataset
+from torch_geometric.data.dataset import overrides_method
+
+from graphormer_urpe.data.featurize import RawGraph
+from graphormer_urpe.data.sources.base import DataError, DatasetMissing, GraphSource
+from graphormer_urpe.data.sources.molecules import seeded_split
+
+log = logging.getLogger(__name__)
+
+#: Node masks of ``split: node_masks``, per split.
+MASKS = {"train": "train_mask", "valid": "val_mask", "test": "test_mask"}
+#: Largest categorical vocabulary (the cache stores categorical features as int16).
+MAX_VOCAB = np.iinfo(np.int16).max
+
+
+@dataclass(frozen=True)
+class FeatureLayout:
+    """Which attributes hold a dataset's node (or edge) features, and their columns.
+
+    Args:
+        categorical: (attribute, columns) of every integer attribute.
+        continuous: (attribute, columns) of every float attribute.
+        vocab: values per categorical column (largest value + 1); ``(1,)`` (one constant column)
+            when there is none.
+    """
+
+    categorical: tuple[tuple[str, int], ...]
+    continuous: tuple[tuple[str, int], ...]
+    vocab: tuple[int, ...]
+
+    @property
+    def continuous_dim(self) -> int:
+        return sum(width for _, width in self.continuous)
+
+    def arrays(self, data: Any, rows: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(rows, F) int64 categorical and (rows, Fc) float32 continuous features (None if none) of one graph."""
+        categorical = [_columns(data[name]) for name, _ in self.categorical]
+        x = np.concatenate(categorical, axis=1).astype(np.int64) if categorical else np.zeros((rows, 1), np.int64)
+        continuous = [_columns(data[name]) for name, _ in self.continuous]
+        return x, np.concatenate(continuous, axis=1).astype(np.float32) if continuous else None
+
+
+def _columns(tensor: torch.Tensor) -> np.ndarray:
+    """A (rows,) or (rows, k) tensor as a (rows, k) array."""
+    array = tensor.detach().cpu().numpy()
+    return array.reshape(len(array), -1)
+
+
+def import_dataset_class(path: str) -> type:
+    """The dataset class named by ``path`` (``torch_geometric.datasets.TUDataset``), checked."""
+    module, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise DataError(f"data.source.dataset: cannot import '{path}' ({error})") from error
+    if not (isinstance(cls, type) and issubclass(cls, InMemoryDataset)):
+        raise DataError(f"data.source.dataset: {path} is not a torch_geometric InMemoryDataset")
+    return cls
+
+
+def offline(cls: type) -> type:
+    """``cls`` whose ``download`` stops with :class:`DatasetMissing` naming the raw files it lacks."""
+    if not overrides_method(cls, "download"):
+        return cls
+
+    def download(self: Dataset) -> None:
+        missing = [path for path in self.raw_paths if not Path(path).exists()]
+        raise DatasetMissing(
+            f"{cls.__module__}.{cls.__name__} has no raw files in {self.raw_dir} (missing: {', '.join(missing)}); "
+            "put them there, or set data.source.download: true to let the dataset download them")
+
+    return type(cls.__name__, (cls,), {"download": download, "__module__": cls.__module__,
+                                       "__doc__": cls.__doc__})
+
+
+class PygReader:
+    """Rows of one or more dataset instances (one per split), each row one graph (one per split
+    and graph with node masks).
+
+    Args:
+        datasets: the instances, in split order.
+        nodes: layout of the node features; edges: of the edge features.
+        target: the target attribute; node_targets: it has one row per node.
+        masks: with node masks, the mask attribute of each row block (one block of G rows per split).
+    """
+
+    def __init__(self, datasets: Sequence[InMemoryDataset], nodes: FeatureLayout, edges: FeatureLayout, target: str,
+                 node_targets: bool, masks: Sequence[str] = ()) -> None:
+        self.datasets = list(datasets)
+        self.nodes, self.edges, self.target, self.node_targets = nodes, edges, target, node_targets
+        self.masks = list(masks)
+        self.start = np.cumsum([0] + [len(d) for d in self.datasets])
+        graphs = int(self.start[-1])
+        self.num_rows = graphs * len(self.masks) if self.masks else graphs
+
+    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
+        graphs = int(self.start[-1])
+        for row in range(start, stop):
+            graph = row % graphs if self.masks else row
+            instance = int(np.searchsorted(self.start, graph, side="right")) - 1
+            data = self.datasets[instance][graph - int(self.start[instance])]
+            n = int(data.num_nodes)
+            edge_index = data.edge_index.numpy() if data.edge_index is not None else np.zeros((2, 0), np.int64)
+            x, x_continuous = self.nodes.arrays(data, n)
+            edge_attr, edge_continuous = self.edges.arrays(data, edge_index.shape[1])
+            y = _columns(data[self.target]).astype(np.float32)
+            if self.masks:
+                y[~data[self.masks[row // graphs]].numpy().astype(bool)] = np.nan
+            yield row, RawGraph(x=x, edge_index=edge_index, edge_attr=edge_attr,
+                                y=y if self.node_targets else y.reshape(-1), x_continuous=x_continuous,
+                                edge_continuous=edge_continuous)
+
+
+class PygDataset(GraphSource):
+    """Any ``torch_geometric`` ``InMemoryDataset`` already on disk, by import path and arguments.
+
+    Args:
+        dataset: import path of the dataset class, e.g. ``torch_geometric.datasets.TUDataset``.
+        args: its constructor arguments, e.g. ``{root: data/TU, name: MUTAG, use_node_attr: true}``
+            (a relative root is relative to the directory you run from).
+        node_attributes: attributes holding node features (``(n,)`` or ``(n, k)`` tensors; integer
+            = categorical, float = continuous); default ``x`` if the dataset has it.
+        edge_attributes: attributes holding edge features; default ``edge_attr`` if present.
+        target: the target attribute (NaN = missing).
+        target_level: ``graph`` (one target row per graph) or ``node`` (one per node).
+        task: ``regression``, ``binary`` (every target 0 or 1) or ``multiclass`` (one target with
+            class ids 0 .. C-1).
+        num_classes: classes of a multi-class target; None takes the largest label + 1.
+        target_names: names of the target columns (metrics, predictions); default ``y``, ``y0`` ...
+        split: ``random`` (seeded split of the graphs), ``instances`` (one dataset instance per
+            split, from ``split_args``) or ``node_masks`` (per-node targets with ``train_mask``,
+            ``val_mask`` and ``test_mask``).
+        split_args: for ``instances``: extra constructor arguments of each split, e.g.
+            ``{train: {split: train}, valid: {split: val}, test: {split: test}}``.
+        split_fractions: train, valid and test shares of ``random``.
+        seed: seed of ``random``.
+        download: let the dataset download missing raw files; otherwise a missing file stops the
+            run at once, naming it.
+        name: directory of the cache under the data root; default ``pyg_<class>[_<args.name>]``.
+    """
+
+    def __init__(
+        self,
+        dataset: str,
+        args: dict[str, Any] | None = None,
+        node_attributes: list[str] | None = None,
+        edge_attributes: list[str] | None = None,
+        target: str = "y",
+        target_level: Literal["graph", "node"] = "graph",
+        task: Literal["regression", "binary", "multiclass"] = "regression",
+        num_classes: int | None = None,
+        target_names: list[str] | None = None,
+        split: Literal["random", "instances", "node_masks"] = "random",
+        split_args: dict[str, dict[str, Any]] | None = None,
+        split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
+        seed: int = 0,
+        download: bool = False,
+        name: str | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.args = dict(args or {})
+        self.node_attributes = node_attributes
+        self.edge_attributes = edge_attributes
+        self.target = target
+        self.target_level = target_level
+        self.task = task
+        self.num_classes = num_classes
+        self.names = list(target_names) if target_names else None
+        self.split = split
+        self.split_args = dict(split_args or {})
+        self.split_fractions = tuple(float(f) for f in split_fractions)
+        self.seed = seed
+        self.download = download
+        short = dataset.rsplit(".", 1)[-1]
+        self.name = name or f"pyg_{short}" + (f"_{self.args['name']}" if "name" in self.args else "")
+        if target_level not in ("graph", "node"):
+            raise DataError(f"data.source.target_level: {target_level!r}; expected graph or node")
+        if task not in ("regression", "binary", "multiclass"):
+            raise DataError(f"data.source.task: {task!r}; expected regression, binary or multiclass")
+        if split == "instances" and not {"train", "valid"} <= set(self.split_args):
+            raise DataError("data.source.split: instances needs data.source.split_args with at least 'train' and "
+                            f"'valid' (and optionally 'test'), got {sorted(self.split_args)}")
+        if not set(self.split_args) <= {"train", "valid", "test"}:
+            raise DataError(f"data.source.split_args names splits {sorted(self.split_args)}; use train, valid, test")
+        if split != "instances" and self.split_args:
+            raise DataError("data.source.split_args is used by split: instances only")
+        if split == "node_masks" and target_level != "node":
+            raise DataError("data.source.split: node_masks splits per-node targets (target_level: node)")
+        if split not in ("random", "instances", "node_masks"):
+            raise DataError(f"data.source.split: {split!r}; expected random, instances or node_masks")
+        if len(self.split_fractions) != 3 or min(self.split_fractions) < 0 or \
+                abs(sum(self.split_fractions) - 1.0) > 1e-6:
+            raise DataError(f"data.source.split_fractions {list(split_fractions)}: three shares summing to 1")
+        self._instances: dict[str, InMemoryDataset] | None = None
+        self._layout: tuple[FeatureLayout, FeatureLayout, int, int] | None = None
+        self._fingerprint: str | None = None
+
+    # -- what the model is linked to (read from the data on first use)
+    @property
+    def node_vocab(self) -> tuple[int, ...]:
+        return self._describe()[0].vocab
+
+    @property
+    def edge_vocab(self) -> tuple[int, ...]:
+        return self._describe()[1].vocab
+
+    @property
+    def continuous_node_dim(self) -> int:
+        return self._describe()[0].continuous_dim
+
+    @property
+    def continuous_edge_dim(self) -> int:
+        return self._describe()[1].continuous_dim
+
+    @property
+    def num_targets(self) -> int:
+        return self._describe()[2]
+
+    @property
+    def num_outputs(self) -> int:
+        return self._describe()[3] if self.task == "multiclass" else self.num_targets
+
+    @property
+    def target_kind(self) -> str:
+        return self.task
+
+    @property
+    def target_names(self) -> tuple[str, ...]:
+        if self.names is None:
+            return super().target_names
+        if len(self.names) != self.num_targets:
+            raise DataError(f"data.source.target_names has {len(self.names)} names for the {self.num_targets} "
+                            f"columns of '{self.target}'")
+        return tuple(self.names)
+
+    def origin(self) -> str:
+        return f"{self.dataset}({', '.join(f'{k}={v!r}' for k, v in self.args.items())})"
+
+    def options(self) -> dict:
+        return {"dataset": self.dataset, "args": self.args, "node_attributes": self.node_attributes,
+                "edge_attributes": self.edge_attributes, "target": self.target, "target_level": self.target_level,
+                "task": self.task, "num_classes": self.num_classes, "split": self.split,
+                "split_args": self.split_args, "split_fractions": self.split_fractions, "seed": self.seed,
+                "fingerprint": self._data_fingerprint()}
+
+    # -- reading
+    def instances(self) -> dict[str, InMemoryDataset]:
+        """The dataset instance of every split (``all`` for one instance), created once."""
+        if self._instances is None:
+            cls = import_dataset_class(self.dataset)
+            cls = cls if self.download else offline(cls)
+            parts = self.split_args if self.split == "instances" else {"all": {}}
+            self._instances = {}
+            for split, extra in parts.items():
+                try:
+                    instance = cls(**{**self.args, **extra})
+                except TypeError as error:
+                    raise DataError(f"{self.dataset}: cannot be built with {({**self.args, **extra})} ({error}); "
+                                    "check data.source.args") from error
+                if instance.transform is not None:
+                    raise DataError(f"{self.origin()} has a transform; use pre_transform (applied once, stored)")
+                self._instances[split] = instance
+            sizes = ", ".join(f"{k} {len(v):,}" for k, v in self._instances.items())
+            log.info("%s: %s graphs", self.origin(), sizes)
+        return self._instances
+
+    def ensure_raw(self, root: Path) -> None:
+        self.instances()
+
+    def open(self, root: Path) -> PygReader:
+        nodes, edges, _, _ = self._describe()
+        masks = list(MASKS.values()) if self.split == "node_masks" else []
+        return PygReader(list(self.instances().values()), nodes, edges, self.target, self.target_level == "node",
+                         masks)
+
+    def splits(self, root: Path, reader: PygReader) -> dict[str, np.ndarray]:
+        graphs = int(reader.start[-1])
+        if self.split == "node_masks":
+            return {split: np.arange(k * graphs, (k + 1) * graphs) for k, split in enumerate(MASKS)}
+        if self.split == "instances":
+            return {split: np.arange(reader.start[k], reader.start[k + 1]) for k, split in enumerate(self.split_args)}
+        return seeded_split(graphs, self.seed, self.split_fractions[:2])
+
+    # -- checking and describing the data
+    def _collated(self, attribute: str) -> list[torch.Tensor | None]:
+        """The attribute's collated tensor in every instance (None where the dataset has none)."""
+        return [getattr(instance._data, attribute, None) for instance in self.instances().values()]
+
+    def _layout_of(self, attributes: list[str] | None, default: str, what: str) -> FeatureLayout:
+        """Categorical and continuous columns of the node (or edge) attributes, with vocabularies."""
+        explicit = attributes is not None
+        names = attributes if explicit else [default]
+        categorical, continuous, vocab = [], [], []
+        for name in names:
+            tensors = self._collated(name)
+            if any(t is None for t in tensors) or not all(isinstance(t, torch.Tensor) for t in tensors):
+                if not explicit:
+                    continue
+                available = sorted(self.instances()[next(iter(self.instances()))]._data.keys())
+                raise DataError(f"{self.origin()}: no tensor attribute '{name}' (data.source.{what}_attributes); "
+                                f"the data has: {', '.join(available)}")
+            values = torch.cat([t.reshape(len(t), -1) for t in tensors])
+            if values.dtype == torch.bool or not values.is_floating_point():
+                values = values.long()
+                if len(values) and values.min() < 0:
+                    column = int(torch.nonzero((values < 0).any(dim=0))[0])
+                    raise DataError(f"{self.origin()}: categorical {what} attribute '{name}' column {column} has "
+                                    "negative values; categories must be 0, 1, 2 ... (or make it a float tensor)")
+                sizes = (values.max(dim=0).values + 1).tolist() if len(values) else [1] * values.shape[1]
+                if max(sizes, default=0) > MAX_VOCAB:
+                    raise DataError(f"{self.origin()}: categorical {what} attribute '{name}' has {max(sizes)} values, "
+                                    f"more than {MAX_VOCAB}; store it as a float tensor to project it instead")
+                categorical.append((name, values.shape[1]))
+                vocab += sizes
+            else:
+                continuous.append((name, values.shape[1]))
+        return FeatureLayout(tuple(categorical), tuple(continuous), tuple(vocab) or (1,))
+
+    def _describe(self) -> tuple[FeatureLayout, FeatureLayout, int, int]:
+        """Node layout, edge layout, target columns and classes (multi-class), checked once."""
+        if self._layout is not None:
+            return self._layout
+        nodes = self._layout_of(self.node_attributes, "x", "node")
+        edges = self._layout_of(self.edge_attributes, "edge_attr", "edge")
+        targets = self._collated(self.target)
+        if any(t is None for t in targets):
+            raise DataError(f"{self.origin()}: no target attribute '{self.target}' (data.source.target)")
+        for instance, y in zip(self.instances().values(), targets):
+            graphs = len(next(iter(instance.slices.values()))) - 1
+            rows = int(instance._data.num_nodes) if self.target_level == "node" else graphs
+            if self.target_level == "graph" and len(y) != rows:
+                raise DataError(f"{self.origin()}: '{self.target}' has {len(y)} rows for {rows} graphs; per-node "
+                                "targets need data.source.target_level: node")
+            if self.target_level == "node" and len(y) != rows:
+                raise DataError(f"{self.origin()}: '{self.target}' has {len(y)} rows for {rows} nodes; per-graph "
+                                "targets need data.source.target_level: graph")
+        y = torch.cat([t.reshape(len(t), -1) for t in targets]).double()
+        classes = self._check_labels(y)
+        if self.split == "node_masks":
+            for mask in MASKS.values():
+                if any(m is None or m.dim() != 1 for m in self._collated(mask)):
+                    raise DataError(f"{self.origin()}: split: node_masks needs a 1-D node attribute '{mask}'")
+        self._layout = (nodes, edges, y.shape[1], classes)
+        log.info("%s: node features %s (vocab %s), continuous %s; edge features %s (vocab %s), continuous %s; "
+                 "%d %s target column(s) per %s", self.origin(), [n for n, _ in nodes.categorical], list(nodes.vocab),
+                 [n for n, _ in nodes.continuous], [n for n, _ in edges.categorical], list(edges.vocab),
+                 [n for n, _ in edges.continuous], y.shape[1], self.task, self.target_level)
+        return self._layout
+
+    def _check_labels(self, y: torch.Tensor) -> int:
+        """Classes of a classification target (2 for binary, 0 for regression); raises on bad labels."""
+        known = ~torch.isnan(y)
+        if self.task == "regression":
+            return 0
+        values = y[known]
+        if self.task == "binary":
+            bad = values[(values != 0) & (values != 1)]
+            rule = "0 or 1 (task: binary)"
+        else:
+            if y.shape[1] != 1:
+                raise DataError(f"{self.origin()}: a multi-class target is one column, '{self.target}' has "
+                                f"{y.shape[1]}")
+            limit = self.num_classes if self.num_classes is not None else float("inf")
+            bad = values[(values < 0) | (values != values.round()) | (values >= limit)]
+            rule = "a class id 0, 1, 2 ... (task: multiclass)"
+        if len(bad):
+            raise DataError(f"{self.origin()}: {len(bad)} values of '{self.target}' are not {rule}, e.g. "
+                            f"{bad[:3].tolist()}")
+        if self.task == "binary":
+            return 2
+        classes = self.num_classes if self.num_classes is not None else int(values.max()) + 1
+        if classes < 2:
+            raise DataError(f"{self.origin()}: '{self.target}' has {classes} class(es); at least 2 are needed")
+        return classes
+
+    def _data_fingerprint(self) -> str:
+        """SHA-1 of every collated tensor and slice of every instance: the cache follows the data."""
+        if self._fingerprint is None:
+            digest = hashlib.sha1()
+            for split, instance in self.instances().items():
+                digest.update(split.encode())
+                stores: Mapping[str, Any] = {**{f"data.{k}": v for k, v in instance._data.to_dict().items()},
+                                             **{f"slices.{k}": v for k, v in (instance.slices or {}).items()}}
+                for key in sorted(stores):
+                    value = stores[key]
+                    digest.update(key.encode())
+                    if isinstance(value, torch.Tensor):
+                        digest.update(memoryview(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()))
+                    else:
+                        digest.update(repr(value).encode())
+            self._fingerprint = digest.hexdigest()
+        return self._fingerprint

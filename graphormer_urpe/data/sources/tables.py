@@ -1,0 +1,475 @@
+"""Your own molecules: a CSV or Parquet table of SMILES and targets, through the shared molecular pipeline.
+
+:class:`SmilesTable` reads the SMILES column and the target columns named in the config, checks
+them, splits the rows (a split column, a seeded random split or a Bemis-Murcko scaffold split) and
+hands a :class:`~graphormer_urpe.data.sources.molecules.MoleculeTable` to the same featuriser,
+cache and parallel chunked preprocessing as QM9 and PCQM4Mv2. :class:`SmilesToPredict` reads a
+table of new molecules for ``evaluate.py --predict``.
+
+Problems with the table as a whole stop the run before anything is written, with a message naming
+the file, the column and the first rows concerned (rows are numbered from 0, the first data row;
+CSV messages also give the line in the file): a missing file, an empty one, a column that is not
+there, targets that are not numbers (or not valid labels), a target without any value, duplicated
+SMILES (unless ``duplicate_smiles: keep_first``), unknown split names. Problems of single
+molecules (SMILES RDKit cannot parse, empty cells: molecules without atoms) skip that row; rows
+skipped are counted and listed per split when the cache is built and at the start of every run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from rdkit import Chem
+from rdkit.Chem.Scaffolds import MurckoScaffold
+from tqdm.auto import tqdm
+
+from graphormer_urpe.data.featurize import RawGraph, silence_rdkit
+from graphormer_urpe.data.sources.base import DataError, DatasetMissing
+from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable, seeded_split
+
+log = logging.getLogger(__name__)
+
+TaskKind = Literal["regression", "binary", "multiclass"]
+SplitMethod = Literal["random", "scaffold", "column"]
+
+#: Target cells that mean "no value" (compared after stripping blanks, ignoring case).
+MISSING_VALUES = frozenset({"", "nan", "na", "n/a", "null", "none"})
+#: Accepted spellings in a split column, and the split each one means.
+SPLIT_NAMES = {"train": "train", "training": "train", "valid": "valid", "val": "valid", "validation": "valid",
+               "test": "test", "testing": "test"}
+#: Rows named in a message (the count is always complete).
+SHOWN_ROWS = 10
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+_CSV_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt")
+
+
+class TableError(DataError):
+    """The table cannot be used as configured; the message names the file, column and rows."""
+
+
+def file_digest(path: Path) -> str:
+    """SHA-1 of the file's bytes (part of the cache key: an edited table gets a new cache)."""
+    digest = hashlib.sha1()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_parquet(path: Path) -> bool:
+    """Whether ``path`` names a Parquet file (by its suffix); CSV otherwise."""
+    return path.name.lower().endswith(_PARQUET_SUFFIXES)
+
+
+def describe_rows(path: Path, rows: Sequence[int]) -> str:
+    """``rows 3, 17 (lines 5, 19)`` for the first :data:`SHOWN_ROWS` of ``rows`` (lines only for CSV files)."""
+    shown = [int(r) for r in rows[:SHOWN_ROWS]]
+    more = f" and {len(rows) - SHOWN_ROWS} more" if len(rows) > SHOWN_ROWS else ""
+    text = f"row{'s' if len(rows) > 1 else ''} {', '.join(map(str, shown))}{more}"
+    if not is_parquet(path):  # the header is line 1
+        text += f" (line{'s' if len(shown) > 1 else ''} {', '.join(str(r + 2) for r in shown)})"
+    return text
+
+
+def read_columns(path: Path, columns: Sequence[str], what: Sequence[str]) -> pd.DataFrame:
+    """The named columns of a CSV (every cell as text) or Parquet table (native types).
+
+    Args:
+        path: the table.
+        columns: column names to read.
+        what: for each column, the config key that names it (for the message when it is missing).
+
+    Raises:
+        TableError: the file is empty or has no data rows, or a column is not there.
+    """
+    if not is_parquet(path) and not path.name.lower().endswith(_CSV_SUFFIXES):
+        raise TableError(f"{path}: unknown table type; name it *.csv, *.csv.gz, *.tsv or *.parquet")
+    if path.stat().st_size == 0:
+        raise TableError(f"{path}: the file is empty")
+    sep = "\t" if ".tsv" in path.name.lower() else ","
+    if is_parquet(path):
+        import pyarrow.parquet as pq
+
+        header = list(pq.read_schema(path).names)
+    else:
+        try:
+            header = list(pd.read_csv(path, sep=sep, nrows=0).columns)
+        except pd.errors.EmptyDataError as error:
+            raise TableError(f"{path}: the file is empty") from error
+    for column, key in zip(columns, what):
+        if column not in header:
+            lower = {name.lower(): name for name in header}
+            close = difflib.get_close_matches(column.lower(), list(lower), n=1)
+            hint = f"; did you mean '{lower[close[0]]}'?" if close else "."
+            raise TableError(f"{path}: no column '{column}' ({key}){hint} The file's columns are: {', '.join(header)}")
+    unique = list(dict.fromkeys(columns))
+    if is_parquet(path):
+        frame = pd.read_parquet(path, columns=unique)
+    else:
+        frame = pd.read_csv(path, sep=sep, usecols=unique, dtype=str, keep_default_na=False)
+    if frame.empty:
+        raise TableError(f"{path}: the file has a header but no data rows")
+    return frame
+
+
+def smiles_strings(frame: pd.DataFrame, column: str) -> list[str]:
+    """The SMILES cells as stripped strings (a missing Parquet value becomes an empty string)."""
+    return ["" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value).strip()
+            for value in frame[column].tolist()]
+
+
+def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
+    """A target column as float64 with NaN for missing cells.
+
+    Raises:
+        TableError: a cell is neither a number nor empty (or a missing-value word), or is infinite.
+    """
+    values = frame[column]
+    if pd.api.types.is_bool_dtype(values) or pd.api.types.is_numeric_dtype(values):
+        numbers = values.astype(np.float64).to_numpy()
+        bad = np.flatnonzero(np.isinf(numbers))
+    else:
+        text = values.map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v).strip())
+        missing = text.str.lower().isin(MISSING_VALUES).to_numpy()
+        numbers = pd.to_numeric(text.where(~missing, None), errors="coerce").to_numpy(np.float64)
+        bad = np.flatnonzero((~missing & np.isnan(numbers)) | np.isinf(numbers))
+    if len(bad):
+        examples = ", ".join(repr(values.iloc[r]) for r in bad[:3])
+        raise TableError(f"{path}: column '{column}' holds {len(bad)} value(s) that are not finite numbers, "
+                         f"at {describe_rows(path, bad)}: {examples}; leave a cell empty for a missing value")
+    return numbers
+
+
+def check_labels(values: np.ndarray, column: str, path: Path, task: TaskKind, num_classes: int | None) -> int:
+    """Check the labels of a classification target; returns its number of classes (2 for binary).
+
+    Raises:
+        TableError: a label is not 0/1 (binary) or not an integer in 0 .. C-1 (multiclass).
+    """
+    known = ~np.isnan(values)
+    if task == "binary":
+        bad = np.flatnonzero(known & (values != 0) & (values != 1))
+        rule = "0 or 1 (data.source.task: binary)"
+    else:
+        limit = np.inf if num_classes is None else num_classes
+        bad = np.flatnonzero(known & ((values < 0) | (values != np.round(values)) | (values >= limit)))
+        rule = "a class id 0, 1, 2 ... (data.source.task: multiclass)" if num_classes is None else \
+            f"a class id in 0..{num_classes - 1} (data.source.num_classes: {num_classes})"
+    if len(bad):
+        examples = ", ".join(f"{values[r]:g}" for r in bad[:3])
+        raise TableError(f"{path}: column '{column}' has {len(bad)} label(s) that are not {rule}, at "
+                         f"{describe_rows(path, bad)}: {examples}")
+    if task == "binary":
+        return 2
+    inferred = int(np.nanmax(values)) + 1 if known.any() else 0
+    classes = inferred if num_classes is None else num_classes
+    if classes < 2:
+        raise TableError(f"{path}: column '{column}' has {classes} class(es); multi-class targets need at least 2")
+    return classes
+
+
+def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[dict[str, np.ndarray], int]:
+    """Deterministic Bemis-Murcko scaffold split, as DeepChem's ``ScaffoldSplitter``.
+
+    Molecules are grouped by the SMILES of their Murcko scaffold (RDKit, without chirality);
+    groups are sorted by size, largest first (ties: the group whose first row is later comes
+    first), and each whole group goes to train while train stays within its share, else to valid
+    while train + valid stay within theirs, else to test. No scaffold is in two splits. Rows RDKit
+    cannot parse join train, where preprocessing skips and counts them.
+
+    Args:
+        smiles: R SMILES strings.
+        fractions: train, valid (and test) shares.
+
+    Returns:
+        Sorted rows of ``train``, ``valid``, ``test``, and the number of distinct scaffolds.
+    """
+    silence_rdkit()
+    groups: dict[str, list[int]] = {}
+    unparsable: list[int] = []
+    for row, text in enumerate(tqdm(smiles, desc="Bemis-Murcko scaffolds", unit="molecule", mininterval=2.0,
+                                    disable=len(smiles) < 50_000)):
+        mol = Chem.MolFromSmiles(text) if text else None
+        if mol is None:
+            unparsable.append(row)
+            continue
+        groups.setdefault(MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False), []).append(row)
+    ordered = sorted(groups.values(), key=lambda rows: (len(rows), rows[0]), reverse=True)
+    train_cutoff = fractions[0] * len(smiles)
+    valid_cutoff = (fractions[0] + fractions[1]) * len(smiles)
+    parts: dict[str, list[int]] = {"train": list(unparsable), "valid": [], "test": []}
+    for rows in ordered:
+        if len(parts["train"]) + len(rows) > train_cutoff:
+            if len(parts["train"]) + len(parts["valid"]) + len(rows) > valid_cutoff:
+                parts["test"] += rows
+            else:
+                parts["valid"] += rows
+        else:
+            parts["train"] += rows
+    return {name: np.sort(np.asarray(rows, dtype=np.int64)) for name, rows in parts.items()}, len(groups)
+
+
+class SmilesRows(MoleculeTable):
+    """A :class:`MoleculeTable` whose rows listed in ``rejected`` are skipped with the given reason
+    (duplicates of an earlier row), and which carries its split.
+
+    Args:
+        smiles: R SMILES strings.
+        targets: (R, Y) float32, NaN where unknown.
+        rejected: row -> reason it is skipped.
+        splits: rows of every split.
+    """
+
+    def __init__(self, smiles: Sequence[object], targets: np.ndarray, rejected: dict[int, str],
+                 splits: dict[str, np.ndarray]) -> None:
+        super().__init__(smiles, targets)
+        self.rejected = rejected
+        self.splits = splits
+
+    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
+        for row, graph in super().graphs(start, stop):
+            yield row, self.rejected.get(row, graph)
+
+
+class SmilesTable(MoleculeSource):
+    """A CSV or Parquet table of SMILES and targets: regression, binary labels or one multi-class label.
+
+    Args:
+        path: the table: ``*.csv``, ``*.csv.gz``, ``*.tsv`` or ``*.parquet`` (relative paths are
+            relative to the directory you run from).
+        targets: names of the target columns, learned together; an empty cell (or ``nan``, ``NA``,
+            ``null``, ``none``) is a missing value, left out of the loss and the metrics.
+        smiles_column: name of the SMILES column.
+        task: ``regression`` (train with ``GraphRegression``), ``binary`` (every target 0 or 1) or
+            ``multiclass`` (one target with class ids 0 .. C-1), both with ``GraphClassification``.
+        num_classes: classes of a multi-class target; None takes the largest label + 1.
+        split: ``random`` (seeded), ``scaffold`` (Bemis-Murcko, deterministic) or ``column``
+            (train/valid/test written in ``split_column``).
+        split_column: the column holding each row's split (``train``/``training``,
+            ``valid``/``val``/``validation``, ``test``/``testing``) for ``split: column``.
+        split_fractions: train, valid and test shares for ``random`` and ``scaffold``.
+        seed: seed of the random split.
+        duplicate_smiles: ``error`` stops before any work listing the duplicated SMILES and their
+            rows; ``keep_first`` keeps the first row of each and skips the others (counted, with
+            the row they repeat).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        targets: Sequence[str],
+        smiles_column: str = "smiles",
+        task: TaskKind = "regression",
+        num_classes: int | None = None,
+        split: SplitMethod = "random",
+        split_column: str = "split",
+        split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
+        seed: int = 0,
+        duplicate_smiles: Literal["error", "keep_first"] = "error",
+    ) -> None:
+        self.path = Path(path)
+        self.targets = list(targets)
+        self.smiles_column = smiles_column
+        self.task = task
+        self.num_classes = num_classes
+        self.split = split
+        self.split_column = split_column
+        self.split_fractions = tuple(float(f) for f in split_fractions)
+        self.seed = seed
+        self.duplicate_smiles = duplicate_smiles
+        if not self.targets:
+            raise TableError(f"{self.path}: name at least one target column (data.source.targets)")
+        if len(set(self.targets)) != len(self.targets):
+            raise TableError(f"{self.path}: a target column is named twice in data.source.targets {self.targets}")
+        if task not in ("regression", "binary", "multiclass"):
+            raise TableError(f"data.source.task: {task!r}; expected regression, binary or multiclass")
+        if task == "multiclass" and len(self.targets) != 1:
+            raise TableError(f"{self.path}: a multi-class task has one target column, got {self.targets}")
+        if len(self.split_fractions) != 3 or min(self.split_fractions) < 0 or \
+                abs(sum(self.split_fractions) - 1.0) > 1e-6:
+            raise TableError(f"data.source.split_fractions {list(split_fractions)}: three shares (train, valid, "
+                             "test), each >= 0, summing to 1")
+        self.name = f"smiles_{self.path.name.split('.')[0]}"
+        self._digest: str | None = None
+        self._classes: int | None = None
+
+    # -- what the model is linked to
+    @property
+    def num_targets(self) -> int:
+        return len(self.targets)
+
+    @property
+    def target_names(self) -> tuple[str, ...]:
+        return tuple(self.targets)
+
+    @property
+    def target_kind(self) -> str:
+        return self.task
+
+    @property
+    def num_outputs(self) -> int:
+        """One output per target; the number of classes for a multi-class target (read from the table
+        when ``num_classes`` is not given)."""
+        if self.task != "multiclass":
+            return len(self.targets)
+        if self._classes is None:
+            self.ensure_raw(Path("."))
+            frame = read_columns(self.path, self.targets, ["data.source.targets"])
+            labels = numeric_column(frame, self.targets[0], self.path)
+            self._classes = check_labels(labels, self.targets[0], self.path, self.task, self.num_classes)
+        return self._classes
+
+    def origin(self) -> str:
+        return f"{self.path} (SMILES column '{self.smiles_column}')"
+
+    def options(self) -> dict:
+        if self._digest is None:
+            self.ensure_raw(Path("."))
+            self._digest = file_digest(self.path)
+        return {**super().options(), "sha1": self._digest, "smiles_column": self.smiles_column,
+                "targets": self.targets, "task": self.task, "num_classes": self.num_classes, "split": self.split,
+                "split_column": self.split_column if self.split == "column" else None,
+                "split_fractions": self.split_fractions if self.split != "column" else None,
+                "seed": self.seed if self.split == "random" else None, "duplicate_smiles": self.duplicate_smiles}
+
+    # -- reading
+    def ensure_raw(self, root: Path) -> None:
+        if not self.path.is_file():
+            raise DatasetMissing(f"the table {self.path} does not exist (data.source.path; a relative path is "
+                                 f"relative to the directory you run from, {Path.cwd()})")
+
+    def open(self, root: Path) -> SmilesRows:
+        """Read and check the whole table, and split it; raises :class:`TableError` before any work."""
+        columns = [self.smiles_column, *self.targets]
+        keys = ["data.source.smiles_column", *["data.source.targets"] * len(self.targets)]
+        if self.split == "column":
+            columns.append(self.split_column)
+            keys.append("data.source.split_column")
+        frame = read_columns(self.path, columns, keys)
+        smiles = smiles_strings(frame, self.smiles_column)
+        targets = np.stack([numeric_column(frame, name, self.path) for name in self.targets], axis=1)
+        for k, name in enumerate(self.targets):
+            if not np.isfinite(targets[:, k]).any():
+                raise TableError(f"{self.path}: target column '{name}' has no value in any of its {len(frame)} rows")
+            if self.task != "regression":
+                self._classes = check_labels(targets[:, k], name, self.path, self.task, self.num_classes)
+        rejected = self._duplicates(smiles)
+        splits = self._splits(frame, smiles)
+        self._check_training_targets(targets, splits["train"], rejected)
+        empty = [row for row, text in enumerate(smiles) if not text]
+        if empty:
+            log.warning("%s: %d empty SMILES cell(s) (molecules without atoms) at %s; these rows are skipped",
+                        self.origin(), len(empty), describe_rows(self.path, empty))
+        log.info("%s: %d rows, targets %s (%s); split %s: %s", self.origin(), len(frame), ", ".join(self.targets),
+                 self.task, self.split, ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
+        return SmilesRows(smiles, targets, rejected, splits)
+
+    def splits(self, root: Path, reader: SmilesRows) -> dict[str, np.ndarray]:
+        return reader.splits
+
+    def _duplicates(self, smiles: list[str]) -> dict[int, str]:
+        """Rows repeating an earlier row's SMILES (exact strings): an error, or skipped with ``keep_first``."""
+        codes, _ = pd.factorize(np.asarray(smiles, dtype=object))
+        _, first_index = np.unique(codes, return_index=True)
+        first_row = first_index[codes]  # (R,) first row with the same SMILES
+        rows = np.flatnonzero((first_row != np.arange(len(smiles))) & (np.asarray(smiles, dtype=object) != ""))
+        if not len(rows):
+            return {}
+        if self.duplicate_smiles == "error":
+            repeated = list(dict.fromkeys(codes[rows]))
+            listed = [f"'{smiles[first_index[code]]}' at {describe_rows(self.path, np.flatnonzero(codes == code))}"
+                      for code in repeated[:3]]
+            raise TableError(
+                f"{self.path}: column '{self.smiles_column}' has {len(rows)} duplicated SMILES "
+                f"({'; '.join(listed)}{'; ...' if len(repeated) > 3 else ''}); duplicates can fall into different "
+                "splits and leak test molecules into training. Remove them, or set "
+                "data.source.duplicate_smiles: keep_first to keep the first row of each and skip the others")
+        log.warning("%s: %d rows repeat the SMILES of an earlier row (%s) and are skipped "
+                    "(duplicate_smiles: keep_first)", self.origin(), len(rows), describe_rows(self.path, rows))
+        return {int(row): f"duplicate of row {int(first_row[row])}" for row in rows}
+
+    def _splits(self, frame: pd.DataFrame, smiles: list[str]) -> dict[str, np.ndarray]:
+        """Rows of each split, by the configured method; train and valid must not be empty."""
+        if self.split == "random":
+            splits = seeded_split(len(smiles), self.seed, self.split_fractions[:2])
+        elif self.split == "scaffold":
+            splits, scaffolds = scaffold_split(smiles, self.split_fractions)
+            log.info("%s: %d Bemis-Murcko scaffolds", self.origin(), scaffolds)
+        elif self.split == "column":
+            names = frame[self.split_column].map(lambda v: SPLIT_NAMES.get(str(v).strip().lower(), "")).to_numpy()
+            unknown = np.flatnonzero(names == "")
+            if len(unknown):
+                values = sorted({str(frame[self.split_column].iloc[r]) for r in unknown})[:5]
+                raise TableError(f"{self.path}: column '{self.split_column}' (data.source.split_column) has "
+                                 f"{len(unknown)} value(s) that name no split, at {describe_rows(self.path, unknown)}: "
+                                 f"{values}; use train, valid or test")
+            splits = {name: np.flatnonzero(names == name) for name in ("train", "valid", "test")}
+            splits = {name: rows for name, rows in splits.items() if name != "test" or len(rows)}
+        else:
+            raise TableError(f"data.source.split: {self.split!r}; expected random, scaffold or column")
+        for name in ("train", "valid"):
+            if not len(splits[name]):
+                raise TableError(f"{self.path}: the {self.split} split leaves no row in '{name}' "
+                                 f"({len(smiles)} rows); use more rows or other split_fractions")
+        return splits
+
+    def _check_training_targets(self, targets: np.ndarray, train: np.ndarray, rejected: dict[int, str]) -> None:
+        """Every target needs a value in the training split; a binary one should see both labels."""
+        usable = train[~np.isin(train, list(rejected))]
+        for k, name in enumerate(self.targets):
+            values = targets[usable, k]
+            values = values[np.isfinite(values)]
+            if not len(values):
+                raise TableError(f"{self.path}: target '{name}' has no value in the training split, so it cannot "
+                                 "be learned; check the column or the split")
+            if self.task == "binary" and len(np.unique(values)) < 2:
+                log.warning("%s: target '%s' has only label %g in the training split", self.origin(), name,
+                            values[0])
+
+
+class SmilesToPredict(MoleculeSource):
+    """New molecules to predict: one SMILES column, every row in the split ``predict``, in file order.
+
+    Rows are never dropped for repeating a SMILES; rows that cannot be featurised are skipped and
+    reported (``evaluate.py --predict`` writes them with an empty prediction and the reason).
+
+    Args:
+        path: a CSV or Parquet table.
+        smiles_column: the SMILES column.
+    """
+
+    num_targets = 0
+    target_names = ()
+
+    def __init__(self, path: str, smiles_column: str = "smiles") -> None:
+        self.path = Path(path)
+        self.smiles_column = smiles_column
+        self.name = f"predict_{self.path.name.split('.')[0]}"
+        self._digest: str | None = None
+
+    def origin(self) -> str:
+        return f"{self.path} (SMILES column '{self.smiles_column}')"
+
+    def options(self) -> dict:
+        if self._digest is None:
+            self._digest = file_digest(self.path)
+        return {**super().options(), "sha1": self._digest, "smiles_column": self.smiles_column}
+
+    def ensure_raw(self, root: Path) -> None:
+        if not self.path.is_file():
+            raise DatasetMissing(f"the table to predict, {self.path}, does not exist")
+
+    def open(self, root: Path) -> MoleculeTable:
+        frame = read_columns(self.path, [self.smiles_column], ["--smiles-column"])
+        smiles = smiles_strings(frame, self.smiles_column)
+        return MoleculeTable(smiles, np.zeros((len(smiles), 0), dtype=np.float32))
+
+    def splits(self, root: Path, reader: MoleculeTable) -> dict[str, np.ndarray]:
+        return {"predict": np.arange(reader.num_rows)}

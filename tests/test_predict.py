@@ -1,0 +1,110 @@
+"""evaluate.py --predict: new molecules through the training pipeline, one output row per input row."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import evaluate
+import train
+from graphormer_urpe.cli import RUN_DIR_ENV
+from graphormer_urpe.data.batch import GraphRecord, collate_graphs
+from graphormer_urpe.data.featurize import molecule_graph
+from graphormer_urpe.data.sources import DataError
+from graphormer_urpe.data.transforms import graph_structure
+from graphormer_urpe.predict import predict_table
+from graphormer_urpe.tasks import GraphClassification, GraphRegression
+
+TINY = ["--data.num_workers", "0", "--data.preprocess_workers", "0", "--model.encoder.num_layers", "2",
+        "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4",
+        "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--model.warmup_steps", "1",
+        "--trainer.enable_progress_bar", "false"]
+NEW = ["CCO", "not a molecule", "c1ccccc1O", "", "CCO", "  C1CC1  ", "C1CC(=O"]
+
+
+def trained(tmp: Path, config: str, *overrides: str) -> tuple[Path, Path]:
+    """Checkpoint and run directory of a tiny run of ``config``."""
+    os.environ.pop(RUN_DIR_ENV, None)  # module fixtures run before the per-test reset of conftest
+    metrics = train.main(["--config", config, *TINY, *overrides, "--data.root", str(tmp / "data"),
+                          "--run_root", str(tmp / "runs"), "--run_name", "run"])
+    return Path(metrics["best_checkpoint"]), tmp / "runs" / "run"
+
+
+@pytest.fixture(scope="module")
+def regression_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return trained(tmp_path_factory.mktemp("regression"), "smiles_csv_example")
+
+
+def expected_prediction(task: torch.nn.Module, smiles: str) -> torch.Tensor:
+    """The model's output for one molecule, featurised and structured by hand."""
+    graph = molecule_graph(smiles, np.zeros(0))
+    structure = graph_structure(len(graph.x), graph.edge_index)
+    record = GraphRecord(x=graph.x, edge_index=graph.edge_index, edge_attr=graph.edge_attr, spd=structure.spd,
+                         first_edge=structure.first_edge, in_degree=structure.in_degree,
+                         out_degree=structure.out_degree, y=np.zeros(0, np.float32), index=0)
+    with torch.no_grad():
+        return task.eval()(collate_graphs([record]))[0]
+
+
+def test_predictions_keep_every_row_in_order_with_reasons_for_failures(regression_run, tmp_path: Path) -> None:
+    ckpt, run_dir = regression_run
+    pd.DataFrame({"name": [f"m{k}" for k in range(len(NEW))], "smiles": NEW}).to_csv(tmp_path / "new.csv", index=False)
+    out = tmp_path / "out" / "preds.csv"
+    # the command of the README: the run's own config file, the checkpoint, the new table
+    result = evaluate.main(["--config", str(run_dir / "config.yaml"), "--ckpt", str(ckpt), "--predict",
+                            str(tmp_path / "new.csv"), "--out", str(out)])
+    assert result["rows"] == 7 and result["predicted"] == 4 and result["failed"] == 3
+    preds = pd.read_csv(out, keep_default_na=False)
+    assert list(preds.columns) == ["row", "smiles", "gap_ev", "mu_debye", "error"]
+    assert preds["row"].tolist() == list(range(7))
+    assert preds["smiles"].tolist() == [s.strip() for s in NEW]
+    assert preds["error"].tolist() == ["", "RDKit cannot parse", "", "empty SMILES", "", "", "RDKit cannot parse"]
+    assert (preds.loc[[1, 3, 6], ["gap_ev", "mu_debye"]] == "").all().all()  # empty, not a number
+    task = GraphRegression.from_checkpoint(ckpt)
+    for row in (0, 2, 5):
+        expected = expected_prediction(task, NEW[row].strip())  # data units: normalisation undone
+        np.testing.assert_allclose(preds.loc[row, ["gap_ev", "mu_debye"]].astype(float), expected.numpy(), rtol=1e-5)
+    assert preds.loc[0, "gap_ev"] == preds.loc[4, "gap_ev"]  # a repeated molecule is predicted again
+    embedded = evaluate.main(["--ckpt", str(ckpt), "--predict", str(tmp_path / "new.csv"),
+                              "--out", str(tmp_path / "again.csv")])  # the config stored in the checkpoint
+    assert embedded["rows"] == 7 and (tmp_path / "again.csv").read_text() == out.read_text()
+
+
+def test_parquet_tables_and_other_smiles_columns(regression_run, tmp_path: Path) -> None:
+    ckpt, _ = regression_run
+    pd.DataFrame({"SMILES": NEW}).to_parquet(tmp_path / "new.parquet")
+    evaluate.main(["--ckpt", str(ckpt), "--predict", str(tmp_path / "new.parquet"), "--smiles-column", "SMILES",
+                   "--out", str(tmp_path / "p.csv")])
+    assert pd.read_csv(tmp_path / "p.csv")["row"].tolist() == list(range(7))
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["--ckpt", str(ckpt), "--predict", str(tmp_path / "new.parquet"), "--out", "x.csv"])
+    assert stop.value.code == 2  # the training column 'smiles' is not in this table; the log names the columns
+
+
+def test_classification_predictions_hold_labels_and_probabilities(tmp_path: Path) -> None:
+    ckpt, _ = trained(tmp_path, "smiles_csv_classification", "--data.source.targets", "[rings]",
+                      "--data.source.task", "multiclass")
+    pd.DataFrame({"smiles": NEW}).to_csv(tmp_path / "new.csv", index=False)
+    evaluate.main(["--ckpt", str(ckpt), "--predict", str(tmp_path / "new.csv"), "--out", str(tmp_path / "p.csv")])
+    preds = pd.read_csv(tmp_path / "p.csv")
+    probabilities = preds[[f"rings_probability_{k}" for k in range(4)]]
+    task = GraphClassification.from_checkpoint(ckpt)
+    expected = torch.softmax(expected_prediction(task, "c1ccccc1O"), dim=-1).numpy()
+    np.testing.assert_allclose(probabilities.loc[2], expected, rtol=1e-5)
+    assert preds.loc[2, "rings"] == int(np.argmax(expected)) and np.isnan(preds.loc[1, "rings"])
+    np.testing.assert_allclose(probabilities.dropna().sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_only_molecular_checkpoints_predict_smiles(regression_run, tmp_path: Path) -> None:
+    ckpt, run_dir = regression_run
+    config = (run_dir / "config.yaml").read_text().replace("graphormer_urpe.data.sources.SmilesTable",
+                                                           "graphormer_urpe.data.sources.PygDataset")
+    with pytest.raises(DataError, match="--predict reads SMILES, but .* was trained on PygDataset"):
+        predict_table(ckpt, tmp_path / "new.csv", tmp_path / "p.csv", config)
+    with pytest.raises(SystemExit, match="--predict TABLE needs --out"):
+        evaluate.main(["--ckpt", str(ckpt), "--predict", "new.csv"])

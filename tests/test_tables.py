@@ -1,0 +1,243 @@
+"""SmilesTable / SmilesToPredict: CSV and Parquet tables of your own molecules through the molecular pipeline."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from rdkit import Chem
+from rdkit.Chem.Scaffolds import MurckoScaffold
+
+from graphormer_urpe.cli import REPO_DIR
+from graphormer_urpe.data.datamodule import GraphDataModule
+from graphormer_urpe.data.featurize import molecule_graph
+from graphormer_urpe.data.sources import DatasetMissing, SmilesTable, SmilesToPredict
+from graphormer_urpe.data.sources.molecules import seeded_split
+from graphormer_urpe.data.sources.tables import TableError, scaffold_split
+
+EXAMPLE = REPO_DIR / "examples" / "qm9_sample.csv"
+
+
+@pytest.fixture
+def sample() -> pd.DataFrame:
+    """The first 60 molecules of the shipped example (``mu_debye`` and ``polar`` missing in row 24 ...)."""
+    return pd.read_csv(EXAMPLE).head(60)
+
+
+def datamodule(tmp_path: Path, **source: object) -> GraphDataModule:
+    return GraphDataModule(SmilesTable(**source), root=str(tmp_path / "data"), batch_size=8, num_workers=0,
+                           preprocess_workers=0)
+
+
+def prepared(tmp_path: Path, **source: object) -> GraphDataModule:
+    data = datamodule(tmp_path, **source)
+    data.prepare_data()
+    data.setup()
+    return data
+
+
+def test_csv_and_parquet_give_the_same_graphs_with_ogb_features(tmp_path: Path, sample: pd.DataFrame) -> None:
+    sample.to_csv(tmp_path / "t.csv", index=False)
+    sample.to_parquet(tmp_path / "t.parquet", index=False)
+    targets = ["gap_ev", "mu_debye"]
+    from_csv = prepared(tmp_path / "a", path=str(tmp_path / "t.csv"), targets=targets)
+    from_parquet = prepared(tmp_path / "b", path=str(tmp_path / "t.parquet"), targets=targets)
+    store_csv, store_parquet = from_csv.datasets["train"].store, from_parquet.datasets["train"].store
+    assert len(store_csv) == len(store_parquet) == 60
+    for index in range(60):
+        a, b = store_csv.record(index), store_parquet.record(index)
+        expected = molecule_graph(sample["smiles"][index], np.zeros(2))  # the one molecular featuriser
+        np.testing.assert_array_equal(a.x, expected.x)
+        np.testing.assert_array_equal(a.edge_attr, expected.edge_attr)
+        np.testing.assert_array_equal(a.edge_index, b.edge_index)
+        np.testing.assert_array_equal(a.y, sample.loc[index, targets].to_numpy(np.float32))  # NaN kept
+        np.testing.assert_array_equal(b.y, a.y)
+    assert np.isnan(store_csv.targets()[24, 1]) and from_csv.num_targets == 2
+    assert from_csv.target_names == targets and from_csv.target_kind == "regression"
+
+
+def test_random_split_is_seeded_and_recorded_with_the_cache(tmp_path: Path, sample: pd.DataFrame) -> None:
+    sample.to_csv(tmp_path / "t.csv", index=False)
+    data = prepared(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"], seed=3)
+    expected = seeded_split(60, 3, (0.8, 0.1))
+    with np.load(data.cache_dir / "splits.npz") as recorded:
+        for name in ("train", "valid", "test"):
+            np.testing.assert_array_equal(recorded[name], expected[name])
+    other = datamodule(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"], seed=4)
+    scaffold = datamodule(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"], split="scaffold")
+    assert len({data.cache_dir, other.cache_dir, scaffold.cache_dir}) == 3  # the split is part of the key
+
+
+def test_an_edited_table_gets_a_new_cache(tmp_path: Path, sample: pd.DataFrame) -> None:
+    sample.to_csv(tmp_path / "t.csv", index=False)
+    before = datamodule(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"]).cache_dir
+    sample.assign(gap_ev=sample["gap_ev"] + 1).to_csv(tmp_path / "t.csv", index=False)
+    assert datamodule(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"]).cache_dir != before
+
+
+def test_scaffold_split_follows_deepchem_exactly() -> None:
+    smiles = ["c1ccccc1C", "C1CCCCC1O", "CCO", "c1ccccc1O", "C1CCCCC1N", "c1ccccc1N", "CCN", "c1ccncc1",
+              "c1ccccc1F", "C1CCCCC1F"]
+    # scaffolds: benzene rows 0, 3, 5, 8 (4); cyclohexane 1, 4, 9 (3); none 2, 6 (2); pyridine 7 (1).
+    # cut-offs 5 (train) and 8 (train + valid): benzene -> train (4), cyclohexane -> valid (7 <= 8),
+    # acyclic -> test (6 > 5 and 9 > 8), pyridine -> train (5 <= 5)
+    splits, scaffolds = scaffold_split(smiles, (0.5, 0.3, 0.2))
+    assert scaffolds == 4
+    assert splits["train"].tolist() == [0, 3, 5, 7, 8] and splits["valid"].tolist() == [1, 4, 9]
+    assert splits["test"].tolist() == [2, 6]
+
+
+def test_scaffold_split_is_deterministic_and_keeps_every_scaffold_in_one_split() -> None:
+    smiles = pd.read_csv(EXAMPLE)["smiles"].tolist() + ["not a molecule"]
+    splits, _ = scaffold_split(smiles, (0.8, 0.1, 0.1))
+    again, _ = scaffold_split(list(smiles), (0.8, 0.1, 0.1))
+    assert all(np.array_equal(splits[k], again[k]) for k in splits)
+    assert sorted(np.concatenate(list(splits.values())).tolist()) == list(range(len(smiles)))
+    assert len(smiles) - 1 in splits["train"]  # unparsable rows join train, where they are skipped
+    scaffold_sets = {name: {MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(smiles[r]))
+                            for r in rows if r < len(smiles) - 1} for name, rows in splits.items()}
+    train, valid, test = scaffold_sets["train"], scaffold_sets["valid"], scaffold_sets["test"]
+    assert not (train & valid) and not (train & test) and not (valid & test)
+    assert abs(len(splits["train"]) - 0.8 * len(smiles)) <= 1 and len(splits["valid"]) and len(splits["test"])
+
+
+def test_split_from_a_column(tmp_path: Path, sample: pd.DataFrame) -> None:
+    names = np.array(["Train", " training ", "val", "VALIDATION", "test", "valid"] * 10)
+    sample.assign(fold=names).to_csv(tmp_path / "t.csv", index=False)
+    data = prepared(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"], split="column", split_column="fold")
+    assert data.split_sizes == {"train": 20, "valid": 30, "test": 10}
+    with np.load(data.cache_dir / "splits.npz") as recorded:
+        assert recorded["test"].tolist() == list(range(4, 60, 6))
+
+
+def test_target_statistics_come_from_training_rows_with_missing_values_left_out(
+        tmp_path: Path, sample: pd.DataFrame) -> None:
+    sample.to_csv(tmp_path / "t.csv", index=False)
+    data = prepared(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev", "mu_debye"])
+    train = seeded_split(60, 0, (0.8, 0.1))["train"]
+    values = sample.loc[train, ["gap_ev", "mu_debye"]].to_numpy(np.float32)
+    mean, std = data.target_statistics()
+    np.testing.assert_allclose(mean, np.nanmean(values, axis=0), rtol=1e-6)
+    np.testing.assert_allclose(std, np.nanstd(values, axis=0), rtol=1e-6)
+    assert not np.allclose(mean, np.nanmean(sample[["gap_ev", "mu_debye"]].to_numpy(np.float32), axis=0))
+
+
+def test_multiclass_classes_are_read_from_the_table_when_the_model_is_linked(tmp_path: Path) -> None:
+    source = SmilesTable(str(EXAMPLE), targets=["rings"], task="multiclass")
+    assert source.num_outputs == 4 and source.num_targets == 1  # labels 0..3, read before any preprocessing
+    assert SmilesTable(str(EXAMPLE), targets=["rings"], task="multiclass", num_classes=6).num_outputs == 6
+    with pytest.raises(TableError, match=r"column 'rings' has \d+ label\(s\) that are not a class id in 0..2"):
+        _ = SmilesTable(str(EXAMPLE), targets=["rings"], task="multiclass", num_classes=3).num_outputs
+    binary = SmilesTable(str(EXAMPLE), targets=["polar"], task="binary")
+    assert binary.num_outputs == 1 and binary.target_kind == "binary"
+
+
+def test_molecules_that_cannot_be_featurised_are_skipped_counted_and_named(
+        tmp_path: Path, sample: pd.DataFrame, caplog: pytest.LogCaptureFixture) -> None:
+    table = sample.head(20).copy()
+    table.loc[4, "smiles"] = ""  # a molecule without atoms
+    table.loc[9, "smiles"] = "C1CC(=O"  # RDKit cannot parse it
+    table.loc[11, "smiles"] = "   "
+    table.to_csv(tmp_path / "t.csv", index=False)
+    with caplog.at_level(logging.INFO):
+        data = prepared(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"], split_fractions=[0.5, 0.25, 0.25])
+    skipped = data.datasets["train"].store.skipped_rows()
+    assert skipped == {4: "empty SMILES", 9: "RDKit cannot parse", 11: "empty SMILES"}
+    assert sum(data.split_sizes.values()) == 17
+    text = caplog.text
+    assert f"{tmp_path / 't.csv'} (SMILES column 'smiles'): 2 empty SMILES cell(s) (molecules without atoms) at " \
+           "rows 4, 11 (lines 6, 13)" in text
+    assert f"{tmp_path / 't.csv'} (SMILES column 'smiles'): 3 of 20 rows were skipped while preprocessing" in text
+
+
+def test_duplicated_smiles_can_be_kept_once(tmp_path: Path, sample: pd.DataFrame) -> None:
+    table = sample.head(20).copy()
+    table.loc[[7, 12], "smiles"] = table.loc[2, "smiles"]
+    table.to_csv(tmp_path / "t.csv", index=False)
+    data = prepared(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"], duplicate_smiles="keep_first",
+                    split_fractions=[0.5, 0.25, 0.25])
+    assert data.datasets["train"].store.skipped_rows() == {7: "duplicate of row 2", 12: "duplicate of row 2"}
+
+
+def _bad(frame: pd.DataFrame, row: int, column: str, value: object) -> pd.DataFrame:
+    frame = frame.astype({column: object})
+    frame.loc[row, column] = value
+    return frame
+
+
+# (table edit, source arguments, error, message): each stops before any work, naming file, column, rows
+BAD_TABLES = {
+    "empty file": (lambda f: None, {}, TableError, r"t\.csv: the file is empty"),
+    "header only": (lambda f: f.head(0), {}, TableError, r"t\.csv: the file has a header but no data rows"),
+    "missing SMILES column": (lambda f: f, {"smiles_column": "SMILES"}, TableError,
+                              r"t\.csv: no column 'SMILES' \(data.source.smiles_column\); did you mean 'smiles'\? "
+                              r"The file's columns are: smiles, gap_ev, mu_debye, polar, rings"),
+    "unknown target": (lambda f: f, {"targets": ["gap_ev", "homo"]}, TableError,
+                       r"t\.csv: no column 'homo' \(data.source.targets\)"),
+    "non-numeric target": (lambda f: _bad(_bad(f, 3, "gap_ev", "abc"), 17, "gap_ev", "1,5"), {}, TableError,
+                           r"t\.csv: column 'gap_ev' holds 2 value\(s\) that are not finite numbers, at rows 3, 17 "
+                           r"\(lines 5, 19\): 'abc', '1,5'"),
+    "infinite target": (lambda f: _bad(f, 5, "gap_ev", "inf"), {}, TableError,
+                        r"column 'gap_ev' holds 1 value\(s\) that are not finite numbers, at row 5 \(line 7\)"),
+    "target without values": (lambda f: f.assign(mu_debye=np.nan), {"targets": ["mu_debye"]}, TableError,
+                              r"t\.csv: target column 'mu_debye' has no value in any of its 40 rows"),
+    "duplicated SMILES": (lambda f: _bad(f, 9, "smiles", f.loc[2, "smiles"]), {}, TableError,
+                          r"t\.csv: column 'smiles' has 1 duplicated SMILES \('NC1=CC\(O\)=CN1' at rows 2, 9 "
+                          r"\(lines 4, 11\)\); .*duplicate_smiles: keep_first"),
+    "binary label 2": (lambda f: _bad(f, 6, "polar", 2), {"targets": ["polar"], "task": "binary"}, TableError,
+                       r"t\.csv: column 'polar' has 1 label\(s\) that are not 0 or 1 .* at row 6 \(line 8\): 2"),
+    "fractional class": (lambda f: _bad(f, 8, "rings", 1.5), {"targets": ["rings"], "task": "multiclass"},
+                         TableError, r"column 'rings' has 1 label\(s\) that are not a class id .* at row 8"),
+    "unknown split name": (lambda f: f.assign(fold=["train"] * 30 + ["valid"] * 5 + ["holdout"] * 5),
+                           {"split": "column", "split_column": "fold"}, TableError,
+                           r"column 'fold' \(data.source.split_column\) has 5 value\(s\) that name no split, at rows "
+                           r"35, 36, 37, 38, 39 \(lines 37, 38, 39, 40, 41\): \['holdout'\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TABLES))
+def test_bad_tables_stop_before_any_work_naming_file_column_and_rows(tmp_path: Path, sample: pd.DataFrame,
+                                                                     case: str) -> None:
+    edit, arguments, error, message = BAD_TABLES[case]
+    table = edit(sample.head(40).copy())
+    path = tmp_path / "t.csv"
+    if table is None:
+        path.write_bytes(b"")
+    else:
+        table.to_csv(path, index=False)
+    data = datamodule(tmp_path, **{"path": str(path), "targets": ["gap_ev"], **arguments})
+    with pytest.raises(error, match=message):
+        data.prepare_data()
+    assert not data.cache_dir.exists()  # nothing half-written: at most the build lock of the cache
+    assert [p.name for p in (tmp_path / "data").rglob("*") if p.is_file()] in ([], [f".{data.cache_dir.name}.lock"])
+
+
+def test_a_missing_table_is_named(tmp_path: Path) -> None:
+    data = datamodule(tmp_path, path=str(tmp_path / "nope.csv"), targets=["y"])
+    with pytest.raises(DatasetMissing, match=r"the table .*nope\.csv does not exist \(data.source.path"):
+        data.prepare_data()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"targets": []}, r"name at least one target column"),
+    ({"targets": ["a", "b"], "task": "multiclass"}, r"a multi-class task has one target column"),
+    ({"targets": ["a"], "split_fractions": [0.8, 0.3, 0.1]}, r"three shares"),
+])
+def test_impossible_configurations_are_refused_at_once(arguments: dict, message: str) -> None:
+    with pytest.raises(TableError, match=message):
+        SmilesTable("t.csv", **arguments)
+
+
+def test_tables_to_predict_keep_every_row_in_order(tmp_path: Path) -> None:
+    pd.DataFrame({"id": [5, 6, 7, 8], "mol": ["CCO", "bad(", "CCO", ""]}).to_csv(tmp_path / "new.csv", index=False)
+    data = GraphDataModule(SmilesToPredict(str(tmp_path / "new.csv"), "mol"), root=str(tmp_path / "data"),
+                           num_workers=0, preprocess_workers=0)
+    data.prepare_data()
+    data.setup()
+    store = data.datasets["predict"].store
+    assert store.split_rows()["predict"].tolist() == [0, 1, 2, 3]
+    assert store.source_row.tolist() == [0, 2] and store.skipped_rows() == {1: "RDKit cannot parse", 3: "empty SMILES"}
+    assert store.targets().shape == (2, 0)
