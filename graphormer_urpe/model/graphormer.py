@@ -43,6 +43,7 @@ from graphormer_urpe.constants import (
 )
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.model.attention import AttentionKind, MultiHeadAttention, RelativeBias, RelativeScale
+from graphormer_urpe.model.dropout import Dropout
 
 
 @dataclass
@@ -247,10 +248,10 @@ class EncoderLayer(nn.Module):
         self.ffn = nn.Sequential(
             nn.Linear(hidden_dim, ffn_dim),
             nn.GELU(),
-            nn.Dropout(activation_dropout),
+            Dropout(activation_dropout),
             nn.Linear(ffn_dim, hidden_dim),
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.drop_path = drop_path
 
     def forward(
@@ -330,7 +331,7 @@ class Graphormer(nn.Module):
             if config.edge_encoding != "none"
             else None
         )
-        self.input_dropout = nn.Dropout(config.input_dropout)
+        self.input_dropout = Dropout(config.input_dropout)
         depth_rates = torch.linspace(0.0, config.drop_path, config.num_layers).tolist()
         self.layers = nn.ModuleList(
             EncoderLayer(
