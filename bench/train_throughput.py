@@ -83,9 +83,10 @@ def main() -> None:
     matmul_flops = 2 * 2048**3
     flops = {name: step.flops() for name, step in steps.items()}  # also warms up
     times: dict[str, list[float]] = {name: [] for name in (*steps, "matmul")}
-    for _ in range(args.rounds):
-        for name, step in steps.items():
-            times[name].append(timed(step))
+    for round_index in range(args.rounds):
+        order = list(steps) if round_index % 2 == 0 else list(steps)[::-1]  # no variant always goes first
+        for name in order:
+            times[name].append(timed(steps[name]))
         times["matmul"].append(min(timed(lambda: a @ b) for _ in range(3)))
 
     peak = matmul_flops / min(times["matmul"])
