@@ -246,13 +246,12 @@ def _devices_of_operations(function: Callable[[], GraphBatch]) -> tuple[GraphBat
         return function(), devices
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no GPU"))])
-def test_padding_runs_on_the_batch_device(graph, synthetic_mag, device) -> None:
+def test_padding_runs_on_the_batch_device(graph, synthetic_mag) -> None:
+    # every tensor pad() makes must follow the batch: with the default device set to "meta", any
+    # factory call that forgot device= would create a meta tensor and show up in the record
     targets = MAG240MRaw(synthetic_mag).splits()["train"][:8]
     compact = NeighbourSampler(graph, FANOUTS).batch(targets, np.random.default_rng(0))
-    moved = compact.to(device)
-    padded, devices = _devices_of_operations(moved.pad)
-    assert devices == {torch.device(device) if device == "cpu" else torch.device(device, 0)}
+    with torch.device("meta"):
+        padded, devices = _devices_of_operations(compact.pad)
+    assert devices == {torch.device("cpu")}
     assert {getattr(padded, f.name).device for f in dataclasses.fields(padded)} == devices
-    assert torch.equal(padded.spd.cpu(), compact.pad().spd)
