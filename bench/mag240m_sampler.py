@@ -5,13 +5,16 @@
 Generates a synthetic MAG240M-layout graph at ``--root`` if there is none (a test and benchmark
 tool: graphormer_urpe.data.mag240m_synthetic), builds its derived files, then times the worker's
 whole collate (sampling at the OGB-LSC baseline's fanouts [25, 15], SPD and first edges, feature
-gathering, padding) in one process, i.e. one worker, by CPU time (``process_time``: other work on
+gathering, unpadded layout) in one process, i.e. one worker, by CPU time (``process_time``: other work on
 a shared machine does not count), and side by side:
 
 * the batched bit-set structure versus ``graph_structure`` run graph by graph on the same subgraphs
   and ``graph_structures`` (the cache's batched version, which stacks graphs of equal size);
-* the same collate inside a DataLoader with ``--workers`` processes (throughput per worker, by wall
-  time: on a busy machine this one is lower than the CPU-time figure).
+* the bytes a worker hands over per batch (unpadded) against the padded batch, and the CPU cost of
+  padding in the training process (``CompactGraphBatch.pad``, here on the CPU);
+* the same collate inside a DataLoader with ``--workers`` processes (throughput per worker, by CPU
+  seconds of the workers and by wall time: on a busy machine the latter is lower), the hand-over
+  of each batch through shared memory included.
 
 Target: 1,000 subgraphs per second per worker (8 workers feed a batch of 1024 in about 0.1 s).
 """
@@ -19,6 +22,7 @@ Target: 1,000 subgraphs per second per worker (8 workers feed a batch of 1024 in
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -26,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from graphormer_urpe.data.batch import CompactGraphBatch, GraphBatch
 from graphormer_urpe.data.batched_structure import batched_graph_structure
 from graphormer_urpe.data.mag240m import MAG240MGraph, MAG240MRaw, NodeType, prepare_derived
 from graphormer_urpe.data.mag240m_sampler import NeighbourSampler, SubgraphCollator
@@ -48,9 +53,14 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _nbytes(batch: CompactGraphBatch | GraphBatch) -> int:
+    """Bytes of all tensors of a batch."""
+    return sum(getattr(batch, f.name).nbytes for f in dataclasses.fields(batch))
+
+
 def subgraph_edges(sampler: NeighbourSampler, targets: np.ndarray, rng: np.random.Generator) -> list:
     """(n, edge_index) of each subgraph, as the batch builds them (for the per-graph baseline)."""
-    batch = sampler.batch(targets, rng)
+    batch = sampler.batch(targets, rng).pad()
     graphs = []
     for b in range(batch.num_graphs):
         n = int(batch.node_mask[b].sum())
@@ -82,9 +92,13 @@ def main() -> None:
     nodes = edges = 0
     for batch_targets in targets:
         batch = collate([(0, t) for t in batch_targets])
-        nodes += int(batch.node_mask.sum())
+        nodes += int(batch.num_nodes.sum())
         edges += len(batch.edge_dst)
     whole = time.process_time() - start
+    start = time.process_time()
+    padded = batch.pad()  # in the training process, after the move to its device
+    padding = time.process_time() - start
+    handed_over, padded_bytes = _nbytes(batch) / 2**20, _nbytes(padded) / 2**20
     count = args.batch * args.batches
     start = time.process_time()
     for batch_targets in targets:  # the same pages again: no first-touch page faults on the memory maps
@@ -135,6 +149,9 @@ def main() -> None:
     print(f"{'one worker, whole collate (CPU time)':<44}{count / whole:>9.0f} subgraphs/s  (target 1,000)")
     print(f"{'  of which sampling':<44}{sampling / whole:>9.0%} of the time")
     print(f"{'  same batches again (memory maps warm)':<44}{count / warm:>9.0f} subgraphs/s")
+    print(f"{'  bytes handed over, last batch':<44}{handed_over:>9.1f} MiB  (padded: {padded_bytes:.1f} MiB, "
+          f"{padded_bytes / handed_over:.2f}x)")
+    print(f"{'  padding in the training process (CPU)':<44}{padding * 1000:>9.1f} ms per batch")
     print(f"{'DataLoader, per worker CPU second':<44}{loader_cpu_rate:>9.0f} subgraphs/s  ({args.workers} workers, "
           f"incl. the hand-over to the main process)")
     print(f"{'DataLoader, per worker (wall time)':<44}{loader_rate:>9.0f} subgraphs/s  (lower on a busy machine)")

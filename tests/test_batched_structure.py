@@ -1,12 +1,12 @@
-"""batched_graph_structure equals graph_structure graph by graph, padding included."""
+"""batched_graph_structure equals graph_structure graph by graph, block by block."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
-from graphormer_urpe.data.batched_structure import batched_graph_structure
+from graphormer_urpe.constants import NO_EDGE
+from graphormer_urpe.data.batched_structure import BatchStructure, batched_graph_structure
 from graphormer_urpe.data.transforms import graph_structure
 from tests.conftest import random_edges
 
@@ -29,24 +29,30 @@ def _graphs(rng: np.random.Generator) -> list[tuple[int, np.ndarray]]:
     return graphs
 
 
+def _blocks(result: BatchStructure, sizes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(spd, first_edge) of each graph as (n, n) arrays, cut out of the flat blocks."""
+    ends = np.cumsum(sizes * sizes)
+    return [(spd.reshape(n, n), first.reshape(n, n)) for n, spd, first
+            in zip(sizes, np.split(result.spd, ends[:-1]), np.split(result.first_edge, ends[:-1]))]
+
+
 def test_equals_graph_structure_on_every_graph(rng: np.random.Generator) -> None:
     graphs = _graphs(rng)
     sizes = np.array([n for n, _ in graphs])
     edge_ptr = np.concatenate([[0], np.cumsum([e.shape[1] for _, e in graphs])])
     result = batched_graph_structure(sizes, np.concatenate([e for _, e in graphs], axis=1), edge_ptr)
-    n_max = sizes.max()
-    assert result.spd.shape == result.first_edge.shape == (len(graphs), n_max, n_max)
+    pairs, nodes = int((sizes * sizes).sum()), int(sizes.sum())
+    assert result.spd.shape == result.first_edge.shape == (pairs,)  # no padding
+    assert result.in_degree.shape == result.out_degree.shape == (nodes,)
     assert result.spd.dtype == np.uint8 and result.first_edge.dtype == np.int16  # fewer than 32,767 edges
-    for b, (n, edges) in enumerate(graphs):
+    node_ptr = np.concatenate([[0], np.cumsum(sizes)])
+    for b, ((n, edges), (spd, first_edge)) in enumerate(zip(graphs, _blocks(result, sizes))):
         expected = graph_structure(n, edges)
-        np.testing.assert_array_equal(result.spd[b, :n, :n], expected.spd)
+        np.testing.assert_array_equal(spd, expected.spd)
         first = expected.first_edge.astype(np.int64)
-        np.testing.assert_array_equal(result.first_edge[b, :n, :n], np.where(first >= 0, first + edge_ptr[b], NO_EDGE))
-        np.testing.assert_array_equal(result.in_degree[b, :n], expected.in_degree)
-        np.testing.assert_array_equal(result.out_degree[b, :n], expected.out_degree)
-        assert (result.spd[b, n:] == UNREACHABLE_SPD).all() and (result.spd[b, :, n:] == UNREACHABLE_SPD).all()
-        assert (result.first_edge[b, n:] == NO_EDGE).all() and (result.first_edge[b, :, n:] == NO_EDGE).all()
-        assert (result.in_degree[b, n:] == 0).all() and (result.out_degree[b, n:] == 0).all()
+        np.testing.assert_array_equal(first_edge, np.where(first >= 0, first + edge_ptr[b], NO_EDGE))
+        np.testing.assert_array_equal(result.in_degree[node_ptr[b]:node_ptr[b + 1]], expected.in_degree)
+        np.testing.assert_array_equal(result.out_degree[node_ptr[b]:node_ptr[b + 1]], expected.out_degree)
 
 
 def test_result_does_not_depend_on_the_other_graphs(rng: np.random.Generator) -> None:
@@ -54,11 +60,11 @@ def test_result_does_not_depend_on_the_other_graphs(rng: np.random.Generator) ->
     sizes = np.array([n for n, _ in graphs])
     edge_ptr = np.concatenate([[0], np.cumsum([e.shape[1] for _, e in graphs])])
     together = batched_graph_structure(sizes, np.concatenate([e for _, e in graphs], axis=1), edge_ptr)
-    for b, (n, edges) in enumerate(graphs):
+    for b, ((n, edges), (spd, first_edge)) in enumerate(zip(graphs, _blocks(together, sizes))):
         alone = batched_graph_structure(np.array([n]), edges, np.array([0, edges.shape[1]]))
-        np.testing.assert_array_equal(together.spd[b, :n, :n], alone.spd[0])
-        np.testing.assert_array_equal(together.first_edge[b, :n, :n] - np.where(alone.first_edge[0] >= 0,
-                                                                                 edge_ptr[b], 0), alone.first_edge[0])
+        np.testing.assert_array_equal(spd.ravel(), alone.spd)
+        np.testing.assert_array_equal(first_edge.ravel() - np.where(alone.first_edge >= 0, edge_ptr[b], 0),
+                                      alone.first_edge)
 
 
 @pytest.mark.parametrize("edges, message", [
@@ -78,6 +84,6 @@ def test_edge_ids_widen_past_int16() -> None:
     result = batched_graph_structure(np.array([n]), edges, np.array([0, edges.shape[1]]))
     assert result.first_edge.dtype == np.int32
     expected = graph_structure(n, edges)  # int16 ids cannot hold 39,800 edges: compare through the path
-    first = result.first_edge[0]
+    first = result.first_edge.reshape(n, n)
     np.testing.assert_array_equal(edges[1][np.maximum(first, 0)][first >= 0], np.nonzero(first >= 0)[1])
-    np.testing.assert_array_equal(result.spd[0], expected.spd)
+    np.testing.assert_array_equal(result.spd.reshape(n, n), expected.spd)

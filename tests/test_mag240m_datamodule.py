@@ -6,7 +6,9 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
+from graphormer_urpe.data.batch import CompactGraphBatch, GraphBatch
 from graphormer_urpe.data.mag240m_datamodule import MAG240MDataModule, ShardedTargetSampler, TargetPapers
 from tests.test_mag240m import _copy_raw
 
@@ -47,7 +49,10 @@ def test_setup_checks_the_class_count_and_links(synthetic_mag) -> None:
         module.setup()
     module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=8, fanouts=[2])
     module.setup()
-    batch = next(iter(module.train_dataloader()))
+    compact = next(iter(module.train_dataloader()))  # workers hand over unpadded batches
+    assert isinstance(compact, CompactGraphBatch)
+    batch = module.on_after_batch_transfer(compact, 0)  # Lightning's hook after the move to the device
+    assert isinstance(batch, GraphBatch) and torch.equal(batch.spd, compact.pad().spd)
     assert batch.num_graphs == 8 and batch.x.shape[-1] == 1
     assert set(module.describe()["splits"]) == {"train", "valid", "test-dev", "test-challenge"}
     module.predict_on("nonsense")

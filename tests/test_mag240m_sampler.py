@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
+from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.mag240m import RELATIONS, REVERSE, MAG240MGraph, MAG240MRaw, NodeType
 from graphormer_urpe.data.mag240m_sampler import (
     NeighbourSampler,
+    SampledSubgraphs,
     SubgraphCollator,
     sample_without_replacement,
 )
@@ -88,7 +95,7 @@ def test_batch_has_correct_types_features_spd_and_edges(graph, synthetic_mag) ->
     targets = MAG240MRaw(synthetic_mag).splits()["valid"][:24]
     sampler = NeighbourSampler(graph, FANOUTS)
     sample = sampler.sample(targets, np.random.default_rng(5))
-    batch = sampler.batch(targets, np.random.default_rng(5))
+    batch = sampler.batch(targets, np.random.default_rng(5)).pad()
     assert torch.equal(batch.index, torch.as_tensor(targets)) and (batch.target_node == 0).all()
     assert batch.x_continuous.dtype == torch.float16 and batch.x_continuous.shape[-1] == 768
     labels = np.asarray(graph.arrays["labels"])[targets]
@@ -132,10 +139,11 @@ def test_batch_has_correct_types_features_spd_and_edges(graph, synthetic_mag) ->
 def test_isolated_paper_gives_a_valid_one_node_subgraph(graph, neighbours, synthetic_mag) -> None:
     lonely = next(p for p in range(graph.num_nodes[NodeType.PAPER]) if _degree(neighbours, NodeType.PAPER, p) == 0)
     sampler = NeighbourSampler(graph, [25, 15])
-    alone = sampler.batch(np.array([lonely]), np.random.default_rng(0))
+    alone = sampler.batch(np.array([lonely]), np.random.default_rng(0)).pad()
     assert alone.node_mask.shape == (1, 1) and alone.spd.tolist() == [[[0]]]
     assert alone.first_edge.tolist() == [[[NO_EDGE]]] and alone.edge_attr.shape == (0, 1)
-    mixed = sampler.batch(np.array([lonely, MAG240MRaw(synthetic_mag).splits()["train"][0]]), np.random.default_rng(0))
+    mixed = sampler.batch(np.array([lonely, MAG240MRaw(synthetic_mag).splits()["train"][0]]),
+                          np.random.default_rng(0)).pad()
     assert mixed.node_mask[0].sum() == 1 and mixed.node_mask[1].sum() > 1
     model = Graphormer(GraphormerConfig(node_vocab=[3], edge_vocab=[6], num_outputs=8, continuous_node_dim=768,
                                         readout="target_node", num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4))
@@ -159,3 +167,91 @@ def test_seeded_per_epoch_and_independent_of_workers(graph, synthetic_mag) -> No
     for serial, parallel in zip(*loaders):  # workers map the files themselves; same batches
         assert torch.equal(serial.spd, parallel.spd) and torch.equal(serial.first_edge, parallel.first_edge)
         assert torch.equal(serial.x_continuous, parallel.x_continuous)
+
+
+def _padded_as_before(graph: MAG240MGraph, sample: SampledSubgraphs, targets: np.ndarray) -> GraphBatch:
+    """The padded batch as workers built it before the unpadded hand-over: the sampler's former
+    padding code, with ``graph_structure`` graph by graph for SPD and first edges."""
+    batch, sizes = len(targets), np.bincount(sample.node_graph, minlength=len(targets))
+    n_max = int(sizes.max())
+    local = np.zeros(len(sample.node_graph), dtype=np.int64)
+    for b in range(batch):
+        local[sample.node_graph == b] = np.arange(sizes[b])
+    pairs: dict[tuple[int, int, int], int] = {}  # (graph, src, dst) -> lowest relation
+    for parent, child, relation in zip(sample.edge_parent, sample.edge_child, sample.edge_relation):
+        b, p, c = int(sample.node_graph[parent]), int(local[parent]), int(local[child])
+        for key, rel in (((b, p, c), int(relation)), ((b, c, p), int(REVERSE[relation]))):
+            pairs[key] = min(pairs.get(key, rel), rel)
+    edges = sorted(pairs)
+    edge_dtype = np.result_type(np.min_scalar_type(-max(len(edges), 1)), np.int16)
+    spd = np.full((batch, n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
+    first_edge = np.full((batch, n_max, n_max), NO_EDGE, dtype=edge_dtype)
+    degrees = np.zeros((2, batch, n_max), dtype=np.int64)
+    x = np.zeros((batch, n_max, 1), dtype=np.int64)
+    features = np.zeros((batch, n_max, 768), dtype=np.float16)
+    offset = 0
+    for b in range(batch):
+        n, mine = sizes[b], np.array([e[1:] for e in edges if e[0] == b], dtype=np.int64).reshape(-1, 2).T
+        structure = graph_structure(n, mine)
+        spd[b, :n, :n] = structure.spd
+        first_edge[b, :n, :n] = np.where(structure.first_edge >= 0, structure.first_edge + offset, NO_EDGE)
+        degrees[:, b, :n] = structure.in_degree, structure.out_degree
+        offset += mine.shape[1]
+        nodes = np.flatnonzero(sample.node_graph == b)
+        x[b, :n, 0] = sample.node_type[nodes]
+        for t in NodeType:
+            rows = np.flatnonzero(sample.node_type[nodes] == t)
+            features[b, rows] = graph.features(t)[sample.node_id[nodes[rows]]]
+    return GraphBatch(
+        x=torch.from_numpy(x), x_continuous=torch.from_numpy(features),
+        node_mask=torch.arange(n_max)[None] < torch.from_numpy(sizes)[:, None],
+        in_degree=torch.from_numpy(degrees[0]), out_degree=torch.from_numpy(degrees[1]),
+        spd=torch.from_numpy(spd), first_edge=torch.from_numpy(first_edge),
+        edge_attr=torch.tensor([[pairs[e]] for e in edges], dtype=torch.long).reshape(-1, 1),
+        edge_continuous=torch.zeros((len(edges), 0)),
+        edge_dst=torch.tensor([e[2] for e in edges], dtype=torch.long),
+        y=torch.from_numpy(graph.labels(targets).reshape(-1, 1)),
+        index=torch.as_tensor(targets, dtype=torch.long), target_node=torch.zeros(batch, dtype=torch.long),
+    )
+
+
+@pytest.mark.parametrize("split, seed, fanouts", [("train", 0, FANOUTS), ("valid", 3, FANOUTS), ("train", 1, [6])])
+def test_unpadded_batch_pads_to_the_former_padded_batch(graph, synthetic_mag, split, seed, fanouts) -> None:
+    targets = MAG240MRaw(synthetic_mag).splits()[split][:20]
+    sampler = NeighbourSampler(graph, fanouts)
+    compact = sampler.batch(targets, np.random.default_rng(seed))
+    sizes = compact.num_nodes.numpy()
+    assert compact.x_continuous.shape == (sizes.sum(), 768) and compact.spd.shape == ((sizes * sizes).sum(),)
+    padded = compact.pad()
+    expected = _padded_as_before(graph, sampler.sample(targets, np.random.default_rng(seed)), targets)
+    for field in dataclasses.fields(GraphBatch):  # same tensors bit for bit (NaN labels too), dtypes, shapes
+        got, want = getattr(padded, field.name), getattr(expected, field.name)
+        assert got.dtype == want.dtype and got.shape == want.shape, field.name
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), field.name
+
+
+def _devices_of_operations(function: Callable[[], GraphBatch]) -> tuple[GraphBatch, set[torch.device]]:
+    """Run ``function``, recording the device of every tensor its aten operations take or return."""
+    devices: set[torch.device] = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, op, types, args=(), kwargs=None):
+            result = op(*args, **(kwargs or {}))
+            for value in pytree.tree_leaves((args, kwargs, result)):
+                if isinstance(value, torch.Tensor):
+                    devices.add(value.device)
+            return result
+
+    with Record():
+        return function(), devices
+
+
+def test_padding_runs_on_the_batch_device(graph, synthetic_mag) -> None:
+    # every tensor pad() makes must follow the batch: with the default device set to "meta", any
+    # factory call that forgot device= would create a meta tensor and show up in the record
+    targets = MAG240MRaw(synthetic_mag).splits()["train"][:8]
+    compact = NeighbourSampler(graph, FANOUTS).batch(targets, np.random.default_rng(0))
+    with torch.device("meta"):
+        padded, devices = _devices_of_operations(compact.pad)
+    assert devices == {torch.device("cpu")}
+    assert {getattr(padded, f.name).device for f in dataclasses.fields(padded)} == devices

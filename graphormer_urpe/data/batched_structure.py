@@ -3,7 +3,8 @@
 :func:`~graphormer_urpe.data.transforms.graph_structure` preprocesses one graph at a time, once,
 for a cache. Subgraphs sampled around MAG240M papers change every epoch, so their structure is
 computed in the DataLoader workers for every batch; this module does that for B graphs in one
-pass of numpy operations and returns the padded arrays the model takes. Results equal
+pass of numpy operations and returns them unpadded (each graph's (n, n) block; the training
+process pads them on its device, :class:`~graphormer_urpe.data.batch.CompactGraphBatch`). Results equal
 ``graph_structure`` exactly (same distances, same first edges, same tie-break: the smallest next
 node) on graphs whose edges are sorted and free of duplicates.
 
@@ -36,13 +37,14 @@ _BITS = 64
 
 
 class BatchStructure(NamedTuple):
-    """Padded structural arrays of a batch (padding: SPD 255, no edge, degree 0).
+    """Structural arrays of a batch, without padding: the (n, n) block of each graph, row-major,
+    block after block (P = sum of n * n pairs), as :class:`~graphormer_urpe.data.batch.CompactGraphBatch`
+    holds them.
 
     Shapes:
-        spd: (B, N, N) uint8; first_edge: (B, N, N) ids into the batch's edge list, in the smallest
-        signed integer type that holds them (int16 below 32,767 edges: the array to move is the
-        largest of the batch);
-        in_degree, out_degree: (B, N) int64.
+        spd: (P,) uint8 (255 = unreachable); first_edge: (P,) ids into the batch's edge list (-1 if
+        none), in the smallest signed integer type that holds them (int16 below 32,767 edges);
+        in_degree, out_degree: (V,) in that type too.
     """
 
     spd: np.ndarray
@@ -127,14 +129,14 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
         rank[rows] += _unpack(~np.take(taken, rows, axis=0))
 
     # spd = levels at which j is not yet reached; unreachable pairs (never reached) keep 255
-    spd = np.full((batch, n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
-    first_edge = np.full((batch, n_max, n_max), NO_EDGE, dtype=edge_dtype)
-    degrees = np.zeros((2, batch, n_max), dtype=np.int64)
-    for b in range(batch):  # per-graph slices write straight into the padded outputs
-        rows, n = slice(node_ptr[b], node_ptr[b + 1]), num_nodes[b]
+    pair_ptr = np.concatenate([[0], np.cumsum(num_nodes * num_nodes)])
+    spd = np.full(pair_ptr[-1], UNREACHABLE_SPD, dtype=np.uint8)  # (P,)
+    first_edge = np.full(pair_ptr[-1], NO_EDGE, dtype=edge_dtype)
+    for b in range(batch):  # per-graph slices write straight into the graph's blocks
+        rows, n, block = slice(node_ptr[b], node_ptr[b + 1]), num_nodes[b], slice(pair_ptr[b], pair_ptr[b + 1])
         counts = reached[rows, :n]  # (n, n)
-        np.subtract(np.uint8(len(levels)), counts, out=spd[b, :n, :n], where=counts > 0)
-        np.add(row_start[rows, None], rank[rows, :n], out=first_edge[b, :n, :n],
+        np.subtract(np.uint8(len(levels)), counts, out=spd[block].reshape(n, n), where=counts > 0)
+        np.add(row_start[rows, None], rank[rows, :n], out=first_edge[block].reshape(n, n),
                where=(counts > 0) & (counts < len(levels)))
-        degrees[:, b, :n] = in_degree[rows], out_degree[rows]
-    return BatchStructure(spd=spd, first_edge=first_edge, in_degree=degrees[0], out_degree=degrees[1])
+    return BatchStructure(spd=spd, first_edge=first_edge, in_degree=in_degree.astype(edge_dtype),
+                          out_degree=out_degree.astype(edge_dtype))

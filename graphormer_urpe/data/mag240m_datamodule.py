@@ -10,6 +10,7 @@ import numpy as np
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from graphormer_urpe.data.batch import CompactGraphBatch, GraphBatch
 from graphormer_urpe.data.mag240m import (
     DATASET_DIR,
     FEATURE_DIM,
@@ -233,6 +234,11 @@ class MAG240MDataModule(pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("valid", train=False)
+
+    def on_after_batch_transfer(self, batch: CompactGraphBatch, dataloader_idx: int) -> GraphBatch:
+        """Pad the workers' unpadded batch into the model's input, on the device it was moved to
+        (cheap on a GPU; the workers copy fewer bytes into shared memory)."""
+        return batch.pad()
 
     def predict_dataloader(self) -> DataLoader:
         if self.predict_split not in self.splits:

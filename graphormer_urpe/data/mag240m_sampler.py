@@ -1,4 +1,4 @@
-"""Neighbour sampling around MAG240M papers, straight into a padded :class:`GraphBatch`.
+"""Neighbour sampling around MAG240M papers, into an unpadded :class:`CompactGraphBatch`.
 
 For a batch of target papers, hop h expands every node first reached at hop h - 1 by drawing
 at most ``fanouts[h]`` distinct neighbours, uniformly without replacement, from the union of its
@@ -10,11 +10,14 @@ paths are those of an undirected graph. The target is node 0 of its subgraph; an
 yields a one-node subgraph.
 
 Everything is numpy on memory-mapped CSR arrays, vectorised over the whole batch, and runs in
-the DataLoader workers (:class:`SubgraphCollator` is the ``collate_fn``). Randomness comes from
+the DataLoader workers (:class:`SubgraphCollator` is the ``collate_fn``), which hand over each
+batch unpadded, in small integer types; the training process pads it on its device (the padded
+batch is about 1.6 times larger, mostly feature rows of padding). Randomness comes from
 ``(seed, epoch, targets of the batch)``: the same epoch gives the same subgraphs, another epoch
 other ones, independently of the number of workers.
 
-Shape letters: B target papers, N nodes of the largest subgraph, E edges of the batch.
+Shape letters: B target papers, N nodes of the largest subgraph, V nodes of the batch, E edges of
+the batch.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.batch import CompactGraphBatch
 from graphormer_urpe.data.batched_structure import batched_graph_structure
 from graphormer_urpe.data.mag240m import RELATIONS, REVERSE, MAG240MGraph, NodeType
 
@@ -183,13 +186,14 @@ class NeighbourSampler:
             edge_relation=np.concatenate(relations) if relations else empty,
         )
 
-    def batch(self, targets: np.ndarray, rng: np.random.Generator) -> GraphBatch:
-        """Sample subgraphs around ``targets`` and pad them into the model's input.
+    def batch(self, targets: np.ndarray, rng: np.random.Generator) -> CompactGraphBatch:
+        """Sample subgraphs around ``targets`` and lay them out for the hand-over, unpadded.
 
         Returns:
-            A :class:`GraphBatch` with ``x`` = node type (B, N, 1), ``x_continuous`` = float16
-            features (B, N, 768), ``edge_attr`` = relation (E, 1), ``y`` = label (B, 1) (NaN if
-            unknown), ``index`` = target paper id, ``target_node`` = 0.
+            A :class:`CompactGraphBatch` (nodes of each subgraph in sampling order, target first)
+            with ``x`` = node type (V, 1) int8, ``x_continuous`` = float16 features (V, 768),
+            ``edge_attr`` = relation (E, 1) int8, ``y`` = label (B, 1) (NaN if unknown),
+            ``index`` = target paper id, ``target_node`` = 0; ``pad()`` gives the model's input.
         """
         sample = self.sample(targets, rng)
         batch = len(targets)
@@ -217,27 +221,23 @@ class NeighbourSampler:
         edge_ptr = np.concatenate([[0], np.cumsum(np.bincount(edge_graph, minlength=batch))])
         structure = batched_graph_structure(num_nodes, np.stack([edge_src, edge_dst]), edge_ptr)
 
-        padded = graph * n_max + local  # position of each flat node in the (B * N) padding
-        node_type = np.zeros(batch * n_max, dtype=np.int64)
-        node_type[padded] = sample.node_type
-        node_mask = np.zeros(batch * n_max, dtype=bool)
-        node_mask[padded] = True
-        features = np.zeros((batch * n_max, self._feature_width), dtype=np.float16)
+        node_type, node_id = sample.node_type[by_graph], sample.node_id[by_graph]  # (V,) subgraph by subgraph
+        features = np.empty((len(graph), self._feature_width), dtype=np.float16)
         for t in NodeType:
-            rows = np.flatnonzero(sample.node_type == t)
+            rows = np.flatnonzero(node_type == t)
             if len(rows):  # np.take: a fast row gather from the memory map
-                features[padded[rows]] = np.take(self.graph.features(t), sample.node_id[rows], axis=0)
-        return GraphBatch(
-            x=torch.from_numpy(node_type.reshape(batch, n_max, 1)),
-            x_continuous=torch.from_numpy(features.reshape(batch, n_max, -1)),
-            node_mask=torch.from_numpy(node_mask.reshape(batch, n_max)),
+                features[rows] = np.take(self.graph.features(t), node_id[rows], axis=0)
+        return CompactGraphBatch(
+            num_nodes=torch.from_numpy(num_nodes),
+            x=torch.from_numpy(node_type.astype(np.int8).reshape(-1, 1)),
+            x_continuous=torch.from_numpy(features),
             in_degree=torch.from_numpy(structure.in_degree),
             out_degree=torch.from_numpy(structure.out_degree),
             spd=torch.from_numpy(structure.spd),
             first_edge=torch.from_numpy(structure.first_edge),
-            edge_attr=torch.from_numpy(relation.reshape(-1, 1)),
+            edge_attr=torch.from_numpy(relation.astype(np.int8).reshape(-1, 1)),
             edge_continuous=torch.zeros((len(relation), 0), dtype=torch.float32),
-            edge_dst=torch.from_numpy(edge_dst),
+            edge_dst=torch.from_numpy(edge_dst.astype(np.min_scalar_type(-n_max))),  # smallest signed type
             y=torch.from_numpy(self.graph.labels(np.asarray(targets, dtype=np.int64)).reshape(-1, 1)),
             index=torch.from_numpy(np.asarray(targets, dtype=np.int64).copy()),
             target_node=torch.zeros(batch, dtype=torch.long),
@@ -249,7 +249,8 @@ class NeighbourSampler:
 
 
 class SubgraphCollator:
-    """``collate_fn`` of the MAG240M loaders: ``[(epoch, paper), ...]`` -> :class:`GraphBatch`.
+    """``collate_fn`` of the MAG240M loaders: ``[(epoch, paper), ...]`` -> :class:`CompactGraphBatch`
+    (padded by the datamodule's ``on_after_batch_transfer``, on the training device).
 
     Args:
         graph: the memory-mapped graph (each worker maps the files itself).
@@ -261,7 +262,7 @@ class SubgraphCollator:
         self.sampler = NeighbourSampler(graph, fanouts)
         self.seed = seed
 
-    def __call__(self, items: Sequence[tuple[int, int]]) -> GraphBatch:
+    def __call__(self, items: Sequence[tuple[int, int]]) -> CompactGraphBatch:
         epoch = int(items[0][0])
         targets = np.array([paper for _, paper in items], dtype=np.int64)
         rng = np.random.default_rng([self.seed, epoch, zlib.crc32(targets.tobytes())])
