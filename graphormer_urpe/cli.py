@@ -113,6 +113,25 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+#: Sizes and kinds the datamodule knows and the model must match, linked so they are never typed twice:
+#: (datamodule attribute, task argument). jsonargparse skips a link whose source the chosen datamodule
+#: lacks or whose target the task lacks, so each pair feeds exactly what both define (graph datamodules
+#: the encoder's vocabularies and widths, sequence ones vocab_size, num_classes and length).
+DATA_TO_MODEL_LINKS = (
+    ("node_vocab", "encoder.node_vocab"),
+    ("edge_vocab", "encoder.edge_vocab"),
+    ("num_targets", "encoder.num_outputs"),
+    ("continuous_node_dim", "encoder.continuous_node_dim"),
+    ("continuous_edge_dim", "encoder.continuous_edge_dim"),
+    ("readout", "encoder.readout"),
+    ("vocab_size", "encoder.vocab_size"),
+    ("num_classes", "encoder.num_classes"),
+    ("length", "encoder.length"),
+    ("target_kind", "target_kind"),
+    ("target_names", "target_names"),
+)
+
+
 class EmbedConfig(Callback):
     """Stores the resolved YAML config in every checkpoint."""
 
@@ -231,23 +250,8 @@ class GraphormerCLI(LightningCLI):
         parser.add_argument("--init_from", type=str | None, default=None,
                             help="Start a new run from this checkpoint's weights; a URPE model takes an RPE "
                                  "checkpoint with C set to ones (paper section 4.2).")
-        # jsonargparse skips a link whose source attribute the chosen datamodule lacks, so each datamodule
-        # feeds exactly the sizes it defines: graph datamodules the first five, sequence ones the last three
-        parser.link_arguments("data.node_vocab", "model.init_args.encoder.node_vocab", apply_on="instantiate")
-        parser.link_arguments("data.edge_vocab", "model.init_args.encoder.edge_vocab", apply_on="instantiate")
-        parser.link_arguments("data.num_targets", "model.init_args.encoder.num_outputs", apply_on="instantiate")
-        parser.link_arguments("data.continuous_node_dim", "model.init_args.encoder.continuous_node_dim",
-                              apply_on="instantiate")
-        parser.link_arguments("data.readout", "model.init_args.encoder.readout", apply_on="instantiate")
-        parser.link_arguments("data.vocab_size", "model.init_args.encoder.vocab_size", apply_on="instantiate")
-        parser.link_arguments("data.num_classes", "model.init_args.encoder.num_classes", apply_on="instantiate")
-        parser.link_arguments("data.length", "model.init_args.encoder.length", apply_on="instantiate")
-        # jsonargparse skips a link whose source attribute the datamodule lacks (MAG240M) or whose
-        # target the task lacks (NodeClassification), so each pair feeds exactly what both define
-        parser.link_arguments("data.continuous_edge_dim", "model.init_args.encoder.continuous_edge_dim",
-                              apply_on="instantiate")
-        parser.link_arguments("data.target_kind", "model.init_args.target_kind", apply_on="instantiate")
-        parser.link_arguments("data.target_names", "model.init_args.target_names", apply_on="instantiate")
+        for source, target in DATA_TO_MODEL_LINKS:
+            parser.link_arguments(f"data.{source}", f"model.init_args.{target}", apply_on="instantiate")
 
     def instantiate_classes(self) -> None:
         """Build data, model and trainer. Missing or unusable data stops here with its own message,
