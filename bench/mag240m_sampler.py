@@ -14,7 +14,9 @@ a shared machine does not count), and side by side:
   padding in the training process (``CompactGraphBatch.pad``, here on the CPU);
 * the same collate inside a DataLoader with ``--workers`` processes (throughput per worker, by CPU
   seconds of the workers and by wall time: on a busy machine the latter is lower), the hand-over
-  of each batch through shared memory included.
+  of each batch to the main process included: built in the workers' reused shared-memory slots
+  (``SlotRing``, released as the training process does) versus PyTorch's copy of every batch into
+  new shared memory.
 
 Target: 1,000 subgraphs per second per worker (8 workers feed a batch of 1024 in about 0.1 s).
 """
@@ -54,8 +56,8 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _nbytes(batch: CompactGraphBatch | GraphBatch) -> int:
-    """Bytes of all tensors of a batch."""
-    return sum(getattr(batch, f.name).nbytes for f in dataclasses.fields(batch))
+    """Bytes of all tensors of a batch (the lease, a byte or None, aside)."""
+    return sum(getattr(batch, f.name).nbytes for f in dataclasses.fields(batch) if f.name != "lease")
 
 
 def subgraph_edges(sampler: NeighbourSampler, targets: np.ndarray, rng: np.random.Generator) -> list:
@@ -69,6 +71,52 @@ def subgraph_edges(sampler: NeighbourSampler, targets: np.ndarray, rng: np.rando
     return graphs
 
 
+class _Phases(torch.utils.data.Sampler):
+    """Item indices of the current phase: one DataLoader, persistent workers, an epoch per phase."""
+
+    def __init__(self, phases: list[np.ndarray]) -> None:
+        self.phases, self.current = phases, 0
+
+    def __iter__(self):
+        return iter(self.phases[self.current].tolist())
+
+    def __len__(self) -> int:
+        return len(self.phases[self.current])
+
+
+def loader_rates(graph: MAG240MGraph, args: argparse.Namespace, papers: np.ndarray, slots: int) -> dict[str, float]:
+    """The collate in a DataLoader with ``--workers`` processes, batches released as the training
+    process does: one epoch over half of ``papers`` in new workers (the memory maps cold: every
+    page a worker touches the first time costs a page fault, as in training on a graph far larger
+    than this one), then one over the other half (steady state: on a 1M-paper graph most pages
+    are mapped by then; the targets are still new).
+
+    Returns:
+        Subgraphs per worker CPU second in the ``cold`` and the ``steady`` epoch, per worker per
+        wall second (``wall``, steady), and the main process's CPU milliseconds per batch
+        (``main_ms``, receiving and releasing it).
+    """
+    items = [(0, int(p)) for p in papers]
+    half = len(items) // 2
+    phases = _Phases([np.arange(half), np.arange(half, len(items))])
+    collate = SubgraphCollator(graph, args.fanouts, seed=0, slots=slots)
+    loader = torch.utils.data.DataLoader(items, batch_size=args.batch, sampler=phases, collate_fn=collate,
+                                         num_workers=args.workers, persistent_workers=True)
+    epoch = iter(loader)
+    for batch in epoch:
+        batch.release()
+    workers = [w.pid for w in epoch._workers]
+    cold_cpu = sum(_cpu_seconds(pid) for pid in workers)
+    phases.current = 1
+    start, main_start = time.perf_counter(), time.process_time()
+    for batch in loader:  # batches cross into the main process through shared memory, as in training
+        batch.release()
+    wall, main = time.perf_counter() - start, time.process_time() - main_start
+    steady_cpu = sum(_cpu_seconds(pid) for pid in workers) - cold_cpu
+    return {"cold": half / cold_cpu, "steady": (len(items) - half) / steady_cpu,
+            "wall": (len(items) - half) / wall / max(args.workers, 1), "main_ms": main * 1000 / len(loader)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=Path, required=True)
@@ -77,6 +125,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="targets per collate call (per-GPU batch)")
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--loader-batches", type=int, default=60, help="batches per DataLoader epoch (two epochs)")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -128,19 +177,10 @@ def main() -> None:
     stacked = time.process_time() - start
     structure_count = sum(len(g) for g in graphs)
 
-    items = [(0, int(t)) for t in np.concatenate(targets)]
-    loader = torch.utils.data.DataLoader(items, batch_size=args.batch, collate_fn=collate,
-                                         num_workers=args.workers, persistent_workers=True)
-    epoch = iter(loader)
-    for _ in epoch:  # start the workers, map the files
-        pass
-    workers = [w.pid for w in epoch._workers]
-    cpu_before = sum(_cpu_seconds(pid) for pid in workers)
-    start = time.perf_counter()
-    for _ in loader:  # batches cross into the main process through shared memory, as in training
-        pass
-    loader_rate = count / (time.perf_counter() - start) / max(args.workers, 1)
-    loader_cpu_rate = count / (sum(_cpu_seconds(pid) for pid in workers) - cpu_before)
+    unseen = rng.permutation(np.setdiff1d(train, np.concatenate(targets)))
+    loader_papers = args.batch * args.loader_batches * 2
+    handover = {slots: loader_rates(graph, args, unseen[run * loader_papers:(run + 1) * loader_papers], slots)
+                for run, slots in enumerate((4, 0))}  # each run on targets no process has sampled yet
 
     print(f"graph: {graph.num_nodes[NodeType.PAPER]:,} papers, {graph.num_nodes[NodeType.AUTHOR]:,} authors, "
           f"{graph.num_nodes[NodeType.INSTITUTION]:,} institutions ({args.root})")
@@ -152,9 +192,14 @@ def main() -> None:
     print(f"{'  bytes handed over, last batch':<44}{handed_over:>9.1f} MiB  (padded: {padded_bytes:.1f} MiB, "
           f"{padded_bytes / handed_over:.2f}x)")
     print(f"{'  padding in the training process (CPU)':<44}{padding * 1000:>9.1f} ms per batch")
-    print(f"{'DataLoader, per worker CPU second':<44}{loader_cpu_rate:>9.0f} subgraphs/s  ({args.workers} workers, "
-          f"incl. the hand-over to the main process)")
-    print(f"{'DataLoader, per worker (wall time)':<44}{loader_rate:>9.0f} subgraphs/s  (lower on a busy machine)")
+    print(f"DataLoader, {args.workers} workers, per worker CPU second (target 1,000), {args.loader_batches} batches "
+          f"per epoch:")
+    print(f"{'':<44}{'steady':>9}{'cold maps':>11}{'wall/worker':>13}{'main ms/batch':>15}")
+    for slots, label in ((4, "  slot ring (4 slots)"), (0, "  no ring: new shared memory per batch")):
+        r = handover[slots]
+        print(f"{label:<44}{r['steady']:>9.0f}{r['cold']:>11.0f}{r['wall']:>13.0f}{r['main_ms']:>15.1f}")
+    print(f"{'  slot ring / no ring':<44}{handover[4]['steady'] / handover[0]['steady']:>8.2f}x"
+          f"{handover[4]['cold'] / handover[0]['cold']:>10.2f}x")
     print(f"{'SPD + first edges: batched bit sets':<44}{structure_count / batched:>9.0f} subgraphs/s")
     print(f"{'SPD + first edges: graph_structure per graph':<44}{structure_count / per_graph:>9.0f} subgraphs/s"
           f"  (bit sets are {per_graph / batched:.1f}x faster)")

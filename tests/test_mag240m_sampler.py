@@ -255,3 +255,52 @@ def test_padding_runs_on_the_batch_device(graph, synthetic_mag) -> None:
         padded, devices = _devices_of_operations(compact.pad)
     assert devices == {torch.device("cpu")}
     assert {getattr(padded, f.name).device for f in dataclasses.fields(padded)} == devices
+
+
+def _storage_spans(batch) -> list[tuple[int, int]]:
+    """(start, end) addresses of the storages behind every tensor field of a batch."""
+    spans = []
+    for f in dataclasses.fields(batch):
+        value = getattr(batch, f.name)
+        if isinstance(value, torch.Tensor) and value.untyped_storage().nbytes():
+            storage = value.untyped_storage()
+            spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+    return spans
+
+
+def test_padded_batch_shares_no_memory_with_the_handed_over_one(graph, synthetic_mag) -> None:
+    # the worker reuses the compact batch's memory once it is released, right after pad()
+    targets = MAG240MRaw(synthetic_mag).splits()["train"][:8]
+    compact = NeighbourSampler(graph, FANOUTS).batch(targets, np.random.default_rng(0))
+    padded = compact.pad()
+    for start, end in _storage_spans(padded):
+        assert all(end <= s or start >= e for s, e in _storage_spans(compact))
+
+
+def test_device_moves_keep_the_lease_on_the_host(graph, synthetic_mag) -> None:
+    targets = MAG240MRaw(synthetic_mag).splits()["train"][:4]
+    compact = NeighbourSampler(graph, FANOUTS).batch(targets, np.random.default_rng(0))
+    compact.lease = torch.ones(1, dtype=torch.uint8)
+    moved = compact.to("meta")
+    assert moved.spd.device == torch.device("meta") and moved.lease is compact.lease
+    moved.release()
+    assert int(compact.lease) == 0
+
+
+def test_batches_built_in_worker_slots_equal_batches_built_in_process(graph, synthetic_mag) -> None:
+    # 12 batches through 3 slots (enough for the 2 prefetched batches and the one being padded):
+    # slots are reused several times, and each batch is padded (copied onward) and released as
+    # the datamodule does, while the worker builds the next ones
+    items = [(0, t) for t in MAG240MRaw(synthetic_mag).splits()["train"][:48].tolist()]
+    collate = SubgraphCollator(graph, FANOUTS, seed=3, slots=3)
+    slots_used = set()
+    loader = torch.utils.data.DataLoader(items, batch_size=4, collate_fn=collate, num_workers=1)
+    for k, handed_over in enumerate(loader):
+        assert handed_over.lease is not None and handed_over.x_continuous.is_shared()
+        slots_used.add(handed_over.lease.storage_offset())
+        padded = handed_over.pad()
+        handed_over.release()
+        expected = collate(items[4 * k:4 * k + 4]).pad()
+        for f in dataclasses.fields(GraphBatch):
+            assert torch.equal(getattr(padded, f.name).view(torch.uint8), getattr(expected, f.name).view(torch.uint8))
+    assert slots_used <= {0, 1, 2}

@@ -20,14 +20,15 @@ pairs (sum of n * n) of the whole batch.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple, Self
 
 import numpy as np
 import torch
 
 from graphormer_urpe.constants import NO_EDGE, NO_TARGET_NODE, UNREACHABLE_SPD
+from graphormer_urpe.data.shared_slots import release
 
 
 class GraphRecord(NamedTuple):
@@ -55,18 +56,25 @@ class GraphRecord(NamedTuple):
 
 
 class TensorFields:
-    """Device moves of a dataclass whose fields are all tensors (what Lightning and the DataLoader call)."""
+    """Device moves of a dataclass whose fields are tensors (what Lightning and the DataLoader call).
+
+    A field declared with ``metadata={"host": True}`` (a handle on host shared memory, or None)
+    is carried over as it is.
+    """
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Self:
         """A copy with every tensor on ``device``."""
-        return type(self)(**{
-            f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
-            for f in dataclasses.fields(self)
-        })
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Self:
         """A copy in page-locked memory (called by ``DataLoader(pin_memory=True)``)."""
-        return type(self)(**{f.name: getattr(self, f.name).pin_memory() for f in dataclasses.fields(self)})
+        return self._map(torch.Tensor.pin_memory)
+
+    def _map(self, move: Callable[[torch.Tensor], torch.Tensor]) -> Self:
+        return type(self)(**{
+            f.name: getattr(self, f.name) if f.metadata.get("host") else move(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+        })
 
 
 @dataclass
@@ -148,6 +156,9 @@ class CompactGraphBatch(TensorFields):
     y                float32    (B, Y)            graph-level targets (or a target node's label)
     index            int64      (B,)              dataset position of each graph
     target_node      int64      (B,)              as in :class:`GraphBatch`
+    lease            uint8      (1,) or None      the worker's shared-memory slot the tensors live in
+                                                  (:mod:`~graphormer_urpe.data.shared_slots`); stays
+                                                  on the host; :meth:`release` frees the slot
     ===============  =========  ================  ==================================================
     """
 
@@ -164,9 +175,11 @@ class CompactGraphBatch(TensorFields):
     y: torch.Tensor
     index: torch.Tensor
     target_node: torch.Tensor
+    lease: torch.Tensor | None = field(default=None, metadata={"host": True})
 
     def pad(self) -> GraphBatch:
-        """The padded :class:`GraphBatch`, built on the device the tensors are on."""
+        """The padded :class:`GraphBatch`, built on the device the tensors are on, in new memory
+        (it shares none with this batch, so the batch can be released)."""
         n_max = int(self.num_nodes.max())  # one host sync on a GPU
         node_mask = torch.arange(n_max, device=self.num_nodes.device) < self.num_nodes[:, None]  # (B, N)
         pair_mask = node_mask[:, :, None] & node_mask[:, None, :]  # (B, N, N)
@@ -178,13 +191,18 @@ class CompactGraphBatch(TensorFields):
             out_degree=_scatter(node_mask, self.out_degree.long(), 0),
             spd=_scatter(pair_mask, self.spd, UNREACHABLE_SPD),  # (B, N, N)
             first_edge=_scatter(pair_mask, self.first_edge, NO_EDGE),
-            edge_attr=self.edge_attr.long(),
-            edge_continuous=self.edge_continuous,
-            edge_dst=self.edge_dst.long(),
-            y=self.y,
-            index=self.index,
-            target_node=self.target_node,
+            edge_attr=self.edge_attr.to(torch.long, copy=True),
+            edge_continuous=self.edge_continuous.clone(),
+            edge_dst=self.edge_dst.to(torch.long, copy=True),
+            y=self.y.clone(),
+            index=self.index.clone(),
+            target_node=self.target_node.clone(),
         )
+
+    def release(self) -> None:
+        """Give the worker's shared-memory slot back for its next batch; call it once the batch
+        has been copied onward (after :meth:`pad`, or the move to a GPU). No-op without a lease."""
+        release(self.lease)
 
 
 def _scatter(mask: torch.Tensor, values: torch.Tensor, fill: int) -> torch.Tensor:

@@ -59,7 +59,13 @@ def _unpack(bits: np.ndarray) -> np.ndarray:
     return np.unpackbits(little.view(np.uint8).reshape(-1), bitorder="little").reshape(len(bits), -1)
 
 
-def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarray) -> BatchStructure:
+def edge_id_dtype(num_edges: int) -> np.dtype:
+    """The smallest signed integer type (at least int16) that holds the edge ids of a batch and -1."""
+    return np.result_type(np.min_scalar_type(-max(num_edges, 1)), np.int16)
+
+
+def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarray,
+                            out: BatchStructure | None = None) -> BatchStructure:
     """SPD, first edges of shortest paths and degrees of B graphs.
 
     Args:
@@ -68,9 +74,11 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
             columns ``edge_ptr[b]:edge_ptr[b + 1]``, sorted by (source, target), no duplicates.
             An undirected graph lists both directions.
         edge_ptr: (B + 1,) offsets of each graph's edges.
+        out: arrays to write the result into (shapes and dtypes as returned; the integer ones in
+            :func:`edge_id_dtype` of E), e.g. views into a shared-memory slot; new ones if None.
 
     Returns:
-        A :class:`BatchStructure`; ``first_edge`` holds column ids of ``edge_index``.
+        A :class:`BatchStructure` (``out`` if given); ``first_edge`` holds column ids of ``edge_index``.
 
     Raises:
         ValueError: edges unsorted, duplicated, or naming a node outside their graph.
@@ -96,7 +104,7 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
 
     out_degree = np.bincount(src, minlength=num_total)
     in_degree = np.bincount(dst, minlength=num_total)
-    edge_dtype = np.result_type(np.min_scalar_type(-max(len(src), 1)), np.int16)
+    edge_dtype = edge_id_dtype(len(src))
     row_start = np.concatenate([[0], np.cumsum(out_degree)[:-1]]).astype(edge_dtype)  # first edge of each node
     heads = np.flatnonzero(out_degree)
     starts = row_start[heads]
@@ -130,13 +138,18 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
 
     # spd = levels at which j is not yet reached; unreachable pairs (never reached) keep 255
     pair_ptr = np.concatenate([[0], np.cumsum(num_nodes * num_nodes)])
-    spd = np.full(pair_ptr[-1], UNREACHABLE_SPD, dtype=np.uint8)  # (P,)
-    first_edge = np.full(pair_ptr[-1], NO_EDGE, dtype=edge_dtype)
+    if out is None:
+        out = BatchStructure(spd=np.empty(pair_ptr[-1], dtype=np.uint8), first_edge=np.empty(pair_ptr[-1], edge_dtype),
+                             in_degree=np.empty(num_total, edge_dtype), out_degree=np.empty(num_total, edge_dtype))
+    spd, first_edge = out.spd, out.first_edge  # (P,)
+    spd.fill(UNREACHABLE_SPD)
+    first_edge.fill(NO_EDGE)
     for b in range(batch):  # per-graph slices write straight into the graph's blocks
         rows, n, block = slice(node_ptr[b], node_ptr[b + 1]), num_nodes[b], slice(pair_ptr[b], pair_ptr[b + 1])
         counts = reached[rows, :n]  # (n, n)
         np.subtract(np.uint8(len(levels)), counts, out=spd[block].reshape(n, n), where=counts > 0)
         np.add(row_start[rows, None], rank[rows, :n], out=first_edge[block].reshape(n, n),
                where=(counts > 0) & (counts < len(levels)))
-    return BatchStructure(spd=spd, first_edge=first_edge, in_degree=in_degree.astype(edge_dtype),
-                          out_degree=out_degree.astype(edge_dtype))
+    out.in_degree[:] = in_degree
+    out.out_degree[:] = out_degree
+    return out

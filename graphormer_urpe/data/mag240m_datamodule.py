@@ -237,8 +237,11 @@ class MAG240MDataModule(pl.LightningDataModule):
 
     def on_after_batch_transfer(self, batch: CompactGraphBatch, dataloader_idx: int) -> GraphBatch:
         """Pad the workers' unpadded batch into the model's input, on the device it was moved to
-        (cheap on a GPU; the workers copy fewer bytes into shared memory)."""
-        return batch.pad()
+        (cheap on a GPU; the workers copy fewer bytes into shared memory), and give the worker's
+        shared-memory slot back (the padded batch is new memory)."""
+        padded = batch.pad()
+        batch.release()
+        return padded
 
     def predict_dataloader(self) -> DataLoader:
         if self.predict_split not in self.splits:

@@ -30,8 +30,9 @@ import numpy as np
 import torch
 
 from graphormer_urpe.data.batch import CompactGraphBatch
-from graphormer_urpe.data.batched_structure import batched_graph_structure
+from graphormer_urpe.data.batched_structure import BatchStructure, batched_graph_structure, edge_id_dtype
 from graphormer_urpe.data.mag240m import RELATIONS, REVERSE, MAG240MGraph, NodeType
+from graphormer_urpe.data.shared_slots import SlotRing, Specs, empty_tensors
 
 #: Relations each node type is expanded along, in a fixed order (ids of :data:`RELATIONS`).
 EXPANSIONS = {t: tuple(r.id for r in RELATIONS if r.source is t) for t in NodeType}
@@ -39,6 +40,8 @@ EXPANSIONS = {t: tuple(r.id for r in RELATIONS if r.source is t) for t in NodeTy
 _TARGET_TYPE = np.array([r.target for r in RELATIONS], dtype=np.int64)
 #: Largest relation id + 1: packs (edge key, relation) into one sortable integer.
 _RELATION_SLOTS = 8
+#: torch dtypes of the integer types the batch uses.
+_TORCH_DTYPE = {np.dtype(t): getattr(torch, t) for t in ("int8", "int16", "int32", "int64")}
 
 
 @dataclass
@@ -186,8 +189,13 @@ class NeighbourSampler:
             edge_relation=np.concatenate(relations) if relations else empty,
         )
 
-    def batch(self, targets: np.ndarray, rng: np.random.Generator) -> CompactGraphBatch:
+    def batch(self, targets: np.ndarray, rng: np.random.Generator, slots: SlotRing | None = None) -> CompactGraphBatch:
         """Sample subgraphs around ``targets`` and lay them out for the hand-over, unpadded.
+
+        Args:
+            targets: (B,) paper ids.
+            rng: the randomness of this batch.
+            slots: a worker's shared-memory slots to build the batch in (plain tensors if None).
 
         Returns:
             A :class:`CompactGraphBatch` (nodes of each subgraph in sampling order, target first)
@@ -195,6 +203,7 @@ class NeighbourSampler:
             ``edge_attr`` = relation (E, 1) int8, ``y`` = label (B, 1) (NaN if unknown),
             ``index`` = target paper id, ``target_node`` = 0; ``pad()`` gives the model's input.
         """
+        targets = np.asarray(targets, dtype=np.int64)
         sample = self.sample(targets, rng)
         batch = len(targets)
         graph = sample.node_graph
@@ -219,29 +228,45 @@ class NeighbourSampler:
         edge_graph, rest = np.divmod(pair, n_max * n_max)
         edge_src, edge_dst = np.divmod(rest, n_max)
         edge_ptr = np.concatenate([[0], np.cumsum(np.bincount(edge_graph, minlength=batch))])
-        structure = batched_graph_structure(num_nodes, np.stack([edge_src, edge_dst]), edge_ptr)
 
+        specs = self._specs(batch, len(graph), int(num_nodes @ num_nodes), len(relation), n_max)
+        tensors, lease = slots.allocate(specs) if slots is not None else (empty_tensors(specs), None)
+        arrays = {name: t.numpy() for name, t in tensors.items()}
+        batched_graph_structure(num_nodes, np.stack([edge_src, edge_dst]), edge_ptr, out=BatchStructure(
+            spd=arrays["spd"], first_edge=arrays["first_edge"],
+            in_degree=arrays["in_degree"], out_degree=arrays["out_degree"]))
         node_type, node_id = sample.node_type[by_graph], sample.node_id[by_graph]  # (V,) subgraph by subgraph
-        features = np.empty((len(graph), self._feature_width), dtype=np.float16)
         for t in NodeType:
             rows = np.flatnonzero(node_type == t)
             if len(rows):  # np.take: a fast row gather from the memory map
-                features[rows] = np.take(self.graph.features(t), node_id[rows], axis=0)
-        return CompactGraphBatch(
-            num_nodes=torch.from_numpy(num_nodes),
-            x=torch.from_numpy(node_type.astype(np.int8).reshape(-1, 1)),
-            x_continuous=torch.from_numpy(features),
-            in_degree=torch.from_numpy(structure.in_degree),
-            out_degree=torch.from_numpy(structure.out_degree),
-            spd=torch.from_numpy(structure.spd),
-            first_edge=torch.from_numpy(structure.first_edge),
-            edge_attr=torch.from_numpy(relation.astype(np.int8).reshape(-1, 1)),
-            edge_continuous=torch.zeros((len(relation), 0), dtype=torch.float32),
-            edge_dst=torch.from_numpy(edge_dst.astype(np.min_scalar_type(-n_max))),  # smallest signed type
-            y=torch.from_numpy(self.graph.labels(np.asarray(targets, dtype=np.int64)).reshape(-1, 1)),
-            index=torch.from_numpy(np.asarray(targets, dtype=np.int64).copy()),
-            target_node=torch.zeros(batch, dtype=torch.long),
-        )
+                arrays["x_continuous"][rows] = np.take(self.graph.features(t), node_id[rows], axis=0)
+        arrays["num_nodes"][:] = num_nodes
+        arrays["x"][:, 0] = node_type
+        arrays["edge_attr"][:, 0] = relation
+        arrays["edge_dst"][:] = edge_dst
+        arrays["y"][:, 0] = self.graph.labels(targets)
+        arrays["index"][:] = targets
+        arrays["target_node"][:] = 0
+        return CompactGraphBatch(**tensors, lease=lease)
+
+    def _specs(self, batch: int, nodes: int, pairs: int, edges: int, n_max: int) -> Specs:
+        """Shapes and dtypes of a :class:`CompactGraphBatch`'s tensors (small integer types)."""
+        edge_id = _TORCH_DTYPE[edge_id_dtype(edges)]
+        return {
+            "num_nodes": ((batch,), torch.int64),
+            "x": ((nodes, 1), torch.int8),
+            "x_continuous": ((nodes, self._feature_width), torch.float16),
+            "in_degree": ((nodes,), edge_id),
+            "out_degree": ((nodes,), edge_id),
+            "spd": ((pairs,), torch.uint8),
+            "first_edge": ((pairs,), edge_id),
+            "edge_attr": ((edges, 1), torch.int8),
+            "edge_continuous": ((edges, 0), torch.float32),
+            "edge_dst": ((edges,), _TORCH_DTYPE[np.min_scalar_type(-n_max)]),  # smallest signed type
+            "y": ((batch, 1), torch.float32),
+            "index": ((batch,), torch.int64),
+            "target_node": ((batch,), torch.int64),
+        }
 
     @property
     def _feature_width(self) -> int:
@@ -250,20 +275,24 @@ class NeighbourSampler:
 
 class SubgraphCollator:
     """``collate_fn`` of the MAG240M loaders: ``[(epoch, paper), ...]`` -> :class:`CompactGraphBatch`
-    (padded by the datamodule's ``on_after_batch_transfer``, on the training device).
+    (padded by the datamodule's ``on_after_batch_transfer``, on the training device, which then
+    releases the batch's shared-memory slot).
 
     Args:
         graph: the memory-mapped graph (each worker maps the files itself).
         fanouts: neighbours per hop.
         seed: base seed; the batch's randomness is ``(seed, epoch, its target papers)``.
+        slots: shared-memory slots per worker that batches are built in and reused from
+            (:class:`SlotRing`); 0: none, PyTorch copies every batch into new shared memory.
     """
 
-    def __init__(self, graph: MAG240MGraph, fanouts: Sequence[int], seed: int) -> None:
+    def __init__(self, graph: MAG240MGraph, fanouts: Sequence[int], seed: int, slots: int = 4) -> None:
         self.sampler = NeighbourSampler(graph, fanouts)
         self.seed = seed
+        self.slots = SlotRing(slots) if slots else None
 
     def __call__(self, items: Sequence[tuple[int, int]]) -> CompactGraphBatch:
         epoch = int(items[0][0])
         targets = np.array([paper for _, paper in items], dtype=np.int64)
         rng = np.random.default_rng([self.seed, epoch, zlib.crc32(targets.tobytes())])
-        return self.sampler.batch(targets, rng)
+        return self.sampler.batch(targets, rng, self.slots)
