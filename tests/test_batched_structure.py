@@ -1,12 +1,13 @@
-"""batched_graph_structure equals graph_structure graph by graph, block by block."""
+"""batched_graph_structure (SPD, degrees) and first_edges together equal graph_structure graph by graph."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from graphormer_urpe.constants import NO_EDGE
-from graphormer_urpe.data.batched_structure import BatchStructure, batched_graph_structure
+from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
+from graphormer_urpe.data.batched_structure import BatchStructure, batched_graph_structure, first_edges
 from graphormer_urpe.data.transforms import graph_structure
 from tests.conftest import random_edges
 
@@ -29,24 +30,35 @@ def _graphs(rng: np.random.Generator) -> list[tuple[int, np.ndarray]]:
     return graphs
 
 
-def _blocks(result: BatchStructure, sizes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(spd, first_edge) of each graph as (n, n) arrays, cut out of the flat blocks."""
+def _blocks(result: BatchStructure, sizes: np.ndarray, edge_index: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(spd, first_edge) of each graph as (n, n) arrays: SPD cut out of the flat blocks, first
+    edges from :func:`first_edges` on the padded SPD, as ``CompactGraphBatch.pad`` does."""
     ends = np.cumsum(sizes * sizes)
-    return [(spd.reshape(n, n), first.reshape(n, n)) for n, spd, first
-            in zip(sizes, np.split(result.spd, ends[:-1]), np.split(result.first_edge, ends[:-1]))]
+    spd_blocks = [spd.reshape(n, n) for n, spd in zip(sizes, np.split(result.spd, ends[:-1]))]
+    n_max = int(sizes.max())
+    padded = np.full((len(sizes), n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
+    for b, block in enumerate(spd_blocks):
+        padded[b, :len(block), :len(block)] = block
+    first = first_edges(torch.from_numpy(padded), torch.from_numpy(sizes), torch.from_numpy(result.out_degree),
+                        torch.from_numpy(edge_index[1])).numpy()  # (V, N)
+    rows = np.split(first, np.cumsum(sizes)[:-1])
+    return [(spd, row[:, :len(spd)]) for spd, row in zip(spd_blocks, rows)]
 
 
 def test_equals_graph_structure_on_every_graph(rng: np.random.Generator) -> None:
     graphs = _graphs(rng)
     sizes = np.array([n for n, _ in graphs])
     edge_ptr = np.concatenate([[0], np.cumsum([e.shape[1] for _, e in graphs])])
-    result = batched_graph_structure(sizes, np.concatenate([e for _, e in graphs], axis=1), edge_ptr)
+    edge_index = np.concatenate([e for _, e in graphs], axis=1)
+    result = batched_graph_structure(sizes, edge_index, edge_ptr)
     pairs, nodes = int((sizes * sizes).sum()), int(sizes.sum())
-    assert result.spd.shape == result.first_edge.shape == (pairs,)  # no padding
+    assert result.spd.shape == (pairs,)  # no padding
     assert result.in_degree.shape == result.out_degree.shape == (nodes,)
-    assert result.spd.dtype == np.uint8 and result.first_edge.dtype == np.int16  # fewer than 32,767 edges
+    assert result.spd.dtype == np.uint8 and result.in_degree.dtype == np.int16  # fewer than 32,767 edges
     node_ptr = np.concatenate([[0], np.cumsum(sizes)])
-    for b, ((n, edges), (spd, first_edge)) in enumerate(zip(graphs, _blocks(result, sizes))):
+    blocks = _blocks(result, sizes, edge_index)
+    assert blocks[0][1].dtype == np.int16
+    for b, ((n, edges), (spd, first_edge)) in enumerate(zip(graphs, blocks)):
         expected = graph_structure(n, edges)
         np.testing.assert_array_equal(spd, expected.spd)
         first = expected.first_edge.astype(np.int64)
@@ -59,12 +71,13 @@ def test_result_does_not_depend_on_the_other_graphs(rng: np.random.Generator) ->
     graphs = _graphs(rng)[2:8]
     sizes = np.array([n for n, _ in graphs])
     edge_ptr = np.concatenate([[0], np.cumsum([e.shape[1] for _, e in graphs])])
-    together = batched_graph_structure(sizes, np.concatenate([e for _, e in graphs], axis=1), edge_ptr)
-    for b, ((n, edges), (spd, first_edge)) in enumerate(zip(graphs, _blocks(together, sizes))):
+    edge_index = np.concatenate([e for _, e in graphs], axis=1)
+    together = batched_graph_structure(sizes, edge_index, edge_ptr)
+    for b, ((n, edges), (spd, first_edge)) in enumerate(zip(graphs, _blocks(together, sizes, edge_index))):
         alone = batched_graph_structure(np.array([n]), edges, np.array([0, edges.shape[1]]))
-        np.testing.assert_array_equal(spd.ravel(), alone.spd)
-        np.testing.assert_array_equal(first_edge.ravel() - np.where(alone.first_edge >= 0, edge_ptr[b], 0),
-                                      alone.first_edge)
+        [(spd_alone, first_alone)] = _blocks(alone, np.array([n]), edges)
+        np.testing.assert_array_equal(spd, spd_alone)
+        np.testing.assert_array_equal(first_edge - np.where(first_alone >= 0, edge_ptr[b], 0), first_alone)
 
 
 @pytest.mark.parametrize("edges, message", [
@@ -82,8 +95,8 @@ def test_edge_ids_widen_past_int16() -> None:
     src, dst = np.nonzero(~np.eye(n, dtype=bool))
     edges = np.stack([src, dst])
     result = batched_graph_structure(np.array([n]), edges, np.array([0, edges.shape[1]]))
-    assert result.first_edge.dtype == np.int32
+    [(spd, first)] = _blocks(result, np.array([n]), edges)
+    assert first.dtype == np.int32 and result.out_degree.dtype == np.int32
     expected = graph_structure(n, edges)  # int16 ids cannot hold 39,800 edges: compare through the path
-    first = result.first_edge.reshape(n, n)
     np.testing.assert_array_equal(edges[1][np.maximum(first, 0)][first >= 0], np.nonzero(first >= 0)[1])
-    np.testing.assert_array_equal(result.spd.reshape(n, n), expected.spd)
+    np.testing.assert_array_equal(spd, expected.spd)

@@ -165,7 +165,7 @@ def test_seeded_per_epoch_and_independent_of_workers(graph, synthetic_mag) -> No
     items = [(0, t) for t in targets]
     loaders = [torch.utils.data.DataLoader(items, batch_size=4, collate_fn=collate, num_workers=w) for w in (0, 2)]
     for serial, parallel in zip(*loaders):  # workers map the files themselves; same batches
-        assert torch.equal(serial.spd, parallel.spd) and torch.equal(serial.first_edge, parallel.first_edge)
+        assert torch.equal(serial.spd, parallel.spd) and torch.equal(serial.edge_dst, parallel.edge_dst)
         assert torch.equal(serial.x_continuous, parallel.x_continuous)
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from graphormer_urpe.constants import NO_EDGE, NO_TARGET_NODE, UNREACHABLE_SPD
+from graphormer_urpe.data.batched_structure import first_edges
 from graphormer_urpe.data.shared_slots import release
 
 
@@ -148,11 +149,11 @@ class CompactGraphBatch(TensorFields):
     in_degree        integer    (V,)              in-degree of each node
     out_degree       integer    (V,)              out-degree of each node
     spd              uint8      (P,)              shortest-path distances, blocks of the graphs
-    first_edge       integer    (P,)              batch edge id of the first edge of a shortest
-                                                  path, -1 if none (kept in its dtype by ``pad``)
     edge_attr        integer    (E, Fe)           categorical edge features
     edge_continuous  float32    (E, Fec)          continuous edge features
-    edge_dst         integer    (E,)              target node (position in its graph) of each edge
+    edge_dst         integer    (E,)              target node (position in its graph) of each edge;
+                                                  edges are listed node after node (``out_degree``
+                                                  of each), by ascending target
     y                float32    (B, Y)            graph-level targets (or a target node's label)
     index            int64      (B,)              dataset position of each graph
     target_node      int64      (B,)              as in :class:`GraphBatch`
@@ -168,7 +169,6 @@ class CompactGraphBatch(TensorFields):
     in_degree: torch.Tensor
     out_degree: torch.Tensor
     spd: torch.Tensor
-    first_edge: torch.Tensor
     edge_attr: torch.Tensor
     edge_continuous: torch.Tensor
     edge_dst: torch.Tensor
@@ -183,14 +183,16 @@ class CompactGraphBatch(TensorFields):
         n_max = int(self.num_nodes.max())  # one host sync on a GPU
         node_mask = torch.arange(n_max, device=self.num_nodes.device) < self.num_nodes[:, None]  # (B, N)
         pair_mask = node_mask[:, :, None] & node_mask[:, None, :]  # (B, N, N)
+        spd = _scatter(pair_mask, self.spd, UNREACHABLE_SPD)  # (B, N, N)
+        first_edge = first_edges(spd, self.num_nodes, self.out_degree, self.edge_dst)  # (V, N)
         return GraphBatch(
             x=_scatter(node_mask, self.x.long(), 0),  # (B, N, F)
             x_continuous=_scatter(node_mask, self.x_continuous, 0),  # (B, N, Fc)
             node_mask=node_mask,
             in_degree=_scatter(node_mask, self.in_degree.long(), 0),  # (B, N)
             out_degree=_scatter(node_mask, self.out_degree.long(), 0),
-            spd=_scatter(pair_mask, self.spd, UNREACHABLE_SPD),  # (B, N, N)
-            first_edge=_scatter(pair_mask, self.first_edge, NO_EDGE),
+            spd=spd,
+            first_edge=_scatter(node_mask, first_edge, NO_EDGE),  # (B, N, N)
             edge_attr=self.edge_attr.to(torch.long, copy=True),
             edge_continuous=self.edge_continuous.clone(),
             edge_dst=self.edge_dst.to(torch.long, copy=True),

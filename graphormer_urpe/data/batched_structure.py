@@ -1,25 +1,28 @@
 """Shortest-path structure of a whole batch of graphs at once, for subgraphs sampled on the fly.
 
 :func:`~graphormer_urpe.data.transforms.graph_structure` preprocesses one graph at a time, once,
-for a cache. Subgraphs sampled around MAG240M papers change every epoch, so their structure is
-computed in the DataLoader workers for every batch; this module does that for B graphs in one
-pass of numpy operations and returns them unpadded (each graph's (n, n) block; the training
-process pads them on its device, :class:`~graphormer_urpe.data.batch.CompactGraphBatch`). Results equal
-``graph_structure`` exactly (same distances, same first edges, same tie-break: the smallest next
-node) on graphs whose edges are sorted and free of duplicates.
+for a cache. Subgraphs sampled around MAG240M papers change every batch, so their structure is
+computed per batch, in two halves:
 
-Method: breadth-first search from every node simultaneously on bit sets. ``reach_d[i]`` is the
-set of nodes within distance d of node i, one bit per node of i's graph (W 64-bit words), and
+* :func:`batched_graph_structure` (numpy, in the DataLoader workers): SPD and degrees of B graphs
+  in one pass, unpadded (each graph's (n, n) block;
+  :class:`~graphormer_urpe.data.batch.CompactGraphBatch` holds them);
+* :func:`first_edges` (torch, on the training device, when the batch is padded): the first edge
+  of a shortest path for every pair, read off the SPD with one comparison per edge and node
+  (an (E, N) array: trivial on a GPU, and no bytes to hand over from the workers).
+
+Together they equal ``graph_structure`` exactly (same distances, same first edges, same
+tie-break: the smallest next node) on graphs whose edges are sorted and free of duplicates.
+
+SPD method: breadth-first search from every node simultaneously on bit sets. ``reach_d[i]`` is
+the set of nodes within distance d of node i, one bit per node of i's graph (W 64-bit words), and
 
     reach_{d+1}[i] = reach_d[i] | OR_{edges i -> k} reach_d[k]
 
-costs one gather and one segmented OR over the E edges per level. Then
-
-    spd[i, j]       = number of levels d at which j is not yet in reach_d[i]
-    on_path(i -> k) = OR_d (reach_d[k] & ~reach_d[i])    (the j with spd[k, j] = spd[i, j] - 1)
-
-and the first edge of a shortest path from i to j is i's lowest edge (smallest k) whose
-``on_path`` holds j. Sampled subgraphs have radius 2, so there are at most five levels.
+costs one gather and one segmented OR over the E edges per level; ``spd[i, j]`` is the number of
+levels at which j is not yet in ``reach_d[i]``. Sampled subgraphs have radius 2, so there are at
+most five levels. First edges: edge ``i -> k`` begins a shortest path to j when
+``spd[k, j] == spd[i, j] - 1``; the first edge is the lowest such edge id, i.e. the smallest k.
 
 Shape letters: B graphs, N nodes of the largest graph, V nodes of the batch, E edges of the batch,
 W 64-bit words per bit set.
@@ -30,6 +33,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 
@@ -37,18 +41,15 @@ _BITS = 64
 
 
 class BatchStructure(NamedTuple):
-    """Structural arrays of a batch, without padding: the (n, n) block of each graph, row-major,
+    """SPD and degrees of a batch, without padding: the (n, n) block of each graph, row-major,
     block after block (P = sum of n * n pairs), as :class:`~graphormer_urpe.data.batch.CompactGraphBatch`
     holds them.
 
     Shapes:
-        spd: (P,) uint8 (255 = unreachable); first_edge: (P,) ids into the batch's edge list (-1 if
-        none), in the smallest signed integer type that holds them (int16 below 32,767 edges);
-        in_degree, out_degree: (V,) in that type too.
+        spd: (P,) uint8 (255 = unreachable); in_degree, out_degree: (V,) in :func:`edge_id_dtype`.
     """
 
     spd: np.ndarray
-    first_edge: np.ndarray
     in_degree: np.ndarray
     out_degree: np.ndarray
 
@@ -66,7 +67,7 @@ def edge_id_dtype(num_edges: int) -> np.dtype:
 
 def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarray,
                             out: BatchStructure | None = None) -> BatchStructure:
-    """SPD, first edges of shortest paths and degrees of B graphs.
+    """SPD and degrees of B graphs (first edges: :func:`first_edges`, on the padded SPD).
 
     Args:
         num_nodes: (B,) nodes of each graph.
@@ -74,11 +75,11 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
             columns ``edge_ptr[b]:edge_ptr[b + 1]``, sorted by (source, target), no duplicates.
             An undirected graph lists both directions.
         edge_ptr: (B + 1,) offsets of each graph's edges.
-        out: arrays to write the result into (shapes and dtypes as returned; the integer ones in
-            :func:`edge_id_dtype` of E), e.g. views into a shared-memory slot; new ones if None.
+        out: arrays to write the result into (shapes and dtypes as returned), e.g. views into a
+            shared-memory slot; new ones if None.
 
     Returns:
-        A :class:`BatchStructure` (``out`` if given); ``first_edge`` holds column ids of ``edge_index``.
+        A :class:`BatchStructure` (``out`` if given).
 
     Raises:
         ValueError: edges unsorted, duplicated, or naming a node outside their graph.
@@ -104,52 +105,69 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
 
     out_degree = np.bincount(src, minlength=num_total)
     in_degree = np.bincount(dst, minlength=num_total)
-    edge_dtype = edge_id_dtype(len(src))
-    row_start = np.concatenate([[0], np.cumsum(out_degree)[:-1]]).astype(edge_dtype)  # first edge of each node
     heads = np.flatnonzero(out_degree)
-    starts = row_start[heads]
+    starts = np.concatenate([[0], np.cumsum(out_degree)[:-1]])[heads]  # first edge of each node with edges
 
     reach = np.zeros((num_total, words), dtype=np.uint64)  # (V, W)
     reach[np.arange(num_total), local // _BITS] = np.left_shift(np.uint64(1), (local % _BITS).astype(np.uint64))
     levels = [reach]
-    at_target = []  # at_target[d]: levels[d] of each edge's target, (E, W)
     while len(src) and len(levels) < UNREACHABLE_SPD:
-        at_target.append(np.take(levels[-1], dst, axis=0))
         grown = levels[-1].copy()
-        grown[heads] |= np.bitwise_or.reduceat(at_target[-1], starts, axis=0)
+        grown[heads] |= np.bitwise_or.reduceat(np.take(levels[-1], dst, axis=0), starts, axis=0)  # (E, W) -> heads
         if np.array_equal(grown, levels[-1]):
             break
         levels.append(grown)
-
     reached = np.zeros((num_total, words * _BITS), dtype=np.uint8)  # (V, 64 W): levels with j in reach
     for level in levels:
         reached += _unpack(level)
 
-    on_path = np.zeros((len(src), words), dtype=np.uint64)  # (E, W)
-    for level, target_level in zip(levels, at_target):
-        on_path |= target_level & ~np.take(level, src, axis=0)
-    # rank[i, j]: index among i's edges (ascending target) of the first one on a path to j
-    rank = np.zeros((num_total, words * _BITS), dtype=np.uint8 if out_degree.max(initial=0) <= 256 else np.uint16)
-    taken = np.zeros((num_total, words), dtype=np.uint64)
-    for r in range(int(out_degree.max(initial=0)) - 1):
-        rows = np.flatnonzero(out_degree > r + 1)
-        taken[rows] |= np.take(on_path, row_start[rows] + r, axis=0)
-        rank[rows] += _unpack(~np.take(taken, rows, axis=0))
-
     # spd = levels at which j is not yet reached; unreachable pairs (never reached) keep 255
     pair_ptr = np.concatenate([[0], np.cumsum(num_nodes * num_nodes)])
     if out is None:
-        out = BatchStructure(spd=np.empty(pair_ptr[-1], dtype=np.uint8), first_edge=np.empty(pair_ptr[-1], edge_dtype),
-                             in_degree=np.empty(num_total, edge_dtype), out_degree=np.empty(num_total, edge_dtype))
-    spd, first_edge = out.spd, out.first_edge  # (P,)
-    spd.fill(UNREACHABLE_SPD)
-    first_edge.fill(NO_EDGE)
+        degree_dtype = edge_id_dtype(len(src))
+        out = BatchStructure(spd=np.empty(pair_ptr[-1], dtype=np.uint8), in_degree=np.empty(num_total, degree_dtype),
+                             out_degree=np.empty(num_total, degree_dtype))
+    out.spd.fill(UNREACHABLE_SPD)
     for b in range(batch):  # per-graph slices write straight into the graph's blocks
         rows, n, block = slice(node_ptr[b], node_ptr[b + 1]), num_nodes[b], slice(pair_ptr[b], pair_ptr[b + 1])
         counts = reached[rows, :n]  # (n, n)
-        np.subtract(np.uint8(len(levels)), counts, out=spd[block].reshape(n, n), where=counts > 0)
-        np.add(row_start[rows, None], rank[rows, :n], out=first_edge[block].reshape(n, n),
-               where=(counts > 0) & (counts < len(levels)))
+        np.subtract(np.uint8(len(levels)), counts, out=out.spd[block].reshape(n, n), where=counts > 0)
     out.in_degree[:] = in_degree
     out.out_degree[:] = out_degree
     return out
+
+
+def first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: torch.Tensor,
+                edge_dst: torch.Tensor) -> torch.Tensor:
+    """First edge of a shortest path from every node to every node of its graph, on spd's device.
+
+    Edge ``e = i -> k`` begins a shortest path to j when ``spd[k, j] == spd[i, j] - 1``; the first
+    edge is the lowest such id, which is the smallest k because the batch lists each node's edges
+    by ascending target (the tie-break of ``graph_structure``).
+
+    Args:
+        spd: (B, N, N) uint8 padded SPD (255 = unreachable or padding).
+        num_nodes: (B,) nodes of each graph.
+        out_degree: (V,) out-degree of each node; the batch's edges are listed node after node.
+        edge_dst: (E,) target of each edge, as a position in its graph; each node's edges sorted by it.
+
+    Returns:
+        (V, N) batch edge ids (-1: none, i.e. j is i, unreachable or padding), in
+        :func:`edge_id_dtype` of E; row v is node v's row of its graph's (N, N) block.
+    """
+    device, (batch, n_max, _), num_edges = spd.device, spd.shape, len(edge_dst)
+    node_graph = torch.repeat_interleave(torch.arange(batch, device=device), num_nodes)  # (V,)
+    node_local = torch.arange(len(node_graph), device=device) - (torch.cumsum(num_nodes, 0) - num_nodes)[node_graph]
+    edge_src = torch.repeat_interleave(torch.arange(len(node_graph), device=device), out_degree.long())  # (E,)
+    edge_graph = node_graph[edge_src]
+    from_source = spd[edge_graph, node_local[edge_src]]  # (E, N): spd[i, j] for every j
+    from_target = spd[edge_graph, edge_dst.long()]  # (E, N): spd[k, j]
+    closer = from_source - 1  # uint8: i == j wraps to 255
+    on_path = (from_target == closer) & (closer < UNREACHABLE_SPD - 1)  # (E, N); not j == i, not unreachable
+    # ids as float32 (exact below 2^24 edges): index_reduce's amin takes floating types on every device
+    none = float(num_edges)
+    ids = torch.arange(num_edges, device=device, dtype=torch.float32)
+    candidate = torch.where(on_path, ids[:, None], none)  # (E, N)
+    first = torch.full((len(node_graph), n_max), none, device=device).index_reduce_(0, edge_src, candidate, "amin")
+    dtype = torch.from_numpy(np.empty(0, edge_id_dtype(num_edges))).dtype
+    return torch.where(first == none, NO_EDGE, first).to(dtype)  # (V, N)

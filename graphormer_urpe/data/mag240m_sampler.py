@@ -11,8 +11,10 @@ yields a one-node subgraph.
 
 Everything is numpy on memory-mapped CSR arrays, vectorised over the whole batch, and runs in
 the DataLoader workers (:class:`SubgraphCollator` is the ``collate_fn``), which hand over each
-batch unpadded, in small integer types; the training process pads it on its device (the padded
-batch is about 1.6 times larger, mostly feature rows of padding). Randomness comes from
+batch unpadded, in small integer types, built in reused shared-memory slots
+(:mod:`~graphormer_urpe.data.shared_slots`); the training process pads it on its device (the
+padded batch is about 1.6 times larger, mostly feature rows of padding) and derives the first
+edges of shortest paths from the SPD there. Randomness comes from
 ``(seed, epoch, targets of the batch)``: the same epoch gives the same subgraphs, another epoch
 other ones, independently of the number of workers.
 
@@ -233,8 +235,7 @@ class NeighbourSampler:
         tensors, lease = slots.allocate(specs) if slots is not None else (empty_tensors(specs), None)
         arrays = {name: t.numpy() for name, t in tensors.items()}
         batched_graph_structure(num_nodes, np.stack([edge_src, edge_dst]), edge_ptr, out=BatchStructure(
-            spd=arrays["spd"], first_edge=arrays["first_edge"],
-            in_degree=arrays["in_degree"], out_degree=arrays["out_degree"]))
+            spd=arrays["spd"], in_degree=arrays["in_degree"], out_degree=arrays["out_degree"]))
         node_type, node_id = sample.node_type[by_graph], sample.node_id[by_graph]  # (V,) subgraph by subgraph
         for t in NodeType:
             rows = np.flatnonzero(node_type == t)
@@ -251,15 +252,14 @@ class NeighbourSampler:
 
     def _specs(self, batch: int, nodes: int, pairs: int, edges: int, n_max: int) -> Specs:
         """Shapes and dtypes of a :class:`CompactGraphBatch`'s tensors (small integer types)."""
-        edge_id = _TORCH_DTYPE[edge_id_dtype(edges)]
+        degree = _TORCH_DTYPE[edge_id_dtype(edges)]  # degrees are at most E
         return {
             "num_nodes": ((batch,), torch.int64),
             "x": ((nodes, 1), torch.int8),
             "x_continuous": ((nodes, self._feature_width), torch.float16),
-            "in_degree": ((nodes,), edge_id),
-            "out_degree": ((nodes,), edge_id),
+            "in_degree": ((nodes,), degree),
+            "out_degree": ((nodes,), degree),
             "spd": ((pairs,), torch.uint8),
-            "first_edge": ((pairs,), edge_id),
             "edge_attr": ((edges, 1), torch.int8),
             "edge_continuous": ((edges, 0), torch.float32),
             "edge_dst": ((edges,), _TORCH_DTYPE[np.min_scalar_type(-n_max)]),  # smallest signed type
