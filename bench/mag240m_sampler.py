@@ -87,11 +87,11 @@ class _Phases(torch.utils.data.Sampler):
 
 
 def loader_rates(graph: MAG240MGraph, args: argparse.Namespace, papers: np.ndarray, slots: int) -> dict[str, float]:
-    """The collate in a DataLoader with ``--workers`` processes, batches released as the training
-    process does: one epoch over half of ``papers`` in new workers (the memory maps cold: every
-    page a worker touches the first time costs a page fault, as in training on a graph far larger
-    than this one), then one over the other half (steady state: on a 1M-paper graph most pages
-    are mapped by then; the targets are still new).
+    """The collate in a DataLoader with ``--workers`` new processes, batches released as the
+    training process does: one epoch over half of ``papers`` (the memory maps cold: every page a
+    worker touches the first time costs a page fault, as in training on a graph far larger than
+    this one), then one over the other half (steady state: on a 1M-paper graph most pages are
+    mapped by then; the targets are still new to the workers).
 
     Returns:
         Subgraphs per worker CPU second in the ``cold`` and the ``steady`` epoch, per worker per
@@ -128,6 +128,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--loader-batches", type=int, default=60, help="batches per DataLoader epoch (two epochs)")
+    parser.add_argument("--rounds", type=int, default=3, help="DataLoader runs of each kind, interleaved")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -186,10 +187,12 @@ def main() -> None:
     stacked = time.process_time() - start
     structure_count = sum(len(g) for g in graphs)
 
-    unseen = rng.permutation(np.setdiff1d(train, np.concatenate(targets)))
-    loader_papers = args.batch * args.loader_batches * 2
-    handover = {slots: loader_rates(graph, args, unseen[run * loader_papers:(run + 1) * loader_papers], slots)
-                for run, slots in enumerate((4, 0))}  # each run on targets no process has sampled yet
+    loader_papers = min(args.batch * args.loader_batches * 2, len(train))
+    runs: dict[int, list[dict[str, float]]] = {4: [], 0: []}
+    for run in range(args.rounds):  # interleaved; new workers each time: their memory maps start cold
+        for slots in (4, 0) if run % 2 == 0 else (0, 4):
+            runs[slots].append(loader_rates(graph, args, rng.permutation(train)[:loader_papers], slots))
+    handover = {slots: {key: float(np.median([r[key] for r in rs])) for key in rs[0]} for slots, rs in runs.items()}
 
     print(f"graph: {graph.num_nodes[NodeType.PAPER]:,} papers, {graph.num_nodes[NodeType.AUTHOR]:,} authors, "
           f"{graph.num_nodes[NodeType.INSTITUTION]:,} institutions ({args.root})")
@@ -201,8 +204,9 @@ def main() -> None:
     print(f"{'  bytes handed over, last batch':<44}{handed_over:>9.1f} MiB  (padded: {padded_bytes:.1f} MiB, "
           f"{padded_bytes / handed_over:.2f}x)")
     print(f"{'  padding in the training process (CPU)':<44}{padding * 1000:>9.1f} ms per batch")
+    ring_rounds = ", ".join(f"{r['steady']:.0f}" for r in runs[4])
     print(f"DataLoader, {args.workers} workers, per worker CPU second (target 1,000), {args.loader_batches} batches "
-          f"per epoch:")
+          f"per epoch, median of {args.rounds} interleaved rounds (steady with the ring: {ring_rounds}):")
     print(f"{'':<44}{'steady':>9}{'cold maps':>11}{'wall/worker':>13}{'main ms/batch':>15}")
     for slots, label in ((4, "  slot ring (4 slots)"), (0, "  no ring: new shared memory per batch")):
         r = handover[slots]

@@ -72,3 +72,16 @@ def test_invalid_training_labels_stop_before_training(synthetic_mag, tmp_path) -
     message = f"1 train papers have no valid label in 0..7 \\(first: paper {paper}, label 11.0"
     with pytest.raises(ValueError, match=message):
         module.setup()
+
+
+def test_lightning_device_move_keeps_the_lease_and_the_hook_releases_the_workers_slot(synthetic_mag) -> None:
+    from lightning_fabric.utilities.apply_func import move_data_to_device
+
+    module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=1, num_classes=8, fanouts=[2])
+    module.setup()
+    compact = next(iter(module.train_dataloader()))  # built in a worker's shared-memory slot
+    assert compact.lease is not None and int(compact.lease) == 1
+    moved = move_data_to_device(compact, torch.device("meta"))  # what the trainer does before the hook
+    assert moved.spd.device == torch.device("meta") and moved.lease is compact.lease
+    padded = module.on_after_batch_transfer(compact, 0)
+    assert isinstance(padded, GraphBatch) and int(compact.lease) == 0  # the worker may reuse the slot

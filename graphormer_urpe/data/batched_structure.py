@@ -153,7 +153,8 @@ def first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: torch.Te
 
     Returns:
         (V, N) batch edge ids (-1: none, i.e. j is i, unreachable or padding), in
-        :func:`edge_id_dtype` of E; row v is node v's row of its graph's (N, N) block.
+        :func:`edge_id_dtype` of E; row v is node v's row of its graph's (N, N) block. Exact for
+        distances up to 255 (what the SPD holds).
     """
     device, (batch, n_max, _), num_edges = spd.device, spd.shape, len(edge_dst)
     node_graph = torch.repeat_interleave(torch.arange(batch, device=device), num_nodes)  # (V,)
@@ -162,12 +163,11 @@ def first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: torch.Te
     edge_graph = node_graph[edge_src]
     from_source = spd[edge_graph, node_local[edge_src]]  # (E, N): spd[i, j] for every j
     from_target = spd[edge_graph, edge_dst.long()]  # (E, N): spd[k, j]
-    closer = from_source - 1  # uint8: i == j wraps to 255
-    on_path = (from_target == closer) & (closer < UNREACHABLE_SPD - 1)  # (E, N); not j == i, not unreachable
-    # ids as float32 (exact below 2^24 edges): index_reduce's amin takes floating types on every device
+    on_path = from_target == from_source - 1  # (E, N); uint8: j == i wraps to 255 (cleared below)
+    # ids as float32 (exact below 2^23 edges): index_reduce's amin takes floating types on every device
     none = float(num_edges)
-    ids = torch.arange(num_edges, device=device, dtype=torch.float32)
-    candidate = torch.where(on_path, ids[:, None], none)  # (E, N)
+    candidate = (~on_path).float().mul_(none).add_(torch.arange(num_edges, device=device)[:, None])  # >= none: off
     first = torch.full((len(node_graph), n_max), none, device=device).index_reduce_(0, edge_src, candidate, "amin")
+    first[torch.arange(len(node_graph), device=device), node_local] = none  # j == i: no edge
     dtype = torch.from_numpy(np.empty(0, edge_id_dtype(num_edges))).dtype
-    return torch.where(first == none, NO_EDGE, first).to(dtype)  # (V, N)
+    return first.masked_fill_(first >= none, NO_EDGE).to(dtype)  # (V, N)
