@@ -85,3 +85,14 @@ def test_lightning_device_move_keeps_the_lease_and_the_hook_releases_the_workers
     assert moved.spd.device == torch.device("meta") and moved.lease is compact.lease
     padded = module.on_after_batch_transfer(compact, 0)
     assert isinstance(padded, GraphBatch) and int(compact.lease) == 0  # the worker may reuse the slot
+
+
+def test_handover_slots_reach_the_collator_and_must_not_be_negative(synthetic_mag) -> None:
+    module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=8, handover_slots=0)
+    module.setup()
+    assert module.train_dataloader().collate_fn.slots is None and module.describe()["handover_slots"] == 0
+    module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=8, handover_slots=2)
+    module.setup()
+    assert module.val_dataloader().collate_fn.slots.slots == 2
+    with pytest.raises(ValueError, match="handover_slots must be >= 0"):
+        MAG240MDataModule(root=str(synthetic_mag), handover_slots=-1)

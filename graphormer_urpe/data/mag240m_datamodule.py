@@ -92,6 +92,9 @@ class MAG240MDataModule(pl.LightningDataModule):
         verify_checksums: recompute the CRC32 of every derived file at start-up (otherwise only
             for files whose size or modification time changed since they were built).
         eval_batch_size: target papers per evaluation step over all devices (default: batch_size).
+        handover_slots: shared-memory slots per worker that batches are built in and reused from
+            (:class:`~graphormer_urpe.data.shared_slots.SlotRing`; /dev/shm holds about
+            ``1.25 * slots * workers`` batches); 0: PyTorch's copy into new shared memory per batch.
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         cache_dir: str | None = None,
         verify_checksums: bool = False,
         eval_batch_size: int | None = None,
+        handover_slots: int = 4,
     ) -> None:
         super().__init__()
         self.raw = MAG240MRaw(root)
@@ -116,6 +120,9 @@ class MAG240MDataModule(pl.LightningDataModule):
         self.num_classes = num_classes
         self.cache_dir = Path(cache_dir) if cache_dir else self.raw.directory / "graphormer"
         self.verify_checksums = verify_checksums
+        if handover_slots < 0:
+            raise ValueError(f"handover_slots must be >= 0, got {handover_slots}")
+        self.handover_slots = handover_slots
         self._prepared = False
         self.graph: MAG240MGraph | None = None
         self.splits: dict[str, np.ndarray] = {}
@@ -183,9 +190,10 @@ class MAG240MDataModule(pl.LightningDataModule):
                                  f"have no valid label in 0..{self.num_classes - 1} (first: paper {paper}, "
                                  f"label {self.raw.paper_labels[paper]})")
         sizes = {name: len(ids) for name, ids in self.splits.items()}
-        log.info("MAG240M (%s): %s papers, %s authors, %s institutions; splits %s; fanouts %s", self.raw.directory,
+        log.info("MAG240M (%s): %s papers, %s authors, %s institutions; splits %s; fanouts %s; %d workers, "
+                 "%d shared-memory slots each", self.raw.directory,
                  f"{meta['paper']:,}", f"{meta['author']:,}", f"{meta['institution']:,}",
-                 ", ".join(f"{k} {v:,}" for k, v in sizes.items()), self.fanouts)
+                 ", ".join(f"{k} {v:,}" for k, v in sizes.items()), self.fanouts, self.num_workers, self.handover_slots)
         if sizes != PUBLISHED_SPLIT_SIZES:
             log.warning("!!! MAG240M split sizes %s differ from the published %s: this is not the OGB-LSC release "
                         "(a synthetic graph?); results are not comparable with the papers !!!",
@@ -199,7 +207,8 @@ class MAG240MDataModule(pl.LightningDataModule):
     def describe(self) -> dict:
         """Dataset, directories, split sizes and sampling settings (after setup)."""
         return {"source": "MAG240M", "root": str(self.raw.root / DATASET_DIR), "cache": str(self.cache_dir),
-                "splits": self.split_sizes, "fanouts": self.fanouts, "batch_size": self.batch_size}
+                "splits": self.split_sizes, "fanouts": self.fanouts, "batch_size": self.batch_size,
+                "handover_slots": self.handover_slots}
 
     def split_index(self, split: str) -> np.ndarray:
         """Paper ids of ``split`` in the official order (what a submission's rows refer to)."""
@@ -225,7 +234,7 @@ class MAG240MDataModule(pl.LightningDataModule):
             batch_size=batch // world,
             sampler=ShardedTargetSampler(dataset, world, rank, train=train, seed=self.seed),
             num_workers=self.num_workers,
-            collate_fn=SubgraphCollator(self.graph, self.fanouts, self.seed),
+            collate_fn=SubgraphCollator(self.graph, self.fanouts, self.seed, slots=self.handover_slots),
             persistent_workers=self.num_workers > 0,
         )
 
