@@ -65,6 +65,11 @@ def edge_id_dtype(num_edges: int) -> np.dtype:
     return np.result_type(np.min_scalar_type(-max(num_edges, 1)), np.int16)
 
 
+def torch_dtype(dtype: np.dtype) -> torch.dtype:
+    """The torch dtype of a numpy dtype (e.g. :func:`edge_id_dtype`'s, for tensors made on a device)."""
+    return torch.from_numpy(np.empty(0, dtype)).dtype
+
+
 def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarray,
                             out: BatchStructure | None = None) -> BatchStructure:
     """SPD and degrees of B graphs (first edges: :func:`first_edges`, on the padded SPD).
@@ -169,5 +174,4 @@ def first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: torch.Te
     candidate = (~on_path).float().mul_(none).add_(torch.arange(num_edges, device=device)[:, None])  # >= none: off
     first = torch.full((len(node_graph), n_max), none, device=device).index_reduce_(0, edge_src, candidate, "amin")
     first[torch.arange(len(node_graph), device=device), node_local] = none  # j == i: no edge
-    dtype = torch.from_numpy(np.empty(0, edge_id_dtype(num_edges))).dtype
-    return first.masked_fill_(first >= none, NO_EDGE).to(dtype)  # (V, N)
+    return first.masked_fill_(first >= none, NO_EDGE).to(torch_dtype(edge_id_dtype(num_edges)))  # (V, N)

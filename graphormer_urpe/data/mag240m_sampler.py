@@ -32,7 +32,12 @@ import numpy as np
 import torch
 
 from graphormer_urpe.data.batch import CompactGraphBatch
-from graphormer_urpe.data.batched_structure import BatchStructure, batched_graph_structure, edge_id_dtype
+from graphormer_urpe.data.batched_structure import (
+    BatchStructure,
+    batched_graph_structure,
+    edge_id_dtype,
+    torch_dtype,
+)
 from graphormer_urpe.data.mag240m import RELATIONS, REVERSE, MAG240MGraph, NodeType
 from graphormer_urpe.data.shared_slots import SlotRing, Specs, empty_tensors
 
@@ -42,8 +47,6 @@ EXPANSIONS = {t: tuple(r.id for r in RELATIONS if r.source is t) for t in NodeTy
 _TARGET_TYPE = np.array([r.target for r in RELATIONS], dtype=np.int64)
 #: Largest relation id + 1: packs (edge key, relation) into one sortable integer.
 _RELATION_SLOTS = 8
-#: torch dtypes of the integer types the batch uses.
-_TORCH_DTYPE = {np.dtype(t): getattr(torch, t) for t in ("int8", "int16", "int32", "int64")}
 
 
 @dataclass
@@ -252,7 +255,7 @@ class NeighbourSampler:
 
     def _specs(self, batch: int, nodes: int, pairs: int, edges: int, n_max: int) -> Specs:
         """Shapes and dtypes of a :class:`CompactGraphBatch`'s tensors (small integer types)."""
-        degree = _TORCH_DTYPE[edge_id_dtype(edges)]  # degrees are at most E
+        degree = torch_dtype(edge_id_dtype(edges))  # degrees are at most E
         return {
             "num_nodes": ((batch,), torch.int64),
             "x": ((nodes, 1), torch.int8),
@@ -262,7 +265,7 @@ class NeighbourSampler:
             "spd": ((pairs,), torch.uint8),
             "edge_attr": ((edges, 1), torch.int8),
             "edge_continuous": ((edges, 0), torch.float32),
-            "edge_dst": ((edges,), _TORCH_DTYPE[np.min_scalar_type(-n_max)]),  # smallest signed type
+            "edge_dst": ((edges,), torch_dtype(np.min_scalar_type(-n_max))),  # smallest signed type
             "y": ((batch, 1), torch.float32),
             "index": ((batch,), torch.int64),
             "target_node": ((batch,), torch.int64),
