@@ -22,7 +22,7 @@ and writes its submissions from one process (:func:`evaluate_mag240m`).
 ``--predict FILE --out FILE.csv`` predicts new molecules (a CSV or Parquet table with a SMILES
 column) with a checkpoint trained on any molecular dataset, one output row per input row in file
 order, with an empty prediction and the reason for rows that could not be featurised
-(:mod:`graphormer_urpe.predict`).
+(:mod:`graphormer_urpe.evaluation.new_molecules`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphormer_urpe.checkpoints import CheckpointError, check_checkpoint, load_checkpoint
-from graphormer_urpe.cli import (
+from graphormer_urpe.data.datamodule import GraphDataModule
+from graphormer_urpe.data.lsc_formats import FORMATS, MODES, SubmissionError
+from graphormer_urpe.data.mag240m.datamodule import MAG240MDataModule
+from graphormer_urpe.data.sources import DataError, DatasetMissing
+from graphormer_urpe.data.sources.base import GraphSource
+from graphormer_urpe.evaluation.new_molecules import predict_table
+from graphormer_urpe.evaluation.splits import SplitPredictions, predict_split
+from graphormer_urpe.evaluation.submission import check_submission, write_submission
+from graphormer_urpe.run.checkpoints import CheckpointError, check_checkpoint, load_checkpoint
+from graphormer_urpe.run.cli import (
     CONFIG_KEY,
     GraphormerCLI,
     configure_logging,
@@ -49,13 +57,6 @@ from graphormer_urpe.cli import (
     resolve_config_paths,
     write_json,
 )
-from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.mag240m_datamodule import MAG240MDataModule
-from graphormer_urpe.data.sources import DataError, DatasetMissing
-from graphormer_urpe.data.sources.base import GraphSource
-from graphormer_urpe.inference import SplitPredictions, predict_split
-from graphormer_urpe.predict import predict_table
-from graphormer_urpe.submission import FORMATS, MODES, SubmissionError, check_submission, write_submission
 
 #: Skipped rows named one by one in log messages (the submission log lists all of them).
 SHOWN_ROWS = 10

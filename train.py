@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from graphormer_urpe.callbacks import NonFiniteLoss, Preempted
-from graphormer_urpe.checkpoints import CheckpointError, check_checkpoint, resolve_ckpt_path
-from graphormer_urpe.cli import GraphormerCLI, log, write_json
 from graphormer_urpe.data.sources import DataError, DatasetMissing
-from graphormer_urpe.finetune import init_from_checkpoint
+from graphormer_urpe.run.callbacks import NonFiniteLoss, Preempted
+from graphormer_urpe.run.checkpoints import CheckpointError, check_checkpoint, resolve_ckpt_path
+from graphormer_urpe.run.cli import GraphormerCLI, log, write_json
+from graphormer_urpe.run.finetune import init_from_checkpoint
 
 EXIT_BAD_INPUT = 2
 EXIT_NON_FINITE = 3

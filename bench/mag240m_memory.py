@@ -4,7 +4,7 @@
 
 Runs ``train.py --config mag240m`` (a small model, the paper's fanouts [25, 15], DataLoader workers)
 for a few dozen steps on each synthetic MAG240M-layout graph (generate them with
-``python -m graphormer_urpe.data.mag240m_synthetic ROOT --papers N``; derived files are built
+``python -m graphormer_urpe.testing.mag240m_release ROOT --papers N``; derived files are built
 by the first run and not counted), sampling ``/proc`` of the training process and its workers
 every 50 ms. Printed side by side:
 
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from graphormer_urpe.data.mag240m import MAG240MRaw, prepare_derived
+from graphormer_urpe.data.mag240m.release import MAG240MRaw, prepare_derived
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -3,7 +3,7 @@
     nice -n 10 python -m bench.mag240m_sampler --root /tmp/synthetic_mag_1m --papers 1000000
 
 Generates a synthetic MAG240M-layout graph at ``--root`` if there is none (a test and benchmark
-tool: graphormer_urpe.data.mag240m_synthetic), builds its derived files, then times the worker's
+tool: graphormer_urpe.testing.mag240m_release), builds its derived files, then times the worker's
 whole collate (sampling at the OGB-LSC baseline's fanouts [25, 15], SPD and first edges, feature
 gathering, unpadded layout) in one process, i.e. one worker, by CPU time (``process_time``: other work on
 a shared machine does not count), and side by side:
@@ -34,12 +34,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphormer_urpe.data.batch import CompactGraphBatch, GraphBatch
-from graphormer_urpe.data.batched_structure import batched_graph_structure, first_edges
-from graphormer_urpe.data.mag240m import MAG240MGraph, MAG240MRaw, NodeType, prepare_derived
-from graphormer_urpe.data.mag240m_sampler import NeighbourSampler, SubgraphCollator
-from graphormer_urpe.data.mag240m_synthetic import SyntheticMAG, write_synthetic_mag240m
-from graphormer_urpe.data.transforms import graph_structure, graph_structures
+from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
+from graphormer_urpe.data.mag240m.release import MAG240MGraph, MAG240MRaw, NodeType, prepare_derived
+from graphormer_urpe.data.mag240m.sampler import NeighbourSampler, SubgraphCollator
+from graphormer_urpe.data.mag240m.structure import batched_graph_structure, first_edges
+from graphormer_urpe.data.structure import graph_structure, graph_structures
+from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
 
 def open_graph(root: Path, papers: int) -> tuple[MAG240MRaw, MAG240MGraph]:

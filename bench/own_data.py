@@ -25,8 +25,8 @@ import pandas as pd
 
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.cache import GraphSpec, build_store
-from graphormer_urpe.data.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.sources import SmilesTable
+from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs
 from graphormer_urpe.data.sources.tables import scaffold_split
 

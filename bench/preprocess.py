@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from common import zinc_like_graph
-from graphormer_urpe.data.transforms import graph_structure, graph_structures
+from graphormer_urpe.data.structure import graph_structure, graph_structures
 
 UNREACHABLE = 510  # the official code's "no path" distance
 

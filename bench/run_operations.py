@@ -28,12 +28,12 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graphormer_urpe.callbacks import LastCheckpoint, NonFiniteLossGuard, PreemptionCheckpoint, RNGState  # noqa: E402
 from graphormer_urpe.data.batch import collate_graphs  # noqa: E402
 from graphormer_urpe.data.datamodule import GraphDataModule  # noqa: E402
-from graphormer_urpe.data.featurize import ATOM_VOCAB, BOND_VOCAB  # noqa: E402
 from graphormer_urpe.data.sources import QM9Gap  # noqa: E402
+from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB  # noqa: E402
 from graphormer_urpe.model.graphormer import GraphormerConfig  # noqa: E402
+from graphormer_urpe.run.callbacks import LastCheckpoint, NonFiniteLossGuard, PreemptionCheckpoint, RNGState  # noqa: E402
 from graphormer_urpe.tasks import GraphRegression  # noqa: E402
 
 

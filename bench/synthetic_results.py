@@ -29,9 +29,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphormer_urpe.classification import NodeTagging, SequenceTagging
-from graphormer_urpe.cli import RUN_DIR_ENV
-from graphormer_urpe.plots import accuracy_figure, relative_encoding_figure
+from graphormer_urpe.run.cli import RUN_DIR_ENV
+from graphormer_urpe.run.plots import accuracy_figure, relative_encoding_figure
+from graphormer_urpe.tasks.tokens import NodeTagging, SequenceTagging
 
 REPO = Path(__file__).resolve().parent.parent
 METHOD_NAMES = {"none": "noPE", "rpe": "RPE", "urpe": "URPE"}

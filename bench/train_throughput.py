@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from common import zinc_like_graph
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
-from graphormer_urpe.data.transforms import graph_structure
+from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 

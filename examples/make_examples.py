@@ -32,7 +32,7 @@ sys.path.insert(0, str(EXAMPLES.parent))
 
 from graphormer_urpe.constants import HARTREE_TO_EV  # noqa: E402
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs  # noqa: E402
-from graphormer_urpe.data.tu_format import TUGraph, write_tu_dataset  # noqa: E402
+from graphormer_urpe.testing.tu_format import TUGraph, write_tu_dataset  # noqa: E402
 
 MOLECULES = 500
 POLAR_DEBYE = 2.5

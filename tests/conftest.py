@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from graphormer_urpe.data.batch import GraphRecord
-from graphormer_urpe.data.transforms import graph_structure
+from graphormer_urpe.data.structure import graph_structure
 
 
 def random_edges(rng: np.random.Generator, n: int, extra: int = 2, connected: bool = True) -> np.ndarray:
@@ -60,7 +60,7 @@ def rng() -> np.random.Generator:
 @pytest.fixture(autouse=True)
 def fresh_run_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's CLI picks its own run directory (the variable is process-wide)."""
-    from graphormer_urpe.cli import RUN_DIR_ENV
+    from graphormer_urpe.run.cli import RUN_DIR_ENV
 
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
 
@@ -68,8 +68,8 @@ def fresh_run_dir(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def synthetic_mag(tmp_path_factory: pytest.TempPathFactory):
     """Root of a small synthetic MAG240M (3,000 papers, 8 classes) with its derived files built."""
-    from graphormer_urpe.data.mag240m import MAG240MRaw, prepare_derived
-    from graphormer_urpe.data.mag240m_synthetic import SyntheticMAG, write_synthetic_mag240m
+    from graphormer_urpe.data.mag240m.release import MAG240MRaw, prepare_derived
+    from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
     root = tmp_path_factory.mktemp("mag240m")
     write_synthetic_mag240m(root, SyntheticMAG(num_papers=3000, num_classes=8, labelled_fraction=0.6, seed=1),

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.cache import GraphSpec, GraphStore, build_store, chunk_problem
-from graphormer_urpe.data.featurize import RawGraph
-from graphormer_urpe.data.transforms import graph_structure
+from graphormer_urpe.data.structure import graph_structure
 from tests.conftest import random_edges
 
 SPEC = GraphSpec(node_vocab=(5, 3), edge_vocab=(4,), num_targets=2, max_nodes=30)

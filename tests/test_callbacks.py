@@ -15,8 +15,8 @@ import pytorch_lightning as pl
 import torch
 
 import train
-from graphormer_urpe.callbacks import Preempted, RNGState, rng_state, set_rng_state
-from graphormer_urpe.cli import GraphormerCLI
+from graphormer_urpe.run.callbacks import Preempted, RNGState, rng_state, set_rng_state
+from graphormer_urpe.run.cli import GraphormerCLI
 from tests.conftest import run_on_processes, tiny_run_args
 
 #: Every source of randomness switched on, gradient accumulation and clipping: the hardest case.

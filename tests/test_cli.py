@@ -15,9 +15,9 @@ from lightning_fabric.plugins.environments import SLURMEnvironment
 
 import evaluate
 import train
-from graphormer_urpe import cli
-from graphormer_urpe.callbacks import PreemptionCheckpoint
-from graphormer_urpe.cli import (
+from graphormer_urpe.run import cli
+from graphormer_urpe.run.callbacks import PreemptionCheckpoint
+from graphormer_urpe.run.cli import (
     CONFIG_DIR,
     CONFIG_KEY,
     REPO_DIR,
@@ -26,7 +26,7 @@ from graphormer_urpe.cli import (
     resolve_config_paths,
     resolve_run_dir,
 )
-from graphormer_urpe.tracking import WandbOptions
+from graphormer_urpe.run.tracking import WandbOptions
 from tests.conftest import tiny_run_args
 
 TINY = [

@@ -20,8 +20,8 @@ from ogb.lsc import PCQM4Mv2Evaluator
 
 import evaluate
 import train
-from graphormer_urpe.cli import REPO_DIR, RUN_DIR_ENV
-from graphormer_urpe.submission import check_submission
+from graphormer_urpe.evaluation.submission import check_submission
+from graphormer_urpe.run.cli import REPO_DIR, RUN_DIR_ENV
 from tests.ogb_layouts import write_pcqm4mv2
 
 SIZES = {"train": 60, "valid": 21, "test-dev": 147_037, "test-challenge": 13}

@@ -10,8 +10,8 @@ import pytest
 from ogb.utils import smiles2graph
 from rdkit import Chem, RDConfig, RDLogger
 
-from graphormer_urpe.data import featurize
-from graphormer_urpe.data.featurize import ATOM_VOCAB, BOND_VOCAB, molecule_graph, molecule_graphs
+from graphormer_urpe.data.sources import featurize
+from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB, molecule_graph, molecule_graphs
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs
 
 SMILES = [

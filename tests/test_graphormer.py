@@ -13,8 +13,8 @@ import torch
 
 from graphormer_urpe.constants import NO_TARGET_NODE
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
-from graphormer_urpe.data.synthetic_graphs import regular_graph_record, regular_graphs
-from graphormer_urpe.data.transforms import graph_structure
+from graphormer_urpe.data.structure import graph_structure
+from graphormer_urpe.data.synthetic.graphs import regular_graph_record, regular_graphs
 from graphormer_urpe.model.graphormer import EdgePathBias, Graphormer, GraphormerConfig
 from tests.conftest import make_record, random_edges
 

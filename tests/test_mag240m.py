@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.data import mag240m
-from graphormer_urpe.data.mag240m import (
+from graphormer_urpe.data.mag240m import release as mag240m
+from graphormer_urpe.data.mag240m.release import (
     FEATURE_FILES,
     RELATIONS,
     MAG240MRaw,

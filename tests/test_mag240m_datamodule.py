@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.data.batch import CompactGraphBatch, GraphBatch
-from graphormer_urpe.data.mag240m_datamodule import MAG240MDataModule, ShardedTargetSampler, TargetPapers
+from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
+from graphormer_urpe.data.mag240m.datamodule import MAG240MDataModule, ShardedTargetSampler, TargetPapers
 from tests.test_mag240m import _copy_raw
 
 

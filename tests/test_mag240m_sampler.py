@@ -13,14 +13,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import GraphBatch
-from graphormer_urpe.data.mag240m import RELATIONS, REVERSE, MAG240MGraph, MAG240MRaw, NodeType
-from graphormer_urpe.data.mag240m_sampler import (
+from graphormer_urpe.data.mag240m.release import RELATIONS, REVERSE, MAG240MGraph, MAG240MRaw, NodeType
+from graphormer_urpe.data.mag240m.sampler import (
     NeighbourSampler,
     SampledSubgraphs,
     SubgraphCollator,
     sample_without_replacement,
 )
-from graphormer_urpe.data.transforms import graph_structure
+from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 FANOUTS = [4, 3]

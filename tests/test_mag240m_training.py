@@ -7,9 +7,10 @@ import pytest
 
 import evaluate
 import train
-from graphormer_urpe.cli import RUN_DIR_ENV, GraphormerCLI, count_parameters
-from graphormer_urpe.data.mag240m_synthetic import SyntheticMAG, write_synthetic_mag240m
-from graphormer_urpe.submission import MAG240M, check_submission
+from graphormer_urpe.data.lsc_formats import MAG240M
+from graphormer_urpe.evaluation.submission import check_submission
+from graphormer_urpe.run.cli import RUN_DIR_ENV, GraphormerCLI, count_parameters
+from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
 TINY = ["--model.init_args.encoder.num_layers", "1", "--model.init_args.encoder.hidden_dim", "32",
         "--model.init_args.encoder.ffn_dim", "32", "--model.init_args.encoder.num_heads", "4",

@@ -12,7 +12,7 @@ from ogb.lsc import MAG240MEvaluator
 from sklearn.metrics import roc_auc_score
 from torchmetrics import MeanAbsoluteError
 
-from graphormer_urpe.metrics import DefinedBinaryAUROC, EvaluatorMetric, PerTargetMetrics
+from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, EvaluatorMetric, PerTargetMetrics
 
 
 def test_matches_the_official_evaluator_over_all_batches() -> None:

@@ -11,7 +11,7 @@ import torch
 from graphormer_urpe.constants import GRAPH_TOKEN_RELATION, SPD_RELATION_OFFSET
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig, SequenceTransformer
-from graphormer_urpe.plots import (
+from graphormer_urpe.run.plots import (
     accuracy_figure,
     graph_figure,
     graph_tables,

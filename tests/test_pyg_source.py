@@ -13,13 +13,13 @@ import yaml
 from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.datasets import TUDataset
 
-from graphormer_urpe.cli import GraphormerCLI
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import ZINC, DataError, DatasetMissing, PygDataset
-from graphormer_urpe.data.transforms import graph_structure
-from graphormer_urpe.data.tu_format import TUGraph, write_tu_dataset
+from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.model.graphormer import GraphormerConfig
+from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import GraphRegression
+from graphormer_urpe.testing.tu_format import TUGraph, write_tu_dataset
 from tests.conftest import random_edges
 from tests.test_sources import write_zinc_raw
 

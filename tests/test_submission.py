@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.data.mag240m_synthetic import torch_save_like_numpy1
-from graphormer_urpe.submission import MAG240M, PCQM4MV2, SubmissionError, check_submission, write_submission
+from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2, SubmissionError
+from graphormer_urpe.evaluation.submission import check_submission, write_submission
+from graphormer_urpe.testing.mag240m_release import torch_save_like_numpy1
 from tests.ogb_layouts import write_pcqm4mv2
 
 #: The official test split sizes (here only to build arrays; the code reads them from split_dict.pt).

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graphormer_urpe.constants import IGNORE_LABEL
-from graphormer_urpe.data.synthetic_graphs import (
+from graphormer_urpe.data.synthetic.graphs import (
     SyntheticGraphDataModule,
     collate_node_labels,
     distance_counts,

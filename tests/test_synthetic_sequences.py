@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphormer_urpe.data.synthetic_sequences import (
+from graphormer_urpe.data.synthetic.sequences import (
     SequenceStream,
     SyntheticSequenceDataModule,
     num_sequence_classes,

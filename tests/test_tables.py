@@ -11,12 +11,12 @@ import pytest
 from rdkit import Chem
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
-from graphormer_urpe.cli import REPO_DIR
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.featurize import molecule_graph
 from graphormer_urpe.data.sources import DatasetMissing, SmilesTable, SmilesToPredict
-from graphormer_urpe.data.sources.molecules import seeded_split
+from graphormer_urpe.data.sources.base import seeded_split
+from graphormer_urpe.data.sources.featurize import molecule_graph
 from graphormer_urpe.data.sources.tables import TableError, scaffold_split
+from graphormer_urpe.run.cli import REPO_DIR
 
 EXAMPLE = REPO_DIR / "examples" / "qm9_sample.csv"
 

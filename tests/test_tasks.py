@@ -17,12 +17,12 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import train
-from graphormer_urpe.cli import REPO_DIR, GraphormerCLI
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.sources import DataError, SmilesTable
+from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import GraphormerConfig
+from graphormer_urpe.run.cli import REPO_DIR, GraphormerCLI
 from graphormer_urpe.tasks import GraphClassification, GraphormerTask, GraphRegression
 from tests.conftest import make_record, run_on_processes, tiny_run_args
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from wandb.proto import wandb_internal_pb2
 
-from graphormer_urpe import tracking
-from graphormer_urpe.tracking import WandbOptions, effective_mode, run_id, wandb_logger
+from graphormer_urpe.run import tracking
+from graphormer_urpe.run.tracking import WandbOptions, effective_mode, run_id, wandb_logger
 
 #: LevelDB-log framing of ``.wandb`` files: 32 KiB blocks, 7-byte record headers, a 7-byte file header.
 BLOCK, HEADER = 32768, 7

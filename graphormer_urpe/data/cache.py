@@ -42,9 +42,8 @@ from typing import Protocol
 import numpy as np
 from tqdm.auto import tqdm
 
-from graphormer_urpe.data.batch import GraphRecord
-from graphormer_urpe.data.featurize import RawGraph
-from graphormer_urpe.data.transforms import MAX_NODES, graph_structures
+from graphormer_urpe.data.batch import GraphRecord, RawGraph
+from graphormer_urpe.data.structure import MAX_NODES, graph_structures
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +177,7 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: GraphSpec) ->
     """Preprocess rows into the flat arrays of one chunk.
 
     The graphs of the chunk are checked and preprocessed together (see
-    :func:`~graphormer_urpe.data.transforms.graph_structures`), so the per-graph Python work is a
+    :func:`~graphormer_urpe.data.structure.graph_structures`), so the per-graph Python work is a
     handful of list appends.
 
     Returns:
@@ -463,7 +462,7 @@ _WORKER_READER: RowReader | None = None
 def _init_worker(reader: RowReader) -> None:
     global _WORKER_READER
     _WORKER_READER = reader
-    from graphormer_urpe.data.featurize import silence_rdkit
+    from graphormer_urpe.data.sources.featurize import silence_rdkit
 
     silence_rdkit()
 

@@ -22,7 +22,7 @@ from graphormer_urpe.data.cache import (
     chunk_problem,
     exclusive_build,
 )
-from graphormer_urpe.data.sampling import eval_loader, per_device_batch_size, process_grid, train_loader
+from graphormer_urpe.data.loaders import eval_loader, per_device_batch_size, process_grid, train_loader
 from graphormer_urpe.data.sources.base import GraphSource
 
 log = logging.getLogger(__name__)

@@ -1,21 +1,31 @@
-"""Dataset sources: raw rows in, graphs out; everything else is shared."""
+"""Dataset sources: raw rows in, graphs out; everything else is shared.
+
+Each source is imported on first use (``graphormer_urpe.data.sources.ZINC``), so that the ZINC and
+PyG sources never load RDKit and ogb's featuriser, which only the molecule sources need.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from graphormer_urpe.data.sources.base import DataError, DatasetMissing, GraphSource
-from graphormer_urpe.data.sources.molecules import MoleculeSource, QM9Gap
-from graphormer_urpe.data.sources.pcqm4mv2 import PCQM4Mv2
-from graphormer_urpe.data.sources.pyg import PygDataset
-from graphormer_urpe.data.sources.tables import SmilesTable, SmilesToPredict
-from graphormer_urpe.data.sources.zinc import ZINC
 
-__all__ = [
-    "DataError",
-    "DatasetMissing",
-    "GraphSource",
-    "MoleculeSource",
-    "PCQM4Mv2",
-    "PygDataset",
-    "QM9Gap",
-    "SmilesTable",
-    "SmilesToPredict",
-    "ZINC",
-]
+#: Public name -> module that defines it.
+_LAZY = {
+    "MoleculeSource": "molecules",
+    "QM9Gap": "molecules",
+    "PCQM4Mv2": "pcqm4mv2",
+    "PygDataset": "pyg",
+    "SmilesTable": "tables",
+    "SmilesToPredict": "tables",
+    "ZINC": "zinc",
+}
+
+__all__ = ["DataError", "DatasetMissing", "GraphSource", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,7 @@ import numpy as np
 from graphormer_urpe.data.cache import CACHE_FORMAT, RowReader
 
 if TYPE_CHECKING:
-    from graphormer_urpe.submission import SubmissionFormat
+    from graphormer_urpe.data.lsc_formats import SubmissionFormat
 
 
 class DatasetMissing(RuntimeError):
@@ -107,3 +107,12 @@ class GraphSource(ABC):
         key = {"source": type(self).__name__, "cache_format": CACHE_FORMAT, **self.options(), **extra}
         digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.name}-{digest}", key
+
+
+def seeded_split(num_rows: int, seed: int, fractions: Sequence[float] = (0.8, 0.1)) -> dict[str, np.ndarray]:
+    """A fixed random train/valid/test split of ``num_rows`` rows (sorted row ids per split)."""
+    order = np.random.default_rng(seed).permutation(num_rows)
+    n_train = int(fractions[0] * num_rows)
+    n_valid = int(fractions[1] * num_rows)
+    parts = {"train": order[:n_train], "valid": order[n_train:n_train + n_valid], "test": order[n_train + n_valid:]}
+    return {name: np.sort(rows) for name, rows in parts.items()}

@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from graphormer_urpe.constants import HARTREE_TO_EV
-from graphormer_urpe.data.featurize import ATOM_VOCAB, BOND_VOCAB, FEATURIZER_VERSION, RawGraph, molecule_graphs
-from graphormer_urpe.data.sources.base import DatasetMissing, GraphSource
+from graphormer_urpe.data.batch import RawGraph
+from graphormer_urpe.data.sources.base import DatasetMissing, GraphSource, seeded_split
+from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB, FEATURIZER_VERSION, molecule_graphs
 
 
 class MoleculeTable:
@@ -30,15 +31,6 @@ class MoleculeTable:
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
         """Rows ``start .. stop - 1``, featurised together (one chunk's memory, see ``molecule_graphs``)."""
         yield from zip(range(start, stop), molecule_graphs(self.smiles[start:stop], self.targets[start:stop]))
-
-
-def seeded_split(num_rows: int, seed: int, fractions: Sequence[float] = (0.8, 0.1)) -> dict[str, np.ndarray]:
-    """A fixed random train/valid/test split of ``num_rows`` rows (sorted row ids per split)."""
-    order = np.random.default_rng(seed).permutation(num_rows)
-    n_train = int(fractions[0] * num_rows)
-    n_valid = int(fractions[1] * num_rows)
-    parts = {"train": order[:n_train], "valid": order[n_train:n_train + n_valid], "test": order[n_train + n_valid:]}
-    return {name: np.sort(rows) for name, rows in parts.items()}
 
 
 def qm9pack_csvs() -> list[Path]:

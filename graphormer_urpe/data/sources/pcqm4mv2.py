@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 from ogb.utils.url import download_url, extract_zip
 
+from graphormer_urpe.data.lsc_formats import PCQM4MV2 as PCQM4MV2_SUBMISSION
 from graphormer_urpe.data.safe_load import load_split_dict
 from graphormer_urpe.data.sources.base import DatasetMissing, missing_files, network_reachable
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
-from graphormer_urpe.submission import PCQM4MV2 as PCQM4MV2_SUBMISSION
 
 log = logging.getLogger(__name__)
 

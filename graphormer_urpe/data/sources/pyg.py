@@ -40,9 +40,8 @@ import torch
 from torch_geometric.data import Dataset, InMemoryDataset
 from torch_geometric.data.dataset import overrides_method
 
-from graphormer_urpe.data.featurize import RawGraph
-from graphormer_urpe.data.sources.base import DataError, DatasetMissing, GraphSource
-from graphormer_urpe.data.sources.molecules import seeded_split
+from graphormer_urpe.data.batch import RawGraph
+from graphormer_urpe.data.sources.base import DataError, DatasetMissing, GraphSource, seeded_split
 
 log = logging.getLogger(__name__)
 

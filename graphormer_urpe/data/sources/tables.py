@@ -30,9 +30,10 @@ from rdkit import Chem
 from rdkit.Chem.Scaffolds import MurckoScaffold
 from tqdm.auto import tqdm
 
-from graphormer_urpe.data.featurize import RawGraph, silence_rdkit
-from graphormer_urpe.data.sources.base import DataError, DatasetMissing
-from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable, seeded_split
+from graphormer_urpe.data.batch import RawGraph
+from graphormer_urpe.data.sources.base import DataError, DatasetMissing, seeded_split
+from graphormer_urpe.data.sources.featurize import silence_rdkit
+from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
 
 log = logging.getLogger(__name__)
 

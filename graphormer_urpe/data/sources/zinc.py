@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from torch_geometric.datasets import ZINC as PygZINC
 
-from graphormer_urpe.data.featurize import RawGraph
+from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import DatasetMissing, GraphSource, missing_files, network_reachable
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from graphormer_urpe.data.sampling import (
+from graphormer_urpe.data.loaders import (
     EvalShardSampler,
     GlobalBatchSampler,
     ResumableLoader,

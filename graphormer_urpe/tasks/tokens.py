@@ -13,11 +13,11 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
 from graphormer_urpe.constants import IGNORE_LABEL
-from graphormer_urpe.data.synthetic_graphs import NodeLabelBatch
-from graphormer_urpe.data.synthetic_sequences import SequenceBatch
+from graphormer_urpe.data.synthetic.graphs import NodeLabelBatch
+from graphormer_urpe.data.synthetic.sequences import SequenceBatch
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig, SequenceTransformer
-from graphormer_urpe.tasks import GraphormerTask
+from graphormer_urpe.tasks.base import GraphormerTask
 
 
 class TokenClassification(GraphormerTask):

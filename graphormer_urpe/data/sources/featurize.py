@@ -15,11 +15,12 @@ ogb's list, such as RDKit's atropisomer labels).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 import numpy as np
 from ogb.utils.features import allowable_features, get_atom_feature_dims, get_bond_feature_dims
 from rdkit import Chem, RDLogger, rdBase
+
+from graphormer_urpe.data.batch import RawGraph
 
 #: Categorical vocabulary sizes of ogb's atom features (9 columns) and bond features (3 columns).
 ATOM_VOCAB: tuple[int, ...] = tuple(get_atom_feature_dims())
@@ -31,22 +32,6 @@ FEATURIZER_VERSION = f"ogb-smiles2graph/rdkit-{rdBase.rdkitVersion}"
 _REJECTED = -1
 
 
-class RawGraph(NamedTuple):
-    """A graph before structural preprocessing (n nodes, e directed edges).
-
-    Shapes:
-        x: (n, F) int; edge_index: (2, e) int; edge_attr: (e, Fe) int;
-        y: (Y,) float32 graph-level targets, or (n, Y) node-level ones (NaN where unknown);
-        x_continuous: (n, Fc) float or None; edge_continuous: (e, Fec) float or None (None when
-        the dataset has no continuous features).
-    """
-
-    x: np.ndarray
-    edge_index: np.ndarray
-    edge_attr: np.ndarray
-    y: np.ndarray
-    x_continuous: np.ndarray | None = None
-    edge_continuous: np.ndarray | None = None
 
 
 def silence_rdkit() -> None:

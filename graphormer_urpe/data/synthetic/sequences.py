@@ -27,7 +27,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-from graphormer_urpe.data.sampling import eval_loader, per_device_batch_size, process_grid
+from graphormer_urpe.data.loaders import eval_loader, per_device_batch_size, process_grid
 
 SequenceTask = Literal["position", "even_token"]
 #: Seed-stream ids that keep the training stream, validation set and test set apart.

@@ -12,7 +12,7 @@ yields a one-node subgraph.
 Everything is numpy on memory-mapped CSR arrays, vectorised over the whole batch, and runs in
 the DataLoader workers (:class:`SubgraphCollator` is the ``collate_fn``), which hand over each
 batch unpadded, in small integer types, built in reused shared-memory slots
-(:mod:`~graphormer_urpe.data.shared_slots`); the training process pads it on its device (the
+(:mod:`~graphormer_urpe.data.mag240m.slots`); the training process pads it on its device (the
 padded batch is about 1.6 times larger, mostly feature rows of padding) and derives the first
 edges of shortest paths from the SPD there. Randomness comes from
 ``(seed, epoch, targets of the batch)``: the same epoch gives the same subgraphs, another epoch
@@ -31,15 +31,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from graphormer_urpe.data.batch import CompactGraphBatch
-from graphormer_urpe.data.batched_structure import (
+from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
+from graphormer_urpe.data.mag240m.release import RELATIONS, REVERSE, MAG240MGraph, NodeType
+from graphormer_urpe.data.mag240m.slots import SlotRing, Specs, empty_tensors
+from graphormer_urpe.data.mag240m.structure import (
     BatchStructure,
     batched_graph_structure,
     edge_id_dtype,
     torch_dtype,
 )
-from graphormer_urpe.data.mag240m import RELATIONS, REVERSE, MAG240MGraph, NodeType
-from graphormer_urpe.data.shared_slots import SlotRing, Specs, empty_tensors
 
 #: Relations each node type is expanded along, in a fixed order (ids of :data:`RELATIONS`).
 EXPANSIONS = {t: tuple(r.id for r in RELATIONS if r.source is t) for t in NodeType}

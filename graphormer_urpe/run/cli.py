@@ -29,19 +29,19 @@ from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelChec
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, Logger
 
-from graphormer_urpe.callbacks import (
+from graphormer_urpe.data.sources.base import DataError, DatasetMissing
+from graphormer_urpe.run.callbacks import (
     LastCheckpoint,
     NonFiniteLossGuard,
     PreemptionCheckpoint,
     RelationTablePlots,
     RNGState,
 )
-from graphormer_urpe.data.sources.base import DataError, DatasetMissing
-from graphormer_urpe.tracking import WandbOptions, wandb_logger
+from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
 
 log = logging.getLogger("graphormer_urpe")
 
-REPO_DIR = Path(__file__).resolve().parent.parent
+REPO_DIR = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_DIR / "configs"
 #: Environment variable through which processes launched by this one (Lightning's DDP launcher)
 #: share the run directory it chose.
@@ -208,11 +208,11 @@ class GraphormerCLI(LightningCLI):
         run_root: directory under which each run gets its own directory.
         run_name: name of the run directory (default: see :func:`resolve_run_dir`).
         logger: ``csv`` (default), ``wandb`` (W&B plus the CSV log) or ``none``.
-        wandb: :class:`~graphormer_urpe.tracking.WandbOptions` (project, entity, name, tags, group, mode).
+        wandb: :class:`~graphormer_urpe.run.tracking.WandbOptions` (project, entity, name, tags, group, mode).
         checkpoint: :class:`CheckpointOptions` (``last.ckpt`` interval, signals, SLURM requeue).
         ckpt_path: resume training from a checkpoint, or ``last`` for ``<run dir>/checkpoints/last.ckpt``.
         init_from: checkpoint whose weights ``train.py`` loads before fitting a new run (see
-            :mod:`graphormer_urpe.finetune`).
+            :mod:`graphormer_urpe.run.finetune`).
     """
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:

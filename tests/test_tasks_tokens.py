@@ -6,12 +6,12 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from graphormer_urpe.classification import NodeTagging, SequenceTagging
 from graphormer_urpe.constants import IGNORE_LABEL
-from graphormer_urpe.data.synthetic_graphs import collate_node_labels, regular_graphs
-from graphormer_urpe.data.synthetic_sequences import SyntheticSequenceDataModule
+from graphormer_urpe.data.synthetic.graphs import collate_node_labels, regular_graphs
+from graphormer_urpe.data.synthetic.sequences import SyntheticSequenceDataModule
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
+from graphormer_urpe.tasks.tokens import NodeTagging, SequenceTagging
 
 GRAPH_ENCODER = GraphormerConfig(node_vocab=[1], edge_vocab=[1], num_outputs=7, num_layers=2, hidden_dim=16,
                                  ffn_dim=16, num_heads=4, attention="urpe", graph_token=False, readout="nodes")

@@ -3,7 +3,7 @@
 * :class:`LastCheckpoint` writes ``last.ckpt`` every N steps and at the end of training.
 * :class:`RNGState` puts every process's random-number-generator state into each checkpoint and
   restores it before the first batch after a resume (Lightning saves model, optimiser, scheduler,
-  loop counters and, through :class:`~graphormer_urpe.data.sampling.ResumableLoader`, the data order).
+  loop counters and, through :class:`~graphormer_urpe.data.loaders.ResumableLoader`, the data order).
 * :class:`PreemptionCheckpoint` turns SIGTERM / SIGUSR1 into "finish this optimiser step, write
   ``last.ckpt``, stop" on all processes at the same step, and requeues SLURM jobs.
 * :class:`NonFiniteLossGuard` stops the run at the first NaN/inf loss, naming the step, the graphs
@@ -31,8 +31,8 @@ from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
-from graphormer_urpe.checkpoints import LAST_CHECKPOINT
-from graphormer_urpe.plots import has_relative_encodings, relative_encoding_figure
+from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
+from graphormer_urpe.run.plots import has_relative_encodings, relative_encoding_figure
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -296,7 +296,7 @@ def last_good_checkpoint(trainer: pl.Trainer) -> str | None:
 
 
 class RelationTablePlots(Callback):
-    """Every ``every_n_validations`` validations, draw the learned B and C (:mod:`graphormer_urpe.plots`).
+    """Every ``every_n_validations`` validations, draw the learned B and C (:mod:`graphormer_urpe.run.plots`).
 
     Graphormers: per head against distance; sequence models: the n x n matrices. The image goes to
     every W&B logger (``relation_tables``) and to ``<run dir>/plots/``. Does nothing for models

@@ -2,7 +2,7 @@
 
 The new table goes through the same pipeline as training data (:class:`SmilesToPredict`: the
 featuriser, the parallel chunked preprocessing and the cache, in a temporary directory), then
-through :func:`~graphormer_urpe.inference.predict_split`, which returns one prediction per input
+through :func:`~graphormer_urpe.evaluation.splits.predict_split`, which returns one prediction per input
 row in file order. The output CSV has the input row index (0 = first data row), the SMILES, the
 task's prediction columns (targets in the data's units for regression; label and probabilities for
 classification) and ``error``: empty for predicted rows, the reason for rows that could not be
@@ -24,8 +24,8 @@ from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources.base import DataError
 from graphormer_urpe.data.sources.molecules import MoleculeSource
 from graphormer_urpe.data.sources.tables import SmilesToPredict, read_columns, smiles_strings
-from graphormer_urpe.inference import predict_split
-from graphormer_urpe.tasks import PerTargetTask
+from graphormer_urpe.evaluation.splits import predict_split
+from graphormer_urpe.tasks.graph import PerTargetTask
 
 log = logging.getLogger("graphormer_urpe")
 

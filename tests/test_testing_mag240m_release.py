@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphormer_urpe.data.mag240m import AFFILIATED, CITES, WRITES, MAG240MRaw
-from graphormer_urpe.data.mag240m_synthetic import SyntheticMAG, write_synthetic_mag240m
+from graphormer_urpe.data.mag240m.release import AFFILIATED, CITES, WRITES, MAG240MRaw
+from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
 
 def test_layout_dtypes_and_split(synthetic_mag) -> None:

@@ -1,6 +1,6 @@
 """Shortest-path structure of a whole batch of graphs at once, for subgraphs sampled on the fly.
 
-:func:`~graphormer_urpe.data.transforms.graph_structure` preprocesses one graph at a time, once,
+:func:`~graphormer_urpe.data.structure.graph_structure` preprocesses one graph at a time, once,
 for a cache. Subgraphs sampled around MAG240M papers change every batch, so their structure is
 computed per batch, in two halves:
 

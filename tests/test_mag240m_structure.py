@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
-from graphormer_urpe.data.batched_structure import BatchStructure, batched_graph_structure, first_edges
-from graphormer_urpe.data.transforms import graph_structure
+from graphormer_urpe.data.mag240m.structure import BatchStructure, batched_graph_structure, first_edges
+from graphormer_urpe.data.structure import graph_structure
 from tests.conftest import random_edges
 
 

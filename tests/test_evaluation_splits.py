@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from graphormer_urpe.inference import gather_predictions
+from graphormer_urpe.evaluation.splits import gather_predictions
 
 
 def test_shards_in_any_order_with_padding_give_one_prediction_per_graph() -> None:

@@ -5,7 +5,7 @@ the real loading code reads exactly like the OGB-LSC release, so that tests run 
 preprocessing and the sampler can be measured at millions of papers. It is never the default of
 a user config: point ``--data.root`` at its output explicitly.
 
-    python -m graphormer_urpe.data.mag240m_synthetic /tmp/synthetic_mag --papers 1000000
+    python -m graphormer_urpe.testing.mag240m_release /tmp/synthetic_mag --papers 1000000
 
 Layout written (as ``ogb.lsc.MAG240MDataset`` expects under ``ROOT/mag240m_kddcup2021/``)::
 
@@ -221,7 +221,7 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
                directory / "meta.pt")
     torch_save_like_numpy1({"train": np.sort(train).astype(np.int64), "valid": np.sort(valid).astype(np.int64),
                             "test": np.sort(test).astype(np.int64)}, directory / "split_dict.pt")
-    (directory / "RELEASE_v1.txt").write_text("synthetic MAG240M written by graphormer_urpe.data.mag240m_synthetic\n")
+    (directory / "RELEASE_v1.txt").write_text("synthetic MAG240M written by graphormer_urpe.testing.mag240m_release\n")
     return directory
 
 

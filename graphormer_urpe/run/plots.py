@@ -8,7 +8,7 @@
 B is coloured around 0 and C around its initial 1 (red above, blue below). Everything here returns
 a :class:`matplotlib.figure.Figure` built without pyplot (no global state, no display needed); save it
 with ``figure.savefig(path)`` or log it with ``wandb.Image(figure)``
-(:class:`~graphormer_urpe.callbacks.RelationTablePlots` does, during training).
+(:class:`~graphormer_urpe.run.callbacks.RelationTablePlots` does, during training).
 
 Shape letters: H heads, n sequence length, R' relations drawn (the padding row is left out).
 """

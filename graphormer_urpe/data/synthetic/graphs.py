@@ -28,8 +28,8 @@ from torch.utils.data import DataLoader
 
 from graphormer_urpe.constants import IGNORE_LABEL
 from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
-from graphormer_urpe.data.sampling import eval_loader, train_loader
-from graphormer_urpe.data.transforms import graph_structure
+from graphormer_urpe.data.loaders import eval_loader, train_loader
+from graphormer_urpe.data.structure import graph_structure
 
 #: Seed-stream ids that keep the three splits apart.
 _SPLIT_IDS = {"train": 0, "valid": 1, "test": 2}

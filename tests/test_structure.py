@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
-from graphormer_urpe.data import transforms
-from graphormer_urpe.data.transforms import graph_structure, graph_structures
+from graphormer_urpe.data import structure as transforms
+from graphormer_urpe.data.structure import graph_structure, graph_structures
 from tests.conftest import random_edges
 
 

@@ -10,8 +10,10 @@ import numpy as np
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from graphormer_urpe.data.batch import CompactGraphBatch, GraphBatch
-from graphormer_urpe.data.mag240m import (
+from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.lsc_formats import MAG240M, SubmissionFormat
+from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
+from graphormer_urpe.data.mag240m.release import (
     DATASET_DIR,
     FEATURE_DIM,
     PUBLISHED_SPLIT_SIZES,
@@ -21,8 +23,7 @@ from graphormer_urpe.data.mag240m import (
     NodeType,
     prepare_derived,
 )
-from graphormer_urpe.data.mag240m_sampler import SubgraphCollator
-from graphormer_urpe.submission import MAG240M, SubmissionFormat
+from graphormer_urpe.data.mag240m.sampler import SubgraphCollator
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class MAG240MDataModule(pl.LightningDataModule):
             for files whose size or modification time changed since they were built).
         eval_batch_size: target papers per evaluation step over all devices (default: batch_size).
         handover_slots: shared-memory slots per worker that batches are built in and reused from
-            (:class:`~graphormer_urpe.data.shared_slots.SlotRing`; /dev/shm holds about
+            (:class:`~graphormer_urpe.data.mag240m.slots.SlotRing`; /dev/shm holds about
             ``1.25 * slots * workers`` batches); 0: PyTorch's copy into new shared memory per batch.
     """
 

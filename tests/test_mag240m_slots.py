@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from graphormer_urpe.data.shared_slots import SlotRing, release
+from graphormer_urpe.data.mag240m.slots import SlotRing, release
 
 SLOTS = 3
 
@@ -75,7 +75,7 @@ def test_slots_must_be_positive() -> None:
 
 
 def test_tensors_are_aligned_views_of_one_slot(monkeypatch) -> None:
-    monkeypatch.setattr("graphormer_urpe.data.shared_slots.get_worker_info", lambda: object())  # as in a worker
+    monkeypatch.setattr("graphormer_urpe.data.mag240m.slots.get_worker_info", lambda: object())  # as in a worker
     ring = SlotRing(1)
     tensors, lease = ring.allocate({"a": ((3,), torch.int8), "b": ((5, 7), torch.float16), "c": ((2,), torch.int64)})
     assert lease is not None and int(lease) == 1

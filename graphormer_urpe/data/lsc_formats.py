@@ -1,0 +1,83 @@
+"""OGB-LSC test-submission formats: dataset metadata (file names, dtypes, split sizes).
+
+The data sources declare their format (``GraphSource.submission``); writing and checking the files
+is :mod:`graphormer_urpe.evaluation.submission`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphormer_urpe.data.safe_load import load_split_dict
+
+#: The one array a submission file holds.
+PREDICTION_KEY = "y_pred"
+#: Test splits a submission can be made for.
+MODES = ("test-dev", "test-challenge")
+
+
+class SubmissionError(ValueError):
+    """A submission (array or file) is not what the leaderboard accepts; the message says why."""
+
+
+@dataclass(frozen=True)
+class SubmissionFormat:
+    """The test-submission file of one OGB-LSC dataset.
+
+    Args:
+        dataset: the name in the file name, ``y_pred_<dataset>_<mode>.npz`` (also the directory of
+            the dataset under the data root).
+        evaluator: builds ogb's evaluator (``eval`` for labelled splits, ``save_test_submission``).
+        dtype: dtype of ``y_pred`` in the file written by ogb.
+        num_classes: for classification, the number of classes: predictions are integer labels in
+            ``0 .. num_classes - 1``; None for regression (finite floating-point values).
+        directory: the dataset's directory under the data root, when it differs from ``dataset``.
+    """
+
+    dataset: str
+    evaluator: Callable[[], Any]
+    dtype: np.dtype
+    num_classes: int | None = None
+    directory: str | None = None
+
+    def filename(self, mode: str) -> str:
+        """``y_pred_<dataset>_<mode>.npz``."""
+        return f"y_pred_{self.dataset}_{mode}.npz"
+
+    def split_size(self, data_root: Path | str, mode: str) -> int:
+        """Rows of test split ``mode`` according to ``<data_root>/<dataset>/split_dict.pt`` (a file
+        holding one ``test`` split is divided 3:2 into test-dev and test-challenge, as ogb does)."""
+        path = Path(data_root) / (self.directory or self.dataset) / "split_dict.pt"
+        splits = load_split_dict(path, [])
+        if mode not in splits and "test" in splits:
+            from ogb.lsc.utils import split_test
+
+            split_test(splits)
+        if mode not in splits:
+            raise SubmissionError(f"{path} has no '{mode}' split (it holds {sorted(splits)})")
+        return len(splits[mode])
+
+
+def _pcqm4mv2_evaluator() -> Any:
+    from ogb.lsc import PCQM4Mv2Evaluator
+
+    return PCQM4Mv2Evaluator()
+
+
+def _mag240m_evaluator() -> Any:
+    from ogb.lsc import MAG240MEvaluator
+
+    return MAG240MEvaluator()
+
+
+PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, dtype=np.dtype(np.float32))
+#: ogb writes MAG240M labels as int16 (``np.short``).
+MAG240M = SubmissionFormat(dataset="mag240m", evaluator=_mag240m_evaluator, dtype=np.dtype(np.int16),
+                           num_classes=153, directory="mag240m_kddcup2021")
+#: Every known format by dataset name (``--check-submission`` finds the format from the file name).
+FORMATS = {fmt.dataset: fmt for fmt in (PCQM4MV2, MAG240M)}

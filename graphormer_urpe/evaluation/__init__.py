@@ -1,0 +1,1 @@
+"""Predictions after training: whole splits, new molecules, OGB-LSC submission files."""

@@ -1,0 +1,1 @@
+"""Run operations: the CLI, callbacks, checkpoints, tracking, fine-tuning and plots."""
