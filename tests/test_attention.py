@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
+import torch.nn.functional as F
 
 from graphormer_urpe.constants import PAD_RELATION
 from graphormer_urpe.model.attention import MultiHeadAttention, RelativeBias, RelativeScale
@@ -87,9 +91,67 @@ def test_softmax_runs_in_float32_without_nan_under_bf16() -> None:
 
 
 def test_heads_must_divide_width() -> None:
-    try:
+    with pytest.raises(ValueError, match="num_heads=32"):
         MultiHeadAttention(80, 32)
-    except ValueError as error:
-        assert "num_heads=32" in str(error)
-    else:
-        raise AssertionError("80 hidden with 32 heads must be rejected")
+
+
+def test_urpe_equals_the_formula_written_out_by_hand() -> None:
+    """out_i = W_o concat_h( sum_j softmax_j(q_i.k_j / sqrt(D) + B[r_ij, h]) * C[r_ij, h] * v_j ) + b_o,
+    loop by loop in float64 on a 3-token, 2-head case (a wrong scale, head split or order fails)."""
+    torch.manual_seed(3)
+    heads, head_dim, tokens = 2, 3, 3
+    attention = MultiHeadAttention(heads * head_dim, heads).double().eval()
+    bias_table = torch.randn(4, heads, dtype=torch.float64)
+    scale_table = torch.rand(4, heads, dtype=torch.float64) + 0.5
+    relation = torch.tensor([[1, 2, 3], [2, 1, 2], [3, 2, 1]])  # (T, T)
+    x = torch.randn(tokens, heads * head_dim, dtype=torch.float64)
+
+    w, b = attention.qkv.weight, attention.qkv.bias  # rows: q (all heads), k, v
+    width = heads * head_dim
+    expected_heads = []
+    for h in range(heads):
+        cols = slice(h * head_dim, (h + 1) * head_dim)
+        q = [x[i] @ w[:width][cols].T + b[:width][cols] for i in range(tokens)]
+        k = [x[j] @ w[width:2 * width][cols].T + b[width:2 * width][cols] for j in range(tokens)]
+        v = [x[j] @ w[2 * width:][cols].T + b[2 * width:][cols] for j in range(tokens)]
+        rows = []
+        for i in range(tokens):
+            logits = [float(q[i] @ k[j]) / math.sqrt(head_dim) + float(bias_table[relation[i, j], h])
+                      for j in range(tokens)]
+            top = max(logits)
+            exp = [math.exp(value - top) for value in logits]
+            weights = [e / sum(exp) * float(scale_table[relation[i, j], h]) for j, e in enumerate(exp)]
+            rows.append(sum(weight * v[j] for j, weight in enumerate(weights)))
+        expected_heads.append(torch.stack(rows))  # (T, D)
+    expected = torch.cat(expected_heads, dim=-1) @ attention.out.weight.T + attention.out.bias  # (T, H*D)
+
+    attn_bias = bias_table[relation].permute(2, 0, 1).unsqueeze(0).contiguous()  # (1, H, T, T)
+    attn_scale = scale_table[relation].permute(2, 0, 1).unsqueeze(0).contiguous()
+    out = attention(x.unsqueeze(0), attn_bias, attn_scale)[0]
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_rpe_equals_torch_scaled_dot_product_attention() -> None:
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(H * D, H).eval()
+    x, relation, key_mask = inputs()
+    bias = masked(RelativeBias(5, H)(relation), key_mask)
+    q, k, v = attention.qkv(x).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, T, D)
+    expected = attention.out(reference.transpose(1, 2).reshape(B, T, H * D))
+    torch.testing.assert_close(attention(x, bias, None), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_autocast_stays_close_to_float32() -> None:
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(H * D, H)
+    x, relation, key_mask = inputs()
+    bias = masked(RelativeBias(5, H)(relation), key_mask)
+    scale = RelativeScale(5, H)
+    with torch.no_grad():
+        scale.weight[1:] = torch.rand(4, H) + 0.5
+    reference = attention(x, bias, scale(relation).contiguous())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = attention(x, bias, scale(relation).contiguous())
+    relative_error = (mixed.float() - reference).norm() / reference.norm()
+    assert relative_error < 2e-2

@@ -127,7 +127,7 @@ class MultiHeadAttention(nn.Module):
 
         Shapes:
             x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) contiguous, or None.
-            Returns A (B, H, T, T) float32 and V (B, H, T, D).
+            Returns A (B, H, T, T) float32 (float64 for a float64 model) and V (B, H, T, D).
         """
         batch, tokens, _ = x.shape
         qkv = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
@@ -139,7 +139,9 @@ class MultiHeadAttention(nn.Module):
         else:
             bias = attn_bias.reshape(batch * self.num_heads, tokens, tokens)
             logits = torch.baddbmm(bias, q, k_t, alpha=self.head_dim**-0.5)  # (B*H, T, T)
-        weights = torch.softmax(logits.float(), dim=-1).view(batch, self.num_heads, tokens, tokens)
+        # at least float32 (half-precision logits under autocast), float64 stays float64
+        softmax_dtype = torch.promote_types(logits.dtype, torch.float32)
+        weights = torch.softmax(logits.to(softmax_dtype), dim=-1).view(batch, self.num_heads, tokens, tokens)
         if attn_scale is not None:
             weights = weights * attn_scale  # URPE: rows no longer sum to 1
         return weights, v
