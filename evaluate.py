@@ -57,6 +57,8 @@ from graphormer_urpe.run.cli import (
     resolve_config_paths,
     write_json,
 )
+from graphormer_urpe.tasks.classification import predicted_classes
+from graphormer_urpe.tasks.compat import migrate_config
 
 #: Skipped rows named one by one in log messages (the submission log lists all of them).
 SHOWN_ROWS = 10
@@ -85,11 +87,11 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def embedded_config(ckpt: str) -> str:
-    """The YAML config stored in a checkpoint by training."""
+    """The YAML config stored in a checkpoint by training (one of an older version read in today's layout)."""
     checkpoint = load_checkpoint(ckpt)
     if CONFIG_KEY not in checkpoint:
         raise SystemExit(f"error: {ckpt} holds no config (not written by train.py); pass --config")
-    return checkpoint[CONFIG_KEY]
+    return migrate_config(checkpoint[CONFIG_KEY])
 
 
 def check_submission_file(path: Path, data_root: Path) -> dict:
@@ -206,7 +208,7 @@ def evaluate_mag240m(cli: GraphormerCLI, options: argparse.Namespace) -> dict:
     datamodule.predict_on(options.split)
     outputs = cli.trainer.predict(cli.model, datamodule=datamodule, ckpt_path=options.ckpt)
     papers = torch.cat([o["index"] for o in outputs]).numpy()
-    labels = torch.cat([o["prediction"] for o in outputs]).numpy()
+    labels = predicted_classes(torch.cat([o["prediction"] for o in outputs]).numpy())
     expected = datamodule.split_index(options.split)
     if len(papers) != len(expected) or not np.array_equal(np.sort(papers), np.sort(expected)):
         raise SubmissionError(f"'{options.split}': {len(papers)} predictions for {len(expected)} papers; "

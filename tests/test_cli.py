@@ -33,7 +33,7 @@ TINY = [
     "--config", "qm9_gap", "--data.source.max_molecules", "400", "--data.num_workers", "0",
     "--data.preprocess_workers", "0", "--data.batch_size", "32", "--model.encoder.num_layers", "2",
     "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4",
-    "--trainer.max_steps", "8", "--trainer.val_check_interval", "4", "--model.warmup_steps", "2",
+    "--trainer.max_steps", "8", "--trainer.val_check_interval", "4", "--model.optim.warmup_steps", "2",
     "--trainer.enable_progress_bar", "false",
 ]
 

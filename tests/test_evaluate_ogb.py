@@ -28,7 +28,7 @@ SIZES = {"train": 60, "valid": 21, "test-dev": 147_037, "test-challenge": 13}
 TINY_SMILES = ["C", "CC", "O", "N", "CO", "CN", "C=O", "C#N", "CCO", "OO", "CC=O", "NC=O", "OCO", "CCN"]
 TINY_MODEL = [
     "--config", "pcqm4mv2", "--model.encoder.num_layers", "1", "--model.encoder.hidden_dim", "16",
-    "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4", "--model.warmup_steps", "2",
+    "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4", "--model.optim.warmup_steps", "2",
     "--data.num_workers", "0", "--trainer.enable_progress_bar", "false",
 ]
 

@@ -38,6 +38,7 @@ from graphormer_urpe.run.callbacks import (
     RNGState,
 )
 from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
+from graphormer_urpe.tasks.compat import old_layout_arguments
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -220,6 +221,9 @@ class GraphormerCLI(LightningCLI):
         # we always pass the (config-resolved) command line as ``args``; Lightning warns about that
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
         argv = resolve_config_paths(sys.argv[1:] if args is None else args)
+        if old := old_layout_arguments(argv):
+            raise SystemExit("error: the optimiser settings are one group, model.init_args.optim, since the task "
+                             "family was merged (docs/tasks.md):\n  " + "\n  ".join(old))
         self.config_name = next(
             (Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
              for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")),
