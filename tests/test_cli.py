@@ -88,6 +88,18 @@ def test_unknown_key_fails_naming_it(capsys: pytest.CaptureFixture) -> None:
     assert "num_layerz" in capsys.readouterr().err
 
 
+def test_a_trainer_setting_lightning_refuses_is_one_error_line_not_a_traceback(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(REPO_DIR / "train.py"), "--config", "qm9_gap.yaml",
+                           "--trainer.max_steps", "-5", "--logger", "none", "--run_root", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and errors[0].endswith(
+        "ERROR] `max_steps` must be a non-negative integer or -1 (infinite steps). You passed in -5."), done.stderr
+    assert not any(tmp_path.iterdir())  # stopped before the run directory was made
+
+
 def test_bare_config_names_resolve_to_configs_dir(tmp_path: Path) -> None:
     assert resolve_config_paths(["--config", "zinc_subset.yaml"]) == ["--config", str(CONFIG_DIR / "zinc_subset.yaml")]
     assert resolve_config_paths(["--config=zinc_full"]) == [f"--config={CONFIG_DIR / 'zinc_full.yaml'}"]

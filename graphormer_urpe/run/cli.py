@@ -25,6 +25,7 @@ import pytorch_lightning as pl
 import torch
 import yaml
 from lightning_fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
+from lightning_fabric.utilities.exceptions import MisconfigurationException
 from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, Logger
@@ -260,12 +261,13 @@ class GraphormerCLI(LightningCLI):
     def instantiate_classes(self) -> None:
         """Build data, model and trainer. Missing or unusable data stops here with its own message,
         not jsonargparse's (sources that infer vocabularies open their data when the model is linked
-        to it, and tasks check the kind of target)."""
+        to it, and tasks check the kind of target); so do trainer settings that Lightning refuses
+        (``MisconfigurationException``, e.g. ``--trainer.max_steps -5``): one line, exit code 2."""
         try:
             super().instantiate_classes()
         except Exception as error:
             cause: BaseException | None = error
-            while cause is not None and not isinstance(cause, DatasetMissing | DataError):
+            while cause is not None and not isinstance(cause, DatasetMissing | DataError | MisconfigurationException):
                 cause = cause.__cause__ or cause.__context__
             if cause is None:
                 raise
