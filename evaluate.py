@@ -32,6 +32,7 @@ import hashlib
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -121,6 +122,8 @@ def check_submission_file(path: Path, data_root: Path) -> dict:
 def main(argv: Sequence[str] | None = None) -> dict:
     """Evaluate, or write or check a submission; returns what was measured or written."""
     started = time.perf_counter()
+    # evaluating in a temporary run directory, Lightning notes on every checkpoint that its run's is another
+    warnings.filterwarnings("ignore", message="The dirpath has changed from", category=UserWarning)
     options, rest = parse_args(sys.argv[1:] if argv is None else argv)
     if options.check_submission is not None:
         return check_submission_file(options.check_submission, options.data_root)
