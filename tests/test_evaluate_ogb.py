@@ -125,9 +125,11 @@ def test_full_size_test_dev_submission(pcqm_run: dict, tmp_path: Path, caplog: p
     with pytest.raises(SystemExit) as exit_info:
         evaluate.main(["--check-submission", str(broken), "--data-root", str(pcqm_run["root"])])
     assert exit_info.value.code == 1 and "1 non-finite values (NaN or inf), first at positions [5]" in caplog.text
-    with pytest.raises(SystemExit):
-        evaluate.main(["--check-submission", str(path), "--data-root", str(tmp_path / "nowhere")])
+    # without the dataset on disk: ogb's official size, and said so
+    official = evaluate.main(["--check-submission", str(path), "--data-root", str(tmp_path / "nowhere")])
+    assert official["valid"] and official["rows"] == 147_037 and official["expected_rows_from"] == "official"
     assert "the expected row count comes from the dataset's split file" in caplog.text
+    assert "checking against the official pcqm4m-v2 test-dev size instead, 147037 rows" in caplog.text
 
 
 def test_a_non_official_split_or_missing_directory_fails_clearly(pcqm_run: dict, tmp_path: Path,
