@@ -45,7 +45,9 @@ def old_layout(path: str | Path, out: Path, class_path: str, dropped: tuple[str,
 def test_an_old_node_tagging_checkpoint_evaluates_loads_and_initialises(tmp_path: Path) -> None:
     metrics, _ = synthetic_run(tmp_path, "run", "synthetic_graph")
     new = metrics["best_checkpoint"]
-    assert torch.load(new, weights_only=True)["hyper_parameters"]["optim"]["lr"] == 1e-3  # today's layout
+    saved = torch.load(new, weights_only=True)["hyper_parameters"]
+    assert saved["optim"]["lr"] == 1e-3 and "lr" not in saved  # today's layout
+    assert saved["_class_path"] == "graphormer_urpe.tasks.Classification" and saved["target_kind"] == "multiclass"
     old = old_layout(new, tmp_path / "old.ckpt", "graphormer_urpe.tasks.tokens.NodeTagging",
                      dropped=("target_kind", "target_names", "evaluator"))
     # evaluate.py: the embedded config is read in today's layout, and gives the metric of training

@@ -1,7 +1,9 @@
 """What every task shares: the model, checkpoint loading, AdamW with warm-up and linear decay.
 
 :class:`GraphormerTask` is the LightningModule base of every task (:mod:`graphormer_urpe.tasks.graph`
-for graph- and node-level targets, :mod:`graphormer_urpe.tasks.tokens` for per-token labels).
+for regression, :mod:`graphormer_urpe.tasks.classification` for graph, node and token labels,
+:mod:`graphormer_urpe.tasks.tokens` for token sequences); :class:`OptimConfig` is the optimiser
+and schedule they all take.
 """
 
 from __future__ import annotations
@@ -78,9 +80,10 @@ class GraphormerTask(pl.LightningModule):
     def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM) -> None:
         super().__init__()
         # collects the arguments of every ``__init__`` up the subclass chain; keeps those of the class itself
+        # and LightningCLI's private entries (``_class_path``, ``_instantiator``)
         self.save_hyperparameters(ignore=["encoder", "optim"])
         accepted = inspect.signature(type(self).__init__).parameters
-        for name in [name for name in self.hparams if name not in accepted]:
+        for name in [name for name in self.hparams if not name.startswith("_") and name not in accepted]:
             del self.hparams[name]
         self.hparams["encoder"] = dataclasses.asdict(encoder)
         self.hparams["optim"] = dataclasses.asdict(optim)
@@ -92,7 +95,7 @@ class GraphormerTask(pl.LightningModule):
         """Rebuild the task from a checkpoint alone (config and vocabularies travel with it).
 
         Checkpoints written before the task family was merged (optimiser arguments at the top level,
-        ``NodeTagging`` ...) are read through :func:`~graphormer_urpe.tasks.compat.migrate_hparams`.
+        ``NodeTagging`` ...) are read through :func:`~graphormer_urpe.tasks.compat.checkpoint_init_args`.
         """
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
         hparams = checkpoint_init_args(checkpoint, cls)
