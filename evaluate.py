@@ -32,6 +32,7 @@ import hashlib
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -57,6 +58,8 @@ from graphormer_urpe.run.cli import (
     resolve_config_paths,
     write_json,
 )
+from graphormer_urpe.tasks.classification import predicted_classes
+from graphormer_urpe.tasks.compat import migrate_config
 
 #: Skipped rows named one by one in log messages (the submission log lists all of them).
 SHOWN_ROWS = 10
@@ -80,45 +83,53 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--check-submission", type=Path, default=None, metavar="FILE",
                         help="only check an existing submission file (name, shape, dtype, finite values)")
     parser.add_argument("--data-root", type=Path, default=Path("data"),
-                        help="dataset root holding <dataset>/split_dict.pt, for --check-submission")
+                        help="dataset root holding <dataset>/split_dict.pt, for --check-submission (without it: "
+                             "ogb's official test split sizes)")
     return parser.parse_known_args(argv)
 
 
 def embedded_config(ckpt: str) -> str:
-    """The YAML config stored in a checkpoint by training."""
+    """The YAML config stored in a checkpoint by training (one of an older version read in today's layout)."""
     checkpoint = load_checkpoint(ckpt)
     if CONFIG_KEY not in checkpoint:
         raise SystemExit(f"error: {ckpt} holds no config (not written by train.py); pass --config")
-    return checkpoint[CONFIG_KEY]
+    return migrate_config(checkpoint[CONFIG_KEY])
 
 
 def check_submission_file(path: Path, data_root: Path) -> dict:
-    """Check an existing submission against the split sizes in ``data_root``; exit 1 saying what is wrong."""
+    """Check an existing submission against the split sizes in ``data_root`` (ogb's official sizes when
+    the dataset is not there); exit 1 saying what is wrong."""
     fmt = next((f for name, f in FORMATS.items() if path.name.startswith(f"y_pred_{name}_")), None)
     if fmt is None:
         raise SystemExit(f"error: {path}: not a submission file name (expected y_pred_<dataset>_<mode>.npz for "
                          f"a dataset in {sorted(FORMATS)})")
     mode = next((m for m in MODES if path.name == fmt.filename(m)), None)
+    sizes_from = "split_dict.pt"
     try:
         if mode is None:
             raise SubmissionError(f"{path}: the file must be named {' or '.join(fmt.filename(m) for m in MODES)}")
-        expected = fmt.split_size(data_root, mode)
+        try:
+            expected = fmt.split_size(data_root, mode)
+        except FileNotFoundError as error:
+            expected, sizes_from = fmt.official_sizes[mode], "official"
+            log.info("the expected row count comes from the dataset's split file, and %s: checking against the "
+                     "official %s %s size instead, %d rows (pass --data-root DIR with DIR/%s/split_dict.pt for "
+                     "another release)", error, fmt.dataset, mode, expected, fmt.directory or fmt.dataset)
         y_pred = check_submission(path, expected, fmt, mode)
-    except FileNotFoundError as error:
-        log.error("cannot check %s: the expected row count comes from the dataset's split file, and %s; pass "
-                  "--data-root DIR with DIR/%s/split_dict.pt", path, error, fmt.dataset)
-        raise SystemExit(1) from error
     except (SubmissionError, RuntimeError) as error:
         log.error("%s", error)
         raise SystemExit(1) from error
     log.info("%s is a valid %s %s submission: %d finite %s predictions", path, fmt.dataset, mode, len(y_pred),
              y_pred.dtype)
-    return {"file": str(path), "dataset": fmt.dataset, "mode": mode, "rows": len(y_pred), "valid": True}
+    return {"file": str(path), "dataset": fmt.dataset, "mode": mode, "rows": len(y_pred), "valid": True,
+            "expected_rows_from": sizes_from}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
     """Evaluate, or write or check a submission; returns what was measured or written."""
     started = time.perf_counter()
+    # evaluating in a temporary run directory, Lightning notes on every checkpoint that its run's is another
+    warnings.filterwarnings("ignore", message="The dirpath has changed from", category=UserWarning)
     options, rest = parse_args(sys.argv[1:] if argv is None else argv)
     if options.check_submission is not None:
         return check_submission_file(options.check_submission, options.data_root)
@@ -206,7 +217,7 @@ def evaluate_mag240m(cli: GraphormerCLI, options: argparse.Namespace) -> dict:
     datamodule.predict_on(options.split)
     outputs = cli.trainer.predict(cli.model, datamodule=datamodule, ckpt_path=options.ckpt)
     papers = torch.cat([o["index"] for o in outputs]).numpy()
-    labels = torch.cat([o["prediction"] for o in outputs]).numpy()
+    labels = predicted_classes(torch.cat([o["prediction"] for o in outputs]).numpy())
     expected = datamodule.split_index(options.split)
     if len(papers) != len(expected) or not np.array_equal(np.sort(papers), np.sort(expected)):
         raise SubmissionError(f"'{options.split}': {len(papers)} predictions for {len(expected)} papers; "

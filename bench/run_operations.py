@@ -34,7 +34,7 @@ from graphormer_urpe.data.sources import QM9Gap  # noqa: E402
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB  # noqa: E402
 from graphormer_urpe.model.graphormer import GraphormerConfig  # noqa: E402
 from graphormer_urpe.run.callbacks import LastCheckpoint, NonFiniteLossGuard, PreemptionCheckpoint, RNGState  # noqa: E402
-from graphormer_urpe.tasks import GraphRegression  # noqa: E402
+from graphormer_urpe.tasks import GraphRegression, OptimConfig  # noqa: E402
 
 
 class PlainDataModule(GraphDataModule):
@@ -76,7 +76,7 @@ def run(variant: str, root: str, molecules: int, steps: int, batch: int, workers
                              enable_checkpointing=variant == "run-ops", enable_progress_bar=False,
                              enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp)
         pl.seed_everything(0, verbose=False)
-        trainer.fit(GraphRegression(config, lr=1e-4, warmup_steps=10), data)
+        trainer.fit(GraphRegression(config, OptimConfig(lr=1e-4, warmup_steps=10)), data)
     return statistics.median(timer.times)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from graphormer_urpe.run.cli import RUN_DIR_ENV
 from graphormer_urpe.run.plots import accuracy_figure, relative_encoding_figure
-from graphormer_urpe.tasks.tokens import NodeTagging, SequenceTagging
+from graphormer_urpe.tasks import Classification, SequenceTagging
 
 REPO = Path(__file__).resolve().parent.parent
 METHOD_NAMES = {"none": "noPE", "rpe": "RPE", "urpe": "URPE"}
@@ -131,7 +131,7 @@ def draw_heatmaps(runs: list[Run], results: dict[str, dict], out: Path) -> list[
     drawn = []
     chosen = [r for r in runs if r.name.endswith("_urpe") and (r.name.startswith("graph") or "_v10_" in r.name)]
     for run in chosen:
-        task_class = NodeTagging if run.config == "synthetic_graph" else SequenceTagging
+        task_class = Classification if run.config == "synthetic_graph" else SequenceTagging
         task = task_class.from_checkpoint(results[run.name]["best_checkpoint"])
         accuracy = results[run.name]["test"]["test/accuracy"]
         figure = relative_encoding_figure(task.model, title=f"{run.setting}, {run.method}: learned B and C "

@@ -47,9 +47,6 @@ SEQUENCE_RELATION_OFFSET = PAD_RELATION + 1
 DEFAULT_T5_NUM_BUCKETS = 32
 DEFAULT_T5_MAX_DISTANCE = 128
 
-#: Class label ignored by losses and accuracy (padding nodes of node-level tasks).
-IGNORE_LABEL = -100
-
 #: Official Graphormer collator: pairs with ``spd >= spatial_pos_max`` are masked.
 DEFAULT_SPATIAL_POS_MAX = 20
 #: Official Graphormer: multi-hop edge encoding looks at the first 5 edges of a path.

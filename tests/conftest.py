@@ -105,7 +105,7 @@ def tiny_run_args(data_root: Path, run_root: Path, *extra: str) -> list[str]:
         "--data.batch_size", "8", "--data.num_workers", "0", "--data.preprocess_workers", "0",
         "--run_root", str(run_root),
         "--model.encoder.num_layers", "2", "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16",
-        "--model.encoder.num_heads", "4", "--model.warmup_steps", "3",
+        "--model.encoder.num_heads", "4", "--model.optim.warmup_steps", "3",
         "--trainer.max_steps", "6", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
         *extra,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ TINY = [
     "--config", "qm9_gap", "--data.source.max_molecules", "400", "--data.num_workers", "0",
     "--data.preprocess_workers", "0", "--data.batch_size", "32", "--model.encoder.num_layers", "2",
     "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4",
-    "--trainer.max_steps", "8", "--trainer.val_check_interval", "4", "--model.warmup_steps", "2",
+    "--trainer.max_steps", "8", "--trainer.val_check_interval", "4", "--model.optim.warmup_steps", "2",
     "--trainer.enable_progress_bar", "false",
 ]
 
@@ -70,8 +71,12 @@ def test_evaluate_reproduces_the_logged_validation_metric(trained_run, tmp_path:
                             "--data.root", str(data_root)])
     assert result["metrics"]["val/mae"] == metrics["validation"]["val/mae"]  # exactly, on CPU
     assert json.loads(out.read_text())["metrics"] == result["metrics"]
-    test = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", "test", "--data.root", str(data_root)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        test = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", "test", "--data.root", str(data_root)])
     assert test["metrics"]["test/mae"] == metrics["test"]["test/mae"]
+    # the checkpoint was written in another directory: nothing to say about it
+    assert caught and not [w for w in caught if "dirpath" in str(w.message)], [str(w.message) for w in caught]
 
 
 def test_checkpoint_rebuilds_the_model_alone(trained_run) -> None:
@@ -86,6 +91,18 @@ def test_unknown_key_fails_naming_it(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
         GraphormerCLI(["--config", "qm9_gap", "--model.encoder.num_layerz", "3"])
     assert "num_layerz" in capsys.readouterr().err
+
+
+def test_a_trainer_setting_lightning_refuses_is_one_error_line_not_a_traceback(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(REPO_DIR / "train.py"), "--config", "qm9_gap.yaml",
+                           "--trainer.max_steps", "-5", "--logger", "none", "--run_root", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and errors[0].endswith(
+        "ERROR] `max_steps` must be a non-negative integer or -1 (infinite steps). You passed in -5."), done.stderr
+    assert not any(tmp_path.iterdir())  # stopped before the run directory was made
 
 
 def test_bare_config_names_resolve_to_configs_dir(tmp_path: Path) -> None:

@@ -28,7 +28,8 @@ def test_paper_config_and_rpe_one_flag_away(tmp_path, monkeypatch) -> None:
     assert (encoder.num_layers, encoder.hidden_dim, encoder.ffn_dim, encoder.num_heads) == (6, 512, 512, 32)
     assert (encoder.attention, encoder.dropout, encoder.drop_path) == ("urpe", 0.5, 0.1)
     assert (encoder.readout, encoder.continuous_node_dim, encoder.num_outputs) == ("target_node", 768, 153)
-    assert (model.hparams.lr, model.hparams.warmup_steps, model.hparams.weight_decay) == (3e-4, 6000, 0.01)
+    assert (model.optim.lr, model.optim.warmup_steps, model.optim.weight_decay) == (3e-4, 6000, 0.01)
+    assert (model.binary, model.monitor) == (False, ("val/accuracy", "max"))
     assert cli.trainer.max_steps == 100_000 and data.batch_size == 1024 and data.fanouts == [25, 15]
     urpe = count_parameters(model)
     assert 9.5e6 < urpe < 11.5e6  # the paper: 11.0M (see README for the difference)
@@ -42,10 +43,10 @@ def test_a_few_steps_beat_chance(synthetic_mag, tmp_path, monkeypatch) -> None:
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
     metrics = train.main(["--config", "mag240m", "--data.root", str(synthetic_mag), "--data.num_classes", "8",
                           "--data.batch_size", "32", "--data.fanouts", "[3, 2]", "--trainer.max_steps", "30",
-                          "--trainer.val_check_interval", "30", "--model.init_args.warmup_steps", "3",
-                          "--model.init_args.lr", "2e-3", "--run_root", str(tmp_path), *TINY])
+                          "--trainer.val_check_interval", "30", "--model.init_args.optim.warmup_steps", "3",
+                          "--model.init_args.optim.lr", "2e-3", "--run_root", str(tmp_path), *TINY])
     assert metrics["global_step"] == 30 and metrics["test"] is None  # test labels are hidden
-    assert metrics["validation"]["val/acc"] > 0.4, metrics  # chance: 1/8
+    assert metrics["validation"]["val/accuracy"] > 0.4, metrics  # chance: 1/8
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,11 @@ from graphormer_urpe.data.sources.featurize import molecule_graph
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.evaluation.new_molecules import predict_table
 from graphormer_urpe.run.cli import RUN_DIR_ENV
-from graphormer_urpe.tasks import GraphClassification, GraphRegression
+from graphormer_urpe.tasks import Classification, GraphRegression
 
 TINY = ["--data.num_workers", "0", "--data.preprocess_workers", "0", "--model.encoder.num_layers", "2",
         "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4",
-        "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--model.warmup_steps", "1",
+        "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--model.optim.warmup_steps", "1",
         "--trainer.enable_progress_bar", "false"]
 NEW = ["CCO", "not a molecule", "c1ccccc1O", "", "CCO", "  C1CC1  ", "C1CC(=O"]
 
@@ -93,7 +93,7 @@ def test_classification_predictions_hold_labels_and_probabilities(tmp_path: Path
     evaluate.main(["--ckpt", str(ckpt), "--predict", str(tmp_path / "new.csv"), "--out", str(tmp_path / "p.csv")])
     preds = pd.read_csv(tmp_path / "p.csv")
     probabilities = preds[[f"rings_probability_{k}" for k in range(4)]]
-    task = GraphClassification.from_checkpoint(ckpt)
+    task = Classification.from_checkpoint(ckpt)
     expected = torch.softmax(expected_prediction(task, "c1ccccc1O"), dim=-1).numpy()
     np.testing.assert_allclose(probabilities.loc[2], expected, rtol=1e-5)
     assert preds.loc[2, "rings"] == int(np.argmax(expected)) and np.isnan(preds.loc[1, "rings"])

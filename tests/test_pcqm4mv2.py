@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import subprocess
@@ -244,8 +245,9 @@ def test_config_has_the_paper_settings_and_accounted_parameters(attention: str, 
     encoder, task = cli.model.model.config, cli.model
     assert (encoder.num_layers, encoder.hidden_dim, encoder.ffn_dim, encoder.num_heads) == (6, 512, 512, 32)
     assert (encoder.attention_dropout, encoder.dropout, encoder.input_dropout) == (0.1, 0.0, 0.0)
-    hp = task.hparams
+    hp = task.optim
     assert (hp.lr, hp.warmup_steps, hp.weight_decay, hp.adam_eps) == (3e-4, 60_000, 0.0, 1e-8)
+    assert task.hparams.optim == dataclasses.asdict(hp)
     assert cli.trainer.max_steps == 1_000_000 and cli.datamodule.batch_size == 512
     assert isinstance(cli.datamodule.source, PCQM4Mv2)
 

@@ -18,7 +18,7 @@ from graphormer_urpe.data.sources import ZINC, DataError, DatasetMissing, PygDat
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.cli import GraphormerCLI
-from graphormer_urpe.tasks import GraphRegression
+from graphormer_urpe.tasks import GraphRegression, OptimConfig
 from graphormer_urpe.testing.tu_format import TUGraph, write_tu_dataset
 from tests.conftest import random_edges
 from tests.test_sources import write_zinc_raw
@@ -174,7 +174,8 @@ def test_per_node_regression_trains_and_reports_masked_metrics_in_data_units(tmp
     config = GraphormerConfig(node_vocab=data.node_vocab, edge_vocab=data.edge_vocab, num_outputs=data.num_targets,
                               continuous_node_dim=data.continuous_node_dim,
                               continuous_edge_dim=data.continuous_edge_dim, readout=data.readout, **TINY)
-    task = GraphRegression(config, lr=1e-3, warmup_steps=1, normalize_targets=True, target_names=data.target_names)
+    task = GraphRegression(config, OptimConfig(lr=1e-3, warmup_steps=1), normalize_targets=True,
+                           target_names=data.target_names)
     trainer = pl.Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False)
     trainer.fit(task, data)

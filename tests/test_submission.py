@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2, SubmissionError
+import evaluate
+from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2, SubmissionError, SubmissionFormat
 from graphormer_urpe.evaluation.submission import check_submission, write_submission
 from graphormer_urpe.testing.mag240m_release import torch_save_like_numpy1
 from tests.ogb_layouts import write_pcqm4mv2
@@ -134,3 +136,25 @@ def test_bad_mag240m_labels_are_not_written(y_pred: np.ndarray, message: str, tm
     with pytest.raises(SubmissionError, match=message):
         write_submission(y_pred, tmp_path, "test-dev", 88_092, MAG240M)
     assert not tmp_path.joinpath("y_pred_mag240m_test-dev.npz").exists()
+
+
+@pytest.mark.parametrize("fmt", [PCQM4MV2, MAG240M], ids=lambda fmt: fmt.dataset)
+@pytest.mark.parametrize("mode", ["test-dev", "test-challenge"])
+def test_check_submission_without_the_dataset_uses_ogbs_official_sizes(fmt: SubmissionFormat, mode: str,
+                                                                        tmp_path: Path, package_log) -> None:
+    """ogb's writer asserts the official size, so a file it wrote checks against ``official_sizes``."""
+    package_log.set_level(logging.INFO, logger="graphormer_urpe")
+    rows = fmt.official_sizes[mode]
+    assert rows == (OFFICIAL if fmt is PCQM4MV2 else MAG_OFFICIAL)[mode]
+    path = write_submission(np.ones(rows, fmt.dtype), tmp_path / "subs", mode, rows, fmt)
+    result = evaluate.main(["--check-submission", str(path), "--data-root", str(tmp_path / "nowhere")])
+    assert result == {"file": str(path), "dataset": fmt.dataset, "mode": mode, "rows": rows, "valid": True,
+                      "expected_rows_from": "official"}
+    assert f"checking against the official {fmt.dataset} {mode} size instead, {rows} rows" in package_log.text
+    short = tmp_path / "short" / path.name
+    short.parent.mkdir()
+    with np.load(path) as archive:
+        np.savez(short, y_pred=archive["y_pred"][:-1])
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["--check-submission", str(short), "--data-root", str(tmp_path / "nowhere")])
+    assert stop.value.code == 1 and f"shape ({rows - 1},), expected ({rows},)" in package_log.text

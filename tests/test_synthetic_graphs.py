@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.constants import IGNORE_LABEL
+from graphormer_urpe.data.batch import collate_graphs
 from graphormer_urpe.data.synthetic.graphs import (
     SyntheticGraphDataModule,
-    collate_node_labels,
     distance_counts,
     max_distance_count,
     regular_graph_record,
@@ -29,7 +28,9 @@ def as_networkx(record) -> nx.Graph:
 def test_graphs_are_regular_connected_with_networkx_labels(degree, distance):
     graphs, _ = regular_graphs(12, degree, 10, 16, distance, seed=0)
     assert len(graphs) == 12
-    for record, labels in graphs:
+    for record in graphs:
+        labels = record.y[:, 0]
+        assert record.y.dtype == np.float32 and record.y.shape == (len(record.in_degree), 1)  # PyG node targets
         graph = as_networkx(record)
         assert nx.is_connected(graph)
         assert {d for _, d in graph.degree()} == {degree}
@@ -44,9 +45,9 @@ def test_graphs_are_regular_connected_with_networkx_labels(degree, distance):
 
 def test_generation_is_seeded_and_counts_rejections():
     (first, rejected), (again, _) = regular_graphs(20, 3, 8, 10, 2, seed=1), regular_graphs(20, 3, 8, 10, 2, seed=1)
-    assert all(np.array_equal(a.edge_index, b.edge_index) for (a, _), (b, _) in zip(first, again))
+    assert all(np.array_equal(a.edge_index, b.edge_index) for a, b in zip(first, again))
     other, _ = regular_graphs(20, 3, 8, 10, 2, seed=2)
-    assert not all(np.array_equal(a.edge_index, b.edge_index) for (a, _), (b, _) in zip(first, other))
+    assert not all(np.array_equal(a.edge_index, b.edge_index) for a, b in zip(first, other))
     assert rejected["same label at every node"] > 0  # small cubic graphs are often too symmetric
     with pytest.raises(ValueError, match="no 3-regular graph"):
         regular_graphs(1, 3, 5, 5, 2, seed=0)
@@ -58,15 +59,16 @@ def test_distance_counts_of_a_cycle():
     assert distance_counts(record.spd, 4).tolist() == [0] * 7
 
 
-def test_collate_pads_labels_with_ignore():
+def test_collate_pads_labels_with_nan():
     graphs, _ = regular_graphs(2, 3, 10, 16, 2, seed=0)
-    batch = collate_node_labels(graphs)
-    sizes = [len(labels) for _, labels in graphs]
-    assert batch.labels.shape == batch.graphs.node_mask.shape == (2, max(sizes))
-    for b, (_, labels) in enumerate(graphs):
-        assert batch.labels[b, : sizes[b]].tolist() == labels.tolist()
-        assert (batch.labels[b, sizes[b]:] == IGNORE_LABEL).all()
-    assert torch.equal(batch.labels != IGNORE_LABEL, batch.graphs.node_mask)
+    batch = collate_graphs(graphs)
+    sizes = [len(record.y) for record in graphs]
+    assert batch.y.shape[:2] == batch.node_mask.shape == (2, max(sizes))
+    assert batch.y.shape[2] == 1
+    for b, record in enumerate(graphs):
+        assert batch.y[b, : sizes[b], 0].tolist() == record.y[:, 0].tolist()
+        assert torch.isnan(batch.y[b, sizes[b]:]).all()
+    assert torch.equal(~torch.isnan(batch.y[..., 0]), batch.node_mask)
 
 
 def test_datamodule_splits_and_sizes():
@@ -76,9 +78,10 @@ def test_datamodule_splits_and_sizes():
     data.setup("fit")
     batches = list(data.train_dataloader())
     assert [b.num_graphs for b in batches] == [4, 4]
-    assert all(int(b.labels.max()) < data.num_targets for b in batches)
+    assert all(int(b.y[b.node_mask].max()) < data.num_targets for b in batches)
+    assert data.target_kind == "multiclass" and data.readout == "nodes"
     info = data.describe()
     assert info["splits"] == {"train": 8, "valid": 4, "test": 4}
     assert 0 < info["majority_label_accuracy"]["valid"] < 1
-    train_edges = {r.edge_index.tobytes() for r, _ in data.datasets["train"]}
-    assert not any(r.edge_index.tobytes() in train_edges for r, _ in data.datasets["valid"])
+    train_edges = {r.edge_index.tobytes() for r in data.datasets["train"]}
+    assert not any(r.edge_index.tobytes() in train_edges for r in data.datasets["valid"])

@@ -15,7 +15,7 @@ from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import DatasetMissing, SmilesTable, SmilesToPredict
 from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.featurize import molecule_graph
-from graphormer_urpe.data.sources.tables import TableError, scaffold_split
+from graphormer_urpe.data.sources.tables import TableError, read_columns, scaffold_split
 from graphormer_urpe.run.cli import REPO_DIR
 
 EXAMPLE = REPO_DIR / "examples" / "qm9_sample.csv"
@@ -57,6 +57,37 @@ def test_csv_and_parquet_give_the_same_graphs_with_ogb_features(tmp_path: Path, 
         np.testing.assert_array_equal(b.y, a.y)
     assert np.isnan(store_csv.targets()[24, 1]) and from_csv.num_targets == 2
     assert from_csv.target_names == targets and from_csv.target_kind == "regression"
+
+
+@pytest.mark.parametrize("name,sep,bom", [("semicolon.csv", ";", False), ("excel.csv", ";", True),
+                                          ("bom.csv", ",", True), ("tabs.csv", "\t", False), ("commas.tsv", ",", True)])
+def test_spreadsheet_exports_are_read_like_plain_csv(tmp_path: Path, sample: pd.DataFrame, package_log,
+                                                     name: str, sep: str, bom: bool) -> None:
+    """``;``-separated files (and a comma in a ``.tsv``) are detected from the header, with a log line; a
+    byte-order mark is not part of the first column's name. Same cells, same targets in the cache."""
+    package_log.set_level(logging.INFO, logger="graphormer_urpe")
+    sample.to_csv(tmp_path / "plain.csv", index=False)
+    path = tmp_path / name
+    sample.to_csv(path, index=False, sep=sep, encoding="utf-8-sig" if bom else "utf-8")
+    assert path.read_bytes().startswith(b"\xef\xbb\xbfsmiles") == bom
+    columns = ["smiles", "gap_ev", "mu_debye"]
+    expected = read_columns(tmp_path / "plain.csv", columns, ["smiles_column", "targets", "targets"])
+    pd.testing.assert_frame_equal(read_columns(path, columns, ["smiles_column", "targets", "targets"]), expected)
+    default = "\t" if name.endswith(".tsv") else ","
+    detected = [r.getMessage() for r in package_log.records if "columns separated by" in r.getMessage()]
+    assert detected == ([f"{path}: columns separated by {sep!r} (not {default!r}): read with that separator"]
+                        if sep != default else [])
+    data = prepared(tmp_path / "cache", path=str(path), targets=["gap_ev", "mu_debye"])
+    np.testing.assert_array_equal(data.datasets["train"].store.targets(),
+                                  sample[["gap_ev", "mu_debye"]].to_numpy(np.float32))
+
+
+def test_an_unknown_separator_is_named_with_the_columns(tmp_path: Path, sample: pd.DataFrame) -> None:
+    path = tmp_path / "t.csv"
+    sample.to_csv(path, index=False, sep=":")
+    with pytest.raises(TableError, match=r"t\.csv: no column 'smiles' \(smiles_column\)\. The file's columns are: "
+                                         r"smiles:gap_ev:mu_debye:polar:rings \(read with the separator ','\)"):
+        read_columns(path, ["smiles"], ["smiles_column"])
 
 
 def test_random_split_is_seeded_and_recorded_with_the_cache(tmp_path: Path, sample: pd.DataFrame) -> None:

@@ -23,7 +23,7 @@ from graphormer_urpe.data.sources import DataError, SmilesTable
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.cli import REPO_DIR, GraphormerCLI
-from graphormer_urpe.tasks import GraphClassification, GraphormerTask, GraphRegression
+from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
 from tests.conftest import make_record, run_on_processes, tiny_run_args
 
 SMALL = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
@@ -170,7 +170,7 @@ def test_binary_cross_entropy_over_known_labels_only() -> None:
     labels = np.array([[1, 0], [np.nan, 1], [0, np.nan], [1, 1]])
     batch = batch_with_labels(labels)
     torch.manual_seed(0)
-    task = GraphClassification(GraphormerConfig(num_outputs=2, **TINY), target_kind="binary")
+    task = Classification(GraphormerConfig(num_outputs=2, **TINY), target_kind="binary")
     logits = task(batch)
     known = ~torch.isnan(batch.y)
     expected = F.binary_cross_entropy_with_logits(logits[known], batch.y[known])
@@ -182,7 +182,7 @@ def test_cross_entropy_over_known_classes_only() -> None:
     labels = np.array([[2], [np.nan], [0], [1]])
     batch = batch_with_labels(labels)
     torch.manual_seed(0)
-    task = GraphClassification(GraphormerConfig(num_outputs=3, **TINY), target_kind="multiclass")
+    task = Classification(GraphormerConfig(num_outputs=3, **TINY), target_kind="multiclass")
     logits = task(batch)
     expected = F.cross_entropy(logits[[0, 2, 3]], torch.tensor([2, 0, 1]))
     torch.testing.assert_close(quiet_training_step(task, batch), expected)
@@ -190,12 +190,12 @@ def test_cross_entropy_over_known_classes_only() -> None:
 
 
 def test_prediction_columns_hold_labels_and_probabilities_with_empty_failed_rows() -> None:
-    binary = GraphClassification(GraphormerConfig(num_outputs=1, **TINY), target_kind="binary",
+    binary = Classification(GraphormerConfig(num_outputs=1, **TINY), target_kind="binary",
                                  target_names=["polar"])
     columns = binary.prediction_columns(np.array([[0.7], [np.nan], [0.2]]))
     assert columns["polar"].tolist() == [1, pd.NA, 0]
     np.testing.assert_array_equal(columns["polar_probability"], [0.7, np.nan, 0.2])
-    multi = GraphClassification(GraphormerConfig(num_outputs=3, **TINY), target_kind="multiclass",
+    multi = Classification(GraphormerConfig(num_outputs=3, **TINY), target_kind="multiclass",
                                 target_names=["rings"])
     columns = multi.prediction_columns(np.array([[0.1, 0.6, 0.3], [np.nan] * 3]))
     assert columns["rings"].tolist() == [1, pd.NA] and list(columns)[1:] == [f"rings_probability_{k}" for k in range(3)]
@@ -217,7 +217,7 @@ def test_normalisation_uses_training_targets_and_is_undone_in_metrics(tmp_path: 
                            batch_size=32, num_workers=0, preprocess_workers=0)
     torch.manual_seed(0)
     task = GraphRegression(GraphormerConfig(num_outputs=2, node_vocab=data.node_vocab, edge_vocab=data.edge_vocab,
-                                            **TINY), lr=1e-3, warmup_steps=1, normalize_targets=True,
+                                            **TINY), OptimConfig(lr=1e-3, warmup_steps=1), normalize_targets=True,
                            target_names=data.target_names)
     trainer = pl.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False)
@@ -241,10 +241,10 @@ def test_normalisation_uses_training_targets_and_is_undone_in_metrics(tmp_path: 
 
 
 def test_kinds_of_task_and_data_must_agree() -> None:
-    with pytest.raises(DataError, match="binary class labels .*graphormer_urpe.tasks.GraphClassification"):
+    with pytest.raises(DataError, match="binary class labels .*graphormer_urpe.tasks.Classification"):
         GraphRegression(GraphormerConfig(**TINY), target_kind="binary")
     with pytest.raises(DataError, match="regression ones: .*graphormer_urpe.tasks.GraphRegression"):
-        GraphClassification(GraphormerConfig(**TINY), target_kind="regression")
+        Classification(GraphormerConfig(**TINY), target_kind="regression")
 
 
 def test_a_mismatch_in_the_config_stops_with_the_message_not_a_traceback(tmp_path: Path) -> None:
@@ -255,4 +255,4 @@ def test_a_mismatch_in_the_config_stops_with_the_message_not_a_traceback(tmp_pat
     cause = stop.value.__cause__
     while cause is not None and not isinstance(cause, DataError):
         cause = cause.__cause__ or cause.__context__
-    assert cause is not None and "model.class_path: graphormer_urpe.tasks.GraphClassification" in str(cause)
+    assert cause is not None and "model.class_path: graphormer_urpe.tasks.Classification" in str(cause)

@@ -1,17 +1,19 @@
-"""Token classification systems: the theory reproduced in seconds, accuracy over labelled tokens, checkpoints."""
+"""Classification of tokens and nodes: the theory reproduced in seconds, accuracy over labelled nodes, checkpoints."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import pytorch_lightning as pl
 import torch
 
-from graphormer_urpe.constants import IGNORE_LABEL
-from graphormer_urpe.data.synthetic.graphs import collate_node_labels, regular_graphs
+from graphormer_urpe.data.batch import collate_graphs
+from graphormer_urpe.data.synthetic.graphs import regular_graphs
 from graphormer_urpe.data.synthetic.sequences import SyntheticSequenceDataModule
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
-from graphormer_urpe.tasks.tokens import NodeTagging, SequenceTagging
+from graphormer_urpe.tasks import Classification, OptimConfig, SequenceTagging
 
 GRAPH_ENCODER = GraphormerConfig(node_vocab=[1], edge_vocab=[1], num_outputs=7, num_layers=2, hidden_dim=16,
                                  ffn_dim=16, num_heads=4, attention="urpe", graph_token=False, readout="nodes")
@@ -34,7 +36,7 @@ def test_position_identification_needs_urpe(one_thread, attention, low, high):
                                        test_size=256, seed=0)
     encoder = SequenceConfig(vocab_size=data.vocab_size, num_classes=data.num_classes, length=data.length,
                              num_layers=2, hidden_dim=32, ffn_dim=64, num_heads=4, attention=attention)
-    task = SequenceTagging(encoder, lr=5e-3, warmup_steps=10)
+    task = SequenceTagging(encoder, OptimConfig(lr=5e-3, warmup_steps=10))
     trainer = pl.Trainer(max_steps=200, val_check_interval=200, check_val_every_n_epoch=None, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          accelerator="cpu", devices=1, num_sanity_val_steps=0)
@@ -44,30 +46,36 @@ def test_position_identification_needs_urpe(one_thread, attention, low, high):
 
 def test_accuracy_counts_labelled_nodes_only():
     graphs, _ = regular_graphs(3, 3, 10, 16, 2, seed=0)
-    batch = collate_node_labels(graphs)
-    task = NodeTagging(GRAPH_ENCODER).eval()
+    batch = collate_graphs(graphs)
+    task = Classification(GRAPH_ENCODER, target_kind="multiclass").eval()
     with torch.no_grad():
-        logits, labels = task.logits_and_labels(batch)
+        logits = task(batch)  # (B, N, C)
         task.validation_step(batch, 0)
-    known = labels != IGNORE_LABEL
-    assert int(known.sum()) == sum(len(node_labels) for _, node_labels in graphs)
-    expected = (logits[known].argmax(-1) == labels[known]).float().mean()
-    torch.testing.assert_close(task.val_accuracy.compute(), expected)
+    labels = batch.y[..., 0]
+    known = ~torch.isnan(labels)
+    assert int(known.sum()) == sum(len(record.y) for record in graphs)
+    expected = (logits[known].argmax(-1) == labels[known].long()).float().mean()
+    (accuracy,) = task.metrics["val"]
+    torch.testing.assert_close(accuracy.compute("val")["val/accuracy"], expected)
+    assert task.monitor == ("val/accuracy", "max")
 
 
-def test_node_tagging_needs_the_nodes_readout():
+def test_node_labels_need_the_nodes_readout():
+    graphs, _ = regular_graphs(2, 3, 10, 16, 2, seed=0)
+    encoder = dataclasses.replace(GRAPH_ENCODER, readout="graph_token", graph_token=True)
+    task = Classification(encoder, target_kind="multiclass")
     with pytest.raises(ValueError, match="readout=nodes"):
-        NodeTagging(GraphormerConfig(node_vocab=[1], edge_vocab=[1]))
+        task.training_step(collate_graphs(graphs), 0)
 
 
 def test_sequence_task_rebuilds_from_checkpoint(tmp_path):
     encoder = SequenceConfig(vocab_size=5, num_classes=6, length=8, num_layers=1, hidden_dim=8, ffn_dim=8,
                              num_heads=2, attention="urpe")
-    task = SequenceTagging(encoder, lr=1e-3).eval()
+    task = SequenceTagging(encoder, OptimConfig(lr=1e-3)).eval()
     with torch.no_grad():
         task.model.relative_scale.weight.uniform_(0.0, 2.0)
     torch.save({"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams)}, tmp_path / "t.ckpt")
     again = SequenceTagging.from_checkpoint(tmp_path / "t.ckpt").eval()
     tokens = torch.randint(5, (2, 8))
-    assert again.hparams.lr == 1e-3
+    assert again.optim.lr == again.hparams.optim["lr"] == 1e-3
     assert torch.equal(again.model(tokens), task.model(tokens))

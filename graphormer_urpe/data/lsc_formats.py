@@ -6,8 +6,8 @@ is :mod:`graphormer_urpe.evaluation.submission`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ class SubmissionFormat:
         num_classes: for classification, the number of classes: predictions are integer labels in
             ``0 .. num_classes - 1``; None for regression (finite floating-point values).
         directory: the dataset's directory under the data root, when it differs from ``dataset``.
+        official_sizes: rows of each test split of the official release, the sizes ogb's
+            ``save_test_submission`` asserts; ``--check-submission`` uses them when the dataset is not on disk.
     """
 
     dataset: str
@@ -44,6 +46,7 @@ class SubmissionFormat:
     dtype: np.dtype
     num_classes: int | None = None
     directory: str | None = None
+    official_sizes: Mapping[str, int] = field(default_factory=dict)
 
     def filename(self, mode: str) -> str:
         """``y_pred_<dataset>_<mode>.npz``."""
@@ -75,9 +78,11 @@ def _mag240m_evaluator() -> Any:
     return MAG240MEvaluator()
 
 
-PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, dtype=np.dtype(np.float32))
+PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, dtype=np.dtype(np.float32),
+                            official_sizes={"test-dev": 147_037, "test-challenge": 147_432})
 #: ogb writes MAG240M labels as int16 (``np.short``).
 MAG240M = SubmissionFormat(dataset="mag240m", evaluator=_mag240m_evaluator, dtype=np.dtype(np.int16),
-                           num_classes=153, directory="mag240m_kddcup2021")
+                           num_classes=153, directory="mag240m_kddcup2021",
+                           official_sizes={"test-dev": 88_092, "test-challenge": 58_726})
 #: Every known format by dataset name (``--check-submission`` finds the format from the file name).
 FORMATS = {fmt.dataset: fmt for fmt in (PCQM4MV2, MAG240M)}

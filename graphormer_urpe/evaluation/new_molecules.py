@@ -68,7 +68,7 @@ def predict_table(ckpt: Path, table: Path, out: Path, config_yaml: str, smiles_c
     column = smiles_column or source.get("init_args", {}).get("smiles_column", "smiles")
     task = import_class(config["model"]["class_path"]).from_checkpoint(ckpt)
     if not isinstance(task, PerTargetTask):
-        raise DataError(f"--predict needs a GraphRegression or GraphClassification checkpoint, not "
+        raise DataError(f"--predict needs a GraphRegression or Classification checkpoint, not "
                         f"{type(task).__name__}")
     smiles = smiles_strings(read_columns(table, [column], ["--smiles-column"]), column)
     with tempfile.TemporaryDirectory() as cache_root:

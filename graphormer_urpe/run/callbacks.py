@@ -279,7 +279,7 @@ class NonFiniteLossGuard(Callback):
             f"non-finite training loss at optimiser step {trainer.global_step + 1} (epoch {trainer.current_epoch}, "
             f"batch {self._batch_idx}): {graphs} (dataset indices, GraphBatch.index). Last good checkpoint: "
             f"{last_good_checkpoint(trainer) or 'none written yet'}. Resume from it with --ckpt_path, e.g. with a "
-            "lower --model.init_args.lr or --trainer.gradient_clip_val, and inspect these graphs."
+            "lower --model.init_args.optim.lr or --trainer.gradient_clip_val, and inspect these graphs."
         )
 
 

@@ -25,6 +25,7 @@ import pytorch_lightning as pl
 import torch
 import yaml
 from lightning_fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
+from lightning_fabric.utilities.exceptions import MisconfigurationException
 from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import CSVLogger, Logger
@@ -38,6 +39,7 @@ from graphormer_urpe.run.callbacks import (
     RNGState,
 )
 from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
+from graphormer_urpe.tasks.compat import old_layout_arguments
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -220,6 +222,9 @@ class GraphormerCLI(LightningCLI):
         # we always pass the (config-resolved) command line as ``args``; Lightning warns about that
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
         argv = resolve_config_paths(sys.argv[1:] if args is None else args)
+        if old := old_layout_arguments(argv):
+            raise SystemExit("error: the optimiser settings are one group, model.init_args.optim, since the task "
+                             "family was merged (docs/tasks.md):\n  " + "\n  ".join(old))
         self.config_name = next(
             (Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
              for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")),
@@ -256,12 +261,13 @@ class GraphormerCLI(LightningCLI):
     def instantiate_classes(self) -> None:
         """Build data, model and trainer. Missing or unusable data stops here with its own message,
         not jsonargparse's (sources that infer vocabularies open their data when the model is linked
-        to it, and tasks check the kind of target)."""
+        to it, and tasks check the kind of target); so do trainer settings that Lightning refuses
+        (``MisconfigurationException``, e.g. ``--trainer.max_steps -5``): one line, exit code 2."""
         try:
             super().instantiate_classes()
         except Exception as error:
             cause: BaseException | None = error
-            while cause is not None and not isinstance(cause, DatasetMissing | DataError):
+            while cause is not None and not isinstance(cause, DatasetMissing | DataError | MisconfigurationException):
                 cause = cause.__cause__ or cause.__context__
             if cause is None:
                 raise

@@ -1,12 +1,15 @@
 """What every task shares: the model, checkpoint loading, AdamW with warm-up and linear decay.
 
 :class:`GraphormerTask` is the LightningModule base of every task (:mod:`graphormer_urpe.tasks.graph`
-for graph- and node-level targets, :mod:`graphormer_urpe.tasks.tokens` for per-token labels).
+for regression, :mod:`graphormer_urpe.tasks.classification` for graph, node and token labels,
+:mod:`graphormer_urpe.tasks.tokens` for token sequences); :class:`OptimConfig` is the optimiser
+and schedule they all take.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from torch import nn
 
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
+from graphormer_urpe.tasks.compat import checkpoint_init_args
 
 #: Evaluation stages, each with its own metric state.
 STAGES = ("val", "test")
@@ -30,48 +34,85 @@ def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_fact
     return 1.0 - (1.0 - end_factor) * progress
 
 
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """AdamW (betas 0.9, 0.999) with linear warm-up, then linear decay to ``end_lr`` at the last step.
+
+    The defaults are the Graphormer papers'; every config states the values it trains with
+    (``model.init_args.optim.lr`` ..., ``--model.optim.lr 1e-3`` on the command line).
+
+    Args:
+        lr: peak learning rate.
+        warmup_steps: linear warm-up length in optimiser steps.
+        end_lr: learning rate reached at the last step (the papers decay to 0).
+        weight_decay: decoupled (AdamW) weight decay on every parameter, as the official code.
+        adam_eps: Adam epsilon.
+    """
+
+    lr: float = 2e-4
+    warmup_steps: int = 60_000
+    end_lr: float = 0.0
+    weight_decay: float = 0.0
+    adam_eps: float = 1e-8
+
+
+#: The papers' settings, the default of every task (frozen, so one instance serves all).
+DEFAULT_OPTIM = OptimConfig()
+
+
 class GraphormerTask(pl.LightningModule):
     """A Graphormer with the papers' optimiser and schedule; subclasses add loss and metrics.
 
-    Subclasses call ``save_hyperparameters(ignore=["encoder"])`` and pass ``lr``, ``warmup_steps``,
-    ``end_lr``, ``weight_decay`` and ``adam_eps`` as constructor arguments. A subclass may swap the
-    network and its config dataclass (the synthetic sequence tasks use the sequence Transformer).
+    The constructor saves every constructor argument of the subclass as hyper-parameters (the two
+    dataclasses as plain dicts, safe to ``torch.load(weights_only=True)``), so a checkpoint rebuilds
+    its task alone (:meth:`from_checkpoint`). A subclass may swap the network and its config
+    dataclass (the synthetic sequence tasks use the sequence Transformer).
 
     Args:
-        encoder: the Graphormer hyper-parameters.
+        encoder: the network's hyper-parameters.
+        optim: the optimiser and learning-rate schedule.
     """
 
     #: The network, built from ``encoder``, and the config dataclass that ``from_checkpoint`` rebuilds.
     model_class: type[nn.Module] = Graphormer
     config_class: type = GraphormerConfig
 
-    def __init__(self, encoder: GraphormerConfig) -> None:
+    def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM) -> None:
         super().__init__()
-        self.model = self.model_class(encoder)
-
-    def save_encoder_config(self, encoder: GraphormerConfig) -> None:
-        """Store the encoder config as primitives in the hyper-parameters (safe to ``torch.load``)."""
+        # collects the arguments of every ``__init__`` up the subclass chain; keeps those of the class itself
+        # and LightningCLI's private entries (``_class_path``, ``_instantiator``)
+        self.save_hyperparameters(ignore=["encoder", "optim"])
+        accepted = inspect.signature(type(self).__init__).parameters
+        for name in [name for name in self.hparams if not name.startswith("_") and name not in accepted]:
+            del self.hparams[name]
         self.hparams["encoder"] = dataclasses.asdict(encoder)
+        self.hparams["optim"] = dataclasses.asdict(optim)
+        self.optim = optim
+        self.model = self.model_class(encoder)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, map_location: str | torch.device = "cpu") -> GraphormerTask:
-        """Rebuild the task from a checkpoint alone (config and vocabularies travel with it)."""
+        """Rebuild the task from a checkpoint alone (config and vocabularies travel with it).
+
+        Checkpoints written before the task family was merged (optimiser arguments at the top level,
+        ``NodeTagging`` ...) are read through :func:`~graphormer_urpe.tasks.compat.checkpoint_init_args`.
+        """
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-        # LightningCLI adds private entries such as ``_class_path``
-        hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
-        task = cls(encoder=cls.config_class(**hparams.pop("encoder")), **hparams)
+        hparams = checkpoint_init_args(checkpoint, cls)
+        task = cls(encoder=cls.config_class(**hparams.pop("encoder")), optim=OptimConfig(**hparams.pop("optim")),
+                   **hparams)
         task.load_state_dict(checkpoint["state_dict"])
         return task
 
     def configure_optimizers(self) -> dict[str, Any]:
+        optim = self.optim
         optimizer = torch.optim.AdamW(
-            self.parameters(), lr=self.hparams.lr, betas=(0.9, 0.999),
-            eps=self.hparams.adam_eps, weight_decay=self.hparams.weight_decay,
+            self.parameters(), lr=optim.lr, betas=(0.9, 0.999), eps=optim.adam_eps, weight_decay=optim.weight_decay,
         )
         total = int(self.trainer.estimated_stepping_batches)
-        end_factor = self.hparams.end_lr / self.hparams.lr
+        end_factor = optim.end_lr / optim.lr
         schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_linear_decay(step, self.hparams.warmup_steps, total, end_factor)
+            optimizer, lambda step: warmup_linear_decay(step, optim.warmup_steps, total, end_factor)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
@@ -84,4 +125,7 @@ class GraphormerTask(pl.LightningModule):
         """
         if output.dim() == 3:  # per-node predictions: padding nodes dropped
             return output[batch.node_mask], batch.y[batch.node_mask]
+        if batch.y.dim() == 3:
+            raise ValueError("the data has one target per node but the model reads one prediction per graph: "
+                             "set model.encoder.readout=nodes (linked from the data when trained with train.py)")
         return output, batch.y

@@ -1,8 +1,8 @@
 """Tasks on graph- and node-level targets: loss and metrics around :class:`GraphormerTask`.
 
 :class:`PerTargetTask` computes per-target metrics with missing values left out over a whole split;
-:class:`GraphRegression`, :class:`GraphClassification` and :class:`NodeClassification` add a loss
-and metrics.
+:class:`GraphRegression` adds a regression loss and MAE (classification:
+:class:`~graphormer_urpe.tasks.classification.Classification`).
 """
 
 from __future__ import annotations
@@ -10,18 +10,16 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanAbsoluteError
-from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.sources.base import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.tasks.base import STAGES, GraphormerTask
-from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, EvaluatorMetric, PerTargetMetrics
+from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, GraphormerTask, OptimConfig
+from graphormer_urpe.tasks.metrics import PerTargetMetrics
 
 
 class PerTargetTask(GraphormerTask):
@@ -68,11 +66,7 @@ class GraphRegression(PerTargetTask):
 
     Args:
         encoder: the Graphormer hyper-parameters (vocabularies and outputs are linked from data).
-        lr: peak learning rate.
-        warmup_steps: linear warm-up length in optimiser steps.
-        end_lr: learning rate reached at the last step (the papers decay to 0).
-        weight_decay: decoupled (AdamW) weight decay on every parameter, as the official code.
-        adam_eps: Adam epsilon.
+        optim: the optimiser and learning-rate schedule.
         normalize_targets: train on targets standardised with the training split's mean and std
             (metrics and predictions stay in the data's units); off for ZINC, as in the papers.
         loss: ``l1`` (MAE, the papers') or ``mse``; the mean over every known target value.
@@ -86,11 +80,7 @@ class GraphRegression(PerTargetTask):
     def __init__(
         self,
         encoder: GraphormerConfig,
-        lr: float = 2e-4,
-        warmup_steps: int = 60_000,
-        end_lr: float = 0.0,
-        weight_decay: float = 0.0,
-        adam_eps: float = 1e-8,
+        optim: OptimConfig = DEFAULT_OPTIM,
         normalize_targets: bool = False,
         loss: Literal["l1", "mse"] = "l1",
         target_kind: str = "regression",
@@ -98,10 +88,8 @@ class GraphRegression(PerTargetTask):
     ) -> None:
         if target_kind != "regression":
             raise DataError(f"the data's targets are {target_kind} class labels (data.source.task: {target_kind}): "
-                             "train them with model.class_path: graphormer_urpe.tasks.GraphClassification")
-        super().__init__(encoder)
-        self.save_hyperparameters(ignore=["encoder"])
-        self.save_encoder_config(encoder)
+                            "train them with model.class_path: graphormer_urpe.tasks.Classification")
+        super().__init__(encoder, optim)
         self.target_names = target_names or default_target_names(encoder.num_outputs)
         self.register_buffer("target_mean", torch.zeros(encoder.num_outputs))
         self.register_buffer("target_std", torch.ones(encoder.num_outputs))
@@ -141,187 +129,6 @@ class GraphRegression(PerTargetTask):
         return {name: prediction[:, k] for k, name in enumerate(self.target_names)}
 
 
-class GraphClassification(PerTargetTask):
-    """Classification per graph (or per node, ``readout: nodes``): binary labels or one multi-class label.
-
-    * ``binary``: Y targets, each 0 or 1 (several at once, e.g. toxicity assays), binary
-      cross-entropy on the logits; ROC-AUC (exact, torchmetrics) and accuracy (probability >= 0.5)
-      per target and their means ``val/auroc``, ``val/accuracy``; ``val/auroc`` selects the best
-      checkpoint. A target whose labels in a split hold one class has no ROC-AUC (NaN, left out of
-      the mean).
-    * ``multiclass``: one target with labels 0 .. C-1 (C = the model's outputs, linked from the
-      data), cross-entropy; accuracy ``val/accuracy`` selects the best checkpoint.
-
-    Missing labels (NaN) are left out of the loss and the metrics.
-
-    Args:
-        encoder: the Graphormer hyper-parameters (vocabularies and outputs are linked from data).
-        lr: peak learning rate.
-        warmup_steps: linear warm-up length in optimiser steps.
-        end_lr: learning rate reached at the last step.
-        weight_decay: decoupled (AdamW) weight decay on every parameter.
-        adam_eps: Adam epsilon.
-        target_kind: ``binary`` or ``multiclass`` (linked from the data's ``task``).
-        target_names: name of every target (linked from the data), for metric names and predictions.
-    """
-
-    def __init__(
-        self,
-        encoder: GraphormerConfig,
-        lr: float = 2e-4,
-        warmup_steps: int = 60_000,
-        end_lr: float = 0.0,
-        weight_decay: float = 0.0,
-        adam_eps: float = 1e-8,
-        target_kind: str = "binary",
-        target_names: list[str] | None = None,
-    ) -> None:
-        if target_kind not in ("binary", "multiclass"):
-            raise DataError(f"GraphClassification needs binary or multiclass targets, the data has {target_kind} "
-                             "ones: train them with model.class_path: graphormer_urpe.tasks.GraphRegression")
-        super().__init__(encoder)
-        self.save_hyperparameters(ignore=["encoder"])
-        self.save_encoder_config(encoder)
-        self.binary = target_kind == "binary"
-        self.target_names = target_names or default_target_names(encoder.num_outputs if self.binary else 1)
-        if self.binary:
-            metrics = {stage: nn.ModuleList([
-                PerTargetMetrics(DefinedBinaryAUROC, "auroc", self.target_names, labels=True),
-                PerTargetMetrics(BinaryAccuracy, "accuracy", self.target_names, labels=True),
-            ]) for stage in STAGES}
-        else:
-            classes = encoder.num_outputs
-            metrics = {stage: nn.ModuleList([PerTargetMetrics(
-                lambda: MulticlassAccuracy(classes, average="micro"), "accuracy", self.target_names, labels=True,
-                class_scores=True,
-            )]) for stage in STAGES}
-        self.metrics = nn.ModuleDict(metrics)
-
-    @property
-    def monitor(self) -> tuple[str, str]:
-        """Metric that selects the best checkpoint: ROC-AUC for binary labels, accuracy for classes."""
-        return ("val/auroc", "max") if self.binary else ("val/accuracy", "max")
-
-    def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Logits. (B, Y) binary, (B, C) multi-class; (B, N, .) with ``readout: nodes``"""
-        return self.model(batch)
-
-    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
-        """Probability of label 1 of each binary target, or of each class."""
-        return torch.sigmoid(logits) if self.binary else torch.softmax(logits, dim=-1)
-
-    def training_step(self, batch: GraphBatch, batch_idx: int) -> torch.Tensor:
-        logits, target = self.outputs_and_targets(self.model(batch), batch)
-        logits = logits.float()
-        if self.binary:
-            known = ~torch.isnan(target)
-            loss = F.binary_cross_entropy_with_logits(logits[known], target[known])
-        else:
-            known, label = class_labels(target)
-            loss = F.cross_entropy(logits[known], label)
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch.num_graphs)
-        return loss
-
-    def evaluation_step(self, batch: GraphBatch, stage: str) -> None:
-        logits, target = self.outputs_and_targets(self(batch).float(), batch)
-        probabilities = self.probabilities(logits)
-        for metric in self.metrics[stage]:
-            metric.update(probabilities, target)
-
-    def predict_step(self, batch: GraphBatch, batch_idx: int) -> dict[str, torch.Tensor]:
-        return {"index": batch.index, "prediction": self.probabilities(self(batch).float())}
-
-    def prediction_columns(self, prediction: np.ndarray) -> dict[str, np.ndarray]:
-        """Predicted label and probabilities. prediction: (R, Y) probabilities of label 1, or (R, C)
-        class probabilities; NaN rows (no graph) give empty labels."""
-        missing = np.isnan(prediction).any(axis=1)
-        if self.binary:
-            columns = {}
-            for k, name in enumerate(self.target_names):
-                columns[name] = _labels(prediction[:, k] >= 0.5, missing)
-                columns[f"{name}_probability"] = prediction[:, k]
-            return columns
-        name = self.target_names[0]
-        best = np.argmax(np.where(missing[:, None], 0.0, prediction), axis=1)
-        return {name: _labels(best, missing),
-                **{f"{name}_probability_{c}": prediction[:, c] for c in range(prediction.shape[1])}}
-
-
-def _labels(values: np.ndarray, missing: np.ndarray) -> pd.arrays.IntegerArray:
-    """Integer labels with empty entries where ``missing``."""
-    return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64), mask=np.asarray(missing, dtype=bool))
-
-
-def class_labels(target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows with a label in the first target column, and those labels as class ids. ((K,) bool, (K',) int64)"""
-    label = target[:, 0]
-    known = ~torch.isnan(label)
-    return known, label[known].long()
-
-
 def default_target_names(count: int) -> list[str]:
     """``y``, or ``y0``, ``y1`` ... (the names of targets a dataset does not name)."""
     return ["y"] if count == 1 else [f"y{k}" for k in range(count)]
-
-
-class NodeClassification(GraphormerTask):
-    """Node classification read at each subgraph's target node, with cross-entropy (MAG240M).
-
-    Accuracy is computed by the dataset's OGB evaluator (``ogb.lsc.MAG240MEvaluator``) over the
-    whole split, gathered across processes. Targets whose label is unknown (NaN) are ignored.
-
-    Args:
-        encoder: the Graphormer hyper-parameters (``readout`` and widths are linked from data).
-        lr: peak learning rate.
-        warmup_steps: linear warm-up length in optimiser steps.
-        end_lr: learning rate reached at the last step.
-        weight_decay: decoupled (AdamW) weight decay on every parameter.
-        adam_eps: Adam epsilon.
-        evaluator: dotted path of the OGB evaluator class computing ``acc``.
-    """
-
-    #: Metric that selects the best checkpoint, and whether lower is better.
-    monitor = ("val/acc", "max")
-
-    def __init__(
-        self,
-        encoder: GraphormerConfig,
-        lr: float = 3e-4,
-        warmup_steps: int = 6_000,
-        end_lr: float = 0.0,
-        weight_decay: float = 0.01,
-        adam_eps: float = 1e-8,
-        evaluator: str = "ogb.lsc.MAG240MEvaluator",
-    ) -> None:
-        super().__init__(encoder)
-        self.save_hyperparameters(ignore=["encoder"])
-        self.save_encoder_config(encoder)
-        self.val_acc = EvaluatorMetric(evaluator, "acc")
-        self.test_acc = EvaluatorMetric(evaluator, "acc")
-
-    def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Class logits of every target node. (B, classes)"""
-        return self.model(batch)
-
-    def training_step(self, batch: GraphBatch, batch_idx: int) -> torch.Tensor:
-        known, label = class_labels(batch.y)
-        logits = self.model(batch).float()[known]
-        loss = F.cross_entropy(logits, label)
-        accuracy = (logits.argmax(dim=-1) == label).float().mean()
-        self.log("train/loss", loss, prog_bar=True, batch_size=int(known.sum()))
-        self.log("train/acc", accuracy, prog_bar=True, batch_size=int(known.sum()))
-        return loss
-
-    def _evaluate(self, batch: GraphBatch, metric: EvaluatorMetric, name: str) -> None:
-        known, label = class_labels(batch.y)
-        metric.update(self(batch)[known].argmax(dim=-1), label)
-        self.log(name, metric, prog_bar=True, batch_size=int(known.sum()))
-
-    def validation_step(self, batch: GraphBatch, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_acc, "val/acc")
-
-    def test_step(self, batch: GraphBatch, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_acc, "test/acc")
-
-    def predict_step(self, batch: GraphBatch, batch_idx: int) -> dict[str, torch.Tensor]:
-        return {"index": batch.index, "prediction": self(batch).argmax(dim=-1)}

@@ -35,7 +35,9 @@ class EvaluatorMetric(Metric):
         self.add_state("target", default=[], dist_reduce_fx="cat")
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Shapes: preds, target: (K,)."""
+        """Shapes: preds (K,) predicted labels, or (K, C) class scores (their argmax is the label); target (K,)."""
+        if preds.dim() == 2:
+            preds = preds.argmax(dim=-1)
         self.preds.append(preds.detach())
         self.target.append(target.detach())
 

@@ -156,6 +156,11 @@ class MAG240MDataModule(pl.LightningDataModule):
         return "target_node"
 
     @property
+    def target_kind(self) -> str:
+        """One class label (the arXiv subject) per target paper (linked to the task)."""
+        return "multiclass"
+
+    @property
     def submission_format(self) -> SubmissionFormat:
         """How test predictions are submitted (read by ``evaluate.py``)."""
         return MAG240M

@@ -49,6 +49,10 @@ SPLIT_NAMES = {"train": "train", "training": "train", "valid": "valid", "val": "
 SHOWN_ROWS = 10
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt")
+#: Separators recognised in a CSV header that holds no comma (no tab for ``*.tsv``), in this order.
+CSV_SEPARATORS = (";", "\t", ",", "|")
+#: UTF-8, with a leading byte-order mark (Excel's "CSV UTF-8") dropped.
+CSV_ENCODING = "utf-8-sig"
 
 
 class TableError(DataError):
@@ -79,6 +83,31 @@ def describe_rows(path: Path, rows: Sequence[int]) -> str:
     return text
 
 
+def csv_header(path: Path) -> tuple[list[str], str]:
+    """The column names of a CSV file and its separator.
+
+    The separator is a tab for ``*.tsv`` files and a comma otherwise, unless the header holds no such
+    separator but one of :data:`CSV_SEPARATORS` (a ``;``-separated export from a spreadsheet): then
+    that one, said in a log line. A byte-order mark before the first name is not part of it.
+
+    Raises:
+        TableError: the file is empty.
+    """
+    sep = "\t" if ".tsv" in path.name.lower() else ","
+    try:
+        header = list(pd.read_csv(path, sep=sep, nrows=0, encoding=CSV_ENCODING).columns)
+        if len(header) == 1:
+            found = [other for other in CSV_SEPARATORS if other != sep and other in header[0]]
+            if found:
+                sep = found[0]
+                header = list(pd.read_csv(path, sep=sep, nrows=0, encoding=CSV_ENCODING).columns)
+                log.info("%s: columns separated by %r (not %r): read with that separator", path, sep,
+                         "\t" if ".tsv" in path.name.lower() else ",")
+    except pd.errors.EmptyDataError as error:
+        raise TableError(f"{path}: the file is empty") from error
+    return header, sep
+
+
 def read_columns(path: Path, columns: Sequence[str], what: Sequence[str]) -> pd.DataFrame:
     """The named columns of a CSV (every cell as text) or Parquet table (native types).
 
@@ -94,27 +123,25 @@ def read_columns(path: Path, columns: Sequence[str], what: Sequence[str]) -> pd.
         raise TableError(f"{path}: unknown table type; name it *.csv, *.csv.gz, *.tsv or *.parquet")
     if path.stat().st_size == 0:
         raise TableError(f"{path}: the file is empty")
-    sep = "\t" if ".tsv" in path.name.lower() else ","
     if is_parquet(path):
         import pyarrow.parquet as pq
 
-        header = list(pq.read_schema(path).names)
+        header, sep = list(pq.read_schema(path).names), None
     else:
-        try:
-            header = list(pd.read_csv(path, sep=sep, nrows=0).columns)
-        except pd.errors.EmptyDataError as error:
-            raise TableError(f"{path}: the file is empty") from error
+        header, sep = csv_header(path)
     for column, key in zip(columns, what):
         if column not in header:
             lower = {name.lower(): name for name in header}
             close = difflib.get_close_matches(column.lower(), list(lower), n=1)
             hint = f"; did you mean '{lower[close[0]]}'?" if close else "."
-            raise TableError(f"{path}: no column '{column}' ({key}){hint} The file's columns are: {', '.join(header)}")
+            read_as = f" (read with the separator {sep!r})" if sep is not None else ""
+            raise TableError(f"{path}: no column '{column}' ({key}){hint} The file's columns are: "
+                             f"{', '.join(header)}{read_as}")
     unique = list(dict.fromkeys(columns))
     if is_parquet(path):
         frame = pd.read_parquet(path, columns=unique)
     else:
-        frame = pd.read_csv(path, sep=sep, usecols=unique, dtype=str, keep_default_na=False)
+        frame = pd.read_csv(path, sep=sep, usecols=unique, dtype=str, keep_default_na=False, encoding=CSV_ENCODING)
     if frame.empty:
         raise TableError(f"{path}: the file has a header but no data rows")
     return frame
@@ -249,7 +276,7 @@ class SmilesTable(MoleculeSource):
             ``null``, ``none``) is a missing value, left out of the loss and the metrics.
         smiles_column: name of the SMILES column.
         task: ``regression`` (train with ``GraphRegression``), ``binary`` (every target 0 or 1) or
-            ``multiclass`` (one target with class ids 0 .. C-1), both with ``GraphClassification``.
+            ``multiclass`` (one target with class ids 0 .. C-1), both with ``Classification``.
         num_classes: classes of a multi-class target; None takes the largest label + 1.
         split: ``random`` (seeded), ``scaffold`` (Bemis-Murcko, deterministic) or ``column``
             (train/valid/test written in ``split_column``).

@@ -17,44 +17,18 @@ Shape letters: B graphs, N nodes of the largest graph.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
 import pytorch_lightning as pl
-import torch
 from torch.utils.data import DataLoader
 
-from graphormer_urpe.constants import IGNORE_LABEL
-from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
+from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.loaders import eval_loader, train_loader
 from graphormer_urpe.data.structure import graph_structure
 
 #: Seed-stream ids that keep the three splits apart.
 _SPLIT_IDS = {"train": 0, "valid": 1, "test": 2}
-
-
-@dataclass
-class NodeLabelBatch:
-    """Padded graphs and one class label per node.
-
-    Shapes:
-        graphs: a :class:`GraphBatch` of B graphs padded to N nodes;
-        labels: (B, N) int64, :data:`~graphormer_urpe.constants.IGNORE_LABEL` at padding nodes.
-    """
-
-    graphs: GraphBatch
-    labels: torch.Tensor
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> NodeLabelBatch:
-        """A copy with every tensor on ``device``."""
-        return NodeLabelBatch(self.graphs.to(device, non_blocking), self.labels.to(device, non_blocking=non_blocking))
-
-    @property
-    def num_graphs(self) -> int:
-        """B."""
-        return self.graphs.num_graphs
 
 
 def distance_counts(spd: np.ndarray, distance: int) -> np.ndarray:
@@ -75,8 +49,10 @@ def max_distance_count(degree: int, distance: int, max_nodes: int) -> int:
     return min(degree * (degree - 1) ** (distance - 1), max_nodes - 1)
 
 
-def regular_graph_record(graph: nx.Graph, index: int) -> GraphRecord:
-    """A graph with one constant node feature and one constant edge feature, preprocessed like any dataset."""
+def regular_graph_record(graph: nx.Graph, index: int, distance: int = 2) -> GraphRecord:
+    """A graph with one constant node feature and one constant edge feature, preprocessed like any dataset;
+    its target ``y`` (n, 1) is every node's label, :func:`distance_counts` at ``distance``, as float32
+    (node-level targets as PyG datasets have them)."""
     n = graph.number_of_nodes()
     half = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2).T  # (2, e/2)
     edge_index = np.concatenate([half, half[::-1]], axis=1)  # both directions
@@ -89,14 +65,14 @@ def regular_graph_record(graph: nx.Graph, index: int) -> GraphRecord:
         first_edge=structure.first_edge,
         in_degree=structure.in_degree,
         out_degree=structure.out_degree,
-        y=np.zeros(0, dtype=np.float32),  # no graph-level target: labels are per node
+        y=distance_counts(structure.spd, distance).astype(np.float32)[:, None],
         index=index,
     )
 
 
 def regular_graphs(
     count: int, degree: int, min_nodes: int, max_nodes: int, distance: int, seed: int
-) -> tuple[list[tuple[GraphRecord, np.ndarray]], Counter]:
+) -> tuple[list[GraphRecord], Counter]:
     """Random connected d-regular graphs whose node labels are not all equal, with their labels.
 
     Args:
@@ -107,13 +83,13 @@ def regular_graphs(
         seed: the graphs are a deterministic function of the arguments.
 
     Returns:
-        ``count`` (record, labels (n,)) pairs and the number of rejected graphs per reason.
+        ``count`` records (labels in ``y``, (n, 1)) and the number of rejected graphs per reason.
     """
     sizes = [n for n in range(min_nodes, max_nodes + 1) if n > degree and n * degree % 2 == 0]
     if not sizes:
         raise ValueError(f"no {degree}-regular graph has between {min_nodes} and {max_nodes} nodes")
     rng = np.random.default_rng(seed)
-    graphs: list[tuple[GraphRecord, np.ndarray]] = []
+    graphs: list[GraphRecord] = []
     rejected: Counter = Counter()
     while len(graphs) < count:
         if sum(rejected.values()) > 100 * count + 1000:
@@ -123,22 +99,12 @@ def regular_graphs(
         if not nx.is_connected(graph):
             rejected["disconnected"] += 1
             continue
-        record = regular_graph_record(graph, index=len(graphs))
-        labels = distance_counts(record.spd, distance)
-        if (labels == labels[0]).all():
+        record = regular_graph_record(graph, index=len(graphs), distance=distance)
+        if (record.y == record.y[0]).all():
             rejected["same label at every node"] += 1
             continue
-        graphs.append((record, labels))
+        graphs.append(record)
     return graphs, rejected
-
-
-def collate_node_labels(items: Sequence[tuple[GraphRecord, np.ndarray]]) -> NodeLabelBatch:
-    """Pad graphs with :func:`collate_graphs` and their node labels with :data:`IGNORE_LABEL`."""
-    graphs = collate_graphs([record for record, _ in items])
-    labels = torch.full(graphs.node_mask.shape, IGNORE_LABEL, dtype=torch.long)
-    for b, (_, node_labels) in enumerate(items):
-        labels[b, : len(node_labels)] = torch.from_numpy(node_labels)
-    return NodeLabelBatch(graphs, labels)
 
 
 class SyntheticGraphDataModule(pl.LightningDataModule):
@@ -175,7 +141,7 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
         self.degree, self.min_nodes, self.max_nodes, self.distance = degree, min_nodes, max_nodes, distance
         self.split_graphs = {"train": train_graphs, "valid": val_graphs, "test": test_graphs}
         self.batch_size, self.seed = batch_size, seed
-        self.datasets: dict[str, list[tuple[GraphRecord, np.ndarray]]] = {}
+        self.datasets: dict[str, list[GraphRecord]] = {}
         self.rejected: Counter = Counter()
 
     @property
@@ -199,6 +165,11 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
         return "nodes"
 
     @property
+    def target_kind(self) -> str:
+        """One class label per node (linked to the task)."""
+        return "multiclass"
+
+    @property
     def split_sizes(self) -> dict[str, int]:
         """Graphs per split."""
         return dict(self.split_graphs)
@@ -216,7 +187,7 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
 
     def label_distribution(self, split: str) -> dict[int, float]:
         """Fraction of the nodes of ``split`` with each label (after setup)."""
-        counts = Counter(int(v) for _, labels in self.datasets[split] for v in labels)
+        counts = Counter(int(v) for record in self.datasets[split] for v in record.y[:, 0])
         total = sum(counts.values())
         return {label: counts[label] / total for label in sorted(counts)}
 
@@ -233,12 +204,12 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled global batches, this process's slice of each; resumable mid-epoch."""
-        return train_loader(self.datasets["train"], self.batch_size, self.trainer, collate_node_labels)
+        return train_loader(self.datasets["train"], self.batch_size, self.trainer, collate_graphs)
 
     def val_dataloader(self) -> DataLoader:
         """This process's exact shard of the validation graphs."""
-        return eval_loader(self.datasets["valid"], self.batch_size, self.trainer, collate_node_labels)
+        return eval_loader(self.datasets["valid"], self.batch_size, self.trainer, collate_graphs)
 
     def test_dataloader(self) -> DataLoader:
         """This process's exact shard of the test graphs."""
-        return eval_loader(self.datasets["test"], self.batch_size, self.trainer, collate_node_labels)
+        return eval_loader(self.datasets["test"], self.batch_size, self.trainer, collate_graphs)
