@@ -37,6 +37,8 @@ class SubmissionFormat:
         num_classes: for classification, the number of classes: predictions are integer labels in
             ``0 .. num_classes - 1``; None for regression (finite floating-point values).
         directory: the dataset's directory under the data root, when it differs from ``dataset``.
+        examples: what one row is, in messages.
+        splits: the official splits (the hidden test splits are :data:`MODES`).
     """
 
     dataset: str
@@ -44,6 +46,8 @@ class SubmissionFormat:
     dtype: np.dtype
     num_classes: int | None = None
     directory: str | None = None
+    examples: str = "molecules"
+    splits: tuple[str, ...] = ("train", "valid", *MODES)
 
     def filename(self, mode: str) -> str:
         """``y_pred_<dataset>_<mode>.npz``."""
@@ -78,6 +82,6 @@ def _mag240m_evaluator() -> Any:
 PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, dtype=np.dtype(np.float32))
 #: ogb writes MAG240M labels as int16 (``np.short``).
 MAG240M = SubmissionFormat(dataset="mag240m", evaluator=_mag240m_evaluator, dtype=np.dtype(np.int16),
-                           num_classes=153, directory="mag240m_kddcup2021")
+                           num_classes=153, directory="mag240m_kddcup2021", examples="papers")
 #: Every known format by dataset name (``--check-submission`` finds the format from the file name).
 FORMATS = {fmt.dataset: fmt for fmt in (PCQM4MV2, MAG240M)}
