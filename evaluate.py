@@ -11,13 +11,13 @@ The checkpoint carries its resolved config; ``--config`` and dotted overrides (`
 ``--trainer.devices 8 --trainer.strategy ddp``) change it. On CPU the validation metric equals the
 one logged for the checkpoint in training.
 
-For OGB-LSC datasets (PCQM4Mv2) every split is predicted with ``trainer.predict`` and gathered by
-graph index, so any number of processes gives the same predictions in the split's order.
-``--split valid`` prints the metric of ogb's evaluator; a hidden test split (``test-dev``,
-``test-challenge``) is written with ogb's ``save_test_submission`` into ``--submission-dir``, read
-back and checked, with a log (``*.log.json``) listing every row that could not be featurised and
-was given the training mean. MAG240M (node classification on sampled subgraphs) reports accuracy
-and writes its submissions from one process (:func:`evaluate_mag240m`).
+For OGB-LSC datasets (PCQM4Mv2, MAG240M) every split is predicted with ``trainer.predict`` and
+gathered by example (:func:`~graphormer_urpe.evaluation.splits.predict_split`, the one prediction
+path of both), so any number of processes gives the same predictions in the split's order.
+``--split valid`` prints the metric of ogb's evaluator (MAE, accuracy); a hidden test split
+(``test-dev``, ``test-challenge``) is written with ogb's ``save_test_submission`` into
+``--submission-dir``, read back and checked, with a log (``*.log.json``) listing every row that
+could not be featurised and was given the training mean.
 
 ``--predict FILE --out FILE.csv`` predicts new molecules (a CSV or Parquet table with a SMILES
 column) with a checkpoint trained on any molecular dataset, one output row per input row in file
@@ -28,6 +28,7 @@ order, with an empty prediction and the reason for rows that could not be featur
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import sys
 import tempfile
@@ -37,13 +38,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.lsc_formats import FORMATS, MODES, SubmissionError
-from graphormer_urpe.data.mag240m.datamodule import MAG240MDataModule
+from graphormer_urpe.data.lsc_formats import FORMATS, MODES, SubmissionError, SubmissionFormat
 from graphormer_urpe.data.sources import DataError, DatasetMissing
-from graphormer_urpe.data.sources.base import GraphSource
+from graphormer_urpe.data.split_rows import PredictableData
 from graphormer_urpe.evaluation.new_molecules import predict_table
 from graphormer_urpe.evaluation.splits import SplitPredictions, predict_split
 from graphormer_urpe.evaluation.submission import check_submission, write_submission
@@ -154,19 +152,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
         except CheckpointError as error:
             log.error("%s", error)
             sys.exit(2)
-        node_level = isinstance(cli.datamodule, MAG240MDataModule)
-        # graph-level datasets have a GraphSource; MAG240M and the synthetic tasks do not
-        source: GraphSource | None = cli.datamodule.source if isinstance(cli.datamodule, GraphDataModule) else None
-        if options.predictions is not None and (source is None or source.submission is None):
-            raise SystemExit("error: --predictions is available for graph-level OGB-LSC datasets (PCQM4Mv2)")
+        fmt = cli.datamodule.submission_format if isinstance(cli.datamodule, PredictableData) else None
+        if options.predictions is not None and fmt is None:
+            raise SystemExit("error: --predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
         try:
-            if node_level:
-                result = evaluate_mag240m(cli, options)
-            elif source is not None and source.submission is not None:
+            if fmt is not None:
                 result = evaluate_with_ogb(cli, options, started)
             elif options.split in MODES:
-                name = source.name if source is not None else type(cli.datamodule).__name__
-                raise SystemExit(f"error: {name} has no hidden test split '{options.split}'")
+                raise SystemExit(f"error: {type(cli.datamodule).__name__} has no hidden test split '{options.split}'")
             else:
                 run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
                 metrics = run(cli.model, cli.datamodule, ckpt_path=options.ckpt, verbose=False)[0]
@@ -204,41 +197,13 @@ def predict_file(options: argparse.Namespace, rest: list[str]) -> dict:
             "predicted": len(frame) - failed, "failed": failed}
 
 
-def evaluate_mag240m(cli: GraphormerCLI, options: argparse.Namespace) -> dict:
-    """MAG240M: ``valid`` accuracy by ``MAG240MEvaluator``, or a test-dev / test-challenge submission
-    predicted in one process (test labels are hidden)."""
-    datamodule: MAG240MDataModule = cli.datamodule
-    if options.split == "test":
-        raise SystemExit("error: MAG240M test labels are hidden: use --split valid, or --split test-dev|"
-                         "test-challenge with --submission-dir DIR")
-    if options.split == "valid":
-        metrics = cli.trainer.validate(cli.model, datamodule, ckpt_path=options.ckpt, verbose=False)[0]
-        return {"checkpoint": options.ckpt, "split": options.split, "metrics": metrics}
-    datamodule.predict_on(options.split)
-    outputs = cli.trainer.predict(cli.model, datamodule=datamodule, ckpt_path=options.ckpt)
-    papers = torch.cat([o["index"] for o in outputs]).numpy()
-    labels = predicted_classes(torch.cat([o["prediction"] for o in outputs]).numpy())
-    expected = datamodule.split_index(options.split)
-    if len(papers) != len(expected) or not np.array_equal(np.sort(papers), np.sort(expected)):
-        raise SubmissionError(f"'{options.split}': {len(papers)} predictions for {len(expected)} papers; "
-                              "predict in one process (--trainer.devices 1)")
-    order = np.argsort(papers)
-    y_pred = labels[order][np.searchsorted(papers[order], expected)]  # the split's order
-    fmt = datamodule.submission_format
-    path = write_submission(y_pred, options.submission_dir, options.split,
-                            fmt.split_size(datamodule.raw.root, options.split), fmt)
-    log.info("wrote %s (%d rows), checked after reading it back", path, len(y_pred))
-    return {"checkpoint": options.ckpt, "split": options.split, "file": str(path), "dataset": fmt.dataset,
-            "rows": len(y_pred)}
-
-
 def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: float) -> dict:
-    """Predict ``options.split`` in dataset order, then score it with ogb's evaluator or write a submission."""
-    datamodule, source = cli.datamodule, cli.datamodule.source
-    splits = source.published_split_sizes or {}
-    if options.split not in splits:
-        raise SystemExit(f"error: {source.name} has no split '{options.split}'; its splits are {', '.join(splits)}")
-    log.info("predicting %s '%s' with %s on %d process(es)", source.name, options.split, options.ckpt,
+    """Predict ``options.split`` in its order, then score it with ogb's evaluator or write a submission."""
+    datamodule: PredictableData = cli.datamodule
+    fmt = datamodule.submission_format
+    if options.split not in fmt.splits:
+        raise SystemExit(f"error: {fmt.dataset} has no split '{options.split}'; its splits are {', '.join(fmt.splits)}")
+    log.info("predicting %s '%s' with %s on %d process(es)", fmt.dataset, options.split, options.ckpt,
              cli.trainer.world_size)
     inference_started = time.perf_counter()
     predictions = predict_split(cli.trainer, cli.model, datamodule, options.split, options.ckpt)
@@ -246,25 +211,29 @@ def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: 
         return {"checkpoint": options.ckpt, "split": options.split}
     log.info("'%s': %d rows, %d predicted, %d skipped while preprocessing", options.split, len(predictions.rows),
              int((predictions.graphs >= 0).sum()), len(predictions.skipped))
-    preprocessing = datamodule.build_summary.seconds if datamodule.build_summary is not None else 0.0
+    preprocessing = datamodule.preprocessing_seconds
     inference = time.perf_counter() - inference_started - preprocessing
     if predictions.duplicates:
         log.info("%d repeated predictions (sampler padding across processes) dropped", predictions.duplicates)
+    if fmt.num_classes is not None:  # class probabilities (R, C) -> labels (R, 1), NaN rows stay NaN
+        labels = predicted_classes(predictions.prediction).astype(np.float32)
+        labels[np.isnan(predictions.prediction).any(axis=1)] = np.nan
+        predictions = dataclasses.replace(predictions, prediction=labels[:, None])
     if predictions.prediction.shape[1] != 1:
         raise SubmissionError(f"the model predicts {predictions.prediction.shape[1]} targets; ogb expects one")
     if options.predictions is not None:
         options.predictions.parent.mkdir(parents=True, exist_ok=True)
         np.savez(options.predictions, rows=predictions.rows, prediction=predictions.prediction[:, 0])
         log.info("predictions of %d '%s' rows saved to %s", len(predictions.rows), options.split, options.predictions)
-    if options.split not in source.hidden_splits:
-        return score(predictions, source, options.ckpt)
+    if options.split not in MODES:
+        return score(predictions, fmt, options.ckpt)
     if options.submission_dir is None:
         return {"checkpoint": options.ckpt, "split": options.split, "predictions": str(options.predictions)}
     return submit(predictions, cli, options, started, preprocessing, inference)
 
 
-def score(predictions: SplitPredictions, source: GraphSource, ckpt: str) -> dict:
-    """ogb's metric on the rows of a labelled split that have a graph and a target."""
+def score(predictions: SplitPredictions, fmt: SubmissionFormat, ckpt: str) -> dict:
+    """ogb's metric on the rows of a labelled split that have an example and a target."""
     known = (predictions.graphs >= 0) & np.isfinite(predictions.target[:, 0])
     unlabelled = int(((predictions.graphs >= 0) & ~known).sum())
     if unlabelled:
@@ -272,11 +241,12 @@ def score(predictions: SplitPredictions, source: GraphSource, ckpt: str) -> dict
     if predictions.skipped:
         log.warning("%d rows of '%s' could not be preprocessed and are not scored (first: %s)",
                     len(predictions.skipped), predictions.split, list(predictions.skipped.items())[:SHOWN_ROWS])
-    evaluator = source.submission.evaluator()
+    evaluator = fmt.evaluator()
     metrics = evaluator.eval({"y_true": predictions.target[known, 0], "y_pred": predictions.prediction[known, 0]})
     metrics = {name: float(value) for name, value in metrics.items()}
     summary = ", ".join(f"{name.upper()} {value:.6f}" for name, value in metrics.items())
-    print(f"{source.name} {predictions.split}: {summary} ({type(evaluator).__name__}, {int(known.sum()):,} molecules)")
+    print(f"{fmt.dataset} {predictions.split}: {summary} ({type(evaluator).__name__}, {int(known.sum()):,} "
+          f"{fmt.examples})")
     return {"checkpoint": ckpt, "split": predictions.split, "metrics": metrics, "evaluator": type(evaluator).__name__,
             "scored": int(known.sum()), "skipped": len(predictions.skipped)}
 
@@ -284,25 +254,28 @@ def score(predictions: SplitPredictions, source: GraphSource, ckpt: str) -> dict
 def submit(predictions: SplitPredictions, cli: GraphormerCLI, options: argparse.Namespace, started: float,
            preprocessing: float, inference: float) -> dict:
     """Fill skipped rows with the training mean, write the submission and its log, say how long it took."""
-    datamodule, source, mode = cli.datamodule, cli.datamodule.source, options.split
-    fmt = source.submission
+    datamodule: PredictableData = cli.datamodule
+    fmt, mode = datamodule.submission_format, options.split
     expected = fmt.split_size(datamodule.root, mode)
     if expected != len(predictions.rows):
-        raise SubmissionError(f"{datamodule.root / fmt.dataset / 'split_dict.pt'} has {expected} {mode} rows but "
-                              f"the cache {datamodule.cache_dir} was built with {len(predictions.rows)}; delete it")
+        raise SubmissionError(f"{datamodule.root / (fmt.directory or fmt.dataset) / 'split_dict.pt'} has {expected} "
+                              f"{mode} rows but {datamodule.cache_dir} was built with {len(predictions.rows)}; "
+                              "delete it")
     y_pred = predictions.prediction[:, 0].copy()
     filled = np.flatnonzero(np.isnan(y_pred))
-    train_mean = float(datamodule.target_statistics()[0][0])
-    if filled.size:
+    train_mean = None
+    if filled.size:  # only cached graph datasets skip rows (MAG240M has an example for every paper)
+        train_mean = float(datamodule.target_statistics()[0][0])
         y_pred[filled] = train_mean
         log.warning("%d of %d %s rows could not be featurised; they are predicted as the training mean %.6f "
                     "(first: %s; all are listed in the submission log)", filled.size, len(y_pred), mode, train_mean,
                     [(int(predictions.rows[p]), predictions.skipped[int(predictions.rows[p])])
                      for p in filled[:SHOWN_ROWS]])
+    if fmt.num_classes is not None:
+        y_pred = y_pred.astype(np.int64)  # class labels, exact in float32 (gathered as float32)
     writing_started = time.perf_counter()
     path = write_submission(y_pred, options.submission_dir, mode, expected, fmt)
     now = time.perf_counter()
-    cached = datamodule.build_summary is None
     seconds = {
         "total": round(now - started, 3),
         "preprocessing": round(preprocessing, 3),
@@ -321,19 +294,19 @@ def submit(predictions: SplitPredictions, cli: GraphormerCLI, options: argparse.
                                    for p, row in zip(filled, predictions.rows[filled])],
         "train_mean": train_mean,
         "seconds": seconds,
-        "preprocessing_cached": cached,
+        "preprocessing_cached": preprocessing == 0.0,
         "devices": cli.trainer.world_size,
         "git_commit": git_commit(),
         "versions": package_versions(),
     }
     write_json(path.with_suffix(".log.json"), record)
-    build_seconds = datamodule.datasets[mode].store.manifest["build_seconds"]
-    graphs_from = f"cached, built in {build_seconds:.1f} s" if cached else f"preprocessed now, {preprocessing:.1f} s"
+    prepared = "found built" if preprocessing == 0.0 else f"built now, {preprocessing:.1f} s"
     log.info("wrote %s (%d rows, %d filled with the training mean), checked after reading it back", path,
              len(y_pred), filled.size)
-    log.info("wall time SMILES -> file: %.1f s (graphs: %s; inference %.1f s on %d process(es); writing and "
-             "checking %.1f s); log: %s", seconds["total"], graphs_from, inference, cli.trainer.world_size,
-             seconds["writing_and_checking"], path.with_suffix(".log.json"))
+    log.info("wall time %s -> file: %.1f s (preprocessed files: %s; inference %.1f s on %d process(es); writing "
+             "and checking %.1f s); log: %s", "SMILES" if fmt.num_classes is None else "papers", seconds["total"],
+             prepared, inference, cli.trainer.world_size, seconds["writing_and_checking"],
+             path.with_suffix(".log.json"))
     return record
 
 

@@ -1,4 +1,5 @@
-"""MAG240MDataModule: shards per rank, epochs, links and checks."""
+"""MAG240MDataModule on the shared loader layer: global batches, contiguous evaluation shards, exact
+resume, epochs and workers; links and checks."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ import torch
 
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
-from graphormer_urpe.data.mag240m.datamodule import MAG240MDataModule, ShardedTargetSampler, TargetPapers
+from graphormer_urpe.data.mag240m.datamodule import (
+    EvaluationTargets,
+    MAG240MDataModule,
+    TargetPapers,
+    TrainingTargets,
+)
 from tests.test_mag240m import _copy_raw
 
 
@@ -20,7 +26,7 @@ def _positions(sampler) -> list[int]:
 
 def test_training_shards_are_disjoint_padded_and_reshuffled_each_epoch() -> None:
     dataset = TargetPapers(np.arange(103) * 10)
-    samplers = [ShardedTargetSampler(dataset, 4, rank, train=True, seed=3) for rank in range(4)]
+    samplers = [TrainingTargets(dataset, 4, 4, rank, seed=3) for rank in range(4)]
     shards = [_positions(s) for s in samplers]
     assert len({len(shard) for shard in shards}) == 1  # equal lengths: DDP ranks stay in step
     assert set().union(*shards) == set(range(103))
@@ -31,15 +37,92 @@ def test_training_shards_are_disjoint_padded_and_reshuffled_each_epoch() -> None
     assert {epoch for epoch, _ in samplers[0]} == {1}  # the epoch travels to the collator
 
 
-def test_evaluation_shards_cover_each_target_once_with_fixed_subgraphs() -> None:
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_step_sees_the_same_target_papers_whatever_the_number_of_processes(world: int) -> None:
+    """The shared global-batch order: step s of W processes trains on the targets of step s of one
+    process (the last, short batch of 103 % 8 = 7 papers is padded to a multiple of W)."""
+    dataset = TargetPapers(np.arange(103) * 10)
+
+    def steps(world: int) -> list[list[tuple[int, int]]]:
+        per_rank = []
+        for rank in range(world):
+            sampler = TrainingTargets(dataset, 8, world, rank, seed=3)
+            sampler.set_epoch(2)
+            items = [dataset[key] for key in sampler]
+            per_rank.append([items[i:i + 8 // world] for i in range(0, len(items), 8 // world)])
+        return [sum((r[s] for r in per_rank), []) for s in range(len(per_rank[0]))]
+
+    single, multi = steps(1), steps(world)
+    assert len(single) == len(multi) == 13
+    assert multi[:-1] == single[:-1]
+    assert multi[-1][:len(single[-1])] == single[-1] and {e for e, _ in sum(multi, [])} == {2}
+
+
+def test_evaluation_shards_are_contiguous_and_cover_each_target_once_with_fixed_subgraphs() -> None:
     dataset = TargetPapers(np.arange(103))
-    samplers = [ShardedTargetSampler(dataset, 4, rank, train=False, seed=3) for rank in range(4)]
+    samplers = [EvaluationTargets(dataset, 4, rank) for rank in range(4)]
     for sampler in samplers:
         sampler.set_epoch(5)
     shards = [_positions(s) for s in samplers]
     assert sorted(sum(shards, [])) == list(range(103))
+    assert sum(shards, []) == list(range(103))  # contiguous: rank after rank, in the split's order
     assert all({epoch for epoch, _ in s} == {0} for s in samplers)
     assert [len(s) for s in samplers] == [len(shard) for shard in shards]
+
+
+def _all_batches(module: MAG240MDataModule, epochs: range) -> list[GraphBatch]:
+    loader = module.train_dataloader()
+    batches = []
+    for epoch in epochs:
+        loader.sampler.set_epoch(epoch)
+        batches += [module.on_after_batch_transfer(b, 0) for b in loader]
+    return batches
+
+
+def _same(a: GraphBatch, b: GraphBatch) -> bool:
+    fields = ("x", "x_continuous", "node_mask", "spd", "first_edge", "edge_attr", "y", "index")
+    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in fields)
+
+
+def test_training_batches_are_the_same_with_0_or_2_workers_and_new_each_epoch(synthetic_mag) -> None:
+    modules = []
+    for workers in (0, 2):
+        module = MAG240MDataModule(root=str(synthetic_mag), batch_size=300, num_workers=workers, num_classes=8,
+                                   fanouts=[3, 2], seed=4)
+        module.setup()
+        modules.append(module)
+    serial, parallel = (_all_batches(m, range(2)) for m in modules)
+    assert len(serial) == len(parallel) == 2 * -(-len(modules[0].splits["train"]) // 300)
+    assert all(_same(a, b) for a, b in zip(serial, parallel))
+    half = len(serial) // 2
+    assert not torch.equal(serial[0].index, serial[half].index)  # a new order each epoch
+    # the same targets in another epoch get other subgraphs
+    def nodes_per_target(batches: list[GraphBatch]) -> dict[int, int]:
+        return {int(p): int(n) for b in batches for p, n in zip(b.index, b.node_mask.sum(dim=1))}
+
+    epoch0, epoch1 = nodes_per_target(serial[:half]), nodes_per_target(serial[half:])
+    assert epoch0.keys() == epoch1.keys() and epoch0 != epoch1
+
+
+@pytest.mark.parametrize("consumed", [0, 2, 4])  # of 5 batches (1,433 papers in batches of 300)
+def test_training_loader_resumes_at_the_exact_next_batch_with_the_same_subgraphs(synthetic_mag,
+                                                                                 consumed: int) -> None:
+    module = MAG240MDataModule(root=str(synthetic_mag), batch_size=300, num_workers=0, num_classes=8,
+                               fanouts=[3, 2], seed=4)
+    module.setup()
+    expected = _all_batches(module, range(2))
+    per_epoch = len(expected) // 2
+    original = module.train_dataloader()
+    original.sampler.set_epoch(1)
+    iterator = iter(original)
+    for _ in range(consumed):
+        next(iterator)
+    state = original.state_dict()
+    resumed = module.train_dataloader()
+    resumed.load_state_dict(state)
+    rest = [module.on_after_batch_transfer(b, 0) for b in resumed]
+    assert len(rest) == per_epoch - consumed
+    assert all(_same(a, b) for a, b in zip(rest, expected[per_epoch + consumed:]))
 
 
 def test_setup_checks_the_class_count_and_links(synthetic_mag) -> None:

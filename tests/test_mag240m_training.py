@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+import torch
 
 import evaluate
 import train
 from graphormer_urpe.data.lsc_formats import MAG240M
+from graphormer_urpe.data.mag240m.release import MAG240MRaw
 from graphormer_urpe.evaluation.submission import check_submission
-from graphormer_urpe.run.cli import RUN_DIR_ENV, GraphormerCLI, count_parameters
+from graphormer_urpe.run.cli import REPO_DIR, RUN_DIR_ENV, GraphormerCLI, count_parameters
 from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
 TINY = ["--model.init_args.encoder.num_layers", "1", "--model.init_args.encoder.hidden_dim", "32",
@@ -78,3 +86,94 @@ def test_submission_written_and_checked_at_official_shapes(official_shapes, tmp_
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(SystemExit):
         evaluate.main(["--check-submission", str(path), "--data-root", str(root)])
+
+
+def test_resume_after_a_signal_reaches_bitwise_the_same_weights(synthetic_mag, tmp_path, monkeypatch) -> None:
+    """As for the other datasets (tests/test_callbacks.py): a MAG240M run cut by SIGTERM mid-epoch
+    and resumed from last.ckpt ends with exactly the weights of the uninterrupted run (1,433 train
+    papers in global batches of 300: 5 steps per epoch, cut at step 3 of 7, dropout on)."""
+    from tests.test_callbacks import FinalState, SignalDuringStep, run
+
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    args = ["--config", "mag240m", "--data.root", str(synthetic_mag), "--data.num_classes", "8",
+            "--data.batch_size", "300", "--data.fanouts", "[3, 2]", "--trainer.max_steps", "7",
+            "--trainer.val_check_interval", "5", "--checkpoint.every_n_steps", "2",
+            "--model.init_args.optim.warmup_steps", "2", "--trainer.enable_progress_bar", "false",
+            "--run_root", str(tmp_path), *TINY]
+    uninterrupted = FinalState()
+    assert run([*args, "--run_name", "full"], uninterrupted) == 0
+    cut = [*args, "--run_name", "cut"]
+    assert run(cut, SignalDuringStep(3)) == 128 + signal.SIGTERM
+    resumed = FinalState()
+    assert run([*cut, "--ckpt_path", "last"], resumed) == 0
+    assert resumed.step == uninterrupted.step == 7
+    different = [k for k, v in uninterrupted.weights.items() if not torch.equal(v, resumed.weights[k])]
+    assert different == []
+
+
+@pytest.fixture(scope="module")
+def small_run(synthetic_mag, tmp_path_factory) -> tuple:
+    """A checkpoint of a few steps on the small synthetic graph (114 test-dev papers)."""
+    runs = tmp_path_factory.mktemp("runs")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(RUN_DIR_ENV, raising=False)
+        metrics = train.main(["--config", "mag240m", "--data.root", str(synthetic_mag), "--data.num_classes", "8",
+                              "--data.batch_size", "32", "--data.fanouts", "[3, 2]", "--trainer.max_steps", "4",
+                              "--trainer.val_check_interval", "4", "--model.init_args.optim.warmup_steps", "2",
+                              "--trainer.enable_progress_bar", "false", "--run_root", str(runs), *TINY])
+    return synthetic_mag, metrics
+
+
+def test_valid_accuracy_by_ogbs_evaluator_equals_the_training_metric(small_run, monkeypatch) -> None:
+    root, metrics = small_run
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    result = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", "valid", "--data.root", str(root),
+                            "--trainer.enable_progress_bar", "false"])
+    assert result["evaluator"] == "MAG240MEvaluator" and result["scored"] == 179 and result["skipped"] == 0
+    assert result["metrics"]["acc"] == pytest.approx(metrics["validation"]["val/accuracy"], abs=1e-6)
+
+
+def _evaluate_on(devices: int, *args: str) -> None:
+    """``evaluate.py`` in a subprocess on ``devices`` CPU processes (DDP over gloo for 2)."""
+    env = {k: v for k, v in os.environ.items() if k != RUN_DIR_ENV}
+    done = subprocess.run(
+        [sys.executable, "evaluate.py", *args, "--data.num_workers", "0", "--trainer.accelerator", "cpu",
+         "--trainer.devices", str(devices), "--trainer.strategy", "ddp" if devices > 1 else "auto",
+         "--trainer.enable_progress_bar", "false"],
+        cwd=REPO_DIR, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert devices == 1 or "Starting with 2 processes" in done.stderr + done.stdout
+
+
+def test_two_processes_predict_exactly_what_one_does(small_run, tmp_path) -> None:
+    """Contiguous shards of 57 of the 114 test-dev papers on each of 2 processes, gathered into the
+    split's order. A subgraph is drawn per batch of targets, so both runs use the same batches on
+    each process (19 papers: a global 19 on one process, 38 on two); then the predictions are equal."""
+    root, metrics = small_run
+    saved = {}
+    for devices, batch in ((1, 19), (2, 38)):
+        saved[devices] = tmp_path / f"{devices}.npz"
+        _evaluate_on(devices, "--ckpt", metrics["best_checkpoint"], "--split", "test-dev", "--predictions",
+                     str(saved[devices]), "--data.root", str(root), "--data.eval_batch_size", str(batch))
+    with np.load(saved[1]) as one, np.load(saved[2]) as two:
+        np.testing.assert_array_equal(one["rows"], MAG240MRaw(root).splits()["test-dev"])  # the official order
+        np.testing.assert_array_equal(one["rows"], two["rows"])
+        np.testing.assert_array_equal(one["prediction"], two["prediction"])
+        assert len(one["rows"]) == 114 and len(np.unique(one["prediction"])) > 1
+
+
+def test_two_processes_write_the_official_submission_of_one(official_shapes, tmp_path, monkeypatch) -> None:
+    """A test-challenge submission at the official shape (58,726 papers) from 2 DDP processes is the
+    file one process writes."""
+    root, checkpoint = official_shapes
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    args = ["--ckpt", checkpoint, "--split", "test-challenge", "--data.root", str(root),
+            "--data.eval_batch_size", "16384"]
+    evaluate.main([*args, "--submission-dir", str(tmp_path / "one"), "--data.num_workers", "0"])
+    _evaluate_on(2, *args, "--submission-dir", str(tmp_path / "two"))
+    name = "y_pred_mag240m_test-challenge.npz"
+    with np.load(tmp_path / "one" / name) as one, np.load(tmp_path / "two" / name) as two:
+        assert one["y_pred"].shape == (58_726,) and one["y_pred"].dtype == np.int16
+        np.testing.assert_array_equal(one["y_pred"], two["y_pred"])
+    assert json.loads((tmp_path / "two" / name.replace(".npz", ".log.json")).read_text())["devices"] == 2

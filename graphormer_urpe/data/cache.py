@@ -33,7 +33,6 @@ import multiprocessing
 import os
 import shutil
 import time
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import GraphRecord, RawGraph
+from graphormer_urpe.data.files import atomic_write_json, file_record, manifest_problem
 from graphormer_urpe.data.structure import MAX_NODES, graph_structures
 
 log = logging.getLogger(__name__)
@@ -247,18 +247,6 @@ def _empty(name: str, spec: GraphSpec) -> np.ndarray:
     return np.zeros(shapes.get(name, (0,)), dtype=dtypes.get(name, np.int16))
 
 
-def _file_record(path: Path) -> dict:
-    return {"bytes": path.stat().st_size, "crc32": _crc32(path)}
-
-
-def _crc32(path: Path) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while block := f.read(1 << 24):
-            crc = zlib.crc32(block, crc)
-    return crc
-
-
 def write_chunk(path: Path, arrays: Mapping[str, np.ndarray], meta: dict) -> None:
     """Write one chunk atomically: into a temporary directory, renamed into place when complete."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -267,7 +255,7 @@ def write_chunk(path: Path, arrays: Mapping[str, np.ndarray], meta: dict) -> Non
     files = {}
     for name, array in arrays.items():
         np.save(tmp / f"{name}.npy", np.ascontiguousarray(array))
-        files[f"{name}.npy"] = _file_record(tmp / f"{name}.npy")
+        files[f"{name}.npy"] = file_record(tmp / f"{name}.npy")
     (tmp / CHUNK_META).write_text(json.dumps({**meta, "files": files}))
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
@@ -281,16 +269,7 @@ def chunk_problem(path: Path, verify_checksums: bool = True) -> str | None:
     meta_path = path / CHUNK_META
     if not meta_path.is_file():
         return "missing or incomplete"
-    meta = json.loads(meta_path.read_text())
-    for name, record in meta["files"].items():
-        file = path / name
-        if not file.is_file():
-            return f"{name} is missing"
-        if file.stat().st_size != record["bytes"]:
-            return f"{name} has {file.stat().st_size} bytes, expected {record['bytes']} (truncated?)"
-        if verify_checksums and _crc32(file) != record["crc32"]:
-            return f"{name} does not match its checksum (corrupted)"
-    return None
+    return manifest_problem(path, json.loads(meta_path.read_text())["files"], verify_checksums)
 
 
 class Chunk:
@@ -548,8 +527,6 @@ def build_store(
         "graphs": graphs, "skipped": len(skipped), "skipped_examples": skipped[:SHOWN_SKIPS],
         "skipped_by_split": skipped_by_split, "build_seconds": round(summary.seconds, 2),
     }
-    tmp = directory / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, directory / MANIFEST)
+    atomic_write_json(directory / MANIFEST, manifest)
     log.info("%s: %s", description, summary.describe())
     return summary

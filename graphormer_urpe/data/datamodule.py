@@ -22,8 +22,14 @@ from graphormer_urpe.data.cache import (
     chunk_problem,
     exclusive_build,
 )
-from graphormer_urpe.data.loaders import eval_loader, per_device_batch_size, process_grid, train_loader
+from graphormer_urpe.data.loaders import (
+    eval_loader,
+    train_loader,
+    warn_if_not_published,
+)
+from graphormer_urpe.data.lsc_formats import SubmissionFormat
 from graphormer_urpe.data.sources.base import GraphSource
+from graphormer_urpe.data.split_rows import SplitRows
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +91,7 @@ class GraphDataModule(pl.LightningDataModule):
         self.chunk_size = chunk_size
         self.max_nodes = max_nodes
         self.datasets: dict[str, GraphDataset] = {}
-        #: Split served by ``predict_dataloader`` (set by ``evaluate.py``).
+        #: Split served by ``predict_dataloader`` (:meth:`predict_on`).
         self.predict_split = "test"
         #: What building the cache did in this process, None when a valid cache was found.
         self.build_summary: BuildSummary | None = None
@@ -208,12 +214,7 @@ class GraphDataModule(pl.LightningDataModule):
         self.datasets = {name: GraphDataset(store, idx) for name, idx in store.split_indices().items()}
         sizes = {name: len(ds) for name, ds in self.datasets.items()}
         log.info("%s splits: %s", self.source.name, ", ".join(f"{k} {v:,}" for k, v in sizes.items()))
-        published = self.source.published_split_sizes
-        if published and any(sizes.get(k) != v for k, v in published.items()):
-            log.warning(
-                "!!! %s split sizes %s differ from the published %s: results are not comparable with the papers !!!",
-                self.source.name, sizes, dict(published),
-            )
+        warn_if_not_published(self.source.name, sizes, self.source.published_split_sizes or {})
 
     @property
     def split_sizes(self) -> dict[str, int]:
@@ -241,10 +242,6 @@ class GraphDataModule(pl.LightningDataModule):
                              "so it cannot be normalised or learned")
         return np.nanmean(targets, axis=0), np.maximum(np.nanstd(targets, axis=0), 1e-6)
 
-    def per_device_batch_size(self) -> int:
-        """``batch_size`` divided over the processes, so the optimiser always sees the global batch."""
-        return per_device_batch_size(self.batch_size, process_grid(self.trainer)[0])
-
     def _split(self, split: str) -> GraphDataset:
         if split not in self.datasets:
             raise ValueError(f"{self.source.name} has no split '{split}'; its splits are {', '.join(self.datasets)}")
@@ -263,10 +260,38 @@ class GraphDataModule(pl.LightningDataModule):
         return eval_loader(self._split("test"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
 
     def predict_dataloader(self) -> DataLoader:
-        """The split named by :attr:`predict_split`, in its order (Lightning shards it over processes
-        itself, without repeating graphs)."""
-        return DataLoader(self._split(self.predict_split), batch_size=self.per_device_batch_size(), shuffle=False,
-                          num_workers=self.num_workers, collate_fn=collate_graphs)
+        """This process's exact, unpadded shard of the split chosen by :meth:`predict_on`."""
+        return eval_loader(self._split(self.predict_split), self.batch_size, self.trainer, collate_graphs,
+                           self.num_workers)
+
+    # -- what evaluation uses (:class:`~graphormer_urpe.data.split_rows.PredictableData`)
+    def predict_on(self, split: str) -> None:
+        """Choose the split ``predict_dataloader`` serves."""
+        self.predict_split = split
+
+    @property
+    def submission_format(self) -> SubmissionFormat | None:
+        """The source's OGB-LSC test-submission format (None for datasets without one)."""
+        return self.source.submission
+
+    @property
+    def preprocessing_seconds(self) -> float:
+        """Seconds this process spent building the cache (0.0 when it found a valid one)."""
+        return self.build_summary.seconds if self.build_summary is not None else 0.0
+
+    def split_rows(self, split: str) -> SplitRows:
+        """The source rows of ``split`` in the dataset's order, skipped rows included (no graph, NaN
+        targets, their reason); a batch's ``index`` is the graph's cache index."""
+        store = self._split(split).store
+        rows = store.split_rows()[split]
+        graphs = store.graphs_of_rows(rows)
+        cached = graphs >= 0
+        targets = store.targets()
+        target_of_row = np.full((len(rows), targets.shape[1]), np.nan, dtype=np.float32)
+        target_of_row[cached] = targets[graphs[cached]]
+        reasons = store.skipped_rows()
+        return SplitRows(rows=rows, items=graphs, targets=target_of_row,
+                         skipped={int(r): reasons.get(int(r), "not in the cache") for r in rows[~cached]})
 
 
 def available_cores() -> int:

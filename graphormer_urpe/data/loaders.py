@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Iterator, Mapping, Sized
 from typing import Any
 
 import pytorch_lightning as pl
@@ -222,6 +222,8 @@ def train_loader(
     collate_fn: Callable[[list[Any]], Any],
     num_workers: int = 0,
     seed: int | None = None,
+    sampler_type: type[GlobalBatchSampler] = GlobalBatchSampler,
+    pin_memory: bool = True,
 ) -> ResumableLoader:
     """The training loader of this process (see the module docstring).
 
@@ -232,11 +234,14 @@ def train_loader(
         collate_fn: list of samples -> batch.
         num_workers: DataLoader workers.
         seed: data-order seed; None takes the run's ``seed_everything``.
+        sampler_type: the sampler, a :class:`GlobalBatchSampler` (a subclass may turn each index
+            into the key its dataset expects, e.g. ``(epoch, index)``).
+        pin_memory: page-lock the batches when training on CUDA.
     """
     world, rank = process_grid(trainer)
-    sampler = GlobalBatchSampler(dataset, global_batch, world, rank, run_seed() if seed is None else seed)
-    pin = trainer is not None and trainer.strategy.root_device.type == "cuda"
-    return ResumableLoader(dataset, sampler, collate_fn, num_workers=num_workers, pin_memory=pin)
+    sampler = sampler_type(dataset, global_batch, world, rank, run_seed() if seed is None else seed)
+    return ResumableLoader(dataset, sampler, collate_fn, num_workers=num_workers,
+                           pin_memory=pin_memory and _on_cuda(trainer))
 
 
 def eval_loader(
@@ -245,20 +250,50 @@ def eval_loader(
     trainer: pl.Trainer | None,
     collate_fn: Callable[[list[Any]], Any],
     num_workers: int = 0,
+    sampler_type: type[EvalShardSampler] = EvalShardSampler,
+    pin_memory: bool = True,
 ) -> DataLoader:
-    """The validation/test loader of this process: its exact shard, in dataset order.
+    """The validation/test/predict loader of this process: its exact shard, in dataset order.
 
-    For ``trainer.predict`` return a plain sequential DataLoader instead: Lightning shards predict
-    loaders itself, also without repetition.
+    Lightning leaves the sampler in place (it is a ``DistributedSampler``), also for
+    ``trainer.predict``; :func:`~graphormer_urpe.evaluation.splits.predict_split` gathers the shards.
+
+    Args:
+        dataset: the split.
+        global_batch: graphs per step over all processes.
+        trainer: the running trainer (None: one process).
+        collate_fn: list of samples -> batch.
+        num_workers: DataLoader workers (kept alive between evaluations).
+        sampler_type: the sampler, an :class:`EvalShardSampler` (a subclass may turn each index
+            into the key its dataset expects).
+        pin_memory: page-lock the batches when running on CUDA.
     """
     world, rank = process_grid(trainer)
     return DataLoader(
         dataset,
         batch_size=per_device_batch_size(global_batch, world),
-        sampler=EvalShardSampler(dataset, world, rank),
+        sampler=sampler_type(dataset, world, rank),
         collate_fn=collate_fn,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
-        pin_memory=trainer is not None and trainer.strategy.root_device.type == "cuda",
+        pin_memory=pin_memory and _on_cuda(trainer),
         generator=torch.Generator().manual_seed(0),  # iterating never consumes the global RNG
     )
+
+
+def _on_cuda(trainer: pl.Trainer | None) -> bool:
+    return trainer is not None and trainer.strategy.root_device.type == "cuda"
+
+
+def warn_if_not_published(name: str, sizes: Mapping[str, int], published: Mapping[str, int], hint: str = "") -> None:
+    """Warn loudly when split sizes differ from the published ones (results would not compare).
+
+    Args:
+        name: the dataset, as in the message.
+        sizes: examples per split, by split name.
+        published: the published sizes of the splits that have them (empty: nothing to compare).
+        hint: a likely reason, added to the message.
+    """
+    if published and any(sizes.get(split) != size for split, size in published.items()):
+        log.warning("!!! %s split sizes %s differ from the published %s: %sresults are not comparable with the "
+                    "papers !!!", name, dict(sizes), dict(published), f"{hint}; " if hint else "")

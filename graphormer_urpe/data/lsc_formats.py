@@ -39,6 +39,8 @@ class SubmissionFormat:
         directory: the dataset's directory under the data root, when it differs from ``dataset``.
         official_sizes: rows of each test split of the official release, the sizes ogb's
             ``save_test_submission`` asserts; ``--check-submission`` uses them when the dataset is not on disk.
+        examples: what one row is, in messages.
+        splits: the official splits (the hidden test splits are :data:`MODES`).
     """
 
     dataset: str
@@ -47,6 +49,8 @@ class SubmissionFormat:
     num_classes: int | None = None
     directory: str | None = None
     official_sizes: Mapping[str, int] = field(default_factory=dict)
+    examples: str = "molecules"
+    splits: tuple[str, ...] = ("train", "valid", *MODES)
 
     def filename(self, mode: str) -> str:
         """``y_pred_<dataset>_<mode>.npz``."""
@@ -82,7 +86,7 @@ PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, 
                             official_sizes={"test-dev": 147_037, "test-challenge": 147_432})
 #: ogb writes MAG240M labels as int16 (``np.short``).
 MAG240M = SubmissionFormat(dataset="mag240m", evaluator=_mag240m_evaluator, dtype=np.dtype(np.int16),
-                           num_classes=153, directory="mag240m_kddcup2021",
+                           num_classes=153, directory="mag240m_kddcup2021", examples="papers",
                            official_sizes={"test-dev": 88_092, "test-challenge": 58_726})
 #: Every known format by dataset name (``--check-submission`` finds the format from the file name).
 FORMATS = {fmt.dataset: fmt for fmt in (PCQM4MV2, MAG240M)}

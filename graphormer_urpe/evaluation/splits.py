@@ -1,10 +1,12 @@
 """Predictions for every row of a split, identical whether one process or many computed them.
 
-Under DDP, Lightning shards the prediction loader over W processes (with a sampler that may pad
-the last shard with repeated graphs) and each process returns only its own batches, in its own
-order. :func:`predict_split` gathers every process's ``(graph index, prediction)`` pairs, keeps
-one prediction per graph, checks that exactly the split's graphs came back, and lays them out in
-the split's row order; rows that were skipped while preprocessing get NaN and are listed.
+Under DDP, each of W processes predicts its contiguous shard of the split (the DataModule's
+``predict_dataloader``, :class:`~graphormer_urpe.data.loaders.EvalShardSampler`) and returns only
+its own batches. :func:`predict_split` gathers every process's ``(index, prediction)`` pairs, keeps
+one prediction per example (a sampler that repeats examples would be harmless), checks that exactly
+the split's examples came back, and lays them out in the split's row order
+(:class:`~graphormer_urpe.data.split_rows.SplitRows`); rows that were skipped while preprocessing
+get NaN and are listed. Graph datasets and MAG240M go through the same function.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
-from graphormer_urpe.data.datamodule import GraphDataModule
+from graphormer_urpe.data.split_rows import PredictableData
 
 
 @dataclass
@@ -25,7 +27,8 @@ class SplitPredictions:
     """Predictions of one split, one row per source row of the split, in the split's order.
 
     Shapes:
-        rows: (R,) int64 source rows; graphs: (R,) int64 cache index, -1 for skipped rows;
+        rows: (R,) int64 source rows (MAG240M: paper ids); graphs: (R,) int64 the example's ``index``
+        (cache index; MAG240M: paper id), -1 for skipped rows;
         prediction: (R, Y) float32, NaN for skipped rows; target: (R, Y) float32 (NaN if hidden).
 
     Args:
@@ -68,43 +71,36 @@ def gather_predictions(index: torch.Tensor, prediction: torch.Tensor) -> tuple[n
     return all_index[first], all_prediction[first], int((~first).sum())
 
 
-def predict_split(trainer: pl.Trainer, model: pl.LightningModule, datamodule: GraphDataModule, split: str,
+def predict_split(trainer: pl.Trainer, model: pl.LightningModule, datamodule: PredictableData, split: str,
                   ckpt_path: str | Path | None) -> SplitPredictions:
     """Run ``trainer.predict`` on ``split`` and return its predictions in the split's row order.
 
-    Every process gets the full result. ``model.predict_step`` must return a dict with ``index``
-    (B,) and ``prediction`` (B, Y), as :class:`~graphormer_urpe.tasks.GraphRegression` does.
+    Serves every DataModule that implements :class:`~graphormer_urpe.data.split_rows.PredictableData`
+    (graph datasets, MAG240M). Every process gets the full result. ``model.predict_step`` must return
+    a dict with ``index`` (B,) and ``prediction`` (B, Y) or (B,), as the tasks do.
 
     Raises:
-        RuntimeError: the processes together did not predict exactly the split's graphs.
+        RuntimeError: the processes together did not predict exactly the split's examples.
     """
-    datamodule.predict_split = split
-    outputs = trainer.predict(model, datamodule=datamodule, ckpt_path=ckpt_path, return_predictions=True) or []
-    if outputs:
-        index = torch.cat([o["index"] for o in outputs])
-        prediction = torch.cat([o["prediction"] for o in outputs])
-    else:  # this process was given no batch
-        index, prediction = torch.zeros(0, dtype=torch.long), torch.zeros(0, datamodule.num_targets)
-    graphs, values, duplicates = gather_predictions(index, prediction)
+    datamodule.predict_on(split)
+    outputs = trainer.predict(model, datamodule=datamodule, ckpt_path=ckpt_path, return_predictions=True)
+    index = torch.cat([o["index"] for o in outputs])  # every process has >= 1 batch (EvalShardSampler)
+    prediction = torch.cat([o["prediction"] for o in outputs])
+    items, values, duplicates = gather_predictions(index, prediction)
 
-    store = datamodule.datasets[split].store
-    rows = store.split_rows()[split]
-    graph_of_row = store.graphs_of_rows(rows)
-    expected = np.unique(graph_of_row[graph_of_row >= 0])
-    if not np.array_equal(graphs, expected):
-        missing, unexpected = np.setdiff1d(expected, graphs), np.setdiff1d(graphs, expected)
+    split_rows = datamodule.split_rows(split)
+    item_of_row = split_rows.items
+    expected = np.unique(item_of_row[item_of_row >= 0])
+    if not np.array_equal(items, expected):
+        missing, unexpected = np.setdiff1d(expected, items), np.setdiff1d(items, expected)
         raise RuntimeError(
-            f"predicting '{split}' returned {len(graphs)} graphs for {len(expected)} expected: {len(missing)} missing "
+            f"predicting '{split}' returned {len(items)} examples for {len(expected)} expected: {len(missing)} missing "
             f"(first {missing[:5].tolist()}), {len(unexpected)} not in the split (first {unexpected[:5].tolist()})"
         )
-    prediction_of_row = np.full((len(rows), values.shape[1]), np.nan, dtype=np.float32)
-    cached = graph_of_row >= 0
-    prediction_of_row[cached] = values[np.searchsorted(graphs, graph_of_row[cached])]
-    targets = store.targets()
-    target_of_row = np.full((len(rows), targets.shape[1]), np.nan, dtype=np.float32)
-    target_of_row[cached] = targets[graph_of_row[cached]]
-    skipped_reasons = store.skipped_rows()
+    prediction_of_row = np.full((len(item_of_row), values.shape[1]), np.nan, dtype=np.float32)
+    present = item_of_row >= 0
+    prediction_of_row[present] = values[np.searchsorted(items, item_of_row[present])]
     return SplitPredictions(
-        split=split, rows=rows, graphs=graph_of_row, prediction=prediction_of_row, target=target_of_row,
-        duplicates=duplicates, skipped={int(r): skipped_reasons.get(int(r), "not in the cache") for r in rows[~cached]},
+        split=split, rows=split_rows.rows, graphs=item_of_row, prediction=prediction_of_row,
+        target=split_rows.targets, duplicates=duplicates, skipped=split_rows.skipped,
     )

@@ -1,21 +1,35 @@
-"""LightningDataModule for MAG240M node classification on subgraphs sampled in the DataLoader workers."""
+"""LightningDataModule for MAG240M node classification on subgraphs sampled in the DataLoader workers.
+
+The target papers go through the same loader layer as every dataset
+(:mod:`graphormer_urpe.data.loaders`): global batches, exact mid-epoch resume and contiguous
+evaluation shards; only the items' key adds the epoch, so that subgraphs are resampled each epoch.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import pytorch_lightning as pl
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset
 
 from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.loaders import (
+    EvalShardSampler,
+    GlobalBatchSampler,
+    eval_loader,
+    train_loader,
+    warn_if_not_published,
+)
 from graphormer_urpe.data.lsc_formats import MAG240M, SubmissionFormat
 from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
 from graphormer_urpe.data.mag240m.release import (
     DATASET_DIR,
     FEATURE_DIM,
+    MANIFEST,
     PUBLISHED_SPLIT_SIZES,
     RELATIONS,
     MAG240MGraph,
@@ -24,6 +38,7 @@ from graphormer_urpe.data.mag240m.release import (
     prepare_derived,
 )
 from graphormer_urpe.data.mag240m.sampler import SubgraphCollator
+from graphormer_urpe.data.split_rows import SplitRows
 
 log = logging.getLogger(__name__)
 
@@ -49,34 +64,21 @@ class TargetPapers(Dataset):
         return epoch, int(self.papers[position])
 
 
-class ShardedTargetSampler(DistributedSampler):
-    """This process's shard of a split as ``(epoch, position)`` items.
-
-    Training shards are reshuffled every epoch (seeded), padded to equal length as DDP needs, and
-    tagged with the epoch so that subgraphs are resampled. Evaluation shards keep the split's
-    order, are not padded (every target is evaluated exactly once) and are always tagged epoch 0,
-    so evaluation sees the same subgraphs whenever it runs. Lightning calls :meth:`set_epoch`
-    every epoch and leaves a ``DistributedSampler`` in place.
-
-    Args:
-        dataset: the split.
-        num_replicas: processes (world size).
-        rank: this process.
-        train: training (shuffle, pad, new subgraphs each epoch) or evaluation.
-        seed: shuffling seed.
-    """
-
-    def __init__(self, dataset: Dataset, num_replicas: int, rank: int, train: bool, seed: int) -> None:
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=train, seed=seed)
-        self.train = train
+class TrainingTargets(GlobalBatchSampler):
+    """The shared global-batch order (:class:`GlobalBatchSampler`) with each position tagged by its
+    epoch, ``(epoch, position)``, so that the collator samples new subgraphs every epoch."""
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        if self.train:
-            return ((self.epoch, position) for position in super().__iter__())
-        return ((0, position) for position in range(self.rank, len(self.dataset), self.num_replicas))
+        epoch = self.epoch
+        return ((epoch, position) for position in super().__iter__())
 
-    def __len__(self) -> int:
-        return self.num_samples if self.train else len(range(self.rank, len(self.dataset), self.num_replicas))
+
+class EvaluationTargets(EvalShardSampler):
+    """This process's contiguous shard (:class:`EvalShardSampler`) tagged with epoch 0,
+    ``(0, position)``, so that evaluation sees the same subgraphs whenever it runs."""
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return ((0, position) for position in super().__iter__())
 
 
 class MAG240MDataModule(pl.LightningDataModule):
@@ -87,7 +89,8 @@ class MAG240MDataModule(pl.LightningDataModule):
         batch_size: target papers per optimiser step over all devices (the global batch).
         fanouts: neighbours drawn per node at each hop (OGB-LSC baseline: ``[25, 15]``).
         num_workers: DataLoader workers per process; sampling runs in them.
-        seed: sampling seed (subgraphs depend on seed, epoch and batch).
+        seed: seed of the training order (``seed + epoch``) and of the sampling (subgraphs depend on
+            seed, epoch and the target papers of the batch).
         num_classes: classes in ``meta.pt`` (153 for the release; checked in ``setup``).
         cache_dir: where derived files go (default ``ROOT/mag240m_kddcup2021/graphormer``).
         verify_checksums: recompute the CRC32 of every derived file at start-up (otherwise only
@@ -112,6 +115,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         handover_slots: int = 4,
     ) -> None:
         super().__init__()
+        self.root = Path(root)
         self.raw = MAG240MRaw(root)
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
@@ -128,6 +132,8 @@ class MAG240MDataModule(pl.LightningDataModule):
         self.graph: MAG240MGraph | None = None
         self.splits: dict[str, np.ndarray] = {}
         self.predict_split = "test-dev"
+        #: Seconds this process spent building derived files (0.0 when it found them all built).
+        self.preprocessing_seconds = 0.0
 
     # -- values linked into the model's config
     @property
@@ -171,8 +177,12 @@ class MAG240MDataModule(pl.LightningDataModule):
         (Lightning calls this before fitting, validating and predicting alike)."""
         if self._prepared:
             return
+        started, manifest = time.perf_counter(), self.cache_dir / MANIFEST
+        before = manifest.read_bytes() if manifest.is_file() else None
         self.raw.check()
         prepare_derived(self.raw, self.cache_dir, verify_checksums=self.verify_checksums)
+        if manifest.read_bytes() != before:  # something was built
+            self.preprocessing_seconds = time.perf_counter() - started
         self._prepared = True
 
     def setup(self, stage: str | None = None) -> None:
@@ -200,10 +210,8 @@ class MAG240MDataModule(pl.LightningDataModule):
                  "%d shared-memory slots each", self.raw.directory,
                  f"{meta['paper']:,}", f"{meta['author']:,}", f"{meta['institution']:,}",
                  ", ".join(f"{k} {v:,}" for k, v in sizes.items()), self.fanouts, self.num_workers, self.handover_slots)
-        if sizes != PUBLISHED_SPLIT_SIZES:
-            log.warning("!!! MAG240M split sizes %s differ from the published %s: this is not the OGB-LSC release "
-                        "(a synthetic graph?); results are not comparable with the papers !!!",
-                        sizes, PUBLISHED_SPLIT_SIZES)
+        warn_if_not_published("MAG240M", sizes, PUBLISHED_SPLIT_SIZES,
+                              "this is not the OGB-LSC release (a synthetic graph?)")
 
     @property
     def split_sizes(self) -> dict[str, int]:
@@ -216,39 +224,42 @@ class MAG240MDataModule(pl.LightningDataModule):
                 "splits": self.split_sizes, "fanouts": self.fanouts, "batch_size": self.batch_size,
                 "handover_slots": self.handover_slots}
 
-    def split_index(self, split: str) -> np.ndarray:
-        """Paper ids of ``split`` in the official order (what a submission's rows refer to)."""
-        return self.splits[split]
+    def split_rows(self, split: str) -> SplitRows:
+        """Paper ids of ``split`` in the official order (what a submission's rows refer to); a batch's
+        ``index`` is the paper id, so every row is its own item; labels NaN where unknown or hidden."""
+        papers = self._split(split)
+        return SplitRows(rows=papers, items=papers, targets=self.graph.labels(papers)[:, None], skipped={})
 
     def predict_on(self, split: str) -> None:
         """Choose the split ``predict_dataloader`` serves (``train``, ``valid``, ``test-dev``, ``test-challenge``)."""
         self.predict_split = split
 
-    def _world(self) -> tuple[int, int]:
-        if self.trainer is None:
-            return 1, 0
-        return self.trainer.world_size, self.trainer.global_rank
+    def _split(self, split: str) -> np.ndarray:
+        if split not in self.splits:
+            raise ValueError(f"unknown split '{split}'; expected one of {sorted(self.splits)}")
+        return self.splits[split]
 
-    def _loader(self, split: str, train: bool) -> DataLoader:
-        world, rank = self._world()
-        batch = self.batch_size if train else self.eval_batch_size
-        if batch % world:
-            raise ValueError(f"batch size {batch} is not divisible by the {world} processes")
-        dataset = TargetPapers(self.splits[split])
-        return DataLoader(
-            dataset,
-            batch_size=batch // world,
-            sampler=ShardedTargetSampler(dataset, world, rank, train=train, seed=self.seed),
-            num_workers=self.num_workers,
-            collate_fn=SubgraphCollator(self.graph, self.fanouts, self.seed, slots=self.handover_slots),
-            persistent_workers=self.num_workers > 0,
-        )
+    def _collator(self) -> SubgraphCollator:
+        return SubgraphCollator(self.graph, self.fanouts, self.seed, slots=self.handover_slots)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
+        """Shuffled global batches of target papers, this process's slice of each, resumable mid-epoch
+        (the shared :func:`~graphormer_urpe.data.loaders.train_loader`); new subgraphs every epoch."""
+        # not page-locked: batches arrive in the workers' shared-memory slots and are padded on the device
+        return train_loader(TargetPapers(self._split("train")), self.batch_size, self.trainer, self._collator(),
+                            self.num_workers, seed=self.seed, sampler_type=TrainingTargets, pin_memory=False)
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        return eval_loader(TargetPapers(self._split(split)), self.eval_batch_size, self.trainer, self._collator(),
+                           self.num_workers, sampler_type=EvaluationTargets, pin_memory=False)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("valid", train=False)
+        """This process's contiguous shard of ``valid``; the same subgraphs at every evaluation."""
+        return self._eval_loader("valid")
+
+    def predict_dataloader(self) -> DataLoader:
+        """This process's contiguous shard of the split chosen by :meth:`predict_on`."""
+        return self._eval_loader(self.predict_split)
 
     def on_after_batch_transfer(self, batch: CompactGraphBatch, dataloader_idx: int) -> GraphBatch:
         """Pad the workers' unpadded batch into the model's input, on the device it was moved to
@@ -257,8 +268,3 @@ class MAG240MDataModule(pl.LightningDataModule):
         padded = batch.pad()
         batch.release()
         return padded
-
-    def predict_dataloader(self) -> DataLoader:
-        if self.predict_split not in self.splits:
-            raise ValueError(f"unknown split '{self.predict_split}'; expected one of {sorted(self.splits)}")
-        return self._loader(self.predict_split, train=False)

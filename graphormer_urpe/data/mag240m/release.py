@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from graphormer_urpe.data.files import atomic_write_json, file_record, record_problem
 from graphormer_urpe.data.safe_load import load_numpy_checkpoint, load_split_dict
 from graphormer_urpe.data.sources.base import DatasetMissing
 
@@ -191,26 +192,6 @@ class MAG240MRaw:
 # ----------------------------------------------------------------------------- derived files
 
 
-def crc32_file(path: Path, block: int = 1 << 24) -> int:
-    """CRC32 of a whole file, read in blocks."""
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(block):
-            crc = zlib.crc32(chunk, crc)
-    return crc
-
-
-def _file_record(path: Path) -> dict:
-    stat = path.stat()
-    return {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "crc32": crc32_file(path)}
-
-
-def _atomic_json(path: Path, payload: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=1))
-    os.replace(tmp, path)
-
-
 class DerivedFiles:
     """The manifest of derived files: which are complete and intact.
 
@@ -236,21 +217,14 @@ class DerivedFiles:
 
         The CRC is recomputed when ``verify_checksum`` or when the file's modification time moved.
         """
-        path, record = self.directory / name, self.files.get(name)
+        record = self.files.get(name)
         if record is None:
             return "not built yet"
-        if not path.is_file():
-            return "missing"
-        stat = path.stat()
-        if stat.st_size != record["bytes"]:
-            return f"has {stat.st_size} bytes, expected {record['bytes']} (truncated?)"
-        if (verify_checksum or stat.st_mtime_ns != record["mtime_ns"]) and crc32_file(path) != record["crc32"]:
-            return "does not match its checksum (corrupted)"
-        return None
+        return record_problem(self.directory / name, record, verify_checksum)
 
     def complete(self, name: str) -> None:
         """Record ``name`` as complete, with its size, time and checksum."""
-        self.files[name] = _file_record(self.directory / name)
+        self.files[name] = file_record(self.directory / name, mtime=True)
         self.save()
 
     def forget(self, name: str) -> None:
@@ -259,7 +233,7 @@ class DerivedFiles:
 
     def save(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        _atomic_json(self.path, {"format": DERIVED_FORMAT, "fingerprint": self.fingerprint, "files": self.files})
+        atomic_write_json(self.path, {"format": DERIVED_FORMAT, "fingerprint": self.fingerprint, "files": self.files})
 
 
 def csr_files(relation: Relation) -> tuple[str, str]:
@@ -387,7 +361,7 @@ def build_mean_features(
         out[start:stop] = sums.numpy() / np.maximum(counts, 1)[:, None]
         out.flush()
         progress["done"][str(start)] = zlib.crc32(np.ascontiguousarray(out[start:stop]).data)
-        _atomic_json(progress_path, progress)
+        atomic_write_json(progress_path, progress)
     del out
     os.replace(tmp, out_path)
     progress_path.unlink()

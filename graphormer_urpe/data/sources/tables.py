@@ -18,7 +18,6 @@ skipped are counted and listed per split when the cache is built and at the star
 from __future__ import annotations
 
 import difflib
-import hashlib
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from rdkit.Chem.Scaffolds import MurckoScaffold
 from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import RawGraph
+from graphormer_urpe.data.files import sha1_file
 from graphormer_urpe.data.sources.base import DataError, DatasetMissing, seeded_split
 from graphormer_urpe.data.sources.featurize import silence_rdkit
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
@@ -57,15 +57,6 @@ CSV_ENCODING = "utf-8-sig"
 
 class TableError(DataError):
     """The table cannot be used as configured; the message names the file, column and rows."""
-
-
-def file_digest(path: Path) -> str:
-    """SHA-1 of the file's bytes (part of the cache key: an edited table gets a new cache)."""
-    digest = hashlib.sha1()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 24):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def is_parquet(path: Path) -> bool:
@@ -360,7 +351,7 @@ class SmilesTable(MoleculeSource):
     def options(self) -> dict:
         if self._digest is None:
             self.ensure_raw(Path("."))
-            self._digest = file_digest(self.path)
+            self._digest = sha1_file(self.path)
         return {**super().options(), "sha1": self._digest, "smiles_column": self.smiles_column,
                 "targets": self.targets, "task": self.task, "num_classes": self.num_classes, "split": self.split,
                 "split_column": self.split_column if self.split == "column" else None,
@@ -487,7 +478,7 @@ class SmilesToPredict(MoleculeSource):
 
     def options(self) -> dict:
         if self._digest is None:
-            self._digest = file_digest(self.path)
+            self._digest = sha1_file(self.path)
         return {**super().options(), "sha1": self._digest, "smiles_column": self.smiles_column}
 
     def ensure_raw(self, root: Path) -> None:

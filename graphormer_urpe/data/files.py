@@ -1,0 +1,96 @@
+"""File integrity, once for every cache: atomic writes, streaming checksums, file records and
+their check.
+
+A preprocessed file is trusted only while it matches the record written when it was completed:
+its size (a truncated file), its CRC32 (a corrupted one) and, where recorded, its modification
+time (a file changed since; its CRC is then recomputed even without a full verification). The
+graph cache (:mod:`graphormer_urpe.data.cache`) and the MAG240M derived files
+(:mod:`graphormer_urpe.data.mag240m.release`) keep such records in their manifests; tables are
+identified by a streaming SHA-1 (:func:`sha1_file`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+#: Bytes read at a time when streaming a file.
+BLOCK = 1 << 24
+
+
+def _blocks(path: Path, block: int = BLOCK) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while data := f.read(block):
+            yield data
+
+
+def crc32_file(path: Path, block: int = BLOCK) -> int:
+    """CRC32 of a whole file, read in blocks (equal to ``zlib.crc32`` of its bytes)."""
+    crc = 0
+    for data in _blocks(path, block):
+        crc = zlib.crc32(data, crc)
+    return crc
+
+
+def sha1_file(path: Path, block: int = BLOCK) -> str:
+    """SHA-1 hex digest of a whole file, read in blocks (identifies a table's contents)."""
+    digest = hashlib.sha1()
+    for data in _blocks(path, block):
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def file_record(path: Path, mtime: bool = False) -> dict[str, int]:
+    """What :func:`record_problem` checks a file against later: ``bytes`` and ``crc32``, plus
+    ``mtime_ns`` when ``mtime`` (then a changed modification time triggers a checksum)."""
+    stat = path.stat()
+    record = {"bytes": stat.st_size, "crc32": crc32_file(path)}
+    if mtime:
+        record["mtime_ns"] = stat.st_mtime_ns
+    return record
+
+
+def record_problem(path: Path, record: Mapping[str, int], verify_checksum: bool = True) -> str | None:
+    """Why ``path`` no longer matches its :func:`file_record`, or None.
+
+    The size is always compared; the CRC32 is recomputed when ``verify_checksum``, or when the
+    record holds a modification time and the file's differs.
+    """
+    if not path.is_file():
+        return "is missing"
+    stat = path.stat()
+    if stat.st_size != record["bytes"]:
+        return f"has {stat.st_size} bytes, expected {record['bytes']} (truncated?)"
+    moved = "mtime_ns" in record and stat.st_mtime_ns != record["mtime_ns"]
+    if (verify_checksum or moved) and crc32_file(path) != record["crc32"]:
+        return "does not match its checksum (corrupted)"
+    return None
+
+
+def manifest_problem(directory: Path, records: Mapping[str, Mapping[str, int]],
+                     verify_checksum: bool = True) -> str | None:
+    """The first file of a manifest (``{relative name: record}``) that does not match its record,
+    as ``"<name> <problem>"``, or None when all match."""
+    for name, record in records.items():
+        problem = record_problem(directory / name, record, verify_checksum)
+        if problem is not None:
+            return f"{name} {problem}"
+    return None
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part:
+    into a temporary file beside it (named per process), renamed into place."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Path, payload: Any) -> None:
+    """:func:`atomic_write_text` of ``payload`` as indented JSON."""
+    atomic_write_text(path, json.dumps(payload, indent=1))

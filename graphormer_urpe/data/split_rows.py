@@ -1,0 +1,69 @@
+"""What a DataModule tells evaluation about a split: its rows in order, and the protocol that
+lets one :func:`~graphormer_urpe.evaluation.splits.predict_split` serve every DataModule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from torch.utils.data import DataLoader
+
+from graphormer_urpe.data.lsc_formats import SubmissionFormat
+
+
+@dataclass(frozen=True)
+class SplitRows:
+    """The rows of one split in its official order (what a submission's rows refer to).
+
+    Shapes:
+        rows: (R,) int64 row ids (source rows of a table, paper ids of MAG240M);
+        items: (R,) int64 the ``index`` a batch carries for each row's example, -1 for a row that
+        has none (skipped while preprocessing); targets: (R, Y) float32, NaN where unknown or hidden.
+
+    Args:
+        skipped: the reason each row without an example was left out.
+    """
+
+    rows: np.ndarray
+    items: np.ndarray
+    targets: np.ndarray
+    skipped: dict[int, str]
+
+
+@runtime_checkable
+class PredictableData(Protocol):
+    """The part of a DataModule that evaluation uses (``GraphDataModule``, ``MAG240MDataModule``).
+
+    ``predict_dataloader`` serves the split chosen by :meth:`predict_on`, each process its
+    contiguous shard; its batches carry ``index`` (the items of :class:`SplitRows`).
+    """
+
+    #: The dataset root (``<root>/<dataset>/split_dict.pt`` gives a submission's row count).
+    root: Path
+
+    @property
+    def cache_dir(self) -> Path:
+        """Where the preprocessed files are."""
+
+    @property
+    def submission_format(self) -> SubmissionFormat | None:
+        """The OGB-LSC test-submission format, None for datasets without one."""
+
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """Examples per split (after setup)."""
+
+    @property
+    def preprocessing_seconds(self) -> float:
+        """Seconds this process spent building preprocessed files (0.0 when they were found built)."""
+
+    def predict_on(self, split: str) -> None:
+        """Choose the split that ``predict_dataloader`` serves."""
+
+    def split_rows(self, split: str) -> SplitRows:
+        """The rows of ``split`` (after setup)."""
+
+    def predict_dataloader(self) -> DataLoader:
+        """This process's shard of the split chosen by :meth:`predict_on`."""
