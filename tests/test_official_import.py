@@ -285,3 +285,41 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     torch.save({"weights": {}}, tmp_path / "other.pt")
     assert main([str(tmp_path / "other.pt"), str(tmp_path / "x.ckpt")]) == 2
     assert "neither a fairseq checkpoint ('model', official v2) nor a Lightning checkpoint" in capsys.readouterr().err
+
+
+def test_train_fine_tunes_an_imported_checkpoint_as_urpe(tmp_path: Path, qm9_root: Path) -> None:
+    """``train.py --config DATA --config IMPORTED.yaml --init_from IMPORTED.ckpt``: one step at the first
+    learning rate of the warm-up (0) keeps the imported weights, with C = 1, on official paths."""
+    import train
+    from tests.conftest import tiny_run_args
+
+    source = save_official(tmp_path / "official.pt", "v2", official_weights("v2"))
+    import_checkpoint(source, tmp_path / "imported.ckpt")
+    train.main(tiny_run_args(qm9_root, tmp_path / "runs", "--config", str(tmp_path / "imported.yaml"),
+                             "--model.encoder.attention", "urpe", "--model.normalize_targets", "false",
+                             "--init_from", str(tmp_path / "imported.ckpt"), "--trainer.max_steps", "1",
+                             "--run_name", "urpe"))
+    run_dir = tmp_path / "runs" / "urpe"
+    imported = torch.load(tmp_path / "imported.ckpt", weights_only=True)["state_dict"]
+    tuned = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    scale = tuned.pop("model.relative_scale.weight")
+    assert torch.equal(scale[1:], torch.ones_like(scale[1:]))
+    assert tuned.keys() == imported.keys() and all(torch.equal(tuned[k], imported[k]) for k in imported)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["data"]["init_args"]["path_order"] == "official"
+    assert config["model"]["init_args"]["encoder"]["head"] == "v2"
+
+
+def test_single_hop_and_small_distance_tables_map_row_by_row() -> None:
+    """Without ``edge_dis_encoder`` (single_hop) bond rows sit one lower (no extra ``+ 1`` from the
+    edge-input padding); a 40-row distance table (v1.0 ZINC) holds distances 0..38 and no unreachable row."""
+    weights = official_weights("v1")
+    del weights["edge_dis_encoder.weight"]
+    weights["spatial_pos_encoder.weight"] = weights["spatial_pos_encoder.weight"][:40].clone()
+    config, ours, _ = convert(weights, "v1")
+    assert (config.edge_encoding, config.spatial_pos_max, config.max_distance) == ("single_hop", 39, None)
+    edge, spatial = weights["edge_encoder.weight"], weights["spatial_pos_encoder.weight"]
+    bond_rows = [512 * f + v + 2 for f, size in enumerate(BOND_VOCAB) for v in range(size)]
+    assert torch.equal(ours["edge_bias.features.weight"][1:], edge[bond_rows])
+    assert torch.equal(ours["relative_bias.table.weight"][2:], spatial[1:40])
+    assert torch.equal(ours["relative_bias.table.weight"][1], weights["graph_token_virtual_distance.weight"][0])
