@@ -2,8 +2,8 @@
 
     python -m graphormer_urpe.official_import checkpoint_best_pcqm4mv2.pt runs/imported/graphormer.ckpt
 
-writes ``graphormer.ckpt`` (an RPE model in our layout, readable by ``train.py --init_from``,
-``evaluate.py`` and :meth:`~graphormer_urpe.tasks.GraphormerTask.from_checkpoint`) and, next to it,
+writes ``graphormer.ckpt`` (an RPE model in our layout, for ``train.py --init_from`` and
+:meth:`~graphormer_urpe.tasks.GraphormerTask.from_checkpoint`) and, next to it,
 ``graphormer.yaml``: the matching ``model.init_args.encoder`` and ``data.init_args.path_order``, to
 pass after the dataset's config::
 
