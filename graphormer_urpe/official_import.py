@@ -106,6 +106,15 @@ class _Placeholder:
     def __setstate__(self, state: Any) -> None:
         pass
 
+    def __setitem__(self, key: Any, value: Any) -> None:  # items of a pickled dict subclass
+        pass
+
+    def append(self, item: Any) -> None:  # items of a pickled list subclass
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
 
 _ALLOWED = {
     ("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"),
@@ -158,7 +167,8 @@ def read_official(path: str | Path) -> tuple[dict[str, torch.Tensor], str, dict[
             hparams = vars(args)
     elif "state_dict" in checkpoint and isinstance(checkpoint["state_dict"], Mapping):
         state, version = dict(checkpoint["state_dict"]), "v1"
-        hparams = dict(checkpoint.get("hyper_parameters") or {})
+        found = checkpoint.get("hyper_parameters")
+        hparams = dict(found) if isinstance(found, Mapping) else {}  # Lightning's AttributeDict: a placeholder
     else:
         raise OfficialImportError(f"{path}: neither a fairseq checkpoint ('model', official v2) nor a Lightning "
                                   f"checkpoint ('state_dict', official v1.0); top-level keys: {sorted(checkpoint)}")

@@ -248,6 +248,18 @@ def test_imported_checkpoint_starts_rpe_and_urpe_fine_tuning_with_the_same_predi
     assert encoder["spatial_pos_max"] is None and encoder["layer_norm"] == "post" and encoder["head"] == "v2"
 
 
+class AttributeDict(dict):
+    """Stands for Lightning's ``AttributeDict`` of hyper-parameters in a v1.0 checkpoint."""
+
+
+def test_lightning_objects_are_read_as_placeholders(tmp_path: Path) -> None:
+    weights = official_weights("v1")
+    torch.save({"state_dict": weights, "hyper_parameters": AttributeDict(multi_hop_max_dist=3),
+                "callbacks": {"ModelCheckpoint": [AttributeDict(a=1)]}}, tmp_path / "v1.ckpt")
+    state, version, hparams = read_official(tmp_path / "v1.ckpt")
+    assert version == "v1" and hparams == {} and set(state) == set(weights)
+
+
 def test_fairseq_objects_are_read_without_running_them(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     source = save_official(tmp_path / "official.pt", "v2", official_weights("v2"), trap=marker)
