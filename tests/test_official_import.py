@@ -16,6 +16,7 @@ import torch
 import yaml
 from ogb.utils import smiles2graph
 
+from graphormer_urpe.cli import CONFIG_KEY
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.transforms import graph_structure
@@ -320,6 +321,9 @@ def test_train_fine_tunes_an_imported_checkpoint_as_urpe(tmp_path: Path, qm9_roo
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["data"]["init_args"]["path_order"] == "official"
     assert config["model"]["init_args"]["encoder"]["head"] == "v2"
+    # the config embedded in the checkpoint (what evaluate.py rebuilds from) keeps "null": no masking
+    embedded = yaml.safe_load(torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)[CONFIG_KEY])
+    assert embedded["model"]["init_args"]["encoder"]["spatial_pos_max"] is None
 
 
 def test_single_hop_and_small_distance_tables_map_row_by_row() -> None:
