@@ -8,11 +8,13 @@ URPE scale table C) for a batch with a graph token at position :data:`GRAPH_TOKE
 
     PAD_RELATION          0   any pair that involves a padding node (B row fixed at 0, C at 0)
     GRAPH_TOKEN_RELATION  1   any pair that involves the graph token (the "virtual distance")
-    SPD_RELATION_OFFSET   2   a pair of real nodes at shortest-path distance d -> 2 + d
+    SPD_RELATION_OFFSET   2   a pair of real nodes at shortest-path distance d -> 2 + min(d, max_distance)
+    unreachable pairs         2 + max_distance + 1, when ``max_distance`` is set (a learned relation)
 
-Pairs farther apart than ``spatial_pos_max`` (and unreachable ones) are masked out of the
-softmax, exactly as the official Graphormer collator does. Without a graph token (``graph_token:
-false``) id 1 is unused and the relation matrix is the node block alone.
+With ``spatial_pos_max`` set, pairs at distance ``>= spatial_pos_max`` (and unreachable ones) are
+masked out of the softmax, as the official Graphormer collator's option does; ``spatial_pos_max:
+null`` masks nothing, as both official training pipelines do (they pass 1024). Without a graph
+token (``graph_token: false``) id 1 is unused and the relation matrix is the node block alone.
 
 Relation ids of a sequence of length n (the synthetic tasks), id :data:`PAD_RELATION` reserved::
 
@@ -47,7 +49,15 @@ SEQUENCE_RELATION_OFFSET = PAD_RELATION + 1
 DEFAULT_T5_NUM_BUCKETS = 32
 DEFAULT_T5_MAX_DISTANCE = 128
 
-#: Official Graphormer collator: pairs with ``spd >= spatial_pos_max`` are masked.
+#: Largest stored distance: ``uint8`` distances, :data:`UNREACHABLE_SPD` reserved (longer paths
+#: are stored as unreachable; molecules and sampled subgraphs are far below it).
+MAX_STORED_DISTANCE = UNREACHABLE_SPD - 1
+#: Largest useful ``spatial_pos_max``: it masks the unreachable pairs only.
+MAX_SPATIAL_POS_MAX = UNREACHABLE_SPD
+
+#: Default of the official collator's ``spatial_pos_max`` (v1.0 ``graphormer/collator.py``): pairs
+#: with ``spd >= 20`` are masked. Both official training pipelines override it with 1024, which
+#: masks nothing (v1.0 ``graphormer/data.py``, v2 ``graphormer/tasks/graph_prediction.py``).
 DEFAULT_SPATIAL_POS_MAX = 20
 #: Official Graphormer: multi-hop edge encoding looks at the first 5 edges of a path.
 DEFAULT_MULTI_HOP_MAX_DIST = 5

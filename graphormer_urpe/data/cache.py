@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import GraphRecord, RawGraph
 from graphormer_urpe.data.files import atomic_write_json, file_record, manifest_problem
-from graphormer_urpe.data.structure import MAX_NODES, graph_structures
+from graphormer_urpe.data.structure import MAX_NODES, PathOrder, graph_structures
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,8 @@ class GraphSpec:
         continuous_node_dim: Fc, continuous node features per node (0: none).
         continuous_edge_dim: Fec, continuous edge features per edge (0: none).
         node_targets: targets are per node, ``y`` of shape (n, Y), instead of per graph.
+        path_order: which of several shortest paths ``first_edge`` follows (``smallest_next`` or
+            ``official``, see :mod:`graphormer_urpe.data.transforms`); part of the cache key.
     """
 
     node_vocab: Sequence[int]
@@ -89,6 +91,7 @@ class GraphSpec:
     continuous_node_dim: int = 0
     continuous_edge_dim: int = 0
     node_targets: bool = False
+    path_order: PathOrder = "smallest_next"
 
     def problem(self, graph: RawGraph) -> str | None:
         """Why ``graph`` cannot be cached, or None."""
@@ -201,7 +204,7 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: GraphSpec) ->
     if not kept:
         offsets = {name: np.zeros(1, dtype=np.int64) for name in ("node_ptr", "edge_ptr", "pair_ptr")}
         return {**{name: _empty(name, spec) for name in _ARRAY_NAMES}, **offsets}, skipped
-    structure = graph_structures([g.x.shape[0] for g in kept], [g.edge_index for g in kept])
+    structure = graph_structures([g.x.shape[0] for g in kept], [g.edge_index for g in kept], spec.path_order)
     num_edges = np.array([g.edge_index.shape[1] for g in kept], dtype=np.int64)
     if spec.node_targets:  # one row per node, found through node_ptr
         y = np.concatenate([np.asarray(g.y, dtype=np.float32) for g in kept])

@@ -30,6 +30,7 @@ from graphormer_urpe.data.loaders import (
 from graphormer_urpe.data.lsc_formats import SubmissionFormat
 from graphormer_urpe.data.sources.base import GraphSource
 from graphormer_urpe.data.split_rows import SplitRows
+from graphormer_urpe.data.structure import PATH_ORDERS, PathOrder
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,10 @@ class GraphDataModule(pl.LightningDataModule):
         max_nodes: graphs with more nodes are skipped and counted when the cache is built.
         prepare_per_node: build the cache on every node (``root`` on node-local disks) instead of
             once on global rank 0 (``root`` on a file system shared by all nodes, the default).
+        path_order: which of several shortest paths the edge encoding follows: ``smallest_next``
+            (the smallest next node at every step) or ``official`` (the paths of official
+            Graphormer's Floyd-Warshall, for models imported from official checkpoints); part of
+            the cache key (a non-default value only, so existing caches keep their names).
     """
 
     def __init__(
@@ -80,6 +85,7 @@ class GraphDataModule(pl.LightningDataModule):
         chunk_size: int = 10_000,
         max_nodes: int = 512,
         prepare_per_node: bool = False,
+        path_order: PathOrder = "smallest_next",
     ) -> None:
         super().__init__()
         self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
@@ -90,6 +96,9 @@ class GraphDataModule(pl.LightningDataModule):
         self.preprocess_workers = available_cores() if preprocess_workers is None else preprocess_workers
         self.chunk_size = chunk_size
         self.max_nodes = max_nodes
+        if path_order not in PATH_ORDERS:
+            raise ValueError(f"data.path_order={path_order!r}; expected one of {', '.join(map(repr, PATH_ORDERS))}")
+        self.path_order = path_order
         self.datasets: dict[str, GraphDataset] = {}
         #: Split served by ``predict_dataloader`` (:meth:`predict_on`).
         self.predict_split = "test"
@@ -102,11 +111,14 @@ class GraphDataModule(pl.LightningDataModule):
         source = self.source
         return GraphSpec(source.node_vocab, source.edge_vocab, source.num_targets, self.max_nodes,
                          continuous_node_dim=source.continuous_node_dim, continuous_edge_dim=source.continuous_edge_dim,
-                         node_targets=source.target_level == "node")
+                         node_targets=source.target_level == "node", path_order=self.path_order)
 
     @cached_property
     def _cache_name_and_key(self) -> tuple[str, dict]:
-        return self.source.cache_key({"max_nodes": self.max_nodes})
+        extra = {"max_nodes": self.max_nodes}
+        if self.path_order != "smallest_next":
+            extra["path_order"] = self.path_order
+        return self.source.cache_key(extra)
 
     @property
     def cache_key(self) -> dict:

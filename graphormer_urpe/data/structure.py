@@ -13,7 +13,9 @@ Shortest paths are encoded compactly. For every ordered pair ``(i, j)`` we keep
 The whole path follows by repeatedly looking up ``first_edge[k, j]`` from the edge's target ``k``,
 so the edge ids of the first K hops of every pair cost ``n^2`` integers instead of the official
 Graphormer's ``n^2 * K * F`` edge-feature tensor. Among several shortest paths the one whose next
-node has the smallest index is taken at every step, so the encoding is deterministic.
+node has the smallest index is taken at every step (``path_order="smallest_next"``), so the encoding
+is deterministic; ``path_order="official"`` takes the paths of official Graphormer's
+Floyd-Warshall instead (see :mod:`graphormer_urpe.data.official_paths`).
 
 Speed: :func:`graph_structures` preprocesses many graphs at once. Graphs with the same node count
 are stacked, so breadth-first search is a few batched ``(G, n, n)`` matmuls and the next-hop
@@ -26,11 +28,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
+from graphormer_urpe.data.official_paths import official_first_edges
+
+#: How one of several shortest paths is chosen: the smallest next node at every step, or the path
+#: official Graphormer's Floyd-Warshall takes (v2 ``graphormer/data/algos.pyx``).
+PathOrder = Literal["smallest_next", "official"]
+PATH_ORDERS = ("smallest_next", "official")
 
 #: Largest node count a graph may have: node ids and edge ids are stored as int16.
 MAX_NODES = 32767
@@ -132,7 +140,8 @@ class FlatStructures(NamedTuple):
     pair_ptr: np.ndarray
 
 
-def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray]) -> FlatStructures:
+def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray],
+                     path_order: PathOrder = "smallest_next") -> FlatStructures:
     """SPD, first edges of shortest paths, and degrees of many graphs, concatenated.
 
     Graphs with the same node count are stacked and processed together (see the module
@@ -142,6 +151,7 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
         num_nodes: n of every graph, each at most :data:`MAX_NODES`.
         edge_indices: per graph, a (2, e) integer array of directed edges (source row, target
             row); an undirected graph lists both directions, as PyG and ogb do.
+        path_order: which shortest path ``first_edge`` follows (see the module docstring).
 
     Returns:
         :class:`FlatStructures` in input order; distances saturate at :data:`UNREACHABLE_SPD`
@@ -149,6 +159,8 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
     """
     if len(num_nodes) != len(edge_indices):
         raise ValueError(f"{len(num_nodes)} node counts but {len(edge_indices)} edge lists")
+    if path_order not in PATH_ORDERS:
+        raise ValueError(f"path_order={path_order!r}; expected one of {', '.join(map(repr, PATH_ORDERS))}")
     sizes = np.asarray(num_nodes, dtype=np.int64).reshape(-1)
     if sizes.size and (sizes.min() < 0 or sizes.max() > MAX_NODES):
         g = int(np.argmax((sizes < 0) | (sizes > MAX_NODES)))
@@ -167,7 +179,7 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
         per_block = max(1, _BLOCK_ELEMENTS // max(1, n * n))
         for b0 in range(0, len(members), per_block):
             block = np.array(members[b0:b0 + per_block])
-            spd, first, in_degree, out_degree = _equal_size_structures(n, [edge_indices[g] for g in block])
+            spd, first, in_degree, out_degree = _equal_size_structures(n, [edge_indices[g] for g in block], path_order)
             pairs = pair_ptr[block][:, None] + np.arange(n * n)  # (G, n*n) positions in the output
             nodes = node_ptr[block][:, None] + np.arange(n)  # (G, n)
             out.spd[pairs] = spd.reshape(len(block), n * n)
@@ -177,7 +189,8 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
     return out
 
 
-def _equal_size_structures(n: int, edge_indices: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+def _equal_size_structures(n: int, edge_indices: list[np.ndarray],
+                           path_order: PathOrder = "smallest_next") -> tuple[np.ndarray, ...]:
     """SPD (G, n, n) uint8, first edges (G, n, n) int16 and in-/out-degrees (G, n) int16 of G
     graphs that all have n nodes."""
     num_graphs = len(edge_indices)
@@ -195,17 +208,20 @@ def _equal_size_structures(n: int, edge_indices: list[np.ndarray]) -> tuple[np.n
     spd = np.where((dist < 0) | (dist > UNREACHABLE_SPD), UNREACHABLE_SPD, dist).astype(np.uint8)
     in_degree = np.bincount(graph * n + dst, minlength=num_graphs * n).reshape(num_graphs, n)
     out_degree = np.bincount(graph * n + src, minlength=num_graphs * n).reshape(num_graphs, n)
-    return spd, first_edges(dist, edge_id), in_degree.astype(np.int16), out_degree.astype(np.int16)
+    first = official_first_edges(dist, edge_id) if path_order == "official" else first_edges(dist, edge_id)
+    return spd, first, in_degree.astype(np.int16), out_degree.astype(np.int16)
 
 
-def graph_structure(num_nodes: int, edge_index: np.ndarray) -> GraphStructure:
+def graph_structure(num_nodes: int, edge_index: np.ndarray, path_order: PathOrder = "smallest_next") -> GraphStructure:
     """SPD, first edges of shortest paths, and degrees of one graph (see :func:`graph_structures`).
 
     Args:
         num_nodes: n, at most :data:`MAX_NODES`.
         edge_index: (2, e) integer array of directed edges.
+        path_order: which shortest path ``first_edge`` follows.
     """
     if not 0 <= num_nodes <= MAX_NODES:
         raise ValueError(f"graph has {num_nodes} nodes; 0 to {MAX_NODES} are supported")
-    spd, first, in_degree, out_degree = _equal_size_structures(int(num_nodes), [edge_index])  # a block of one
+    # a block of one
+    spd, first, in_degree, out_degree = _equal_size_structures(int(num_nodes), [edge_index], path_order)
     return GraphStructure(spd=spd[0], first_edge=first[0], in_degree=in_degree[0], out_degree=out_degree[0])

@@ -5,12 +5,19 @@
     bias    = B[relation] + edge-path bias        shared by all layers        (B, H, T, T)
     scale   = C[relation]                         URPE only, shared           (B, H, T, T)
     layer   : x = x + drop(MHA(LN(x), bias, scale));  x = x + drop(FFN(LN(x)))
+              (``layer_norm: post``: x = LN(x + drop(MHA(x, ...)));  x = LN(x + drop(FFN(x))))
     output  = Linear(LN(x)[graph token or target node])                       (B, outputs)
               or Linear(LN(x)[every node])  with ``readout: nodes``           (B, N, outputs)
+              (``head: v2``: Linear -> GELU -> LayerNorm -> Linear + bias; ``final_norm: false``
+              drops the LN; ``embedding_norm: true`` adds a LN on the input tokens)
 
 The relation id of a pair is its shortest-path distance (offset past the padding and graph-token
-ids, see :mod:`graphormer_urpe.constants`); pairs at distance ``>= spatial_pos_max`` or unreachable
-are masked out of the softmax, as in the official collator. ``graph_token: false`` drops the virtual
+ids, see :mod:`graphormer_urpe.constants`), capped at ``max_distance``, with its own id for
+unreachable pairs. Pairs at distance ``>= spatial_pos_max`` and unreachable pairs are masked out of
+the softmax when ``spatial_pos_max`` is set (the official collator's option); ``spatial_pos_max:
+null`` masks nothing, which is what both official training pipelines do (they pass 1024). The
+official architecture variants (post-LN layers, embedding LayerNorm, v2 head) are options, see
+:class:`GraphormerConfig` and ``docs/official-graphormer.md``. ``graph_token: false`` drops the virtual
 node (T = N), the setting of Theorem 2 of the URPE paper. Nothing here imports Lightning: the
 model takes one :class:`~graphormer_urpe.data.batch.GraphBatch` and can be used in any loop.
 
@@ -28,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from graphormer_urpe.constants import (
@@ -35,11 +43,14 @@ from graphormer_urpe.constants import (
     DEFAULT_SPATIAL_POS_MAX,
     GRAPH_TOKEN_POS,
     GRAPH_TOKEN_RELATION,
+    MAX_SPATIAL_POS_MAX,
+    MAX_STORED_DISTANCE,
     NO_EDGE,
     NODE_TOKEN_OFFSET,
     PAD_ID,
     PAD_RELATION,
     SPD_RELATION_OFFSET,
+    UNREACHABLE_SPD,
 )
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.model.attention import AttentionKind, MultiHeadAttention, RelativeBias, RelativeScale
@@ -69,7 +80,20 @@ class GraphormerConfig:
         num_heads: H.
         attention: ``urpe`` (softmax times C[spd]) or ``rpe`` (plain Graphormer).
         max_degree: degrees above this share one embedding.
-        spatial_pos_max: pairs at SPD ``>= spatial_pos_max`` are masked (official: 20).
+        spatial_pos_max: pairs of nodes at SPD ``>= spatial_pos_max``, and unreachable pairs, are
+            masked out of the attention; 1 to :data:`MAX_SPATIAL_POS_MAX` (255: only unreachable
+            pairs are masked), or ``None``: nothing is masked by distance. The official collator
+            (``graphormer/collator.py`` in v1.0, ``graphormer/data/collator.py`` in v2) has a
+            default of 20, but both official training pipelines pass 1024 (v1.0
+            ``graphormer/data.py``, v2 ``graphormer/tasks/graph_prediction.py``), above the 510
+            that official ``algos.pyx`` stores for unreachable pairs: official training masks
+            nothing, which is ``None`` here.
+        max_distance: largest shortest-path distance with a row of its own in B (and C); pairs
+            farther apart share its row, and unreachable pairs get one more row of their own
+            (official: row ``spd + 1`` of a 512-row table, unreachable = 510 in ``algos.pyx``).
+            0 to :data:`MAX_STORED_DISTANCE`. ``None`` keeps the masked layout: rows for distances
+            0 .. ``spatial_pos_max - 1`` only (everything farther is masked), which needs
+            ``spatial_pos_max``.
         edge_encoding: ``multi_hop`` (mean over the first ``multi_hop_max_dist`` path edges, each
             through its own H x H matrix), ``single_hop`` (direct edges only) or ``none``.
         multi_hop_max_dist: K, path edges used by ``multi_hop`` (official: 5).
@@ -80,6 +104,15 @@ class GraphormerConfig:
         drop_path: stochastic-depth rate of the last layer (linearly increasing from 0).
         graph_token: prepend the learned graph token (virtual node). Without it the encoder sees the
             node set alone, the setting of the URPE paper's Theorem 2; the readout is then a node's.
+        layer_norm: ``pre`` (``x + f(LN(x))``, Graphormer v1.0 ``graphormer/model.py``) or ``post``
+            (``LN(x + f(x))``, the default of official v2,
+            ``graphormer/modules/graphormer_graph_encoder_layer.py``).
+        embedding_norm: LayerNorm on the input tokens before the input dropout (official v2's
+            ``emb_layer_norm``, on by default there: ``encoder_normalize_before``).
+        final_norm: LayerNorm on the final token states (v1.0's ``final_ln``; official v2 applies
+            none, with pre-LN layers neither).
+        head: ``linear`` (v1.0: ``Linear``) or ``v2`` (official v2 ``graphormer/models/graphormer.py``:
+            ``Linear -> GELU -> LayerNorm -> Linear`` without bias, plus one learned scalar bias).
     """
 
     node_vocab: Sequence[int] = field(default_factory=lambda: [28])
@@ -94,7 +127,7 @@ class GraphormerConfig:
     num_heads: int = 8
     attention: Literal["urpe", "rpe"] = "urpe"
     max_degree: int = 64
-    spatial_pos_max: int = DEFAULT_SPATIAL_POS_MAX
+    spatial_pos_max: int | None = DEFAULT_SPATIAL_POS_MAX
     edge_encoding: Literal["multi_hop", "single_hop", "none"] = "multi_hop"
     multi_hop_max_dist: int = DEFAULT_MULTI_HOP_MAX_DIST
     input_dropout: float = 0.0
@@ -103,11 +136,49 @@ class GraphormerConfig:
     activation_dropout: float = 0.0
     drop_path: float = 0.0
     graph_token: bool = True
+    max_distance: int | None = None
+    layer_norm: Literal["pre", "post"] = "pre"
+    embedding_norm: bool = False
+    final_norm: bool = True
+    head: Literal["linear", "v2"] = "linear"
+
+    def __post_init__(self) -> None:
+        """Reject distance settings that cannot work, naming the key and the allowed range."""
+        if self.spatial_pos_max is not None and not (
+                isinstance(self.spatial_pos_max, int) and 1 <= self.spatial_pos_max <= MAX_SPATIAL_POS_MAX):
+            raise ValueError(
+                f"encoder.spatial_pos_max={self.spatial_pos_max!r}: must be an integer from 1 to "
+                f"{MAX_SPATIAL_POS_MAX} (distances are stored up to {MAX_STORED_DISTANCE}; "
+                f"{MAX_SPATIAL_POS_MAX} masks only unreachable pairs), or null to mask nothing by distance "
+                "(what official Graphormer's spatial_pos_max 1024 does)")
+        if self.max_distance is not None and not (
+                isinstance(self.max_distance, int) and 0 <= self.max_distance <= MAX_STORED_DISTANCE):
+            raise ValueError(f"encoder.max_distance={self.max_distance!r}: must be an integer from 0 to "
+                             f"{MAX_STORED_DISTANCE} (the largest stored distance), or null")
+        if self.max_distance is None and self.spatial_pos_max is None:
+            raise ValueError("encoder.spatial_pos_max is null (no masking) but encoder.max_distance is not set: "
+                             "set max_distance (0 to "
+                             f"{MAX_STORED_DISTANCE}) so that every unmasked distance has a row of B")
+        choices = (("layer_norm", self.layer_norm, ("pre", "post")), ("head", self.head, ("linear", "v2")))
+        for key, value, allowed in choices:
+            if value not in allowed:
+                raise ValueError(f"encoder.{key}={value!r}; expected one of {', '.join(map(repr, allowed))}")
+
+    @property
+    def distance_rows(self) -> int:
+        """Rows of B (and C) for reachable distances: 0 .. ``max_distance`` (or ``spatial_pos_max - 1``)."""
+        return self.max_distance + 1 if self.max_distance is not None else self.spatial_pos_max
+
+    @property
+    def unreachable_relation(self) -> int | None:
+        """Relation id of unreachable pairs (the last row), or None in the masked layout."""
+        return SPD_RELATION_OFFSET + self.distance_rows if self.max_distance is not None else None
 
     @property
     def num_relations(self) -> int:
-        """Rows of the B and C tables: padding, graph token, and SPD 0 .. spatial_pos_max - 1."""
-        return SPD_RELATION_OFFSET + self.spatial_pos_max
+        """Rows of the B and C tables: padding, graph token, SPD 0 .. ``distance_rows - 1``, and
+        unreachable pairs when ``max_distance`` is set."""
+        return SPD_RELATION_OFFSET + self.distance_rows + (self.max_distance is not None)
 
 
 def _categorical_offsets(vocab: Sequence[int]) -> torch.Tensor:
@@ -219,7 +290,10 @@ class EdgePathBias(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Pre-LayerNorm Transformer layer with optional stochastic depth.
+    """Transformer layer, pre- or post-LayerNorm, with optional stochastic depth.
+
+        pre  (v1.0):  x = x + drop(MHA(LN(x)));  x = x + drop(FFN(LN(x)))
+        post (v2):    x = LN(x + drop(MHA(x)));  x = LN(x + drop(FFN(x)))
 
     Args:
         hidden_dim: width.
@@ -229,6 +303,7 @@ class EncoderLayer(nn.Module):
         attention_dropout: dropout on the attention matrix.
         activation_dropout: dropout after the GELU.
         drop_path: probability of skipping a residual branch for a whole graph (training only).
+        post_norm: LayerNorm after each residual sum (official v2) instead of before each branch.
     """
 
     def __init__(
@@ -240,8 +315,10 @@ class EncoderLayer(nn.Module):
         attention_dropout: float,
         activation_dropout: float,
         drop_path: float,
+        post_norm: bool = False,
     ) -> None:
         super().__init__()
+        self.post_norm = post_norm
         self.attention_norm = nn.LayerNorm(hidden_dim)
         self.attention = MultiHeadAttention(hidden_dim, num_heads, attention_dropout)
         self.ffn_norm = nn.LayerNorm(hidden_dim)
@@ -265,6 +342,9 @@ class EncoderLayer(nn.Module):
         Shapes:
             x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) -> (B, T, H*D).
         """
+        if self.post_norm:
+            x = self.attention_norm(x + self._residual(self.dropout(self.attention(x, attn_bias, attn_scale))))
+            return self.ffn_norm(x + self._residual(self.dropout(self.ffn(x))))
         attended = self.attention(self.attention_norm(x), attn_bias, attn_scale)
         x = x + self._residual(self.dropout(attended))
         return x + self._residual(self.dropout(self.ffn(self.ffn_norm(x))))
@@ -278,6 +358,33 @@ class EncoderLayer(nn.Module):
         return branch * alive / keep
 
 
+class V2Head(nn.Module):
+    """Official Graphormer v2's output head (``GraphormerEncoder`` in ``graphormer/models/graphormer.py``):
+
+        y = Linear_out(LayerNorm(GELU(Linear(x)))) + b        (Linear_out without bias, b one scalar)
+
+    Args:
+        hidden_dim: input width.
+        num_outputs: output width.
+    """
+
+    def __init__(self, hidden_dim: int, num_outputs: int) -> None:
+        super().__init__()
+        self.transform = nn.Linear(hidden_dim, hidden_dim)
+        self.norm = nn.LayerNorm(hidden_dim)
+        self.out = nn.Linear(hidden_dim, num_outputs, bias=False)
+        self.bias = nn.Parameter(torch.zeros(1))
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The output matrix, whose dtype the readout is cast to (as for a plain ``Linear`` head)."""
+        return self.out.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Shapes: x: (..., H*D) -> (..., num_outputs)."""
+        return self.out(self.norm(F.gelu(self.transform(x)))) + self.bias
+
+
 def official_init(module: nn.Module, num_layers: int) -> None:
     """Official Graphormer init: Linear N(0, 0.02/sqrt(layers)), embeddings N(0, 0.02).
 
@@ -286,7 +393,8 @@ def official_init(module: nn.Module, num_layers: int) -> None:
     """
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, std=0.02 / math.sqrt(num_layers))
-        nn.init.zeros_(module.bias)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
     elif isinstance(module, nn.Embedding):
         nn.init.normal_(module.weight, std=0.02)
         if module.padding_idx is not None:
@@ -331,17 +439,18 @@ class Graphormer(nn.Module):
             if config.edge_encoding != "none"
             else None
         )
+        self.embedding_norm = nn.LayerNorm(hidden) if config.embedding_norm else None
         self.input_dropout = Dropout(config.input_dropout)
         depth_rates = torch.linspace(0.0, config.drop_path, config.num_layers).tolist()
         self.layers = nn.ModuleList(
             EncoderLayer(
                 hidden, config.ffn_dim, config.num_heads, config.dropout,
-                config.attention_dropout, config.activation_dropout, rate,
+                config.attention_dropout, config.activation_dropout, rate, post_norm=config.layer_norm == "post",
             )
             for rate in depth_rates
         )
-        self.final_norm = nn.LayerNorm(hidden)
-        self.head = nn.Linear(hidden, config.num_outputs)
+        self.final_norm = nn.LayerNorm(hidden) if config.final_norm else None
+        self.head = V2Head(hidden, config.num_outputs) if config.head == "v2" else nn.Linear(hidden, config.num_outputs)
         self.apply(functools.partial(official_init, num_layers=config.num_layers))
 
     def relations(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -350,10 +459,16 @@ class Graphormer(nn.Module):
         Shapes:
             returns relation (B, T, T) int64 and key_mask (B, T, T) bool (True = may attend).
         """
+        config = self.config
         node_mask = batch.node_mask
         real_pair = node_mask.unsqueeze(2) & node_mask.unsqueeze(1)  # (B, N, N)
-        near = batch.spd < self.config.spatial_pos_max
-        relation = torch.where(real_pair & near, batch.spd.long() + SPD_RELATION_OFFSET, PAD_RELATION)
+        spd = batch.spd.long()  # (B, N, N); compared as int64: a uint8 tensor would wrap a Python int >= 256
+        reachable = spd != UNREACHABLE_SPD
+        near = torch.ones_like(real_pair) if config.spatial_pos_max is None else spd < config.spatial_pos_max
+        distance = spd.clamp(max=config.distance_rows - 1) + SPD_RELATION_OFFSET
+        if config.unreachable_relation is not None:
+            distance = torch.where(reachable, distance, config.unreachable_relation)
+        relation = torch.where(real_pair & near, distance, PAD_RELATION)
         if self.graph_token is None:  # every row keeps a visible key: its own node, or the real nodes
             return relation, node_mask.unsqueeze(1) & ~(real_pair & ~near)
 
@@ -401,11 +516,13 @@ class Graphormer(nn.Module):
         if self.graph_token is not None:
             token = self.graph_token.weight.expand(x.shape[0], 1, -1)  # (B, 1, H*D)
             x = torch.cat([token, x], dim=1)  # (B, T, H*D)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
         x = self.input_dropout(x)
         attn_bias, attn_scale = self.attention_inputs(batch)
         for layer in self.layers:
             x = layer(x, attn_bias, attn_scale)
-        return self.final_norm(x)
+        return x if self.final_norm is None else self.final_norm(x)
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
         """Prediction of each graph (``readout="graph_token"``), of its target node, or of every node.

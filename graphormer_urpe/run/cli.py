@@ -308,7 +308,7 @@ class GraphormerCLI(LightningCLI):
             PreemptionCheckpoint(checkpoint_dir, tuple(options.signals),
                                  requeue_signals=("SIGUSR1",) if options.requeue else ()),
             NonFiniteLossGuard(),
-            EmbedConfig(self.parser.dump(self.config)),
+            EmbedConfig(self.parser.dump(self.config, skip_none=False)),  # keeps nulls (spatial_pos_max: null)
             RunRecord(run_dir, self.config_name, self.config.get("seed_everything"), self.config_dict()),
         ]
         if self.config["logger"] != "none":

@@ -1,0 +1,83 @@
+"""Shortest paths chosen as official Graphormer chooses them (``path_order: official``).
+
+Official Graphormer (v2 ``graphormer/data/algos.pyx``, ``floyd_warshall`` and ``get_all_edges``)
+runs Floyd-Warshall with a strict ``>`` and records in ``path[i, j]`` the last intermediate node k
+that shortened the pair; the path is then ``path(i, k) + [k] + path(k, j)``. Since k runs upwards,
+``path[i, j]`` is the smallest k such that some shortest i -> j path has no intermediate node above
+k: among the shortest paths, official Graphormer takes the one whose largest intermediate node is
+smallest, recursively. Our default (``smallest_next``) takes the smallest next node at every step
+instead, and the two differ on molecules with rings (different bond features along the path).
+
+These paths are *suffix-consistent*: after the first hop i -> n1, the official path of (i, j)
+continues exactly as the official path of (n1, j) (checked against a transcription of
+``algos.pyx`` on random directed, undirected and disconnected graphs in ``tests/test_official_paths.py``).
+So the compact ``first_edge`` matrix represents them exactly, for every hop, and the model follows
+them with no change.
+
+Official v1.0 (``graphormer/algos.pyx`` of the ``v1.0`` branch) initialises ``path`` with 0 and
+reads 0 as "no intermediate node", so any path through node 0 loses it and is read as a non-edge
+hop; that is a bug fixed in v2 and not reproduced here.
+
+Speed: Floyd-Warshall is vectorised over a block of G graphs of n nodes, n steps of ``(G, n, n)``
+array operations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphormer_urpe.constants import NO_EDGE
+
+
+def official_intermediates(dist: np.ndarray) -> np.ndarray:
+    """``path`` of official ``floyd_warshall`` (v2 ``algos.pyx``) for G graphs of n nodes at once.
+
+    Args:
+        dist: (G, n, n) hop distances, -1 where unreachable (as from
+            :func:`~graphormer_urpe.data.structure.shortest_path_distances`); only which pairs
+            are adjacent (distance 1) is read.
+
+    Returns:
+        (G, n, n) int64: the intermediate node k of pair (i, j), -1 when the pair is joined
+        directly (or i == j) or unreachable.
+    """
+    num_graphs, n, _ = dist.shape
+    unreachable = 510  # official: distances of unconnected pairs start at 510 (any value > n works)
+    best = np.where(dist == 1, 1, unreachable).astype(np.int64)
+    best[:, np.arange(n), np.arange(n)] = 0
+    path = np.full(dist.shape, -1, dtype=np.int64)
+    for k in range(n):  # row and column k do not change during step k (best[k, k] = 0), as in the loop
+        through = best[:, :, k, None] + best[:, None, k, :]  # (G, n, n)
+        shorter = best > through
+        best = np.where(shorter, through, best)
+        path[shorter] = k
+    path[dist < 0] = -1
+    return path
+
+
+def official_first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
+    """First edge of the official shortest path of every pair of G graphs of n nodes.
+
+    The first node of ``path(i, j) = path(i, k) + [k] + path(k, j)`` is the first node of
+    ``path(i, k)``: follow ``k = path[i, k]`` until it is -1 (at most n rounds, vectorised).
+
+    Args:
+        dist: (G, n, n) hop distances, -1 where unreachable.
+        edge_id: (G, n, n) id of the edge i -> k, or -1.
+
+    Returns:
+        (G, n, n) int16 edge ids, :data:`NO_EDGE` on the diagonal and for unreachable pairs.
+    """
+    num_graphs, n, _ = dist.shape
+    path = official_intermediates(dist)
+    g = np.arange(num_graphs)[:, None, None]
+    i = np.arange(n)[None, :, None]
+    target = np.broadcast_to(np.arange(n)[None, None, :], dist.shape).copy()  # (G, n, n)
+    for _ in range(n):
+        step = path[g, i, target]
+        if (step < 0).all():
+            break
+        target = np.where(step >= 0, step, target)
+    first = edge_id[g, i, target]
+    first[(dist <= 0)] = NO_EDGE
+    return first.astype(np.int16)

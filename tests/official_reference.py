@@ -1,0 +1,197 @@
+"""Direct transcriptions of official Graphormer code, for tests to compare against.
+
+Written from microsoft/Graphormer, read for this purpose and not copied: v2
+``graphormer/data/algos.pyx`` (``floyd_warshall``, ``get_all_edges``) as plain Python loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+OFFICIAL_UNREACHABLE = 510
+
+
+def floyd_warshall(adjacency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Official ``floyd_warshall``: (distances with 510 for unreachable pairs, path matrix).
+
+    ``path[i, j]`` is the last k that strictly shortened (i, j), -1 for none, 510 for unreachable.
+    """
+    n = adjacency.shape[0]
+    dist = np.where(adjacency, 1, 0).astype(np.int64)
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                dist[i, j] = 0
+            elif dist[i, j] == 0:
+                dist[i, j] = OFFICIAL_UNREACHABLE
+    path = np.full((n, n), -1, dtype=np.int64)
+    for k in range(n):
+        for i in range(n):
+            for j in range(n):
+                through = dist[i, k] + dist[k, j]
+                if dist[i, j] > through:
+                    dist[i, j] = through
+                    path[i, j] = k
+    far = dist >= OFFICIAL_UNREACHABLE
+    path[far] = OFFICIAL_UNREACHABLE
+    dist[far] = OFFICIAL_UNREACHABLE
+    return dist, path
+
+
+def all_nodes(path: np.ndarray, i: int, j: int) -> list[int]:
+    """Official ``get_all_edges``: the intermediate nodes of the path from i to j."""
+    k = int(path[i, j])
+    if k == -1:
+        return []
+    return all_nodes(path, i, k) + [k] + all_nodes(path, k, j)
+
+
+def official_path(path: np.ndarray, i: int, j: int) -> list[int]:
+    """The node sequence official ``gen_edge_input`` walks from i to j."""
+    return [i, *all_nodes(path, i, j), j]
+
+
+# ----------------------------------------------------------------------------- official preprocessing and forward
+# From v2 ``graphormer/data/wrapper.py`` (preprocess_item), ``graphormer/data/collator.py``,
+# ``graphormer/modules/graphormer_layers.py``, ``graphormer_graph_encoder(_layer).py`` and
+# ``graphormer/models/graphormer.py``; v1.0 ``graphormer/model.py`` differs in the layer norms and the head.
+
+FEATURE_OFFSET = 512
+
+
+def convert_to_single_emb(x: np.ndarray) -> np.ndarray:
+    """Official ``convert_to_single_emb``: column f gets ``1 + 512 f`` added."""
+    return x + 1 + FEATURE_OFFSET * np.arange(x.shape[1])
+
+
+def gen_edge_input(path: np.ndarray, edge_type: np.ndarray, max_dist: int) -> np.ndarray:
+    """Official ``gen_edge_input``: features of the edges along each path, -1 elsewhere. (n, n, D, F)"""
+    n = path.shape[0]
+    out = -np.ones((n, n, max_dist, edge_type.shape[-1]), dtype=np.int64)
+    for i in range(n):
+        for j in range(n):
+            if i == j or path[i, j] == OFFICIAL_UNREACHABLE:
+                continue
+            nodes = official_path(path, i, j)
+            for k in range(len(nodes) - 1):
+                out[i, j, k] = edge_type[nodes[k], nodes[k + 1]]
+    return out
+
+
+def official_batch(graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], multi_hop_max_dist: int,
+                   spatial_pos_max: int = 1024) -> dict[str, torch.Tensor]:
+    """``preprocess_item`` of every (x, edge_index, edge_attr), then ``collator``."""
+    items = []
+    for x, edge_index, edge_attr in graphs:
+        n = x.shape[0]
+        adjacency = np.zeros((n, n), dtype=bool)
+        adjacency[edge_index[0], edge_index[1]] = True
+        edge_type = np.zeros((n, n, edge_attr.shape[1]), dtype=np.int64)
+        edge_type[edge_index[0], edge_index[1]] = convert_to_single_emb(edge_attr) + 1
+        dist, path = floyd_warshall(adjacency)
+        edge_input = gen_edge_input(path, edge_type, int(dist.max()))[:, :, :multi_hop_max_dist]
+        attn_bias = torch.zeros(n + 1, n + 1)
+        attn_bias[1:, 1:][torch.from_numpy(dist >= spatial_pos_max)] = float("-inf")
+        items.append(dict(x=convert_to_single_emb(x), edge_type=edge_type, dist=dist, edge_input=edge_input,
+                          attn_bias=attn_bias, degree=adjacency.sum(1)))
+    n_max = max(item["x"].shape[0] for item in items)
+    hops = max(item["edge_input"].shape[2] for item in items)
+    batch = len(items)
+    out = dict(
+        x=torch.zeros(batch, n_max, items[0]["x"].shape[1], dtype=torch.long),
+        attn_bias=torch.full((batch, n_max + 1, n_max + 1), float("-inf")),
+        attn_edge_type=torch.zeros(batch, n_max, n_max, items[0]["edge_type"].shape[2], dtype=torch.long),
+        spatial_pos=torch.zeros(batch, n_max, n_max, dtype=torch.long),
+        in_degree=torch.zeros(batch, n_max, dtype=torch.long),
+        edge_input=torch.zeros(batch, n_max, n_max, hops, items[0]["edge_input"].shape[3], dtype=torch.long),
+    )
+    for b, item in enumerate(items):
+        n = item["x"].shape[0]
+        out["x"][b, :n] = torch.from_numpy(item["x"] + 1)
+        out["attn_bias"][b, :n + 1, :n + 1] = item["attn_bias"]
+        out["attn_bias"][b, n + 1:, :n + 1] = 0.0
+        out["attn_edge_type"][b, :n, :n] = torch.from_numpy(item["edge_type"])
+        out["spatial_pos"][b, :n, :n] = torch.from_numpy(item["dist"] + 1)
+        out["in_degree"][b, :n] = torch.from_numpy(item["degree"] + 1)
+        d = item["edge_input"].shape[2]
+        out["edge_input"][b, :n, :n, :d] = torch.from_numpy(item["edge_input"] + 1)
+    return out
+
+
+def official_forward(w: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], version: str, num_heads: int,
+                     num_layers: int, multi_hop_max_dist: int, pre_layernorm: bool = False) -> torch.Tensor:
+    """The official model's graph-token prediction, from the official formulas (eval mode, multi_hop)."""
+    F = torch.nn.functional
+    if version == "v2":
+        node, bias, layer = "encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.", \
+            "encoder.graph_encoder.layers.{}."
+        names = dict(q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", o="self_attn.out_proj",
+                     ln1="self_attn_layer_norm", ln2="final_layer_norm", fc1="fc1", fc2="fc2")
+    else:
+        node, bias, layer = "", "", "layers.{}."
+        names = dict(q="self_attention.linear_q", k="self_attention.linear_k", v="self_attention.linear_v",
+                     o="self_attention.output_layer", ln1="self_attention_norm", ln2="ffn_norm",
+                     fc1="ffn.layer1", fc2="ffn.layer2")
+    x, spatial_pos, edge_input = batch["x"], batch["spatial_pos"], batch["edge_input"]
+    n_graph, n_node = x.shape[:2]
+    hidden = w[f"{node}atom_encoder.weight"].shape[1]
+
+    def lin(name: str, t: torch.Tensor) -> torch.Tensor:
+        return F.linear(t, w[f"{name}.weight"], w.get(f"{name}.bias"))
+
+    def ln(name: str, t: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(t, (hidden,), w[f"{name}.weight"], w[f"{name}.bias"], 1e-5)
+
+    # GraphAttnBias
+    graph_attn_bias = batch["attn_bias"].clone().unsqueeze(1).repeat(1, num_heads, 1, 1)
+    spatial_bias = F.embedding(spatial_pos, w[f"{bias}spatial_pos_encoder.weight"])  # (B, N, N, H)
+    graph_attn_bias[:, :, 1:, 1:] += spatial_bias.permute(0, 3, 1, 2)
+    t = w[f"{bias}graph_token_virtual_distance.weight"].view(1, num_heads, 1)
+    graph_attn_bias[:, :, 1:, 0] += t
+    graph_attn_bias[:, :, 0, :] += t
+    spatial_pos_ = spatial_pos.clone()
+    spatial_pos_[spatial_pos_ == 0] = 1
+    spatial_pos_ = torch.where(spatial_pos_ > 1, spatial_pos_ - 1, spatial_pos_).clamp(0, multi_hop_max_dist)
+    edge_input = edge_input[:, :, :, :multi_hop_max_dist, :]
+    edge = F.embedding(edge_input, w[f"{bias}edge_encoder.weight"]).mean(-2)  # (B, N, N, D, H)
+    max_dist = edge.shape[-2]
+    flat = edge.permute(3, 0, 1, 2, 4).reshape(max_dist, -1, num_heads)
+    flat = torch.bmm(flat, w[f"{bias}edge_dis_encoder.weight"].reshape(-1, num_heads, num_heads)[:max_dist])
+    edge = flat.reshape(max_dist, n_graph, n_node, n_node, num_heads).permute(1, 2, 3, 0, 4)
+    edge = (edge.sum(-2) / spatial_pos_.float().unsqueeze(-1)).permute(0, 3, 1, 2)
+    graph_attn_bias[:, :, 1:, 1:] += edge
+    graph_attn_bias = graph_attn_bias + batch["attn_bias"].unsqueeze(1)
+
+    # GraphNodeFeature
+    h = F.embedding(x, w[f"{node}atom_encoder.weight"]).sum(-2)
+    h = h + F.embedding(batch["in_degree"], w[f"{node}in_degree_encoder.weight"])
+    h = h + F.embedding(batch["in_degree"], w[f"{node}out_degree_encoder.weight"])  # both official versions
+    h = torch.cat([w[f"{node}graph_token.weight"].unsqueeze(0).repeat(n_graph, 1, 1), h], 1)
+    if version == "v2" and "encoder.graph_encoder.emb_layer_norm.weight" in w:
+        h = ln("encoder.graph_encoder.emb_layer_norm", h)
+    pre = version == "v1" or pre_layernorm
+    head_dim = hidden // num_heads
+    padding = torch.cat([torch.zeros(n_graph, 1, dtype=torch.bool), x[:, :, 0] == 0], 1)
+    for i in range(num_layers):
+        p = layer.format(i)
+        y = ln(p + names["ln1"], h) if pre else h
+        q = lin(p + names["q"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2) * head_dim ** -0.5
+        k = lin(p + names["k"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2)
+        v = lin(p + names["v"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2)
+        scores = q @ k.transpose(2, 3) + graph_attn_bias
+        if version == "v2":
+            scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
+        y = torch.softmax(scores, dim=-1) @ v
+        y = lin(p + names["o"], y.transpose(1, 2).reshape(n_graph, -1, hidden))
+        h = h + y if pre else ln(p + names["ln1"], h + y)
+        y = ln(p + names["ln2"], h) if pre else h
+        y = lin(p + names["fc2"], F.gelu(lin(p + names["fc1"], y)))
+        h = h + y if pre else ln(p + names["ln2"], h + y)
+    if version == "v1":
+        h = ln("final_ln", h)
+        head = "out_proj" if "out_proj.weight" in w else "downstream_out_proj"
+        return lin(head, h[:, 0])
+    h = ln("encoder.layer_norm", F.gelu(lin("encoder.lm_head_transform_weight", h)))
+    logits = F.linear(h, w["encoder.embed_out.weight"]) + w["encoder.lm_output_learned_bias"]
+    return logits[:, 0, :]  # the graph token, as the criteria take it (v2 criterions/l1_loss.py)
