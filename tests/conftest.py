@@ -11,9 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from graphormer_urpe.data.batch import GraphRecord
 from graphormer_urpe.data.structure import graph_structure
+from graphormer_urpe.testing.device import exactness_device
 
 
 def random_edges(rng: np.random.Generator, n: int, extra: int = 2, connected: bool = True) -> np.ndarray:
@@ -55,6 +57,12 @@ def make_record(rng: np.random.Generator, n: int, index: int = 0, node_vocab=(28
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def device() -> torch.device:
+    """Where the exactness tests (marker ``device``) run: the GPU if there is one, else the CPU."""
+    return exactness_device()
 
 
 @pytest.fixture(autouse=True)
