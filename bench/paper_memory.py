@@ -37,11 +37,11 @@ import numpy as np
 import torch
 
 from common import molecule_like_edges
-from graphormer_urpe.cli import GraphormerCLI
 from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
-from graphormer_urpe.data.transforms import graph_structure
-from graphormer_urpe.memory import GIB, Precision, StepMemory, estimate_step_memory, measure_step_memory
+from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.model.graphormer import Graphormer
+from graphormer_urpe.run.cli import GraphormerCLI
+from graphormer_urpe.run.memory import GIB, Precision, StepMemory, estimate_step_memory, measure_step_memory
 
 #: What a 32 GB V100 offers to PyTorch (nvidia-smi: 32,510 MiB) and what the CUDA context takes.
 V100_USABLE_GIB = 32510 / 1024
@@ -127,8 +127,8 @@ def molecule_batch(model: Graphormer, graphs: int, atoms: int, seed: int = 0) ->
 def synthetic_mag_root(directory: Path, papers: int = 100_000) -> Path:
     """A synthetic MAG240M release (real layout, 153 classes, 5 papers per author, 40 citations and
     10 authors per paper) dense enough for subgraphs near the 401-node bound; built once."""
-    from graphormer_urpe.data.mag240m import MAG240MRaw, prepare_derived
-    from graphormer_urpe.data.mag240m_synthetic import SyntheticMAG, write_synthetic_mag240m
+    from graphormer_urpe.data.mag240m.release import MAG240MRaw, prepare_derived
+    from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
     root = directory / f"mag240m_{papers}"
     if not (root / "mag240m_kddcup2021" / "graphormer").exists():

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from graphormer_urpe.data.batch import collate_graphs
-from graphormer_urpe.memory import PeakMemory, TrainingStep, estimate_step_memory
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
+from graphormer_urpe.run.memory import PeakMemory, TrainingStep, estimate_step_memory
 from tests.conftest import make_record
 
 
