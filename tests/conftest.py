@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +63,16 @@ def rng() -> np.random.Generator:
 def device() -> torch.device:
     """Where the exactness tests (marker ``device``) run: the GPU if there is one, else the CPU."""
     return exactness_device()
+
+
+@pytest.fixture(autouse=True)
+def restore_deterministic_algorithms() -> Iterator[None]:
+    """A run with ``--trainer.deterministic true`` switches torch's deterministic mode on for the
+    whole process; the tests after it see the mode they started with."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    yield
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 @pytest.fixture(autouse=True)

@@ -46,7 +46,8 @@ def test_the_check_runs_end_to_end_on_the_cpu(qm9_root: Path, tmp_path: Path) ->
     memory = {r["setting"]: r for r in report["parts"]["memory"]["results"]}
     assert set(memory) == {"ZINC", "PCQM4Mv2", "MAG240M"}
     assert memory["ZINC"]["padded_nodes"] == 38 and memory["PCQM4Mv2"]["padded_nodes"] == 51
-    assert memory["MAG240M"]["graphs_per_gpu"] == 32 and memory["MAG240M"]["padded_nodes"] > 100
+    assert memory["MAG240M"]["graphs_per_gpu"] == 32 and memory["MAG240M"]["padded_nodes"] == 401  # 1 + 25 + 25 * 15
+    assert 100 < memory["MAG240M"]["largest_graph"] <= 401
     assert memory["ZINC"]["peak_gib"] < memory["PCQM4Mv2"]["peak_gib"] < memory["MAG240M"]["peak_gib"]
     summary = (tmp_path / "summary.md").read_text()
-    assert "| bf16-mixed |" in summary and "| MAG240M | 32 |" in summary
+    assert "| bf16-mixed |" in summary and "| MAG240M | 32 |" in summary and "(401) |" in summary
