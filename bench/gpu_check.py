@@ -1,6 +1,6 @@
 """The one command to run on a GPU machine: is the project correct, how fast, and does it fit a V100?
 
-    python bench/gpu_check.py                          # on a GPU: everything, about 15-30 minutes
+    python bench/gpu_check.py                          # on a GPU: everything
     python bench/gpu_check.py --device cpu --steps 3 --quick   # the same parts on the CPU, small
 
 Parts (``--parts`` picks some), each printed as it starts with the command it runs:
