@@ -145,16 +145,18 @@ def test_rpe_equals_torch_scaled_dot_product_attention() -> None:
     torch.testing.assert_close(attention(x, bias, None), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_bf16_autocast_stays_close_to_float32() -> None:
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_autocast_stays_close_to_float32(device: torch.device, dtype: torch.dtype) -> None:
     torch.manual_seed(0)
-    attention = MultiHeadAttention(H * D, H)
-    x, relation, key_mask = inputs()
-    bias = masked(RelativeBias(5, H)(relation), key_mask)
-    scale = RelativeScale(5, H)
+    attention = MultiHeadAttention(H * D, H).to(device)
+    x, relation, key_mask = inputs(device=device)
+    bias = masked(RelativeBias(5, H).to(device)(relation), key_mask)
+    scale = RelativeScale(5, H).to(device)
     with torch.no_grad():
         scale.weight[1:] = torch.rand(4, H) + 0.5
     reference = attention(x, bias, scale(relation).contiguous())
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast(device.type, dtype=dtype):
         mixed = attention(x, bias, scale(relation).contiguous())
     relative_error = (mixed.float() - reference).norm() / reference.norm()
     assert relative_error < 2e-2
