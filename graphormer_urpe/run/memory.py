@@ -11,8 +11,8 @@ A training step (forward and loss under autocast, backward, gradient clipping, A
   float16 and bfloat16 are the same), the softmax and the tables stay float32 as the model asks.
 
 The estimate counts tensors only. On a GPU add the CUDA context (about 0.3-0.5 GiB), the cuBLAS
-workspace, and the caching allocator's rounding and fragmentation (``max_memory_reserved`` is
-typically 5-20 % above ``max_memory_allocated``).
+workspace, and the caching allocator's rounding and fragmentation (on a GPU,
+:func:`measure_step_memory` reports ``max_memory_reserved`` next to ``max_memory_allocated``).
 """
 
 from __future__ import annotations
