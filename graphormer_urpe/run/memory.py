@@ -188,8 +188,10 @@ def estimate_step_memory(model: nn.Module, batch: GraphBatch, precision: Precisi
 
 def measure_step_memory(model: nn.Module, batch: GraphBatch, precision: Precision) -> StepMemory:
     """Peak GPU memory of a training step (``model`` and ``batch`` on the GPU): two steps run,
-    the second (with the optimiser state the first created) is measured by the allocator."""
+    the second (with the optimiser state the first created, and the blocks the first left in the
+    allocator's cache, as in training) is measured by the allocator."""
     device = batch.node_mask.device
+    torch.cuda.empty_cache()  # nothing cached from earlier work counts as reserved by this step
     step = TrainingStep(model, precision, device)
     step(batch)
     torch.cuda.synchronize(device)
