@@ -6,14 +6,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from graphormer_urpe.data.batch import GraphRecord
 from graphormer_urpe.data.structure import graph_structure
+from graphormer_urpe.testing.device import exactness_device
 
 
 def random_edges(rng: np.random.Generator, n: int, extra: int = 2, connected: bool = True) -> np.ndarray:
@@ -55,6 +57,22 @@ def make_record(rng: np.random.Generator, n: int, index: int = 0, node_vocab=(28
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def device() -> torch.device:
+    """Where the exactness tests (marker ``device``) run: the GPU if there is one, else the CPU."""
+    return exactness_device()
+
+
+@pytest.fixture(autouse=True)
+def restore_deterministic_algorithms() -> Iterator[None]:
+    """A run with ``--trainer.deterministic true`` switches torch's deterministic mode on for the
+    whole process; the tests after it see the mode they started with."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    yield
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 @pytest.fixture(autouse=True)

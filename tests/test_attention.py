@@ -19,7 +19,7 @@ def masked(bias: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
     return bias.masked_fill(~key_mask.unsqueeze(1), float("-inf")).contiguous()
 
 
-def inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def inputs(seed: int = 0, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(B, T, H * D, generator=g)
     relation = torch.randint(1, 5, (B, T, T), generator=g)
@@ -27,14 +27,15 @@ def inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     key_mask[1, :, 4:] = False  # graph 1 has 4 real tokens
     relation[1, :, 4:] = PAD_RELATION
     relation[1, 4:, :] = PAD_RELATION
-    return x, relation, key_mask
+    return x.to(device), relation.to(device), key_mask.to(device)
 
 
-def test_urpe_with_ones_equals_rpe_exactly() -> None:
+@pytest.mark.device
+def test_urpe_with_ones_equals_rpe_exactly(device: torch.device) -> None:
     torch.manual_seed(0)
-    attention = MultiHeadAttention(H * D, H).eval()
-    bias, scale = RelativeBias(5, H), RelativeScale(5, H)
-    x, relation, key_mask = inputs()
+    attention = MultiHeadAttention(H * D, H).eval().to(device)
+    bias, scale = RelativeBias(5, H).to(device), RelativeScale(5, H).to(device)
+    x, relation, key_mask = inputs(device=device)
     rpe = attention(x, masked(bias(relation), key_mask), None)
     urpe = attention(x, masked(bias(relation), key_mask), scale(relation).contiguous())
     real = key_mask[:, 0, :]  # (B, T) real tokens; padding rows are never read
@@ -80,14 +81,16 @@ def test_reset_to_ones() -> None:
     assert (scale.weight[1:] == 1).all() and (scale.weight[PAD_RELATION] == 0).all()
 
 
-def test_softmax_runs_in_float32_without_nan_under_bf16() -> None:
-    attention = MultiHeadAttention(H * D, H)
-    x, relation, key_mask = inputs()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        bias = masked(RelativeBias(5, H)(relation), key_mask)
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_softmax_runs_in_float32_without_nan_under_half_precision(device: torch.device, dtype: torch.dtype) -> None:
+    attention = MultiHeadAttention(H * D, H).to(device)
+    x, relation, key_mask = inputs(device=device)
+    with torch.autocast(device.type, dtype=dtype):
+        bias = masked(RelativeBias(5, H).to(device)(relation), key_mask)
         weights, _ = attention.attention_weights(x, bias, None)
         out = attention(x, bias, None)
-    assert weights.dtype == torch.float32 and torch.isfinite(out).all()
+    assert weights.dtype == torch.float32 and out.dtype == dtype and torch.isfinite(out).all()
 
 
 def test_heads_must_divide_width() -> None:
@@ -142,16 +145,18 @@ def test_rpe_equals_torch_scaled_dot_product_attention() -> None:
     torch.testing.assert_close(attention(x, bias, None), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_bf16_autocast_stays_close_to_float32() -> None:
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_autocast_stays_close_to_float32(device: torch.device, dtype: torch.dtype) -> None:
     torch.manual_seed(0)
-    attention = MultiHeadAttention(H * D, H)
-    x, relation, key_mask = inputs()
-    bias = masked(RelativeBias(5, H)(relation), key_mask)
-    scale = RelativeScale(5, H)
+    attention = MultiHeadAttention(H * D, H).to(device)
+    x, relation, key_mask = inputs(device=device)
+    bias = masked(RelativeBias(5, H).to(device)(relation), key_mask)
+    scale = RelativeScale(5, H).to(device)
     with torch.no_grad():
         scale.weight[1:] = torch.rand(4, H) + 0.5
     reference = attention(x, bias, scale(relation).contiguous())
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast(device.type, dtype=dtype):
         mixed = attention(x, bias, scale(relation).contiguous())
     relative_error = (mixed.float() - reference).norm() / reference.norm()
     assert relative_error < 2e-2

@@ -17,14 +17,18 @@ import torch
 import train
 from graphormer_urpe.run.callbacks import Preempted, RNGState, rng_state, set_rng_state
 from graphormer_urpe.run.cli import GraphormerCLI
+from graphormer_urpe.testing.device import exactness_device
 from tests.conftest import run_on_processes, tiny_run_args
 
-#: Every source of randomness switched on, gradient accumulation and clipping: the hardest case.
+#: Every source of randomness switched on, gradient accumulation and clipping: the hardest case. On the
+#: device of the exactness tests (dropout masks then come from the CUDA generator on a GPU), with
+#: deterministic kernels (a GPU's atomic-add backward passes otherwise differ from run to run).
 RANDOM_RUN = (
     "--model.encoder.dropout", "0.1", "--model.encoder.attention_dropout", "0.1",
     "--model.encoder.input_dropout", "0.1", "--model.encoder.activation_dropout", "0.1",
     "--model.encoder.drop_path", "0.3", "--trainer.accumulate_grad_batches", "2",
     "--trainer.gradient_clip_val", "1.0", "--trainer.max_steps", "9", "--checkpoint.every_n_steps", "4",
+    "--trainer.accelerator", exactness_device().type, "--trainer.deterministic", "true",
 )
 
 
@@ -47,6 +51,7 @@ class FinalState(pl.Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
         self.step = trainer.global_step
+        self.device = pl_module.device
 
 
 def run(args: list[str], *callbacks: pl.Callback) -> int:
@@ -68,6 +73,7 @@ def uninterrupted(qm9_root: Path, tmp_path_factory: pytest.TempPathFactory) -> F
 
 
 # 40 training graphs in batches of 8, two batches per step: steps 3, 6 and 9 end an epoch (5 batches)
+@pytest.mark.device
 @pytest.mark.parametrize(("stop_step", "signum"), [(4, signal.SIGTERM), (3, signal.SIGUSR1)])
 def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
         uninterrupted: FinalState, qm9_root: Path, tmp_path: Path, stop_step: int, signum: int,
@@ -93,6 +99,7 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
     resumed = FinalState()
     assert run(args + ["--ckpt_path", "last"], resumed) == 0
     assert resumed.step == uninterrupted.step == 9
+    assert resumed.device.type == uninterrupted.device.type == exactness_device().type
     assert {s: signal.getsignal(s) for s in handlers} == handlers  # also after a run that finished
     # last.ckpt is written every 4 steps and at the end: it holds the final state
     assert torch.load(tmp_path / "cut" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 9
@@ -106,16 +113,22 @@ def test_preempted_names_the_checkpoint_and_the_exit_code() -> None:
     assert "stopped after step 12 and saved runs/x/checkpoints/last.ckpt; SLURM job requeued" in str(stop)
 
 
-def test_rng_state_round_trips_through_a_weights_only_checkpoint() -> None:
-    torch.manual_seed(1), np.random.seed(2), random.seed(3)
+@pytest.mark.device
+def test_rng_state_round_trips_through_a_weights_only_checkpoint(device: torch.device) -> None:
+    """The CUDA generator's state is part of it on a GPU (dropout masks are drawn there)."""
+    torch.manual_seed(1), np.random.seed(2), random.seed(3)  # manual_seed seeds (and on a GPU starts) CUDA too
+    torch.rand(1, device=device)
+    state = rng_state()
+    assert ("cuda" in state) == (device.type == "cuda")
     buffer = io.BytesIO()
-    torch.save(rng_state(), buffer)
-    expected = (torch.rand(3), np.random.rand(3), random.random())
+    torch.save(state, buffer)
+    expected = (torch.rand(3), torch.rand(3, device=device), np.random.rand(3), random.random())
     torch.manual_seed(9), np.random.seed(9), random.seed(9)
     buffer.seek(0)
     set_rng_state(torch.load(buffer, weights_only=True))
-    again = (torch.rand(3), np.random.rand(3), random.random())
-    assert torch.equal(expected[0], again[0]) and np.array_equal(expected[1], again[1]) and expected[2] == again[2]
+    again = (torch.rand(3), torch.rand(3, device=device), np.random.rand(3), random.random())
+    assert torch.equal(expected[0], again[0]) and torch.equal(expected[1], again[1])
+    assert np.array_equal(expected[2], again[2]) and expected[3] == again[3]
 
 
 def rng_states_of_two_processes(rank: int, world: int) -> None:

@@ -19,10 +19,10 @@ from graphormer_urpe.model.graphormer import EdgePathBias, Graphormer, Graphorme
 from tests.conftest import make_record, random_edges
 
 
-def model(attention: str = "urpe", seed: int = 0, **overrides) -> Graphormer:
+def model(attention: str = "urpe", seed: int = 0, device: torch.device | str = "cpu", **overrides) -> Graphormer:
     torch.manual_seed(seed)
     config = GraphormerConfig(num_layers=3, hidden_dim=32, ffn_dim=32, num_heads=4, attention=attention, **overrides)
-    return Graphormer(config).eval()
+    return Graphormer(config).eval().to(device)
 
 
 def randomize_scale(net: Graphormer) -> None:
@@ -39,13 +39,14 @@ def permute_record(record, perm: np.ndarray):
                            in_degree=s.in_degree, out_degree=s.out_degree)
 
 
-def test_urpe_at_init_equals_rpe_exactly(rng: np.random.Generator) -> None:
-    batch = collate_graphs([make_record(rng, n, i) for i, n in enumerate([5, 17, 9, 1])])
-    rpe, urpe = model("rpe"), model("urpe")
+@pytest.mark.device
+def test_urpe_at_init_equals_rpe_exactly(rng: np.random.Generator, device: torch.device) -> None:
+    batch = collate_graphs([make_record(rng, n, i) for i, n in enumerate([5, 17, 9, 1])]).to(device)
+    rpe, urpe = model("rpe", device=device), model("urpe", device=device)
     missing = urpe.load_state_dict(rpe.state_dict(), strict=False)
     assert missing.missing_keys == ["relative_scale.weight"] and not missing.unexpected_keys
     assert torch.equal(rpe(batch), urpe(batch))
-    real = torch.cat([torch.ones(4, 1, dtype=torch.bool), batch.node_mask], 1)
+    real = torch.cat([torch.ones(4, 1, dtype=torch.bool, device=device), batch.node_mask], 1)
     assert torch.equal(rpe.encode(batch)[real], urpe.encode(batch)[real])
 
 
@@ -78,21 +79,25 @@ def test_permutation_equivariance_and_invariance(
     torch.testing.assert_close(permuted[0, 0], original[0, 0], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("attention", ["rpe", "urpe"])
-def test_other_graphs_and_padding_do_not_change_a_graph(rng: np.random.Generator, attention: str) -> None:
-    net = model(attention)
+def test_other_graphs_and_padding_do_not_change_a_graph(
+        rng: np.random.Generator, attention: str, device: torch.device) -> None:
+    """Exact up to float32 rounding: other batch shapes may sum in another order (GPU kernels do)."""
+    net = model(attention, device=device)
     if attention == "urpe":
         randomize_scale(net)
     target = make_record(rng, 7)
-    alone = net(collate_graphs([target]))
-    crowded = net(collate_graphs([make_record(rng, 30), target, make_record(rng, 1)]))
-    torch.testing.assert_close(crowded[1], alone[0], atol=1e-6, rtol=1e-5)
+    alone = net(collate_graphs([target]).to(device))
+    crowded = net(collate_graphs([make_record(rng, 30), target, make_record(rng, 1)]).to(device))
+    torch.testing.assert_close(crowded[1], alone[0], atol=1e-5, rtol=1e-5)
 
 
-def test_padded_rows_and_single_node_graphs_are_finite(rng: np.random.Generator) -> None:
-    net = model("urpe")
+@pytest.mark.device
+def test_padded_rows_and_single_node_graphs_are_finite(rng: np.random.Generator, device: torch.device) -> None:
+    net = model("urpe", device=device)
     net.train()
-    batch = collate_graphs([make_record(rng, 1), make_record(rng, 40)])
+    batch = collate_graphs([make_record(rng, 1), make_record(rng, 40)]).to(device)
     out = net(batch)
     out.sum().backward()
     assert torch.isfinite(out).all()
@@ -328,13 +333,15 @@ def test_graph_token_already_lets_rpe_tell_nodes_apart():
     assert (out - out[:1]).abs().max() > 1e-3
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("graph_token,readout", [(True, "graph_token"), (True, "nodes"), (False, "nodes")])
-def test_urpe_with_unit_scale_equals_rpe(rng, graph_token, readout):
-    batch = collate_graphs([make_record(rng, n, index=i) for i, n in enumerate((5, 9, 3))])
+def test_urpe_with_unit_scale_equals_rpe(rng, graph_token, readout, device):
+    batch = collate_graphs([make_record(rng, n, index=i) for i, n in enumerate((5, 9, 3))]).to(device)
     overrides = dict(node_vocab=[28], edge_vocab=[4], graph_token=graph_token, readout=readout)
     rpe = Graphormer(node_config(**overrides)).eval()
     randomize(rpe, 0)
-    urpe = Graphormer(node_config(attention="urpe", **overrides)).eval()
+    rpe.to(device)
+    urpe = Graphormer(node_config(attention="urpe", **overrides)).eval().to(device)
     missing, unexpected = urpe.load_state_dict(rpe.state_dict(), strict=False)
     assert missing == ["relative_scale.weight"] and unexpected == []
     real = slice(None) if readout == "graph_token" else batch.node_mask  # padding nodes' outputs are meaningless

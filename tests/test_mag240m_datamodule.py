@@ -3,6 +3,7 @@ resume, epochs and workers; links and checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -17,6 +18,7 @@ from graphormer_urpe.data.mag240m.datamodule import (
     TargetPapers,
     TrainingTargets,
 )
+from graphormer_urpe.data.structure import graph_structure
 from tests.test_mag240m import _copy_raw
 
 
@@ -180,3 +182,33 @@ def test_handover_slots_reach_the_collator_and_must_not_be_negative(synthetic_ma
     assert module.val_dataloader().collate_fn.slots.slots == 2
     with pytest.raises(ValueError, match="handover_slots must be >= 0"):
         MAG240MDataModule(root=str(synthetic_mag), handover_slots=-1)
+
+
+@pytest.mark.device
+def test_batch_padded_on_the_device_holds_each_subgraphs_structure_and_equals_the_cpu_batch(
+        synthetic_mag, device: torch.device) -> None:
+    """What ``on_after_batch_transfer`` builds on the device after Lightning's move, at the paper's fanouts."""
+    module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=8,
+                               fanouts=[25, 15], handover_slots=0)
+    module.setup()
+    compact = next(iter(module.train_dataloader()))
+    on_cpu = compact.pad()
+    padded = module.on_after_batch_transfer(compact.to(device), 0)
+    assert padded.spd.device == device
+    for field in dataclasses.fields(GraphBatch):
+        expected, got = getattr(on_cpu, field.name), getattr(padded, field.name)
+        assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected), field.name
+    # the reference: every subgraph's own SPD, first edges and degrees, from its edges alone
+    sizes, out_degree = compact.num_nodes.numpy(), compact.out_degree.numpy().astype(np.int64)
+    node_ptr = np.concatenate([[0], np.cumsum(sizes)])
+    edge_ptr = np.concatenate([[0], np.cumsum(out_degree)])
+    assert sizes.max() > 30  # two hops of [25, 15]: shortest paths of several edges
+    for b, n in enumerate(sizes):
+        src = np.repeat(np.arange(n), out_degree[node_ptr[b]:node_ptr[b + 1]])
+        dst = compact.edge_dst.numpy()[edge_ptr[node_ptr[b]]:edge_ptr[node_ptr[b + 1]]]
+        reference = graph_structure(int(n), np.stack([src, dst]))
+        first = reference.first_edge.astype(np.int64)
+        np.testing.assert_array_equal(padded.spd[b, :n, :n].cpu().numpy(), reference.spd)
+        np.testing.assert_array_equal(padded.first_edge[b, :n, :n].cpu().numpy(),
+                                      np.where(first >= 0, first + edge_ptr[node_ptr[b]], -1))
+        np.testing.assert_array_equal(padded.out_degree[b, :n].cpu().numpy(), reference.out_degree)

@@ -30,22 +30,25 @@ def _graphs(rng: np.random.Generator) -> list[tuple[int, np.ndarray]]:
     return graphs
 
 
-def _blocks(result: BatchStructure, sizes: np.ndarray, edge_index: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+def _blocks(result: BatchStructure, sizes: np.ndarray, edge_index: np.ndarray,
+            device: torch.device | str = "cpu") -> list[tuple[np.ndarray, np.ndarray]]:
     """(spd, first_edge) of each graph as (n, n) arrays: SPD cut out of the flat blocks, first
-    edges from :func:`first_edges` on the padded SPD, as ``CompactGraphBatch.pad`` does."""
+    edges from :func:`first_edges` on the padded SPD (on ``device``), as ``CompactGraphBatch.pad`` does."""
     ends = np.cumsum(sizes * sizes)
     spd_blocks = [spd.reshape(n, n) for n, spd in zip(sizes, np.split(result.spd, ends[:-1]))]
     n_max = int(sizes.max())
     padded = np.full((len(sizes), n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
     for b, block in enumerate(spd_blocks):
         padded[b, :len(block), :len(block)] = block
-    first = first_edges(torch.from_numpy(padded), torch.from_numpy(sizes), torch.from_numpy(result.out_degree),
-                        torch.from_numpy(edge_index[1])).numpy()  # (V, N)
+    inputs = (padded, sizes, result.out_degree, edge_index[1])
+    first = first_edges(*(torch.from_numpy(a).to(device) for a in inputs)).cpu().numpy()  # (V, N)
     rows = np.split(first, np.cumsum(sizes)[:-1])
     return [(spd, row[:, :len(spd)]) for spd, row in zip(spd_blocks, rows)]
 
 
-def test_equals_graph_structure_on_every_graph(rng: np.random.Generator) -> None:
+@pytest.mark.device
+def test_equals_graph_structure_on_every_graph(rng: np.random.Generator, device: torch.device) -> None:
+    """First edges computed on the device (``index_reduce_`` on a GPU) equal the CPU reference."""
     graphs = _graphs(rng)
     sizes = np.array([n for n, _ in graphs])
     edge_ptr = np.concatenate([[0], np.cumsum([e.shape[1] for _, e in graphs])])
@@ -56,7 +59,7 @@ def test_equals_graph_structure_on_every_graph(rng: np.random.Generator) -> None
     assert result.in_degree.shape == result.out_degree.shape == (nodes,)
     assert result.spd.dtype == np.uint8 and result.in_degree.dtype == np.int16  # fewer than 32,767 edges
     node_ptr = np.concatenate([[0], np.cumsum(sizes)])
-    blocks = _blocks(result, sizes, edge_index)
+    blocks = _blocks(result, sizes, edge_index, device)
     assert blocks[0][1].dtype == np.int16
     for b, ((n, edges), (spd, first_edge)) in enumerate(zip(graphs, blocks)):
         expected = graph_structure(n, edges)
@@ -90,12 +93,13 @@ def test_rejects_malformed_edges(edges: np.ndarray, message: str) -> None:
         batched_graph_structure(np.array([3]), edges, np.array([0, edges.shape[1]]))
 
 
-def test_edge_ids_widen_past_int16() -> None:
+@pytest.mark.device
+def test_edge_ids_widen_past_int16(device: torch.device) -> None:
     n = 200  # complete graph: 39,800 directed edges
     src, dst = np.nonzero(~np.eye(n, dtype=bool))
     edges = np.stack([src, dst])
     result = batched_graph_structure(np.array([n]), edges, np.array([0, edges.shape[1]]))
-    [(spd, first)] = _blocks(result, np.array([n]), edges)
+    [(spd, first)] = _blocks(result, np.array([n]), edges, device)
     assert first.dtype == np.int32 and result.out_degree.dtype == np.int32
     expected = graph_structure(n, edges)  # int16 ids cannot hold 39,800 edges: compare through the path
     np.testing.assert_array_equal(edges[1][np.maximum(first, 0)][first >= 0], np.nonzero(first >= 0)[1])

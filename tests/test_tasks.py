@@ -86,13 +86,16 @@ def test_metrics_are_logged_per_graph_not_per_node(rng: np.random.Generator) -> 
     torch.testing.assert_close(logged["val/mae"][0], expected)
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_keeps_loss_and_gradients_finite(rng: np.random.Generator, dtype: torch.dtype) -> None:
-    task = GraphRegression(dataclasses.replace(SMALL, num_layers=4))
-    batch = small_and_large(rng)
+def test_half_precision_keeps_loss_and_gradients_finite(
+        rng: np.random.Generator, dtype: torch.dtype, device: torch.device) -> None:
+    """Float32 tables, softmax, head and loss under autocast; the loss within 5 % of float32's."""
+    task = GraphRegression(dataclasses.replace(SMALL, num_layers=4)).to(device)
+    batch = small_and_large(rng).to(device)
     task.log = lambda *args, **kwargs: None
     full = task.training_step(batch, 0)
-    with torch.autocast("cpu", dtype=dtype):
+    with torch.autocast(device.type, dtype=dtype):
         attn_bias, attn_scale = task.model.attention_inputs(batch)
         prediction = task.model(batch)
         loss = task.training_step(batch, 0)
