@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import GraphRecord
 from graphormer_urpe.data.featurize import RawGraph
-from graphormer_urpe.data.transforms import MAX_NODES, graph_structures
+from graphormer_urpe.data.transforms import MAX_EDGES, MAX_NODES, graph_structures
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,8 @@ class GraphSpec:
             return "no nodes"
         if x.shape[0] > min(self.max_nodes, MAX_NODES):
             return f"{x.shape[0]} nodes > max_nodes={self.max_nodes}"
+        if edge_index.shape[1] > MAX_EDGES:
+            return f"{edge_index.shape[1]} directed edges > {MAX_EDGES} (first-edge ids are int16)"
         return None
 
     def _value_problem(self, graph: RawGraph) -> str | None:
