@@ -138,6 +138,13 @@ class GraphRegression(PerTargetTask):
     that target's metric. The MAE of every target is logged (``val/mae/<target>``) with their mean
     (``val/mae``, which selects the best checkpoint); with one target only ``val/mae``.
 
+    Example:
+        >>> from graphormer_urpe import GraphormerConfig
+        >>> task = GraphRegression(GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4),
+        ...                        lr=1e-3, warmup_steps=100)
+        >>> task.monitor, task.target_names  # trained by pl.Trainer(...).fit(task, GraphDataModule(...))
+        (('val/mae', 'min'), ['y'])
+
     Args:
         encoder: the Graphormer hyper-parameters (vocabularies and outputs are linked from data).
         lr: peak learning rate.
@@ -225,6 +232,13 @@ class GraphClassification(PerTargetTask):
       data), cross-entropy; accuracy ``val/accuracy`` selects the best checkpoint.
 
     Missing labels (NaN) are left out of the loss and the metrics.
+
+    Example:
+        >>> from graphormer_urpe import GraphormerConfig
+        >>> config = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, num_outputs=3)
+        >>> task = GraphClassification(config, target_kind="multiclass")
+        >>> task.monitor, task.binary
+        (('val/accuracy', 'max'), False)
 
     Args:
         encoder: the Graphormer hyper-parameters (vocabularies and outputs are linked from data).
