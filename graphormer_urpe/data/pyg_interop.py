@@ -35,6 +35,7 @@ ones, Y targets.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -73,7 +74,7 @@ def _as_columns(tensor: torch.Tensor, rows: int, name: str) -> torch.Tensor:
     """A (rows,) or (rows, k...) feature tensor as (rows, k); refuses another row count."""
     if tensor.dim() == 0 or tensor.shape[0] != rows:
         raise ValueError(f"attribute '{name}' has shape {tuple(tensor.shape)}; expected {rows} rows")
-    return tensor.reshape(rows, -1)
+    return tensor.reshape(rows, math.prod(tensor.shape[1:]))  # not (rows, -1): ambiguous with 0 rows
 
 
 class GraphormerStructure(BaseTransform):

@@ -80,9 +80,9 @@ class FeatureLayout:
 
 
 def _columns(tensor: torch.Tensor) -> np.ndarray:
-    """A (rows,) or (rows, k) tensor as a (rows, k) array."""
+    """A (rows,) or (rows, k) tensor as a (rows, k) array (also with 0 rows: a graph without edges)."""
     array = tensor.detach().cpu().numpy()
-    return array.reshape(len(array), -1)
+    return array.reshape(len(array), int(np.prod(array.shape[1:])))
 
 
 def import_dataset_class(path: str) -> type:
