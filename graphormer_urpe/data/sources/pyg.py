@@ -41,6 +41,7 @@ from torch_geometric.data import Dataset, InMemoryDataset
 from torch_geometric.data.dataset import overrides_method
 
 from graphormer_urpe.data.featurize import RawGraph
+from graphormer_urpe.data.pyg_interop import is_categorical
 from graphormer_urpe.data.sources.base import DataError, DatasetMissing, GraphSource
 from graphormer_urpe.data.sources.molecules import seeded_split
 
@@ -339,7 +340,7 @@ class PygDataset(GraphSource):
                 raise DataError(f"{self.origin()}: no tensor attribute '{name}' (data.source.{what}_attributes); "
                                 f"the data has: {', '.join(available)}")
             values = torch.cat([t.reshape(len(t), -1) for t in tensors])
-            if values.dtype == torch.bool or not values.is_floating_point():
+            if is_categorical(values):
                 values = values.long()
                 if len(values) and values.min() < 0:
                     column = int(torch.nonzero((values < 0).any(dim=0))[0])
