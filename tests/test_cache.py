@@ -211,3 +211,11 @@ def test_graph_level_caches_hold_no_continuous_features(tmp_path: Path) -> None:
     build(tmp_path, FakeReader())
     record = GraphStore(tmp_path).record(0)
     assert record.x_continuous is None and record.edge_continuous is None and record.y.shape == (2,)
+
+
+def test_graphs_with_more_edges_than_int16_ids_hold_are_skipped_and_counted() -> None:
+    i, j = np.nonzero(~np.eye(200, dtype=bool))
+    dense = RawGraph(x=np.zeros((200, 2), np.int64), edge_index=np.stack([i, j]),
+                     edge_attr=np.zeros((len(i), 1), np.int64), y=np.zeros(2, np.float32))
+    spec = GraphSpec(node_vocab=(5, 3), edge_vocab=(4,), num_targets=2, max_nodes=512)
+    assert spec.problems([dense]) == ["39800 directed edges > 32767 (first-edge ids are int16)"]

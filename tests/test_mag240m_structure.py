@@ -101,6 +101,6 @@ def test_edge_ids_widen_past_int16(device: torch.device) -> None:
     result = batched_graph_structure(np.array([n]), edges, np.array([0, edges.shape[1]]))
     [(spd, first)] = _blocks(result, np.array([n]), edges, device)
     assert first.dtype == np.int32 and result.out_degree.dtype == np.int32
-    expected = graph_structure(n, edges)  # int16 ids cannot hold 39,800 edges: compare through the path
+    # graph_structure refuses it (its int16 ids cannot hold 39,800 edges): check the path and the distances directly
     np.testing.assert_array_equal(edges[1][np.maximum(first, 0)][first >= 0], np.nonzero(first >= 0)[1])
-    np.testing.assert_array_equal(spd, expected.spd)
+    np.testing.assert_array_equal(spd, 1 - np.eye(n, dtype=np.uint8))

@@ -145,3 +145,16 @@ def test_batching_and_blocking_do_not_change_results(block: int, monkeypatch: py
 def test_too_many_nodes_is_refused() -> None:
     with pytest.raises(ValueError, match="graph 1 has 40000 nodes"):
         graph_structures([3, 40_000], [np.zeros((2, 0), int), np.zeros((2, 0), int)])
+
+
+def test_too_many_edges_is_refused_instead_of_wrapping_int16_edge_ids() -> None:
+    """A dense graph of 200 nodes has 39,800 directed edges: its int16 first-edge ids would wrap."""
+    i, j = np.nonzero(~np.eye(200, dtype=bool))
+    dense = np.stack([i, j])
+    with pytest.raises(ValueError, match=r"graph has 39800 directed edges; at most 32767"):
+        graph_structure(200, dense)
+    with pytest.raises(ValueError, match=r"graph 1 has 39800 directed edges"):
+        graph_structures([3, 200], [np.zeros((2, 0), int), dense])
+    limit = np.stack(np.nonzero(~np.eye(182, dtype=bool)))[:, :transforms.MAX_EDGES]  # exactly at the limit
+    first = graph_structure(182, limit).first_edge
+    assert first.max() == transforms.MAX_EDGES - 1 and first.min() == NO_EDGE

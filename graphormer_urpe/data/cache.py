@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import GraphRecord, RawGraph
 from graphormer_urpe.data.files import atomic_write_json, file_record, manifest_problem
-from graphormer_urpe.data.structure import MAX_NODES, PathOrder, graph_structures
+from graphormer_urpe.data.structure import MAX_EDGES, MAX_NODES, PathOrder, graph_structures
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class GraphSpec:
         continuous_edge_dim: Fec, continuous edge features per edge (0: none).
         node_targets: targets are per node, ``y`` of shape (n, Y), instead of per graph.
         path_order: which of several shortest paths ``first_edge`` follows (``smallest_next`` or
-            ``official``, see :mod:`graphormer_urpe.data.transforms`); part of the cache key.
+            ``official``, see :mod:`graphormer_urpe.data.structure`); part of the cache key.
     """
 
     node_vocab: Sequence[int]
@@ -154,6 +154,8 @@ class GraphSpec:
             return "no nodes"
         if x.shape[0] > min(self.max_nodes, MAX_NODES):
             return f"{x.shape[0]} nodes > max_nodes={self.max_nodes}"
+        if edge_index.shape[1] > MAX_EDGES:
+            return f"{edge_index.shape[1]} directed edges > {MAX_EDGES} (first-edge ids are int16)"
         return None
 
     def _value_problem(self, graph: RawGraph) -> str | None:

@@ -42,6 +42,8 @@ PATH_ORDERS = ("smallest_next", "official")
 
 #: Largest node count a graph may have: node ids and edge ids are stored as int16.
 MAX_NODES = 32767
+#: Largest directed-edge count a graph may have: first-edge ids are stored as int16.
+MAX_EDGES = 32767
 #: Graphs of n nodes are stacked into (G, n, n) blocks of at most this many elements.
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -150,7 +152,8 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
     Args:
         num_nodes: n of every graph, each at most :data:`MAX_NODES`.
         edge_indices: per graph, a (2, e) integer array of directed edges (source row, target
-            row); an undirected graph lists both directions, as PyG and ogb do.
+            row), e at most :data:`MAX_EDGES`; an undirected graph lists both directions, as PyG
+            and ogb do.
         path_order: which shortest path ``first_edge`` follows (see the module docstring).
 
     Returns:
@@ -165,6 +168,8 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
     if sizes.size and (sizes.min() < 0 or sizes.max() > MAX_NODES):
         g = int(np.argmax((sizes < 0) | (sizes > MAX_NODES)))
         raise ValueError(f"graph {g} has {sizes[g]} nodes; 0 to {MAX_NODES} are supported")
+    for g, edges in enumerate(edge_indices):
+        _check_edge_count(np.shape(edges)[-1], f"graph {g}")
     node_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     pair_ptr = np.concatenate([[0], np.cumsum(sizes * sizes)]).astype(np.int64)
     out = FlatStructures(
@@ -187,6 +192,13 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
             out.in_degree[nodes] = in_degree
             out.out_degree[nodes] = out_degree
     return out
+
+
+def _check_edge_count(num_edges: int, what: str) -> None:
+    """Refuse more than :data:`MAX_EDGES` edges (their int16 first-edge ids would wrap around)."""
+    if num_edges > MAX_EDGES:
+        raise ValueError(f"{what} has {num_edges} directed edges; at most {MAX_EDGES} are supported "
+                         "(first-edge ids are stored as int16)")
 
 
 def _equal_size_structures(n: int, edge_indices: list[np.ndarray],
@@ -217,11 +229,24 @@ def graph_structure(num_nodes: int, edge_index: np.ndarray, path_order: PathOrde
 
     Args:
         num_nodes: n, at most :data:`MAX_NODES`.
-        edge_index: (2, e) integer array of directed edges.
+        edge_index: (2, e) integer array of directed edges, e at most :data:`MAX_EDGES`.
         path_order: which shortest path ``first_edge`` follows.
+
+    Example:
+        A directed path 0 -> 1 -> 2 and an isolated node 3:
+
+        >>> import numpy as np
+        >>> s = graph_structure(4, np.array([[0, 1], [1, 2]]))
+        >>> s.spd.tolist()  # 255: unreachable
+        [[0, 1, 2, 255], [255, 0, 1, 255], [255, 255, 0, 255], [255, 255, 255, 0]]
+        >>> s.first_edge.tolist()  # edge 0 (0 -> 1) starts the paths from 0 to 1 and to 2
+        [[-1, 0, 0, -1], [-1, -1, 1, -1], [-1, -1, -1, -1], [-1, -1, -1, -1]]
+        >>> s.in_degree.tolist(), s.out_degree.tolist()
+        ([0, 1, 1, 0], [1, 1, 0, 0])
     """
     if not 0 <= num_nodes <= MAX_NODES:
         raise ValueError(f"graph has {num_nodes} nodes; 0 to {MAX_NODES} are supported")
+    _check_edge_count(np.shape(edge_index)[-1], "graph")
     # a block of one
     spd, first, in_degree, out_degree = _equal_size_structures(int(num_nodes), [edge_index], path_order)
     return GraphStructure(spd=spd[0], first_edge=first[0], in_degree=in_degree[0], out_degree=out_degree[0])

@@ -26,7 +26,12 @@ from graphormer_urpe.model.dropout import Dropout
 
 
 class AttentionKind(str, Enum):
-    """Which relative positional encoding the attention uses."""
+    """Which relative positional encoding the attention uses.
+
+    Example:
+        >>> AttentionKind("urpe") is AttentionKind.URPE, AttentionKind.RPE.value
+        (True, 'rpe')
+    """
 
     NONE = "none"  # no positional information (only for the synthetic sequence baselines)
     RPE = "rpe"  # additive bias B inside the softmax
@@ -95,6 +100,19 @@ class MultiHeadAttention(nn.Module):
     The softmax and the URPE product run in float32 whatever the autocast dtype, and masks are
     ``-inf`` entries of the bias, so padded rows never turn into NaN as long as each row keeps
     one visible key (the graph token, for Graphormer).
+
+    Example:
+        URPE with C all ones is exactly RPE; C = 2 doubles every attention row:
+
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> attention = MultiHeadAttention(hidden_dim=8, num_heads=2)
+        >>> x, bias = torch.randn(1, 3, 8), torch.randn(1, 2, 3, 3)
+        >>> torch.equal(attention(x, bias, torch.ones(1, 2, 3, 3)), attention(x, bias))
+        True
+        >>> weights, _ = attention.attention_weights(x, bias, torch.full((1, 2, 3, 3), 2.0))
+        >>> torch.allclose(weights.sum(-1), torch.full((1, 2, 3), 2.0))
+        True
 
     Args:
         hidden_dim: model width, ``H * D``.

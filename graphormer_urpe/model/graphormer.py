@@ -19,7 +19,8 @@ null`` masks nothing, which is what both official training pipelines do (they pa
 official architecture variants (post-LN layers, embedding LayerNorm, v2 head) are options, see
 :class:`GraphormerConfig` and ``docs/official-graphormer.md``. ``graph_token: false`` drops the virtual
 node (T = N), the setting of Theorem 2 of the URPE paper. Nothing here imports Lightning: the
-model takes one :class:`~graphormer_urpe.data.batch.GraphBatch` and can be used in any loop.
+model takes one :class:`~graphormer_urpe.data.batch.GraphBatch` (or a PyG ``Batch``, converted by
+:func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`) and can be used in any loop.
 
 Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens (N without graph token), H heads, D head dim,
 E edges in the batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature
@@ -28,15 +29,18 @@ columns, Fec continuous edge-feature width, K hops.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch_geometric.data import Data
 
 from graphormer_urpe.constants import (
     DEFAULT_MULTI_HOP_MAX_DIST,
@@ -53,6 +57,7 @@ from graphormer_urpe.constants import (
     UNREACHABLE_SPD,
 )
 from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.pyg_interop import to_graph_batch
 from graphormer_urpe.model.attention import AttentionKind, MultiHeadAttention, RelativeBias, RelativeScale
 from graphormer_urpe.model.dropout import Dropout
 
@@ -60,6 +65,13 @@ from graphormer_urpe.model.dropout import Dropout
 @dataclass
 class GraphormerConfig:
     """Hyper-parameters of :class:`Graphormer`.
+
+    Example:
+        >>> config = GraphormerConfig(num_layers=6, hidden_dim=64, ffn_dim=64, num_heads=8, attention="rpe")
+        >>> config.num_relations  # padding, graph token, and SPD 0 .. spatial_pos_max - 1
+        22
+        >>> Graphormer(config).config is config
+        True
 
     Args:
         node_vocab: number of values of each categorical node-feature column (F entries).
@@ -179,6 +191,23 @@ class GraphormerConfig:
         """Rows of the B and C tables: padding, graph token, SPD 0 .. ``distance_rows - 1``, and
         unreachable pairs when ``max_distance`` is set."""
         return SPD_RELATION_OFFSET + self.distance_rows + (self.max_distance is not None)
+
+
+def _resolve_config(config: GraphormerConfig | None, options: dict[str, Any]) -> GraphormerConfig:
+    """``config`` with ``options`` replacing its fields, or a config of ``options`` alone."""
+    fields = [f.name for f in dataclasses.fields(GraphormerConfig)]
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        hints = [f"'{name}' (did you mean '{close[0]}'?)" if (close := difflib.get_close_matches(name, fields, 1))
+                 else f"'{name}'" for name in unknown]
+        raise TypeError(f"Graphormer got unknown option(s) {', '.join(hints)}; GraphormerConfig fields: "
+                        f"{', '.join(fields)}")
+    if config is None:
+        return GraphormerConfig(**options)
+    if not isinstance(config, GraphormerConfig):
+        raise TypeError(f"Graphormer(config=...) takes a GraphormerConfig, got {type(config).__name__}; "
+                        "pass hyper-parameters as keyword arguments, e.g. Graphormer(num_layers=6)")
+    return dataclasses.replace(config, **options) if options else config
 
 
 def _categorical_offsets(vocab: Sequence[int]) -> torch.Tensor:
@@ -406,12 +435,36 @@ def official_init(module: nn.Module, num_layers: int) -> None:
 class Graphormer(nn.Module):
     """Graphormer encoder with a prediction read from the graph token, a target node or every node.
 
+    Built from a :class:`GraphormerConfig`, from keyword arguments (the config's fields), or from a
+    config with some fields replaced by keyword arguments. ``forward`` takes a
+    :class:`~graphormer_urpe.data.batch.GraphBatch`, or a PyG ``Batch`` of graphs that went through
+    :class:`~graphormer_urpe.data.pyg_interop.GraphormerStructure` (converted by
+    :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`, checked against this config).
+
+    Example:
+        >>> import torch
+        >>> from torch_geometric.data import Batch, Data
+        >>> from graphormer_urpe import GraphormerStructure
+        >>> _ = torch.manual_seed(0)
+        >>> model = Graphormer(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, node_vocab=[5])
+        >>> model.config.attention, model.config.num_layers
+        ('urpe', 2)
+        >>> graph = GraphormerStructure()(Data(x=torch.tensor([[1], [2], [3]]),
+        ...                                    edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])))
+        >>> model.eval()(Batch.from_data_list([graph, graph])).shape  # one prediction per graph
+        torch.Size([2, 1])
+        >>> Graphormer(model.config, attention="rpe").config.attention  # a config with fields replaced
+        'rpe'
+
     Args:
-        config: a :class:`GraphormerConfig`.
+        config: a :class:`GraphormerConfig`; None builds one from ``options``.
+        options: :class:`GraphormerConfig` fields, replacing the config's (an unknown name raises
+            ``TypeError`` listing the fields).
     """
 
-    def __init__(self, config: GraphormerConfig) -> None:
+    def __init__(self, config: GraphormerConfig | None = None, **options: Any) -> None:
         super().__init__()
+        config = _resolve_config(config, options)
         if config.readout not in ("graph_token", "target_node", "nodes"):
             raise ValueError(f"readout={config.readout!r}; expected 'graph_token', 'target_node' or 'nodes'")
         if config.readout == "graph_token" and not config.graph_token:
@@ -524,15 +577,19 @@ class Graphormer(nn.Module):
             x = layer(x, attn_bias, attn_scale)
         return x if self.final_norm is None else self.final_norm(x)
 
-    def forward(self, batch: GraphBatch) -> torch.Tensor:
+    def forward(self, batch: GraphBatch | Data) -> torch.Tensor:
         """Prediction of each graph (``readout="graph_token"``), of its target node, or of every node.
 
+        A PyG ``Batch`` (or ``Data``) is first converted by
+        :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch` with this model's config.
         The head runs outside autocast, in the parameters' dtype (float32 under mixed precision),
         so predictions keep full resolution.
 
         Shapes:
             returns (B, num_outputs); (B, N, num_outputs) with ``readout="nodes"`` (padding nodes included).
         """
+        if not isinstance(batch, GraphBatch):
+            batch = to_graph_batch(batch, self.config)
         states = self.encode(batch)  # (B, T, H*D)
         if self.config.readout == "graph_token":
             readout = states[:, GRAPH_TOKEN_POS]  # (B, H*D)

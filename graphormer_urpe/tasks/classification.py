@@ -43,6 +43,13 @@ class Classification(PerTargetTask):
     are left out of the loss and of the metrics. Every metric is computed over the whole split,
     gathered across processes, and logged at the end of the evaluation epoch.
 
+    Example:
+        >>> from graphormer_urpe import GraphormerConfig
+        >>> config = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, num_outputs=3)
+        >>> task = Classification(config, target_kind="multiclass")
+        >>> task.monitor, task.binary
+        (('val/accuracy', 'max'), False)
+
     Args:
         encoder: the network's hyper-parameters (vocabularies, outputs and readout are linked from data).
         optim: the optimiser and learning-rate schedule.

@@ -64,6 +64,14 @@ class GraphRegression(PerTargetTask):
     that target's metric. The MAE of every target is logged (``val/mae/<target>``) with their mean
     (``val/mae``, which selects the best checkpoint); with one target only ``val/mae``.
 
+    Example:
+        >>> from graphormer_urpe import GraphormerConfig
+        >>> from graphormer_urpe.tasks.base import OptimConfig
+        >>> task = GraphRegression(GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4),
+        ...                        optim=OptimConfig(lr=1e-3, warmup_steps=100))
+        >>> task.monitor, task.target_names  # trained by pl.Trainer(...).fit(task, GraphDataModule(...))
+        (('val/mae', 'min'), ['y'])
+
     Args:
         encoder: the Graphormer hyper-parameters (vocabularies and outputs are linked from data).
         optim: the optimiser and learning-rate schedule.

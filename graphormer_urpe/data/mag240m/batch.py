@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
-from graphormer_urpe.data.batch import GraphBatch, TensorFields
+from graphormer_urpe.data.batch import GraphBatch, TensorFields, pad_rows
 from graphormer_urpe.data.mag240m.slots import release
 from graphormer_urpe.data.mag240m.structure import first_edges
 
@@ -74,16 +74,16 @@ class CompactGraphBatch(TensorFields):
         n_max = int(self.num_nodes.max())  # one host sync on a GPU
         node_mask = torch.arange(n_max, device=self.num_nodes.device) < self.num_nodes[:, None]  # (B, N)
         pair_mask = node_mask[:, :, None] & node_mask[:, None, :]  # (B, N, N)
-        spd = _scatter(pair_mask, self.spd, UNREACHABLE_SPD)  # (B, N, N)
+        spd = pad_rows(pair_mask, self.spd, UNREACHABLE_SPD)  # (B, N, N)
         first_edge = first_edges(spd, self.num_nodes, self.out_degree, self.edge_dst)  # (V, N)
         return GraphBatch(
-            x=_scatter(node_mask, self.x.long(), 0),  # (B, N, F)
-            x_continuous=_scatter(node_mask, self.x_continuous, 0),  # (B, N, Fc)
+            x=pad_rows(node_mask, self.x.long(), 0),  # (B, N, F)
+            x_continuous=pad_rows(node_mask, self.x_continuous, 0),  # (B, N, Fc)
             node_mask=node_mask,
-            in_degree=_scatter(node_mask, self.in_degree.long(), 0),  # (B, N)
-            out_degree=_scatter(node_mask, self.out_degree.long(), 0),
+            in_degree=pad_rows(node_mask, self.in_degree.long(), 0),  # (B, N)
+            out_degree=pad_rows(node_mask, self.out_degree.long(), 0),
             spd=spd,
-            first_edge=_scatter(node_mask, first_edge, NO_EDGE),  # (B, N, N)
+            first_edge=pad_rows(node_mask, first_edge, NO_EDGE),  # (B, N, N)
             edge_attr=self.edge_attr.to(torch.long, copy=True),
             edge_continuous=self.edge_continuous.clone(),
             edge_dst=self.edge_dst.to(torch.long, copy=True),
@@ -96,11 +96,3 @@ class CompactGraphBatch(TensorFields):
         """Give the worker's shared-memory slot back for its next batch; call it once the batch
         has been copied onward (after :meth:`pad`, or the move to a GPU). No-op without a lease."""
         release(self.lease)
-
-
-def _scatter(mask: torch.Tensor, values: torch.Tensor, fill: int) -> torch.Tensor:
-    """``values`` at the True positions of ``mask`` (in row-major order), ``fill`` elsewhere.
-    (mask (*S) with K True, values (K, *R)) -> (*S, *R)"""
-    out = values.new_full((*mask.shape, *values.shape[1:]), fill)
-    whole_rows = mask.reshape(*mask.shape, *[1] * (values.dim() - 1)).expand_as(out)
-    return out.masked_scatter_(whole_rows, values)  # 7x faster than out[mask] = values on a CPU

@@ -41,6 +41,7 @@ from torch_geometric.data import Dataset, InMemoryDataset
 from torch_geometric.data.dataset import overrides_method
 
 from graphormer_urpe.data.batch import RawGraph
+from graphormer_urpe.data.pyg_interop import is_categorical
 from graphormer_urpe.data.sources.base import DataError, DatasetMissing, GraphSource, seeded_split
 
 log = logging.getLogger(__name__)
@@ -79,9 +80,9 @@ class FeatureLayout:
 
 
 def _columns(tensor: torch.Tensor) -> np.ndarray:
-    """A (rows,) or (rows, k) tensor as a (rows, k) array."""
+    """A (rows,) or (rows, k) tensor as a (rows, k) array (also with 0 rows: a graph without edges)."""
     array = tensor.detach().cpu().numpy()
-    return array.reshape(len(array), -1)
+    return array.reshape(len(array), int(np.prod(array.shape[1:])))
 
 
 def import_dataset_class(path: str) -> type:
@@ -338,7 +339,7 @@ class PygDataset(GraphSource):
                 raise DataError(f"{self.origin()}: no tensor attribute '{name}' (data.source.{what}_attributes); "
                                 f"the data has: {', '.join(available)}")
             values = torch.cat([t.reshape(len(t), -1) for t in tensors])
-            if values.dtype == torch.bool or not values.is_floating_point():
+            if is_categorical(values):
                 values = values.long()
                 if len(values) and values.min() < 0:
                     column = int(torch.nonzero((values < 0).any(dim=0))[0])

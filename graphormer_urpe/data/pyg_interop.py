@@ -1,0 +1,376 @@
+"""The model in a plain PyTorch Geometric loop: a ``pre_transform`` and a ``Batch`` conversion.
+
+:class:`GraphormerStructure` adds to every ``Data`` what the cache stores for a graph of n nodes
+and e directed edges, computed by the same function
+(:func:`~graphormer_urpe.data.structure.graph_structure`):
+
+==============  ======  ========  =============================================================
+attribute       dtype   shape     meaning
+==============  ======  ========  =============================================================
+``spd``         uint8   (n * n,)  shortest-path distance from i to j at ``i * n + j``, 255 when
+                                  j is unreachable (or 255 or more hops away)
+``first_edge``  int16   (n * n,)  position in ``edge_index`` of the first edge of a shortest path
+                                  from i to j, -1 when i == j or j is unreachable
+``in_degree``   int16   (n,)      in-degree (edges into the node, duplicates counted)
+``out_degree``  int16   (n,)      out-degree
+``num_nodes``   int     \\-        n, set explicitly so that isolated nodes are never lost
+==============  ======  ========  =============================================================
+
+Pair attributes are flat (n * n,) blocks so that PyG's collation concatenates them like any node
+attribute (a (n, n) attribute cannot be concatenated across graphs of different sizes). None of the
+names contains ``index``, so PyG leaves their values alone; :func:`to_graph_batch` offsets the
+first-edge ids by each graph's first edge and pads everything into a
+:class:`~graphormer_urpe.data.batch.GraphBatch`, exactly what ``collate_graphs`` makes of the
+cache's records of the same graphs.
+
+Features follow :class:`~graphormer_urpe.data.sources.PygDataset`'s rule: an integer (or bool)
+attribute is categorical (each column embedded, its values 0, 1, 2 ... below the model's
+vocabulary), a float attribute is continuous (projected by a linear layer); without a categorical
+attribute every node (edge) gets one constant categorical column of zeros.
+
+Shape letters: B graphs, N nodes of the largest graph, V nodes and E edges of the batch, P pairs
+of the batch (sum of n * n), F / Fc categorical / continuous node-feature columns, Fe / Fec edge
+ones, Y targets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import torch
+from torch_geometric.data import Batch, Data
+from torch_geometric.transforms import BaseTransform
+
+from graphormer_urpe.constants import NO_EDGE, NO_TARGET_NODE, UNREACHABLE_SPD
+from graphormer_urpe.data.batch import GraphBatch, pad_rows
+from graphormer_urpe.data.structure import MAX_EDGES, MAX_NODES, PATH_ORDERS, PathOrder, graph_structure
+
+if TYPE_CHECKING:
+    from graphormer_urpe.model.graphormer import GraphormerConfig
+
+#: Attributes :class:`GraphormerStructure` adds (besides ``num_nodes``).
+STRUCTURE_ATTRIBUTES = ("spd", "first_edge", "in_degree", "out_degree")
+_INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def is_categorical(tensor: torch.Tensor) -> bool:
+    """Whether a feature tensor is categorical (integer or bool) rather than continuous (float)."""
+    return tensor.dtype == torch.bool or not (tensor.is_floating_point() or tensor.is_complex())
+
+
+def _feature_names(data: Data, names: Sequence[str] | None, default: str) -> list[str]:
+    """The feature attributes: ``names`` (each must exist), or ``default`` when ``data`` has it."""
+    if names is None:
+        return [default] if default in data and isinstance(data[default], torch.Tensor) else []
+    for name in names:
+        if name not in data or not isinstance(data[name], torch.Tensor):
+            raise ValueError(f"the graph has no tensor attribute '{name}'; it has: {', '.join(sorted(data.keys()))}")
+    return list(names)
+
+
+def _as_columns(tensor: torch.Tensor, rows: int, name: str) -> torch.Tensor:
+    """A (rows,) or (rows, k...) feature tensor as (rows, k); refuses another row count."""
+    if tensor.dim() == 0 or tensor.shape[0] != rows:
+        raise ValueError(f"attribute '{name}' has shape {tuple(tensor.shape)}; expected {rows} rows")
+    return tensor.reshape(rows, math.prod(tensor.shape[1:]))  # not (rows, -1): ambiguous with 0 rows
+
+
+class GraphormerStructure(BaseTransform):
+    r"""Adds shortest-path distances, first edges of shortest paths and degrees to a ``Data``.
+
+    Meant as a ``pre_transform`` (computed once, stored with the dataset's processed files); the
+    attributes are listed in :mod:`graphormer_urpe.data.pyg_interop`. Handles directed graphs
+    (distances follow edge directions), disconnected graphs and isolated nodes (unreachable pairs
+    get ``spd`` 255 and no first edge), self-loops, duplicate edges (the first listed is the one
+    paths use), and graphs without ``edge_index`` (no edges; an empty ``edge_index`` is added) or
+    without edge features. Among several shortest paths the one whose next node has the smallest
+    index is taken at every step.
+
+    It refuses, with a ``ValueError`` naming the attribute and the value, before changing anything:
+    an unknown node count, a graph without nodes or with more than 32,767 nodes or directed edges
+    (ids are int16), an ``edge_index`` that is not (2, e) integers or names a node outside
+    0 .. n - 1, a feature attribute with the wrong number of rows, a negative categorical value
+    and a non-finite continuous value.
+
+    Args:
+        node_attributes: node-feature attributes to check (the ones :func:`to_graph_batch` reads);
+            default ``x`` if the graph has it.
+        edge_attributes: edge-feature attributes to check; default ``edge_attr`` if present.
+        path_order: which of several shortest paths ``first_edge`` follows: ``smallest_next`` (the
+            cache's default) or ``official`` (official Graphormer's Floyd-Warshall paths, for a model
+            imported from official weights; see :mod:`graphormer_urpe.data.structure`).
+
+    Example:
+        A directed path 0 -> 1 -> 2 and an isolated node 3:
+
+        >>> import torch
+        >>> from torch_geometric.data import Data
+        >>> data = GraphormerStructure()(Data(edge_index=torch.tensor([[0, 1], [1, 2]]), num_nodes=4))
+        >>> data.spd.view(4, 4).tolist()  # 255: unreachable
+        [[0, 1, 2, 255], [255, 0, 1, 255], [255, 255, 0, 255], [255, 255, 255, 0]]
+        >>> data.first_edge.view(4, 4)[0].tolist()  # from node 0, every path starts with edge 0
+        [-1, 0, 0, -1]
+        >>> data.in_degree.tolist(), data.out_degree.tolist()
+        ([0, 1, 1, 0], [1, 1, 0, 0])
+    """
+
+    def __init__(self, node_attributes: Sequence[str] | None = None,
+                 edge_attributes: Sequence[str] | None = None, path_order: PathOrder = "smallest_next") -> None:
+        if path_order not in PATH_ORDERS:
+            raise ValueError(f"path_order={path_order!r}; expected one of {', '.join(map(repr, PATH_ORDERS))}")
+        self.node_attributes = None if node_attributes is None else list(node_attributes)
+        self.edge_attributes = None if edge_attributes is None else list(edge_attributes)
+        self.path_order = path_order
+
+    def forward(self, data: Data) -> Data:
+        """Check ``data`` and add the structure attributes (to a shallow copy, as PyG transforms do)."""
+        if not isinstance(data, Data):
+            raise TypeError(f"GraphormerStructure takes homogeneous torch_geometric Data, got {type(data).__name__}")
+        n = data.num_nodes
+        if n is None:
+            raise ValueError("the graph's node count is unknown: set data.num_nodes (or give it an 'x')")
+        n = int(n)
+        if not 1 <= n <= MAX_NODES:
+            raise ValueError(f"the graph has num_nodes={n}; 1 to {MAX_NODES} nodes are supported")
+        edge_index = data.edge_index if data.edge_index is not None else torch.zeros(2, 0, dtype=torch.long)
+        if edge_index.dim() != 2 or edge_index.shape[0] != 2 or edge_index.dtype not in _INTEGER_DTYPES:
+            raise ValueError(f"edge_index has shape {tuple(edge_index.shape)} and dtype {edge_index.dtype}; "
+                             "expected (2, edges) integers")
+        e = edge_index.shape[1]
+        if e > MAX_EDGES:
+            raise ValueError(f"the graph has {e} directed edges in edge_index; at most {MAX_EDGES} are supported "
+                             "(first-edge ids are stored as int16)")
+        edges = edge_index.detach().cpu().numpy()  # numpy: checks on tiny arrays cost microseconds, not tens
+        if e and (edges.min() < 0 or edges.max() >= n):
+            row, column = np.argwhere((edges < 0) | (edges >= n))[0]
+            raise ValueError(f"edge_index[{row}, {column}] = {edges[row, column]} is not a node of a graph "
+                             f"with num_nodes={n} (0 .. {n - 1})")
+        for names, default, rows in ((self.node_attributes, "x", n), (self.edge_attributes, "edge_attr", e)):
+            for name in _feature_names(data, names, default):
+                _check_values(_as_columns(data[name], rows, name), name)
+
+        structure = graph_structure(n, edges, self.path_order)
+        data.edge_index = edge_index
+        data.num_nodes = n
+        data.spd = torch.from_numpy(structure.spd.reshape(-1))
+        data.first_edge = torch.from_numpy(structure.first_edge.reshape(-1))
+        data.in_degree = torch.from_numpy(structure.in_degree)
+        data.out_degree = torch.from_numpy(structure.out_degree)
+        return data
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(node_attributes={self.node_attributes}, "
+                f"edge_attributes={self.edge_attributes}, path_order={self.path_order!r})")
+
+
+def _check_values(values: torch.Tensor, name: str) -> None:
+    """Refuse negative categorical values and non-finite continuous ones. values: (rows, k)"""
+    array = values.detach().cpu().numpy()
+    if is_categorical(values):
+        bad = array < 0
+        rule = "a negative category (categories are 0, 1, 2 ...; store continuous values as floats)"
+    else:
+        bad = ~np.isfinite(array)
+        rule = "not finite (NaN or inf)"
+    if bad.any():
+        row, column = np.argwhere(bad)[0]
+        raise ValueError(f"attribute '{name}' row {row} column {column} is {array[row, column].item()}: {rule}")
+
+
+def _features(batch: Batch, names: list[str], rows: int, what: str) -> tuple[
+        torch.Tensor, torch.Tensor, list[tuple[str, int]]]:
+    """Categorical (rows, F) int64 (one zero column when there is none), continuous (rows, Fc)
+    float32, and the (attribute, column) that every categorical column comes from."""
+    categorical, continuous, origin = [], [], []
+    for name in names:
+        columns = _as_columns(batch[name], rows, name)
+        if is_categorical(columns):
+            categorical.append(columns.long())
+            origin += [(name, c) for c in range(columns.shape[1])]
+        else:
+            continuous.append(columns.float())
+    device = batch.edge_index.device
+    if categorical:
+        ids = torch.cat(categorical, dim=1)
+    else:
+        ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        origin = [(f"(no categorical {what} attribute: constant 0)", 0)]
+    values = torch.cat(continuous, dim=1) if continuous else torch.zeros(rows, 0, device=device)
+    return ids, values, origin
+
+
+def to_graph_batch(
+    batch: Batch | Data,
+    config: GraphormerConfig | None = None,
+    *,
+    node_attributes: Sequence[str] | None = None,
+    edge_attributes: Sequence[str] | None = None,
+    target: str = "y",
+    target_level: Literal["graph", "node"] | None = None,
+) -> GraphBatch:
+    """The :class:`~graphormer_urpe.data.batch.GraphBatch` of a PyG batch of graphs that went
+    through :class:`GraphormerStructure`, on the batch's device.
+
+    For the same graphs and features it equals, field for field, what
+    :func:`~graphormer_urpe.data.batch.collate_graphs` makes of the cache's records (PyG's
+    ``DataLoader`` plus this function replace the cache and ``collate_graphs``), except ``index``,
+    which is each graph's position in the batch (a PyG batch does not carry dataset positions).
+    Edge ids: graph b's local first-edge id k becomes ``k + (edges of graphs 0 .. b - 1)``. One
+    host synchronisation per call (the largest graph's size and the checks, read together).
+
+    ``Graphormer.forward`` calls it with its config when given a PyG batch, so ``model(batch)``
+    works; call it yourself for non-default attribute names.
+
+    Args:
+        batch: a ``Batch`` from a PyG ``DataLoader`` (or one ``Data``, taken as a batch of one).
+        config: the model's :class:`~graphormer_urpe.model.graphormer.GraphormerConfig`; when
+            given, the feature widths must match it and every categorical value must be below its
+            vocabulary (checked here, not by an opaque index error on the GPU), and ``readout:
+            nodes`` reads per-node targets.
+        node_attributes: node-feature attributes (integer: categorical, float: continuous);
+            default ``x`` if present.
+        edge_attributes: edge-feature attributes; default ``edge_attr`` if present.
+        target: the target attribute; a batch without it gets ``y`` of shape (B, 0).
+        target_level: ``graph`` (one target row per graph: ``y`` (B, Y)) or ``node`` (one row per
+            node: ``y`` (B, N, Y), NaN at padding); default ``node`` when ``config.readout`` is
+            ``nodes``, else ``graph``.
+
+    Returns:
+        The padded batch (shapes and dtypes in :class:`~graphormer_urpe.data.batch.GraphBatch`).
+
+    Raises:
+        ValueError: the structure attributes are missing or do not fit the graphs (e.g. a
+            transform changed the edges after :class:`GraphormerStructure`), a feature attribute
+            is missing or has the wrong rows, widths or values for ``config``.
+
+    Example:
+        >>> import torch
+        >>> from torch_geometric.data import Batch, Data
+        >>> structure = GraphormerStructure()
+        >>> path = structure(Data(x=torch.tensor([[1], [2], [3]]), edge_index=torch.tensor([[0, 1], [1, 2]])))
+        >>> pair = structure(Data(x=torch.tensor([[4], [5]]), edge_index=torch.tensor([[0, 1], [1, 0]])))
+        >>> graphs = to_graph_batch(Batch.from_data_list([path, pair]))
+        >>> graphs.x.shape, graphs.node_mask.tolist()
+        (torch.Size([2, 3, 1]), [[True, True, True], [True, True, False]])
+        >>> graphs.first_edge[1].tolist()  # the pair's edges are the batch's edges 2 and 3
+        [[-1, 2, -1], [3, -1, -1], [-1, -1, -1]]
+    """
+    if not isinstance(batch, Data):
+        raise TypeError(f"to_graph_batch takes a torch_geometric Batch (or Data), got {type(batch).__name__}")
+    if not isinstance(batch, Batch):
+        batch = Batch.from_data_list([batch])
+    missing = [name for name in STRUCTURE_ATTRIBUTES if name not in batch]
+    if missing:
+        raise ValueError(f"the batch has no {', '.join(missing)}: build the dataset with "
+                         "pre_transform=GraphormerStructure() (delete its processed/ directory first: PyG does "
+                         "not re-process a dataset whose pre_transform changed)")
+    if target_level is None:
+        target_level = "node" if config is not None and config.readout == "nodes" else "graph"
+    if target_level not in ("graph", "node"):
+        raise ValueError(f"target_level={target_level!r}; expected 'graph' or 'node'")
+    if config is not None and config.readout == "target_node":
+        raise ValueError("readout='target_node' reads GraphBatch.target_node, which PyG batches do not carry; "
+                         "use readout='nodes' (a prediction for every node) or 'graph_token'")
+
+    device = batch.edge_index.device
+    num_graphs, num_total, num_edges = batch.num_graphs, batch.num_nodes, batch.edge_index.shape[1]
+    num_nodes = batch.ptr.diff()  # (B,)
+    node_start = batch.ptr[:-1]  # (B,)
+    edge_graph = batch.batch[batch.edge_index[0]]  # (E,)
+    edges_per_graph = torch.bincount(edge_graph, minlength=num_graphs)  # (B,)
+    edge_start = torch.cumsum(edges_per_graph, 0) - edges_per_graph  # (B,) first edge of each graph
+    x, x_continuous, node_origin = _features(batch, _feature_names(batch, node_attributes, "x"), num_total, "node")
+    edge_attr, edge_continuous, edge_origin = _features(
+        batch, _feature_names(batch, edge_attributes, "edge_attr"), num_edges, "edge")
+    if config is not None:
+        _check_widths(config, x, x_continuous, edge_attr, edge_continuous)
+
+    stale = "apply every transform that changes nodes or edges before GraphormerStructure, not after it"
+    if len(batch.in_degree) != num_total or len(batch.out_degree) != num_total:
+        raise ValueError(f"the batch has {num_total} nodes but {len(batch.in_degree)} in-degrees: {stale}")
+    # one host synchronisation: N, P and every check
+    degree_mismatch = (torch.bincount(batch.edge_index[0], minlength=num_total) != batch.out_degree).sum()
+    checks = [num_nodes.max(), (num_nodes * num_nodes).sum(), degree_mismatch]
+    if config is not None:
+        checks += [_outside(x, config.node_vocab), _outside(edge_attr, config.edge_vocab)]
+    n_max, num_pairs, mismatched, *outside = torch.stack([c.reshape(()).long() for c in checks]).tolist()
+    if num_pairs != batch.spd.numel() or num_pairs != batch.first_edge.numel() or mismatched:
+        raise ValueError(f"the structure attributes do not fit the batch's graphs ({num_pairs} node pairs, spd holds "
+                         f"{batch.spd.numel()}; {mismatched} nodes whose out_degree disagrees with edge_index): "
+                         f"{stale}")
+    if any(outside):
+        _raise_outside(x, config.node_vocab, node_origin, "node_vocab")
+        _raise_outside(edge_attr, config.edge_vocab, edge_origin, "edge_vocab")
+
+    node_mask = torch.arange(n_max, device=device) < num_nodes[:, None]  # (B, N)
+    pair_mask = node_mask[:, :, None] & node_mask[:, None, :]  # (B, N, N): row-major blocks, graph after graph
+    local = pad_rows(pair_mask, batch.first_edge, NO_EDGE).long()  # (B, N, N) ids within each graph
+    first_edge = torch.where(local >= 0, local + edge_start[:, None, None], NO_EDGE)  # (B, N, N) batch edge ids
+    return GraphBatch(
+        x=pad_rows(node_mask, x, 0),  # (B, N, F)
+        x_continuous=pad_rows(node_mask, x_continuous, 0),  # (B, N, Fc)
+        node_mask=node_mask,
+        in_degree=pad_rows(node_mask, batch.in_degree.long(), 0),  # (B, N)
+        out_degree=pad_rows(node_mask, batch.out_degree.long(), 0),
+        spd=pad_rows(pair_mask, batch.spd, UNREACHABLE_SPD),  # (B, N, N)
+        first_edge=first_edge,
+        edge_attr=edge_attr,  # (E, Fe)
+        edge_continuous=edge_continuous,  # (E, Fec)
+        edge_dst=batch.edge_index[1] - node_start[edge_graph],  # (E,) position in its graph
+        y=_targets(batch, target, target_level, node_mask, num_graphs, num_total),
+        index=torch.arange(num_graphs, device=device),
+        target_node=torch.full((num_graphs,), NO_TARGET_NODE, dtype=torch.long, device=device),
+    )
+
+
+def _targets(batch: Batch, target: str, level: str, node_mask: torch.Tensor, num_graphs: int,
+             num_total: int) -> torch.Tensor:
+    """(B, Y) float32 graph targets, (B, N, Y) node targets (NaN at padding), or (B, 0) without any."""
+    if target not in batch:
+        return torch.zeros(num_graphs, 0, device=node_mask.device)
+    rows = num_graphs if level == "graph" else num_total
+    y = batch[target]
+    if not isinstance(y, torch.Tensor) or y.dim() == 0 or y.shape[0] != rows:
+        shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise ValueError(f"target '{target}' has shape {shape}; {level}-level targets need {rows} rows "
+                         f"({'graphs' if level == 'graph' else 'nodes'} of the batch): set target_level")
+    y = y.reshape(rows, -1).float()
+    return y if level == "graph" else pad_rows(node_mask, y, float("nan"))
+
+
+def _check_widths(config: GraphormerConfig, x: torch.Tensor, x_continuous: torch.Tensor, edge_attr: torch.Tensor,
+                  edge_continuous: torch.Tensor) -> None:
+    """Refuse feature widths that differ from the model's (continuous features would otherwise be
+    dropped silently, or fail deep inside a linear layer)."""
+    for what, ids, values, vocab, width, field in (
+        ("node", x, x_continuous, config.node_vocab, config.continuous_node_dim, "continuous_node_dim"),
+        ("edge", edge_attr, edge_continuous, config.edge_vocab, config.continuous_edge_dim, "continuous_edge_dim"),
+    ):
+        if ids.shape[1] != len(vocab):
+            raise ValueError(f"the batch has {ids.shape[1]} categorical {what}-feature column(s), the model's "
+                             f"{what}_vocab has {len(vocab)} entries ({list(vocab)}); one entry per column")
+        if values.shape[1] != width:
+            raise ValueError(f"the batch has {values.shape[1]} continuous (float) {what}-feature column(s), the "
+                             f"model has {field}={width}: set {field}={values.shape[1]}, or store categorical "
+                             f"{what} features as integers")
+
+
+def _outside(ids: torch.Tensor, vocab: Sequence[int]) -> torch.Tensor:
+    """How many values lie outside 0 .. vocab[c] - 1 of their column c. ids: (rows, F)"""
+    limit = torch.as_tensor(list(vocab), device=ids.device)
+    return ((ids < 0) | (ids >= limit)).sum()
+
+
+def _raise_outside(ids: torch.Tensor, vocab: Sequence[int], origin: list[tuple[str, int]], field: str) -> None:
+    """Name the first value outside its column's vocabulary (error path only)."""
+    limit = torch.as_tensor(list(vocab), device=ids.device)
+    bad = (ids < 0) | (ids >= limit)
+    if bad.any():
+        row, column = (int(k) for k in torch.nonzero(bad)[0])
+        name, attribute_column = origin[column]
+        raise ValueError(f"attribute '{name}' column {attribute_column} has value {int(ids[row, column])} (batch row "
+                         f"{row}), outside the model's {field}[{column}] = {vocab[column]} categories "
+                         f"(0 .. {vocab[column] - 1}): raise {field}[{column}]")
