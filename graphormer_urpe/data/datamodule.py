@@ -46,6 +46,11 @@ class GraphDataset(Dataset):
     def __getitem__(self, i: int) -> GraphRecord:
         return self.store.record(int(self.indices[i]))
 
+    @property
+    def sizes(self) -> np.ndarray:
+        """(len,) node count of every graph, what size-aware batching sorts by."""
+        return self.store.num_nodes[self.indices]
+
 
 class GraphDataModule(pl.LightningDataModule):
     """Preprocesses a :class:`GraphSource` once into a cache and serves padded batches.
@@ -62,6 +67,10 @@ class GraphDataModule(pl.LightningDataModule):
         max_nodes: graphs with more nodes are skipped and counted when the cache is built.
         prepare_per_node: build the cache on every node (``root`` on node-local disks) instead of
             once on global rank 0 (``root`` on a file system shared by all nodes, the default).
+        bucket_window: size-aware batching (``docs/throughput.md``): the shuffled training order is
+            sorted by node count in windows of this many global batches, so every batch holds graphs
+            of similar size and pads little; evaluation reads each shard in ascending size. 0 turns
+            it off (every batch a uniform sample, padded to its largest graph).
     """
 
     def __init__(
@@ -74,6 +83,7 @@ class GraphDataModule(pl.LightningDataModule):
         chunk_size: int = 10_000,
         max_nodes: int = 512,
         prepare_per_node: bool = False,
+        bucket_window: int = 0,
     ) -> None:
         super().__init__()
         self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
@@ -84,6 +94,9 @@ class GraphDataModule(pl.LightningDataModule):
         self.preprocess_workers = available_cores() if preprocess_workers is None else preprocess_workers
         self.chunk_size = chunk_size
         self.max_nodes = max_nodes
+        if bucket_window < 0:
+            raise ValueError(f"data.bucket_window={bucket_window}; use 0 (off) or a number of global batches, e.g. 100")
+        self.bucket_window = bucket_window
         self.datasets: dict[str, GraphDataset] = {}
         #: Split served by ``predict_dataloader`` (set by ``evaluate.py``).
         self.predict_split = "test"
@@ -223,7 +236,7 @@ class GraphDataModule(pl.LightningDataModule):
     def describe(self) -> dict:
         """Dataset name, options, cache directory and split sizes (after setup)."""
         return {"source": type(self.source).__name__, **self.source.options(), "cache": str(self.cache_dir),
-                "splits": self.split_sizes, "batch_size": self.batch_size}
+                "splits": self.split_sizes, "batch_size": self.batch_size, "bucket_window": self.bucket_window}
 
     def target_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """(Y,) mean and standard deviation of the training targets (of every training node, for
@@ -252,15 +265,22 @@ class GraphDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled global batches, this process's slice of each; resumable mid-epoch."""
-        return train_loader(self._split("train"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
+        train = self._split("train")
+        return train_loader(train, self.batch_size, self.trainer, collate_graphs, self.num_workers,
+                            sizes=train.sizes, bucket_window=self.bucket_window)
 
     def val_dataloader(self) -> DataLoader:
         """This process's exact, unpadded shard of the validation split."""
-        return eval_loader(self._split("valid"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
+        return self._eval_loader("valid")
 
     def test_dataloader(self) -> DataLoader:
         """This process's exact, unpadded shard of the test split."""
-        return eval_loader(self._split("test"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
+        return self._eval_loader("test")
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        dataset = self._split(split)
+        return eval_loader(dataset, self.batch_size, self.trainer, collate_graphs, self.num_workers,
+                           sizes=dataset.sizes if self.bucket_window else None)
 
     def predict_dataloader(self) -> DataLoader:
         """The split named by :attr:`predict_split`, in its order (Lightning shards it over processes
