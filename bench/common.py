@@ -24,7 +24,8 @@ def qm9_molecules(count: int, seed: int = 0) -> list:
     from graphormer_urpe.data.sources.molecules import qm9pack_csvs
 
     smiles = pd.concat([pd.read_csv(p, usecols=["SMILES"]) for p in qm9pack_csvs()], ignore_index=True)["SMILES"]
-    rows = np.concatenate([np.arange(30), 30 + np.random.default_rng(seed).choice(len(smiles) - 30, count, replace=False)])
+    drawn = np.random.default_rng(seed).choice(len(smiles) - 30, count, replace=False)
+    rows = np.concatenate([np.arange(30), 30 + drawn])
     graphs = molecule_graphs(smiles.to_numpy()[rows], np.zeros((len(rows), 1), np.float32))
     return [g for g in graphs if isinstance(g, RawGraph)]
 
