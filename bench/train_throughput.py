@@ -3,8 +3,8 @@
     python bench/train_throughput.py                       # CPU, one thread: per-core figures
     python bench/train_throughput.py --device cuda --precision bf16-mixed [--compile]
 
-Two size distributions, each a set of real molecules from the embedded QM9 data (``qm9pack``)
-joined by single bonds until every graph has the drawn number of heavy atoms:
+Size distributions (``--distributions``), each a set of real molecules from the embedded QM9 data
+(``qm9pack``), joined by single bonds until every graph has the drawn number of heavy atoms:
 
 * ``zinc``: 9-38 atoms, mean ~23 (normal(23.2, 4.5), clipped), ZINC's statistics;
 * ``pcqm``: PCQM4Mv2-like: 99.5% from normal(14, 3.2) clipped to 1-30, 0.5% uniform in 31-51
@@ -14,17 +14,16 @@ joined by single bonds until every graph has the drawn number of heavy atoms:
 
 For each distribution the epoch's global batches are built by the project's own sampler
 (:class:`~graphormer_urpe.data.sampling.GlobalBatchSampler`) with and without ``bucket_window``;
-``--batches`` batches of each are timed, one per stratum of the epoch's batches sorted by padded
-size, each weighted by its stratum's count (see ``stratified_batches``), so that the weighted time
-estimates the epoch's. A step is forward, backward and AdamW of
-the ZINC-configured Graphormer (12 layers, 80 wide, 8 heads), the variants interleaved round by
+every batch of a short epoch is timed (the cost of a padded batch varies too much for a sample of
+batches to stand for an epoch). A step is forward, backward and AdamW of the ZINC-configured
+Graphormer (12 layers, 80 wide, 8 heads), the variants interleaved round by
 round so that all see the same machine load; on CPU the time is the process's CPU time, on CUDA
 the wall time between synchronisations.
 
 FLOPs are matmul FLOPs counted by ``torch.utils.flop_counter`` (forward and backward): *padded*
 is what the padded batch executes, *useful* the sum over its graphs of the FLOPs of each graph
 alone (no padding). The share of peak divides useful FLOP/s by a 2048 x 2048 matmul's FLOP/s in
-the same dtype.
+the same dtype (slow for float16 on most CPUs: ``16-mixed`` is meant for CUDA).
 """
 
 from __future__ import annotations
@@ -78,25 +77,6 @@ def molecules(distribution: str, count: int, pool: list, rng: np.random.Generato
             in_degree=s.in_degree, out_degree=s.out_degree, y=rng.normal(size=1).astype(np.float32), index=index,
         ))
     return records
-
-
-def stratified_batches(batches: list[list[int]], sizes: np.ndarray, count: int) -> tuple[list[list[int]], list[int]]:
-    """A sample of the epoch's full batches whose weighted mean cost estimates the epoch's.
-
-    The batches, sorted by padded attention entries (graphs x (largest graph + 1)^2), are split into
-    ``count`` strata of equal count; each is represented by its batch whose padded entries are
-    closest to the stratum's mean. Returns the representatives and the size of their strata.
-    """
-    def entries(batch: list[int]) -> int:
-        return len(batch) * (int(sizes[batch].max()) + 1) ** 2
-
-    full = sorted((b for b in batches if len(b) == len(batches[0])), key=entries)
-    strata = np.array_split(np.arange(len(full)), count)
-    chosen = []
-    for stratum in strata:
-        mean = np.mean([entries(full[i]) for i in stratum])
-        chosen.append(full[min(stratum, key=lambda i: abs(entries(full[i]) - mean))])
-    return chosen, [len(stratum) for stratum in strata]
 
 
 class Step:
@@ -182,9 +162,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--distributions", nargs="+", default=["zinc", "pcqm"], choices=["zinc", "pcqm", "qm9"])
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--epoch-batches", type=int, default=40, help="global batches in the simulated epoch")
+    parser.add_argument("--epoch-batches", type=int, default=16, help="global batches in the simulated epoch")
     parser.add_argument("--window", type=int, default=100, help="bucket_window of the size-aware batching")
-    parser.add_argument("--batches", type=int, default=5, help="batches timed per batching (strata)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (1 = per-core figures)")
     parser.add_argument("--device", default="cpu")
@@ -201,7 +180,7 @@ def main() -> None:
     unit = "CPU-second" if device.type == "cpu" else "second"
     print(f"torch {torch.__version__}, {device}, precision {args.precision}, compile {args.compile}, "
           f"{torch.get_num_threads()} threads; global batch {args.batch_size}, bucket_window {args.window}, "
-          f"{args.batches} stratified batches per batching, {args.rounds} interleaved rounds")
+          f"every batch of an epoch of {args.epoch_batches}, {args.rounds} interleaved rounds")
     print(f"matmul 2048x2048 peak: {peak / 1e9:.1f} GFLOP per {unit}")
 
     for distribution in args.distributions:
@@ -214,10 +193,8 @@ def main() -> None:
             "bucketed": GlobalBatchSampler(dataset, args.batch_size, seed=0, sizes=sizes,
                                            bucket_window=args.window).epoch_batches(0),
         }
-        timed_batches, weights = {}, {}
-        for name, batches in batchings.items():
-            chosen, weights[name] = stratified_batches(batches, sizes, args.batches)
-            timed_batches[name] = [collate_graphs([records[i] for i in b]).to(device) for b in chosen]
+        timed_batches = {name: [collate_graphs([records[i] for i in b]).to(device) for b in batches]
+                         for name, batches in batchings.items()}
         print(f"\n{distribution}: {count} molecules, {sizes.min()}-{sizes.max()} atoms, mean {sizes.mean():.1f}; "
               "attention entries that are padding over the epoch: "
               + ", ".join(f"{name} {padded_share(sizes, [np.array(b) for b in batches]):.0%}"
@@ -225,10 +202,9 @@ def main() -> None:
         # useful FLOPs per graph size: each size alone, no padding
         alone = {(a, n): steps[a].flops(collate_graphs([records[int(np.flatnonzero(sizes == n)[0])]]).to(device))
                  for a in steps for n in np.unique(sizes)}
-        flops = {(a, name): (sum(w * steps[a].flops(batch) for w, batch in zip(weights[name], batches)),
-                             sum(w * alone[a, int(n)] for w, batch in zip(weights[name], batches)
-                                 for n in batch.node_mask.sum(1).tolist()))
-                 for a in steps for name, batches in timed_batches.items()}  # weighted sums over the epoch
+        flops = {(a, name): (sum(steps[a].flops(batch) for batch in batches),
+                             sum(alone[a, int(n)] for batch in batches for n in batch.node_mask.sum(1).tolist()))
+                 for a in steps for name, batches in timed_batches.items()}  # sums over the epoch
         for batches in timed_batches.values():  # warm-up (and compilation) of every variant
             for step in steps.values():
                 step(batches[0])
@@ -239,9 +215,9 @@ def main() -> None:
             for attention, name in keys:
                 step = steps[attention]
                 with clock.peak_memory(memory[attention, name]):
-                    times[attention, name].append(sum(w * clock(lambda b=b, step=step: step(b))
-                                                      for w, b in zip(weights[name], timed_batches[name])))
-        epoch_steps = sum(weights["today"])  # the epoch's full batches, as many for both batchings
+                    times[attention, name].append(sum(clock(lambda b=b, step=step: step(b))
+                                                      for b in timed_batches[name]))
+        epoch_steps = args.epoch_batches
         graphs = args.batch_size * epoch_steps
         header = (f"{'batching':9} {'attention':9} {'GFLOP/step padded':>17} {'useful':>7} "
                   f"{'graphs/' + unit:>17} {'useful of peak':>14}")
