@@ -19,3 +19,43 @@ def molecule_like_edges(rng: np.random.Generator, n: int) -> np.ndarray:
     pairs += [(int(a), int(b)) for a, b in (rng.integers(0, n, 2) for _ in range(2)) if a != b]
     half = np.array(pairs, dtype=np.int64).T
     return np.concatenate([half, half[::-1]], axis=1)
+
+
+def qm9_molecules(count: int, seed: int = 0) -> list:
+    """The 30 first (smallest: 1-4 heavy atoms) and ``count`` random further QM9 molecules of the
+    embedded ``qm9pack`` data, featurised like PCQM4Mv2. Returns :class:`RawGraph` objects."""
+    import pandas as pd
+
+    from graphormer_urpe.data.batch import RawGraph
+    from graphormer_urpe.data.sources.featurize import molecule_graphs
+    from graphormer_urpe.data.sources.molecules import qm9pack_csvs
+
+    smiles = pd.concat([pd.read_csv(p, usecols=["SMILES"]) for p in qm9pack_csvs()], ignore_index=True)["SMILES"]
+    drawn = np.random.default_rng(seed).choice(len(smiles) - 30, count, replace=False)
+    rows = np.concatenate([np.arange(30), 30 + drawn])
+    graphs = molecule_graphs(smiles.to_numpy()[rows], np.zeros((len(rows), 1), np.float32))
+    return [g for g in graphs if isinstance(g, RawGraph)]
+
+
+def joined_molecule(size: int, pool: list, by_size: dict[int, list[int]], rng: np.random.Generator):
+    """A graph of exactly ``size`` heavy atoms made of real molecules from ``pool``: molecules that
+    fit the atoms still missing are drawn at random and each is bonded (single bond) to a random
+    atom of the ones before. Returns a :class:`RawGraph`. ``by_size`` maps a heavy-atom count to
+    the positions in ``pool`` of the molecules of that size (every size 1 .. 9 must occur)."""
+    from graphormer_urpe.data.batch import RawGraph
+
+    xs, edges, attrs, offset = [], [], [], 0
+    while offset < size:
+        fitting = [n for n in by_size if n <= size - offset]
+        n = int(rng.choice(fitting))
+        part = pool[int(rng.choice(by_size[n]))]
+        xs.append(part.x)
+        edges.append(part.edge_index + offset)
+        attrs.append(part.edge_attr)
+        if offset:  # a single, non-conjugated bond to an atom placed before
+            a, b = int(rng.integers(0, offset)), offset + int(rng.integers(0, n))
+            edges.append(np.array([[a, b], [b, a]], dtype=np.int64))
+            attrs.append(np.zeros((2, part.edge_attr.shape[1]), dtype=np.int64))
+        offset += n
+    return RawGraph(x=np.concatenate(xs), edge_index=np.concatenate(edges, axis=1), edge_attr=np.concatenate(attrs),
+                    y=np.zeros(1, np.float32))

@@ -132,7 +132,7 @@ def throughput_commands(device: str, quick: bool) -> list[list[str]]:
     """``bench/train_throughput.py`` in each precision, and compiled in ``16-mixed`` (not with ``--quick``)."""
     base = [sys.executable, "bench/train_throughput.py", "--device", device]
     if quick:
-        base += ["--batch-size", "16", "--rounds", "1"]
+        base += ["--batch-size", "16", "--rounds", "1", "--epoch-batches", "2"]
     commands = [[*base, "--precision", precision] for precision in PRECISIONS]
     return commands if quick else [*commands, [*base, "--precision", "16-mixed", "--compile"]]
 

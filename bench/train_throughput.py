@@ -1,108 +1,243 @@
-"""Training throughput at the ZINC configuration: RPE vs URPE, and FLOP/s against a large matmul.
+"""Training throughput: today's batching vs size-aware batching, RPE vs URPE, padded vs useful FLOPs.
 
-    python bench/train_throughput.py [--batch-size 256] [--rounds 6]
+    python bench/train_throughput.py                       # CPU, one thread: per-core figures
+    python bench/train_throughput.py --device cuda --precision bf16-mixed [--compile]
 
-One run measures everything side by side, interleaving the variants round by round so that both
-see the same machine load: a full optimiser step (forward, backward, AdamW) of the 12-layer,
-80-wide, 8-head Graphormer on ZINC-sized random molecules (9-38 atoms, mean ~23, trees plus two
-ring bonds, padded per batch like real ZINC batches), and a 2048 x 2048 float32 matmul as the
-machine's practical peak. FLOPs of a step are counted by ``torch.utils.flop_counter`` (matmuls,
-padding included, i.e. what the hardware executes).
+Size distributions (``--distributions``), each a set of real molecules from the embedded QM9 data
+(``qm9pack``), joined by single bonds until every graph has the drawn number of heavy atoms:
+
+* ``zinc``: 9-38 atoms, mean ~23 (normal(23.2, 4.5), clipped), ZINC's statistics;
+* ``pcqm``: PCQM4Mv2-like: 99.5% from normal(14, 3.2) clipped to 1-30, 0.5% uniform in 31-51
+  (mean ~14, maximum 51; an assumed histogram with PCQM4Mv2's range and mean, as no PCQM4Mv2 data
+  is embedded), so that most batches of 256 hold one molecule of 31 atoms or more;
+* ``qm9``: QM9 itself (the default run's data), molecules drawn at random, 1-9 heavy atoms.
+
+For each distribution the epoch's global batches are built by the project's own sampler
+(:class:`~graphormer_urpe.data.loaders.GlobalBatchSampler`) with and without ``bucket_window``;
+every batch of a short epoch is timed (the cost of a padded batch varies too much for a sample of
+batches to stand for an epoch). A step is forward, backward and AdamW of the ZINC-configured
+Graphormer (12 layers, 80 wide, 8 heads), the variants interleaved round by
+round so that all see the same machine load; on CPU the time is the process's CPU time, on CUDA
+the wall time between synchronisations.
+
+FLOPs are matmul FLOPs counted by ``torch.utils.flop_counter`` (forward and backward): *padded*
+is what the padded batch executes, *useful* the sum over its graphs of the FLOPs of each graph
+alone (no padding). The share of peak divides useful FLOP/s by a 2048 x 2048 matmul's FLOP/s in
+the same dtype (slow for float16 on most CPUs: ``16-mixed`` is meant for CUDA).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from common import zinc_like_graph
-from graphormer_urpe.data.batch import GraphRecord, collate_graphs
+from common import joined_molecule, qm9_molecules
+from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
+from graphormer_urpe.data.buckets import padded_share
+from graphormer_urpe.data.loaders import GlobalBatchSampler
+from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
+PRECISIONS = {"32": None, "16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
 
-def zinc_like_batch(batch_size: int, seed: int = 0) -> list[GraphRecord]:
-    """Random molecules with ZINC's size statistics (28 atom types, bond types 1-3)."""
-    rng = np.random.default_rng(seed)
+
+def draw_sizes(distribution: str, count: int, rng: np.random.Generator) -> np.ndarray:
+    """Heavy-atom counts of ``count`` molecules (see the module docstring). (count,) int"""
+    if distribution == "zinc":
+        return np.clip(np.round(rng.normal(23.2, 4.5, count)), 9, 38).astype(np.int64)
+    sizes = np.clip(np.round(rng.normal(14.0, 3.2, count)), 1, 30).astype(np.int64)
+    large = rng.random(count) < 0.005
+    sizes[large] = rng.integers(31, 52, int(large.sum()))
+    return sizes
+
+
+def molecules(distribution: str, count: int, pool: list, rng: np.random.Generator) -> list[GraphRecord]:
+    """``count`` molecules of ``distribution`` with their structural arrays, as the cache serves them:
+    joined QM9 molecules of the drawn sizes, or (``qm9``) the pool's molecules themselves."""
+    if distribution == "qm9":
+        raws = [pool[i] for i in rng.integers(0, len(pool), count)]
+    else:
+        by_size: dict[int, list[int]] = {}
+        for position, graph in enumerate(pool):
+            by_size.setdefault(len(graph.x), []).append(position)
+        raws = [joined_molecule(int(size), pool, by_size, rng) for size in draw_sizes(distribution, count, rng)]
     records = []
-    for index in range(batch_size):
-        n, edges = zinc_like_graph(rng)
-        s = graph_structure(n, edges)
+    for index, raw in enumerate(raws):
+        s = graph_structure(len(raw.x), raw.edge_index)
         records.append(GraphRecord(
-            x=rng.integers(0, 28, (n, 1)), edge_index=edges, edge_attr=rng.integers(1, 4, (edges.shape[1], 1)),
-            spd=s.spd, first_edge=s.first_edge, in_degree=s.in_degree, out_degree=s.out_degree,
-            y=rng.normal(size=1).astype(np.float32), index=index,
+            x=raw.x, edge_index=raw.edge_index, edge_attr=raw.edge_attr, spd=s.spd, first_edge=s.first_edge,
+            in_degree=s.in_degree, out_degree=s.out_degree, y=rng.normal(size=1).astype(np.float32), index=index,
         ))
     return records
 
 
 class Step:
-    """One AdamW training step of a ZINC-configured Graphormer."""
+    """One AdamW training step of a ZINC-configured Graphormer on molecules.
 
-    def __init__(self, attention: str, batch) -> None:
+    Args:
+        attention: ``rpe`` or ``urpe``.
+        device: where the model runs.
+        precision: a key of :data:`PRECISIONS` (autocast dtype; ``16-mixed`` scales the loss).
+        compile: run the model through ``torch.compile``.
+    """
+
+    def __init__(self, attention: str, device: torch.device, precision: str, compile: bool) -> None:
         torch.manual_seed(0)
-        self.model = Graphormer(GraphormerConfig(attention=attention)).train()
+        config = GraphormerConfig(node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB, attention=attention)
+        self.model = Graphormer(config).to(device).train()
+        self.forward = torch.compile(self.model, dynamic=True) if compile else self.model
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
-        self.batch = batch
+        self.device = device
+        self.dtype = PRECISIONS[precision]
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.dtype is torch.float16)
 
-    def __call__(self) -> None:
-        loss = (self.model(self.batch).squeeze(-1) - self.batch.y.squeeze(-1)).abs().mean()
-        loss.backward()
-        self.optimizer.step()
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Mixed precision as Lightning's ``precision`` does it (nothing for 32)."""
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def __call__(self, batch: GraphBatch) -> None:
+        with self.autocast():
+            prediction = self.forward(batch)
+        loss = (prediction.squeeze(-1).float() - batch.y.squeeze(-1)).abs().mean()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def flops(self) -> int:
-        with FlopCounterMode(display=False) as counter:
-            self()
+    def flops(self, batch: GraphBatch) -> int:
+        """Matmul FLOPs of forward and backward on ``batch`` (no optimiser step, no compile)."""
+        with FlopCounterMode(display=False) as counter, self.autocast():
+            prediction = self.model(batch)
+            (prediction.float() - batch.y).abs().mean().backward()
+        self.model.zero_grad(set_to_none=True)
         return counter.get_total_flops()
 
 
-def timed(fn) -> float:
-    """CPU seconds of this process: on a shared machine, work done rather than waiting."""
-    started = time.process_time()
-    fn()
-    return time.process_time() - started
+class Clock:
+    """Seconds of one call: process CPU time on CPU (work done, not waiting on a shared machine),
+    synchronised wall time on CUDA; tracks CUDA peak memory."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def __call__(self, fn: Callable[[], None]) -> float:
+        if self.device.type != "cuda":
+            started = time.process_time()
+            fn()
+            return time.process_time() - started
+        torch.cuda.synchronize(self.device)
+        started = time.perf_counter()
+        fn()
+        torch.cuda.synchronize(self.device)
+        return time.perf_counter() - started
+
+    @contextlib.contextmanager
+    def peak_memory(self, into: list[int]) -> Iterator[None]:
+        """Append the CUDA peak memory (bytes) of the block to ``into`` (nothing on CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        yield
+        if self.device.type == "cuda":
+            into.append(torch.cuda.max_memory_allocated(self.device))
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype | None, clock: Clock) -> float:
+    """FLOP/s of a 2048 x 2048 matmul (fastest of 3) in ``dtype`` (float32 for None)."""
+    a, b = (torch.randn(2048, 2048, device=device, dtype=dtype or torch.float32) for _ in range(2))
+    a @ b  # warm-up
+    return 2 * 2048**3 / min(clock(lambda: a @ b) for _ in range(3))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--distributions", nargs="+", default=["zinc", "pcqm"], choices=["zinc", "pcqm", "qm9"])
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 = per-core figures)")
+    parser.add_argument("--epoch-batches", type=int, default=16, help="global batches in the simulated epoch")
+    parser.add_argument("--window", type=int, default=100, help="bucket_window of the size-aware batching")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (1 = per-core figures)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="32", choices=list(PRECISIONS))
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (dynamic shapes)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    clock = Clock(device)
+    rng = np.random.default_rng(0)
+    pool = qm9_molecules(4000)
+    steps = {name: Step(name, device, args.precision, args.compile) for name in ("rpe", "urpe")}
+    peak = matmul_peak(device, PRECISIONS[args.precision], clock)
+    unit = "CPU-second" if device.type == "cpu" else "second"
+    print(f"torch {torch.__version__}, {device}, precision {args.precision}, compile {args.compile}, "
+          f"{torch.get_num_threads()} threads; global batch {args.batch_size}, bucket_window {args.window}, "
+          f"every batch of an epoch of {args.epoch_batches}, {args.rounds} interleaved rounds")
+    print(f"matmul 2048x2048 peak: {peak / 1e9:.1f} GFLOP per {unit}")
 
-    batch = collate_graphs(zinc_like_batch(args.batch_size))
-    steps = {name: Step(name, batch) for name in ("rpe", "urpe")}
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    matmul_flops = 2 * 2048**3
-    flops = {name: step.flops() for name, step in steps.items()}  # also warms up
-    times: dict[str, list[float]] = {name: [] for name in (*steps, "matmul")}
-    for round_index in range(args.rounds):
-        order = list(steps) if round_index % 2 == 0 else list(steps)[::-1]  # no variant always goes first
-        for name in order:
-            times[name].append(timed(steps[name]))
-        times["matmul"].append(min(timed(lambda: a @ b) for _ in range(3)))
-
-    peak = matmul_flops / min(times["matmul"])
-    real_nodes = int(batch.node_mask.sum())
-    print(f"batch {args.batch_size} graphs, {real_nodes / args.batch_size:.1f} nodes/graph on average, padded to "
-          f"{batch.x.shape[1]}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"{args.rounds} interleaved rounds, fastest round of each (process CPU time)")
-    print(f"matmul 2048x2048 fp32 peak: {peak / 1e9:.1f} GFLOP per CPU-second")
-    print(f"{'variant':8} {'ms/step':>9} {'graphs/s':>9} {'GFLOP/step':>11} {'GFLOP/s':>8} {'of peak':>8}")
-    for name in steps:
-        seconds = min(times[name])
-        rate = flops[name] / seconds
-        print(f"{name:8} {seconds * 1e3:9.0f} {args.batch_size / seconds:9.0f} {flops[name] / 1e9:11.2f} "
-              f"{rate / 1e9:8.1f} {rate / peak:8.0%}")
-    ratio = statistics.median(u / r for u, r in zip(times["urpe"], times["rpe"]))
-    print(f"URPE / RPE time per step: {ratio:.3f} (median of per-round ratios)")
+    for distribution in args.distributions:
+        count = args.batch_size * args.epoch_batches
+        records = molecules(distribution, count, pool, rng)
+        sizes = np.array([len(r.x) for r in records])
+        dataset = range(count)
+        batchings = {
+            "today": GlobalBatchSampler(dataset, args.batch_size, seed=0).epoch_batches(0),
+            "bucketed": GlobalBatchSampler(dataset, args.batch_size, seed=0, sizes=sizes,
+                                           bucket_window=args.window).epoch_batches(0),
+        }
+        timed_batches = {name: [collate_graphs([records[i] for i in b]).to(device) for b in batches]
+                         for name, batches in batchings.items()}
+        print(f"\n{distribution}: {count} molecules, {sizes.min()}-{sizes.max()} atoms, mean {sizes.mean():.1f}; "
+              "attention entries that are padding over the epoch: "
+              + ", ".join(f"{name} {padded_share(sizes, [np.array(b) for b in batches]):.0%}"
+                          for name, batches in batchings.items()))
+        # useful FLOPs per graph size: each size alone, no padding
+        alone = {(a, n): steps[a].flops(collate_graphs([records[int(np.flatnonzero(sizes == n)[0])]]).to(device))
+                 for a in steps for n in np.unique(sizes)}
+        flops = {(a, name): (sum(steps[a].flops(batch) for batch in batches),
+                             sum(alone[a, int(n)] for batch in batches for n in batch.node_mask.sum(1).tolist()))
+                 for a in steps for name, batches in timed_batches.items()}  # sums over the epoch
+        for batches in timed_batches.values():  # warm-up (and compilation) of every variant
+            for step in steps.values():
+                step(batches[0])
+        times: dict[tuple[str, str], list[float]] = {key: [] for key in flops}
+        memory: dict[tuple[str, str], list[int]] = {key: [] for key in flops}
+        for round_index in range(args.rounds):
+            keys = list(times) if round_index % 2 == 0 else list(times)[::-1]  # no variant always first
+            for attention, name in keys:
+                step = steps[attention]
+                with clock.peak_memory(memory[attention, name]):
+                    times[attention, name].append(sum(clock(lambda b=b, step=step: step(b))
+                                                      for b in timed_batches[name]))
+        epoch_steps = args.epoch_batches
+        graphs = args.batch_size * epoch_steps
+        header = (f"{'batching':9} {'attention':9} {'GFLOP/step padded':>17} {'useful':>7} "
+                  f"{'graphs/' + unit:>17} {'useful of peak':>14}")
+        print(header + ("  peak memory" if device.type == "cuda" else ""))
+        for (attention, name), seconds in times.items():
+            padded, useful = (f / epoch_steps for f in flops[attention, name])
+            best = min(seconds)
+            line = (f"{name:9} {attention:9} {padded / 1e9:17.2f} {useful / 1e9:7.2f} {graphs / best:17.0f} "
+                    f"{useful * epoch_steps / best / peak:14.0%}")
+            if memory[attention, name]:
+                line += f"  {max(memory[attention, name]) / 2**30:8.2f} GiB"
+            print(line)
+        for attention in steps:
+            speedup = min(times[attention, "today"]) / min(times[attention, "bucketed"])
+            print(f"size-aware / today, {attention}: {speedup:.2f}x graphs per {unit}")
+        for name in timed_batches:
+            best = min(times["urpe", name]) / min(times["rpe", name])
+            median = statistics.median(u / r for u, r in zip(times["urpe", name], times["rpe", name]))
+            print(f"URPE / RPE time per step, {name}: {best:.3f} (fastest rounds), {median:.3f} (median of "
+                  "per-round ratios)")
 
 
 if __name__ == "__main__":

@@ -107,6 +107,19 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
     assert different == []
 
 
+def test_resume_with_size_aware_batching_reaches_bitwise_the_same_weights(qm9_root: Path, tmp_path: Path) -> None:
+    bucketed = (*RANDOM_RUN, "--data.bucket_window", "2")
+    uninterrupted = FinalState()
+    assert run(tiny_run_args(qm9_root, tmp_path, *bucketed, "--run_name", "full"), uninterrupted) == 0
+    args = tiny_run_args(qm9_root, tmp_path, *bucketed, "--run_name", "cut")
+    assert run(args, SignalDuringStep(4)) == 128 + signal.SIGTERM
+    resumed = FinalState()
+    assert run(args + ["--ckpt_path", "last"], resumed) == 0
+    assert resumed.step == uninterrupted.step == 9
+    different = [k for k, v in uninterrupted.weights.items() if not torch.equal(v, resumed.weights[k])]
+    assert different == []
+
+
 def test_preempted_names_the_checkpoint_and_the_exit_code() -> None:
     stop = Preempted("SIGUSR1", 12, Path("runs/x/checkpoints/last.ckpt"), requeued=True)
     assert stop.exit_code == 128 + signal.SIGUSR1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,3 +52,14 @@ def test_the_check_runs_end_to_end_on_the_cpu(qm9_root: Path, tmp_path: Path) ->
     assert memory["ZINC"]["peak_gib"] < memory["PCQM4Mv2"]["peak_gib"] < memory["MAG240M"]["peak_gib"]
     summary = (tmp_path / "summary.md").read_text()
     assert "| bf16-mixed |" in summary and "| MAG240M | 32 |" in summary and "(401) |" in summary
+
+
+def test_the_throughput_commands_run_on_the_cpu() -> None:
+    """The check's throughput part calls ``bench/train_throughput.py`` with flags it accepts: the
+    float32 command of the quick list runs and prints the side-by-side comparison (the half-precision
+    ones are for a GPU: float16 matrix products on a CPU take minutes)."""
+    commands = gpu_check.throughput_commands("cpu", quick=True)
+    assert [c[c.index("--precision") + 1] for c in commands] == ["32", "16-mixed", "bf16-mixed"]
+    done = subprocess.run(commands[0], cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "size-aware / today, urpe" in done.stdout and "URPE / RPE time per step, bucketed" in done.stdout

@@ -53,6 +53,11 @@ class GraphDataset(Dataset):
     def __getitem__(self, i: int) -> GraphRecord:
         return self.store.record(int(self.indices[i]))
 
+    @property
+    def sizes(self) -> np.ndarray:
+        """(len,) node count of every graph, what size-aware batching sorts by."""
+        return self.store.num_nodes[self.indices]
+
 
 class GraphDataModule(pl.LightningDataModule):
     """Preprocesses a :class:`GraphSource` once into a cache and serves padded batches.
@@ -81,6 +86,10 @@ class GraphDataModule(pl.LightningDataModule):
             (the smallest next node at every step) or ``official`` (the paths of official
             Graphormer's Floyd-Warshall, for models imported from official checkpoints); part of
             the cache key (a non-default value only, so existing caches keep their names).
+        bucket_window: size-aware batching (``docs/throughput.md``): the shuffled training order is
+            sorted by node count in windows of this many global batches, so every batch holds graphs
+            of similar size and pads little; evaluation reads each shard in ascending size. 0 turns
+            it off (every batch a uniform sample, padded to its largest graph).
     """
 
     def __init__(
@@ -94,6 +103,7 @@ class GraphDataModule(pl.LightningDataModule):
         max_nodes: int = 512,
         prepare_per_node: bool = False,
         path_order: PathOrder = "smallest_next",
+        bucket_window: int = 0,
     ) -> None:
         super().__init__()
         self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
@@ -107,6 +117,9 @@ class GraphDataModule(pl.LightningDataModule):
         if path_order not in PATH_ORDERS:
             raise ValueError(f"data.path_order={path_order!r}; expected one of {', '.join(map(repr, PATH_ORDERS))}")
         self.path_order = path_order
+        if bucket_window < 0:
+            raise ValueError(f"data.bucket_window={bucket_window}; use 0 (off) or a number of global batches, e.g. 100")
+        self.bucket_window = bucket_window
         self.datasets: dict[str, GraphDataset] = {}
         #: Split served by ``predict_dataloader`` (:meth:`predict_on`).
         self.predict_split = "test"
@@ -244,7 +257,7 @@ class GraphDataModule(pl.LightningDataModule):
     def describe(self) -> dict:
         """Dataset name, options, cache directory and split sizes (after setup)."""
         return {"source": type(self.source).__name__, **self.source.options(), "cache": str(self.cache_dir),
-                "splits": self.split_sizes, "batch_size": self.batch_size}
+                "splits": self.split_sizes, "batch_size": self.batch_size, "bucket_window": self.bucket_window}
 
     def target_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """(Y,) mean and standard deviation of the training targets (of every training node, for
@@ -269,20 +282,28 @@ class GraphDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled global batches, this process's slice of each; resumable mid-epoch."""
-        return train_loader(self._split("train"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
+        train = self._split("train")
+        return train_loader(train, self.batch_size, self.trainer, collate_graphs, self.num_workers,
+                            sizes=train.sizes, bucket_window=self.bucket_window)
 
     def val_dataloader(self) -> DataLoader:
         """This process's exact, unpadded shard of the validation split."""
-        return eval_loader(self._split("valid"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
+        return self._eval_loader("valid")
 
     def test_dataloader(self) -> DataLoader:
         """This process's exact, unpadded shard of the test split."""
-        return eval_loader(self._split("test"), self.batch_size, self.trainer, collate_graphs, self.num_workers)
+        return self._eval_loader("test")
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        """The shard of ``split``, in ascending size with bucketing on, else in dataset order."""
+        dataset = self._split(split)
+        return eval_loader(dataset, self.batch_size, self.trainer, collate_graphs, self.num_workers,
+                           sizes=dataset.sizes if self.bucket_window else None)
 
     def predict_dataloader(self) -> DataLoader:
-        """This process's exact, unpadded shard of the split chosen by :meth:`predict_on`."""
-        return eval_loader(self._split(self.predict_split), self.batch_size, self.trainer, collate_graphs,
-                           self.num_workers)
+        """This process's exact, unpadded shard of the split chosen by :meth:`predict_on` (gathered in
+        the split's order by :func:`~graphormer_urpe.evaluation.splits.predict_split`)."""
+        return self._eval_loader(self.predict_split)
 
     # -- what evaluation uses (:class:`~graphormer_urpe.data.split_rows.PredictableData`)
     def predict_on(self, split: str) -> None:

@@ -16,6 +16,11 @@ Three guarantees, for any dataset and any number of processes W:
   resumed on a different number of processes with the same data order. Worker processes are seeded
   from (seed, epoch) only, never from the history of the process.
 
+With ``bucket_window`` > 0 and the size of every graph, both samplers are size-aware
+(:mod:`graphormer_urpe.data.buckets`): global batches hold graphs of similar size, and evaluation
+shards are read in ascending size, so that padded attention costs little; the three guarantees hold
+unchanged.
+
 Both samplers subclass ``DistributedSampler`` so that Lightning leaves them in place.
 """
 
@@ -27,9 +32,12 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sized
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from graphormer_urpe.data.buckets import bucketed_batches, size_sorted
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +71,9 @@ class GlobalBatchSampler(DistributedSampler):
     a multiple of W by repeating its first indices, cut into global batches of ``global_batch``
     indices (the last one may be shorter, but still a multiple of W), and process ``rank`` takes the
     ``rank``-th of W equal slices of every batch. ``len()`` is the full epoch of this process.
+    With ``bucket_window`` > 0 the permutation (before padding) is instead cut by
+    :func:`~graphormer_urpe.data.buckets.bucketed_batches` (windows sorted by size, the batch order
+    shuffled), and the padding repeats join the last batch.
 
     Args:
         dataset: the training set (only its length is used).
@@ -71,6 +82,8 @@ class GlobalBatchSampler(DistributedSampler):
         rank: this process, 0 .. W - 1.
         seed: seed of the epoch permutations.
         shuffle: False keeps the dataset order (still split into global batches).
+        sizes: size of every dataset position (node count); needed with ``bucket_window``.
+        bucket_window: global batches sorted together by size; 0 = no bucketing.
     """
 
     def __init__(
@@ -81,11 +94,15 @@ class GlobalBatchSampler(DistributedSampler):
         rank: int = 0,
         seed: int = 0,
         shuffle: bool = True,
+        sizes: np.ndarray | None = None,
+        bucket_window: int = 0,
     ) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
         self.global_batch = global_batch
         self.local_batch = per_device_batch_size(global_batch, num_replicas)
         self.dataset_size = len(dataset)
+        self.sizes = _checked_sizes(sizes, self.dataset_size, bucket_window)
+        self.bucket_window = bucket_window
         self.skip_batches = 0  # global batches to skip at the start of the next iteration (resume)
 
     @property
@@ -93,21 +110,33 @@ class GlobalBatchSampler(DistributedSampler):
         """Global batches (optimiser micro-steps) per epoch, the same for every W."""
         return math.ceil(self.total_size / self.global_batch)
 
-    def epoch_order(self, epoch: int) -> list[int]:
+    def epoch_order(self, epoch: int, generator: torch.Generator | None = None) -> list[int]:
         """The padded global order of ``epoch``: ``total_size`` dataset indices."""
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed + epoch)
-            order = torch.randperm(self.dataset_size, generator=generator).tolist()
+            generator = torch.Generator() if generator is None else generator
+            order = torch.randperm(self.dataset_size, generator=generator.manual_seed(self.seed + epoch)).tolist()
         else:
             order = list(range(self.dataset_size))
         padding = self.total_size - len(order)
         return order + (order * math.ceil(padding / max(len(order), 1)))[:padding]
 
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """The global batches of ``epoch`` in training order (dataset indices), :attr:`batches_per_epoch` of them."""
+        generator = torch.Generator()
+        order = self.epoch_order(epoch, generator)
+        if self.bucket_window:  # bucket the unpadded order, so that the batches do not depend on W
+            batches = [b.tolist() for b in bucketed_batches(np.asarray(order[:self.dataset_size], dtype=np.int64),
+                                                            self.sizes, self.global_batch, self.bucket_window,
+                                                            generator)]
+            if batches:
+                batches[-1] += order[self.dataset_size:]  # the repeats that give every process the same count
+            return batches
+        return [order[start:start + self.global_batch] for start in range(0, self.total_size, self.global_batch)]
+
     def __iter__(self) -> Iterator[int]:
-        order = self.epoch_order(self.epoch)
+        batches = self.epoch_batches(self.epoch)
         first, self.skip_batches = self.skip_batches, 0  # a resume position applies once
-        for start in range(first * self.global_batch, self.total_size, self.global_batch):
-            block = order[start:start + self.global_batch]
+        for block in batches[first:]:
             share = len(block) // self.num_replicas
             yield from block[self.rank * share:(self.rank + 1) * share]
 
@@ -122,15 +151,17 @@ class GlobalBatchSampler(DistributedSampler):
 class EvalShardSampler(DistributedSampler):
     """Contiguous, unpadded shards: process r evaluates indices ``[r * N // W, (r + 1) * N // W)``.
 
-    Shards differ by at most one graph and together hold every index exactly once.
+    Shards differ by at most one graph and together hold every index exactly once. Given ``sizes``,
+    a shard is read in ascending size (ties in index order), so its batches pad little.
 
     Args:
         dataset: the evaluation split (only its length is used).
         num_replicas: W.
         rank: this process.
+        sizes: size of every dataset position, or None for index order.
     """
 
-    def __init__(self, dataset: Sized, num_replicas: int = 1, rank: int = 0) -> None:
+    def __init__(self, dataset: Sized, num_replicas: int = 1, rank: int = 0, sizes: np.ndarray | None = None) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)
         size = len(dataset)
         if size < num_replicas:
@@ -141,9 +172,11 @@ class EvalShardSampler(DistributedSampler):
         self.start = rank * size // num_replicas
         self.stop = (rank + 1) * size // num_replicas
         self.num_samples = self.stop - self.start
+        self.sizes = _checked_sizes(sizes, size, 0)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(range(self.start, self.stop))
+        shard = np.arange(self.start, self.stop)
+        return iter((shard if self.sizes is None else size_sorted(shard, self.sizes)).tolist())
 
     def __len__(self) -> int:
         return self.num_samples
@@ -195,8 +228,8 @@ class ResumableLoader(DataLoader):
         """Where the data order stands, plus what it depends on (checked on resume)."""
         sampler: GlobalBatchSampler = self.sampler
         epoch, done = self.position
-        return {"epoch": epoch, "batches_done": done, "seed": sampler.seed,
-                "dataset_size": sampler.dataset_size, "global_batch": sampler.global_batch}
+        return {"epoch": epoch, "batches_done": done, "seed": sampler.seed, "dataset_size": sampler.dataset_size,
+                "global_batch": sampler.global_batch, "bucket_window": sampler.bucket_window}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continue the data order of a checkpoint at its next batch."""
@@ -207,6 +240,12 @@ class ResumableLoader(DataLoader):
                 f"the checkpoint's data order is for {saved[0]} training graphs in global batches of {saved[1]}, "
                 f"this run has {sampler.dataset_size} graphs in batches of {sampler.global_batch}: the run cannot "
                 "resume exactly; use the same data and --data.batch_size, or start a new run"
+            )
+        if state.get("bucket_window", 0) != sampler.bucket_window:  # checkpoints from before bucketing: 0
+            raise ValueError(
+                f"the checkpoint's data order uses bucket_window={state.get('bucket_window', 0)}, this run "
+                f"{sampler.bucket_window}: the run cannot resume exactly; set --data.bucket_window "
+                f"{state.get('bucket_window', 0)} or start a new run"
             )
         if state["seed"] != sampler.seed:
             log.warning("resuming the checkpoint's data order (seed %d), not seed %d", state["seed"], sampler.seed)
@@ -224,6 +263,8 @@ def train_loader(
     seed: int | None = None,
     sampler_type: type[GlobalBatchSampler] = GlobalBatchSampler,
     pin_memory: bool = True,
+    sizes: np.ndarray | None = None,
+    bucket_window: int = 0,
 ) -> ResumableLoader:
     """The training loader of this process (see the module docstring).
 
@@ -237,9 +278,12 @@ def train_loader(
         sampler_type: the sampler, a :class:`GlobalBatchSampler` (a subclass may turn each index
             into the key its dataset expects, e.g. ``(epoch, index)``).
         pin_memory: page-lock the batches when training on CUDA.
+        sizes: size of every graph of ``dataset``; needed with ``bucket_window``.
+        bucket_window: global batches sorted together by size (0: no bucketing).
     """
     world, rank = process_grid(trainer)
-    sampler = sampler_type(dataset, global_batch, world, rank, run_seed() if seed is None else seed)
+    sampler = sampler_type(dataset, global_batch, world, rank, run_seed() if seed is None else seed,
+                           sizes=sizes, bucket_window=bucket_window)
     return ResumableLoader(dataset, sampler, collate_fn, num_workers=num_workers,
                            pin_memory=pin_memory and _on_cuda(trainer))
 
@@ -252,8 +296,10 @@ def eval_loader(
     num_workers: int = 0,
     sampler_type: type[EvalShardSampler] = EvalShardSampler,
     pin_memory: bool = True,
+    sizes: np.ndarray | None = None,
 ) -> DataLoader:
-    """The validation/test/predict loader of this process: its exact shard, in dataset order.
+    """The validation/test/predict loader of this process: its exact shard, in dataset order (in
+    ascending size given ``sizes``).
 
     Lightning leaves the sampler in place (it is a ``DistributedSampler``), also for
     ``trainer.predict``; :func:`~graphormer_urpe.evaluation.splits.predict_split` gathers the shards.
@@ -267,12 +313,14 @@ def eval_loader(
         sampler_type: the sampler, an :class:`EvalShardSampler` (a subclass may turn each index
             into the key its dataset expects).
         pin_memory: page-lock the batches when running on CUDA.
+        sizes: size of every graph of ``dataset``: each shard is then read in ascending size (less
+            padding); None reads it in dataset order.
     """
     world, rank = process_grid(trainer)
     return DataLoader(
         dataset,
         batch_size=per_device_batch_size(global_batch, world),
-        sampler=sampler_type(dataset, world, rank),
+        sampler=sampler_type(dataset, world, rank, sizes),
         collate_fn=collate_fn,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
@@ -297,3 +345,17 @@ def warn_if_not_published(name: str, sizes: Mapping[str, int], published: Mappin
     if published and any(sizes.get(split) != size for split, size in published.items()):
         log.warning("!!! %s split sizes %s differ from the published %s: %sresults are not comparable with the "
                     "papers !!!", name, dict(sizes), dict(published), f"{hint}; " if hint else "")
+
+
+def _checked_sizes(sizes: np.ndarray | None, dataset_size: int, bucket_window: int) -> np.ndarray | None:
+    """``sizes`` as an int64 array of one entry per dataset position (None stays None)."""
+    if bucket_window < 0:
+        raise ValueError(f"bucket_window={bucket_window}; use 0 (no bucketing) or a number of global batches")
+    if sizes is None:
+        if bucket_window:
+            raise ValueError("bucket_window > 0 needs the size of every item (sizes=...)")
+        return None
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if sizes.shape != (dataset_size,):
+        raise ValueError(f"sizes has shape {sizes.shape}, expected one size per item: ({dataset_size},)")
+    return sizes
