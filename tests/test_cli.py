@@ -93,6 +93,7 @@ def test_unknown_key_fails_naming_it(capsys: pytest.CaptureFixture) -> None:
     assert "num_layerz" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_trainer_setting_lightning_refuses_is_one_error_line_not_a_traceback(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(REPO_DIR / "train.py"), "--config", "qm9_gap.yaml",
                            "--trainer.max_steps", "-5", "--logger", "none", "--run_root", str(tmp_path)],
@@ -125,6 +126,7 @@ def test_every_config_instantiates(config: str, tmp_path: Path) -> None:
         assert encoder.num_heads == 8 and encoder.num_layers == 12 and encoder.hidden_dim == 80
 
 
+@pytest.mark.slow
 def test_training_needs_no_compiled_pyg_extension(tmp_path: Path) -> None:
     """torch_scatter, torch_sparse, pyg_lib and torch_cluster are made unimportable, then we train."""
     script = f"""

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from markdown.extensions.toc import slugify
 
 REPO_DIR = Path(__file__).resolve().parents[1]
@@ -39,6 +40,7 @@ def heading_anchors(markdown_file: Path) -> set[str]:
     return {slugify(heading, "-") for heading in headings}
 
 
+@pytest.mark.slow
 def test_mkdocs_build_strict_passes(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(REPO_DIR / "mkdocs.yml"),

@@ -69,6 +69,7 @@ def run_evaluate(pcqm_run: dict, *args: str) -> dict:
                               "--trainer.enable_progress_bar", "false", *args])
 
 
+@pytest.mark.slow
 def test_training_reports_no_test_metric_for_hidden_labels(pcqm_run: dict) -> None:
     assert pcqm_run["metrics"]["test"] is None and "val/mae" in pcqm_run["metrics"]["validation"]
 
@@ -90,6 +91,7 @@ def test_valid_prints_ogbs_mae(pcqm_run: dict, tmp_path: Path, capsys: pytest.Ca
         capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_full_size_test_dev_submission(pcqm_run: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """147,037 rows in split order; the two unparsable rows get the training mean, are warned about
     and listed in the log; the file passes the official shape check and --check-submission."""
@@ -146,6 +148,7 @@ def test_a_non_official_split_or_missing_directory_fails_clearly(pcqm_run: dict,
         run_evaluate(pcqm_run, "--split", "test")
 
 
+@pytest.mark.slow
 def test_two_processes_predict_exactly_what_one_does(pcqm_run: dict, tmp_path: Path) -> None:
     """DDP over 2 CPU processes (gloo): 12 graphs of test-challenge in batches of 2 per process,
     shards of 6 and 6 in interleaved order, one unparsable row; same rows, same order, same values."""

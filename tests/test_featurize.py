@@ -46,6 +46,7 @@ def nci_and_qm9_smiles() -> list[str]:
     return [line.split()[0] for line in nci.read_text().splitlines() if line.strip()] + qm9
 
 
+@pytest.mark.slow
 def test_thousands_of_molecules_equal_ogb_in_one_batch() -> None:
     """The batched path the cache uses gives ogb's arrays for every parseable molecule, and the
     same reason as one-by-one featurisation for the others."""

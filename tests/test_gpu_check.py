@@ -34,6 +34,7 @@ def test_mixed_precision_is_judged_against_float32(first: float, tail: float, va
     assert runs["16-mixed"]["first_rdiff"] == pytest.approx(abs(first - 1.0))
 
 
+@pytest.mark.slow
 def test_the_check_runs_end_to_end_on_the_cpu(qm9_root: Path, tmp_path: Path) -> None:
     """Device tests (the attention module's), 2-step QM9 runs in three precisions, the memory of the
     three paper settings estimated; the summary names them all."""
@@ -54,6 +55,7 @@ def test_the_check_runs_end_to_end_on_the_cpu(qm9_root: Path, tmp_path: Path) ->
     assert "| bf16-mixed |" in summary and "| MAG240M | 32 |" in summary and "(401) |" in summary
 
 
+@pytest.mark.slow
 def test_the_throughput_commands_run_on_the_cpu() -> None:
     """The check's throughput part calls ``bench/train_throughput.py`` with flags it accepts: the
     float32 command of the quick list runs and prints the side-by-side comparison (the half-precision

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "graphormer_urpe"
 
 #: Layer of each top-level part of the package; a module may import only from its own layer or lower.
@@ -71,6 +73,7 @@ def test_test_tooling_stays_out_of_the_library() -> None:
     assert leaks == []
 
 
+@pytest.mark.slow
 def test_non_molecular_sources_do_not_load_rdkit() -> None:
     code = ("import sys\n"
             "import graphormer_urpe, graphormer_urpe.data.sources.zinc, graphormer_urpe.data.sources.pyg\n"

@@ -20,6 +20,10 @@ from graphormer_urpe.evaluation.submission import check_submission
 from graphormer_urpe.run.cli import REPO_DIR, RUN_DIR_ENV, GraphormerCLI, count_parameters
 from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
+#: Every test here shares a small MAG240M training run (about 10 s).
+pytestmark = pytest.mark.slow
+
+
 TINY = ["--model.init_args.encoder.num_layers", "1", "--model.init_args.encoder.hidden_dim", "32",
         "--model.init_args.encoder.ffn_dim", "32", "--model.init_args.encoder.num_heads", "4",
         "--data.num_workers", "0", "--logger", "none"]

@@ -155,6 +155,7 @@ def test_csv_rows_out_of_idx_order_are_refused(tmp_path: Path) -> None:
         PCQM4Mv2().open(tmp_path)
 
 
+@pytest.mark.slow
 def test_interrupted_preprocessing_resumes_where_it_stopped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A process killed (SIGKILL) while writing its fourth chunk leaves three complete chunks and a
     half-written temporary; the next run keeps the three, and the result equals a clean build."""

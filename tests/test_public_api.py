@@ -32,6 +32,7 @@ def test_module_docstring_examples_run() -> None:
         assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
 
 
+@pytest.mark.slow
 def test_import_does_not_load_lightning_and_lightning_names_load_on_use() -> None:
     code = ("import sys, graphormer_urpe; assert 'pytorch_lightning' not in sys.modules; "
             "from graphormer_urpe import GraphRegression, GraphDataModule; "

@@ -318,6 +318,7 @@ def test_unknown_keyword_arguments_are_refused_with_a_suggestion() -> None:
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pyg_loop.py"
 
 
+@pytest.mark.slow
 def test_pyg_loop_example_runs_and_uses_only_the_transform_and_the_model(tmp_path: Path) -> None:
     source = EXAMPLE.read_text()
     project_imports = [line for line in source.splitlines() if "graphormer_urpe" in line]

@@ -41,6 +41,7 @@ def test_seed_command_sets_seed_run_name_and_wandb_group() -> None:
                            "4", "--run_root", "runs", "--run_name", "qm9_gap-seed4", "--wandb.group", "qm9_gap"]
 
 
+@pytest.mark.slow
 def test_two_seeds_end_to_end_then_collect(qm9_root: Path, tmp_path: Path) -> None:
     args = tiny_run_args(qm9_root, tmp_path, "--trainer.max_steps", "2")
     result = subprocess.run([sys.executable, str(REPO / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args],

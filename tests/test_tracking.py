@@ -80,6 +80,7 @@ def test_logger_carries_the_options_and_a_run_id_stable_across_resumes(
     assert run_id(tmp_path / "other") != init["id"]
 
 
+@pytest.mark.slow
 def test_offline_run_records_config_parameters_commit_metrics_lr_and_table_images(ddp_run: tuple[Path, str]) -> None:
     """The DDP run logged to W&B offline: exactly one W&B run (rank 0's), with everything in it."""
     run_dir, _ = ddp_run
