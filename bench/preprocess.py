@@ -14,7 +14,7 @@ Both turn a ZINC-sized molecule (see ``common.zinc_like_graph``) into what the m
   ``[n, n, max_dist, F]`` edge-feature path tensor filled by the same per-pair recursive path walk
   in Python as ``algos.gen_edge_input``.
 
-The figure for the official Cython build quoted in the README (about 550 molecules/s) comes from
+The figure for the official Cython build quoted in docs/benchmarks.md (about 550 molecules/s) comes from
 the issue tracker; this script measures the re-implementation side by side with ours.
 """
 

@@ -55,7 +55,7 @@ def test_predictions_keep_every_row_in_order_with_reasons_for_failures(regressio
     ckpt, run_dir = regression_run
     pd.DataFrame({"name": [f"m{k}" for k in range(len(NEW))], "smiles": NEW}).to_csv(tmp_path / "new.csv", index=False)
     out = tmp_path / "out" / "preds.csv"
-    # the command of the README: the run's own config file, the checkpoint, the new table
+    # the command of docs/own-data.md: the run's own config file, the checkpoint, the new table
     result = evaluate.main(["--config", str(run_dir / "config.yaml"), "--ckpt", str(ckpt), "--predict",
                             str(tmp_path / "new.csv"), "--out", str(out)])
     assert result["rows"] == 7 and result["predicted"] == 4 and result["failed"] == 3

@@ -1,6 +1,6 @@
 """The preprocessed-graph cache: flat arrays plus offsets, built in parallel, resumable chunks.
 
-Layout of one cache directory (``ROOT/<dataset>/processed/<name>-<key hash>/``)::
+Layout of one cache directory (``ROOT/<dataset>/graphormer/<name>-<key hash>/``)::
 
     manifest.json          key, totals, chunk list; written last, so its presence means "complete"
     splits.npz             source rows of every split (train/valid/test ...)

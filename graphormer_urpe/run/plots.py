@@ -1,4 +1,4 @@
-"""Pictures of the learned relative encodings B and C: the one way to draw them (README, W&B images).
+"""Pictures of the learned relative encodings B and C: the one way to draw them (docs figures, W&B images).
 
 * Sequences (paper, Figure 2): B and C as dense n x n matrices, entry (i, j) for query i and key j,
   one row of panels per head.
