@@ -30,7 +30,7 @@ from graphormer_urpe.data.loaders import (
 from graphormer_urpe.data.lsc_formats import SubmissionFormat
 from graphormer_urpe.data.sources.base import GraphSource
 from graphormer_urpe.data.split_rows import SplitRows
-from graphormer_urpe.data.structure import PATH_ORDERS, PathOrder
+from graphormer_urpe.data.structure import PathOrder, check_path_order
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +114,7 @@ class GraphDataModule(pl.LightningDataModule):
         self.preprocess_workers = available_cores() if preprocess_workers is None else preprocess_workers
         self.chunk_size = chunk_size
         self.max_nodes = max_nodes
-        if path_order not in PATH_ORDERS:
-            raise ValueError(f"data.path_order={path_order!r}; expected one of {', '.join(map(repr, PATH_ORDERS))}")
+        check_path_order(path_order, "data.path_order")
         self.path_order = path_order
         if bucket_window < 0:
             raise ValueError(f"data.bucket_window={bucket_window}; use 0 (off) or a number of global batches, e.g. 100")

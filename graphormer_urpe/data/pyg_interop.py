@@ -46,7 +46,7 @@ from torch_geometric.transforms import BaseTransform
 
 from graphormer_urpe.constants import NO_EDGE, NO_TARGET_NODE, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import GraphBatch, pad_rows
-from graphormer_urpe.data.structure import MAX_EDGES, MAX_NODES, PATH_ORDERS, PathOrder, graph_structure
+from graphormer_urpe.data.structure import MAX_EDGES, MAX_NODES, PathOrder, check_path_order, graph_structure
 
 if TYPE_CHECKING:
     from graphormer_urpe.model.graphormer import GraphormerConfig
@@ -119,8 +119,7 @@ class GraphormerStructure(BaseTransform):
 
     def __init__(self, node_attributes: Sequence[str] | None = None,
                  edge_attributes: Sequence[str] | None = None, path_order: PathOrder = "smallest_next") -> None:
-        if path_order not in PATH_ORDERS:
-            raise ValueError(f"path_order={path_order!r}; expected one of {', '.join(map(repr, PATH_ORDERS))}")
+        check_path_order(path_order)
         self.node_attributes = None if node_attributes is None else list(node_attributes)
         self.edge_attributes = None if edge_attributes is None else list(edge_attributes)
         self.path_order = path_order

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from graphormer_urpe.data.official_paths import official_first_edges
 #: How one of several shortest paths is chosen: the smallest next node at every step, or the path
 #: official Graphormer's Floyd-Warshall takes (v2 ``graphormer/data/algos.pyx``).
 PathOrder = Literal["smallest_next", "official"]
-PATH_ORDERS = ("smallest_next", "official")
+PATH_ORDERS: tuple[str, ...] = get_args(PathOrder)
 
 #: Largest node count a graph may have: node ids and edge ids are stored as int16.
 MAX_NODES = 32767
@@ -142,6 +142,12 @@ class FlatStructures(NamedTuple):
     pair_ptr: np.ndarray
 
 
+def check_path_order(path_order: str, key: str = "path_order") -> None:
+    """Refuse an unknown path order, naming the option ``key`` it came from."""
+    if path_order not in PATH_ORDERS:
+        raise ValueError(f"{key}={path_order!r}; expected one of {', '.join(map(repr, PATH_ORDERS))}")
+
+
 def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray],
                      path_order: PathOrder = "smallest_next") -> FlatStructures:
     """SPD, first edges of shortest paths, and degrees of many graphs, concatenated.
@@ -162,8 +168,7 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
     """
     if len(num_nodes) != len(edge_indices):
         raise ValueError(f"{len(num_nodes)} node counts but {len(edge_indices)} edge lists")
-    if path_order not in PATH_ORDERS:
-        raise ValueError(f"path_order={path_order!r}; expected one of {', '.join(map(repr, PATH_ORDERS))}")
+    check_path_order(path_order)
     sizes = np.asarray(num_nodes, dtype=np.int64).reshape(-1)
     if sizes.size and (sizes.min() < 0 or sizes.max() > MAX_NODES):
         g = int(np.argmax((sizes < 0) | (sizes > MAX_NODES)))
