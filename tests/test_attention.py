@@ -9,7 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from graphormer_urpe.constants import PAD_RELATION
-from graphormer_urpe.model.attention import MultiHeadAttention, RelativeBias, RelativeScale
+from graphormer_urpe.model.attention import (
+    MultiHeadAttention,
+    RelativeBias,
+    RelativeScale,
+    lookup_by_relation,
+    scale_and_drop,
+)
 
 B, T, H, D = 3, 6, 4, 8
 
@@ -71,6 +77,82 @@ def test_scale_padding_row_is_frozen_at_zero() -> None:
     scale(relation).sum().backward()
     assert scale.weight.grad[PAD_RELATION].abs().sum() == 0
     assert scale.weight[PAD_RELATION].abs().sum() == 0 and (scale.weight[1:] == 1).all()
+
+
+@pytest.mark.device
+def test_relation_lookup_equals_a_padded_embedding_in_value_and_gradient(device: torch.device) -> None:
+    """The gather reads what ``F.embedding(..., padding_idx)`` reads, head-major, and its gradient is
+    the embedding's: per (relation, head) the sum of the pairs' gradients, none for the padding row."""
+    g = torch.Generator().manual_seed(1)
+    table = torch.randn(7, H, generator=g, dtype=torch.float64)
+    table[PAD_RELATION] = 0.0
+    relation = torch.randint(0, 7, (B, T, T), generator=g)
+    relation[0, 0, 0] = PAD_RELATION
+    upstream = torch.randn(B, H, T, T, generator=g, dtype=torch.float64)
+    ours, reference = (table.clone().to(device).requires_grad_() for _ in range(2))
+    looked_up = lookup_by_relation(ours, relation.to(device))
+    expected = F.embedding(relation.to(device), reference, padding_idx=PAD_RELATION).permute(0, 3, 1, 2)
+    assert looked_up.is_contiguous() and looked_up.shape == (B, H, T, T)
+    assert torch.equal(looked_up, expected)
+    (looked_up * upstream.to(device)).sum().backward()
+    (expected * upstream.to(device)).sum().backward()
+    torch.testing.assert_close(ours.grad, reference.grad)
+    assert (ours.grad[PAD_RELATION] == 0).all() and (ours.grad[1:] != 0).any()
+    by_hand = torch.zeros(7, H, dtype=torch.float64)
+    for b, i, j in torch.cartesian_prod(torch.arange(B), torch.arange(T), torch.arange(T)).tolist():
+        if relation[b, i, j] != PAD_RELATION:
+            by_hand[relation[b, i, j]] += upstream[b, :, i, j]
+    torch.testing.assert_close(ours.grad.cpu(), by_hand)
+
+
+def test_relation_lookup_reads_the_padding_row_as_zero_whatever_it_holds() -> None:
+    table = torch.ones(3, H)
+    relation = torch.full((1, 2, 2), PAD_RELATION)
+    assert (lookup_by_relation(table, relation) == 0).all()
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+@pytest.mark.parametrize("needs", [(True, True), (True, False), (False, True)])
+def test_scale_and_drop_equals_the_written_out_product(dropout: bool, needs: tuple[bool, bool]) -> None:
+    """Bit for bit the values and gradients of ``(A * C) * keep`` as autograd computes them."""
+    g = torch.Generator().manual_seed(2)
+    a, c, upstream = (torch.rand(B, H, T, T, generator=g) for _ in range(3))
+    keep = torch.where(torch.rand(B, H, T, T, generator=g) < 0.3, 0.0, 1 / 0.7) if dropout else None
+    fused = [a.clone().requires_grad_(needs[0]), c.clone().requires_grad_(needs[1])]
+    plain = [a.clone().requires_grad_(needs[0]), c.clone().requires_grad_(needs[1])]
+    out = scale_and_drop(*fused, keep)
+    expected = plain[0] * plain[1] if keep is None else plain[0] * plain[1] * keep
+    assert torch.equal(out, expected)
+    out.backward(upstream)
+    expected.backward(upstream)
+    for ours, theirs, needed in zip(fused, plain, needs):
+        assert (ours.grad is None) == (not needed)
+        if needed:
+            assert torch.equal(ours.grad, theirs.grad)
+
+
+def test_scale_and_drop_passes_gradcheck() -> None:
+    g = torch.Generator().manual_seed(3)
+    a, c = (torch.rand(2, 2, 3, 3, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    keep = torch.where(torch.rand(2, 2, 3, 3, generator=g) < 0.3, 0.0, 2.0).double()
+    assert torch.autograd.gradcheck(lambda a, c: scale_and_drop(a, c, keep), (a, c))
+    assert torch.autograd.gradcheck(lambda a, c: scale_and_drop(a, c, None), (a, c))
+
+
+def test_urpe_training_step_drops_the_scaled_weights_with_the_dropout_mask() -> None:
+    """In training, URPE attends with (A * C) * keep, keep being exactly the module's dropout mask."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(H * D, H, attention_dropout=0.3).train()
+    x, relation, key_mask = inputs()
+    bias, scale = masked(torch.randn(B, H, T, T), key_mask), RelativeScale(5, H)(relation) * 1.5
+    probabilities, v = attention.attention_weights(x, bias, None)
+    torch.manual_seed(7)
+    keep = attention.attention_dropout.keep_mask(probabilities)
+    mixed = (probabilities * scale * keep) @ v  # (B, H, T, D)
+    expected = attention.out(mixed.transpose(1, 2).reshape(B, T, H * D))
+    torch.manual_seed(7)
+    assert torch.equal(attention(x, bias, scale), expected)
+    assert (keep == 0).any() and (keep != 0).any()
 
 
 def test_reset_to_ones() -> None:

@@ -40,6 +40,26 @@ def test_masks_follow_the_global_seed_and_odd_sizes_work() -> None:
     assert torch.equal(a, b) and a.shape == (3, 5, 7)
 
 
+def test_keep_mask_is_the_mask_forward_applies() -> None:
+    x = torch.randn(5, 9, 11)
+    dropout = Dropout(0.25).train()
+    torch.manual_seed(3)
+    keep = dropout.keep_mask(x)
+    torch.manual_seed(3)
+    assert torch.equal(dropout(x), x * keep)
+    assert torch.equal(keep.unique(), torch.tensor([0.0, 65536 / (65536 - round(0.25 * 65536))]))
+    assert Dropout(0.25).eval().keep_mask(x) is None and Dropout(0.0).train().keep_mask(x) is None
+
+
+@pytest.mark.device
+def test_keep_mask_on_any_device_drops_at_the_rate_and_keeps_the_mean(device: torch.device) -> None:
+    torch.manual_seed(0)
+    keep = Dropout(0.2).train().keep_mask(torch.ones(1000, 1000, device=device))
+    assert keep.device.type == device.type and keep.dtype == torch.float32
+    assert abs((keep == 0).float().mean().item() - 0.2) < 3e-3
+    assert abs(keep.mean().item() - 1.0) < 5e-3
+
+
 def test_rejects_impossible_probabilities() -> None:
     with pytest.raises(ValueError, match="not in"):
         Dropout(1.0)

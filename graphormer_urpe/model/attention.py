@@ -18,7 +18,6 @@ from __future__ import annotations
 from enum import Enum
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from graphormer_urpe.constants import PAD_RELATION
@@ -36,6 +35,26 @@ class AttentionKind(str, Enum):
     NONE = "none"  # no positional information (only for the synthetic sequence baselines)
     RPE = "rpe"  # additive bias B inside the softmax
     URPE = "urpe"  # B plus a multiplicative scale C after the softmax
+
+
+def lookup_by_relation(table: torch.Tensor, relation: torch.Tensor) -> torch.Tensor:
+    """Per-head table entry of every pair, laid out head-major: ``out[b, h, i, j] = table[relation[b, i, j], h]``.
+
+    Row :data:`PAD_RELATION` reads as zero and receives no gradient (like ``nn.Embedding``'s
+    ``padding_idx``). Written as one ``gather`` over a ``(B, H, R)`` view of the table rather than
+    an embedding lookup followed by a permute: the result comes out ``(B, H, T, T)`` contiguous,
+    and the backward pass is a scatter-add per head into ``R`` bins: on CPU, forward and backward
+    together take a fifth of the time of ``F.embedding`` + permute (``bench/relation_lookup.py``).
+
+    Shapes:
+        table: (R, H) float; relation: (B, T, T) integer ids in [0, R) -> (B, H, T, T) float, contiguous.
+    """
+    batch, queries, keys = relation.shape
+    num_relations, heads = table.shape
+    padding_row = torch.tensor([PAD_RELATION], device=table.device)
+    per_head = table.index_fill(0, padding_row, 0.0).t().unsqueeze(0).expand(batch, heads, num_relations)  # (B, H, R)
+    index = relation.reshape(batch, 1, queries * keys).expand(batch, heads, queries * keys)  # (B, H, T*T)
+    return per_head.gather(2, index).view(batch, heads, queries, keys)
 
 
 class RelativeBias(nn.Module):
@@ -56,9 +75,9 @@ class RelativeBias(nn.Module):
         """Look up the bias of every pair.
 
         Shapes:
-            relation: (B, T, T) integer ids -> (B, H, T, T) float, a permuted view.
+            relation: (B, T, T) integer ids -> (B, H, T, T) float, contiguous.
         """
-        return self.table(relation).permute(0, 3, 1, 2)
+        return lookup_by_relation(self.table.weight, relation)
 
 
 class RelativeScale(nn.Module):
@@ -83,15 +102,54 @@ class RelativeScale(nn.Module):
         """Look up the scale of every pair.
 
         Shapes:
-            relation: (B, T, T) integer ids -> (B, H, T, T) float, a permuted view.
+            relation: (B, T, T) integer ids -> (B, H, T, T) float, contiguous.
         """
-        return F.embedding(relation, self.weight, padding_idx=PAD_RELATION).permute(0, 3, 1, 2)
+        return lookup_by_relation(self.weight, relation)
 
     @torch.no_grad()
     def reset_to_ones(self) -> None:
         """Set C back to ones (padding row zero): turns a trained RPE model into URPE exactly."""
         self.weight.fill_(1.0)
         self.weight[PAD_RELATION] = 0.0
+
+
+class _ScaleAndDrop(torch.autograd.Function):
+    """``A * C * keep`` in one buffer; see :func:`scale_and_drop`."""
+
+    @staticmethod
+    def forward(ctx, probabilities: torch.Tensor, scale: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        weights = probabilities * scale
+        if keep is not None:
+            weights.mul_(keep)
+        ctx.save_for_backward(probabilities, scale, keep)
+        return weights
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        probabilities, scale, keep = ctx.saved_tensors
+        grad_scaled = grad if keep is None else grad * keep  # gradient of A * C
+        grad_probabilities = grad_scaled * scale if ctx.needs_input_grad[0] else None
+        grad_scale = None
+        if ctx.needs_input_grad[1]:  # reuse the buffer of grad * keep (the incoming grad is not ours)
+            grad_scale = grad_scaled * probabilities if keep is None else grad_scaled.mul_(probabilities)
+        return grad_probabilities, grad_scale, None
+
+
+def scale_and_drop(probabilities: torch.Tensor, scale: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """URPE's product with C and attention dropout: ``(A * C) * keep``, the same values and gradients
+    as the three-tensor expression, computed with fewer temporaries.
+
+    Written out, autograd would allocate ``A * C``, its dropped copy, and in the backward pass
+    ``grad * keep``, ``grad * keep * C`` and ``grad * keep * A``: five ``(B, H, T, T)`` buffers per
+    layer. Here the mask is applied in place and the gradient of C reuses the buffer of
+    ``grad * keep``: three. These passes over the attention matrix are most of what URPE costs over
+    RPE (``docs/throughput.md``), and fewer fresh buffers make each of them cheaper on CPU.
+
+    Shapes:
+        probabilities A, scale C: (B, H, T, T); keep: (B, H, T, T) dropout multiplier (0 or
+        1 / P(keep)), or None (no dropout) -> (B, H, T, T).
+    """
+    return _ScaleAndDrop.apply(probabilities, scale, keep)
 
 
 class MultiHeadAttention(nn.Module):
@@ -176,8 +234,12 @@ class MultiHeadAttention(nn.Module):
             x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) or None.
             Returns (B, T, H*D).
         """
-        weights, v = self.attention_weights(x, attn_bias, attn_scale)
-        weights = self.attention_dropout(weights).to(v.dtype)
+        probabilities, v = self.attention_weights(x, attn_bias, None)  # softmax, (B, H, T, T)
+        if attn_scale is None:
+            weights = self.attention_dropout(probabilities)
+        else:  # URPE: A * C, then dropout
+            weights = scale_and_drop(probabilities, attn_scale, self.attention_dropout.keep_mask(probabilities))
+        weights = weights.to(v.dtype)
         batch, heads, tokens, head_dim = v.shape
         # A V with A as the left factor: the gradient of A then comes out of the matmul contiguous,
         # and the dropout, URPE-product and softmax backward passes all stream through memory in

@@ -39,17 +39,32 @@ class Dropout(nn.Module):
     def extra_repr(self) -> str:
         return f"p={self.p}"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Shapes: any -> the same."""
+    def keep_mask(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The multiplier ``keep / P(keep)`` that dropout applies to ``x``: None when it does nothing.
+
+        For callers that fold the mask into another elementwise product (URPE's ``A * C``, see
+        :func:`~graphormer_urpe.model.attention.scale_and_drop`). On CPU it is the mask ``forward``
+        would draw from the same generator state; elsewhere it comes from ``bernoulli_``.
+
+        Shapes:
+            x: any -> the same shape and dtype, values ``0`` or ``1 / P(keep)``; or None.
+        """
         if not self.training or self.p == 0.0:
-            return x
+            return None
         if x.device.type != "cpu":
-            return F.dropout(x, self.p, training=True)
+            return torch.empty_like(x).bernoulli_(1.0 - self.p).div_(1.0 - self.p)
         dropped_levels = round(self.p * _LEVELS)
         # random_() without bounds leaves the sign bit at 0; these bounds draw all 64 bits.
         words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device)
         words.random_(_INT64_MIN, _INT64_MAX)
         uniform = words.view(torch.int16)[: x.numel()].view(x.shape)  # uniform on -2^15 .. 2^15 - 1
         keep = uniform >= _INT16_MIN + dropped_levels
-        mask = torch.where(keep, _LEVELS / (_LEVELS - dropped_levels), 0.0).to(x.dtype)
-        return x * mask
+        return torch.where(keep, _LEVELS / (_LEVELS - dropped_levels), 0.0).to(x.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Shapes: any -> the same."""
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu":
+            return F.dropout(x, self.p, training=True)
+        return x * self.keep_mask(x)

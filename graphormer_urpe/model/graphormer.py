@@ -550,14 +550,14 @@ class Graphormer(nn.Module):
         """
         relation, key_mask = self.relations(batch)
         with torch.autocast(relation.device.type, enabled=False):
-            bias = self.relative_bias.table(relation).float()  # (B, T, T, H)
+            attn_bias = self.relative_bias(relation).float()  # (B, H, T, T)
             if self.edge_bias is not None:
-                bias[:, self.first_node:, self.first_node:] += self.edge_bias(batch).float()
-            bias = bias.masked_fill(~key_mask.unsqueeze(-1), float("-inf"))
-            attn_bias = bias.permute(0, 3, 1, 2).contiguous()  # (B, H, T, T)
+                edge_bias = self.edge_bias(batch).float().permute(0, 3, 1, 2)  # (B, H, N, N)
+                attn_bias[:, :, self.first_node:, self.first_node:] += edge_bias
+            attn_bias = attn_bias.masked_fill_(~key_mask.unsqueeze(1), float("-inf"))
             if self.relative_scale is None:
                 return attn_bias, None
-            return attn_bias, self.relative_scale(relation).float().contiguous()
+            return attn_bias, self.relative_scale(relation).float()
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """Final token states: graph token at :data:`GRAPH_TOKEN_POS` (if any), node i at ``first_node + i``.
