@@ -45,6 +45,8 @@ def lookup_by_relation(table: torch.Tensor, relation: torch.Tensor) -> torch.Ten
     an embedding lookup followed by a permute: the result comes out ``(B, H, T, T)`` contiguous,
     and the backward pass is a scatter-add per head into ``R`` bins: on CPU, forward and backward
     together take a fifth of the time of ``F.embedding`` + permute (``bench/relation_lookup.py``).
+    On CUDA that scatter-add uses atomics, so its sums are bitwise reproducible only with
+    deterministic algorithms on (``--trainer.deterministic true``), as for the edge encoding.
 
     Shapes:
         table: (R, H) float; relation: (B, T, T) integer ids in [0, R) -> (B, H, T, T) float, contiguous.
