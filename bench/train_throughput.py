@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -217,9 +218,9 @@ def main() -> None:
         for round_index in range(args.rounds):
             for position in range(args.epoch_batches):
                 for attention, name in keys if (round_index + position) % 2 == 0 else keys[::-1]:
-                    step, batch = steps[attention], timed_batches[name][position]
+                    run = functools.partial(steps[attention], timed_batches[name][position])
                     with clock.peak_memory(memory[attention, name]):
-                        times[attention, name][round_index, position] = clock(lambda: step(batch))
+                        times[attention, name][round_index, position] = clock(run)
         epoch = {key: seconds.min(axis=0).sum() for key, seconds in times.items()}  # fastest round of each batch
         rounds = {key: seconds.sum(axis=1) for key, seconds in times.items()}  # (rounds,) whole epochs
         epoch_steps = args.epoch_batches
