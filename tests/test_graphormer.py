@@ -104,6 +104,34 @@ def test_padded_rows_and_single_node_graphs_are_finite(rng: np.random.Generator,
     assert all(torch.isfinite(p.grad).all() for p in net.parameters() if p.grad is not None)
 
 
+@pytest.mark.slow
+def test_compiled_urpe_model_matches_eager_in_outputs_and_gradients(rng: np.random.Generator) -> None:
+    """``torch.compile`` (the benchmark's ``--compile``) traces the relation lookup and ``scale_and_drop``
+    (an autograd function) and computes what eager mode computes: outputs and every gradient. The
+    ``aot_eager`` backend runs the traced forward and backward graphs without generating code, so the
+    check takes seconds on CPU; inductor compiles those same graphs."""
+    eager = model("urpe").train()  # dropout 0.1 and attention dropout 0.1: the same masks from the same seed
+    randomize_scale(eager)
+    compiled_net = model("urpe").train()
+    compiled_net.load_state_dict(eager.state_dict())
+    compiled = torch.compile(compiled_net, backend="aot_eager", dynamic=True)
+    for sizes in ([5, 9, 2], [12, 3]):  # two padded sizes: one dynamic graph serves both
+        batch = collate_graphs([make_record(rng, n) for n in sizes])
+        for net in (eager, compiled_net):
+            net.zero_grad()
+        torch.manual_seed(len(sizes))
+        expected = eager(batch)
+        torch.manual_seed(len(sizes))
+        got = compiled(batch)
+        torch.testing.assert_close(got, expected)
+        expected.square().sum().backward()
+        got.square().sum().backward()
+        for (name, theirs), ours in zip(eager.named_parameters(), compiled_net.parameters()):
+            if theirs.grad is not None:
+                torch.testing.assert_close(ours.grad, theirs.grad, msg=name)
+    assert eager.relative_scale.weight.grad.abs().sum() > 0
+
+
 def test_unreachable_and_far_pairs_are_masked() -> None:
     chain = np.array([[i, i + 1] for i in range(24)]).T
     edges = np.concatenate([chain, chain[::-1]], axis=1)

@@ -53,8 +53,9 @@ def lookup_by_relation(table: torch.Tensor, relation: torch.Tensor) -> torch.Ten
     """
     batch, queries, keys = relation.shape
     num_relations, heads = table.shape
-    padding_row = torch.tensor([PAD_RELATION], device=table.device)
-    per_head = table.index_fill(0, padding_row, 0.0).t().unsqueeze(0).expand(batch, heads, num_relations)  # (B, H, R)
+    table = table.clone()
+    table[PAD_RELATION] = 0.0  # (R, H); the padding row's gradient stops here
+    per_head = table.t().unsqueeze(0).expand(batch, heads, num_relations)  # (B, H, R)
     index = relation.reshape(batch, 1, queries * keys).expand(batch, heads, queries * keys)  # (B, H, T*T)
     return per_head.gather(2, index).view(batch, heads, queries, keys)
 
