@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+
+from graphormer_urpe.data.batch import GraphRecord
+from graphormer_urpe.data.structure import graph_structure
 
 
 def zinc_like_graph(rng: np.random.Generator) -> tuple[int, np.ndarray]:
@@ -19,6 +24,24 @@ def molecule_like_edges(rng: np.random.Generator, n: int) -> np.ndarray:
     pairs += [(int(a), int(b)) for a, b in (rng.integers(0, n, 2) for _ in range(2)) if a != b]
     half = np.array(pairs, dtype=np.int64).T
     return np.concatenate([half, half[::-1]], axis=1)
+
+
+def structured_record(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, y: np.ndarray,
+                      index: int) -> GraphRecord:
+    """A graph with the structural arrays the cache stores for it (``graph_structure``)."""
+    s = graph_structure(len(x), edge_index)
+    return GraphRecord(x=x, edge_index=edge_index, edge_attr=edge_attr, spd=s.spd, first_edge=s.first_edge,
+                       in_degree=s.in_degree, out_degree=s.out_degree, y=y, index=index)
+
+
+def random_molecule_record(rng: np.random.Generator, atoms: int, index: int, node_vocab: Sequence[int] = (28,),
+                           edge_vocab: Sequence[int] = (4,)) -> GraphRecord:
+    """A molecule-shaped graph of ``atoms`` atoms (:func:`molecule_like_edges`), random categorical
+    features in the vocabularies and one normal regression target."""
+    edges = molecule_like_edges(rng, atoms)
+    x = np.stack([rng.integers(0, v, atoms) for v in node_vocab], axis=1)
+    edge_attr = np.stack([rng.integers(0, v, edges.shape[1]) for v in edge_vocab], axis=1)
+    return structured_record(x, edges, edge_attr, rng.normal(size=1).astype(np.float32), index)
 
 
 def qm9_molecules(count: int, seed: int = 0) -> list:

@@ -39,10 +39,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import molecule_like_edges
+from common import random_molecule_record
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
-from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
-from graphormer_urpe.data.structure import graph_structure
+from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.model.graphormer import Graphormer
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.run.memory import GIB, Precision, StepMemory, estimate_step_memory, measure_step_memory
@@ -115,17 +114,8 @@ def molecule_batch(model: Graphormer, graphs: int, atoms: int, seed: int = 0) ->
     vocabularies and one regression target each."""
     rng = np.random.default_rng(seed)
     config = model.config
-    records = []
-    for index in range(graphs):
-        edges = molecule_like_edges(rng, atoms)
-        s = graph_structure(atoms, edges)
-        records.append(GraphRecord(
-            x=np.stack([rng.integers(0, v, atoms) for v in config.node_vocab], axis=1),
-            edge_index=edges,
-            edge_attr=np.stack([rng.integers(0, v, edges.shape[1]) for v in config.edge_vocab], axis=1),
-            spd=s.spd, first_edge=s.first_edge, in_degree=s.in_degree, out_degree=s.out_degree,
-            y=rng.normal(size=1).astype(np.float32), index=index,
-        ))
+    records = [random_molecule_record(rng, atoms, index, config.node_vocab, config.edge_vocab)
+               for index in range(graphs)]
     return collate_graphs(records)
 
 

@@ -40,12 +40,11 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from common import joined_molecule, qm9_molecules
+from common import joined_molecule, qm9_molecules, structured_record
 from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
 from graphormer_urpe.data.buckets import padded_share
 from graphormer_urpe.data.loaders import GlobalBatchSampler
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
-from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 PRECISIONS = {"32": None, "16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
@@ -71,14 +70,8 @@ def molecules(distribution: str, count: int, pool: list, rng: np.random.Generato
         for position, graph in enumerate(pool):
             by_size.setdefault(len(graph.x), []).append(position)
         raws = [joined_molecule(int(size), pool, by_size, rng) for size in draw_sizes(distribution, count, rng)]
-    records = []
-    for index, raw in enumerate(raws):
-        s = graph_structure(len(raw.x), raw.edge_index)
-        records.append(GraphRecord(
-            x=raw.x, edge_index=raw.edge_index, edge_attr=raw.edge_attr, spd=s.spd, first_edge=s.first_edge,
-            in_degree=s.in_degree, out_degree=s.out_degree, y=rng.normal(size=1).astype(np.float32), index=index,
-        ))
-    return records
+    return [structured_record(raw.x, raw.edge_index, raw.edge_attr, rng.normal(size=1).astype(np.float32), index)
+            for index, raw in enumerate(raws)]
 
 
 class Step:

@@ -3,7 +3,7 @@
     python bench/urpe_overhead.py [--steps 10] [--sizes 16 24 24:51]
     PYTHONPATH=/path/to/other/checkout python bench/urpe_overhead.py    # the same on another commit
 
-Each size is a batch of 256 molecule-like graphs (``common.molecule_like_edges``): ``24`` = every
+Each size is a batch of 256 molecule-like graphs (``common.random_molecule_record``): ``24`` = every
 graph has 24 atoms (T = 25 with the graph token); ``24:51`` = 24 atoms, but one graph in 12 has 51
 (T = 52, most of the batch padding, as in a batch that holds a rare large molecule). A step is
 forward, backward and AdamW of the ZINC-configured Graphormer (12 layers, 80 wide, 8 heads, all
@@ -24,25 +24,15 @@ import numpy as np
 import torch
 
 import graphormer_urpe
-from common import molecule_like_edges
-from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
-from graphormer_urpe.data.structure import graph_structure
+from common import random_molecule_record
+from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 
 def batch_of(atoms: int, large: int, rng: np.random.Generator) -> GraphBatch:
     """256 graphs of ``atoms`` atoms, every 12th of ``large`` atoms."""
-    records = []
-    for index in range(256):
-        n = large if index % 12 == 0 else atoms
-        edges = molecule_like_edges(rng, n)
-        s = graph_structure(n, edges)
-        records.append(GraphRecord(
-            x=rng.integers(0, 28, (n, 1)), edge_index=edges, edge_attr=rng.integers(1, 4, (edges.shape[1], 1)),
-            spd=s.spd, first_edge=s.first_edge, in_degree=s.in_degree, out_degree=s.out_degree,
-            y=np.zeros(1, np.float32), index=index,
-        ))
-    return collate_graphs(records)
+    return collate_graphs([random_molecule_record(rng, large if index % 12 == 0 else atoms, index)
+                           for index in range(256)])
 
 
 def train_step(attention: str, batch: GraphBatch) -> Callable[[], None]:

@@ -554,7 +554,7 @@ class Graphormer(nn.Module):
             if self.edge_bias is not None:
                 edge_bias = self.edge_bias(batch).float().permute(0, 3, 1, 2)  # (B, H, N, N)
                 attn_bias[:, :, self.first_node:, self.first_node:] += edge_bias
-            attn_bias = attn_bias.masked_fill_(~key_mask.unsqueeze(1), float("-inf"))
+            attn_bias.masked_fill_(~key_mask.unsqueeze(1), float("-inf"))
             if self.relative_scale is None:
                 return attn_bias, None
             return attn_bias, self.relative_scale(relation).float()
