@@ -78,7 +78,7 @@ def test_size_aware_batching_changes_no_prediction(qm9_root: Path, attention: st
         modules[window].setup()
     data = modules[3]
     torch.manual_seed(0)
-    model = Graphormer(GraphormerConfig(node_vocab=data.node_vocab, edge_vocab=data.edge_vocab, num_layers=2,
+    model = Graphormer(GraphormerConfig(node_vocab=data.spec.node_vocab, edge_vocab=data.spec.edge_vocab, num_layers=2,
                                         hidden_dim=16, ffn_dim=16, num_heads=4, attention=attention)).eval()
     if model.relative_scale is not None:  # a trained-looking C, so that the URPE product matters
         model.relative_scale.weight.data.uniform_(0.5, 1.5)

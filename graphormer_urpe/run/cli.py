@@ -115,25 +115,6 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-#: Sizes and kinds the datamodule knows and the model must match, linked so they are never typed twice:
-#: (datamodule attribute, task argument). jsonargparse skips a link whose source the chosen datamodule
-#: lacks or whose target the task lacks, so each pair feeds exactly what both define (graph datamodules
-#: the encoder's vocabularies and widths, sequence ones vocab_size, num_classes and length).
-DATA_TO_MODEL_LINKS = (
-    ("node_vocab", "encoder.node_vocab"),
-    ("edge_vocab", "encoder.edge_vocab"),
-    ("num_targets", "encoder.num_outputs"),
-    ("continuous_node_dim", "encoder.continuous_node_dim"),
-    ("continuous_edge_dim", "encoder.continuous_edge_dim"),
-    ("readout", "encoder.readout"),
-    ("vocab_size", "encoder.vocab_size"),
-    ("num_classes", "encoder.num_classes"),
-    ("length", "encoder.length"),
-    ("target_kind", "target_kind"),
-    ("target_names", "target_names"),
-)
-
-
 class EmbedConfig(Callback):
     """Stores the resolved YAML config in every checkpoint."""
 
@@ -204,7 +185,7 @@ class CheckpointOptions:
 
 
 class GraphormerCLI(LightningCLI):
-    """LightningCLI with run directories, a logger chosen by one key, and data-to-model links.
+    """LightningCLI with run directories, a logger chosen by one key, and the data-to-model link.
 
     Extra top-level keys:
         run_root: directory under which each run gets its own directory.
@@ -255,13 +236,14 @@ class GraphormerCLI(LightningCLI):
         parser.add_argument("--init_from", type=str | None, default=None,
                             help="Start a new run from this checkpoint's weights; a URPE model takes an RPE "
                                  "checkpoint with C set to ones (paper section 4.2).")
-        for source, target in DATA_TO_MODEL_LINKS:
-            parser.link_arguments(f"data.{source}", f"model.init_args.{target}", apply_on="instantiate")
+        # what the data is (vocabularies, widths, outputs, readout, kind and names of the targets) reaches
+        # the task in one declaration, never typed twice (graphormer_urpe.data.spec)
+        parser.link_arguments("data.spec", "model.init_args.data", apply_on="instantiate")
 
     def instantiate_classes(self) -> None:
         """Build data, model and trainer. Missing or unusable data stops here with its own message,
-        not jsonargparse's (sources that infer vocabularies open their data when the model is linked
-        to it, and tasks check the kind of target); so do trainer settings that Lightning refuses
+        not jsonargparse's (sources that infer their spec read their data when it is linked into the
+        model, and tasks check it against their settings); so do trainer settings that Lightning refuses
         (``MisconfigurationException``, e.g. ``--trainer.max_steps -5``): one line, exit code 2."""
         try:
             super().instantiate_classes()
