@@ -134,10 +134,7 @@ class GraphormerTask(pl.LightningModule):
                  data: DataSpec | SequenceSpec | None = None) -> None:
         super().__init__()
         if data is not None:
-            if not isinstance(data, self.data_class):
-                raise DataError(f"{type(self).__name__} trains on data described by a {self.data_class.__name__}, "
-                                f"the data gives a {type(data).__name__}: choose the task for this data "
-                                "(model.class_path)")
+            self.check_data(data)
             encoder = with_data_fields(encoder, data)
         # collects the arguments of every ``__init__`` up the subclass chain; keeps those of the class itself
         # and LightningCLI's private entries (``_class_path``, ``_instantiator``)
@@ -149,6 +146,18 @@ class GraphormerTask(pl.LightningModule):
         self.hparams["optim"] = dataclasses.asdict(optim)
         self.optim = optim
         self.model = self.model_class(encoder)
+
+    @classmethod
+    def check_data(cls, data: DataSpec | SequenceSpec) -> None:
+        """Refuse the declaration of another family of data (token sequences for a graph task, or graphs
+        for a sequence task).
+
+        Raises:
+            DataError: ``data`` is not a :attr:`data_class`.
+        """
+        if not isinstance(data, cls.data_class):
+            raise DataError(f"{cls.__name__} trains on data described by a {cls.data_class.__name__}, the data "
+                            f"gives a {type(data).__name__}: choose the task for this data (model.class_path)")
 
     def save_decided(self, **values: object) -> None:
         """Save the values of constructor arguments that ``data`` decided as their hyper-parameters (those

@@ -72,6 +72,7 @@ class Classification(PerTargetTask):
         data: DataSpec | None = None,
     ) -> None:
         if data is not None:
+            self.check_data(data)
             target_kind, target_names = data_targets(data, target_kind, target_names, default_kind="binary")
         if target_kind not in ("binary", "multiclass"):
             raise DataError(f"Classification needs binary or multiclass targets, the data has {target_kind} "

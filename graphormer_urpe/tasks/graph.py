@@ -99,6 +99,7 @@ class GraphRegression(PerTargetTask):
         data: DataSpec | None = None,
     ) -> None:
         if data is not None:
+            self.check_data(data)
             target_kind, target_names = data_targets(data, target_kind, target_names, default_kind="regression")
         if target_kind != "regression":
             raise DataError(f"the data's targets are {target_kind} class labels (data.source.task: {target_kind}): "
