@@ -18,14 +18,13 @@ import evaluate
 import train
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2
-from graphormer_urpe.data.sources import QM9Gap
+from graphormer_urpe.data.sources import DataError, QM9Gap
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
 from graphormer_urpe.run.cli import CONFIG_DIR, CONFIG_KEY, GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphRegression, SequenceTagging
-from graphormer_urpe.tasks.base import DataError
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 from tests.conftest import TINY_MOLECULES, tiny_run_args
 from tests.ogb_layouts import write_pcqm4mv2

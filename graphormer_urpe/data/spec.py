@@ -29,6 +29,16 @@ def default_target_names(count: int) -> tuple[str, ...]:
 class DataSpec:
     """One dataset's declaration (frozen; vocabularies and names are stored as tuples).
 
+    Example:
+        >>> zinc = DataSpec(node_vocab=[28], edge_vocab=[4], num_targets=1, num_outputs=1)
+        >>> zinc.node_vocab, zinc.target_names, zinc.readout
+        ((28,), ('y',), 'graph_token')
+        >>> papers = DataSpec((3,), (6,), num_targets=1, num_outputs=153, continuous_node_dim=768,
+        ...                   target_level="target_node", target_kind="multiclass")  # MAG240M: 153 classes
+        >>> fields = papers.encoder_fields()  # what the task sets in the model's config
+        >>> fields["node_vocab"], fields["num_outputs"], fields["continuous_node_dim"], fields["readout"]
+        ([3], 153, 768, 'target_node')
+
     Args:
         node_vocab: values per categorical node-feature column (F entries).
         edge_vocab: values per categorical edge-feature column (Fe entries).

@@ -202,5 +202,5 @@ class GraphormerTask(pl.LightningModule):
             return output[batch.node_mask], batch.y[batch.node_mask]
         if batch.y.dim() == 3:
             raise ValueError("the data has one target per node but the model reads one prediction per graph: "
-                             "set model.encoder.readout=nodes (linked from the data when trained with train.py)")
+                             "set model.encoder.readout=nodes (the data's spec sets it when trained with train.py)")
         return output, batch.y
