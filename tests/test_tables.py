@@ -301,16 +301,28 @@ MALFORMED_CSV = {
                       "(a decimal comma?) must be quoted"),
     "missing field": (lambda lines: [*lines[:7], lines[7].rsplit(",", 1)[0], *lines[8:]],
                       "line 8 has 4 fields, the header (line 1) has 5"),
+    # blank lines are skipped, and counted: the line number is the file's
+    "after blank lines": (lambda lines: ["", lines[0], "", *lines[1:5], lines[5].rsplit(",", 1)[0], *lines[6:]],
+                          "line 8 has 4 fields, the header (line 2) has 5"),
 }
 
 
+#: Line endings and quoting of the malformed files: plain lines are counted with array operations, quoted
+#: ones (a value may hold a separator) by tokenising.
+STYLES = {"plain": lambda lines: "\n".join(lines) + "\n",
+          "crlf": lambda lines: "\r\n".join(lines) + "\r\n",
+          "quoted": lambda lines: "\n".join(f'"{line.split(",", 1)[0]}",{line.split(",", 1)[1]}' if line else line
+                                            for line in lines) + "\n"}
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
 @pytest.mark.parametrize("case", sorted(MALFORMED_CSV))
 def test_a_line_with_another_field_count_stops_the_run_naming_file_line_and_counts(
-        tmp_path: Path, package_log: pytest.LogCaptureFixture, case: str) -> None:
+        tmp_path: Path, package_log: pytest.LogCaptureFixture, case: str, style: str) -> None:
     """pandas would shift the values of such a line into other columns (``gap_ev 6, mu_debye 6967``)."""
     edit, message = MALFORMED_CSV[case]
     table = tmp_path / "t.csv"
-    table.write_text("\n".join(edit(_lines())) + "\n")
+    table.write_bytes(STYLES[style](edit(_lines())).encode())
     with pytest.raises(SystemExit) as stop:
         train.main(_train(table, tmp_path))
     assert stop.value.code == 2

@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -142,9 +142,9 @@ def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], wh
                              f"{', '.join(header)}{read_as}")
 
 
-def csv_text(path: Path, data: bytes) -> str:
-    """The text of a CSV file's bytes (decompressed for ``*.gz``): UTF-8, a leading byte-order mark
-    (Excel's "CSV UTF-8") dropped.
+def csv_bytes(path: Path, data: bytes) -> bytes:
+    """The bytes of a CSV file's text (decompressed for ``*.gz``), checked to be UTF-8, a leading
+    byte-order mark (Excel's "CSV UTF-8") dropped.
 
     Raises:
         TableError: not a gzip stream (``*.gz``), or not UTF-8: the message gives the line and the
@@ -159,12 +159,13 @@ def csv_text(path: Path, data: bytes) -> str:
         where = " of the decompressed text"
     start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        return data[start:].decode("utf-8")
+        data[start:].decode("utf-8")
     except UnicodeDecodeError as error:
         offset = start + error.start
         line = data.count(b"\n", 0, offset) + 1
         raise TableError(f"{path}: line {line} is not UTF-8 text (byte 0x{data[offset]:02x} at byte offset "
                          f"{offset}{where}); save the table as UTF-8 (a spreadsheet's 'CSV UTF-8')") from None
+    return data[start:]
 
 
 def csv_separator(path: Path, header_line: str) -> str:
@@ -188,35 +189,69 @@ def _parse_csv(path: Path, data: bytes, columns: Sequence[str], what: Sequence[s
     Raises:
         TableError: see :func:`read_table`.
     """
-    text = csv_text(path, data)
-    header_line = next((line for line in text.splitlines() if line), "")
+    text = csv_bytes(path, data)
+    header_line = next((line for line in _lines(text) if line.rstrip(b"\r")), b"").decode()
     if not header_line:
         raise TableError(f"{path}: the file is empty")
     sep = csv_separator(path, header_line)
-    records = [record for record in csv.reader(io.StringIO(text, newline=""), delimiter=sep) if record]
-    header = records[0]
+    header = list(pd.read_csv(io.BytesIO(text), sep=sep, nrows=0, encoding="utf-8").columns)
     _check_columns(path, header, columns, what, sep)
-    widths = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
-    if (widths != len(header)).any():
-        _raise_field_count(path, text, sep, len(header))
-    cells = list(zip(*records[1:])) or [()] * len(header)  # one tuple of cells per column
-    return pd.DataFrame({name: pd.Series(cells[header.index(name)], dtype=object)
-                         for name in dict.fromkeys(columns)})
+    _check_field_counts(path, text, sep)
+    return pd.read_csv(io.BytesIO(text), sep=sep, usecols=list(dict.fromkeys(columns)), dtype=str,
+                       keep_default_na=False, encoding="utf-8")
 
 
-def _raise_field_count(path: Path, text: str, sep: str, expected: int) -> None:
-    """Name the first line whose field count differs from the header's (read again, counting lines)."""
+def _lines(text: bytes) -> Iterator[bytes]:
+    """The lines of ``text``, one at a time (without their ``\\n``)."""
+    start = 0
+    while start <= len(text):
+        end = text.find(b"\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end + 1
+
+
+def _check_field_counts(path: Path, text: bytes, sep: str) -> None:
+    """Refuse a line (blank ones aside) whose number of fields differs from the header's, which a
+    parser would shift into other columns or fill with empty cells.
+
+    Without quotes or lone carriage returns a line's fields are its separators plus one, counted in
+    a few array operations; otherwise the lines are tokenised as the parser does (``csv``).
+
+    Raises:
+        TableError: naming the file, the line and both field counts.
+    """
+    if b'"' in text or text.count(b"\r") != text.count(b"\r\n"):
+        _exact_field_counts(path, text.decode("utf-8"), sep)
+        return
+    buf = np.frombuffer(text, dtype=np.uint8)
+    ends = np.flatnonzero(buf == ord("\n"))
+    starts, ends = np.concatenate([[0], ends + 1]), np.append(ends, len(buf))
+    separators = np.flatnonzero(buf == ord(sep))
+    fields = np.searchsorted(separators, ends) - np.searchsorted(separators, starts) + 1
+    carriage_return = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == ord("\r"))
+    used = np.flatnonzero(ends - starts - carriage_return > 0)  # lines that are not blank
+    bad = used[fields[used] != fields[used[0]]]
+    if len(bad):
+        _raise_field_count(path, int(bad[0]) + 1, int(fields[bad[0]]), int(used[0]) + 1, int(fields[used[0]]), sep)
+
+
+def _exact_field_counts(path: Path, text: str, sep: str) -> None:
+    """:func:`_check_field_counts` with quoted fields: every record tokenised, lines counted."""
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
-    header_line, line = None, 1
+    header_line, expected, line = 0, 0, 1
     for record in reader:
-        if record and header_line is None:
-            header_line = line
+        if record and not header_line:
+            header_line, expected = line, len(record)
         elif record and len(record) != expected:
-            hint = (f": a value holding the separator {sep!r} (a decimal comma?) must be quoted"
-                    if len(record) > expected else "")
-            raise TableError(f"{path}: line {line} has {len(record)} fields, the header (line {header_line}) has "
-                             f"{expected}{hint}")
+            _raise_field_count(path, line, len(record), header_line, expected, sep)
         line = reader.line_num + 1
+
+
+def _raise_field_count(path: Path, line: int, fields: int, header_line: int, expected: int, sep: str) -> NoReturn:
+    """Raise the :class:`TableError` of a line with ``fields`` fields under a header of ``expected``."""
+    hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" if fields > expected else ""
+    raise TableError(f"{path}: line {line} has {fields} fields, the header (line {header_line}) has {expected}{hint}")
 
 
 def smiles_strings(frame: pd.DataFrame, column: str) -> list[str]:
