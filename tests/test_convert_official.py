@@ -1,37 +1,55 @@
-"""Importing official Graphormer checkpoints (v1.0 Lightning and v2 fairseq layouts, generated here
-with random weights in the official key names and shapes): the imported model run through our
-pipeline equals the same weights in our own layout bit for bit, matches a re-implementation of the
-official forward on molecules, and starts RPE or URPE (C = 1) fine-tuning with identical predictions."""
+"""Importing official Graphormer checkpoints (``graphormer_urpe.convert.official``), generated here with
+random weights in the official key names and shapes and saved in the layouts the official code writes:
+fairseq's trainer (v2: ``args`` None, ``cfg['model']`` a Namespace of every argument, ``cfg['task']``
+the task's dict), older fairseq (``args``) and PyTorch Lightning 1.3 (v1.0: ``hyper_parameters``).
+The imported model run through our pipeline equals the same weights in our own layout bit for bit,
+matches a re-implementation of the official forward on molecules, reads every hyper-parameter from
+where its format stores it, refuses every malformed file in one line, and starts RPE or URPE (C = 1)
+fine-tuning with identical predictions."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import pickle
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import yaml
 from ogb.utils import smiles2graph
+from pytorch_lightning.callbacks import ModelCheckpoint
 
+from graphormer_urpe.convert.__main__ import main
+from graphormer_urpe.convert.common import ConversionError
+from graphormer_urpe.convert.mapping import Declared, convert_weights
+from graphormer_urpe.convert.official import V1, V2, import_official, read_official
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.model.graphormer import Graphormer
 from graphormer_urpe.run.cli import CONFIG_KEY
 from graphormer_urpe.run.finetune import init_from_checkpoint
-from graphormer_urpe.run.official_import import OfficialImportError, convert, import_checkpoint, main, read_official
 from graphormer_urpe.tasks import GraphRegression
 from tests.official_reference import official_batch, official_forward
 
 HIDDEN, HEADS, LAYERS, FFN = 16, 4, 2, 24
 #: rings (ties between shortest paths), a salt (unreachable pairs), a chain longer than 5 hops
 SMILES = ["c1ccc2ccccc2c1", "CC(=O)[O-].[Na+]", "OCCCCCCCC(N)C1CC1", "C1=CC=CC=CC=C1", "OC1=CC(N)CC(Cl)C1"]
+#: Predictions are compared within this many float32 ulps of their largest magnitude: the two
+#: implementations sum in different orders (fused q/k/v, one gather of the relation table).
+ULPS = 64
 
 
-def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0) -> dict[str, torch.Tensor]:
+def tolerance(reference: torch.Tensor) -> float:
+    return ULPS * torch.finfo(torch.float32).eps * max(1.0, float(reference.abs().max()))
+
+
+def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0, multi_hop: bool = True,
+                     embedding_norm: bool = True, head: str = "out_proj") -> dict[str, torch.Tensor]:
     """Random weights under the official names and shapes (v2: ``graphormer_base`` tables; padding rows 0)."""
     g = torch.Generator().manual_seed(seed)
 
@@ -51,32 +69,28 @@ def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0) -
         f"{node}out_degree_encoder.weight": table(512, HIDDEN),
         f"{node}graph_token.weight": randn(1, HIDDEN),
         f"{bias}edge_encoder.weight": table(512 * 3 + 1, HEADS),
-        f"{bias}edge_dis_encoder.weight": randn(128 * HEADS * HEADS, 1),
-        f"{bias}spatial_pos_encoder.weight": table(512, HEADS),
-        f"{bias}graph_token_virtual_distance.weight": randn(1, HEADS),
     }
-    if version == "v1":
-        names = dict(q="self_attention.linear_q", k="self_attention.linear_k", v="self_attention.linear_v",
-                     o="self_attention.output_layer", ln1="self_attention_norm", ln2="ffn_norm")
-        prefix, fc1, fc2 = "layers.{}.", "ffn.layer1", "ffn.layer2"
-    else:
-        names = dict(q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", o="self_attn.out_proj",
-                     ln1="self_attn_layer_norm", ln2="final_layer_norm")
-        prefix, fc1, fc2 = "encoder.graph_encoder.layers.{}.", "fc1", "fc2"
+    if multi_hop:
+        w[f"{bias}edge_dis_encoder.weight"] = randn(128 * HEADS * HEADS, 1)
+    w[f"{bias}spatial_pos_encoder.weight"] = table(512, HEADS)
+    w[f"{bias}graph_token_virtual_distance.weight"] = randn(1, HEADS)
+    names = dict(V1.layer if version == "v1" else V2.layer)
+    prefix = "layers.{}." if version == "v1" else "encoder.graph_encoder.layers.{}."
     for i in range(LAYERS):
         p = prefix.format(i)
-        for key in ("q", "k", "v", "o"):
+        for key in ("q", "k", "v", "out"):
             w[f"{p}{names[key]}.weight"], w[f"{p}{names[key]}.bias"] = randn(HIDDEN, HIDDEN), randn(HIDDEN)
-        for key in ("ln1", "ln2"):
+        for key in ("attention_norm", "ffn_norm"):
             w[f"{p}{names[key]}.weight"], w[f"{p}{names[key]}.bias"] = 1 + randn(HIDDEN) * 0.2, randn(HIDDEN) * 0.2
-        w[f"{p}{fc1}.weight"], w[f"{p}{fc1}.bias"] = randn(FFN, HIDDEN), randn(FFN)
-        w[f"{p}{fc2}.weight"], w[f"{p}{fc2}.bias"] = randn(HIDDEN, FFN), randn(HIDDEN)
+        w[f"{p}{names['fc1']}.weight"], w[f"{p}{names['fc1']}.bias"] = randn(FFN, HIDDEN), randn(FFN)
+        w[f"{p}{names['fc2']}.weight"], w[f"{p}{names['fc2']}.bias"] = randn(HIDDEN, FFN), randn(HIDDEN)
     if version == "v1":
         w["final_ln.weight"], w["final_ln.bias"] = 1 + randn(HIDDEN) * 0.2, randn(HIDDEN) * 0.2
-        w["out_proj.weight"], w["out_proj.bias"] = randn(1, HIDDEN), randn(1)
+        w[f"{head}.weight"], w[f"{head}.bias"] = randn(1, HIDDEN), randn(1)
         return w
-    w["encoder.graph_encoder.emb_layer_norm.weight"] = 1 + randn(HIDDEN) * 0.2
-    w["encoder.graph_encoder.emb_layer_norm.bias"] = randn(HIDDEN) * 0.2
+    if embedding_norm:
+        w["encoder.graph_encoder.emb_layer_norm.weight"] = 1 + randn(HIDDEN) * 0.2
+        w["encoder.graph_encoder.emb_layer_norm.bias"] = randn(HIDDEN) * 0.2
     if pre_layernorm:  # built, never applied (graphormer_graph_encoder.py)
         w["encoder.graph_encoder.final_layer_norm.weight"] = randn(HIDDEN)
         w["encoder.graph_encoder.final_layer_norm.bias"] = randn(HIDDEN)
@@ -89,32 +103,62 @@ def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0) -
     return w
 
 
-class FairseqConfig:
-    """Stands for the omegaconf object a fairseq checkpoint pickles (not loadable with weights_only)."""
+# ----------------------------------------------------------------------------- the official file layouts
+#: ``GraphPredictionConfig``'s fields (v2 ``graphormer/tasks/graph_prediction.py``) as a PCQM4Mv2 run sets them.
+TASK_FIELDS = dict(dataset_name="pcqm4mv2", num_classes=1, max_nodes=128, dataset_source="ogb", num_atoms=512 * 9,
+                   num_edges=512 * 3, num_in_degree=512, num_out_degree=512, num_spatial=512, num_edge_dis=128,
+                   multi_hop_max_dist=5, spatial_pos_max=1024, edge_type="multi_hop", seed=1,
+                   pretrained_model_name="none", load_pretrained_model_output_layer=False, train_epoch_shuffle=False,
+                   user_data_dir="")
+#: The model's arguments after ``graphormer_base_architecture`` (v2 ``graphormer/models/graphormer.py``), test sizes.
+MODEL_ARGS = dict(encoder_layers=LAYERS, encoder_embed_dim=HIDDEN, encoder_ffn_embed_dim=FFN,
+                  encoder_attention_heads=HEADS, dropout=0.0, attention_dropout=0.1, act_dropout=0.1,
+                  activation_fn="gelu", encoder_normalize_before=True, apply_graphormer_init=True,
+                  share_encoder_input_output_embed=False, no_token_positional_embeddings=False, pre_layernorm=False,
+                  arch="graphormer_base", task="graph_prediction", criterion="l1_loss")
+#: ``Graphormer.__init__``'s arguments (v1.0 ``graphormer/model.py``), saved by ``save_hyperparameters()``.
+LIGHTNING_HPARAMS = dict(n_layers=LAYERS, num_heads=HEADS, hidden_dim=HIDDEN, dropout_rate=0.1,
+                         intput_dropout_rate=0.0, weight_decay=0.0, ffn_dim=FFN, dataset_name="PCQM4M-LSC",
+                         warmup_updates=60000, tot_updates=1000000, peak_lr=2e-4, end_lr=1e-9, edge_type="multi_hop",
+                         multi_hop_max_dist=5, attention_dropout_rate=0.1, flag=False, flag_m=3,
+                         flag_step_size=1e-3, flag_mag=1e-3)
+FORMATS = ["fairseq", "fairseq-dict", "fairseq-legacy", "lightning"]
 
-    def __init__(self) -> None:
-        self.model = {"pre_layernorm": False}
+
+def official_checkpoint(fmt: str, weights: dict[str, torch.Tensor], **settings: Any) -> dict[str, Any]:
+    """A checkpoint as the official code writes it; ``settings`` replace the official names' values.
+
+    ``fairseq``: fairseq's ``Trainer.state_dict`` (``fairseq/trainer.py``): ``args`` None, ``cfg`` of
+    ``convert_namespace_to_omegaconf`` turned into containers: ``cfg['task']`` the task's dict,
+    ``cfg['model']`` an ``argparse.Namespace`` of every argument (Graphormer's model has no dataclass).
+    ``fairseq-dict``: ``cfg['model']`` as a dict of the model's own arguments (a dataclass model).
+    ``fairseq-legacy``: older fairseq, one ``args`` Namespace. ``lightning``: PyTorch Lightning 1.3's
+    ``dump_checkpoint`` (``hyper_parameters`` a plain dict, callback states keyed by their class).
+    """
+    if fmt == "lightning":
+        return {"epoch": 3, "global_step": 1200, "pytorch-lightning_version": "1.3.8", "state_dict": weights,
+                "callbacks": {ModelCheckpoint: {"best_model_score": torch.tensor(0.1), "best_model_path": "x.ckpt"}},
+                "optimizer_states": [{"state": {}, "param_groups": [{"lr": 2e-4}]}],
+                "lr_schedulers": [{"last_epoch": 3}], "hparams_name": "kwargs",
+                "hyper_parameters": {**LIGHTNING_HPARAMS, **settings}}
+    task = {k: settings.get(k, v) for k, v in TASK_FIELDS.items()}
+    model = {k: settings.get(k, v) for k, v in MODEL_ARGS.items()}
+    everything = {**task, **model, "_name": "graphormer_base"}
+    history = [{"criterion_name": "GraphPredictionL1Loss", "optimizer_name": "FairseqAdam",
+                "lr_scheduler_state": {"best": 0.1}, "num_updates": 1200}]
+    if fmt == "fairseq-legacy":
+        return {"args": argparse.Namespace(**everything), "model": weights, "optimizer_history": history,
+                "extra_state": {"epoch": 3}, "last_optimizer_state": {"state": {}}}
+    return {"args": None, "model": weights, "criterion": None, "optimizer_history": history, "task_state": {},
+            "extra_state": {"metrics": {}, "previous_training_time": 12.5},
+            "cfg": {"_name": None, "common": {"seed": 1, "fp16": False}, "checkpoint": {"save_dir": "ckpts"},
+                    "model": argparse.Namespace(**everything) if fmt == "fairseq" else {**model, "_name": "graphormer"},
+                    "task": {"_name": "graph_prediction", **task}, "criterion": {"_name": "l1_loss"},
+                    "optimizer": {"_name": "adam", "lr": [2e-4]}, "lr_scheduler": {"_name": "polynomial_decay"}}}
 
 
-class Trap:
-    """Unpickling this would create ``self.path``: the importer must never run it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __reduce__(self):
-        return open, (str(self.path), "w")
-
-
-def save_official(path: Path, version: str, weights: dict[str, torch.Tensor], trap: Path | None = None) -> Path:
-    if version == "v1":
-        torch.save({"state_dict": weights, "hyper_parameters": {"multi_hop_max_dist": 5, "dropout_rate": 0.1,
-                                                                "attention_dropout_rate": 0.1,
-                                                                "intput_dropout_rate": 0.0}, "epoch": 3}, path)
-    else:
-        extra = {"trap": Trap(trap)} if trap is not None else {}
-        torch.save({"model": weights, "args": argparse.Namespace(multi_hop_max_dist=5, dropout=0.0),
-                    "cfg": FairseqConfig(), "optimizer_history": [{"lr": 1e-4}], **extra}, path)
+def save_official(path: Path, fmt: str, weights: dict[str, torch.Tensor], **settings: Any) -> Path:
+    torch.save(official_checkpoint(fmt, weights, **settings), path)
     return path
 
 
@@ -131,15 +175,21 @@ def molecules(path_order: str = "official") -> tuple[list[tuple[np.ndarray, ...]
     return graphs, collate_graphs(records)
 
 
-VARIANTS = [("v1", False), ("v2", False), ("v2", True)]
+def version_of(fmt: str) -> str:
+    return "v1" if fmt == "lightning" else "v2"
 
 
-@pytest.mark.parametrize("version,pre_layernorm", VARIANTS, ids=["v1.0", "v2-postLN", "v2-preLN"])
-def test_imported_model_predicts_what_the_official_forward_predicts(tmp_path: Path, version: str,
+# ----------------------------------------------------------------------------- equal to the official model
+VARIANTS = [("lightning", False), ("fairseq", False), ("fairseq", True)]
+
+
+@pytest.mark.parametrize("fmt,pre_layernorm", VARIANTS, ids=["v1.0", "v2-postLN", "v2-preLN"])
+def test_imported_model_predicts_what_the_official_forward_predicts(tmp_path: Path, fmt: str,
                                                                      pre_layernorm: bool) -> None:
+    version = version_of(fmt)
     weights = official_weights(version, pre_layernorm)
-    source = save_official(tmp_path / "official.pt", version, weights)
-    config = import_checkpoint(source, tmp_path / "ours.ckpt")
+    source = save_official(tmp_path / "official.pt", fmt, weights, pre_layernorm=pre_layernorm)
+    config = import_official(source, tmp_path / "ours.ckpt")
     expected_variant = ("pre", False, True, "linear") if version == "v1" else \
         ("pre" if pre_layernorm else "post", True, False, "v2")
     assert (config.layer_norm, config.embedding_norm, config.final_norm, config.head) == expected_variant
@@ -152,10 +202,33 @@ def test_imported_model_predicts_what_the_official_forward_predicts(tmp_path: Pa
         ours = task(batch)
         official = official_forward(weights, official_batch(graphs, multi_hop_max_dist=5), version, HEADS, LAYERS,
                                     multi_hop_max_dist=5, pre_layernorm=pre_layernorm)
-    torch.testing.assert_close(ours, official, rtol=0, atol=2e-5)
+    torch.testing.assert_close(ours, official, rtol=0, atol=tolerance(official))
     # the path order matters on these molecules: our default paths give another prediction
     with torch.no_grad():
         assert not torch.allclose(task(molecules("smallest_next")[1]), official, atol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_model_trained_with_other_distances_predicts_what_official_predicts(tmp_path: Path, fmt: str) -> None:
+    """The bug of issue 22: a v2 checkpoint trained with ``multi_hop_max_dist 3`` (and here masking at
+    distance 3) imported with the defaults 5 and 1024 and predicted 0.0115 off."""
+    version = version_of(fmt)
+    weights = official_weights(version)
+    settings = dict(multi_hop_max_dist=3) if fmt == "lightning" else dict(multi_hop_max_dist=3, spatial_pos_max=3)
+    source = save_official(tmp_path / "official.pt", fmt, weights, **settings)
+    options = dict(spatial_pos_max=3) if fmt == "lightning" else {}  # v1.0 keeps it in the datamodule, unsaved
+    config = import_official(source, tmp_path / "ours.ckpt", **options)
+    assert (config.multi_hop_max_dist, config.spatial_pos_max, config.max_distance) == (3, 3, None)
+    task = GraphRegression.from_checkpoint(tmp_path / "ours.ckpt").eval()
+    graphs, batch = molecules()
+    with torch.no_grad():
+        ours = task(batch)
+        official = official_forward(weights, official_batch(graphs, multi_hop_max_dist=3, spatial_pos_max=3), version,
+                                    HEADS, LAYERS, multi_hop_max_dist=3)
+        defaults = official_forward(weights, official_batch(graphs, multi_hop_max_dist=5), version, HEADS, LAYERS,
+                                    multi_hop_max_dist=5)
+    torch.testing.assert_close(ours, official, rtol=0, atol=tolerance(official))
+    assert (official - defaults).abs().max() > 100 * tolerance(official)  # the settings matter on these molecules
 
 
 def to_official(model: Graphormer, version: str, seed: int = 1) -> dict[str, torch.Tensor]:
@@ -209,11 +282,13 @@ def to_official(model: Graphormer, version: str, seed: int = 1) -> dict[str, tor
     return w
 
 
-@pytest.mark.parametrize("version,pre_layernorm", VARIANTS, ids=["v1.0", "v2-postLN", "v2-preLN"])
-def test_imported_weights_equal_our_layout_bit_for_bit(tmp_path: Path, version: str, pre_layernorm: bool) -> None:
+@pytest.mark.parametrize("fmt,pre_layernorm", VARIANTS, ids=["v1.0", "v2-postLN", "v2-preLN"])
+def test_imported_weights_equal_our_layout_bit_for_bit(tmp_path: Path, fmt: str, pre_layernorm: bool) -> None:
+    version = version_of(fmt)
     weights = official_weights(version, pre_layernorm, seed=5)
-    config, _, _ = convert(weights, version)
-    ours = Graphormer(config).eval()  # the same architecture with other (random) weights in our layout
+    converted = convert_weights(weights, V1 if version == "v1" else V2, Declared(), node_vocab=ATOM_VOCAB,
+                                edge_vocab=BOND_VOCAB)
+    ours = Graphormer(converted.config).eval()  # the same architecture with other (random) weights in our layout
     with torch.no_grad():
         generator = torch.Generator().manual_seed(3)
         for name, tensor in ours.state_dict().items():
@@ -221,8 +296,8 @@ def test_imported_weights_equal_our_layout_bit_for_bit(tmp_path: Path, version: 
             if name in ("nodes.features.weight", "nodes.in_degree.weight", "nodes.out_degree.weight",
                         "edge_bias.features.weight", "relative_bias.table.weight"):
                 tensor[0] = 0.0  # padding rows
-    source = save_official(tmp_path / "official.pt", version, to_official(ours, version))
-    import_checkpoint(source, tmp_path / "ours.ckpt")
+    source = save_official(tmp_path / "official.pt", fmt, to_official(ours, version), pre_layernorm=pre_layernorm)
+    import_official(source, tmp_path / "ours.ckpt")
     imported = GraphRegression.from_checkpoint(tmp_path / "ours.ckpt").eval()
     for name, tensor in ours.state_dict().items():
         assert torch.equal(imported.model.state_dict()[name], tensor), name
@@ -231,9 +306,269 @@ def test_imported_weights_equal_our_layout_bit_for_bit(tmp_path: Path, version: 
         assert torch.equal(imported(batch), ours(batch))
 
 
+# ----------------------------------------------------------------------------- every setting, where it is stored
+#: (formats, official name, value, weights to match, the config field it sets and the value it must take).
+SETTINGS = [
+    (FORMATS, "multi_hop_max_dist", 3, {}, "multi_hop_max_dist", 3),
+    (FORMATS[:3], "spatial_pos_max", 20, {}, "spatial_pos_max", 20),
+    (FORMATS[:3], "spatial_pos_max", 300, {}, "spatial_pos_max", 255),  # we store distances up to 254
+    (FORMATS, "edge_type", "single_hop", dict(multi_hop=False), "edge_encoding", "single_hop"),
+    (FORMATS[:3], "pre_layernorm", True, dict(pre_layernorm=True), "layer_norm", "pre"),
+    (FORMATS[:3], "encoder_normalize_before", False, dict(embedding_norm=False), "embedding_norm", False),
+    (FORMATS[:3], "dropout", 0.2, {}, "dropout", 0.2),
+    (FORMATS[:3], "dropout", 0.2, {}, "input_dropout", 0.2),  # v2 applies the one rate after emb_layer_norm too
+    (FORMATS[:3], "attention_dropout", 0.25, {}, "attention_dropout", 0.25),
+    (FORMATS[:3], "act_dropout", 0.15, {}, "activation_dropout", 0.15),
+    (["lightning"], "dropout_rate", 0.2, {}, "dropout", 0.2),
+    (["lightning"], "attention_dropout_rate", 0.25, {}, "attention_dropout", 0.25),
+    (["lightning"], "intput_dropout_rate", 0.3, {}, "input_dropout", 0.3),
+]
+
+
+@pytest.mark.parametrize("fmt,name,value,weights,field,expected", [
+    pytest.param(fmt, name, value, weights, field, expected, id=f"{fmt}-{name}-{field}")
+    for formats, name, value, weights, field, expected in SETTINGS for fmt in formats])
+def test_every_setting_is_read_where_the_format_stores_it(tmp_path: Path, fmt: str, name: str, value: Any,
+                                                          weights: dict[str, bool], field: str, expected: Any) -> None:
+    source = save_official(tmp_path / "official.pt", fmt, official_weights(version_of(fmt), **weights), **{name: value})
+    assert getattr(import_official(source, tmp_path / "ours.ckpt"), field) == expected
+    if not weights:  # the same weights without the setting give another value: the setting decided
+        other = save_official(tmp_path / "default.pt", fmt, official_weights(version_of(fmt)))
+        assert getattr(import_official(other, tmp_path / "default.ckpt"), field) != expected
+
+
+def test_v1_dataset_name_picks_the_head(tmp_path: Path) -> None:
+    """v1.0 builds ``out_proj`` for PCQM4M-LSC and ``downstream_out_proj`` for every other dataset."""
+    weights = official_weights("v1", head="downstream_out_proj")
+    source = save_official(tmp_path / "hiv.ckpt", "lightning", weights, dataset_name="ogbg-molhiv")
+    import_official(source, tmp_path / "ours.ckpt")
+    state = torch.load(tmp_path / "ours.ckpt", weights_only=True)["state_dict"]
+    assert torch.equal(state["model.head.weight"], weights["downstream_out_proj.weight"])
+    source = save_official(tmp_path / "pcq.ckpt", "lightning", weights, dataset_name="PCQM4M-LSC")
+    with pytest.raises(ConversionError, match=r"missing keys: out_proj\.weight, out_proj\.bias; unknown keys: "
+                                              r"downstream_out_proj\.bias, downstream_out_proj\.weight$"):
+        import_official(source, tmp_path / "other.ckpt")
+
+
+#: (formats, official name, value, weights, message): settings the weights contradict, or we cannot express.
+REFUSED = [
+    (FORMATS[:3], "encoder_layers", 3, {}, r"encoder_layers'?\]? = 3, but the weights have 2 \(layers under "
+                                           r"encoder\.graph_encoder\.layers\)$"),
+    (FORMATS[:3], "encoder_embed_dim", 32, {}, r"encoder_embed_dim'?\]? = 32, but the weights have 16 \(the width of "
+                                               r"encoder\.graph_encoder\.graph_node_feature\.atom_encoder\.weight\)$"),
+    (FORMATS[:3], "encoder_ffn_embed_dim", 32, {}, r"= 32, but the weights have 24 \(the rows of "
+                                                   r"encoder\.graph_encoder\.layers\.0\.fc1\.weight\)$"),
+    (FORMATS[:3], "encoder_attention_heads", 8, {}, r"= 8, but the weights have 4 \(the width of "
+                                                    r"encoder\.graph_encoder\.graph_attn_bias\.spatial_pos_encoder"),
+    (FORMATS[:3], "num_classes", 3, {}, r"num_classes'?\]? = 3, but the weights have 1 \(the rows of "
+                                        r"encoder\.embed_out\.weight\)$"),
+    (["lightning"], "n_layers", 3, {}, r"hyper_parameters\['n_layers'\] = 3, but the weights have 2 \(layers under "
+                                       r"layers\)$"),
+    (["lightning"], "hidden_dim", 32, {}, r"hyper_parameters\['hidden_dim'\] = 32, but the weights have 16"),
+    (["lightning"], "ffn_dim", 32, {}, r"hyper_parameters\['ffn_dim'\] = 32, but the weights have 24"),
+    (["lightning"], "num_heads", 8, {}, r"hyper_parameters\['num_heads'\] = 8, but the weights have 4"),
+    (FORMATS, "edge_type", "single_hop", {}, r"edge_type'?\]? = 'single_hop', but the file holds \S*edge_dis_encoder"
+                                             r"\.weight, which official v\S+ builds only with edge_type multi_hop$"),
+    (FORMATS, "edge_type", "multi_hop", dict(multi_hop=False), r"edge_type'?\]? = 'multi_hop', but the file has no "
+                                                               r"\S*edge_dis_encoder\.weight"),
+    (FORMATS[:3], "pre_layernorm", True, {}, r"pre_layernorm'?\]? = True, but the file has no encoder\.graph_encoder"
+                                             r"\.final_layer_norm\.weight, which official v2 builds only with "
+                                             r"pre_layernorm$"),
+    (FORMATS[:3], "encoder_normalize_before", False, {}, r"= False, but the file holds encoder\.graph_encoder\."
+                                                         r"emb_layer_norm\.weight"),
+    (FORMATS[:3], "activation_fn", "relu", {}, r"activation_fn'?\]? = 'relu': only gelu is supported"),
+    (FORMATS[:3], "num_atoms", 4000, {}, r"atom_encoder\.weight has shape \(4609, 16\), expected 4001 rows \(\S+"
+                                         r"num_atoms'?\]? = 4000\)$"),
+    (FORMATS[:3], "num_edges", 1000, {}, r"edge_encoder\.weight has shape \(1537, 4\), expected 1001 rows"),
+    (FORMATS[:3], "num_in_degree", 64, {}, r"in_degree_encoder\.weight has shape \(512, 16\), expected 64 rows"),
+    (FORMATS[:3], "num_out_degree", 64, {}, r"out_degree_encoder\.weight has shape \(512, 16\), expected 64 rows"),
+    (FORMATS[:3], "num_spatial", 40, {}, r"spatial_pos_encoder\.weight has shape \(512, 4\), expected 40 rows"),
+    (FORMATS[:3], "num_edge_dis", 40, {}, r"edge_dis_encoder\.weight has shape \(2048, 1\), expected 640 rows"),
+    (FORMATS, "multi_hop_max_dist", 0, {}, r"multi_hop_max_dist'?\]? = 0: official then uses every hop of the "
+                                           r"longest path in the batch"),
+    (FORMATS, "multi_hop_max_dist", 129, {}, r"multi_hop_max_dist'?\]? = 129 exceeds the 128 hop matrices of "
+                                             r"official v\S+ \S*edge_dis_encoder\.weight \(shape \(2048, 1\)\)$"),
+    (FORMATS[:3], "spatial_pos_max", 0, {}, r"spatial_pos_max'?\]? = 0: masks every pair"),
+    (FORMATS[:3], "spatial_pos_max", "far", {}, r"spatial_pos_max'?\]? = 'far': expected int$"),
+]
+
+
+@pytest.mark.parametrize("fmt,name,value,weights,message", [
+    pytest.param(fmt, name, value, weights, message, id=f"{fmt}-{name}-{value}")
+    for formats, name, value, weights, message in REFUSED for fmt in formats])
+def test_settings_the_weights_contradict_are_refused(tmp_path: Path, fmt: str, name: str, value: Any,
+                                                      weights: dict[str, bool], message: str) -> None:
+    source = save_official(tmp_path / "official.pt", fmt, official_weights(version_of(fmt), **weights), **{name: value})
+    with pytest.raises(ConversionError, match=message):
+        import_official(source, tmp_path / "ours.ckpt")
+    assert not (tmp_path / "ours.ckpt").exists() and not (tmp_path / "ours.yaml").exists()
+
+
+def test_the_places_a_fairseq_file_stores_a_setting_must_agree(tmp_path: Path) -> None:
+    """The collator reads ``cfg['task']``, the model its copy in ``cfg['model']``."""
+    checkpoint = official_checkpoint("fairseq", official_weights("v2"), multi_hop_max_dist=3)
+    checkpoint["cfg"]["model"].multi_hop_max_dist = 4
+    torch.save(checkpoint, tmp_path / "official.pt")
+    with pytest.raises(ConversionError, match=r"^cfg\['task'\]\['multi_hop_max_dist'\] = 3 but cfg\['model'\]\."
+                                              r"multi_hop_max_dist = 4: the collator and the model were built with "
+                                              r"different values$"):
+        import_official(tmp_path / "official.pt", tmp_path / "ours.ckpt")
+
+
+def test_command_line_settings_fill_in_what_the_file_does_not_store(tmp_path: Path) -> None:
+    bare = tmp_path / "bare.pt"
+    torch.save({"model": official_weights("v2")}, bare)  # weights only: nothing stored
+    config = import_official(bare, tmp_path / "a.ckpt", multi_hop_max_dist=2, spatial_pos_max=7)
+    assert (config.multi_hop_max_dist, config.spatial_pos_max) == (2, 7)
+    assert import_official(bare, tmp_path / "b.ckpt").multi_hop_max_dist == 5  # official's default
+    stored = save_official(tmp_path / "stored.pt", "fairseq", official_weights("v2"), multi_hop_max_dist=3)
+    assert import_official(stored, tmp_path / "c.ckpt", multi_hop_max_dist=3).multi_hop_max_dist == 3
+    with pytest.raises(ConversionError, match=r"^--multi_hop_max_dist 4: the file stores cfg\['task'\]\["
+                                              r"'multi_hop_max_dist'\] = 3, which its weights were trained with$"):
+        import_official(stored, tmp_path / "d.ckpt", multi_hop_max_dist=4)
+
+
+# ----------------------------------------------------------------------------- malformed files: one line each
+def _replace(key: str, tensor: torch.Tensor) -> Callable[[dict[str, torch.Tensor]], None]:
+    return lambda w: w.update({key: tensor})
+
+
+NODE, BIAS, LAYER0 = ("encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.",
+                      "encoder.graph_encoder.layers.0.")
+MALFORMED = [  # (edit, message); the ids name the key
+    (_replace(f"{LAYER0}self_attn.k_proj.weight", torch.zeros(HIDDEN, HIDDEN - 1)),  # was a torch.cat traceback
+     rf"^official v2 {LAYER0}self_attn\.k_proj\.weight has shape \(16, 15\), expected \(16, 16\)$"),
+    (_replace(f"{BIAS}graph_token_virtual_distance.weight", torch.zeros(1, HEADS - 1)),  # was a torch.cat traceback
+     rf"^official v2 {BIAS}graph_token_virtual_distance\.weight has shape \(1, 3\), expected \(1, 4\)$"),
+    (_replace(f"{BIAS}edge_dis_encoder.weight", torch.zeros(30, 1)),  # was a reshape traceback
+     rf"^official v2 {BIAS}edge_dis_encoder\.weight has shape \(30, 1\), expected \(k \* 16, 1\): whole 4 x 4 hop "
+     r"matrices$"),
+    (_replace(f"{LAYER0}fc2.weight", torch.zeros(HIDDEN, FFN + 1)),  # named our layers.0.ffn.3.weight before
+     rf"^official v2 {LAYER0}fc2\.weight has shape \(16, 25\), expected \(16, 24\)$"),
+    (_replace(f"{NODE}out_degree_encoder.weight", torch.zeros(300, HIDDEN)),  # named our nodes.out_degree before
+     rf"^official v2 {NODE}out_degree_encoder\.weight has shape \(300, 16\), expected \(512, 16\) like "
+     rf"{NODE}in_degree_encoder\.weight \(one max_degree here\)$"),
+    (_replace(f"{LAYER0}self_attn_layer_norm.bias", torch.zeros(HIDDEN + 1)),
+     rf"^official v2 {LAYER0}self_attn_layer_norm\.bias has shape \(17,\), expected \(16,\)$"),
+    (_replace("encoder.lm_output_learned_bias", torch.zeros(2)),
+     r"^official v2 encoder\.lm_output_learned_bias has shape \(2,\), expected \(1,\)$"),
+    (_replace(f"{BIAS}edge_encoder.weight", torch.zeros(1537, HEADS, 1)),
+     rf"^official v2 {BIAS}edge_encoder\.weight has shape \(1537, 4, 1\), expected \(\*, 4\)$"),
+    (_replace(f"{NODE}atom_encoder.weight", torch.zeros(4609)),
+     rf"^official v2 {NODE}atom_encoder\.weight has shape \(4609,\), expected \(\*, \*\)$"),
+    (_replace(f"{BIAS}spatial_pos_encoder.weight", torch.zeros(512, 5)),
+     rf"^official v2 {NODE}atom_encoder\.weight is 16 wide but {BIAS}spatial_pos_encoder\.weight has 5 heads: the "
+     r"width must be a multiple of the heads$"),
+    (_replace(f"{NODE}in_degree_encoder.weight", torch.zeros(1, HIDDEN)),
+     rf"^official v2 {NODE}in_degree_encoder\.weight has shape \(1, 16\), expected at least 2 rows"),
+    (_replace(f"{BIAS}spatial_pos_encoder.weight", torch.zeros(1, HEADS)),
+     rf"^official v2 {BIAS}spatial_pos_encoder\.weight has shape \(1, 4\), expected at least 2 rows"),
+    (_replace(f"{NODE}atom_encoder.weight", torch.zeros(100, HIDDEN)),
+     rf"^official v2 {NODE}atom_encoder\.weight has 100 rows, but our featurisation needs row "
+     rf"{512 * 8 + ATOM_VOCAB[-1] - 1 + 2}"),
+    (lambda w: w.update({f"{BIAS}edge_foo.weight": torch.zeros(2)}),
+     rf"^not a Graphormer checkpoint in the official v2 layout we can map: unknown keys: {BIAS}edge_foo\.weight$"),
+    (lambda w: w.pop("encoder.graph_encoder.layers.1.fc1.bias"),
+     r"^not a Graphormer checkpoint in the official v2 layout we can map: missing keys: "
+     r"encoder\.graph_encoder\.layers\.1\.fc1\.bias$"),
+    (lambda w: w.pop(f"{NODE}atom_encoder.weight"),
+     rf"^no {NODE}atom_encoder\.weight: not a Graphormer checkpoint in the official v2 layout$"),
+]
+
+
+@pytest.mark.parametrize("edit,message", MALFORMED, ids=[
+    "qkv-width", "virtual-distance-heads", "edge-dis-rows", "fc2", "out-degree-rows", "layer-norm", "scalar-bias",
+    "table-dims", "atom-dims", "width-vs-heads", "degree-rows", "spatial-rows", "atom-table-small", "unknown-key",
+    "missing-key", "no-anchor"])
+def test_malformed_weights_are_refused_naming_the_official_key(tmp_path: Path, edit, message: str) -> None:
+    """Weights alone (``{"model": ...}``): the table sizes a fairseq ``cfg`` declares are checked first
+    (``test_settings_the_weights_contradict_are_refused``)."""
+    weights = official_weights("v2")
+    edit(weights)
+    torch.save({"model": weights}, tmp_path / "official.pt")
+    with pytest.raises(ConversionError, match=message):
+        import_official(tmp_path / "official.pt", tmp_path / "ours.ckpt")
+    assert not (tmp_path / "ours.ckpt").exists()
+
+
+def test_v1_shapes_are_named_with_v1_keys(tmp_path: Path) -> None:
+    weights = official_weights("v1")
+    weights["layers.1.self_attention.linear_v.bias"] = torch.zeros(HIDDEN + 2)
+    with pytest.raises(ConversionError, match=r"^official v1\.0 layers\.1\.self_attention\.linear_v\.bias has shape "
+                                              r"\(18,\), expected \(16,\)$"):
+        import_official(save_official(tmp_path / "v1.ckpt", "lightning", weights), tmp_path / "ours.ckpt")
+
+
+# ----------------------------------------------------------------------------- reading files safely
+class Trap:
+    """Unpickling this would create ``self.path``: the importer must never run it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return open, (str(self.path), "w")
+
+
+def test_foreign_objects_are_read_without_running_them(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    checkpoint = official_checkpoint("fairseq", official_weights("v2"), multi_hop_max_dist=4)
+    checkpoint["trap"] = Trap(marker)
+    torch.save(checkpoint, tmp_path / "official.pt")
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(tmp_path / "official.pt", weights_only=True)  # what a plain safe load says
+    state, layout, declared = read_official(tmp_path / "official.pt")
+    assert layout is V2 and declared.multi_hop_max_dist.value == 4 and not marker.exists()
+    assert set(state) == set(official_weights("v2"))
+
+
+def test_lightning_callbacks_keyed_by_class_are_read_as_placeholders(tmp_path: Path) -> None:
+    source = save_official(tmp_path / "v1.ckpt", "lightning", official_weights("v1"), multi_hop_max_dist=3)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(source, weights_only=True)
+    state, layout, declared = read_official(source)
+    assert layout is V1 and declared.multi_hop_max_dist.value == 3 and set(state) == set(official_weights("v1"))
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"not a torch file", r"is not a readable torch file"),
+    ({"weights": {}}, r"neither a fairseq checkpoint \('model', official v2\) nor a Lightning checkpoint "
+                      r"\('state_dict', official v1\.0\); top-level keys: \['weights'\]$"),
+    ([1, 2], r"holds a list, not a checkpoint dictionary$"),
+    ({"state_dict": {"model.nodes.features.weight": torch.zeros(2, 2)}}, r"is a checkpoint of this project"),
+])
+def test_files_in_neither_format_are_refused(tmp_path: Path, content: Any, message: str) -> None:
+    path = tmp_path / "file.pt"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        torch.save(content, path)
+    with pytest.raises(ConversionError, match=message):
+        import_official(path, tmp_path / "ours.ckpt")
+
+
+def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    source = save_official(tmp_path / "official.ckpt", "lightning", official_weights("v1"))
+    output = tmp_path / "out" / "graphormer.ckpt"
+    assert main(["official", str(source), str(output)]) == 0
+    assert (tmp_path / "out" / "graphormer.yaml").is_file()
+    assert torch.load(output, weights_only=True)["converted_from"] == {
+        "source": str(source), "format": "official v1.0", "dropped": []}
+    before = output.read_bytes()
+    assert main(["official", str(source), str(output)]) == 2  # an earlier conversion is never overwritten
+    assert capsys.readouterr().err == f"error: {output} exists; choose another output path (nothing is overwritten)\n"
+    assert output.read_bytes() == before
+    torch.save({"weights": {}}, tmp_path / "other.pt")
+    assert main(["official", str(tmp_path / "other.pt"), str(tmp_path / "x.ckpt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "neither a fairseq checkpoint" in err
+    assert not (tmp_path / "x.ckpt").exists()
+
+
+# ----------------------------------------------------------------------------- fine-tuning an import
 def test_imported_checkpoint_starts_rpe_and_urpe_fine_tuning_with_the_same_predictions(tmp_path: Path) -> None:
-    source = save_official(tmp_path / "official.pt", "v2", official_weights("v2"))
-    config = import_checkpoint(source, tmp_path / "ours.ckpt")
+    source = save_official(tmp_path / "official.pt", "fairseq", official_weights("v2"))
+    config = import_official(source, tmp_path / "ours.ckpt")
     imported = GraphRegression.from_checkpoint(tmp_path / "ours.ckpt").eval()
     _, batch = molecules()
     for attention in ("rpe", "urpe"):
@@ -249,65 +584,14 @@ def test_imported_checkpoint_starts_rpe_and_urpe_fine_tuning_with_the_same_predi
     assert encoder["spatial_pos_max"] is None and encoder["layer_norm"] == "post" and encoder["head"] == "v2"
 
 
-class AttributeDict(dict):
-    """Stands for Lightning's ``AttributeDict`` of hyper-parameters in a v1.0 checkpoint."""
-
-
-def test_lightning_objects_are_read_as_placeholders(tmp_path: Path) -> None:
-    weights = official_weights("v1")
-    torch.save({"state_dict": weights, "hyper_parameters": AttributeDict(multi_hop_max_dist=3),
-                "callbacks": {"ModelCheckpoint": [AttributeDict(a=1)]}}, tmp_path / "v1.ckpt")
-    state, version, hparams = read_official(tmp_path / "v1.ckpt")
-    assert version == "v1" and hparams == {} and set(state) == set(weights)
-
-
-def test_fairseq_objects_are_read_without_running_them(tmp_path: Path) -> None:
-    marker = tmp_path / "pwned"
-    source = save_official(tmp_path / "official.pt", "v2", official_weights("v2"), trap=marker)
-    with pytest.raises(pickle.UnpicklingError):
-        torch.load(source, weights_only=True)  # what a plain safe load says
-    state, version, hparams = read_official(source)
-    assert version == "v2" and hparams["multi_hop_max_dist"] == 5 and not marker.exists()
-    assert set(state) == set(official_weights("v2"))
-
-
-@pytest.mark.parametrize("edit,message", [
-    (lambda w: w.update({"encoder.graph_encoder.graph_attn_bias.edge_foo.weight": torch.zeros(2)}),
-     r"unknown keys: encoder\.graph_encoder\.graph_attn_bias\.edge_foo\.weight"),
-    (lambda w: w.pop("encoder.graph_encoder.layers.1.fc1.bias"),
-     r"missing official keys: encoder\.graph_encoder\.layers\.1\.fc1\.bias"),
-    (lambda w: w.update({"encoder.graph_encoder.graph_node_feature.atom_encoder.weight": torch.zeros(100, HIDDEN)}),
-     rf"official atom_encoder has 100 rows, but our featurisation needs row {512 * 8 + ATOM_VOCAB[-1] - 1 + 2}"),
-    (lambda w: w.update({"encoder.graph_encoder.layers.0.fc2.weight": torch.zeros(HIDDEN, FFN + 1)}),
-     r"layers\.0\.ffn\.3\.weight \(16, 25\) in the checkpoint vs \(16, 24\)"),
-    (lambda w: w.pop("encoder.graph_encoder.graph_node_feature.atom_encoder.weight"),
-     r"not an official Graphormer v2 checkpoint: no .*atom_encoder\.weight"),
-])
-def test_keys_and_shapes_that_do_not_fit_stop_naming_them(tmp_path: Path, edit, message: str) -> None:
-    weights = official_weights("v2")
-    edit(weights)
-    with pytest.raises(OfficialImportError, match=message):
-        import_checkpoint(save_official(tmp_path / "official.pt", "v2", weights), tmp_path / "ours.ckpt")
-    assert not (tmp_path / "ours.ckpt").exists()
-
-
-def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    source = save_official(tmp_path / "official.ckpt", "v1", official_weights("v1"))
-    assert main([str(source), str(tmp_path / "out" / "graphormer.ckpt")]) == 0
-    assert (tmp_path / "out" / "graphormer.yaml").is_file()
-    torch.save({"weights": {}}, tmp_path / "other.pt")
-    assert main([str(tmp_path / "other.pt"), str(tmp_path / "x.ckpt")]) == 2
-    assert "neither a fairseq checkpoint ('model', official v2) nor a Lightning checkpoint" in capsys.readouterr().err
-
-
 def test_train_fine_tunes_an_imported_checkpoint_as_urpe(tmp_path: Path, qm9_root: Path) -> None:
     """``train.py --config DATA --config IMPORTED.yaml --init_from IMPORTED.ckpt``: one step at the first
     learning rate of the warm-up (0) keeps the imported weights, with C = 1, on official paths."""
     import train
     from tests.conftest import tiny_run_args
 
-    source = save_official(tmp_path / "official.pt", "v2", official_weights("v2"))
-    import_checkpoint(source, tmp_path / "imported.ckpt")
+    source = save_official(tmp_path / "official.pt", "fairseq", official_weights("v2"))
+    import_official(source, tmp_path / "imported.ckpt")
     train.main(tiny_run_args(qm9_root, tmp_path / "runs", "--config", str(tmp_path / "imported.yaml"),
                              "--model.encoder.attention", "urpe", "--model.normalize_targets", "false",
                              "--init_from", str(tmp_path / "imported.ckpt"), "--trainer.max_steps", "1",
@@ -329,13 +613,22 @@ def test_train_fine_tunes_an_imported_checkpoint_as_urpe(tmp_path: Path, qm9_roo
 def test_single_hop_and_small_distance_tables_map_row_by_row() -> None:
     """Without ``edge_dis_encoder`` (single_hop) bond rows sit one lower (no extra ``+ 1`` from the
     edge-input padding); a 40-row distance table (v1.0 ZINC) holds distances 0..38 and no unreachable row."""
-    weights = official_weights("v1")
-    del weights["edge_dis_encoder.weight"]
+    weights = official_weights("v1", multi_hop=False)
     weights["spatial_pos_encoder.weight"] = weights["spatial_pos_encoder.weight"][:40].clone()
-    config, ours, _ = convert(weights, "v1")
+    converted = convert_weights(weights, V1, Declared(), node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB)
+    config, ours = converted.config, converted.weights
     assert (config.edge_encoding, config.spatial_pos_max, config.max_distance) == ("single_hop", 39, None)
     edge, spatial = weights["edge_encoder.weight"], weights["spatial_pos_encoder.weight"]
     bond_rows = [512 * f + v + 2 for f, size in enumerate(BOND_VOCAB) for v in range(size)]
     assert torch.equal(ours["edge_bias.features.weight"][1:], edge[bond_rows])
     assert torch.equal(ours["relative_bias.table.weight"][2:], spatial[1:40])
     assert torch.equal(ours["relative_bias.table.weight"][1], weights["graph_token_virtual_distance.weight"][0])
+
+
+def test_v2_drops_what_official_never_applies(tmp_path: Path) -> None:
+    source = save_official(tmp_path / "official.pt", "fairseq", official_weights("v2", pre_layernorm=True),
+                           pre_layernorm=True)
+    import_official(source, tmp_path / "ours.ckpt")
+    assert torch.load(tmp_path / "ours.ckpt", weights_only=True)["converted_from"]["dropped"] == [
+        "encoder.graph_encoder.final_layer_norm.bias", "encoder.graph_encoder.final_layer_norm.weight",
+        "encoder.masked_lm_pooler.bias", "encoder.masked_lm_pooler.weight"]
