@@ -16,38 +16,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 import yaml
-from ogb.utils import smiles2graph
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from graphormer_urpe.convert.__main__ import main
 from graphormer_urpe.convert.common import ConversionError
 from graphormer_urpe.convert.mapping import Declared, convert_weights
 from graphormer_urpe.convert.official import V1, V2, import_official, read_official
-from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
-from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.model.graphormer import Graphormer
 from graphormer_urpe.run.cli import CONFIG_KEY
 from graphormer_urpe.run.finetune import init_from_checkpoint
 from graphormer_urpe.tasks import GraphRegression
-from tests.official_reference import official_batch, official_forward
+from tests.official_reference import molecules, official_batch, official_forward, tolerance
 
 HIDDEN, HEADS, LAYERS, FFN = 16, 4, 2, 24
-#: rings (ties between shortest paths), a salt (unreachable pairs), a chain longer than 5 hops
-SMILES = ["c1ccc2ccccc2c1", "CC(=O)[O-].[Na+]", "OCCCCCCCC(N)C1CC1", "C1=CC=CC=CC=C1", "OC1=CC(N)CC(Cl)C1"]
-#: Predictions are compared within this many float32 ulps of their largest magnitude: the two
-#: implementations sum in different orders (fused q/k/v, one gather of the relation table).
-ULPS = 64
-
-
-def tolerance(reference: torch.Tensor) -> float:
-    return ULPS * torch.finfo(torch.float32).eps * max(1.0, float(reference.abs().max()))
-
-
 def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0, multi_hop: bool = True,
                      embedding_norm: bool = True, head: str = "out_proj") -> dict[str, torch.Tensor]:
     """Random weights under the official names and shapes (v2: ``graphormer_base`` tables; padding rows 0)."""
@@ -160,19 +145,6 @@ def official_checkpoint(fmt: str, weights: dict[str, torch.Tensor], **settings: 
 def save_official(path: Path, fmt: str, weights: dict[str, torch.Tensor], **settings: Any) -> Path:
     torch.save(official_checkpoint(fmt, weights, **settings), path)
     return path
-
-
-def molecules(path_order: str = "official") -> tuple[list[tuple[np.ndarray, ...]], object]:
-    graphs, records = [], []
-    for k, smiles in enumerate(SMILES):
-        g = smiles2graph(smiles)
-        x, edge_index, edge_attr = g["node_feat"], g["edge_index"], g["edge_feat"]
-        graphs.append((x, edge_index, edge_attr))
-        s = graph_structure(x.shape[0], edge_index, path_order=path_order)
-        records.append(GraphRecord(x=x, edge_index=edge_index, edge_attr=edge_attr, spd=s.spd,
-                                   first_edge=s.first_edge, in_degree=s.in_degree, out_degree=s.out_degree,
-                                   y=np.zeros(1, np.float32), index=k))
-    return graphs, collate_graphs(records)
 
 
 def version_of(fmt: str) -> str:
