@@ -12,9 +12,9 @@ expected one. The row conventions are tabulated in ``docs/official-graphormer.md
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -231,33 +231,55 @@ def _dimensions(state: Mapping[str, torch.Tensor], layout: Layout, declared: Dec
     return dims
 
 
-def _present_as_declared(present: bool, key: str, claim: Found | None, claimed: bool, built_when: str,
-                         layout: Layout) -> bool:
-    """An optional part shown by ``key`` being present, checked against the file's hyper-parameter."""
-    if claim is not None and claimed != present:
+def _present_as_declared(state: Mapping[str, torch.Tensor], key: str, claim: Found | None,
+                         claims_present: Callable[[Any], bool], built_when: str, layout: Layout) -> bool:
+    """Whether an optional part is there (``key`` present), checked against the file's setting."""
+    present = key in state
+    if claim is not None and claims_present(claim.value) != present:
         raise ConversionError(f"{claim}, but the file {'holds' if present else 'has no'} {key}, which {layout.name} "
                               f"builds {built_when}")
     return present
 
 
 def _variant(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared) -> Variant:
+    """Edge encoding, layer norm placement and embedding LayerNorm: what the weights hold, which
+    must be what the file declares; only GELU is accepted as the activation."""
     if declared.activation is not None and declared.activation.value != "gelu":
         raise ConversionError(f"{declared.activation}: only gelu is supported (the activation of our layers and head)")
-    dis = layout.table("edge_dis_encoder")
-    multi_hop = _present_as_declared(dis in state, dis, declared.edge_type,
-                                     declared.edge_type is not None and declared.edge_type.value == "multi_hop",
-                                     "only with edge_type multi_hop", layout)
+    multi_hop = _present_as_declared(state, layout.table("edge_dis_encoder"), declared.edge_type,
+                                     lambda edge_type: edge_type == "multi_hop", "only with edge_type multi_hop",
+                                     layout)
     layer_norm = layout.layer_norm
     if layer_norm is None:
-        marker = layout.pre_layernorm_marker
-        pre = _present_as_declared(marker in state, marker, declared.pre_layernorm,
-                                   bool(declared.pre_layernorm and declared.pre_layernorm.value),
+        pre = _present_as_declared(state, layout.pre_layernorm_marker, declared.pre_layernorm, bool,
                                    "only with pre_layernorm", layout)
         layer_norm = "pre" if pre else "post"
     embedding_norm = layout.embedding_norm is not None and _present_as_declared(
-        f"{layout.embedding_norm}.weight" in state, f"{layout.embedding_norm}.weight", declared.embedding_norm,
-        bool(declared.embedding_norm and declared.embedding_norm.value), "only with encoder_normalize_before", layout)
+        state, f"{layout.embedding_norm}.weight", declared.embedding_norm, bool, "only with encoder_normalize_before",
+        layout)
     return Variant(multi_hop=multi_hop, layer_norm=layer_norm, embedding_norm=embedding_norm)
+
+
+def _modules(layout: Layout, dims: Dimensions, variant: Variant) -> list[tuple[str, Shape, str | None, bool]]:
+    """Every Linear and LayerNorm: (their module, its weight's shape, our module or None where
+    :func:`_attention_inputs` maps it, whether it has a bias)."""
+    hidden, ffn = dims.hidden_dim, dims.ffn_dim
+    modules: list[tuple[str, Shape, str | None, bool]] = []
+    for i in range(dims.num_layers):
+        parts = [("q", (hidden, hidden), None), ("k", (hidden, hidden), None), ("v", (hidden, hidden), None),
+                 ("out", (hidden, hidden), "attention.out"), ("attention_norm", (hidden,), "attention_norm"),
+                 ("ffn_norm", (hidden,), "ffn_norm"), ("fc1", (ffn, hidden), "ffn.0"), ("fc2", (hidden, ffn), "ffn.3")]
+        modules += [(layout.module(i, part), shape, f"layers.{i}.{ours}" if ours else None, True)
+                    for part, shape, ours in parts]
+    if variant.embedding_norm:
+        modules.append((layout.embedding_norm, (hidden,), "embedding_norm", True))
+    if layout.final_norm is not None:
+        modules.append((layout.final_norm, (hidden,), "final_norm", True))
+    if layout.head == "linear":
+        return modules + [(layout.head_parts["head"], (dims.num_outputs, hidden), "head", True)]
+    return modules + [(layout.head_parts["head.transform"], (hidden, hidden), "head.transform", True),
+                      (layout.head_parts["head.norm"], (hidden,), "head.norm", True),
+                      (layout.head_parts["head.out"], (dims.num_outputs, hidden), "head.out", False)]
 
 
 def _plan(layout: Layout, dims: Dimensions, variant: Variant) -> tuple[dict[str, Shape], dict[str, str]]:
@@ -270,34 +292,14 @@ def _plan(layout: Layout, dims: Dimensions, variant: Variant) -> tuple[dict[str,
                    layout.table("graph_token_virtual_distance"): (1, heads)})
     if variant.multi_hop:
         shapes[layout.table("edge_dis_encoder")] = (None, 1)
+    if layout.head_bias is not None:
+        shapes[layout.head_bias] = (1,)
     copies = {"graph_token.weight": layout.table("graph_token")}
-
-    def module(theirs: str, weight: Shape, ours: str | None, bias: bool = True) -> None:
-        """Expect ``theirs.weight`` (and ``theirs.bias``); copy them to ``ours`` unless None."""
+    for theirs, weight, ours, bias in _modules(layout, dims, variant):
         for parameter, shape in (("weight", weight), ("bias", weight[:1]))[:1 + bias]:
             shapes[f"{theirs}.{parameter}"] = shape
             if ours is not None:
                 copies[f"{ours}.{parameter}"] = f"{theirs}.{parameter}"
-
-    for i in range(dims.num_layers):
-        mine = f"layers.{i}."
-        for part in "qkv":  # concatenated by _attention_inputs
-            module(layout.module(i, part), (hidden, hidden), None)
-        for part, ours, shape in (("out", "attention.out", (hidden, hidden)), ("attention_norm", "attention_norm",
-                                  (hidden,)), ("ffn_norm", "ffn_norm", (hidden,)),
-                                  ("fc1", "ffn.0", (dims.ffn_dim, hidden)), ("fc2", "ffn.3", (hidden, dims.ffn_dim))):
-            module(layout.module(i, part), shape, mine + ours)
-    if variant.embedding_norm:
-        module(layout.embedding_norm, (hidden,), "embedding_norm")
-    if layout.final_norm is not None:
-        module(layout.final_norm, (hidden,), "final_norm")
-    if layout.head == "linear":
-        module(layout.head_parts["head"], (dims.num_outputs, hidden), "head")
-    else:
-        module(layout.head_parts["head.transform"], (hidden, hidden), "head.transform")
-        module(layout.head_parts["head.norm"], (hidden,), "head.norm")
-        module(layout.head_parts["head.out"], (dims.num_outputs, hidden), "head.out", bias=False)
-        shapes[layout.head_bias] = (1,)
     return shapes, copies
 
 
@@ -357,7 +359,11 @@ def _feature_rows(vocab: Sequence[int], shift: int, key: str) -> list[int]:
 
 
 def _rows(table: torch.Tensor, rows: Sequence[int], key: str, layout: Layout) -> torch.Tensor:
-    """``table[rows]`` with row 0 (padding) zero; refused when the source table is too small."""
+    """``table[rows]`` with row 0 (padding) zero; refused when the source table is too small.
+
+    Shapes:
+        table: (R, W), len(rows) = R' -> (R', W).
+    """
     needed = max(rows)
     if needed >= table.shape[0]:
         raise ConversionError(f"{layout.name} {key} has {table.shape[0]} rows, but our featurisation needs row "
@@ -389,6 +395,9 @@ def _relations(state: Mapping[str, torch.Tensor], layout: Layout,
     Above 510 nothing is masked: a 512-row table then becomes ``max_distance`` 254 with the
     unreachable row; a smaller one (v1.0 ZINC: 40 rows) the masked layout at its last row, which
     official code could not index past. We store distances up to 254 (255 and more are unreachable).
+
+    Shapes:
+        spatial_pos_encoder: (R, H), graph_token_virtual_distance: (1, H) -> table (num_relations, H).
     """
     key = layout.table("spatial_pos_encoder")
     spatial, virtual = state[key], state[layout.table("graph_token_virtual_distance")]
@@ -415,7 +424,11 @@ def _relations(state: Mapping[str, torch.Tensor], layout: Layout,
 def _edge_tables(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, variant: Variant,
                  dims: Dimensions, edge_vocab: Sequence[int]) -> tuple[int, dict[str, torch.Tensor]]:
     """Hops K and our edge tables: features (rows ``512 f + v + 3`` multi-hop, ``+ 2`` single-hop) and
-    the first K of ``edge_dis_encoder``'s H x H hop matrices."""
+    the first K of ``edge_dis_encoder``'s H x H hop matrices.
+
+    Shapes:
+        edge_encoder (R, H), edge_dis_encoder (M H^2, 1) -> features (1 + sum(edge_vocab), H), hop_weight (K, H, H).
+    """
     key = layout.table("edge_encoder")
     shift = MULTI_HOP_EDGE_SHIFT if variant.multi_hop else SINGLE_HOP_EDGE_SHIFT
     out = {"edge_bias.features.weight": _rows(state[key], _feature_rows(edge_vocab, shift, key), key, layout)}
@@ -436,7 +449,11 @@ def _edge_tables(state: Mapping[str, torch.Tensor], layout: Layout, declared: De
 
 
 def _attention_inputs(state: Mapping[str, torch.Tensor], layout: Layout, dims: Dimensions) -> dict[str, torch.Tensor]:
-    """Our fused ``attention.qkv`` per layer: their q, k and v projections, concatenated in that order."""
+    """Our fused ``attention.qkv`` per layer: their q, k and v projections, concatenated in that order.
+
+    Shapes:
+        q, k, v weights (H*D, H*D) and biases (H*D,) -> qkv weight (3 H*D, H*D), bias (3 H*D,).
+    """
     return {f"layers.{i}.attention.qkv.{parameter}": torch.cat([
         state[f"{layout.module(i, part)}.{parameter}"] for part in "qkv"])
         for i in range(dims.num_layers) for parameter in ("weight", "bias")}
