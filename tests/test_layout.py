@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "graphormer_urpe"
 
 #: Layer of each top-level part of the package; a module may import only from its own layer or lower.
-LAYERS = {"constants": 0, "model": 1, "data": 1, "tasks": 2, "evaluation": 3, "run": 4, "testing": 5}
+LAYERS = {"constants": 0, "model": 1, "data": 1, "tasks": 2, "evaluation": 3, "run": 4, "convert": 5, "testing": 6}
 
 
 def imports(path: Path) -> list[str]:
