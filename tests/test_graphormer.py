@@ -15,6 +15,7 @@ from graphormer_urpe.constants import NO_TARGET_NODE
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.data.synthetic.graphs import regular_graph_record, regular_graphs
+from graphormer_urpe.errors import ConfigError
 from graphormer_urpe.model.graphormer import EdgePathBias, Graphormer, GraphormerConfig
 from tests.conftest import make_record, random_edges
 
@@ -398,7 +399,7 @@ def test_default_keeps_the_graph_token_and_graph_readout():
     assert default.graph_token and default.readout == "graph_token"
     assert "graph_token.weight" in Graphormer(node_config(graph_token=True, readout="graph_token")).state_dict()
     assert "graph_token.weight" not in Graphormer(node_config()).state_dict()
-    with pytest.raises(ValueError, match="needs graph_token=true"):
+    with pytest.raises(ConfigError, match=r"encoder\.readout='graph_token': needs model\.encoder\.graph_token=true"):
         Graphormer(node_config(readout="graph_token"))
 
 

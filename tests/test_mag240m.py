@@ -22,7 +22,7 @@ from graphormer_urpe.data.mag240m.release import (
     prepare_derived,
 )
 from graphormer_urpe.data.safe_load import numpy_safe_globals
-from graphormer_urpe.data.sources import DatasetMissing
+from graphormer_urpe.errors import DatasetMissing
 
 
 @pytest.fixture

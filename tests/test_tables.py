@@ -12,10 +12,11 @@ from rdkit import Chem
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.sources import DatasetMissing, SmilesTable, SmilesToPredict
+from graphormer_urpe.data.sources import SmilesTable, SmilesToPredict
 from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.featurize import molecule_graph
 from graphormer_urpe.data.sources.tables import TableError, read_columns, scaffold_split
+from graphormer_urpe.errors import DatasetMissing
 from graphormer_urpe.run.cli import REPO_DIR
 
 EXAMPLE = REPO_DIR / "examples" / "qm9_sample.csv"

@@ -19,8 +19,9 @@ from torch.nn.parallel import DistributedDataParallel
 import train
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.sources import DataError, SmilesTable
+from graphormer_urpe.data.sources import SmilesTable
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
+from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.cli import REPO_DIR, GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig

@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from graphormer_urpe.data.batch import GraphRecord, RawGraph
 from graphormer_urpe.data.files import atomic_write_json, file_record, manifest_problem
 from graphormer_urpe.data.structure import MAX_EDGES, MAX_NODES, PathOrder, graph_structures
+from graphormer_urpe.errors import CacheError
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,6 @@ CHUNK_META = "chunk.json"
 SPLITS = "splits.npz"
 #: Skipped rows listed by index in logs and manifests (the count is always complete).
 SHOWN_SKIPS = 10
-
-
-class CacheError(RuntimeError):
-    """A cache file is missing, truncated or inconsistent."""
 
 
 class RowReader(Protocol):

@@ -22,6 +22,7 @@ from graphormer_urpe.data.cache import (
     chunk_problem,
     exclusive_build,
 )
+from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.data.loaders import (
     eval_loader,
     train_loader,
@@ -30,7 +31,8 @@ from graphormer_urpe.data.loaders import (
 from graphormer_urpe.data.lsc_formats import SubmissionFormat
 from graphormer_urpe.data.sources.base import GraphSource
 from graphormer_urpe.data.split_rows import SplitRows
-from graphormer_urpe.data.structure import PathOrder, check_path_order
+from graphormer_urpe.data.structure import MAX_NODES, PathOrder, check_path_order
+from graphormer_urpe.errors import ConfigError, check_int
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,7 @@ class GraphDataModule(pl.LightningDataModule):
         preprocess_workers: processes for the one-off preprocessing; None uses every core this
             process may run on.
         chunk_size: source rows per cache chunk.
-        max_nodes: graphs with more nodes are skipped and counted when the cache is built.
+        max_nodes: graphs with more nodes are skipped and counted when the cache is built (at most 32,767).
         prepare_per_node: build the cache on every node (``root`` on node-local disks) instead of
             once on global rank 0 (``root`` on a file system shared by all nodes, the default).
         path_order: which of several shortest paths the edge encoding follows: ``smallest_next``
@@ -106,6 +108,14 @@ class GraphDataModule(pl.LightningDataModule):
         bucket_window: int = 0,
     ) -> None:
         super().__init__()
+        check_int("data.batch_size", batch_size, 1)
+        check_int("data.num_workers", num_workers, 0)
+        if preprocess_workers is not None:
+            check_int("data.preprocess_workers", preprocess_workers, 0, hint=" (0: in this process), or null")
+        check_int("data.chunk_size", chunk_size, 1)
+        check_int("data.max_nodes", max_nodes, 1, MAX_NODES)
+        check_path_order(path_order, "data.path_order")
+        check_int("data.bucket_window", bucket_window, 0, hint=" (0: off, else a number of global batches, e.g. 100)")
         self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
         self.source = source
         self.root = Path(root)
@@ -114,11 +124,11 @@ class GraphDataModule(pl.LightningDataModule):
         self.preprocess_workers = available_cores() if preprocess_workers is None else preprocess_workers
         self.chunk_size = chunk_size
         self.max_nodes = max_nodes
-        check_path_order(path_order, "data.path_order")
         self.path_order = path_order
-        if bucket_window < 0:
-            raise ValueError(f"data.bucket_window={bucket_window}; use 0 (off) or a number of global batches, e.g. 100")
         self.bucket_window = bucket_window
+        if (read_only := unwritable(self.root)) is not None and not (self.cache_dir / MANIFEST).is_file():
+            raise ConfigError("data.root", root, f"{read_only} is not writable, and the cache must be built there "
+                              "(choose a writable data.root, or build the cache once where it is writable)")
         self.datasets: dict[str, GraphDataset] = {}
         #: Split served by ``predict_dataloader`` (:meth:`predict_on`).
         self.predict_split = "test"

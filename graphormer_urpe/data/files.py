@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -94,3 +95,17 @@ def atomic_write_text(path: Path, text: str) -> None:
 def atomic_write_json(path: Path, payload: Any) -> None:
     """:func:`atomic_write_text` of ``payload`` as indented JSON."""
     atomic_write_text(path, json.dumps(payload, indent=1))
+
+
+def unwritable(directory: Path) -> Path | None:
+    """The nearest existing directory at or above ``directory`` when this process cannot create a
+    file in it (read-only file system, missing permission), else None. Tried by creating and
+    deleting a temporary file, which also holds for root and for read-only mounts."""
+    existing = Path(directory).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            return None
+    except OSError:
+        return existing

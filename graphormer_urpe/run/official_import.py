@@ -73,8 +73,9 @@ import yaml
 
 from graphormer_urpe.constants import MAX_SPATIAL_POS_MAX, MAX_STORED_DISTANCE, PAD_ID, PAD_RELATION
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
+from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
-from graphormer_urpe.run.checkpoints import CheckpointError, state_dict_problems
+from graphormer_urpe.run.checkpoints import state_dict_problems
 
 log = logging.getLogger(__name__)
 

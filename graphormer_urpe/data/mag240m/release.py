@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.files import atomic_write_json, file_record, record_problem
 from graphormer_urpe.data.safe_load import load_numpy_checkpoint, load_split_dict
-from graphormer_urpe.data.sources.base import DatasetMissing
+from graphormer_urpe.errors import DatasetMissing
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,9 @@ import pandas as pd
 
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.batch import RawGraph
-from graphormer_urpe.data.sources.base import DatasetMissing, GraphSource, seeded_split
+from graphormer_urpe.data.sources.base import GraphSource, seeded_split
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB, FEATURIZER_VERSION, molecule_graphs
+from graphormer_urpe.errors import DatasetMissing
 
 
 class MoleculeTable:

@@ -31,9 +31,10 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.files import sha1_file
-from graphormer_urpe.data.sources.base import DataError, DatasetMissing, seeded_split
+from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.featurize import silence_rdkit
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
+from graphormer_urpe.errors import DataError, DatasetMissing
 
 log = logging.getLogger(__name__)
 
