@@ -290,21 +290,17 @@ class GraphormerCLI(LightningCLI):
             parser.link_arguments(f"data.{source}", f"model.init_args.{target}", apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse the command line; a value of the wrong type or an unknown key stops here in one line
-        naming the key (exit code 2), not with jsonargparse's usage text and nested report."""
+        """Parse the command line, then check what needs no object built (the seed, the trainer's
+        options, the run root). A value of the wrong type, an unknown key or an impossible value
+        stops here in one line naming the key (exit code 2), not with jsonargparse's usage text
+        and nested report."""
         try:
             super().parse_arguments(parser, args)
         except ArgumentError as error:
             log.error("%s", parse_error_line(str(error)))
             raise SystemExit(2) from None
-
-    def before_instantiate_classes(self) -> None:
-        """Check what needs no object before anything is built: the trainer's options and the run root."""
         try:
-            check_trainer_options(self.config["trainer"])
-            if (read_only := unwritable(Path(self.config["run_root"]))) is not None:
-                raise ConfigError("run_root", self.config["run_root"], f"{read_only} is not writable, so no run "
-                                  "directory can be made there; choose a writable run_root")
+            check_run_options(self.config)
         except ConfigError as error:
             log.error("%s", error)
             raise SystemExit(2) from None
@@ -374,8 +370,11 @@ class GraphormerCLI(LightningCLI):
         if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
             # our PreemptionCheckpoint requeues at a step boundary; Lightning's would save mid-step
             plugins.append(SLURMEnvironment(auto_requeue=False))
-        return super().instantiate_trainer(default_root_dir=str(run_dir), logger=self._loggers(run_dir),
-                                           callbacks=callbacks, plugins=plugins or None, **kwargs)
+        try:
+            return super().instantiate_trainer(default_root_dir=str(run_dir), logger=self._loggers(run_dir),
+                                               callbacks=callbacks, plugins=plugins or None, **kwargs)
+        except ValueError as error:  # Lightning refuses e.g. an unknown accelerator with a plain ValueError
+            raise InputError(f"trainer: {error}") from error
 
     def config_dict(self) -> dict:
         """The resolved config as plain data (for loggers)."""
@@ -417,12 +416,20 @@ _REPORT_FRAMING = ("Does not validate against any of the Union subtypes", "Subty
                    "Problem with given class_path")
 
 
-def check_trainer_options(trainer: Mapping[str, Any]) -> None:
-    """Refuse trainer options that Lightning would accept and then fail on mid-run (or silently misuse).
+def check_run_options(config: Mapping[str, Any]) -> None:
+    """Refuse a seed, a run root or trainer options that Lightning would accept and then fail on
+    mid-run (or silently misuse).
 
     Raises:
-        ConfigError: naming ``trainer.<option>`` and what is allowed.
+        ConfigError: naming the key (``seed_everything``, ``run_root``, ``trainer.<option>``) and what is allowed.
     """
+    seed = config["seed_everything"]
+    if not isinstance(seed, bool) and seed is not None:
+        check_int("seed_everything", seed, 0, 2**32 - 1, hint=", true (a random seed) or false/null (none)")
+    if (read_only := unwritable(Path(config["run_root"]))) is not None:
+        raise ConfigError("run_root", config["run_root"], f"{read_only} is not writable, so no run directory can be "
+                          "made there; choose a writable run_root")
+    trainer = config["trainer"]
     check_int("trainer.accumulate_grad_batches", trainer["accumulate_grad_batches"], 1)
     interval = trainer["val_check_interval"]
     if isinstance(interval, float):
