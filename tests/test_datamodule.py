@@ -1,11 +1,17 @@
-"""The cache is built once even when several processes or jobs start together."""
+"""The cache is built once even when several processes or jobs start together; damaged cache metadata is
+named and rebuilt."""
 
 from __future__ import annotations
 
+import json
+import logging
 import multiprocessing
+import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -95,3 +101,70 @@ def test_size_aware_batching_changes_no_prediction(qm9_root: Path, attention: st
     for loader in bucketed:
         for batch in loader:
             assert torch.all(batch.node_mask.sum(1).diff() >= 0)
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip_middle_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _rewrite_json(path: Path, change: Callable[[dict], None]) -> None:
+    payload = json.loads(path.read_text())
+    change(payload)
+    path.write_text(json.dumps(payload))
+
+
+#: (damaged file, how, fragment of the one warning after the file's path). Each is found, named and rebuilt.
+DAMAGE = {
+    "truncated manifest": ("manifest.json", _truncate, "is not valid JSON, truncated or corrupted"),
+    "manifest of another cache": ("manifest.json", lambda p: _rewrite_json(p, lambda m: m.update(key={"x": 1})),
+                                  "does not describe this cache (corrupted)"),
+    "manifest without chunks": ("manifest.json", lambda p: _rewrite_json(p, lambda m: m.pop("chunks")),
+                                "lacks chunks (corrupted)"),
+    "truncated chunk record": ("chunk_00001/chunk.json", _truncate, "chunk.json is not valid JSON"),
+    "garbled chunk record": ("chunk_00001/chunk.json", lambda p: p.write_bytes(b"\xff\xfe\x00garbage"),
+                             "chunk.json is not valid JSON"),
+    "chunk record without an array": ("chunk_00002/chunk.json",
+                                      lambda p: _rewrite_json(p, lambda m: m["files"].pop("y.npy")),
+                                      "chunk.json does not list the chunk's arrays (corrupted)"),
+    "chunk record as a list": ("chunk_00000/chunk.json", lambda p: p.write_text("[1, 2]"),
+                               "chunk.json is not a JSON object (a list)"),
+    "corrupted split file": ("splits.npz", _flip_middle_byte, "cannot be read, truncated or corrupted"),
+    "truncated split file": ("splits.npz", _truncate, "cannot be read, truncated or corrupted"),
+}
+
+
+@pytest.fixture(scope="module")
+def intact_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, np.ndarray]:
+    root = tmp_path_factory.mktemp("intact") / "data"
+    module = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
+    module.prepare_data()
+    module.setup()
+    return root, module.split_sizes, module.datasets["train"].store.targets()
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
+def test_damaged_cache_metadata_is_named_in_one_line_and_rebuilt(damage: str, intact_cache, tmp_path: Path,
+                                                                 package_log: pytest.LogCaptureFixture) -> None:
+    intact_root, sizes, targets = intact_cache
+    root = tmp_path / "data"
+    shutil.copytree(intact_root, root)
+    module = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
+    name, harm, message = DAMAGE[damage]
+    harm(module.cache_dir / name)
+    module.prepare_data()
+    warnings = [r.getMessage() for r in package_log.records if r.levelno >= logging.WARNING]
+    damaged = module.cache_dir / name.split("/")[0]
+    assert len(warnings) == 1 and warnings[0].startswith(str(damaged)) and message in warnings[0], warnings
+    assert warnings[0].endswith("; the cache will be rebuilt")
+    module.setup()
+    assert module.split_sizes == sizes
+    np.testing.assert_array_equal(module.datasets["train"].store.targets(), targets)
+    package_log.clear()
+    again = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
+    assert again._cache_is_valid() and not package_log.records  # the rebuilt cache is intact

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from functools import cached_property
@@ -19,7 +18,7 @@ from graphormer_urpe.data.cache import (
     GraphSpec,
     GraphStore,
     build_store,
-    chunk_problem,
+    cache_problem,
     exclusive_build,
 )
 from graphormer_urpe.data.files import unwritable
@@ -223,16 +222,17 @@ class GraphDataModule(pl.LightningDataModule):
         )
 
     def _cache_is_valid(self) -> bool:
-        """Whether the cache is complete and intact; a damaged one loses its manifest and is repaired."""
+        """Whether the cache is complete and intact. A damaged one (manifest, split file, a chunk's
+        record or arrays) is named in one line and loses its manifest, so it is rebuilt; intact
+        chunks are kept."""
         manifest_path = self.cache_dir / MANIFEST
         if not manifest_path.is_file():
             return False
-        for name in json.loads(manifest_path.read_text())["chunks"]:
-            problem = chunk_problem(self.cache_dir / name)
-            if problem is not None:
-                log.warning("%s/%s: %s; it will be rebuilt", self.cache_dir, name, problem)
-                manifest_path.unlink()
-                return False
+        problem = cache_problem(self.cache_dir, self.cache_key)
+        if problem is not None:
+            log.warning("%s; the cache will be rebuilt", problem)
+            manifest_path.unlink()
+            return False
         return True
 
     def setup(self, stage: str | None = None) -> None:
