@@ -119,8 +119,9 @@ class MAG240MDataModule(pl.LightningDataModule):
         check_int("data.batch_size", batch_size, 1)
         if eval_batch_size is not None:
             check_int("data.eval_batch_size", eval_batch_size, 1, hint=", or null (data.batch_size)")
-        if isinstance(fanouts, str) or not isinstance(fanouts, Sequence) or not fanouts:
-            raise ConfigError("data.fanouts", fanouts, "must be a list of neighbours per hop, e.g. [25, 15]")
+        if isinstance(fanouts, str) or not isinstance(fanouts, Sequence):
+            raise ConfigError("data.fanouts", fanouts, "must be a list of neighbours per hop, e.g. [25, 15] ([]: the "
+                              "target paper alone)")
         for hop, fanout in enumerate(fanouts):
             check_int(f"data.fanouts[{hop}]", fanout, 1)
         check_int("data.num_workers", num_workers, 0)
