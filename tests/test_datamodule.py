@@ -8,14 +8,16 @@ import logging
 import multiprocessing
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.data.datamodule import GraphDataModule
+from graphormer_urpe.data.batch import RawGraph
+from graphormer_urpe.data.cache import GraphSpec, GraphStore, build_store
+from graphormer_urpe.data.datamodule import GraphDataModule, GraphDataset
 from graphormer_urpe.data.sources import QM9Gap
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 from tests.conftest import TINY_MOLECULES
@@ -168,3 +170,32 @@ def test_damaged_cache_metadata_is_named_in_one_line_and_rebuilt(damage: str, in
     package_log.clear()
     again = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
     assert again._cache_is_valid() and not package_log.records  # the rebuilt cache is intact
+
+
+class HugeTargets:
+    """One-node graphs whose two targets are around 1e20 (the second missing on every third graph)."""
+
+    num_rows = 30
+
+    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph]]:
+        for row in range(start, stop):
+            y = np.array([1e20 * (1 + row / 7), np.nan if row % 3 == 0 else -3e19 * row], dtype=np.float32)
+            yield row, RawGraph(x=np.zeros((1, 1), np.int64), edge_index=np.zeros((2, 0), np.int64),
+                                edge_attr=np.zeros((0, 1), np.int64), y=y)
+
+
+def test_target_statistics_of_targets_whose_squares_overflow_float32_are_exact(tmp_path: Path) -> None:
+    spec = GraphSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=2)
+    build_store(HugeTargets(), tmp_path, {"huge": 1}, spec, {"train": np.arange(30)}, num_workers=0)
+    module = GraphDataModule(QM9Gap(), root=str(tmp_path / "unused"))
+    store = GraphStore(tmp_path)
+    module.datasets = {"train": GraphDataset(store, np.arange(30))}
+    mean, std = module.target_statistics()
+    stored = store.targets().astype(np.float64)  # the float32 values the cache holds, widened exactly
+    known = stored[~np.isnan(stored[:, 1]), 1]
+    assert len(known) == 20
+    expected_mean, expected_std = [stored[:, 0].mean(), known.mean()], [stored[:, 0].std(), known.std()]
+    assert np.isfinite(mean).all() and np.isfinite(std).all()
+    # float64 sums of 30 values: a relative error of a few float64 epsilons
+    np.testing.assert_allclose(mean, expected_mean, rtol=64 * np.finfo(np.float64).eps)
+    np.testing.assert_allclose(std, expected_std, rtol=64 * np.finfo(np.float64).eps)

@@ -269,14 +269,15 @@ class GraphDataModule(pl.LightningDataModule):
                 "splits": self.split_sizes, "batch_size": self.batch_size, "bucket_window": self.bucket_window}
 
     def target_statistics(self) -> tuple[np.ndarray, np.ndarray]:
-        """(Y,) mean and standard deviation of the training targets (of every training node, for
-        per-node targets), NaNs ignored.
+        """(Y,) float64 mean and standard deviation of the training targets (of every training node,
+        for per-node targets), NaNs ignored. Computed in float64: the squares of float32 targets
+        above ~1e19 overflow float32.
 
         Raises:
             ValueError: a target has no known training value.
         """
         train = self.datasets["train"]
-        targets = train.store.targets(train.indices)
+        targets = train.store.targets(train.indices).astype(np.float64)
         known = np.isfinite(targets).sum(axis=0)
         if (known == 0).any():
             name = self.target_names[int(np.argmin(known))]
