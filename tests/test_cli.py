@@ -102,7 +102,7 @@ def test_a_trainer_setting_lightning_refuses_is_one_error_line_not_a_traceback(t
     assert "Traceback" not in done.stderr + done.stdout
     errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and errors[0].endswith(
-        "ERROR] `max_steps` must be a non-negative integer or -1 (infinite steps). You passed in -5."), done.stderr
+        "ERROR] trainer.max_steps=-5: must be an integer >= -1 (-1: no limit)"), done.stderr
     assert not any(tmp_path.iterdir())  # stopped before the run directory was made
 
 
