@@ -296,15 +296,15 @@ def splits_problem(path: Path) -> str | None:
     return f"holds split(s) {bad} that are not 1-D int64 rows (corrupted)" if bad else None
 
 
-def cache_problem(directory: Path, key: Mapping) -> str | None:
+def cache_problem(directory: Path, key: Mapping, chunks: bool = True) -> str | None:
     """Why the cache in ``directory`` cannot be used, naming the damaged file, or None when its
-    manifest, split file and every chunk are intact and the manifest is for ``key``."""
+    manifest, split file and (with ``chunks``) every chunk are intact and the manifest is for ``key``."""
     manifest, problem = read_json_object(directory / MANIFEST, MANIFEST_KEYS)
     if manifest is None:
         return f"{directory / MANIFEST} {problem}"
     if manifest["key"] != json.loads(json.dumps(dict(key))) or not isinstance(manifest["chunks"], list):
         return f"{directory / MANIFEST} does not describe this cache (corrupted)"
-    for name in manifest["chunks"]:
+    for name in manifest["chunks"] if chunks else ():
         problem = chunk_problem(directory / str(name))
         if problem is not None:
             return f"{directory / str(name)}: {problem}"
@@ -531,7 +531,7 @@ def build_store(
                 continue
             problem = f"covers rows {meta['start']}..{meta['stop'] - 1}, expected {start}..{stop - 1}"
         if (directory / name).exists():
-            log.info("%s/%s: %s; rebuilding it", directory, name, problem)
+            log.warning("%s/%s: %s; rebuilding it", directory, name, problem)
             rebuilt += 1
         todo.append((directory / name, start, stop, spec))
     processed_rows = sum(stop - start for _, start, stop, _ in todo)

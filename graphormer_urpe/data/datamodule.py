@@ -228,12 +228,13 @@ class GraphDataModule(pl.LightningDataModule):
         manifest_path = self.cache_dir / MANIFEST
         if not manifest_path.is_file():
             return False
-        problem = cache_problem(self.cache_dir, self.cache_key)
+        problem = cache_problem(self.cache_dir, self.cache_key, chunks=False)
         if problem is not None:
             log.warning("%s; the cache will be rebuilt", problem)
-            manifest_path.unlink()
-            return False
-        return True
+        elif cache_problem(self.cache_dir, self.cache_key) is None:
+            return True
+        manifest_path.unlink()  # a damaged chunk is named by the rebuild, once per chunk
+        return False
 
     def setup(self, stage: str | None = None) -> None:
         """Open the cache and the splits; say how big they are."""
