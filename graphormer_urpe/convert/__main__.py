@@ -10,10 +10,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from graphormer_urpe.convert.common import ConversionError
 from graphormer_urpe.convert.huggingface import NODE_ROW_SHIFTS, import_huggingface
 from graphormer_urpe.convert.official import import_official
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
+from graphormer_urpe.errors import InputError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             import_official(args.source, args.output, multi_hop_max_dist=args.multi_hop_max_dist, **common)
         else:
             import_huggingface(args.source, args.output, node_rows=args.node_rows, **common)
-    except ConversionError as error:
+    except InputError as error:  # ConversionError, or a setting GraphormerConfig refuses
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import yaml
 
+from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ ARCHITECTURE_KEYS = ("num_layers", "hidden_dim", "ffn_dim", "num_heads", "max_de
                      "final_norm", "head")
 
 
-class ConversionError(ValueError):
+class ConversionError(CheckpointError):
     """A file is not a checkpoint we can map exactly; the message (one line) says why."""
 
 
