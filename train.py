@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from graphormer_urpe.data.sources import DataError, DatasetMissing
-from graphormer_urpe.run.callbacks import NonFiniteLoss, Preempted
-from graphormer_urpe.run.checkpoints import CheckpointError, check_checkpoint, resolve_ckpt_path
+from graphormer_urpe.errors import InputError, NonFiniteLoss
+from graphormer_urpe.run.callbacks import Preempted
+from graphormer_urpe.run.checkpoints import check_checkpoint, resolve_ckpt_path
 from graphormer_urpe.run.cli import GraphormerCLI, log, write_json
 from graphormer_urpe.run.finetune import init_from_checkpoint
 
@@ -58,7 +58,7 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
             hidden = [name for name in datamodule.split_sizes if name not in ("train", "valid")]
             log.info("no labelled 'test' split; write leaderboard predictions with evaluate.py --split %s "
                      "--submission-dir DIR", "|".join(hidden) or "<split>")
-    except (DatasetMissing, DataError, CheckpointError) as error:
+    except InputError as error:
         log.error("%s", error)
         exit_code = EXIT_BAD_INPUT
     except NonFiniteLoss as error:

@@ -20,7 +20,8 @@ from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 PACKAGE = Path(__file__).resolve().parents[1] / "graphormer_urpe"
 
 #: Floor of each top-level part of the package; a module may import only from its own floor or lower.
-LAYERS = {"constants": 0, "data": 1, "model": 2, "tasks": 3, "evaluation": 4, "run": 5, "testing": 6}
+LAYERS = {"constants": 0, "errors": 0, "data": 1, "model": 2, "tasks": 3, "evaluation": 4, "run": 5, "convert": 6,
+          "testing": 7}
 
 
 def imports(source: str, module: str) -> list[str]:
@@ -155,8 +156,9 @@ def test_no_parts_of_the_data_package_import_each_other() -> None:
 def test_model_depends_on_its_input_contract_alone() -> None:
     for module, path in library_files():
         if part(module) == "model":
-            allowed = ("graphormer_urpe.model", "graphormer_urpe.constants", "graphormer_urpe.data.batch",
-                       "graphormer_urpe.data.pyg_interop", "graphormer_urpe.data.spec")  # our batch, or a PyG one
+            allowed = ("graphormer_urpe.model", "graphormer_urpe.constants", "graphormer_urpe.errors",
+                       "graphormer_urpe.data.batch", "graphormer_urpe.data.pyg_interop",
+                       "graphormer_urpe.data.spec")  # our batch, or a PyG one
             outside = [t for t in imports(path.read_text(), module) if not t.startswith(allowed)]
             assert outside == [], module
 
@@ -169,6 +171,10 @@ def test_core_data_pipeline_never_imports_mag240m_or_synthetic_code() -> None:
             leaks += [f"{module} -> {t}" for t in imports(path.read_text(), module)
                       if t.startswith(("graphormer_urpe.data.mag240m", "graphormer_urpe.data.synthetic"))]
     assert leaks == []
+
+
+def test_the_errors_module_is_the_ground_floor() -> None:
+    assert imports((PACKAGE / "errors.py").read_text(), "graphormer_urpe.errors") == []
 
 
 def test_test_tooling_stays_out_of_the_library() -> None:

@@ -11,11 +11,12 @@ import pytest
 
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.sources import ZINC, DatasetMissing, QM9Gap
+from graphormer_urpe.data.sources import ZINC, QM9Gap
 from graphormer_urpe.data.sources import base as sources_base
 from graphormer_urpe.data.sources import zinc as zinc_module
 from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs
+from graphormer_urpe.errors import DatasetMissing
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 
 

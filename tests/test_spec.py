@@ -18,9 +18,10 @@ import evaluate
 import train
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2
-from graphormer_urpe.data.sources import DataError, QM9Gap
+from graphormer_urpe.data.sources import QM9Gap
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
+from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
 from graphormer_urpe.run.cli import CONFIG_DIR, CONFIG_KEY, GraphormerCLI

@@ -16,8 +16,8 @@ from torch import nn
 from torchmetrics import MeanAbsoluteError
 
 from graphormer_urpe.data.batch import GraphBatch
-from graphormer_urpe.data.sources.base import DataError
 from graphormer_urpe.data.spec import DataSpec, default_target_names
+from graphormer_urpe.errors import DataError, check_choice
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, GraphormerTask, OptimConfig, data_targets
 from graphormer_urpe.tasks.metrics import PerTargetMetrics
@@ -101,6 +101,8 @@ class GraphRegression(PerTargetTask):
         if data is not None:
             self.check_data(data)
             target_kind, target_names = data_targets(data, target_kind, target_names, default_kind="regression")
+        check_choice("model.normalize_targets", normalize_targets, (True, False))
+        check_choice("model.loss", loss, ("l1", "mse"))
         if target_kind != "regression":
             raise DataError(f"the data's targets are {target_kind} class labels (data.source.task: {target_kind}): "
                             "train them with model.class_path: graphormer_urpe.tasks.Classification")

@@ -16,15 +16,6 @@ from graphormer_urpe.data.cache import CACHE_FORMAT, RowReader
 from graphormer_urpe.data.spec import DataSpec
 
 
-class DatasetMissing(RuntimeError):
-    """Raw files are absent and cannot be downloaded; the message says what to put where."""
-
-
-class DataError(ValueError):
-    """The data cannot be used as configured (a column, a value, a split, a kind of target); the
-    message names the file, column or rows, and what to change. Raised before any work."""
-
-
 def network_reachable(url: str, timeout: float = 5.0) -> bool:
     """Whether a TCP connection to ``url``'s host opens within ``timeout`` seconds."""
     parsed = urlparse(url)

@@ -12,7 +12,7 @@ import pandas as pd
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.lsc_formats import SubmissionFormat
-from graphormer_urpe.data.sources.base import DatasetMissing, GraphSource, seeded_split
+from graphormer_urpe.data.sources.base import GraphSource, seeded_split
 from graphormer_urpe.data.sources.featurize import (
     ATOM_VOCAB,
     BOND_VOCAB,
@@ -21,6 +21,7 @@ from graphormer_urpe.data.sources.featurize import (
     silence_rdkit,
 )
 from graphormer_urpe.data.spec import DataSpec, TargetKind
+from graphormer_urpe.errors import DatasetMissing, check_int
 
 
 class MoleculeTable:
@@ -105,6 +106,8 @@ class QM9Gap(MoleculeSource):
     spec = molecule_spec(["gap_ev"])
 
     def __init__(self, seed: int = 0, max_molecules: int | None = None) -> None:
+        if max_molecules is not None:
+            check_int("data.source.max_molecules", max_molecules, 1, hint=", or null (every molecule)")
         self.seed = seed
         self.max_molecules = max_molecules
 
