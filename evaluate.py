@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         except InputError as error:
             log.error("%s", error)
             sys.exit(2)
-        fmt = cli.datamodule.submission_format if isinstance(cli.datamodule, PredictableData) else None
+        fmt = cli.datamodule.spec.submission if isinstance(cli.datamodule, PredictableData) else None
         if options.predictions is not None and fmt is None:
             raise SystemExit("error: --predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
         try:
@@ -200,7 +200,7 @@ def predict_file(options: argparse.Namespace, rest: list[str]) -> dict:
 def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: float) -> dict:
     """Predict ``options.split`` in its order, then score it with ogb's evaluator or write a submission."""
     datamodule: PredictableData = cli.datamodule
-    fmt = datamodule.submission_format
+    fmt = datamodule.spec.submission
     if options.split not in fmt.splits:
         raise SystemExit(f"error: {fmt.dataset} has no split '{options.split}'; its splits are {', '.join(fmt.splits)}")
     log.info("predicting %s '%s' with %s on %d process(es)", fmt.dataset, options.split, options.ckpt,
@@ -255,7 +255,7 @@ def submit(predictions: SplitPredictions, cli: GraphormerCLI, options: argparse.
            preprocessing: float, inference: float) -> dict:
     """Fill skipped rows with the training mean, write the submission and its log, say how long it took."""
     datamodule: PredictableData = cli.datamodule
-    fmt, mode = datamodule.submission_format, options.split
+    fmt, mode = datamodule.spec.submission, options.split
     expected = fmt.split_size(datamodule.root, mode)
     if expected != len(predictions.rows):
         raise SubmissionError(f"{datamodule.root / (fmt.directory or fmt.dataset) / 'split_dict.pt'} has {expected} "

@@ -24,9 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 from graphormer_urpe.constants import HARTREE_TO_EV
-from graphormer_urpe.data.cache import GraphSpec, build_store
+from graphormer_urpe.data.cache import CacheSpec, build_store
 from graphormer_urpe.data.sources import SmilesTable
-from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs
 from graphormer_urpe.data.sources.tables import scaffold_split
 
@@ -50,7 +49,7 @@ def main() -> None:
         started = time.process_time()
         scaffold_split(rows.smiles.tolist(), (0.8, 0.1, 0.1))
         scaffold = time.process_time() - started
-        spec = GraphSpec(ATOM_VOCAB, BOND_VOCAB, num_targets=2)
+        spec = CacheSpec(source.spec)
         started = time.process_time()
         build_store(rows, Path(tmp) / "cache", {}, spec, rows.splits, num_workers=0, chunk_size=10_000)
         featurise = time.process_time() - started

@@ -14,7 +14,10 @@ Public API (each with a runnable example in its docstring):
 * model: :class:`Graphormer`, :class:`GraphormerConfig`, :class:`MultiHeadAttention`,
   :class:`AttentionKind`;
 * PyG: :class:`GraphormerStructure` (a ``pre_transform``), :func:`to_graph_batch` (a PyG
-  ``Batch`` to the model's input; ``Graphormer.forward`` calls it on PyG batches);
+  ``Batch`` to the model's input, checked against a :class:`DataSpec`; ``Graphormer.forward`` calls
+  it on PyG batches);
+* the data's declaration: :class:`DataSpec` (vocabularies, widths, targets; every datamodule's
+  ``spec``);
 * the batch contract and preprocessing: :class:`GraphBatch`, :class:`GraphRecord`,
   :func:`collate_graphs`, :func:`graph_structure`;
 * Lightning (imported on first use, so ``import graphormer_urpe`` does not load Lightning):
@@ -29,6 +32,7 @@ from typing import Any
 
 from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
 from graphormer_urpe.data.pyg_interop import GraphormerStructure, to_graph_batch
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.model.attention import AttentionKind, MultiHeadAttention
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
@@ -43,6 +47,7 @@ _LIGHTNING = {
 __all__ = [
     "AttentionKind",
     "Classification",
+    "DataSpec",
     "GraphBatch",
     "GraphDataModule",
     "GraphRecord",

@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from graphormer_urpe.data.batch import RawGraph
-from graphormer_urpe.data.cache import GraphSpec, GraphStore, build_store, chunk_problem
+from graphormer_urpe.data.cache import CacheSpec, GraphStore, build_store, chunk_problem
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure
 from tests.conftest import random_edges
 
-SPEC = GraphSpec(node_vocab=(5, 3), edge_vocab=(4,), num_targets=2, max_nodes=30)
+SPEC = CacheSpec(DataSpec(node_vocab=(5, 3), edge_vocab=(4,), num_targets=2, num_outputs=2), max_nodes=30)
 
 
 class FakeReader:
@@ -37,6 +38,9 @@ class FakeReader:
             x[0, 1] = 3
         return RawGraph(x=x, edge_index=edges, edge_attr=rng.integers(0, 4, (edges.shape[1], 1)),
                         y=rng.normal(size=2).astype(np.float32))
+
+    def worker_init(self) -> None:
+        """Nothing to prepare."""
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
         self.calls.append((start, stop))
@@ -156,8 +160,8 @@ def test_chunks_of_another_chunk_size_and_stale_temporaries_are_replaced(tmp_pat
 
 # ----------------------------------------------------------------------------- continuous features, per-node targets
 
-NODE_SPEC = GraphSpec(node_vocab=(3,), edge_vocab=(2,), num_targets=2, max_nodes=30, continuous_node_dim=4,
-                      continuous_edge_dim=1, node_targets=True)
+NODE_SPEC = CacheSpec(DataSpec(node_vocab=(3,), edge_vocab=(2,), num_targets=2, num_outputs=2, continuous_node_dim=4,
+                               continuous_edge_dim=1, target_level="node"), max_nodes=30)
 
 
 class NodeTargetReader(FakeReader):
@@ -217,5 +221,5 @@ def test_graphs_with_more_edges_than_int16_ids_hold_are_skipped_and_counted() ->
     i, j = np.nonzero(~np.eye(200, dtype=bool))
     dense = RawGraph(x=np.zeros((200, 2), np.int64), edge_index=np.stack([i, j]),
                      edge_attr=np.zeros((len(i), 1), np.int64), y=np.zeros(2, np.float32))
-    spec = GraphSpec(node_vocab=(5, 3), edge_vocab=(4,), num_targets=2, max_nodes=512)
+    spec = CacheSpec(SPEC.data, max_nodes=512)
     assert spec.problems([dense]) == ["39800 directed edges > 32767 (first-edge ids are int16)"]

@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from graphormer_urpe.data.batch import RawGraph
-from graphormer_urpe.data.cache import GraphSpec, GraphStore, build_store
+from graphormer_urpe.data.cache import CacheSpec, GraphStore, build_store
 from graphormer_urpe.data.datamodule import GraphDataModule, GraphDataset
 from graphormer_urpe.data.sources import QM9Gap
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 from tests.conftest import TINY_MOLECULES
@@ -87,7 +88,7 @@ def test_size_aware_batching_changes_no_prediction(qm9_root: Path, attention: st
         modules[window].setup()
     data = modules[3]
     torch.manual_seed(0)
-    model = Graphormer(GraphormerConfig(node_vocab=data.node_vocab, edge_vocab=data.edge_vocab, num_layers=2,
+    model = Graphormer(GraphormerConfig(node_vocab=data.spec.node_vocab, edge_vocab=data.spec.edge_vocab, num_layers=2,
                                         hidden_dim=16, ffn_dim=16, num_heads=4, attention=attention)).eval()
     if model.relative_scale is not None:  # a trained-looking C, so that the URPE product matters
         model.relative_scale.weight.data.uniform_(0.5, 1.5)
@@ -179,6 +180,9 @@ class HugeTargets:
 
     num_rows = 30
 
+    def worker_init(self) -> None:
+        """Nothing to prepare."""
+
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph]]:
         for row in range(start, stop):
             y = np.array([1e20 * (1 + row / 7), np.nan if row % 3 == 0 else -3e19 * row], dtype=np.float32)
@@ -187,7 +191,7 @@ class HugeTargets:
 
 
 def test_target_statistics_of_targets_whose_squares_overflow_float32_are_exact(tmp_path: Path) -> None:
-    spec = GraphSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=2)
+    spec = CacheSpec(DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=2, num_outputs=2))
     build_store(HugeTargets(), tmp_path, {"huge": 1}, spec, {"train": np.arange(30)}, num_workers=0)
     module = GraphDataModule(QM9Gap(), root=str(tmp_path / "unused"))
     store = GraphStore(tmp_path)

@@ -1,31 +1,51 @@
-"""The folder layout is the architecture: imports only go down, MAG240M stays in its folder,
-test tooling stays out of the library, and non-molecular sources never load RDKit."""
+"""The folder layout is the architecture: imports only go down, nothing imports in a circle, MAG240M
+stays in its folder, test tooling stays out of the library, and non-molecular data never loads RDKit."""
 
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
+import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from graphormer_urpe.testing.tu_format import TUGraph, write_tu_dataset
+from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 
 PACKAGE = Path(__file__).resolve().parents[1] / "graphormer_urpe"
 
-#: Layer of each top-level part of the package; a module may import only from its own layer or lower.
-LAYERS = {"constants": 0, "errors": 0, "model": 1, "data": 1, "tasks": 2, "evaluation": 3, "run": 4, "convert": 5,
-          "testing": 6}
+#: Floor of each top-level part of the package; a module may import only from its own floor or lower.
+LAYERS = {"constants": 0, "errors": 0, "data": 1, "model": 2, "tasks": 3, "evaluation": 4, "run": 5, "convert": 6,
+          "testing": 7}
 
 
-def imports(path: Path) -> list[str]:
-    """Every ``graphormer_urpe...`` module a file imports (at module level or inside functions)."""
+def imports(source: str, module: str) -> list[str]:
+    """Every ``graphormer_urpe...`` module that ``source`` (the text of ``module``) imports, wherever the
+    import is: at module level, under ``if TYPE_CHECKING:``, inside functions. ``from package import
+    name`` counts as an import of ``package.name`` when that is a module; relative imports are resolved."""
     names = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("graphormer_urpe"):
-            names.append(node.module)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # from . import x, from ..data import y
+                parent = module.split(".")[: -node.level]
+                base = ".".join([*parent, base] if base else parent)
+            if base.startswith("graphormer_urpe"):
+                names += [f"{base}.{a.name}" if is_module(f"{base}.{a.name}") else base for a in node.names]
         elif isinstance(node, ast.Import):
             names += [a.name for a in node.names if a.name.startswith("graphormer_urpe")]
     return names
+
+
+def is_module(name: str) -> bool:
+    """Whether the dotted ``name`` is a module or package of the library."""
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def part(module: str) -> str:
@@ -35,7 +55,75 @@ def part(module: str) -> str:
 
 
 def library_files() -> list[tuple[str, Path]]:
-    return [(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts), p) for p in PACKAGE.rglob("*.py")]
+    modules = []
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        modules.append((".".join(parts[:-1] if parts[-1] == "__init__" else parts), path))
+    return modules
+
+
+def import_graph(group: Callable[[str], str | None]) -> dict[str, set[str]]:
+    """Which group imports which (``group`` maps a module to its group, None to leave it out)."""
+    edges: dict[str, set[str]] = {}
+    for module, path in library_files():
+        source = group(module)
+        if source is None:
+            continue
+        edges.setdefault(source, set())
+        for target in map(group, imports(path.read_text(), module)):
+            if target is not None and target != source:
+                edges[source].add(target)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in edges.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_imports_are_found_wherever_they_are() -> None:
+    source = textwrap.dedent("""
+        from __future__ import annotations
+        from typing import TYPE_CHECKING
+        from graphormer_urpe.data import cache
+        from . import batch
+        if TYPE_CHECKING:
+            from graphormer_urpe.model.graphormer import GraphormerConfig
+        def late():
+            import graphormer_urpe.tasks.base
+            from ..run.cli import log
+    """)
+    assert imports(source, "graphormer_urpe.data.example") == [
+        "graphormer_urpe.data.cache", "graphormer_urpe.data.batch", "graphormer_urpe.model.graphormer",
+        "graphormer_urpe.tasks.base", "graphormer_urpe.run.cli"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_imports_only_go_down_the_layers() -> None:
@@ -43,19 +131,35 @@ def test_imports_only_go_down_the_layers() -> None:
     for module, path in library_files():
         if part(module) not in LAYERS:  # the package's __init__: the public API, above everything
             continue
-        for target in imports(path):
+        for target in imports(path.read_text(), module):
             if part(target) in LAYERS and LAYERS[part(target)] > LAYERS[part(module)]:
                 upward.append(f"{module} -> {target}")
     assert upward == []
+
+
+def test_no_modules_import_each_other() -> None:
+    assert cycles(import_graph(lambda module: module)) == []
+
+
+def test_no_parts_of_the_package_import_each_other() -> None:
+    assert cycles(import_graph(lambda module: part(module) or None)) == []
+
+
+def test_no_parts_of_the_data_package_import_each_other() -> None:
+    def data_part(module: str) -> str | None:  # graphormer_urpe.data.sources.tables -> sources
+        pieces = module.split(".")
+        return pieces[2] if len(pieces) > 2 and pieces[1] == "data" else None
+
+    assert cycles(import_graph(data_part)) == []
 
 
 def test_model_depends_on_its_input_contract_alone() -> None:
     for module, path in library_files():
         if part(module) == "model":
             allowed = ("graphormer_urpe.model", "graphormer_urpe.constants", "graphormer_urpe.errors",
-                       "graphormer_urpe.data.batch",
-                       "graphormer_urpe.data.pyg_interop")  # the input contract: our batch, or a PyG one
-            outside = [t for t in imports(path) if not t.startswith(allowed)]
+                       "graphormer_urpe.data.batch", "graphormer_urpe.data.pyg_interop",
+                       "graphormer_urpe.data.spec")  # our batch, or a PyG one
+            outside = [t for t in imports(path.read_text(), module) if not t.startswith(allowed)]
             assert outside == [], module
 
 
@@ -64,14 +168,18 @@ def test_core_data_pipeline_never_imports_mag240m_or_synthetic_code() -> None:
     for module, path in library_files():
         if module.startswith("graphormer_urpe.data.") and not module.startswith(("graphormer_urpe.data.mag240m",
                                                                                    "graphormer_urpe.data.synthetic")):
-            leaks += [f"{module} -> {t}" for t in imports(path)
+            leaks += [f"{module} -> {t}" for t in imports(path.read_text(), module)
                       if t.startswith(("graphormer_urpe.data.mag240m", "graphormer_urpe.data.synthetic"))]
     assert leaks == []
 
 
+def test_the_errors_module_is_the_ground_floor() -> None:
+    assert imports((PACKAGE / "errors.py").read_text(), "graphormer_urpe.errors") == []
+
+
 def test_test_tooling_stays_out_of_the_library() -> None:
     leaks = [f"{module} -> {t}" for module, path in library_files() if part(module) != "testing"
-             for t in imports(path) if part(t) == "testing"]
+             for t in imports(path.read_text(), module) if part(t) == "testing"]
     assert leaks == []
 
 
@@ -85,5 +193,46 @@ def test_non_molecular_sources_do_not_load_rdkit() -> None:
     assert loaded == "[]"
 
 
-def test_the_errors_module_is_the_ground_floor() -> None:
-    assert imports(PACKAGE / "errors.py") == []
+#: Builds a ZINC and a PyG cache with two preprocessing workers in a fresh process; every process that reads
+#: rows writes which RDKit and ogb modules it has loaded by then.
+BUILD_WITHOUT_RDKIT = """
+import json, os, sys
+from pathlib import Path
+from graphormer_urpe.data.datamodule import GraphDataModule
+from graphormer_urpe.data.sources.pyg import PygDataset, PygReader
+from graphormer_urpe.data.sources.zinc import ZINC, ZINCReader
+
+root, out = Path(sys.argv[1]), Path(sys.argv[2])
+for reader in (ZINCReader, PygReader):
+    read = reader.graphs
+    def graphs(self, start, stop, read=read, name=reader.__name__):
+        yield from read(self, start, stop)
+        loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('rdkit', 'ogb'))
+        (out / f"{name}-{os.getpid()}.json").write_text(json.dumps(loaded))
+    reader.graphs = graphs
+tu = PygDataset("torch_geometric.datasets.TUDataset", args={"root": str(root / "tu"), "name": "TOY"})
+for source in (ZINC(subset=False), tu):
+    GraphDataModule(source, root=str(root), preprocess_workers=2, chunk_size=8, num_workers=0).prepare_data()
+print(os.getpid(), json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('rdkit', 'ogb'))))
+"""
+
+
+@pytest.mark.slow
+def test_building_a_non_molecular_cache_loads_no_rdkit_in_any_process(tmp_path: Path) -> None:
+    """The cache's workers set themselves up through their reader (``RowReader.worker_init``): only a
+    molecule reader silences RDKit, so ZINC and PyG caches never import it, in the workers either."""
+    write_zinc_raw(tmp_path / "ZINC" / "raw", {"train": 20, "val": 8, "test": 6}, {"train": 4, "val": 2, "test": 2})
+    edges = np.array([[0, 1, 1, 2], [1, 0, 2, 1]])
+    graphs = [TUGraph(num_nodes=3, edge_index=edges, node_labels=np.array([1, 2, k % 3]),
+                      graph_label=k % 2) for k in range(20)]
+    write_tu_dataset(tmp_path / "tu" / "TOY" / "raw", "TOY", graphs)
+    out = tmp_path / "loaded"
+    out.mkdir()
+    done = subprocess.run([sys.executable, "-c", BUILD_WITHOUT_RDKIT, str(tmp_path), str(out)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parent, loaded_here = done.stdout.split()
+    reports = {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
+    workers = {name.split("-")[0] for name in reports if name.split("-")[1] != parent}
+    assert workers == {"ZINCReader", "PygReader"}  # rows were read in worker processes, for both caches
+    assert json.loads(loaded_here) == [] and all(loaded == [] for loaded in reports.values()), reports

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.lsc_formats import MAG240M
 from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
 from graphormer_urpe.data.mag240m.datamodule import (
     EvaluationTargets,
@@ -18,6 +19,7 @@ from graphormer_urpe.data.mag240m.datamodule import (
     TargetPapers,
     TrainingTargets,
 )
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.errors import ConfigError
 from tests.test_mag240m import _copy_raw
@@ -128,10 +130,12 @@ def test_training_loader_resumes_at_the_exact_next_batch_with_the_same_subgraphs
     assert all(_same(a, b) for a, b in zip(rest, expected[per_epoch + consumed:]))
 
 
-def test_setup_checks_the_class_count_and_links(synthetic_mag) -> None:
+def test_setup_checks_the_class_count_and_the_spec(synthetic_mag) -> None:
     module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=153)
-    assert module.node_vocab == [3] and module.edge_vocab == [6] and module.continuous_node_dim == 768
-    assert module.readout == "target_node" and module.num_targets == 153
+    assert module.spec == DataSpec(node_vocab=(3,), edge_vocab=(6,), num_targets=1, num_outputs=153,
+                                   continuous_node_dim=768, target_level="target_node", target_kind="multiclass",
+                                   submission=MAG240M)
+    assert module.spec.readout == "target_node"
     with pytest.raises(ValueError, match="--data.num_classes 8"):
         module.setup()
     module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=8, fanouts=[2])

@@ -10,9 +10,10 @@ import pytest
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import RawGraph
-from graphormer_urpe.data.cache import GraphSpec, encode_chunk
+from graphormer_urpe.data.cache import CacheSpec, encode_chunk
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import QM9Gap
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure, graph_structures
 from tests.official_reference import OFFICIAL_UNREACHABLE, floyd_warshall, official_path
 
@@ -84,7 +85,7 @@ def test_the_option_reaches_the_cache_and_its_key(tmp_path: Path) -> None:
     edge_index = random_graph(rng, 9, directed=False)
     graph = RawGraph(x=np.zeros((9, 1), np.int64), edge_index=edge_index,
                      edge_attr=np.zeros((edge_index.shape[1], 1), np.int64), y=np.zeros(1, np.float32))
-    spec = GraphSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, path_order="official")
+    spec = CacheSpec(DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=1), path_order="official")
     arrays, _ = encode_chunk(iter([(0, graph)]), spec)
     assert np.array_equal(arrays["first_edge"], graph_structure(9, edge_index, "official").first_edge.reshape(-1))
 
@@ -92,6 +93,6 @@ def test_the_option_reaches_the_cache_and_its_key(tmp_path: Path) -> None:
     official = GraphDataModule(QM9Gap(), root=str(tmp_path), path_order="official")
     assert "path_order" not in default.cache_key  # existing caches keep their names
     assert official.cache_key["path_order"] == "official" and official.cache_dir != default.cache_dir
-    assert official.spec.path_order == "official"
+    assert official.cache_spec.path_order == "official"
     with pytest.raises(ValueError, match=r"data\.path_order='shortest'"):
         GraphDataModule(QM9Gap(), root=str(tmp_path), path_order="shortest")

@@ -26,8 +26,8 @@ from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import ZINC, PygDataset
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.testing.tu_format import TUGraph, write_tu_dataset
+from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 from tests.conftest import random_edges
-from tests.test_sources import write_zinc_raw
 
 TINY = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4)
 
@@ -133,12 +133,11 @@ def test_zinc_pyg_loop_gives_exactly_our_pipelines_batches_and_outputs(tmp_path:
     records = list(data.datasets["train"])
     dataset = PygZINC(str(tmp_path / "pyg"), subset=True, split="train", pre_transform=GraphormerStructure())
     assert len(dataset) == len(records) == 10
-    model = model_pair(GraphormerConfig(node_vocab=data.node_vocab, edge_vocab=data.edge_vocab, attention=attention,
-                                        **TINY))
+    model = model_pair(GraphormerConfig(**data.spec.encoder_fields(), attention=attention, **TINY))
     loader = DataLoader(dataset, batch_size=4, shuffle=False)
     for start, batch in zip(range(0, 10, 4), loader, strict=True):
         ours = collate_graphs(records[start:start + 4])
-        assert_same_batch(ours, to_graph_batch(batch, model.config))
+        assert_same_batch(ours, to_graph_batch(batch, data.spec))
         with torch.no_grad():
             assert torch.equal(model(batch), model(ours))
 
@@ -188,14 +187,12 @@ def test_tu_dataset_pyg_loop_gives_exactly_our_pipelines_batches_and_outputs(tmp
     dataset = TUDataset(str(tmp_path / "pyg"), pre_transform=GraphormerStructure(), **args)
     isolated = [int((d.in_degree + d.out_degree == 0).sum()) for d in dataset]
     assert sum(isolated) > 0 and dataset[3].in_degree.tolist() != dataset[3].out_degree.tolist()  # really awkward
-    config = GraphormerConfig(node_vocab=data.node_vocab, edge_vocab=data.edge_vocab, num_outputs=2,
-                              continuous_node_dim=data.continuous_node_dim,
-                              continuous_edge_dim=data.continuous_edge_dim, **TINY)
+    config = GraphormerConfig(**(data.spec.encoder_fields() | {"num_outputs": 2}), **TINY)
     assert (config.continuous_node_dim, config.continuous_edge_dim) == (2 + 3, 1 + 2)  # TU labels are one-hot floats
     model = model_pair(config)
     for start, batch in zip(range(0, 23, 5), DataLoader(dataset, batch_size=5), strict=True):
         ours = collate_graphs(records[start:start + 5])
-        assert_same_batch(ours, to_graph_batch(batch, config))
+        assert_same_batch(ours, to_graph_batch(batch, data.spec))
         with torch.no_grad():
             assert torch.equal(model(batch), model(ours))
 
@@ -230,12 +227,12 @@ def test_per_node_targets_without_edge_features_give_exactly_our_pipelines_outpu
     records = cached_records(data)
     transform = GraphormerStructure(node_attributes=["x", "pos"])
     graphs = [transform(graph) for graph in NodeGraphs()]
-    config = GraphormerConfig(node_vocab=data.node_vocab, edge_vocab=data.edge_vocab, num_outputs=2,
-                              continuous_node_dim=3, readout="nodes", **TINY)
+    assert (data.spec.continuous_node_dim, data.spec.target_level, data.spec.readout) == (3, "node", "nodes")
+    config = GraphormerConfig(**data.spec.encoder_fields(), **TINY)
     model = model_pair(config)
     for start, batch in zip(range(0, 11, 4), DataLoader(graphs, batch_size=4), strict=True):
         ours = collate_graphs(records[start:start + 4])
-        theirs = to_graph_batch(batch, config, node_attributes=["x", "pos"])
+        theirs = to_graph_batch(batch, data.spec, node_attributes=["x", "pos"])
         assert_same_batch(ours, theirs)
         assert theirs.y.shape[:2] == theirs.node_mask.shape and torch.isnan(theirs.y[~theirs.node_mask]).all()
         with torch.no_grad():
@@ -276,7 +273,7 @@ def test_conversion_refuses_batches_that_do_not_fit_naming_what_to_change(batch:
                                                                           config: GraphormerConfig | None,
                                                                           message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        to_graph_batch(batch, config)
+        to_graph_batch(batch, None if config is None else Graphormer(config).data_spec())
     if config is not None:
         with pytest.raises(ValueError, match=message):
             Graphormer(config)(batch)  # the model converts with the same checks

@@ -15,14 +15,15 @@ from torch_geometric.datasets import TUDataset
 
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import ZINC, PygDataset
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.errors import DataError, DatasetMissing
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import GraphRegression, OptimConfig
 from graphormer_urpe.testing.tu_format import TUGraph, write_tu_dataset
+from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 from tests.conftest import random_edges
-from tests.test_sources import write_zinc_raw
 
 TINY = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
 
@@ -64,10 +65,11 @@ def test_tu_dataset_on_disk_is_read_through_pyg_with_continuous_features(tmp_pat
     write_tu_dataset(tmp_path / "tu" / "TOY" / "raw", "TOY", graphs)
     args = {"root": str(tmp_path / "tu"), "name": "TOY", "use_node_attr": True, "use_edge_attr": True}
     source = PygDataset("torch_geometric.datasets.TUDataset", args=args, task="binary", split_fractions=[0.6, 0.2, 0.2])
-    assert source.node_vocab == (1,) and source.edge_vocab == (1,)  # TUDataset gives float (one-hot) labels
-    assert source.continuous_node_dim == 2 + 3 and source.continuous_edge_dim == 1 + 2
+    # TUDataset gives float (one-hot) labels: continuous features, and one constant categorical column
+    assert source.spec == DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=1,
+                                   continuous_node_dim=2 + 3, continuous_edge_dim=1 + 2, target_kind="binary")
     data = prepared(source, tmp_path / "data", workers)
-    assert data.split_sizes == {"train": 18, "valid": 6, "test": 6} and data.readout == "graph_token"
+    assert data.split_sizes == {"train": 18, "valid": 6, "test": 6} and data.spec.readout == "graph_token"
     pyg = TUDataset(**args)
     store = data.datasets["train"].store
     for index, row in enumerate(store.source_row):
@@ -87,7 +89,7 @@ def test_missing_raw_files_stop_at_once_naming_them(tmp_path: Path, no_download:
     source = PygDataset("torch_geometric.datasets.TUDataset", args={"root": str(tmp_path), "name": "MUTAG"})
     with pytest.raises(DatasetMissing, match=r"TUDataset has no raw files in .*MUTAG/raw \(missing: .*MUTAG_A\.txt.*"
                                              r"data.source.download: true"):
-        _ = source.node_vocab
+        _ = source.spec
 
 
 def test_integer_features_are_categorical_with_vocabularies_from_the_data(tmp_path: Path) -> None:
@@ -100,8 +102,8 @@ def test_integer_features_are_categorical_with_vocabularies_from_the_data(tmp_pa
     ours = prepared(ZINC(subset=True), tmp_path)
     atoms = torch.cat([i._data.x for i in source.instances().values()])
     bonds = torch.cat([i._data.edge_attr for i in source.instances().values()])
-    assert pyg.node_vocab == [int(atoms.max()) + 1] and pyg.edge_vocab == [int(bonds.max()) + 1]
-    assert pyg.continuous_node_dim == 0 and pyg.continuous_edge_dim == 0 and pyg.target_names == ["logp"]
+    assert pyg.spec == DataSpec(node_vocab=(int(atoms.max()) + 1,), edge_vocab=(int(bonds.max()) + 1,), num_targets=1,
+                                num_outputs=1, target_names=("logp",))
     assert pyg.split_sizes == ours.split_sizes == {"train": 10, "valid": 4, "test": 3}
     for split in ("train", "valid", "test"):
         for a, b in zip(pyg.datasets[split], ours.datasets[split]):
@@ -150,8 +152,11 @@ def test_per_node_targets_with_node_masks(tmp_path: Path) -> None:
     data = prepared(source, tmp_path)
     pyg = NodeTargets()
     x, edge_attr = pyg._data.x, pyg._data.edge_attr
-    assert data.node_vocab == (x.max(dim=0).values + 1).tolist() and data.edge_vocab == [int(edge_attr.max()) + 1]
-    assert (data.continuous_node_dim, data.continuous_edge_dim, data.readout) == (3, 1, "nodes")
+    assert data.spec == DataSpec(node_vocab=tuple((x.max(dim=0).values + 1).tolist()),
+                                 edge_vocab=(int(edge_attr.max()) + 1,), num_targets=2, num_outputs=2,
+                                 continuous_node_dim=3, continuous_edge_dim=1, target_level="node",
+                                 target_names=("a", "b"))
+    assert data.spec.readout == "nodes"
     assert data.split_sizes == {"train": 12, "valid": 12, "test": 12}  # every graph once per split
     for split, mask in (("train", "train_mask"), ("valid", "val_mask"), ("test", "test_mask")):
         for record in data.datasets[split]:
@@ -172,11 +177,9 @@ def test_per_node_regression_trains_and_reports_masked_metrics_in_data_units(tmp
     data = GraphDataModule(PygDataset(**NODE_SOURCE), root=str(tmp_path), batch_size=4, num_workers=0,
                            preprocess_workers=0)
     torch.manual_seed(0)
-    config = GraphormerConfig(node_vocab=data.node_vocab, edge_vocab=data.edge_vocab, num_outputs=data.num_targets,
-                              continuous_node_dim=data.continuous_node_dim,
-                              continuous_edge_dim=data.continuous_edge_dim, readout=data.readout, **TINY)
-    task = GraphRegression(config, OptimConfig(lr=1e-3, warmup_steps=1), normalize_targets=True,
-                           target_names=data.target_names)
+    task = GraphRegression(GraphormerConfig(**TINY), OptimConfig(lr=1e-3, warmup_steps=1), normalize_targets=True,
+                           data=data.spec)
+    assert task.target_names == ["a", "b"] and task.model.config.readout == "nodes"
     trainer = pl.Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False)
     trainer.fit(task, data)
@@ -196,7 +199,7 @@ def test_per_node_regression_trains_and_reports_masked_metrics_in_data_units(tmp
     assert logged["val/mae"] == pytest.approx(per_target.mean(), rel=1e-5)
 
 
-def test_vocabularies_and_widths_are_linked_into_the_model_by_the_cli(tmp_path: Path) -> None:
+def test_the_data_spec_is_linked_into_the_model_by_the_cli(tmp_path: Path) -> None:
     config = {
         "model": {"class_path": "graphormer_urpe.tasks.GraphRegression", "init_args": {"encoder": TINY}},
         "data": {"class_path": "graphormer_urpe.data.datamodule.GraphDataModule", "init_args": {
@@ -206,7 +209,7 @@ def test_vocabularies_and_widths_are_linked_into_the_model_by_the_cli(tmp_path: 
     (tmp_path / "node.yaml").write_text(yaml.safe_dump(config))
     cli = GraphormerCLI(["--config", str(tmp_path / "node.yaml"), "--run_root", str(tmp_path), "--logger", "none"])
     encoder = cli.model.model.config
-    assert list(encoder.node_vocab) == cli.datamodule.node_vocab and list(encoder.edge_vocab) == [3]
+    assert list(encoder.node_vocab) == list(cli.datamodule.spec.node_vocab) and list(encoder.edge_vocab) == [3]
     assert (encoder.continuous_node_dim, encoder.continuous_edge_dim, encoder.readout) == (3, 1, "nodes")
     assert encoder.num_outputs == 2 and cli.model.target_names == ["a", "b"]
     assert not (tmp_path / "data").exists()  # linking reads the data, it builds nothing
@@ -226,7 +229,7 @@ def test_vocabularies_and_widths_are_linked_into_the_model_by_the_cli(tmp_path: 
 def test_bad_datasets_are_refused_naming_what_is_wrong(arguments: dict, message: str) -> None:
     source = PygDataset(**{**NODE_SOURCE, **arguments})
     with pytest.raises(DataError, match=message):
-        _ = source.node_vocab, source.target_names
+        _ = source.spec
 
 
 def test_impossible_split_configurations_are_refused_at_once() -> None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-import pickle
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.datamodule import GraphDataModule
@@ -19,29 +17,7 @@ from graphormer_urpe.data.sources import zinc as zinc_module
 from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs
 from graphormer_urpe.errors import DatasetMissing
-
-
-def write_zinc_raw(raw: Path, sizes: dict[str, int], subset_sizes: dict[str, int], seed: int = 0) -> dict:
-    """Benchmarking-GNNs ZINC pickles (lists of dicts) and subset index files, as PyG downloads them."""
-    rng = np.random.default_rng(seed)
-    raw.mkdir(parents=True)
-    molecules = {}
-    for split, size in sizes.items():
-        mols = []
-        for _ in range(size):
-            n = int(rng.integers(2, 12))
-            adjacency = torch.zeros(n, n, dtype=torch.long)
-            for k in range(1, n):
-                j, bond = int(rng.integers(0, k)), int(rng.integers(1, 4))
-                adjacency[k, j] = adjacency[j, k] = bond
-            mols.append({"atom_type": torch.from_numpy(rng.integers(0, 28, n)), "bond_type": adjacency,
-                         "logP_SA_cycle_normalized": torch.tensor([float(rng.normal())]), "num_atom": n})
-        with open(raw / f"{split}.pickle", "wb") as f:
-            pickle.dump(mols, f)
-        subset = sorted(rng.choice(size, subset_sizes[split], replace=False).tolist())
-        (raw / f"{split}.index").write_text(",".join(map(str, subset)) + "\n")
-        molecules[split] = (mols, subset)
-    return molecules
+from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 
 
 @pytest.fixture

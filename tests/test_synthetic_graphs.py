@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from graphormer_urpe.data.batch import collate_graphs
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.synthetic.graphs import (
     SyntheticGraphDataModule,
     distance_counts,
@@ -74,12 +75,13 @@ def test_collate_pads_labels_with_nan():
 def test_datamodule_splits_and_sizes():
     data = SyntheticGraphDataModule(degree=3, min_nodes=10, max_nodes=14, distance=2, train_graphs=8, val_graphs=4,
                                     test_graphs=4, batch_size=4, seed=0)
-    assert (data.node_vocab, data.edge_vocab, data.num_targets) == ([1], [1], 7)
+    assert data.spec == DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=7, target_level="node",
+                                 target_kind="multiclass")  # counts 0 .. 6 at distance 2: 3 * 2 = 6 at most
     data.setup("fit")
     batches = list(data.train_dataloader())
     assert [b.num_graphs for b in batches] == [4, 4]
-    assert all(int(b.y[b.node_mask].max()) < data.num_targets for b in batches)
-    assert data.target_kind == "multiclass" and data.readout == "nodes"
+    assert all(int(b.y[b.node_mask].max()) < data.spec.num_outputs for b in batches)
+    assert data.spec.readout == "nodes"
     info = data.describe()
     assert info["splits"] == {"train": 8, "valid": 4, "test": 4}
     assert 0 < info["majority_label_accuracy"]["valid"] < 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from graphormer_urpe.data.spec import SequenceSpec
 from graphormer_urpe.data.synthetic.sequences import (
     SequenceStream,
     SyntheticSequenceDataModule,
@@ -54,7 +55,7 @@ def test_stream_is_fresh_and_reproducible():
 def test_datamodule_sizes_splits_and_loaders():
     data = SyntheticSequenceDataModule(task="even_token", length=8, vocab_size=5, batch_size=4, val_size=10,
                                        test_size=6, seed=0)
-    assert (data.vocab_size, data.num_classes, data.length) == (5, 6, 8)
+    assert data.spec == SequenceSpec(vocab_size=5, num_classes=6, length=8)
     data.setup("fit")
     valid = list(data.val_dataloader())
     assert [len(b.tokens) for b in valid] == [4, 4, 2]

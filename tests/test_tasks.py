@@ -220,9 +220,8 @@ def test_normalisation_uses_training_targets_and_is_undone_in_metrics(tmp_path: 
     data = GraphDataModule(SmilesTable(str(EXAMPLE), targets=["gap_ev", "mu_debye"]), root=str(tmp_path),
                            batch_size=32, num_workers=0, preprocess_workers=0)
     torch.manual_seed(0)
-    task = GraphRegression(GraphormerConfig(num_outputs=2, node_vocab=data.node_vocab, edge_vocab=data.edge_vocab,
-                                            **TINY), OptimConfig(lr=1e-3, warmup_steps=1), normalize_targets=True,
-                           target_names=data.target_names)
+    task = GraphRegression(GraphormerConfig(**TINY), OptimConfig(lr=1e-3, warmup_steps=1), normalize_targets=True,
+                           data=data.spec)
     trainer = pl.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False)
     trainer.fit(task, data)

@@ -34,9 +34,9 @@ def test_position_identification_needs_urpe(one_thread, attention, low, high):
     pl.seed_everything(0, verbose=False)
     data = SyntheticSequenceDataModule(task="position", length=16, vocab_size=10, batch_size=32, val_size=256,
                                        test_size=256, seed=0)
-    encoder = SequenceConfig(vocab_size=data.vocab_size, num_classes=data.num_classes, length=data.length,
-                             num_layers=2, hidden_dim=32, ffn_dim=64, num_heads=4, attention=attention)
-    task = SequenceTagging(encoder, OptimConfig(lr=5e-3, warmup_steps=10))
+    encoder = SequenceConfig(num_layers=2, hidden_dim=32, ffn_dim=64, num_heads=4, attention=attention)
+    task = SequenceTagging(encoder, OptimConfig(lr=5e-3, warmup_steps=10), data=data.spec)
+    assert (task.model.config.vocab_size, task.model.config.num_classes, task.model.config.length) == (10, 16, 16)
     trainer = pl.Trainer(max_steps=200, val_check_interval=200, check_val_every_n_epoch=None, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          accelerator="cpu", devices=1, num_sanity_val_steps=0)

@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import GraphRecord, RawGraph
 from graphormer_urpe.data.files import atomic_write_json, file_record, manifest_problem, read_json_object
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import MAX_EDGES, MAX_NODES, PathOrder, graph_structures
 from graphormer_urpe.errors import CacheError
 
@@ -67,31 +68,40 @@ class RowReader(Protocol):
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
         """Rows ``start .. stop - 1`` as ``(row, graph)`` or ``(row, reason it is unusable)``."""
 
+    def worker_init(self) -> None:
+        """Prepare a preprocessing process before its first rows (e.g. silence a parser's warnings);
+        called once in every worker, and in this process when it preprocesses itself."""
+
 
 @dataclass(frozen=True)
-class GraphSpec:
-    """What every graph of a dataset looks like; graphs that do not match are skipped and counted.
+class CacheSpec:
+    """What every cached graph looks like: the data's declaration and the cache's own options;
+    graphs that do not match are skipped and counted.
 
     Args:
-        node_vocab: values per node-feature column; every value must be below it.
-        edge_vocab: values per edge-feature column.
-        num_targets: Y, targets per graph (or per node).
+        data: the dataset's :class:`~graphormer_urpe.data.spec.DataSpec` (vocabularies, widths,
+            targets per graph or per node).
         max_nodes: larger graphs are skipped and counted.
-        continuous_node_dim: Fc, continuous node features per node (0: none).
-        continuous_edge_dim: Fec, continuous edge features per edge (0: none).
-        node_targets: targets are per node, ``y`` of shape (n, Y), instead of per graph.
         path_order: which of several shortest paths ``first_edge`` follows (``smallest_next`` or
-            ``official``, see :mod:`graphormer_urpe.data.structure`); part of the cache key.
+            ``official``, see :mod:`graphormer_urpe.data.structure`).
     """
 
-    node_vocab: Sequence[int]
-    edge_vocab: Sequence[int]
-    num_targets: int
+    data: DataSpec
     max_nodes: int = 512
-    continuous_node_dim: int = 0
-    continuous_edge_dim: int = 0
-    node_targets: bool = False
     path_order: PathOrder = "smallest_next"
+
+    @property
+    def node_targets(self) -> bool:
+        """Targets are per node, ``y`` of shape (n, Y), instead of per graph."""
+        return self.data.target_level == "node"
+
+    def key(self) -> dict:
+        """The cache's options in the cache key (``path_order`` only when not the default, so that
+        caches built before it existed keep their names)."""
+        key: dict = {"max_nodes": self.max_nodes}
+        if self.path_order != "smallest_next":
+            key["path_order"] = self.path_order
+        return key
 
     def problem(self, graph: RawGraph) -> str | None:
         """Why ``graph`` cannot be cached, or None."""
@@ -116,12 +126,13 @@ class GraphSpec:
         x = np.concatenate([g.x for g in candidates])
         edge_attr = np.concatenate([g.edge_attr for g in candidates])
         edge_index = np.concatenate([g.edge_index for g in candidates], axis=1)
-        bad_node = ((x < 0) | (x >= np.asarray(self.node_vocab))).any(axis=1)
-        bad_edge = ((edge_attr < 0) | (edge_attr >= np.asarray(self.edge_vocab))).any(axis=1)
+        data = self.data
+        bad_node = ((x < 0) | (x >= np.asarray(data.node_vocab))).any(axis=1)
+        bad_edge = ((edge_attr < 0) | (edge_attr >= np.asarray(data.edge_vocab))).any(axis=1)
         bad_edge |= ((edge_index < 0) | (edge_index >= nodes[edge_graph])).any(axis=0)
-        if self.continuous_node_dim:
+        if data.continuous_node_dim:
             bad_node |= ~np.isfinite(np.concatenate([g.x_continuous for g in candidates])).all(axis=1)
-        if self.continuous_edge_dim:
+        if data.continuous_edge_dim:
             bad_edge |= ~np.isfinite(np.concatenate([g.edge_continuous for g in candidates])).all(axis=1)
         suspect = np.zeros(len(candidates), dtype=bool)
         suspect[node_graph[bad_node]] = True
@@ -132,16 +143,16 @@ class GraphSpec:
 
     def _shape_problem(self, graph: RawGraph) -> str | None:
         """Wrong target count, array shapes or node count."""
-        x, edge_index, edge_attr = graph.x, graph.edge_index, graph.edge_attr
+        data, x, edge_index, edge_attr = self.data, graph.x, graph.edge_index, graph.edge_attr
         y_shape = np.shape(graph.y)
-        expected_y = (x.shape[0], self.num_targets) if self.node_targets else (self.num_targets,)
+        expected_y = (x.shape[0], data.num_targets) if self.node_targets else (data.num_targets,)
         if y_shape != expected_y:
             return f"targets of shape {y_shape}, expected {expected_y}"
-        for name, values, vocab in (("node", x, self.node_vocab), ("edge", edge_attr, self.edge_vocab)):
+        for name, values, vocab in (("node", x, data.node_vocab), ("edge", edge_attr, data.edge_vocab)):
             if values.ndim != 2 or values.shape[1] != len(vocab):
                 return f"{name} features of shape {values.shape}, expected ({name}s, {len(vocab)})"
-        continuous = (("node", graph.x_continuous, self.continuous_node_dim, x.shape[0]),
-                      ("edge", graph.edge_continuous, self.continuous_edge_dim, edge_attr.shape[0]))
+        continuous = (("node", graph.x_continuous, data.continuous_node_dim, x.shape[0]),
+                      ("edge", graph.edge_continuous, data.continuous_edge_dim, edge_attr.shape[0]))
         for name, values, width, rows in continuous:
             shape = (rows, 0) if values is None else values.shape
             if shape != (rows, width):
@@ -163,7 +174,8 @@ class GraphSpec:
         n = graph.x.shape[0]
         if graph.edge_index.size and (graph.edge_index.min() < 0 or graph.edge_index.max() >= n):
             return "edge_index refers to a missing node"
-        for name, values, vocab in (("node", graph.x, self.node_vocab), ("edge", graph.edge_attr, self.edge_vocab)):
+        for name, values, vocab in (("node", graph.x, self.data.node_vocab),
+                                    ("edge", graph.edge_attr, self.data.edge_vocab)):
             outside = (values < 0) | (values >= np.asarray(vocab))
             if outside.any():
                 column = int(np.argmax(outside.any(axis=0)))
@@ -178,7 +190,7 @@ class GraphSpec:
 # ----------------------------------------------------------------------------- writing
 
 
-def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: GraphSpec) -> tuple[dict[str, np.ndarray], list]:
+def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) -> tuple[dict[str, np.ndarray], list]:
     """Preprocess rows into the flat arrays of one chunk.
 
     The graphs of the chunk are checked and preprocessed together (see
@@ -218,8 +230,8 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: GraphSpec) ->
         "out_degree": structure.out_degree,
         "edge_index": np.concatenate([g.edge_index for g in kept], axis=1).T.astype(np.int16),
         "edge_attr": np.concatenate([g.edge_attr for g in kept]).astype(np.int16),
-        "x_continuous": _continuous([g.x_continuous for g in kept], spec.continuous_node_dim),
-        "edge_continuous": _continuous([g.edge_continuous for g in kept], spec.continuous_edge_dim),
+        "x_continuous": _continuous([g.x_continuous for g in kept], spec.data.continuous_node_dim),
+        "edge_continuous": _continuous([g.edge_continuous for g in kept], spec.data.continuous_edge_dim),
         "spd": structure.spd,
         "first_edge": structure.first_edge,
         "y": y,
@@ -244,11 +256,12 @@ def _continuous(features: list[np.ndarray | None], width: int) -> np.ndarray:
     return np.concatenate(features).astype(np.float32)
 
 
-def _empty(name: str, spec: GraphSpec) -> np.ndarray:
+def _empty(name: str, spec: CacheSpec) -> np.ndarray:
     """A zero-row array of the right dtype and width, for a chunk in which every row was skipped."""
-    shapes = {"x": (0, len(spec.node_vocab)), "edge_index": (0, 2), "edge_attr": (0, len(spec.edge_vocab)),
-              "y": (0, spec.num_targets), "x_continuous": (0, spec.continuous_node_dim),
-              "edge_continuous": (0, spec.continuous_edge_dim)}
+    data = spec.data
+    shapes = {"x": (0, len(data.node_vocab)), "edge_index": (0, 2), "edge_attr": (0, len(data.edge_vocab)),
+              "y": (0, data.num_targets), "x_continuous": (0, data.continuous_node_dim),
+              "edge_continuous": (0, data.continuous_edge_dim)}
     dtypes = {"spd": np.uint8, "y": np.float32, "source_row": np.int64, "x_continuous": np.float32,
               "edge_continuous": np.float32}
     return np.zeros(shapes.get(name, (0,)), dtype=dtypes.get(name, np.int16))
@@ -481,12 +494,10 @@ _WORKER_READER: RowReader | None = None
 def _init_worker(reader: RowReader) -> None:
     global _WORKER_READER
     _WORKER_READER = reader
-    from graphormer_urpe.data.sources.featurize import silence_rdkit
-
-    silence_rdkit()
+    reader.worker_init()
 
 
-def _build_chunk(task: tuple[Path, int, int, GraphSpec]) -> tuple[int, list]:
+def _build_chunk(task: tuple[Path, int, int, CacheSpec]) -> tuple[int, list]:
     path, start, stop, spec = task
     arrays, skipped = encode_chunk(_WORKER_READER.graphs(start, stop), spec)
     write_chunk(path, arrays, {"start": start, "stop": stop, "graphs": len(arrays["source_row"]), "skipped": skipped,
@@ -498,7 +509,7 @@ def build_store(
     reader: RowReader,
     directory: Path,
     key: Mapping,
-    spec: GraphSpec,
+    spec: CacheSpec,
     splits: Mapping[str, np.ndarray],
     num_workers: int,
     chunk_size: int = 10_000,
@@ -510,7 +521,7 @@ def build_store(
         reader: the raw rows.
         directory: the cache directory (created).
         key: everything the cache depends on; stored in the manifest.
-        spec: vocabularies and size limit that every graph must satisfy.
+        spec: what every graph must look like (vocabularies, widths, targets, size limit).
         splits: source rows of each split, saved with the cache.
         num_workers: worker processes; 0 preprocesses in this process.
         chunk_size: rows per chunk (bounds the memory of each worker).

@@ -15,7 +15,7 @@ from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.cache import (
     MANIFEST,
     BuildSummary,
-    GraphSpec,
+    CacheSpec,
     GraphStore,
     build_store,
     cache_problem,
@@ -27,8 +27,8 @@ from graphormer_urpe.data.loaders import (
     train_loader,
     warn_if_not_published,
 )
-from graphormer_urpe.data.lsc_formats import SubmissionFormat
 from graphormer_urpe.data.sources.base import GraphSource
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.split_rows import SplitRows
 from graphormer_urpe.data.structure import MAX_NODES, PathOrder, check_path_order
 from graphormer_urpe.errors import ConfigError, check_int
@@ -68,8 +68,8 @@ class GraphDataModule(pl.LightningDataModule):
 
         >>> from graphormer_urpe.data.sources import ZINC
         >>> data = GraphDataModule(ZINC(subset=True), root="data", batch_size=128)
-        >>> data.node_vocab, data.edge_vocab  # linked into the model's config by the CLI
-        ([28], [4])
+        >>> data.spec.node_vocab, data.spec.edge_vocab, data.spec.readout  # the CLI links data.spec into the model
+        ((28,), (4,), 'graph_token')
 
     Args:
         source: the dataset (``ZINC``, ``QM9Gap`` ...).
@@ -134,20 +134,20 @@ class GraphDataModule(pl.LightningDataModule):
         #: What building the cache did in this process, None when a valid cache was found.
         self.build_summary: BuildSummary | None = None
 
+    @property
+    def spec(self) -> DataSpec:
+        """What the data is (the source's :class:`~graphormer_urpe.data.spec.DataSpec`; sources that
+        infer it read their data for it, once), linked into the model by the CLI."""
+        return self.source.spec
+
     @cached_property
-    def spec(self) -> GraphSpec:
-        """What every cached graph looks like (sources that infer vocabularies read their data here)."""
-        source = self.source
-        return GraphSpec(source.node_vocab, source.edge_vocab, source.num_targets, self.max_nodes,
-                         continuous_node_dim=source.continuous_node_dim, continuous_edge_dim=source.continuous_edge_dim,
-                         node_targets=source.target_level == "node", path_order=self.path_order)
+    def cache_spec(self) -> CacheSpec:
+        """What every cached graph looks like: the data's spec and this module's cache options."""
+        return CacheSpec(self.spec, self.max_nodes, self.path_order)
 
     @cached_property
     def _cache_name_and_key(self) -> tuple[str, dict]:
-        extra = {"max_nodes": self.max_nodes}
-        if self.path_order != "smallest_next":
-            extra["path_order"] = self.path_order
-        return self.source.cache_key(extra)
+        return self.source.cache_key(self.cache_spec.key())
 
     @property
     def cache_key(self) -> dict:
@@ -158,46 +158,6 @@ class GraphDataModule(pl.LightningDataModule):
     def cache_dir(self) -> Path:
         """``ROOT/<dataset>/graphormer/<name>-<key hash>``."""
         return self.root / self.source.name / "graphormer" / self._cache_name_and_key[0]
-
-    @property
-    def node_vocab(self) -> list[int]:
-        """Values per node-feature column (linked to the model's config)."""
-        return list(self.source.node_vocab)
-
-    @property
-    def edge_vocab(self) -> list[int]:
-        """Values per edge-feature column (linked to the model's config)."""
-        return list(self.source.edge_vocab)
-
-    @property
-    def num_targets(self) -> int:
-        """Width of the model's prediction (linked to it): targets, or classes of a multi-class target."""
-        return self.source.num_outputs
-
-    @property
-    def continuous_node_dim(self) -> int:
-        """Width of continuous node features (linked to the model); molecules have none."""
-        return self.source.continuous_node_dim
-
-    @property
-    def continuous_edge_dim(self) -> int:
-        """Width of continuous edge features (linked to the model); molecules have none."""
-        return self.source.continuous_edge_dim
-
-    @property
-    def readout(self) -> str:
-        """Where the model reads its prediction (linked to the model): the graph token, or every node."""
-        return "nodes" if self.source.target_level == "node" else "graph_token"
-
-    @property
-    def target_kind(self) -> str:
-        """``regression``, ``binary`` or ``multiclass`` (linked to the classification task)."""
-        return self.source.target_kind
-
-    @property
-    def target_names(self) -> list[str]:
-        """Name of every target (linked to the task: metric names, prediction columns)."""
-        return list(self.source.target_names)
 
     def prepare_data(self) -> None:
         """Check or fetch the raw files, then build (or finish, or repair) the cache once.
@@ -216,7 +176,7 @@ class GraphDataModule(pl.LightningDataModule):
         log.info("preprocessing %s into %s with %d workers", self.source.name, self.cache_dir, self.preprocess_workers)
         reader = self.source.open(self.root)
         self.build_summary = build_store(
-            reader, self.cache_dir, self.cache_key, self.spec, self.source.splits(self.root, reader),
+            reader, self.cache_dir, self.cache_key, self.cache_spec, self.source.splits(self.root, reader),
             num_workers=self.preprocess_workers, chunk_size=self.chunk_size,
             description=f"preprocessing {self.source.name}",
         )
@@ -281,7 +241,7 @@ class GraphDataModule(pl.LightningDataModule):
         targets = train.store.targets(train.indices).astype(np.float64)
         known = np.isfinite(targets).sum(axis=0)
         if (known == 0).any():
-            name = self.target_names[int(np.argmin(known))]
+            name = self.spec.target_names[int(np.argmin(known))]
             raise ValueError(f"{self.source.origin()}: target '{name}' has no known value in the training split, "
                              "so it cannot be normalised or learned")
         return np.nanmean(targets, axis=0), np.maximum(np.nanstd(targets, axis=0), 1e-6)
@@ -320,11 +280,6 @@ class GraphDataModule(pl.LightningDataModule):
     def predict_on(self, split: str) -> None:
         """Choose the split ``predict_dataloader`` serves."""
         self.predict_split = split
-
-    @property
-    def submission_format(self) -> SubmissionFormat | None:
-        """The source's OGB-LSC test-submission format (None for datasets without one)."""
-        return self.source.submission
 
     @property
     def preprocessing_seconds(self) -> float:

@@ -5,14 +5,12 @@ A preprocessed file is trusted only while it matches the record written when it 
 its size (a truncated file), its CRC32 (a corrupted one) and, where recorded, its modification
 time (a file changed since; its CRC is then recomputed even without a full verification). The
 graph cache (:mod:`graphormer_urpe.data.cache`) and the MAG240M derived files
-(:mod:`graphormer_urpe.data.mag240m.release`) keep such records in their manifests; tables are
-identified by a streaming SHA-1 (:func:`sha1_file`). The metadata files themselves are read by
-:func:`read_json_object`, which tells a damaged one from a good one.
+(:mod:`graphormer_urpe.data.mag240m.release`) keep such records in their manifests. The metadata
+files themselves are read by :func:`read_json_object`, which tells a damaged one from a good one.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -37,14 +35,6 @@ def crc32_file(path: Path, block: int = BLOCK) -> int:
     for data in _blocks(path, block):
         crc = zlib.crc32(data, crc)
     return crc
-
-
-def sha1_file(path: Path, block: int = BLOCK) -> str:
-    """SHA-1 hex digest of a whole file, read in blocks (identifies a table's contents)."""
-    digest = hashlib.sha1()
-    for data in _blocks(path, block):
-        digest.update(data)
-    return digest.hexdigest()
 
 
 def file_record(path: Path, mtime: bool = False) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """OGB-LSC test-submission formats: dataset metadata (file names, dtypes, split sizes).
 
-The data sources declare their format (``GraphSource.submission``); writing and checking the files
-is :mod:`graphormer_urpe.evaluation.submission`.
+The data declares its format (``DataSpec.submission``, :mod:`graphormer_urpe.data.spec`); writing
+and checking the files is :mod:`graphormer_urpe.evaluation.submission`.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ class SubmissionFormat:
         num_classes: for classification, the number of classes: predictions are integer labels in
             ``0 .. num_classes - 1``; None for regression (finite floating-point values).
         directory: the dataset's directory under the data root, when it differs from ``dataset``.
-        official_sizes: rows of each test split of the official release, the sizes ogb's
-            ``save_test_submission`` asserts; ``--check-submission`` uses them when the dataset is not on disk.
+        official_sizes: rows of every split of the official release: loading warns when the splits
+            on disk differ; ogb's ``save_test_submission`` asserts the test ones, which
+            ``--check-submission`` uses when the dataset is not on disk.
         examples: what one row is, in messages.
         splits: the official splits (the hidden test splits are :data:`MODES`).
     """
@@ -80,10 +81,12 @@ def _mag240m_evaluator() -> Any:
 
 
 PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, dtype=np.dtype(np.float32),
-                            official_sizes={"test-dev": 147_037, "test-challenge": 147_432})
+                            official_sizes={"train": 3_378_606, "valid": 73_545, "test-dev": 147_037,
+                                            "test-challenge": 147_432})
 #: ogb writes MAG240M labels as int16 (``np.short``).
 MAG240M = SubmissionFormat(dataset="mag240m", evaluator=_mag240m_evaluator, dtype=np.dtype(np.int16),
                            num_classes=153, directory="mag240m_kddcup2021", examples="papers",
-                           official_sizes={"test-dev": 88_092, "test-challenge": 58_726})
+                           official_sizes={"train": 1_112_392, "valid": 138_949, "test-dev": 88_092,
+                                           "test-challenge": 58_726})
 #: Every known format by dataset name (``--check-submission`` finds the format from the file name).
 FORMATS = {fmt.dataset: fmt for fmt in (PCQM4MV2, MAG240M)}

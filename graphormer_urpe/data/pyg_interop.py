@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -46,10 +46,8 @@ from torch_geometric.transforms import BaseTransform
 
 from graphormer_urpe.constants import NO_EDGE, NO_TARGET_NODE, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import GraphBatch, pad_rows
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import MAX_EDGES, MAX_NODES, PathOrder, check_path_order, graph_structure
-
-if TYPE_CHECKING:
-    from graphormer_urpe.model.graphormer import GraphormerConfig
 
 #: Attributes :class:`GraphormerStructure` adds (besides ``num_nodes``).
 STRUCTURE_ATTRIBUTES = ("spd", "first_edge", "in_degree", "out_degree")
@@ -203,7 +201,7 @@ def _features(batch: Batch, names: list[str], rows: int, what: str) -> tuple[
 
 def to_graph_batch(
     batch: Batch | Data,
-    config: GraphormerConfig | None = None,
+    spec: DataSpec | None = None,
     *,
     node_attributes: Sequence[str] | None = None,
     edge_attributes: Sequence[str] | None = None,
@@ -220,22 +218,21 @@ def to_graph_batch(
     Edge ids: graph b's local first-edge id k becomes ``k + (edges of graphs 0 .. b - 1)``. One
     host synchronisation per call (the largest graph's size and the checks, read together).
 
-    ``Graphormer.forward`` calls it with its config when given a PyG batch, so ``model(batch)``
-    works; call it yourself for non-default attribute names.
+    ``Graphormer.forward`` calls it with the spec of the data its config expects when given a PyG
+    batch, so ``model(batch)`` works; call it yourself for non-default attribute names.
 
     Args:
         batch: a ``Batch`` from a PyG ``DataLoader`` (or one ``Data``, taken as a batch of one).
-        config: the model's :class:`~graphormer_urpe.model.graphormer.GraphormerConfig`; when
+        spec: the data the batch must be (a :class:`~graphormer_urpe.data.spec.DataSpec`); when
             given, the feature widths must match it and every categorical value must be below its
-            vocabulary (checked here, not by an opaque index error on the GPU), and ``readout:
-            nodes`` reads per-node targets.
+            vocabulary (checked here, not by an opaque index error on the GPU), and
+            ``target_level: node`` reads per-node targets.
         node_attributes: node-feature attributes (integer: categorical, float: continuous);
             default ``x`` if present.
         edge_attributes: edge-feature attributes; default ``edge_attr`` if present.
         target: the target attribute; a batch without it gets ``y`` of shape (B, 0).
         target_level: ``graph`` (one target row per graph: ``y`` (B, Y)) or ``node`` (one row per
-            node: ``y`` (B, N, Y), NaN at padding); default ``node`` when ``config.readout`` is
-            ``nodes``, else ``graph``.
+            node: ``y`` (B, N, Y), NaN at padding); default ``spec.target_level``, else ``graph``.
 
     Returns:
         The padded batch (shapes and dtypes in :class:`~graphormer_urpe.data.batch.GraphBatch`).
@@ -243,7 +240,7 @@ def to_graph_batch(
     Raises:
         ValueError: the structure attributes are missing or do not fit the graphs (e.g. a
             transform changed the edges after :class:`GraphormerStructure`), a feature attribute
-            is missing or has the wrong rows, widths or values for ``config``.
+            is missing or has the wrong rows, widths or values for ``spec``.
 
     Example:
         >>> import torch
@@ -266,13 +263,13 @@ def to_graph_batch(
         raise ValueError(f"the batch has no {', '.join(missing)}: build the dataset with "
                          "pre_transform=GraphormerStructure() (delete its processed/ directory first: PyG does "
                          "not re-process a dataset whose pre_transform changed)")
-    if target_level is None:
-        target_level = "node" if config is not None and config.readout == "nodes" else "graph"
-    if target_level not in ("graph", "node"):
-        raise ValueError(f"target_level={target_level!r}; expected 'graph' or 'node'")
-    if config is not None and config.readout == "target_node":
+    if spec is not None and spec.target_level == "target_node":
         raise ValueError("readout='target_node' reads GraphBatch.target_node, which PyG batches do not carry; "
                          "use readout='nodes' (a prediction for every node) or 'graph_token'")
+    if target_level is None:
+        target_level = spec.target_level if spec is not None else "graph"
+    if target_level not in ("graph", "node"):
+        raise ValueError(f"target_level={target_level!r}; expected 'graph' or 'node'")
 
     device = batch.edge_index.device
     num_graphs, num_total, num_edges = batch.num_graphs, batch.num_nodes, batch.edge_index.shape[1]
@@ -284,8 +281,8 @@ def to_graph_batch(
     x, x_continuous, node_origin = _features(batch, _feature_names(batch, node_attributes, "x"), num_total, "node")
     edge_attr, edge_continuous, edge_origin = _features(
         batch, _feature_names(batch, edge_attributes, "edge_attr"), num_edges, "edge")
-    if config is not None:
-        _check_widths(config, x, x_continuous, edge_attr, edge_continuous)
+    if spec is not None:
+        _check_widths(spec, x, x_continuous, edge_attr, edge_continuous)
 
     stale = "apply every transform that changes nodes or edges before GraphormerStructure, not after it"
     if len(batch.in_degree) != num_total or len(batch.out_degree) != num_total:
@@ -293,16 +290,16 @@ def to_graph_batch(
     # one host synchronisation: N, P and every check
     degree_mismatch = (torch.bincount(batch.edge_index[0], minlength=num_total) != batch.out_degree).sum()
     checks = [num_nodes.max(), (num_nodes * num_nodes).sum(), degree_mismatch]
-    if config is not None:
-        checks += [_outside(x, config.node_vocab), _outside(edge_attr, config.edge_vocab)]
+    if spec is not None:
+        checks += [_outside(x, spec.node_vocab), _outside(edge_attr, spec.edge_vocab)]
     n_max, num_pairs, mismatched, *outside = torch.stack([c.reshape(()).long() for c in checks]).tolist()
     if num_pairs != batch.spd.numel() or num_pairs != batch.first_edge.numel() or mismatched:
         raise ValueError(f"the structure attributes do not fit the batch's graphs ({num_pairs} node pairs, spd holds "
                          f"{batch.spd.numel()}; {mismatched} nodes whose out_degree disagrees with edge_index): "
                          f"{stale}")
     if any(outside):
-        _raise_outside(x, config.node_vocab, node_origin, "node_vocab")
-        _raise_outside(edge_attr, config.edge_vocab, edge_origin, "edge_vocab")
+        _raise_outside(x, spec.node_vocab, node_origin, "node_vocab")
+        _raise_outside(edge_attr, spec.edge_vocab, edge_origin, "edge_vocab")
 
     node_mask = torch.arange(n_max, device=device) < num_nodes[:, None]  # (B, N)
     pair_mask = node_mask[:, :, None] & node_mask[:, None, :]  # (B, N, N): row-major blocks, graph after graph
@@ -340,13 +337,13 @@ def _targets(batch: Batch, target: str, level: str, node_mask: torch.Tensor, num
     return y if level == "graph" else pad_rows(node_mask, y, float("nan"))
 
 
-def _check_widths(config: GraphormerConfig, x: torch.Tensor, x_continuous: torch.Tensor, edge_attr: torch.Tensor,
+def _check_widths(spec: DataSpec, x: torch.Tensor, x_continuous: torch.Tensor, edge_attr: torch.Tensor,
                   edge_continuous: torch.Tensor) -> None:
     """Refuse feature widths that differ from the model's (continuous features would otherwise be
     dropped silently, or fail deep inside a linear layer)."""
     for what, ids, values, vocab, width, field in (
-        ("node", x, x_continuous, config.node_vocab, config.continuous_node_dim, "continuous_node_dim"),
-        ("edge", edge_attr, edge_continuous, config.edge_vocab, config.continuous_edge_dim, "continuous_edge_dim"),
+        ("node", x, x_continuous, spec.node_vocab, spec.continuous_node_dim, "continuous_node_dim"),
+        ("edge", edge_attr, edge_continuous, spec.edge_vocab, spec.continuous_edge_dim, "continuous_edge_dim"),
     ):
         if ids.shape[1] != len(vocab):
             raise ValueError(f"the batch has {ids.shape[1]} categorical {what}-feature column(s), the model's "

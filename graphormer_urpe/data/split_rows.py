@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from torch.utils.data import DataLoader
 
-from graphormer_urpe.data.lsc_formats import SubmissionFormat
+from graphormer_urpe.data.spec import DataSpec
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,9 @@ class PredictableData(Protocol):
         """Where the preprocessed files are."""
 
     @property
-    def submission_format(self) -> SubmissionFormat | None:
-        """The OGB-LSC test-submission format, None for datasets without one."""
+    def spec(self) -> DataSpec:
+        """What the data is; ``spec.submission`` is the OGB-LSC test-submission format (None for
+        datasets without one)."""
 
     @property
     def split_sizes(self) -> dict[str, int]:

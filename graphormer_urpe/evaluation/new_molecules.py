@@ -22,7 +22,7 @@ import yaml
 
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources.molecules import MoleculeSource
-from graphormer_urpe.data.sources.tables import SmilesToPredict, read_columns, smiles_strings
+from graphormer_urpe.data.sources.tables import SmilesToPredict
 from graphormer_urpe.errors import DataError
 from graphormer_urpe.evaluation.splits import predict_split
 from graphormer_urpe.tasks.graph import PerTargetTask
@@ -70,9 +70,10 @@ def predict_table(ckpt: Path, table: Path, out: Path, config_yaml: str, smiles_c
     if not isinstance(task, PerTargetTask):
         raise DataError(f"--predict needs a GraphRegression or Classification checkpoint, not "
                         f"{type(task).__name__}")
-    smiles = smiles_strings(read_columns(table, [column], ["--smiles-column"]), column)
+    to_predict = SmilesToPredict(str(table), column)
+    smiles = to_predict.smiles()  # the table's one read, reused to build the cache
     with tempfile.TemporaryDirectory() as cache_root:
-        data = GraphDataModule(SmilesToPredict(str(table), column), root=cache_root,
+        data = GraphDataModule(to_predict, root=cache_root,
                                batch_size=batch_size or data_args.get("batch_size", 256), num_workers=0,
                                preprocess_workers=preprocess_workers, max_nodes=data_args.get("max_nodes", 512))
         trainer = pl.Trainer(accelerator="auto", devices=1, logger=False, enable_checkpointing=False,

@@ -58,6 +58,7 @@ from graphormer_urpe.constants import (
 )
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.pyg_interop import to_graph_batch
+from graphormer_urpe.data.spec import READOUT, DataSpec
 from graphormer_urpe.errors import ConfigError, check_choice, check_int, check_number
 from graphormer_urpe.model.attention import MultiHeadAttention, RelativeBias, RelativeScale
 from graphormer_urpe.model.dropout import Dropout
@@ -156,9 +157,6 @@ class GraphormerConfig:
                               ("head", ("linear", "v2")), ("graph_token", (True, False)),
                               ("embedding_norm", (True, False)), ("final_norm", (True, False))):
             check_choice(key + name, getattr(self, name), allowed)
-        if self.readout == "graph_token" and not self.graph_token:
-            raise ConfigError(key + "readout", self.readout, f"needs {key}graph_token=true; without the graph "
-                              "token read 'target_node' or 'nodes'")
         for name in ("input_dropout", "dropout", "attention_dropout", "activation_dropout", "drop_path"):
             check_number(key + name, getattr(self, name), 0.0, 1.0, include_maximum=False)
         if self.spatial_pos_max is not None:
@@ -462,6 +460,11 @@ class Graphormer(nn.Module):
     def __init__(self, config: GraphormerConfig | None = None, **options: Any) -> None:
         super().__init__()
         config = _resolve_config(config, options)
+        # checked here, not in GraphormerConfig.__post_init__: the readout is one of the fields the data decides,
+        # so a config's own value (its default) is a placeholder until the task sets the data's
+        if config.readout == "graph_token" and not config.graph_token:
+            raise ConfigError("model.encoder.readout", config.readout, "needs model.encoder.graph_token=true; "
+                              "without the graph token read 'target_node' or 'nodes'")
         self.config = config
         hidden = config.hidden_dim
         self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden, config.continuous_node_dim)
@@ -570,11 +573,21 @@ class Graphormer(nn.Module):
             x = layer(x, attn_bias, attn_scale)
         return x if self.final_norm is None else self.final_norm(x)
 
+    def data_spec(self) -> DataSpec:
+        """The data this model reads, as its config describes it (vocabularies, continuous widths, one
+        target row per graph or per node); a PyG batch is checked against it. The config does not
+        tell Y from classes: ``num_targets`` is ``num_outputs`` here."""
+        config = self.config
+        level = {readout: level for level, readout in READOUT.items()}[config.readout]
+        return DataSpec(node_vocab=config.node_vocab, edge_vocab=config.edge_vocab, num_targets=config.num_outputs,
+                        num_outputs=config.num_outputs, continuous_node_dim=config.continuous_node_dim,
+                        continuous_edge_dim=config.continuous_edge_dim, target_level=level)
+
     def forward(self, batch: GraphBatch | Data) -> torch.Tensor:
         """Prediction of each graph (``readout="graph_token"``), of its target node, or of every node.
 
         A PyG ``Batch`` (or ``Data``) is first converted by
-        :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch` with this model's config.
+        :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`, checked against :meth:`data_spec`.
         The head runs outside autocast, in the parameters' dtype (float32 under mixed precision),
         so predictions keep full resolution.
 
@@ -582,7 +595,7 @@ class Graphormer(nn.Module):
             returns (B, num_outputs); (B, N, num_outputs) with ``readout="nodes"`` (padding nodes included).
         """
         if not isinstance(batch, GraphBatch):
-            batch = to_graph_batch(batch, self.config)
+            batch = to_graph_batch(batch, self.data_spec())
         states = self.encode(batch)  # (B, T, H*D)
         if self.config.readout == "graph_token":
             readout = states[:, GRAPH_TOKEN_POS]  # (B, H*D)

@@ -136,25 +136,6 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-#: Sizes and kinds the datamodule knows and the model must match, linked so they are never typed twice:
-#: (datamodule attribute, task argument). jsonargparse skips a link whose source the chosen datamodule
-#: lacks or whose target the task lacks, so each pair feeds exactly what both define (graph datamodules
-#: the encoder's vocabularies and widths, sequence ones vocab_size, num_classes and length).
-DATA_TO_MODEL_LINKS = (
-    ("node_vocab", "encoder.node_vocab"),
-    ("edge_vocab", "encoder.edge_vocab"),
-    ("num_targets", "encoder.num_outputs"),
-    ("continuous_node_dim", "encoder.continuous_node_dim"),
-    ("continuous_edge_dim", "encoder.continuous_edge_dim"),
-    ("readout", "encoder.readout"),
-    ("vocab_size", "encoder.vocab_size"),
-    ("num_classes", "encoder.num_classes"),
-    ("length", "encoder.length"),
-    ("target_kind", "target_kind"),
-    ("target_names", "target_names"),
-)
-
-
 class EmbedConfig(Callback):
     """Stores the resolved YAML config in every checkpoint."""
 
@@ -235,7 +216,7 @@ class CheckpointOptions:
 
 
 class GraphormerCLI(LightningCLI):
-    """LightningCLI with run directories, a logger chosen by one key, and data-to-model links.
+    """LightningCLI with run directories, a logger chosen by one key, and the data-to-model link.
 
     Extra top-level keys:
         run_root: directory under which each run gets its own directory.
@@ -286,8 +267,9 @@ class GraphormerCLI(LightningCLI):
         parser.add_argument("--init_from", type=str | None, default=None,
                             help="Start a new run from this checkpoint's weights; a URPE model takes an RPE "
                                  "checkpoint with C set to ones (paper section 4.2).")
-        for source, target in DATA_TO_MODEL_LINKS:
-            parser.link_arguments(f"data.{source}", f"model.init_args.{target}", apply_on="instantiate")
+        # what the data is (vocabularies, widths, outputs, readout, kind and names of the targets) reaches
+        # the task in one declaration, never typed twice (graphormer_urpe.data.spec)
+        parser.link_arguments("data.spec", "model.init_args.data", apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse the command line, then check what needs no object built (the seed, the trainer's
@@ -307,11 +289,12 @@ class GraphormerCLI(LightningCLI):
 
     def instantiate_classes(self) -> None:
         """Build data, model and trainer, checking every option on the way (each config's ``__post_init__``,
-        each datamodule's constructor, the global batch against the processes). Anything that cannot
-        work stops here, before a run directory exists or data are built, with one line naming the
-        key, file or rows (:class:`~graphormer_urpe.errors.InputError`, or a trainer setting that
-        Lightning refuses, ``MisconfigurationException``), and exit code 2; not with jsonargparse's
-        report, which nests the message in the whole config."""
+        each datamodule's constructor, the global batch against the processes, the data's spec against the
+        task's settings; sources that infer their spec read their data when it is linked into the task).
+        Anything that cannot work stops here, before a run directory exists or data are built, with one
+        line naming the key, file or rows (:class:`~graphormer_urpe.errors.InputError`, or a trainer
+        setting that Lightning refuses, ``MisconfigurationException``), and exit code 2; not with
+        jsonargparse's report, which nests the message in the whole config."""
         try:
             super().instantiate_classes()
             check_global_batch(self.datamodule, self.trainer)

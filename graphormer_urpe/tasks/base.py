@@ -11,19 +11,22 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytorch_lightning as pl
 import torch
 from torch import nn
 
 from graphormer_urpe.data.batch import GraphBatch
-from graphormer_urpe.errors import check_int, check_number
+from graphormer_urpe.data.spec import DataSpec, SequenceSpec
+from graphormer_urpe.errors import DataError, check_int, check_number
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 from graphormer_urpe.tasks.compat import checkpoint_init_args
 
 #: Evaluation stages, each with its own metric state.
 STAGES = ("val", "test")
+T = TypeVar("T")
+C = TypeVar("C")
 
 
 def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_factor: float = 0.0) -> float:
@@ -70,28 +73,81 @@ class OptimConfig:
 DEFAULT_OPTIM = OptimConfig()
 
 
+def decided_by_data(key: str, data_value: T, given: object, default: object) -> T:
+    """The data's value of a setting that the data decides (an encoder's vocabularies and output
+    width, a task's kind of target and target names).
+
+    A config leaves such a setting out (it keeps its default) or gives the data's value; any other
+    value stops the run instead of being replaced silently. A setting given as its own default
+    cannot be told from one left out: it is replaced by the data's value.
+
+    Raises:
+        DataError: ``given`` is neither ``default`` nor the data's value; the message names ``key``.
+    """
+    if _plain(given) not in (_plain(data_value), _plain(default)):
+        raise DataError(f"{key}={_plain(given)!r} but the data has {_plain(data_value)!r}: the data decides this "
+                        "setting; remove it from the config")
+    return data_value
+
+
+def data_targets(data: DataSpec | SequenceSpec, target_kind: str, target_names: list[str] | None,
+                 default_kind: str) -> tuple[str, list[str]]:
+    """The kind of target and the target names that ``data`` decides, checked against the task's
+    arguments (:func:`decided_by_data`)."""
+    return (decided_by_data("model.target_kind", data.target_kind, target_kind, default_kind),
+            decided_by_data("model.target_names", list(data.target_names), target_names, None))
+
+
+def with_data_fields(encoder: C, data: DataSpec | SequenceSpec) -> C:
+    """``encoder`` with the fields that the data decides (``data.encoder_fields()``) set from ``data``.
+
+    Raises:
+        DataError: the encoder sets one of them to a value that is neither its default nor the data's
+            (:func:`decided_by_data`).
+    """
+    defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+                for f in dataclasses.fields(encoder)}
+    return dataclasses.replace(encoder, **{
+        key: decided_by_data(f"model.encoder.{key}", value, getattr(encoder, key), defaults[key])
+        for key, value in data.encoder_fields().items()})
+
+
+def _plain(value: object) -> object:
+    """Lists and tuples as lists, so that ``(28,)`` and ``[28]`` compare equal."""
+    return list(value) if isinstance(value, tuple | list) else value
+
+
 class GraphormerTask(pl.LightningModule):
     """A Graphormer with the papers' optimiser and schedule; subclasses add loss and metrics.
 
     The constructor saves every constructor argument of the subclass as hyper-parameters (the two
-    dataclasses as plain dicts, safe to ``torch.load(weights_only=True)``), so a checkpoint rebuilds
-    its task alone (:meth:`from_checkpoint`). A subclass may swap the network and its config
-    dataclass (the synthetic sequence tasks use the sequence Transformer).
+    dataclasses as plain dicts, safe to ``torch.load(weights_only=True)``; ``data`` is not saved:
+    what it decides is, in ``encoder`` and the target arguments), so a checkpoint rebuilds its task
+    alone (:meth:`from_checkpoint`). A subclass may swap the network and its config dataclass (the
+    synthetic sequence tasks use the sequence Transformer).
 
     Args:
         encoder: the network's hyper-parameters.
         optim: the optimiser and learning-rate schedule.
+        data: the data's declaration (``data.spec``, linked by the CLI); it sets the encoder fields
+            it decides (:func:`with_data_fields`).
     """
 
-    #: The network, built from ``encoder``, and the config dataclass that ``from_checkpoint`` rebuilds.
+    #: The network, built from ``encoder``, the config dataclass that ``from_checkpoint`` rebuilds,
+    #: and the declaration of the data it trains on.
     model_class: type[nn.Module] = Graphormer
     config_class: type = GraphormerConfig
+    data_class: type = DataSpec
 
-    def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM) -> None:
+    def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM,
+                 data: DataSpec | SequenceSpec | None = None) -> None:
         super().__init__()
+        if data is not None:
+            self.check_data(data)
+            encoder = with_data_fields(encoder, data)
         # collects the arguments of every ``__init__`` up the subclass chain; keeps those of the class itself
         # and LightningCLI's private entries (``_class_path``, ``_instantiator``)
-        self.save_hyperparameters(ignore=["encoder", "optim"])
+        self.save_hyperparameters(ignore=["encoder", "optim", "data"])
         accepted = inspect.signature(type(self).__init__).parameters
         for name in [name for name in self.hparams if not name.startswith("_") and name not in accepted]:
             del self.hparams[name]
@@ -99,6 +155,24 @@ class GraphormerTask(pl.LightningModule):
         self.hparams["optim"] = dataclasses.asdict(optim)
         self.optim = optim
         self.model = self.model_class(encoder)
+
+    @classmethod
+    def check_data(cls, data: DataSpec | SequenceSpec) -> None:
+        """Refuse the declaration of another family of data (token sequences for a graph task, or graphs
+        for a sequence task).
+
+        Raises:
+            DataError: ``data`` is not a :attr:`data_class`.
+        """
+        if not isinstance(data, cls.data_class):
+            raise DataError(f"{cls.__name__} trains on data described by a {cls.data_class.__name__}, the data "
+                            f"gives a {type(data).__name__}: choose the task for this data (model.class_path)")
+
+    def save_decided(self, **values: object) -> None:
+        """Save the values of constructor arguments that ``data`` decided as their hyper-parameters (those
+        the task's class takes), so that :meth:`from_checkpoint` passes them back without the data."""
+        accepted = inspect.signature(type(self).__init__).parameters
+        self.hparams.update({name: value for name, value in values.items() if name in accepted})
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, map_location: str | torch.device = "cpu") -> GraphormerTask:
@@ -110,7 +184,7 @@ class GraphormerTask(pl.LightningModule):
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
         hparams = checkpoint_init_args(checkpoint, cls)
         task = cls(encoder=cls.config_class(**hparams.pop("encoder")), optim=OptimConfig(**hparams.pop("optim")),
-                   **hparams)
+                   **hparams)  # no ``data``: what it decided is in the saved arguments
         task.load_state_dict(checkpoint["state_dict"])
         return task
 
@@ -137,5 +211,5 @@ class GraphormerTask(pl.LightningModule):
             return output[batch.node_mask], batch.y[batch.node_mask]
         if batch.y.dim() == 3:
             raise ValueError("the data has one target per node but the model reads one prediction per graph: "
-                             "set model.encoder.readout=nodes (linked from the data when trained with train.py)")
+                             "set model.encoder.readout=nodes (the data's spec sets it when trained with train.py)")
         return output, batch.y

@@ -1,7 +1,7 @@
 """One classification task for graph, node and token labels.
 
 :class:`Classification` covers binary labels (several at once) and one multi-class label, read where
-the data says (``encoder.readout``, linked from the data: per graph, at every node, or at each
+the data says (``encoder.readout``, set by the data: per graph, at every node, or at each
 subgraph's target node), with torchmetrics' metrics or an OGB evaluator. Missing labels are NaN, as
 for regression targets, and are left out of the loss and of every metric.
 :class:`~graphormer_urpe.tasks.tokens.SequenceTagging` is the same task on token sequences.
@@ -18,10 +18,11 @@ from torchmetrics import Metric
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 
 from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.spec import DataSpec, default_target_names
 from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig
-from graphormer_urpe.tasks.graph import PerTargetTask, default_target_names
+from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig, data_targets
+from graphormer_urpe.tasks.graph import PerTargetTask
 from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, EvaluatorMetric, PerTargetMetrics
 
 
@@ -33,8 +34,8 @@ class Classification(PerTargetTask):
       per target and their means ``val/auroc``, ``val/accuracy``; ``val/auroc`` selects the best
       checkpoint. A target whose labels in a split hold one class has no ROC-AUC (NaN, left out of
       the mean).
-    * ``multiclass``: one target with labels 0 .. C-1 (C = the model's outputs, linked from the
-      data), cross-entropy; accuracy ``val/accuracy`` selects the best checkpoint, computed by
+    * ``multiclass``: one target with labels 0 .. C-1 (C = the model's outputs, set by the data),
+      cross-entropy; accuracy ``val/accuracy`` selects the best checkpoint, computed by
       torchmetrics or, with ``evaluator``, by the dataset's official OGB evaluator. ``train/accuracy``
       is logged at every step.
 
@@ -51,12 +52,14 @@ class Classification(PerTargetTask):
         (('val/accuracy', 'max'), False)
 
     Args:
-        encoder: the network's hyper-parameters (vocabularies, outputs and readout are linked from data).
+        encoder: the network's hyper-parameters (vocabularies, outputs and readout set by ``data``).
         optim: the optimiser and learning-rate schedule.
-        target_kind: ``binary`` or ``multiclass`` (linked from the data).
-        target_names: name of every target (linked from the data), for metric names and predictions.
+        target_kind: ``binary`` or ``multiclass`` (set by ``data``).
+        target_names: name of every target (set by ``data``), for metric names and predictions.
         evaluator: dotted path of an OGB evaluator class whose ``acc`` is the multi-class accuracy
             (``ogb.lsc.MAG240MEvaluator``), or None for torchmetrics' (the same number).
+        data: the data's declaration (linked by the CLI), which decides the encoder's data fields,
+            ``target_kind`` and ``target_names``.
     """
 
     def __init__(
@@ -66,26 +69,31 @@ class Classification(PerTargetTask):
         target_kind: str = "binary",
         target_names: list[str] | None = None,
         evaluator: str | None = None,
+        data: DataSpec | None = None,
     ) -> None:
+        if data is not None:
+            self.check_data(data)
+            target_kind, target_names = data_targets(data, target_kind, target_names, default_kind="binary")
         if target_kind not in ("binary", "multiclass"):
             raise DataError(f"Classification needs binary or multiclass targets, the data has {target_kind} "
                             "ones: train them with model.class_path: graphormer_urpe.tasks.GraphRegression")
         if evaluator is not None and target_kind != "multiclass":
             raise DataError(f"evaluator {evaluator} computes multi-class accuracy, the data's targets are "
                             f"{target_kind}: remove model.init_args.evaluator")
-        super().__init__(encoder, optim)
+        super().__init__(encoder, optim, data)
         self.binary = target_kind == "binary"
-        classes = self.num_classes(encoder)
-        self.target_names = target_names or default_target_names(classes if self.binary else 1)
+        outputs = self.output_width(self.model.config)
+        self.target_names = list(target_names or default_target_names(outputs if self.binary else 1))
+        self.save_decided(target_kind=target_kind, target_names=self.target_names)
         self.metrics = nn.ModuleDict({stage: nn.ModuleList(
             [PerTargetMetrics(DefinedBinaryAUROC, "auroc", self.target_names, labels=True),
              PerTargetMetrics(BinaryAccuracy, "accuracy", self.target_names, labels=True)] if self.binary else
-            [PerTargetMetrics(lambda: multiclass_accuracy(classes, evaluator), "accuracy", self.target_names,
+            [PerTargetMetrics(lambda: multiclass_accuracy(outputs, evaluator), "accuracy", self.target_names,
                               labels=True, class_scores=True)]
         ) for stage in STAGES})
 
     @staticmethod
-    def num_classes(encoder: GraphormerConfig) -> int:
+    def output_width(encoder: GraphormerConfig) -> int:
         """The network's output width: one logit per binary target, or per class."""
         return encoder.num_outputs
 

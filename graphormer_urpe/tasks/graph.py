@@ -16,9 +16,10 @@ from torch import nn
 from torchmetrics import MeanAbsoluteError
 
 from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.spec import DataSpec, default_target_names
 from graphormer_urpe.errors import DataError, check_choice
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, GraphormerTask, OptimConfig
+from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, GraphormerTask, OptimConfig, data_targets
 from graphormer_urpe.tasks.metrics import PerTargetMetrics
 
 
@@ -73,13 +74,15 @@ class GraphRegression(PerTargetTask):
         (('val/mae', 'min'), ['y'])
 
     Args:
-        encoder: the Graphormer hyper-parameters (vocabularies and outputs are linked from data).
+        encoder: the Graphormer hyper-parameters (vocabularies, outputs and readout set by ``data``).
         optim: the optimiser and learning-rate schedule.
         normalize_targets: train on targets standardised with the training split's mean and std
             (metrics and predictions stay in the data's units); off for ZINC, as in the papers.
         loss: ``l1`` (MAE, the papers') or ``mse``; the mean over every known target value.
-        target_kind: the data's kind of target (linked from the data); must be ``regression``.
-        target_names: name of every target (linked from the data), for metric names and predictions.
+        target_kind: the data's kind of target (set by ``data``); must be ``regression``.
+        target_names: name of every target (set by ``data``), for metric names and predictions.
+        data: the data's :class:`~graphormer_urpe.data.spec.DataSpec` (linked by the CLI), which decides
+            the encoder's data fields, ``target_kind`` and ``target_names``.
     """
 
     #: Metric that selects the best checkpoint, and whether lower is better.
@@ -93,14 +96,20 @@ class GraphRegression(PerTargetTask):
         loss: Literal["l1", "mse"] = "l1",
         target_kind: str = "regression",
         target_names: list[str] | None = None,
+        data: DataSpec | None = None,
     ) -> None:
+        if data is not None:
+            self.check_data(data)
+            target_kind, target_names = data_targets(data, target_kind, target_names, default_kind="regression")
         check_choice("model.normalize_targets", normalize_targets, (True, False))
         check_choice("model.loss", loss, ("l1", "mse"))
         if target_kind != "regression":
             raise DataError(f"the data's targets are {target_kind} class labels (data.source.task: {target_kind}): "
                             "train them with model.class_path: graphormer_urpe.tasks.Classification")
-        super().__init__(encoder, optim)
-        self.target_names = target_names or default_target_names(encoder.num_outputs)
+        super().__init__(encoder, optim, data)
+        encoder = self.model.config
+        self.target_names = list(target_names or default_target_names(encoder.num_outputs))
+        self.save_decided(target_kind=target_kind, target_names=self.target_names)
         self.register_buffer("target_mean", torch.zeros(encoder.num_outputs))
         self.register_buffer("target_std", torch.ones(encoder.num_outputs))
         self.metrics = nn.ModuleDict({
@@ -137,8 +146,3 @@ class GraphRegression(PerTargetTask):
     def prediction_columns(self, prediction: np.ndarray) -> dict[str, np.ndarray]:
         """One column per target, in the data's units. prediction: (R, Y)"""
         return {name: prediction[:, k] for k, name in enumerate(self.target_names)}
-
-
-def default_target_names(count: int) -> list[str]:
-    """``y``, or ``y0``, ``y1`` ... (the names of targets a dataset does not name)."""
-    return ["y"] if count == 1 else [f"y{k}" for k in range(count)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from graphormer_urpe.data.spec import SequenceSpec
 from graphormer_urpe.data.synthetic.sequences import SequenceBatch
 from graphormer_urpe.model.sequence import SequenceConfig, SequenceTransformer
 from graphormer_urpe.tasks.base import DEFAULT_OPTIM, OptimConfig
@@ -21,18 +22,21 @@ class SequenceTagging(Classification):
 
     Args:
         encoder: the :class:`SequenceConfig` (``attention: none | rpe | urpe`` selects the method; vocabulary,
-            classes and length are linked from the data).
+            classes and length are set by ``data``).
         optim: the optimiser and learning-rate schedule.
+        data: the task's :class:`~graphormer_urpe.data.spec.SequenceSpec` (linked by the CLI).
     """
 
     model_class = SequenceTransformer
     config_class = SequenceConfig
+    data_class = SequenceSpec
 
-    def __init__(self, encoder: SequenceConfig, optim: OptimConfig = DEFAULT_OPTIM) -> None:
-        super().__init__(encoder, optim, target_kind="multiclass")
+    def __init__(self, encoder: SequenceConfig, optim: OptimConfig = DEFAULT_OPTIM,
+                 data: SequenceSpec | None = None) -> None:
+        super().__init__(encoder, optim, target_kind="multiclass", data=data)
 
     @staticmethod
-    def num_classes(encoder: SequenceConfig) -> int:
+    def output_width(encoder: SequenceConfig) -> int:
         return encoder.num_classes
 
     def forward(self, batch: SequenceBatch) -> torch.Tensor:

@@ -24,13 +24,12 @@ from graphormer_urpe.data.loaders import (
     train_loader,
     warn_if_not_published,
 )
-from graphormer_urpe.data.lsc_formats import MAG240M, SubmissionFormat
+from graphormer_urpe.data.lsc_formats import MAG240M
 from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
 from graphormer_urpe.data.mag240m.release import (
     DATASET_DIR,
     FEATURE_DIM,
     MANIFEST,
-    PUBLISHED_SPLIT_SIZES,
     RELATIONS,
     MAG240MGraph,
     MAG240MRaw,
@@ -38,6 +37,7 @@ from graphormer_urpe.data.mag240m.release import (
     prepare_derived,
 )
 from graphormer_urpe.data.mag240m.sampler import SubgraphCollator
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.split_rows import SplitRows
 from graphormer_urpe.errors import ConfigError, check_int
 
@@ -145,41 +145,14 @@ class MAG240MDataModule(pl.LightningDataModule):
         #: Seconds this process spent building derived files (0.0 when it found them all built).
         self.preprocessing_seconds = 0.0
 
-    # -- values linked into the model's config
     @property
-    def node_vocab(self) -> list[int]:
-        """One categorical column: the node type."""
-        return [len(NodeType)]
-
-    @property
-    def edge_vocab(self) -> list[int]:
-        """One categorical column: the relation."""
-        return [len(RELATIONS)]
-
-    @property
-    def num_targets(self) -> int:
-        """Classes (the model's output width)."""
-        return self.num_classes
-
-    @property
-    def continuous_node_dim(self) -> int:
-        """Width of the continuous node features (RoBERTa embeddings)."""
-        return FEATURE_DIM
-
-    @property
-    def readout(self) -> str:
-        """Predictions are read at the target paper."""
-        return "target_node"
-
-    @property
-    def target_kind(self) -> str:
-        """One class label (the arXiv subject) per target paper (linked to the task)."""
-        return "multiclass"
-
-    @property
-    def submission_format(self) -> SubmissionFormat:
-        """How test predictions are submitted (read by ``evaluate.py``)."""
-        return MAG240M
+    def spec(self) -> DataSpec:
+        """Papers, authors and institutions (one categorical column: the node type) joined by six
+        relations (the edge column), 768 continuous paper features, one subject class per target paper,
+        submitted to the OGB-LSC leaderboard; linked into the model by the CLI."""
+        return DataSpec(node_vocab=(len(NodeType),), edge_vocab=(len(RELATIONS),), num_targets=1,
+                        num_outputs=self.num_classes, continuous_node_dim=FEATURE_DIM, target_level="target_node",
+                        target_kind="multiclass", submission=MAG240M)
 
     # -- data
     def prepare_data(self) -> None:
@@ -220,7 +193,7 @@ class MAG240MDataModule(pl.LightningDataModule):
                  "%d shared-memory slots each", self.raw.directory,
                  f"{meta['paper']:,}", f"{meta['author']:,}", f"{meta['institution']:,}",
                  ", ".join(f"{k} {v:,}" for k, v in sizes.items()), self.fanouts, self.num_workers, self.handover_slots)
-        warn_if_not_published("MAG240M", sizes, PUBLISHED_SPLIT_SIZES,
+        warn_if_not_published("MAG240M", sizes, MAG240M.official_sizes,
                               "this is not the OGB-LSC release (a synthetic graph?)")
 
     @property

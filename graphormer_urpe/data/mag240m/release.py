@@ -58,8 +58,6 @@ DOWNLOAD_HINT = (
     "    python -c \"from ogb.lsc import MAG240MDataset; MAG240MDataset('{root}')\"\n"
     "(answer its prompts), or unzip mag240m_kddcup2021.zip from the OGB-LSC site into {root}."
 )
-#: Published split sizes (``test-whole`` is split 3:2 into ``test-dev`` and ``test-challenge`` by ogb).
-PUBLISHED_SPLIT_SIZES = {"train": 1_112_392, "valid": 138_949, "test-dev": 88_092, "test-challenge": 58_726}
 
 
 class NodeType(IntEnum):

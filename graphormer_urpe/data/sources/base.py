@@ -8,15 +8,12 @@ import socket
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import numpy as np
 
 from graphormer_urpe.data.cache import CACHE_FORMAT, RowReader
-
-if TYPE_CHECKING:
-    from graphormer_urpe.data.lsc_formats import SubmissionFormat
+from graphormer_urpe.data.spec import DataSpec
 
 
 def network_reachable(url: str, timeout: float = 5.0) -> bool:
@@ -35,7 +32,7 @@ def missing_files(directory: Path, names: Sequence[str]) -> list[str]:
 
 
 class GraphSource(ABC):
-    """One dataset: where its raw rows live, how they become graphs, and its official splits.
+    """One dataset: what it is, where its raw rows live, how they become graphs, and its official splits.
 
     Subclasses are small and declarative; caching, parallelism, splitting and batching are shared
     by :class:`~graphormer_urpe.data.datamodule.GraphDataModule`.
@@ -43,34 +40,14 @@ class GraphSource(ABC):
 
     #: Directory under the data root.
     name: str
-    #: Values per categorical node-feature and edge-feature column.
-    node_vocab: tuple[int, ...]
-    edge_vocab: tuple[int, ...]
-    #: Y, targets per graph (per node for ``target_level == "node"``).
-    num_targets: int = 1
-    #: Widths of the continuous node and edge features (0: none; molecules have none).
-    continuous_node_dim: int = 0
-    continuous_edge_dim: int = 0
-    #: ``graph`` (one target row per graph) or ``node`` (one per node).
-    target_level: str = "graph"
-    #: ``regression``, ``binary`` (Y labels in {0, 1}) or ``multiclass`` (one label in 0..C-1).
-    target_kind: str = "regression"
     #: Split sizes of the official release, checked loudly after loading.
     published_split_sizes: Mapping[str, int] | None = None
-    #: Splits whose targets are hidden: ``evaluate.py`` writes leaderboard submissions for them.
-    hidden_splits: tuple[str, ...] = ()
-    #: The leaderboard's file format and evaluator (OGB-LSC datasets), else None.
-    submission: SubmissionFormat | None = None
 
     @property
-    def target_names(self) -> tuple[str, ...]:
-        """Name of every target (metric names and prediction columns); ``y``, or ``y0``, ``y1`` ..."""
-        return ("y",) if self.num_targets == 1 else tuple(f"y{i}" for i in range(self.num_targets))
-
-    @property
-    def num_outputs(self) -> int:
-        """Width of the model's prediction: one per target (regression, binary labels)."""
-        return self.num_targets
+    @abstractmethod
+    def spec(self) -> DataSpec:
+        """What the data is (:class:`~graphormer_urpe.data.spec.DataSpec`): a class attribute for a
+        fixed dataset; a source that infers it reads its data here, once, and ``open`` reuses that read."""
 
     def origin(self) -> str:
         """Where the rows come from, for messages about them (a file and column, or the dataset name)."""

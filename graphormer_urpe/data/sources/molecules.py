@@ -11,8 +11,16 @@ import pandas as pd
 
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.batch import RawGraph
+from graphormer_urpe.data.lsc_formats import SubmissionFormat
 from graphormer_urpe.data.sources.base import GraphSource, seeded_split
-from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB, FEATURIZER_VERSION, molecule_graphs
+from graphormer_urpe.data.sources.featurize import (
+    ATOM_VOCAB,
+    BOND_VOCAB,
+    FEATURIZER_VERSION,
+    molecule_graphs,
+    silence_rdkit,
+)
+from graphormer_urpe.data.spec import DataSpec, TargetKind
 from graphormer_urpe.errors import DatasetMissing, check_int
 
 
@@ -28,6 +36,10 @@ class MoleculeTable:
         self.smiles = np.asarray(smiles, dtype=object)
         self.targets = np.asarray(targets, dtype=np.float32).reshape(len(self.smiles), -1)
         self.num_rows = len(self.smiles)
+
+    def worker_init(self) -> None:
+        """Silence RDKit's per-molecule warnings (unparsable SMILES are counted and reported instead)."""
+        silence_rdkit()
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
         """Rows ``start .. stop - 1``, featurised together (one chunk's memory, see ``molecule_graphs``)."""
@@ -50,16 +62,29 @@ def qm9pack_csvs() -> list[Path]:
     return files
 
 
+def molecule_spec(target_names: Sequence[str], target_kind: TargetKind = "regression", num_outputs: int | None = None,
+                  submission: SubmissionFormat | None = None) -> DataSpec:
+    """The :class:`DataSpec` of molecules featurised like PCQM4Mv2 (ogb's atom and bond vocabularies),
+    one target row per molecule.
+
+    Args:
+        target_names: the target columns (Y names).
+        target_kind: ``regression``, ``binary`` or ``multiclass``.
+        num_outputs: classes of a multi-class target; None: one output per target.
+        submission: the OGB-LSC submission format, if any.
+    """
+    return DataSpec(node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB, num_targets=len(target_names),
+                    num_outputs=len(target_names) if num_outputs is None else num_outputs,
+                    target_kind=target_kind, target_names=tuple(target_names), submission=submission)
+
+
 class MoleculeSource(GraphSource):
     """A dataset of SMILES strings and targets, featurised exactly like PCQM4Mv2.
 
-    Subclasses (QM9, PCQM4Mv2, SMILES tables) return a :class:`MoleculeTable` from ``open``;
-    the featuriser and RDKit versions are part of every cache key, since RDKit releases change
-    which SMILES parse.
+    Subclasses (QM9, PCQM4Mv2, SMILES tables) declare a :func:`molecule_spec` and return a
+    :class:`MoleculeTable` from ``open``; the featuriser and RDKit versions are part of every cache
+    key, since RDKit releases change which SMILES parse.
     """
-
-    node_vocab = ATOM_VOCAB
-    edge_vocab = BOND_VOCAB
 
     def options(self) -> dict:
         return {"featurizer": FEATURIZER_VERSION}
@@ -78,7 +103,7 @@ class QM9Gap(MoleculeSource):
 
     name = "qm9_gap"
     columns = ("SMILES", "HOMO_LUMO_gap_au")
-    target_names = ("gap_ev",)
+    spec = molecule_spec(["gap_ev"])
 
     def __init__(self, seed: int = 0, max_molecules: int | None = None) -> None:
         if max_molecules is not None:

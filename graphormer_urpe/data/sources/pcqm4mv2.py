@@ -20,10 +20,11 @@ import numpy as np
 import pandas as pd
 from ogb.utils.url import download_url, extract_zip
 
+from graphormer_urpe.data.lsc_formats import MODES
 from graphormer_urpe.data.lsc_formats import PCQM4MV2 as PCQM4MV2_SUBMISSION
 from graphormer_urpe.data.safe_load import load_split_dict
 from graphormer_urpe.data.sources.base import missing_files, network_reachable
-from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
+from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable, molecule_spec
 from graphormer_urpe.errors import DatasetMissing
 
 log = logging.getLogger(__name__)
@@ -32,9 +33,7 @@ log = logging.getLogger(__name__)
 URL = "https://dgl-data.s3-accelerate.amazonaws.com/dataset/OGB-LSC/pcqm4m-v2.zip"
 RAW_FILES = ("raw/data.csv.gz", "split_dict.pt")
 COLUMNS = ("idx", "smiles", "homolumogap")
-SPLITS = ("train", "valid", "test-dev", "test-challenge")
-#: Splits whose targets are hidden: predictions for them go to the OGB-LSC leaderboard.
-HIDDEN_SPLITS = ("test-dev", "test-challenge")
+SPLITS = ("train", "valid", *MODES)
 
 
 class PCQM4Mv2(MoleculeSource):
@@ -46,10 +45,8 @@ class PCQM4Mv2(MoleculeSource):
     """
 
     name = "pcqm4m-v2"
-    target_names = ("homolumogap",)
-    published_split_sizes = {"train": 3_378_606, "valid": 73_545, "test-dev": 147_037, "test-challenge": 147_432}
-    hidden_splits = HIDDEN_SPLITS
-    submission = PCQM4MV2_SUBMISSION
+    spec = molecule_spec(["homolumogap"], submission=PCQM4MV2_SUBMISSION)
+    published_split_sizes = PCQM4MV2_SUBMISSION.official_sizes
 
     def folder(self, root: Path) -> Path:
         """``ROOT/pcqm4m-v2``, the directory ogb's release unpacks into."""
@@ -108,8 +105,8 @@ class PCQM4Mv2(MoleculeSource):
             if len(np.unique(rows)) != len(rows):
                 raise ValueError(f"{path}: split '{name}' lists {len(rows) - len(np.unique(rows))} rows twice")
             known = np.isfinite(reader.targets[rows, 0])
-            unexpected = int(known.sum()) if name in HIDDEN_SPLITS else int((~known).sum())
+            unexpected = int(known.sum()) if name in MODES else int((~known).sum())
             if unexpected:
-                kind = "have a target although it should be hidden" if name in HIDDEN_SPLITS else "have no target"
+                kind = "have a target although it should be hidden" if name in MODES else "have no target"
                 log.warning("PCQM4Mv2: %d rows of split '%s' %s (ogb's release has none)", unexpected, name, kind)
         return splits

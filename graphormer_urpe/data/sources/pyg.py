@@ -20,9 +20,10 @@ separate instances (``split_args``, e.g. ZINC's or PPI's ``split`` argument); or
 targets, the nodes' ``train_mask``/``val_mask``/``test_mask`` (each graph is stored once per split,
 its targets outside the split's mask set to NaN).
 
-Vocabularies, widths, target checks and a fingerprint of the data (for the cache key) are computed
-from the dataset's collated tensors the first time one is needed, which is when the model is built
-(LightningCLI links them at instantiation), so the model always matches the data.
+Vocabularies, widths and target checks (the source's :class:`~graphormer_urpe.data.spec.DataSpec`,
+:attr:`PygDataset.description`) and a fingerprint of the data (for the cache key) are computed from
+the dataset's collated tensors once, the first time one is needed, which is when the model is built
+(LightningCLI links ``data.spec`` into it at instantiation), so the model always matches the data.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import importlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +45,7 @@ from torch_geometric.data.dataset import overrides_method
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.pyg_interop import is_categorical
 from graphormer_urpe.data.sources.base import GraphSource, seeded_split
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import DataError, DatasetMissing
 
 log = logging.getLogger(__name__)
@@ -113,6 +116,21 @@ def offline(cls: type) -> type:
                                        "__doc__": cls.__doc__})
 
 
+@dataclass(frozen=True)
+class PygDescription:
+    """What one read of a dataset's collated tensors gives: the feature layouts ``open`` reads rows
+    with, and the dataset's :class:`DataSpec`.
+
+    Args:
+        nodes: layout of the node features; edges: of the edge features.
+        spec: vocabularies, widths and targets.
+    """
+
+    nodes: FeatureLayout
+    edges: FeatureLayout
+    spec: DataSpec
+
+
 class PygReader:
     """Rows of one or more dataset instances (one per split), each row one graph (one per split
     and graph with node masks).
@@ -132,6 +150,9 @@ class PygReader:
         self.start = np.cumsum([0] + [len(d) for d in self.datasets])
         graphs = int(self.start[-1])
         self.num_rows = graphs * len(self.masks) if self.masks else graphs
+
+    def worker_init(self) -> None:
+        """Nothing to prepare: the collated tensors are read as they are."""
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
         graphs = int(self.start[-1])
@@ -205,7 +226,7 @@ class PygDataset(GraphSource):
         self.target_level = target_level
         self.task = task
         self.num_classes = num_classes
-        self.names = list(target_names) if target_names else None
+        self.target_names = list(target_names) if target_names else None
         self.split = split
         self.split_args = dict(split_args or {})
         self.split_fractions = tuple(float(f) for f in split_fractions)
@@ -232,46 +253,12 @@ class PygDataset(GraphSource):
                 abs(sum(self.split_fractions) - 1.0) > 1e-6:
             raise DataError(f"data.source.split_fractions {list(split_fractions)}: three shares summing to 1")
         self._instances: dict[str, InMemoryDataset] | None = None
-        self._layout: tuple[FeatureLayout, FeatureLayout, int, int] | None = None
         self._fingerprint: str | None = None
 
-    # -- what the model is linked to (read from the data on first use)
     @property
-    def node_vocab(self) -> tuple[int, ...]:
-        return self._describe()[0].vocab
-
-    @property
-    def edge_vocab(self) -> tuple[int, ...]:
-        return self._describe()[1].vocab
-
-    @property
-    def continuous_node_dim(self) -> int:
-        return self._describe()[0].continuous_dim
-
-    @property
-    def continuous_edge_dim(self) -> int:
-        return self._describe()[1].continuous_dim
-
-    @property
-    def num_targets(self) -> int:
-        return self._describe()[2]
-
-    @property
-    def num_outputs(self) -> int:
-        return self._describe()[3] if self.task == "multiclass" else self.num_targets
-
-    @property
-    def target_kind(self) -> str:
-        return self.task
-
-    @property
-    def target_names(self) -> tuple[str, ...]:
-        if self.names is None:
-            return super().target_names
-        if len(self.names) != self.num_targets:
-            raise DataError(f"data.source.target_names has {len(self.names)} names for the {self.num_targets} "
-                            f"columns of '{self.target}'")
-        return tuple(self.names)
+    def spec(self) -> DataSpec:
+        """Vocabularies, widths and targets, read from the data (:attr:`description`)."""
+        return self.description.spec
 
     def origin(self) -> str:
         return f"{self.dataset}({', '.join(f'{k}={v!r}' for k, v in self.args.items())})"
@@ -308,10 +295,10 @@ class PygDataset(GraphSource):
         self.instances()
 
     def open(self, root: Path) -> PygReader:
-        nodes, edges, _, _ = self._describe()
+        description = self.description
         masks = list(MASKS.values()) if self.split == "node_masks" else []
-        return PygReader(list(self.instances().values()), nodes, edges, self.target, self.target_level == "node",
-                         masks)
+        return PygReader(list(self.instances().values()), description.nodes, description.edges, self.target,
+                         self.target_level == "node", masks)
 
     def splits(self, root: Path, reader: PygReader) -> dict[str, np.ndarray]:
         graphs = int(reader.start[-1])
@@ -356,10 +343,9 @@ class PygDataset(GraphSource):
                 continuous.append((name, values.shape[1]))
         return FeatureLayout(tuple(categorical), tuple(continuous), tuple(vocab) or (1,))
 
-    def _describe(self) -> tuple[FeatureLayout, FeatureLayout, int, int]:
-        """Node layout, edge layout, target columns and classes (multi-class), checked once."""
-        if self._layout is not None:
-            return self._layout
+    @cached_property
+    def description(self) -> PygDescription:
+        """The feature layouts and the :class:`DataSpec`, read from the collated tensors once and checked."""
         nodes = self._layout_of(self.node_attributes, "x", "node")
         edges = self._layout_of(self.edge_attributes, "edge_attr", "edge")
         targets = self._collated(self.target)
@@ -376,16 +362,23 @@ class PygDataset(GraphSource):
                                 "targets need data.source.target_level: graph")
         y = torch.cat([t.reshape(len(t), -1) for t in targets]).double()
         classes = self._check_labels(y)
+        if self.target_names is not None and len(self.target_names) != y.shape[1]:
+            raise DataError(f"data.source.target_names has {len(self.target_names)} names for the {y.shape[1]} "
+                            f"columns of '{self.target}'")
         if self.split == "node_masks":
             for mask in MASKS.values():
                 if any(m is None or m.dim() != 1 for m in self._collated(mask)):
                     raise DataError(f"{self.origin()}: split: node_masks needs a 1-D node attribute '{mask}'")
-        self._layout = (nodes, edges, y.shape[1], classes)
         log.info("%s: node features %s (vocab %s), continuous %s; edge features %s (vocab %s), continuous %s; "
                  "%d %s target column(s) per %s", self.origin(), [n for n, _ in nodes.categorical], list(nodes.vocab),
                  [n for n, _ in nodes.continuous], [n for n, _ in edges.categorical], list(edges.vocab),
                  [n for n, _ in edges.continuous], y.shape[1], self.task, self.target_level)
-        return self._layout
+        spec = DataSpec(node_vocab=nodes.vocab, edge_vocab=edges.vocab, num_targets=y.shape[1],
+                        num_outputs=classes if self.task == "multiclass" else y.shape[1],
+                        continuous_node_dim=nodes.continuous_dim, continuous_edge_dim=edges.continuous_dim,
+                        target_level=self.target_level, target_kind=self.task,
+                        target_names=tuple(self.target_names or ()))
+        return PygDescription(nodes, edges, spec)
 
     def _check_labels(self, y: torch.Tensor) -> int:
         """Classes of a classification target (2 for binary, 0 for regression); raises on bad labels."""

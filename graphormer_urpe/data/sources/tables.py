@@ -6,22 +6,35 @@ hands a :class:`~graphormer_urpe.data.sources.molecules.MoleculeTable` to the sa
 cache and parallel chunked preprocessing as QM9 and PCQM4Mv2. :class:`SmilesToPredict` reads a
 table of new molecules for ``evaluate.py --predict``.
 
-Problems with the table as a whole stop the run before anything is written, with a message naming
-the file, the column and the first rows concerned (rows are numbered from 0, the first data row;
-CSV messages also give the line in the file): a missing file, an empty one, a column that is not
-there, targets that are not numbers (or not valid labels), a target without any value, duplicated
-SMILES (unless ``duplicate_smiles: keep_first``), unknown split names. Problems of single
+A table is read once per run (:func:`read_table`): its bytes are hashed (the cache key) and parsed
+from the same read, when the data is described (``SmilesTable.spec``, as the CLI builds the model),
+so that a broken file stops the run before any work. Problems with the table as a whole stop the
+run before anything is written, with a message naming the file, the column and the first rows
+concerned (rows are numbered from 0, the first data row; CSV messages also give the line in the
+file): a missing file, an empty one, bytes that are not UTF-8 (the line and byte offset of the
+first), a line with more or fewer fields than the header (an unquoted decimal comma ``8,7049``
+would otherwise shift values into other columns), a column that is not there, targets that are
+not numbers (or not valid labels), a target without any value, duplicated SMILES (unless
+``duplicate_smiles: keep_first``), unknown split names. Problems of single
 molecules (SMILES RDKit cannot parse, empty cells: molecules without atoms) skip that row; rows
 skipped are counted and listed per split when the cache is built and at the start of every run.
 """
 
 from __future__ import annotations
 
+import codecs
+import csv
 import difflib
+import gzip
+import hashlib
+import io
 import logging
+import zlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -30,10 +43,10 @@ from rdkit.Chem.Scaffolds import MurckoScaffold
 from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import RawGraph
-from graphormer_urpe.data.files import sha1_file
 from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.featurize import silence_rdkit
-from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
+from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable, molecule_spec
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import DataError, DatasetMissing
 
 log = logging.getLogger(__name__)
@@ -52,8 +65,6 @@ _PARQUET_SUFFIXES = (".parquet", ".pq")
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt")
 #: Separators recognised in a CSV header that holds no comma (no tab for ``*.tsv``), in this order.
 CSV_SEPARATORS = (";", "\t", ",", "|")
-#: UTF-8, with a leading byte-order mark (Excel's "CSV UTF-8") dropped.
-CSV_ENCODING = "utf-8-sig"
 
 
 class TableError(DataError):
@@ -75,33 +86,21 @@ def describe_rows(path: Path, rows: Sequence[int]) -> str:
     return text
 
 
-def csv_header(path: Path) -> tuple[list[str], str]:
-    """The column names of a CSV file and its separator.
+@dataclass(frozen=True)
+class TableRead:
+    """One read of a table: the SHA-1 of its bytes (the cache key) and the columns parsed from the same bytes.
 
-    The separator is a tab for ``*.tsv`` files and a comma otherwise, unless the header holds no such
-    separator but one of :data:`CSV_SEPARATORS` (a ``;``-separated export from a spreadsheet): then
-    that one, said in a log line. A byte-order mark before the first name is not part of it.
-
-    Raises:
-        TableError: the file is empty.
+    Args:
+        sha1: hex digest of the file's bytes as stored (compressed for ``*.gz``).
+        frame: the requested columns: CSV cells as text, Parquet columns in their own types.
     """
-    sep = "\t" if ".tsv" in path.name.lower() else ","
-    try:
-        header = list(pd.read_csv(path, sep=sep, nrows=0, encoding=CSV_ENCODING).columns)
-        if len(header) == 1:
-            found = [other for other in CSV_SEPARATORS if other != sep and other in header[0]]
-            if found:
-                sep = found[0]
-                header = list(pd.read_csv(path, sep=sep, nrows=0, encoding=CSV_ENCODING).columns)
-                log.info("%s: columns separated by %r (not %r): read with that separator", path, sep,
-                         "\t" if ".tsv" in path.name.lower() else ",")
-    except pd.errors.EmptyDataError as error:
-        raise TableError(f"{path}: the file is empty") from error
-    return header, sep
+
+    sha1: str
+    frame: pd.DataFrame
 
 
-def read_columns(path: Path, columns: Sequence[str], what: Sequence[str]) -> pd.DataFrame:
-    """The named columns of a CSV (every cell as text) or Parquet table (native types).
+def read_table(path: Path, columns: Sequence[str], what: Sequence[str]) -> TableRead:
+    """Read a CSV or Parquet table once: hash its bytes and parse the named columns from them.
 
     Args:
         path: the table.
@@ -109,18 +108,31 @@ def read_columns(path: Path, columns: Sequence[str], what: Sequence[str]) -> pd.
         what: for each column, the config key that names it (for the message when it is missing).
 
     Raises:
-        TableError: the file is empty or has no data rows, or a column is not there.
+        TableError: an unknown file type, an empty file or one without data rows, a column that is
+            not there, and for CSV files: bytes that are not UTF-8 or a line whose field count
+            differs from the header's.
     """
     if not is_parquet(path) and not path.name.lower().endswith(_CSV_SUFFIXES):
         raise TableError(f"{path}: unknown table type; name it *.csv, *.csv.gz, *.tsv or *.parquet")
-    if path.stat().st_size == 0:
+    data = path.read_bytes()
+    if not data:
         raise TableError(f"{path}: the file is empty")
+    sha1 = hashlib.sha1(data).hexdigest()
     if is_parquet(path):
         import pyarrow.parquet as pq
 
-        header, sep = list(pq.read_schema(path).names), None
+        _check_columns(path, list(pq.read_schema(io.BytesIO(data)).names), columns, what, None)
+        frame = pd.read_parquet(io.BytesIO(data), columns=list(dict.fromkeys(columns)))
     else:
-        header, sep = csv_header(path)
+        frame = _parse_csv(path, data, columns, what)
+    if frame.empty:
+        raise TableError(f"{path}: the file has a header but no data rows")
+    return TableRead(sha1, frame)
+
+
+def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], what: Sequence[str],
+                   sep: str | None) -> None:
+    """Raise :class:`TableError` naming the first of ``columns`` that ``header`` lacks (with a close match)."""
     for column, key in zip(columns, what):
         if column not in header:
             lower = {name.lower(): name for name in header}
@@ -129,14 +141,118 @@ def read_columns(path: Path, columns: Sequence[str], what: Sequence[str]) -> pd.
             read_as = f" (read with the separator {sep!r})" if sep is not None else ""
             raise TableError(f"{path}: no column '{column}' ({key}){hint} The file's columns are: "
                              f"{', '.join(header)}{read_as}")
-    unique = list(dict.fromkeys(columns))
-    if is_parquet(path):
-        frame = pd.read_parquet(path, columns=unique)
-    else:
-        frame = pd.read_csv(path, sep=sep, usecols=unique, dtype=str, keep_default_na=False, encoding=CSV_ENCODING)
-    if frame.empty:
-        raise TableError(f"{path}: the file has a header but no data rows")
-    return frame
+
+
+def csv_bytes(path: Path, data: bytes) -> bytes:
+    """The bytes of a CSV file's text (decompressed for ``*.gz``), checked to be UTF-8, a leading
+    byte-order mark (Excel's "CSV UTF-8") dropped.
+
+    Raises:
+        TableError: not a gzip stream (``*.gz``), or not UTF-8: the message gives the line and the
+            byte offset of the first byte that is not.
+    """
+    where = ""
+    if path.name.lower().endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as error:
+            raise TableError(f"{path}: not a complete gzip file ({error})") from None
+        where = " of the decompressed text"
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        data[start:].decode("utf-8")
+    except UnicodeDecodeError as error:
+        offset = start + error.start
+        line = data.count(b"\n", 0, offset) + 1
+        raise TableError(f"{path}: line {line} is not UTF-8 text (byte 0x{data[offset]:02x} at byte offset "
+                         f"{offset}{where}); save the table as UTF-8 (a spreadsheet's 'CSV UTF-8')") from None
+    return data[start:]
+
+
+def csv_separator(path: Path, header_line: str) -> str:
+    """The separator of a CSV file, from its header line.
+
+    A tab for ``*.tsv`` files and a comma otherwise, unless the header holds no such separator but
+    one of :data:`CSV_SEPARATORS` (a ``;``-separated export from a spreadsheet): then that one,
+    said in a log line.
+    """
+    usual = "\t" if ".tsv" in path.name.lower() else ","
+    found = [other for other in CSV_SEPARATORS if other != usual and other in header_line]
+    if usual in header_line or not found:
+        return usual
+    log.info("%s: columns separated by %r (not %r): read with that separator", path, found[0], usual)
+    return found[0]
+
+
+def _parse_csv(path: Path, data: bytes, columns: Sequence[str], what: Sequence[str]) -> pd.DataFrame:
+    """The named columns of a CSV file's bytes, every cell as text; blank lines are skipped.
+
+    Raises:
+        TableError: see :func:`read_table`.
+    """
+    text = csv_bytes(path, data)
+    header_line = next((line for line in _lines(text) if line.rstrip(b"\r")), b"").decode()
+    if not header_line:
+        raise TableError(f"{path}: the file is empty")
+    sep = csv_separator(path, header_line)
+    header = list(pd.read_csv(io.BytesIO(text), sep=sep, nrows=0, encoding="utf-8").columns)
+    _check_columns(path, header, columns, what, sep)
+    _check_field_counts(path, text, sep)
+    return pd.read_csv(io.BytesIO(text), sep=sep, usecols=list(dict.fromkeys(columns)), dtype=str,
+                       keep_default_na=False, encoding="utf-8")
+
+
+def _lines(text: bytes) -> Iterator[bytes]:
+    """The lines of ``text``, one at a time (without their ``\\n``)."""
+    start = 0
+    while start <= len(text):
+        end = text.find(b"\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end + 1
+
+
+def _check_field_counts(path: Path, text: bytes, sep: str) -> None:
+    """Refuse a line (blank ones aside) whose number of fields differs from the header's, which a
+    parser would shift into other columns or fill with empty cells.
+
+    Without quotes or lone carriage returns a line's fields are its separators plus one, counted in
+    a few array operations; otherwise the lines are tokenised as the parser does (``csv``).
+
+    Raises:
+        TableError: naming the file, the line and both field counts.
+    """
+    if b'"' in text or text.count(b"\r") != text.count(b"\r\n"):
+        _exact_field_counts(path, text.decode("utf-8"), sep)
+        return
+    buf = np.frombuffer(text, dtype=np.uint8)
+    ends = np.flatnonzero(buf == ord("\n"))
+    starts, ends = np.concatenate([[0], ends + 1]), np.append(ends, len(buf))
+    separators = np.flatnonzero(buf == ord(sep))
+    fields = np.searchsorted(separators, ends) - np.searchsorted(separators, starts) + 1
+    carriage_return = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == ord("\r"))
+    used = np.flatnonzero(ends - starts - carriage_return > 0)  # lines that are not blank
+    bad = used[fields[used] != fields[used[0]]]
+    if len(bad):
+        _raise_field_count(path, int(bad[0]) + 1, int(fields[bad[0]]), int(used[0]) + 1, int(fields[used[0]]), sep)
+
+
+def _exact_field_counts(path: Path, text: str, sep: str) -> None:
+    """:func:`_check_field_counts` with quoted fields: every record tokenised, lines counted."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    header_line, expected, line = 0, 0, 1
+    for record in reader:
+        if record and not header_line:
+            header_line, expected = line, len(record)
+        elif record and len(record) != expected:
+            _raise_field_count(path, line, len(record), header_line, expected, sep)
+        line = reader.line_num + 1
+
+
+def _raise_field_count(path: Path, line: int, fields: int, header_line: int, expected: int, sep: str) -> NoReturn:
+    """Raise the :class:`TableError` of a line with ``fields`` fields under a header of ``expected``."""
+    hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" if fields > expected else ""
+    raise TableError(f"{path}: line {line} has {fields} fields, the header (line {header_line}) has {expected}{hint}")
 
 
 #: The largest magnitude a target may have: the cache stores targets as float32.
@@ -323,43 +439,34 @@ class SmilesTable(MoleculeSource):
             raise TableError(f"data.source.split_fractions {list(split_fractions)}: three shares (train, valid, "
                              "test), each >= 0, summing to 1")
         self.name = f"smiles_{self.path.name.split('.')[0]}"
-        self._digest: str | None = None
-        self._classes: int | None = None
 
-    # -- what the model is linked to
-    @property
-    def num_targets(self) -> int:
-        return len(self.targets)
+    @cached_property
+    def table(self) -> TableRead:
+        """The configured columns and the SHA-1 of the file, from its one read."""
+        self.ensure_raw(Path("."))
+        columns = [self.smiles_column, *self.targets]
+        keys = ["data.source.smiles_column", *["data.source.targets"] * len(self.targets)]
+        if self.split == "column":
+            columns.append(self.split_column)
+            keys.append("data.source.split_column")
+        return read_table(self.path, columns, keys)
 
-    @property
-    def target_names(self) -> tuple[str, ...]:
-        return tuple(self.targets)
-
-    @property
-    def target_kind(self) -> str:
-        return self.task
-
-    @property
-    def num_outputs(self) -> int:
-        """One output per target; the number of classes for a multi-class target (read from the table
-        when ``num_classes`` is not given)."""
-        if self.task != "multiclass":
-            return len(self.targets)
-        if self._classes is None:
-            self.ensure_raw(Path("."))
-            frame = read_columns(self.path, self.targets, ["data.source.targets"])
+    @cached_property
+    def spec(self) -> DataSpec:
+        """Molecules with the configured targets, checked against the table (which is read here, before
+        any work); a multi-class target's classes come from its labels unless ``num_classes`` is given."""
+        frame = self.table.frame
+        classes = None
+        if self.task == "multiclass":
             labels = numeric_column(frame, self.targets[0], self.path)
-            self._classes = check_labels(labels, self.targets[0], self.path, self.task, self.num_classes)
-        return self._classes
+            classes = check_labels(labels, self.targets[0], self.path, self.task, self.num_classes)
+        return molecule_spec(self.targets, self.task, classes)
 
     def origin(self) -> str:
         return f"{self.path} (SMILES column '{self.smiles_column}')"
 
     def options(self) -> dict:
-        if self._digest is None:
-            self.ensure_raw(Path("."))
-            self._digest = sha1_file(self.path)
-        return {**super().options(), "sha1": self._digest, "smiles_column": self.smiles_column,
+        return {**super().options(), "sha1": self.table.sha1, "smiles_column": self.smiles_column,
                 "targets": self.targets, "task": self.task, "num_classes": self.num_classes, "split": self.split,
                 "split_column": self.split_column if self.split == "column" else None,
                 "split_fractions": self.split_fractions if self.split != "column" else None,
@@ -372,20 +479,16 @@ class SmilesTable(MoleculeSource):
                                  f"relative to the directory you run from, {Path.cwd()})")
 
     def open(self, root: Path) -> SmilesRows:
-        """Read and check the whole table, and split it; raises :class:`TableError` before any work."""
-        columns = [self.smiles_column, *self.targets]
-        keys = ["data.source.smiles_column", *["data.source.targets"] * len(self.targets)]
-        if self.split == "column":
-            columns.append(self.split_column)
-            keys.append("data.source.split_column")
-        frame = read_columns(self.path, columns, keys)
+        """Check the whole table (read once, by :attr:`table`) and split it; raises :class:`TableError`
+        before any work."""
+        frame = self.table.frame
         smiles = smiles_strings(frame, self.smiles_column)
         targets = np.stack([numeric_column(frame, name, self.path) for name in self.targets], axis=1)
         for k, name in enumerate(self.targets):
             if not np.isfinite(targets[:, k]).any():
                 raise TableError(f"{self.path}: target column '{name}' has no value in any of its {len(frame)} rows")
             if self.task != "regression":
-                self._classes = check_labels(targets[:, k], name, self.path, self.task, self.num_classes)
+                check_labels(targets[:, k], name, self.path, self.task, self.num_classes)
         rejected = self._duplicates(smiles)
         splits = self._splits(frame, smiles)
         self._check_training_targets(targets, splits["train"], rejected)
@@ -471,30 +574,35 @@ class SmilesToPredict(MoleculeSource):
         smiles_column: the SMILES column.
     """
 
-    num_targets = 0
-    target_names = ()
+    spec = molecule_spec([])
 
     def __init__(self, path: str, smiles_column: str = "smiles") -> None:
         self.path = Path(path)
         self.smiles_column = smiles_column
         self.name = f"predict_{self.path.name.split('.')[0]}"
-        self._digest: str | None = None
+
+    @cached_property
+    def table(self) -> TableRead:
+        """The SMILES column and the SHA-1 of the file, from its one read."""
+        self.ensure_raw(Path("."))
+        return read_table(self.path, [self.smiles_column], ["--smiles-column"])
+
+    def smiles(self) -> list[str]:
+        """The SMILES of every row, stripped, in file order."""
+        return smiles_strings(self.table.frame, self.smiles_column)
 
     def origin(self) -> str:
         return f"{self.path} (SMILES column '{self.smiles_column}')"
 
     def options(self) -> dict:
-        if self._digest is None:
-            self._digest = sha1_file(self.path)
-        return {**super().options(), "sha1": self._digest, "smiles_column": self.smiles_column}
+        return {**super().options(), "sha1": self.table.sha1, "smiles_column": self.smiles_column}
 
     def ensure_raw(self, root: Path) -> None:
         if not self.path.is_file():
             raise DatasetMissing(f"the table to predict, {self.path}, does not exist")
 
     def open(self, root: Path) -> MoleculeTable:
-        frame = read_columns(self.path, [self.smiles_column], ["--smiles-column"])
-        smiles = smiles_strings(frame, self.smiles_column)
+        smiles = self.smiles()
         return MoleculeTable(smiles, np.zeros((len(smiles), 0), dtype=np.float32))
 
     def splits(self, root: Path, reader: MoleculeTable) -> dict[str, np.ndarray]:

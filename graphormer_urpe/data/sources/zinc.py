@@ -11,6 +11,7 @@ from torch_geometric.datasets import ZINC as PygZINC
 
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import GraphSource, missing_files, network_reachable
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import DatasetMissing
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,9 @@ class ZINCReader:
         self.splits = [PygZINC(str(root), subset=subset, split=split) for split, _ in _SPLITS]
         self.split_start = np.cumsum([0] + [len(s) for s in self.splits])
         self.num_rows = int(self.split_start[-1])
+
+    def worker_init(self) -> None:
+        """Nothing to prepare: PyG's tensors are read as they are."""
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph]]:
         for row in range(start, stop):
@@ -51,8 +55,7 @@ class ZINC(GraphSource):
     """
 
     name = "ZINC"
-    node_vocab = (28,)
-    edge_vocab = (4,)
+    spec = DataSpec(node_vocab=(28,), edge_vocab=(4,), num_targets=1, num_outputs=1)
 
     def __init__(self, subset: bool = True) -> None:
         self.subset = subset

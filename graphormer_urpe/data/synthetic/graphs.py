@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.loaders import eval_loader, train_loader
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.errors import check_int
 
@@ -151,29 +152,12 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
         self.rejected: Counter = Counter()
 
     @property
-    def node_vocab(self) -> list[int]:
-        """One node-feature column with a single value: every node looks the same."""
-        return [1]
-
-    @property
-    def edge_vocab(self) -> list[int]:
-        """One edge-feature column with a single value."""
-        return [1]
-
-    @property
-    def num_targets(self) -> int:
-        """The model's output width: one logit per class, counts ``0 .. max_distance_count``."""
-        return max_distance_count(self.degree, self.distance, self.max_nodes) + 1
-
-    @property
-    def readout(self) -> str:
-        """Where the model reads its predictions (linked to the model): every node."""
-        return "nodes"
-
-    @property
-    def target_kind(self) -> str:
-        """One class label per node (linked to the task)."""
-        return "multiclass"
+    def spec(self) -> DataSpec:
+        """One constant node and edge feature (every node looks the same), one class label per node:
+        counts ``0 .. max_distance_count``, each a logit; linked into the model by the CLI."""
+        classes = max_distance_count(self.degree, self.distance, self.max_nodes) + 1
+        return DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=classes, target_level="node",
+                        target_kind="multiclass")
 
     @property
     def split_sizes(self) -> dict[str, int]:

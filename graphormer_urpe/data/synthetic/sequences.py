@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from graphormer_urpe.data.loaders import eval_loader, per_device_batch_size, process_grid
+from graphormer_urpe.data.spec import SequenceSpec
 from graphormer_urpe.errors import ConfigError, check_choice, check_int
 
 SequenceTask = Literal["position", "even_token"]
@@ -180,24 +181,15 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
             check_int(key, value, 1)
         if task == "even_token" and length % 2:
             raise ConfigError("data.length", length, "even_token needs an even length")
-        self.task, self._length, self._vocab_size = task, length, vocab_size
+        self.task, self.length, self.vocab_size = task, length, vocab_size
         self.batch_size, self.val_size, self.test_size, self.seed = batch_size, val_size, test_size, seed
         self.datasets: dict[str, FixedSequences] = {}
 
     @property
-    def vocab_size(self) -> int:
-        """Input token values (linked to the model's embedding)."""
-        return self._vocab_size
-
-    @property
-    def num_classes(self) -> int:
-        """Output classes per token (linked to the model's head)."""
-        return num_sequence_classes(self.task, self._length, self._vocab_size)
-
-    @property
-    def length(self) -> int:
-        """n (linked to the model: it sizes the Toeplitz C)."""
-        return self._length
+    def spec(self) -> SequenceSpec:
+        """Vocabulary, classes per token and length, linked into the model by the CLI."""
+        return SequenceSpec(self.vocab_size, num_sequence_classes(self.task, self.length, self.vocab_size),
+                            self.length)
 
     @property
     def split_sizes(self) -> dict[str, int]:
@@ -209,21 +201,21 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
         if self.datasets:
             return
         for split, size in self.split_sizes.items():
-            data = random_sequences(self.task, size, self._length, self._vocab_size,
+            data = random_sequences(self.task, size, self.length, self.vocab_size,
                                     _generator(self.seed, _STREAM_IDS[split]))
             self.datasets[split] = FixedSequences(data)
 
     def describe(self) -> dict:
         """Task, sizes and seed."""
-        return {"source": f"synthetic {self.task}", "length": self._length, "vocab_size": self._vocab_size,
-                "classes": self.num_classes, "splits": {"train": "fresh random batches", "valid": self.val_size,
-                                                        "test": self.test_size},
+        return {"source": f"synthetic {self.task}", "length": self.length, "vocab_size": self.vocab_size,
+                "classes": self.spec.num_classes,
+                "splits": {"train": "fresh random batches", "valid": self.val_size, "test": self.test_size},
                 "batch_size": self.batch_size, "seed": self.seed}
 
     def train_dataloader(self) -> DataLoader:
         """Fresh batches of this process's share of the global batch, from its own seeded stream."""
         world, rank = process_grid(self.trainer)
-        stream = SequenceStream(self.task, self._length, self._vocab_size,
+        stream = SequenceStream(self.task, self.length, self.vocab_size,
                                 per_device_batch_size(self.batch_size, world), self.seed, rank)
         return DataLoader(stream, batch_size=None)
 

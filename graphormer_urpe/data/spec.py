@@ -1,0 +1,129 @@
+"""What a dataset is, declared once: the facts that the model, the tasks, the cache and evaluation need.
+
+Every source builds one :class:`DataSpec` (sources that infer it read their data for it, once),
+every datamodule exposes it as ``spec``, and the CLI passes it to the task by one link
+(``data.spec`` -> ``model.init_args.data``); the task sets the encoder fields the data decides from
+it (:meth:`DataSpec.encoder_fields`). The synthetic sequence tasks have their own
+:class:`SequenceSpec`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from graphormer_urpe.data.lsc_formats import SubmissionFormat
+
+TargetLevel = Literal["graph", "node", "target_node"]
+TargetKind = Literal["regression", "binary", "multiclass"]
+#: Where the model reads its prediction for each target level.
+READOUT = {"graph": "graph_token", "node": "nodes", "target_node": "target_node"}
+
+
+def default_target_names(count: int) -> tuple[str, ...]:
+    """``y``, or ``y0``, ``y1`` ... (the names of targets a dataset does not name)."""
+    return ("y",) if count == 1 else tuple(f"y{k}" for k in range(count))
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """One dataset's declaration (frozen; vocabularies and names are stored as tuples).
+
+    Example:
+        >>> zinc = DataSpec(node_vocab=[28], edge_vocab=[4], num_targets=1, num_outputs=1)
+        >>> zinc.node_vocab, zinc.target_names, zinc.readout
+        ((28,), ('y',), 'graph_token')
+        >>> papers = DataSpec((3,), (6,), num_targets=1, num_outputs=153, continuous_node_dim=768,
+        ...                   target_level="target_node", target_kind="multiclass")  # MAG240M: 153 classes
+        >>> fields = papers.encoder_fields()  # what the task sets in the model's config
+        >>> fields["node_vocab"], fields["num_outputs"], fields["continuous_node_dim"], fields["readout"]
+        ([3], 153, 768, 'target_node')
+
+    Args:
+        node_vocab: values per categorical node-feature column (F entries).
+        edge_vocab: values per categorical edge-feature column (Fe entries).
+        num_targets: Y, target columns per graph (per node for ``target_level: node``).
+        num_outputs: the model's output width: Y for regression and binary targets, the number of
+            classes for one multi-class target.
+        continuous_node_dim: Fc, width of the continuous node features (0: none).
+        continuous_edge_dim: Fec, width of the continuous edge features (0: none).
+        target_level: ``graph`` (one target row per graph), ``node`` (one per node) or
+            ``target_node`` (one per sampled subgraph, belonging to its target node: MAG240M).
+        target_kind: ``regression``, ``binary`` (Y labels in {0, 1}) or ``multiclass`` (one label
+            in 0 .. num_outputs - 1).
+        target_names: name of every target (metric names, prediction columns); empty: ``y``, or
+            ``y0``, ``y1`` ...
+        submission: the OGB-LSC leaderboard's file format and evaluator, None for other datasets.
+
+    Raises:
+        ValueError: the fields contradict each other (a source's bug, named in the message).
+    """
+
+    node_vocab: tuple[int, ...]
+    edge_vocab: tuple[int, ...]
+    num_targets: int
+    num_outputs: int
+    continuous_node_dim: int = 0
+    continuous_edge_dim: int = 0
+    target_level: TargetLevel = "graph"
+    target_kind: TargetKind = "regression"
+    target_names: tuple[str, ...] = ()
+    submission: SubmissionFormat | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("node_vocab", "edge_vocab"):
+            vocab = tuple(int(v) for v in getattr(self, name))
+            if not vocab or min(vocab) < 1:
+                raise ValueError(f"DataSpec.{name}={vocab}: one entry of at least 1 per feature column")
+            object.__setattr__(self, name, vocab)
+        names = tuple(self.target_names) or default_target_names(self.num_targets)
+        object.__setattr__(self, "target_names", names)
+        if len(names) != self.num_targets:
+            raise ValueError(f"DataSpec: {len(names)} target names {names} for num_targets={self.num_targets}")
+        if self.target_level not in READOUT:
+            raise ValueError(f"DataSpec.target_level={self.target_level!r}; expected one of {', '.join(READOUT)}")
+        if self.target_kind == "multiclass":
+            if self.num_targets != 1 or self.num_outputs < 2:
+                raise ValueError(f"DataSpec: a multi-class target is one column with at least 2 classes, got "
+                                 f"num_targets={self.num_targets}, num_outputs={self.num_outputs}")
+        elif self.target_kind in ("regression", "binary"):
+            if self.num_outputs != self.num_targets:
+                raise ValueError(f"DataSpec: {self.target_kind} targets have one output each, got "
+                                 f"num_targets={self.num_targets}, num_outputs={self.num_outputs}")
+        else:
+            raise ValueError(f"DataSpec.target_kind={self.target_kind!r}; expected regression, binary or multiclass")
+        if min(self.continuous_node_dim, self.continuous_edge_dim) < 0:
+            raise ValueError("DataSpec: continuous feature widths are 0 (none) or more")
+
+    @property
+    def readout(self) -> str:
+        """Where the model reads its prediction: ``graph_token``, ``nodes`` or ``target_node``."""
+        return READOUT[self.target_level]
+
+    def encoder_fields(self) -> dict[str, object]:
+        """The :class:`~graphormer_urpe.model.graphormer.GraphormerConfig` fields that the data decides."""
+        return {"node_vocab": list(self.node_vocab), "edge_vocab": list(self.edge_vocab),
+                "num_outputs": self.num_outputs, "continuous_node_dim": self.continuous_node_dim,
+                "continuous_edge_dim": self.continuous_edge_dim, "readout": self.readout}
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    """One synthetic sequence task's declaration: one multi-class label per token.
+
+    Args:
+        vocab_size: V, input token values ``0 .. V - 1``.
+        num_classes: classes of every token's label (the model's output width).
+        length: n, tokens per sequence (sizes the Toeplitz C).
+    """
+
+    vocab_size: int
+    num_classes: int
+    length: int
+    #: Every token has one class label, named ``y``.
+    target_kind: ClassVar[str] = "multiclass"
+    target_names: ClassVar[tuple[str, ...]] = ("y",)
+
+    def encoder_fields(self) -> dict[str, object]:
+        """The :class:`~graphormer_urpe.model.sequence.SequenceConfig` fields that the data decides."""
+        return {"vocab_size": self.vocab_size, "num_classes": self.num_classes, "length": self.length}
