@@ -29,7 +29,6 @@ the dataset's collated tensors once, the first time one is needed, which is when
 from __future__ import annotations
 
 import hashlib
-import importlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.pyg_interop import is_categorical
 from graphormer_urpe.data.sources.base import GraphSource, seeded_split
 from graphormer_urpe.data.spec import DataSpec
-from graphormer_urpe.errors import DataError, DatasetMissing
+from graphormer_urpe.errors import DataError, DatasetMissing, import_object
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +89,13 @@ def _columns(tensor: torch.Tensor) -> np.ndarray:
 
 
 def import_dataset_class(path: str) -> type:
-    """The dataset class named by ``path`` (``torch_geometric.datasets.TUDataset``), checked."""
-    module, _, name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise DataError(f"data.source.dataset: cannot import '{path}' ({error})") from error
+    """The dataset class named by ``path`` (``torch_geometric.datasets.TUDataset``), checked.
+
+    Raises:
+        ConfigError: nothing importable has that path.
+        DataError: it is not an ``InMemoryDataset``.
+    """
+    cls = import_object("data.source.dataset", path)
     if not (isinstance(cls, type) and issubclass(cls, InMemoryDataset)):
         raise DataError(f"data.source.dataset: {path} is not a torch_geometric InMemoryDataset")
     return cls
