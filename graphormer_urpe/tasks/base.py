@@ -30,8 +30,13 @@ C = TypeVar("C")
 
 
 def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_factor: float = 0.0) -> float:
-    """LR multiplier: linear from 0 to 1 over ``warmup_steps``, then linear to ``end_factor`` at
-    ``total_steps`` (the papers' schedule; the official ``PolynomialDecayLR`` with power 1)."""
+    """LR multiplier after ``step`` optimiser updates: linear from 0 to 1 over ``warmup_steps``, then
+    linear to ``end_factor`` at ``total_steps``.
+
+    Stepped after every update, so update k (from 1) uses the multiplier of step k - 1: the first
+    uses 0, and ``end_factor`` is reached after the last. This is where fairseq's trainer (official
+    v2) places the schedule; v1.0's Lightning ``PolynomialDecayLR`` is one step earlier.
+    """
     if step < warmup_steps:
         return step / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
@@ -40,7 +45,8 @@ def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_fact
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    """AdamW (betas 0.9, 0.999) with linear warm-up, then linear decay to ``end_lr`` at the last step.
+    """AdamW (betas 0.9, 0.999) with linear warm-up, then linear decay to ``end_lr``, reached after the
+    last step (:func:`warmup_linear_decay`: update k uses the rate of step k - 1).
 
     The defaults are the Graphormer papers'; every config states the values it trains with
     (``model.init_args.optim.lr`` ..., ``--model.optim.lr 1e-3`` on the command line). Every field
@@ -49,7 +55,7 @@ class OptimConfig:
     Args:
         lr: peak learning rate (> 0).
         warmup_steps: linear warm-up length in optimiser steps (>= 0).
-        end_lr: learning rate reached at the last step (>= 0; the papers decay to 0).
+        end_lr: learning rate the decay reaches at ``trainer.max_steps`` (>= 0; the papers decay to 0).
         weight_decay: decoupled (AdamW) weight decay on every parameter, as the official code (>= 0).
         adam_eps: Adam epsilon (> 0).
     """
