@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,12 @@ def test_link_checks_catch_what_they_should(tmp_path: Path) -> None:
     assert heading_anchors(page) == {"the-default-run-measured", "what-is-exact-and-how-it-is-tested"}
     text = "[a](docs/a.md) `[b](b.md)` ![c](c.png)\n```\n[d](d.md)\n```\n[e](https://x.org)"
     assert LINK.findall(markdown_outside_code(text)) == ["docs/a.md", "c.png", "https://x.org"]
+
+
+def test_ci_runs_the_readmes_test_command_installing_the_tested_torch_which_the_package_accepts_as_a_range() -> None:
+    command = (REPO_DIR / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert command.startswith("python3 -m venv .venv && ") and 'pip install -q torch==2.13.0 -e ".[test]"' in command
+    assert command.removeprefix("python3 ") in README.read_text()  # the README's test command, verbatim
+    dependencies = tomllib.loads((REPO_DIR / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "torch>=2.6" in dependencies
+    assert [requirement for requirement in dependencies if "==" in requirement] == []  # no exact pins
