@@ -181,8 +181,6 @@ class GraphBatch(TensorFields):
         return self.x.shape[0]
 
 
-
-
 def pad_rows(mask: torch.Tensor, values: torch.Tensor, fill: float) -> torch.Tensor:
     """``values`` at the True positions of ``mask`` (in row-major order), ``fill`` elsewhere: unpadded
     rows into a padded batch (MAG240M's compact batches, PyG batches).

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 
+from graphormer_urpe.data.loaders import gather_objects
 from graphormer_urpe.data.split_rows import PredictableData
 
 
@@ -57,11 +57,7 @@ def gather_predictions(index: torch.Tensor, prediction: torch.Tensor) -> tuple[n
         predicted twice), and the number of repeated predictions dropped.
     """
     values = prediction.detach().to("cpu", torch.float32).numpy()
-    parts = [(index.detach().cpu().numpy(), values[:, None] if values.ndim == 1 else values)]
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        gathered: list = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, parts[0])
-        parts = gathered
+    parts = gather_objects((index.detach().cpu().numpy(), values[:, None] if values.ndim == 1 else values))
     all_index = np.concatenate([p[0] for p in parts]).astype(np.int64)
     all_prediction = np.concatenate([p[1] for p in parts])
     order = np.argsort(all_index, kind="stable")

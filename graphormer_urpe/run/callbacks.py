@@ -26,29 +26,16 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
+from graphormer_urpe.data.loaders import gather_objects
 from graphormer_urpe.errors import NonFiniteLoss
 from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
 from graphormer_urpe.run.plots import has_relative_encodings, relative_encoding_figure
 
 log = logging.getLogger("graphormer_urpe")
-
-
-def _distributed(trainer: pl.Trainer) -> bool:
-    return trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
-
-
-def _gather(trainer: pl.Trainer, value: Any) -> list[Any]:
-    """``value`` of every process, in rank order (a collective: every process must call it)."""
-    if not _distributed(trainer):
-        return [value]
-    gathered: list[Any] = [None] * trainer.world_size
-    dist.all_gather_object(gathered, value)
-    return gathered
 
 
 # ----------------------------------------------------------------------------- exact resume
@@ -90,15 +77,10 @@ class RNGState(Callback):
 
     def __init__(self) -> None:
         self.pending: dict[str, Any] | None = None
-        self._trainer: pl.Trainer | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        trainer = self._trainer
-        states = _gather(trainer, rng_state()) if trainer is not None else [rng_state()]
+        states = gather_objects(rng_state())
         return {"world_size": len(states), "states": states}
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._trainer = trainer
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.pending = state_dict
@@ -267,7 +249,7 @@ class NonFiniteLossGuard(Callback):
             return
         index = getattr(self._batch, "index", None)
         mine = (trainer.global_rank, value, index.tolist() if isinstance(index, torch.Tensor) else None)
-        reports = [r for r in _gather(trainer, mine) if not math.isfinite(r[1])]
+        reports = [r for r in gather_objects(mine) if not math.isfinite(r[1])]
         graphs = "; ".join(
             (f"process {rank}: " if trainer.world_size > 1 else "") + f"loss {loss_value}, graphs {indices}"
             for rank, loss_value, indices in reports

@@ -50,6 +50,7 @@ from graphormer_urpe.errors import DatasetMissing
 log = logging.getLogger(__name__)
 
 DATASET_DIR = "mag240m_kddcup2021"
+#: Dimension of the paper features (RoBERTa sentence embeddings).
 FEATURE_DIM = 768
 DERIVED_FORMAT = 1
 MANIFEST = "manifest.json"
