@@ -24,7 +24,7 @@ from graphormer_urpe.data.sources.molecules import MoleculeSource
 from graphormer_urpe.data.sources.tables import SmilesToPredict
 from graphormer_urpe.errors import DataError, import_object
 from graphormer_urpe.evaluation.splits import predict_split
-from graphormer_urpe.tasks.graph import PerTargetTask
+from graphormer_urpe.tasks.base import PerTargetTask
 
 log = logging.getLogger("graphormer_urpe")
 

@@ -219,3 +219,37 @@ class GraphormerTask(pl.LightningModule):
             raise ValueError("the data has one target per node but the model reads one prediction per graph: "
                              "set model.encoder.readout=nodes (the data's spec sets it when trained with train.py)")
         return output, batch.y
+
+
+class PerTargetTask(GraphormerTask):
+    """A task whose ``val``/``test`` metrics are :class:`PerTargetMetrics` in ``self.metrics[stage]``
+    (a ``ModuleList``), computed over the whole split and logged at the end of each epoch.
+
+    Subclasses implement :meth:`evaluation_step` and set ``monitor``.
+    """
+
+    metrics: nn.ModuleDict
+    monitor: tuple[str, str]
+
+    def evaluation_step(self, batch: GraphBatch, stage: str) -> None:
+        """Update ``self.metrics[stage]`` with one batch."""
+        raise NotImplementedError
+
+    def validation_step(self, batch: GraphBatch, batch_idx: int) -> None:
+        self.evaluation_step(batch, "val")
+
+    def test_step(self, batch: GraphBatch, batch_idx: int) -> None:
+        self.evaluation_step(batch, "test")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test")
+
+    def _log_metrics(self, stage: str) -> None:
+        """Log the split's metrics (already gathered across processes by torchmetrics) and reset them."""
+        for metric in self.metrics[stage]:
+            for name, value in metric.compute(stage).items():
+                self.log(name, value, prog_bar=name == self.monitor[0])
+            metric.reset()

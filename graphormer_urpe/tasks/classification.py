@@ -21,8 +21,7 @@ from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.spec import DataSpec, default_target_names
 from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig, data_targets
-from graphormer_urpe.tasks.graph import PerTargetTask
+from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig, PerTargetTask, data_targets
 from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, EvaluatorMetric, PerTargetMetrics
 
 
