@@ -123,7 +123,8 @@ def molecule_batch(task: GraphormerTask, graphs: int, atoms: int, seed: int = 0)
 def synthetic_mag_root(directory: Path, papers: int = 100_000) -> Path:
     """A synthetic MAG240M release (real layout, 153 classes, 5 papers per author, 40 citations and
     10 authors per paper) dense enough for subgraphs near the 401-node bound; built once."""
-    from graphormer_urpe.data.mag240m.release import MAG240MRaw, prepare_derived
+    from graphormer_urpe.data.mag240m.derived import prepare_derived
+    from graphormer_urpe.data.mag240m.release import MAG240MRaw
     from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
     root = directory / f"mag240m_{papers}"

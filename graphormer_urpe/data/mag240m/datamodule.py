@@ -26,16 +26,9 @@ from graphormer_urpe.data.loaders import (
 )
 from graphormer_urpe.data.lsc_formats import MAG240M
 from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
-from graphormer_urpe.data.mag240m.release import (
-    DATASET_DIR,
-    FEATURE_DIM,
-    MANIFEST,
-    RELATIONS,
-    MAG240MGraph,
-    MAG240MRaw,
-    NodeType,
-    prepare_derived,
-)
+from graphormer_urpe.data.mag240m.derived import MANIFEST, prepare_derived
+from graphormer_urpe.data.mag240m.graph import MAG240MGraph
+from graphormer_urpe.data.mag240m.release import DATASET_DIR, FEATURE_DIM, RELATIONS, MAG240MRaw, NodeType
 from graphormer_urpe.data.mag240m.sampler import SubgraphCollator
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.split_rows import SplitRows
