@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,14 +37,17 @@ def data_identity(datamodule: pl.LightningDataModule, data_config: Mapping[str, 
     or release options, split options, featuriser version, node limit, path order. Datamodules
     without a cache (MAG240M, the synthetic tasks) are their class and the options of their config
     section that decide which examples they serve (``data_config``: ``class_path`` and
-    ``init_args``), all but :data:`LOADING_OPTIONS`.
+    ``init_args``), all but :data:`LOADING_OPTIONS`. Returned as JSON data (lists, not tuples), so
+    that it compares equal however it was stored.
     """
     cache_key = getattr(datamodule, "cache_key", None)
     if cache_key is not None:
-        return dict(cache_key)
-    options = {name: value for name, value in data_config.get("init_args", {}).items()
-               if name not in LOADING_OPTIONS}
-    return {"datamodule": data_config["class_path"], **options}
+        identity = dict(cache_key)
+    else:
+        options = {name: value for name, value in data_config.get("init_args", {}).items()
+                   if name not in LOADING_OPTIONS}
+        identity = {"datamodule": data_config["class_path"], **options}
+    return json.loads(json.dumps(identity))
 
 
 def config_identity(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str, Any]:

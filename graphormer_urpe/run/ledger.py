@@ -13,7 +13,8 @@
   optimiser step each started from (:func:`start_segment`), and ``metrics.csv`` is only ever appended
   to, each row naming its segment (:class:`MetricsLog`). A segment that resumes from the checkpoint of
   step s trains the steps after s again, so its rows supersede those of earlier segments from step s
-  on: :func:`read_metrics` joins the segments into the run's learning curve, every step once.
+  on (and the validation of step s, which it runs again when the checkpoint was written before it):
+  :func:`read_metrics` joins the segments into the run's learning curve, every step once.
 """
 
 from __future__ import annotations
@@ -321,8 +322,10 @@ class MetricsLog(Logger):
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
-    """The run's learning curve from ``metrics.csv``: every segment's rows, those of earlier segments
-    cut where a later segment resumed (the steps it trained again), in the order they were logged.
+    """The run's learning curve from ``metrics.csv``: every segment's rows, in the order they were logged,
+    less the rows of earlier segments that a later one logged again: every row from the step it
+    resumed at on (the steps it trained again), and any row of the same step and metrics (the
+    validation of the resumed step, run again when its checkpoint was written before it).
 
     Each row maps ``segment``, ``step``, ``epoch`` (ints) and every metric it has (floats; empty cells
     left out). ``metrics.csv`` itself keeps every row ever logged. Rows logged before run directories
@@ -335,10 +338,18 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
     starts = {int(s["segment"]): int(s["start_step"]) for s in read_segments(run_dir)}
     kept: list[dict[str, float]] = []
     cutoff = math.inf  # the earliest start of any later segment
+    logged_later: set[tuple[int, frozenset[str]]] = set()
     for segment in sorted({row["segment"] for row in rows}, reverse=True):
-        kept = [row for row in rows if row["segment"] == segment and row["step"] < cutoff] + kept
+        own = [row for row in rows if row["segment"] == segment]
+        kept = [row for row in own if row["step"] < cutoff and _logged(row) not in logged_later] + kept
         cutoff = min(cutoff, starts.get(segment, math.inf))
+        logged_later |= {_logged(row) for row in own}
     return kept
+
+
+def _logged(row: Mapping[str, float]) -> tuple[int, frozenset[str]]:
+    """A row's step and metric names."""
+    return int(row["step"]), frozenset(name for name in row if name not in ("segment", "step", "epoch"))
 
 
 def _number(name: str, text: str) -> float | int:
