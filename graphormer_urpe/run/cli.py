@@ -347,8 +347,12 @@ class GraphormerCLI(LightningCLI):
         if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
             # our PreemptionCheckpoint requeues at a step boundary; Lightning's would save mid-step
             plugins.append(SLURMEnvironment(auto_requeue=False))
-        return super().instantiate_trainer(default_root_dir=str(run_dir), logger=self._loggers(run_dir),
-                                           callbacks=callbacks, plugins=plugins or None, **kwargs)
+        try:
+            return super().instantiate_trainer(default_root_dir=str(run_dir), logger=self._loggers(run_dir),
+                                               callbacks=callbacks, plugins=plugins or None, **kwargs)
+        except BaseException:  # e.g. a setting Lightning refuses: no run directory left behind
+            self.run_directory.release()
+            raise
 
     @property
     def config_yaml(self) -> str:
