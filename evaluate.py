@@ -42,13 +42,13 @@ from pathlib import Path
 
 import numpy as np
 
-from graphormer_urpe.data.lsc_formats import FORMATS, MODES, SubmissionError, SubmissionFormat
-from graphormer_urpe.data.sources import DataError, DatasetMissing
+from graphormer_urpe.data.lsc_formats import FORMATS, MODES, SubmissionFormat
 from graphormer_urpe.data.split_rows import PredictableData
+from graphormer_urpe.errors import CheckpointError, InputError, SubmissionError
 from graphormer_urpe.evaluation.new_molecules import predict_table
 from graphormer_urpe.evaluation.splits import SplitPredictions, predict_split
 from graphormer_urpe.evaluation.submission import check_submission, write_submission
-from graphormer_urpe.run.checkpoints import CheckpointError, check_checkpoint, load_checkpoint
+from graphormer_urpe.run.checkpoints import check_checkpoint, load_checkpoint
 from graphormer_urpe.run.cli import (
     CONFIG_KEY,
     GraphormerCLI,
@@ -159,10 +159,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp])
             checkpoint = check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
             data_check = compare_data(options, checkpoint, cli)
-        except CheckpointError as error:
-            log.error("%s", error)
-            sys.exit(2)
-        except (DatasetMissing, DataError) as error:
+        except InputError as error:
             log.error("%s", error)
             sys.exit(2)
         fmt = cli.datamodule.submission_format if isinstance(cli.datamodule, PredictableData) else None
@@ -177,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
                 metrics = run(cli.model, cli.datamodule, ckpt_path=options.ckpt, verbose=False)[0]
                 result = {"checkpoint": options.ckpt, "split": options.split, "metrics": metrics}
-        except (DatasetMissing, DataError) as error:
+        except InputError as error:
             log.error("%s", error)
             sys.exit(2)
         except SubmissionError as error:
@@ -222,7 +219,7 @@ def predict_file(options: argparse.Namespace, rest: list[str]) -> dict:
     config_yaml = Path(config_args[1]).read_text() if config_args else embedded_config(options.ckpt)
     try:
         frame = predict_table(Path(options.ckpt), options.predict, options.out, config_yaml, options.smiles_column)
-    except (DatasetMissing, DataError) as error:
+    except InputError as error:
         log.error("%s", error)
         sys.exit(2)
     failed = int((frame["error"] != "").sum())

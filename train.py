@@ -26,9 +26,9 @@ import yaml
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from graphormer_urpe.data.loaders import resume_problem
-from graphormer_urpe.data.sources import DataError, DatasetMissing
-from graphormer_urpe.run.callbacks import NonFiniteLoss, Preempted
-from graphormer_urpe.run.checkpoints import CheckpointError, check_checkpoint, saved_loader_states
+from graphormer_urpe.errors import CheckpointError, InputError, NonFiniteLoss
+from graphormer_urpe.run.callbacks import Preempted
+from graphormer_urpe.run.checkpoints import check_checkpoint, saved_loader_states
 from graphormer_urpe.run.cli import GraphormerCLI, log, write_json
 from graphormer_urpe.run.finetune import init_from_checkpoint
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, differences
@@ -54,7 +54,7 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
     exit_code = 0
     try:
         return fit_and_test(cli)
-    except (DatasetMissing, DataError, CheckpointError, RunDirError) as error:
+    except InputError as error:
         log.error("%s", error)
         exit_code = EXIT_BAD_INPUT
     except NonFiniteLoss as error:

@@ -1,6 +1,7 @@
-"""Direct transcriptions of official Graphormer code, for tests to compare against.
+"""Direct transcriptions of official Graphormer code, and of the data pipeline of transformers'
+Graphormer port, for tests to compare against.
 
-Written from microsoft/Graphormer, read for this purpose and not copied: v2
+Written from microsoft/Graphormer and transformers, read for this purpose and not copied: v2
 ``graphormer/data/algos.pyx`` (``floyd_warshall``, ``get_all_edges``) as plain Python loops.
 """
 
@@ -8,6 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from ogb.utils import smiles2graph
+
+from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
+from graphormer_urpe.data.structure import graph_structure
 
 OFFICIAL_UNREACHABLE = 510
 
@@ -195,3 +200,77 @@ def official_forward(w: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
     h = ln("encoder.layer_norm", F.gelu(lin("encoder.lm_head_transform_weight", h)))
     logits = F.linear(h, w["encoder.embed_out.weight"]) + w["encoder.lm_output_learned_bias"]
     return logits[:, 0, :]  # the graph token, as the criteria take it (v2 criterions/l1_loss.py)
+
+
+# ----------------------------------------------------------------------------- transformers' preprocessing and collator
+# From transformers' ``models/deprecated/graphormer/collating_graphormer.py`` (``preprocess_item``,
+# ``GraphormerDataCollator``); its ``algos_graphormer.pyx`` is official v2's ``algos.pyx`` (above).
+
+
+def transformers_batch(graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], spatial_pos_max: int = 20,
+                       node_shift: int = 1) -> dict[str, torch.Tensor]:
+    """``preprocess_item`` of every (x, edge_index, edge_attr), then ``GraphormerDataCollator(spatial_pos_max)``:
+    the keyword inputs of ``GraphormerForGraphClassification``. Node rows are ``convert_to_single_emb(x) + 1``
+    and then ``+ 1`` again in ``preprocess_item``; ``node_shift=0`` drops that second 1 (official's rows)."""
+    items = []
+    for x, edge_index, edge_attr in graphs:
+        n = x.shape[0]
+        adjacency = np.zeros((n, n), dtype=bool)
+        adjacency[edge_index[0], edge_index[1]] = True
+        attn_edge_type = np.zeros((n, n, edge_attr.shape[1]), dtype=np.int64)
+        attn_edge_type[edge_index[0], edge_index[1]] = convert_to_single_emb(edge_attr) + 1
+        dist, path = floyd_warshall(adjacency)
+        input_edges = gen_edge_input(path, attn_edge_type, int(dist.max()))
+        spatial_pos = torch.from_numpy(dist + 1)
+        attn_bias = torch.zeros(n + 1, n + 1)
+        attn_bias[1:, 1:][spatial_pos >= spatial_pos_max] = float("-inf")
+        items.append(dict(input_nodes=convert_to_single_emb(x) + 1 + node_shift, attn_edge_type=attn_edge_type,
+                          spatial_pos=spatial_pos, attn_bias=attn_bias, in_degree=adjacency.sum(1) + 1,
+                          input_edges=input_edges + 1))
+    n_max = max(item["input_nodes"].shape[0] for item in items)
+    hops = max(item["input_edges"].shape[2] for item in items)
+    batch = len(items)
+    out = dict(
+        attn_bias=torch.zeros(batch, n_max + 1, n_max + 1),
+        attn_edge_type=torch.zeros(batch, n_max, n_max, items[0]["attn_edge_type"].shape[2], dtype=torch.long),
+        spatial_pos=torch.zeros(batch, n_max, n_max, dtype=torch.long),
+        in_degree=torch.zeros(batch, n_max, dtype=torch.long),
+        input_nodes=torch.zeros(batch, n_max, items[0]["input_nodes"].shape[1], dtype=torch.long),
+        input_edges=torch.zeros(batch, n_max, n_max, hops, items[0]["input_edges"].shape[3], dtype=torch.long),
+    )
+    for b, item in enumerate(items):
+        n, d = item["input_nodes"].shape[0], item["input_edges"].shape[2]
+        out["attn_bias"][b, :n + 1, :n + 1] = item["attn_bias"]
+        out["attn_edge_type"][b, :n, :n] = torch.from_numpy(item["attn_edge_type"])
+        out["spatial_pos"][b, :n, :n] = item["spatial_pos"]
+        out["in_degree"][b, :n] = torch.from_numpy(item["in_degree"])
+        out["input_nodes"][b, :n] = torch.from_numpy(item["input_nodes"])
+        out["input_edges"][b, :n, :n, :d] = torch.from_numpy(item["input_edges"])
+    out["out_degree"] = out["in_degree"]
+    return out
+
+
+# ----------------------------------------------------------------------------- the molecules the import tests run
+#: rings (ties between shortest paths), a salt (unreachable pairs), a chain longer than 5 hops
+SMILES = ["c1ccc2ccccc2c1", "CC(=O)[O-].[Na+]", "OCCCCCCCC(N)C1CC1", "C1=CC=CC=CC=C1", "OC1=CC(N)CC(Cl)C1"]
+#: Predictions of two implementations are compared within this many float32 ulps of their largest
+#: magnitude: they sum in different orders (fused q/k/v, one gather of the relation table).
+ULPS = 64
+
+
+def tolerance(reference: torch.Tensor) -> float:
+    return ULPS * torch.finfo(torch.float32).eps * max(1.0, float(reference.abs().max()))
+
+
+def molecules(path_order: str = "official") -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], GraphBatch]:
+    """:data:`SMILES` as (x, edge_index, edge_attr) for the reference pipelines, and as our batch."""
+    graphs, records = [], []
+    for k, smiles in enumerate(SMILES):
+        g = smiles2graph(smiles)
+        x, edge_index, edge_attr = g["node_feat"], g["edge_index"], g["edge_feat"]
+        graphs.append((x, edge_index, edge_attr))
+        s = graph_structure(x.shape[0], edge_index, path_order=path_order)
+        records.append(GraphRecord(x=x, edge_index=edge_index, edge_attr=edge_attr, spd=s.spd,
+                                   first_edge=s.first_edge, in_degree=s.in_degree, out_degree=s.out_degree,
+                                   y=np.zeros(1, np.float32), index=k))
+    return graphs, collate_graphs(records)

@@ -10,13 +10,9 @@ import torch
 
 import evaluate
 import train
+from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.run.checkpoints import (
-    CheckpointError,
-    check_checkpoint,
-    load_checkpoint,
-    saved_loader_states,
-)
+from graphormer_urpe.run.checkpoints import check_checkpoint, load_checkpoint, saved_loader_states
 from graphormer_urpe.tasks import GraphRegression
 from tests.conftest import tiny_run_args
 

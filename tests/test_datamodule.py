@@ -1,17 +1,26 @@
-"""The cache is built once even when several processes or jobs start together."""
+"""The cache is built once even when several processes or jobs start together; damaged cache metadata is
+named and rebuilt."""
 
 from __future__ import annotations
 
+import json
+import logging
 import multiprocessing
+import shutil
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.data.datamodule import GraphDataModule
+from graphormer_urpe.data.batch import RawGraph
+from graphormer_urpe.data.cache import GraphSpec, GraphStore, build_store
+from graphormer_urpe.data.datamodule import GraphDataModule, GraphDataset
 from graphormer_urpe.data.sources import QM9Gap
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
+from graphormer_urpe.testing.tolerance import rounding_tolerance
 from tests.conftest import TINY_MOLECULES
 
 
@@ -89,9 +98,106 @@ def test_size_aware_batching_changes_no_prediction(qm9_root: Path, attention: st
     plain, sized = predictions_by_graph(model, padded), predictions_by_graph(model, bucketed)
     assert sorted(sized) == sorted(plain) == list(range(TINY_MOLECULES))  # every graph once per epoch / split
     for index, prediction in plain.items():
-        torch.testing.assert_close(sized[index], prediction, rtol=1e-5, atol=1e-6)  # summation order only
+        torch.testing.assert_close(sized[index], prediction, **rounding_tolerance(sized[index], prediction))
     # size-aware batches really differ: in ascending size, fewer padded node slots
     assert sum(b.x.shape[0] * b.x.shape[1] for b in bucketed[0]) < sum(b.x.shape[0] * b.x.shape[1] for b in padded[0])
     for loader in bucketed:
         for batch in loader:
             assert torch.all(batch.node_mask.sum(1).diff() >= 0)
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip_middle_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _rewrite_json(path: Path, change: Callable[[dict], None]) -> None:
+    payload = json.loads(path.read_text())
+    change(payload)
+    path.write_text(json.dumps(payload))
+
+
+#: (damaged file, how, fragment of the one warning after the file's path). Each is found, named and rebuilt.
+DAMAGE = {
+    "truncated manifest": ("manifest.json", _truncate, "is not valid JSON, truncated or corrupted"),
+    "manifest of another cache": ("manifest.json", lambda p: _rewrite_json(p, lambda m: m.update(key={"x": 1})),
+                                  "does not describe this cache (corrupted)"),
+    "manifest without chunks": ("manifest.json", lambda p: _rewrite_json(p, lambda m: m.pop("chunks")),
+                                "lacks chunks (corrupted)"),
+    "truncated chunk record": ("chunk_00001/chunk.json", _truncate, "chunk.json is not valid JSON"),
+    "garbled chunk record": ("chunk_00001/chunk.json", lambda p: p.write_bytes(b"\xff\xfe\x00garbage"),
+                             "chunk.json is not valid JSON"),
+    "chunk record without an array": ("chunk_00002/chunk.json",
+                                      lambda p: _rewrite_json(p, lambda m: m["files"].pop("y.npy")),
+                                      "chunk.json does not list the chunk's arrays (corrupted)"),
+    "chunk record as a list": ("chunk_00000/chunk.json", lambda p: p.write_text("[1, 2]"),
+                               "chunk.json is not a JSON object (a list)"),
+    "corrupted split file": ("splits.npz", _flip_middle_byte, "cannot be read, truncated or corrupted"),
+    "truncated split file": ("splits.npz", _truncate, "cannot be read, truncated or corrupted"),
+}
+
+
+@pytest.fixture(scope="module")
+def intact_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, np.ndarray]:
+    root = tmp_path_factory.mktemp("intact") / "data"
+    module = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
+    module.prepare_data()
+    module.setup()
+    return root, module.split_sizes, module.datasets["train"].store.targets()
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
+def test_damaged_cache_metadata_is_named_in_one_line_and_rebuilt(damage: str, intact_cache, tmp_path: Path,
+                                                                 package_log: pytest.LogCaptureFixture) -> None:
+    intact_root, sizes, targets = intact_cache
+    root = tmp_path / "data"
+    shutil.copytree(intact_root, root)
+    module = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
+    name, harm, message = DAMAGE[damage]
+    harm(module.cache_dir / name)
+    module.prepare_data()
+    warnings = [r.getMessage() for r in package_log.records if r.levelno >= logging.WARNING]
+    damaged = module.cache_dir / name.split("/")[0]
+    assert len(warnings) == 1 and warnings[0].startswith(str(damaged)) and message in warnings[0], warnings
+    assert warnings[0].endswith("; the cache will be rebuilt" if damaged.name.endswith(("json", "npz"))
+                                else "; rebuilding it")
+    module.setup()
+    assert module.split_sizes == sizes
+    np.testing.assert_array_equal(module.datasets["train"].store.targets(), targets)
+    package_log.clear()
+    again = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
+    assert again._cache_is_valid() and not package_log.records  # the rebuilt cache is intact
+
+
+class HugeTargets:
+    """One-node graphs whose two targets are around 1e20 (the second missing on every third graph)."""
+
+    num_rows = 30
+
+    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph]]:
+        for row in range(start, stop):
+            y = np.array([1e20 * (1 + row / 7), np.nan if row % 3 == 0 else -3e19 * row], dtype=np.float32)
+            yield row, RawGraph(x=np.zeros((1, 1), np.int64), edge_index=np.zeros((2, 0), np.int64),
+                                edge_attr=np.zeros((0, 1), np.int64), y=y)
+
+
+def test_target_statistics_of_targets_whose_squares_overflow_float32_are_exact(tmp_path: Path) -> None:
+    spec = GraphSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=2)
+    build_store(HugeTargets(), tmp_path, {"huge": 1}, spec, {"train": np.arange(30)}, num_workers=0)
+    module = GraphDataModule(QM9Gap(), root=str(tmp_path / "unused"))
+    store = GraphStore(tmp_path)
+    module.datasets = {"train": GraphDataset(store, np.arange(30))}
+    mean, std = module.target_statistics()
+    stored = store.targets().astype(np.float64)  # the float32 values the cache holds, widened exactly
+    known = stored[~np.isnan(stored[:, 1]), 1]
+    assert len(known) == 20
+    expected_mean, expected_std = [stored[:, 0].mean(), known.mean()], [stored[:, 0].std(), known.std()]
+    assert np.isfinite(mean).all() and np.isfinite(std).all()
+    # float64 sums of 30 values: a relative error of a few float64 epsilons
+    np.testing.assert_allclose(mean, expected_mean, rtol=64 * np.finfo(np.float64).eps)
+    np.testing.assert_allclose(std, expected_std, rtol=64 * np.finfo(np.float64).eps)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from graphormer_urpe.data.batch import collate_graphs
+from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.run.checkpoints import CheckpointError
 from graphormer_urpe.run.finetune import init_from_checkpoint
 from graphormer_urpe.tasks import GraphRegression
 from tests.conftest import make_record

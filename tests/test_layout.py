@@ -13,7 +13,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "graphormer_urpe"
 
 #: Layer of each top-level part of the package; a module may import only from its own layer or lower.
-LAYERS = {"constants": 0, "model": 1, "data": 1, "tasks": 2, "evaluation": 3, "run": 4, "testing": 5}
+LAYERS = {"constants": 0, "errors": 0, "model": 1, "data": 1, "tasks": 2, "evaluation": 3, "run": 4, "convert": 5,
+          "testing": 6}
 
 
 def imports(path: Path) -> list[str]:
@@ -51,7 +52,8 @@ def test_imports_only_go_down_the_layers() -> None:
 def test_model_depends_on_its_input_contract_alone() -> None:
     for module, path in library_files():
         if part(module) == "model":
-            allowed = ("graphormer_urpe.model", "graphormer_urpe.constants", "graphormer_urpe.data.batch",
+            allowed = ("graphormer_urpe.model", "graphormer_urpe.constants", "graphormer_urpe.errors",
+                       "graphormer_urpe.data.batch",
                        "graphormer_urpe.data.pyg_interop")  # the input contract: our batch, or a PyG one
             outside = [t for t in imports(path) if not t.startswith(allowed)]
             assert outside == [], module
@@ -81,3 +83,7 @@ def test_non_molecular_sources_do_not_load_rdkit() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('rdkit', 'ogb')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
+
+
+def test_the_errors_module_is_the_ground_floor() -> None:
+    assert imports(PACKAGE / "errors.py") == []

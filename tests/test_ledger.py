@@ -87,11 +87,11 @@ def error_lines(log: pytest.LogCaptureFixture) -> list[str]:
 
 def test_runs_started_in_the_same_second_get_directories_of_their_own(tmp_path: Path) -> None:
     now = datetime.datetime(2026, 11, 25, 9, 30, 5)
-    made = [create_timestamped_dir(tmp_path, "cfg", now) for _ in range(3)]
+    made = [create_timestamped_dir(tmp_path, "cfg", now).path for _ in range(3)]
     assert [p.name for p in made] == ["cfg-20261125-093005", "cfg-20261125-093005-2", "cfg-20261125-093005-3"]
     assert all(p.is_dir() for p in made)
     (tmp_path / "cfg-20261125-093005-4").write_text("a file is not taken over either")
-    assert create_timestamped_dir(tmp_path, "cfg", now).name == "cfg-20261125-093005-5"
+    assert create_timestamped_dir(tmp_path, "cfg", now).path.name == "cfg-20261125-093005-5"
 
 
 def test_a_run_directory_is_held_by_one_process_at_a_time(tmp_path: Path) -> None:
@@ -114,11 +114,14 @@ def test_a_directory_created_for_a_start_that_never_began_is_removed(tmp_path: P
     unused.open(None, writer=True)
     unused.release()
     assert not (tmp_path / "new").exists()
-    stamped = RunDirectory(create_timestamped_dir(tmp_path, "cfg"), created=True)
+    stamped = create_timestamped_dir(tmp_path / "new_root" / "runs", "cfg")  # the run root is made for it too
     with pytest.raises(RunDirError, match="without --run_name every start gets a new directory"):
         stamped.open("last", writer=True)
     stamped.release()
     assert list(tmp_path.iterdir()) == []
+    (tmp_path / "runs" / "other").mkdir(parents=True)
+    create_timestamped_dir(tmp_path / "runs", "cfg").release()
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["other"]  # what was there stays
 
 
 def test_other_processes_of_a_run_only_find_its_checkpoint(tmp_path: Path) -> None:
@@ -263,13 +266,13 @@ def test_ckpt_path_last_with_nothing_to_resume_names_what_it_looked_for(small_ru
     assert message.endswith("/checkpoints/last.ckpt to resume; without --run_name every start gets a new directory; "
                             "pass the --run_name of the run to resume (or --ckpt_path auto to resume it if it has a "
                             "checkpoint and start it otherwise)")
-    assert list(run_root.iterdir()) == []  # the directory made for it is gone
+    assert not run_root.exists()  # the directories made for it are gone
     package_log.clear()
     assert train_in_process(small_run_args(small_table, data_root, run_root, "--run_name", "nope", "--ckpt_path",
                                            "last")) == 2
     assert error_lines(package_log) == [f"--ckpt_path last: there is no {run_root / 'nope/checkpoints/last.ckpt'} to "
                                         f"resume; {run_root / 'nope'} does not exist (check --run_root and --run_name)"]
-    assert list(run_root.iterdir()) == []
+    assert not run_root.exists()
     # stopped (Ctrl-C, a crash) before its first checkpoint: its files stay as they are
     stopped = copy_run(small_run, tmp_path)
     shutil.rmtree(stopped / "checkpoints")

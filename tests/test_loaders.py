@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -12,8 +14,10 @@ from graphormer_urpe.data.loaders import (
     EvalShardSampler,
     GlobalBatchSampler,
     ResumableLoader,
+    check_validation_interval,
     per_device_batch_size,
 )
+from graphormer_urpe.errors import ConfigError
 
 
 class Indices(Dataset):
@@ -215,3 +219,18 @@ def test_worker_random_numbers_depend_only_on_seed_and_epoch() -> None:
     resumed.load_state_dict({"epoch": 1, "batches_done": 0, "seed": 5, "dataset_size": 8, "global_batch": 2})
     assert list(resumed) == uninterrupted[1]
     assert uninterrupted[0] != uninterrupted[1]
+
+
+def test_a_validation_interval_past_the_epoch_is_refused_only_when_validation_is_per_epoch() -> None:
+    def trainer(interval: int | float, every: int | None, limit_val: int | float = 1.0) -> SimpleNamespace:
+        return SimpleNamespace(val_check_interval=interval, check_val_every_n_epoch=every, limit_val_batches=limit_val)
+
+    with pytest.raises(ConfigError, match=r"^trainer\.val_check_interval=8: is more than the 7 training batches of an "
+                                          r"epoch \(50 training examples in global batches of 8\) while "
+                                          r"trainer\.check_val_every_n_epoch is 1; use at most 7"):
+        check_validation_interval(trainer(8, 1), 7, 50, 8)
+    check_validation_interval(trainer(7, 1), 7, 50, 8)  # the last batch of the epoch
+    check_validation_interval(trainer(8, None), 7, 50, 8)  # counted across epochs
+    check_validation_interval(trainer(1.0, 1), 7, 50, 8)  # a fraction
+    check_validation_interval(trainer(8, 1, limit_val=0), 7, 50, 8)  # no validation at all
+    check_validation_interval(None, 7, 50, 8)

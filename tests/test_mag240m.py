@@ -22,7 +22,7 @@ from graphormer_urpe.data.mag240m.release import (
     prepare_derived,
 )
 from graphormer_urpe.data.safe_load import numpy_safe_globals
-from graphormer_urpe.data.sources import DatasetMissing
+from graphormer_urpe.errors import DatasetMissing
 
 
 @pytest.fixture
@@ -195,5 +195,53 @@ def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch,
     blocks = -(-raw.num_nodes(NodeType.AUTHOR) // 400)
     assert calls["n"] < blocks + 1  # finished blocks were not recomputed
     assert "resuming, 3 of" in package_log.text
+    np.testing.assert_array_equal(np.load(directory / name),
+                                  np.load(synthetic_mag / "mag240m_kddcup2021/graphormer" / name))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled"])
+def test_a_damaged_derived_manifest_is_named_and_every_file_rebuilt(synthetic_mag, tmp_path, package_log,
+                                                                     damage: str) -> None:
+    raw = _copy_raw(synthetic_mag, tmp_path)
+    directory = tmp_path / "derived"
+    _build(raw, directory)
+    manifest = directory / "manifest.json"
+    intact = manifest.read_bytes()
+    manifest.write_bytes(intact[: len(intact) // 2] if damage == "truncated" else b"\x00\xffnot json")
+    package_log.clear()
+    _build(raw, directory)
+    # a set: this file's package_log sees each record twice (its handler, and the root's through propagation)
+    warnings = sorted({r.getMessage() for r in package_log.records if r.levelno >= logging.WARNING})
+    assert len(warnings) == 1 and warnings[0].startswith(f"{manifest} is not valid JSON, truncated or corrupted (")
+    assert warnings[0].endswith("); every derived file will be rebuilt")
+    assert json.loads(manifest.read_text())["files"].keys() == json.loads(intact)["files"].keys()
+    for name in json.loads(intact)["files"]:
+        np.testing.assert_array_equal(np.load(directory / name), np.load(synthetic_mag / "mag240m_kddcup2021" /
+                                                                          "graphormer" / name))
+
+
+def test_a_damaged_progress_record_restarts_that_file_from_its_first_block(synthetic_mag, tmp_path, monkeypatch,
+                                                                           package_log) -> None:
+    raw = _copy_raw(synthetic_mag, tmp_path)
+    directory = tmp_path / "derived"
+    read_rows, calls = mag240m._read_rows, {"n": 0}
+
+    def failing(source, ids):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt("simulated interruption")
+        return read_rows(source, ids)
+
+    monkeypatch.setattr(mag240m, "_read_rows", failing)
+    with pytest.raises(KeyboardInterrupt):
+        _build(raw, directory)
+    monkeypatch.setattr(mag240m, "_read_rows", read_rows)
+    progress = next(directory.rglob("*.progress.json"))
+    progress.write_text(progress.read_text()[:7])
+    package_log.clear()
+    _build(raw, directory)
+    name = FEATURE_FILES[NodeType.AUTHOR]
+    assert f"{progress} is not valid JSON, truncated or corrupted (JSONDecodeError); {directory / name} is built " \
+           "from its first block" in package_log.text
     np.testing.assert_array_equal(np.load(directory / name),
                                   np.load(synthetic_mag / "mag240m_kddcup2021/graphormer" / name))

@@ -19,6 +19,7 @@ from graphormer_urpe.data.mag240m.datamodule import (
     TrainingTargets,
 )
 from graphormer_urpe.data.structure import graph_structure
+from graphormer_urpe.errors import ConfigError
 from tests.test_mag240m import _copy_raw
 
 
@@ -180,7 +181,7 @@ def test_handover_slots_reach_the_collator_and_must_not_be_negative(synthetic_ma
     module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=8, handover_slots=2)
     module.setup()
     assert module.val_dataloader().collate_fn.slots.slots == 2
-    with pytest.raises(ValueError, match="handover_slots must be >= 0"):
+    with pytest.raises(ConfigError, match=r"data\.handover_slots=-1: must be an integer >= 0"):
         MAG240MDataModule(root=str(synthetic_mag), handover_slots=-1)
 
 

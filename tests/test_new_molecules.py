@@ -13,9 +13,9 @@ import torch
 import evaluate
 import train
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
-from graphormer_urpe.data.sources import DataError
 from graphormer_urpe.data.sources.featurize import molecule_graph
 from graphormer_urpe.data.structure import graph_structure
+from graphormer_urpe.errors import DataError
 from graphormer_urpe.evaluation.new_molecules import predict_table
 from graphormer_urpe.run.cli import RUN_DIR_ENV
 from graphormer_urpe.tasks import Classification, GraphRegression

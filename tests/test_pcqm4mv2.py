@@ -17,11 +17,12 @@ import pytest
 
 from graphormer_urpe.data.cache import GraphStore
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.sources import DatasetMissing, PCQM4Mv2
+from graphormer_urpe.data.sources import PCQM4Mv2
 from graphormer_urpe.data.sources import molecules as molecules_module
 from graphormer_urpe.data.sources import pcqm4mv2 as pcqm_module
 from graphormer_urpe.data.sources.featurize import FEATURIZER_VERSION, molecule_graph
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs
+from graphormer_urpe.errors import DatasetMissing
 from graphormer_urpe.run.cli import CONFIG_DIR, REPO_DIR, GraphormerCLI
 from tests.ogb_layouts import write_pcqm4mv2
 

@@ -14,8 +14,9 @@ from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.datasets import TUDataset
 
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.sources import ZINC, DataError, DatasetMissing, PygDataset
+from graphormer_urpe.data.sources import ZINC, PygDataset
 from graphormer_urpe.data.structure import graph_structure
+from graphormer_urpe.errors import DataError, DatasetMissing
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import GraphRegression, OptimConfig

@@ -13,11 +13,12 @@ import torch
 
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.sources import ZINC, DatasetMissing, QM9Gap
+from graphormer_urpe.data.sources import ZINC, QM9Gap
 from graphormer_urpe.data.sources import base as sources_base
 from graphormer_urpe.data.sources import zinc as zinc_module
 from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs
+from graphormer_urpe.errors import DatasetMissing
 
 
 def write_zinc_raw(raw: Path, sizes: dict[str, int], subset_sizes: dict[str, int], seed: int = 0) -> dict:

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import evaluate
-from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2, SubmissionError, SubmissionFormat
+from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2, SubmissionFormat
+from graphormer_urpe.errors import SubmissionError
 from graphormer_urpe.evaluation.submission import check_submission, write_submission
 from graphormer_urpe.testing.mag240m_release import torch_save_like_numpy1
 from tests.ogb_layouts import write_pcqm4mv2

@@ -12,10 +12,11 @@ from rdkit import Chem
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.sources import DatasetMissing, SmilesTable, SmilesToPredict
+from graphormer_urpe.data.sources import SmilesTable, SmilesToPredict
 from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.featurize import molecule_graph
 from graphormer_urpe.data.sources.tables import TableError, read_columns, scaffold_split
+from graphormer_urpe.errors import DatasetMissing
 from graphormer_urpe.run.cli import REPO_DIR
 
 EXAMPLE = REPO_DIR / "examples" / "qm9_sample.csv"
@@ -209,10 +210,13 @@ BAD_TABLES = {
     "unknown target": (lambda f: f, {"targets": ["gap_ev", "homo"]}, TableError,
                        r"t\.csv: no column 'homo' \(data.source.targets\)"),
     "non-numeric target": (lambda f: _bad(_bad(f, 3, "gap_ev", "abc"), 17, "gap_ev", "1,5"), {}, TableError,
-                           r"t\.csv: column 'gap_ev' holds 2 value\(s\) that are not finite numbers, at rows 3, 17 "
-                           r"\(lines 5, 19\): 'abc', '1,5'"),
+                           r"t\.csv: column 'gap_ev' holds 2 value\(s\) that are not finite numbers within "
+                           r"float32's range \(\|x\| <= 3\.403e\+38\), at rows 3, 17 \(lines 5, 19\): 'abc', '1,5'"),
     "infinite target": (lambda f: _bad(f, 5, "gap_ev", "inf"), {}, TableError,
-                        r"column 'gap_ev' holds 1 value\(s\) that are not finite numbers, at row 5 \(line 7\)"),
+                        r"column 'gap_ev' holds 1 value\(s\) that are not finite numbers .*, at row 5 \(line 7\)"),
+    "target beyond float32": (lambda f: _bad(f, 8, "gap_ev", "-4e38"), {}, TableError,
+                              r"column 'gap_ev' holds 1 value\(s\) that are not finite numbers within float32's "
+                              r"range \(\|x\| <= 3\.403e\+38\), at row 8 \(line 10\): '-4e38'"),
     "target without values": (lambda f: f.assign(mu_debye=np.nan), {"targets": ["mu_debye"]}, TableError,
                               r"t\.csv: target column 'mu_debye' has no value in any of its 40 rows"),
     "duplicated SMILES": (lambda f: _bad(f, 9, "smiles", f.loc[2, "smiles"]), {}, TableError,

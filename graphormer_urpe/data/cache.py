@@ -42,8 +42,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import GraphRecord, RawGraph
-from graphormer_urpe.data.files import atomic_write_json, file_record, manifest_problem
+from graphormer_urpe.data.files import atomic_write_json, file_record, manifest_problem, read_json_object
 from graphormer_urpe.data.structure import MAX_EDGES, MAX_NODES, PathOrder, graph_structures
+from graphormer_urpe.errors import CacheError
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,9 @@ CHUNK_META = "chunk.json"
 SPLITS = "splits.npz"
 #: Skipped rows listed by index in logs and manifests (the count is always complete).
 SHOWN_SKIPS = 10
-
-
-class CacheError(RuntimeError):
-    """A cache file is missing, truncated or inconsistent."""
+#: Fields of a complete manifest and of a chunk's record; a file lacking one is damaged.
+MANIFEST_KEYS = ("format", "key", "chunks", "rows", "graphs", "skipped", "skipped_examples", "skipped_by_split")
+CHUNK_KEYS = ("start", "stop", "graphs", "skipped", "files")
 
 
 class RowReader(Protocol):
@@ -233,6 +233,8 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: GraphSpec) ->
 
 _ARRAY_NAMES = ("x", "in_degree", "out_degree", "edge_index", "edge_attr", "x_continuous", "edge_continuous", "spd",
                 "first_edge", "y", "source_row")
+#: The files of a chunk besides its record: the arrays and the three offset arrays.
+_CHUNK_FILES = {f"{name}.npy" for name in (*_ARRAY_NAMES, "node_ptr", "edge_ptr", "pair_ptr")}
 
 
 def _continuous(features: list[np.ndarray | None], width: int) -> np.ndarray:
@@ -270,11 +272,44 @@ def write_chunk(path: Path, arrays: Mapping[str, np.ndarray], meta: dict) -> Non
 
 
 def chunk_problem(path: Path, verify_checksums: bool = True) -> str | None:
-    """Why the chunk at ``path`` cannot be used (missing, truncated, corrupt), or None."""
-    meta_path = path / CHUNK_META
-    if not meta_path.is_file():
+    """Why the chunk at ``path`` cannot be used (missing, its record or an array truncated or
+    corrupt), or None."""
+    if not (path / CHUNK_META).is_file():
         return "missing or incomplete"
-    return manifest_problem(path, json.loads(meta_path.read_text())["files"], verify_checksums)
+    meta, problem = read_json_object(path / CHUNK_META, CHUNK_KEYS)
+    if meta is None:
+        return f"{CHUNK_META} {problem}"
+    if not isinstance(meta["files"], dict) or set(meta["files"]) != _CHUNK_FILES:
+        return f"{CHUNK_META} does not list the chunk's arrays (corrupted)"
+    return manifest_problem(path, meta["files"], verify_checksums)
+
+
+def splits_problem(path: Path) -> str | None:
+    """Why the split file at ``path`` cannot be used (unreadable, a member failing its zip CRC,
+    not 1-D integer rows), or None. Every member is read: the zip format checks each one's CRC."""
+    try:
+        with np.load(path) as splits:
+            arrays = {name: splits[name] for name in splits.files}
+    except Exception as error:  # zipfile, numpy and OS errors alike: the file is damaged
+        return f"cannot be read, truncated or corrupted ({type(error).__name__}: {error})"
+    bad = [name for name, rows in arrays.items() if rows.ndim != 1 or rows.dtype != np.int64]
+    return f"holds split(s) {bad} that are not 1-D int64 rows (corrupted)" if bad else None
+
+
+def cache_problem(directory: Path, key: Mapping, chunks: bool = True) -> str | None:
+    """Why the cache in ``directory`` cannot be used, naming the damaged file, or None when its
+    manifest, split file and (with ``chunks``) every chunk are intact and the manifest is for ``key``."""
+    manifest, problem = read_json_object(directory / MANIFEST, MANIFEST_KEYS)
+    if manifest is None:
+        return f"{directory / MANIFEST} {problem}"
+    if manifest["key"] != json.loads(json.dumps(dict(key))) or not isinstance(manifest["chunks"], list):
+        return f"{directory / MANIFEST} does not describe this cache (corrupted)"
+    for name in manifest["chunks"] if chunks else ():
+        problem = chunk_problem(directory / str(name))
+        if problem is not None:
+            return f"{directory / str(name)}: {problem}"
+    problem = splits_problem(directory / SPLITS)
+    return None if problem is None else f"{directory / SPLITS} {problem}"
 
 
 class Chunk:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from functools import cached_property
@@ -19,9 +18,10 @@ from graphormer_urpe.data.cache import (
     GraphSpec,
     GraphStore,
     build_store,
-    chunk_problem,
+    cache_problem,
     exclusive_build,
 )
+from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.data.loaders import (
     eval_loader,
     train_loader,
@@ -30,7 +30,8 @@ from graphormer_urpe.data.loaders import (
 from graphormer_urpe.data.lsc_formats import SubmissionFormat
 from graphormer_urpe.data.sources.base import GraphSource
 from graphormer_urpe.data.split_rows import SplitRows
-from graphormer_urpe.data.structure import PathOrder, check_path_order
+from graphormer_urpe.data.structure import MAX_NODES, PathOrder, check_path_order
+from graphormer_urpe.errors import ConfigError, check_int
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class GraphDataModule(pl.LightningDataModule):
         preprocess_workers: processes for the one-off preprocessing; None uses every core this
             process may run on.
         chunk_size: source rows per cache chunk.
-        max_nodes: graphs with more nodes are skipped and counted when the cache is built.
+        max_nodes: graphs with more nodes are skipped and counted when the cache is built (at most 32,767).
         prepare_per_node: build the cache on every node (``root`` on node-local disks) instead of
             once on global rank 0 (``root`` on a file system shared by all nodes, the default).
         path_order: which of several shortest paths the edge encoding follows: ``smallest_next``
@@ -106,6 +107,14 @@ class GraphDataModule(pl.LightningDataModule):
         bucket_window: int = 0,
     ) -> None:
         super().__init__()
+        check_int("data.batch_size", batch_size, 1)
+        check_int("data.num_workers", num_workers, 0)
+        if preprocess_workers is not None:
+            check_int("data.preprocess_workers", preprocess_workers, 0, hint=" (0: in this process), or null")
+        check_int("data.chunk_size", chunk_size, 1)
+        check_int("data.max_nodes", max_nodes, 1, MAX_NODES)
+        check_path_order(path_order, "data.path_order")
+        check_int("data.bucket_window", bucket_window, 0, hint=" (0: off, else a number of global batches, e.g. 100)")
         self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
         self.source = source
         self.root = Path(root)
@@ -114,11 +123,11 @@ class GraphDataModule(pl.LightningDataModule):
         self.preprocess_workers = available_cores() if preprocess_workers is None else preprocess_workers
         self.chunk_size = chunk_size
         self.max_nodes = max_nodes
-        check_path_order(path_order, "data.path_order")
         self.path_order = path_order
-        if bucket_window < 0:
-            raise ValueError(f"data.bucket_window={bucket_window}; use 0 (off) or a number of global batches, e.g. 100")
         self.bucket_window = bucket_window
+        if (read_only := unwritable(self.root)) is not None and not (self.cache_dir / MANIFEST).is_file():
+            raise ConfigError("data.root", root, f"{read_only} is not writable, and the cache must be built there "
+                              "(choose a writable data.root, or build the cache once where it is writable)")
         self.datasets: dict[str, GraphDataset] = {}
         #: Split served by ``predict_dataloader`` (:meth:`predict_on`).
         self.predict_split = "test"
@@ -213,17 +222,19 @@ class GraphDataModule(pl.LightningDataModule):
         )
 
     def _cache_is_valid(self) -> bool:
-        """Whether the cache is complete and intact; a damaged one loses its manifest and is repaired."""
+        """Whether the cache is complete and intact. A damaged one (manifest, split file, a chunk's
+        record or arrays) is named in one line and loses its manifest, so it is rebuilt; intact
+        chunks are kept."""
         manifest_path = self.cache_dir / MANIFEST
         if not manifest_path.is_file():
             return False
-        for name in json.loads(manifest_path.read_text())["chunks"]:
-            problem = chunk_problem(self.cache_dir / name)
-            if problem is not None:
-                log.warning("%s/%s: %s; it will be rebuilt", self.cache_dir, name, problem)
-                manifest_path.unlink()
-                return False
-        return True
+        problem = cache_problem(self.cache_dir, self.cache_key, chunks=False)
+        if problem is not None:
+            log.warning("%s; the cache will be rebuilt", problem)
+        elif cache_problem(self.cache_dir, self.cache_key) is None:
+            return True
+        manifest_path.unlink()  # a damaged chunk is named by the rebuild, once per chunk
+        return False
 
     def setup(self, stage: str | None = None) -> None:
         """Open the cache and the splits; say how big they are."""
@@ -259,14 +270,15 @@ class GraphDataModule(pl.LightningDataModule):
                 "splits": self.split_sizes, "batch_size": self.batch_size, "bucket_window": self.bucket_window}
 
     def target_statistics(self) -> tuple[np.ndarray, np.ndarray]:
-        """(Y,) mean and standard deviation of the training targets (of every training node, for
-        per-node targets), NaNs ignored.
+        """(Y,) float64 mean and standard deviation of the training targets (of every training node,
+        for per-node targets), NaNs ignored. Computed in float64: the squares of float32 targets
+        above ~1e19 overflow float32.
 
         Raises:
             ValueError: a target has no known training value.
         """
         train = self.datasets["train"]
-        targets = train.store.targets(train.indices)
+        targets = train.store.targets(train.indices).astype(np.float64)
         known = np.isfinite(targets).sum(axis=0)
         if (known == 0).any():
             name = self.target_names[int(np.argmin(known))]

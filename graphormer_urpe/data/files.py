@@ -6,7 +6,8 @@ its size (a truncated file), its CRC32 (a corrupted one) and, where recorded, it
 time (a file changed since; its CRC is then recomputed even without a full verification). The
 graph cache (:mod:`graphormer_urpe.data.cache`) and the MAG240M derived files
 (:mod:`graphormer_urpe.data.mag240m.release`) keep such records in their manifests; tables are
-identified by a streaming SHA-1 (:func:`sha1_file`).
+identified by a streaming SHA-1 (:func:`sha1_file`). The metadata files themselves are read by
+:func:`read_json_object`, which tells a damaged one from a good one.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,27 @@ def manifest_problem(directory: Path, records: Mapping[str, Mapping[str, int]],
     return None
 
 
+def read_json_object(path: Path, keys: Collection[str] = ()) -> tuple[dict | None, str | None]:
+    """The JSON object in ``path`` and None, or None and why it cannot be used: ``is missing``, ``is
+    not valid JSON (truncated or corrupted)``, ``is not a JSON object`` or ``lacks <keys>``.
+
+    Metadata files (manifests, chunk records) go through this, so that a damaged one is reported
+    in one line and rebuilt rather than read as a traceback or trusted half-written.
+    """
+    try:
+        payload = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None, "is missing"
+    except (ValueError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None, f"is not valid JSON, truncated or corrupted ({type(error).__name__})"
+    if not isinstance(payload, dict):
+        return None, f"is not a JSON object (a {type(payload).__name__})"
+    missing = [key for key in keys if key not in payload]
+    if missing:
+        return None, f"lacks {', '.join(missing)} (corrupted)"
+    return payload, None
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part:
     into a temporary file beside it (named per process), renamed into place."""
@@ -94,3 +117,17 @@ def atomic_write_text(path: Path, text: str) -> None:
 def atomic_write_json(path: Path, payload: Any) -> None:
     """:func:`atomic_write_text` of ``payload`` as indented JSON."""
     atomic_write_text(path, json.dumps(payload, indent=1))
+
+
+def unwritable(directory: Path) -> Path | None:
+    """The nearest existing directory at or above ``directory`` when this process cannot create a
+    file in it (read-only file system, missing permission), else None. Tried by creating and
+    deleting a temporary file, which also holds for root and for read-only mounts."""
+    existing = Path(directory).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            return None
+    except OSError:
+        return existing

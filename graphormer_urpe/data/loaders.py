@@ -38,6 +38,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from graphormer_urpe.data.buckets import bucketed_batches, size_sorted
+from graphormer_urpe.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -291,8 +292,29 @@ def train_loader(
     world, rank = process_grid(trainer)
     sampler = sampler_type(dataset, global_batch, world, rank, run_seed() if seed is None else seed,
                            sizes=sizes, bucket_window=bucket_window)
+    check_validation_interval(trainer, sampler.batches_per_epoch, len(dataset), global_batch)
     return ResumableLoader(dataset, sampler, collate_fn, num_workers=num_workers,
                            pin_memory=pin_memory and _on_cuda(trainer))
+
+
+def check_validation_interval(trainer: pl.Trainer | None, batches_per_epoch: int, dataset_size: int,
+                              global_batch: int) -> None:
+    """Refuse a validation interval in batches that no epoch reaches (Lightning would stop with a
+    traceback once training starts): with ``trainer.check_val_every_n_epoch`` set, validation runs
+    within each epoch, so an integer ``trainer.val_check_interval`` must not exceed its batches.
+
+    Raises:
+        ConfigError: naming ``trainer.val_check_interval``, the epoch's batches and the ways out.
+    """
+    if trainer is None or not isinstance(trainer.val_check_interval, int) or trainer.check_val_every_n_epoch is None:
+        return
+    if trainer.val_check_interval > batches_per_epoch and trainer.limit_val_batches:
+        raise ConfigError(
+            "trainer.val_check_interval", trainer.val_check_interval,
+            f"is more than the {batches_per_epoch} training batches of an epoch ({dataset_size} training examples in "
+            f"global batches of {global_batch}) while trainer.check_val_every_n_epoch is "
+            f"{trainer.check_val_every_n_epoch}; use at most {batches_per_epoch}, a fraction of an epoch in (0, 1], or "
+            "trainer.check_val_every_n_epoch null to count batches across epochs")
 
 
 def eval_loader(

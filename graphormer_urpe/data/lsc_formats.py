@@ -14,15 +14,12 @@ from typing import Any
 import numpy as np
 
 from graphormer_urpe.data.safe_load import load_split_dict
+from graphormer_urpe.errors import SubmissionError
 
 #: The one array a submission file holds.
 PREDICTION_KEY = "y_pred"
 #: Test splits a submission can be made for.
 MODES = ("test-dev", "test-challenge")
-
-
-class SubmissionError(ValueError):
-    """A submission (array or file) is not what the leaderboard accepts; the message says why."""
 
 
 @dataclass(frozen=True)

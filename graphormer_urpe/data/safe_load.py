@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphormer_urpe.errors import InputError
+
 #: dtypes whose arrays may be rebuilt (no object, string or structured dtypes).
 NUMERIC_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                   "float16", "float32", "float64", "complex64", "complex128")
@@ -27,7 +29,7 @@ NUMERIC_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", 
 MULTIARRAY_SPELLINGS = ("numpy.core.multiarray", "numpy._core.multiarray")
 
 
-class UnsafeCheckpoint(RuntimeError):
+class UnsafeCheckpoint(InputError, RuntimeError):
     """A file could not be loaded with the numpy allow-list: it is corrupt or holds other objects."""
 
 

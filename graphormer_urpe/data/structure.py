@@ -34,6 +34,7 @@ import numpy as np
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.official_paths import official_first_edges
+from graphormer_urpe.errors import check_choice
 
 #: How one of several shortest paths is chosen: the smallest next node at every step, or the path
 #: official Graphormer's Floyd-Warshall takes (v2 ``graphormer/data/algos.pyx``).
@@ -144,8 +145,7 @@ class FlatStructures(NamedTuple):
 
 def check_path_order(path_order: str, key: str = "path_order") -> None:
     """Refuse an unknown path order, naming the option ``key`` it came from."""
-    if path_order not in PATH_ORDERS:
-        raise ValueError(f"{key}={path_order!r}; expected one of {', '.join(map(repr, PATH_ORDERS))}")
+    check_choice(key, path_order, PATH_ORDERS)
 
 
 def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray],

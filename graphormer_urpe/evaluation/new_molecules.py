@@ -21,9 +21,9 @@ import pytorch_lightning as pl
 import yaml
 
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.sources.base import DataError
 from graphormer_urpe.data.sources.molecules import MoleculeSource
 from graphormer_urpe.data.sources.tables import SmilesToPredict, read_columns, smiles_strings
+from graphormer_urpe.errors import DataError
 from graphormer_urpe.evaluation.splits import predict_split
 from graphormer_urpe.tasks.graph import PerTargetTask
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphormer_urpe.data.lsc_formats import MODES, PCQM4MV2, PREDICTION_KEY, SubmissionError, SubmissionFormat
+from graphormer_urpe.data.lsc_formats import MODES, PCQM4MV2, PREDICTION_KEY, SubmissionFormat
+from graphormer_urpe.errors import SubmissionError
 
 
 def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype | None = None,

@@ -58,13 +58,18 @@ from graphormer_urpe.constants import (
 )
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.pyg_interop import to_graph_batch
-from graphormer_urpe.model.attention import AttentionKind, MultiHeadAttention, RelativeBias, RelativeScale
+from graphormer_urpe.errors import ConfigError, check_choice, check_int, check_number
+from graphormer_urpe.model.attention import MultiHeadAttention, RelativeBias, RelativeScale
 from graphormer_urpe.model.dropout import Dropout
 
 
 @dataclass
 class GraphormerConfig:
-    """Hyper-parameters of :class:`Graphormer`.
+    """Hyper-parameters of :class:`Graphormer`, every one checked at construction: a
+    :class:`~graphormer_urpe.errors.ConfigError` names the key as the command line writes it
+    (``model.encoder.<field>``) and the values it allows.
+
+    The official code each option reproduces is in ``docs/official-graphormer.md``.
 
     Example:
         >>> config = GraphormerConfig(num_layers=6, hidden_dim=64, ffn_dim=64, num_heads=8, attention="rpe")
@@ -74,57 +79,32 @@ class GraphormerConfig:
         True
 
     Args:
-        node_vocab: number of values of each categorical node-feature column (F entries).
-        edge_vocab: number of values of each categorical edge-feature column (Fe entries).
-        num_outputs: width of the prediction (1 for a single regression target, the number of
-            classes for classification).
-        continuous_node_dim: Fc, width of the continuous node features projected into every node
-            token (MAG240M: 768); 0 for datasets with categorical node features only.
-        continuous_edge_dim: Fec, width of the continuous edge features, projected to one bias per
-            head and added to the embedding of each edge's categorical features in the edge
-            encoding; 0 for datasets with categorical edge features only.
-        readout: where the prediction is read: ``graph_token`` (graph-level tasks),
-            ``target_node`` (node-level tasks: the node ``batch.target_node`` of each graph) or
-            ``nodes`` (one prediction for every node).
+        node_vocab: values of each categorical node-feature column (F entries, each >= 1).
+        edge_vocab: values of each categorical edge-feature column (Fe entries, each >= 1).
+        num_outputs: width of the prediction: targets (regression, binary labels) or classes.
+        continuous_node_dim: Fc, continuous node-feature width projected into every node token (0: none).
+        continuous_edge_dim: Fec, continuous edge-feature width projected into the edge encoding (0: none).
+        readout: ``graph_token`` (per graph), ``target_node`` (``batch.target_node``) or ``nodes`` (every node).
         num_layers: encoder layers.
-        hidden_dim: model width ``H * D``.
+        hidden_dim: model width ``H * D``; a multiple of ``num_heads``.
         ffn_dim: inner width of the feed-forward block.
         num_heads: H.
-        attention: ``urpe`` (softmax times C[spd]) or ``rpe`` (plain Graphormer).
+        attention: ``urpe`` (softmax times C[relation]) or ``rpe`` (plain Graphormer).
         max_degree: degrees above this share one embedding.
-        spatial_pos_max: pairs of nodes at SPD ``>= spatial_pos_max``, and unreachable pairs, are
-            masked out of the attention; 1 to :data:`MAX_SPATIAL_POS_MAX` (255: only unreachable
-            pairs are masked), or ``None``: nothing is masked by distance. The official collator
-            (``graphormer/collator.py`` in v1.0, ``graphormer/data/collator.py`` in v2) has a
-            default of 20, but both official training pipelines pass 1024 (v1.0
-            ``graphormer/data.py``, v2 ``graphormer/tasks/graph_prediction.py``), above the 510
-            that official ``algos.pyx`` stores for unreachable pairs: official training masks
-            nothing, which is ``None`` here.
-        max_distance: largest shortest-path distance with a row of its own in B (and C); pairs
-            farther apart share its row, and unreachable pairs get one more row of their own
-            (official: row ``spd + 1`` of a 512-row table, unreachable = 510 in ``algos.pyx``).
-            0 to :data:`MAX_STORED_DISTANCE`. ``None`` keeps the masked layout: rows for distances
-            0 .. ``spatial_pos_max - 1`` only (everything farther is masked), which needs
-            ``spatial_pos_max``.
-        edge_encoding: ``multi_hop`` (mean over the first ``multi_hop_max_dist`` path edges, each
-            through its own H x H matrix), ``single_hop`` (direct edges only) or ``none``.
+        spatial_pos_max: mask pairs at SPD ``>=`` this and unreachable pairs (1 to 255); null masks nothing.
+        max_distance: own rows of B and C for SPD 0 .. this (farther share the last), unreachable pairs one more.
+        edge_encoding: ``multi_hop`` (K path edges, an H x H matrix each), ``single_hop`` (direct edges) or ``none``.
         multi_hop_max_dist: K, path edges used by ``multi_hop`` (official: 5).
-        input_dropout: dropout on the input tokens.
-        dropout: dropout on each residual branch output.
-        attention_dropout: dropout on the attention matrix.
-        activation_dropout: dropout after the feed-forward activation.
-        drop_path: stochastic-depth rate of the last layer (linearly increasing from 0).
-        graph_token: prepend the learned graph token (virtual node). Without it the encoder sees the
-            node set alone, the setting of the URPE paper's Theorem 2; the readout is then a node's.
-        layer_norm: ``pre`` (``x + f(LN(x))``, Graphormer v1.0 ``graphormer/model.py``) or ``post``
-            (``LN(x + f(x))``, the default of official v2,
-            ``graphormer/modules/graphormer_graph_encoder_layer.py``).
-        embedding_norm: LayerNorm on the input tokens before the input dropout (official v2's
-            ``emb_layer_norm``, on by default there: ``encoder_normalize_before``).
-        final_norm: LayerNorm on the final token states (v1.0's ``final_ln``; official v2 applies
-            none, with pre-LN layers neither).
-        head: ``linear`` (v1.0: ``Linear``) or ``v2`` (official v2 ``graphormer/models/graphormer.py``:
-            ``Linear -> GELU -> LayerNorm -> Linear`` without bias, plus one learned scalar bias).
+        input_dropout: dropout on the input tokens, in [0, 1).
+        dropout: dropout on each residual branch output, in [0, 1).
+        attention_dropout: dropout on the attention matrix, in [0, 1).
+        activation_dropout: dropout after the feed-forward activation, in [0, 1).
+        drop_path: stochastic-depth rate of the last layer (linear from 0 at the first), in [0, 1).
+        graph_token: prepend the learned graph token; without it (URPE paper, Theorem 2) read nodes.
+        layer_norm: ``pre`` (``x + f(LN(x))``, official v1.0) or ``post`` (``LN(x + f(x))``, official v2).
+        embedding_norm: LayerNorm on the input tokens before the input dropout (official v2).
+        final_norm: LayerNorm on the final token states (official v1.0).
+        head: ``linear`` (official v1.0) or ``v2`` (``Linear -> GELU -> LayerNorm -> Linear`` + scalar bias).
     """
 
     node_vocab: Sequence[int] = field(default_factory=lambda: [28])
@@ -155,26 +135,43 @@ class GraphormerConfig:
     head: Literal["linear", "v2"] = "linear"
 
     def __post_init__(self) -> None:
-        """Reject distance settings that cannot work, naming the key and the allowed range."""
-        if self.spatial_pos_max is not None and not (
-                isinstance(self.spatial_pos_max, int) and 1 <= self.spatial_pos_max <= MAX_SPATIAL_POS_MAX):
-            raise ValueError(
-                f"encoder.spatial_pos_max={self.spatial_pos_max!r}: must be an integer from 1 to "
-                f"{MAX_SPATIAL_POS_MAX} (distances are stored up to {MAX_STORED_DISTANCE}; "
-                f"{MAX_SPATIAL_POS_MAX} masks only unreachable pairs), or null to mask nothing by distance "
-                "(what official Graphormer's spatial_pos_max 1024 does)")
-        if self.max_distance is not None and not (
-                isinstance(self.max_distance, int) and 0 <= self.max_distance <= MAX_STORED_DISTANCE):
-            raise ValueError(f"encoder.max_distance={self.max_distance!r}: must be an integer from 0 to "
-                             f"{MAX_STORED_DISTANCE} (the largest stored distance), or null")
-        if self.max_distance is None and self.spatial_pos_max is None:
-            raise ValueError("encoder.spatial_pos_max is null (no masking) but encoder.max_distance is not set: "
-                             "set max_distance (0 to "
-                             f"{MAX_STORED_DISTANCE}) so that every unmasked distance has a row of B")
-        choices = (("layer_norm", self.layer_norm, ("pre", "post")), ("head", self.head, ("linear", "v2")))
-        for key, value, allowed in choices:
-            if value not in allowed:
-                raise ValueError(f"encoder.{key}={value!r}; expected one of {', '.join(map(repr, allowed))}")
+        """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""
+        key = "model.encoder."
+        for name in ("node_vocab", "edge_vocab"):
+            vocab = getattr(self, name)
+            if isinstance(vocab, str) or not isinstance(vocab, Sequence) or (name == "node_vocab" and not vocab):
+                raise ConfigError(key + name, vocab, "must be a list with the number of values of each feature "
+                                  "column" + (" (at least one column)" if name == "node_vocab" else ""))
+            for column, values in enumerate(vocab):
+                check_int(f"{key}{name}[{column}]", values, 1)
+        for name, minimum in (("num_outputs", 1), ("continuous_node_dim", 0), ("continuous_edge_dim", 0),
+                              ("num_layers", 1), ("hidden_dim", 1), ("ffn_dim", 1), ("num_heads", 1),
+                              ("max_degree", 0), ("multi_hop_max_dist", 1)):
+            check_int(key + name, getattr(self, name), minimum)
+        if self.hidden_dim % self.num_heads:
+            raise ConfigError(key + "num_heads", self.num_heads, f"must divide {key}hidden_dim={self.hidden_dim} "
+                              "(each head gets hidden_dim / num_heads dimensions)")
+        for name, allowed in (("readout", ("graph_token", "target_node", "nodes")), ("attention", ("urpe", "rpe")),
+                              ("edge_encoding", ("multi_hop", "single_hop", "none")), ("layer_norm", ("pre", "post")),
+                              ("head", ("linear", "v2")), ("graph_token", (True, False)),
+                              ("embedding_norm", (True, False)), ("final_norm", (True, False))):
+            check_choice(key + name, getattr(self, name), allowed)
+        if self.readout == "graph_token" and not self.graph_token:
+            raise ConfigError(key + "readout", self.readout, f"needs {key}graph_token=true; without the graph "
+                              "token read 'target_node' or 'nodes'")
+        for name in ("input_dropout", "dropout", "attention_dropout", "activation_dropout", "drop_path"):
+            check_number(key + name, getattr(self, name), 0.0, 1.0, include_maximum=False)
+        if self.spatial_pos_max is not None:
+            check_int(key + "spatial_pos_max", self.spatial_pos_max, 1, MAX_SPATIAL_POS_MAX,
+                      hint=f" (distances are stored up to {MAX_STORED_DISTANCE}; {MAX_SPATIAL_POS_MAX} masks only "
+                           "unreachable pairs), or null to mask nothing by distance (what official Graphormer's "
+                           "spatial_pos_max 1024 does)")
+        if self.max_distance is not None:
+            check_int(key + "max_distance", self.max_distance, 0, MAX_STORED_DISTANCE,
+                      hint=" (the largest stored distance), or null")
+        elif self.spatial_pos_max is None:
+            raise ConfigError(key + "max_distance", None, f"{key}spatial_pos_max is null (no masking), so set "
+                              f"max_distance (0 to {MAX_STORED_DISTANCE}) to give every unmasked distance a row of B")
 
     @property
     def distance_rows(self) -> int:
@@ -465,10 +462,6 @@ class Graphormer(nn.Module):
     def __init__(self, config: GraphormerConfig | None = None, **options: Any) -> None:
         super().__init__()
         config = _resolve_config(config, options)
-        if config.readout not in ("graph_token", "target_node", "nodes"):
-            raise ValueError(f"readout={config.readout!r}; expected 'graph_token', 'target_node' or 'nodes'")
-        if config.readout == "graph_token" and not config.graph_token:
-            raise ValueError("readout='graph_token' needs graph_token=true; without it read 'target_node' or 'nodes'")
         self.config = config
         hidden = config.hidden_dim
         self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden, config.continuous_node_dim)
@@ -478,7 +471,7 @@ class Graphormer(nn.Module):
         self.relative_bias = RelativeBias(config.num_relations, config.num_heads)
         self.relative_scale = (
             RelativeScale(config.num_relations, config.num_heads)
-            if AttentionKind(config.attention) is AttentionKind.URPE
+            if config.attention == "urpe"
             else None
         )
         self.edge_bias = (

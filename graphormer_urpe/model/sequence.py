@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from graphormer_urpe.constants import DEFAULT_T5_MAX_DISTANCE, DEFAULT_T5_NUM_BUCKETS, SEQUENCE_RELATION_OFFSET
+from graphormer_urpe.errors import ConfigError, check_choice, check_int, check_number
 from graphormer_urpe.model.attention import AttentionKind, RelativeBias, RelativeScale
 from graphormer_urpe.model.graphormer import EncoderLayer, official_init
 
@@ -89,6 +90,9 @@ def offset_relations(length: int) -> torch.Tensor:
 class SequenceConfig:
     """Hyper-parameters of :class:`SequenceTransformer` (paper: 3 layers, 768 wide, 12 heads, n = 128).
 
+    Every field is checked at construction (:class:`~graphormer_urpe.errors.ConfigError` names
+    ``model.encoder.<field>`` and the values it allows).
+
     Args:
         vocab_size: input token values ``0 .. vocab_size - 1``.
         num_classes: output classes per token.
@@ -116,6 +120,24 @@ class SequenceConfig:
     max_distance: int = DEFAULT_T5_MAX_DISTANCE
     dropout: float = 0.0
     attention_dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""
+        key = "model.encoder."
+        for name in ("vocab_size", "num_classes", "length", "num_layers", "hidden_dim", "ffn_dim", "num_heads"):
+            check_int(key + name, getattr(self, name), 1)
+        if self.hidden_dim % self.num_heads:
+            raise ConfigError(key + "num_heads", self.num_heads, f"must divide {key}hidden_dim={self.hidden_dim} "
+                              "(each head gets hidden_dim / num_heads dimensions)")
+        check_choice(key + "attention", self.attention, ("none", "rpe", "urpe"))
+        check_int(key + "num_buckets", self.num_buckets, 4)
+        if self.num_buckets % 2:
+            raise ConfigError(key + "num_buckets", self.num_buckets, "must be even (half of the buckets per direction)")
+        exact = self.num_buckets // 4
+        check_int(key + "max_distance", self.max_distance, exact + 1,
+                  hint=f" (more than the {exact} exact buckets of num_buckets={self.num_buckets})")
+        for name in ("dropout", "attention_dropout"):
+            check_number(key + name, getattr(self, name), 0.0, 1.0, include_maximum=False)
 
 
 class SequenceTransformer(nn.Module):

@@ -32,6 +32,7 @@ from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
+from graphormer_urpe.errors import NonFiniteLoss
 from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
 from graphormer_urpe.run.plots import has_relative_encodings, relative_encoding_figure
 
@@ -258,10 +259,6 @@ class PreemptionCheckpoint(Callback):
 
 
 # ----------------------------------------------------------------------------- non-finite losses
-
-
-class NonFiniteLoss(RuntimeError):
-    """The loss became NaN or infinite; the message names the step, the graphs and the checkpoint."""
 
 
 class NonFiniteLossGuard(Callback):

@@ -16,14 +16,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from graphormer_urpe.errors import CheckpointError
+
 #: Name of the checkpoint written every N steps and on preemption.
 LAST_CHECKPOINT = "last.ckpt"
 #: Parameter names listed per kind of mismatch before "...".
 SHOWN_KEYS = 5
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be read or does not fit the model; the message says why."""
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

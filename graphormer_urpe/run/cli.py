@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import platform
+import re
 import shlex
+import signal
 import subprocess
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -26,14 +28,15 @@ from typing import Any, Literal
 import pytorch_lightning as pl
 import torch
 import yaml
+from jsonargparse import ArgumentError, get_loader, set_loader
 from lightning_fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
-from graphormer_urpe.data.files import atomic_write_text
-from graphormer_urpe.data.sources.base import DataError, DatasetMissing
+from graphormer_urpe.data.files import atomic_write_text, unwritable
+from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number
 from graphormer_urpe.run.callbacks import (
     LastCheckpoint,
     LoggedStep,
@@ -59,6 +62,23 @@ _CHOSEN_HERE: set[str] = set()
 #: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
 CONFIG_KEY = "graphormer_config_yaml"
 PACKAGES = ("torch", "pytorch-lightning", "torch-geometric", "torchmetrics", "ogb", "rdkit", "numpy", "wandb")
+
+
+#: jsonargparse parser mode of this CLI: YAML, with a bare ``None`` read as null. jsonargparse passes an
+#: override of a field nested in a subclass's argument (``--model.encoder.spatial_pos_max null``) on
+#: to the subclass's parser as ``--encoder.spatial_pos_max=<loaded value>``; a loaded null is written
+#: there as ``None``, which YAML reads as a string, so ``null`` could not be given on the command line.
+PARSER_MODE = "graphormer_yaml"
+_yaml_loader = get_loader("yaml")
+
+
+def _load_value(text: str) -> Any:
+    """A command-line or config value: YAML, and ``None`` alone is null (as written by jsonargparse, see
+    :data:`PARSER_MODE`)."""
+    return None if text.strip() == "None" else _yaml_loader(text)
+
+
+set_loader(PARSER_MODE, _load_value, (yaml.YAMLError,))
 
 
 def resolve_config_paths(argv: Sequence[str]) -> list[str]:
@@ -181,21 +201,20 @@ def resolve_run_dir(run_root: str | Path, run_name: str | None, config_name: str
     (:func:`~graphormer_urpe.run.ledger.create_timestamped_dir`). Named directories are created or
     checked when the run starts (:meth:`~graphormer_urpe.run.ledger.RunDirectory.open`).
     """
-    created = False
     if run_name:
-        run_dir = Path(run_root) / run_name
+        directory = RunDirectory(Path(run_root) / run_name)
     elif os.environ.get(RUN_DIR_ENV) and os.environ[RUN_DIR_ENV] not in _CHOSEN_HERE:
-        run_dir = Path(os.environ[RUN_DIR_ENV])
+        directory = RunDirectory(Path(os.environ[RUN_DIR_ENV]))
     elif (launch := launcher_run_id()) is not None:
-        run_dir = Path(run_root) / f"{config_name}-{launch}"
+        directory = RunDirectory(Path(run_root) / f"{config_name}-{launch}")
     elif int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("NODE_RANK", "0")) > 0:
         raise SystemExit("error: this process is one of several started by a launcher that gives them no common "
                          "id; pass --run_name NAME so that they share one run directory")
     else:
-        run_dir, created = create_timestamped_dir(Path(run_root), config_name, now), True
-    _CHOSEN_HERE.add(str(run_dir))
-    os.environ[RUN_DIR_ENV] = str(run_dir)
-    return RunDirectory(run_dir, created=created)
+        directory = create_timestamped_dir(Path(run_root), config_name, now)
+    _CHOSEN_HERE.add(str(directory.path))
+    os.environ[RUN_DIR_ENV] = str(directory.path)
+    return directory
 
 
 @dataclass
@@ -214,6 +233,16 @@ class CheckpointOptions:
     every_n_steps: int = 1000
     signals: list[str] = field(default_factory=lambda: ["SIGTERM", "SIGUSR1"])
     requeue: bool = True
+
+    def __post_init__(self) -> None:
+        """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""
+        check_int("checkpoint.every_n_steps", self.every_n_steps, 0, hint=" (0: only at the end and on signals)")
+        catchable = {s.name for s in signal.valid_signals() if isinstance(s, signal.Signals)} - {"SIGKILL", "SIGSTOP"}
+        for name in self.signals:
+            if name not in catchable:
+                raise ConfigError("checkpoint.signals", name, "is not a signal this process can catch (e.g. SIGTERM, "
+                                  "SIGUSR1, SIGUSR2)")
+        check_choice("checkpoint.requeue", self.requeue, (True, False))
 
 
 class GraphormerCLI(LightningCLI):
@@ -254,7 +283,7 @@ class GraphormerCLI(LightningCLI):
             run=False,
             args=argv,
             save_config_callback=None,  # RunRecord writes config.yaml, once the run's checks have passed
-            parser_kwargs={"default_env": False},
+            parser_kwargs={"default_env": False, "parser_mode": PARSER_MODE, "exit_on_error": False},
             **kwargs,
         )
 
@@ -275,16 +304,37 @@ class GraphormerCLI(LightningCLI):
         for source, target in DATA_TO_MODEL_LINKS:
             parser.link_arguments(f"data.{source}", f"model.init_args.{target}", apply_on="instantiate")
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse the command line, then check what needs no object built (the seed, the trainer's
+        options, the run root). A value of the wrong type, an unknown key or an impossible value
+        stops here in one line naming the key (exit code 2), not with jsonargparse's usage text
+        and nested report."""
+        try:
+            super().parse_arguments(parser, args)
+        except ArgumentError as error:
+            log.error("%s", parse_error_line(str(error)))
+            raise SystemExit(2) from None
+        try:
+            check_run_options(self.config)
+        except ConfigError as error:
+            log.error("%s", error)
+            raise SystemExit(2) from None
+
     def instantiate_classes(self) -> None:
-        """Build data, model and trainer. Missing or unusable data stops here with its own message,
-        not jsonargparse's (sources that infer vocabularies open their data when the model is linked
-        to it, and tasks check the kind of target); so do trainer settings that Lightning refuses
-        (``MisconfigurationException``, e.g. ``--trainer.max_steps -5``): one line, exit code 2."""
+        """Build data, model and trainer, checking every option on the way (each config's ``__post_init__``,
+        each datamodule's constructor, the global batch against the processes). Anything that cannot
+        work stops here, before a run directory exists or data are built, with one line naming the
+        key, file or rows (:class:`~graphormer_urpe.errors.InputError`, or a trainer setting that
+        Lightning refuses, ``MisconfigurationException``), and exit code 2; not with jsonargparse's
+        report, which nests the message in the whole config."""
         try:
             super().instantiate_classes()
+            check_global_batch(self.datamodule, self.trainer)
         except Exception as error:
+            if hasattr(self, "_run_directory"):  # made with the trainer: no run directory left behind
+                self._run_directory.release()
             cause: BaseException | None = error
-            while cause is not None and not isinstance(cause, DatasetMissing | DataError | MisconfigurationException):
+            while cause is not None and not isinstance(cause, InputError | MisconfigurationException):
                 cause = cause.__cause__ or cause.__context__
             if cause is None:
                 raise
@@ -350,7 +400,10 @@ class GraphormerCLI(LightningCLI):
         try:
             return super().instantiate_trainer(default_root_dir=str(run_dir), logger=self._loggers(run_dir),
                                                callbacks=callbacks, plugins=plugins or None, **kwargs)
-        except BaseException:  # e.g. a setting Lightning refuses: no run directory left behind
+        except ValueError as error:  # Lightning refuses e.g. an unknown accelerator with a plain ValueError
+            self.run_directory.release()  # no run directory left behind
+            raise InputError(f"trainer: {error}") from error
+        except BaseException:
             self.run_directory.release()
             raise
 
@@ -371,6 +424,87 @@ class GraphormerCLI(LightningCLI):
     def uses_wandb(self) -> bool:
         """Whether this run logs to W&B."""
         return self.config["logger"] == "wandb"
+
+
+def parse_error_line(report: str) -> str:
+    """jsonargparse's nested parse error as one line: the dotted key of the innermost ``Parser key``
+    (``init_args`` left out, as the command line writes it) and the first line of its own report.
+
+    Example:
+        >>> parse_error_line('Parser key "model":\\n  Errors:\\n    - Parser key "encoder.hidden_dim":\\n'
+        ...                  "        Expected a <class 'int'>. Got value: abc\\n  Given value: x")
+        "model.encoder.hidden_dim: Expected a <class 'int'>. Got value: abc"
+    """
+    lines = report.splitlines()
+    keys, detail = [], None
+    for k, line in enumerate(lines):
+        if (found := re.search(r'Parser key "([^"]+)"', line)) is not None:
+            keys.append(found.group(1))
+            rest = [text.strip(" -") for text in lines[k + 1:] if text.strip(" -")]
+            own = line[found.end():].strip(" :")
+            detail = own or next((text for text in rest if not text.startswith(_REPORT_FRAMING)), None)
+    if not keys:
+        return " ".join(text.strip() for text in lines if text.strip())
+    key = ".".join(keys).replace("init_args.", "")
+    if detail and (unknown := re.fullmatch(r"unrecognized arguments: --(?:init_args\.)?([^=\s]+).*", detail)):
+        return f"{key}.{unknown.group(1)}: no such option"
+    return f"{key}: {detail}" if detail else key
+
+
+#: Lines of a jsonargparse report that frame the error rather than state it.
+_REPORT_FRAMING = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value",
+                   "Problem with given class_path")
+
+
+def check_run_options(config: Mapping[str, Any]) -> None:
+    """Refuse a seed, a run root or trainer options that Lightning would accept and then fail on
+    mid-run (or silently misuse).
+
+    Raises:
+        ConfigError: naming the key (``seed_everything``, ``run_root``, ``trainer.<option>``) and what is allowed.
+    """
+    seed = config["seed_everything"]
+    if not isinstance(seed, bool) and seed is not None:
+        check_int("seed_everything", seed, 0, 2**32 - 1, hint=", true (a random seed) or false/null (none)")
+    if (read_only := unwritable(Path(config["run_root"]))) is not None:
+        raise ConfigError("run_root", config["run_root"], f"{read_only} is not writable, so no run directory can be "
+                          "made there; choose a writable run_root")
+    trainer = config["trainer"]
+    check_int("trainer.accumulate_grad_batches", trainer["accumulate_grad_batches"], 1)
+    interval = trainer["val_check_interval"]
+    if isinstance(interval, float):
+        check_number("trainer.val_check_interval", interval, 0.0, 1.0, include_minimum=False,
+                     hint=" (a fraction of an epoch), or an integer number of training batches >= 1")
+    elif interval is not None:
+        check_int("trainer.val_check_interval", interval, 1, hint=" (training batches), or a fraction in (0, 1]")
+    for name, minimum in (("check_val_every_n_epoch", 1), ("min_steps", 0), ("min_epochs", 0),
+                          ("num_sanity_val_steps", -1), ("log_every_n_steps", 1), ("max_epochs", -1)):
+        if trainer[name] is not None:
+            check_int(f"trainer.{name}", trainer[name], minimum)
+    check_int("trainer.max_steps", trainer["max_steps"], -1, hint=" (-1: no limit)")
+    check_int("trainer.num_nodes", trainer["num_nodes"], 1)
+    if trainer["gradient_clip_val"] is not None:
+        check_number("trainer.gradient_clip_val", trainer["gradient_clip_val"], 0.0, hint=", or null (no clipping)")
+    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
+        limit = trainer[name]
+        if isinstance(limit, float):
+            check_number(f"trainer.{name}", limit, 0.0, 1.0, hint=" (a fraction), or an integer number of batches")
+        elif limit is not None:
+            check_int(f"trainer.{name}", limit, 0, hint=" (batches), or a fraction in [0, 1]")
+
+
+def check_global_batch(datamodule: pl.LightningDataModule, trainer: pl.Trainer) -> None:
+    """The configured batch is the global batch: every one of the W processes loads ``batch_size / W``.
+
+    Raises:
+        ConfigError: ``data.batch_size`` (or ``data.eval_batch_size``) does not divide by W.
+    """
+    world = trainer.world_size
+    for name in ("batch_size", "eval_batch_size"):
+        batch = getattr(datamodule, name, None)
+        if batch is not None and batch % world:
+            raise ConfigError(f"data.{name}", batch, f"is the global batch and must divide by the {world} processes "
+                              f"(trainer.devices x trainer.num_nodes); use e.g. {max(world, batch // world * world)}")
 
 
 class RunRecord(Callback):

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from torch import nn
 
+from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.attention import RelativeScale
-from graphormer_urpe.run.checkpoints import CheckpointError, load_checkpoint, state_dict_problems
+from graphormer_urpe.run.checkpoints import load_checkpoint, state_dict_problems
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -38,6 +38,7 @@ from lightning_fabric.utilities.rank_zero import rank_zero_only
 from pytorch_lightning.loggers import Logger
 
 from graphormer_urpe.data.files import atomic_write_text
+from graphormer_urpe.errors import InputError
 from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
 
 log = logging.getLogger("graphormer_urpe")
@@ -54,28 +55,42 @@ METRICS_FILE = "metrics.csv"
 LEADING_COLUMNS = ("segment", "step")
 
 
-class RunDirError(Exception):
+class RunDirError(InputError):
     """A run directory cannot be used as asked; the message says why and what to do instead."""
 
 
 # ----------------------------------------------------------------------------- the directory
 
 
-def create_timestamped_dir(run_root: Path, config_name: str, now: datetime.datetime | None = None) -> Path:
-    """Create and return ``run_root/<config>-<YYYYmmdd-HHMMSS>``, or ``...-2``, ``...-3`` when taken.
+def _make_missing(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing parents; returns those this call created, deepest first."""
+    made = []
+    for path in [*reversed(directory.parents), directory]:
+        if not path.exists():
+            try:
+                path.mkdir()
+                made.append(path)
+            except FileExistsError:  # made by another process meanwhile
+                pass
+    return made[::-1]
+
+
+def create_timestamped_dir(run_root: Path, config_name: str, now: datetime.datetime | None = None) -> RunDirectory:
+    """Create ``run_root/<config>-<YYYYmmdd-HHMMSS>``, or ``...-2``, ``...-3`` when taken (``now``:
+    default the current time), as a :class:`RunDirectory` this process created.
 
     ``os.mkdir`` either creates a directory or fails, so processes started at the same moment each
     get a directory of their own, on one machine or on several sharing the file system.
     """
     run_root = Path(run_root)
-    run_root.mkdir(parents=True, exist_ok=True)
+    parents = _make_missing(run_root)
     stamp = f"{config_name}-{(now or datetime.datetime.now()):%Y%m%d-%H%M%S}"
     copy = 1
     while True:
         path = run_root / (stamp if copy == 1 else f"{stamp}-{copy}")
         try:
             path.mkdir()
-            return path
+            return RunDirectory(path, made=[path, *parents])
         except FileExistsError:
             copy += 1
 
@@ -99,15 +114,21 @@ class RunDirectory:
 
     Args:
         path: the directory.
-        created: this process has just created it (a new timestamped directory).
+        made: the directories this process created for it, ``path`` first, then missing parents
+            (a new timestamped directory, :func:`create_timestamped_dir`).
     """
 
-    def __init__(self, path: Path, created: bool = False) -> None:
+    def __init__(self, path: Path, made: Sequence[Path] = ()) -> None:
         self.path = Path(path)
-        self.created = created
+        self._made = list(made)
         self._lock: TextIO | None = None
-        if created:
+        if self._made:
             atexit.register(self.release)  # whatever stops the process before the run starts in it
+
+    @property
+    def created(self) -> bool:
+        """Whether this process created the directory (and has not let it go)."""
+        return self.path in self._made
 
     @property
     def last_checkpoint(self) -> Path:
@@ -170,14 +191,14 @@ class RunDirectory:
                 "under another --run_name")
 
     def _create(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._made = _make_missing(self.path.parent)
+        atexit.register(self.release)
         try:
             self.path.mkdir()
         except FileExistsError:
             raise RunDirError(f"{self.path} was created by another process a moment ago: give this run another "
                               "--run_name") from None
-        self.created = True
-        atexit.register(self.release)
+        self._made.insert(0, self.path)
 
     def _acquire_lock(self) -> None:
         if self._lock is not None:
@@ -197,11 +218,16 @@ class RunDirectory:
 
     def release(self) -> None:
         """Let the directory go. A directory this process created and left unused (nothing in it but
-        the lock: the run stopped before its first segment) is removed."""
-        if self.created and self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
+        the lock: the run stopped before its first segment) is removed, with the parents made for it."""
+        unused = not self.created or (self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {LOCK_FILE})
+        if self._made and unused:
             (self.path / LOCK_FILE).unlink(missing_ok=True)
-            self.path.rmdir()
-        self.created = False
+            for directory in self._made:
+                try:
+                    directory.rmdir()
+                except OSError:  # not empty (another run's), or gone
+                    break
+        self._made = []
         if self._lock is not None:
             self._lock.close()
             self._lock = None

@@ -22,6 +22,7 @@ from lightning_fabric.utilities.rank_zero import rank_zero_only
 from pytorch_lightning.loggers import WandbLogger
 
 from graphormer_urpe.data.sources.base import network_reachable
+from graphormer_urpe.errors import ConfigError, check_choice, check_int
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -50,6 +51,13 @@ class WandbOptions:
     group: str | None = None
     mode: Literal["online", "offline", "disabled"] = "online"
     plot_every_n_validations: int = 5
+
+    def __post_init__(self) -> None:
+        """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""
+        if not isinstance(self.project, str) or not self.project.strip():
+            raise ConfigError("wandb.project", self.project, "must name a W&B project")
+        check_choice("wandb.mode", self.mode, ("online", "offline", "disabled"))
+        check_int("wandb.plot_every_n_validations", self.plot_every_n_validations, 0, hint=" (0: never)")
 
 
 def wandb_url() -> str:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.errors import check_int, check_number
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 from graphormer_urpe.tasks.compat import checkpoint_init_args
 
@@ -39,14 +40,15 @@ class OptimConfig:
     """AdamW (betas 0.9, 0.999) with linear warm-up, then linear decay to ``end_lr`` at the last step.
 
     The defaults are the Graphormer papers'; every config states the values it trains with
-    (``model.init_args.optim.lr`` ..., ``--model.optim.lr 1e-3`` on the command line).
+    (``model.init_args.optim.lr`` ..., ``--model.optim.lr 1e-3`` on the command line). Every field
+    is checked at construction (:class:`~graphormer_urpe.errors.ConfigError` names ``model.optim.<field>``).
 
     Args:
-        lr: peak learning rate.
-        warmup_steps: linear warm-up length in optimiser steps.
-        end_lr: learning rate reached at the last step (the papers decay to 0).
-        weight_decay: decoupled (AdamW) weight decay on every parameter, as the official code.
-        adam_eps: Adam epsilon.
+        lr: peak learning rate (> 0).
+        warmup_steps: linear warm-up length in optimiser steps (>= 0).
+        end_lr: learning rate reached at the last step (>= 0; the papers decay to 0).
+        weight_decay: decoupled (AdamW) weight decay on every parameter, as the official code (>= 0).
+        adam_eps: Adam epsilon (> 0).
     """
 
     lr: float = 2e-4
@@ -54,6 +56,14 @@ class OptimConfig:
     end_lr: float = 0.0
     weight_decay: float = 0.0
     adam_eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""
+        check_number("model.optim.lr", self.lr, 0.0, include_minimum=False)
+        check_int("model.optim.warmup_steps", self.warmup_steps, 0)
+        check_number("model.optim.end_lr", self.end_lr, 0.0)
+        check_number("model.optim.weight_decay", self.weight_decay, 0.0)
+        check_number("model.optim.adam_eps", self.adam_eps, 0.0, include_minimum=False)
 
 
 #: The papers' settings, the default of every task (frozen, so one instance serves all).

@@ -18,7 +18,7 @@ from torchmetrics import Metric
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 
 from graphormer_urpe.data.batch import GraphBatch
-from graphormer_urpe.data.sources.base import DataError
+from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig
 from graphormer_urpe.tasks.graph import PerTargetTask, default_target_names

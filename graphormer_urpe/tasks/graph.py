@@ -16,7 +16,7 @@ from torch import nn
 from torchmetrics import MeanAbsoluteError
 
 from graphormer_urpe.data.batch import GraphBatch
-from graphormer_urpe.data.sources.base import DataError
+from graphormer_urpe.errors import DataError, check_choice
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, GraphormerTask, OptimConfig
 from graphormer_urpe.tasks.metrics import PerTargetMetrics
@@ -94,6 +94,8 @@ class GraphRegression(PerTargetTask):
         target_kind: str = "regression",
         target_names: list[str] | None = None,
     ) -> None:
+        check_choice("model.normalize_targets", normalize_targets, (True, False))
+        check_choice("model.loss", loss, ("l1", "mse"))
         if target_kind != "regression":
             raise DataError(f"the data's targets are {target_kind} class labels (data.source.task: {target_kind}): "
                             "train them with model.class_path: graphormer_urpe.tasks.Classification")

@@ -39,6 +39,7 @@ from graphormer_urpe.data.mag240m.release import (
 )
 from graphormer_urpe.data.mag240m.sampler import SubgraphCollator
 from graphormer_urpe.data.split_rows import SplitRows
+from graphormer_urpe.errors import ConfigError, check_int
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,17 @@ class MAG240MDataModule(pl.LightningDataModule):
         handover_slots: int = 4,
     ) -> None:
         super().__init__()
+        check_int("data.batch_size", batch_size, 1)
+        if eval_batch_size is not None:
+            check_int("data.eval_batch_size", eval_batch_size, 1, hint=", or null (data.batch_size)")
+        if isinstance(fanouts, str) or not isinstance(fanouts, Sequence):
+            raise ConfigError("data.fanouts", fanouts, "must be a list of neighbours per hop, e.g. [25, 15] ([]: the "
+                              "target paper alone)")
+        for hop, fanout in enumerate(fanouts):
+            check_int(f"data.fanouts[{hop}]", fanout, 1)
+        check_int("data.num_workers", num_workers, 0)
+        check_int("data.num_classes", num_classes, 2)
+        check_int("data.handover_slots", handover_slots, 0, hint=" (0: no shared-memory slots)")
         self.root = Path(root)
         self.raw = MAG240MRaw(root)
         self.batch_size = batch_size
@@ -125,8 +137,6 @@ class MAG240MDataModule(pl.LightningDataModule):
         self.num_classes = num_classes
         self.cache_dir = Path(cache_dir) if cache_dir else self.raw.directory / "graphormer"
         self.verify_checksums = verify_checksums
-        if handover_slots < 0:
-            raise ValueError(f"handover_slots must be >= 0, got {handover_slots}")
         self.handover_slots = handover_slots
         self._prepared = False
         self.graph: MAG240MGraph | None = None

@@ -30,7 +30,6 @@ finished files are kept, feature files resume at the first unfinished block of r
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -44,9 +43,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from graphormer_urpe.data.files import atomic_write_json, file_record, record_problem
+from graphormer_urpe.data.files import atomic_write_json, file_record, read_json_object, record_problem
 from graphormer_urpe.data.safe_load import load_numpy_checkpoint, load_split_dict
-from graphormer_urpe.data.sources.base import DatasetMissing
+from graphormer_urpe.errors import DatasetMissing
 
 log = logging.getLogger(__name__)
 
@@ -205,10 +204,15 @@ class DerivedFiles:
         self.directory = directory
         self.path = directory / MANIFEST
         self.fingerprint = dict(fingerprint)
-        manifest = json.loads(self.path.read_text()) if self.path.is_file() else None
-        if manifest is not None and (manifest.get("format") != DERIVED_FORMAT
-                                     or manifest.get("fingerprint") != self.fingerprint):
-            log.warning("%s was built from other raw data (%s); rebuilding", self.path, manifest.get("fingerprint"))
+        manifest, problem = read_json_object(self.path, ("format", "fingerprint", "files"))
+        if manifest is not None and not isinstance(manifest["files"], dict):
+            manifest, problem = None, "does not list its files (corrupted)"
+        if manifest is None and self.path.exists():  # its records are lost: every derived file is rebuilt
+            log.warning("%s %s; every derived file will be rebuilt", self.path, problem)
+            self.path.unlink()
+        if manifest is not None and (manifest["format"] != DERIVED_FORMAT
+                                     or manifest["fingerprint"] != self.fingerprint):
+            log.warning("%s was built from other raw data (%s); rebuilding", self.path, manifest["fingerprint"])
             manifest = None
         self.files: dict[str, dict] = dict(manifest["files"]) if manifest else {}
 
@@ -330,7 +334,12 @@ def build_mean_features(
     num_rows, width = len(indptr) - 1, source.shape[1]
     tmp = _tmp_path(out_path)
     progress_path = tmp.with_name(tmp.name + ".progress.json")
-    progress = json.loads(progress_path.read_text()) if progress_path.is_file() and tmp.is_file() else {}
+    progress: dict = {}
+    if progress_path.is_file() and tmp.is_file():
+        progress, problem = read_json_object(progress_path, ("block_rows", "shape", "done"))
+        if progress is None or not isinstance(progress["done"], dict):
+            log.warning("%s %s; %s is built from its first block", progress_path, problem, out_path)
+            progress = {}
     if progress.get("block_rows") != block_rows or progress.get("shape") != [num_rows, width]:
         progress = {"block_rows": block_rows, "shape": [num_rows, width], "done": {}}
         out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from graphormer_urpe.data.sources.base import DataError, DatasetMissing, GraphSource
+from graphormer_urpe.data.sources.base import GraphSource
 
 #: Public name -> module that defines it.
 _LAZY = {
@@ -22,7 +22,7 @@ _LAZY = {
     "ZINC": "zinc",
 }
 
-__all__ = ["DataError", "DatasetMissing", "GraphSource", *sorted(_LAZY)]
+__all__ = ["GraphSource", *sorted(_LAZY)]
 
 
 def __getattr__(name: str) -> Any:

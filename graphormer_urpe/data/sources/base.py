@@ -19,15 +19,6 @@ if TYPE_CHECKING:
     from graphormer_urpe.data.lsc_formats import SubmissionFormat
 
 
-class DatasetMissing(RuntimeError):
-    """Raw files are absent and cannot be downloaded; the message says what to put where."""
-
-
-class DataError(ValueError):
-    """The data cannot be used as configured (a column, a value, a split, a kind of target); the
-    message names the file, column or rows, and what to change. Raised before any work."""
-
-
 def network_reachable(url: str, timeout: float = 5.0) -> bool:
     """Whether a TCP connection to ``url``'s host opens within ``timeout`` seconds."""
     parsed = urlparse(url)

@@ -11,8 +11,9 @@ import pandas as pd
 
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.batch import RawGraph
-from graphormer_urpe.data.sources.base import DatasetMissing, GraphSource, seeded_split
+from graphormer_urpe.data.sources.base import GraphSource, seeded_split
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB, FEATURIZER_VERSION, molecule_graphs
+from graphormer_urpe.errors import DatasetMissing, check_int
 
 
 class MoleculeTable:
@@ -80,6 +81,8 @@ class QM9Gap(MoleculeSource):
     target_names = ("gap_ev",)
 
     def __init__(self, seed: int = 0, max_molecules: int | None = None) -> None:
+        if max_molecules is not None:
+            check_int("data.source.max_molecules", max_molecules, 1, hint=", or null (every molecule)")
         self.seed = seed
         self.max_molecules = max_molecules
 

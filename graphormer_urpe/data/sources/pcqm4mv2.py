@@ -22,8 +22,9 @@ from ogb.utils.url import download_url, extract_zip
 
 from graphormer_urpe.data.lsc_formats import PCQM4MV2 as PCQM4MV2_SUBMISSION
 from graphormer_urpe.data.safe_load import load_split_dict
-from graphormer_urpe.data.sources.base import DatasetMissing, missing_files, network_reachable
+from graphormer_urpe.data.sources.base import missing_files, network_reachable
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
+from graphormer_urpe.errors import DatasetMissing
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,8 @@ from torch_geometric.data.dataset import overrides_method
 
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.pyg_interop import is_categorical
-from graphormer_urpe.data.sources.base import DataError, DatasetMissing, GraphSource, seeded_split
+from graphormer_urpe.data.sources.base import GraphSource, seeded_split
+from graphormer_urpe.errors import DataError, DatasetMissing
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,10 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.files import sha1_file
-from graphormer_urpe.data.sources.base import DataError, DatasetMissing, seeded_split
+from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.featurize import silence_rdkit
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
+from graphormer_urpe.errors import DataError, DatasetMissing
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,10 @@ def read_columns(path: Path, columns: Sequence[str], what: Sequence[str]) -> pd.
     return frame
 
 
+#: The largest magnitude a target may have: the cache stores targets as float32.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def smiles_strings(frame: pd.DataFrame, column: str) -> list[str]:
     """The SMILES cells as stripped strings (a missing Parquet value becomes an empty string)."""
     return ["" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value).strip()
@@ -148,21 +153,23 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
     """A target column as float64 with NaN for missing cells.
 
     Raises:
-        TableError: a cell is neither a number nor empty (or a missing-value word), or is infinite.
+        TableError: a cell is neither a number nor empty (or a missing-value word), or is infinite or
+            beyond float32's range (the cache stores targets as float32).
     """
     values = frame[column]
     if pd.api.types.is_bool_dtype(values) or pd.api.types.is_numeric_dtype(values):
         numbers = values.astype(np.float64).to_numpy()
-        bad = np.flatnonzero(np.isinf(numbers))
+        bad = np.flatnonzero(np.abs(numbers) > FLOAT32_MAX)
     else:
         text = values.map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v).strip())
         missing = text.str.lower().isin(MISSING_VALUES).to_numpy()
         numbers = pd.to_numeric(text.where(~missing, None), errors="coerce").to_numpy(np.float64)
-        bad = np.flatnonzero((~missing & np.isnan(numbers)) | np.isinf(numbers))
+        bad = np.flatnonzero((~missing & np.isnan(numbers)) | (np.abs(numbers) > FLOAT32_MAX))
     if len(bad):
         examples = ", ".join(repr(values.iloc[r]) for r in bad[:3])
-        raise TableError(f"{path}: column '{column}' holds {len(bad)} value(s) that are not finite numbers, "
-                         f"at {describe_rows(path, bad)}: {examples}; leave a cell empty for a missing value")
+        raise TableError(f"{path}: column '{column}' holds {len(bad)} value(s) that are not finite numbers within "
+                         f"float32's range (|x| <= {FLOAT32_MAX:.4g}), at {describe_rows(path, bad)}: {examples}; "
+                         "leave a cell empty for a missing value")
     return numbers
 
 

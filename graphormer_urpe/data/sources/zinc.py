@@ -10,7 +10,8 @@ import numpy as np
 from torch_geometric.datasets import ZINC as PygZINC
 
 from graphormer_urpe.data.batch import RawGraph
-from graphormer_urpe.data.sources.base import DatasetMissing, GraphSource, missing_files, network_reachable
+from graphormer_urpe.data.sources.base import GraphSource, missing_files, network_reachable
+from graphormer_urpe.errors import DatasetMissing
 
 log = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.loaders import eval_loader, train_loader
 from graphormer_urpe.data.structure import graph_structure
+from graphormer_urpe.errors import check_int
 
 #: Seed-stream ids that keep the three splits apart.
 _SPLIT_IDS = {"train": 0, "valid": 1, "test": 2}
@@ -135,9 +136,14 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if degree < 2 or distance < 1 or min_nodes > max_nodes:
-            raise ValueError(f"need degree >= 2, distance >= 1 and min_nodes <= max_nodes; got degree={degree}, "
-                             f"distance={distance}, nodes {min_nodes}..{max_nodes}")
+        check_int("data.degree", degree, 2)
+        check_int("data.min_nodes", min_nodes, degree + 1, hint=f" (a {degree}-regular graph has more than {degree} "
+                  "nodes)")
+        check_int("data.max_nodes", max_nodes, min_nodes, hint=" (data.min_nodes)")
+        check_int("data.distance", distance, 1)
+        for key, value in (("data.train_graphs", train_graphs), ("data.val_graphs", val_graphs),
+                           ("data.test_graphs", test_graphs), ("data.batch_size", batch_size)):
+            check_int(key, value, 1)
         self.degree, self.min_nodes, self.max_nodes, self.distance = degree, min_nodes, max_nodes, distance
         self.split_graphs = {"train": train_graphs, "valid": val_graphs, "test": test_graphs}
         self.batch_size, self.seed = batch_size, seed

@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from graphormer_urpe.data.loaders import eval_loader, per_device_batch_size, process_grid
+from graphormer_urpe.errors import ConfigError, check_choice, check_int
 
 SequenceTask = Literal["position", "even_token"]
 #: Seed-stream ids that keep the training stream, validation set and test set apart.
@@ -173,10 +174,12 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if task not in ("position", "even_token"):
-            raise ValueError(f"data.task={task!r}: expected 'position' or 'even_token'")
+        check_choice("data.task", task, ("position", "even_token"))
+        for key, value in (("data.length", length), ("data.vocab_size", vocab_size), ("data.batch_size", batch_size),
+                           ("data.val_size", val_size), ("data.test_size", test_size)):
+            check_int(key, value, 1)
         if task == "even_token" and length % 2:
-            raise ValueError(f"data.length={length}: even_token needs an even length")
+            raise ConfigError("data.length", length, "even_token needs an even length")
         self.task, self._length, self._vocab_size = task, length, vocab_size
         self.batch_size, self.val_size, self.test_size, self.seed = batch_size, val_size, test_size, seed
         self.datasets: dict[str, FixedSequences] = {}

@@ -1,0 +1,65 @@
+"""``python -m graphormer_urpe.convert {official,huggingface} SRC OUT.ckpt``: see the package docstring.
+
+Bad input stops with one ``error:`` line on stderr and exit code 2, writing nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from graphormer_urpe.convert.huggingface import NODE_ROW_SHIFTS, import_huggingface
+from graphormer_urpe.convert.official import import_official
+from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
+from graphormer_urpe.errors import InputError
+
+
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(prog="python -m graphormer_urpe.convert",
+                                   description="Convert another Graphormer implementation's checkpoint into ours.")
+    formats = main.add_subparsers(dest="format", required=True, metavar="{official,huggingface}")
+    official = formats.add_parser("official", help="microsoft/Graphormer: v1.0 Lightning .ckpt or v2 fairseq .pt")
+    official.add_argument("source", help="the official checkpoint")
+    huggingface = formats.add_parser("huggingface", help="transformers' GraphormerForGraphClassification directory")
+    huggingface.add_argument("source", help="directory with config.json and model.safetensors or pytorch_model.bin")
+    for sub in (official, huggingface):
+        sub.add_argument("output", help="our checkpoint to write; its config goes next to it with .yaml")
+        sub.add_argument("--node_vocab", type=int, nargs="+", default=list(ATOM_VOCAB),
+                         help="values per node-feature column of the data (default: ogb's atom features)")
+        sub.add_argument("--edge_vocab", type=int, nargs="+", default=list(BOND_VOCAB),
+                         help="values per edge-feature column of the data (default: ogb's bond features)")
+        sub.add_argument("--task", choices=["regression", "classification"], default="regression",
+                         help="the task the checkpoint will start (regression adds target statistics 0 and 1)")
+    official.add_argument("--multi_hop_max_dist", type=int, default=None,
+                          help="for files that do not store it (default: official 5)")
+    official.add_argument("--spatial_pos_max", type=int, default=None,
+                          help="for files that do not store it, such as v1.0's (default: official 1024)")
+    huggingface.add_argument("--spatial_pos_max", type=int, default=None,
+                             help="the GraphormerDataCollator argument the model ran with (default: config.json's, "
+                                  "which that collator does not read; its own default is 20)")
+    huggingface.add_argument("--node_rows", choices=list(NODE_ROW_SHIFTS), default="transformers",
+                             help="node embedding rows of transformers' preprocessing (512 f + v + 3) or of "
+                                  "official Graphormer (512 f + v + 2)")
+    return main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    common = dict(node_vocab=args.node_vocab, edge_vocab=args.edge_vocab, spatial_pos_max=args.spatial_pos_max,
+                  task=args.task)
+    try:
+        if args.format == "official":
+            import_official(args.source, args.output, multi_hop_max_dist=args.multi_hop_max_dist, **common)
+        else:
+            import_huggingface(args.source, args.output, node_rows=args.node_rows, **common)
+    except InputError as error:  # ConversionError, or a setting GraphormerConfig refuses
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

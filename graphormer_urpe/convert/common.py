@@ -1,0 +1,182 @@
+"""What every converter shares: the error, reading foreign torch files without running them, the
+hyper-parameters a file declares, and writing our checkpoint with its config.
+
+Foreign files pickle objects of their own frameworks (fairseq's ``cfg`` and ``args``, Lightning's
+callback classes). :func:`read_torch_file` reads them with a restricted unpickler that rebuilds
+tensors, plain containers and ``argparse.Namespace`` only and replaces every other object by an
+inert placeholder, so no code from the file runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import logging
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from graphormer_urpe.errors import CheckpointError
+from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
+
+log = logging.getLogger(__name__)
+
+#: Encoder keys written to the ``.yaml``: what the weights fix. Vocabularies and outputs come from the
+#: data, ``attention`` and the dropouts from the user's config (``attention: urpe`` starts at C = 1).
+ARCHITECTURE_KEYS = ("num_layers", "hidden_dim", "ffn_dim", "num_heads", "max_degree", "spatial_pos_max",
+                     "max_distance", "edge_encoding", "multi_hop_max_dist", "layer_norm", "embedding_norm",
+                     "final_norm", "head")
+
+
+class ConversionError(CheckpointError):
+    """A file is not a checkpoint we can map exactly; the message (one line) says why."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """One hyper-parameter as a file stores it, and where (for messages)."""
+
+    value: Any
+    where: str
+
+    def __str__(self) -> str:
+        return f"{self.where} = {self.value!r}"
+
+
+def found(section: Mapping[str, Any], key: str, where: str, kind: type) -> Found | None:
+    """``section[key]`` as a :class:`Found` of type ``kind`` (None when absent or None).
+
+    Raises:
+        ConversionError: a value of another type (``True`` is not an int here).
+    """
+    value = section.get(key)
+    if value is None:
+        return None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise ConversionError(f"{where} = {value!r}: expected {kind.__name__}")
+    return Found(value, where)
+
+
+class _Placeholder:
+    """Stands for any object in the file that is not a tensor or a plain container."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:  # items of a pickled dict subclass
+        pass
+
+    def append(self, item: Any) -> None:  # items of a pickled list subclass
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+
+_ALLOWED = {
+    ("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"),
+    ("torch._utils", "_rebuild_tensor"), ("torch", "Size"), ("builtins", "set"), ("builtins", "frozenset"),
+    ("argparse", "Namespace"),  # fairseq's args and cfg['model']: a plain attribute container
+}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED or (module == "torch" and name.endswith("Storage")):
+            return super().find_class(module, name)
+        return type(name, (_Placeholder,), {"__module__": "graphormer_urpe.convert.placeholder"})
+
+
+class _RestrictedPickle:
+    """A ``pickle_module`` for ``torch.load``: tensors and containers only (see the module docstring)."""
+
+    Unpickler = _RestrictedUnpickler
+    __name__ = "graphormer_urpe.convert.common"
+
+    @staticmethod
+    def load(file: io.IOBase, **kwargs: Any) -> Any:
+        return _RestrictedUnpickler(file, **kwargs).load()
+
+
+def read_torch_file(path: Path) -> Mapping[str, Any]:
+    """The dictionary a ``torch.save`` file holds, read without running code from it.
+
+    Raises:
+        ConversionError: no such file, not a torch file, or not a dictionary.
+    """
+    if not path.is_file():
+        raise ConversionError(f"{path} does not exist")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # foreign objects inside: the restricted unpickler instead
+        try:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_RestrictedPickle)
+        except Exception as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ConversionError(f"{path} is not a readable torch file: {reason}") from None
+    if not isinstance(checkpoint, Mapping):
+        raise ConversionError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dictionary")
+    return checkpoint
+
+
+def section_items(section: Any) -> dict[str, Any]:
+    """The entries of a ``Namespace`` or a mapping (anything else, e.g. a placeholder: none)."""
+    if isinstance(section, argparse.Namespace):
+        return dict(vars(section))
+    return dict(section) if isinstance(section, Mapping) else {}
+
+
+def check_output(output: Path) -> None:
+    """Refuse to overwrite an earlier conversion (the checkpoint or its ``.yaml``)."""
+    for path in (output, output.with_suffix(".yaml")):
+        if path.exists():
+            raise ConversionError(f"{path} exists; choose another output path (nothing is overwritten)")
+
+
+@dataclass(frozen=True)
+class Converted:
+    """Our encoder config and state dict, and the source tensors dropped as never applied."""
+
+    config: GraphormerConfig
+    weights: dict[str, torch.Tensor]
+    dropped: list[str]
+
+
+def write_checkpoint(converted: Converted, output: Path, *, source: Path, source_format: str, task: str) -> None:
+    """Write our checkpoint (``output``) and its config (``output`` with ``.yaml``).
+
+    The checkpoint holds ``state_dict`` (``model.*``, plus ``target_mean`` 0 and ``target_std`` 1 for
+    ``task="regression"``: the source model predicts in the data's units), ``hyper_parameters.encoder``
+    and ``converted_from`` (source, format, dropped tensors). The ``.yaml`` sets the architecture
+    (:data:`ARCHITECTURE_KEYS`) and ``data.init_args.path_order: official``.
+    """
+    config = converted.config
+    Graphormer(config).load_state_dict(converted.weights)  # shapes were checked against the source: this asserts
+    model_state = {f"model.{k}": v.float().contiguous() for k, v in converted.weights.items()}
+    if task == "regression":
+        model_state["target_mean"] = torch.zeros(config.num_outputs)
+        model_state["target_std"] = torch.ones(config.num_outputs)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    encoder = {k: v for k, v in dataclasses.asdict(config).items() if k in ARCHITECTURE_KEYS}
+    torch.save({"state_dict": model_state, "hyper_parameters": {"encoder": dataclasses.asdict(config)},
+                "converted_from": {"source": str(source), "format": source_format, "dropped": converted.dropped}},
+               output)
+    output.with_suffix(".yaml").write_text(yaml.safe_dump(
+        {"model": {"init_args": {"encoder": encoder}}, "data": {"init_args": {"path_order": "official"}}},
+        sort_keys=False))
+    note = f"; dropped (never applied by the source): {', '.join(converted.dropped)}" if converted.dropped else ""
+    log.info("%s checkpoint %s -> %s (+ %s): %d layers, width %d, %d heads, %s, multi_hop_max_dist %d, "
+             "spatial_pos_max %s%s", source_format, source, output, output.with_suffix(".yaml").name, config.num_layers,
+             config.hidden_dim, config.num_heads, config.edge_encoding, config.multi_hop_max_dist,
+             config.spatial_pos_max, note)

@@ -1,0 +1,182 @@
+"""Checkpoints of transformers' Graphormer (``GraphormerForGraphClassification``) as ours.
+
+    python -m graphormer_urpe.convert huggingface graphormer-base-pcqm4mv2/ runs/imported/graphormer.ckpt
+
+The source is a directory as ``save_pretrained`` writes it (and the Hub serves it, e.g.
+``clefourrier/graphormer-base-pcqm4mv2``): ``config.json`` and ``model.safetensors`` or
+``pytorch_model.bin``. transformers' Graphormer (``transformers.models.graphormer`` from 4.27,
+``transformers.models.deprecated.graphormer`` in the last 4.x releases, gone in 5.x) is a port of
+official v2: the encoder keeps v2's names (``encoder.graph_encoder.*``), the head is
+``encoder.lm_head_transform_weight``, ``encoder.layer_norm``, ``classifier.classifier`` (no bias)
+and ``classifier.lm_output_learned_bias``, and ``config.json`` holds what fairseq keeps in
+``cfg``. Two things differ from official v2 in its data pipeline (``collating_graphormer.py``):
+
+* **Node rows.** ``preprocess_item`` adds 1 to ``convert_to_single_emb``'s rows twice and the
+  collator keeps them, so value v of column f reads row ``512 f + v + 3``, one above official's
+  ``512 f + v + 2`` (edges, distances and degrees read official's rows). ``node_rows`` picks which
+  the import follows: ``transformers`` (what the model predicts in transformers' own pipeline,
+  the default) or ``official`` (for weights copied from an official checkpoint without training
+  in transformers).
+* **Masking.** ``GraphormerDataCollator(spatial_pos_max=20)`` masks pairs whose stored distance
+  ``d + 1`` is ``>= spatial_pos_max``, i.e. ``d >= spatial_pos_max - 1``; it takes the value as its
+  own argument (default 20) and does not read ``config.json``'s ``spatial_pos_max`` (default 1024,
+  official's: nothing masked). The import uses ``config.json``'s unless told the collator's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from safetensors.torch import load_file
+
+from graphormer_urpe.convert.common import (
+    ConversionError,
+    Found,
+    check_output,
+    found,
+    read_torch_file,
+    write_checkpoint,
+)
+from graphormer_urpe.convert.mapping import Declared, convert_weights
+from graphormer_urpe.convert.official import V2
+from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
+from graphormer_urpe.model.graphormer import GraphormerConfig
+
+#: Node rows of ``node_rows``: value v of column f at ``512 f + v + shift``.
+NODE_ROW_SHIFTS = {"transformers": 3, "official": 2}
+#: transformers' layout: official v2's encoder, its own head and node rows.
+TRANSFORMERS = dataclasses.replace(
+    V2, name="transformers",
+    head_parts={"head.transform": "encoder.lm_head_transform_weight", "head.norm": "encoder.layer_norm",
+                "head.out": "classifier.classifier"},
+    head_bias="classifier.lm_output_learned_bias", never_applied=("encoder.graph_encoder.final_layer_norm.",),
+    node_row_shift=NODE_ROW_SHIFTS["transformers"],
+)
+#: Weight files, in the order ``from_pretrained`` prefers them.
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+#: The class whose checkpoints carry a prediction head.
+ARCHITECTURE = "GraphormerForGraphClassification"
+
+#: Our name <- (config.json key, type, transformers' default where the key is absent)
+#: (``configuration_graphormer.py``, ``GraphormerConfig.__init__``).
+CONFIG_FIELDS: dict[str, tuple[str, type, Any]] = {
+    "num_layers": ("num_hidden_layers", int, 12), "hidden_dim": ("embedding_dim", int, 768),
+    "ffn_dim": ("ffn_embedding_dim", int, 768), "num_heads": ("num_attention_heads", int, 32),
+    "num_outputs": ("num_classes", int, 1), "edge_type": ("edge_type", str, "multi_hop"),
+    "pre_layernorm": ("pre_layernorm", bool, False), "embedding_norm": ("encoder_normalize_before", bool, False),
+    "activation": ("activation_fn", str, "gelu"), "multi_hop_max_dist": ("multi_hop_max_dist", int, 5),
+    "dropout": ("dropout", float, 0.1), "attention_dropout": ("attention_dropout", float, 0.1),
+    "activation_dropout": ("activation_dropout", float, 0.1), "num_atoms": ("num_atoms", int, 512 * 9),
+    "num_edges": ("num_edges", int, 512 * 3), "num_in_degree": ("num_in_degree", int, 512),
+    "num_out_degree": ("num_out_degree", int, 512), "num_spatial": ("num_spatial", int, 512),
+    "num_edge_dis": ("num_edge_dis", int, 128),
+}
+#: config.json settings that transformers accepts and we do not express: key -> the value we need
+#: (absent keys take transformers' default, which is this value).
+REQUIRED = {"model_type": "graphormer", "embed_scale": None, "share_input_output_embed": False, "bias": True,
+            "self_attention": True}
+#: transformers' default of the collator's argument we read from config.json.
+TRANSFORMERS_SPATIAL_POS_MAX = 1024
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """``config.json`` as a dictionary, checked for a transformers Graphormer we can express.
+
+    Raises:
+        ConversionError: missing, not JSON, another model, or a setting we cannot express.
+    """
+    if not path.is_file():
+        raise ConversionError(f"{path} does not exist: a transformers checkpoint directory holds config.json")
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConversionError(f"{path} is not JSON: {error}") from None
+    if not isinstance(config, dict):
+        raise ConversionError(f"{path} holds a {type(config).__name__}, not a JSON object")
+    for key, needed in REQUIRED.items():
+        if config.get(key, needed) != needed:
+            raise ConversionError(f"{path.name} {key} = {config[key]!r}: only {needed!r} is supported")
+    for key in ("kdim", "vdim"):
+        if config.get(key) not in (None, config.get("embedding_dim")):
+            raise ConversionError(f"{path.name} {key} = {config[key]!r}: only null (= embedding_dim) is supported")
+    architectures = config.get("architectures") or [ARCHITECTURE]
+    if ARCHITECTURE not in architectures:
+        raise ConversionError(f"{path.name} architectures = {architectures}: only {ARCHITECTURE} carries a prediction "
+                              "head")
+    return config
+
+
+def read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """The tensors of ``model.safetensors`` or, if absent, ``pytorch_model.bin``.
+
+    Raises:
+        ConversionError: neither file, or one that cannot be read.
+    """
+    path = next((directory / name for name in WEIGHT_FILES if (directory / name).is_file()), None)
+    if path is None:
+        present = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+        raise ConversionError(f"{directory} holds neither {' nor '.join(WEIGHT_FILES)} (found: {present})")
+    if path.suffix == ".bin":
+        return dict(read_torch_file(path))
+    try:
+        return load_file(path, device="cpu")
+    except Exception as error:  # SafetensorError, or an OSError of a truncated file
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConversionError(f"{path} is not a readable safetensors file: {reason}") from None
+
+
+def declared_settings(config: Mapping[str, Any], spatial_pos_max: int | None) -> Declared:
+    """What ``config.json`` says, with transformers' defaults for absent keys; ``spatial_pos_max``:
+    the collator's argument (default: config.json's), turned into official's meaning."""
+    settings = {}
+    for ours, (key, kind, default) in CONFIG_FIELDS.items():
+        where = f"config.json {key}" if key in config else f"config.json {key} (absent: transformers' default)"
+        settings[ours] = found({key: config.get(key, default)}, key, where, kind)
+    if spatial_pos_max is not None:
+        limit = Found(spatial_pos_max, "--spatial_pos_max")
+    else:
+        limit = found({"spatial_pos_max": config.get("spatial_pos_max", TRANSFORMERS_SPATIAL_POS_MAX)},
+                      "spatial_pos_max", "config.json spatial_pos_max", int)
+    if limit.value < 2:
+        raise ConversionError(f"{limit}: masks every pair (transformers' collator masks distance + 1 >= "
+                              "spatial_pos_max)")
+    masked_from = Found(limit.value - 1, f"{limit.where} {limit.value} (transformers masks distance + 1 >= it)")
+    return Declared(**settings, spatial_pos_max=masked_from, input_dropout=settings["dropout"])
+
+
+def import_huggingface(source: str | Path, output: str | Path, *, node_vocab: Sequence[int] = ATOM_VOCAB,
+                       edge_vocab: Sequence[int] = BOND_VOCAB, spatial_pos_max: int | None = None,
+                       node_rows: Literal["transformers", "official"] = "transformers",
+                       task: str = "regression") -> GraphormerConfig:
+    """Convert a transformers Graphormer directory into our checkpoint (``output``) and its config
+    (``output`` with ``.yaml``).
+
+    Args:
+        source: the directory holding ``config.json`` and the weights.
+        output: our checkpoint to write (refused if it or its ``.yaml`` exists).
+        node_vocab, edge_vocab: our featurisation's values per column (ogb's for molecules).
+        spatial_pos_max: the ``GraphormerDataCollator`` argument the model ran with (default:
+            ``config.json``'s, which that collator does not read).
+        node_rows: ``transformers`` (``512 f + v + 3``) or ``official`` (``512 f + v + 2``), see the
+            module docstring.
+        task: ``regression`` adds target statistics 0 and 1; ``classification`` none.
+
+    Raises:
+        ConversionError: see :func:`read_config` and
+            :func:`~graphormer_urpe.convert.mapping.convert_weights`.
+    """
+    source, output = Path(source), Path(output)
+    check_output(output)
+    config = read_config(source / "config.json")
+    state = read_weights(source)
+    layout = dataclasses.replace(TRANSFORMERS, node_row_shift=NODE_ROW_SHIFTS[node_rows])
+    converted = convert_weights(state, layout, declared_settings(config, spatial_pos_max), node_vocab=node_vocab,
+                                edge_vocab=edge_vocab)
+    write_checkpoint(converted, output, source=source, source_format=f"transformers ({node_rows} node rows)",
+                     task=task)
+    return converted.config
