@@ -286,12 +286,17 @@ def test_ckpt_path_last_with_nothing_to_resume_names_what_it_looked_for(small_ru
     assert files_of(stopped) == before
 
 
-def test_auto_starts_a_run_without_checkpoint_again_only_with_its_own_config(small_run: Path, small_table: Path,
-                                                                            data_root: Path, tmp_path: Path,
-                                                                            package_log) -> None:
+def stopped_before_its_first_checkpoint(small_run: Path, tmp_path: Path) -> Path:
+    """A copy of the probe run as a run stopped (Ctrl-C, a crash) before writing any checkpoint."""
     stopped = copy_run(small_run, tmp_path)
     shutil.rmtree(stopped / "checkpoints")
     (stopped / "metrics.json").unlink()
+    return stopped
+
+
+def test_auto_refuses_to_start_a_run_of_another_config_in_a_directory_without_checkpoint(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path, package_log) -> None:
+    stopped = stopped_before_its_first_checkpoint(small_run, tmp_path)
     before = files_of(stopped)
     other = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--ckpt_path", "auto",
                            "--model.encoder.attention", "rpe")
@@ -301,6 +306,13 @@ def test_auto_starts_a_run_without_checkpoint_again_only_with_its_own_config(sma
         f"(model.init_args.encoder.attention: 'urpe' ({stopped / 'config.yaml'}) vs 'rpe' (now)); give this run "
         "another --run_name"]
     assert files_of(stopped) == before
+
+
+@pytest.mark.slow
+def test_auto_starts_a_run_without_checkpoint_again_from_step_0(small_run: Path, small_table: Path, data_root: Path,
+                                                                 tmp_path: Path) -> None:
+    stopped = stopped_before_its_first_checkpoint(small_run, tmp_path)
+    before = files_of(stopped)
     same = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--ckpt_path", "auto")
     assert train_in_process(same) == 0
     assert values(stopped) == values(small_run)  # segment 1 from step 0 replaces segment 0 in the curve
