@@ -124,6 +124,17 @@ def test_a_directory_created_for_a_start_that_never_began_is_removed(tmp_path: P
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["other"]  # what was there stays
 
 
+def test_a_start_that_loses_the_race_for_a_name_leaves_the_winner_alone(tmp_path: Path) -> None:
+    """Two new runs of one --run_name: both see no directory, the other one creates it first."""
+    late = RunDirectory(tmp_path / "root" / "run")
+    (tmp_path / "root" / "run").mkdir(parents=True)  # the winner, between the loser's look and its mkdir
+    (tmp_path / "root" / "run" / LOCK_FILE).write_text("")
+    with pytest.raises(RunDirError, match="was created by another process a moment ago"):
+        late._create()
+    late.release()
+    assert (tmp_path / "root" / "run" / LOCK_FILE).is_file()
+
+
 def test_other_processes_of_a_run_only_find_its_checkpoint(tmp_path: Path) -> None:
     """Rank 0 may be creating the directory while the other ranks look: they check nothing about it."""
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)

@@ -161,7 +161,7 @@ class RunDirectory:
         elif ckpt_path == "last":
             if not self.last_checkpoint.is_file():
                 raise RunDirError(f"--ckpt_path last: there is no {self.last_checkpoint} to resume; "
-                                  + self._why_no_checkpoint(existed))
+                                  + self._why_no_checkpoint())
             start = RunStart(str(self.last_checkpoint), earlier_segments=True)
         elif ckpt_path == "auto":
             if self.last_checkpoint.is_file():
@@ -181,11 +181,11 @@ class RunDirectory:
             self._acquire_lock()
         return start
 
-    def _why_no_checkpoint(self, existed: bool) -> str:
+    def _why_no_checkpoint(self) -> str:
         if self.created:
             return ("without --run_name every start gets a new directory; pass the --run_name of the run to resume "
                     "(or --ckpt_path auto to resume it if it has a checkpoint and start it otherwise)")
-        if not existed:
+        if not self.path.exists():
             return f"{self.path} does not exist (check --run_root and --run_name)"
         return ("the run stopped before writing its first checkpoint; start it again with --ckpt_path auto, or "
                 "under another --run_name")
@@ -219,14 +219,18 @@ class RunDirectory:
     def release(self) -> None:
         """Let the directory go. A directory this process created and left unused (nothing in it but
         the lock: the run stopped before its first segment) is removed, with the parents made for it."""
-        unused = not self.created or (self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {LOCK_FILE})
-        if self._made and unused:
-            (self.path / LOCK_FILE).unlink(missing_ok=True)
-            for directory in self._made:
-                try:
-                    directory.rmdir()
-                except OSError:  # not empty (another run's), or gone
-                    break
+        parents = [directory for directory in self._made if directory != self.path]
+        if self.created:
+            if self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
+                (self.path / LOCK_FILE).unlink(missing_ok=True)
+                self.path.rmdir()
+            else:  # the run started in it: it stays, and so do its parents
+                parents = []
+        for directory in parents:
+            try:
+                directory.rmdir()
+            except OSError:  # not empty (holds other runs), or gone
+                break
         self._made = []
         if self._lock is not None:
             self._lock.close()
