@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             raise SystemExit("error: --predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
         try:
             if fmt is not None:
-                result = evaluate_with_ogb(cli, options, started)
+                result = evaluate_with_ogb(cli, options, started, data_check)
             elif options.split in MODES:
                 raise SystemExit(f"error: {type(cli.datamodule).__name__} has no hidden test split '{options.split}'")
             else:
@@ -227,8 +227,9 @@ def predict_file(options: argparse.Namespace, rest: list[str]) -> dict:
             "predicted": len(frame) - failed, "failed": failed}
 
 
-def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: float) -> dict:
-    """Predict ``options.split`` in its order, then score it with ogb's evaluator or write a submission."""
+def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: float, data_check: dict) -> dict:
+    """Predict ``options.split`` in its order, then score it with ogb's evaluator or write a submission
+    (whose log records ``data_check``, :func:`compare_data`)."""
     datamodule: PredictableData = cli.datamodule
     fmt = datamodule.submission_format
     if options.split not in fmt.splits:
@@ -259,7 +260,7 @@ def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: 
         return score(predictions, fmt, options.ckpt)
     if options.submission_dir is None:
         return {"checkpoint": options.ckpt, "split": options.split, "predictions": str(options.predictions)}
-    return submit(predictions, cli, options, started, preprocessing, inference)
+    return submit(predictions, cli, options, started, preprocessing, inference, data_check)
 
 
 def score(predictions: SplitPredictions, fmt: SubmissionFormat, ckpt: str) -> dict:
@@ -282,8 +283,9 @@ def score(predictions: SplitPredictions, fmt: SubmissionFormat, ckpt: str) -> di
 
 
 def submit(predictions: SplitPredictions, cli: GraphormerCLI, options: argparse.Namespace, started: float,
-           preprocessing: float, inference: float) -> dict:
-    """Fill skipped rows with the training mean, write the submission and its log, say how long it took."""
+           preprocessing: float, inference: float, data_check: dict) -> dict:
+    """Fill skipped rows with the training mean, write the submission and its log (with ``data_check``,
+    whether the data are the checkpoint's), say how long it took."""
     datamodule: PredictableData = cli.datamodule
     fmt, mode = datamodule.submission_format, options.split
     expected = fmt.split_size(datamodule.root, mode)
@@ -328,6 +330,7 @@ def submit(predictions: SplitPredictions, cli: GraphormerCLI, options: argparse.
         "devices": cli.trainer.world_size,
         "git_commit": git_commit(),
         "versions": package_versions(),
+        **data_check,
     }
     write_json(path.with_suffix(".log.json"), record)
     prepared = "found built" if preprocessing == 0.0 else f"built now, {preprocessing:.1f} s"

@@ -187,6 +187,15 @@ class SignalDuringStep(pl.Callback):
             os.kill(os.getpid(), self.signum)
 
 
+class FinalState(pl.Callback):
+    """Keeps the weights and step at the end of training."""
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+        self.step = trainer.global_step
+        self.device = pl_module.device
+
+
 def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
     """``train.py ARGS`` in this process with extra callbacks; returns its exit code."""
     import train

@@ -17,7 +17,7 @@ import torch
 import train
 from graphormer_urpe.run.callbacks import Preempted, RNGState, rng_state, set_rng_state
 from graphormer_urpe.testing.device import exactness_device
-from tests.conftest import SignalDuringStep, run_on_processes, tiny_run_args, train_in_process
+from tests.conftest import FinalState, SignalDuringStep, run_on_processes, tiny_run_args, train_in_process
 
 #: Every source of randomness switched on, gradient accumulation and clipping: the hardest case. On the
 #: device of the exactness tests (dropout masks then come from the CUDA generator on a GPU), with
@@ -29,15 +29,6 @@ RANDOM_RUN = (
     "--trainer.gradient_clip_val", "1.0", "--trainer.max_steps", "9", "--checkpoint.every_n_steps", "4",
     "--trainer.accelerator", exactness_device().type, "--trainer.deterministic", "true",
 )
-
-
-class FinalState(pl.Callback):
-    """Keeps the weights and step at the end of training."""
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
-        self.step = trainer.global_step
-        self.device = pl_module.device
 
 
 @pytest.fixture(scope="module")
