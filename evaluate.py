@@ -60,8 +60,8 @@ from graphormer_urpe.run.cli import (
     write_json,
 )
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, differences
+from graphormer_urpe.tasks.base import check_layout
 from graphormer_urpe.tasks.classification import predicted_classes
-from graphormer_urpe.tasks.compat import migrate_config
 
 #: Skipped rows named one by one in log messages (the submission log lists all of them).
 SHOWN_ROWS = 10
@@ -94,11 +94,17 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def embedded_config(ckpt: str) -> str:
-    """The YAML config stored in a checkpoint by training (one of an older version read in today's layout)."""
+    """The YAML config stored in a checkpoint by training.
+
+    Raises:
+        CheckpointError: a checkpoint of the layout before the task family was merged (one line naming
+            the command that converts it).
+    """
     checkpoint = load_checkpoint(ckpt)
     if CONFIG_KEY not in checkpoint:
         raise SystemExit(f"error: {ckpt} holds no config (not written by train.py); pass --config")
-    return migrate_config(checkpoint[CONFIG_KEY])
+    check_layout(ckpt, checkpoint.get("hyper_parameters") or {})
+    return checkpoint[CONFIG_KEY]
 
 
 def check_submission_file(path: Path, data_root: Path) -> dict:
@@ -216,8 +222,8 @@ def predict_file(options: argparse.Namespace, rest: list[str]) -> dict:
     if len(config_args) not in (0, 2) or (config_args and config_args[0] != "--config"):
         raise SystemExit(f"error: with --predict, only --config FILE may be added to --ckpt, --out, --smiles-column; "
                          f"got {' '.join(rest)}")
-    config_yaml = Path(config_args[1]).read_text() if config_args else embedded_config(options.ckpt)
     try:
+        config_yaml = Path(config_args[1]).read_text() if config_args else embedded_config(options.ckpt)
         frame = predict_table(Path(options.ckpt), options.predict, options.out, config_yaml, options.smiles_column)
     except InputError as error:
         log.error("%s", error)

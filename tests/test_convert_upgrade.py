@@ -17,11 +17,11 @@ import evaluate
 from graphormer_urpe.convert.__main__ import main as convert
 from graphormer_urpe.convert.upgrade import OPTIM_KEYS
 from graphormer_urpe.data.batch import collate_graphs
+from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
 from graphormer_urpe.run.cli import CONFIG_DIR, CONFIG_KEY, GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphRegression, OptimConfig, SequenceTagging
-from graphormer_urpe.tasks.compat import migrate_config
 from graphormer_urpe.tasks.metrics import EvaluatorMetric
 from tests.conftest import make_record
 from tests.test_train import synthetic_run
@@ -73,7 +73,8 @@ def upgraded(source: Path) -> Path:
     return output
 
 
-def test_an_old_node_tagging_checkpoint_converts_then_evaluates_loads_and_predicts_as_before(tmp_path: Path) -> None:
+def test_an_old_node_tagging_checkpoint_converts_then_evaluates_loads_and_predicts_as_before(
+        tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
     metrics, _ = synthetic_run(tmp_path, "run", "synthetic_graph")
     new = metrics["best_checkpoint"]
     saved = torch.load(new, weights_only=True)["hyper_parameters"]
@@ -81,6 +82,18 @@ def test_an_old_node_tagging_checkpoint_converts_then_evaluates_loads_and_predic
     assert saved["_class_path"] == "graphormer_urpe.tasks.Classification" and saved["target_kind"] == "multiclass"
     old = old_layout(new, tmp_path / "old.ckpt", "graphormer_urpe.tasks.tokens.NodeTagging",
                      dropped=("target_kind", "target_names", "evaluator"))
+    # unconverted, it is refused in one line naming the command
+    refusal = (f"{old} was written before the task family was merged (lr, warmup_steps, end_lr, weight_decay, "
+               "adam_eps outside optim): convert it once with python -m graphormer_urpe.convert upgrade "
+               f"{old} NEW.ckpt")
+    with pytest.raises(CheckpointError) as refused:
+        Classification.from_checkpoint(old)
+    assert str(refused.value) == refusal
+    package_log.clear()
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["--ckpt", str(old), "--split", "valid", "--logger", "none"])
+    assert stop.value.code == 2
+    assert [r.getMessage() for r in package_log.records if r.levelname == "ERROR"] == [refusal]
     converted = upgraded(old)
 
     # evaluate.py rebuilds the run from the converted embedded config and gives the metric of training
@@ -143,6 +156,11 @@ def test_old_graph_checkpoints_convert_and_predict_as_the_trained_task(case: int
     assert task.hparams == trained.hparams
     if case == 0:
         assert not task.binary and isinstance(task.metrics["val"][0].metrics[0], EvaluatorMetric)
+    if case == 1:  # loaded into another task, it is refused naming what does not fit
+        refused = (r"\['target_kind', 'target_names'\] are not arguments of SequenceTagging \(a checkpoint of "
+                   r"graphormer_urpe.tasks.Classification\?\): load it with its own task class$")
+        with pytest.raises(CheckpointError, match=refused):
+            SequenceTagging.from_checkpoint(tmp_path / "old.new.ckpt")
     rng = np.random.default_rng(0)
     batch = collate_graphs([make_record(rng, n, i, node_vocab=(5,), edge_vocab=(3,)) for i, n in enumerate([4, 7])])
     batch.target_node = torch.zeros(2, dtype=torch.long)
@@ -191,43 +209,13 @@ def test_what_is_not_an_old_checkpoint_is_refused_in_one_line_writing_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.ckpt", "taken.ckpt", "today.ckpt", "weights.pt"]
 
 
-def test_migrate_config_rewrites_the_old_layout_only() -> None:
-    today = (CONFIG_DIR / "mag240m.yaml").read_text()
-    assert migrate_config(today) == today
-    config = yaml.safe_load(today)
-    config["model"]["class_path"] = "graphormer_urpe.tasks.NodeClassification"
-    config["model"]["init_args"].update(config["model"]["init_args"].pop("optim"))
-    migrated = yaml.safe_load(migrate_config(yaml.safe_dump(config)))
-    assert migrated["model"] == yaml.safe_load(today)["model"]
-
-
-def test_old_class_paths_still_work(tmp_path: Path) -> None:
-    config = yaml.safe_load((CONFIG_DIR / "mag240m.yaml").read_text())
-    config["model"]["class_path"] = "graphormer_urpe.tasks.NodeClassification"
-    path = tmp_path / "old_names.yaml"
-    path.write_text(yaml.safe_dump(config))
-    cli = GraphormerCLI(["--config", str(path), "--run_root", str(tmp_path), "--logger", "none"])
-    assert type(cli.model) is Classification and not cli.model.binary  # target_kind linked from MAG240M
-    assert cli.model.optim == OptimConfig(lr=3e-4, warmup_steps=6000, weight_decay=0.01)
-    assert GraphRegression is not Classification
-
-
-@pytest.mark.parametrize("flag,new", [("--model.lr", "--model.optim.lr"),
-                                      ("--model.init_args.warmup_steps", "--model.init_args.optim.warmup_steps")])
-def test_old_optimiser_flags_are_refused_with_the_new_name(tmp_path: Path, flag: str, new: str) -> None:
-    with pytest.raises(SystemExit) as stop:
-        GraphormerCLI(["--config", "qm9_gap", flag, "1", "--run_root", str(tmp_path), "--logger", "none"])
-    assert f"{flag} is now {new}" in str(stop.value.code)
-
-
-def test_an_old_config_file_is_refused_with_the_lines_to_change(tmp_path: Path) -> None:
+def test_an_old_config_is_refused_like_any_unknown_key(tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
     config = yaml.safe_load((CONFIG_DIR / "qm9_gap.yaml").read_text())
     config["model"]["init_args"].update(config["model"]["init_args"].pop("optim"))
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump(config))
     with pytest.raises(SystemExit) as stop:
         GraphormerCLI(["--config", str(path), "--run_root", str(tmp_path), "--logger", "none"])
-    message = str(stop.value.code)
-    assert message.startswith("error: ")
-    for key in ("lr", "warmup_steps", "weight_decay"):
-        assert f"{path}: model.init_args.{key} is now model.init_args.optim.{key}" in message
+    assert stop.value.code == 2
+    assert [r.getMessage() for r in package_log.records if r.levelname == "ERROR"] == [
+        "model: Option 'lr' is not accepted"]

@@ -48,7 +48,6 @@ from graphormer_urpe.run.callbacks import (
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, data_identity
 from graphormer_urpe.run.ledger import MetricsLog, RunDirectory, create_timestamped_dir, start_segment
 from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
-from graphormer_urpe.tasks.compat import old_layout_arguments
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -248,9 +247,6 @@ class GraphormerCLI(LightningCLI):
         #: The command line as given (recorded per segment in ``run.json``).
         self.argv = list(sys.argv[1:] if args is None else args)
         argv = resolve_config_paths(self.argv)
-        if old := old_layout_arguments(argv):
-            raise SystemExit("error: the optimiser settings are one group, model.init_args.optim, since the task "
-                             "family was merged (docs/tasks.md):\n  " + "\n  ".join(old))
         self.config_name = next(
             (Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
              for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,9 +20,8 @@ from torch import nn
 
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
-from graphormer_urpe.errors import DataError, check_int, check_number
+from graphormer_urpe.errors import CheckpointError, DataError, check_int, check_number
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
-from graphormer_urpe.tasks.compat import checkpoint_init_args
 
 #: Evaluation stages, each with its own metric state.
 STAGES = ("val", "test")
@@ -77,6 +77,21 @@ class OptimConfig:
 
 #: The papers' settings, the default of every task (frozen, so one instance serves all).
 DEFAULT_OPTIM = OptimConfig()
+#: The command that writes a checkpoint of the layout before the task family was merged in today's.
+UPGRADE_COMMAND = "python -m graphormer_urpe.convert upgrade"
+
+
+def check_layout(path: str | Path, hyper_parameters: Mapping[str, Any]) -> None:
+    """Refuse a checkpoint written before the task family was merged: its optimiser arguments are
+    outside ``optim`` (:mod:`graphormer_urpe.convert.upgrade` converts it).
+
+    Raises:
+        CheckpointError: one line naming the checkpoint and the command that converts it.
+    """
+    outside = [field.name for field in dataclasses.fields(OptimConfig) if field.name in hyper_parameters]
+    if outside:
+        raise CheckpointError(f"{path} was written before the task family was merged ({', '.join(outside)} outside "
+                              f"optim): convert it once with {UPGRADE_COMMAND} {path} NEW.ckpt")
 
 
 def decided_by_data(key: str, data_value: T, given: object, default: object) -> T:
@@ -184,12 +199,20 @@ class GraphormerTask(pl.LightningModule):
     def from_checkpoint(cls, path: str | Path, map_location: str | torch.device = "cpu") -> GraphormerTask:
         """Rebuild the task from a checkpoint alone (config and vocabularies travel with it).
 
-        Checkpoints written before the task family was merged (optimiser arguments at the top level,
-        ``NodeTagging`` ...) are read through :func:`~graphormer_urpe.tasks.compat.checkpoint_init_args`.
+        Raises:
+            CheckpointError: a checkpoint of the layout before the task family was merged
+                (:func:`check_layout`), or of another task (arguments ``cls`` does not take).
         """
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-        hparams = checkpoint_init_args(checkpoint, cls)
-        task = cls(encoder=cls.config_class(**hparams.pop("encoder")), optim=OptimConfig(**hparams.pop("optim")),
+        saved = checkpoint["hyper_parameters"]
+        check_layout(path, saved)
+        hparams = {k: v for k, v in saved.items() if not k.startswith("_")}  # LightningCLI adds _class_path ...
+        unknown = sorted(set(hparams) - set(inspect.signature(cls.__init__).parameters))
+        if unknown:
+            raise CheckpointError(f"{path}: the hyper-parameters {unknown} are not arguments of {cls.__name__} (a "
+                                  f"checkpoint of {saved.get('_class_path', 'another task')}?): load it with its own "
+                                  "task class")
+        task = cls(encoder=cls.config_class(**hparams.pop("encoder")), optim=OptimConfig(**hparams.pop("optim", {})),
                    **hparams)  # no ``data``: what it decided is in the saved arguments
         task.load_state_dict(checkpoint["state_dict"])
         return task
