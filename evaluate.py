@@ -48,18 +48,11 @@ from graphormer_urpe.errors import CheckpointError, InputError, SubmissionError
 from graphormer_urpe.evaluation.new_molecules import predict_table
 from graphormer_urpe.evaluation.splits import SplitPredictions, predict_split
 from graphormer_urpe.evaluation.submission import check_submission, write_submission
+from graphormer_urpe.run.callbacks import CONFIG_KEY
 from graphormer_urpe.run.checkpoints import check_checkpoint, load_checkpoint
-from graphormer_urpe.run.cli import (
-    CONFIG_KEY,
-    GraphormerCLI,
-    configure_logging,
-    git_commit,
-    log,
-    package_versions,
-    resolve_config_paths,
-    write_json,
-)
+from graphormer_urpe.run.cli import GraphormerCLI, configure_logging, log, resolve_config_paths
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, differences
+from graphormer_urpe.run.records import git_commit, package_versions, write_json
 from graphormer_urpe.tasks.base import check_layout
 from graphormer_urpe.tasks.classification import predicted_classes
 

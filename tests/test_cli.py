@@ -17,10 +17,9 @@ from lightning_fabric.plugins.environments import SLURMEnvironment
 import evaluate
 import train
 from graphormer_urpe.run import cli
-from graphormer_urpe.run.callbacks import PreemptionCheckpoint
+from graphormer_urpe.run.callbacks import CONFIG_KEY, PreemptionCheckpoint
 from graphormer_urpe.run.cli import (
     CONFIG_DIR,
-    CONFIG_KEY,
     REPO_DIR,
     RUN_DIR_ENV,
     GraphormerCLI,
