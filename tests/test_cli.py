@@ -17,7 +17,8 @@ from lightning_fabric.plugins.environments import SLURMEnvironment
 import evaluate
 import train
 from graphormer_urpe.run import cli
-from graphormer_urpe.run.callbacks import CONFIG_KEY, PreemptionCheckpoint
+from graphormer_urpe.run.callbacks import PreemptionCheckpoint
+from graphormer_urpe.run.checkpoints import CONFIG_KEY
 from graphormer_urpe.run.cli import (
     CONFIG_DIR,
     REPO_DIR,

@@ -20,7 +20,7 @@ from graphormer_urpe.data.batch import collate_graphs
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
-from graphormer_urpe.run.callbacks import CONFIG_KEY
+from graphormer_urpe.run.checkpoints import CONFIG_KEY
 from graphormer_urpe.run.cli import CONFIG_DIR, GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphRegression, OptimConfig, SequenceTagging
 from graphormer_urpe.tasks.metrics import EvaluatorMetric

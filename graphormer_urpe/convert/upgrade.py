@@ -31,8 +31,7 @@ import yaml
 
 from graphormer_urpe.convert.common import ConversionError
 from graphormer_urpe.errors import InputError, import_object
-from graphormer_urpe.run.callbacks import CONFIG_KEY
-from graphormer_urpe.run.checkpoints import load_checkpoint
+from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from graphormer_urpe.data.sources.molecules import MoleculeSource
 from graphormer_urpe.data.sources.tables import SmilesToPredict
 from graphormer_urpe.errors import DataError, import_object
 from graphormer_urpe.evaluation.splits import predict_split
+from graphormer_urpe.run.checkpoints import embedded_config
 from graphormer_urpe.tasks.base import PerTargetTask
 
 log = logging.getLogger("graphormer_urpe")
@@ -86,3 +87,21 @@ def predict_table(ckpt: Path, table: Path, out: Path, config_yaml: str, smiles_c
              len(frame) - len(failed), len(failed),
              f" (empty prediction, reason in 'error'; first: {failed[:SHOWN_ROWS]})" if failed else "")
     return frame
+
+
+def predict_new_molecules(ckpt: str, table: Path, out: Path, config: Path | None = None,
+                          smiles_column: str | None = None) -> dict:
+    """``evaluate.py --predict TABLE --out FILE.csv``: :func:`predict_table` with the config embedded in
+    the checkpoint (or ``config``).
+
+    Returns:
+        The checkpoint, table, output file, and how many rows were predicted and failed.
+
+    Raises:
+        InputError: the checkpoint, the config or the table cannot be used (the message says why).
+    """
+    config_yaml = config.read_text() if config is not None else embedded_config(ckpt)
+    frame = predict_table(Path(ckpt), table, out, config_yaml, smiles_column)
+    failed = int((frame["error"] != "").sum())
+    return {"checkpoint": ckpt, "table": str(table), "out": str(out), "rows": len(frame),
+            "predicted": len(frame) - failed, "failed": failed}

@@ -38,7 +38,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 
 from graphormer_urpe.data.loaders import gather_objects
 from graphormer_urpe.errors import NonFiniteLoss
-from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
+from graphormer_urpe.run.checkpoints import CONFIG_KEY, LAST_CHECKPOINT
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, data_identity
 from graphormer_urpe.run.ledger import MetricsLog, start_segment
 from graphormer_urpe.run.plots import has_relative_encodings, relative_encoding_figure
@@ -335,9 +335,6 @@ class RelationTablePlots(Callback):
 
 
 # ----------------------------------------------------------------------------- records
-
-#: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
-CONFIG_KEY = "graphormer_config_yaml"
 
 
 class EmbedConfig(Callback):
