@@ -17,7 +17,7 @@ Per GPU, as the papers ran them (the configured batch is global and DDP splits i
 Every batch is padded to its largest graph, so "every graph of the largest size" is the worst
 case a step can meet. A step is the task's own training step, clipping (the config's
 ``gradient_clip_val``) and its AdamW update (the second step, with the optimiser state present;
-``graphormer_urpe.testing.memory``) in ``16-mixed`` (the V100 setting; ``--precision`` for others).
+``bench/step_memory.py``) in ``16-mixed`` (the V100 setting; ``--precision`` for others).
 The verdict: on a GPU, ``max_memory_reserved`` plus the CUDA context must stay under the V100's
 usable memory; from a CPU estimate (tensors only), the peak plus 15 % allocator overhead plus the
 context must.
@@ -45,7 +45,7 @@ from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import GraphormerTask
-from graphormer_urpe.testing.memory import GIB, Precision, StepMemory, estimate_step_memory, measure_step_memory
+from step_memory import GIB, Precision, StepMemory, estimate_step_memory, measure_step_memory
 
 #: What a 32 GB V100 offers to PyTorch (nvidia-smi: 32,510 MiB) and what the CUDA context takes.
 V100_USABLE_GIB = 32510 / 1024

@@ -17,6 +17,9 @@ gradient clipping by norm, the update of the optimiser that ``configure_optimize
 The estimate counts tensors only. On a GPU add the CUDA context (about 0.3-0.5 GiB), the cuBLAS
 workspace, and the caching allocator's rounding and fragmentation (:func:`measure_step_memory`
 reports ``max_memory_reserved`` next to ``max_memory_allocated``). See ``docs/gpu.md``.
+
+A benchmark tool (``bench/paper_memory.py``, ``bench/gpu_check.py``); tests import it with ``bench/``
+on the path, and so can you: ``sys.path.insert(0, "bench")``.
 """
 
 from __future__ import annotations
