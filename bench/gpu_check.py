@@ -70,7 +70,7 @@ def run(command: list[str], log: Path, env: dict[str, str] | None = None) -> sub
 
 def check_tests(out: Path, quick: bool) -> dict:
     """``pytest -m device`` (``--quick``: the attention module's only); deterministic cuBLAS for exact resume."""
-    paths = ["tests/test_attention.py"] if quick else ["tests"]
+    paths = ["tests/model/test_attention.py"] if quick else ["tests"]
     result = run([sys.executable, "-m", "pytest", "-q", "-m", "device", "-p", "no:cacheprovider", *paths],
                  out / "tests.log", env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8"})
     summary = next((line for line in reversed(result.stdout.splitlines()) if " passed" in line or " failed" in line),

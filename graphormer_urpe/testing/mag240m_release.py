@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import pickle
+import shutil
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from graphormer_urpe.data.mag240m.release import FEATURE_DIM
+from graphormer_urpe.data.mag240m.release import DATASET_DIR, FEATURE_DIM, MAG240MRaw
 
 #: Real release: 1,112,392 / 138,949 / 146,818 arXiv papers in train / valid / test.
 _SPLIT_FRACTIONS = (0.7961, 0.0994, 0.1045)
@@ -223,6 +224,13 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
                             "test": np.sort(test).astype(np.int64)}, directory / "split_dict.pt")
     (directory / "RELEASE_v1.txt").write_text("synthetic MAG240M written by graphormer_urpe.testing.mag240m_release\n")
     return directory
+
+
+def copy_release(root: Path, destination: Path) -> MAG240MRaw:
+    """Copies the release under ``root`` (``root/mag240m_kddcup2021``) to ``destination`` without the derived
+    files a datamodule writes beside it (``graphormer/``); returns the copy, opened."""
+    shutil.copytree(root / DATASET_DIR, destination / DATASET_DIR, ignore=shutil.ignore_patterns("graphormer"))
+    return MAG240MRaw(destination)
 
 
 def main() -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from graphormer_urpe.run.records import REPO_DIR
 
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO_DIR / "bench"))
 import gpu_check  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
 
 
@@ -62,6 +62,7 @@ def test_the_throughput_commands_run_on_the_cpu() -> None:
     ones are for a GPU: float16 matrix products on a CPU take minutes)."""
     commands = gpu_check.throughput_commands("cpu", quick=True)
     assert [c[c.index("--precision") + 1] for c in commands] == ["32", "16-mixed", "bf16-mixed"]
-    done = subprocess.run(commands[0], cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    done = subprocess.run(commands[0], cwd=REPO_DIR, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "size-aware / today, urpe" in done.stdout and "URPE / RPE time per step, bucketed" in done.stdout

@@ -1,7 +1,7 @@
 """Importing transformers' Graphormer (``graphormer_urpe.convert.huggingface``): checkpoints written by
 ``GraphormerForGraphClassification.save_pretrained`` (random weights, small sizes) import into a model
 that predicts what transformers' model predicts on the inputs of its own preprocessing and collator
-(transcribed in ``tests/official_reference.py``, whose Cython it would otherwise compile), read every
+(transcribed in ``graphormer_urpe/testing/official_reference.py``, whose Cython it would otherwise compile), read every
 ``config.json`` setting, and refuse what we cannot express in one line."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from graphormer_urpe.convert.__main__ import main
 from graphormer_urpe.convert.common import ConversionError
 from graphormer_urpe.convert.huggingface import import_huggingface
 from graphormer_urpe.tasks import GraphRegression
-from tests.official_reference import molecules, tolerance, transformers_batch
+from graphormer_urpe.testing.official_reference import molecules, tolerance, transformers_batch
 
 HIDDEN, HEADS, LAYERS, FFN, CLASSES = 16, 4, 2, 24, 3
 #: Tables whose row 0 transformers keeps at zero (``padding_idx``).

@@ -30,7 +30,7 @@ from graphormer_urpe.model.graphormer import Graphormer
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
 from graphormer_urpe.run.finetune import init_from_checkpoint
 from graphormer_urpe.tasks import GraphRegression
-from tests.official_reference import molecules, official_batch, official_forward, tolerance
+from graphormer_urpe.testing.official_reference import molecules, official_batch, official_forward, tolerance
 
 HIDDEN, HEADS, LAYERS, FFN = 16, 4, 2, 24
 def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0, multi_hop: bool = True,
@@ -560,7 +560,7 @@ def test_train_fine_tunes_an_imported_checkpoint_as_urpe(tmp_path: Path, qm9_roo
     """``train.py --config DATA --config IMPORTED.yaml --init_from IMPORTED.ckpt``: one step at the first
     learning rate of the warm-up (0) keeps the imported weights, with C = 1, on official paths."""
     import train
-    from tests.conftest import tiny_run_args
+    from graphormer_urpe.testing.runs import tiny_run_args
 
     source = save_official(tmp_path / "official.pt", "fairseq", official_weights("v2"))
     import_official(source, tmp_path / "imported.ckpt")

@@ -24,8 +24,8 @@ from graphormer_urpe.run.checkpoints import CONFIG_KEY
 from graphormer_urpe.run.cli import CONFIG_DIR, GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphRegression, OptimConfig, SequenceTagging
 from graphormer_urpe.tasks.metrics import EvaluatorMetric
-from tests.conftest import make_record
-from tests.test_train import synthetic_run
+from graphormer_urpe.testing.graphs import make_record
+from graphormer_urpe.testing.runs import synthetic_run
 
 TINY = dict(node_vocab=[5], edge_vocab=[3], num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2)
 OPTIM = dict(lr=3e-4, warmup_steps=6000, end_lr=0.0, weight_decay=0.01, adam_eps=1e-8)

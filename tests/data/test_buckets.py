@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from graphormer_urpe.data.buckets import bucketed_batches, size_sorted
-from tests.conftest import REPO
+from graphormer_urpe.run.records import REPO_DIR
 
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO_DIR / "bench"))
 from common import padded_share  # noqa: E402  (bench/common.py, importable once bench/ is on the path)
 
 

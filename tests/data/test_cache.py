@@ -15,7 +15,7 @@ from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.cache import CacheSpec, GraphStore, build_store, chunk_problem
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure
-from tests.conftest import random_edges
+from graphormer_urpe.testing.graphs import random_edges
 
 SPEC = CacheSpec(DataSpec(node_vocab=(5, 3), edge_vocab=(4,), num_targets=2, num_outputs=2), max_nodes=30)
 

@@ -21,8 +21,8 @@ from graphormer_urpe.data.datamodule import GraphDataModule, GraphDataset
 from graphormer_urpe.data.sources import QM9Gap
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
+from graphormer_urpe.testing.runs import TINY_MOLECULES
 from graphormer_urpe.testing.tolerance import rounding_tolerance
-from tests.conftest import TINY_MOLECULES
 
 
 def build_when_released(root: str, start: multiprocessing.Event, builds: str) -> None:

@@ -15,7 +15,7 @@ from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import QM9Gap
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure, graph_structures
-from tests.official_reference import OFFICIAL_UNREACHABLE, floyd_warshall, official_path
+from graphormer_urpe.testing.official_reference import OFFICIAL_UNREACHABLE, floyd_warshall, official_path
 
 
 def random_graph(rng: np.random.Generator, n: int, directed: bool) -> np.ndarray:

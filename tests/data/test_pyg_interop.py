@@ -25,9 +25,10 @@ from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import ZINC, PygDataset
 from graphormer_urpe.data.structure import graph_structure
+from graphormer_urpe.run.records import REPO_DIR
+from graphormer_urpe.testing.graphs import random_edges
 from graphormer_urpe.testing.tu_format import TUGraph, write_tu_dataset
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw
-from tests.conftest import random_edges
 
 TINY = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4)
 
@@ -219,7 +220,7 @@ class NodeGraphs(InMemoryDataset):
 
 
 def test_per_node_targets_without_edge_features_give_exactly_our_pipelines_outputs(tmp_path: Path) -> None:
-    source = PygDataset("tests.test_pyg_interop.NodeGraphs", node_attributes=["x", "pos"], target_level="node")
+    source = PygDataset(f"{__name__}.NodeGraphs", node_attributes=["x", "pos"], target_level="node")
     data = GraphDataModule(source, root=str(tmp_path), batch_size=4, num_workers=0, preprocess_workers=0)
     data.prepare_data()
     data.setup()
@@ -311,7 +312,7 @@ def test_unknown_keyword_arguments_are_refused_with_a_suggestion() -> None:
 # ----------------------------------------------------------------------------- the example
 
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pyg_loop.py"
+EXAMPLE = REPO_DIR / "examples" / "pyg_loop.py"
 
 
 @pytest.mark.slow

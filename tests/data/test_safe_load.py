@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from graphormer_urpe.data.safe_load import UnsafeCheckpoint, load_numpy_checkpoint, load_split_dict, numpy_safe_globals
-from tests.ogb_layouts import NUMPY1_MULTIARRAY, torch_save_as_numpy1
+from graphormer_urpe.testing.ogb_layouts import NUMPY1_MULTIARRAY, torch_save_as_numpy1
 
 SPLITS = {"train": np.arange(10), "valid": np.array([10, 12]), "test-dev": np.array([11]),
           "test-challenge": np.array([], dtype=np.int64)}

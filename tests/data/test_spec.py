@@ -27,9 +27,9 @@ from graphormer_urpe.model.sequence import SequenceConfig
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
 from graphormer_urpe.run.cli import CONFIG_DIR, GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphRegression, SequenceTagging
+from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
+from graphormer_urpe.testing.runs import TINY_MOLECULES, tiny_run_args
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw
-from tests.conftest import TINY_MOLECULES, tiny_run_args
-from tests.ogb_layouts import write_pcqm4mv2
 
 
 @dataclass(frozen=True)

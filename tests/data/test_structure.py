@@ -9,7 +9,7 @@ import pytest
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data import structure as transforms
 from graphormer_urpe.data.structure import graph_structure, graph_structures
-from tests.conftest import random_edges
+from graphormer_urpe.testing.graphs import random_edges
 
 
 def networkx_distances(n: int, edge_index: np.ndarray) -> np.ndarray:

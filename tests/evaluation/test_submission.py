@@ -14,7 +14,7 @@ from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2, SubmissionFormat
 from graphormer_urpe.errors import SubmissionError
 from graphormer_urpe.evaluation.submission import check_submission, write_submission
 from graphormer_urpe.testing.mag240m_release import torch_save_like_numpy1
-from tests.ogb_layouts import write_pcqm4mv2
+from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 
 #: The official test split sizes (here only to build arrays; the code reads them from split_dict.pt).
 OFFICIAL = {"test-dev": 147_037, "test-challenge": 147_432}

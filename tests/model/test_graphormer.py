@@ -17,8 +17,8 @@ from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.data.synthetic.graphs import regular_graph_record, regular_graphs
 from graphormer_urpe.errors import ConfigError
 from graphormer_urpe.model.graphormer import EdgePathBias, Graphormer, GraphormerConfig
+from graphormer_urpe.testing.graphs import make_record, random_edges
 from graphormer_urpe.testing.tolerance import rounding_tolerance
-from tests.conftest import make_record, random_edges
 
 
 def model(attention: str = "urpe", seed: int = 0, device: torch.device | str = "cpu", **overrides) -> Graphormer:

@@ -5,7 +5,6 @@ embedding LayerNorm, final LayerNorm, v2 head), each with URPE at C = 1 equal to
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,10 +14,9 @@ import yaml
 from graphormer_urpe.constants import SPD_RELATION_OFFSET, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import collate_graphs
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig, V2Head
+from graphormer_urpe.run.cli import CONFIG_DIR
+from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.tolerance import rounding_tolerance
-from tests.conftest import make_record
-
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 
 def path_graph_with_salt(rng: np.random.Generator, n: int = 300):

@@ -17,7 +17,8 @@ import torch
 import train
 from graphormer_urpe.run.callbacks import Preempted, RNGState, rng_state, set_rng_state
 from graphormer_urpe.testing.device import exactness_device
-from tests.conftest import FinalState, SignalDuringStep, run_on_processes, tiny_run_args, train_in_process
+from graphormer_urpe.testing.distributed import run_on_processes
+from graphormer_urpe.testing.runs import FinalState, SignalDuringStep, tiny_run_args, train_in_process
 
 #: Every source of randomness switched on, gradient accumulation and clipping: the hardest case. On the
 #: device of the exactness tests (dropout masks then come from the CUDA generator on a GPU), with

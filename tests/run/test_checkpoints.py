@@ -14,7 +14,7 @@ from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.checkpoints import check_checkpoint, load_checkpoint, saved_loader_states
 from graphormer_urpe.tasks import GraphRegression
-from tests.conftest import tiny_run_args
+from graphormer_urpe.testing.runs import tiny_run_args
 
 
 def task(**encoder: object) -> GraphRegression:

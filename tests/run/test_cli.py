@@ -28,7 +28,7 @@ from graphormer_urpe.run.cli import (
     resolve_run_dir,
 )
 from graphormer_urpe.run.tracking import WandbOptions
-from tests.conftest import tiny_run_args
+from graphormer_urpe.testing.runs import tiny_run_args
 
 TINY = [
     "--config", "qm9_gap", "--data.source.max_molecules", "400", "--data.num_workers", "0",

@@ -12,7 +12,7 @@ from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.finetune import init_from_checkpoint
 from graphormer_urpe.tasks import GraphRegression
-from tests.conftest import make_record
+from graphormer_urpe.testing.graphs import make_record
 
 ENCODER = GraphormerConfig(node_vocab=[28], edge_vocab=[4], num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4,
                            attention="rpe", dropout=0.0, attention_dropout=0.0)

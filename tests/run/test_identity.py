@@ -15,7 +15,8 @@ import torch
 import evaluate
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, data_identity, differences
-from tests.conftest import REPO, small_run_args, train_in_process
+from graphormer_urpe.run.records import REPO_DIR
+from graphormer_urpe.testing.runs import small_run_args, train_in_process
 
 #: Rows appended to the probe table after training, as in issue 20 (30 more molecules).
 APPENDED_ROWS = 30
@@ -29,7 +30,7 @@ def edited_copy(table: Path, directory: Path) -> Path:
     """``table`` with 30 more molecules of the example file appended."""
     directory.mkdir(parents=True, exist_ok=True)
     copy = directory / table.name
-    extra = (REPO / "examples" / "qm9_sample.csv").read_text().splitlines(keepends=True)[61:61 + APPENDED_ROWS]
+    extra = (REPO_DIR / "examples" / "qm9_sample.csv").read_text().splitlines(keepends=True)[61:61 + APPENDED_ROWS]
     copy.write_text(table.read_text() + "".join(extra))
     return copy
 

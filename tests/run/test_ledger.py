@@ -29,7 +29,8 @@ from graphormer_urpe.run.ledger import (
     read_metrics,
     start_segment,
 )
-from tests.conftest import REPO, SignalDuringStep, run_train_subprocess, small_run_args, train_in_process
+from graphormer_urpe.run.records import REPO_DIR
+from graphormer_urpe.testing.runs import SignalDuringStep, run_train_subprocess, small_run_args, train_in_process
 
 #: What one validation and one training log step write (besides segment, step and epoch).
 VALIDATION = ("val/mae", "val/mae/gap_ev", "val/mae/mu_debye")
@@ -74,7 +75,8 @@ def copy_run(small_run: Path, tmp_path: Path, name: str = "t2") -> Path:
 
 def signal_at(step: int, signum: int) -> str:
     """The ``train.py`` argument that makes a subprocess send itself ``signum`` during optimiser step ``step``."""
-    callback = {"class_path": "tests.conftest.SignalDuringStep", "init_args": {"step": step, "signum": int(signum)}}
+    callback = {"class_path": "graphormer_urpe.testing.runs.SignalDuringStep",
+                "init_args": {"step": step, "signum": int(signum)}}
     return f"--trainer.callbacks+={json.dumps(callback)}"
 
 
@@ -375,10 +377,10 @@ def test_ctrl_c_exits_130_naming_the_checkpoint_to_resume(small_table: Path, dat
 def test_runs_started_at_once_never_share_a_directory(small_table: Path, data_root: Path, tmp_path: Path) -> None:
     """Four ``train.py`` processes of one config started together, told apart by their seeds."""
     run_root = tmp_path / "runs"
-    processes = [subprocess.Popen([sys.executable, str(REPO / "train.py"),
+    processes = [subprocess.Popen([sys.executable, str(REPO_DIR / "train.py"),
                                    *small_run_args(small_table, data_root, run_root, "--trainer.max_steps", "4",
                                                    "--seed_everything", str(seed))],
-                                  cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                  cwd=REPO_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                  for seed in range(4)]
     errors = [process.communicate(timeout=600)[1] for process in processes]
     assert [process.returncode for process in processes] == [0] * 4, errors

@@ -20,9 +20,9 @@ from graphormer_urpe.run.plots import (
     relative_encoding_figure,
     sequence_matrices,
 )
-from tests.conftest import REPO
+from graphormer_urpe.run.records import REPO_DIR
 
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO_DIR / "bench"))
 from synthetic_results import accuracy_figure  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
 
 CONFIG = GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, spatial_pos_max=4)

@@ -22,7 +22,7 @@ import evaluate
 import train
 from graphormer_urpe.evaluation.submission import check_submission
 from graphormer_urpe.run.cli import REPO_DIR, RUN_DIR_ENV
-from tests.ogb_layouts import write_pcqm4mv2
+from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 
 SIZES = {"train": 60, "valid": 21, "test-dev": 147_037, "test-challenge": 13}
 TINY_SMILES = ["C", "CC", "O", "N", "CO", "CN", "C=O", "C#N", "CCO", "OO", "CC=O", "NC=O", "OCO", "CCN"]

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 import seeds
-from tests.conftest import REPO, tiny_run_args
+from graphormer_urpe.run.records import REPO_DIR
+from graphormer_urpe.testing.runs import tiny_run_args
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
@@ -51,8 +52,8 @@ def test_seed_command_sets_seed_run_name_and_wandb_group() -> None:
 @pytest.mark.slow
 def test_two_seeds_end_to_end_then_collect(qm9_root: Path, tmp_path: Path) -> None:
     args = tiny_run_args(qm9_root, tmp_path, "--trainer.max_steps", "2")
-    result = subprocess.run([sys.executable, str(REPO / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args],
-                            cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run([sys.executable, str(REPO_DIR / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args],
+                            cwd=REPO_DIR, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr[-5000:]
     summary = json.loads((tmp_path / "tiny-seeds.json").read_text())
     assert summary["seeds"] == [0, 1] and summary["missing_seeds"] == []
@@ -68,8 +69,8 @@ def test_two_seeds_end_to_end_then_collect(qm9_root: Path, tmp_path: Path) -> No
 
     # the same sweep again: both seeds reused, one line each, their runs untouched
     runs = {seed: files_of(tmp_path / f"tiny-seed{seed}") for seed in (0, 1)}
-    again = subprocess.run([sys.executable, str(REPO / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args],
-                           cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    again = subprocess.run([sys.executable, str(REPO_DIR / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args],
+                           cwd=REPO_DIR, capture_output=True, text=True, timeout=600, check=False)
     assert again.returncode == 0, again.stderr[-5000:]
     assert [line for line in again.stdout.splitlines() if line.startswith("[seeds] tiny: seed")] == [
         f"[seeds] tiny: seed {seed} reused: {tmp_path / f'tiny-seed{seed}'} finished with the same config"
@@ -77,9 +78,9 @@ def test_two_seeds_end_to_end_then_collect(qm9_root: Path, tmp_path: Path) -> No
     assert {seed: files_of(tmp_path / f"tiny-seed{seed}") for seed in (0, 1)} == runs
     # issue 20: the same name with RPE must not report the URPE runs as RPE
     summaries = {p.name: p.read_bytes() for p in tmp_path.glob("tiny-seeds.*")}
-    rpe = subprocess.run([sys.executable, str(REPO / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args,
+    rpe = subprocess.run([sys.executable, str(REPO_DIR / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args,
                           "--model.encoder.attention", "rpe"],
-                         cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+                         cwd=REPO_DIR, capture_output=True, text=True, timeout=600, check=False)
     assert rpe.returncode == 2
     config = tmp_path / "tiny-seed0" / "config.yaml"
     assert rpe.stderr.splitlines() == [

@@ -12,7 +12,7 @@ import torch
 import evaluate
 import train
 from graphormer_urpe.run.ledger import read_metrics
-from tests.conftest import DDP_TWIN_ARGS, tiny_run_args
+from graphormer_urpe.testing.runs import DDP_TWIN_ARGS, synthetic_run, tiny_run_args
 
 
 def lr_per_step(run_dir: Path) -> dict[int, float]:
@@ -66,23 +66,6 @@ def test_global_batch_gives_the_same_steps_learning_rates_and_weights(
 
 
 # ----------------------------------------------------------------------------- synthetic tasks
-
-TINY_SEQUENCES = ["--data.length", "8", "--data.val_size", "16", "--data.test_size", "16", "--data.batch_size", "8"]
-TINY = {
-    "synthetic_pi": TINY_SEQUENCES,
-    "synthetic_etp": TINY_SEQUENCES,
-    "synthetic_graph": ["--data.train_graphs", "8", "--data.val_graphs", "4", "--data.test_graphs", "4",
-                        "--data.batch_size", "4"],
-}
-
-
-def synthetic_run(tmp_path: Path, name: str, config: str, *extra: str) -> tuple[dict, Path]:
-    """A two-step training run of a synthetic config; returns metrics.json and the run directory."""
-    train.main(["--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "1",
-                "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-                "--run_root", str(tmp_path), "--run_name", name, *TINY[config], *extra])
-    return json.loads((tmp_path / name / "metrics.json").read_text()), tmp_path / name
-
 
 @pytest.mark.parametrize("config,method", [("synthetic_pi", "none"), ("synthetic_pi", "rpe"),
                                            ("synthetic_etp", "urpe"), ("synthetic_graph", "rpe")])

@@ -25,7 +25,9 @@ from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.cli import REPO_DIR, GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
-from tests.conftest import make_record, run_on_processes, tiny_run_args
+from graphormer_urpe.testing.distributed import run_on_processes
+from graphormer_urpe.testing.graphs import make_record
+from graphormer_urpe.testing.runs import tiny_run_args
 
 SMALL = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
 

@@ -22,7 +22,7 @@ from graphormer_urpe.data.mag240m.datamodule import (
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.errors import ConfigError
-from tests.test_mag240m import _copy_raw
+from graphormer_urpe.testing.mag240m_release import copy_release
 
 
 def _positions(sampler) -> list[int]:
@@ -152,7 +152,7 @@ def test_setup_checks_the_class_count_and_the_spec(synthetic_mag) -> None:
 
 
 def test_invalid_training_labels_stop_before_training(synthetic_mag, tmp_path) -> None:
-    raw = _copy_raw(synthetic_mag, tmp_path)
+    raw = copy_release(synthetic_mag, tmp_path)
     shutil.copytree(synthetic_mag / "mag240m_kddcup2021/graphormer", raw.directory / "graphormer")
     path = raw.directory / "processed/paper/node_label.npy"
     labels = np.load(path)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ from graphormer_urpe.data.mag240m.derived import FEATURE_FILES, csr_files, prepa
 from graphormer_urpe.data.mag240m.release import AFFILIATED, CITES, RELATIONS, WRITES, MAG240MRaw, NodeType
 from graphormer_urpe.data.safe_load import numpy_safe_globals
 from graphormer_urpe.errors import DatasetMissing
+from graphormer_urpe.testing.mag240m_release import copy_release
 
 
 @pytest.fixture
@@ -29,13 +29,6 @@ def package_log(caplog: pytest.LogCaptureFixture):
     yield caplog
     logger.removeHandler(caplog.handler)
     logger.setLevel(level)
-
-
-def _copy_raw(root, tmp_path):
-    """A copy of the synthetic release without derived files."""
-    shutil.copytree(root / "mag240m_kddcup2021", tmp_path / "mag240m_kddcup2021",
-                    ignore=shutil.ignore_patterns("graphormer"))
-    return MAG240MRaw(tmp_path)
 
 
 def test_reads_the_layout_exactly_like_ogb(synthetic_mag) -> None:
@@ -59,7 +52,7 @@ def test_reads_the_layout_exactly_like_ogb(synthetic_mag) -> None:
 
 
 def test_missing_files_are_named(synthetic_mag, tmp_path) -> None:
-    raw = _copy_raw(synthetic_mag, tmp_path)
+    raw = copy_release(synthetic_mag, tmp_path)
     os.remove(raw.directory / "processed/paper/node_year.npy")
     os.remove(raw.directory / "split_dict.pt")
     with pytest.raises(DatasetMissing, match="split_dict.pt, processed/paper/node_year.npy") as error:
@@ -68,7 +61,7 @@ def test_missing_files_are_named(synthetic_mag, tmp_path) -> None:
 
 
 def test_wrong_feature_shape_is_named(synthetic_mag, tmp_path) -> None:
-    raw = _copy_raw(synthetic_mag, tmp_path)
+    raw = copy_release(synthetic_mag, tmp_path)
     np.save(raw.directory / "processed/paper/node_feat.npy", np.zeros((3, 768), np.float16))
     with pytest.raises(ValueError, match="node_feat.npy: shape \\(3, 768\\)"):
         raw.check()
@@ -115,7 +108,7 @@ def test_author_and_institution_features_are_means(synthetic_mag) -> None:
 
 
 def test_out_of_range_edge_is_named(synthetic_mag, tmp_path) -> None:
-    raw = _copy_raw(synthetic_mag, tmp_path)
+    raw = copy_release(synthetic_mag, tmp_path)
     path = raw.directory / "processed" / WRITES / "edge_index.npy"
     edges = np.load(path)
     edges[1, 5] = raw.num_nodes(NodeType.PAPER) + 3
@@ -129,7 +122,7 @@ def _build(raw, directory, **kwargs):
 
 
 def test_damaged_files_are_detected_and_rebuilt(synthetic_mag, tmp_path, package_log) -> None:
-    raw = _copy_raw(synthetic_mag, tmp_path)
+    raw = copy_release(synthetic_mag, tmp_path)
     directory = tmp_path / "derived"
     _build(raw, directory)
     features = directory / FEATURE_FILES[NodeType.AUTHOR]
@@ -157,7 +150,7 @@ def test_damaged_files_are_detected_and_rebuilt(synthetic_mag, tmp_path, package
 
 
 def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch, package_log) -> None:
-    raw = _copy_raw(synthetic_mag, tmp_path)
+    raw = copy_release(synthetic_mag, tmp_path)
     directory = tmp_path / "derived"
     calls = {"n": 0}
     read_rows = derived_files._read_rows
@@ -196,7 +189,7 @@ def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch,
 @pytest.mark.parametrize("damage", ["truncated", "garbled"])
 def test_a_damaged_derived_manifest_is_named_and_every_file_rebuilt(synthetic_mag, tmp_path, package_log,
                                                                      damage: str) -> None:
-    raw = _copy_raw(synthetic_mag, tmp_path)
+    raw = copy_release(synthetic_mag, tmp_path)
     directory = tmp_path / "derived"
     _build(raw, directory)
     manifest = directory / "manifest.json"
@@ -216,7 +209,7 @@ def test_a_damaged_derived_manifest_is_named_and_every_file_rebuilt(synthetic_ma
 
 def test_a_damaged_progress_record_restarts_that_file_from_its_first_block(synthetic_mag, tmp_path, monkeypatch,
                                                                            package_log) -> None:
-    raw = _copy_raw(synthetic_mag, tmp_path)
+    raw = copy_release(synthetic_mag, tmp_path)
     directory = tmp_path / "derived"
     read_rows, calls = derived_files._read_rows, {"n": 0}
 

@@ -94,10 +94,10 @@ def test_submission_written_and_checked_at_official_shapes(official_shapes, tmp_
 
 
 def test_resume_after_a_signal_reaches_bitwise_the_same_weights(synthetic_mag, tmp_path, monkeypatch) -> None:
-    """As for the other datasets (tests/test_callbacks.py): a MAG240M run cut by SIGTERM mid-epoch
+    """As for the other datasets (tests/run/test_callbacks.py): a MAG240M run cut by SIGTERM mid-epoch
     and resumed from last.ckpt ends with exactly the weights of the uninterrupted run (1,433 train
     papers in global batches of 300: 5 steps per epoch, cut at step 3 of 7, dropout on)."""
-    from tests.conftest import FinalState, SignalDuringStep, train_in_process
+    from graphormer_urpe.testing.runs import FinalState, SignalDuringStep, train_in_process
 
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
     args = ["--config", "mag240m", "--data.root", str(synthetic_mag), "--data.num_classes", "8",

@@ -9,7 +9,7 @@ import torch
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.mag240m.structure import BatchStructure, batched_first_edges, batched_graph_structure
 from graphormer_urpe.data.structure import graph_structure
-from tests.conftest import random_edges
+from graphormer_urpe.testing.graphs import random_edges
 
 
 def _canonical(edges: np.ndarray) -> np.ndarray:

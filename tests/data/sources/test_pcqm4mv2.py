@@ -24,7 +24,7 @@ from graphormer_urpe.data.sources.featurize import FEATURIZER_VERSION, molecule_
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs
 from graphormer_urpe.errors import DatasetMissing
 from graphormer_urpe.run.cli import CONFIG_DIR, REPO_DIR, GraphormerCLI
-from tests.ogb_layouts import write_pcqm4mv2
+from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 
 SIZES = {"train": 180, "valid": 60, "test-dev": 40, "test-challenge": 40}
 #: Rows whose SMILES cannot be used: unparsable, an empty cell, a ring never closed; in every split.

@@ -21,9 +21,9 @@ from graphormer_urpe.errors import ConfigError, DataError, DatasetMissing
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import GraphRegression, OptimConfig
+from graphormer_urpe.testing.graphs import random_edges
 from graphormer_urpe.testing.tu_format import TUGraph, write_tu_dataset
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw
-from tests.conftest import random_edges
 
 TINY = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
 
@@ -142,7 +142,7 @@ class NodeTargets(InMemoryDataset):
         self.data, self.slices = self.collate(data_list)
 
 
-NODE_SOURCE = dict(dataset="tests.test_pyg_source.NodeTargets", node_attributes=["x", "pos"],
+NODE_SOURCE = dict(dataset=f"{__name__}.NodeTargets", node_attributes=["x", "pos"],
                    edge_attributes=["edge_attr", "edge_weight"], target_level="node", split="node_masks",
                    target_names=["a", "b"])
 

@@ -23,7 +23,7 @@ from graphormer_urpe.data.sources.tables import TableError, read_table, scaffold
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import DatasetMissing
 from graphormer_urpe.run.cli import REPO_DIR
-from tests.conftest import run_train_subprocess
+from graphormer_urpe.testing.runs import run_train_subprocess
 
 EXAMPLE = REPO_DIR / "examples" / "qm9_sample.csv"
 

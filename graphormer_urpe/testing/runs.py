@@ -1,0 +1,131 @@
+"""Training runs for tests, seconds long: the arguments of tiny runs, ``train.py`` in this process or in a
+fresh one, and callbacks that interrupt a run or keep its final state.
+
+``train.py`` is the repository's entry script, not part of the package: these helpers run it from the
+source tree (:data:`~graphormer_urpe.run.records.REPO_DIR`), as the test suite does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from graphormer_urpe.run.cli import RUN_DIR_ENV, GraphormerCLI
+from graphormer_urpe.run.records import REPO_DIR
+
+#: Molecules of the tiny QM9 runs: an 80/10/10 split gives 40 train, 5 valid and 5 test graphs.
+TINY_MOLECULES = 50
+
+#: The first 60 molecules of the example table, as issue 20's probes use it (``head -61``): 48 train, 6 valid, 6 test.
+SMALL_TABLE_LINES = 61
+
+#: Arguments shared by the 2-process DDP run and its 1-process twin: global batch 4 (2 per process),
+#: so the 5 validation graphs form shards of 3 and 2 graphs, i.e. 2 and 1 batches.
+DDP_TWIN_ARGS = ("--data.batch_size", "4", "--checkpoint.every_n_steps", "6", "--wandb.plot_every_n_validations", "1")
+
+
+def tiny_run_args(data_root: Path, run_root: Path, *extra: str) -> list[str]:
+    """``train.py`` arguments of a seconds-long QM9 run: 2 layers of width 16, no progress bars."""
+    return [
+        "--config", "qm9_gap",
+        "--data.source.max_molecules", str(TINY_MOLECULES), "--data.root", str(data_root),
+        "--data.batch_size", "8", "--data.num_workers", "0", "--data.preprocess_workers", "0",
+        "--run_root", str(run_root),
+        "--model.encoder.num_layers", "2", "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16",
+        "--model.encoder.num_heads", "4", "--model.optim.warmup_steps", "3",
+        "--trainer.max_steps", "6", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+        *extra,
+    ]
+
+
+def small_run_args(table: Path, data_root: Path, run_root: Path, *extra: str) -> list[str]:
+    """``train.py`` arguments of issue 20's probe runs on ``table``: the CSV example config with batches of
+    8, validation every 50 steps and 200 steps, shrunk to a model of 1 layer, width 8 (seconds)."""
+    return [
+        "--config", "smiles_csv_example", "--data.source.path", str(table), "--data.batch_size", "8",
+        "--data.root", str(data_root), "--data.num_workers", "0", "--data.preprocess_workers", "0",
+        "--run_root", str(run_root),
+        "--model.encoder.num_layers", "1", "--model.encoder.hidden_dim", "8", "--model.encoder.ffn_dim", "8",
+        "--model.encoder.num_heads", "2",
+        "--trainer.val_check_interval", "50", "--trainer.max_steps", "200",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+        *extra,
+    ]
+
+
+_TINY_SEQUENCES = ("--data.length", "8", "--data.val_size", "16", "--data.test_size", "16", "--data.batch_size", "8")
+#: Arguments that shrink each synthetic config to a run of seconds.
+TINY_SYNTHETIC_ARGS = {
+    "synthetic_pi": _TINY_SEQUENCES,
+    "synthetic_etp": _TINY_SEQUENCES,
+    "synthetic_graph": ("--data.train_graphs", "8", "--data.val_graphs", "4", "--data.test_graphs", "4",
+                        "--data.batch_size", "4"),
+}
+
+
+def synthetic_run(run_root: Path, name: str, config: str, *extra: str) -> tuple[dict, Path]:
+    """A two-step training run ``run_root/name`` of a synthetic config (one of :data:`TINY_SYNTHETIC_ARGS`);
+    returns its ``metrics.json`` and its run directory."""
+    import train
+
+    train.main(["--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "1",
+                "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+                "--run_root", str(run_root), "--run_name", name, *TINY_SYNTHETIC_ARGS[config], *extra])
+    return json.loads((run_root / name / "metrics.json").read_text()), run_root / name
+
+
+def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
+    """``train.py ARGS`` in this process with extra callbacks; returns its exit code."""
+    import train
+
+    cli = GraphormerCLI(args)
+    cli.trainer.callbacks.extend(callbacks)
+    try:
+        train.fit_and_evaluate(cli)
+    except SystemExit as stop:
+        return int(stop.code)
+    return 0
+
+
+def run_train_subprocess(args: list[str], timeout: float = 300.0) -> subprocess.CompletedProcess:
+    """``python train.py ARGS`` in a fresh process, W&B offline, killed after ``timeout`` seconds."""
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    env.pop(RUN_DIR_ENV, None)
+    return subprocess.run([sys.executable, str(REPO_DIR / "train.py"), *args], cwd=REPO_DIR, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+class SignalDuringStep(pl.Callback):
+    """Sends ``signum`` to this process while optimiser step ``step`` is being computed; a subprocess gets it
+    with ``--trainer.callbacks+='{"class_path": "graphormer_urpe.testing.runs.SignalDuringStep",
+    "init_args": {...}}'``."""
+
+    def __init__(self, step: int, signum: int = signal.SIGTERM) -> None:
+        self.step, self.signum, self.sent = step, signum, False
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
+                             batch_idx: int) -> None:
+        if trainer.global_step == self.step - 1 and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
+
+
+class FinalState(pl.Callback):
+    """Keeps the weights, the step and the device at the end of training."""
+
+    weights: dict[str, torch.Tensor]
+    step: int
+    device: torch.device
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+        self.step = trainer.global_step
+        self.device = pl_module.device
