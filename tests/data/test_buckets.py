@@ -1,18 +1,12 @@
-"""Size-aware batching: hand-computed buckets, determinism; the benchmarks' padding share."""
+"""Size-aware batching: hand-computed buckets, determinism."""
 
 from __future__ import annotations
-
-import sys
 
 import numpy as np
 import pytest
 import torch
 
 from graphormer_urpe.data.buckets import bucketed_batches, size_sorted
-from graphormer_urpe.run.records import REPO_DIR
-
-sys.path.insert(0, str(REPO_DIR / "bench"))
-from common import padded_share  # noqa: E402  (bench/common.py, importable once bench/ is on the path)
 
 
 def test_a_window_is_sorted_by_size_and_cut_into_global_batches() -> None:
@@ -49,12 +43,3 @@ def test_a_window_of_zero_is_refused() -> None:
 def test_size_sorted_keeps_ties_in_their_order() -> None:
     sizes = np.array([3, 1, 3, 2, 1])
     assert size_sorted(np.array([4, 2, 0, 1, 3]), sizes).tolist() == [4, 1, 3, 2, 0]
-
-
-def test_padded_share_by_hand() -> None:
-    sizes = np.array([1, 3, 2, 3])  # tokens with the graph token: 2, 4, 3, 4
-    # one process pads [0, 1] to 4 tokens: useful 4 + 16 of 32; [2, 3]: 9 + 16 of 32
-    assert padded_share(sizes, [np.array([0, 1]), np.array([2, 3])]) == pytest.approx(1 - 45 / 64)
-    # two processes: every slice holds one graph, nothing is padding
-    assert padded_share(sizes, [np.array([0, 1]), np.array([2, 3])], world=2) == 0.0
-    assert padded_share(sizes, [np.array([0, 1, 2, 3])], graph_token=False) == pytest.approx(1 - 23 / 36)

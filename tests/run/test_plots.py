@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import numpy as np
 import pytest
@@ -20,10 +19,6 @@ from graphormer_urpe.run.plots import (
     relative_encoding_figure,
     sequence_matrices,
 )
-from graphormer_urpe.run.records import REPO_DIR
-
-sys.path.insert(0, str(REPO_DIR / "bench"))
-from synthetic_results import accuracy_figure  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
 
 CONFIG = GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, spatial_pos_max=4)
 
@@ -93,15 +88,6 @@ def test_graph_tables_and_figure(graph_token):
     figure = relative_encoding_figure(model)
     images = [ax.images[0] for ax in figure.axes if ax.images]
     np.testing.assert_array_equal(images[1].get_array(), scale)
-
-
-def test_accuracy_figure_bars():
-    results = {"PI": {"noPE": 0.1, "RPE": 0.2, "URPE": 1.0}, "graph": {"RPE": 0.35, "URPE": 0.99}}
-    figure = accuracy_figure(results, ["noPE", "RPE", "URPE"], baselines={"graph": 0.35})
-    ax = figure.axes[0]
-    heights = sorted(round(p.get_height(), 2) for p in ax.patches)
-    assert heights == [0.1, 0.2, 0.35, 0.99, 1.0]
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["noPE", "RPE", "URPE"]
 
 
 def test_other_models_are_refused():
