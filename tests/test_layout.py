@@ -1,5 +1,6 @@
 """The folder layout is the architecture: imports only go down, nothing imports in a circle, MAG240M
-stays in its folder, test tooling stays out of the library, and non-molecular data never loads RDKit."""
+stays in its folder, test tooling stays out of the library, and non-molecular data never loads RDKit;
+the test tree mirrors the package, and no test imports another."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest
 from graphormer_urpe.testing.tu_format import TUGraph, write_tu_dataset
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 
-PACKAGE = Path(__file__).resolve().parents[1] / "graphormer_urpe"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "graphormer_urpe"
+TESTS = REPO / "tests"
 
 #: Floor of each top-level part of the package; a module may import only from its own floor or lower.
 LAYERS = {"constants": 0, "errors": 0, "data": 1, "model": 2, "tasks": 3, "run": 4, "evaluation": 5, "convert": 6,
@@ -236,3 +239,100 @@ def test_building_a_non_molecular_cache_loads_no_rdkit_in_any_process(tmp_path: 
     workers = {name.split("-")[0] for name in reports if name.split("-")[1] != parent}
     assert workers == {"ZINCReader", "PygReader"}  # rows were read in worker processes, for both caches
     assert json.loads(loaded_here) == [] and all(loaded == [] for loaded in reports.values()), reports
+
+
+# ----------------------------------------------------------------------------- the test tree mirrors the package
+
+def mirrored_folder(test_folder: Path) -> Path:
+    """The folder whose code the tests in ``test_folder`` test: ``tests/<p>/`` -> ``graphormer_urpe/<p>/``,
+    ``tests/bench/`` -> ``bench/``, ``tests/scripts/`` -> the repository root (the entry scripts)."""
+    relative = test_folder.relative_to(TESTS)
+    if relative.parts[:1] == ("scripts",):
+        return REPO / Path(*relative.parts[1:])
+    if relative.parts[:1] == ("bench",):
+        return REPO / relative
+    return PACKAGE / relative
+
+
+def misplaced(test_file: Path) -> str | None:
+    """Why ``test_file`` breaks the rule, or None. The rule: ``tests/<folder>/test_<name>.py`` tests the
+    module ``<name>`` of the folder it mirrors (:func:`mirrored_folder`), or that package as a whole when
+    ``<name>`` is the folder's own name, ``<name>`` optionally followed by ``_<aspect>``; the files directly
+    in ``tests/`` test the repository as a whole."""
+    if test_file.parent == TESTS:
+        return None
+    folder = mirrored_folder(test_file.parent)
+    where = f"{folder.relative_to(REPO)}/" if folder != REPO else "the repository root"
+    if not folder.is_dir():
+        return f"{test_file.relative_to(REPO)}: mirrors {where}, which does not exist"
+    subjects = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    if folder != REPO:
+        subjects.add(folder.name)
+    name = test_file.stem.removeprefix("test_")
+    if name in subjects or any(name.startswith(f"{subject}_") for subject in subjects):
+        return None
+    return f"{test_file.relative_to(REPO)}: {name!r} neither is nor begins with a module of {where}"
+
+
+def imports_of_tests(source: str) -> list[str]:
+    """The imports in ``source`` of the ``tests`` package or of a test module (``conftest``, ``test_*``),
+    relative ones included: what no file under ``tests/`` may import."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            names = ["." * node.level + (node.module or "")] if node.level else [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found += [name for name in names
+                  if name.startswith(".") or name.split(".")[0] in ("tests", "conftest")
+                  or name.split(".")[0].startswith("test_")]
+    return found
+
+
+def test_the_test_tree_rules_are_checked_as_stated() -> None:
+    placed = ["model/test_attention.py", "model/test_graphormer_official_options.py", "data/mag240m/test_mag240m.py",
+              "data/mag240m/test_mag240m_training.py", "scripts/test_evaluate_ogb.py", "bench/test_common.py",
+              "test_docs.py"]
+    assert [misplaced(TESTS / name) for name in placed] == [None] * len(placed)
+    assert misplaced(TESTS / "data" / "test_attention.py") == (
+        "tests/data/test_attention.py: 'attention' neither is nor begins with a module of graphormer_urpe/data/")
+    assert misplaced(TESTS / "scripts" / "test_scripts.py") == (
+        "tests/scripts/test_scripts.py: 'scripts' neither is nor begins with a module of the repository root")
+    assert misplaced(TESTS / "widgets" / "test_knob.py") == (
+        "tests/widgets/test_knob.py: mirrors graphormer_urpe/widgets/, which does not exist")
+    source = textwrap.dedent("""
+        import tests.conftest
+        from tests.conftest import REPO
+        from . import test_train
+        from .test_train import synthetic_run
+        from test_train import synthetic_run
+        import conftest
+        from graphormer_urpe.testing.runs import synthetic_run
+        import common, testing_tools
+        def late():
+            from tests import helpers
+    """)
+    assert imports_of_tests(source) == ["tests.conftest", "tests.conftest", ".", ".test_train", "test_train",
+                                        "conftest", "tests"]
+
+
+def test_every_test_file_sits_in_the_folder_of_what_it_tests() -> None:
+    assert [reason for path in sorted(TESTS.rglob("test_*.py")) if (reason := misplaced(path))] == []
+
+
+def test_no_test_file_imports_tests_or_another_test_module() -> None:
+    imported = {str(path.relative_to(REPO)): names for path in sorted(TESTS.rglob("*.py"))
+                if (names := imports_of_tests(path.read_text()))}
+    assert imported == {}
+
+
+def test_tests_hold_test_files_fixtures_and_package_markers_only() -> None:
+    """Helpers live in ``graphormer_urpe/testing/``, fixtures in ``tests/conftest.py``, and every folder is a
+    package, so that two folders may hold test files of the same name."""
+    others = [str(p.relative_to(REPO)) for p in TESTS.rglob("*.py")
+              if not p.name.startswith("test_") and p.name != "__init__.py" and p != TESTS / "conftest.py"]
+    assert others == []
+    folders = [p for p in TESTS.rglob("*") if p.is_dir() and p.name != "__pycache__"]
+    assert [str(p.relative_to(REPO)) for p in folders if not (p / "__init__.py").is_file()] == []
