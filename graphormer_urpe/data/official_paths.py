@@ -4,8 +4,8 @@ Official Graphormer (v2 ``graphormer/data/algos.pyx``, ``floyd_warshall`` and ``
 records in ``path[i, j]`` the last intermediate node k that strictly shortened the pair and rebuilds
 the path as ``path(i, k) + [k] + path(k, j)``: among the shortest paths, the one whose largest
 intermediate node is smallest, recursively. These paths are suffix-consistent, so the compact
-``first_edge`` matrix represents them exactly (``docs/official-graphormer.md``; checked against a
-transcription of ``algos.pyx`` in ``tests/test_official_paths.py``). v1.0's ``algos.pyx`` reads
+``first_edge`` matrix represents them exactly (``docs/official-graphormer.md``; checked in
+``tests/data/test_official_paths.py`` against a transcription of ``algos.pyx``). v1.0's ``algos.pyx`` reads
 node 0 as "no intermediate node", a bug fixed in v2 and not reproduced here. Floyd-Warshall is
 vectorised over a block of G graphs of n nodes: n steps of ``(G, n, n)`` array operations.
 """
