@@ -109,7 +109,9 @@ def test_author_and_institution_features_are_means(synthetic_mag) -> None:
     expected[counts > 0] /= counts[counts > 0, None]
     authors = np.load(derived / FEATURE_FILES[NodeType.AUTHOR])
     assert authors.dtype == np.float16 and (counts == 0).any()  # some authors wrote nothing
-    np.testing.assert_allclose(authors, expected, atol=2e-3, rtol=2e-3)
+    # float32 means stored in float16: half a float16 ulp (relative; absolute below float16's normal range)
+    float16 = {"rtol": float(np.finfo(np.float16).eps), "atol": float(np.finfo(np.float16).smallest_subnormal)}
+    np.testing.assert_allclose(authors, expected, **float16)
     assert (authors[counts == 0] == 0).all()
 
     member, institution = np.asarray(raw.edge_index(mag240m.AFFILIATED))
@@ -117,7 +119,7 @@ def test_author_and_institution_features_are_means(synthetic_mag) -> None:
     np.add.at(expected, institution, authors[member].astype(np.float32))
     counts = np.bincount(institution, minlength=len(expected))
     expected[counts > 0] /= counts[counts > 0, None]
-    np.testing.assert_allclose(np.load(derived / FEATURE_FILES[NodeType.INSTITUTION]), expected, atol=2e-3)
+    np.testing.assert_allclose(np.load(derived / FEATURE_FILES[NodeType.INSTITUTION]), expected, **float16)
 
 
 def test_out_of_range_edge_is_named(synthetic_mag, tmp_path) -> None:
