@@ -267,6 +267,26 @@ def test_a_refused_resume_leaves_every_file_of_the_run_byte_for_byte(small_run: 
     assert files_of(run_dir) == before
 
 
+def test_an_option_refused_once_the_data_are_read_leaves_no_run_directory_and_no_file_changed(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path, package_log) -> None:
+    """The epoch's length is known once the training split is read (when the training loader is built): an
+    integer validation interval past it stops there, before the run's files are written."""
+    never = ["--trainer.check_val_every_n_epoch", "1", "--trainer.val_check_interval", "50"]
+    refusal = ("trainer.val_check_interval=50: is more than the 6 training batches of an epoch (48 training examples in "
+               "global batches of 8) while trainer.check_val_every_n_epoch is 1; use at most 6, a fraction of an epoch "
+               "in (0, 1], or trainer.check_val_every_n_epoch null to count batches across epochs")
+    assert train_in_process(small_run_args(small_table, data_root, tmp_path / "new", *never)) == 2
+    assert error_lines(package_log) == [refusal]
+    assert not (tmp_path / "new").exists()  # neither the run directory nor the run root made for it
+    run_dir = copy_run(small_run, tmp_path)
+    before = files_of(run_dir)
+    package_log.clear()
+    assert train_in_process(small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2",
+                                           "--trainer.max_steps", "300", "--ckpt_path", "last", *never)) == 2
+    assert error_lines(package_log) == [refusal]
+    assert files_of(run_dir) == before  # no segment recorded, config.yaml not rewritten
+
+
 def test_ckpt_path_last_with_nothing_to_resume_names_what_it_looked_for(small_run: Path, small_table: Path,
                                                                        data_root: Path, tmp_path: Path,
                                                                        package_log) -> None:

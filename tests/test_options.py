@@ -190,24 +190,6 @@ def test_a_read_only_run_root_or_data_root_is_named(tmp_path: Path, package_log:
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.slow
-def test_a_validation_interval_past_an_epoch_stops_before_the_first_step(
-        tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
-    """The epoch's length is known once the training split is read: the check runs there, before any
-    training step or checkpoint (the run directory's creation is the run's business)."""
-    table = tmp_path / "small.csv"
-    table.write_text("\n".join((REPO_DIR / "examples" / "qm9_sample.csv").read_text().splitlines()[:61]) + "\n")
-    code, errors = stop_of(["--config", "smiles_csv_example", "--data.source.path", str(table), "--run_root",
-                            str(tmp_path / "runs"), "--run_name", "r", "--data.root", str(tmp_path / "data"),
-                            "--data.batch_size", "8", "--trainer.check_val_every_n_epoch", "1",
-                            "--trainer.val_check_interval", "50", "--trainer.enable_progress_bar", "false"],
-                           package_log)
-    assert code == 2 and len(errors) == 1, errors
-    assert errors[0].startswith("trainer.val_check_interval=50: is more than the 6 training batches of an epoch (48 "
-                                "training examples in global batches of 8) while trainer.check_val_every_n_epoch is 1")
-    assert not list((tmp_path / "runs").rglob("*.ckpt")) and not list((tmp_path / "runs").rglob("metrics*"))
-
-
 def read_only_directory(tmp_path: Path) -> Path:
     """A directory this process cannot write into: made read-only for a normal user; as root, who
     writes anywhere permissions allow, ``/proc`` (a file system nobody can create files in)."""

@@ -495,8 +495,10 @@ class RunRecord(Callback):
     it: writes ``config.yaml`` and ``run.json`` (this segment appended to the run's segments) and
     opens the segment of the metrics log (:func:`~graphormer_urpe.run.ledger.start_segment`).
 
-    Runs when fitting starts, after ``train.py`` checked the resume (checkpoint, data, batch) and
-    before anything is trained. ``run.json`` records the dataset and its split sizes, parameter
+    Runs when training starts: after ``train.py`` checked the resume (checkpoint, data, batch), the
+    data were set up and the loaders built (which check the options that need the data, e.g. a
+    ``trainer.val_check_interval`` longer than an epoch), and before anything is trained; a start
+    refused before then leaves no file in the run directory. ``run.json`` records the dataset and its split sizes, parameter
     count, device, precision, seed, git commit, package versions and, per segment, the command
     line, start time, the step it started from and the checkpoint it resumed.
 
@@ -521,7 +523,7 @@ class RunRecord(Callback):
         """This segment resumes ``checkpoint``, written after optimiser step ``step``."""
         self.resumed_from, self.start_step = checkpoint, step
 
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         datamodule = trainer.datamodule
         info = {
             "run_dir": str(self.run_dir),

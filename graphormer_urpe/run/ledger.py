@@ -308,7 +308,7 @@ class MetricsLog(Logger):
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         if self.segment is None:
-            raise RuntimeError("metrics logged before the run's segment was opened (RunRecord.on_fit_start)")
+            raise RuntimeError("metrics logged before the run's segment was opened (RunRecord.on_train_start)")
         values = {name: value.item() if isinstance(value, torch.Tensor) else value for name, value in metrics.items()}
         row = {"segment": self.segment, "step": "" if step is None else step, **values}
         columns = self._header()
