@@ -222,6 +222,22 @@ def test_an_extension_appends_a_segment_and_the_joined_log_covers_every_step(
     assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 300
 
 
+def test_resuming_a_finished_run_at_its_own_length_evaluates_it_again_as_a_segment(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
+    """Nothing is left to train (Lightning skips the training loop): the start is still recorded, before
+    its evaluation logs its rows."""
+    run_dir = copy_run(small_run, tmp_path)
+    before = (run_dir / "metrics.csv").read_bytes()
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--ckpt_path", "last")
+    assert train_in_process(args) == 0
+    assert [(s["start_step"], s["command"]) for s in json.loads((run_dir / "run.json").read_text())["segments"]] == [
+        (0, json.loads((small_run / "run.json").read_text())["segments"][0]["command"]),
+        (200, shlex.join(["train.py", *args]))]
+    added = (run_dir / "metrics.csv").read_text()[len(before):].splitlines()
+    assert [row.split(",")[:2] for row in added] == [["1", "200"], ["1", "200"]]  # validation and test again
+    assert values(run_dir) == values(small_run)
+
+
 def test_a_requeue_after_sigterm_continues_the_learning_curve_of_an_uninterrupted_run(
         small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
     """One command for the first start and every restart (a SLURM requeue script): ``--ckpt_path auto``."""

@@ -498,9 +498,11 @@ class RunRecord(Callback):
     Runs when training starts: after ``train.py`` checked the resume (checkpoint, data, batch), the
     data were set up and the loaders built (which check the options that need the data, e.g. a
     ``trainer.val_check_interval`` longer than an epoch), and before anything is trained; a start
-    refused before then leaves no file in the run directory. ``run.json`` records the dataset and its split sizes, parameter
-    count, device, precision, seed, git commit, package versions and, per segment, the command
-    line, start time, the step it started from and the checkpoint it resumed.
+    refused before then leaves no file in the run directory. A resume with nothing left to train
+    (``trainer.max_steps`` reached) records its segment when fitting ends, before the final evaluation
+    logs anything. ``run.json`` records the dataset and its split sizes, parameter count, device,
+    precision, seed, git commit, package versions and, per segment, the command line, start time, the
+    step it started from and the checkpoint it resumed.
 
     Args:
         run_dir: the run directory.
@@ -518,12 +520,21 @@ class RunRecord(Callback):
         self.config_yaml, self.argv, self.metrics_log = config_yaml, list(argv), metrics_log
         self.resumed_from: str | None = None
         self.start_step = 0
+        self.recorded = False
 
     def resuming(self, checkpoint: str, step: int) -> None:
         """This segment resumes ``checkpoint``, written after optimiser step ``step``."""
         self.resumed_from, self.start_step = checkpoint, step
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._record(trainer, pl_module)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.recorded:  # nothing was left to train: Lightning skipped the training loop
+            self._record(trainer, pl_module)
+
+    def _record(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.recorded = True
         datamodule = trainer.datamodule
         info = {
             "run_dir": str(self.run_dir),
