@@ -210,6 +210,17 @@ def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
     return 0
 
 
+def read_only_directory(tmp_path: Path) -> Path:
+    """A directory this process cannot write into: made read-only for a normal user; as root, who
+    writes anywhere permissions allow, ``/proc`` (a file system nobody can create files in)."""
+    if os.geteuid() == 0:
+        return Path("/proc")
+    directory = tmp_path / "read_only"
+    directory.mkdir()
+    directory.chmod(0o555)
+    return directory
+
+
 @pytest.fixture
 def package_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     """``caplog`` that also sees the package's own logger (which does not propagate to the root)."""

@@ -288,9 +288,9 @@ def test_an_option_refused_once_the_data_are_read_leaves_no_run_directory_and_no
     """The epoch's length is known once the training split is read (when the training loader is built): an
     integer validation interval past it stops there, before the run's files are written."""
     never = ["--trainer.check_val_every_n_epoch", "1", "--trainer.val_check_interval", "50"]
-    refusal = ("trainer.val_check_interval=50: is more than the 6 training batches of an epoch (48 training examples in "
-               "global batches of 8) while trainer.check_val_every_n_epoch is 1; use at most 6, a fraction of an epoch "
-               "in (0, 1], or trainer.check_val_every_n_epoch null to count batches across epochs")
+    refusal = ("trainer.val_check_interval=50: is more than the 6 training batches of an epoch (48 training examples "
+               "in global batches of 8) while trainer.check_val_every_n_epoch is 1; use at most 6, a fraction of an "
+               "epoch in (0, 1], or trainer.check_val_every_n_epoch null to count batches across epochs")
     assert train_in_process(small_run_args(small_table, data_root, tmp_path / "new", *never)) == 2
     assert error_lines(package_log) == [refusal]
     assert not (tmp_path / "new").exists()  # neither the run directory nor the run root made for it

@@ -22,7 +22,7 @@ from graphormer_urpe.data.mag240m.release import (
     prepare_derived,
 )
 from graphormer_urpe.data.safe_load import numpy_safe_globals
-from graphormer_urpe.errors import DatasetMissing
+from graphormer_urpe.errors import DataError, DatasetMissing
 
 
 @pytest.fixture
@@ -199,6 +199,25 @@ def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch,
     assert "resuming, 3 of" in package_log.text
     np.testing.assert_array_equal(np.load(directory / name),
                                   np.load(synthetic_mag / "mag240m_kddcup2021/graphormer" / name))
+
+
+def test_a_damaged_file_in_a_read_only_directory_is_refused_before_anything_is_built(
+        synthetic_mag, tmp_path, monkeypatch) -> None:
+    raw = _copy_raw(synthetic_mag, tmp_path)
+    directory = tmp_path / "derived"
+    _build(raw, directory)
+    indices = directory / csr_files(RELATIONS[0])[1]
+    indices.write_bytes(indices.read_bytes()[:-8])  # truncated
+    (directory / "manifest.json").write_bytes(b"{not json")  # and the manifest too: nothing is deleted
+    before = {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+    monkeypatch.setattr(mag240m, "unwritable", lambda path: path)  # as a read-only mount would answer
+    with pytest.raises(DataError) as refused:
+        _build(raw, directory, key="data.root")
+    assert str(refused.value) == (
+        f"{directory} (data.root): MAG240M's derived files must be built there ({csr_files(RELATIONS[0])[0]}: not "
+        f"built yet), but {directory} is not writable; set data.cache_dir to a writable directory (or build them "
+        "once where it is writable)")
+    assert {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbled"])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-import os
 import subprocess
 import sys
 import types
@@ -21,6 +20,7 @@ import train
 from graphormer_urpe.errors import ConfigError
 from graphormer_urpe.run.cli import CONFIG_DIR, REPO_DIR, GraphormerCLI, parse_error_line
 from graphormer_urpe.run.tracking import WandbOptions
+from tests.conftest import read_only_directory
 
 #: (config, bad option(s), fragment of the one error line). Every option that a shipped config sets
 #: appears at least once, in a config that sets it, plus the options the issue names.
@@ -188,17 +188,19 @@ def test_a_read_only_run_root_or_data_root_is_named(tmp_path: Path, package_log:
                                     "must be built there (choose a writable data.root, or build the cache once where "
                                     "it is writable)"]
     assert not (tmp_path / "runs").exists()
-
-
-def read_only_directory(tmp_path: Path) -> Path:
-    """A directory this process cannot write into: made read-only for a normal user; as root, who
-    writes anywhere permissions allow, ``/proc`` (a file system nobody can create files in)."""
-    if os.geteuid() == 0:
-        return Path("/proc")
-    directory = tmp_path / "read_only"
-    directory.mkdir()
-    directory.chmod(0o555)
-    return directory
+    # MAG240M builds its derived files under the release (data.root) or in data.cache_dir
+    mag = ["--config", "mag240m", "--run_root", str(tmp_path / "runs")]
+    code, errors = stop_of([*mag, "--data.root", str(read_only / "data")], package_log)
+    assert code == 2 and errors == [f"data.root='{read_only / 'data'}': {read_only} is not writable, and MAG240M's "
+                                    "derived files must be built in "
+                                    f"{read_only / 'data' / 'mag240m_kddcup2021' / 'graphormer'} (set data.cache_dir "
+                                    "to a writable directory, or build them once where it is writable)"]
+    code, errors = stop_of([*mag, "--data.root", str(tmp_path / "data"), "--data.cache_dir", str(read_only / "mag")],
+                           package_log)
+    assert code == 2 and errors == [f"data.cache_dir='{read_only / 'mag'}': {read_only} is not writable, and "
+                                    f"MAG240M's derived files must be built in {read_only / 'mag'} (set data.cache_dir "
+                                    "to a writable directory, or build them once where it is writable)"]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()
 
 
 def optional_keys() -> list[tuple[str, str]]:
