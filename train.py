@@ -11,8 +11,9 @@ A new run gets a new directory; every start in a run directory (resume, extensio
 to its record and its metrics log (:mod:`graphormer_urpe.run.ledger`). A resume is checked before any
 file is written: the checkpoint must fit the model, come from the same data and the same batch size.
 Exit codes: 0 done, 2 bad input (missing dataset, unusable checkpoint, a run directory that cannot be
-used so), 3 non-finite loss, 130 Ctrl-C, 128 + signal number after a signal stopped the run
-(``last.ckpt`` written).
+used so), 3 non-finite loss, 128 + signal number after a signal stopped the run (``last.ckpt``
+written): 143 SIGTERM, 138 SIGUSR1, 130 Ctrl-C (the first press finishes the optimiser step and
+writes ``last.ckpt``; a second press stops at once).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def main(args: Sequence[str] | None = None) -> dict:
 
 def fit_and_evaluate(cli: GraphormerCLI) -> dict:
     """Fit (or resume) the configured run, then validate and test its best checkpoint."""
-    exit_code = 0
+    exit_code, interrupted = 0, False
     try:
         return fit_and_test(cli)
     except InputError as error:
@@ -68,18 +69,18 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
         log.warning("SIGTERM received outside training steps; checkpoints are in %s", cli.checkpoint_dir)
         exit_code = 128 + signal.SIGTERM
     except KeyboardInterrupt:  # outside Lightning's calls
-        exit_code = EXIT_INTERRUPTED
+        exit_code, interrupted = EXIT_INTERRUPTED, True
     except SystemExit as stop:
         if not isinstance(stop.__context__, KeyboardInterrupt):
             raise
-        exit_code = EXIT_INTERRUPTED  # Lightning stops a fit, validation or test on Ctrl-C with exit code 1
+        exit_code, interrupted = EXIT_INTERRUPTED, True  # Lightning stops on a KeyboardInterrupt with exit code 1
     finally:
         finish_wandb(cli, exit_code)
         cli.run_directory.release()
-    if exit_code == EXIT_INTERRUPTED and cli.trainer.is_global_zero:
+    if interrupted and cli.trainer.is_global_zero:  # a second Ctrl-C in training, or one outside it
         last = cli.run_directory.last_checkpoint
         log.warning("interrupted (Ctrl-C) after step %d; %s", cli.trainer.global_step,
-                    f"continue from {last} with --ckpt_path last (same --run_name)" if last.is_file()
+                    f"continue from {last} with --run_name {cli.run_dir.name} --ckpt_path last" if last.is_file()
                     else "no checkpoint was written")
     sys.exit(exit_code)
 

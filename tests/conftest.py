@@ -174,17 +174,19 @@ def small_run(small_table: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 class SignalDuringStep(pl.Callback):
-    """Sends ``signum`` to this process while optimiser step ``step`` is being computed; a subprocess gets it
-    with ``--trainer.callbacks+='{"class_path": "tests.conftest.SignalDuringStep", "init_args": {...}}'``."""
+    """Sends ``signum`` to this process ``times`` times (one after the other) while optimiser step ``step``
+    is being computed; a subprocess gets it with
+    ``--trainer.callbacks+='{"class_path": "tests.conftest.SignalDuringStep", "init_args": {...}}'``."""
 
-    def __init__(self, step: int, signum: int = signal.SIGTERM) -> None:
-        self.step, self.signum, self.sent = step, signum, False
+    def __init__(self, step: int, signum: int = signal.SIGTERM, times: int = 1) -> None:
+        self.step, self.signum, self.times, self.sent = step, signum, times, False
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
                              batch_idx: int) -> None:
         if trainer.global_step == self.step - 1 and not self.sent:
             self.sent = True
-            os.kill(os.getpid(), self.signum)
+            for _ in range(self.times):
+                os.kill(os.getpid(), self.signum)
 
 
 class FinalState(pl.Callback):

@@ -72,9 +72,11 @@ def copy_run(small_run: Path, tmp_path: Path, name: str = "t2") -> Path:
     return run_dir
 
 
-def signal_at(step: int, signum: int) -> str:
-    """The ``train.py`` argument that makes a subprocess send itself ``signum`` during optimiser step ``step``."""
-    callback = {"class_path": "tests.conftest.SignalDuringStep", "init_args": {"step": step, "signum": int(signum)}}
+def signal_at(step: int, signum: int, times: int = 1) -> str:
+    """The ``train.py`` argument that makes a subprocess send itself ``signum`` (``times`` times) during
+    optimiser step ``step``."""
+    callback = {"class_path": "tests.conftest.SignalDuringStep",
+                "init_args": {"step": step, "signum": int(signum), "times": times}}
     return f"--trainer.callbacks+={json.dumps(callback)}"
 
 
@@ -395,16 +397,35 @@ def test_a_run_that_would_never_validate_says_so(small_table: Path, data_root: P
 
 
 @pytest.mark.slow
-def test_ctrl_c_exits_130_naming_the_checkpoint_to_resume(small_table: Path, data_root: Path,
-                                                          tmp_path: Path) -> None:
-    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "ctrl_c",
-                          "--checkpoint.every_n_steps", "100")
-    done = run_train_subprocess([*args, signal_at(120, signal.SIGINT)])
+def test_ctrl_c_finishes_the_step_writes_last_ckpt_exits_130_and_the_run_resumes_exactly(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
+    """The first Ctrl-C acts like SIGTERM; resumed, the run logs what the uninterrupted run logged."""
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "ctrl_c")
+    done = run_train_subprocess([*args, signal_at(12, signal.SIGINT)])
     assert done.returncode == 130, done.stderr[-3000:]
     last = tmp_path / "runs" / "ctrl_c" / "checkpoints" / "last.ckpt"
-    assert (f"WARNING] interrupted (Ctrl-C) after step 119; continue from {last} with --ckpt_path last (same "
-            "--run_name)") in done.stderr
+    assert f"WARNING] Ctrl-C: finishing optimiser step 12, then writing {last} (Ctrl-C again to stop at once)" \
+        in done.stderr
+    assert (f"WARNING] Ctrl-C (SIGINT) received: stopped after step 12 and saved {last}; continue with --run_name "
+            "ctrl_c --ckpt_path last") in done.stderr
+    assert "Traceback" not in done.stderr and "interrupted" not in done.stderr
+    assert torch.load(last, weights_only=True)["global_step"] == 12
+    assert train_in_process([*args, "--ckpt_path", "last"]) == 0
+    assert values(tmp_path / "runs" / "ctrl_c") == values(small_run)
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_stops_at_once_keeping_the_periodic_checkpoint(small_table: Path, data_root: Path,
+                                                                       tmp_path: Path) -> None:
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "ctrl_c",
+                          "--checkpoint.every_n_steps", "10")
+    done = run_train_subprocess([*args, signal_at(12, signal.SIGINT, times=2)])
+    assert done.returncode == 130, done.stderr[-3000:]
+    last = tmp_path / "runs" / "ctrl_c" / "checkpoints" / "last.ckpt"
+    assert (f"WARNING] interrupted (Ctrl-C) after step 11; continue from {last} with --run_name ctrl_c --ckpt_path "
+            "last") in done.stderr
     assert "Traceback" not in done.stderr
+    assert torch.load(last, weights_only=True)["global_step"] == 10
 
 
 @pytest.mark.slow

@@ -5,8 +5,8 @@
 * :class:`RNGState` puts every process's random-number-generator state into each checkpoint and
   restores it before the first batch after a resume (Lightning saves model, optimiser, scheduler,
   loop counters and, through :class:`~graphormer_urpe.data.loaders.ResumableLoader`, the data order).
-* :class:`PreemptionCheckpoint` turns SIGTERM / SIGUSR1 into "finish this optimiser step, write
-  ``last.ckpt``, stop" on all processes at the same step, and requeues SLURM jobs.
+* :class:`PreemptionCheckpoint` turns SIGTERM / SIGUSR1 and a first Ctrl-C into "finish this optimiser
+  step, write ``last.ckpt``, stop" on all processes at the same step, and requeues SLURM jobs.
 * :class:`NonFiniteLossGuard` stops the run at the first NaN/inf loss, naming the step, the graphs
   of the batch and the last good checkpoint.
 * :class:`RelationTablePlots` draws the learned B and C tables every N validations.
@@ -159,18 +159,19 @@ class Preempted(Exception):
     """Training stopped on a signal after writing ``last.ckpt``.
 
     Args:
-        signal_name: the signal (``SIGTERM``, ``SIGUSR1``).
+        signal_name: the signal (``SIGTERM``, ``SIGUSR1``, ``SIGINT`` for Ctrl-C).
         step: optimiser steps done.
-        checkpoint: the checkpoint written.
+        checkpoint: the checkpoint written, ``<run dir>/checkpoints/last.ckpt``.
         requeued: whether the SLURM job was requeued.
     """
 
     def __init__(self, signal_name: str, step: int, checkpoint: Path, requeued: bool) -> None:
         self.signal_name, self.step, self.checkpoint, self.requeued = signal_name, step, checkpoint, requeued
+        received = "Ctrl-C (SIGINT)" if signal_name == "SIGINT" else signal_name
         super().__init__(
-            f"{signal_name} received: stopped after step {step} and saved {checkpoint}"
+            f"{received} received: stopped after step {step} and saved {checkpoint}"
             + ("; SLURM job requeued" if requeued else "")
-            + "; continue with --ckpt_path last (same --run_name)"
+            + f"; continue with --run_name {checkpoint.parent.parent.name} --ckpt_path last"
         )
 
     @property
@@ -188,6 +189,10 @@ def slurm_job_id() -> str | None:
 
 class PreemptionCheckpoint(Callback):
     """On a signal, finish the optimiser step, save ``last.ckpt``, requeue if asked, and stop.
+
+    Ctrl-C (SIGINT) is always handled so: the first press stops at the end of the optimiser step
+    with ``last.ckpt`` written (exit code 130), a second press stops at once (``KeyboardInterrupt``,
+    keeping the last periodic ``last.ckpt``).
 
     The handler only sets a flag. After every optimiser step the flags of all processes are summed
     (one tiny all-reduce), so every process saves and stops at the same step, whichever of them got
@@ -210,13 +215,23 @@ class PreemptionCheckpoint(Callback):
         self.received: str | None = None
         self._previous: dict[int, Any] = {}
         self._step_at_batch_start = 0
+        self._trainer: pl.Trainer | None = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and self.received == "SIGINT":
+            raise KeyboardInterrupt  # the second Ctrl-C: stop at once
         self.received = signal.Signals(signum).name
+        if signum == signal.SIGINT:
+            log.warning("Ctrl-C: finishing optimiser step %d, then writing %s (Ctrl-C again to stop at once)",
+                        self._global_step() + 1, self.checkpoint_dir / LAST_CHECKPOINT)
+
+    def _global_step(self) -> int:
+        return self._trainer.global_step if self._trainer is not None else 0
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._trainer = trainer
         # installed after Lightning's own handlers (registered when fitting starts), replacing them
-        for name in self.signals:
+        for name in {*self.signals, "SIGINT"}:
             signum = getattr(signal, name)
             self._previous[signum] = signal.signal(signum, self._handle)
 
@@ -231,6 +246,8 @@ class PreemptionCheckpoint(Callback):
 
     def _restore_handlers(self) -> None:
         for signum, handler in self._previous.items():
+            if signum == signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
+                continue  # Lightning ignores further Ctrl-C while it shuts down after a KeyboardInterrupt
             signal.signal(signum, handler)
         self._previous = {}
 
@@ -248,7 +265,7 @@ class PreemptionCheckpoint(Callback):
         if not stop:
             return
         path = self.checkpoint_dir / LAST_CHECKPOINT
-        trainer.save_checkpoint(path)  # every process takes part; rank 0 writes
+        trainer.save_checkpoint(path, weights_only=False)  # every process takes part; rank 0 writes
         signal_name = self.received or ("SIGUSR1" if requeue else "SIGTERM")  # ranks that got none
         job = slurm_job_id()
         requeued = bool(requeue and job)

@@ -207,7 +207,8 @@ class CheckpointOptions:
             (0: only then).
         signals: signals after which the run finishes its optimiser step, writes ``last.ckpt`` and
             exits with code 128 + signal number: SLURM sends SIGTERM when preempting or cancelling,
-            and SIGUSR1 ahead of the time limit with ``#SBATCH --signal=USR1@120``.
+            and SIGUSR1 ahead of the time limit with ``#SBATCH --signal=USR1@120``. Ctrl-C (SIGINT)
+            is always handled so (exit code 130), and a second Ctrl-C stops at once.
         requeue: under SLURM, requeue the job (``scontrol requeue``) after SIGUSR1.
     """
 
