@@ -30,7 +30,7 @@ from graphormer_urpe.data.loaders import resume_problem
 from graphormer_urpe.errors import CheckpointError, InputError, NonFiniteLoss
 from graphormer_urpe.run.callbacks import Preempted
 from graphormer_urpe.run.checkpoints import check_checkpoint, saved_loader_states
-from graphormer_urpe.run.cli import GraphormerCLI, log, write_json
+from graphormer_urpe.run.cli import GraphormerCLI, launcher_run_id, log, write_json
 from graphormer_urpe.run.finetune import init_from_checkpoint
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE, RunDirError
@@ -88,7 +88,8 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
 def fit_and_test(cli: GraphormerCLI) -> dict:
     """Check how this start may use its run directory, fit, then validate and test the best checkpoint."""
     trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
-    start = cli.run_directory.open(cli.config["ckpt_path"], writer=trainer.is_global_zero)
+    launch = launcher_run_id() if trainer.world_size > 1 else None  # each process started by SLURM or torchrun
+    start = cli.run_directory.open(cli.config["ckpt_path"], writer=trainer.is_global_zero, launch=launch)
     if start.checkpoint is not None:
         check_resume(cli, start.checkpoint)
     elif start.earlier_segments:

@@ -17,6 +17,7 @@ import torch
 
 from graphormer_urpe.data.batch import GraphRecord
 from graphormer_urpe.data.structure import graph_structure
+from graphormer_urpe.run.ledger import LOCK_FILE
 from graphormer_urpe.testing.device import exactness_device
 
 
@@ -210,6 +211,13 @@ def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
     except SystemExit as stop:
         return int(stop.code)
     return 0
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` but run directories' lock, whose text names the process that held the
+    directory last (relative path -> bytes): what a refused start must leave byte for byte."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*"))
+            if p.is_file() and p.name != LOCK_FILE}
 
 
 def read_only_directory(tmp_path: Path) -> Path:

@@ -9,36 +9,36 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from graphormer_urpe.run import ledger
 from graphormer_urpe.run.ledger import (
     LOCK_FILE,
     MetricsLog,
     RunDirectory,
     RunDirError,
+    RunStart,
     create_timestamped_dir,
     read_metrics,
     start_segment,
 )
-from tests.conftest import REPO, SignalDuringStep, run_train_subprocess, small_run_args, train_in_process
+from tests.conftest import REPO, SignalDuringStep, files_of, run_train_subprocess, small_run_args, train_in_process
 
 #: What one validation and one training log step write (besides segment, step and epoch).
 VALIDATION = ("val/mae", "val/mae/gap_ev", "val/mae/mu_debye")
 TEST = ("test/mae", "test/mae/gap_ev", "test/mae/mu_debye")
-
-
-def files_of(directory: Path) -> dict[str, bytes]:
-    """Every file under ``directory`` (relative path -> bytes)."""
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 def curve(run_dir: Path) -> list[tuple[int, tuple[str, ...]]]:
@@ -137,15 +137,62 @@ def test_a_start_that_loses_the_race_for_a_name_leaves_the_winner_alone(tmp_path
     assert (tmp_path / "root" / "run" / LOCK_FILE).is_file()
 
 
-def test_other_processes_of_a_run_only_find_its_checkpoint(tmp_path: Path) -> None:
-    """Rank 0 may be creating the directory while the other ranks look: they check nothing about it."""
-    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
-    assert RunDirectory(tmp_path / "run").open(None, writer=False).checkpoint is None
-    assert RunDirectory(tmp_path / "run").open("auto", writer=False).checkpoint is None
-    (tmp_path / "run" / "checkpoints" / "last.ckpt").write_bytes(b"x")
-    assert RunDirectory(tmp_path / "run").open("auto", writer=False).checkpoint == str(
-        tmp_path / "run" / "checkpoints" / "last.ckpt")
-    assert not (tmp_path / "run" / LOCK_FILE).exists()
+def test_every_process_of_a_start_decides_alike_from_the_runs_files(tmp_path: Path) -> None:
+    """Rank 0 may be creating the directory and its lock while the others look: those never count, the
+    files a run writes once it trains do, so every rank refuses or goes on alike (none waits for a rank 0
+    that stopped)."""
+    run = tmp_path / "run"
+
+    def each_rank(ckpt_path: str | None) -> list[RunStart | str]:
+        outcomes: list[RunStart | str] = []
+        for writer in (True, False):
+            directory = RunDirectory(run)
+            try:
+                outcomes.append(directory.open(ckpt_path, writer=writer))
+            except RunDirError as error:
+                outcomes.append(str(error))
+            directory.release()
+        return outcomes
+
+    run.mkdir()
+    (run / LOCK_FILE).write_text("slurm7.0")  # all that rank 0 makes before the processes join
+    assert each_rank(None) == each_rank("auto") == [RunStart(None, earlier_segments=False)] * 2
+    (run / "config.yaml").write_text("seed_everything: 0\n")  # a run stopped before its first checkpoint
+    assert each_rank(None) == [f"{run} already exists and a new run never writes into an earlier run's directory: "
+                               "extend or resume that run with --ckpt_path last, or give this one another "
+                               "--run_name"] * 2
+    assert each_rank("auto") == [RunStart(None, earlier_segments=True)] * 2  # both compare the configs
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    assert each_rank("auto") == each_rank("last") == [RunStart(str(run / "checkpoints" / "last.ckpt"), True)] * 2
+    foreign = str(tmp_path / "other" / "checkpoints" / "last.ckpt")
+    assert each_rank(foreign) == [f"{run} holds another run: resuming {foreign} in it would mix two runs; give the "
+                                  "run continued from that checkpoint a new --run_name"] * 2
+
+
+def test_the_other_processes_of_a_launch_wait_for_rank_0_and_stop_as_it_does(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under SLURM or torchrun each process starts by itself: they go on once rank 0 holds the directory
+    (its lock names their launch), and stop when another launch holds it, as rank 0 does."""
+    run = tmp_path / "run"
+    rank_0 = RunDirectory(run)
+    rank_0.open(None, writer=True, launch="slurm7.0")
+    assert (run / LOCK_FILE).read_text() == "slurm7.0"
+    assert RunDirectory(run).open(None, writer=False, launch="slurm7.0").checkpoint is None  # at once
+    monkeypatch.setattr(ledger, "FOREIGN_HOLDER_GRACE", 0.2)
+    in_use = (f"{run} is in use by another process (it holds {run / LOCK_FILE}): wait until that run stops, or stop "
+              "it first")
+    with pytest.raises(RunDirError) as refused:  # rank 1 of another job of the same --run_name
+        RunDirectory(run).open(None, writer=False, launch="slurm8.0")
+    assert str(refused.value) == in_use
+    with pytest.raises(RunDirError) as refused:  # and its rank 0
+        RunDirectory(run).open(None, writer=True, launch="slurm8.0")
+    assert str(refused.value) == in_use
+    rank_0.release()
+    # an ended launch's record, no lock held: the others wait for their rank 0, and not forever
+    with pytest.raises(RunDirError, match=rf"^{run}: the process of global rank 0 did not take the run directory "
+                                          r"within 0 s; see its log$"):
+        RunDirectory(run)._wait_for_writer("slurm8.0", timeout=0.3)
 
 
 # ----------------------------------------------------------------------------- the metrics log
@@ -355,6 +402,60 @@ def test_auto_refuses_to_start_a_run_of_another_config_in_a_directory_without_ch
         f"(model.init_args.encoder.attention: 'urpe' ({stopped / 'config.yaml'}) vs 'rpe' (now)); give this run "
         "another --run_name"]
     assert files_of(stopped) == before
+
+
+def srun(args: list[str], job: str, tasks: int = 2, timeout: float = 240.0) -> list[subprocess.CompletedProcess]:
+    """``srun --ntasks <tasks> python train.py ARGS`` simulated on this machine: one process per task with
+    SLURM's variables, DDP over gloo on the CPU; fails if they do not all finish within ``timeout`` s."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_")) and k not in (
+        "GRAPHORMER_RUN_DIR", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "RANK", "MASTER_ADDR", "MASTER_PORT")}
+    processes = [subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), *args, "--trainer.accelerator", "cpu", "--trainer.devices",
+         str(tasks), "--trainer.strategy", "ddp"],
+        cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**base, "SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": str(tasks),
+             "SLURM_NTASKS_PER_NODE": str(tasks), "SLURM_NODELIST": "127.0.0.1", "SLURM_NODEID": "0",
+             "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "MASTER_PORT": str(port),
+             "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}) for rank in range(tasks)]
+    deadline = time.monotonic() + timeout
+    done = []
+    for process in processes:
+        try:
+            stdout, stderr = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            pytest.fail(f"the {tasks} SLURM tasks did not finish within {timeout} s (one waits for the others)")
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
+    return done
+
+
+@pytest.mark.slow
+def test_under_srun_every_rank_refuses_what_rank_0_refuses_and_starts_what_it_starts(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
+    """Two SLURM tasks (DDP over gloo): ``--ckpt_path auto`` in a directory of another config is refused by
+    both (rank 1 used to wait for rank 0 in the process group until its 30-minute timeout); a new run
+    starts on both, rank 1 going on once rank 0 holds the directory."""
+    stopped = stopped_before_its_first_checkpoint(small_run, tmp_path)
+    before = files_of(stopped)
+    other = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--ckpt_path", "auto",
+                           "--model.encoder.attention", "rpe")
+    refusal = (f"{stopped} holds a run of another configuration and no checkpoint to resume "
+               f"(model.init_args.encoder.attention: 'urpe' ({stopped / 'config.yaml'}) vs 'rpe' (now)); give this "
+               "run another --run_name")
+    for rank, done in enumerate(srun(other, job="4301", timeout=120)):
+        assert done.returncode == 2, (rank, done.stderr[-3000:])
+        assert f"ERROR] {refusal}" in done.stderr and "Traceback" not in done.stderr, (rank, done.stderr[-3000:])
+    assert files_of(stopped) == before
+    fresh = small_run_args(small_table, data_root, tmp_path / "runs", "--trainer.max_steps", "4")
+    ranks = srun(fresh, job="4302")
+    assert [done.returncode for done in ranks] == [0, 0], [done.stderr[-3000:] for done in ranks]
+    run_dir = tmp_path / "runs" / "smiles_csv_example-slurm4302.0"
+    assert (run_dir / LOCK_FILE).read_text() == "slurm4302.0"
+    assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 4
 
 
 @pytest.mark.slow

@@ -13,11 +13,7 @@ import pytest
 import yaml
 
 import seeds
-from tests.conftest import REPO, tiny_run_args
-
-
-def files_of(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+from tests.conftest import REPO, files_of, tiny_run_args
 
 
 def test_aggregate_gives_mean_sample_std_and_values() -> None:
