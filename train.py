@@ -27,10 +27,10 @@ import yaml
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from graphormer_urpe.data.loaders import resume_problem
-from graphormer_urpe.errors import CheckpointError, InputError, NonFiniteLoss
+from graphormer_urpe.errors import CheckpointError, ConfigError, InputError, NonFiniteLoss, shown
 from graphormer_urpe.run.callbacks import Preempted
 from graphormer_urpe.run.checkpoints import check_checkpoint, saved_loader_states
-from graphormer_urpe.run.cli import GraphormerCLI, launcher_run_id, log, write_json
+from graphormer_urpe.run.cli import CONFIG_KEY, GraphormerCLI, launcher_run_id, log, write_json
 from graphormer_urpe.run.finetune import init_from_checkpoint
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE, RunDirError
@@ -118,10 +118,31 @@ def fit_and_test(cli: GraphormerCLI) -> dict:
     return metrics
 
 
+#: Options a resume takes from the checkpoint (the optimiser's state, the random state) rather than from the
+#: command line: one that differs from the checkpoint's would be recorded but not used.
+RESUMED_FROM_THE_CHECKPOINT = ("model.init_args.optim.lr", "model.init_args.optim.weight_decay",
+                               "model.init_args.optim.adam_eps", "seed_everything")
+
+
 def check_resume(cli: GraphormerCLI, ckpt_path: str) -> None:
-    """Stop (:class:`CheckpointError`) unless ``ckpt_path`` fits the model, was trained on the same data
-    and continues in the same global batches; then tell the run record where this segment starts."""
+    """Stop (:class:`CheckpointError`, :class:`ConfigError`) unless ``ckpt_path`` fits the model, was
+    trained on the same data with the options a resume takes from it (:data:`RESUMED_FROM_THE_CHECKPOINT`),
+    continues in the same global batches and has steps left to reach or evaluate (``trainer.max_steps``
+    not below its step); then tell the run record where this segment starts."""
     checkpoint = check_checkpoint(ckpt_path, cli.model, cli.model.hparams)
+    step, max_steps = int(checkpoint["global_step"]), cli.trainer.max_steps
+    if 0 <= max_steps < step:
+        raise ConfigError("trainer.max_steps", max_steps, f"is below the step of {ckpt_path} ({step}): a resume "
+                          f"continues a run and cannot shorten it; pass at least {step} ({step} evaluates it again), "
+                          "or start a new run")
+    if CONFIG_KEY in checkpoint:
+        trained, now = yaml.safe_load(checkpoint[CONFIG_KEY]), yaml.safe_load(cli.config_yaml)
+        for key in RESUMED_FROM_THE_CHECKPOINT:
+            old, new = _dotted(trained, key), _dotted(now, key)
+            if old != new and not (key == "seed_everything" and cli.seed_drawn):
+                raise ConfigError(key.replace("init_args.", ""), new, f"differs from {ckpt_path}'s {shown(old)}, "
+                                  "which a resume continues with (optimiser and random state); resume with "
+                                  f"{shown(old)}, or start a new run from its weights with --init_from {ckpt_path}")
     recorded = checkpoint.get(DATA_IDENTITY_KEY)
     if recorded is None:
         log.warning("%s records no identity of its data (written by an earlier version): the data are not "
@@ -134,7 +155,14 @@ def check_resume(cli: GraphormerCLI, ckpt_path: str) -> None:
         problem = resume_problem(state, datamodule.batch_size, getattr(datamodule, "bucket_window", 0))
         if problem is not None:
             raise CheckpointError(f"{ckpt_path}: {problem}")
-    cli.run_record.resuming(ckpt_path, int(checkpoint["global_step"]))
+    cli.run_record.resuming(ckpt_path, step)
+
+
+def _dotted(config: dict, key: str) -> object:
+    """The value of a dotted key in a resolved config (None where absent)."""
+    for part in key.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
 
 
 def check_same_run(cli: GraphormerCLI) -> None:

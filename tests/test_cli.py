@@ -191,6 +191,14 @@ def test_slurm_and_torchrun_give_every_process_the_same_directory(plain_process:
     assert resolve_run_dir(tmp_path, None, "cfg").path == tmp_path / "cfg-slurm12345.0"  # the same after a requeue
 
 
+def test_a_run_root_or_data_root_under_home_is_the_homes(plain_process: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``~/runs`` (quoted on the command line, or in a YAML file) never makes a directory named ``~``."""
+    plain_process.setenv("HOME", str(tmp_path))
+    cli = GraphormerCLI(["--config", "smiles_csv_example", "--run_root", "~/runs", "--run_name", "r", "--data.root",
+                         "~/data", "--logger", "none"])
+    assert cli.run_dir == tmp_path / "runs" / "r" and cli.datamodule.root == tmp_path / "data"
+
+
 def test_several_processes_without_a_common_id_must_be_named(plain_process: pytest.MonkeyPatch,
                                                              tmp_path: Path) -> None:
     plain_process.setenv("TORCHELASTIC_RUN_ID", "none")

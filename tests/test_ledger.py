@@ -352,6 +352,61 @@ def test_an_option_refused_once_the_data_are_read_leaves_no_run_directory_and_no
     assert files_of(run_dir) == before  # no segment recorded, config.yaml not rewritten
 
 
+@pytest.mark.parametrize("option, message", [
+    (["--model.optim.lr", "0.5"], "model.optim.lr=0.5: differs from {last}'s 0.001"),
+    (["--model.optim.weight_decay", "0.1"], "model.optim.weight_decay=0.1: differs from {last}'s 0.0"),
+    (["--model.optim.adam_eps", "1e-6"], "model.optim.adam_eps=1e-06: differs from {last}'s 1e-08"),
+    (["--seed_everything", "7"], "seed_everything=7: differs from {last}'s 0"),
+], ids=["lr", "weight_decay", "adam_eps", "seed"])
+def test_a_resume_refuses_options_it_would_take_from_the_checkpoint(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path, package_log, option: list[str],
+        message: str) -> None:
+    """The optimiser's state and the random state continue from the checkpoint: a changed value would be
+    written into ``config.yaml`` and never used."""
+    run_dir = copy_run(small_run, tmp_path)
+    before = files_of(run_dir)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--trainer.max_steps", "300",
+                          "--ckpt_path", "last", *option)
+    assert train_in_process(args) == 2
+    assert error_lines(package_log) == [
+        message.format(last=last) + ", which a resume continues with (optimiser and random state); resume with "
+        f"{message.rsplit(' ', 1)[1]}, or start a new run from its weights with --init_from {last}"]
+    assert files_of(run_dir) == before
+
+
+def test_a_resume_cannot_shorten_a_run(small_run: Path, small_table: Path, data_root: Path, tmp_path: Path,
+                                       package_log) -> None:
+    run_dir = copy_run(small_run, tmp_path)
+    before = files_of(run_dir)
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--trainer.max_steps", "100",
+                          "--ckpt_path", "last")
+    assert train_in_process(args) == 2
+    assert error_lines(package_log) == [
+        f"trainer.max_steps=100: is below the step of {run_dir / 'checkpoints' / 'last.ckpt'} (200): a resume "
+        "continues a run and cannot shorten it; pass at least 200 (200 evaluates it again), or start a new run"]
+    assert files_of(run_dir) == before
+
+
+def test_a_moved_run_directory_keeps_its_best_checkpoint_and_score(small_run: Path, small_table: Path,
+                                                                   data_root: Path, tmp_path: Path) -> None:
+    """Renamed (or copied, or synced elsewhere) and extended: evaluated and reported with its own files, and a
+    later validation is the best only if it beats the recorded best."""
+    moved = copy_run(small_run, tmp_path, "moved")
+    recorded = json.loads((small_run / "metrics.json").read_text())
+    assert Path(recorded["best_checkpoint"]).parent == small_run / "checkpoints"
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "moved", "--trainer.max_steps",
+                          "250", "--ckpt_path", "last")
+    assert train_in_process(args) == 0
+    callbacks = torch.load(small_run / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]
+    best_score = next(float(state["best_model_score"]) for key, state in callbacks.items()
+                      if key.startswith("ModelCheckpoint"))
+    [new_score] = [row["val/mae"] for row in read_metrics(moved) if row["step"] == 249 and "val/mae" in row]
+    # without the recorded score, Lightning would take the validation of step 250 as the best whatever it is
+    expected = "best-250.ckpt" if new_score < best_score else Path(recorded["best_checkpoint"]).name
+    assert json.loads((moved / "metrics.json").read_text())["best_checkpoint"] == str(moved / "checkpoints" / expected)
+
+
 def test_ckpt_path_last_with_nothing_to_resume_names_what_it_looked_for(small_run: Path, small_table: Path,
                                                                        data_root: Path, tmp_path: Path,
                                                                        package_log) -> None:
@@ -485,6 +540,8 @@ def test_a_checkpoint_of_another_run_is_continued_in_a_new_directory_only(small_
     assert train_in_process([*args, "--run_name", "fork"]) == 0
     [segment] = json.loads((tmp_path / "runs" / "fork" / "run.json").read_text())["segments"]
     assert (segment["start_step"], segment["resumed_from"]) == (200, foreign)
+    # reported with its own files only: it validated nothing yet, so it has no best checkpoint (not the other's)
+    assert json.loads((tmp_path / "runs" / "fork" / "metrics.json").read_text())["best_checkpoint"] is None
 
 
 def test_a_run_that_would_never_validate_says_so(small_table: Path, data_root: Path, tmp_path: Path,

@@ -123,6 +123,11 @@ CASES = [
     ("synthetic_graph", ["--data.val_graphs", "0"], "data.val_graphs=0: must be an integer >= 1"),
     ("synthetic_graph", ["--data.test_graphs", "0"], "data.test_graphs=0: must be an integer >= 1"),
     # the run
+    ("qm9_gap", ["--run_name", ""],  # an unset variable in a SLURM script: not a new directory per requeue
+     "run_name='': must name one directory under run_root (not empty, '.' or '..', no '/'), or be null (a new "
+     "directory per start)"),
+    ("qm9_gap", ["--run_name", "a/b"], "run_name='a/b': must name one directory under run_root"),
+    ("qm9_gap", ["--run_name", "../elsewhere"], "run_name='../elsewhere': must name one directory under run_root"),
     ("qm9_gap", ["--checkpoint.every_n_steps", "-1"], "checkpoint.every_n_steps=-1: must be an integer >= 0"),
     ("qm9_gap", ["--checkpoint.signals", "[SIGFOO]"], "checkpoint.signals='SIGFOO': is not a signal this process"),
     ("qm9_gap", ["--wandb.mode", "sometimes"], "wandb.mode: Expected a typing.Literal"),
@@ -178,6 +183,10 @@ def test_every_option_a_shipped_config_sets_is_in_the_matrix() -> None:
 
 
 def test_a_read_only_run_root_or_data_root_is_named(tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "afile").write_text("")
+    code, errors = stop_of(["--config", "smiles_csv_example", "--run_root", str(tmp_path / "afile")], package_log)
+    assert code == 2 and errors == [f"run_root='{tmp_path / 'afile'}': is a file; run_root is the directory that holds "
+                                    "the runs"]
     read_only = read_only_directory(tmp_path)
     code, errors = stop_of(["--config", "smiles_csv_example", "--run_root", str(read_only / "runs")], package_log)
     assert code == 2 and errors == [f"run_root='{read_only / 'runs'}': {read_only} is not writable, so no run "

@@ -117,7 +117,7 @@ class GraphDataModule(pl.LightningDataModule):
         check_int("data.bucket_window", bucket_window, 0, hint=" (0: off, else a number of global batches, e.g. 100)")
         self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
         self.source = source
-        self.root = Path(root)
+        self.root = Path(root).expanduser()
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.preprocess_workers = available_cores() if preprocess_workers is None else preprocess_workers

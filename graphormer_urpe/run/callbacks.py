@@ -1,6 +1,7 @@
 """Run-operation callbacks shared by every task: exact resume, preemption, non-finite losses, plots.
 
-* :class:`LastCheckpoint` writes ``last.ckpt`` every N steps and at the end of training.
+* :class:`LastCheckpoint` writes ``last.ckpt`` every N steps and at the end of training; resuming, it
+  makes the saved checkpoint paths follow a moved or copied run directory (:func:`follow_run_directory`).
 * :class:`LoggedStep` keeps logged steps equal to optimiser steps after an extension.
 * :class:`RNGState` puts every process's random-number-generator state into each checkpoint and
   restores it before the first batch after a resume (Lightning saves model, optimiser, scheduler,
@@ -115,6 +116,36 @@ class RNGState(Callback):
         self.pending = None
 
 
+def follow_run_directory(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
+    """A ``ModelCheckpoint`` state saved in another directory, its paths taken over to ``dirpath``.
+
+    A checkpoint records the absolute paths of the run's best checkpoints. Lightning, resuming it in
+    another directory (a run directory moved, renamed, copied or synced to another machine; a run
+    continued from another run's checkpoint), keeps ``best_model_path`` pointing into the old
+    directory, so the run would be evaluated and reported with another directory's file, and forgets
+    the best score. Here a path is taken over when ``dirpath`` holds that file (a moved or copied run:
+    everything is restored) and dropped otherwise (another run's checkpoint: this run keeps its own best).
+    """
+    saved = state.get("dirpath")
+
+    def here(path: object) -> str:
+        if not isinstance(path, str) or not path or Path(path).parent != Path(saved):
+            return ""
+        moved = Path(dirpath) / Path(path).name
+        return str(moved) if moved.is_file() else ""
+
+    best, kth = here(state.get("best_model_path")), here(state.get("kth_best_model_path"))
+    followed = {**state, "dirpath": dirpath, "best_model_path": best, "kth_best_model_path": kth,
+                "best_k_models": {here(path): score for path, score in state.get("best_k_models", {}).items()
+                                  if here(path)},
+                "last_model_path": here(state.get("last_model_path"))}
+    if not best:
+        followed["best_model_score"] = None
+    if not kth:
+        followed.pop("kth_value", None)  # the callback keeps its initial one
+    return followed
+
+
 class LastCheckpoint(ModelCheckpoint):
     """``last.ckpt`` every ``every_n_train_steps`` optimiser steps and at the end of training.
 
@@ -133,6 +164,15 @@ class LastCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._last_global_step_saved != trainer.global_step:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """Before any callback loads its state: every checkpoint callback's paths follow this run directory."""
+        states = checkpoint.get("callbacks") or {}
+        for key, state in states.items():
+            saved = state.get("dirpath") if isinstance(state, dict) and "best_model_path" in state else None
+            if saved is not None and saved != self.dirpath:
+                states[key] = follow_run_directory(state, self.dirpath)
 
 
 class LoggedStep(Callback):

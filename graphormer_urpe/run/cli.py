@@ -297,6 +297,9 @@ class GraphormerCLI(LightningCLI):
         except ArgumentError as error:
             log.error("%s", parse_error_line(str(error)))
             raise SystemExit(2) from None
+        #: Whether the seed is drawn at random (``seed_everything: true``), so that every start has another.
+        self.seed_drawn = self.config["seed_everything"] is True
+        self.config["run_root"] = os.path.expanduser(self.config["run_root"])  # ~/runs: the home's, not ./~
         try:
             check_run_options(self.config)
         except ConfigError as error:
@@ -441,15 +444,22 @@ _REPORT_FRAMING = ("Does not validate against any of the Union subtypes", "Subty
 
 
 def check_run_options(config: Mapping[str, Any]) -> None:
-    """Refuse a seed, a run root or trainer options that Lightning would accept and then fail on
+    """Refuse a seed, a run name or root or trainer options that Lightning would accept and then fail on
     mid-run (or silently misuse).
 
     Raises:
-        ConfigError: naming the key (``seed_everything``, ``run_root``, ``trainer.<option>``) and what is allowed.
+        ConfigError: naming the key (``seed_everything``, ``run_name``, ``run_root``, ``trainer.<option>``) and
+            what is allowed.
     """
     seed = config["seed_everything"]
     if not isinstance(seed, bool) and seed is not None:
         check_int("seed_everything", seed, 0, 2**32 - 1, hint=", true (a random seed) or false/null (none)")
+    name = config["run_name"]
+    if name is not None and (name in ("", ".", "..") or "/" in name):
+        raise ConfigError("run_name", name, "must name one directory under run_root (not empty, '.' or '..', no '/'), "
+                          "or be null (a new directory per start)")
+    if Path(config["run_root"]).is_file():
+        raise ConfigError("run_root", config["run_root"], "is a file; run_root is the directory that holds the runs")
     if (read_only := unwritable(Path(config["run_root"]))) is not None:
         raise ConfigError("run_root", config["run_root"], f"{read_only} is not writable, so no run directory can be "
                           "made there; choose a writable run_root")

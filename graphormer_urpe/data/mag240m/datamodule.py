@@ -128,15 +128,15 @@ class MAG240MDataModule(pl.LightningDataModule):
         check_int("data.num_workers", num_workers, 0)
         check_int("data.num_classes", num_classes, 2)
         check_int("data.handover_slots", handover_slots, 0, hint=" (0: no shared-memory slots)")
-        self.root = Path(root)
-        self.raw = MAG240MRaw(root)
+        self.root = Path(root).expanduser()
+        self.raw = MAG240MRaw(self.root)
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.fanouts = list(fanouts)
         self.num_workers = num_workers
         self.seed = seed
         self.num_classes = num_classes
-        self.cache_dir = Path(cache_dir) if cache_dir else self.raw.directory / "graphormer"
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else self.raw.directory / "graphormer"
         #: The option that chose :attr:`cache_dir`, named when it cannot be written.
         self.cache_key, cache_option = ("data.cache_dir", cache_dir) if cache_dir else ("data.root", root)
         if (read_only := unwritable(self.cache_dir)) is not None and not (self.cache_dir / MANIFEST).is_file():
