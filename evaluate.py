@@ -42,9 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
+from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.data.lsc_formats import FORMATS, MODES, SubmissionFormat
 from graphormer_urpe.data.split_rows import PredictableData
-from graphormer_urpe.errors import CheckpointError, InputError, SubmissionError
+from graphormer_urpe.errors import CheckpointError, InputError, SubmissionError, refuse
 from graphormer_urpe.evaluation.new_molecules import predict_table
 from graphormer_urpe.evaluation.splits import SplitPredictions, predict_split
 from graphormer_urpe.evaluation.submission import check_submission, write_submission
@@ -97,7 +98,7 @@ def embedded_config(ckpt: str) -> str:
     """The YAML config stored in a checkpoint by training (one of an older version read in today's layout)."""
     checkpoint = load_checkpoint(ckpt)
     if CONFIG_KEY not in checkpoint:
-        raise SystemExit(f"error: {ckpt} holds no config (not written by train.py); pass --config")
+        refuse(f"{ckpt} holds no config (not written by train.py); pass --config")
     return migrate_config(checkpoint[CONFIG_KEY])
 
 
@@ -107,7 +108,7 @@ def check_submission_file(path: Path, data_root: Path) -> dict:
     configure_logging()
     fmt = next((f for name, f in FORMATS.items() if path.name.startswith(f"y_pred_{name}_")), None)
     if fmt is None:
-        raise SystemExit(f"error: {path}: not a submission file name (expected y_pred_<dataset>_<mode>.npz for "
+        refuse(f"{path}: not a submission file name (expected y_pred_<dataset>_<mode>.npz for "
                          f"a dataset in {sorted(FORMATS)})")
     mode = next((m for m in MODES if path.name == fmt.filename(m)), None)
     sizes_from = "split_dict.pt"
@@ -132,23 +133,40 @@ def check_submission_file(path: Path, data_root: Path) -> dict:
             "expected_rows_from": sizes_from}
 
 
+def check_outputs(options: argparse.Namespace) -> None:
+    """Refuse (exit code 2) before any work an output that cannot be written, or ``--out`` over the table
+    that ``--predict`` reads."""
+    for flag, path, is_dir in (("--out", options.out, False), ("--predictions", options.predictions, False),
+                               ("--submission-dir", options.submission_dir, True)):
+        if path is None:
+            continue
+        if not is_dir and path.is_dir():
+            refuse(f"{flag} {path} is a directory; name the file to write")
+        if (read_only := unwritable(path if is_dir else path.parent)) is not None:
+            refuse(f"{flag} {path}: {read_only} is not writable")
+    if options.predict is not None and options.out is not None and options.out.resolve() == options.predict.resolve():
+        refuse(f"--out {options.out} is the table --predict reads; write the predictions to another file")
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     """Evaluate, or write or check a submission; returns what was measured or written."""
     started = time.perf_counter()
+    configure_logging()
     # evaluating in a temporary run directory, Lightning notes on every checkpoint that its run's is another
     warnings.filterwarnings("ignore", message="The dirpath has changed from", category=UserWarning)
     options, rest = parse_args(sys.argv[1:] if argv is None else argv)
+    check_outputs(options)
     if options.check_submission is not None:
         return check_submission_file(options.check_submission, options.data_root)
     if options.ckpt is None:
-        raise SystemExit("error: --ckpt is required (or --check-submission FILE)")
+        refuse("--ckpt is required (or --check-submission FILE)")
     if options.predict is not None:
         return predict_file(options, rest)
     if options.submission_dir is not None and options.split not in MODES:
-        raise SystemExit("error: --submission-dir writes test-dev or test-challenge submissions, "
+        refuse("--submission-dir writes test-dev or test-challenge submissions, "
                          f"not '{options.split}'")
     if options.split in MODES and options.submission_dir is None and options.predictions is None:
-        raise SystemExit(f"error: --split {options.split} has hidden targets: pass --submission-dir DIR to write a "
+        refuse(f"--split {options.split} has hidden targets: pass --submission-dir DIR to write a "
                          "leaderboard submission (or --predictions FILE)")
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -164,12 +182,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
             sys.exit(2)
         fmt = cli.datamodule.spec.submission if isinstance(cli.datamodule, PredictableData) else None
         if options.predictions is not None and fmt is None:
-            raise SystemExit("error: --predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
+            refuse("--predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
         try:
             if fmt is not None:
                 result = evaluate_with_ogb(cli, options, started, data_check)
             elif options.split in MODES:
-                raise SystemExit(f"error: {type(cli.datamodule).__name__} has no hidden test split '{options.split}'")
+                refuse(f"{type(cli.datamodule).__name__} has no hidden test split '{options.split}'")
             else:
                 run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
                 metrics = run(cli.model, cli.datamodule, ckpt_path=options.ckpt, verbose=False)[0]
@@ -211,10 +229,10 @@ def predict_file(options: argparse.Namespace, rest: list[str]) -> dict:
     """``--predict TABLE --out FILE.csv``: predictions for new molecules, in the table's row order."""
     configure_logging()
     if options.out is None:
-        raise SystemExit("error: --predict TABLE needs --out FILE.csv for the predictions")
+        refuse("--predict TABLE needs --out FILE.csv for the predictions")
     config_args = resolve_config_paths(rest)
     if len(config_args) not in (0, 2) or (config_args and config_args[0] != "--config"):
-        raise SystemExit(f"error: with --predict, only --config FILE may be added to --ckpt, --out, --smiles-column; "
+        refuse(f"with --predict, only --config FILE may be added to --ckpt, --out, --smiles-column; "
                          f"got {' '.join(rest)}")
     config_yaml = Path(config_args[1]).read_text() if config_args else embedded_config(options.ckpt)
     try:
@@ -233,7 +251,7 @@ def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: 
     datamodule: PredictableData = cli.datamodule
     fmt = datamodule.spec.submission
     if options.split not in fmt.splits:
-        raise SystemExit(f"error: {fmt.dataset} has no split '{options.split}'; its splits are {', '.join(fmt.splits)}")
+        refuse(f"{fmt.dataset} has no split '{options.split}'; its splits are {', '.join(fmt.splits)}")
     log.info("predicting %s '%s' with %s on %d process(es)", fmt.dataset, options.split, options.ckpt,
              cli.trainer.world_size)
     inference_started = time.perf_counter()

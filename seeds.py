@@ -34,12 +34,11 @@ from pathlib import Path
 
 import yaml
 
+from graphormer_urpe.errors import refuse
 from graphormer_urpe.run.identity import config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE
 
 TRAIN = Path(__file__).resolve().parent / "train.py"
-#: Exit code of a sweep refused before it ran (as train.py's for bad input).
-EXIT_BAD_INPUT = 2
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -97,9 +96,8 @@ def check_seed_runs(options: argparse.Namespace, train_args: Sequence[str]) -> N
     wanted = seed_identity(resolved_config(seed_command(options, next(iter(recorded)), train_args)))
     for seed, path in recorded.items():
         if differing := differences(seed_identity(yaml.safe_load(path.read_text())), wanted, str(path), "now"):
-            print(f"error: seed {seed} of '{options.name}' ({path.parent}) is a run of another configuration: "
-                  f"{differing}; run this one under another --name", file=sys.stderr, flush=True)
-            raise SystemExit(EXIT_BAD_INPUT)
+            refuse(f"seed {seed} of '{options.name}' ({path.parent}) is a run of another configuration: {differing}; "
+                   "run this one under another --name")
 
 
 def check_same_config(run_root: Path, name: str, seeds: Sequence[int]) -> None:
@@ -109,9 +107,7 @@ def check_same_config(run_root: Path, name: str, seeds: Sequence[int]) -> None:
     first = seeds[0]
     for seed in seeds[1:]:
         if differing := differences(identities[first], identities[seed], f"seed {first}", f"seed {seed}"):
-            print(f"error: the seeds of '{name}' under {run_root} are runs of different configurations: {differing}",
-                  file=sys.stderr, flush=True)
-            raise SystemExit(EXIT_BAD_INPUT)
+            refuse(f"the seeds of '{name}' under {run_root} are runs of different configurations: {differing}")
 
 
 def final_metrics(metrics: Mapping) -> dict[str, float]:
@@ -175,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         elif seed not in failed:
             failed.append(seed)
     if not per_seed:
-        raise SystemExit(f"error: no finished run of {options.name} under {run_root} for seeds {options.seeds}")
+        refuse(f"no finished run of {options.name} under {run_root} for seeds {options.seeds}")
     check_same_config(run_root, options.name, sorted(per_seed))
     summary = aggregate(per_seed)
     result = {"experiment": options.name, "seeds": sorted(per_seed), "missing_seeds": failed,

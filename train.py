@@ -27,7 +27,7 @@ import yaml
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from graphormer_urpe.data.loaders import resume_problem
-from graphormer_urpe.errors import CheckpointError, ConfigError, InputError, NonFiniteLoss, shown
+from graphormer_urpe.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError, InputError, NonFiniteLoss, shown
 from graphormer_urpe.run.callbacks import Preempted
 from graphormer_urpe.run.checkpoints import check_checkpoint, saved_loader_states
 from graphormer_urpe.run.cli import CONFIG_KEY, GraphormerCLI, launcher_run_id, log, write_json
@@ -35,7 +35,6 @@ from graphormer_urpe.run.finetune import init_from_checkpoint
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE, RunDirError
 
-EXIT_BAD_INPUT = 2
 EXIT_NON_FINITE = 3
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 

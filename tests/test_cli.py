@@ -112,8 +112,9 @@ def test_bare_config_names_resolve_to_configs_dir(tmp_path: Path) -> None:
     own = tmp_path / "mine.yaml"
     own.write_text("{}")
     assert resolve_config_paths(["--config", str(own)]) == ["--config", str(own)]
-    with pytest.raises(SystemExit, match="available: .*qm9_gap"):
+    with pytest.raises(SystemExit, match="available: .*qm9_gap") as refused:
         resolve_config_paths(["--config", "zinc_subsett"])
+    assert refused.value.code == 2  # bad input, as every refusal
 
 
 @pytest.mark.parametrize("config", sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))

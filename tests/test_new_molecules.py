@@ -20,6 +20,7 @@ from graphormer_urpe.evaluation.new_molecules import predict_table
 from graphormer_urpe.run.cli import RUN_DIR_ENV
 from graphormer_urpe.tasks import Classification, GraphRegression
 from graphormer_urpe.testing.tolerance import rounding_tolerance
+from tests.conftest import read_only_directory
 
 TINY = ["--data.num_workers", "0", "--data.preprocess_workers", "0", "--model.encoder.num_layers", "2",
         "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4",
@@ -112,5 +113,25 @@ def test_only_molecular_checkpoints_predict_smiles(regression_run, tmp_path: Pat
                                                            "graphormer_urpe.data.sources.PygDataset")
     with pytest.raises(DataError, match="--predict reads SMILES, but .* was trained on PygDataset"):
         predict_table(ckpt, tmp_path / "new.csv", tmp_path / "p.csv", config)
-    with pytest.raises(SystemExit, match="--predict TABLE needs --out"):
+    with pytest.raises(SystemExit, match="--predict TABLE needs --out") as refused:
         evaluate.main(["--ckpt", str(ckpt), "--predict", "new.csv"])
+    assert refused.value.code == 2
+
+
+def test_outputs_that_cannot_be_written_or_would_overwrite_the_table_are_refused_before_any_work(
+        regression_run, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    ckpt, _ = regression_run
+    table = tmp_path / "new.csv"
+    table.write_text("smiles\nCCO\n")
+    read_only = read_only_directory(tmp_path)
+    for out, message in [(table, f"--out {table} is the table --predict reads; write the predictions to another file"),
+                         (tmp_path, f"--out {tmp_path} is a directory; name the file to write"),
+                         (read_only / "p.csv", f"--out {read_only / 'p.csv'}: {read_only} is not writable")]:
+        with pytest.raises(SystemExit) as refused:
+            evaluate.main(["--ckpt", str(ckpt), "--predict", str(table), "--out", str(out)])
+        assert refused.value.code == 2 and capsys.readouterr().err == f"error: {message}\n"
+    assert table.read_text() == "smiles\nCCO\n"
+    with pytest.raises(SystemExit) as refused:  # evaluating a split: refused before the model is built
+        evaluate.main(["--ckpt", str(ckpt), "--split", "test", "--out", str(read_only / "m.json")])
+    assert refused.value.code == 2 and capsys.readouterr().err == (f"error: --out {read_only / 'm.json'}: "
+                                                                   f"{read_only} is not writable\n")

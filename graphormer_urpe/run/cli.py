@@ -36,7 +36,7 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
 from graphormer_urpe.data.files import atomic_write_text, unwritable
-from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number
+from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number, refuse
 from graphormer_urpe.run.callbacks import (
     LastCheckpoint,
     LoggedStep,
@@ -99,7 +99,7 @@ def resolve_config_paths(argv: Sequence[str]) -> list[str]:
                 break
         else:
             available = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
-            raise SystemExit(f"error: config '{name}' is neither a file nor in {CONFIG_DIR} (available: {available})")
+            refuse(f"config '{name}' is neither a file nor in {CONFIG_DIR} (available: {available})")
     return args
 
 
@@ -189,7 +189,7 @@ def resolve_run_dir(run_root: str | Path, run_name: str | None, config_name: str
     elif (launch := launcher_run_id()) is not None:
         directory = RunDirectory(Path(run_root) / f"{config_name}-{launch}")
     elif int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("NODE_RANK", "0")) > 0:
-        raise SystemExit("error: this process is one of several started by a launcher that gives them no common "
+        refuse("this process is one of several started by a launcher that gives them no common "
                          "id; pass --run_name NAME so that they share one run directory")
     else:
         directory = create_timestamped_dir(Path(run_root), config_name, now)
@@ -250,7 +250,7 @@ class GraphormerCLI(LightningCLI):
         self.argv = list(sys.argv[1:] if args is None else args)
         argv = resolve_config_paths(self.argv)
         if old := old_layout_arguments(argv):
-            raise SystemExit("error: the optimiser settings are one group, model.init_args.optim, since the task "
+            refuse("the optimiser settings are one group, model.init_args.optim, since the task "
                              "family was merged (docs/tasks.md):\n  " + "\n  ".join(old))
         self.config_name = next(
             (Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
