@@ -175,19 +175,19 @@ def small_run(small_table: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 class SignalDuringStep(pl.Callback):
-    """Sends ``signum`` to this process ``times`` times (one after the other) while optimiser step ``step``
-    is being computed; a subprocess gets it with
+    """Sends ``signum`` to this process (or to its parent, e.g. ``seeds.py``) ``times`` times, one after the
+    other, while optimiser step ``step`` is being computed; a subprocess gets it with
     ``--trainer.callbacks+='{"class_path": "tests.conftest.SignalDuringStep", "init_args": {...}}'``."""
 
-    def __init__(self, step: int, signum: int = signal.SIGTERM, times: int = 1) -> None:
-        self.step, self.signum, self.times, self.sent = step, signum, times, False
+    def __init__(self, step: int, signum: int = signal.SIGTERM, times: int = 1, to_parent: bool = False) -> None:
+        self.step, self.signum, self.times, self.to_parent, self.sent = step, signum, times, to_parent, False
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
                              batch_idx: int) -> None:
         if trainer.global_step == self.step - 1 and not self.sent:
             self.sent = True
             for _ in range(self.times):
-                os.kill(os.getpid(), self.signum)
+                os.kill(os.getppid() if self.to_parent else os.getpid(), self.signum)
 
 
 class FinalState(pl.Callback):
