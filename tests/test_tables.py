@@ -225,6 +225,9 @@ BAD_TABLES = {
     "target beyond float32": (lambda f: _bad(f, 8, "gap_ev", "-4e38"), {}, TableError,
                               r"column 'gap_ev' holds 1 value\(s\) that are not finite numbers within float32's "
                               r"range \(\|x\| <= 3\.403e\+38\), at row 8 \(line 10\): '-4e38'"),
+    "repeated target column": (lambda f: pd.concat([f, f[["gap_ev"]]], axis=1), {}, TableError,  # a merged table
+                               r"t\.csv: the header names 2 columns 'gap_ev' \(data.source.targets\), columns 2, 6; "
+                               r"rename or remove all but one"),
     "target without values": (lambda f: f.assign(mu_debye=np.nan), {"targets": ["mu_debye"]}, TableError,
                               r"t\.csv: target column 'mu_debye' has no value in any of its 40 rows"),
     "duplicated SMILES": (lambda f: _bad(f, 9, "smiles", f.loc[2, "smiles"]), {}, TableError,

@@ -132,8 +132,13 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str]) -> Table
 
 def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], what: Sequence[str],
                    sep: str | None) -> None:
-    """Raise :class:`TableError` naming the first of ``columns`` that ``header`` lacks (with a close match)."""
+    """Raise :class:`TableError` naming the first of ``columns`` that ``header`` (the names as written)
+    lacks (with a close match) or holds more than once (which of them would be read?)."""
     for column, key in zip(columns, what):
+        if header.count(column) > 1:
+            places = ", ".join(str(k + 1) for k, name in enumerate(header) if name == column)
+            raise TableError(f"{path}: the header names {header.count(column)} columns '{column}' ({key}), columns "
+                             f"{places}; rename or remove all but one")
         if column not in header:
             lower = {name.lower(): name for name in header}
             close = difflib.get_close_matches(column.lower(), list(lower), n=1)
@@ -195,7 +200,8 @@ def _parse_csv(path: Path, data: bytes, columns: Sequence[str], what: Sequence[s
     if not header_line:
         raise TableError(f"{path}: the file is empty")
     sep = csv_separator(path, header_line)
-    header = list(pd.read_csv(io.BytesIO(text), sep=sep, nrows=0, encoding="utf-8").columns)
+    header = pd.read_csv(io.BytesIO(text), sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
+                         encoding="utf-8").iloc[0].tolist()  # as written: pandas renames a repeated name 'x.1'
     _check_columns(path, header, columns, what, sep)
     _check_field_counts(path, text, sep)
     return pd.read_csv(io.BytesIO(text), sep=sep, usecols=list(dict.fromkeys(columns)), dtype=str,
