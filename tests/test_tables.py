@@ -21,7 +21,7 @@ from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB, molecule_graph
 from graphormer_urpe.data.sources.tables import TableError, read_table, scaffold_split
 from graphormer_urpe.data.spec import DataSpec
-from graphormer_urpe.errors import DatasetMissing
+from graphormer_urpe.errors import DatasetMissing, InputError
 from graphormer_urpe.run.cli import REPO_DIR
 from tests.conftest import run_train_subprocess
 
@@ -270,10 +270,10 @@ def test_a_missing_table_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize("arguments, message", [
     ({"targets": []}, r"name at least one target column"),
     ({"targets": ["a", "b"], "task": "multiclass"}, r"a multi-class task has one target column"),
-    ({"targets": ["a"], "split_fractions": [0.8, 0.3, 0.1]}, r"three shares"),
+    ({"targets": ["a"], "split_fractions": [0.8, 0.3, 0.1]}, r"must be three shares"),
 ])
 def test_impossible_configurations_are_refused_at_once(arguments: dict, message: str) -> None:
-    with pytest.raises(TableError, match=message):
+    with pytest.raises(InputError, match=message):
         SmilesTable("t.csv", **arguments)
 
 

@@ -43,7 +43,7 @@ from rdkit.Chem.Scaffolds import MurckoScaffold
 from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import RawGraph
-from graphormer_urpe.data.sources.base import seeded_split
+from graphormer_urpe.data.sources.base import seeded_split, split_shares
 from graphormer_urpe.data.sources.featurize import silence_rdkit
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable, molecule_spec
 from graphormer_urpe.data.spec import DataSpec
@@ -429,7 +429,7 @@ class SmilesTable(MoleculeSource):
         self.num_classes = num_classes
         self.split = split
         self.split_column = split_column
-        self.split_fractions = tuple(float(f) for f in split_fractions)
+        self.split_fractions = split_shares(split_fractions)
         self.seed = seed
         self.duplicate_smiles = duplicate_smiles
         if not self.targets:
@@ -440,10 +440,6 @@ class SmilesTable(MoleculeSource):
             raise TableError(f"data.source.task: {task!r}; expected regression, binary or multiclass")
         if task == "multiclass" and len(self.targets) != 1:
             raise TableError(f"{self.path}: a multi-class task has one target column, got {self.targets}")
-        if len(self.split_fractions) != 3 or min(self.split_fractions) < 0 or \
-                abs(sum(self.split_fractions) - 1.0) > 1e-6:
-            raise TableError(f"data.source.split_fractions {list(split_fractions)}: three shares (train, valid, "
-                             "test), each >= 0, summing to 1")
         self.name = f"smiles_{self.path.name.split('.')[0]}"
 
     @cached_property
