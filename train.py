@@ -101,9 +101,10 @@ def fit_and_test(cli: GraphormerCLI) -> dict:
         warn_if_never_validated(trainer)
     trainer.fit(model, datamodule, ckpt_path=start.checkpoint)
     best = trainer.checkpoint_callback.best_model_path or None
-    validation = trainer.validate(model, datamodule, ckpt_path=best, verbose=False)[0]
+    # no result (None) when no batch is evaluated: trainer.limit_val_batches (limit_test_batches) 0
+    validation = next(iter(trainer.validate(model, datamodule, ckpt_path=best, verbose=False)), None)
     if "test" in datamodule.split_sizes:
-        test = trainer.test(model, datamodule, ckpt_path=best, verbose=False)[0]
+        test = next(iter(trainer.test(model, datamodule, ckpt_path=best, verbose=False)), None)
     else:  # e.g. PCQM4Mv2, MAG240M: test targets are hidden
         test = None
         hidden = [name for name in datamodule.split_sizes if name not in ("train", "valid")]

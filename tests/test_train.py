@@ -120,3 +120,12 @@ def test_evaluate_reproduces_a_synthetic_run(tmp_path, config):
     for split, stage, name in (("valid", "validation", "val/accuracy"), ("test", "test", "test/accuracy")):
         result = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", split, "--logger", "none"])
         assert result["metrics"][name] == metrics[stage][name]
+
+
+def test_a_run_without_validation_batches_reports_none_and_its_last_weights(qm9_root: Path, tmp_path: Path) -> None:
+    """``--trainer.limit_val_batches 0`` (train without validating): the final validation evaluates nothing,
+    which used to end in an IndexError after training."""
+    metrics = train.main(tiny_run_args(qm9_root, tmp_path, "--trainer.limit_val_batches", "0", "--run_name", "noval"))
+    assert metrics["validation"] is None and metrics["best_checkpoint"] is None and metrics["global_step"] == 6
+    assert set(metrics["test"]) == {"test/mae"}
+    assert json.loads((tmp_path / "noval" / "metrics.json").read_text())["validation"] is None
