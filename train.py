@@ -29,11 +29,12 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from graphormer_urpe.data.loaders import resume_problem
 from graphormer_urpe.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError, InputError, NonFiniteLoss, shown
 from graphormer_urpe.run.callbacks import Preempted
-from graphormer_urpe.run.checkpoints import check_checkpoint, saved_loader_states
-from graphormer_urpe.run.cli import CONFIG_KEY, GraphormerCLI, launcher_run_id, log, write_json
+from graphormer_urpe.run.checkpoints import CONFIG_KEY, check_checkpoint, saved_loader_states
+from graphormer_urpe.run.cli import GraphormerCLI, launcher_run_id, log
 from graphormer_urpe.run.finetune import init_from_checkpoint
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE, RunDirError
+from graphormer_urpe.run.records import write_json
 
 EXIT_NON_FINITE = 3
 EXIT_INTERRUPTED = 128 + signal.SIGINT

@@ -27,7 +27,7 @@ from graphormer_urpe.convert.mapping import Declared, convert_weights
 from graphormer_urpe.convert.official import V1, V2, import_official, read_official
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import Graphormer
-from graphormer_urpe.run.cli import CONFIG_KEY
+from graphormer_urpe.run.checkpoints import CONFIG_KEY
 from graphormer_urpe.run.finetune import init_from_checkpoint
 from graphormer_urpe.tasks import GraphRegression
 from graphormer_urpe.testing.tolerance import rounding_tolerance

@@ -27,19 +27,12 @@ from graphormer_urpe.data.loaders import (
 )
 from graphormer_urpe.data.lsc_formats import MAG240M
 from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
-from graphormer_urpe.data.mag240m.release import (
-    DATASET_DIR,
-    FEATURE_DIM,
-    MANIFEST,
-    RELATIONS,
-    MAG240MGraph,
-    MAG240MRaw,
-    NodeType,
-    prepare_derived,
-)
+from graphormer_urpe.data.mag240m.derived import MANIFEST, prepare_derived
+from graphormer_urpe.data.mag240m.graph import MAG240MGraph
+from graphormer_urpe.data.mag240m.release import DATASET_DIR, FEATURE_DIM, RELATIONS, MAG240MRaw, NodeType
 from graphormer_urpe.data.mag240m.sampler import SubgraphCollator
+from graphormer_urpe.data.predictable import SplitRows
 from graphormer_urpe.data.spec import DataSpec
-from graphormer_urpe.data.split_rows import SplitRows
 from graphormer_urpe.errors import ConfigError, check_int
 
 log = logging.getLogger(__name__)
@@ -138,9 +131,9 @@ class MAG240MDataModule(pl.LightningDataModule):
         self.num_classes = num_classes
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else self.raw.directory / "graphormer"
         #: The option that chose :attr:`cache_dir`, named when it cannot be written.
-        self.cache_key, cache_option = ("data.cache_dir", cache_dir) if cache_dir else ("data.root", root)
+        self.cache_dir_key, cache_option = ("data.cache_dir", cache_dir) if cache_dir else ("data.root", root)
         if (read_only := unwritable(self.cache_dir)) is not None and not (self.cache_dir / MANIFEST).is_file():
-            raise ConfigError(self.cache_key, cache_option, f"{read_only} is not writable, and MAG240M's derived "
+            raise ConfigError(self.cache_dir_key, cache_option, f"{read_only} is not writable, and MAG240M's derived "
                               f"files must be built in {self.cache_dir} (set data.cache_dir to a writable directory, "
                               "or build them once where it is writable)")
         self.verify_checksums = verify_checksums
@@ -170,7 +163,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         started, manifest = time.perf_counter(), self.cache_dir / MANIFEST
         before = manifest.read_bytes() if manifest.is_file() else None
         self.raw.check()
-        prepare_derived(self.raw, self.cache_dir, verify_checksums=self.verify_checksums, key=self.cache_key)
+        prepare_derived(self.raw, self.cache_dir, verify_checksums=self.verify_checksums, key=self.cache_dir_key)
         if manifest.read_bytes() != before:  # something was built
             self.preprocessing_seconds = time.perf_counter() - started
         self._prepared = True
@@ -219,6 +212,10 @@ class MAG240MDataModule(pl.LightningDataModule):
         ``index`` is the paper id, so every row is its own item; labels NaN where unknown or hidden."""
         papers = self._split(split)
         return SplitRows(rows=papers, items=papers, targets=self.graph.labels(papers)[:, None], skipped={})
+
+    def training_mean(self) -> None:
+        """None: every paper has an example, so no row of a split is ever skipped."""
+        return None
 
     def predict_on(self, split: str) -> None:
         """Choose the split ``predict_dataloader`` serves (``train``, ``valid``, ``test-dev``, ``test-challenge``)."""
