@@ -104,18 +104,20 @@ def run_train_subprocess(args: list[str], timeout: float = 300.0) -> subprocess.
 
 
 class SignalDuringStep(pl.Callback):
-    """Sends ``signum`` to this process while optimiser step ``step`` is being computed; a subprocess gets it
-    with ``--trainer.callbacks+='{"class_path": "graphormer_urpe.testing.runs.SignalDuringStep",
+    """Sends ``signum`` to this process (or to its parent, e.g. ``seeds.py``) ``times`` times, one after the
+    other, while optimiser step ``step`` is being computed; a subprocess gets it with
+    ``--trainer.callbacks+='{"class_path": "graphormer_urpe.testing.runs.SignalDuringStep",
     "init_args": {...}}'``."""
 
-    def __init__(self, step: int, signum: int = signal.SIGTERM) -> None:
-        self.step, self.signum, self.sent = step, signum, False
+    def __init__(self, step: int, signum: int = signal.SIGTERM, times: int = 1, to_parent: bool = False) -> None:
+        self.step, self.signum, self.times, self.to_parent, self.sent = step, signum, times, to_parent, False
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
                              batch_idx: int) -> None:
         if trainer.global_step == self.step - 1 and not self.sent:
             self.sent = True
-            os.kill(os.getpid(), self.signum)
+            for _ in range(self.times):
+                os.kill(os.getppid() if self.to_parent else os.getpid(), self.signum)
 
 
 class FinalState(pl.Callback):
