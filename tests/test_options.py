@@ -89,6 +89,8 @@ CASES = [
     ("qm9_gap", ["--data.path_order", "shortest"], "data.path_order: Expected a typing.Literal"),
     ("qm9_gap", ["--data.source.max_molecules", "0"], "data.source.max_molecules=0: must be an integer >= 1"),
     ("qm9_gap", ["--data.source.seed", "x"], "data.source.seed: Expected a <class 'int'>"),
+    ("qm9_pretrain", ["--data.source.targets", "[gap_ev, gap]"],
+     "data.source.targets=['gap_ev', 'gap']: must be a list of distinct QM9 properties from mu_debye, alpha_bohr3"),
     ("zinc_subset", ["--data.source.subset", "maybe"], "data.source.subset: Expected a <class 'bool'>"),
     ("smiles_csv_example", ["--data.source.targets", "[]"], "name at least one target column (data.source.targets)"),
     ("smiles_csv_example", ["--data.source.task", "ranking"], "data.source.task: Expected a typing.Literal"),
