@@ -147,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 config = Path(tmp) / "checkpoint_config.yaml"
                 config.write_text(embedded_config(options.ckpt))
                 rest = ["--config", str(config), *rest]
-            cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp])
+            # the checkpoint's config holds the architecture --init_from gave the run; its weights are --ckpt's
+            cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp, "--init_from", "null"])
             check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
         except InputError as error:
             log.error("%s", error)

@@ -4,6 +4,7 @@
     python train.py --config zinc_subset.yaml --model.encoder.attention rpe --trainer.max_steps 200
     python train.py --config qm9_gap.yaml --run_name gap1 --ckpt_path last      # resume run "gap1"
     python train.py --config qm9_gap.yaml --init_from runs/qm9_rpe/checkpoints/last.ckpt  # RPE -> URPE (C = 1)
+    python train.py --config smiles_csv_example --init_from runs/qm9_pretrain-.../checkpoints/best-8000.ckpt
 
 Fits, then validates and tests the best checkpoint and writes ``metrics.json`` in the run directory.
 Exit codes: 0 done, 2 bad input (missing dataset, unusable checkpoint), 3 non-finite loss,
@@ -22,7 +23,7 @@ from graphormer_urpe.errors import InputError, NonFiniteLoss
 from graphormer_urpe.run.callbacks import Preempted
 from graphormer_urpe.run.checkpoints import check_checkpoint, resolve_ckpt_path
 from graphormer_urpe.run.cli import GraphormerCLI, log, write_json
-from graphormer_urpe.run.finetune import init_from_checkpoint
+from graphormer_urpe.run.finetune import initialise
 
 EXIT_BAD_INPUT = 2
 EXIT_NON_FINITE = 3
@@ -44,10 +45,11 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
                         "with --ckpt_path last)", cli.checkpoint_dir)
         if ckpt_path is not None:
             check_checkpoint(ckpt_path, model, model.hparams)
-        if cli.config["init_from"] and ckpt_path is None:
-            init_from_checkpoint(model, cli.config["init_from"])
-        elif cli.config["init_from"]:
-            log.info("resuming from %s: --init_from %s only starts new runs", ckpt_path, cli.config["init_from"])
+        if cli.initialisation is not None and ckpt_path is None:
+            initialise(model, cli.initialisation)
+        elif cli.initialisation is not None:
+            log.info("resuming from %s: --init_from %s only starts new runs (it decided the architecture)", ckpt_path,
+                     cli.config["init_from"])
         trainer.fit(model, datamodule, ckpt_path=ckpt_path)
         best = trainer.checkpoint_callback.best_model_path or None
         validation = trainer.validate(model, datamodule, ckpt_path=best, verbose=False)[0]

@@ -54,6 +54,21 @@ def make_record(rng: np.random.Generator, n: int, index: int = 0, node_vocab=(28
     )
 
 
+def start_from(task: torch.nn.Module, path: Path, spec: object) -> dict:
+    """``train.py --init_from path`` for ``task`` (built with the checkpoint's architecture) on data
+    declared by ``spec``, without a run: read, plan, load; returns the record of the initialisation."""
+    from graphormer_urpe.run.finetune import initialise, plan_initialisation, read_source
+
+    class Data:  # the datamodule, as far as the plan reads it
+        pass
+
+    data = Data()
+    data.spec = spec
+    plan = plan_initialisation(read_source(str(path), type(task)), task, data, overridden={})
+    initialise(task, plan)
+    return plan.record
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)

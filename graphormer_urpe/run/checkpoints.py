@@ -21,6 +21,8 @@ from graphormer_urpe.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
+#: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
+CONFIG_KEY = "graphormer_config_yaml"
 #: Name of the checkpoint written every N steps and on preemption.
 LAST_CHECKPOINT = "last.ckpt"
 #: Parameter names listed per kind of mismatch before "...".

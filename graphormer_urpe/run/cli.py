@@ -11,6 +11,7 @@ import datetime
 import json
 import logging
 import os
+import pkgutil
 import platform
 import re
 import signal
@@ -42,6 +43,8 @@ from graphormer_urpe.run.callbacks import (
     RelationTablePlots,
     RNGState,
 )
+from graphormer_urpe.run.checkpoints import CONFIG_KEY
+from graphormer_urpe.run.finetune import Initialisation, plan_initialisation, read_source, take_architecture
 from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
 from graphormer_urpe.tasks.compat import old_layout_arguments
 
@@ -54,8 +57,6 @@ CONFIG_DIR = REPO_DIR / "configs"
 RUN_DIR_ENV = "GRAPHORMER_RUN_DIR"
 #: Run directories this process chose itself (a later run in the same process must not reuse them).
 _CHOSEN_HERE: set[str] = set()
-#: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
-CONFIG_KEY = "graphormer_config_yaml"
 PACKAGES = ("torch", "pytorch-lightning", "torch-geometric", "torchmetrics", "ogb", "rdkit", "numpy", "wandb")
 
 
@@ -225,8 +226,8 @@ class GraphormerCLI(LightningCLI):
         wandb: :class:`~graphormer_urpe.run.tracking.WandbOptions` (project, entity, name, tags, group, mode).
         checkpoint: :class:`CheckpointOptions` (``last.ckpt`` interval, signals, SLURM requeue).
         ckpt_path: resume training from a checkpoint, or ``last`` for ``<run dir>/checkpoints/last.ckpt``.
-        init_from: checkpoint whose weights ``train.py`` loads before fitting a new run (see
-            :mod:`graphormer_urpe.run.finetune`).
+        init_from: checkpoint whose architecture the run takes and whose weights ``train.py`` loads before
+            fitting a new run (see :mod:`graphormer_urpe.run.finetune`).
     """
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:
@@ -265,8 +266,9 @@ class GraphormerCLI(LightningCLI):
         parser.add_argument("--ckpt_path", type=str | None, default=None,
                             help="Resume training from this checkpoint, or 'last' (<run dir>/checkpoints/last.ckpt).")
         parser.add_argument("--init_from", type=str | None, default=None,
-                            help="Start a new run from this checkpoint's weights; a URPE model takes an RPE "
-                                 "checkpoint with C set to ones (paper section 4.2).")
+                            help="Start a new run from this checkpoint's weights (ours or converted, any dataset): "
+                                 "it decides the encoder's architecture; the head is rebuilt when the data's targets "
+                                 "differ; a URPE run takes an RPE checkpoint with C set to ones (docs/finetuning.md).")
         # what the data is (vocabularies, widths, outputs, readout, kind and names of the targets) reaches
         # the task in one declaration, never typed twice (graphormer_urpe.data.spec)
         parser.link_arguments("data.spec", "model.init_args.data", apply_on="instantiate")
@@ -291,13 +293,23 @@ class GraphormerCLI(LightningCLI):
         """Build data, model and trainer, checking every option on the way (each config's ``__post_init__``,
         each datamodule's constructor, the global batch against the processes, the data's spec against the
         task's settings; sources that infer their spec read their data when it is linked into the task).
+        With ``--init_from``, the checkpoint's architecture replaces the config's first, and what it loads
+        into the model is checked last (:mod:`graphormer_urpe.run.finetune`).
         Anything that cannot work stops here, before a run directory exists or data are built, with one
         line naming the key, file or rows (:class:`~graphormer_urpe.errors.InputError`, or a trainer
         setting that Lightning refuses, ``MisconfigurationException``), and exit code 2; not with
         jsonargparse's report, which nests the message in the whole config."""
+        #: What ``--init_from`` loads into a new run (checked here, loaded by ``train.py``), or None.
+        self.initialisation: Initialisation | None = None
         try:
+            source = None
+            if self.config["init_from"]:  # the checkpoint decides the architecture: set before anything is built
+                source = read_source(self.config["init_from"], pkgutil.resolve_name(self.config["model"]["class_path"]))
+                overridden = take_architecture(self.config["model"]["init_args"]["encoder"], source)
             super().instantiate_classes()
             check_global_batch(self.datamodule, self.trainer)
+            if source is not None:
+                self.initialisation = plan_initialisation(source, self.model, self.datamodule, overridden)
         except Exception as error:
             cause: BaseException | None = error
             while cause is not None and not isinstance(cause, InputError | MisconfigurationException):
@@ -454,7 +466,8 @@ class RunRecord(Callback):
     """At the start of fitting, states what the run is and writes ``run.json`` in the run directory.
 
     Records the dataset and its split sizes, parameter count, device, precision, seed, git commit,
-    package versions and the command line.
+    package versions, the command line and where the weights came from (``initialised_from``:
+    ``--init_from``'s record, :mod:`graphormer_urpe.run.finetune`; None for a run from scratch).
     """
 
     def __init__(self, run_dir: Path, config_name: str, seed: int | None, config: dict | None = None) -> None:
@@ -473,6 +486,7 @@ class RunRecord(Callback):
             "seed": self.seed,
             "git_commit": git_commit(),
             "versions": package_versions(),
+            "initialised_from": getattr(pl_module, "initialised_from", None),
         }
         for logger in trainer.loggers:  # W&B: the resolved config, parameters, commit, dataset sizes
             logger.log_hyperparams({"config": self.config or {}, "run": info})
