@@ -9,7 +9,8 @@
 
 The checkpoint carries its resolved config; ``--config`` and dotted overrides (``--data.root``,
 ``--trainer.devices 8 --trainer.strategy ddp``) change it. On CPU the validation metric equals the
-one logged for the checkpoint in training.
+one logged for the checkpoint in training. The result names where the run's weights came from
+(``initialised_from``) when it started from another checkpoint (``train.py --init_from``).
 
 For OGB-LSC datasets (PCQM4Mv2, MAG240M) every split is predicted with ``trainer.predict`` and
 gathered by example (:func:`~graphormer_urpe.evaluation.splits.predict_split`, the one prediction
@@ -56,6 +57,8 @@ from graphormer_urpe.run.cli import (
     resolve_config_paths,
     write_json,
 )
+from graphormer_urpe.run.finetune import describe
+from graphormer_urpe.tasks.base import INITIALISED_FROM
 from graphormer_urpe.tasks.classification import predicted_classes
 from graphormer_urpe.tasks.compat import migrate_config
 
@@ -149,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 rest = ["--config", str(config), *rest]
             # the checkpoint's config holds the architecture --init_from gave the run; its weights are --ckpt's
             cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp, "--init_from", "null"])
-            check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
+            checkpoint = check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
         except InputError as error:
             log.error("%s", error)
             sys.exit(2)
@@ -171,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         except SubmissionError as error:
             log.error("%s", error)
             sys.exit(1)
+    if (initialised := checkpoint.get(INITIALISED_FROM)) is not None:
+        result["initialised_from"] = describe(initialised)
     if cli.trainer.is_global_zero:
         log.info("%s", result)
         if options.out is not None:

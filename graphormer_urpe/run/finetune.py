@@ -93,7 +93,10 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
     if config_class is None:
         raise CheckpointError(f"--init_from {path}: {task_class.__name__} is not a graphormer_urpe task "
                               "(GraphormerTask): it cannot take the checkpoint's architecture")
-    checkpoint = load_checkpoint(path)
+    try:
+        checkpoint = load_checkpoint(path)
+    except CheckpointError as error:
+        raise CheckpointError(f"--init_from: {error}") from None
     hparams = checkpoint.get("hyper_parameters") or {}
     saved = hparams.get("encoder")
     if not isinstance(saved, Mapping):
@@ -230,11 +233,24 @@ def initialise(task: GraphormerTask, plan: Initialisation) -> None:
     scales = {f"{name}.weight": module for name, module in task.named_modules() if isinstance(module, RelativeScale)}
     for key in plan.reset_to_ones:
         scales[key].reset_to_ones()
-    task.initialised_from = record = plan.record
-    reason = f" ({record['head_reason']})" if record["head"] == "rebuilt" else ""
+    task.initialised_from = plan.record
     reset = f"; URPE C set to ones: {', '.join(plan.reset_to_ones)}" if plan.reset_to_ones else ""
-    log.info("initialised from %s (sha256 %s): %d tensors loaded; head %s%s%s", record["path"], record["sha256"][:12],
-             record["loaded"], record["head"], reason, reset)
+    log.info("initialised from %s; %d tensors loaded%s", describe(plan.record), plan.record["loaded"], reset)
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    """An initialisation record in one line: the file, its hash, its data and step, and the head.
+
+    Example:
+        >>> describe({"path": "pre.ckpt", "sha256": "d4b73d92eaa02b2f", "head": "rebuilt",
+        ...           "head_reason": "num_outputs 12 -> 2", "source": {"data": {"name": "QM9"}, "global_step": 8000}})
+        'pre.ckpt (sha256 d4b73d92eaa0; QM9, step 8000): head rebuilt (num_outputs 12 -> 2)'
+    """
+    source = record["source"]
+    step = f", step {source['global_step']}" if source.get("global_step") is not None else ""
+    reason = f" ({record['head_reason']})" if record["head"] == "rebuilt" else ""
+    return (f"{record['path']} (sha256 {record['sha256'][:12]}; {source['data']['name']}{step}): "
+            f"head {record['head']}{reason}")
 
 
 def _target_changes(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> list[str]:
