@@ -9,8 +9,12 @@
 
 The checkpoint carries its resolved config; ``--config`` and dotted overrides (``--data.root``,
 ``--trainer.devices 8 --trainer.strategy ddp``) change it. On CPU the validation metric equals the
-one logged for the checkpoint in training. The result names where the run's weights came from
-(``initialised_from``) when it started from another checkpoint (``train.py --init_from``).
+one logged for the checkpoint in training. The checkpoint also records the identity of its data
+(:mod:`graphormer_urpe.run.identity`: table SHA-1, split options, cache key); evaluation on data
+that differ (an edited table, another split) stops with exit code 2 naming what differs, unless
+``--allow-other-data``, and then the output and ``--out`` say so (``same_data_as_training``). The
+result names where the run's weights came from (``initialised_from``) when it started from another
+checkpoint (``train.py --init_from``).
 
 For OGB-LSC datasets (PCQM4Mv2, MAG240M) every split is predicted with ``trainer.predict`` and
 gathered by example (:func:`~graphormer_urpe.evaluation.splits.predict_split`, the one prediction
@@ -42,7 +46,7 @@ import numpy as np
 
 from graphormer_urpe.data.lsc_formats import FORMATS, MODES, SubmissionFormat
 from graphormer_urpe.data.split_rows import PredictableData
-from graphormer_urpe.errors import InputError, SubmissionError
+from graphormer_urpe.errors import CheckpointError, InputError, SubmissionError
 from graphormer_urpe.evaluation.new_molecules import predict_table
 from graphormer_urpe.evaluation.splits import SplitPredictions, predict_split
 from graphormer_urpe.evaluation.submission import check_submission, write_submission
@@ -58,6 +62,7 @@ from graphormer_urpe.run.cli import (
     write_json,
 )
 from graphormer_urpe.run.finetune import describe
+from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, differences
 from graphormer_urpe.tasks.base import INITIALISED_FROM
 from graphormer_urpe.tasks.classification import predicted_classes
 from graphormer_urpe.tasks.compat import migrate_config
@@ -83,6 +88,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="also save the split's rows and predictions (NaN for skipped rows) to this .npz file")
     parser.add_argument("--check-submission", type=Path, default=None, metavar="FILE",
                         help="only check an existing submission file (name, shape, dtype, finite values)")
+    parser.add_argument("--allow-other-data", action="store_true",
+                        help="evaluate even if the data differ from those the checkpoint was trained on (the result "
+                             "then says so)")
     parser.add_argument("--data-root", type=Path, default=Path("data"),
                         help="dataset root holding <dataset>/split_dict.pt, for --check-submission (without it: "
                              "ogb's official test split sizes)")
@@ -99,7 +107,8 @@ def embedded_config(ckpt: str) -> str:
 
 def check_submission_file(path: Path, data_root: Path) -> dict:
     """Check an existing submission against the split sizes in ``data_root`` (ogb's official sizes when
-    the dataset is not there); exit 1 saying what is wrong."""
+    the dataset is not there); print one line when it is valid, exit 1 saying what is wrong otherwise."""
+    configure_logging()
     fmt = next((f for name, f in FORMATS.items() if path.name.startswith(f"y_pred_{name}_")), None)
     if fmt is None:
         raise SystemExit(f"error: {path}: not a submission file name (expected y_pred_<dataset>_<mode>.npz for "
@@ -120,8 +129,9 @@ def check_submission_file(path: Path, data_root: Path) -> dict:
     except (SubmissionError, RuntimeError) as error:
         log.error("%s", error)
         raise SystemExit(1) from error
-    log.info("%s is a valid %s %s submission: %d finite %s predictions", path, fmt.dataset, mode, len(y_pred),
-             y_pred.dtype)
+    against = "ogb's official split size" if sizes_from == "official" else f"the split file under {data_root}"
+    print(f"{path} is a valid {fmt.dataset} {mode} submission: {len(y_pred)} finite {y_pred.dtype} predictions, "
+          f"as many rows as {against}", flush=True)
     return {"file": str(path), "dataset": fmt.dataset, "mode": mode, "rows": len(y_pred), "valid": True,
             "expected_rows_from": sizes_from}
 
@@ -153,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             # the checkpoint's config holds the architecture --init_from gave the run; its weights are --ckpt's
             cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp, "--init_from", "null"])
             checkpoint = check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
+            data_check = compare_data(options, checkpoint, cli)
         except InputError as error:
             log.error("%s", error)
             sys.exit(2)
@@ -161,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             raise SystemExit("error: --predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
         try:
             if fmt is not None:
-                result = evaluate_with_ogb(cli, options, started)
+                result = evaluate_with_ogb(cli, options, started, data_check)
             elif options.split in MODES:
                 raise SystemExit(f"error: {type(cli.datamodule).__name__} has no hidden test split '{options.split}'")
             else:
@@ -174,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         except SubmissionError as error:
             log.error("%s", error)
             sys.exit(1)
+    result.update(data_check)
     if (initialised := checkpoint.get(INITIALISED_FROM)) is not None:
         result["initialised_from"] = describe(initialised)
     if cli.trainer.is_global_zero:
@@ -181,6 +193,25 @@ def main(argv: Sequence[str] | None = None) -> dict:
         if options.out is not None:
             write_json(options.out, result)
     return result
+
+
+def compare_data(options: argparse.Namespace, checkpoint: dict, cli: GraphormerCLI) -> dict:
+    """Compare the data this evaluation rebuilt with the checkpoint's; stop with a :class:`CheckpointError`
+    when they differ, unless ``--allow-other-data``. Returns what the result records about it:
+    ``same_data_as_training`` (None when the checkpoint records no data) and the differences."""
+    recorded = checkpoint.get(DATA_IDENTITY_KEY)
+    if recorded is None:
+        log.warning("%s records no identity of its data (written by an earlier version): the data are not "
+                    "compared", options.ckpt)
+        return {"same_data_as_training": None}
+    differing = differences(recorded, cli.data_identity(), "checkpoint", "now")
+    if not differing:
+        return {"same_data_as_training": True}
+    if not options.allow_other_data:
+        raise CheckpointError(f"{options.ckpt} was trained on other data than these: {differing}; evaluate on the "
+                              "checkpoint's data, or pass --allow-other-data to evaluate on these anyway")
+    log.warning("evaluating on OTHER data than %s was trained on (--allow-other-data): %s", options.ckpt, differing)
+    return {"same_data_as_training": False, "data_differences": differing}
 
 
 def predict_file(options: argparse.Namespace, rest: list[str]) -> dict:
@@ -203,8 +234,9 @@ def predict_file(options: argparse.Namespace, rest: list[str]) -> dict:
             "predicted": len(frame) - failed, "failed": failed}
 
 
-def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: float) -> dict:
-    """Predict ``options.split`` in its order, then score it with ogb's evaluator or write a submission."""
+def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: float, data_check: dict) -> dict:
+    """Predict ``options.split`` in its order, then score it with ogb's evaluator or write a submission
+    (whose log records ``data_check``, :func:`compare_data`)."""
     datamodule: PredictableData = cli.datamodule
     fmt = datamodule.spec.submission
     if options.split not in fmt.splits:
@@ -235,7 +267,7 @@ def evaluate_with_ogb(cli: GraphormerCLI, options: argparse.Namespace, started: 
         return score(predictions, fmt, options.ckpt)
     if options.submission_dir is None:
         return {"checkpoint": options.ckpt, "split": options.split, "predictions": str(options.predictions)}
-    return submit(predictions, cli, options, started, preprocessing, inference)
+    return submit(predictions, cli, options, started, preprocessing, inference, data_check)
 
 
 def score(predictions: SplitPredictions, fmt: SubmissionFormat, ckpt: str) -> dict:
@@ -258,8 +290,9 @@ def score(predictions: SplitPredictions, fmt: SubmissionFormat, ckpt: str) -> di
 
 
 def submit(predictions: SplitPredictions, cli: GraphormerCLI, options: argparse.Namespace, started: float,
-           preprocessing: float, inference: float) -> dict:
-    """Fill skipped rows with the training mean, write the submission and its log, say how long it took."""
+           preprocessing: float, inference: float, data_check: dict) -> dict:
+    """Fill skipped rows with the training mean, write the submission and its log (with ``data_check``,
+    whether the data are the checkpoint's), say how long it took."""
     datamodule: PredictableData = cli.datamodule
     fmt, mode = datamodule.spec.submission, options.split
     expected = fmt.split_size(datamodule.root, mode)
@@ -304,6 +337,7 @@ def submit(predictions: SplitPredictions, cli: GraphormerCLI, options: argparse.
         "devices": cli.trainer.world_size,
         "git_commit": git_commit(),
         "versions": package_versions(),
+        **data_check,
     }
     write_json(path.with_suffix(".log.json"), record)
     prepared = "found built" if preprocessing == 0.0 else f"built now, {preprocessing:.1f} s"

@@ -7,9 +7,16 @@
 Seed S is the ``train.py`` run ``<run_root>/<name>-seed<S>`` with ``--seed_everything S`` (model
 initialisation, dropout and data order; the dataset split stays fixed), one after the other, each
 in its own process (so ``--trainer.devices 4`` works as in ``train.py``). Any other argument goes
-to ``train.py`` unchanged; with ``--logger wandb`` the runs share the W&B group ``<name>``. Seeds
-whose ``metrics.json`` exists are not run again, so an interrupted sweep continues where it
-stopped. On a SLURM cluster run the seeds as an array job and aggregate them with ``--collect``.
+to ``train.py`` unchanged; with ``--logger wandb`` the runs share the W&B group ``<name>``.
+
+A seed's run is identified by its resolved config, all but the seed and the run's name and place
+(:func:`~graphormer_urpe.run.identity.config_identity`). Before anything runs, every seed directory
+that exists is compared with this command's config (``train.py --print_config``); any difference
+stops the sweep (exit code 2) naming the keys: an experiment name stands for one config, so a
+changed one (``--model.encoder.attention rpe``) needs another ``--name``. Seeds that finished
+(``metrics.json``) are reused, one line each; the others run with ``--ckpt_path auto``, so an
+interrupted seed resumes from its ``last.ckpt``. ``--collect`` checks that the seeds it aggregates
+share one config. On a SLURM cluster run the seeds as an array job and aggregate them with ``--collect``.
 
 Writes ``<run_root>/<name>-seeds.json`` and ``<run_root>/<name>-seeds.md``: per metric the mean,
 the sample standard deviation (n - 1 in the denominator; 0 for one seed), n and every seed's value.
@@ -25,7 +32,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import yaml
+
+from graphormer_urpe.run.identity import config_identity, differences
+from graphormer_urpe.run.ledger import CONFIG_FILE
+
 TRAIN = Path(__file__).resolve().parent / "train.py"
+#: Exit code of a sweep refused before it ran (as train.py's for bad input).
+EXIT_BAD_INPUT = 2
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -51,13 +65,53 @@ def run_name(name: str, seed: int) -> str:
 
 
 def seed_command(options: argparse.Namespace, seed: int, train_args: Sequence[str]) -> list[str]:
-    """The ``train.py`` command line of one seed."""
+    """The ``train.py`` command line of one seed (resuming it if it has a checkpoint)."""
     command = [sys.executable, str(TRAIN), "--config", options.config, *train_args,
                "--seed_everything", str(seed), "--run_root", options.run_root,
-               "--run_name", run_name(options.name, seed)]
+               "--run_name", run_name(options.name, seed), "--ckpt_path", "auto"]
     if not any(a == "--wandb.group" or a.startswith("--wandb.group=") for a in train_args):
         command += ["--wandb.group", options.name]
     return command
+
+
+def seed_identity(config: Mapping) -> dict:
+    """What a seed's run is, from its resolved config: all but the seed, run name, run root and checkpoint."""
+    return config_identity(config, ignore=("seed_everything",))
+
+
+def resolved_config(command: Sequence[str]) -> dict:
+    """The config ``train.py`` would resolve for ``command`` (``--print_config``), without running it."""
+    done = subprocess.run([*command, "--print_config"], capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.stderr.write(done.stderr)
+        raise SystemExit(done.returncode)
+    return yaml.safe_load(done.stdout)
+
+
+def check_seed_runs(options: argparse.Namespace, train_args: Sequence[str]) -> None:
+    """Stop (exit code 2) unless every existing seed directory holds a run of this command's config."""
+    recorded = {seed: Path(options.run_root) / run_name(options.name, seed) / CONFIG_FILE for seed in options.seeds}
+    recorded = {seed: path for seed, path in recorded.items() if path.is_file()}
+    if not recorded:
+        return
+    wanted = seed_identity(resolved_config(seed_command(options, next(iter(recorded)), train_args)))
+    for seed, path in recorded.items():
+        if differing := differences(seed_identity(yaml.safe_load(path.read_text())), wanted, str(path), "now"):
+            print(f"error: seed {seed} of '{options.name}' ({path.parent}) is a run of another configuration: "
+                  f"{differing}; run this one under another --name", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_BAD_INPUT)
+
+
+def check_same_config(run_root: Path, name: str, seeds: Sequence[int]) -> None:
+    """Stop (exit code 2) unless the finished seeds to aggregate share one config."""
+    configs = {seed: run_root / run_name(name, seed) / CONFIG_FILE for seed in seeds}
+    identities = {seed: seed_identity(yaml.safe_load(path.read_text())) for seed, path in configs.items()}
+    first = seeds[0]
+    for seed in seeds[1:]:
+        if differing := differences(identities[first], identities[seed], f"seed {first}", f"seed {seed}"):
+            print(f"error: the seeds of '{name}' under {run_root} are runs of different configurations: {differing}",
+                  file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_BAD_INPUT)
 
 
 def final_metrics(metrics: Mapping) -> dict[str, float]:
@@ -96,10 +150,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Run (unless ``--collect``) and aggregate; returns the summary."""
     options, train_args = parse_args(sys.argv[1:] if argv is None else argv)
     run_root = Path(options.run_root)
+    if not options.collect:
+        check_seed_runs(options, train_args)
     failed = []
     for seed in options.seeds:
         metrics_file = run_root / run_name(options.name, seed) / "metrics.json"
-        if options.collect or metrics_file.is_file():
+        if options.collect:
+            continue
+        if metrics_file.is_file():
+            print(f"[seeds] {options.name}: seed {seed} reused: {metrics_file.parent} finished with the same config",
+                  flush=True)
             continue
         print(f"[seeds] {options.name}: seed {seed} ({options.seeds.index(seed) + 1}/{len(options.seeds)})",
               flush=True)
@@ -116,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             failed.append(seed)
     if not per_seed:
         raise SystemExit(f"error: no finished run of {options.name} under {run_root} for seeds {options.seeds}")
+    check_same_config(run_root, options.name, sorted(per_seed))
     summary = aggregate(per_seed)
     result = {"experiment": options.name, "seeds": sorted(per_seed), "missing_seeds": failed,
               "runs": {seed: str(run_root / run_name(options.name, seed)) for seed in per_seed}, "metrics": summary}

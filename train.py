@@ -2,13 +2,18 @@
 
     python train.py --config qm9_gap.yaml
     python train.py --config zinc_subset.yaml --model.encoder.attention rpe --trainer.max_steps 200
-    python train.py --config qm9_gap.yaml --run_name gap1 --ckpt_path last      # resume run "gap1"
+    python train.py --config qm9_gap.yaml --run_name gap1 --ckpt_path last      # resume or extend run "gap1"
+    python train.py --config qm9_gap.yaml --run_name gap1 --ckpt_path auto      # resume if possible, else start
     python train.py --config qm9_gap.yaml --init_from runs/qm9_rpe/checkpoints/last.ckpt  # RPE -> URPE (C = 1)
     python train.py --config smiles_csv_example --init_from runs/qm9_pretrain-.../checkpoints/best-8000.ckpt
 
 Fits, then validates and tests the best checkpoint and writes ``metrics.json`` in the run directory.
-Exit codes: 0 done, 2 bad input (missing dataset, unusable checkpoint), 3 non-finite loss,
-128 + signal number after a signal stopped the run (``last.ckpt`` written).
+A new run gets a new directory; every start in a run directory (resume, extension) appends a segment
+to its record and its metrics log (:mod:`graphormer_urpe.run.ledger`). A resume is checked before any
+file is written: the checkpoint must fit the model, come from the same data and the same batch size.
+Exit codes: 0 done, 2 bad input (missing dataset, unusable checkpoint, a run directory that cannot be
+used so), 3 non-finite loss, 130 Ctrl-C, 128 + signal number after a signal stopped the run
+(``last.ckpt`` written).
 """
 
 from __future__ import annotations
@@ -17,49 +22,39 @@ import signal
 import sys
 from collections.abc import Sequence
 
+import pytorch_lightning as pl
+import yaml
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from graphormer_urpe.errors import InputError, NonFiniteLoss
+from graphormer_urpe.data.loaders import resume_problem
+from graphormer_urpe.errors import CheckpointError, InputError, NonFiniteLoss
 from graphormer_urpe.run.callbacks import Preempted
-from graphormer_urpe.run.checkpoints import check_checkpoint, resolve_ckpt_path
+from graphormer_urpe.run.checkpoints import check_checkpoint, saved_loader_states
 from graphormer_urpe.run.cli import GraphormerCLI, log, write_json
 from graphormer_urpe.run.finetune import initialise
+from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, differences
+from graphormer_urpe.run.ledger import CONFIG_FILE, RunDirError
 
 EXIT_BAD_INPUT = 2
 EXIT_NON_FINITE = 3
+EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
 def main(args: Sequence[str] | None = None) -> dict:
     """Run one experiment; returns the final metrics."""
-    return fit_and_evaluate(GraphormerCLI(args))
+    try:
+        cli = GraphormerCLI(args)
+    except KeyboardInterrupt:
+        log.warning("interrupted (Ctrl-C) while setting up; nothing was trained")
+        sys.exit(EXIT_INTERRUPTED)
+    return fit_and_evaluate(cli)
 
 
 def fit_and_evaluate(cli: GraphormerCLI) -> dict:
     """Fit (or resume) the configured run, then validate and test its best checkpoint."""
-    trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
     exit_code = 0
     try:
-        ckpt_path = resolve_ckpt_path(cli.config["ckpt_path"], cli.checkpoint_dir)
-        if ckpt_path is None and any(cli.checkpoint_dir.glob("*.ckpt")) and trainer.is_global_zero:
-            log.warning("%s already holds checkpoints from an earlier run; they will be replaced (resume instead "
-                        "with --ckpt_path last)", cli.checkpoint_dir)
-        if ckpt_path is not None:
-            check_checkpoint(ckpt_path, model, model.hparams)
-        if cli.initialisation is not None and ckpt_path is None:
-            initialise(model, cli.initialisation)
-        elif cli.initialisation is not None:
-            log.info("resuming from %s: --init_from %s only starts new runs (it decided the architecture)", ckpt_path,
-                     cli.config["init_from"])
-        trainer.fit(model, datamodule, ckpt_path=ckpt_path)
-        best = trainer.checkpoint_callback.best_model_path or None
-        validation = trainer.validate(model, datamodule, ckpt_path=best, verbose=False)[0]
-        if "test" in datamodule.split_sizes:
-            test = trainer.test(model, datamodule, ckpt_path=best, verbose=False)[0]
-        else:  # e.g. PCQM4Mv2, MAG240M: test targets are hidden
-            test = None
-            hidden = [name for name in datamodule.split_sizes if name not in ("train", "valid")]
-            log.info("no labelled 'test' split; write leaderboard predictions with evaluate.py --split %s "
-                     "--submission-dir DIR", "|".join(hidden) or "<split>")
+        return fit_and_test(cli)
     except InputError as error:
         log.error("%s", error)
         exit_code = EXIT_BAD_INPUT
@@ -67,22 +62,104 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
         log.error("%s", error)
         exit_code = EXIT_NON_FINITE
     except Preempted as stop:
-        if trainer.is_global_zero:
+        if cli.trainer.is_global_zero:
             log.warning("%s", stop)
         exit_code = stop.exit_code
     except SIGTERMException:  # Lightning's handler, outside the training loop (set-up, final evaluation)
         log.warning("SIGTERM received outside training steps; checkpoints are in %s", cli.checkpoint_dir)
         exit_code = 128 + signal.SIGTERM
+    except KeyboardInterrupt:  # outside Lightning's calls
+        exit_code = EXIT_INTERRUPTED
+    except SystemExit as stop:
+        if not isinstance(stop.__context__, KeyboardInterrupt):
+            raise
+        exit_code = EXIT_INTERRUPTED  # Lightning stops a fit, validation or test on Ctrl-C with exit code 1
     finally:
         finish_wandb(cli, exit_code)
-    if exit_code:
-        sys.exit(exit_code)
+        cli.run_directory.release()
+    if exit_code == EXIT_INTERRUPTED and cli.trainer.is_global_zero:
+        last = cli.run_directory.last_checkpoint
+        log.warning("interrupted (Ctrl-C) after step %d; %s", cli.trainer.global_step,
+                    f"continue from {last} with --ckpt_path last (same --run_name)" if last.is_file()
+                    else "no checkpoint was written")
+    sys.exit(exit_code)
+
+
+def fit_and_test(cli: GraphormerCLI) -> dict:
+    """Check how this start may use its run directory, fit, then validate and test the best checkpoint."""
+    trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
+    start = cli.run_directory.open(cli.config["ckpt_path"], writer=trainer.is_global_zero)
+    if start.checkpoint is not None:
+        check_resume(cli, start.checkpoint)
+    elif start.earlier_segments:
+        check_same_run(cli)
+    if cli.initialisation is not None and start.checkpoint is None:
+        initialise(model, cli.initialisation)
+    elif cli.initialisation is not None:
+        log.info("resuming from %s: --init_from %s only starts new runs (it decided the architecture)",
+                 start.checkpoint, cli.config["init_from"])
+    if trainer.is_global_zero:
+        warn_if_never_validated(trainer)
+    trainer.fit(model, datamodule, ckpt_path=start.checkpoint)
+    best = trainer.checkpoint_callback.best_model_path or None
+    validation = trainer.validate(model, datamodule, ckpt_path=best, verbose=False)[0]
+    if "test" in datamodule.split_sizes:
+        test = trainer.test(model, datamodule, ckpt_path=best, verbose=False)[0]
+    else:  # e.g. PCQM4Mv2, MAG240M: test targets are hidden
+        test = None
+        hidden = [name for name in datamodule.split_sizes if name not in ("train", "valid")]
+        log.info("no labelled 'test' split; write leaderboard predictions with evaluate.py --split %s "
+                 "--submission-dir DIR", "|".join(hidden) or "<split>")
     metrics = {"best_checkpoint": best, "global_step": trainer.global_step, "validation": validation, "test": test}
     if trainer.is_global_zero:
         write_json(cli.run_dir / "metrics.json", metrics)
         log.info("validation %s | test %s (best checkpoint %s)", validation, test, best)
         log.info("metrics written to %s", cli.run_dir / "metrics.json")
     return metrics
+
+
+def check_resume(cli: GraphormerCLI, ckpt_path: str) -> None:
+    """Stop (:class:`CheckpointError`) unless ``ckpt_path`` fits the model, was trained on the same data
+    and continues in the same global batches; then tell the run record where this segment starts."""
+    checkpoint = check_checkpoint(ckpt_path, cli.model, cli.model.hparams)
+    recorded = checkpoint.get(DATA_IDENTITY_KEY)
+    if recorded is None:
+        log.warning("%s records no identity of its data (written by an earlier version): the data are not "
+                    "compared", ckpt_path)
+    elif differing := differences(recorded, cli.data_identity(), "checkpoint", "now"):
+        raise CheckpointError(f"{ckpt_path} was trained on other data than this run has: {differing}; a resume "
+                              "continues on its run's data (start a new run, or take the weights with --init_from)")
+    datamodule = cli.datamodule
+    for state in saved_loader_states(checkpoint):
+        problem = resume_problem(state, datamodule.batch_size, getattr(datamodule, "bucket_window", 0))
+        if problem is not None:
+            raise CheckpointError(f"{ckpt_path}: {problem}")
+    cli.run_record.resuming(ckpt_path, int(checkpoint["global_step"]))
+
+
+def check_same_run(cli: GraphormerCLI) -> None:
+    """Before starting from step 0 in a directory that holds earlier segments of a run: stop
+    (:class:`RunDirError`) unless this is the configuration recorded there."""
+    recorded_path = cli.run_dir / CONFIG_FILE
+    if not recorded_path.is_file():  # stopped before its first segment was recorded
+        return
+    recorded = config_identity(yaml.safe_load(recorded_path.read_text()))
+    if differing := differences(recorded, config_identity(yaml.safe_load(cli.config_yaml)), str(recorded_path),
+                                "now"):
+        raise RunDirError(f"{cli.run_dir} holds a run of another configuration and no checkpoint to resume "
+                          f"({differing}); give this run another --run_name")
+    log.info("%s holds no checkpoint of its run: starting it again from step 0 (a new segment)", cli.run_dir)
+
+
+def warn_if_never_validated(trainer: pl.Trainer) -> None:
+    """Say so when ``val_check_interval`` (in training batches) exceeds the training batches of ``max_steps``:
+    then the run never validates, keeps no best checkpoint and reports its last weights."""
+    interval, batches = trainer.val_check_interval, trainer.max_steps * trainer.accumulate_grad_batches
+    if (isinstance(interval, int) and trainer.check_val_every_n_epoch is None and trainer.max_steps > 0
+            and trainer.limit_val_batches != 0 and interval > batches):
+        log.warning("--trainer.val_check_interval %d is more than the %d training batches of --trainer.max_steps %d: "
+                    "the run never validates while training, keeps no best checkpoint, and its final metrics are "
+                    "those of the last weights", interval, batches, trainer.max_steps)
 
 
 def finish_wandb(cli: GraphormerCLI, exit_code: int) -> None:

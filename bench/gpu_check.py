@@ -27,7 +27,6 @@ exits with 1 if a part failed (a test, a tolerance, a setting that does not fit,
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import json
 import os
@@ -39,6 +38,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+
+from graphormer_urpe.run.ledger import read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 PRECISIONS = ("32", "16-mixed", "bf16-mixed")
@@ -79,8 +80,7 @@ def check_tests(out: Path, quick: bool) -> dict:
 
 def qm9_losses(run_dir: Path) -> tuple[list[float], dict]:
     """Training losses step by step (``metrics.csv``) and the final metrics (``metrics.json``) of a run."""
-    with open(run_dir / "metrics.csv", newline="") as handle:
-        losses = [float(row["train/loss"]) for row in csv.DictReader(handle) if row.get("train/loss")]
+    losses = [row["train/loss"] for row in read_metrics(run_dir) if "train/loss" in row]
     return losses, json.loads((run_dir / "metrics.json").read_text())
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import pytorch_lightning as pl
 import torch
 
 from graphormer_urpe.data.batch import GraphRecord
@@ -143,6 +145,84 @@ def tiny_run_args(data_root: Path, run_root: Path, *extra: str) -> list[str]:
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
         *extra,
     ]
+
+
+#: The first 60 molecules of the example table, as issue 20's probes use it (``head -61``): 48 train, 6 valid, 6 test.
+SMALL_TABLE_LINES = 61
+
+
+@pytest.fixture(scope="session")
+def small_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``head -61 examples/qm9_sample.csv``: a 60-molecule table with two targets."""
+    path = tmp_path_factory.mktemp("small_table") / "small.csv"
+    lines = (REPO / "examples" / "qm9_sample.csv").read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:SMALL_TABLE_LINES]))
+    return path
+
+
+def small_run_args(table: Path, data_root: Path, run_root: Path, *extra: str) -> list[str]:
+    """``train.py`` arguments of issue 20's probe runs on ``table``: the CSV example config with batches of
+    8, validation every 50 steps and 200 steps, shrunk to a model of 1 layer, width 8 (seconds)."""
+    return [
+        "--config", "smiles_csv_example", "--data.source.path", str(table), "--data.batch_size", "8",
+        "--data.root", str(data_root), "--data.num_workers", "0", "--data.preprocess_workers", "0",
+        "--run_root", str(run_root),
+        "--model.encoder.num_layers", "1", "--model.encoder.hidden_dim", "8", "--model.encoder.ffn_dim", "8",
+        "--model.encoder.num_heads", "2",
+        "--trainer.val_check_interval", "50", "--trainer.max_steps", "200",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="session")
+def small_run(small_table: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run directory of one finished 200-step probe run, ``<runs>/t2`` (its data root is ``<runs>/../data``).
+    Tests copy it before changing anything."""
+    import train
+    from graphormer_urpe.run.cli import RUN_DIR_ENV
+
+    base = tmp_path_factory.mktemp("small_run")
+    train.main(small_run_args(small_table, base / "data", base / "runs", "--run_name", "t2"))
+    os.environ.pop(RUN_DIR_ENV, None)
+    return base / "runs" / "t2"
+
+
+class SignalDuringStep(pl.Callback):
+    """Sends ``signum`` to this process while optimiser step ``step`` is being computed; a subprocess gets it
+    with ``--trainer.callbacks+='{"class_path": "tests.conftest.SignalDuringStep", "init_args": {...}}'``."""
+
+    def __init__(self, step: int, signum: int = signal.SIGTERM) -> None:
+        self.step, self.signum, self.sent = step, signum, False
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
+                             batch_idx: int) -> None:
+        if trainer.global_step == self.step - 1 and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
+
+
+class FinalState(pl.Callback):
+    """Keeps the weights and step at the end of training."""
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+        self.step = trainer.global_step
+        self.device = pl_module.device
+
+
+def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
+    """``train.py ARGS`` in this process with extra callbacks; returns its exit code."""
+    import train
+    from graphormer_urpe.run.cli import GraphormerCLI
+
+    cli = GraphormerCLI(args)
+    cli.trainer.callbacks.extend(callbacks)
+    try:
+        train.fit_and_evaluate(cli)
+    except SystemExit as stop:
+        return int(stop.code)
+    return 0
 
 
 @pytest.fixture

@@ -16,9 +16,8 @@ import torch
 
 import train
 from graphormer_urpe.run.callbacks import Preempted, RNGState, rng_state, set_rng_state
-from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.testing.device import exactness_device
-from tests.conftest import run_on_processes, tiny_run_args
+from tests.conftest import FinalState, SignalDuringStep, run_on_processes, tiny_run_args, train_in_process
 
 #: Every source of randomness switched on, gradient accumulation and clipping: the hardest case. On the
 #: device of the exactness tests (dropout masks then come from the CUDA generator on a GPU), with
@@ -32,43 +31,11 @@ RANDOM_RUN = (
 )
 
 
-class SignalDuringStep(pl.Callback):
-    """Sends ``signum`` to this process while optimiser step ``step`` is being computed."""
-
-    def __init__(self, step: int, signum: int = signal.SIGTERM) -> None:
-        self.step, self.signum, self.sent = step, signum, False
-
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
-                             batch_idx: int) -> None:
-        if trainer.global_step == self.step - 1 and not self.sent:
-            self.sent = True
-            os.kill(os.getpid(), self.signum)
-
-
-class FinalState(pl.Callback):
-    """Keeps the weights and step at the end of training."""
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
-        self.step = trainer.global_step
-        self.device = pl_module.device
-
-
-def run(args: list[str], *callbacks: pl.Callback) -> int:
-    """``train.py`` in this process with extra callbacks; returns its exit code."""
-    cli = GraphormerCLI(args)
-    cli.trainer.callbacks.extend(callbacks)
-    try:
-        train.fit_and_evaluate(cli)
-    except SystemExit as stop:
-        return int(stop.code)
-    return 0
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(qm9_root: Path, tmp_path_factory: pytest.TempPathFactory) -> FinalState:
     final = FinalState()
-    assert run(tiny_run_args(qm9_root, tmp_path_factory.mktemp("runs"), *RANDOM_RUN, "--run_name", "full"), final) == 0
+    args = tiny_run_args(qm9_root, tmp_path_factory.mktemp("runs"), *RANDOM_RUN, "--run_name", "full")
+    assert train_in_process(args, final) == 0
     return final
 
 
@@ -87,7 +54,7 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
     args = tiny_run_args(qm9_root, tmp_path, *RANDOM_RUN, "--run_name", "cut")
-    assert run(args, SignalDuringStep(stop_step, signum)) == 128 + signum
+    assert train_in_process(args, SignalDuringStep(stop_step, signum)) == 128 + signum
     assert {s: signal.getsignal(s) for s in handlers} == handlers  # nothing left behind in the process
     # SIGUSR1 (time limit ahead) requeues the job after saving; SIGTERM leaves it to SLURM
     expected = "requeue 4242\n" if signum == signal.SIGUSR1 else None
@@ -97,7 +64,7 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
     assert not (tmp_path / "cut" / "metrics.json").exists()
 
     resumed = FinalState()
-    assert run(args + ["--ckpt_path", "last"], resumed) == 0
+    assert train_in_process(args + ["--ckpt_path", "last"], resumed) == 0
     assert resumed.step == uninterrupted.step == 9
     assert resumed.device.type == uninterrupted.device.type == exactness_device().type
     assert {s: signal.getsignal(s) for s in handlers} == handlers  # also after a run that finished
@@ -110,11 +77,11 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
 def test_resume_with_size_aware_batching_reaches_bitwise_the_same_weights(qm9_root: Path, tmp_path: Path) -> None:
     bucketed = (*RANDOM_RUN, "--data.bucket_window", "2")
     uninterrupted = FinalState()
-    assert run(tiny_run_args(qm9_root, tmp_path, *bucketed, "--run_name", "full"), uninterrupted) == 0
+    assert train_in_process(tiny_run_args(qm9_root, tmp_path, *bucketed, "--run_name", "full"), uninterrupted) == 0
     args = tiny_run_args(qm9_root, tmp_path, *bucketed, "--run_name", "cut")
-    assert run(args, SignalDuringStep(4)) == 128 + signal.SIGTERM
+    assert train_in_process(args, SignalDuringStep(4)) == 128 + signal.SIGTERM
     resumed = FinalState()
-    assert run(args + ["--ckpt_path", "last"], resumed) == 0
+    assert train_in_process(args + ["--ckpt_path", "last"], resumed) == 0
     assert resumed.step == uninterrupted.step == 9
     different = [k for k, v in uninterrupted.weights.items() if not torch.equal(v, resumed.weights[k])]
     assert different == []
@@ -182,7 +149,7 @@ def test_non_finite_loss_names_step_graphs_and_last_good_checkpoint(
         qm9_root: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
     poison = PoisonAtStep(4)
     args = tiny_run_args(qm9_root, tmp_path, "--checkpoint.every_n_steps", "2", "--run_name", "nan")
-    assert run(args, poison) == train.EXIT_NON_FINITE
+    assert train_in_process(args, poison) == train.EXIT_NON_FINITE
     message = package_log.text
     assert "non-finite training loss at optimiser step 4 (epoch 0, batch 3)" in message
     assert f"graphs {poison.indices}" in message

@@ -1,4 +1,4 @@
-"""Finding the checkpoint to resume, and clear errors for unusable ones."""
+"""Reading checkpoints, and clear errors for unusable ones."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import evaluate
 import train
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.run.checkpoints import check_checkpoint, load_checkpoint, resolve_ckpt_path
+from graphormer_urpe.run.checkpoints import check_checkpoint, load_checkpoint, saved_loader_states
 from graphormer_urpe.tasks import GraphRegression
 from tests.conftest import tiny_run_args
 
@@ -36,12 +36,11 @@ def trained_run(qm9_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return run_root / "trained"
 
 
-def test_last_resolves_to_the_run_checkpoint_or_to_a_fresh_start(tmp_path: Path) -> None:
-    assert resolve_ckpt_path("last", tmp_path) is None  # first start of an always-resume job
-    (tmp_path / "last.ckpt").write_bytes(b"x")
-    assert resolve_ckpt_path("last", tmp_path) == str(tmp_path / "last.ckpt")
-    assert resolve_ckpt_path("other.ckpt", tmp_path) == "other.ckpt"
-    assert resolve_ckpt_path(None, tmp_path) is None
+def test_saved_loader_states_are_the_training_loaders_positions(trained_run: Path) -> None:
+    checkpoint = load_checkpoint(trained_run / "checkpoints" / "last.ckpt")
+    assert saved_loader_states(checkpoint) == [{"epoch": 0, "batches_done": 4, "seed": 0, "dataset_size": 40,
+                                               "global_batch": 8, "bucket_window": 0}]
+    assert saved_loader_states({"state_dict": {}}) == []
 
 
 def test_unreadable_files_are_named_with_the_reason(tmp_path: Path) -> None:

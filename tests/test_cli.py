@@ -163,31 +163,32 @@ def plain_process(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 def test_run_name_wins(plain_process: pytest.MonkeyPatch, tmp_path: Path) -> None:
     plain_process.setenv("SLURM_JOB_ID", "77")
-    assert resolve_run_dir(tmp_path, "mine", "cfg") == tmp_path / "mine"
+    assert resolve_run_dir(tmp_path, "mine", "cfg").path == tmp_path / "mine"
+    assert not (tmp_path / "mine").exists()  # created when the run starts, after every check
 
 
 def test_processes_launched_by_this_one_inherit_its_directory(plain_process: pytest.MonkeyPatch,
                                                               tmp_path: Path) -> None:
-    chosen = resolve_run_dir(tmp_path, None, "cfg")
-    assert chosen.name.startswith("cfg-") and chosen.parent == tmp_path
+    chosen = resolve_run_dir(tmp_path, None, "cfg").path
+    assert chosen.name.startswith("cfg-") and chosen.parent == tmp_path and chosen.is_dir()
     # a later run in the same process gets a new directory, not the one it exported ...
-    second = resolve_run_dir(tmp_path, None, "cfg")
+    second = resolve_run_dir(tmp_path, None, "cfg").path
     assert second != chosen
     # ... while a child process (Lightning's DDP launcher copies the environment) uses the parent's
     plain_process.setattr(cli, "_CHOSEN_HERE", set())
     plain_process.setenv(RUN_DIR_ENV, str(chosen))
-    assert resolve_run_dir(tmp_path, None, "cfg") == chosen
+    assert resolve_run_dir(tmp_path, None, "cfg").path == chosen
 
 
 def test_slurm_and_torchrun_give_every_process_the_same_directory(plain_process: pytest.MonkeyPatch,
                                                                   tmp_path: Path) -> None:
     plain_process.setenv("TORCHELASTIC_RUN_ID", "3f2a9c1e-aaaa-bbbb")
-    assert resolve_run_dir(tmp_path, None, "cfg") == tmp_path / "cfg-torchrun-3f2a9c1e-aaa"
+    assert resolve_run_dir(tmp_path, None, "cfg").path == tmp_path / "cfg-torchrun-3f2a9c1e-aaa"
     plain_process.setattr(cli, "_CHOSEN_HERE", set())
     plain_process.delenv(RUN_DIR_ENV)
     plain_process.setenv("SLURM_JOB_ID", "12345")
     plain_process.setenv("SLURM_STEP_ID", "0")
-    assert resolve_run_dir(tmp_path, None, "cfg") == tmp_path / "cfg-slurm12345.0"  # the same after a requeue
+    assert resolve_run_dir(tmp_path, None, "cfg").path == tmp_path / "cfg-slurm12345.0"  # the same after a requeue
 
 
 def test_several_processes_without_a_common_id_must_be_named(plain_process: pytest.MonkeyPatch,
@@ -211,7 +212,7 @@ def test_run_operation_options_reach_callbacks_and_loggers(plain_process: pytest
                                                                                              "checkpoints")
     preemption = next(c for c in parsed.trainer.callbacks if isinstance(c, PreemptionCheckpoint))
     assert preemption.signals == ("SIGUSR1",) and preemption.requeue_signals == ()
-    assert [type(logger).__name__ for logger in parsed.trainer.loggers] == ["CSVLogger", "WandbLogger"]
+    assert [type(logger).__name__ for logger in parsed.trainer.loggers] == ["MetricsLog", "WandbLogger"]
     assert parsed.trainer.loggers[1]._wandb_init["project"] == "proj"
 
 

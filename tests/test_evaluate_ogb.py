@@ -114,6 +114,7 @@ def test_full_size_test_dev_submission(pcqm_run: dict, tmp_path: Path, caplog: p
 
     log = json.loads((subs / "y_pred_pcqm4m-v2_test-dev.log.json").read_text())
     assert log == record and log["rows"] == 147_037 and log["mode"] == "test-dev"
+    assert log["same_data_as_training"] is True  # the data identity recorded in the checkpoint was compared
     assert log["filled_with_train_mean"] == [
         {"row": int(r), "position": p, "reason": "RDKit cannot parse"} for r, p in zip(pcqm_run["bad"]["test-dev"],
                                                                                          bad_positions)]

@@ -20,7 +20,7 @@ from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
-from graphormer_urpe.run.finetune import read_source, take_architecture
+from graphormer_urpe.run.finetune import describe, read_source, take_architecture
 from graphormer_urpe.tasks import Classification, GraphRegression
 from tests.conftest import make_record, start_from
 
@@ -321,8 +321,9 @@ def test_the_qm9_pretraining_starts_a_table_of_molecules(pretrained: tuple[Path,
     assert (resolved["num_layers"], resolved["hidden_dim"], resolved["num_heads"]) == (2, 16, 4)  # the checkpoint's
     assert resolved == yaml.safe_load(after[CONFIG_KEY])["model"]["init_args"]["encoder"]
 
-    record = json.loads((run_dir / "run.json").read_text())["initialised_from"]
-    assert record == after[INITIALISED_FROM]
+    run = json.loads((run_dir / "run.json").read_text())
+    record = run["segments"][0]["initialised_from"]  # the segment that loaded it holds the whole record
+    assert record == after[INITIALISED_FROM] and run["initialised_from"] == describe(record)
     assert (record["path"], record["sha256"]) == (str(source), hashlib.sha256(source.read_bytes()).hexdigest())
     assert (record["head"], record["head_reason"]) == ("rebuilt", reason)
     assert record["overridden"] == {"num_layers": {"config": 4, "checkpoint": 2},
@@ -374,6 +375,9 @@ def test_a_resume_wins_over_init_from(pretrained: tuple[Path, Path], tmp_path: P
     assert not any(m.startswith("initialised from") for m in messages)
     again = saved(last)
     assert again["global_step"] == 3 and again["initialised_from"] == first["initialised_from"]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert [segment["initialised_from"] for segment in run["segments"]] == [first["initialised_from"], None]
+    assert run["initialised_from"] == describe(first["initialised_from"])  # the run's weights, after the resume
 
 
 @pytest.mark.slow

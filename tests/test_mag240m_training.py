@@ -96,7 +96,7 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(synthetic_mag, t
     """As for the other datasets (tests/test_callbacks.py): a MAG240M run cut by SIGTERM mid-epoch
     and resumed from last.ckpt ends with exactly the weights of the uninterrupted run (1,433 train
     papers in global batches of 300: 5 steps per epoch, cut at step 3 of 7, dropout on)."""
-    from tests.test_callbacks import FinalState, SignalDuringStep, run
+    from tests.conftest import FinalState, SignalDuringStep, train_in_process
 
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
     args = ["--config", "mag240m", "--data.root", str(synthetic_mag), "--data.num_classes", "8",
@@ -105,11 +105,11 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(synthetic_mag, t
             "--model.init_args.optim.warmup_steps", "2", "--trainer.enable_progress_bar", "false",
             "--run_root", str(tmp_path), *TINY]
     uninterrupted = FinalState()
-    assert run([*args, "--run_name", "full"], uninterrupted) == 0
+    assert train_in_process([*args, "--run_name", "full"], uninterrupted) == 0
     cut = [*args, "--run_name", "cut"]
-    assert run(cut, SignalDuringStep(3)) == 128 + signal.SIGTERM
+    assert train_in_process(cut, SignalDuringStep(3)) == 128 + signal.SIGTERM
     resumed = FinalState()
-    assert run([*cut, "--ckpt_path", "last"], resumed) == 0
+    assert train_in_process([*cut, "--ckpt_path", "last"], resumed) == 0
     assert resumed.step == uninterrupted.step == 7
     different = [k for k, v in uninterrupted.weights.items() if not torch.equal(v, resumed.weights[k])]
     assert different == []

@@ -1,4 +1,5 @@
-"""One command over several seeds: mean and standard deviation per metric, JSON and Markdown."""
+"""One command over several seeds: mean and standard deviation per metric, JSON and Markdown; a seed's run is
+identified by its config, so a sweep never reuses or aggregates runs of another config."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 import seeds
 from tests.conftest import REPO, tiny_run_args
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 def test_aggregate_gives_mean_sample_std_and_values() -> None:
@@ -38,7 +44,8 @@ def test_seed_command_sets_seed_run_name_and_wandb_group() -> None:
     options, rest = seeds.parse_args(["--config", "qm9_gap", "--seeds", "4", "--trainer.max_steps", "9"])
     command = seeds.seed_command(options, 4, rest)
     assert command[1:] == [str(seeds.TRAIN), "--config", "qm9_gap", "--trainer.max_steps", "9", "--seed_everything",
-                           "4", "--run_root", "runs", "--run_name", "qm9_gap-seed4", "--wandb.group", "qm9_gap"]
+                           "4", "--run_root", "runs", "--run_name", "qm9_gap-seed4", "--ckpt_path", "auto",
+                           "--wandb.group", "qm9_gap"]
 
 
 @pytest.mark.slow
@@ -58,6 +65,44 @@ def test_two_seeds_end_to_end_then_collect(qm9_root: Path, tmp_path: Path) -> No
     assert "| test/mae |" in (tmp_path / "tiny-seeds.md").read_text()
     collected = seeds.main(["--collect", "--name", "tiny", "--seeds", "0", "1", "--run_root", str(tmp_path)])
     assert collected["metrics"]["val/mae"]["mean"] == pytest.approx(summary["metrics"]["val/mae"]["mean"])
+
+    # the same sweep again: both seeds reused, one line each, their runs untouched
+    runs = {seed: files_of(tmp_path / f"tiny-seed{seed}") for seed in (0, 1)}
+    again = subprocess.run([sys.executable, str(REPO / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args],
+                           cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert again.returncode == 0, again.stderr[-5000:]
+    assert [line for line in again.stdout.splitlines() if line.startswith("[seeds] tiny: seed")] == [
+        f"[seeds] tiny: seed {seed} reused: {tmp_path / f'tiny-seed{seed}'} finished with the same config"
+        for seed in (0, 1)]
+    assert {seed: files_of(tmp_path / f"tiny-seed{seed}") for seed in (0, 1)} == runs
+    # issue 20: the same name with RPE must not report the URPE runs as RPE
+    summaries = {p.name: p.read_bytes() for p in tmp_path.glob("tiny-seeds.*")}
+    rpe = subprocess.run([sys.executable, str(REPO / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args,
+                          "--model.encoder.attention", "rpe"],
+                         cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert rpe.returncode == 2
+    config = tmp_path / "tiny-seed0" / "config.yaml"
+    assert rpe.stderr.splitlines() == [
+        f"error: seed 0 of 'tiny' ({config.parent}) is a run of another configuration: "
+        f"model.init_args.encoder.attention: 'urpe' ({config}) vs 'rpe' (now); run this one under another --name"]
+    assert {seed: files_of(tmp_path / f"tiny-seed{seed}") for seed in (0, 1)} == runs
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("tiny-seeds.*")} == summaries
+
+
+def test_collect_refuses_seeds_of_different_configs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    for seed, attention in ((0, "urpe"), (1, "rpe")):
+        run_dir = tmp_path / f"mix-seed{seed}"
+        run_dir.mkdir()
+        (run_dir / "config.yaml").write_text(yaml.safe_dump({"seed_everything": seed, "run_name": run_dir.name,
+                                                             "model": {"encoder": {"attention": attention}}}))
+        (run_dir / "metrics.json").write_text(json.dumps({"validation": {"val/mae": 0.5}, "test": None,
+                                                          "global_step": 2}))
+    with pytest.raises(SystemExit) as stop:
+        seeds.main(["--collect", "--name", "mix", "--seeds", "0", "1", "--run_root", str(tmp_path)])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == (f"error: the seeds of 'mix' under {tmp_path} are runs of different "
+                                       "configurations: model.encoder.attention: 'urpe' (seed 0) vs 'rpe' (seed 1)\n")
+    assert not (tmp_path / "mix-seeds.json").exists()
 
 
 def test_collect_without_runs_fails_clearly(tmp_path: Path) -> None:

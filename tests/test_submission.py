@@ -142,15 +142,20 @@ def test_bad_mag240m_labels_are_not_written(y_pred: np.ndarray, message: str, tm
 @pytest.mark.parametrize("fmt", [PCQM4MV2, MAG240M], ids=lambda fmt: fmt.dataset)
 @pytest.mark.parametrize("mode", ["test-dev", "test-challenge"])
 def test_check_submission_without_the_dataset_uses_ogbs_official_sizes(fmt: SubmissionFormat, mode: str,
-                                                                        tmp_path: Path, package_log) -> None:
+                                                                        tmp_path: Path, package_log,
+                                                                        capsys: pytest.CaptureFixture) -> None:
     """ogb's writer asserts the official size, so a file it wrote checks against ``official_sizes``."""
     package_log.set_level(logging.INFO, logger="graphormer_urpe")
     rows = fmt.official_sizes[mode]
     assert rows == (OFFICIAL if fmt is PCQM4MV2 else MAG_OFFICIAL)[mode]
     path = write_submission(np.ones(rows, fmt.dtype), tmp_path / "subs", mode, rows, fmt)
+    capsys.readouterr()
     result = evaluate.main(["--check-submission", str(path), "--data-root", str(tmp_path / "nowhere")])
     assert result == {"file": str(path), "dataset": fmt.dataset, "mode": mode, "rows": rows, "valid": True,
                       "expected_rows_from": "official"}
+    assert capsys.readouterr().out == (f"{path} is a valid {fmt.dataset} {mode} submission: {rows} finite "
+                                       f"{np.dtype(fmt.dtype)} predictions, as many rows as ogb's official split "
+                                       "size\n")  # one line on success
     assert f"checking against the official {fmt.dataset} {mode} size instead, {rows} rows" in package_log.text
     short = tmp_path / "short" / path.name
     short.parent.mkdir()

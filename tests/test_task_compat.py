@@ -27,12 +27,14 @@ def old_layout(path: str | Path, out: Path, class_path: str, dropped: tuple[str,
     (arguments the old class did not take)."""
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     hparams = checkpoint["hyper_parameters"]
-    hparams.update(hparams.pop("optim"))
+    optim = hparams.pop("optim")
+    hparams.update({key: optim[key] for key in OPTIM_KEYS})  # the optimiser options of that time
     hparams["_class_path"] = class_path
     config = yaml.safe_load(checkpoint[CONFIG_KEY])
     config["model"]["class_path"] = class_path
     init_args = config["model"]["init_args"]
-    init_args.update(init_args.pop("optim"))
+    optim = init_args.pop("optim")
+    init_args.update({key: optim[key] for key in OPTIM_KEYS})
     for key in dropped:
         hparams.pop(key, None)
         init_args.pop(key, None)
@@ -95,7 +97,7 @@ def test_old_classification_checkpoints_rebuild_as_classification(tmp_path: Path
                       "_class_path": "graphormer_urpe.tasks.GraphClassification"})
     task = Classification.from_checkpoint(path)
     assert task.binary and task.target_names == ["a", "b"] and task.optim == OptimConfig(**optim)
-    assert task.hparams["optim"] == optim and "lr" not in task.hparams
+    assert task.hparams["optim"] == dataclasses.asdict(OptimConfig(**optim)) and "lr" not in task.hparams
     # a checkpoint of another task is refused, naming what does not fit
     refused = (r"\['target_kind', 'target_names'\] are not arguments of SequenceTagging \(a checkpoint of "
                r"graphormer_urpe.tasks.GraphClassification\?\)")

@@ -26,7 +26,7 @@ from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.cli import REPO_DIR, GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
 from graphormer_urpe.tasks.base import warmup_linear_decay
-from tests.conftest import make_record, run_on_processes, tiny_run_args
+from tests.conftest import make_record, run_on_processes, tiny_run_args, train_in_process
 
 SMALL = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
 
@@ -290,10 +290,8 @@ class StepLog(pl.Callback):
 def logged_run(qm9_root: Path, tmp_path: Path, *options: str) -> StepLog:
     """A 6-step tiny QM9 run with ``options``, logged step by step."""
     log = StepLog()
-    cli = GraphormerCLI(tiny_run_args(qm9_root, tmp_path, "--run_name", "run", "--trainer.val_check_interval", "6",
-                                      *options))
-    cli.trainer.callbacks.append(log)
-    train.fit_and_evaluate(cli)
+    assert train_in_process(tiny_run_args(qm9_root, tmp_path, "--run_name", "run", "--trainer.val_check_interval", "6",
+                                          *options), log) == 0
     return log
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -12,13 +11,13 @@ import torch
 
 import evaluate
 import train
+from graphormer_urpe.run.ledger import read_metrics
 from tests.conftest import DDP_TWIN_ARGS, tiny_run_args
 
 
 def lr_per_step(run_dir: Path) -> dict[int, float]:
-    """The learning rate of every optimiser step, from the CSV log."""
-    with open(run_dir / "metrics.csv") as f:
-        return {int(row["step"]): float(row["lr-AdamW"]) for row in csv.DictReader(f) if row["lr-AdamW"]}
+    """The learning rate of every optimiser step, from the metrics log."""
+    return {row["step"]: row["lr-AdamW"] for row in read_metrics(run_dir) if "lr-AdamW" in row}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +35,7 @@ def test_ddp_processes_data_once_and_only_rank_zero_writes(ddp_run: tuple[Path, 
     assert log.count("metrics written to") == 1 and log.count("run directory:") == 1
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best-6.ckpt", "last.ckpt"]
     assert {p.name for p in run_dir.iterdir()} == {
-        "checkpoints", "config.yaml", "hparams.yaml", "metrics.csv", "metrics.json", "plots", "run.json", "wandb"}
+        ".lock", "checkpoints", "config.yaml", "metrics.csv", "metrics.json", "plots", "run.json", "wandb"}
 
 
 @pytest.mark.parametrize("split", ["valid", "test"])

@@ -235,24 +235,31 @@ class ResumableLoader(DataLoader):
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continue the data order of a checkpoint at its next batch."""
         sampler: GlobalBatchSampler = self.sampler
-        saved = (state["dataset_size"], state["global_batch"])
-        if saved != (sampler.dataset_size, sampler.global_batch):
-            raise ValueError(
-                f"the checkpoint's data order is for {saved[0]} training graphs in global batches of {saved[1]}, "
-                f"this run has {sampler.dataset_size} graphs in batches of {sampler.global_batch}: the run cannot "
-                "resume exactly; use the same data and --data.batch_size, or start a new run"
-            )
-        if state.get("bucket_window", 0) != sampler.bucket_window:  # checkpoints from before bucketing: 0
-            raise ValueError(
-                f"the checkpoint's data order uses bucket_window={state.get('bucket_window', 0)}, this run "
-                f"{sampler.bucket_window}: the run cannot resume exactly; set --data.bucket_window "
-                f"{state.get('bucket_window', 0)} or start a new run"
-            )
+        problem = resume_problem(state, sampler.global_batch, sampler.bucket_window, sampler.dataset_size)
+        if problem is not None:
+            raise ValueError(problem)
         if state["seed"] != sampler.seed:
             log.warning("resuming the checkpoint's data order (seed %d), not seed %d", state["seed"], sampler.seed)
             sampler.seed = state["seed"]
         sampler.resume(state["epoch"], state["batches_done"])
         log.info("data order resumed at epoch %d, batch %d", sampler.epoch, sampler.skip_batches)
+
+
+def resume_problem(state: Mapping[str, int], global_batch: int, bucket_window: int,
+                   dataset_size: int | None = None) -> str | None:
+    """Why a loader's saved position (:meth:`ResumableLoader.state_dict`) cannot continue with these
+    settings, or None. ``dataset_size`` None leaves the training-set size unchecked (before ``setup``)."""
+    sizes = (state["dataset_size"], state["global_batch"])
+    if sizes[1] != global_batch or (dataset_size is not None and sizes[0] != dataset_size):
+        now = "batches" if dataset_size is None else f"{dataset_size} graphs in batches"
+        return (f"the checkpoint's data order is for {sizes[0]} training graphs in global batches of {sizes[1]}, "
+                f"this run has {now} of {global_batch}: the run cannot resume exactly; use the same data and "
+                "--data.batch_size, or start a new run")
+    saved_window = state.get("bucket_window", 0)  # checkpoints from before bucketing: 0
+    if saved_window != bucket_window:
+        return (f"the checkpoint's data order uses bucket_window={saved_window}, this run {bucket_window}: the run "
+                f"cannot resume exactly; set --data.bucket_window {saved_window} or start a new run")
+    return None
 
 
 def train_loader(

@@ -1,6 +1,7 @@
 """Run-operation callbacks shared by every task: exact resume, preemption, non-finite losses, plots.
 
 * :class:`LastCheckpoint` writes ``last.ckpt`` every N steps and at the end of training.
+* :class:`LoggedStep` keeps logged steps equal to optimiser steps after an extension.
 * :class:`RNGState` puts every process's random-number-generator state into each checkpoint and
   restores it before the first batch after a resume (Lightning saves model, optimiser, scheduler,
   loop counters and, through :class:`~graphormer_urpe.data.loaders.ResumableLoader`, the data order).
@@ -132,6 +133,23 @@ class LastCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._last_global_step_saved != trainer.global_step:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
+class LoggedStep(Callback):
+    """Keeps the step under which Lightning logs equal to the optimiser step before every batch.
+
+    Lightning logs under its count of batches that stepped the optimiser. Resumed from the
+    end-of-training ``last.ckpt`` at a validation step (an extension with ``--ckpt_path last``), it
+    skips the validation it already ran but still counts a batch, so every row the extension logs
+    would be one step late and the step before it missing from the learning curve. Must run before
+    the callbacks that log at the start of a batch (``LearningRateMonitor``).
+    """
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        epoch_loop = trainer.fit_loop.epoch_loop
+        if epoch_loop._batches_that_stepped != trainer.global_step:
+            epoch_loop._batches_that_stepped = trainer.global_step
 
 
 # ----------------------------------------------------------------------------- preemption

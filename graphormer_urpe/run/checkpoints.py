@@ -1,4 +1,4 @@
-"""Checkpoint files: find the one to resume, and check that it fits before Lightning touches it.
+"""Checkpoint files: read them, and check that one fits before Lightning touches it.
 
 A truncated file, a file that is not a checkpoint, or a checkpoint of another architecture would
 otherwise surface as a long stack trace from deep inside ``torch.load`` or ``load_state_dict``.
@@ -9,7 +9,6 @@ them (attention type, number of layers, width ...).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,27 +18,12 @@ from torch import nn
 
 from graphormer_urpe.errors import CheckpointError
 
-log = logging.getLogger(__name__)
-
 #: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
 CONFIG_KEY = "graphormer_config_yaml"
 #: Name of the checkpoint written every N steps and on preemption.
 LAST_CHECKPOINT = "last.ckpt"
 #: Parameter names listed per kind of mismatch before "...".
 SHOWN_KEYS = 5
-
-
-def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | None:
-    """``last`` becomes ``checkpoint_dir/last.ckpt`` if it exists (None, with a log line, if not:
-    the first start of a job that is always submitted with ``--ckpt_path last``)."""
-    if ckpt_path != "last":
-        return ckpt_path
-    last = checkpoint_dir / LAST_CHECKPOINT
-    if last.is_file():
-        log.info("resuming from %s", last)
-        return str(last)
-    log.info("--ckpt_path last: no %s yet, starting from scratch", last)
-    return None
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -58,6 +42,14 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not isinstance(checkpoint, Mapping) or "state_dict" not in checkpoint:
         raise CheckpointError(f"{path} is a torch file but not a Lightning checkpoint (no 'state_dict')")
     return dict(checkpoint)
+
+
+def saved_loader_states(checkpoint: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The saved positions of the training loaders in a Lightning checkpoint (what
+    :meth:`~graphormer_urpe.data.loaders.ResumableLoader.state_dict` returned), if any."""
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    states = fit_loop.get("state_dict", {}).get("combined_loader", [])
+    return [state for state in states if isinstance(state, Mapping) and "global_batch" in state]
 
 
 def _shown(names: list[str]) -> str:

@@ -2,7 +2,8 @@
 
 Built on LightningCLI (jsonargparse): ``--config NAME`` (a bare name resolves to ``configs/``),
 dotted overrides such as ``--trainer.max_steps 200``, unknown keys rejected by name, and the
-resolved config saved in every run directory and inside every checkpoint.
+resolved config saved in every run directory and inside every checkpoint (with the identity of the
+data, :mod:`graphormer_urpe.run.identity`). Run directories are ledgers (:mod:`graphormer_urpe.run.ledger`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import pkgutil
 import platform
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,19 +34,22 @@ from lightning_fabric.plugins.environments import ClusterEnvironment, SLURMEnvir
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
-from pytorch_lightning.loggers import CSVLogger, Logger
+from pytorch_lightning.loggers import Logger
 
-from graphormer_urpe.data.files import unwritable
+from graphormer_urpe.data.files import atomic_write_text, unwritable
 from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number
 from graphormer_urpe.run.callbacks import (
     LastCheckpoint,
+    LoggedStep,
     NonFiniteLossGuard,
     PreemptionCheckpoint,
     RelationTablePlots,
     RNGState,
 )
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
-from graphormer_urpe.run.finetune import Initialisation, plan_initialisation, read_source, take_architecture
+from graphormer_urpe.run.finetune import Initialisation, describe, plan_initialisation, read_source, take_architecture
+from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, data_identity
+from graphormer_urpe.run.ledger import MetricsLog, RunDirectory, create_timestamped_dir, start_segment
 from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
 from graphormer_urpe.tasks.compat import old_layout_arguments
 
@@ -138,13 +143,19 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 
 class EmbedConfig(Callback):
-    """Stores the resolved YAML config in every checkpoint."""
+    """Stores the resolved YAML config and the identity of the data in every checkpoint.
 
-    def __init__(self, config_yaml: str) -> None:
-        self.config_yaml = config_yaml
+    Args:
+        config_yaml: the resolved config.
+        data_config: its ``data`` section as plain data (for :func:`~graphormer_urpe.run.identity.data_identity`).
+    """
+
+    def __init__(self, config_yaml: str, data_config: dict) -> None:
+        self.config_yaml, self.data_config = config_yaml, data_config
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         checkpoint[CONFIG_KEY] = self.config_yaml
+        checkpoint[DATA_IDENTITY_KEY] = data_identity(trainer.datamodule, self.data_config)
 
 
 def launcher_run_id() -> str | None:
@@ -161,31 +172,31 @@ def launcher_run_id() -> str | None:
     return None
 
 
-def resolve_run_dir(run_root: str | Path, run_name: str | None, config_name: str) -> Path:
+def resolve_run_dir(run_root: str | Path, run_name: str | None, config_name: str,
+                    now: datetime.datetime | None = None) -> RunDirectory:
     """The run directory, identical in every process of a multi-process run.
 
     In order: ``run_root/run_name``; the directory chosen by the process that launched this one
     (Lightning's DDP launcher passes it through :data:`RUN_DIR_ENV`); ``<config>-<launch id>``
-    under SLURM (stable across requeues) or torchrun; ``<config>-<timestamp>`` for a single process.
+    under SLURM (stable across requeues) or torchrun; for a single process a new directory
+    ``<config>-<timestamp>`` (``now``, default the current time), created here
+    (:func:`~graphormer_urpe.run.ledger.create_timestamped_dir`). Named directories are created or
+    checked when the run starts (:meth:`~graphormer_urpe.run.ledger.RunDirectory.open`).
     """
     if run_name:
-        run_dir = Path(run_root) / run_name
+        directory = RunDirectory(Path(run_root) / run_name)
     elif os.environ.get(RUN_DIR_ENV) and os.environ[RUN_DIR_ENV] not in _CHOSEN_HERE:
-        run_dir = Path(os.environ[RUN_DIR_ENV])
+        directory = RunDirectory(Path(os.environ[RUN_DIR_ENV]))
     elif (launch := launcher_run_id()) is not None:
-        run_dir = Path(run_root) / f"{config_name}-{launch}"
+        directory = RunDirectory(Path(run_root) / f"{config_name}-{launch}")
     elif int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("NODE_RANK", "0")) > 0:
         raise SystemExit("error: this process is one of several started by a launcher that gives them no common "
                          "id; pass --run_name NAME so that they share one run directory")
     else:
-        stamp = f"{config_name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-        run_dir, copy = Path(run_root) / stamp, 1
-        while run_dir.exists() or str(run_dir) in _CHOSEN_HERE:
-            copy += 1
-            run_dir = Path(run_root) / f"{stamp}-{copy}"
-    _CHOSEN_HERE.add(str(run_dir))
-    os.environ[RUN_DIR_ENV] = str(run_dir)
-    return run_dir
+        directory = create_timestamped_dir(Path(run_root), config_name, now)
+    _CHOSEN_HERE.add(str(directory.path))
+    os.environ[RUN_DIR_ENV] = str(directory.path)
+    return directory
 
 
 @dataclass
@@ -225,7 +236,8 @@ class GraphormerCLI(LightningCLI):
         logger: ``csv`` (default), ``wandb`` (W&B plus the CSV log) or ``none``.
         wandb: :class:`~graphormer_urpe.run.tracking.WandbOptions` (project, entity, name, tags, group, mode).
         checkpoint: :class:`CheckpointOptions` (``last.ckpt`` interval, signals, SLURM requeue).
-        ckpt_path: resume training from a checkpoint, or ``last`` for ``<run dir>/checkpoints/last.ckpt``.
+        ckpt_path: resume training from a checkpoint; ``last`` for ``<run dir>/checkpoints/last.ckpt``;
+            ``auto`` for that one if it exists, else start (see :meth:`~graphormer_urpe.run.ledger.RunDirectory.open`).
         init_from: checkpoint whose architecture the run takes and whose weights ``train.py`` loads before
             fitting a new run (see :mod:`graphormer_urpe.run.finetune`).
     """
@@ -234,7 +246,9 @@ class GraphormerCLI(LightningCLI):
         configure_logging()
         # we always pass the (config-resolved) command line as ``args``; Lightning warns about that
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
-        argv = resolve_config_paths(sys.argv[1:] if args is None else args)
+        #: The command line as given (recorded per segment in ``run.json``).
+        self.argv = list(sys.argv[1:] if args is None else args)
+        argv = resolve_config_paths(self.argv)
         if old := old_layout_arguments(argv):
             raise SystemExit("error: the optimiser settings are one group, model.init_args.optim, since the task "
                              "family was merged (docs/tasks.md):\n  " + "\n  ".join(old))
@@ -250,7 +264,7 @@ class GraphormerCLI(LightningCLI):
             subclass_mode_data=True,
             run=False,
             args=argv,
-            save_config_kwargs={"overwrite": True},
+            save_config_callback=None,  # RunRecord writes config.yaml, once the run's checks have passed
             parser_kwargs={"default_env": False, "parser_mode": PARSER_MODE, "exit_on_error": False},
             **kwargs,
         )
@@ -264,7 +278,8 @@ class GraphormerCLI(LightningCLI):
         parser.add_class_arguments(WandbOptions, "wandb")
         parser.add_class_arguments(CheckpointOptions, "checkpoint")
         parser.add_argument("--ckpt_path", type=str | None, default=None,
-                            help="Resume training from this checkpoint, or 'last' (<run dir>/checkpoints/last.ckpt).")
+                            help="Resume training from this checkpoint; 'last': <run dir>/checkpoints/last.ckpt "
+                                 "(which must exist); 'auto': that one if it exists, else start the run.")
         parser.add_argument("--init_from", type=str | None, default=None,
                             help="Start a new run from this checkpoint's weights (ours or converted, any dataset): "
                                  "it decides the encoder's architecture; the head is rebuilt when the data's targets "
@@ -311,6 +326,8 @@ class GraphormerCLI(LightningCLI):
             if source is not None:
                 self.initialisation = plan_initialisation(source, self.model, self.datamodule, overridden)
         except Exception as error:
+            if hasattr(self, "_run_directory"):  # made with the trainer: no run directory left behind
+                self._run_directory.release()
             cause: BaseException | None = error
             while cause is not None and not isinstance(cause, InputError | MisconfigurationException):
                 cause = cause.__cause__ or cause.__context__
@@ -320,11 +337,17 @@ class GraphormerCLI(LightningCLI):
             raise SystemExit(2) from error
 
     @property
+    def run_directory(self) -> RunDirectory:
+        """This run's directory, shared by every process, and this process's hold on it."""
+        if not hasattr(self, "_run_directory"):
+            self._run_directory = resolve_run_dir(self.config["run_root"], self.config.get("run_name"),
+                                                  self.config_name)
+        return self._run_directory
+
+    @property
     def run_dir(self) -> Path:
-        """This run's directory, shared by every process."""
-        if not hasattr(self, "_run_dir"):
-            self._run_dir = resolve_run_dir(self.config["run_root"], self.config.get("run_name"), self.config_name)
-        return self._run_dir
+        """This run's directory."""
+        return self.run_directory.path
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -332,9 +355,7 @@ class GraphormerCLI(LightningCLI):
         return self.run_dir / "checkpoints"
 
     def _loggers(self, run_dir: Path) -> list[Logger]:
-        if self.config["logger"] == "none":
-            return []
-        loggers: list[Logger] = [CSVLogger(save_dir=str(run_dir), name="", version="")]
+        loggers: list[Logger] = [self.metrics_log] if self.metrics_log is not None else []
         if self.config["logger"] == "wandb":
             loggers.append(wandb_logger(self.config_init["wandb"], run_dir))
         return loggers
@@ -345,16 +366,22 @@ class GraphormerCLI(LightningCLI):
         trainer_config = self._get(self.config_init, "trainer", default={})
         callbacks = list(trainer_config.get("callbacks") or [])
         monitor, mode = getattr(self.model, "monitor", ("val/loss", "min"))
+        #: ``metrics.csv`` (None with ``--logger none``).
+        self.metrics_log = MetricsLog(run_dir) if self.config["logger"] != "none" else None
+        #: Records each segment of the run; ``train.py`` tells it the checkpoint a segment resumes.
+        self.run_record = RunRecord(run_dir, self.config_name, self.config.get("seed_everything"), self.config_dict(),
+                                    self.config_yaml, self.argv, self.metrics_log)
         callbacks += [
             ModelCheckpoint(dirpath=checkpoint_dir, filename="best-{step}", monitor=monitor, mode=mode,
                             auto_insert_metric_name=False),
             LastCheckpoint(checkpoint_dir, options.every_n_steps),
+            LoggedStep(),
             RNGState(),
             PreemptionCheckpoint(checkpoint_dir, tuple(options.signals),
                                  requeue_signals=("SIGUSR1",) if options.requeue else ()),
             NonFiniteLossGuard(),
-            EmbedConfig(self.parser.dump(self.config, skip_none=False)),  # keeps nulls (spatial_pos_max: null)
-            RunRecord(run_dir, self.config_name, self.config.get("seed_everything"), self.config_dict()),
+            EmbedConfig(self.config_yaml, self.config_dict()["data"]),
+            self.run_record,
         ]
         if self.config["logger"] != "none":
             callbacks.append(LearningRateMonitor(logging_interval="step"))
@@ -369,11 +396,24 @@ class GraphormerCLI(LightningCLI):
             return super().instantiate_trainer(default_root_dir=str(run_dir), logger=self._loggers(run_dir),
                                                callbacks=callbacks, plugins=plugins or None, **kwargs)
         except ValueError as error:  # Lightning refuses e.g. an unknown accelerator with a plain ValueError
+            self.run_directory.release()  # no run directory left behind
             raise InputError(f"trainer: {error}") from error
+        except BaseException:
+            self.run_directory.release()
+            raise
+
+    @property
+    def config_yaml(self) -> str:
+        """The resolved config as YAML, nulls kept (``spatial_pos_max: null``): ``config.yaml``, checkpoints."""
+        return self.parser.dump(self.config, skip_none=False)
 
     def config_dict(self) -> dict:
         """The resolved config as plain data (for loggers)."""
         return yaml.safe_load(self.parser.dump(self.config))
+
+    def data_identity(self) -> dict:
+        """The identity of this run's data (:func:`~graphormer_urpe.run.identity.data_identity`)."""
+        return data_identity(self.datamodule, self.config_dict()["data"])
 
     @property
     def uses_wandb(self) -> bool:
@@ -463,22 +503,45 @@ def check_global_batch(datamodule: pl.LightningDataModule, trainer: pl.Trainer) 
 
 
 class RunRecord(Callback):
-    """At the start of fitting, states what the run is and writes ``run.json`` in the run directory.
+    """At the start of each segment of the run (its first start, every resume or extension), records
+    it: writes ``config.yaml`` and ``run.json`` (this segment appended to the run's segments) and
+    opens the segment of the metrics log (:func:`~graphormer_urpe.run.ledger.start_segment`).
 
-    Records the dataset and its split sizes, parameter count, device, precision, seed, git commit,
-    package versions, the command line and where the weights came from (``initialised_from``:
-    ``--init_from``'s record, :mod:`graphormer_urpe.run.finetune`; None for a run from scratch).
+    Runs when fitting starts, after ``train.py`` checked the resume (checkpoint, data, batch) and
+    before anything is trained. ``run.json`` records the dataset and its split sizes, parameter
+    count, device, precision, seed, git commit, package versions, where the run's weights came from
+    (``initialised_from``: one line, :func:`~graphormer_urpe.run.finetune.describe`; null for a run
+    from scratch) and, per segment, the command line, start time, the step it started from, the
+    checkpoint it resumed, and the whole record of the ``--init_from`` checkpoint it loaded
+    (``initialised_from``, :mod:`graphormer_urpe.run.finetune`; null in segments that loaded none).
+
+    Args:
+        run_dir: the run directory.
+        config_name: the config's name.
+        seed: ``seed_everything``.
+        config: the resolved config as plain data (for loggers).
+        config_yaml: the resolved config as YAML (``config.yaml``).
+        argv: the command line's arguments.
+        metrics_log: the run's metrics log, if any.
     """
 
-    def __init__(self, run_dir: Path, config_name: str, seed: int | None, config: dict | None = None) -> None:
+    def __init__(self, run_dir: Path, config_name: str, seed: int | None, config: dict, config_yaml: str,
+                 argv: Sequence[str], metrics_log: MetricsLog | None) -> None:
         self.run_dir, self.config_name, self.seed, self.config = run_dir, config_name, seed, config
+        self.config_yaml, self.argv, self.metrics_log = config_yaml, list(argv), metrics_log
+        self.resumed_from: str | None = None
+        self.start_step = 0
+
+    def resuming(self, checkpoint: str, step: int) -> None:
+        """This segment resumes ``checkpoint``, written after optimiser step ``step``."""
+        self.resumed_from, self.start_step = checkpoint, step
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         datamodule = trainer.datamodule
         info = {
             "run_dir": str(self.run_dir),
             "config": self.config_name,
-            "command": " ".join(sys.argv),
+            "command": shlex.join(["train.py", *self.argv]),
             "dataset": datamodule.describe() if datamodule is not None else None,
             "parameters": count_parameters(pl_module),
             "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",
@@ -486,19 +549,25 @@ class RunRecord(Callback):
             "seed": self.seed,
             "git_commit": git_commit(),
             "versions": package_versions(),
-            "initialised_from": getattr(pl_module, "initialised_from", None),
         }
+        initialised = getattr(pl_module, "initialised_from", None)  # a resumed run carries it in its checkpoint
+        info["initialised_from"] = None if initialised is None else describe(initialised)
+        segment = {"command": info["command"], "started": datetime.datetime.now().isoformat(timespec="seconds"),
+                   "start_step": self.start_step, "resumed_from": self.resumed_from,
+                   "initialised_from": initialised if self.resumed_from is None else None}
         for logger in trainer.loggers:  # W&B: the resolved config, parameters, commit, dataset sizes
-            logger.log_hyperparams({"config": self.config or {}, "run": info})
+            logger.log_hyperparams({"config": self.config, "run": info})
         if trainer.is_global_zero:
-            log.info("run directory: %s", self.run_dir)
+            number = start_segment(self.run_dir, info, segment, self.config_yaml)
+            if self.metrics_log is not None:
+                self.metrics_log.open(number)
+            log.info("run directory: %s (segment %d, from step %d)", self.run_dir, number, self.start_step)
             log.info("dataset: %s", info["dataset"])
             log.info("%s: %s trainable parameters; device %s; precision %s; seed %s", type(pl_module).__name__,
                      f"{info['parameters']:,}", info["device"], info["precision"], self.seed)
-            write_json(self.run_dir / "run.json", info)
 
 
 def write_json(path: Path, payload: dict) -> None:
-    """Write ``payload`` as indented JSON."""
+    """Write ``payload`` as indented JSON, atomically (readers see the old file or the new one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    atomic_write_text(path, json.dumps(payload, indent=2, default=str) + "\n")

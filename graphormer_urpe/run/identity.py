@@ -1,0 +1,81 @@
+"""What makes a dataset the same dataset, and two runs the same experiment.
+
+* :func:`data_identity`: the dataset a datamodule serves. ``train.py`` records it in every checkpoint
+  (:data:`DATA_IDENTITY_KEY`); ``evaluate.py`` and every resume compare it with the dataset they
+  rebuild, so that an edited table or changed split options are never scored or trained on under
+  the checkpoint's name.
+* :func:`config_identity`: a resolved config without the keys that only name, place or resume a run.
+  ``seeds.py`` compares it between a finished seed and the sweep it is asked to join; ``train.py``
+  compares it before starting a run again from step 0 in a directory that holds its earlier segments.
+* :func:`differences`: where two such records differ, in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+
+#: Checkpoint key of the :func:`data_identity` of the data the checkpoint was trained on.
+DATA_IDENTITY_KEY = "graphormer_data_identity"
+#: Options of datamodules without a cache that decide how their data are loaded, not which data.
+LOADING_OPTIONS = frozenset({"root", "batch_size", "eval_batch_size", "num_workers", "cache_dir",
+                             "verify_checksums", "handover_slots"})
+#: Top-level config keys that name, place or resume a run without changing what it computes.
+PLACEMENT_KEYS = ("run_name", "run_root", "ckpt_path")
+#: Differences named in a message before "+N more".
+SHOWN_DIFFERENCES = 5
+
+
+def data_identity(datamodule: pl.LightningDataModule, data_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity of the dataset ``datamodule`` serves.
+
+    A cached graph dataset (a datamodule with a ``cache_key``) is its cache key: source, table SHA-1
+    or release options, split options, featuriser version, node limit, path order. Datamodules
+    without a cache (MAG240M, the synthetic tasks) are their class and the options of their config
+    section that decide which examples they serve (``data_config``: ``class_path`` and
+    ``init_args``), all but :data:`LOADING_OPTIONS`. Returned as JSON data (lists, not tuples), so
+    that it compares equal however it was stored.
+    """
+    cache_key = getattr(datamodule, "cache_key", None)
+    if cache_key is not None:
+        identity = dict(cache_key)
+    else:
+        options = {name: value for name, value in data_config.get("init_args", {}).items()
+                   if name not in LOADING_OPTIONS}
+        identity = {"datamodule": data_config["class_path"], **options}
+    return json.loads(json.dumps(identity))
+
+
+def config_identity(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str, Any]:
+    """``config`` (a resolved config as plain data) without :data:`PLACEMENT_KEYS` and ``ignore``."""
+    dropped = {*PLACEMENT_KEYS, *ignore}
+    return {key: value for key, value in config.items() if key not in dropped}
+
+
+def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _shown(values: Mapping[str, Any], key: str) -> str:
+    return repr(values[key]) if key in values else "absent"
+
+
+def differences(recorded: Mapping[str, Any], current: Mapping[str, Any], recorded_as: str, current_as: str) -> str:
+    """The keys (dotted) where ``recorded`` and ``current`` differ, as one line, e.g. ``sha1: '0d41'
+    (checkpoint) vs '9bc1' (now)``; an empty string when they are equal."""
+    old, new = _flat(recorded), _flat(current)
+    keys = [key for key in sorted(old.keys() | new.keys()) if key not in old or key not in new or old[key] != new[key]]
+    shown = [f"{key}: {_shown(old, key)} ({recorded_as}) vs {_shown(new, key)} ({current_as})"
+             for key in keys[:SHOWN_DIFFERENCES]]
+    more = f"; +{len(keys) - SHOWN_DIFFERENCES} more" if len(keys) > SHOWN_DIFFERENCES else ""
+    return "; ".join(shown) + more

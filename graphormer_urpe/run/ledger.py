@@ -1,0 +1,386 @@
+"""A run directory is a ledger: created once, used by one process at a time, appended to by every start.
+
+``train.py`` keeps each run in ``<run_root>/<name>/``:
+
+* **Created atomically.** A new run makes its directory with ``os.mkdir``, which either creates it or
+  fails: an existing directory is never taken over by a new run, and two runs started in the same
+  second get ``<config>-<time>`` and ``<config>-<time>-2`` (:func:`create_timestamped_dir`).
+* **One process at a time.** While ``train.py`` works in a run directory, its global rank 0 holds an
+  exclusive lock on ``<run dir>/.lock`` (the kernel drops it when the process ends, ``kill -9``
+  included); a second process, e.g. a resume started while the run still trains, stops with an error.
+* **Segments.** Every start in the directory (the first, each resume after a signal or a crash, each
+  extension) is a segment. ``run.json`` lists them with their command lines, start times and the
+  optimiser step each started from (:func:`start_segment`), and ``metrics.csv`` is only ever appended
+  to, each row naming its segment (:class:`MetricsLog`). A segment that resumes from the checkpoint of
+  step s trains the steps after s again, so its rows supersede those of earlier segments from step s
+  on (and the validation of step s, which it runs again when the checkpoint was written before it):
+  :func:`read_metrics` joins the segments into the run's learning curve, every step once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import csv
+import datetime
+import fcntl
+import io
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+from lightning_fabric.utilities.rank_zero import rank_zero_only
+from pytorch_lightning.loggers import Logger
+
+from graphormer_urpe.data.files import atomic_write_text
+from graphormer_urpe.errors import InputError
+from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
+
+log = logging.getLogger("graphormer_urpe")
+
+#: Held (``flock``) by the process working in the run directory.
+LOCK_FILE = ".lock"
+#: The resolved config of the latest segment.
+CONFIG_FILE = "config.yaml"
+#: What the run is, with the list of its segments.
+RUN_RECORD = "run.json"
+#: Every logged value of every segment.
+METRICS_FILE = "metrics.csv"
+#: The first columns of ``metrics.csv``; the metrics follow in alphabetical order.
+LEADING_COLUMNS = ("segment", "step")
+
+
+class RunDirError(InputError):
+    """A run directory cannot be used as asked; the message says why and what to do instead."""
+
+
+# ----------------------------------------------------------------------------- the directory
+
+
+def _make_missing(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing parents; returns those this call created, deepest first."""
+    made = []
+    for path in [*reversed(directory.parents), directory]:
+        if not path.exists():
+            try:
+                path.mkdir()
+                made.append(path)
+            except FileExistsError:  # made by another process meanwhile
+                pass
+    return made[::-1]
+
+
+def create_timestamped_dir(run_root: Path, config_name: str, now: datetime.datetime | None = None) -> RunDirectory:
+    """Create ``run_root/<config>-<YYYYmmdd-HHMMSS>``, or ``...-2``, ``...-3`` when taken (``now``:
+    default the current time), as a :class:`RunDirectory` this process created.
+
+    ``os.mkdir`` either creates a directory or fails, so processes started at the same moment each
+    get a directory of their own, on one machine or on several sharing the file system.
+    """
+    run_root = Path(run_root)
+    parents = _make_missing(run_root)
+    stamp = f"{config_name}-{(now or datetime.datetime.now()):%Y%m%d-%H%M%S}"
+    copy = 1
+    while True:
+        path = run_root / (stamp if copy == 1 else f"{stamp}-{copy}")
+        try:
+            path.mkdir()
+            return RunDirectory(path, made=[path, *parents])
+        except FileExistsError:
+            copy += 1
+
+
+@dataclass
+class RunStart:
+    """How one start of ``train.py`` uses its run directory.
+
+    Args:
+        checkpoint: the checkpoint to resume (None: start at step 0).
+        earlier_segments: the directory already holds segments of this run (a restart from step 0 in
+            it must be the same run).
+    """
+
+    checkpoint: str | None
+    earlier_segments: bool
+
+
+class RunDirectory:
+    """A run directory and this process's hold on it.
+
+    Args:
+        path: the directory.
+        made: the directories this process created for it, ``path`` first, then missing parents
+            (a new timestamped directory, :func:`create_timestamped_dir`).
+    """
+
+    def __init__(self, path: Path, made: Sequence[Path] = ()) -> None:
+        self.path = Path(path)
+        self._made = list(made)
+        self._lock: TextIO | None = None
+        if self._made:
+            atexit.register(self.release)  # whatever stops the process before the run starts in it
+
+    @property
+    def created(self) -> bool:
+        """Whether this process created the directory (and has not let it go)."""
+        return self.path in self._made
+
+    @property
+    def last_checkpoint(self) -> Path:
+        """``checkpoints/last.ckpt``, what ``--ckpt_path last`` resumes."""
+        return self.path / "checkpoints" / LAST_CHECKPOINT
+
+    def open(self, ckpt_path: str | None, writer: bool) -> RunStart:
+        """Check that a start with ``--ckpt_path ckpt_path`` may use this directory; the writer (global
+        rank 0) then creates it if needed and locks it.
+
+        Args:
+            ckpt_path: None: a new run, in a directory that does not exist yet (or that this process
+                has just created). ``last``: resume ``checkpoints/last.ckpt``, which must exist.
+                ``auto``: resume ``checkpoints/last.ckpt`` if it exists, else start (in a new
+                directory, or again in one whose run stopped before its first checkpoint). A file:
+                resume it; in an existing directory it must be one of the directory's checkpoints.
+            writer: whether this process writes the run's files (global rank 0). The other processes
+                only find the checkpoint: the writer may be creating the directory as they look.
+
+        Raises:
+            RunDirError: the directory cannot be used so, or another process holds it.
+        """
+        existed = writer and self.path.exists() and not self.created
+        if ckpt_path is None:
+            if existed:
+                raise RunDirError(f"{self.path} already exists and a new run never writes into an earlier run's "
+                                  "directory: extend or resume that run with --ckpt_path last, or give this one "
+                                  "another --run_name")
+            start = RunStart(None, earlier_segments=False)
+        elif ckpt_path == "last":
+            if not self.last_checkpoint.is_file():
+                raise RunDirError(f"--ckpt_path last: there is no {self.last_checkpoint} to resume; "
+                                  + self._why_no_checkpoint())
+            start = RunStart(str(self.last_checkpoint), earlier_segments=True)
+        elif ckpt_path == "auto":
+            if self.last_checkpoint.is_file():
+                start = RunStart(str(self.last_checkpoint), earlier_segments=True)
+            else:
+                log.info("--ckpt_path auto: no %s, starting the run from step 0", self.last_checkpoint)
+                start = RunStart(None, earlier_segments=existed)
+        else:
+            own = Path(ckpt_path).resolve().parent == (self.path / "checkpoints").resolve()
+            if existed and not own:
+                raise RunDirError(f"{self.path} holds another run: resuming {ckpt_path} in it would mix two runs; "
+                                  "give the run continued from that checkpoint a new --run_name")
+            start = RunStart(ckpt_path, earlier_segments=existed)
+        if writer:
+            if not existed and not self.created:
+                self._create()
+            self._acquire_lock()
+        return start
+
+    def _why_no_checkpoint(self) -> str:
+        if self.created:
+            return ("without --run_name every start gets a new directory; pass the --run_name of the run to resume "
+                    "(or --ckpt_path auto to resume it if it has a checkpoint and start it otherwise)")
+        if not self.path.exists():
+            return f"{self.path} does not exist (check --run_root and --run_name)"
+        return ("the run stopped before writing its first checkpoint; start it again with --ckpt_path auto, or "
+                "under another --run_name")
+
+    def _create(self) -> None:
+        self._made = _make_missing(self.path.parent)
+        atexit.register(self.release)
+        try:
+            self.path.mkdir()
+        except FileExistsError:
+            raise RunDirError(f"{self.path} was created by another process a moment ago: give this run another "
+                              "--run_name") from None
+        self._made.insert(0, self.path)
+
+    def _acquire_lock(self) -> None:
+        if self._lock is not None:
+            return
+        lock_path = self.path / LOCK_FILE
+        handle = open(lock_path, "a")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise RunDirError(f"{self.path} is in use by another process (it holds {lock_path}): wait until that "
+                              "run stops, or stop it first") from None
+        except OSError as error:  # e.g. Lustre mounted without -o flock
+            log.warning("cannot lock %s (%s): make sure no other process works in %s at the same time", lock_path,
+                        error, self.path)
+        self._lock = handle
+
+    def release(self) -> None:
+        """Let the directory go. A directory this process created and left unused (nothing in it but
+        the lock: the run stopped before its first segment) is removed, with the parents made for it."""
+        parents = [directory for directory in self._made if directory != self.path]
+        if self.created:
+            if self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
+                (self.path / LOCK_FILE).unlink(missing_ok=True)
+                self.path.rmdir()
+            else:  # the run started in it: it stays, and so do its parents
+                parents = []
+        for directory in parents:
+            try:
+                directory.rmdir()
+            except OSError:  # not empty (holds other runs), or gone
+                break
+        self._made = []
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+
+# ----------------------------------------------------------------------------- segments
+
+
+def read_segments(run_dir: Path) -> list[dict[str, Any]]:
+    """The segments ``run.json`` lists (none for a new run directory, or a run recorded before segments)."""
+    record_path = Path(run_dir) / RUN_RECORD
+    if not record_path.is_file():
+        return []
+    return list(json.loads(record_path.read_text()).get("segments", []))
+
+
+def start_segment(run_dir: Path, record: Mapping[str, Any], segment: Mapping[str, Any], config_yaml: str) -> int:
+    """Append ``segment`` to the run's segments, then write ``config.yaml`` and ``run.json`` (``record``
+    with every segment), each atomically; returns the new segment's number."""
+    segments = read_segments(run_dir)
+    number = len(segments)
+    atomic_write_text(Path(run_dir) / CONFIG_FILE, config_yaml)
+    payload = {**record, "segments": [*segments, {"segment": number, **segment}]}
+    atomic_write_text(Path(run_dir) / RUN_RECORD, json.dumps(payload, indent=2, default=str) + "\n")
+    return number
+
+
+# ----------------------------------------------------------------------------- the metrics log
+
+
+class MetricsLog(Logger):
+    """``metrics.csv`` in the run directory: every logged value, one row per call, written at once.
+
+    The file is never truncated: rows are appended, and a new metric name extends the header by
+    rewriting the file into a temporary one renamed over it (earlier rows keep their text). Each row
+    starts with its segment and step. Writes nothing until :meth:`open` names the segment (the run's
+    configuration and parameters are in ``config.yaml`` and ``run.json``, not in this log).
+
+    Args:
+        run_dir: the run directory.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / METRICS_FILE
+        self.segment: int | None = None
+        self._columns: list[str] | None = None
+
+    @property
+    def name(self) -> str:
+        return ""
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    @property
+    def save_dir(self) -> str:
+        return str(self.run_dir)
+
+    @property
+    def log_dir(self) -> str:
+        return str(self.run_dir)
+
+    def open(self, segment: int) -> None:
+        """Append the rows logged from now on under ``segment``."""
+        self.segment = segment
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        """Nothing: ``config.yaml`` and ``run.json`` record the run."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        if self.segment is None:
+            raise RuntimeError("metrics logged before the run's segment was opened (RunRecord.on_fit_start)")
+        values = {name: value.item() if isinstance(value, torch.Tensor) else value for name, value in metrics.items()}
+        row = {"segment": self.segment, "step": "" if step is None else step, **values}
+        columns = self._header()
+        if not set(row) <= set(columns):
+            columns = self._extend_header(set(row) - set(columns))
+        buffer = io.StringIO()
+        csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n").writerow(row)
+        with open(self.path, "a", newline="") as handle:
+            handle.write(buffer.getvalue())
+
+    def _header(self) -> list[str]:
+        if self._columns is None:
+            self._columns = list(LEADING_COLUMNS)
+            if self.path.is_file() and self.path.stat().st_size:
+                with open(self.path, "rb") as handle:
+                    handle.seek(-1, os.SEEK_END)
+                    cut = handle.read(1) != b"\n"
+                if cut:  # the last row of a process killed while writing it: end it, append below
+                    with open(self.path, "a") as handle:
+                        handle.write("\n")
+                with open(self.path, newline="") as handle:
+                    self._columns = next(csv.reader(handle))
+        return self._columns
+
+    def _extend_header(self, names: set[str]) -> list[str]:
+        """The header with ``names`` added, the file rewritten under it atomically; returns the header."""
+        old = self._header()
+        metrics = sorted((set(old) | names) - set(LEADING_COLUMNS))
+        columns = [*LEADING_COLUMNS, *metrics]
+        rows: list[dict[str, str]] = []
+        if self.path.is_file():
+            with open(self.path, newline="") as handle:
+                rows = list(csv.DictReader(handle))
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(self.path, buffer.getvalue())
+        self._columns = columns
+        return columns
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, float]]:
+    """The run's learning curve from ``metrics.csv``: every segment's rows, in the order they were logged,
+    less the rows of earlier segments that a later one logged again: every row from the step it
+    resumed at on (the steps it trained again), and any row of the same step and metrics (the
+    validation of the resumed step, run again when its checkpoint was written before it).
+
+    Each row maps ``segment``, ``step``, ``epoch`` (ints) and every metric it has (floats; empty cells
+    left out). ``metrics.csv`` itself keeps every row ever logged. Rows logged before run directories
+    had segments count as segment -1, which every segment's start cuts.
+    """
+    path = Path(run_dir) / METRICS_FILE
+    with open(path, newline="") as handle:
+        rows = [{"segment": -1} | {name: _number(name, text) for name, text in row.items() if text not in ("", None)}
+                for row in csv.DictReader(handle)]
+    starts = {int(s["segment"]): int(s["start_step"]) for s in read_segments(run_dir)}
+    kept: list[dict[str, float]] = []
+    cutoff = math.inf  # the earliest start of any later segment
+    logged_later: set[tuple[int, frozenset[str]]] = set()
+    for segment in sorted({row["segment"] for row in rows}, reverse=True):
+        own = [row for row in rows if row["segment"] == segment]
+        kept = [row for row in own if row["step"] < cutoff and _logged(row) not in logged_later] + kept
+        cutoff = min(cutoff, starts.get(segment, math.inf))
+        logged_later |= {_logged(row) for row in own}
+    return kept
+
+
+def _logged(row: Mapping[str, float]) -> tuple[int, frozenset[str]]:
+    """A row's step and metric names."""
+    return int(row["step"]), frozenset(name for name in row if name not in ("segment", "step", "epoch"))
+
+
+def _number(name: str, text: str) -> float | int:
+    return int(float(text)) if name in ("segment", "step", "epoch") else float(text)

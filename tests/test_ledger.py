@@ -1,0 +1,398 @@
+"""Run directories as ledgers (issue 20): created atomically and uniquely, never taken over by a new run, used
+by one process at a time; every resume, requeue, kill -9 restart and extension appends a segment to
+``run.json`` and ``metrics.csv``, and the joined log is the run's one learning curve; a refused start leaves
+every file of the run byte for byte; Ctrl-C exits 130; a run that would never validate says so.
+
+The probes run issue 20's tiny runs on ``head -61 examples/qm9_sample.csv`` (``small_run_args``)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from graphormer_urpe.run.ledger import (
+    LOCK_FILE,
+    MetricsLog,
+    RunDirectory,
+    RunDirError,
+    create_timestamped_dir,
+    read_metrics,
+    start_segment,
+)
+from tests.conftest import REPO, SignalDuringStep, run_train_subprocess, small_run_args, train_in_process
+
+#: What one validation and one training log step write (besides segment, step and epoch).
+VALIDATION = ("val/mae", "val/mae/gap_ev", "val/mae/mu_debye")
+TEST = ("test/mae", "test/mae/gap_ev", "test/mae/mu_debye")
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` (relative path -> bytes)."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def curve(run_dir: Path) -> list[tuple[int, tuple[str, ...]]]:
+    """The joined log as (step, metrics logged) pairs."""
+    return [(row["step"], tuple(sorted(k for k in row if k not in ("segment", "step", "epoch"))))
+            for row in read_metrics(run_dir)]
+
+
+def values(run_dir: Path) -> list[dict[str, float]]:
+    """The joined log without segment numbers (which differ between an interrupted run and an uninterrupted one)."""
+    return [{k: v for k, v in row.items() if k != "segment"} for row in read_metrics(run_dir)]
+
+
+def expected_curve(last_step: int) -> list[tuple[int, tuple[str, ...]]]:
+    """Validation every 50 steps and a log line every 50 steps up to ``last_step``, then the final evaluation."""
+    rows = []
+    for step in range(49, last_step, 50):
+        rows += [(step, ("lr-AdamW",)), (step, ("train/loss",)), (step, VALIDATION)]
+    return [*rows, (last_step, VALIDATION), (last_step, TEST)]
+
+
+@pytest.fixture
+def data_root(small_run: Path) -> Path:
+    return small_run.parent.parent / "data"
+
+
+def copy_run(small_run: Path, tmp_path: Path, name: str = "t2") -> Path:
+    """A copy of the finished 200-step probe run at ``tmp_path/runs/<name>``."""
+    run_dir = tmp_path / "runs" / name
+    shutil.copytree(small_run, run_dir)
+    return run_dir
+
+
+def signal_at(step: int, signum: int) -> str:
+    """The ``train.py`` argument that makes a subprocess send itself ``signum`` during optimiser step ``step``."""
+    callback = {"class_path": "tests.conftest.SignalDuringStep", "init_args": {"step": step, "signum": int(signum)}}
+    return f"--trainer.callbacks+={json.dumps(callback)}"
+
+
+def error_lines(log: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in log.records if record.levelname == "ERROR"]
+
+
+# ----------------------------------------------------------------------------- naming and holding
+
+
+def test_runs_started_in_the_same_second_get_directories_of_their_own(tmp_path: Path) -> None:
+    now = datetime.datetime(2026, 11, 25, 9, 30, 5)
+    made = [create_timestamped_dir(tmp_path, "cfg", now).path for _ in range(3)]
+    assert [p.name for p in made] == ["cfg-20261125-093005", "cfg-20261125-093005-2", "cfg-20261125-093005-3"]
+    assert all(p.is_dir() for p in made)
+    (tmp_path / "cfg-20261125-093005-4").write_text("a file is not taken over either")
+    assert create_timestamped_dir(tmp_path, "cfg", now).path.name == "cfg-20261125-093005-5"
+
+
+def test_a_run_directory_is_held_by_one_process_at_a_time(tmp_path: Path) -> None:
+    holder = RunDirectory(tmp_path / "run")
+    assert holder.open(None, writer=True).checkpoint is None and (tmp_path / "run" / LOCK_FILE).is_file()
+    (tmp_path / "run" / "run.json").write_text("{}")  # the run has started
+    other = RunDirectory(tmp_path / "run")
+    with pytest.raises(RunDirError, match=rf"^{tmp_path / 'run'} is in use by another process \(it holds "
+                                          rf"{tmp_path / 'run' / LOCK_FILE}\): wait until that run stops, or stop "
+                                          "it first$"):
+        other.open("auto", writer=True)
+    holder.release()
+    assert other.open("auto", writer=True).earlier_segments  # free again: the next start takes it
+    other.release()
+    assert (tmp_path / "run" / "run.json").is_file()  # a used directory stays
+
+
+def test_a_directory_created_for_a_start_that_never_began_is_removed(tmp_path: Path) -> None:
+    unused = RunDirectory(tmp_path / "new")
+    unused.open(None, writer=True)
+    unused.release()
+    assert not (tmp_path / "new").exists()
+    stamped = create_timestamped_dir(tmp_path / "new_root" / "runs", "cfg")  # the run root is made for it too
+    with pytest.raises(RunDirError, match="without --run_name every start gets a new directory"):
+        stamped.open("last", writer=True)
+    stamped.release()
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "runs" / "other").mkdir(parents=True)
+    create_timestamped_dir(tmp_path / "runs", "cfg").release()
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["other"]  # what was there stays
+
+
+def test_a_start_that_loses_the_race_for_a_name_leaves_the_winner_alone(tmp_path: Path) -> None:
+    """Two new runs of one --run_name: both see no directory, the other one creates it first."""
+    late = RunDirectory(tmp_path / "root" / "run")
+    (tmp_path / "root" / "run").mkdir(parents=True)  # the winner, between the loser's look and its mkdir
+    (tmp_path / "root" / "run" / LOCK_FILE).write_text("")
+    with pytest.raises(RunDirError, match="was created by another process a moment ago"):
+        late._create()
+    late.release()
+    assert (tmp_path / "root" / "run" / LOCK_FILE).is_file()
+
+
+def test_other_processes_of_a_run_only_find_its_checkpoint(tmp_path: Path) -> None:
+    """Rank 0 may be creating the directory while the other ranks look: they check nothing about it."""
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    assert RunDirectory(tmp_path / "run").open(None, writer=False).checkpoint is None
+    assert RunDirectory(tmp_path / "run").open("auto", writer=False).checkpoint is None
+    (tmp_path / "run" / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    assert RunDirectory(tmp_path / "run").open("auto", writer=False).checkpoint == str(
+        tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert not (tmp_path / "run" / LOCK_FILE).exists()
+
+
+# ----------------------------------------------------------------------------- the metrics log
+
+
+def test_the_metrics_log_only_appends_and_keeps_earlier_rows_text(tmp_path: Path) -> None:
+    log = MetricsLog(tmp_path)
+    with pytest.raises(RuntimeError, match="before the run's segment was opened"):
+        log.log_metrics({"train/loss": 1.0}, step=0)
+    log.open(0)
+    log.log_metrics({"train/loss": torch.tensor(0.5), "epoch": 0}, step=3)
+    assert (tmp_path / "metrics.csv").read_text() == "segment,step,epoch,train/loss\n0,3,0,0.5\n"
+    log.log_metrics({"val/mae": 0.25, "epoch": 0}, step=3)  # a new column: the header grows, rows keep their text
+    assert (tmp_path / "metrics.csv").read_text() == "segment,step,epoch,train/loss,val/mae\n0,3,0,0.5,\n0,3,0,,0.25\n"
+    with open(tmp_path / "metrics.csv", "a") as handle:
+        handle.write("0,4,0,0.")  # a process killed while writing its row
+    restarted = MetricsLog(tmp_path)
+    restarted.open(1)
+    restarted.log_metrics({"train/loss": 0.125}, step=4)
+    assert (tmp_path / "metrics.csv").read_text().splitlines()[-2:] == ["0,4,0,0.", "1,4,,0.125,"]
+
+
+def test_the_joined_log_drops_what_later_segments_logged_again(tmp_path: Path) -> None:
+    """Segment 0 trains to step 149 with a checkpoint at 100 (written before the validation of step 100,
+    logged at 99) and is killed; segment 1 resumes at 100, validates step 100 again and is killed at 120
+    before its next checkpoint; segment 2 resumes at 100 again and finishes at 200."""
+    for number, start in enumerate([0, 100, 100]):
+        start_segment(tmp_path, {"config": "cfg"}, {"command": f"start {number}", "start_step": start}, "seed: 0\n")
+    (tmp_path / "metrics.csv").write_text(
+        "segment,step,loss,val\n" + "".join(f"0,{s},{s},\n0,{s},,{s}\n" for s in (49, 99, 149))
+        + "1,99,,1099\n1,109,1109,\n1,119,1119,\n"
+        + "2,99,,2099\n" + "".join(f"2,{s},{2000 + s},\n" for s in (149, 199, 200)))
+    assert read_metrics(tmp_path) == [
+        {"segment": 0, "step": 49, "loss": 49.0}, {"segment": 0, "step": 49, "val": 49.0},
+        {"segment": 0, "step": 99, "loss": 99.0}, {"segment": 2, "step": 99, "val": 2099.0},
+        {"segment": 2, "step": 149, "loss": 2149.0}, {"segment": 2, "step": 199, "loss": 2199.0},
+        {"segment": 2, "step": 200, "loss": 2200.0}]
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["segments"] == [{"segment": k, "command": f"start {k}", "start_step": s}
+                                  for k, s in enumerate([0, 100, 100])]
+    assert (tmp_path / "config.yaml").read_text() == "seed: 0\n"
+
+
+# ----------------------------------------------------------------------------- probes through train.py
+
+
+def test_a_new_run_never_takes_over_an_existing_directory(small_run: Path, small_table: Path, data_root: Path,
+                                                          tmp_path: Path, package_log) -> None:
+    run_dir = copy_run(small_run, tmp_path)
+    before = files_of(run_dir)
+    assert train_in_process(small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2")) == 2
+    assert error_lines(package_log) == [
+        f"{run_dir} already exists and a new run never writes into an earlier run's directory: extend or resume "
+        "that run with --ckpt_path last, or give this one another --run_name"]
+    assert files_of(run_dir) == before
+
+
+def test_an_extension_appends_a_segment_and_the_joined_log_covers_every_step(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
+    """Issue 20: validation every 50 steps, 200 steps, then extended to 300 with ``--ckpt_path last``."""
+    run_dir = copy_run(small_run, tmp_path)
+    first_segment = (run_dir / "metrics.csv").read_bytes()
+    assert curve(run_dir) == expected_curve(200)
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--trainer.max_steps", "300",
+                          "--ckpt_path", "last")
+    assert train_in_process(args) == 0
+    assert (run_dir / "metrics.csv").read_bytes().startswith(first_segment)  # appended: not a byte lost
+    assert curve(run_dir) == expected_curve(300)  # from the start to 300, no gap, no row twice
+    assert [row["segment"] for row in read_metrics(run_dir)] == [0] * 12 + [1] * 8
+    segments = json.loads((run_dir / "run.json").read_text())["segments"]
+    assert segments[0] == json.loads((small_run / "run.json").read_text())["segments"][0]
+    assert segments[0]["start_step"] == 0 and segments[0]["resumed_from"] is None
+    assert segments[1]["command"] == shlex.join(["train.py", *args])
+    assert (segments[1]["start_step"], segments[1]["resumed_from"]) == (200, str(run_dir / "checkpoints" / "last.ckpt"))
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["max_steps"] == 300
+    assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 300
+
+
+def test_a_requeue_after_sigterm_continues_the_learning_curve_of_an_uninterrupted_run(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
+    """One command for the first start and every restart (a SLURM requeue script): ``--ckpt_path auto``."""
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "cut", "--ckpt_path", "auto")
+    assert train_in_process(args, SignalDuringStep(120)) == 128 + signal.SIGTERM
+    assert train_in_process(args) == 0
+    run_dir = tmp_path / "runs" / "cut"
+    assert values(run_dir) == values(small_run)  # every step once, with the uninterrupted run's values
+    segments = json.loads((run_dir / "run.json").read_text())["segments"]
+    assert [(s["start_step"], s["resumed_from"]) for s in segments] == [
+        (0, None), (120, str(run_dir / "checkpoints" / "last.ckpt"))]
+
+
+@pytest.mark.slow
+def test_a_restart_after_kill_9_keeps_every_row_and_joins_the_learning_curve(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
+    """Killed at step 160, 60 steps after its last checkpoint: those steps are trained again on restart."""
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "killed",
+                          "--checkpoint.every_n_steps", "100")
+    assert run_train_subprocess([*args, signal_at(160, signal.SIGKILL)]).returncode == -signal.SIGKILL
+    run_dir = tmp_path / "runs" / "killed"
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 100
+    assert [(row["step"], row["train/loss"]) for row in read_metrics(run_dir) if "train/loss" in row][-1][0] == 149
+    assert train_in_process([*args, "--ckpt_path", "last"]) == 0
+    assert values(run_dir) == values(small_run)
+    raw = (run_dir / "metrics.csv").read_text().splitlines()
+    assert sum(line.startswith("0,149,") for line in raw) == 3  # the abandoned rows stay in the ledger
+    assert [s["start_step"] for s in json.loads((run_dir / "run.json").read_text())["segments"]] == [0, 100]
+
+
+def test_a_refused_resume_leaves_every_file_of_the_run_byte_for_byte(small_run: Path, small_table: Path,
+                                                                    data_root: Path, tmp_path: Path,
+                                                                    package_log) -> None:
+    run_dir = copy_run(small_run, tmp_path)
+    before = files_of(run_dir)
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--trainer.max_steps", "300",
+                          "--ckpt_path", "last", "--data.batch_size", "16")
+    assert train_in_process(args) == 2
+    assert error_lines(package_log) == [
+        f"{run_dir / 'checkpoints' / 'last.ckpt'}: the checkpoint's data order is for 48 training graphs in global "
+        "batches of 8, this run has batches of 16: the run cannot resume exactly; use the same data and "
+        "--data.batch_size, or start a new run"]
+    assert files_of(run_dir) == before
+
+
+def test_ckpt_path_last_with_nothing_to_resume_names_what_it_looked_for(small_run: Path, small_table: Path,
+                                                                       data_root: Path, tmp_path: Path,
+                                                                       package_log) -> None:
+    run_root = tmp_path / "runs"
+    assert train_in_process(small_run_args(small_table, data_root, run_root, "--ckpt_path", "last")) == 2
+    [message] = error_lines(package_log)
+    assert message.startswith(f"--ckpt_path last: there is no {run_root}/smiles_csv_example-")
+    assert message.endswith("/checkpoints/last.ckpt to resume; without --run_name every start gets a new directory; "
+                            "pass the --run_name of the run to resume (or --ckpt_path auto to resume it if it has a "
+                            "checkpoint and start it otherwise)")
+    assert not run_root.exists()  # the directories made for it are gone
+    package_log.clear()
+    assert train_in_process(small_run_args(small_table, data_root, run_root, "--run_name", "nope", "--ckpt_path",
+                                           "last")) == 2
+    assert error_lines(package_log) == [f"--ckpt_path last: there is no {run_root / 'nope/checkpoints/last.ckpt'} to "
+                                        f"resume; {run_root / 'nope'} does not exist (check --run_root and --run_name)"]
+    assert not run_root.exists()
+    # stopped (Ctrl-C, a crash) before its first checkpoint: its files stay as they are
+    stopped = copy_run(small_run, tmp_path)
+    shutil.rmtree(stopped / "checkpoints")
+    before = files_of(stopped)
+    package_log.clear()
+    assert train_in_process(small_run_args(small_table, data_root, run_root, "--run_name", "t2", "--ckpt_path",
+                                           "last")) == 2
+    assert error_lines(package_log) == [
+        f"--ckpt_path last: there is no {stopped / 'checkpoints/last.ckpt'} to resume; the run stopped before writing "
+        "its first checkpoint; start it again with --ckpt_path auto, or under another --run_name"]
+    assert files_of(stopped) == before
+
+
+def stopped_before_its_first_checkpoint(small_run: Path, tmp_path: Path) -> Path:
+    """A copy of the probe run as a run stopped (Ctrl-C, a crash) before writing any checkpoint."""
+    stopped = copy_run(small_run, tmp_path)
+    shutil.rmtree(stopped / "checkpoints")
+    (stopped / "metrics.json").unlink()
+    return stopped
+
+
+def test_auto_refuses_to_start_a_run_of_another_config_in_a_directory_without_checkpoint(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path, package_log) -> None:
+    stopped = stopped_before_its_first_checkpoint(small_run, tmp_path)
+    before = files_of(stopped)
+    other = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--ckpt_path", "auto",
+                           "--model.encoder.attention", "rpe")
+    assert train_in_process(other) == 2
+    assert error_lines(package_log) == [
+        f"{stopped} holds a run of another configuration and no checkpoint to resume "
+        f"(model.init_args.encoder.attention: 'urpe' ({stopped / 'config.yaml'}) vs 'rpe' (now)); give this run "
+        "another --run_name"]
+    assert files_of(stopped) == before
+
+
+@pytest.mark.slow
+def test_auto_starts_a_run_without_checkpoint_again_from_step_0(small_run: Path, small_table: Path, data_root: Path,
+                                                                 tmp_path: Path) -> None:
+    stopped = stopped_before_its_first_checkpoint(small_run, tmp_path)
+    before = files_of(stopped)
+    same = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--ckpt_path", "auto")
+    assert train_in_process(same) == 0
+    assert values(stopped) == values(small_run)  # segment 1 from step 0 replaces segment 0 in the curve
+    assert {row["segment"] for row in read_metrics(stopped)} == {1}
+    assert (stopped / "metrics.csv").read_text().startswith(before["metrics.csv"].decode())
+
+
+def test_a_checkpoint_of_another_run_is_continued_in_a_new_directory_only(small_run: Path, small_table: Path,
+                                                                         data_root: Path, tmp_path: Path,
+                                                                         package_log) -> None:
+    run_dir, other = copy_run(small_run, tmp_path), copy_run(small_run, tmp_path, "other")
+    before = files_of(run_dir)
+    foreign = str(other / "checkpoints" / "last.ckpt")
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--ckpt_path", foreign)
+    assert train_in_process([*args, "--run_name", "t2"]) == 2
+    assert error_lines(package_log) == [
+        f"{run_dir} holds another run: resuming {foreign} in it would mix two runs; give the run continued from that "
+        "checkpoint a new --run_name"]
+    assert files_of(run_dir) == before
+    assert train_in_process([*args, "--run_name", "fork"]) == 0
+    [segment] = json.loads((tmp_path / "runs" / "fork" / "run.json").read_text())["segments"]
+    assert (segment["start_step"], segment["resumed_from"]) == (200, foreign)
+
+
+def test_a_run_that_would_never_validate_says_so(small_table: Path, data_root: Path, tmp_path: Path,
+                                                 package_log) -> None:
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "short", "--trainer.max_steps", "3")
+    assert train_in_process(args) == 0
+    assert ("--trainer.val_check_interval 50 is more than the 3 training batches of --trainer.max_steps 3: the run "
+            "never validates while training, keeps no best checkpoint, and its final metrics are those of the last "
+            "weights") in [r.getMessage() for r in package_log.records if r.levelname == "WARNING"]
+    assert json.loads((tmp_path / "runs" / "short" / "metrics.json").read_text())["best_checkpoint"] is None
+
+
+@pytest.mark.slow
+def test_ctrl_c_exits_130_naming_the_checkpoint_to_resume(small_table: Path, data_root: Path,
+                                                          tmp_path: Path) -> None:
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "ctrl_c",
+                          "--checkpoint.every_n_steps", "100")
+    done = run_train_subprocess([*args, signal_at(120, signal.SIGINT)])
+    assert done.returncode == 130, done.stderr[-3000:]
+    last = tmp_path / "runs" / "ctrl_c" / "checkpoints" / "last.ckpt"
+    assert (f"WARNING] interrupted (Ctrl-C) after step 119; continue from {last} with --ckpt_path last (same "
+            "--run_name)") in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_runs_started_at_once_never_share_a_directory(small_table: Path, data_root: Path, tmp_path: Path) -> None:
+    """Four ``train.py`` processes of one config started together, told apart by their seeds."""
+    run_root = tmp_path / "runs"
+    processes = [subprocess.Popen([sys.executable, str(REPO / "train.py"),
+                                   *small_run_args(small_table, data_root, run_root, "--trainer.max_steps", "4",
+                                                   "--seed_everything", str(seed))],
+                                  cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for seed in range(4)]
+    errors = [process.communicate(timeout=600)[1] for process in processes]
+    assert [process.returncode for process in processes] == [0] * 4, errors
+    run_dirs = sorted(run_root.iterdir())
+    assert len(run_dirs) == 4 and all(p.name.startswith("smiles_csv_example-") for p in run_dirs)
+    seeds = set()
+    for run_dir in run_dirs:
+        seed = json.loads((run_dir / "run.json").read_text())["seed"]
+        assert yaml.safe_load((run_dir / "config.yaml").read_text())["seed_everything"] == seed
+        assert len(json.loads((run_dir / "run.json").read_text())["segments"]) == 1
+        checkpoints = sorted((run_dir / "checkpoints").iterdir())
+        assert [p.name for p in checkpoints] == ["last.ckpt"]  # no validation in 4 steps: no best checkpoint
+        embedded = torch.load(checkpoints[0], weights_only=True)["graphormer_config_yaml"]
+        assert yaml.safe_load(embedded)["seed_everything"] == seed
+        assert {row["segment"] for row in read_metrics(run_dir)} == {0}
+        seeds.add(seed)
+    assert seeds == set(range(4))
