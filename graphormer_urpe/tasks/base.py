@@ -133,8 +133,8 @@ def parameter_groups(task: nn.Module, optim: OptimConfig) -> list[dict[str, Any]
         >>> from graphormer_urpe import GraphormerConfig
         >>> task = GraphormerTask(GraphormerConfig(num_layers=2, hidden_dim=8, ffn_dim=8, num_heads=2))
         >>> optim = OptimConfig(lr=1e-3, layer_lr_decay=0.5, head_lr=4e-3)
-        >>> [(group["name"], group["lr"]) for group in parameter_groups(task, optim)]
-        [('embeddings', 0.00025), ('layer1', 0.0005), ('layer2', 0.001), ('head', 0.004)]
+        >>> {group["name"]: group["lr"] for group in parameter_groups(task, optim)}
+        {'embeddings': 0.00025, 'layer1': 0.0005, 'layer2': 0.001, 'head': 0.004}
     """
     if not optim.groups_by_depth:
         return [{"params": list(task.parameters()), "lr": optim.lr}]
