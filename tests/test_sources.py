@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.molecules import QM9_TARGETS, qm9pack_csvs
 from graphormer_urpe.errors import ConfigError, DatasetMissing
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw
+from tests.conftest import TINY_MOLECULES
 
 
 @pytest.fixture
@@ -103,6 +105,23 @@ def test_qm9_targets_are_the_standard_properties_in_their_units(tmp_path: Path) 
         many, one = every.datasets[split].store, gap.datasets[split].store
         assert np.array_equal(many.source_row, one.source_row)
         assert all(np.array_equal(many.record(k).y[4:5], one.record(k).y) for k in range(len(many.source_row)))
+
+
+def test_the_gap_data_are_those_qm9gap_wrote(qm9_root: Path) -> None:
+    """``QM9`` with its default ``[gap_ev]`` (``configs/qm9_gap.yaml``) caches the bytes that the ``QM9Gap``
+    source it replaced cached (main at 60ef84f, the first 50 molecules): every array of every chunk, and the
+    splits. Only the directory's name changed: the cache key names the source class and its targets."""
+    data = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(qm9_root))
+    digest = hashlib.sha256()
+    for path in sorted(data.cache_dir.rglob("*.npy")):
+        digest.update(path.relative_to(data.cache_dir).as_posix().encode())
+        digest.update(np.load(path).tobytes())
+    splits = np.load(data.cache_dir / "splits.npz")
+    for name in sorted(splits.files):
+        digest.update(name.encode())
+        digest.update(splits[name].tobytes())
+    assert digest.hexdigest() == "c3419aedf850253339a6cda60cda257b9dd56b6109e60d4c903a70b867a0b3cb"
+    assert data.cache_dir.parent == qm9_root / "qm9" / "graphormer"
 
 
 @pytest.mark.parametrize("targets", [[], ["gap_ev", "gap_ev"], ["gap"], "gap_ev"])

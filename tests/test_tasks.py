@@ -341,3 +341,5 @@ def test_an_encoder_frozen_throughout_computes_no_gradients(qm9_root: Path, tmp_
     assert all(torch.equal(final[name], initial[name]) for name in initial if not name.startswith("model.head."))
     assert not torch.equal(final["model.head.weight"], initial["model.head.weight"])
     assert {log.names[id(p)] for p in log.optimizer.state} == {"model.head.weight", "model.head.bias"}
+    head = initial["model.head.weight"].numel() + initial["model.head.bias"].numel()
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["parameters"] == head  # the trainable ones
