@@ -442,7 +442,8 @@ def test_imported_checkpoint_starts_rpe_and_urpe_fine_tuning_with_the_same_predi
         task = GraphRegression(dataclasses.replace(config, attention=attention, dropout=0.3)).eval()
         record = start_from(task, tmp_path / "ours.ckpt", DataSpec(ATOM_VOCAB, BOND_VOCAB, 1, 1))
         assert record["reset_to_ones"] == (["model.relative_scale.weight"] if attention == "urpe" else [])
-        assert record["head"] == "kept"  # one regression output per graph, as the import's (its names unknown)
+        assert (record["head"], record["head_reason"]) == (
+            "kept", "the data's targets are the checkpoint's (it records no target names)")
         with torch.no_grad():
             assert torch.equal(task(batch), imported(batch))
     settings = yaml.safe_load((tmp_path / "ours.yaml").read_text())

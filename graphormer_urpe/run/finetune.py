@@ -218,7 +218,7 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, datamodu
         "architecture": {field: getattr(source.encoder, field) for field in type(source.encoder).ARCHITECTURE},
         "overridden": dict(overridden),
         "head": "kept" if keep_head else "rebuilt",
-        "head_reason": "the data's targets are the checkpoint's" if keep_head else "; ".join(changes),
+        "head_reason": _same_targets(source) if keep_head else "; ".join(changes),
         "loaded": len(weights),
         "rebuilt": rebuilt,
         "reset_to_ones": reset,
@@ -263,6 +263,14 @@ def _target_changes(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> 
     if source.target_names is not None and source.target_names != list(spec.target_names):
         changes.append(f"target_names {source.target_names} -> {list(spec.target_names)}")
     return changes
+
+
+def _same_targets(source: SourceCheckpoint) -> str:
+    """Why a head is kept, saying what the checkpoint could not be compared on."""
+    unrecorded = [name for name, value in (("kind", source.target_kind), ("names", source.target_names))
+                  if value is None]
+    return "the data's targets are the checkpoint's" + (
+        f" (it records no target {' or '.join(unrecorded)})" if unrecorded else "")
 
 
 def _features(fields: Mapping[str, Any], spec: DataSpec | SequenceSpec) -> str:
