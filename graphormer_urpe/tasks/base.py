@@ -1,4 +1,5 @@
-"""What every task shares: the model, checkpoint loading, AdamW with warm-up and linear decay.
+"""What every task shares: the model, checkpoint loading, AdamW with warm-up and linear decay (and the
+fine-tuning options: parameter groups, a frozen encoder), the record of where the weights came from.
 
 :class:`GraphormerTask` is the LightningModule base of every task (:mod:`graphormer_urpe.tasks.graph`
 for regression, :mod:`graphormer_urpe.tasks.classification` for graph, node and token labels,
@@ -51,18 +52,10 @@ class OptimConfig:
     1e-3`` on the command line). Every field is checked at construction
     (:class:`~graphormer_urpe.errors.ConfigError` names ``model.optim.<field>``).
 
-    The schedule (warm-up, decay) multiplies every parameter's peak learning rate alike; with L
-    layers, ``head_lr`` h and ``layer_lr_decay`` d the peaks are (:func:`parameter_groups`):
-
-    =====================================================  ====================
-    parameters                                             peak learning rate
-    =====================================================  ====================
-    ``head``: the network's output layer(s)                h (``lr`` when None)
-    layer l = 1 .. L (``layers[l - 1]``; the final         ``lr * d ** (L - l)``
-    LayerNorm joins layer L)
-    ``embeddings``: all below the first layer (node,       ``lr * d ** L``
-    degree and edge tables, graph token, B and C)
-    =====================================================  ====================
+    The schedule (warm-up, decay) multiplies every parameter's peak learning rate alike. With L
+    layers and ``layer_lr_decay`` d the peaks are ``head_lr`` for the head, ``lr * d ** (L - l)`` for
+    layer l = 1 .. L and ``lr * d ** L`` for everything below the first layer: node, degree and edge
+    tables, graph token, B and C (:func:`parameter_groups`).
 
     Args:
         lr: peak learning rate (> 0).
