@@ -30,10 +30,11 @@ from graphormer_urpe.data.loaders import resume_problem
 from graphormer_urpe.errors import CheckpointError, InputError, NonFiniteLoss
 from graphormer_urpe.run.callbacks import Preempted
 from graphormer_urpe.run.checkpoints import check_checkpoint, saved_loader_states
-from graphormer_urpe.run.cli import GraphormerCLI, log, write_json
+from graphormer_urpe.run.cli import GraphormerCLI, log
 from graphormer_urpe.run.finetune import initialise
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE, RunDirError
+from graphormer_urpe.run.records import write_json
 
 EXIT_BAD_INPUT = 2
 EXIT_NON_FINITE = 3

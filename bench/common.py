@@ -82,3 +82,21 @@ def joined_molecule(size: int, pool: list, by_size: dict[int, list[int]], rng: n
         offset += n
     return RawGraph(x=np.concatenate(xs), edge_index=np.concatenate(edges, axis=1), edge_attr=np.concatenate(attrs),
                     y=np.zeros(1, np.float32))
+
+
+def padded_share(sizes: np.ndarray, batches: list[np.ndarray], world: int = 1, graph_token: bool = True) -> float:
+    """Share of the attention entries of ``batches`` that are padding, when each of ``world``
+    processes pads its slice of each batch to its largest graph (plus the graph token).
+
+    Shapes:
+        sizes: (dataset size,) int; batches: global batches of positions.
+    """
+    token = int(graph_token)
+    useful = padded = 0
+    for batch in batches:
+        share = len(batch) // world
+        for rank in range(world):
+            tokens = sizes[batch[rank * share:(rank + 1) * share]].astype(np.int64) + token
+            useful += int((tokens**2).sum())
+            padded += len(tokens) * int(tokens.max()) ** 2
+    return 1.0 - useful / padded

@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from graphormer_urpe.data.mag240m.release import MAG240MRaw, prepare_derived
+from graphormer_urpe.data.mag240m.derived import prepare_derived
+from graphormer_urpe.data.mag240m.release import MAG240MRaw
 
 REPO = Path(__file__).resolve().parent.parent
 

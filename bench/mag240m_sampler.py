@@ -36,9 +36,11 @@ import torch
 
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
-from graphormer_urpe.data.mag240m.release import MAG240MGraph, MAG240MRaw, NodeType, prepare_derived
+from graphormer_urpe.data.mag240m.derived import prepare_derived
+from graphormer_urpe.data.mag240m.graph import MAG240MGraph
+from graphormer_urpe.data.mag240m.release import MAG240MRaw, NodeType
 from graphormer_urpe.data.mag240m.sampler import NeighbourSampler, SubgraphCollator
-from graphormer_urpe.data.mag240m.structure import batched_graph_structure, first_edges
+from graphormer_urpe.data.mag240m.structure import batched_first_edges, batched_graph_structure
 from graphormer_urpe.data.structure import graph_structure, graph_structures
 from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
@@ -177,7 +179,7 @@ def main() -> None:
     padded_spd = [c.pad().spd for c in compacts]
     start = time.process_time()
     for compact, spd in zip(compacts, padded_spd):  # on the training device at padding; here on the CPU
-        first_edges(spd, compact.num_nodes, compact.out_degree, compact.edge_dst)
+        batched_first_edges(spd, compact.num_nodes, compact.out_degree, compact.edge_dst)
     batched_first = time.process_time() - start
     batched = batched_spd + batched_first
     start = time.process_time()

@@ -15,8 +15,9 @@ Per GPU, as the papers ran them (the configured batch is global and DDP splits i
   1 + 25 + 25 * 15 = 401 nodes (the real graph's hubs reach it); the model of ``configs/mag240m.yaml``.
 
 Every batch is padded to its largest graph, so "every graph of the largest size" is the worst
-case a step can meet. A step is forward, loss, backward, clipping and AdamW (the second step,
-with the optimiser state present) in ``16-mixed`` (the V100 setting; ``--precision`` for others).
+case a step can meet. A step is the task's own training step, clipping (the config's
+``gradient_clip_val``) and its AdamW update (the second step, with the optimiser state present;
+``bench/step_memory.py``) in ``16-mixed`` (the V100 setting; ``--precision`` for others).
 The verdict: on a GPU, ``max_memory_reserved`` plus the CUDA context must stay under the V100's
 usable memory; from a CPU estimate (tensors only), the peak plus 15 % allocator overhead plus the
 context must.
@@ -42,9 +43,9 @@ import torch.nn.functional as F
 from common import random_molecule_record
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
-from graphormer_urpe.model.graphormer import Graphormer
 from graphormer_urpe.run.cli import GraphormerCLI
-from graphormer_urpe.run.memory import GIB, Precision, StepMemory, estimate_step_memory, measure_step_memory
+from graphormer_urpe.tasks import GraphormerTask
+from step_memory import GIB, Precision, StepMemory, estimate_step_memory, measure_step_memory
 
 #: What a 32 GB V100 offers to PyTorch (nvidia-smi: 32,510 MiB) and what the CUDA context takes.
 V100_USABLE_GIB = 32510 / 1024
@@ -101,19 +102,19 @@ def needed_gib(memory: StepMemory) -> float:
     return tensors / GIB + CUDA_CONTEXT_GIB
 
 
-def build(config: str, *overrides: str) -> tuple[Graphormer, GraphormerCLI]:
-    """The network of ``configs/<config>.yaml`` as train.py builds it (data links included)."""
+def build(config: str, *overrides: str) -> tuple[GraphormerTask, GraphormerCLI]:
+    """The task of ``configs/<config>.yaml`` as train.py builds it (the data's spec linked in)."""
     with tempfile.TemporaryDirectory() as runs:
         cli = GraphormerCLI(["--config", config, "--run_root", runs, "--logger", "none",
                              "--trainer.accelerator", "cpu", *overrides])
-    return cli.model.model, cli
+    return cli.model, cli
 
 
-def molecule_batch(model: Graphormer, graphs: int, atoms: int, seed: int = 0) -> GraphBatch:
+def molecule_batch(task: GraphormerTask, graphs: int, atoms: int, seed: int = 0) -> GraphBatch:
     """``graphs`` molecule-shaped graphs of ``atoms`` atoms with random features in the model's
     vocabularies and one regression target each."""
     rng = np.random.default_rng(seed)
-    config = model.config
+    config = task.model.config
     records = [random_molecule_record(rng, atoms, index, config.node_vocab, config.edge_vocab)
                for index in range(graphs)]
     return collate_graphs(records)
@@ -122,7 +123,8 @@ def molecule_batch(model: Graphormer, graphs: int, atoms: int, seed: int = 0) ->
 def synthetic_mag_root(directory: Path, papers: int = 100_000) -> Path:
     """A synthetic MAG240M release (real layout, 153 classes, 5 papers per author, 40 citations and
     10 authors per paper) dense enough for subgraphs near the 401-node bound; built once."""
-    from graphormer_urpe.data.mag240m.release import MAG240MRaw, prepare_derived
+    from graphormer_urpe.data.mag240m.derived import prepare_derived
+    from graphormer_urpe.data.mag240m.release import MAG240MRaw
     from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
     root = directory / f"mag240m_{papers}"
@@ -173,30 +175,32 @@ def mag_batch(cli: GraphormerCLI, batches: int) -> tuple[GraphBatch, int]:
 
 def run_setting(key: str, device: torch.device, precision: Precision, work: Path, mag_batches: int = 6,
                 mag_papers: int = 100_000, log: Callable[[str], None] = print) -> Result:
-    """Build the setting's model and worst-case batch, then measure (CUDA) or estimate (CPU) a step."""
+    """Build the setting's task and worst-case batch, then measure (CUDA) or estimate (CPU) a step."""
     setting = SETTINGS[key]
     started = time.perf_counter()
     if key == "mag240m":
         root = synthetic_mag_root(work, mag_papers)
-        model, cli = build(setting.config, "--data.root", str(root),
-                           "--data.batch_size", str(setting.per_gpu), "--data.num_workers", "0")
+        task, cli = build(setting.config, "--data.root", str(root),
+                          "--data.batch_size", str(setting.per_gpu), "--data.num_workers", "0")
         batch, largest = mag_batch(cli, mag_batches)
     else:
-        model, _ = build(setting.config)
-        batch = molecule_batch(model, setting.per_gpu, LARGEST_MOLECULE[key])
+        task, cli = build(setting.config)
+        batch = molecule_batch(task, setting.per_gpu, LARGEST_MOLECULE[key])
         largest = int(batch.spd.shape[1])
     padded = int(batch.spd.shape[1])
+    parameters = sum(p.numel() for p in task.parameters())
     log(f"{setting.name}: {setting.global_batch} graphs over {setting.gpus} GPUs = {setting.per_gpu} per GPU, "
-        f"padded to {padded} nodes (largest graph sampled: {largest}); "
-        f"{sum(p.numel() for p in model.parameters()):,} parameters; {precision} on {device}")
+        f"padded to {padded} nodes (largest graph sampled: {largest}); {parameters:,} parameters; "
+        f"{precision} on {device}")
+    clip = cli.trainer.gradient_clip_val
     if device.type == "cuda":
-        memory = measure_step_memory(model.to(device), batch.to(device), precision)
+        memory = measure_step_memory(task.to(device), batch.to(device), precision, clip)
     else:
-        memory = estimate_step_memory(model, batch, precision)
+        memory = estimate_step_memory(task, batch, precision, clip)
     needed = needed_gib(memory)
     return Result(
         setting=setting.name, graphs_per_gpu=setting.per_gpu, padded_nodes=padded, largest_graph=largest,
-        parameters=sum(p.numel() for p in model.parameters()), device=str(device), precision=precision,
+        parameters=parameters, device=str(device), precision=precision,
         peak_gib=memory.peak / GIB, persistent_gib=memory.persistent / GIB,
         reserved_gib=None if memory.reserved is None else memory.reserved / GIB, needed_gib=needed,
         fits_v100=needed <= V100_USABLE_GIB, seconds=time.perf_counter() - started,

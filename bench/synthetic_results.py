@@ -26,11 +26,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from graphormer_urpe.run.cli import RUN_DIR_ENV
-from graphormer_urpe.run.plots import accuracy_figure, relative_encoding_figure
+from graphormer_urpe.run.plots import relative_encoding_figure
 from graphormer_urpe.tasks import Classification, SequenceTagging
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,6 +52,40 @@ class Run:
     method: str
     args: list[str] = field(default_factory=list)
     init_from: str | None = None  # name of the run whose best checkpoint starts this one
+
+
+def accuracy_figure(results: dict[str, dict[str, float]], methods: Sequence[str], title: str = "",
+                    baselines: dict[str, float] | None = None) -> Figure:
+    """Grouped bars of accuracy per setting and method, like the paper's Figure 1.
+
+    Args:
+        results: ``{setting: {method: accuracy in [0, 1]}}``, settings in drawing order; a setting may
+            have only some of the methods.
+        methods: every method, in bar order (fixes each method's colour).
+        title: figure title.
+        baselines: ``{setting: accuracy}`` of a trivial predictor, drawn as a dashed line per group.
+    """
+    figure = Figure(figsize=(1.6 + 1.7 * len(results), 3.4), layout="constrained")
+    ax = figure.subplots()
+    colours = {method: f"C{k}" for k, method in enumerate(methods)}
+    drawn: set[str] = set()
+    for i, (setting, scores) in enumerate(results.items()):
+        present = [m for m in methods if m in scores]
+        width = 0.8 / max(len(present), 1)
+        for k, method in enumerate(present):
+            x = i + (k - (len(present) - 1) / 2) * width
+            bar = ax.bar(x, scores[method], width, color=colours[method], label=None if method in drawn else method)
+            ax.bar_label(bar, labels=[f"{scores[method]:.2f}"], fontsize=6, padding=1)
+            drawn.add(method)
+        if baselines and setting in baselines:
+            ax.hlines(baselines[setting], i - 0.45, i + 0.45, colors="k", linestyles="dashed", linewidth=0.8)
+    ax.set_xticks(range(len(results)), list(results), fontsize=8)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("test accuracy")
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=min(len(drawn), 5), frameon=False)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    return figure
 
 
 def plan(vocab_sizes: list[int], only: list[str]) -> list[Run]:

@@ -40,9 +40,8 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from common import joined_molecule, qm9_molecules, structured_record
+from common import joined_molecule, padded_share, qm9_molecules, structured_record
 from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
-from graphormer_urpe.data.buckets import padded_share
 from graphormer_urpe.data.loaders import GlobalBatchSampler
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig

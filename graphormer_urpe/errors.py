@@ -8,12 +8,15 @@ exit with code 2, before any work. Modules keep narrower subclasses beside the c
 them (``TableError``, ``ConversionError``, ``UnsafeCheckpoint``).
 
 The ``check_*`` helpers raise :class:`ConfigError` in one wording for every option, so that each
-config's ``__post_init__`` (or constructor) validates all its fields in a few lines.
+config's ``__post_init__`` (or constructor) validates all its fields in a few lines;
+:func:`import_object` imports what an option names by its dotted path, refused in the same wording.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Collection
+from typing import Any
 
 
 class InputError(Exception):
@@ -102,3 +105,16 @@ def check_choice(key: str, value: object, choices: Collection[object]) -> None:
     """Raise :class:`ConfigError` unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise ConfigError(key, value, f"expected one of {', '.join(shown(c) for c in choices)}")
+
+
+def import_object(key: str, path: str) -> Any:
+    """The object named by ``path``, the dotted path given as option ``key`` (``ogb.lsc.MAG240MEvaluator``).
+
+    Raises:
+        ConfigError: nothing importable has that path.
+    """
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ConfigError(key, path, f"cannot be imported ({error})") from error

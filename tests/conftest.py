@@ -103,7 +103,8 @@ def fresh_run_dir(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def synthetic_mag(tmp_path_factory: pytest.TempPathFactory):
     """Root of a small synthetic MAG240M (3,000 papers, 8 classes) with its derived files built."""
-    from graphormer_urpe.data.mag240m.release import MAG240MRaw, prepare_derived
+    from graphormer_urpe.data.mag240m.derived import prepare_derived
+    from graphormer_urpe.data.mag240m.release import MAG240MRaw
     from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
     root = tmp_path_factory.mktemp("mag240m")

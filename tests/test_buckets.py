@@ -1,12 +1,18 @@
-"""Size-aware batching: hand-computed buckets, determinism, padding share."""
+"""Size-aware batching: hand-computed buckets, determinism; the benchmarks' padding share."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.data.buckets import bucketed_batches, padded_share, size_sorted
+from graphormer_urpe.data.buckets import bucketed_batches, size_sorted
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+from common import padded_share  # noqa: E402  (bench/common.py, importable once bench/ is on the path)
 
 
 def test_a_window_is_sorted_by_size_and_cut_into_global_batches() -> None:

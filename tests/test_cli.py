@@ -18,9 +18,9 @@ import evaluate
 import train
 from graphormer_urpe.run import cli
 from graphormer_urpe.run.callbacks import PreemptionCheckpoint
+from graphormer_urpe.run.checkpoints import CONFIG_KEY
 from graphormer_urpe.run.cli import (
     CONFIG_DIR,
-    CONFIG_KEY,
     REPO_DIR,
     RUN_DIR_ENV,
     GraphormerCLI,

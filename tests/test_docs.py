@@ -1,6 +1,6 @@
 """The documentation: the MkDocs site builds with --strict (every page in the nav, every link and
-anchor resolving, every API-reference module importable), and the README stays a landing page
-whose relative links all resolve."""
+anchor resolving, every API-reference module importable), the nav of mkdocs.yml is the one list of
+pages, and the README stays a landing page whose relative links all resolve."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 from markdown.extensions.toc import slugify
 
 REPO_DIR = Path(__file__).resolve().parents[1]
@@ -74,9 +76,56 @@ def test_every_relative_link_of_the_readme_resolves() -> None:
     assert LINK.search(README.read_text()), "the pattern finds no link at all"
 
 
+def nav_pages(nav: object) -> list[str]:
+    """The pages of an mkdocs ``nav`` (nested lists of ``{title: page or nav}``), in order."""
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, dict):
+        return [page for value in nav.values() for page in nav_pages(value)]
+    return [page for entry in nav for page in nav_pages(entry)]
+
+
+#: A table row or list item that begins with a link to a Markdown page: an entry of a list of pages.
+PAGE_ENTRY = re.compile(r"^\s*(\|\s*|[*+-]\s+|\d+\.\s+)\[[^\]]*\]\([^)\s#]+\.md(#[^)]*)?\)")
+
+
+def page_entries(text: str) -> list[str]:
+    """The lines of ``text`` that are entries of a list of pages (:data:`PAGE_ENTRY`)."""
+    return [line for line in markdown_outside_code(text).splitlines() if PAGE_ENTRY.match(line)]
+
+
+def test_the_nav_of_mkdocs_yml_lists_every_page_once_and_nothing_lists_them_again() -> None:
+    config = yaml.safe_load((REPO_DIR / "mkdocs.yml").read_text())
+    listed = nav_pages(config["nav"])
+    docs = REPO_DIR / config["docs_dir"]
+    unlisted = {line.strip().lstrip("/") for line in config["not_in_nav"].splitlines() if line.strip()}
+    pages = sorted(str(page.relative_to(docs)) for page in docs.rglob("*.md"))
+    assert sorted(listed) == sorted(set(listed)), "a page is in the nav twice"
+    assert sorted([*listed, *unlisted]) == pages, "docs/*.md and the nav of mkdocs.yml (plus not_in_nav) differ"
+    for document in (README, docs / "index.md"):
+        assert page_entries(document.read_text()) == [], f"{document.name} lists pages: link to the nav instead"
+
+
+def test_a_list_of_pages_is_recognised() -> None:
+    text = ("| page | |\n|---|---|\n| [Tests](docs/testing.md) | what each test pins |\n"
+            "* [Running](running.md#the-default-run-measured)\n1. [Home](index.md)\n"
+            "| `qm9_gap.yaml` | see [PCQM4Mv2](docs/ogb-lsc.md) |\nRead [Tasks](docs/tasks.md) first.\n")
+    assert page_entries(text) == ["| [Tests](docs/testing.md) | what each test pins |",
+                                  "* [Running](running.md#the-default-run-measured)", "1. [Home](index.md)"]
+
+
 def test_link_checks_catch_what_they_should(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("# The default run, measured\n```\n## not a heading\n```\n## What is exact, and how it is tested\n")
     assert heading_anchors(page) == {"the-default-run-measured", "what-is-exact-and-how-it-is-tested"}
     text = "[a](docs/a.md) `[b](b.md)` ![c](c.png)\n```\n[d](d.md)\n```\n[e](https://x.org)"
     assert LINK.findall(markdown_outside_code(text)) == ["docs/a.md", "c.png", "https://x.org"]
+
+
+def test_ci_runs_the_readmes_test_command_installing_the_tested_torch_which_the_package_accepts_as_a_range() -> None:
+    command = (REPO_DIR / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert command.startswith("python3 -m venv .venv && ") and 'pip install -q torch==2.13.0 -e ".[test]"' in command
+    assert command.removeprefix("python3 ") in README.read_text()  # the README's test command, verbatim
+    dependencies = tomllib.loads((REPO_DIR / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "torch>=2.6" in dependencies
+    assert [requirement for requirement in dependencies if "==" in requirement] == []  # no exact pins

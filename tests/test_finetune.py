@@ -161,6 +161,9 @@ UNREADABLE = [  # (how the file is made, the message or its start)
      "--init_from: {path} is a torch file but not a Lightning checkpoint (no 'state_dict')"),
     (lambda path: path.write_bytes(b"PK\x03\x04 truncated"),
      "--init_from: {path} (14 bytes) is not a readable checkpoint, probably truncated or corrupted: "),
+    (lambda path: torch.save({"state_dict": {}, "hyper_parameters": {"encoder": {}, "lr": 1e-3}}, path),
+     "{path} was written before the task family was merged (lr outside optim): convert it once with python -m "
+     "graphormer_urpe.convert upgrade {path} NEW.ckpt"),
     (_without_encoder, "--init_from {path}: the checkpoint records no encoder settings (hyper_parameters['encoder']); "
                        "take one written by train.py or by python -m graphormer_urpe.convert"),
     (lambda path: _with_encoder(path, num_expert=4, rotary=True),
@@ -172,8 +175,8 @@ UNREADABLE = [  # (how the file is made, the message or its start)
 ]
 
 
-@pytest.mark.parametrize("make, message", UNREADABLE,
-                         ids=["missing", "not-lightning", "truncated", "no-encoder", "unknown-field", "invalid"])
+@pytest.mark.parametrize("make, message", UNREADABLE, ids=["missing", "not-lightning", "truncated", "old-layout",
+                                                          "no-encoder", "unknown-field", "invalid"])
 def test_unusable_checkpoints_are_refused_in_one_line(tmp_path: Path, make, message: str) -> None:
     path = tmp_path / "source.ckpt"
     make(path)

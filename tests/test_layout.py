@@ -20,7 +20,7 @@ from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 PACKAGE = Path(__file__).resolve().parents[1] / "graphormer_urpe"
 
 #: Floor of each top-level part of the package; a module may import only from its own floor or lower.
-LAYERS = {"constants": 0, "errors": 0, "data": 1, "model": 2, "tasks": 3, "evaluation": 4, "run": 5, "convert": 6,
+LAYERS = {"constants": 0, "errors": 0, "data": 1, "model": 2, "tasks": 3, "run": 4, "evaluation": 5, "convert": 6,
           "testing": 7}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -9,7 +10,6 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from graphormer_urpe.data.buckets import padded_share
 from graphormer_urpe.data.loaders import (
     EvalShardSampler,
     GlobalBatchSampler,
@@ -18,6 +18,10 @@ from graphormer_urpe.data.loaders import (
     per_device_batch_size,
 )
 from graphormer_urpe.errors import ConfigError
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+from common import padded_share  # noqa: E402  (bench/common.py, importable once bench/ is on the path)
 
 
 class Indices(Dataset):

@@ -12,15 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.data.mag240m import release as mag240m
-from graphormer_urpe.data.mag240m.release import (
-    FEATURE_FILES,
-    RELATIONS,
-    MAG240MRaw,
-    NodeType,
-    csr_files,
-    prepare_derived,
-)
+from graphormer_urpe.data.mag240m import derived as derived_files
+from graphormer_urpe.data.mag240m.derived import FEATURE_FILES, csr_files, prepare_derived
+from graphormer_urpe.data.mag240m.release import AFFILIATED, CITES, RELATIONS, WRITES, MAG240MRaw, NodeType
 from graphormer_urpe.data.safe_load import numpy_safe_globals
 from graphormer_urpe.errors import DatasetMissing
 
@@ -61,7 +55,7 @@ def test_reads_the_layout_exactly_like_ogb(synthetic_mag) -> None:
     np.testing.assert_array_equal(ours["test-dev"], whole[np.arange(len(whole)) % 5 < 3])
     assert isinstance(raw.paper_features, np.memmap) and raw.paper_features.dtype == np.float16
     np.testing.assert_array_equal(raw.paper_features[:50], reference.paper_feat[:50])
-    np.testing.assert_array_equal(raw.edge_index(mag240m.CITES), reference.edge_index("paper", "cites", "paper"))
+    np.testing.assert_array_equal(raw.edge_index(CITES), reference.edge_index("paper", "cites", "paper"))
 
 
 def test_missing_files_are_named(synthetic_mag, tmp_path) -> None:
@@ -102,7 +96,7 @@ def test_author_and_institution_features_are_means(synthetic_mag) -> None:
     raw = MAG240MRaw(synthetic_mag)
     derived = raw.directory / "graphormer"
     papers = np.asarray(raw.paper_features, dtype=np.float32)
-    author, paper = np.asarray(raw.edge_index(mag240m.WRITES))
+    author, paper = np.asarray(raw.edge_index(WRITES))
     expected = np.zeros((raw.num_nodes(NodeType.AUTHOR), papers.shape[1]), np.float32)
     np.add.at(expected, author, papers[paper])
     counts = np.bincount(author, minlength=len(expected))
@@ -112,7 +106,7 @@ def test_author_and_institution_features_are_means(synthetic_mag) -> None:
     np.testing.assert_allclose(authors, expected, atol=2e-3, rtol=2e-3)
     assert (authors[counts == 0] == 0).all()
 
-    member, institution = np.asarray(raw.edge_index(mag240m.AFFILIATED))
+    member, institution = np.asarray(raw.edge_index(AFFILIATED))
     expected = np.zeros((raw.num_nodes(NodeType.INSTITUTION), papers.shape[1]), np.float32)
     np.add.at(expected, institution, authors[member].astype(np.float32))
     counts = np.bincount(institution, minlength=len(expected))
@@ -122,7 +116,7 @@ def test_author_and_institution_features_are_means(synthetic_mag) -> None:
 
 def test_out_of_range_edge_is_named(synthetic_mag, tmp_path) -> None:
     raw = _copy_raw(synthetic_mag, tmp_path)
-    path = raw.directory / "processed" / mag240m.WRITES / "edge_index.npy"
+    path = raw.directory / "processed" / WRITES / "edge_index.npy"
     edges = np.load(path)
     edges[1, 5] = raw.num_nodes(NodeType.PAPER) + 3
     np.save(path, edges)
@@ -166,7 +160,7 @@ def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch,
     raw = _copy_raw(synthetic_mag, tmp_path)
     directory = tmp_path / "derived"
     calls = {"n": 0}
-    read_rows = mag240m._read_rows
+    read_rows = derived_files._read_rows
 
     def failing(source, ids):
         calls["n"] += 1
@@ -174,7 +168,7 @@ def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch,
             raise KeyboardInterrupt("simulated interruption")
         return read_rows(source, ids)
 
-    monkeypatch.setattr(mag240m, "_read_rows", failing)
+    monkeypatch.setattr(derived_files, "_read_rows", failing)
     with pytest.raises(KeyboardInterrupt):
         _build(raw, directory)
     name = FEATURE_FILES[NodeType.AUTHOR]
@@ -182,15 +176,15 @@ def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch,
     assert all(csr_files(r)[0] in manifest["files"] for r in RELATIONS) and name not in manifest["files"]
     assert not (directory / name).exists()  # only the .partial file and its progress
 
-    monkeypatch.setattr(mag240m, "_read_rows", read_rows)
+    monkeypatch.setattr(derived_files, "_read_rows", read_rows)
     calls["n"] = 0
-    counting = mag240m._read_rows
+    counting = derived_files._read_rows
 
     def counted(source, ids):
         calls["n"] += 1
         return counting(source, ids)
 
-    monkeypatch.setattr(mag240m, "_read_rows", counted)
+    monkeypatch.setattr(derived_files, "_read_rows", counted)
     _build(raw, directory)
     blocks = -(-raw.num_nodes(NodeType.AUTHOR) // 400)
     assert calls["n"] < blocks + 1  # finished blocks were not recomputed
@@ -224,7 +218,7 @@ def test_a_damaged_progress_record_restarts_that_file_from_its_first_block(synth
                                                                            package_log) -> None:
     raw = _copy_raw(synthetic_mag, tmp_path)
     directory = tmp_path / "derived"
-    read_rows, calls = mag240m._read_rows, {"n": 0}
+    read_rows, calls = derived_files._read_rows, {"n": 0}
 
     def failing(source, ids):
         calls["n"] += 1
@@ -232,10 +226,10 @@ def test_a_damaged_progress_record_restarts_that_file_from_its_first_block(synth
             raise KeyboardInterrupt("simulated interruption")
         return read_rows(source, ids)
 
-    monkeypatch.setattr(mag240m, "_read_rows", failing)
+    monkeypatch.setattr(derived_files, "_read_rows", failing)
     with pytest.raises(KeyboardInterrupt):
         _build(raw, directory)
-    monkeypatch.setattr(mag240m, "_read_rows", read_rows)
+    monkeypatch.setattr(derived_files, "_read_rows", read_rows)
     progress = next(directory.rglob("*.progress.json"))
     progress.write_text(progress.read_text()[:7])
     package_log.clear()

@@ -1,4 +1,4 @@
-"""batched_graph_structure (SPD, degrees) and first_edges together equal graph_structure graph by graph."""
+"""batched_graph_structure (SPD, degrees) and batched_first_edges together equal graph_structure graph by graph."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
-from graphormer_urpe.data.mag240m.structure import BatchStructure, batched_graph_structure, first_edges
+from graphormer_urpe.data.mag240m.structure import BatchStructure, batched_first_edges, batched_graph_structure
 from graphormer_urpe.data.structure import graph_structure
 from tests.conftest import random_edges
 
@@ -33,7 +33,7 @@ def _graphs(rng: np.random.Generator) -> list[tuple[int, np.ndarray]]:
 def _blocks(result: BatchStructure, sizes: np.ndarray, edge_index: np.ndarray,
             device: torch.device | str = "cpu") -> list[tuple[np.ndarray, np.ndarray]]:
     """(spd, first_edge) of each graph as (n, n) arrays: SPD cut out of the flat blocks, first
-    edges from :func:`first_edges` on the padded SPD (on ``device``), as ``CompactGraphBatch.pad`` does."""
+    edges from :func:`batched_first_edges` on the padded SPD (on ``device``), as ``CompactGraphBatch.pad`` does."""
     ends = np.cumsum(sizes * sizes)
     spd_blocks = [spd.reshape(n, n) for n, spd in zip(sizes, np.split(result.spd, ends[:-1]))]
     n_max = int(sizes.max())
@@ -41,7 +41,7 @@ def _blocks(result: BatchStructure, sizes: np.ndarray, edge_index: np.ndarray,
     for b, block in enumerate(spd_blocks):
         padded[b, :len(block), :len(block)] = block
     inputs = (padded, sizes, result.out_degree, edge_index[1])
-    first = first_edges(*(torch.from_numpy(a).to(device) for a in inputs)).cpu().numpy()  # (V, N)
+    first = batched_first_edges(*(torch.from_numpy(a).to(device) for a in inputs)).cpu().numpy()  # (V, N)
     rows = np.split(first, np.cumsum(sizes)[:-1])
     return [(spd, row[:, :len(spd)]) for spd, row in zip(spd_blocks, rows)]
 

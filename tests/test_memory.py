@@ -1,15 +1,25 @@
-"""Peak tensor memory of a training step: the tracker on hand-counted allocations, fake equals real."""
+"""Peak tensor memory of a task's training step: the tracker on hand-counted allocations, the step is
+Lightning's step of the task, and fake equals real."""
 
 from __future__ import annotations
 
+import copy
+import sys
+
 import numpy as np
 import pytest
+import pytorch_lightning as pl
 import torch
 
-from graphormer_urpe.data.batch import collate_graphs
-from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
-from graphormer_urpe.run.memory import PeakMemory, TrainingStep, estimate_step_memory
-from tests.conftest import make_record
+from graphormer_urpe.data.batch import GraphBatch, collate_graphs
+from graphormer_urpe.model.graphormer import GraphormerConfig
+from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
+from tests.conftest import REPO, make_record
+
+sys.path.insert(0, str(REPO / "bench"))
+from step_memory import PeakMemory, TrainingStep, estimate_step_memory  # noqa: E402  (bench/, on the path)
+
+SMALL = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
 
 
 def test_peak_counts_live_storages_once_until_freed() -> None:
@@ -29,24 +39,52 @@ def test_peak_counts_live_storages_once_until_freed() -> None:
     assert tracker.current == 1000
 
 
-@pytest.mark.parametrize("precision", ["32", "16-mixed", "bf16-mixed"])
-def test_estimate_on_fake_tensors_equals_the_count_on_real_tensors(rng: np.random.Generator, precision: str) -> None:
+def task_and_batch(rng: np.random.Generator, kind: str) -> tuple[GraphormerTask, GraphBatch]:
+    """A small regression or 3-class task and a batch of four graphs whose targets are all known."""
     batch = collate_graphs([make_record(rng, n, i) for i, n in enumerate([5, 17, 9, 30])])
     torch.manual_seed(0)
-    model = Graphormer(GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    estimate = estimate_step_memory(model, batch, precision)
-    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # the model is not trained
+    if kind == "regression":
+        return GraphRegression(GraphormerConfig(**SMALL), OptimConfig(lr=1e-3, warmup_steps=0)), batch
+    batch.y = torch.tensor([[0.0], [2.0], [1.0], [2.0]])
+    task = Classification(GraphormerConfig(num_outputs=3, **SMALL), OptimConfig(lr=1e-3, warmup_steps=0),
+                          target_kind="multiclass")
+    return task, batch
+
+
+@pytest.mark.parametrize("kind", ["regression", "multiclass"])
+def test_the_step_is_the_update_lightning_makes_with_the_tasks_loss_and_optimiser(
+        rng: np.random.Generator, kind: str) -> None:
+    task, batch = task_and_batch(rng, kind)
+    fitted, initial = copy.deepcopy(task), copy.deepcopy(task.state_dict())
+    step = TrainingStep(task, "32", torch.device("cpu"), gradient_clip=1.0)
+    assert type(step.optimizer) is torch.optim.AdamW and step.optimizer.defaults["eps"] == task.optim.adam_eps
+    step(batch)
+    trainer = pl.Trainer(max_steps=1, gradient_clip_val=1.0, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(fitted, train_dataloaders=torch.utils.data.DataLoader([batch], batch_size=None))
+    state, expected = task.state_dict(), fitted.state_dict()
+    assert not torch.equal(state["model.head.weight"], initial["model.head.weight"])  # the step trained
+    assert state.keys() == expected.keys() and all(torch.equal(state[k], expected[k]) for k in expected)
+
+
+@pytest.mark.parametrize("kind", ["regression", "multiclass"])
+@pytest.mark.parametrize("precision", ["32", "16-mixed", "bf16-mixed"])
+def test_estimate_on_fake_tensors_equals_the_count_on_real_tensors(rng: np.random.Generator, precision: str,
+                                                                   kind: str) -> None:
+    task, batch = task_and_batch(rng, kind)
+    before = {k: v.clone() for k, v in task.state_dict().items()}
+    estimate = estimate_step_memory(task, batch, precision)
+    assert all(torch.equal(v, before[k]) for k, v in task.state_dict().items())  # the task is not trained
 
     real = PeakMemory()
-    step = TrainingStep(model, precision, torch.device("cpu"))
-    real.track(dict(model.named_parameters()), dict(model.named_buffers()), batch.__dict__)
+    step = TrainingStep(task, precision, torch.device("cpu"))
+    real.track(dict(task.named_parameters()), dict(task.named_buffers()), batch.__dict__)
     with real:
         step(batch)
         persistent = real.current
         real.reset_peak()
         step(batch)
     assert (estimate.peak, estimate.persistent) == (real.peak, persistent)
-    params = sum(p.numel() * 4 for p in model.parameters())
+    params = sum(p.numel() * 4 for p in task.parameters())
     assert persistent >= 3 * params  # weights plus AdamW's two moments
     assert estimate.peak > persistent + params  # activations and gradients on top

@@ -12,6 +12,7 @@ from ogb.lsc import MAG240MEvaluator
 from sklearn.metrics import roc_auc_score
 from torchmetrics import MeanAbsoluteError
 
+from graphormer_urpe.errors import ConfigError
 from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, EvaluatorMetric, PerTargetMetrics
 
 
@@ -29,6 +30,17 @@ def test_matches_the_official_evaluator_over_all_batches() -> None:
 @pytest.mark.filterwarnings("ignore:The ``compute`` method of metric")
 def test_nothing_seen_is_nan() -> None:
     assert math.isnan(float(EvaluatorMetric("ogb.lsc.MAG240MEvaluator", "acc").compute()))
+
+
+@pytest.mark.parametrize("path, reason", [
+    ("ogb.lsc.NoSuchEvaluator", "module 'ogb.lsc' has no attribute 'NoSuchEvaluator'"),
+    ("nowhere.Evaluator", "No module named 'nowhere'"),
+    ("Evaluator", "Empty module name"),
+])
+def test_an_evaluator_path_that_names_nothing_is_refused_naming_the_option(path: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        EvaluatorMetric(path, "acc")
+    assert str(refused.value) == f"model.evaluator={path!r}: cannot be imported ({reason})"
 
 
 def test_mae_per_target_leaves_missing_values_out_and_averages_targets() -> None:

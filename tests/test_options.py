@@ -110,7 +110,7 @@ CASES = [
     ("pyg_tu_example", ["--data.source.seed", "x"], "data.source.seed: Expected a <class 'int'>"),
     ("synthetic_pi", ["--data.seed", "x"], "data.seed: Expected a <class 'int'>"),
     ("pyg_tu_example", ["--data.source.dataset", "torch_geometric.datasets.Nope"],
-     "data.source.dataset: cannot import 'torch_geometric.datasets.Nope'"),
+     "data.source.dataset='torch_geometric.datasets.Nope': cannot be imported"),
     ("pyg_tu_example", ["--data.source.split", "instances"], "split: instances needs data.source.split_args"),
     ("mag240m", ["--data.fanouts", "[25, 0]"], "data.fanouts[1]=0: must be an integer >= 1"),
     ("mag240m", ["--data.batch_size", "0"], "data.batch_size=0: must be an integer >= 1"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import numpy as np
 import pytest
@@ -12,7 +13,6 @@ from graphormer_urpe.constants import GRAPH_TOKEN_RELATION, SPD_RELATION_OFFSET
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig, SequenceTransformer
 from graphormer_urpe.run.plots import (
-    accuracy_figure,
     graph_figure,
     graph_tables,
     has_relative_encodings,
@@ -20,6 +20,10 @@ from graphormer_urpe.run.plots import (
     relative_encoding_figure,
     sequence_matrices,
 )
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+from synthetic_results import accuracy_figure  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
 
 CONFIG = GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, spatial_pos_max=4)
 

@@ -90,7 +90,6 @@ def test_first_edges_become_batch_edge_ids_and_edge_targets_local_positions() ->
     assert_same_batch(to_graph_batch(first), to_graph_batch(Batch.from_data_list([first])))  # one Data
 
 
-
 @pytest.mark.parametrize("data, transform, message", [
     (Data(), GraphormerStructure(), r"node count is unknown: set data.num_nodes"),
     (Data(x=torch.zeros(0, 1, dtype=torch.long), edge_index=torch.zeros(2, 0, dtype=torch.long)),

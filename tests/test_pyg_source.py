@@ -17,7 +17,7 @@ from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import ZINC, PygDataset
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure
-from graphormer_urpe.errors import DataError, DatasetMissing
+from graphormer_urpe.errors import ConfigError, DataError, DatasetMissing
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import GraphRegression, OptimConfig
@@ -222,7 +222,6 @@ def test_the_data_spec_is_linked_into_the_model_by_the_cli(tmp_path: Path) -> No
     ({"target_level": "graph", "split": "random"}, r"'y' has \d+ rows for 12 graphs; per-node targets need "
                                                    r"data.source.target_level: node"),
     ({"task": "binary"}, r"values of 'y' are not 0 or 1"),
-    ({"dataset": "torch_geometric.datasets.NoSuchSet"}, r"cannot import 'torch_geometric.datasets.NoSuchSet'"),
     ({"dataset": "torch_geometric.data.Data"}, r"is not a torch_geometric InMemoryDataset"),
     ({"target_names": ["a"]}, r"target_names has 1 names for the 2 columns of 'y'"),
 ])
@@ -230,6 +229,14 @@ def test_bad_datasets_are_refused_naming_what_is_wrong(arguments: dict, message:
     source = PygDataset(**{**NODE_SOURCE, **arguments})
     with pytest.raises(DataError, match=message):
         _ = source.spec
+
+
+def test_a_dataset_path_that_names_nothing_is_refused_naming_the_option() -> None:
+    source = PygDataset(**{**NODE_SOURCE, "dataset": "torch_geometric.datasets.NoSuchSet"})
+    with pytest.raises(ConfigError) as refused:
+        _ = source.spec
+    assert str(refused.value) == ("data.source.dataset='torch_geometric.datasets.NoSuchSet': cannot be imported "
+                                  "(module 'torch_geometric.datasets' has no attribute 'NoSuchSet')")
 
 
 def test_impossible_split_configurations_are_refused_at_once() -> None:

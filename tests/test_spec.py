@@ -24,7 +24,8 @@ from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
-from graphormer_urpe.run.cli import CONFIG_DIR, CONFIG_KEY, GraphormerCLI
+from graphormer_urpe.run.checkpoints import CONFIG_KEY
+from graphormer_urpe.run.cli import CONFIG_DIR, GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphRegression, SequenceTagging
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 from tests.conftest import TINY_MOLECULES, tiny_run_args

@@ -264,6 +264,31 @@ def test_a_mismatch_in_the_config_stops_with_the_message_not_a_traceback(tmp_pat
     assert cause is not None and "model.class_path: graphormer_urpe.tasks.Classification" in str(cause)
 
 
+class UpdateLearningRates(pl.Callback):
+    """The learning rate each optimiser update uses, read from the optimiser just before it steps."""
+
+    def __init__(self) -> None:
+        self.rates: list[float] = []
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                                 optimizer: torch.optim.Optimizer) -> None:
+        self.rates.append(optimizer.param_groups[0]["lr"])
+
+
+def test_update_k_uses_the_schedule_multiplier_of_step_k_minus_1(rng: np.random.Generator) -> None:
+    """Warm-up over 3 steps, then linear decay to end_lr = lr / 10 at step 7 of 7: update k uses the
+    multiplier of step k - 1, so the first update uses 0 and none uses the end value (as fairseq's
+    trainer places the schedule; v1.0's Lightning PolynomialDecayLR would use 1/3, 2/3, 1, ... one step earlier)."""
+    batch = collate_graphs([make_record(rng, 5, index=0), make_record(rng, 7, index=1)])
+    task = GraphRegression(GraphormerConfig(**TINY), OptimConfig(lr=2.0, warmup_steps=3, end_lr=0.2))
+    rates = UpdateLearningRates()
+    trainer = pl.Trainer(max_steps=7, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[rates])
+    trainer.fit(task, train_dataloaders=torch.utils.data.DataLoader([batch] * 7, batch_size=None))
+    expected = [0.0, 2 / 3, 4 / 3, 2.0, 2 - 1.8 / 4, 2 - 1.8 * 2 / 4, 2 - 1.8 * 3 / 4]
+    assert rates.rates == pytest.approx(expected, rel=1e-15, abs=0.0)  # float64 arithmetic, a few roundings
+
+
 # ----------------------------------------------------------------------------- fine-tuning options of the optimiser
 class StepLog(pl.Callback):
     """Every parameter group's learning rate before each optimiser step, the weights before the first

@@ -1,4 +1,4 @@
-"""``python -m graphormer_urpe.convert {official,huggingface} SRC OUT.ckpt``: see the package docstring.
+"""``python -m graphormer_urpe.convert {official,huggingface,upgrade} SRC OUT.ckpt``: see the package docstring.
 
 Bad input stops with one ``error:`` line on stderr and exit code 2, writing nothing.
 """
@@ -12,14 +12,16 @@ from collections.abc import Sequence
 
 from graphormer_urpe.convert.huggingface import NODE_ROW_SHIFTS, import_huggingface
 from graphormer_urpe.convert.official import import_official
+from graphormer_urpe.convert.upgrade import upgrade
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.errors import InputError
 
 
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="python -m graphormer_urpe.convert",
-                                   description="Convert another Graphormer implementation's checkpoint into ours.")
-    formats = main.add_subparsers(dest="format", required=True, metavar="{official,huggingface}")
+                                   description="Convert another Graphormer implementation's checkpoint, or one "
+                                               "of our own earlier layout, into ours.")
+    formats = main.add_subparsers(dest="format", required=True, metavar="{official,huggingface,upgrade}")
     official = formats.add_parser("official", help="microsoft/Graphormer: v1.0 Lightning .ckpt or v2 fairseq .pt")
     official.add_argument("source", help="the official checkpoint")
     huggingface = formats.add_parser("huggingface", help="transformers' GraphormerForGraphClassification directory")
@@ -42,20 +44,26 @@ def parser() -> argparse.ArgumentParser:
     huggingface.add_argument("--node_rows", choices=list(NODE_ROW_SHIFTS), default="transformers",
                              help="node embedding rows of transformers' preprocessing (512 f + v + 3) or of "
                                   "official Graphormer (512 f + v + 2)")
+    earlier = formats.add_parser("upgrade", help="our checkpoint written before the task family was merged")
+    earlier.add_argument("source", help="the checkpoint in the earlier layout (optimiser arguments outside optim)")
+    earlier.add_argument("output", help="the checkpoint to write, in today's layout")
     return main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    common = dict(node_vocab=args.node_vocab, edge_vocab=args.edge_vocab, spatial_pos_max=args.spatial_pos_max,
-                  task=args.task)
     try:
+        if args.format == "upgrade":
+            upgrade(args.source, args.output)
+            return 0
+        common = dict(node_vocab=args.node_vocab, edge_vocab=args.edge_vocab, spatial_pos_max=args.spatial_pos_max,
+                      task=args.task)
         if args.format == "official":
             import_official(args.source, args.output, multi_hop_max_dist=args.multi_hop_max_dist, **common)
         else:
             import_huggingface(args.source, args.output, node_rows=args.node_rows, **common)
-    except InputError as error:  # ConversionError, or a setting GraphormerConfig refuses
+    except InputError as error:  # ConversionError, CheckpointError, or a setting GraphormerConfig refuses
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -2,25 +2,12 @@
 
     python -m graphormer_urpe.convert huggingface graphormer-base-pcqm4mv2/ runs/imported/graphormer.ckpt
 
-The source is a directory as ``save_pretrained`` writes it (and the Hub serves it, e.g.
-``clefourrier/graphormer-base-pcqm4mv2``): ``config.json`` and ``model.safetensors`` or
-``pytorch_model.bin``. transformers' Graphormer (``transformers.models.graphormer`` from 4.27,
-``transformers.models.deprecated.graphormer`` in the last 4.x releases, gone in 5.x) is a port of
-official v2: the encoder keeps v2's names (``encoder.graph_encoder.*``), the head is
-``encoder.lm_head_transform_weight``, ``encoder.layer_norm``, ``classifier.classifier`` (no bias)
-and ``classifier.lm_output_learned_bias``, and ``config.json`` holds what fairseq keeps in
-``cfg``. Two things differ from official v2 in its data pipeline (``collating_graphormer.py``):
-
-* **Node rows.** ``preprocess_item`` adds 1 to ``convert_to_single_emb``'s rows twice and the
-  collator keeps them, so value v of column f reads row ``512 f + v + 3``, one above official's
-  ``512 f + v + 2`` (edges, distances and degrees read official's rows). ``node_rows`` picks which
-  the import follows: ``transformers`` (what the model predicts in transformers' own pipeline,
-  the default) or ``official`` (for weights copied from an official checkpoint without training
-  in transformers).
-* **Masking.** ``GraphormerDataCollator(spatial_pos_max=20)`` masks pairs whose stored distance
-  ``d + 1`` is ``>= spatial_pos_max``, i.e. ``d >= spatial_pos_max - 1``; it takes the value as its
-  own argument (default 20) and does not read ``config.json``'s ``spatial_pos_max`` (default 1024,
-  official's: nothing masked). The import uses ``config.json``'s unless told the collator's.
+The source is a directory as ``save_pretrained`` writes it (``config.json`` and
+``model.safetensors`` or ``pytorch_model.bin``). transformers' Graphormer is a port of official v2
+(v2's tensor names, ``config.json`` holding what fairseq keeps in ``cfg``) whose data pipeline
+differs in two places: node value v of column f reads row ``512 f + v + 3`` (``node_rows``), and
+its collator masks by its own ``spatial_pos_max`` argument, not ``config.json``'s. Both, and every
+refusal: ``docs/official-graphormer.md`` (transformers' Graphormer).
 """
 
 from __future__ import annotations

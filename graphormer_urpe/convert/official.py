@@ -2,23 +2,15 @@
 
     python -m graphormer_urpe.convert official checkpoint_best_pcqm4mv2.pt runs/imported/graphormer.ckpt
 
-The two formats, as the official code writes them (the file each fact comes from):
+* **v1.0** (branch ``v1.0``): a PyTorch Lightning 1.3 checkpoint whose ``hyper_parameters`` are the
+  arguments of ``Graphormer.__init__`` (``n_layers``, ``hidden_dim`` ...); ``spatial_pos_max``
+  belongs to the datamodule and is not stored.
+* **v2** (``main``, fairseq): weights in ``model``; settings in ``cfg['task']`` (read by the
+  collator) and in ``cfg['model']``, an ``argparse.Namespace`` of every argument (``args`` in
+  older fairseq versions).
 
-* **v1.0** (branch ``v1.0``, ``graphormer/model.py``): a PyTorch Lightning 1.3 checkpoint
-  (``state_dict``, ``hyper_parameters``, ``pytorch-lightning_version`` ...). ``hyper_parameters``
-  is the plain dict of ``Graphormer.__init__``'s arguments (``save_hyperparameters()``):
-  ``n_layers``, ``num_heads``, ``hidden_dim``, ``ffn_dim``, ``dropout_rate``,
-  ``intput_dropout_rate`` (sic), ``attention_dropout_rate``, ``edge_type``, ``multi_hop_max_dist``,
-  ``dataset_name`` .... ``spatial_pos_max`` belongs to the datamodule and is not stored.
-* **v2** (``main``, fairseq): weights in ``model``. fairseq's trainer writes ``args`` as None and the
-  settings in ``cfg``: ``cfg['task']`` is the dict of ``GraphPredictionConfig``
-  (``graphormer/tasks/graph_prediction.py``: ``multi_hop_max_dist``, ``spatial_pos_max``,
-  ``edge_type``, ``num_classes``, table sizes), read by the collator; ``cfg['model']`` is the
-  ``argparse.Namespace`` of every argument (Graphormer registers its model without a dataclass),
-  completed by ``base_architecture`` (``graphormer/models/graphormer.py``), read by the model.
-  Checkpoints of older fairseq versions hold the same Namespace as ``args``.
-
-What each tensor and row maps to, and every refusal: ``docs/official-graphormer.md``.
+Where each setting is read, what each tensor and row maps to, and every refusal:
+``docs/official-graphormer.md``.
 """
 
 from __future__ import annotations

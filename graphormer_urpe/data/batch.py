@@ -103,13 +103,14 @@ class TensorFields:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Self:
         """A copy with every tensor on ``device``."""
-        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+        return self.map_tensors(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Self:
         """A copy in page-locked memory (called by ``DataLoader(pin_memory=True)``)."""
-        return self._map(torch.Tensor.pin_memory)
+        return self.map_tensors(torch.Tensor.pin_memory)
 
-    def _map(self, move: Callable[[torch.Tensor], torch.Tensor]) -> Self:
+    def map_tensors(self, move: Callable[[torch.Tensor], torch.Tensor]) -> Self:
+        """A copy with ``move`` applied to every tensor field."""
         return type(self)(**{
             f.name: getattr(self, f.name) if f.metadata.get("host") else move(getattr(self, f.name))
             for f in dataclasses.fields(self)
@@ -178,8 +179,6 @@ class GraphBatch(TensorFields):
     def num_graphs(self) -> int:
         """B, the number of graphs (what metrics use as ``batch_size``)."""
         return self.x.shape[0]
-
-
 
 
 def pad_rows(mask: torch.Tensor, values: torch.Tensor, fill: float) -> torch.Tensor:

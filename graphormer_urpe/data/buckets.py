@@ -71,21 +71,3 @@ def size_sorted(positions: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         positions: (L,) int; sizes: (dataset size,) int -> (L,) int.
     """
     return positions[np.argsort(sizes[positions], kind="stable")]
-
-
-def padded_share(sizes: np.ndarray, batches: list[np.ndarray], world: int = 1, graph_token: bool = True) -> float:
-    """Share of the attention entries of ``batches`` that are padding, when each of ``world``
-    processes pads its slice of each batch to its largest graph (plus the graph token).
-
-    Shapes:
-        sizes: (dataset size,) int; batches: global batches of positions.
-    """
-    token = int(graph_token)
-    useful = padded = 0
-    for batch in batches:
-        share = len(batch) // world
-        for rank in range(world):
-            tokens = sizes[batch[rank * share:(rank + 1) * share]].astype(np.int64) + token
-            useful += int((tokens**2).sum())
-            padded += len(tokens) * int(tokens.max()) ** 2
-    return 1.0 - useful / padded

@@ -1,26 +1,13 @@
 """The preprocessed-graph cache: flat arrays plus offsets, built in parallel, resumable chunks.
 
-Layout of one cache directory (``ROOT/<dataset>/graphormer/<name>-<key hash>/``)::
-
-    manifest.json          key, totals, chunk list; written last, so its presence means "complete"
-    splits.npz             source rows of every split (train/valid/test ...)
-    chunk_00000/           one chunk of consecutive source rows
-        chunk.json         rows covered, graphs kept, skipped rows with reasons, file sizes + CRC32
-        x.npy              (sum n, F) int16      node features
-        in_degree.npy      (sum n,) int16        out_degree.npy (sum n,) int16
-        edge_index.npy     (sum e, 2) int16      local node ids
-        edge_attr.npy      (sum e, Fe) int16
-        x_continuous.npy   (sum n, Fc) float32   continuous node features (Fc = 0: none)
-        edge_continuous.npy (sum e, Fec) float32 continuous edge features (Fec = 0: none)
-        spd.npy            (sum n^2,) uint8      first_edge.npy (sum n^2,) int16
-        y.npy              (G, Y) float32, or (sum n, Y) for per-node targets (chunk.json
-                           ``node_targets``)     source_row.npy (G,) int64
-        node_ptr.npy, edge_ptr.npy, pair_ptr.npy   (G + 1,) int64 offsets
-
-Every array is opened with ``np.load(mmap_mode="r")``: DataLoader workers share the page cache
-instead of each holding millions of Python objects. A chunk is written to a temporary directory
-and renamed into place only when complete, so an interrupted build resumes at the first missing
-chunk; a chunk whose files do not match their recorded sizes and checksums is rebuilt, never used.
+A cache directory (``ROOT/<dataset>/graphormer/<name>-<key hash>/``, layout in ``docs/datasets.md``)
+holds ``manifest.json`` (written last: its presence means "complete"), ``splits.npz`` and chunks of
+consecutive source rows, each a ``chunk.json`` (rows, skipped rows with reasons, file sizes and
+CRC32) and flat ``.npy`` arrays with ``node_ptr``/``edge_ptr``/``pair_ptr`` offsets. Every array is
+opened with ``np.load(mmap_mode="r")``: DataLoader workers share the page cache instead of each
+holding millions of Python objects. A chunk is written to a temporary directory and renamed into
+place only when complete, so an interrupted build resumes at the first missing chunk; a chunk whose
+files do not match their recorded sizes and checksums is rebuilt, never used.
 """
 
 from __future__ import annotations

@@ -27,9 +27,9 @@ from graphormer_urpe.data.loaders import (
     train_loader,
     warn_if_not_published,
 )
+from graphormer_urpe.data.predictable import SplitRows
 from graphormer_urpe.data.sources.base import GraphSource
 from graphormer_urpe.data.spec import DataSpec
-from graphormer_urpe.data.split_rows import SplitRows
 from graphormer_urpe.data.structure import MAX_NODES, PathOrder, check_path_order
 from graphormer_urpe.errors import ConfigError, check_int
 
@@ -276,7 +276,7 @@ class GraphDataModule(pl.LightningDataModule):
         the split's order by :func:`~graphormer_urpe.evaluation.splits.predict_split`)."""
         return self._eval_loader(self.predict_split)
 
-    # -- what evaluation uses (:class:`~graphormer_urpe.data.split_rows.PredictableData`)
+    # -- what evaluation uses (:class:`~graphormer_urpe.data.predictable.PredictableData`)
     def predict_on(self, split: str) -> None:
         """Choose the split ``predict_dataloader`` serves."""
         self.predict_split = split
@@ -285,6 +285,11 @@ class GraphDataModule(pl.LightningDataModule):
     def preprocessing_seconds(self) -> float:
         """Seconds this process spent building the cache (0.0 when it found a valid one)."""
         return self.build_summary.seconds if self.build_summary is not None else 0.0
+
+    def training_mean(self) -> np.ndarray:
+        """(Y,) float64 mean of the training targets (:meth:`target_statistics`), what a submission
+        predicts for rows skipped while preprocessing."""
+        return self.target_statistics()[0]
 
     def split_rows(self, split: str) -> SplitRows:
         """The source rows of ``split`` in the dataset's order, skipped rows included (no graph, NaN

@@ -5,7 +5,7 @@ A preprocessed file is trusted only while it matches the record written when it 
 its size (a truncated file), its CRC32 (a corrupted one) and, where recorded, its modification
 time (a file changed since; its CRC is then recomputed even without a full verification). The
 graph cache (:mod:`graphormer_urpe.data.cache`) and the MAG240M derived files
-(:mod:`graphormer_urpe.data.mag240m.release`) keep such records in their manifests. The metadata
+(:mod:`graphormer_urpe.data.mag240m.derived`) keep such records in their manifests. The metadata
 files themselves are read by :func:`read_json_object`, which tells a damaged one from a good one.
 """
 

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from graphormer_urpe.data.buckets import bucketed_batches, size_sorted
@@ -48,6 +49,18 @@ def process_grid(trainer: pl.Trainer | None) -> tuple[int, int]:
     if trainer is None:
         return 1, 0
     return trainer.world_size, trainer.global_rank
+
+
+def gather_objects(value: Any) -> list[Any]:
+    """``value`` of every process of the process group, in rank order (``[value]`` without one).
+
+    A collective: every process must call it.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [value]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
 
 
 def per_device_batch_size(global_batch: int, world_size: int) -> int:

@@ -1,25 +1,13 @@
 """Shortest paths chosen as official Graphormer chooses them (``path_order: official``).
 
 Official Graphormer (v2 ``graphormer/data/algos.pyx``, ``floyd_warshall`` and ``get_all_edges``)
-runs Floyd-Warshall with a strict ``>`` and records in ``path[i, j]`` the last intermediate node k
-that shortened the pair; the path is then ``path(i, k) + [k] + path(k, j)``. Since k runs upwards,
-``path[i, j]`` is the smallest k such that some shortest i -> j path has no intermediate node above
-k: among the shortest paths, official Graphormer takes the one whose largest intermediate node is
-smallest, recursively. Our default (``smallest_next``) takes the smallest next node at every step
-instead, and the two differ on molecules with rings (different bond features along the path).
-
-These paths are *suffix-consistent*: after the first hop i -> n1, the official path of (i, j)
-continues exactly as the official path of (n1, j) (checked against a transcription of
-``algos.pyx`` on random directed, undirected and disconnected graphs in ``tests/test_official_paths.py``).
-So the compact ``first_edge`` matrix represents them exactly, for every hop, and the model follows
-them with no change.
-
-Official v1.0 (``graphormer/algos.pyx`` of the ``v1.0`` branch) initialises ``path`` with 0 and
-reads 0 as "no intermediate node", so any path through node 0 loses it and is read as a non-edge
-hop; that is a bug fixed in v2 and not reproduced here.
-
-Speed: Floyd-Warshall is vectorised over a block of G graphs of n nodes, n steps of ``(G, n, n)``
-array operations.
+records in ``path[i, j]`` the last intermediate node k that strictly shortened the pair and rebuilds
+the path as ``path(i, k) + [k] + path(k, j)``: among the shortest paths, the one whose largest
+intermediate node is smallest, recursively. These paths are suffix-consistent, so the compact
+``first_edge`` matrix represents them exactly (``docs/official-graphormer.md``; checked against a
+transcription of ``algos.pyx`` in ``tests/test_official_paths.py``). v1.0's ``algos.pyx`` reads
+node 0 as "no intermediate node", a bug fixed in v2 and not reproduced here. Floyd-Warshall is
+vectorised over a block of G graphs of n nodes: n steps of ``(G, n, n)`` array operations.
 """
 
 from __future__ import annotations

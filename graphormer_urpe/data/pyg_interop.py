@@ -1,32 +1,13 @@
 """The model in a plain PyTorch Geometric loop: a ``pre_transform`` and a ``Batch`` conversion.
 
-:class:`GraphormerStructure` adds to every ``Data`` what the cache stores for a graph of n nodes
-and e directed edges, computed by the same function
-(:func:`~graphormer_urpe.data.structure.graph_structure`):
-
-==============  ======  ========  =============================================================
-attribute       dtype   shape     meaning
-==============  ======  ========  =============================================================
-``spd``         uint8   (n * n,)  shortest-path distance from i to j at ``i * n + j``, 255 when
-                                  j is unreachable (or 255 or more hops away)
-``first_edge``  int16   (n * n,)  position in ``edge_index`` of the first edge of a shortest path
-                                  from i to j, -1 when i == j or j is unreachable
-``in_degree``   int16   (n,)      in-degree (edges into the node, duplicates counted)
-``out_degree``  int16   (n,)      out-degree
-``num_nodes``   int     \\-        n, set explicitly so that isolated nodes are never lost
-==============  ======  ========  =============================================================
-
-Pair attributes are flat (n * n,) blocks so that PyG's collation concatenates them like any node
-attribute (a (n, n) attribute cannot be concatenated across graphs of different sizes). None of the
-names contains ``index``, so PyG leaves their values alone; :func:`to_graph_batch` offsets the
-first-edge ids by each graph's first edge and pads everything into a
-:class:`~graphormer_urpe.data.batch.GraphBatch`, exactly what ``collate_graphs`` makes of the
-cache's records of the same graphs.
-
-Features follow :class:`~graphormer_urpe.data.sources.PygDataset`'s rule: an integer (or bool)
-attribute is categorical (each column embedded, its values 0, 1, 2 ... below the model's
-vocabulary), a float attribute is continuous (projected by a linear layer); without a categorical
-attribute every node (edge) gets one constant categorical column of zeros.
+:class:`GraphormerStructure` adds to every ``Data`` what the cache stores for a graph
+(``spd``, ``first_edge``, ``in_degree``, ``out_degree``, ``num_nodes``; computed by
+:func:`~graphormer_urpe.data.structure.graph_structure`), pair attributes as flat (n * n,) blocks so
+that PyG collates them like node attributes. :func:`to_graph_batch` pads a PyG batch into the
+:class:`~graphormer_urpe.data.batch.GraphBatch` that ``collate_graphs`` makes of the same graphs.
+Features follow :class:`~graphormer_urpe.data.sources.PygDataset`'s rule: integer (or bool)
+attributes are categorical, float ones continuous. The attributes, the checks and the guarantee:
+``docs/pyg.md``.
 
 Shape letters: B graphs, N nodes of the largest graph, V nodes and E edges of the batch, P pairs
 of the batch (sum of n * n), F / Fc categorical / continuous node-feature columns, Fe / Fec edge
@@ -79,19 +60,12 @@ def _as_columns(tensor: torch.Tensor, rows: int, name: str) -> torch.Tensor:
 class GraphormerStructure(BaseTransform):
     r"""Adds shortest-path distances, first edges of shortest paths and degrees to a ``Data``.
 
-    Meant as a ``pre_transform`` (computed once, stored with the dataset's processed files); the
-    attributes are listed in :mod:`graphormer_urpe.data.pyg_interop`. Handles directed graphs
-    (distances follow edge directions), disconnected graphs and isolated nodes (unreachable pairs
-    get ``spd`` 255 and no first edge), self-loops, duplicate edges (the first listed is the one
-    paths use), and graphs without ``edge_index`` (no edges; an empty ``edge_index`` is added) or
-    without edge features. Among several shortest paths the one whose next node has the smallest
-    index is taken at every step.
-
-    It refuses, with a ``ValueError`` naming the attribute and the value, before changing anything:
-    an unknown node count, a graph without nodes or with more than 32,767 nodes or directed edges
-    (ids are int16), an ``edge_index`` that is not (2, e) integers or names a node outside
-    0 .. n - 1, a feature attribute with the wrong number of rows, a negative categorical value
-    and a non-finite continuous value.
+    Meant as a ``pre_transform`` (computed once, stored with the dataset's processed files). Handles
+    directed and disconnected graphs, isolated nodes (unreachable pairs: ``spd`` 255, no first edge),
+    self-loops, duplicate edges and graphs without edges; among several shortest paths the one whose
+    next node has the smallest index is taken. A graph it cannot encode is refused with a
+    ``ValueError`` naming the attribute and the value, before anything changes (``docs/pyg.md``
+    lists them).
 
     Args:
         node_attributes: node-feature attributes to check (the ones :func:`to_graph_batch` reads);
@@ -211,15 +185,9 @@ def to_graph_batch(
     """The :class:`~graphormer_urpe.data.batch.GraphBatch` of a PyG batch of graphs that went
     through :class:`GraphormerStructure`, on the batch's device.
 
-    For the same graphs and features it equals, field for field, what
-    :func:`~graphormer_urpe.data.batch.collate_graphs` makes of the cache's records (PyG's
-    ``DataLoader`` plus this function replace the cache and ``collate_graphs``), except ``index``,
-    which is each graph's position in the batch (a PyG batch does not carry dataset positions).
-    Edge ids: graph b's local first-edge id k becomes ``k + (edges of graphs 0 .. b - 1)``. One
-    host synchronisation per call (the largest graph's size and the checks, read together).
-
-    ``Graphormer.forward`` calls it with the spec of the data its config expects when given a PyG
-    batch, so ``model(batch)`` works; call it yourself for non-default attribute names.
+    It equals, field for field, what :func:`~graphormer_urpe.data.batch.collate_graphs` makes of the
+    cache's records of the same graphs, except ``index`` (each graph's position in the batch).
+    ``Graphormer.forward`` calls it on a PyG batch; call it yourself for other attribute names.
 
     Args:
         batch: a ``Batch`` from a PyG ``DataLoader`` (or one ``Data``, taken as a batch of one).

@@ -11,7 +11,6 @@ featurised (whose predictions are empty).
 
 from __future__ import annotations
 
-import importlib
 import logging
 import tempfile
 from pathlib import Path
@@ -23,20 +22,15 @@ import yaml
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources.molecules import MoleculeSource
 from graphormer_urpe.data.sources.tables import SmilesToPredict
-from graphormer_urpe.errors import DataError
+from graphormer_urpe.errors import DataError, import_object
 from graphormer_urpe.evaluation.splits import predict_split
-from graphormer_urpe.tasks.graph import PerTargetTask
+from graphormer_urpe.run.checkpoints import embedded_config
+from graphormer_urpe.tasks.base import PerTargetTask
 
 log = logging.getLogger("graphormer_urpe")
 
 #: Rows that could not be featurised named one by one in the log (the CSV lists all of them).
 SHOWN_ROWS = 10
-
-
-def import_class(path: str) -> type:
-    """The class named by a dotted path such as ``graphormer_urpe.tasks.GraphRegression``."""
-    module, name = path.rsplit(".", 1)
-    return getattr(importlib.import_module(module), name)
 
 
 def predict_table(ckpt: Path, table: Path, out: Path, config_yaml: str, smiles_column: str | None = None,
@@ -61,12 +55,12 @@ def predict_table(ckpt: Path, table: Path, out: Path, config_yaml: str, smiles_c
     config = yaml.safe_load(config_yaml)
     data_args = config["data"].get("init_args", {})
     source = data_args.get("source", {})
-    source_class = import_class(source["class_path"])
+    source_class = import_object("data.source.class_path", source["class_path"])
     if not issubclass(source_class, MoleculeSource):
         raise DataError(f"--predict reads SMILES, but {ckpt} was trained on {source_class.__name__}, which is not "
                         "a molecular dataset")
     column = smiles_column or source.get("init_args", {}).get("smiles_column", "smiles")
-    task = import_class(config["model"]["class_path"]).from_checkpoint(ckpt)
+    task = import_object("model.class_path", config["model"]["class_path"]).from_checkpoint(ckpt)
     if not isinstance(task, PerTargetTask):
         raise DataError(f"--predict needs a GraphRegression or Classification checkpoint, not "
                         f"{type(task).__name__}")
@@ -93,3 +87,21 @@ def predict_table(ckpt: Path, table: Path, out: Path, config_yaml: str, smiles_c
              len(frame) - len(failed), len(failed),
              f" (empty prediction, reason in 'error'; first: {failed[:SHOWN_ROWS]})" if failed else "")
     return frame
+
+
+def predict_new_molecules(ckpt: str, table: Path, out: Path, config: Path | None = None,
+                          smiles_column: str | None = None) -> dict:
+    """``evaluate.py --predict TABLE --out FILE.csv``: :func:`predict_table` with the config embedded in
+    the checkpoint (or ``config``).
+
+    Returns:
+        The checkpoint, table, output file, and how many rows were predicted and failed.
+
+    Raises:
+        InputError: the checkpoint, the config or the table cannot be used (the message says why).
+    """
+    config_yaml = config.read_text() if config is not None else embedded_config(ckpt)
+    frame = predict_table(Path(ckpt), table, out, config_yaml, smiles_column)
+    failed = int((frame["error"] != "").sum())
+    return {"checkpoint": ckpt, "table": str(table), "out": str(out), "rows": len(frame),
+            "predicted": len(frame) - failed, "failed": failed}

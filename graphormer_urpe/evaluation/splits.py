@@ -5,7 +5,7 @@ Under DDP, each of W processes predicts its contiguous shard of the split (the D
 its own batches. :func:`predict_split` gathers every process's ``(index, prediction)`` pairs, keeps
 one prediction per example (a sampler that repeats examples would be harmless), checks that exactly
 the split's examples came back, and lays them out in the split's row order
-(:class:`~graphormer_urpe.data.split_rows.SplitRows`); rows that were skipped while preprocessing
+(:class:`~graphormer_urpe.data.predictable.SplitRows`); rows that were skipped while preprocessing
 get NaN and are listed. Graph datasets and MAG240M go through the same function.
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 
-from graphormer_urpe.data.split_rows import PredictableData
+from graphormer_urpe.data.loaders import gather_objects
+from graphormer_urpe.data.predictable import PredictableData
 
 
 @dataclass
@@ -57,11 +57,7 @@ def gather_predictions(index: torch.Tensor, prediction: torch.Tensor) -> tuple[n
         predicted twice), and the number of repeated predictions dropped.
     """
     values = prediction.detach().to("cpu", torch.float32).numpy()
-    parts = [(index.detach().cpu().numpy(), values[:, None] if values.ndim == 1 else values)]
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        gathered: list = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, parts[0])
-        parts = gathered
+    parts = gather_objects((index.detach().cpu().numpy(), values[:, None] if values.ndim == 1 else values))
     all_index = np.concatenate([p[0] for p in parts]).astype(np.int64)
     all_prediction = np.concatenate([p[1] for p in parts])
     order = np.argsort(all_index, kind="stable")
@@ -75,7 +71,7 @@ def predict_split(trainer: pl.Trainer, model: pl.LightningModule, datamodule: Pr
                   ckpt_path: str | Path | None) -> SplitPredictions:
     """Run ``trainer.predict`` on ``split`` and return its predictions in the split's row order.
 
-    Serves every DataModule that implements :class:`~graphormer_urpe.data.split_rows.PredictableData`
+    Serves every DataModule that implements :class:`~graphormer_urpe.data.predictable.PredictableData`
     (graph datasets, MAG240M). Every process gets the full result. ``model.predict_step`` must return
     a dict with ``index`` (B,) and ``prediction`` (B, Y) or (B,), as the tasks do.
 

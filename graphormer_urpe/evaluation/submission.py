@@ -3,19 +3,23 @@
 A submission is ``y_pred_<dataset>_<mode>.npz`` holding one array ``y_pred`` with one entry per
 row of the test split, in the split's order. Every check here raises :class:`SubmissionError`
 with a sentence saying what is wrong (never ``assert``, which ``python -O`` removes); the expected
-row count always comes from the dataset's ``split_dict.pt``, never from a constant.
+row count comes from the dataset's ``split_dict.pt`` (ogb's official sizes only when
+``evaluate.py --check-submission`` finds no dataset: :func:`check_submission_file`).
 """
 
 from __future__ import annotations
 
+import logging
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from graphormer_urpe.data.lsc_formats import MODES, PCQM4MV2, PREDICTION_KEY, SubmissionFormat
+from graphormer_urpe.data.lsc_formats import FORMATS, MODES, PCQM4MV2, PREDICTION_KEY, SubmissionFormat
 from graphormer_urpe.errors import SubmissionError
+
+log = logging.getLogger("graphormer_urpe")
 
 
 def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype | None = None,
@@ -133,3 +137,36 @@ def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, m
     if not np.array_equal(written, y_pred):
         raise SubmissionError(f"{path} does not hold the predictions that were written")
     return path
+
+
+def check_submission_file(path: Path, data_root: Path) -> dict:
+    """``evaluate.py --check-submission``: check an existing file against the split sizes under
+    ``data_root`` (ogb's official sizes when the dataset is not there); print one line when it is valid.
+
+    Returns:
+        The file, dataset, mode, rows and where the expected row count came from.
+
+    Raises:
+        SubmissionError: not a submission's name, or not a valid submission (the message says why).
+    """
+    fmt = next((f for name, f in FORMATS.items() if path.name.startswith(f"y_pred_{name}_")), None)
+    if fmt is None:
+        raise SubmissionError(f"{path}: not a submission file name (expected y_pred_<dataset>_<mode>.npz for a "
+                              f"dataset in {sorted(FORMATS)})")
+    mode = next((m for m in MODES if path.name == fmt.filename(m)), None)
+    if mode is None:
+        raise SubmissionError(f"{path}: the file must be named {' or '.join(fmt.filename(m) for m in MODES)}")
+    sizes_from = "split_dict.pt"
+    try:
+        expected = fmt.split_size(data_root, mode)
+    except FileNotFoundError as error:
+        expected, sizes_from = fmt.official_sizes[mode], "official"
+        log.info("the expected row count comes from the dataset's split file, and %s: checking against the "
+                 "official %s %s size instead, %d rows (pass --data-root DIR with DIR/%s/split_dict.pt for "
+                 "another release)", error, fmt.dataset, mode, expected, fmt.directory or fmt.dataset)
+    y_pred = check_submission(path, expected, fmt, mode)
+    against = "ogb's official split size" if sizes_from == "official" else f"the split file under {data_root}"
+    print(f"{path} is a valid {fmt.dataset} {mode} submission: {len(y_pred)} finite {y_pred.dtype} predictions, "
+          f"as many rows as {against}", flush=True)
+    return {"file": str(path), "dataset": fmt.dataset, "mode": mode, "rows": len(y_pred), "valid": True,
+            "expected_rows_from": sizes_from}

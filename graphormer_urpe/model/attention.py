@@ -41,12 +41,11 @@ def lookup_by_relation(table: torch.Tensor, relation: torch.Tensor) -> torch.Ten
     """Per-head table entry of every pair, laid out head-major: ``out[b, h, i, j] = table[relation[b, i, j], h]``.
 
     Row :data:`PAD_RELATION` reads as zero and receives no gradient (like ``nn.Embedding``'s
-    ``padding_idx``). Written as one ``gather`` over a ``(B, H, R)`` view of the table rather than
-    an embedding lookup followed by a permute: the result comes out ``(B, H, T, T)`` contiguous,
-    and the backward pass is a scatter-add per head into ``R`` bins: on CPU, forward and backward
-    together take a fifth of the time of ``F.embedding`` + permute (``bench/relation_lookup.py``).
-    On CUDA that scatter-add uses atomics, so its sums are bitwise reproducible only with
-    deterministic algorithms on (``--trainer.deterministic true``), as for the edge encoding.
+    ``padding_idx``). One ``gather`` over a ``(B, H, R)`` view of the table, not an embedding lookup
+    and a permute: the result comes out ``(B, H, T, T)`` contiguous and the backward pass is a
+    scatter-add per head into ``R`` bins (measured in ``docs/throughput.md``). On CUDA that
+    scatter-add uses atomics, so its sums are bitwise reproducible only with deterministic
+    algorithms on (``--trainer.deterministic true``), as for the edge encoding.
 
     Shapes:
         table: (R, H) float; relation: (B, T, T) integer ids in [0, R) -> (B, H, T, T) float, contiguous.
@@ -140,13 +139,9 @@ class _ScaleAndDrop(torch.autograd.Function):
 
 def scale_and_drop(probabilities: torch.Tensor, scale: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     """URPE's product with C and attention dropout: ``(A * C) * keep``, the same values and gradients
-    as the three-tensor expression, computed with fewer temporaries.
-
-    Written out, autograd would allocate ``A * C``, its dropped copy, and in the backward pass
-    ``grad * keep``, ``grad * keep * C`` and ``grad * keep * A``: five ``(B, H, T, T)`` buffers per
-    layer. Here the mask is applied in place and the gradient of C reuses the buffer of
-    ``grad * keep``: three. These passes over the attention matrix are most of what URPE costs over
-    RPE (``docs/throughput.md``), and fewer fresh buffers make each of them cheaper on CPU.
+    as the three-tensor expression, with three ``(B, H, T, T)`` buffers per layer instead of five:
+    the mask is applied in place and the gradient of C reuses the buffer of ``grad * keep``
+    (``docs/throughput.md``).
 
     Shapes:
         probabilities A, scale C: (B, H, T, T); keep: (B, H, T, T) dropout multiplier (0 or
@@ -244,10 +239,9 @@ class MultiHeadAttention(nn.Module):
             weights = scale_and_drop(probabilities, attn_scale, self.attention_dropout.keep_mask(probabilities))
         weights = weights.to(v.dtype)
         batch, heads, tokens, head_dim = v.shape
-        # A V with A as the left factor: the gradient of A then comes out of the matmul contiguous,
-        # and the dropout, URPE-product and softmax backward passes all stream through memory in
-        # order (computing (A V)^T = V^T A^T instead hands them a transposed gradient, which made
-        # URPE's extra elementwise work cost three times as much on CPU)
+        # A V with A as the left factor: the gradient of A comes out of the matmul contiguous, so the
+        # dropout, URPE-product and softmax backward passes stream through memory in order (V^T A^T
+        # would hand them a transposed gradient; docs/benchmarks.md)
         mixed = torch.bmm(weights.view(batch * heads, tokens, tokens), v.reshape(batch * heads, tokens, head_dim))
         mixed = mixed.view(batch, heads, tokens, head_dim).transpose(1, 2)  # (B, T, H, D)
         return self.out(mixed.reshape(batch, tokens, heads * head_dim))

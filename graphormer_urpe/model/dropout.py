@@ -1,8 +1,8 @@
 """Inverted dropout with a cheaper random mask on CPU.
 
-On CPU, ``torch.nn.Dropout`` draws one ``bernoulli_`` sample per element, which costs about as
-much as the whole attention softmax at Graphormer's sizes (a fifth of a ZINC training step). Here
-the keep-mask comes from 16-bit uniform integers, four per 64-bit draw of torch's generator:
+On CPU, ``torch.nn.Dropout`` draws one ``bernoulli_`` sample per element, a large share of a
+training step at Graphormer's sizes (``docs/benchmarks.md``). Here the keep-mask comes from 16-bit
+uniform integers, four per 64-bit draw of torch's generator:
 
     keep = u >= round(p * 2^16)        u uniform on {0, ..., 2^16 - 1}
     out  = x * keep / P(keep)          P(keep) = 1 - round(p * 2^16) / 2^16

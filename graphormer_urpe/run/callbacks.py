@@ -1,4 +1,4 @@
-"""Run-operation callbacks shared by every task: exact resume, preemption, non-finite losses, plots.
+"""Run-operation callbacks shared by every task: exact resume, preemption, non-finite losses, plots, records.
 
 * :class:`LastCheckpoint` writes ``last.ckpt`` every N steps and at the end of training.
 * :class:`LoggedStep` keeps logged steps equal to optimiser steps after an extension.
@@ -10,16 +10,21 @@
 * :class:`NonFiniteLossGuard` stops the run at the first NaN/inf loss, naming the step, the graphs
   of the batch and the last good checkpoint.
 * :class:`RelationTablePlots` draws the learned B and C tables every N validations.
+* :class:`EmbedConfig` puts the resolved config and the identity of the data into every checkpoint.
+* :class:`RunRecord` records each segment of the run in its directory (``config.yaml``, ``run.json``).
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import math
 import os
 import random
+import shlex
 import signal
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -27,29 +32,20 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
+from graphormer_urpe.data.loaders import gather_objects
 from graphormer_urpe.errors import NonFiniteLoss
-from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
+from graphormer_urpe.run.checkpoints import CONFIG_KEY, LAST_CHECKPOINT
+from graphormer_urpe.run.finetune import describe
+from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, data_identity
+from graphormer_urpe.run.ledger import MetricsLog, start_segment
 from graphormer_urpe.run.plots import has_relative_encodings, relative_encoding_figure
+from graphormer_urpe.run.records import count_parameters, git_commit, package_versions
 
 log = logging.getLogger("graphormer_urpe")
-
-
-def _distributed(trainer: pl.Trainer) -> bool:
-    return trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
-
-
-def _gather(trainer: pl.Trainer, value: Any) -> list[Any]:
-    """``value`` of every process, in rank order (a collective: every process must call it)."""
-    if not _distributed(trainer):
-        return [value]
-    gathered: list[Any] = [None] * trainer.world_size
-    dist.all_gather_object(gathered, value)
-    return gathered
 
 
 # ----------------------------------------------------------------------------- exact resume
@@ -91,15 +87,10 @@ class RNGState(Callback):
 
     def __init__(self) -> None:
         self.pending: dict[str, Any] | None = None
-        self._trainer: pl.Trainer | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        trainer = self._trainer
-        states = _gather(trainer, rng_state()) if trainer is not None else [rng_state()]
+        states = gather_objects(rng_state())
         return {"world_size": len(states), "states": states}
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._trainer = trainer
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.pending = state_dict
@@ -285,7 +276,7 @@ class NonFiniteLossGuard(Callback):
             return
         index = getattr(self._batch, "index", None)
         mine = (trainer.global_rank, value, index.tolist() if isinstance(index, torch.Tensor) else None)
-        reports = [r for r in _gather(trainer, mine) if not math.isfinite(r[1])]
+        reports = [r for r in gather_objects(mine) if not math.isfinite(r[1])]
         graphs = "; ".join(
             (f"process {rank}: " if trainer.world_size > 1 else "") + f"loss {loss_value}, graphs {indices}"
             for rank, loss_value, indices in reports
@@ -342,3 +333,87 @@ class RelationTablePlots(Callback):
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 logger.log_image(key="relation_tables", images=[str(path)], step=trainer.global_step)
+
+
+# ----------------------------------------------------------------------------- records
+
+
+class EmbedConfig(Callback):
+    """Stores the resolved YAML config and the identity of the data in every checkpoint.
+
+    Args:
+        config_yaml: the resolved config.
+        data_config: its ``data`` section as plain data (for :func:`~graphormer_urpe.run.identity.data_identity`).
+    """
+
+    def __init__(self, config_yaml: str, data_config: dict) -> None:
+        self.config_yaml, self.data_config = config_yaml, data_config
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        checkpoint[CONFIG_KEY] = self.config_yaml
+        checkpoint[DATA_IDENTITY_KEY] = data_identity(trainer.datamodule, self.data_config)
+
+
+class RunRecord(Callback):
+    """At the start of each segment of the run (its first start, every resume or extension), records
+    it: writes ``config.yaml`` and ``run.json`` (this segment appended to the run's segments) and
+    opens the segment of the metrics log (:func:`~graphormer_urpe.run.ledger.start_segment`).
+
+    Runs when fitting starts, after ``train.py`` checked the resume (checkpoint, data, batch) and
+    before anything is trained. ``run.json`` records the dataset and its split sizes, parameter
+    count, device, precision, seed, git commit, package versions, where the run's weights came from
+    (``initialised_from``: one line, :func:`~graphormer_urpe.run.finetune.describe`; null for a run
+    from scratch) and, per segment, the command line, start time, the step it started from, the
+    checkpoint it resumed, and the whole record of the ``--init_from`` checkpoint it loaded
+    (``initialised_from``, :mod:`graphormer_urpe.run.finetune`; null in segments that loaded none).
+
+    Args:
+        run_dir: the run directory.
+        config_name: the config's name.
+        seed: ``seed_everything``.
+        config: the resolved config as plain data (for loggers).
+        config_yaml: the resolved config as YAML (``config.yaml``).
+        argv: the command line's arguments.
+        metrics_log: the run's metrics log, if any.
+    """
+
+    def __init__(self, run_dir: Path, config_name: str, seed: int | None, config: dict, config_yaml: str,
+                 argv: Sequence[str], metrics_log: MetricsLog | None) -> None:
+        self.run_dir, self.config_name, self.seed, self.config = run_dir, config_name, seed, config
+        self.config_yaml, self.argv, self.metrics_log = config_yaml, list(argv), metrics_log
+        self.resumed_from: str | None = None
+        self.start_step = 0
+
+    def resuming(self, checkpoint: str, step: int) -> None:
+        """This segment resumes ``checkpoint``, written after optimiser step ``step``."""
+        self.resumed_from, self.start_step = checkpoint, step
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        datamodule = trainer.datamodule
+        info = {
+            "run_dir": str(self.run_dir),
+            "config": self.config_name,
+            "command": shlex.join(["train.py", *self.argv]),
+            "dataset": datamodule.describe() if datamodule is not None else None,
+            "parameters": count_parameters(pl_module),
+            "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",
+            "precision": trainer.precision,
+            "seed": self.seed,
+            "git_commit": git_commit(),
+            "versions": package_versions(),
+        }
+        initialised = getattr(pl_module, "initialised_from", None)  # a resumed run carries it in its checkpoint
+        info["initialised_from"] = None if initialised is None else describe(initialised)
+        segment = {"command": info["command"], "started": datetime.datetime.now().isoformat(timespec="seconds"),
+                   "start_step": self.start_step, "resumed_from": self.resumed_from,
+                   "initialised_from": initialised if self.resumed_from is None else None}
+        for logger in trainer.loggers:  # W&B: the resolved config, parameters, commit, dataset sizes
+            logger.log_hyperparams({"config": self.config, "run": info})
+        if trainer.is_global_zero:
+            number = start_segment(self.run_dir, info, segment, self.config_yaml)
+            if self.metrics_log is not None:
+                self.metrics_log.open(number)
+            log.info("run directory: %s (segment %d, from step %d)", self.run_dir, number, self.start_step)
+            log.info("dataset: %s", info["dataset"])
+            log.info("%s: %s trainable parameters; device %s; precision %s; seed %s", type(pl_module).__name__,
+                     f"{info['parameters']:,}", info["device"], info["precision"], self.seed)

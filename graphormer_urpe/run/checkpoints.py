@@ -1,4 +1,4 @@
-"""Checkpoint files: read them, and check that one fits before Lightning touches it.
+"""Checkpoint files: read them and the config they embed, and check that one fits before Lightning touches it.
 
 A truncated file, a file that is not a checkpoint, or a checkpoint of another architecture would
 otherwise surface as a long stack trace from deep inside ``torch.load`` or ``load_state_dict``.
@@ -17,11 +17,14 @@ import torch
 from torch import nn
 
 from graphormer_urpe.errors import CheckpointError
+from graphormer_urpe.tasks.base import check_layout
 
 #: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
 CONFIG_KEY = "graphormer_config_yaml"
 #: Name of the checkpoint written every N steps and on preemption.
 LAST_CHECKPOINT = "last.ckpt"
+#: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
+CONFIG_KEY = "graphormer_config_yaml"
 #: Parameter names listed per kind of mismatch before "...".
 SHOWN_KEYS = 5
 
@@ -42,6 +45,20 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not isinstance(checkpoint, Mapping) or "state_dict" not in checkpoint:
         raise CheckpointError(f"{path} is a torch file but not a Lightning checkpoint (no 'state_dict')")
     return dict(checkpoint)
+
+
+def embedded_config(path: str | Path) -> str:
+    """The resolved YAML config that ``train.py`` stored in the checkpoint.
+
+    Raises:
+        CheckpointError: an unreadable file, one without a config (not written by ``train.py``), or a
+            checkpoint of the layout before the task family was merged (one line naming the converter).
+    """
+    checkpoint = load_checkpoint(path)
+    if CONFIG_KEY not in checkpoint:
+        raise CheckpointError(f"{path} holds no config (not written by train.py); pass --config")
+    check_layout(path, checkpoint.get("hyper_parameters") or {})
+    return checkpoint[CONFIG_KEY]
 
 
 def saved_loader_states(checkpoint: Mapping[str, Any]) -> list[Mapping[str, Any]]:

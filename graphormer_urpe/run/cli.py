@@ -1,68 +1,61 @@
-"""Configuration, run directories and run records shared by ``train.py`` and ``evaluate.py``.
+"""The command line shared by ``train.py`` and ``evaluate.py``, and the run directory it picks.
 
 Built on LightningCLI (jsonargparse): ``--config NAME`` (a bare name resolves to ``configs/``),
 dotted overrides such as ``--trainer.max_steps 200``, unknown keys rejected by name, and the
 resolved config saved in every run directory and inside every checkpoint (with the identity of the
-data, :mod:`graphormer_urpe.run.identity`). Run directories are ledgers (:mod:`graphormer_urpe.run.ledger`).
+data: :class:`~graphormer_urpe.run.callbacks.EmbedConfig`, :class:`~graphormer_urpe.run.callbacks.RunRecord`).
+Run directories are ledgers (:mod:`graphormer_urpe.run.ledger`).
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import os
-import pkgutil
-import platform
 import re
-import shlex
 import signal
-import subprocess
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal
 
 import pytorch_lightning as pl
-import torch
 import yaml
 from jsonargparse import ArgumentError, get_loader, set_loader
 from lightning_fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
 from lightning_fabric.utilities.exceptions import MisconfigurationException
-from pytorch_lightning.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
-from graphormer_urpe.data.files import atomic_write_text, unwritable
-from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number
+from graphormer_urpe.data.files import unwritable
+from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number, import_object
 from graphormer_urpe.run.callbacks import (
+    EmbedConfig,
     LastCheckpoint,
     LoggedStep,
     NonFiniteLossGuard,
     PreemptionCheckpoint,
     RelationTablePlots,
     RNGState,
+    RunRecord,
 )
-from graphormer_urpe.run.checkpoints import CONFIG_KEY
-from graphormer_urpe.run.finetune import Initialisation, describe, plan_initialisation, read_source, take_architecture
-from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, data_identity
-from graphormer_urpe.run.ledger import MetricsLog, RunDirectory, create_timestamped_dir, start_segment
+from graphormer_urpe.run.finetune import Initialisation, plan_initialisation, read_source, take_architecture
+from graphormer_urpe.run.identity import data_identity
+from graphormer_urpe.run.ledger import MetricsLog, RunDirectory, create_timestamped_dir
+from graphormer_urpe.run.records import REPO_DIR
 from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
-from graphormer_urpe.tasks.compat import old_layout_arguments
 
 log = logging.getLogger("graphormer_urpe")
 
-REPO_DIR = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_DIR / "configs"
 #: Environment variable through which processes launched by this one (Lightning's DDP launcher)
 #: share the run directory it chose.
 RUN_DIR_ENV = "GRAPHORMER_RUN_DIR"
 #: Run directories this process chose itself (a later run in the same process must not reuse them).
 _CHOSEN_HERE: set[str] = set()
-PACKAGES = ("torch", "pytorch-lightning", "torch-geometric", "torchmetrics", "ogb", "rdkit", "numpy", "wandb")
 
 
 #: jsonargparse parser mode of this CLI: YAML, with a bare ``None`` read as null. jsonargparse passes an
@@ -112,50 +105,6 @@ def configure_logging() -> None:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
-
-
-def git_commit() -> str:
-    """The repository's current commit (with ``-dirty`` if it has local changes), or ``unknown``."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_DIR, capture_output=True, text=True,
-                                timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_DIR,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-        return commit + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def package_versions() -> dict[str, str]:
-    """Installed versions of the packages that decide results."""
-    versions = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
-
-
-def count_parameters(model: torch.nn.Module) -> int:
-    """Number of trainable parameters."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-class EmbedConfig(Callback):
-    """Stores the resolved YAML config and the identity of the data in every checkpoint.
-
-    Args:
-        config_yaml: the resolved config.
-        data_config: its ``data`` section as plain data (for :func:`~graphormer_urpe.run.identity.data_identity`).
-    """
-
-    def __init__(self, config_yaml: str, data_config: dict) -> None:
-        self.config_yaml, self.data_config = config_yaml, data_config
-
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
-        checkpoint[CONFIG_KEY] = self.config_yaml
-        checkpoint[DATA_IDENTITY_KEY] = data_identity(trainer.datamodule, self.data_config)
 
 
 def launcher_run_id() -> str | None:
@@ -249,9 +198,6 @@ class GraphormerCLI(LightningCLI):
         #: The command line as given (recorded per segment in ``run.json``).
         self.argv = list(sys.argv[1:] if args is None else args)
         argv = resolve_config_paths(self.argv)
-        if old := old_layout_arguments(argv):
-            raise SystemExit("error: the optimiser settings are one group, model.init_args.optim, since the task "
-                             "family was merged (docs/tasks.md):\n  " + "\n  ".join(old))
         self.config_name = next(
             (Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
              for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")),
@@ -319,7 +265,8 @@ class GraphormerCLI(LightningCLI):
         try:
             source = None
             if self.config["init_from"]:  # the checkpoint decides the architecture: set before anything is built
-                source = read_source(self.config["init_from"], pkgutil.resolve_name(self.config["model"]["class_path"]))
+                task_class = import_object("model.class_path", self.config["model"]["class_path"])
+                source = read_source(self.config["init_from"], task_class)
                 overridden = take_architecture(self.config["model"]["init_args"]["encoder"], source)
             super().instantiate_classes()
             check_global_batch(self.datamodule, self.trainer)
@@ -500,74 +447,3 @@ def check_global_batch(datamodule: pl.LightningDataModule, trainer: pl.Trainer) 
         if batch is not None and batch % world:
             raise ConfigError(f"data.{name}", batch, f"is the global batch and must divide by the {world} processes "
                               f"(trainer.devices x trainer.num_nodes); use e.g. {max(world, batch // world * world)}")
-
-
-class RunRecord(Callback):
-    """At the start of each segment of the run (its first start, every resume or extension), records
-    it: writes ``config.yaml`` and ``run.json`` (this segment appended to the run's segments) and
-    opens the segment of the metrics log (:func:`~graphormer_urpe.run.ledger.start_segment`).
-
-    Runs when fitting starts, after ``train.py`` checked the resume (checkpoint, data, batch) and
-    before anything is trained. ``run.json`` records the dataset and its split sizes, parameter
-    count, device, precision, seed, git commit, package versions, where the run's weights came from
-    (``initialised_from``: one line, :func:`~graphormer_urpe.run.finetune.describe`; null for a run
-    from scratch) and, per segment, the command line, start time, the step it started from, the
-    checkpoint it resumed, and the whole record of the ``--init_from`` checkpoint it loaded
-    (``initialised_from``, :mod:`graphormer_urpe.run.finetune`; null in segments that loaded none).
-
-    Args:
-        run_dir: the run directory.
-        config_name: the config's name.
-        seed: ``seed_everything``.
-        config: the resolved config as plain data (for loggers).
-        config_yaml: the resolved config as YAML (``config.yaml``).
-        argv: the command line's arguments.
-        metrics_log: the run's metrics log, if any.
-    """
-
-    def __init__(self, run_dir: Path, config_name: str, seed: int | None, config: dict, config_yaml: str,
-                 argv: Sequence[str], metrics_log: MetricsLog | None) -> None:
-        self.run_dir, self.config_name, self.seed, self.config = run_dir, config_name, seed, config
-        self.config_yaml, self.argv, self.metrics_log = config_yaml, list(argv), metrics_log
-        self.resumed_from: str | None = None
-        self.start_step = 0
-
-    def resuming(self, checkpoint: str, step: int) -> None:
-        """This segment resumes ``checkpoint``, written after optimiser step ``step``."""
-        self.resumed_from, self.start_step = checkpoint, step
-
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        datamodule = trainer.datamodule
-        info = {
-            "run_dir": str(self.run_dir),
-            "config": self.config_name,
-            "command": shlex.join(["train.py", *self.argv]),
-            "dataset": datamodule.describe() if datamodule is not None else None,
-            "parameters": count_parameters(pl_module),
-            "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",
-            "precision": trainer.precision,
-            "seed": self.seed,
-            "git_commit": git_commit(),
-            "versions": package_versions(),
-        }
-        initialised = getattr(pl_module, "initialised_from", None)  # a resumed run carries it in its checkpoint
-        info["initialised_from"] = None if initialised is None else describe(initialised)
-        segment = {"command": info["command"], "started": datetime.datetime.now().isoformat(timespec="seconds"),
-                   "start_step": self.start_step, "resumed_from": self.resumed_from,
-                   "initialised_from": initialised if self.resumed_from is None else None}
-        for logger in trainer.loggers:  # W&B: the resolved config, parameters, commit, dataset sizes
-            logger.log_hyperparams({"config": self.config, "run": info})
-        if trainer.is_global_zero:
-            number = start_segment(self.run_dir, info, segment, self.config_yaml)
-            if self.metrics_log is not None:
-                self.metrics_log.open(number)
-            log.info("run directory: %s (segment %d, from step %d)", self.run_dir, number, self.start_step)
-            log.info("dataset: %s", info["dataset"])
-            log.info("%s: %s trainable parameters; device %s; precision %s; seed %s", type(pl_module).__name__,
-                     f"{info['parameters']:,}", info["device"], info["precision"], self.seed)
-
-
-def write_json(path: Path, payload: dict) -> None:
-    """Write ``payload`` as indented JSON, atomically (readers see the old file or the new one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(payload, indent=2, default=str) + "\n")

@@ -47,7 +47,7 @@ from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.errors import CheckpointError, ConfigError, shown
 from graphormer_urpe.model.attention import RelativeScale
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint, state_dict_problems
-from graphormer_urpe.tasks.base import INITIALISED_FROM, GraphormerTask, is_head, plain
+from graphormer_urpe.tasks.base import INITIALISED_FROM, GraphormerTask, check_layout, is_head, plain
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -86,7 +86,8 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
     """Read ``path`` as the source of a run of ``task_class``.
 
     Raises:
-        CheckpointError: (one line) the file is missing, unreadable or not a checkpoint, records no
+        CheckpointError: (one line) the file is missing, unreadable or not a checkpoint, is of the layout
+            before the task family was merged (:func:`~graphormer_urpe.tasks.base.check_layout`), records no
             encoder settings, has settings the task's network does not know, or invalid ones.
     """
     config_class = getattr(task_class, "config_class", None)
@@ -98,6 +99,7 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
     except CheckpointError as error:
         raise CheckpointError(f"--init_from: {error}") from None
     hparams = checkpoint.get("hyper_parameters") or {}
+    check_layout(path, hparams)
     saved = hparams.get("encoder")
     if not isinstance(saved, Mapping):
         raise CheckpointError(f"--init_from {path}: the checkpoint records no encoder settings "
@@ -113,13 +115,13 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
         raise CheckpointError(f"--init_from {path}: its encoder settings are not valid: {error}") from None
     config = yaml.safe_load(checkpoint[CONFIG_KEY]) if CONFIG_KEY in checkpoint else None
     converted = checkpoint.get("converted_from")
-    if converted is not None:
-        data_name, path_order = f"{converted['format']} checkpoint", "official"
-    elif config is not None:
+    if config is not None:  # written by train.py (or upgraded from an earlier layout of ours)
         data = config["data"]
         source = data.get("init_args", {}).get("source")
         data_name = (source["class_path"] if isinstance(source, Mapping) else data["class_path"]).rsplit(".", 1)[-1]
         path_order = data.get("init_args", {}).get("path_order")
+    elif converted is not None:  # official Graphormer's or transformers' weights, trained on official paths
+        data_name, path_order = f"{converted['format']} checkpoint", "official"
     else:
         data_name, path_order = "unknown data", None
     names = hparams.get("target_names")

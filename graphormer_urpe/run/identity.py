@@ -1,9 +1,9 @@
 """What makes a dataset the same dataset, and two runs the same experiment.
 
 * :func:`data_identity`: the dataset a datamodule serves. ``train.py`` records it in every checkpoint
-  (:data:`DATA_IDENTITY_KEY`); ``evaluate.py`` and every resume compare it with the dataset they
-  rebuild, so that an edited table or changed split options are never scored or trained on under
-  the checkpoint's name.
+  (:data:`DATA_IDENTITY_KEY`); ``evaluate.py`` (:func:`compare_data`) and every resume compare it
+  with the dataset they rebuild, so that an edited table or changed split options are never scored
+  or trained on under the checkpoint's name.
 * :func:`config_identity`: a resolved config without the keys that only name, place or resume a run.
   ``seeds.py`` compares it between a finished seed and the sweep it is asked to join; ``train.py``
   compares it before starting a run again from step 0 in a directory that holds its earlier segments.
@@ -13,11 +13,16 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from graphormer_urpe.errors import CheckpointError
+
 if TYPE_CHECKING:
     import pytorch_lightning as pl
+
+log = logging.getLogger("graphormer_urpe")
 
 #: Checkpoint key of the :func:`data_identity` of the data the checkpoint was trained on.
 DATA_IDENTITY_KEY = "graphormer_data_identity"
@@ -79,3 +84,27 @@ def differences(recorded: Mapping[str, Any], current: Mapping[str, Any], recorde
              for key in keys[:SHOWN_DIFFERENCES]]
     more = f"; +{len(keys) - SHOWN_DIFFERENCES} more" if len(keys) > SHOWN_DIFFERENCES else ""
     return "; ".join(shown) + more
+
+
+def compare_data(ckpt: str, checkpoint: Mapping[str, Any], current: Mapping[str, Any],
+                 allow_other_data: bool) -> dict[str, Any]:
+    """Compare the data an evaluation rebuilt (``current``, :func:`data_identity`) with those the
+    checkpoint records. Returns what the evaluation's result records about it:
+    ``same_data_as_training`` (None when the checkpoint records no data) and the differences.
+
+    Raises:
+        CheckpointError: the data differ and ``allow_other_data`` is off.
+    """
+    recorded = checkpoint.get(DATA_IDENTITY_KEY)
+    if recorded is None:
+        log.warning("%s records no identity of its data (written by an earlier version): the data are not "
+                    "compared", ckpt)
+        return {"same_data_as_training": None}
+    differing = differences(recorded, current, "checkpoint", "now")
+    if not differing:
+        return {"same_data_as_training": True}
+    if not allow_other_data:
+        raise CheckpointError(f"{ckpt} was trained on other data than these: {differing}; evaluate on the "
+                              "checkpoint's data, or pass --allow-other-data to evaluate on these anyway")
+    log.warning("evaluating on OTHER data than %s was trained on (--allow-other-data): %s", ckpt, differing)
+    return {"same_data_as_training": False, "data_differences": differing}

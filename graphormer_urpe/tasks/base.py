@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,9 +21,8 @@ from torch import nn
 
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
-from graphormer_urpe.errors import DataError, check_int, check_number
+from graphormer_urpe.errors import CheckpointError, DataError, check_int, check_number
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
-from graphormer_urpe.tasks.compat import checkpoint_init_args
 
 #: Evaluation stages, each with its own metric state.
 STAGES = ("val", "test")
@@ -33,8 +33,13 @@ C = TypeVar("C")
 
 
 def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_factor: float = 0.0) -> float:
-    """LR multiplier: linear from 0 to 1 over ``warmup_steps``, then linear to ``end_factor`` at
-    ``total_steps`` (the papers' schedule; the official ``PolynomialDecayLR`` with power 1)."""
+    """LR multiplier after ``step`` optimiser updates: linear from 0 to 1 over ``warmup_steps``, then
+    linear to ``end_factor`` at ``total_steps``.
+
+    Stepped after every update, so update k (from 1) uses the multiplier of step k - 1: the first
+    uses 0, and ``end_factor`` is reached after the last. This is where fairseq's trainer (official
+    v2) places the schedule; v1.0's Lightning ``PolynomialDecayLR`` is one step earlier.
+    """
     if step < warmup_steps:
         return step / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
@@ -43,9 +48,10 @@ def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_fact
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    """AdamW (betas 0.9, 0.999) with linear warm-up, then linear decay to ``end_lr`` at the last step,
-    and the options of fine-tuning: a learning rate of its own for the head, layer-wise decay of the
-    learning rate, a frozen encoder.
+    """AdamW (betas 0.9, 0.999) with linear warm-up, then linear decay to ``end_lr``, reached after the
+    last step (:func:`warmup_linear_decay`: update k uses the rate of step k - 1), and the options of
+    fine-tuning: a learning rate of its own for the head, layer-wise decay of the learning rate, a
+    frozen encoder.
 
     The defaults are the Graphormer papers' (one learning rate for every parameter, nothing frozen);
     every config states the values it trains with (``model.init_args.optim.lr`` ..., ``--model.optim.lr
@@ -60,8 +66,8 @@ class OptimConfig:
     Args:
         lr: peak learning rate (> 0).
         warmup_steps: linear warm-up length in optimiser steps (>= 0).
-        end_lr: learning rate reached at the last step (>= 0; the papers decay to 0), as a fraction
-            ``end_lr / lr`` of each parameter's peak.
+        end_lr: learning rate the decay reaches at ``trainer.max_steps`` (>= 0; the papers decay to 0),
+            as a fraction ``end_lr / lr`` of each parameter's peak.
         weight_decay: decoupled (AdamW) weight decay on every parameter, as the official code (>= 0).
         adam_eps: Adam epsilon (> 0).
         head_lr: peak learning rate of the head (> 0), e.g. higher than ``lr`` for a new head on a
@@ -104,6 +110,21 @@ class OptimConfig:
 
 #: The papers' settings, the default of every task (frozen, so one instance serves all).
 DEFAULT_OPTIM = OptimConfig()
+#: The command that writes a checkpoint of the layout before the task family was merged in today's.
+UPGRADE_COMMAND = "python -m graphormer_urpe.convert upgrade"
+
+
+def check_layout(path: str | Path, hyper_parameters: Mapping[str, Any]) -> None:
+    """Refuse a checkpoint written before the task family was merged: its optimiser arguments are
+    outside ``optim`` (:mod:`graphormer_urpe.convert.upgrade` converts it).
+
+    Raises:
+        CheckpointError: one line naming the checkpoint and the command that converts it.
+    """
+    outside = [field.name for field in dataclasses.fields(OptimConfig) if field.name in hyper_parameters]
+    if outside:
+        raise CheckpointError(f"{path} was written before the task family was merged ({', '.join(outside)} outside "
+                              f"optim): convert it once with {UPGRADE_COMMAND} {path} NEW.ckpt")
 
 
 def is_head(name: str) -> bool:
@@ -273,12 +294,20 @@ class GraphormerTask(pl.LightningModule):
         """Rebuild the task from a checkpoint alone (config, vocabularies and the record of where its
         weights came from travel with it).
 
-        Checkpoints written before the task family was merged (optimiser arguments at the top level,
-        ``NodeTagging`` ...) are read through :func:`~graphormer_urpe.tasks.compat.checkpoint_init_args`.
+        Raises:
+            CheckpointError: a checkpoint of the layout before the task family was merged
+                (:func:`check_layout`), or of another task (arguments ``cls`` does not take).
         """
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-        hparams = checkpoint_init_args(checkpoint, cls)
-        task = cls(encoder=cls.config_class(**hparams.pop("encoder")), optim=OptimConfig(**hparams.pop("optim")),
+        saved = checkpoint["hyper_parameters"]
+        check_layout(path, saved)
+        hparams = {k: v for k, v in saved.items() if not k.startswith("_")}  # LightningCLI adds _class_path ...
+        unknown = sorted(set(hparams) - set(inspect.signature(cls.__init__).parameters))
+        if unknown:
+            raise CheckpointError(f"{path}: the hyper-parameters {unknown} are not arguments of {cls.__name__} (a "
+                                  f"checkpoint of {saved.get('_class_path', 'another task')}?): load it with its own "
+                                  "task class")
+        task = cls(encoder=cls.config_class(**hparams.pop("encoder")), optim=OptimConfig(**hparams.pop("optim", {})),
                    **hparams)  # no ``data``: what it decided is in the saved arguments
         task.load_state_dict(checkpoint["state_dict"])
         task.initialised_from = checkpoint.get(INITIALISED_FROM)
@@ -326,3 +355,37 @@ class GraphormerTask(pl.LightningModule):
             raise ValueError("the data has one target per node but the model reads one prediction per graph: "
                              "set model.encoder.readout=nodes (the data's spec sets it when trained with train.py)")
         return output, batch.y
+
+
+class PerTargetTask(GraphormerTask):
+    """A task whose ``val``/``test`` metrics are :class:`PerTargetMetrics` in ``self.metrics[stage]``
+    (a ``ModuleList``), computed over the whole split and logged at the end of each epoch.
+
+    Subclasses implement :meth:`evaluation_step` and set ``monitor``.
+    """
+
+    metrics: nn.ModuleDict
+    monitor: tuple[str, str]
+
+    def evaluation_step(self, batch: GraphBatch, stage: str) -> None:
+        """Update ``self.metrics[stage]`` with one batch."""
+        raise NotImplementedError
+
+    def validation_step(self, batch: GraphBatch, batch_idx: int) -> None:
+        self.evaluation_step(batch, "val")
+
+    def test_step(self, batch: GraphBatch, batch_idx: int) -> None:
+        self.evaluation_step(batch, "test")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test")
+
+    def _log_metrics(self, stage: str) -> None:
+        """Log the split's metrics (already gathered across processes by torchmetrics) and reset them."""
+        for metric in self.metrics[stage]:
+            for name, value in metric.compute(stage).items():
+                self.log(name, value, prog_bar=name == self.monitor[0])
+            metric.reset()

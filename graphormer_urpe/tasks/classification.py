@@ -21,8 +21,7 @@ from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.spec import DataSpec, default_target_names
 from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig, data_targets
-from graphormer_urpe.tasks.graph import PerTargetTask
+from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig, PerTargetTask, data_targets
 from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, EvaluatorMetric, PerTargetMetrics
 
 
@@ -39,10 +38,8 @@ class Classification(PerTargetTask):
       torchmetrics or, with ``evaluator``, by the dataset's official OGB evaluator. ``train/accuracy``
       is logged at every step.
 
-    Missing labels are NaN (``batch.y`` is float for every task, so one convention serves regression
-    and classification, several binary targets of which some are unknown, and padding nodes); they
-    are left out of the loss and of the metrics. Every metric is computed over the whole split,
-    gathered across processes, and logged at the end of the evaluation epoch.
+    Missing labels are NaN, left out of the loss and of the metrics (``docs/tasks.md``). Every metric
+    is computed over the whole split, gathered across processes, and logged at the end of the epoch.
 
     Example:
         >>> from graphormer_urpe import GraphormerConfig

@@ -1,7 +1,5 @@
-"""Tasks on graph- and node-level targets: loss and metrics around :class:`GraphormerTask`.
-
-:class:`PerTargetTask` computes per-target metrics with missing values left out over a whole split;
-:class:`GraphRegression` adds a regression loss and MAE (classification:
+"""Regression on graph- and node-level targets: :class:`GraphRegression`, a loss and MAE metrics on
+:class:`~graphormer_urpe.tasks.base.PerTargetTask` (classification:
 :class:`~graphormer_urpe.tasks.classification.Classification`).
 """
 
@@ -19,42 +17,8 @@ from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.spec import DataSpec, default_target_names
 from graphormer_urpe.errors import DataError, check_choice
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, GraphormerTask, OptimConfig, data_targets
+from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig, PerTargetTask, data_targets
 from graphormer_urpe.tasks.metrics import PerTargetMetrics
-
-
-class PerTargetTask(GraphormerTask):
-    """A task whose ``val``/``test`` metrics are :class:`PerTargetMetrics` in ``self.metrics[stage]``
-    (a ``ModuleList``), computed over the whole split and logged at the end of each epoch.
-
-    Subclasses implement :meth:`evaluation_step` and set ``monitor``.
-    """
-
-    metrics: nn.ModuleDict
-    monitor: tuple[str, str]
-
-    def evaluation_step(self, batch: GraphBatch, stage: str) -> None:
-        """Update ``self.metrics[stage]`` with one batch."""
-        raise NotImplementedError
-
-    def validation_step(self, batch: GraphBatch, batch_idx: int) -> None:
-        self.evaluation_step(batch, "val")
-
-    def test_step(self, batch: GraphBatch, batch_idx: int) -> None:
-        self.evaluation_step(batch, "test")
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_metrics("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._log_metrics("test")
-
-    def _log_metrics(self, stage: str) -> None:
-        """Log the split's metrics (already gathered across processes by torchmetrics) and reset them."""
-        for metric in self.metrics[stage]:
-            for name, value in metric.compute(stage).items():
-                self.log(name, value, prog_bar=name == self.monitor[0])
-            metric.reset()
 
 
 class GraphRegression(PerTargetTask):

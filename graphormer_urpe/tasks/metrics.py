@@ -3,7 +3,6 @@ torchmetrics metrics per target with missing values (NaN) left out."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 
 import torch
@@ -11,6 +10,8 @@ from torch import nn
 from torchmetrics import Metric
 from torchmetrics.classification import BinaryAUROC
 from torchmetrics.utilities import dim_zero_cat
+
+from graphormer_urpe.errors import import_object
 
 
 class EvaluatorMetric(Metric):
@@ -28,8 +29,7 @@ class EvaluatorMetric(Metric):
 
     def __init__(self, evaluator: str, key: str) -> None:
         super().__init__()
-        module, name = evaluator.rsplit(".", 1)
-        self.evaluator = getattr(importlib.import_module(module), name)()
+        self.evaluator = import_object("model.evaluator", evaluator)()
         self.key = key
         self.add_state("preds", default=[], dist_reduce_fx="cat")
         self.add_state("target", default=[], dist_reduce_fx="cat")

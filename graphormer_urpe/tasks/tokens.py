@@ -51,8 +51,3 @@ class SequenceTagging(Classification):
             output: (B, T, K); returns (B*T, K) logits and (B*T, 1) labels.
         """
         return output.flatten(0, 1), batch.labels.reshape(-1, 1).float()
-
-
-#: Former name of the synthetic regular-graph task, now :class:`Classification` on per-node targets
-#: (configs naming ``graphormer_urpe.tasks.tokens.NodeTagging`` keep working).
-NodeTagging = Classification

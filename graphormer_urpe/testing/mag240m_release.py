@@ -45,8 +45,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-#: Dimension of MAG240M paper features (RoBERTa sentence embeddings).
-FEATURE_DIM = 768
+from graphormer_urpe.data.mag240m.release import FEATURE_DIM
+
 #: Real release: 1,112,392 / 138,949 / 146,818 arXiv papers in train / valid / test.
 _SPLIT_FRACTIONS = (0.7961, 0.0994, 0.1045)
 

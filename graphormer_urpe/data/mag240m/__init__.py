@@ -1,1 +1,2 @@
-"""MAG240M: release reader, neighbour sampler, batched structure, shared-memory slots, compact batch, datamodule."""
+"""MAG240M: release reader, derived files, memory-mapped graph, neighbour sampler, batched structure,
+shared-memory slots, compact batch, datamodule."""

@@ -19,7 +19,7 @@ import torch
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import GraphBatch, TensorFields, pad_rows
 from graphormer_urpe.data.mag240m.slots import release
-from graphormer_urpe.data.mag240m.structure import first_edges
+from graphormer_urpe.data.mag240m.structure import batched_first_edges
 
 
 @dataclass
@@ -75,7 +75,7 @@ class CompactGraphBatch(TensorFields):
         node_mask = torch.arange(n_max, device=self.num_nodes.device) < self.num_nodes[:, None]  # (B, N)
         pair_mask = node_mask[:, :, None] & node_mask[:, None, :]  # (B, N, N)
         spd = pad_rows(pair_mask, self.spd, UNREACHABLE_SPD)  # (B, N, N)
-        first_edge = first_edges(spd, self.num_nodes, self.out_degree, self.edge_dst)  # (V, N)
+        first_edge = batched_first_edges(spd, self.num_nodes, self.out_degree, self.edge_dst)  # (V, N)
         return GraphBatch(
             x=pad_rows(node_mask, self.x.long(), 0),  # (B, N, F)
             x_continuous=pad_rows(node_mask, self.x_continuous, 0),  # (B, N, Fc)

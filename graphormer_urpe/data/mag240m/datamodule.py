@@ -26,19 +26,12 @@ from graphormer_urpe.data.loaders import (
 )
 from graphormer_urpe.data.lsc_formats import MAG240M
 from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
-from graphormer_urpe.data.mag240m.release import (
-    DATASET_DIR,
-    FEATURE_DIM,
-    MANIFEST,
-    RELATIONS,
-    MAG240MGraph,
-    MAG240MRaw,
-    NodeType,
-    prepare_derived,
-)
+from graphormer_urpe.data.mag240m.derived import MANIFEST, prepare_derived
+from graphormer_urpe.data.mag240m.graph import MAG240MGraph
+from graphormer_urpe.data.mag240m.release import DATASET_DIR, FEATURE_DIM, RELATIONS, MAG240MRaw, NodeType
 from graphormer_urpe.data.mag240m.sampler import SubgraphCollator
+from graphormer_urpe.data.predictable import SplitRows
 from graphormer_urpe.data.spec import DataSpec
-from graphormer_urpe.data.split_rows import SplitRows
 from graphormer_urpe.errors import ConfigError, check_int
 
 log = logging.getLogger(__name__)
@@ -212,6 +205,10 @@ class MAG240MDataModule(pl.LightningDataModule):
         ``index`` is the paper id, so every row is its own item; labels NaN where unknown or hidden."""
         papers = self._split(split)
         return SplitRows(rows=papers, items=papers, targets=self.graph.labels(papers)[:, None], skipped={})
+
+    def training_mean(self) -> None:
+        """None: every paper has an example, so no row of a split is ever skipped."""
+        return None
 
     def predict_on(self, split: str) -> None:
         """Choose the split ``predict_dataloader`` serves (``train``, ``valid``, ``test-dev``, ``test-challenge``)."""

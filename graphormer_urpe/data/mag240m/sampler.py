@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
-from graphormer_urpe.data.mag240m.release import RELATIONS, REVERSE, MAG240MGraph, NodeType
+from graphormer_urpe.data.mag240m.graph import MAG240MGraph
+from graphormer_urpe.data.mag240m.release import RELATIONS, REVERSE, NodeType
 from graphormer_urpe.data.mag240m.slots import SlotRing, Specs, empty_tensors
 from graphormer_urpe.data.mag240m.structure import (
     BatchStructure,

@@ -7,7 +7,7 @@ computed per batch, in two halves:
 * :func:`batched_graph_structure` (numpy, in the DataLoader workers): SPD and degrees of B graphs
   in one pass, unpadded (each graph's (n, n) block;
   :class:`~graphormer_urpe.data.batch.CompactGraphBatch` holds them);
-* :func:`first_edges` (torch, on the training device, when the batch is padded): the first edge
+* :func:`batched_first_edges` (torch, on the training device, when the batch is padded): the first edge
   of a shortest path for every pair, read off the SPD with one comparison per edge and node
   (an (E, N) array: trivial on a GPU, and no bytes to hand over from the workers).
 
@@ -72,7 +72,7 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
 
 def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarray,
                             out: BatchStructure | None = None) -> BatchStructure:
-    """SPD and degrees of B graphs (first edges: :func:`first_edges`, on the padded SPD).
+    """SPD and degrees of B graphs (first edges: :func:`batched_first_edges`, on the padded SPD).
 
     Args:
         num_nodes: (B,) nodes of each graph.
@@ -142,7 +142,7 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
     return out
 
 
-def first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: torch.Tensor,
+def batched_first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: torch.Tensor,
                 edge_dst: torch.Tensor) -> torch.Tensor:
     """First edge of a shortest path from every node to every node of its graph, on spd's device.
 

@@ -32,8 +32,6 @@ FEATURIZER_VERSION = f"ogb-smiles2graph/rdkit-{rdBase.rdkitVersion}"
 _REJECTED = -1
 
 
-
-
 def silence_rdkit() -> None:
     """Stop RDKit from printing one error per bad SMILES; callers count and report them instead."""
     RDLogger.DisableLog("rdApp.*")

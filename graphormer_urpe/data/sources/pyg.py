@@ -1,35 +1,14 @@
-"""Your own graphs: any ``torch_geometric`` ``InMemoryDataset``, named by import path and arguments.
-
-    source:
-      class_path: graphormer_urpe.data.sources.PygDataset
-      init_args:
-        dataset: torch_geometric.datasets.TUDataset
-        args: {root: data/TU, name: MUTAG}
-        task: binary
-
-Node and edge features are the dataset's tensor attributes (``x`` and ``edge_attr`` by default,
-any others by name): integer (or bool) tensors are categorical columns, embedded like atom types,
-with vocabulary sizes read from the data (largest value + 1) and linked to the model; float
-tensors are continuous columns, projected by a linear layer (node features into the node token,
-edge features to one bias per head in the edge encoding). A one-hot float block (what TUDataset
-makes of node and edge labels) is projected, which is the same function as embedding its index.
-
-Targets are per graph or per node (``target_level``); a NaN target is missing and left out of the
-loss and the metrics. Splits: a seeded random split of the graphs; the dataset's own splits as
-separate instances (``split_args``, e.g. ZINC's or PPI's ``split`` argument); or, for per-node
-targets, the nodes' ``train_mask``/``val_mask``/``test_mask`` (each graph is stored once per split,
-its targets outside the split's mask set to NaN).
-
-Vocabularies, widths and target checks (the source's :class:`~graphormer_urpe.data.spec.DataSpec`,
-:attr:`PygDataset.description`) and a fingerprint of the data (for the cache key) are computed from
-the dataset's collated tensors once, the first time one is needed, which is when the model is built
-(LightningCLI links ``data.spec`` into it at instantiation), so the model always matches the data.
+"""Your own graphs: any ``torch_geometric`` ``InMemoryDataset``, named by import path and arguments
+(:class:`PygDataset`). Integer (or bool) feature tensors are categorical columns with vocabularies
+read from the data, float tensors continuous columns; targets per graph or per node; random,
+per-instance or node-mask splits. The spec and a fingerprint of the data (for the cache key) are
+computed from the collated tensors once, when the CLI links ``data.spec`` into the model. How to
+use it, and what it refuses: ``docs/own-data.md``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +25,7 @@ from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.pyg_interop import is_categorical
 from graphormer_urpe.data.sources.base import GraphSource, seeded_split
 from graphormer_urpe.data.spec import DataSpec
-from graphormer_urpe.errors import DataError, DatasetMissing
+from graphormer_urpe.errors import DataError, DatasetMissing, import_object
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +69,13 @@ def _columns(tensor: torch.Tensor) -> np.ndarray:
 
 
 def import_dataset_class(path: str) -> type:
-    """The dataset class named by ``path`` (``torch_geometric.datasets.TUDataset``), checked."""
-    module, _, name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise DataError(f"data.source.dataset: cannot import '{path}' ({error})") from error
+    """The dataset class named by ``path`` (``torch_geometric.datasets.TUDataset``), checked.
+
+    Raises:
+        ConfigError: nothing importable has that path.
+        DataError: it is not an ``InMemoryDataset``.
+    """
+    cls = import_object("data.source.dataset", path)
     if not (isinstance(cls, type) and issubclass(cls, InMemoryDataset)):
         raise DataError(f"data.source.dataset: {path} is not a torch_geometric InMemoryDataset")
     return cls

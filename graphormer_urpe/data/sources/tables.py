@@ -7,17 +7,10 @@ cache and parallel chunked preprocessing as QM9 and PCQM4Mv2. :class:`SmilesToPr
 table of new molecules for ``evaluate.py --predict``.
 
 A table is read once per run (:func:`read_table`): its bytes are hashed (the cache key) and parsed
-from the same read, when the data is described (``SmilesTable.spec``, as the CLI builds the model),
-so that a broken file stops the run before any work. Problems with the table as a whole stop the
-run before anything is written, with a message naming the file, the column and the first rows
-concerned (rows are numbered from 0, the first data row; CSV messages also give the line in the
-file): a missing file, an empty one, bytes that are not UTF-8 (the line and byte offset of the
-first), a line with more or fewer fields than the header (an unquoted decimal comma ``8,7049``
-would otherwise shift values into other columns), a column that is not there, targets that are
-not numbers (or not valid labels), a target without any value, duplicated SMILES (unless
-``duplicate_smiles: keep_first``), unknown split names. Problems of single
-molecules (SMILES RDKit cannot parse, empty cells: molecules without atoms) skip that row; rows
-skipped are counted and listed per split when the cache is built and at the start of every run.
+from the same read when the CLI builds the model. A problem of the table as a whole (file, bytes,
+fields, columns, values, duplicates, split names) stops the run before anything is written, naming
+the file, the column and the first rows (from 0; CSV messages also give the line); a molecule that
+cannot be featurised skips its row, counted and listed. ``docs/own-data.md`` lists every case.
 """
 
 from __future__ import annotations

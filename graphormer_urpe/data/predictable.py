@@ -1,5 +1,6 @@
-"""What a DataModule tells evaluation about a split: its rows in order, and the protocol that
-lets one :func:`~graphormer_urpe.evaluation.splits.predict_split` serve every DataModule."""
+"""What evaluation asks of a DataModule: the :class:`PredictableData` protocol, which lets one
+:func:`~graphormer_urpe.evaluation.splits.predict_split` and one submission writer serve every
+DataModule, and :class:`SplitRows`, the rows of a split in order."""
 
 from __future__ import annotations
 
@@ -65,6 +66,10 @@ class PredictableData(Protocol):
 
     def split_rows(self, split: str) -> SplitRows:
         """The rows of ``split`` (after setup)."""
+
+    def training_mean(self) -> np.ndarray | None:
+        """(Y,) mean of the training targets, which a submission predicts for rows skipped while
+        preprocessing; None for data that skip no rows."""
 
     def predict_dataloader(self) -> DataLoader:
         """This process's shard of the split chosen by :meth:`predict_on`."""

@@ -1,0 +1,285 @@
+"""MAG240M's derived files, built once, out of core, from the raw release (:mod:`.release`).
+
+Layout (``ROOT/mag240m_kddcup2021/graphormer/`` unless ``cache_dir`` says otherwise)::
+
+    manifest.json                        sizes of the raw data it was built from; per file: bytes,
+                                         modification time and CRC32
+    csr/<relation>/indptr.npy            int64 [sources + 1]
+    csr/<relation>/indices.npy           int32 (int64 past 2^31 nodes) [E], neighbours per source
+    features/author.npy                  float16 [authors, 768]: mean of the author's papers
+    features/institution.npy             float16 [institutions, 768]: mean of its authors' features
+
+Author and institution features follow the OGB-LSC R-GNN baseline: an author is the mean of its
+papers, an institution the mean of its authors; nodes without any get zeros.
+
+Everything is built in chunks with progress bars, every file is written under a temporary name
+and renamed when complete, and the manifest gets its checksum last. An interrupted build resumes:
+finished files are kept, feature files resume at the first unfinished block of rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from graphormer_urpe.data.files import atomic_write_json, file_record, read_json_object, record_problem
+from graphormer_urpe.data.mag240m.release import RELATIONS, MAG240MRaw, NodeType, Relation
+
+log = logging.getLogger(__name__)
+
+DERIVED_FORMAT = 1
+MANIFEST = "manifest.json"
+
+
+class DerivedFiles:
+    """The manifest of derived files: which are complete and intact.
+
+    Args:
+        directory: the derived-file directory.
+        fingerprint: :meth:`MAG240MRaw.fingerprint` of the raw data; a manifest built from other
+            raw data is discarded.
+    """
+
+    def __init__(self, directory: Path, fingerprint: Mapping) -> None:
+        self.directory = directory
+        self.path = directory / MANIFEST
+        self.fingerprint = dict(fingerprint)
+        manifest, problem = read_json_object(self.path, ("format", "fingerprint", "files"))
+        if manifest is not None and not isinstance(manifest["files"], dict):
+            manifest, problem = None, "does not list its files (corrupted)"
+        if manifest is None and self.path.exists():  # its records are lost: every derived file is rebuilt
+            log.warning("%s %s; every derived file will be rebuilt", self.path, problem)
+            self.path.unlink()
+        if manifest is not None and (manifest["format"] != DERIVED_FORMAT
+                                     or manifest["fingerprint"] != self.fingerprint):
+            log.warning("%s was built from other raw data (%s); rebuilding", self.path, manifest["fingerprint"])
+            manifest = None
+        self.files: dict[str, dict] = dict(manifest["files"]) if manifest else {}
+
+    def problem(self, name: str, verify_checksum: bool) -> str | None:
+        """Why derived file ``name`` cannot be used (missing, truncated, changed, corrupted), or None.
+
+        The CRC is recomputed when ``verify_checksum`` or when the file's modification time moved.
+        """
+        record = self.files.get(name)
+        if record is None:
+            return "not built yet"
+        return record_problem(self.directory / name, record, verify_checksum)
+
+    def complete(self, name: str) -> None:
+        """Record ``name`` as complete, with its size, time and checksum."""
+        self.files[name] = file_record(self.directory / name, mtime=True)
+        self.save()
+
+    def forget(self, name: str) -> None:
+        self.files.pop(name, None)
+        self.save()
+
+    def save(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.path, {"format": DERIVED_FORMAT, "fingerprint": self.fingerprint, "files": self.files})
+
+
+def csr_files(relation: Relation) -> tuple[str, str]:
+    """Relative paths of a relation's ``indptr`` and ``indices``."""
+    return f"csr/{relation.name}/indptr.npy", f"csr/{relation.name}/indices.npy"
+
+
+FEATURE_FILES = {NodeType.AUTHOR: "features/author.npy", NodeType.INSTITUTION: "features/institution.npy"}
+
+
+def _tmp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.partial")
+
+
+def build_csr(raw: MAG240MRaw, relation: Relation, directory: Path, chunk_edges: int) -> None:
+    """Write a relation's CSR (``indptr``, ``indices``) in two chunked passes over its raw edges.
+
+    Pass 1 counts the out-degree of every source node (and checks every id); pass 2 scatters each
+    chunk's targets to their rows. Only the O(nodes) offsets and one chunk are in memory.
+
+    Raises:
+        ValueError: an edge names a node id outside ``meta.pt``'s counts (file and column named).
+    """
+    edges = raw.edge_index(relation.raw)
+    edge_file = raw.directory / "processed" / relation.raw / "edge_index.npy"
+    src_row, dst_row = (1, 0) if relation.transposed else (0, 1)
+    num_src, num_dst = raw.num_nodes(relation.source), raw.num_nodes(relation.target)
+    num_edges = edges.shape[1]
+    indptr_name, indices_name = csr_files(relation)
+    (directory / indptr_name).parent.mkdir(parents=True, exist_ok=True)
+
+    degree = np.zeros(num_src, dtype=np.int64)
+    ranges = [(s, min(s + chunk_edges, num_edges)) for s in range(0, num_edges, chunk_edges)]
+    for start, stop in tqdm(ranges, desc=f"CSR {relation.name}: counting", unit="chunk", leave=False):
+        chunk = np.asarray(edges[:, start:stop])
+        for row, limit in ((src_row, num_src), (dst_row, num_dst)):
+            bad = np.flatnonzero((chunk[row] < 0) | (chunk[row] >= limit))
+            if len(bad):
+                raise ValueError(f"{edge_file}: edge {start + bad[0]} has row-{row} node id {chunk[row, bad[0]]}, "
+                                 f"outside 0..{limit - 1} (meta.pt); the file is damaged or from another release")
+        degree += np.bincount(chunk[src_row], minlength=num_src)
+    indptr = np.concatenate([[0], np.cumsum(degree)])
+
+    index_dtype = np.int32 if num_dst < 2**31 else np.int64
+    tmp_indices = _tmp_path(directory / indices_name)
+    indices = np.lib.format.open_memmap(tmp_indices, mode="w+", dtype=index_dtype, shape=(num_edges,))
+    cursor = indptr[:-1].copy()
+    for start, stop in tqdm(ranges, desc=f"CSR {relation.name}: filling", unit="chunk", leave=False):
+        chunk = np.asarray(edges[:, start:stop])
+        order = np.argsort(chunk[src_row], kind="stable")
+        sources, targets = chunk[src_row][order], chunk[dst_row][order]
+        first = np.concatenate([[True], sources[1:] != sources[:-1]])
+        group_start = np.flatnonzero(first)
+        rank = np.arange(len(sources)) - np.repeat(group_start, np.diff(np.append(group_start, len(sources))))
+        indices[cursor[sources] + rank] = targets
+        cursor[sources[group_start]] += np.diff(np.append(group_start, len(sources)))
+    indices.flush()
+    del indices
+    tmp_indptr = _tmp_path(directory / indptr_name)
+    with open(tmp_indptr, "wb") as f:
+        np.save(f, indptr)
+    os.replace(tmp_indices, directory / indices_name)
+    os.replace(tmp_indptr, directory / indptr_name)
+
+
+def _read_rows(source: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``source[ids]`` as float32, reading the memory map in ascending row order. (len(ids), F)"""
+    order = np.argsort(ids, kind="stable")
+    rows = np.empty((len(ids), source.shape[1]), dtype=np.float32)
+    rows[order] = source[ids[order]]
+    return rows
+
+
+def build_mean_features(
+    source: np.ndarray,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    out_path: Path,
+    block_rows: int,
+    description: str,
+) -> None:
+    """Write ``out[i] = mean(source[indices[indptr[i]:indptr[i + 1]]])`` (zeros if empty) as float16.
+
+    Works in blocks of ``block_rows`` output rows; a progress file records the CRC32 of every
+    finished block, so an interrupted build resumes at the first unfinished (or damaged) block.
+
+    Args:
+        source: (S, F) memory-mapped features being averaged.
+        indptr, indices: CSR from output rows to source rows.
+        out_path: the float16 (R, F) output; written as ``.partial`` and renamed when complete.
+        block_rows: output rows per block.
+        description: progress-bar label.
+    """
+    num_rows, width = len(indptr) - 1, source.shape[1]
+    tmp = _tmp_path(out_path)
+    progress_path = tmp.with_name(tmp.name + ".progress.json")
+    progress: dict = {}
+    if progress_path.is_file() and tmp.is_file():
+        progress, problem = read_json_object(progress_path, ("block_rows", "shape", "done"))
+        if progress is None or not isinstance(progress["done"], dict):
+            log.warning("%s %s; %s is built from its first block", progress_path, problem, out_path)
+            progress = {}
+    if progress.get("block_rows") != block_rows or progress.get("shape") != [num_rows, width]:
+        progress = {"block_rows": block_rows, "shape": [num_rows, width], "done": {}}
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(num_rows, width))
+    else:
+        out = np.lib.format.open_memmap(tmp, mode="r+")
+    blocks = range(0, num_rows, block_rows)
+    resumed = 0
+    for start in list(blocks):
+        crc = progress["done"].get(str(start))
+        if crc is not None and zlib.crc32(np.ascontiguousarray(out[start:start + block_rows]).data) == crc:
+            resumed += 1
+        else:
+            progress["done"].pop(str(start), None)
+    if resumed:
+        log.info("%s: resuming, %d of %d blocks already done", out_path, resumed, len(blocks))
+    for start in tqdm(blocks, desc=description, unit="block", leave=False):
+        if str(start) in progress["done"]:
+            continue
+        stop = min(num_rows, start + block_rows)
+        lo, hi = int(indptr[start]), int(indptr[stop])
+        counts = np.diff(np.asarray(indptr[start:stop + 1]))
+        sums = torch.zeros((stop - start, width), dtype=torch.float32)
+        if hi > lo:  # index_add_: numpy's add.reduceat is ~30x slower on wide rows
+            rows = _read_rows(source, np.asarray(indices[lo:hi], dtype=np.int64))
+            owner = np.repeat(np.arange(stop - start), counts)
+            sums.index_add_(0, torch.from_numpy(owner), torch.from_numpy(rows))
+        out[start:stop] = sums.numpy() / np.maximum(counts, 1)[:, None]
+        out.flush()
+        progress["done"][str(start)] = zlib.crc32(np.ascontiguousarray(out[start:stop]).data)
+        atomic_write_json(progress_path, progress)
+    del out
+    os.replace(tmp, out_path)
+    progress_path.unlink()
+
+
+def prepare_derived(
+    raw: MAG240MRaw,
+    directory: Path,
+    verify_checksums: bool = False,
+    chunk_edges: int = 20_000_000,
+    feature_block_rows: int = 25_000,
+) -> DerivedFiles:
+    """Build whatever derived file is missing, incomplete or damaged; keep the rest.
+
+    Args:
+        raw: the release (already :meth:`~MAG240MRaw.check`-ed).
+        directory: where derived files live.
+        verify_checksums: recompute every file's CRC32 (otherwise only for files whose size or
+            modification time changed since they were built).
+        chunk_edges: edges per chunk when building CSR.
+        feature_block_rows: author/institution rows per block when averaging features.
+    """
+    started = time.perf_counter()
+    derived = DerivedFiles(directory, raw.fingerprint())
+    todo = []
+    for relation in RELATIONS:
+        problems = [derived.problem(name, verify_checksums) for name in csr_files(relation)]
+        if any(problems):
+            todo.append(relation)
+            if derived.files.get(csr_files(relation)[0]):
+                log.warning("%s CSR %s; rebuilding it", relation.name, next(p for p in problems if p))
+    for relation in todo:
+        for name in csr_files(relation):
+            derived.forget(name)
+        log.info("building the %s CSR (%s edges) in %s", relation.name, f"{raw.edge_index(relation.raw).shape[1]:,}",
+                 directory)
+        build_csr(raw, relation, directory, chunk_edges)
+        for name in csr_files(relation):
+            derived.complete(name)
+
+    by_name = {relation.name: relation for relation in RELATIONS}
+    feature_plan = (
+        (NodeType.AUTHOR, lambda: raw.paper_features, by_name["writes"]),
+        (NodeType.INSTITUTION, lambda: np.load(directory / FEATURE_FILES[NodeType.AUTHOR], mmap_mode="r"),
+         by_name["employs"]),
+    )
+    for node_type, source, relation in feature_plan:
+        name = FEATURE_FILES[node_type]
+        problem = derived.problem(name, verify_checksums)
+        if problem is None:
+            continue
+        if name in derived.files:
+            log.warning("%s %s; rebuilding it", directory / name, problem)
+            derived.forget(name)
+        indptr_name, indices_name = csr_files(relation)
+        build_mean_features(source(), np.load(directory / indptr_name, mmap_mode="r"),
+                            np.load(directory / indices_name, mmap_mode="r"), directory / name,
+                            feature_block_rows, f"{node_type.name.lower()} features (mean of "
+                            f"{'papers' if node_type is NodeType.AUTHOR else 'authors'})")
+        derived.complete(name)
+        if node_type is NodeType.AUTHOR:  # institutions average authors: rebuild them too
+            derived.forget(FEATURE_FILES[NodeType.INSTITUTION])
+    log.info("MAG240M derived files ready in %s (%.1f s)", directory, time.perf_counter() - started)
+    return derived
