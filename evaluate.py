@@ -28,8 +28,10 @@ column) with a checkpoint trained on any molecular dataset, one output row per i
 order, with an empty prediction and the reason for rows that could not be featurised
 (:mod:`graphormer_urpe.evaluation.new_molecules`).
 
-This script parses the command line and dispatches. Exit codes: 0 done; 1 an invalid submission or
-a wrong combination of options; 2 bad input (checkpoint, config, data).
+This script parses the command line, checks that every output can be written (:func:`check_outputs`)
+and dispatches. Exit codes: 0 done; 1 an invalid submission (``--check-submission``, or predictions the
+leaderboard would refuse); 2 bad input (checkpoint, config, data, options, an output that cannot be
+written).
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.data.lsc_formats import MODES
 from graphormer_urpe.data.predictable import PredictableData
-from graphormer_urpe.errors import InputError, SubmissionError
+from graphormer_urpe.errors import InputError, SubmissionError, refuse
 from graphormer_urpe.evaluation.new_molecules import predict_new_molecules
 from graphormer_urpe.evaluation.ogb import evaluate_split
 from graphormer_urpe.evaluation.submission import check_submission_file
@@ -82,29 +85,44 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_known_args(argv)
 
 
+def check_outputs(options: argparse.Namespace) -> None:
+    """Refuse (exit code 2) before any work an output that cannot be written, or ``--out`` over the table
+    that ``--predict`` reads."""
+    for flag, path, is_dir in (("--out", options.out, False), ("--predictions", options.predictions, False),
+                               ("--submission-dir", options.submission_dir, True)):
+        if path is None:
+            continue
+        if not is_dir and path.is_dir():
+            refuse(f"{flag} {path} is a directory; name the file to write")
+        if (read_only := unwritable(path if is_dir else path.parent)) is not None:
+            refuse(f"{flag} {path}: {read_only} is not writable")
+    if options.predict is not None and options.out is not None and options.out.resolve() == options.predict.resolve():
+        refuse(f"--out {options.out} is the table --predict reads; write the predictions to another file")
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     """Evaluate, or write or check a submission; returns what was measured or written."""
     started = time.perf_counter()
+    configure_logging()
     # evaluating in a temporary run directory, Lightning notes on every checkpoint that its run's is another
     warnings.filterwarnings("ignore", message="The dirpath has changed from", category=UserWarning)
     options, rest = parse_args(sys.argv[1:] if argv is None else argv)
+    check_outputs(options)
     if options.check_submission is not None:
-        configure_logging()
         try:
             return check_submission_file(options.check_submission, options.data_root)
         except (SubmissionError, RuntimeError) as error:
             log.error("%s", error)
             raise SystemExit(1) from error
     if options.ckpt is None:
-        raise SystemExit("error: --ckpt is required (or --check-submission FILE)")
+        refuse("--ckpt is required (or --check-submission FILE)")
     if options.predict is not None:
         return predict(options, rest)
     if options.submission_dir is not None and options.split not in MODES:
-        raise SystemExit("error: --submission-dir writes test-dev or test-challenge submissions, "
-                         f"not '{options.split}'")
+        refuse(f"--submission-dir writes test-dev or test-challenge submissions, not '{options.split}'")
     if options.split in MODES and options.submission_dir is None and options.predictions is None:
-        raise SystemExit(f"error: --split {options.split} has hidden targets: pass --submission-dir DIR to write a "
-                         "leaderboard submission (or --predictions FILE)")
+        refuse(f"--split {options.split} has hidden targets: pass --submission-dir DIR to write a leaderboard "
+               "submission (or --predictions FILE)")
     with tempfile.TemporaryDirectory() as tmp:
         try:
             if not any(a == "--config" or a.startswith("--config=") for a in rest):
@@ -120,17 +138,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
             sys.exit(2)
         fmt = cli.datamodule.spec.submission if isinstance(cli.datamodule, PredictableData) else None
         if options.predictions is not None and fmt is None:
-            raise SystemExit("error: --predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
+            refuse("--predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
         try:
             if fmt is not None:
                 if options.split not in fmt.splits:
-                    raise SystemExit(f"error: {fmt.dataset} has no split '{options.split}'; its splits are "
-                                     f"{', '.join(fmt.splits)}")
+                    refuse(f"{fmt.dataset} has no split '{options.split}'; its splits are {', '.join(fmt.splits)}")
                 result = evaluate_split(cli.trainer, cli.model, cli.datamodule, options.split, options.ckpt,
                                         submission_dir=options.submission_dir, predictions_file=options.predictions,
                                         started=started, data_check=data_check)
             elif options.split in MODES:
-                raise SystemExit(f"error: {type(cli.datamodule).__name__} has no hidden test split '{options.split}'")
+                refuse(f"{type(cli.datamodule).__name__} has no hidden test split '{options.split}'")
             else:
                 run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
                 metrics = run(cli.model, cli.datamodule, ckpt_path=options.ckpt, verbose=False)[0]
@@ -153,13 +170,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 def predict(options: argparse.Namespace, rest: list[str]) -> dict:
     """``--predict TABLE --out FILE.csv``: predictions for new molecules, in the table's row order."""
-    configure_logging()
     if options.out is None:
-        raise SystemExit("error: --predict TABLE needs --out FILE.csv for the predictions")
+        refuse("--predict TABLE needs --out FILE.csv for the predictions")
     config_args = resolve_config_paths(rest)
     if len(config_args) not in (0, 2) or (config_args and config_args[0] != "--config"):
-        raise SystemExit(f"error: with --predict, only --config FILE may be added to --ckpt, --out, --smiles-column; "
-                         f"got {' '.join(rest)}")
+        refuse(f"with --predict, only --config FILE may be added to --ckpt, --out, --smiles-column; got "
+               f"{' '.join(rest)}")
     try:
         return predict_new_molecules(options.ckpt, options.predict, options.out,
                                      Path(config_args[1]) if config_args else None, options.smiles_column)

@@ -18,6 +18,10 @@ changed one (``--model.encoder.attention rpe``) needs another ``--name``. Seeds 
 interrupted seed resumes from its ``last.ckpt``. ``--collect`` checks that the seeds it aggregates
 share one config. On a SLURM cluster run the seeds as an array job and aggregate them with ``--collect``.
 
+Stopping a sweep: SIGTERM (or SIGUSR1) sent to ``seeds.py`` is passed on to the seed's ``train.py``, and
+Ctrl-C in the terminal reaches it directly; the seed finishes its optimiser step, writes ``last.ckpt``,
+and the sweep stops with the seed's exit code (128 + the signal); the same command resumes it.
+
 Writes ``<run_root>/<name>-seeds.json`` and ``<run_root>/<name>-seeds.md``: per metric the mean,
 the sample standard deviation (n - 1 in the denominator; 0 for one seed), n and every seed's value.
 """
@@ -27,19 +31,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 
 import yaml
 
+from graphormer_urpe.errors import refuse
 from graphormer_urpe.run.identity import config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE
 
 TRAIN = Path(__file__).resolve().parent / "train.py"
-#: Exit code of a sweep refused before it ran (as train.py's for bad input).
-EXIT_BAD_INPUT = 2
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -79,6 +84,27 @@ def seed_identity(config: Mapping) -> dict:
     return config_identity(config, ignore=("seed_everything",))
 
 
+def run_seed(command: Sequence[str]) -> int:
+    """Run one seed's ``train.py``; returns its exit code. SIGTERM and SIGUSR1 sent to this process are passed
+    on to it (it saves ``last.ckpt`` and stops); Ctrl-C in the terminal reaches it directly, so this process
+    only waits for it (``subprocess.run`` would kill it a quarter of a second after Ctrl-C)."""
+    child = subprocess.Popen(command)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        child.send_signal(signum)
+
+    def wait_for_the_seed(signum: int, frame: FrameType | None) -> None:
+        print("[seeds] Ctrl-C: the seed's run finishes its step and writes last.ckpt", file=sys.stderr, flush=True)
+
+    handlers = {signal.SIGTERM: forward, signal.SIGUSR1: forward, signal.SIGINT: wait_for_the_seed}
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+    try:
+        return child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def resolved_config(command: Sequence[str]) -> dict:
     """The config ``train.py`` would resolve for ``command`` (``--print_config``), without running it."""
     done = subprocess.run([*command, "--print_config"], capture_output=True, text=True, check=False)
@@ -97,9 +123,8 @@ def check_seed_runs(options: argparse.Namespace, train_args: Sequence[str]) -> N
     wanted = seed_identity(resolved_config(seed_command(options, next(iter(recorded)), train_args)))
     for seed, path in recorded.items():
         if differing := differences(seed_identity(yaml.safe_load(path.read_text())), wanted, str(path), "now"):
-            print(f"error: seed {seed} of '{options.name}' ({path.parent}) is a run of another configuration: "
-                  f"{differing}; run this one under another --name", file=sys.stderr, flush=True)
-            raise SystemExit(EXIT_BAD_INPUT)
+            refuse(f"seed {seed} of '{options.name}' ({path.parent}) is a run of another configuration: {differing}; "
+                   "run this one under another --name")
 
 
 def check_same_config(run_root: Path, name: str, seeds: Sequence[int]) -> None:
@@ -109,9 +134,7 @@ def check_same_config(run_root: Path, name: str, seeds: Sequence[int]) -> None:
     first = seeds[0]
     for seed in seeds[1:]:
         if differing := differences(identities[first], identities[seed], f"seed {first}", f"seed {seed}"):
-            print(f"error: the seeds of '{name}' under {run_root} are runs of different configurations: {differing}",
-                  file=sys.stderr, flush=True)
-            raise SystemExit(EXIT_BAD_INPUT)
+            refuse(f"the seeds of '{name}' under {run_root} are runs of different configurations: {differing}")
 
 
 def final_metrics(metrics: Mapping) -> dict[str, float]:
@@ -163,9 +186,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
             continue
         print(f"[seeds] {options.name}: seed {seed} ({options.seeds.index(seed) + 1}/{len(options.seeds)})",
               flush=True)
-        result = subprocess.run(seed_command(options, seed, train_args), check=False)
-        if result.returncode:
-            print(f"[seeds] seed {seed} failed with exit code {result.returncode}", file=sys.stderr, flush=True)
+        code = run_seed(seed_command(options, seed, train_args))
+        if code > 128:  # stopped by a signal, its last.ckpt written: the sweep stops here
+            print(f"[seeds] seed {seed} stopped by a signal (exit code {code}) after writing its last.ckpt; the same "
+                  "command resumes the sweep", file=sys.stderr, flush=True)
+            raise SystemExit(code)
+        if code:
+            print(f"[seeds] seed {seed} failed with exit code {code}", file=sys.stderr, flush=True)
             failed.append(seed)
     per_seed = {}
     for seed in options.seeds:
@@ -175,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         elif seed not in failed:
             failed.append(seed)
     if not per_seed:
-        raise SystemExit(f"error: no finished run of {options.name} under {run_root} for seeds {options.seeds}")
+        refuse(f"no finished run of {options.name} under {run_root} for seeds {options.seeds}")
     check_same_config(run_root, options.name, sorted(per_seed))
     summary = aggregate(per_seed)
     result = {"experiment": options.name, "seeds": sorted(per_seed), "missing_seeds": failed,

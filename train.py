@@ -12,8 +12,9 @@ A new run gets a new directory; every start in a run directory (resume, extensio
 to its record and its metrics log (:mod:`graphormer_urpe.run.ledger`). A resume is checked before any
 file is written: the checkpoint must fit the model, come from the same data and the same batch size.
 Exit codes: 0 done, 2 bad input (missing dataset, unusable checkpoint, a run directory that cannot be
-used so), 3 non-finite loss, 130 Ctrl-C, 128 + signal number after a signal stopped the run
-(``last.ckpt`` written).
+used so), 3 non-finite loss, 128 + signal number after a signal stopped the run (``last.ckpt``
+written): 143 SIGTERM, 138 SIGUSR1, 130 Ctrl-C (the first press finishes the optimiser step and
+writes ``last.ckpt``; a second press stops at once).
 """
 
 from __future__ import annotations
@@ -27,16 +28,15 @@ import yaml
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from graphormer_urpe.data.loaders import resume_problem
-from graphormer_urpe.errors import CheckpointError, InputError, NonFiniteLoss
+from graphormer_urpe.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError, InputError, NonFiniteLoss, shown
 from graphormer_urpe.run.callbacks import Preempted
-from graphormer_urpe.run.checkpoints import check_checkpoint, saved_loader_states
-from graphormer_urpe.run.cli import GraphormerCLI, log
+from graphormer_urpe.run.checkpoints import CONFIG_KEY, check_checkpoint, saved_loader_states
+from graphormer_urpe.run.cli import GraphormerCLI, launcher_run_id, log
 from graphormer_urpe.run.finetune import initialise
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE, RunDirError
 from graphormer_urpe.run.records import write_json
 
-EXIT_BAD_INPUT = 2
 EXIT_NON_FINITE = 3
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
@@ -53,7 +53,7 @@ def main(args: Sequence[str] | None = None) -> dict:
 
 def fit_and_evaluate(cli: GraphormerCLI) -> dict:
     """Fit (or resume) the configured run, then validate and test its best checkpoint."""
-    exit_code = 0
+    exit_code, interrupted = 0, False
     try:
         return fit_and_test(cli)
     except InputError as error:
@@ -70,18 +70,18 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
         log.warning("SIGTERM received outside training steps; checkpoints are in %s", cli.checkpoint_dir)
         exit_code = 128 + signal.SIGTERM
     except KeyboardInterrupt:  # outside Lightning's calls
-        exit_code = EXIT_INTERRUPTED
+        exit_code, interrupted = EXIT_INTERRUPTED, True
     except SystemExit as stop:
         if not isinstance(stop.__context__, KeyboardInterrupt):
             raise
-        exit_code = EXIT_INTERRUPTED  # Lightning stops a fit, validation or test on Ctrl-C with exit code 1
+        exit_code, interrupted = EXIT_INTERRUPTED, True  # Lightning stops on a KeyboardInterrupt with exit code 1
     finally:
         finish_wandb(cli, exit_code)
         cli.run_directory.release()
-    if exit_code == EXIT_INTERRUPTED and cli.trainer.is_global_zero:
+    if interrupted and cli.trainer.is_global_zero:  # a second Ctrl-C in training, or one outside it
         last = cli.run_directory.last_checkpoint
         log.warning("interrupted (Ctrl-C) after step %d; %s", cli.trainer.global_step,
-                    f"continue from {last} with --ckpt_path last (same --run_name)" if last.is_file()
+                    f"continue from {last} with --run_name {cli.run_dir.name} --ckpt_path last" if last.is_file()
                     else "no checkpoint was written")
     sys.exit(exit_code)
 
@@ -89,7 +89,8 @@ def fit_and_evaluate(cli: GraphormerCLI) -> dict:
 def fit_and_test(cli: GraphormerCLI) -> dict:
     """Check how this start may use its run directory, fit, then validate and test the best checkpoint."""
     trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
-    start = cli.run_directory.open(cli.config["ckpt_path"], writer=trainer.is_global_zero)
+    launch = launcher_run_id() if trainer.world_size > 1 else None  # each process started by SLURM or torchrun
+    start = cli.run_directory.open(cli.config["ckpt_path"], writer=trainer.is_global_zero, launch=launch)
     if start.checkpoint is not None:
         check_resume(cli, start.checkpoint)
     elif start.earlier_segments:
@@ -103,9 +104,10 @@ def fit_and_test(cli: GraphormerCLI) -> dict:
         warn_if_never_validated(trainer)
     trainer.fit(model, datamodule, ckpt_path=start.checkpoint)
     best = trainer.checkpoint_callback.best_model_path or None
-    validation = trainer.validate(model, datamodule, ckpt_path=best, verbose=False)[0]
+    # no result (None) when no batch is evaluated: trainer.limit_val_batches (limit_test_batches) 0
+    validation = next(iter(trainer.validate(model, datamodule, ckpt_path=best, verbose=False)), None)
     if "test" in datamodule.split_sizes:
-        test = trainer.test(model, datamodule, ckpt_path=best, verbose=False)[0]
+        test = next(iter(trainer.test(model, datamodule, ckpt_path=best, verbose=False)), None)
     else:  # e.g. PCQM4Mv2, MAG240M: test targets are hidden
         test = None
         hidden = [name for name in datamodule.split_sizes if name not in ("train", "valid")]
@@ -119,10 +121,31 @@ def fit_and_test(cli: GraphormerCLI) -> dict:
     return metrics
 
 
+#: Options a resume takes from the checkpoint (the optimiser's state, the random state) rather than from the
+#: command line: one that differs from the checkpoint's would be recorded but not used.
+RESUMED_FROM_THE_CHECKPOINT = ("model.init_args.optim.lr", "model.init_args.optim.weight_decay",
+                               "model.init_args.optim.adam_eps", "seed_everything")
+
+
 def check_resume(cli: GraphormerCLI, ckpt_path: str) -> None:
-    """Stop (:class:`CheckpointError`) unless ``ckpt_path`` fits the model, was trained on the same data
-    and continues in the same global batches; then tell the run record where this segment starts."""
+    """Stop (:class:`CheckpointError`, :class:`ConfigError`) unless ``ckpt_path`` fits the model, was
+    trained on the same data with the options a resume takes from it (:data:`RESUMED_FROM_THE_CHECKPOINT`),
+    continues in the same global batches and has steps left to reach or evaluate (``trainer.max_steps``
+    not below its step); then tell the run record where this segment starts."""
     checkpoint = check_checkpoint(ckpt_path, cli.model, cli.model.hparams)
+    step, max_steps = int(checkpoint["global_step"]), cli.trainer.max_steps
+    if 0 <= max_steps < step:
+        raise ConfigError("trainer.max_steps", max_steps, f"is below the step of {ckpt_path} ({step}): a resume "
+                          f"continues a run and cannot shorten it; pass at least {step} ({step} evaluates it again), "
+                          "or start a new run")
+    if CONFIG_KEY in checkpoint:
+        trained, now = yaml.safe_load(checkpoint[CONFIG_KEY]), yaml.safe_load(cli.config_yaml)
+        for key in RESUMED_FROM_THE_CHECKPOINT:
+            old, new = _dotted(trained, key), _dotted(now, key)
+            if old != new and not (key == "seed_everything" and cli.seed_drawn):
+                raise ConfigError(key.replace("init_args.", ""), new, f"differs from {ckpt_path}'s {shown(old)}, "
+                                  "which a resume continues with (optimiser and random state); resume with "
+                                  f"{shown(old)}, or start a new run from its weights with --init_from {ckpt_path}")
     recorded = checkpoint.get(DATA_IDENTITY_KEY)
     if recorded is None:
         log.warning("%s records no identity of its data (written by an earlier version): the data are not "
@@ -135,7 +158,14 @@ def check_resume(cli: GraphormerCLI, ckpt_path: str) -> None:
         problem = resume_problem(state, datamodule.batch_size, getattr(datamodule, "bucket_window", 0))
         if problem is not None:
             raise CheckpointError(f"{ckpt_path}: {problem}")
-    cli.run_record.resuming(ckpt_path, int(checkpoint["global_step"]))
+    cli.run_record.resuming(ckpt_path, step)
+
+
+def _dotted(config: dict, key: str) -> object:
+    """The value of a dotted key in a resolved config (None where absent)."""
+    for part in key.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
 
 
 def check_same_run(cli: GraphormerCLI) -> None:

@@ -15,8 +15,12 @@ config's ``__post_init__`` (or constructor) validates all its fields in a few li
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Collection
-from typing import Any
+from typing import Any, NoReturn
+
+#: Exit code of every refusal of bad input.
+EXIT_BAD_INPUT = 2
 
 
 class InputError(Exception):
@@ -48,6 +52,25 @@ class DatasetMissing(InputError, RuntimeError):
 
 class CheckpointError(InputError, RuntimeError):
     """A checkpoint cannot be read or does not fit the model; the message names the file and the mismatch."""
+
+
+class Refused(SystemExit):
+    """A script stopped on bad input found by the script itself (:func:`refuse`): exit code 2, and the
+    message as its text (``error: <message>`` was printed on stderr)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_BAD_INPUT)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def refuse(message: str) -> NoReturn:
+    """Stop a script on bad input (an option that needs another, a split the dataset lacks, a file that
+    cannot be written): ``error: <message>`` on stderr, exit code 2 (:class:`Refused`)."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise Refused(message)
 
 
 class CacheError(RuntimeError):

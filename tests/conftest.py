@@ -17,6 +17,7 @@ import torch
 
 from graphormer_urpe.data.batch import GraphRecord
 from graphormer_urpe.data.structure import graph_structure
+from graphormer_urpe.run.ledger import LOCK_FILE
 from graphormer_urpe.testing.device import exactness_device
 
 
@@ -190,17 +191,19 @@ def small_run(small_table: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 class SignalDuringStep(pl.Callback):
-    """Sends ``signum`` to this process while optimiser step ``step`` is being computed; a subprocess gets it
-    with ``--trainer.callbacks+='{"class_path": "tests.conftest.SignalDuringStep", "init_args": {...}}'``."""
+    """Sends ``signum`` to this process (or to its parent, e.g. ``seeds.py``) ``times`` times, one after the
+    other, while optimiser step ``step`` is being computed; a subprocess gets it with
+    ``--trainer.callbacks+='{"class_path": "tests.conftest.SignalDuringStep", "init_args": {...}}'``."""
 
-    def __init__(self, step: int, signum: int = signal.SIGTERM) -> None:
-        self.step, self.signum, self.sent = step, signum, False
+    def __init__(self, step: int, signum: int = signal.SIGTERM, times: int = 1, to_parent: bool = False) -> None:
+        self.step, self.signum, self.times, self.to_parent, self.sent = step, signum, times, to_parent, False
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
                              batch_idx: int) -> None:
         if trainer.global_step == self.step - 1 and not self.sent:
             self.sent = True
-            os.kill(os.getpid(), self.signum)
+            for _ in range(self.times):
+                os.kill(os.getppid() if self.to_parent else os.getpid(), self.signum)
 
 
 class FinalState(pl.Callback):
@@ -224,6 +227,24 @@ def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
     except SystemExit as stop:
         return int(stop.code)
     return 0
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` but run directories' lock, whose text names the process that held the
+    directory last (relative path -> bytes): what a refused start must leave byte for byte."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*"))
+            if p.is_file() and p.name != LOCK_FILE}
+
+
+def read_only_directory(tmp_path: Path) -> Path:
+    """A directory this process cannot write into: made read-only for a normal user; as root, who
+    writes anywhere permissions allow, ``/proc`` (a file system nobody can create files in)."""
+    if os.geteuid() == 0:
+        return Path("/proc")
+    directory = tmp_path / "read_only"
+    directory.mkdir()
+    directory.chmod(0o555)
+    return directory
 
 
 @pytest.fixture

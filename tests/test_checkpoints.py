@@ -59,6 +59,16 @@ def test_unreadable_files_are_named_with_the_reason(tmp_path: Path) -> None:
     torch.save({"weights": torch.zeros(2)}, plain)
     with pytest.raises(CheckpointError, match="not a Lightning checkpoint"):
         load_checkpoint(plain)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(CheckpointError) as refused:  # a run directory given instead of one of its files
+        load_checkpoint(tmp_path / "run")
+    assert str(refused.value) == (f"checkpoint {tmp_path / 'run'} is a directory; name a checkpoint file (it holds no "
+                                  ".ckpt file)")
+    (tmp_path / "run" / "checkpoints" / "last.ckpt").write_bytes(whole)
+    with pytest.raises(CheckpointError) as refused:
+        load_checkpoint(tmp_path / "run")
+    assert str(refused.value) == (f"checkpoint {tmp_path / 'run'} is a directory; name a checkpoint file, e.g. "
+                                  f"{tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}")
 
 
 def test_rpe_checkpoint_in_a_urpe_model_names_the_attention_type(tmp_path: Path) -> None:

@@ -112,8 +112,9 @@ def test_bare_config_names_resolve_to_configs_dir(tmp_path: Path) -> None:
     own = tmp_path / "mine.yaml"
     own.write_text("{}")
     assert resolve_config_paths(["--config", str(own)]) == ["--config", str(own)]
-    with pytest.raises(SystemExit, match="available: .*qm9_gap"):
+    with pytest.raises(SystemExit, match="available: .*qm9_gap") as refused:
         resolve_config_paths(["--config", "zinc_subsett"])
+    assert refused.value.code == 2  # bad input, as every refusal
 
 
 @pytest.mark.parametrize("config", sorted(p.name for p in CONFIG_DIR.glob("*.yaml")))
@@ -189,6 +190,14 @@ def test_slurm_and_torchrun_give_every_process_the_same_directory(plain_process:
     plain_process.setenv("SLURM_JOB_ID", "12345")
     plain_process.setenv("SLURM_STEP_ID", "0")
     assert resolve_run_dir(tmp_path, None, "cfg").path == tmp_path / "cfg-slurm12345.0"  # the same after a requeue
+
+
+def test_a_run_root_or_data_root_under_home_is_the_homes(plain_process: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``~/runs`` (quoted on the command line, or in a YAML file) never makes a directory named ``~``."""
+    plain_process.setenv("HOME", str(tmp_path))
+    cli = GraphormerCLI(["--config", "smiles_csv_example", "--run_root", "~/runs", "--run_name", "r", "--data.root",
+                         "~/data", "--logger", "none"])
+    assert cli.run_dir == tmp_path / "runs" / "r" and cli.datamodule.root == tmp_path / "data"
 
 
 def test_several_processes_without_a_common_id_must_be_named(plain_process: pytest.MonkeyPatch,

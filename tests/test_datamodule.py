@@ -18,11 +18,12 @@ import torch
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.cache import CacheSpec, GraphStore, build_store
 from graphormer_urpe.data.datamodule import GraphDataModule, GraphDataset
-from graphormer_urpe.data.sources import QM9
+from graphormer_urpe.data.sources import QM9, SmilesTable
 from graphormer_urpe.data.spec import DataSpec
+from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 from graphormer_urpe.testing.tolerance import rounding_tolerance
-from tests.conftest import TINY_MOLECULES
+from tests.conftest import REPO, TINY_MOLECULES
 
 
 def build_when_released(root: str, start: multiprocessing.Event, builds: str) -> None:
@@ -205,3 +206,19 @@ def test_target_statistics_of_targets_whose_squares_overflow_float32_are_exact(t
     # float64 sums of 30 values: a relative error of a few float64 epsilons
     np.testing.assert_allclose(mean, expected_mean, rtol=64 * np.finfo(np.float64).eps)
     np.testing.assert_allclose(std, expected_std, rtol=64 * np.finfo(np.float64).eps)
+
+
+def test_a_training_split_left_empty_by_preprocessing_stops_naming_why(tmp_path: Path) -> None:
+    """``data.max_nodes 2`` skips every molecule: one line, not a traceback at the target statistics."""
+    table = tmp_path / "t.csv"
+    table.write_text("".join((REPO / "examples" / "qm9_sample.csv").read_text().splitlines(keepends=True)[:41]))
+    data = GraphDataModule(SmilesTable(str(table), targets=["gap_ev"]), root=str(tmp_path), preprocess_workers=0,
+                           max_nodes=2)
+    data.prepare_data()
+    with pytest.raises(DataError) as refused:
+        data.setup("fit")
+    assert str(refused.value).startswith(f"{table} (SMILES column 'smiles'): no training graph is left, every one of "
+                                         "its rows was skipped while preprocessing (first: [[0, '")
+    assert str(refused.value).endswith("]]); check the data, or data.max_nodes=2")
+    data.setup("test")  # evaluating needs no training graph
+    assert data.split_sizes["train"] == 0

@@ -15,7 +15,7 @@ import torch
 import evaluate
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, data_identity, differences
-from tests.conftest import REPO, small_run_args, train_in_process
+from tests.conftest import REPO, files_of, small_run_args, train_in_process
 
 #: Rows appended to the probe table after training, as in issue 20 (30 more molecules).
 APPENDED_ROWS = 30
@@ -34,10 +34,6 @@ def edited_copy(table: Path, directory: Path) -> Path:
     return copy
 
 
-def files_of(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
-
-
 def test_differences_name_each_differing_key_in_one_line() -> None:
     recorded = {"sha1": "aa", "split": {"seed": 0, "fractions": [0.8, 0.1, 0.1]}, "gone": 1}
     current = {"sha1": "bb", "split": {"seed": 0, "fractions": [0.7, 0.2, 0.1]}, "new": None}
@@ -49,12 +45,15 @@ def test_differences_name_each_differing_key_in_one_line() -> None:
     assert differences(many, {}, "a", "b").endswith("k4: 4 (a) vs absent (b); +3 more")
 
 
-def test_config_identity_leaves_out_only_what_names_or_places_a_run() -> None:
+def test_config_identity_leaves_out_only_what_names_places_or_executes_a_run() -> None:
     config = {"seed_everything": 3, "run_name": "x", "run_root": "runs", "ckpt_path": "auto", "model": {"a": 1},
-              "data": {"init_args": {"root": "data"}}}
-    assert config_identity(config) == {"seed_everything": 3, "model": {"a": 1}, "data": {"init_args": {"root": "data"}}}
-    assert config_identity(config, ignore=("seed_everything",)) == {"model": {"a": 1},
-                                                                     "data": {"init_args": {"root": "data"}}}
+              "data": {"init_args": {"root": "data", "num_workers": 8, "preprocess_workers": None}},
+              "trainer": {"devices": 4, "strategy": "ddp", "accelerator": "gpu", "num_nodes": 2, "precision": "32",
+                          "enable_progress_bar": False, "enable_model_summary": None, "log_every_n_steps": 50},
+              "logger": "wandb", "wandb": {"project": "p"}, "checkpoint": {"every_n_steps": 1000}}
+    computes = {"model": {"a": 1}, "data": {"init_args": {"root": "data"}}, "trainer": {"precision": "32"}}
+    assert config_identity(config) == {"seed_everything": 3, **computes}
+    assert config_identity(config, ignore=("seed_everything",)) == computes
 
 
 def test_a_cached_dataset_is_its_cache_key_and_others_their_data_options(small_run: Path, small_table: Path,

@@ -9,36 +9,36 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from graphormer_urpe.run import ledger
 from graphormer_urpe.run.ledger import (
     LOCK_FILE,
     MetricsLog,
     RunDirectory,
     RunDirError,
+    RunStart,
     create_timestamped_dir,
     read_metrics,
     start_segment,
 )
-from tests.conftest import REPO, SignalDuringStep, run_train_subprocess, small_run_args, train_in_process
+from tests.conftest import REPO, SignalDuringStep, files_of, run_train_subprocess, small_run_args, train_in_process
 
 #: What one validation and one training log step write (besides segment, step and epoch).
 VALIDATION = ("val/mae", "val/mae/gap_ev", "val/mae/mu_debye")
 TEST = ("test/mae", "test/mae/gap_ev", "test/mae/mu_debye")
-
-
-def files_of(directory: Path) -> dict[str, bytes]:
-    """Every file under ``directory`` (relative path -> bytes)."""
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 def curve(run_dir: Path) -> list[tuple[int, tuple[str, ...]]]:
@@ -72,9 +72,11 @@ def copy_run(small_run: Path, tmp_path: Path, name: str = "t2") -> Path:
     return run_dir
 
 
-def signal_at(step: int, signum: int) -> str:
-    """The ``train.py`` argument that makes a subprocess send itself ``signum`` during optimiser step ``step``."""
-    callback = {"class_path": "tests.conftest.SignalDuringStep", "init_args": {"step": step, "signum": int(signum)}}
+def signal_at(step: int, signum: int, times: int = 1) -> str:
+    """The ``train.py`` argument that makes a subprocess send itself ``signum`` (``times`` times) during
+    optimiser step ``step``."""
+    callback = {"class_path": "tests.conftest.SignalDuringStep",
+                "init_args": {"step": step, "signum": int(signum), "times": times}}
     return f"--trainer.callbacks+={json.dumps(callback)}"
 
 
@@ -135,15 +137,62 @@ def test_a_start_that_loses_the_race_for_a_name_leaves_the_winner_alone(tmp_path
     assert (tmp_path / "root" / "run" / LOCK_FILE).is_file()
 
 
-def test_other_processes_of_a_run_only_find_its_checkpoint(tmp_path: Path) -> None:
-    """Rank 0 may be creating the directory while the other ranks look: they check nothing about it."""
-    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
-    assert RunDirectory(tmp_path / "run").open(None, writer=False).checkpoint is None
-    assert RunDirectory(tmp_path / "run").open("auto", writer=False).checkpoint is None
-    (tmp_path / "run" / "checkpoints" / "last.ckpt").write_bytes(b"x")
-    assert RunDirectory(tmp_path / "run").open("auto", writer=False).checkpoint == str(
-        tmp_path / "run" / "checkpoints" / "last.ckpt")
-    assert not (tmp_path / "run" / LOCK_FILE).exists()
+def test_every_process_of_a_start_decides_alike_from_the_runs_files(tmp_path: Path) -> None:
+    """Rank 0 may be creating the directory and its lock while the others look: those never count, the
+    files a run writes once it trains do, so every rank refuses or goes on alike (none waits for a rank 0
+    that stopped)."""
+    run = tmp_path / "run"
+
+    def each_rank(ckpt_path: str | None) -> list[RunStart | str]:
+        outcomes: list[RunStart | str] = []
+        for writer in (True, False):
+            directory = RunDirectory(run)
+            try:
+                outcomes.append(directory.open(ckpt_path, writer=writer))
+            except RunDirError as error:
+                outcomes.append(str(error))
+            directory.release()
+        return outcomes
+
+    run.mkdir()
+    (run / LOCK_FILE).write_text("slurm7.0")  # all that rank 0 makes before the processes join
+    assert each_rank(None) == each_rank("auto") == [RunStart(None, earlier_segments=False)] * 2
+    (run / "config.yaml").write_text("seed_everything: 0\n")  # a run stopped before its first checkpoint
+    assert each_rank(None) == [f"{run} already exists and a new run never writes into an earlier run's directory: "
+                               "extend or resume that run with --ckpt_path last, or give this one another "
+                               "--run_name"] * 2
+    assert each_rank("auto") == [RunStart(None, earlier_segments=True)] * 2  # both compare the configs
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    assert each_rank("auto") == each_rank("last") == [RunStart(str(run / "checkpoints" / "last.ckpt"), True)] * 2
+    foreign = str(tmp_path / "other" / "checkpoints" / "last.ckpt")
+    assert each_rank(foreign) == [f"{run} holds another run: resuming {foreign} in it would mix two runs; give the "
+                                  "run continued from that checkpoint a new --run_name"] * 2
+
+
+def test_the_other_processes_of_a_launch_wait_for_rank_0_and_stop_as_it_does(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under SLURM or torchrun each process starts by itself: they go on once rank 0 holds the directory
+    (its lock names their launch), and stop when another launch holds it, as rank 0 does."""
+    run = tmp_path / "run"
+    rank_0 = RunDirectory(run)
+    rank_0.open(None, writer=True, launch="slurm7.0")
+    assert (run / LOCK_FILE).read_text() == "slurm7.0"
+    assert RunDirectory(run).open(None, writer=False, launch="slurm7.0").checkpoint is None  # at once
+    monkeypatch.setattr(ledger, "FOREIGN_HOLDER_GRACE", 0.2)
+    in_use = (f"{run} is in use by another process (it holds {run / LOCK_FILE}): wait until that run stops, or stop "
+              "it first")
+    with pytest.raises(RunDirError) as refused:  # rank 1 of another job of the same --run_name
+        RunDirectory(run).open(None, writer=False, launch="slurm8.0")
+    assert str(refused.value) == in_use
+    with pytest.raises(RunDirError) as refused:  # and its rank 0
+        RunDirectory(run).open(None, writer=True, launch="slurm8.0")
+    assert str(refused.value) == in_use
+    rank_0.release()
+    # an ended launch's record, no lock held: the others wait for their rank 0, and not forever
+    with pytest.raises(RunDirError, match=rf"^{run}: the process of global rank 0 did not take the run directory "
+                                          r"within 0 s; see its log$"):
+        RunDirectory(run)._wait_for_writer("slurm8.0", timeout=0.3)
 
 
 # ----------------------------------------------------------------------------- the metrics log
@@ -222,6 +271,22 @@ def test_an_extension_appends_a_segment_and_the_joined_log_covers_every_step(
     assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 300
 
 
+def test_resuming_a_finished_run_at_its_own_length_evaluates_it_again_as_a_segment(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
+    """Nothing is left to train (Lightning skips the training loop): the start is still recorded, before
+    its evaluation logs its rows."""
+    run_dir = copy_run(small_run, tmp_path)
+    before = (run_dir / "metrics.csv").read_bytes()
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--ckpt_path", "last")
+    assert train_in_process(args) == 0
+    assert [(s["start_step"], s["command"]) for s in json.loads((run_dir / "run.json").read_text())["segments"]] == [
+        (0, json.loads((small_run / "run.json").read_text())["segments"][0]["command"]),
+        (200, shlex.join(["train.py", *args]))]
+    added = (run_dir / "metrics.csv").read_text()[len(before):].splitlines()
+    assert [row.split(",")[:2] for row in added] == [["1", "200"], ["1", "200"]]  # validation and test again
+    assert values(run_dir) == values(small_run)
+
+
 def test_a_requeue_after_sigterm_continues_the_learning_curve_of_an_uninterrupted_run(
         small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
     """One command for the first start and every restart (a SLURM requeue script): ``--ckpt_path auto``."""
@@ -265,6 +330,81 @@ def test_a_refused_resume_leaves_every_file_of_the_run_byte_for_byte(small_run: 
         "batches of 8, this run has batches of 16: the run cannot resume exactly; use the same data and "
         "--data.batch_size, or start a new run"]
     assert files_of(run_dir) == before
+
+
+def test_an_option_refused_once_the_data_are_read_leaves_no_run_directory_and_no_file_changed(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path, package_log) -> None:
+    """The epoch's length is known once the training split is read (when the training loader is built): an
+    integer validation interval past it stops there, before the run's files are written."""
+    never = ["--trainer.check_val_every_n_epoch", "1", "--trainer.val_check_interval", "50"]
+    refusal = ("trainer.val_check_interval=50: is more than the 6 training batches of an epoch (48 training examples "
+               "in global batches of 8) while trainer.check_val_every_n_epoch is 1; use at most 6, a fraction of an "
+               "epoch in (0, 1], or trainer.check_val_every_n_epoch null to count batches across epochs")
+    assert train_in_process(small_run_args(small_table, data_root, tmp_path / "new", *never)) == 2
+    assert error_lines(package_log) == [refusal]
+    assert not (tmp_path / "new").exists()  # neither the run directory nor the run root made for it
+    run_dir = copy_run(small_run, tmp_path)
+    before = files_of(run_dir)
+    package_log.clear()
+    assert train_in_process(small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2",
+                                           "--trainer.max_steps", "300", "--ckpt_path", "last", *never)) == 2
+    assert error_lines(package_log) == [refusal]
+    assert files_of(run_dir) == before  # no segment recorded, config.yaml not rewritten
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--model.optim.lr", "0.5"], "model.optim.lr=0.5: differs from {last}'s 0.001"),
+    (["--model.optim.weight_decay", "0.1"], "model.optim.weight_decay=0.1: differs from {last}'s 0.0"),
+    (["--model.optim.adam_eps", "1e-6"], "model.optim.adam_eps=1e-06: differs from {last}'s 1e-08"),
+    (["--seed_everything", "7"], "seed_everything=7: differs from {last}'s 0"),
+], ids=["lr", "weight_decay", "adam_eps", "seed"])
+def test_a_resume_refuses_options_it_would_take_from_the_checkpoint(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path, package_log, option: list[str],
+        message: str) -> None:
+    """The optimiser's state and the random state continue from the checkpoint: a changed value would be
+    written into ``config.yaml`` and never used."""
+    run_dir = copy_run(small_run, tmp_path)
+    before = files_of(run_dir)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--trainer.max_steps", "300",
+                          "--ckpt_path", "last", *option)
+    assert train_in_process(args) == 2
+    assert error_lines(package_log) == [
+        message.format(last=last) + ", which a resume continues with (optimiser and random state); resume with "
+        f"{message.rsplit(' ', 1)[1]}, or start a new run from its weights with --init_from {last}"]
+    assert files_of(run_dir) == before
+
+
+def test_a_resume_cannot_shorten_a_run(small_run: Path, small_table: Path, data_root: Path, tmp_path: Path,
+                                       package_log) -> None:
+    run_dir = copy_run(small_run, tmp_path)
+    before = files_of(run_dir)
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--trainer.max_steps", "100",
+                          "--ckpt_path", "last")
+    assert train_in_process(args) == 2
+    assert error_lines(package_log) == [
+        f"trainer.max_steps=100: is below the step of {run_dir / 'checkpoints' / 'last.ckpt'} (200): a resume "
+        "continues a run and cannot shorten it; pass at least 200 (200 evaluates it again), or start a new run"]
+    assert files_of(run_dir) == before
+
+
+def test_a_moved_run_directory_keeps_its_best_checkpoint_and_score(small_run: Path, small_table: Path,
+                                                                   data_root: Path, tmp_path: Path) -> None:
+    """Renamed (or copied, or synced elsewhere) and extended: evaluated and reported with its own files, and a
+    later validation is the best only if it beats the recorded best."""
+    moved = copy_run(small_run, tmp_path, "moved")
+    recorded = json.loads((small_run / "metrics.json").read_text())
+    assert Path(recorded["best_checkpoint"]).parent == small_run / "checkpoints"
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "moved", "--trainer.max_steps",
+                          "250", "--ckpt_path", "last")
+    assert train_in_process(args) == 0
+    callbacks = torch.load(small_run / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]
+    best_score = next(float(state["best_model_score"]) for key, state in callbacks.items()
+                      if key.startswith("ModelCheckpoint"))
+    [new_score] = [row["val/mae"] for row in read_metrics(moved) if row["step"] == 249 and "val/mae" in row]
+    # without the recorded score, Lightning would take the validation of step 250 as the best whatever it is
+    expected = "best-250.ckpt" if new_score < best_score else Path(recorded["best_checkpoint"]).name
+    assert json.loads((moved / "metrics.json").read_text())["best_checkpoint"] == str(moved / "checkpoints" / expected)
 
 
 def test_ckpt_path_last_with_nothing_to_resume_names_what_it_looked_for(small_run: Path, small_table: Path,
@@ -319,6 +459,60 @@ def test_auto_refuses_to_start_a_run_of_another_config_in_a_directory_without_ch
     assert files_of(stopped) == before
 
 
+def srun(args: list[str], job: str, tasks: int = 2, timeout: float = 240.0) -> list[subprocess.CompletedProcess]:
+    """``srun --ntasks <tasks> python train.py ARGS`` simulated on this machine: one process per task with
+    SLURM's variables, DDP over gloo on the CPU; fails if they do not all finish within ``timeout`` s."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_")) and k not in (
+        "GRAPHORMER_RUN_DIR", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "RANK", "MASTER_ADDR", "MASTER_PORT")}
+    processes = [subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), *args, "--trainer.accelerator", "cpu", "--trainer.devices",
+         str(tasks), "--trainer.strategy", "ddp"],
+        cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**base, "SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": str(tasks),
+             "SLURM_NTASKS_PER_NODE": str(tasks), "SLURM_NODELIST": "127.0.0.1", "SLURM_NODEID": "0",
+             "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "MASTER_PORT": str(port),
+             "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}) for rank in range(tasks)]
+    deadline = time.monotonic() + timeout
+    done = []
+    for process in processes:
+        try:
+            stdout, stderr = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            pytest.fail(f"the {tasks} SLURM tasks did not finish within {timeout} s (one waits for the others)")
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
+    return done
+
+
+@pytest.mark.slow
+def test_under_srun_every_rank_refuses_what_rank_0_refuses_and_starts_what_it_starts(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
+    """Two SLURM tasks (DDP over gloo): ``--ckpt_path auto`` in a directory of another config is refused by
+    both (rank 1 used to wait for rank 0 in the process group until its 30-minute timeout); a new run
+    starts on both, rank 1 going on once rank 0 holds the directory."""
+    stopped = stopped_before_its_first_checkpoint(small_run, tmp_path)
+    before = files_of(stopped)
+    other = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--ckpt_path", "auto",
+                           "--model.encoder.attention", "rpe")
+    refusal = (f"{stopped} holds a run of another configuration and no checkpoint to resume "
+               f"(model.init_args.encoder.attention: 'urpe' ({stopped / 'config.yaml'}) vs 'rpe' (now)); give this "
+               "run another --run_name")
+    for rank, done in enumerate(srun(other, job="4301", timeout=120)):
+        assert done.returncode == 2, (rank, done.stderr[-3000:])
+        assert f"ERROR] {refusal}" in done.stderr and "Traceback" not in done.stderr, (rank, done.stderr[-3000:])
+    assert files_of(stopped) == before
+    fresh = small_run_args(small_table, data_root, tmp_path / "runs", "--trainer.max_steps", "4")
+    ranks = srun(fresh, job="4302")
+    assert [done.returncode for done in ranks] == [0, 0], [done.stderr[-3000:] for done in ranks]
+    run_dir = tmp_path / "runs" / "smiles_csv_example-slurm4302.0"
+    assert (run_dir / LOCK_FILE).read_text() == "slurm4302.0"
+    assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 4
+
+
 @pytest.mark.slow
 def test_auto_starts_a_run_without_checkpoint_again_from_step_0(small_run: Path, small_table: Path, data_root: Path,
                                                                  tmp_path: Path) -> None:
@@ -346,6 +540,8 @@ def test_a_checkpoint_of_another_run_is_continued_in_a_new_directory_only(small_
     assert train_in_process([*args, "--run_name", "fork"]) == 0
     [segment] = json.loads((tmp_path / "runs" / "fork" / "run.json").read_text())["segments"]
     assert (segment["start_step"], segment["resumed_from"]) == (200, foreign)
+    # reported with its own files only: it validated nothing yet, so it has no best checkpoint (not the other's)
+    assert json.loads((tmp_path / "runs" / "fork" / "metrics.json").read_text())["best_checkpoint"] is None
 
 
 def test_a_run_that_would_never_validate_says_so(small_table: Path, data_root: Path, tmp_path: Path,
@@ -359,16 +555,35 @@ def test_a_run_that_would_never_validate_says_so(small_table: Path, data_root: P
 
 
 @pytest.mark.slow
-def test_ctrl_c_exits_130_naming_the_checkpoint_to_resume(small_table: Path, data_root: Path,
-                                                          tmp_path: Path) -> None:
-    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "ctrl_c",
-                          "--checkpoint.every_n_steps", "100")
-    done = run_train_subprocess([*args, signal_at(120, signal.SIGINT)])
+def test_ctrl_c_finishes_the_step_writes_last_ckpt_exits_130_and_the_run_resumes_exactly(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
+    """The first Ctrl-C acts like SIGTERM; resumed, the run logs what the uninterrupted run logged."""
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "ctrl_c")
+    done = run_train_subprocess([*args, signal_at(12, signal.SIGINT)])
     assert done.returncode == 130, done.stderr[-3000:]
     last = tmp_path / "runs" / "ctrl_c" / "checkpoints" / "last.ckpt"
-    assert (f"WARNING] interrupted (Ctrl-C) after step 119; continue from {last} with --ckpt_path last (same "
-            "--run_name)") in done.stderr
+    assert f"WARNING] Ctrl-C: finishing optimiser step 12, then writing {last} (Ctrl-C again to stop at once)" \
+        in done.stderr
+    assert (f"WARNING] Ctrl-C (SIGINT) received: stopped after step 12 and saved {last}; continue with --run_name "
+            "ctrl_c --ckpt_path last") in done.stderr
+    assert "Traceback" not in done.stderr and "interrupted" not in done.stderr
+    assert torch.load(last, weights_only=True)["global_step"] == 12
+    assert train_in_process([*args, "--ckpt_path", "last"]) == 0
+    assert values(tmp_path / "runs" / "ctrl_c") == values(small_run)
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_stops_at_once_keeping_the_periodic_checkpoint(small_table: Path, data_root: Path,
+                                                                       tmp_path: Path) -> None:
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "ctrl_c",
+                          "--checkpoint.every_n_steps", "10")
+    done = run_train_subprocess([*args, signal_at(12, signal.SIGINT, times=2)])
+    assert done.returncode == 130, done.stderr[-3000:]
+    last = tmp_path / "runs" / "ctrl_c" / "checkpoints" / "last.ckpt"
+    assert (f"WARNING] interrupted (Ctrl-C) after step 11; continue from {last} with --run_name ctrl_c --ckpt_path "
+            "last") in done.stderr
     assert "Traceback" not in done.stderr
+    assert torch.load(last, weights_only=True)["global_step"] == 10
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from graphormer_urpe.data.mag240m import derived as derived_files
 from graphormer_urpe.data.mag240m.derived import FEATURE_FILES, csr_files, prepare_derived
 from graphormer_urpe.data.mag240m.release import AFFILIATED, CITES, RELATIONS, WRITES, MAG240MRaw, NodeType
 from graphormer_urpe.data.safe_load import numpy_safe_globals
-from graphormer_urpe.errors import DatasetMissing
+from graphormer_urpe.errors import DataError, DatasetMissing
 
 
 @pytest.fixture
@@ -103,7 +103,9 @@ def test_author_and_institution_features_are_means(synthetic_mag) -> None:
     expected[counts > 0] /= counts[counts > 0, None]
     authors = np.load(derived / FEATURE_FILES[NodeType.AUTHOR])
     assert authors.dtype == np.float16 and (counts == 0).any()  # some authors wrote nothing
-    np.testing.assert_allclose(authors, expected, atol=2e-3, rtol=2e-3)
+    # float32 means stored in float16: half a float16 ulp (relative; absolute below float16's normal range)
+    float16 = {"rtol": float(np.finfo(np.float16).eps), "atol": float(np.finfo(np.float16).smallest_subnormal)}
+    np.testing.assert_allclose(authors, expected, **float16)
     assert (authors[counts == 0] == 0).all()
 
     member, institution = np.asarray(raw.edge_index(AFFILIATED))
@@ -111,7 +113,7 @@ def test_author_and_institution_features_are_means(synthetic_mag) -> None:
     np.add.at(expected, institution, authors[member].astype(np.float32))
     counts = np.bincount(institution, minlength=len(expected))
     expected[counts > 0] /= counts[counts > 0, None]
-    np.testing.assert_allclose(np.load(derived / FEATURE_FILES[NodeType.INSTITUTION]), expected, atol=2e-3)
+    np.testing.assert_allclose(np.load(derived / FEATURE_FILES[NodeType.INSTITUTION]), expected, **float16)
 
 
 def test_out_of_range_edge_is_named(synthetic_mag, tmp_path) -> None:
@@ -191,6 +193,25 @@ def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch,
     assert "resuming, 3 of" in package_log.text
     np.testing.assert_array_equal(np.load(directory / name),
                                   np.load(synthetic_mag / "mag240m_kddcup2021/graphormer" / name))
+
+
+def test_a_damaged_file_in_a_read_only_directory_is_refused_before_anything_is_built(
+        synthetic_mag, tmp_path, monkeypatch) -> None:
+    raw = _copy_raw(synthetic_mag, tmp_path)
+    directory = tmp_path / "derived"
+    _build(raw, directory)
+    indices = directory / csr_files(RELATIONS[0])[1]
+    indices.write_bytes(indices.read_bytes()[:-8])  # truncated
+    (directory / "manifest.json").write_bytes(b"{not json")  # and the manifest too: nothing is deleted
+    before = {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+    monkeypatch.setattr(derived_files, "unwritable", lambda path: path)  # as a read-only mount would answer
+    with pytest.raises(DataError) as refused:
+        _build(raw, directory, key="data.root")
+    assert str(refused.value) == (
+        f"{directory} (data.root): MAG240M's derived files must be built there ({csr_files(RELATIONS[0])[0]}: not "
+        f"built yet), but {directory} is not writable; set data.cache_dir to a writable directory (or build them "
+        "once where it is writable)")
+    assert {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbled"])

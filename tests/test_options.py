@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-import os
 import subprocess
 import sys
 import types
@@ -21,6 +20,7 @@ import train
 from graphormer_urpe.errors import ConfigError
 from graphormer_urpe.run.cli import CONFIG_DIR, REPO_DIR, GraphormerCLI, parse_error_line
 from graphormer_urpe.run.tracking import WandbOptions
+from tests.conftest import read_only_directory
 
 #: (config, bad option(s), fragment of the one error line). Every option that a shipped config sets
 #: appears at least once, in a config that sets it, plus the options the issue names.
@@ -102,7 +102,9 @@ CASES = [
     ("smiles_csv_example", ["--data.source.task", "ranking"], "data.source.task: Expected a typing.Literal"),
     ("smiles_csv_example", ["--data.source.split", "kfold"], "data.source.split: Expected a typing.Literal"),
     ("smiles_csv_example", ["--data.source.split_fractions", "[0.5, 0.6, 0.1]"],
-     "data.source.split_fractions [0.5, 0.6, 0.1]: three shares"),
+     "data.source.split_fractions=[0.5, 0.6, 0.1]: must be three shares (train, valid, test), each >= 0, summing to 1"),
+    ("smiles_csv_example", ["--data.source.split_fractions", "null"],
+     "data.source.split_fractions=null: must be three shares (train, valid, test), each >= 0, summing to 1"),
     ("smiles_csv_classification", ["--data.source.path", "nowhere.csv"], "the table nowhere.csv does not exist"),
     ("pyg_tu_example", ["--data.source.task", "ranking"], "data.source.task: Expected a typing.Literal"),
     ("pyg_tu_example", ["--data.source.target_names", "[gap, mu]"],
@@ -131,6 +133,11 @@ CASES = [
     ("synthetic_graph", ["--data.val_graphs", "0"], "data.val_graphs=0: must be an integer >= 1"),
     ("synthetic_graph", ["--data.test_graphs", "0"], "data.test_graphs=0: must be an integer >= 1"),
     # the run
+    ("qm9_gap", ["--run_name", ""],  # an unset variable in a SLURM script: not a new directory per requeue
+     "run_name='': must name one directory under run_root (not empty, '.' or '..', no '/'), or be null (a new "
+     "directory per start)"),
+    ("qm9_gap", ["--run_name", "a/b"], "run_name='a/b': must name one directory under run_root"),
+    ("qm9_gap", ["--run_name", "../elsewhere"], "run_name='../elsewhere': must name one directory under run_root"),
     ("qm9_gap", ["--checkpoint.every_n_steps", "-1"], "checkpoint.every_n_steps=-1: must be an integer >= 0"),
     ("smiles_csv_example", ["--init_from", "nowhere.ckpt"], "--init_from: checkpoint nowhere.ckpt does not exist"),
     ("qm9_gap", ["--checkpoint.signals", "[SIGFOO]"], "checkpoint.signals='SIGFOO': is not a signal this process"),
@@ -187,6 +194,10 @@ def test_every_option_a_shipped_config_sets_is_in_the_matrix() -> None:
 
 
 def test_a_read_only_run_root_or_data_root_is_named(tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "afile").write_text("")
+    code, errors = stop_of(["--config", "smiles_csv_example", "--run_root", str(tmp_path / "afile")], package_log)
+    assert code == 2 and errors == [f"run_root='{tmp_path / 'afile'}': is a file; run_root is the directory that holds "
+                                    "the runs"]
     read_only = read_only_directory(tmp_path)
     code, errors = stop_of(["--config", "smiles_csv_example", "--run_root", str(read_only / "runs")], package_log)
     assert code == 2 and errors == [f"run_root='{read_only / 'runs'}': {read_only} is not writable, so no run "
@@ -197,35 +208,19 @@ def test_a_read_only_run_root_or_data_root_is_named(tmp_path: Path, package_log:
                                     "must be built there (choose a writable data.root, or build the cache once where "
                                     "it is writable)"]
     assert not (tmp_path / "runs").exists()
-
-
-@pytest.mark.slow
-def test_a_validation_interval_past_an_epoch_stops_before_the_first_step(
-        tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
-    """The epoch's length is known once the training split is read: the check runs there, before any
-    training step or checkpoint (the run directory's creation is the run's business)."""
-    table = tmp_path / "small.csv"
-    table.write_text("\n".join((REPO_DIR / "examples" / "qm9_sample.csv").read_text().splitlines()[:61]) + "\n")
-    code, errors = stop_of(["--config", "smiles_csv_example", "--data.source.path", str(table), "--run_root",
-                            str(tmp_path / "runs"), "--run_name", "r", "--data.root", str(tmp_path / "data"),
-                            "--data.batch_size", "8", "--trainer.check_val_every_n_epoch", "1",
-                            "--trainer.val_check_interval", "50", "--trainer.enable_progress_bar", "false"],
+    # MAG240M builds its derived files under the release (data.root) or in data.cache_dir
+    mag = ["--config", "mag240m", "--run_root", str(tmp_path / "runs")]
+    code, errors = stop_of([*mag, "--data.root", str(read_only / "data")], package_log)
+    assert code == 2 and errors == [f"data.root='{read_only / 'data'}': {read_only} is not writable, and MAG240M's "
+                                    "derived files must be built in "
+                                    f"{read_only / 'data' / 'mag240m_kddcup2021' / 'graphormer'} (set data.cache_dir "
+                                    "to a writable directory, or build them once where it is writable)"]
+    code, errors = stop_of([*mag, "--data.root", str(tmp_path / "data"), "--data.cache_dir", str(read_only / "mag")],
                            package_log)
-    assert code == 2 and len(errors) == 1, errors
-    assert errors[0].startswith("trainer.val_check_interval=50: is more than the 6 training batches of an epoch (48 "
-                                "training examples in global batches of 8) while trainer.check_val_every_n_epoch is 1")
-    assert not list((tmp_path / "runs").rglob("*.ckpt")) and not list((tmp_path / "runs").rglob("metrics*"))
-
-
-def read_only_directory(tmp_path: Path) -> Path:
-    """A directory this process cannot write into: made read-only for a normal user; as root, who
-    writes anywhere permissions allow, ``/proc`` (a file system nobody can create files in)."""
-    if os.geteuid() == 0:
-        return Path("/proc")
-    directory = tmp_path / "read_only"
-    directory.mkdir()
-    directory.chmod(0o555)
-    return directory
+    assert code == 2 and errors == [f"data.cache_dir='{read_only / 'mag'}': {read_only} is not writable, and "
+                                    f"MAG240M's derived files must be built in {read_only / 'mag'} (set data.cache_dir "
+                                    "to a writable directory, or build them once where it is writable)"]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()
 
 
 def optional_keys() -> list[tuple[str, str]]:

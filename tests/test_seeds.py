@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 import seeds
-from tests.conftest import REPO, tiny_run_args
-
-
-def files_of(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+from graphormer_urpe.run.ledger import RunDirectory
+from tests.conftest import REPO, files_of, tiny_run_args
 
 
 def test_aggregate_gives_mean_sample_std_and_values() -> None:
@@ -108,3 +107,29 @@ def test_collect_refuses_seeds_of_different_configs(tmp_path: Path, capsys: pyte
 def test_collect_without_runs_fails_clearly(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no finished run of nothing"):
         seeds.main(["--collect", "--name", "nothing", "--run_root", str(tmp_path)])
+
+
+@pytest.mark.slow
+def test_sigterm_to_seeds_py_stops_the_running_seed_at_a_checkpoint_and_the_sweep_resumes(qm9_root: Path,
+                                                                                           tmp_path: Path) -> None:
+    """``kill <seeds.py>`` used to leave the seed's train.py running on its own (and Ctrl-C killed it 0.25 s
+    later without a checkpoint): the signal is passed on, the seed saves its step, the sweep stops."""
+    to_seeds_py = {"class_path": "tests.conftest.SignalDuringStep",
+                   "init_args": {"step": 3, "signum": int(signal.SIGTERM), "to_parent": True}}
+    command = [sys.executable, str(REPO / "seeds.py"), "--seeds", "0", "1", "--name", "cut",
+               *tiny_run_args(qm9_root, tmp_path, "--checkpoint.every_n_steps", "0"),
+               f"--trainer.callbacks+={json.dumps(to_seeds_py)}"]
+    first = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
+    assert ("[seeds] seed 0 stopped by a signal (exit code 143) after writing its last.ckpt; the same command resumes "
+            "the sweep") in first.stderr
+    seed0 = tmp_path / "cut-seed0"
+    assert torch.load(seed0 / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
+    assert not (tmp_path / "cut-seed1").exists()  # the sweep stopped with its seed
+    free = RunDirectory(seed0)  # the seed's train.py has ended: nothing holds its directory
+    free.open("auto", writer=True)
+    free.release()
+    second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert second.returncode == 128 + signal.SIGTERM  # seed 1 meets the same signal at its step 3
+    assert [s["start_step"] for s in json.loads((seed0 / "run.json").read_text())["segments"]] == [0, 3]
+    assert json.loads((seed0 / "metrics.json").read_text())["global_step"] == 6

@@ -21,7 +21,7 @@ from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB, molecule_graph
 from graphormer_urpe.data.sources.tables import TableError, read_table, scaffold_split
 from graphormer_urpe.data.spec import DataSpec
-from graphormer_urpe.errors import DatasetMissing
+from graphormer_urpe.errors import DatasetMissing, InputError
 from graphormer_urpe.run.cli import REPO_DIR
 from tests.conftest import run_train_subprocess
 
@@ -157,10 +157,10 @@ def test_target_statistics_come_from_training_rows_with_missing_values_left_out(
     sample.to_csv(tmp_path / "t.csv", index=False)
     data = prepared(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev", "mu_debye"])
     train = seeded_split(60, 0, (0.8, 0.1))["train"]
-    values = sample.loc[train, ["gap_ev", "mu_debye"]].to_numpy(np.float32)
-    mean, std = data.target_statistics()
-    np.testing.assert_allclose(mean, np.nanmean(values, axis=0), rtol=1e-6)
-    np.testing.assert_allclose(std, np.nanstd(values, axis=0), rtol=1e-6)
+    values = sample.loc[train, ["gap_ev", "mu_debye"]].to_numpy(np.float32).astype(np.float64)  # as stored
+    mean, std = data.target_statistics()  # float64, like the expected values
+    np.testing.assert_allclose(mean, np.nanmean(values, axis=0), rtol=64 * np.finfo(np.float64).eps)
+    np.testing.assert_allclose(std, np.nanstd(values, axis=0), rtol=64 * np.finfo(np.float64).eps)
     assert not np.allclose(mean, np.nanmean(sample[["gap_ev", "mu_debye"]].to_numpy(np.float32), axis=0))
 
 
@@ -225,6 +225,9 @@ BAD_TABLES = {
     "target beyond float32": (lambda f: _bad(f, 8, "gap_ev", "-4e38"), {}, TableError,
                               r"column 'gap_ev' holds 1 value\(s\) that are not finite numbers within float32's "
                               r"range \(\|x\| <= 3\.403e\+38\), at row 8 \(line 10\): '-4e38'"),
+    "repeated target column": (lambda f: pd.concat([f, f[["gap_ev"]]], axis=1), {}, TableError,  # a merged table
+                               r"t\.csv: the header names 2 columns 'gap_ev' \(data.source.targets\), columns 2, 6; "
+                               r"rename or remove all but one"),
     "target without values": (lambda f: f.assign(mu_debye=np.nan), {"targets": ["mu_debye"]}, TableError,
                               r"t\.csv: target column 'mu_debye' has no value in any of its 40 rows"),
     "duplicated SMILES": (lambda f: _bad(f, 9, "smiles", f.loc[2, "smiles"]), {}, TableError,
@@ -267,10 +270,10 @@ def test_a_missing_table_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize("arguments, message", [
     ({"targets": []}, r"name at least one target column"),
     ({"targets": ["a", "b"], "task": "multiclass"}, r"a multi-class task has one target column"),
-    ({"targets": ["a"], "split_fractions": [0.8, 0.3, 0.1]}, r"three shares"),
+    ({"targets": ["a"], "split_fractions": [0.8, 0.3, 0.1]}, r"must be three shares"),
 ])
 def test_impossible_configurations_are_refused_at_once(arguments: dict, message: str) -> None:
-    with pytest.raises(TableError, match=message):
+    with pytest.raises(InputError, match=message):
         SmilesTable("t.csv", **arguments)
 
 

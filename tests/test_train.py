@@ -12,6 +12,7 @@ import torch
 import evaluate
 import train
 from graphormer_urpe.run.ledger import read_metrics
+from graphormer_urpe.testing.tolerance import rounding_tolerance
 from tests.conftest import DDP_TWIN_ARGS, tiny_run_args
 
 
@@ -46,7 +47,11 @@ def test_ddp_metric_equals_single_process_metric_of_the_same_checkpoint(ddp_run:
     single = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", split, "--trainer.devices", "1",
                             "--trainer.strategy", "auto", "--logger", "none"])
     name, stage = ("val/mae", "validation") if split == "valid" else ("test/mae", "test")
-    assert metrics[stage][name] == pytest.approx(single["metrics"][name], rel=1e-6, abs=1e-7)
+    # other batches, so other padding and summation orders: the predictions, of the targets' magnitude
+    # (the mean and a few standard deviations after 6 steps), agree up to rounding, and so do their MAEs
+    state = torch.load(metrics["best_checkpoint"], weights_only=True)["state_dict"]
+    scale = state["target_mean"].abs() + 4 * state["target_std"]
+    assert metrics[stage][name] == pytest.approx(single["metrics"][name], abs=rounding_tolerance(scale)["atol"])
 
 
 def test_global_batch_gives_the_same_steps_learning_rates_and_weights(
@@ -55,13 +60,14 @@ def test_global_batch_gives_the_same_steps_learning_rates_and_weights(
     ddp_metrics = json.loads((run_dir / "metrics.json").read_text())
     twin_metrics = json.loads((single_process_twin / "metrics.json").read_text())
     assert ddp_metrics["global_step"] == twin_metrics["global_step"] == 6
-    assert lr_per_step(run_dir) == pytest.approx(lr_per_step(single_process_twin), rel=1e-12)
+    assert lr_per_step(run_dir) == lr_per_step(single_process_twin)  # one schedule, the same float64 operations
     assert len(lr_per_step(run_dir)) == 6
     # the same graphs in every step: the weights agree up to the order of floating-point sums
     ddp = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     twin = torch.load(single_process_twin / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     assert ddp.keys() == twin.keys()
-    assert max((ddp[k].float() - twin[k].float()).abs().max().item() for k in ddp) < 1e-5
+    for name, weights in ddp.items():
+        torch.testing.assert_close(weights, twin[name], **rounding_tolerance(weights, twin[name]), msg=name)
     assert any(not torch.equal(ddp[k], twin[k]) for k in ddp)  # it really ran on two processes
 
 
@@ -114,3 +120,12 @@ def test_evaluate_reproduces_a_synthetic_run(tmp_path, config):
     for split, stage, name in (("valid", "validation", "val/accuracy"), ("test", "test", "test/accuracy")):
         result = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", split, "--logger", "none"])
         assert result["metrics"][name] == metrics[stage][name]
+
+
+def test_a_run_without_validation_batches_reports_none_and_its_last_weights(qm9_root: Path, tmp_path: Path) -> None:
+    """``--trainer.limit_val_batches 0`` (train without validating): the final validation evaluates nothing,
+    which used to end in an IndexError after training."""
+    metrics = train.main(tiny_run_args(qm9_root, tmp_path, "--trainer.limit_val_batches", "0", "--run_name", "noval"))
+    assert metrics["validation"] is None and metrics["best_checkpoint"] is None and metrics["global_step"] == 6
+    assert set(metrics["test"]) == {"test/mae"}
+    assert json.loads((tmp_path / "noval" / "metrics.json").read_text())["validation"] is None

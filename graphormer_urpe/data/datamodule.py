@@ -31,7 +31,7 @@ from graphormer_urpe.data.predictable import SplitRows
 from graphormer_urpe.data.sources.base import GraphSource
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import MAX_NODES, PathOrder, check_path_order
-from graphormer_urpe.errors import ConfigError, check_int
+from graphormer_urpe.errors import ConfigError, DataError, check_int
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class GraphDataModule(pl.LightningDataModule):
         check_int("data.bucket_window", bucket_window, 0, hint=" (0: off, else a number of global batches, e.g. 100)")
         self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
         self.source = source
-        self.root = Path(root)
+        self.root = Path(root).expanduser()
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.preprocess_workers = available_cores() if preprocess_workers is None else preprocess_workers
@@ -214,8 +214,13 @@ class GraphDataModule(pl.LightningDataModule):
                 self.source.origin(), manifest["skipped"], manifest["rows"], per_split,
                 manifest["skipped_examples"][:3],
             )
-        self.datasets = {name: GraphDataset(store, idx) for name, idx in store.split_indices().items()}
-        sizes = {name: len(ds) for name, ds in self.datasets.items()}
+        datasets = {name: GraphDataset(store, idx) for name, idx in store.split_indices().items()}
+        sizes = {name: len(ds) for name, ds in datasets.items()}
+        if stage in ("fit", None) and sizes.get("train") == 0:
+            raise DataError(f"{self.source.origin()}: no training graph is left, every one of its rows was skipped "
+                            f"while preprocessing (first: {manifest['skipped_examples'][:3]}); check the data, or "
+                            f"data.max_nodes={self.max_nodes}")
+        self.datasets = datasets
         log.info("%s splits: %s", self.source.name, ", ".join(f"{k} {v:,}" for k, v in sizes.items()))
         warn_if_not_published(self.source.name, sizes, self.source.published_split_sizes or {})
 
@@ -235,14 +240,14 @@ class GraphDataModule(pl.LightningDataModule):
         above ~1e19 overflow float32.
 
         Raises:
-            ValueError: a target has no known training value.
+            DataError: a target has no known training value.
         """
         train = self.datasets["train"]
         targets = train.store.targets(train.indices).astype(np.float64)
         known = np.isfinite(targets).sum(axis=0)
         if (known == 0).any():
             name = self.spec.target_names[int(np.argmin(known))]
-            raise ValueError(f"{self.source.origin()}: target '{name}' has no known value in the training split, "
+            raise DataError(f"{self.source.origin()}: target '{name}' has no known value in the training split, "
                              "so it cannot be normalised or learned")
         return np.nanmean(targets, axis=0), np.maximum(np.nanstd(targets, axis=0), 1e-6)
 

@@ -1,12 +1,13 @@
 """Run-operation callbacks shared by every task: exact resume, preemption, non-finite losses, plots, records.
 
-* :class:`LastCheckpoint` writes ``last.ckpt`` every N steps and at the end of training.
+* :class:`LastCheckpoint` writes ``last.ckpt`` every N steps and at the end of training; resuming, it
+  makes the saved checkpoint paths follow a moved or copied run directory (:func:`follow_run_directory`).
 * :class:`LoggedStep` keeps logged steps equal to optimiser steps after an extension.
 * :class:`RNGState` puts every process's random-number-generator state into each checkpoint and
   restores it before the first batch after a resume (Lightning saves model, optimiser, scheduler,
   loop counters and, through :class:`~graphormer_urpe.data.loaders.ResumableLoader`, the data order).
-* :class:`PreemptionCheckpoint` turns SIGTERM / SIGUSR1 into "finish this optimiser step, write
-  ``last.ckpt``, stop" on all processes at the same step, and requeues SLURM jobs.
+* :class:`PreemptionCheckpoint` turns SIGTERM / SIGUSR1 and a first Ctrl-C into "finish this optimiser
+  step, write ``last.ckpt``, stop" on all processes at the same step, and requeues SLURM jobs.
 * :class:`NonFiniteLossGuard` stops the run at the first NaN/inf loss, naming the step, the graphs
   of the batch and the last good checkpoint.
 * :class:`RelationTablePlots` draws the learned B and C tables every N validations.
@@ -106,6 +107,36 @@ class RNGState(Callback):
         self.pending = None
 
 
+def follow_run_directory(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
+    """A ``ModelCheckpoint`` state saved in another directory, its paths taken over to ``dirpath``.
+
+    A checkpoint records the absolute paths of the run's best checkpoints. Lightning, resuming it in
+    another directory (a run directory moved, renamed, copied or synced to another machine; a run
+    continued from another run's checkpoint), keeps ``best_model_path`` pointing into the old
+    directory, so the run would be evaluated and reported with another directory's file, and forgets
+    the best score. Here a path is taken over when ``dirpath`` holds that file (a moved or copied run:
+    everything is restored) and dropped otherwise (another run's checkpoint: this run keeps its own best).
+    """
+    saved = state.get("dirpath")
+
+    def here(path: object) -> str:
+        if not isinstance(path, str) or not path or Path(path).parent != Path(saved):
+            return ""
+        moved = Path(dirpath) / Path(path).name
+        return str(moved) if moved.is_file() else ""
+
+    best, kth = here(state.get("best_model_path")), here(state.get("kth_best_model_path"))
+    followed = {**state, "dirpath": dirpath, "best_model_path": best, "kth_best_model_path": kth,
+                "best_k_models": {here(path): score for path, score in state.get("best_k_models", {}).items()
+                                  if here(path)},
+                "last_model_path": here(state.get("last_model_path"))}
+    if not best:
+        followed["best_model_score"] = None
+    if not kth:
+        followed.pop("kth_value", None)  # the callback keeps its initial one
+    return followed
+
+
 class LastCheckpoint(ModelCheckpoint):
     """``last.ckpt`` every ``every_n_train_steps`` optimiser steps and at the end of training.
 
@@ -124,6 +155,15 @@ class LastCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._last_global_step_saved != trainer.global_step:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """Before any callback loads its state: every checkpoint callback's paths follow this run directory."""
+        states = checkpoint.get("callbacks") or {}
+        for key, state in states.items():
+            saved = state.get("dirpath") if isinstance(state, dict) and "best_model_path" in state else None
+            if saved is not None and saved != self.dirpath:
+                states[key] = follow_run_directory(state, self.dirpath)
 
 
 class LoggedStep(Callback):
@@ -150,18 +190,19 @@ class Preempted(Exception):
     """Training stopped on a signal after writing ``last.ckpt``.
 
     Args:
-        signal_name: the signal (``SIGTERM``, ``SIGUSR1``).
+        signal_name: the signal (``SIGTERM``, ``SIGUSR1``, ``SIGINT`` for Ctrl-C).
         step: optimiser steps done.
-        checkpoint: the checkpoint written.
+        checkpoint: the checkpoint written, ``<run dir>/checkpoints/last.ckpt``.
         requeued: whether the SLURM job was requeued.
     """
 
     def __init__(self, signal_name: str, step: int, checkpoint: Path, requeued: bool) -> None:
         self.signal_name, self.step, self.checkpoint, self.requeued = signal_name, step, checkpoint, requeued
+        received = "Ctrl-C (SIGINT)" if signal_name == "SIGINT" else signal_name
         super().__init__(
-            f"{signal_name} received: stopped after step {step} and saved {checkpoint}"
+            f"{received} received: stopped after step {step} and saved {checkpoint}"
             + ("; SLURM job requeued" if requeued else "")
-            + "; continue with --ckpt_path last (same --run_name)"
+            + f"; continue with --run_name {checkpoint.parent.parent.name} --ckpt_path last"
         )
 
     @property
@@ -179,6 +220,10 @@ def slurm_job_id() -> str | None:
 
 class PreemptionCheckpoint(Callback):
     """On a signal, finish the optimiser step, save ``last.ckpt``, requeue if asked, and stop.
+
+    Ctrl-C (SIGINT) is always handled so: the first press stops at the end of the optimiser step
+    with ``last.ckpt`` written (exit code 130), a second press stops at once (``KeyboardInterrupt``,
+    keeping the last periodic ``last.ckpt``).
 
     The handler only sets a flag. After every optimiser step the flags of all processes are summed
     (one tiny all-reduce), so every process saves and stops at the same step, whichever of them got
@@ -201,13 +246,23 @@ class PreemptionCheckpoint(Callback):
         self.received: str | None = None
         self._previous: dict[int, Any] = {}
         self._step_at_batch_start = 0
+        self._trainer: pl.Trainer | None = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and self.received == "SIGINT":
+            raise KeyboardInterrupt  # the second Ctrl-C: stop at once
         self.received = signal.Signals(signum).name
+        if signum == signal.SIGINT:
+            log.warning("Ctrl-C: finishing optimiser step %d, then writing %s (Ctrl-C again to stop at once)",
+                        self._global_step() + 1, self.checkpoint_dir / LAST_CHECKPOINT)
+
+    def _global_step(self) -> int:
+        return self._trainer.global_step if self._trainer is not None else 0
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._trainer = trainer
         # installed after Lightning's own handlers (registered when fitting starts), replacing them
-        for name in self.signals:
+        for name in {*self.signals, "SIGINT"}:
             signum = getattr(signal, name)
             self._previous[signum] = signal.signal(signum, self._handle)
 
@@ -222,6 +277,8 @@ class PreemptionCheckpoint(Callback):
 
     def _restore_handlers(self) -> None:
         for signum, handler in self._previous.items():
+            if signum == signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
+                continue  # Lightning ignores further Ctrl-C while it shuts down after a KeyboardInterrupt
             signal.signal(signum, handler)
         self._previous = {}
 
@@ -239,7 +296,7 @@ class PreemptionCheckpoint(Callback):
         if not stop:
             return
         path = self.checkpoint_dir / LAST_CHECKPOINT
-        trainer.save_checkpoint(path)  # every process takes part; rank 0 writes
+        trainer.save_checkpoint(path, weights_only=False)  # every process takes part; rank 0 writes
         signal_name = self.received or ("SIGUSR1" if requeue else "SIGTERM")  # ranks that got none
         job = slurm_job_id()
         requeued = bool(requeue and job)
@@ -359,9 +416,13 @@ class RunRecord(Callback):
     it: writes ``config.yaml`` and ``run.json`` (this segment appended to the run's segments) and
     opens the segment of the metrics log (:func:`~graphormer_urpe.run.ledger.start_segment`).
 
-    Runs when fitting starts, after ``train.py`` checked the resume (checkpoint, data, batch) and
-    before anything is trained. ``run.json`` records the dataset and its split sizes, parameter
-    count, device, precision, seed, git commit, package versions, where the run's weights came from
+    Runs when training starts: after ``train.py`` checked the resume (checkpoint, data, batch), the
+    data were set up and the loaders built (which check the options that need the data, e.g. a
+    ``trainer.val_check_interval`` longer than an epoch), and before anything is trained; a start
+    refused before then leaves no file in the run directory. A resume with nothing left to train
+    (``trainer.max_steps`` reached) records its segment when fitting ends, before the final evaluation
+    logs anything. ``run.json`` records the dataset and its split sizes, parameter count, device,
+    precision, seed, git commit, package versions, where the run's weights came from
     (``initialised_from``: one line, :func:`~graphormer_urpe.run.finetune.describe`; null for a run
     from scratch) and, per segment, the command line, start time, the step it started from, the
     checkpoint it resumed, and the whole record of the ``--init_from`` checkpoint it loaded
@@ -383,12 +444,21 @@ class RunRecord(Callback):
         self.config_yaml, self.argv, self.metrics_log = config_yaml, list(argv), metrics_log
         self.resumed_from: str | None = None
         self.start_step = 0
+        self.recorded = False
 
     def resuming(self, checkpoint: str, step: int) -> None:
         """This segment resumes ``checkpoint``, written after optimiser step ``step``."""
         self.resumed_from, self.start_step = checkpoint, step
 
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._record(trainer, pl_module)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.recorded:  # nothing was left to train: Lightning skipped the training loop
+            self._record(trainer, pl_module)
+
+    def _record(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.recorded = True
         datamodule = trainer.datamodule
         info = {
             "run_dir": str(self.run_dir),

@@ -32,6 +32,10 @@ SHOWN_KEYS = 5
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a Lightning checkpoint on the CPU (``weights_only``), or raise :class:`CheckpointError`."""
     path = Path(path)
+    if path.is_dir():
+        found = sorted(str(p) for p in path.rglob("*.ckpt"))
+        raise CheckpointError(f"checkpoint {path} is a directory; name a checkpoint file"
+                              + (f", e.g. {', '.join(found[:3])}" if found else " (it holds no .ckpt file)"))
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:

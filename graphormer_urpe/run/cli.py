@@ -31,7 +31,15 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
 from graphormer_urpe.data.files import unwritable
-from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number, import_object
+from graphormer_urpe.errors import (
+    ConfigError,
+    InputError,
+    check_choice,
+    check_int,
+    check_number,
+    import_object,
+    refuse,
+)
 from graphormer_urpe.run.callbacks import (
     EmbedConfig,
     LastCheckpoint,
@@ -93,7 +101,7 @@ def resolve_config_paths(argv: Sequence[str]) -> list[str]:
                 break
         else:
             available = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
-            raise SystemExit(f"error: config '{name}' is neither a file nor in {CONFIG_DIR} (available: {available})")
+            refuse(f"config '{name}' is neither a file nor in {CONFIG_DIR} (available: {available})")
     return args
 
 
@@ -139,8 +147,8 @@ def resolve_run_dir(run_root: str | Path, run_name: str | None, config_name: str
     elif (launch := launcher_run_id()) is not None:
         directory = RunDirectory(Path(run_root) / f"{config_name}-{launch}")
     elif int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("NODE_RANK", "0")) > 0:
-        raise SystemExit("error: this process is one of several started by a launcher that gives them no common "
-                         "id; pass --run_name NAME so that they share one run directory")
+        refuse("this process is one of several started by a launcher that gives them no common "
+               "id; pass --run_name NAME so that they share one run directory")
     else:
         directory = create_timestamped_dir(Path(run_root), config_name, now)
     _CHOSEN_HERE.add(str(directory.path))
@@ -157,7 +165,8 @@ class CheckpointOptions:
             (0: only then).
         signals: signals after which the run finishes its optimiser step, writes ``last.ckpt`` and
             exits with code 128 + signal number: SLURM sends SIGTERM when preempting or cancelling,
-            and SIGUSR1 ahead of the time limit with ``#SBATCH --signal=USR1@120``.
+            and SIGUSR1 ahead of the time limit with ``#SBATCH --signal=USR1@120``. Ctrl-C (SIGINT)
+            is always handled so (exit code 130), and a second Ctrl-C stops at once.
         requeue: under SLURM, requeue the job (``scontrol requeue``) after SIGUSR1.
     """
 
@@ -244,6 +253,9 @@ class GraphormerCLI(LightningCLI):
         except ArgumentError as error:
             log.error("%s", parse_error_line(str(error)))
             raise SystemExit(2) from None
+        #: Whether the seed is drawn at random (``seed_everything: true``), so that every start has another.
+        self.seed_drawn = self.config["seed_everything"] is True
+        self.config["run_root"] = os.path.expanduser(self.config["run_root"])  # ~/runs: the home's, not ./~
         try:
             check_run_options(self.config)
         except ConfigError as error:
@@ -399,15 +411,22 @@ _REPORT_FRAMING = ("Does not validate against any of the Union subtypes", "Subty
 
 
 def check_run_options(config: Mapping[str, Any]) -> None:
-    """Refuse a seed, a run root or trainer options that Lightning would accept and then fail on
+    """Refuse a seed, a run name or root or trainer options that Lightning would accept and then fail on
     mid-run (or silently misuse).
 
     Raises:
-        ConfigError: naming the key (``seed_everything``, ``run_root``, ``trainer.<option>``) and what is allowed.
+        ConfigError: naming the key (``seed_everything``, ``run_name``, ``run_root``, ``trainer.<option>``) and
+            what is allowed.
     """
     seed = config["seed_everything"]
     if not isinstance(seed, bool) and seed is not None:
         check_int("seed_everything", seed, 0, 2**32 - 1, hint=", true (a random seed) or false/null (none)")
+    name = config["run_name"]
+    if name is not None and (name in ("", ".", "..") or "/" in name):
+        raise ConfigError("run_name", name, "must name one directory under run_root (not empty, '.' or '..', no '/'), "
+                          "or be null (a new directory per start)")
+    if Path(config["run_root"]).is_file():
+        raise ConfigError("run_root", config["run_root"], "is a file; run_root is the directory that holds the runs")
     if (read_only := unwritable(Path(config["run_root"]))) is not None:
         raise ConfigError("run_root", config["run_root"], f"{read_only} is not writable, so no run directory can be "
                           "made there; choose a writable run_root")

@@ -4,7 +4,9 @@
   (:data:`DATA_IDENTITY_KEY`); ``evaluate.py`` (:func:`compare_data`) and every resume compare it
   with the dataset they rebuild, so that an edited table or changed split options are never scored
   or trained on under the checkpoint's name.
-* :func:`config_identity`: a resolved config without the keys that only name, place or resume a run.
+* :func:`config_identity`: a resolved config without the keys that only name, place or resume a run,
+  or decide where it executes and what it reports (devices, workers, progress bar, loggers), so
+  a seed or a restart on another number of GPUs is the same experiment.
   ``seeds.py`` compares it between a finished seed and the sweep it is asked to join; ``train.py``
   compares it before starting a run again from step 0 in a directory that holds its earlier segments.
 * :func:`differences`: where two such records differ, in one line.
@@ -31,6 +33,11 @@ LOADING_OPTIONS = frozenset({"root", "batch_size", "eval_batch_size", "num_worke
                              "verify_checksums", "handover_slots"})
 #: Top-level config keys that name, place or resume a run without changing what it computes.
 PLACEMENT_KEYS = ("run_name", "run_root", "ckpt_path")
+#: Config keys (dotted) that decide where a run executes and what it reports, not what it computes:
+#: the global batch makes the steps independent of the processes (up to the order of float sums).
+EXECUTION_KEYS = ("logger", "wandb", "checkpoint", "trainer.accelerator", "trainer.strategy", "trainer.devices",
+                  "trainer.num_nodes", "trainer.enable_progress_bar", "trainer.enable_model_summary",
+                  "trainer.log_every_n_steps", "data.init_args.num_workers", "data.init_args.preprocess_workers")
 #: Differences named in a message before "+N more".
 SHOWN_DIFFERENCES = 5
 
@@ -56,9 +63,15 @@ def data_identity(datamodule: pl.LightningDataModule, data_config: Mapping[str, 
 
 
 def config_identity(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str, Any]:
-    """``config`` (a resolved config as plain data) without :data:`PLACEMENT_KEYS` and ``ignore``."""
-    dropped = {*PLACEMENT_KEYS, *ignore}
-    return {key: value for key, value in config.items() if key not in dropped}
+    """``config`` (a resolved config as plain data) without :data:`PLACEMENT_KEYS`, :data:`EXECUTION_KEYS`
+    and ``ignore`` (dotted keys)."""
+    dropped = {*PLACEMENT_KEYS, *EXECUTION_KEYS, *ignore}
+
+    def kept(mapping: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        return {key: kept(value, f"{prefix}{key}.") if isinstance(value, Mapping) else value
+                for key, value in mapping.items() if f"{prefix}{key}" not in dropped}
+
+    return kept(config, "")
 
 
 def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -7,7 +7,14 @@
   second get ``<config>-<time>`` and ``<config>-<time>-2`` (:func:`create_timestamped_dir`).
 * **One process at a time.** While ``train.py`` works in a run directory, its global rank 0 holds an
   exclusive lock on ``<run dir>/.lock`` (the kernel drops it when the process ends, ``kill -9``
-  included); a second process, e.g. a resume started while the run still trains, stops with an error.
+  included) and writes its launch into it; a second process, e.g. a resume started while the run still
+  trains, stops with an error.
+* **Every process decides alike.** Whether a start may use the directory is decided from the files a
+  run writes once it trains (anything but ``.lock``), which every process of a multi-process start
+  reads alike, before any of them waits for the others; under a launcher that starts every process
+  by itself (SLURM, torchrun) the other processes also wait until rank 0 holds the lock, and stop
+  as it does when another launch holds it. No process is left waiting in a collective for a rank 0
+  that stopped.
 * **Segments.** Every start in the directory (the first, each resume after a signal or a crash, each
   extension) is a segment. ``run.json`` lists them with their command lines, start times and the
   optimiser step each started from (:func:`start_segment`), and ``metrics.csv`` is only ever appended
@@ -28,6 +35,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +51,13 @@ from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
 
 log = logging.getLogger("graphormer_urpe")
 
-#: Held (``flock``) by the process working in the run directory.
+#: Held (``flock``) by the process working in the run directory, which writes its launch into it.
 LOCK_FILE = ".lock"
+#: Seconds the other processes of a launch wait for rank 0 to hold the run directory.
+WRITER_TIMEOUT = 600.0
+#: Seconds another launch must be seen holding the lock before the other processes stop (rank 0 of
+#: this launch writes its launch into the lock the moment it holds it).
+FOREIGN_HOLDER_GRACE = 2.0
 #: The resolved config of the latest segment.
 CONFIG_FILE = "config.yaml"
 #: What the run is, with the list of its segments.
@@ -135,25 +148,35 @@ class RunDirectory:
         """``checkpoints/last.ckpt``, what ``--ckpt_path last`` resumes."""
         return self.path / "checkpoints" / LAST_CHECKPOINT
 
-    def open(self, ckpt_path: str | None, writer: bool) -> RunStart:
+    @property
+    def holds_run(self) -> bool:
+        """Whether the directory holds anything but its lock: a run wrote into it (or something else
+        lives there). A start creates nothing else before its processes join, so they all see the same."""
+        return self.path.is_dir() and any(entry.name != LOCK_FILE for entry in self.path.iterdir())
+
+    def open(self, ckpt_path: str | None, writer: bool, launch: str | None = None) -> RunStart:
         """Check that a start with ``--ckpt_path ckpt_path`` may use this directory; the writer (global
-        rank 0) then creates it if needed and locks it.
+        rank 0) then creates it if needed and locks it. Every process decides alike, from
+        :attr:`holds_run` and the checkpoint.
 
         Args:
-            ckpt_path: None: a new run, in a directory that does not exist yet (or that this process
-                has just created). ``last``: resume ``checkpoints/last.ckpt``, which must exist.
-                ``auto``: resume ``checkpoints/last.ckpt`` if it exists, else start (in a new
-                directory, or again in one whose run stopped before its first checkpoint). A file:
-                resume it; in an existing directory it must be one of the directory's checkpoints.
-            writer: whether this process writes the run's files (global rank 0). The other processes
-                only find the checkpoint: the writer may be creating the directory as they look.
+            ckpt_path: None: a new run, in a directory that holds no run yet. ``last``: resume
+                ``checkpoints/last.ckpt``, which must exist. ``auto``: resume ``checkpoints/last.ckpt``
+                if it exists, else start (in a new directory, or again in one whose run stopped before
+                its first checkpoint). A file: resume it; in a directory holding a run it must be one
+                of the directory's checkpoints.
+            writer: whether this process writes the run's files (global rank 0).
+            launch: the id every process of this start shares when a launcher starts each of them
+                (SLURM, torchrun; :func:`~graphormer_urpe.run.cli.launcher_run_id`): the writer
+                records it in the lock and the other processes wait for it. None for one process, or
+                when the writer starts the others after it holds the directory (Lightning's launcher).
 
         Raises:
             RunDirError: the directory cannot be used so, or another process holds it.
         """
-        existed = writer and self.path.exists() and not self.created
+        holds_run = self.holds_run
         if ckpt_path is None:
-            if existed:
+            if holds_run:
                 raise RunDirError(f"{self.path} already exists and a new run never writes into an earlier run's "
                                   "directory: extend or resume that run with --ckpt_path last, or give this one "
                                   "another --run_name")
@@ -168,17 +191,19 @@ class RunDirectory:
                 start = RunStart(str(self.last_checkpoint), earlier_segments=True)
             else:
                 log.info("--ckpt_path auto: no %s, starting the run from step 0", self.last_checkpoint)
-                start = RunStart(None, earlier_segments=existed)
+                start = RunStart(None, earlier_segments=holds_run)
         else:
             own = Path(ckpt_path).resolve().parent == (self.path / "checkpoints").resolve()
-            if existed and not own:
+            if holds_run and not own:
                 raise RunDirError(f"{self.path} holds another run: resuming {ckpt_path} in it would mix two runs; "
                                   "give the run continued from that checkpoint a new --run_name")
-            start = RunStart(ckpt_path, earlier_segments=existed)
+            start = RunStart(ckpt_path, earlier_segments=holds_run)
         if writer:
-            if not existed and not self.created:
+            if not self.path.exists():
                 self._create()
-            self._acquire_lock()
+            self._acquire_lock(launch)
+        elif launch is not None:
+            self._wait_for_writer(launch)
         return start
 
     def _why_no_checkpoint(self) -> str:
@@ -187,6 +212,8 @@ class RunDirectory:
                     "(or --ckpt_path auto to resume it if it has a checkpoint and start it otherwise)")
         if not self.path.exists():
             return f"{self.path} does not exist (check --run_root and --run_name)"
+        if not self.holds_run:
+            return f"{self.path} holds no run (check --run_root and --run_name)"
         return ("the run stopped before writing its first checkpoint; start it again with --ckpt_path auto, or "
                 "under another --run_name")
 
@@ -200,7 +227,11 @@ class RunDirectory:
                               "--run_name") from None
         self._made.insert(0, self.path)
 
-    def _acquire_lock(self) -> None:
+    def _in_use(self) -> RunDirError:
+        return RunDirError(f"{self.path} is in use by another process (it holds {self.path / LOCK_FILE}): wait until "
+                           "that run stops, or stop it first")
+
+    def _acquire_lock(self, launch: str | None) -> None:
         if self._lock is not None:
             return
         lock_path = self.path / LOCK_FILE
@@ -209,12 +240,34 @@ class RunDirectory:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
-            raise RunDirError(f"{self.path} is in use by another process (it holds {lock_path}): wait until that "
-                              "run stops, or stop it first") from None
+            raise self._in_use() from None
         except OSError as error:  # e.g. Lustre mounted without -o flock
             log.warning("cannot lock %s (%s): make sure no other process works in %s at the same time", lock_path,
                         error, self.path)
+        handle.truncate(0)  # the holder's launch, for the other processes of the start
+        handle.write(launch or f"pid {os.getpid()}")
+        handle.flush()
         self._lock = handle
+
+    def _wait_for_writer(self, launch: str, timeout: float = WRITER_TIMEOUT) -> None:
+        """Wait until the writer of this launch holds the directory (its lock records ``launch``); stop as
+        the writer does when another launch holds it, or when it does not come within ``timeout`` seconds."""
+        lock_path = self.path / LOCK_FILE
+        deadline, foreign_since = time.monotonic() + timeout, None
+        while True:
+            holder = lock_path.read_text().strip() if lock_path.is_file() else ""
+            if holder == launch:
+                return
+            if holder and _locked(lock_path):  # another launch's, or ours a moment before it writes its launch
+                foreign_since = foreign_since if foreign_since is not None else time.monotonic()
+                if time.monotonic() - foreign_since > FOREIGN_HOLDER_GRACE:
+                    raise self._in_use()
+            else:
+                foreign_since = None
+            if time.monotonic() > deadline:
+                raise RunDirError(f"{self.path}: the process of global rank 0 did not take the run directory within "
+                                  f"{timeout:.0f} s; see its log")
+            time.sleep(0.1)
 
     def release(self) -> None:
         """Let the directory go. A directory this process created and left unused (nothing in it but
@@ -235,6 +288,19 @@ class RunDirectory:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+
+
+def _locked(path: Path) -> bool:
+    """Whether some process holds the lock on ``path`` (False when the file system cannot lock)."""
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
 
 
 # ----------------------------------------------------------------------------- segments
@@ -308,7 +374,7 @@ class MetricsLog(Logger):
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         if self.segment is None:
-            raise RuntimeError("metrics logged before the run's segment was opened (RunRecord.on_fit_start)")
+            raise RuntimeError("metrics logged before the run's segment was opened (RunRecord.on_train_start)")
         values = {name: value.item() if isinstance(value, torch.Tensor) else value for name, value in metrics.items()}
         row = {"segment": self.segment, "step": "" if step is None else step, **values}
         columns = self._header()

@@ -17,6 +17,7 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset
 
 from graphormer_urpe.data.batch import GraphBatch
+from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.data.loaders import (
     EvalShardSampler,
     GlobalBatchSampler,
@@ -120,15 +121,21 @@ class MAG240MDataModule(pl.LightningDataModule):
         check_int("data.num_workers", num_workers, 0)
         check_int("data.num_classes", num_classes, 2)
         check_int("data.handover_slots", handover_slots, 0, hint=" (0: no shared-memory slots)")
-        self.root = Path(root)
-        self.raw = MAG240MRaw(root)
+        self.root = Path(root).expanduser()
+        self.raw = MAG240MRaw(self.root)
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.fanouts = list(fanouts)
         self.num_workers = num_workers
         self.seed = seed
         self.num_classes = num_classes
-        self.cache_dir = Path(cache_dir) if cache_dir else self.raw.directory / "graphormer"
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else self.raw.directory / "graphormer"
+        #: The option that chose :attr:`cache_dir`, named when it cannot be written.
+        self.cache_dir_key, cache_option = ("data.cache_dir", cache_dir) if cache_dir else ("data.root", root)
+        if (read_only := unwritable(self.cache_dir)) is not None and not (self.cache_dir / MANIFEST).is_file():
+            raise ConfigError(self.cache_dir_key, cache_option, f"{read_only} is not writable, and MAG240M's derived "
+                              f"files must be built in {self.cache_dir} (set data.cache_dir to a writable directory, "
+                              "or build them once where it is writable)")
         self.verify_checksums = verify_checksums
         self.handover_slots = handover_slots
         self._prepared = False
@@ -156,7 +163,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         started, manifest = time.perf_counter(), self.cache_dir / MANIFEST
         before = manifest.read_bytes() if manifest.is_file() else None
         self.raw.check()
-        prepare_derived(self.raw, self.cache_dir, verify_checksums=self.verify_checksums)
+        prepare_derived(self.raw, self.cache_dir, verify_checksums=self.verify_checksums, key=self.cache_dir_key)
         if manifest.read_bytes() != before:  # something was built
             self.preprocessing_seconds = time.perf_counter() - started
         self._prepared = True

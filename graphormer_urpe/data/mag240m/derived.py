@@ -30,8 +30,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from graphormer_urpe.data.files import atomic_write_json, file_record, read_json_object, record_problem
+from graphormer_urpe.data.files import atomic_write_json, file_record, read_json_object, record_problem, unwritable
 from graphormer_urpe.data.mag240m.release import RELATIONS, MAG240MRaw, NodeType, Relation
+from graphormer_urpe.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,7 @@ class DerivedFiles:
         if manifest is not None and not isinstance(manifest["files"], dict):
             manifest, problem = None, "does not list its files (corrupted)"
         if manifest is None and self.path.exists():  # its records are lost: every derived file is rebuilt
-            log.warning("%s %s; every derived file will be rebuilt", self.path, problem)
-            self.path.unlink()
+            log.warning("%s %s; every derived file will be rebuilt", self.path, problem)  # and it is rewritten
         if manifest is not None and (manifest["format"] != DERIVED_FORMAT
                                      or manifest["fingerprint"] != self.fingerprint):
             log.warning("%s was built from other raw data (%s); rebuilding", self.path, manifest["fingerprint"])
@@ -230,6 +230,7 @@ def prepare_derived(
     verify_checksums: bool = False,
     chunk_edges: int = 20_000_000,
     feature_block_rows: int = 25_000,
+    key: str = "data.cache_dir",
 ) -> DerivedFiles:
     """Build whatever derived file is missing, incomplete or damaged; keep the rest.
 
@@ -240,16 +241,27 @@ def prepare_derived(
             modification time changed since they were built).
         chunk_edges: edges per chunk when building CSR.
         feature_block_rows: author/institution rows per block when averaging features.
+        key: the option that chose ``directory``, named when it cannot be written.
+
+    Raises:
+        DataError: a file must be built but ``directory`` is not writable (before anything is built).
     """
     started = time.perf_counter()
     derived = DerivedFiles(directory, raw.fingerprint())
+    problems = {name: derived.problem(name, verify_checksums)
+                for name in [*(n for relation in RELATIONS for n in csr_files(relation)), *FEATURE_FILES.values()]}
+    if (first := next((name for name, problem in problems.items() if problem), None)) is not None \
+            and (read_only := unwritable(directory)) is not None:
+        raise DataError(f"{directory} ({key}): MAG240M's derived files must be built there ({first}: "
+                        f"{problems[first]}), but {read_only} is not writable; set data.cache_dir to a writable "
+                        "directory (or build them once where it is writable)")
     todo = []
     for relation in RELATIONS:
-        problems = [derived.problem(name, verify_checksums) for name in csr_files(relation)]
-        if any(problems):
+        relation_problems = [problems[name] for name in csr_files(relation)]
+        if any(relation_problems):
             todo.append(relation)
             if derived.files.get(csr_files(relation)[0]):
-                log.warning("%s CSR %s; rebuilding it", relation.name, next(p for p in problems if p))
+                log.warning("%s CSR %s; rebuilding it", relation.name, next(p for p in relation_problems if p))
     for relation in todo:
         for name in csr_files(relation):
             derived.forget(name)
@@ -267,7 +279,7 @@ def prepare_derived(
     )
     for node_type, source, relation in feature_plan:
         name = FEATURE_FILES[node_type]
-        problem = derived.problem(name, verify_checksums)
+        problem = problems[name] if name in derived.files else derived.problem(name, verify_checksums)
         if problem is None:
             continue
         if name in derived.files:

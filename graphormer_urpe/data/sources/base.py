@@ -14,6 +14,7 @@ import numpy as np
 
 from graphormer_urpe.data.cache import CACHE_FORMAT, RowReader
 from graphormer_urpe.data.spec import DataSpec
+from graphormer_urpe.errors import ConfigError
 
 
 def network_reachable(url: str, timeout: float = 5.0) -> bool:
@@ -75,6 +76,21 @@ class GraphSource(ABC):
         key = {"source": type(self).__name__, "cache_format": CACHE_FORMAT, **self.options(), **extra}
         digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.name}-{digest}", key
+
+
+def split_shares(fractions: object) -> tuple[float, float, float]:
+    """``data.source.split_fractions`` as three floats.
+
+    Raises:
+        ConfigError: not three numbers, each >= 0, summing to 1 (null included).
+    """
+    numbers = isinstance(fractions, Sequence) and not isinstance(fractions, str) and len(fractions) == 3 and all(
+        isinstance(f, int | float) and not isinstance(f, bool) and f >= 0 for f in fractions)
+    if not numbers or abs(sum(fractions) - 1.0) > 1e-6:
+        raise ConfigError("data.source.split_fractions", list(fractions) if isinstance(fractions, Sequence) and not
+                          isinstance(fractions, str) else fractions, "must be three shares (train, valid, test), each "
+                          ">= 0, summing to 1, e.g. [0.8, 0.1, 0.1]")
+    return tuple(float(f) for f in fractions)
 
 
 def seeded_split(num_rows: int, seed: int, fractions: Sequence[float] = (0.8, 0.1)) -> dict[str, np.ndarray]:

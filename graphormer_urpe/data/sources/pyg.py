@@ -23,7 +23,7 @@ from torch_geometric.data.dataset import overrides_method
 
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.pyg_interop import is_categorical
-from graphormer_urpe.data.sources.base import GraphSource, seeded_split
+from graphormer_urpe.data.sources.base import GraphSource, seeded_split, split_shares
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import DataError, DatasetMissing, import_object
 
@@ -209,7 +209,7 @@ class PygDataset(GraphSource):
         self.target_names = list(target_names) if target_names else None
         self.split = split
         self.split_args = dict(split_args or {})
-        self.split_fractions = tuple(float(f) for f in split_fractions)
+        self.split_fractions = split_shares(split_fractions)
         self.seed = seed
         self.download = download
         short = dataset.rsplit(".", 1)[-1]
@@ -229,9 +229,6 @@ class PygDataset(GraphSource):
             raise DataError("data.source.split: node_masks splits per-node targets (target_level: node)")
         if split not in ("random", "instances", "node_masks"):
             raise DataError(f"data.source.split: {split!r}; expected random, instances or node_masks")
-        if len(self.split_fractions) != 3 or min(self.split_fractions) < 0 or \
-                abs(sum(self.split_fractions) - 1.0) > 1e-6:
-            raise DataError(f"data.source.split_fractions {list(split_fractions)}: three shares summing to 1")
         self._instances: dict[str, InMemoryDataset] | None = None
         self._fingerprint: str | None = None
 

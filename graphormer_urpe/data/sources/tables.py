@@ -36,7 +36,7 @@ from rdkit.Chem.Scaffolds import MurckoScaffold
 from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import RawGraph
-from graphormer_urpe.data.sources.base import seeded_split
+from graphormer_urpe.data.sources.base import seeded_split, split_shares
 from graphormer_urpe.data.sources.featurize import silence_rdkit
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable, molecule_spec
 from graphormer_urpe.data.spec import DataSpec
@@ -125,8 +125,13 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str]) -> Table
 
 def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], what: Sequence[str],
                    sep: str | None) -> None:
-    """Raise :class:`TableError` naming the first of ``columns`` that ``header`` lacks (with a close match)."""
+    """Raise :class:`TableError` naming the first of ``columns`` that ``header`` (the names as written)
+    lacks (with a close match) or holds more than once (which of them would be read?)."""
     for column, key in zip(columns, what):
+        if header.count(column) > 1:
+            places = ", ".join(str(k + 1) for k, name in enumerate(header) if name == column)
+            raise TableError(f"{path}: the header names {header.count(column)} columns '{column}' ({key}), columns "
+                             f"{places}; rename or remove all but one")
         if column not in header:
             lower = {name.lower(): name for name in header}
             close = difflib.get_close_matches(column.lower(), list(lower), n=1)
@@ -188,7 +193,8 @@ def _parse_csv(path: Path, data: bytes, columns: Sequence[str], what: Sequence[s
     if not header_line:
         raise TableError(f"{path}: the file is empty")
     sep = csv_separator(path, header_line)
-    header = list(pd.read_csv(io.BytesIO(text), sep=sep, nrows=0, encoding="utf-8").columns)
+    header = pd.read_csv(io.BytesIO(text), sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
+                         encoding="utf-8").iloc[0].tolist()  # as written: pandas renames a repeated name 'x.1'
     _check_columns(path, header, columns, what, sep)
     _check_field_counts(path, text, sep)
     return pd.read_csv(io.BytesIO(text), sep=sep, usecols=list(dict.fromkeys(columns)), dtype=str,
@@ -416,7 +422,7 @@ class SmilesTable(MoleculeSource):
         self.num_classes = num_classes
         self.split = split
         self.split_column = split_column
-        self.split_fractions = tuple(float(f) for f in split_fractions)
+        self.split_fractions = split_shares(split_fractions)
         self.seed = seed
         self.duplicate_smiles = duplicate_smiles
         if not self.targets:
@@ -427,10 +433,6 @@ class SmilesTable(MoleculeSource):
             raise TableError(f"data.source.task: {task!r}; expected regression, binary or multiclass")
         if task == "multiclass" and len(self.targets) != 1:
             raise TableError(f"{self.path}: a multi-class task has one target column, got {self.targets}")
-        if len(self.split_fractions) != 3 or min(self.split_fractions) < 0 or \
-                abs(sum(self.split_fractions) - 1.0) > 1e-6:
-            raise TableError(f"data.source.split_fractions {list(split_fractions)}: three shares (train, valid, "
-                             "test), each >= 0, summing to 1")
         self.name = f"smiles_{self.path.name.split('.')[0]}"
 
     @cached_property
