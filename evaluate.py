@@ -12,7 +12,9 @@ The checkpoint carries its resolved config; ``--config`` and dotted overrides (`
 one logged for the checkpoint in training. The checkpoint also records the identity of its data
 (:func:`~graphormer_urpe.run.identity.compare_data`: table SHA-1, split options, cache key); evaluation on data
 that differ (an edited table, another split) stops with exit code 2 naming what differs, unless
-``--allow-other-data``, and then the output and ``--out`` say so (``same_data_as_training``).
+``--allow-other-data``, and then the output and ``--out`` say so (``same_data_as_training``). The
+result names where the run's weights came from (``initialised_from``) when it started from another
+checkpoint (``train.py --init_from``).
 
 For OGB-LSC datasets (PCQM4Mv2, MAG240M) every split is predicted in its order by any number of
 processes; ``--split valid`` prints the metric of ogb's evaluator (MAE, accuracy), and a hidden
@@ -51,8 +53,10 @@ from graphormer_urpe.evaluation.ogb import evaluate_split
 from graphormer_urpe.evaluation.submission import check_submission_file
 from graphormer_urpe.run.checkpoints import check_checkpoint, embedded_config
 from graphormer_urpe.run.cli import GraphormerCLI, configure_logging, log, resolve_config_paths
+from graphormer_urpe.run.finetune import describe
 from graphormer_urpe.run.identity import compare_data
 from graphormer_urpe.run.records import write_json
+from graphormer_urpe.tasks.base import INITIALISED_FROM
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -125,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 config = Path(tmp) / "checkpoint_config.yaml"
                 config.write_text(embedded_config(options.ckpt))
                 rest = ["--config", str(config), *rest]
-            cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp])
+            # the checkpoint's config holds the architecture --init_from gave the run; its weights are --ckpt's
+            cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp, "--init_from", "null"])
             checkpoint = check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
             data_check = compare_data(options.ckpt, checkpoint, cli.data_identity(), options.allow_other_data)
         except InputError as error:
@@ -154,6 +159,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
             log.error("%s", error)
             sys.exit(1)
     result.update(data_check)
+    if (initialised := checkpoint.get(INITIALISED_FROM)) is not None:
+        result["initialised_from"] = describe(initialised)
     if cli.trainer.is_global_zero:
         log.info("%s", result)
         if options.out is not None:

@@ -5,6 +5,7 @@
     python train.py --config qm9_gap.yaml --run_name gap1 --ckpt_path last      # resume or extend run "gap1"
     python train.py --config qm9_gap.yaml --run_name gap1 --ckpt_path auto      # resume if possible, else start
     python train.py --config qm9_gap.yaml --init_from runs/qm9_rpe/checkpoints/last.ckpt  # RPE -> URPE (C = 1)
+    python train.py --config smiles_csv_example --init_from runs/qm9_pretrain-.../checkpoints/best-8000.ckpt
 
 Fits, then validates and tests the best checkpoint and writes ``metrics.json`` in the run directory.
 A new run gets a new directory; every start in a run directory (resume, extension) appends a segment
@@ -31,7 +32,7 @@ from graphormer_urpe.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError,
 from graphormer_urpe.run.callbacks import Preempted
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, check_checkpoint, saved_loader_states
 from graphormer_urpe.run.cli import GraphormerCLI, launcher_run_id, log
-from graphormer_urpe.run.finetune import init_from_checkpoint
+from graphormer_urpe.run.finetune import initialise
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE, RunDirError
 from graphormer_urpe.run.records import write_json
@@ -94,10 +95,11 @@ def fit_and_test(cli: GraphormerCLI) -> dict:
         check_resume(cli, start.checkpoint)
     elif start.earlier_segments:
         check_same_run(cli)
-    if cli.config["init_from"] and start.checkpoint is None:
-        init_from_checkpoint(model, cli.config["init_from"])
-    elif cli.config["init_from"]:
-        log.info("resuming from %s: --init_from %s only starts new runs", start.checkpoint, cli.config["init_from"])
+    if cli.initialisation is not None and start.checkpoint is None:
+        initialise(model, cli.initialisation)
+    elif cli.initialisation is not None:
+        log.info("resuming from %s: --init_from %s only starts new runs (it decided the architecture)",
+                 start.checkpoint, cli.config["init_from"])
     if trainer.is_global_zero:
         warn_if_never_validated(trainer)
     trainer.fit(model, datamodule, ckpt_path=start.checkpoint)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from graphormer_urpe.data.batch import collate_graphs  # noqa: E402
 from graphormer_urpe.data.datamodule import GraphDataModule  # noqa: E402
-from graphormer_urpe.data.sources import QM9Gap  # noqa: E402
+from graphormer_urpe.data.sources import QM9  # noqa: E402
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB  # noqa: E402
 from graphormer_urpe.model.graphormer import GraphormerConfig  # noqa: E402
 from graphormer_urpe.run.callbacks import LastCheckpoint, NonFiniteLossGuard, PreemptionCheckpoint, RNGState  # noqa: E402
@@ -61,7 +61,7 @@ class StepTimer(pl.Callback):
 def run(variant: str, root: str, molecules: int, steps: int, batch: int, workers: int) -> float:
     """Median seconds per step of one training run."""
     data_class = PlainDataModule if variant == "plain" else GraphDataModule
-    data = data_class(QM9Gap(max_molecules=molecules), root=root, batch_size=batch, num_workers=workers,
+    data = data_class(QM9(max_molecules=molecules), root=root, batch_size=batch, num_workers=workers,
                       preprocess_workers=0)
     config = GraphormerConfig(node_vocab=list(ATOM_VOCAB), edge_vocab=list(BOND_VOCAB), num_layers=4, hidden_dim=64,
                               ffn_dim=64, num_heads=8, dropout=0.0, attention_dropout=0.0)

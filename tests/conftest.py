@@ -74,10 +74,10 @@ def synthetic_mag(tmp_path_factory: pytest.TempPathFactory):
 def qm9_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data root holding the cache of the first 50 QM9 molecules, built once per test session."""
     from graphormer_urpe.data.datamodule import GraphDataModule
-    from graphormer_urpe.data.sources import QM9Gap
+    from graphormer_urpe.data.sources import QM9
 
     root = tmp_path_factory.mktemp("qm9_root")
-    GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0).prepare_data()
+    GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0).prepare_data()
     return root
 
 

@@ -27,8 +27,10 @@ def test_public_name_has_a_docstring_example_that_runs(name: str, tmp_path, monk
 
 def test_module_docstring_examples_run() -> None:
     from graphormer_urpe.data import pyg_interop, structure
+    from graphormer_urpe.run import finetune
+    from graphormer_urpe.tasks import base
 
-    for module in (pyg_interop, structure):
+    for module in (pyg_interop, structure, base, finetune):
         assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
 
 

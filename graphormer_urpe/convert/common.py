@@ -27,13 +27,6 @@ from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 log = logging.getLogger(__name__)
 
-#: Encoder keys written to the ``.yaml``: what the weights fix. Vocabularies and outputs come from the
-#: data, ``attention`` and the dropouts from the user's config (``attention: urpe`` starts at C = 1).
-ARCHITECTURE_KEYS = ("num_layers", "hidden_dim", "ffn_dim", "num_heads", "max_degree", "spatial_pos_max",
-                     "max_distance", "edge_encoding", "multi_hop_max_dist", "layer_norm", "embedding_norm",
-                     "final_norm", "head")
-
-
 class ConversionError(CheckpointError):
     """A file is not a checkpoint we can map exactly; the message (one line) says why."""
 
@@ -157,9 +150,12 @@ def write_checkpoint(converted: Converted, output: Path, *, source: Path, source
     """Write our checkpoint (``output``) and its config (``output`` with ``.yaml``).
 
     The checkpoint holds ``state_dict`` (``model.*``, plus ``target_mean`` 0 and ``target_std`` 1 for
-    ``task="regression"``: the source model predicts in the data's units), ``hyper_parameters.encoder``
-    and ``converted_from`` (source, format, dropped tensors). The ``.yaml`` sets the architecture
-    (:data:`ARCHITECTURE_KEYS`) and ``data.init_args.path_order: official``.
+    ``task="regression"``: the source model predicts in the data's units), ``hyper_parameters``
+    (``encoder``, and ``target_kind``: ``regression``, or ``binary`` for ``task="classification"``,
+    as official Graphormer's classification heads are: MolHIV, MolPCBA) and ``converted_from``
+    (source, format, dropped tensors). The ``.yaml`` sets the architecture
+    (:attr:`GraphormerConfig.ARCHITECTURE`: vocabularies and outputs come
+    from the data, ``attention`` and the dropouts from the user's config) and ``data.init_args.path_order: official``.
     """
     config = converted.config
     Graphormer(config).load_state_dict(converted.weights)  # shapes were checked against the source: this asserts
@@ -168,8 +164,10 @@ def write_checkpoint(converted: Converted, output: Path, *, source: Path, source
         model_state["target_mean"] = torch.zeros(config.num_outputs)
         model_state["target_std"] = torch.ones(config.num_outputs)
     output.parent.mkdir(parents=True, exist_ok=True)
-    encoder = {k: v for k, v in dataclasses.asdict(config).items() if k in ARCHITECTURE_KEYS}
-    torch.save({"state_dict": model_state, "hyper_parameters": {"encoder": dataclasses.asdict(config)},
+    encoder = {k: v for k, v in dataclasses.asdict(config).items() if k in GraphormerConfig.ARCHITECTURE}
+    hyper_parameters = {"encoder": dataclasses.asdict(config),
+                        "target_kind": "regression" if task == "regression" else "binary"}
+    torch.save({"state_dict": model_state, "hyper_parameters": hyper_parameters,
                 "converted_from": {"source": str(source), "format": source_format, "dropped": converted.dropped}},
                output)
     output.with_suffix(".yaml").write_text(yaml.safe_dump(

@@ -72,7 +72,7 @@ class GraphDataModule(pl.LightningDataModule):
         ((28,), (4,), 'graph_token')
 
     Args:
-        source: the dataset (``ZINC``, ``QM9Gap`` ...).
+        source: the dataset (``ZINC``, ``QM9`` ...).
         root: dataset root directory.
         batch_size: graphs per optimiser step over all devices (the global batch); each of the
             W processes loads ``batch_size / W``.

@@ -11,6 +11,7 @@ files themselves are read by :func:`read_json_object`, which tells a damaged one
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -35,6 +36,14 @@ def crc32_file(path: Path, block: int = BLOCK) -> int:
     for data in _blocks(path, block):
         crc = zlib.crc32(data, crc)
     return crc
+
+
+def sha256_file(path: Path, block: int = BLOCK) -> str:
+    """SHA-256 of a whole file, read in blocks, as hex digits."""
+    digest = hashlib.sha256()
+    for data in _blocks(path, block):
+        digest.update(data)
+    return digest.hexdigest()
 
 
 def file_record(path: Path, mtime: bool = False) -> dict[str, int]:

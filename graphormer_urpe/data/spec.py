@@ -70,6 +70,13 @@ class DataSpec:
     target_names: tuple[str, ...] = ()
     submission: SubmissionFormat | None = None
 
+    #: The encoder fields the data decides, split in two: those describing the input features (the
+    #: featuriser: a checkpoint's feature tables fit only data where they are equal) and those
+    #: describing the outputs (the head).
+    FEATURE_FIELDS: ClassVar[tuple[str, ...]] = ("node_vocab", "edge_vocab", "continuous_node_dim",
+                                                 "continuous_edge_dim")
+    OUTPUT_FIELDS: ClassVar[tuple[str, ...]] = ("num_outputs", "readout")
+
     def __post_init__(self) -> None:
         for name in ("node_vocab", "edge_vocab"):
             vocab = tuple(int(v) for v in getattr(self, name))
@@ -101,10 +108,11 @@ class DataSpec:
         return READOUT[self.target_level]
 
     def encoder_fields(self) -> dict[str, object]:
-        """The :class:`~graphormer_urpe.model.graphormer.GraphormerConfig` fields that the data decides."""
+        """The :class:`~graphormer_urpe.model.graphormer.GraphormerConfig` fields that the data decides
+        (:attr:`FEATURE_FIELDS`, then :attr:`OUTPUT_FIELDS`)."""
         return {"node_vocab": list(self.node_vocab), "edge_vocab": list(self.edge_vocab),
-                "num_outputs": self.num_outputs, "continuous_node_dim": self.continuous_node_dim,
-                "continuous_edge_dim": self.continuous_edge_dim, "readout": self.readout}
+                "continuous_node_dim": self.continuous_node_dim, "continuous_edge_dim": self.continuous_edge_dim,
+                "num_outputs": self.num_outputs, "readout": self.readout}
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,12 @@ class SequenceSpec:
     #: Every token has one class label, named ``y``.
     target_kind: ClassVar[str] = "multiclass"
     target_names: ClassVar[tuple[str, ...]] = ("y",)
+    #: The encoder fields the data decides: the inputs (token values, and the length, which sizes the
+    #: Toeplitz C), then the outputs (see :attr:`DataSpec.FEATURE_FIELDS`).
+    FEATURE_FIELDS: ClassVar[tuple[str, ...]] = ("vocab_size", "length")
+    OUTPUT_FIELDS: ClassVar[tuple[str, ...]] = ("num_classes",)
 
     def encoder_fields(self) -> dict[str, object]:
-        """The :class:`~graphormer_urpe.model.sequence.SequenceConfig` fields that the data decides."""
-        return {"vocab_size": self.vocab_size, "num_classes": self.num_classes, "length": self.length}
+        """The :class:`~graphormer_urpe.model.sequence.SequenceConfig` fields that the data decides
+        (:attr:`FEATURE_FIELDS`, then :attr:`OUTPUT_FIELDS`)."""
+        return {"vocab_size": self.vocab_size, "length": self.length, "num_classes": self.num_classes}

@@ -35,7 +35,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -134,6 +134,14 @@ class GraphormerConfig:
     embedding_norm: bool = False
     final_norm: bool = True
     head: Literal["linear", "v2"] = "linear"
+
+    #: The fields that shape the weights or what they compute: a run started from a checkpoint
+    #: (``train.py --init_from``) takes them from the checkpoint. The data decides its fields
+    #: (:meth:`~graphormer_urpe.data.spec.DataSpec.encoder_fields`); ``attention`` and the dropouts
+    #: stay the run's own.
+    ARCHITECTURE: ClassVar[tuple[str, ...]] = (
+        "num_layers", "hidden_dim", "ffn_dim", "num_heads", "max_degree", "spatial_pos_max", "max_distance",
+        "edge_encoding", "multi_hop_max_dist", "graph_token", "layer_norm", "embedding_norm", "final_norm", "head")
 
     def __post_init__(self) -> None:
         """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""

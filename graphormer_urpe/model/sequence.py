@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import nn
@@ -120,6 +120,11 @@ class SequenceConfig:
     max_distance: int = DEFAULT_T5_MAX_DISTANCE
     dropout: float = 0.0
     attention_dropout: float = 0.0
+
+    #: The fields that shape the weights or what they compute, taken from the checkpoint by
+    #: ``train.py --init_from``; the data decides its fields, ``attention`` and the dropouts are the run's own.
+    ARCHITECTURE: ClassVar[tuple[str, ...]] = ("num_layers", "hidden_dim", "ffn_dim", "num_heads", "num_buckets",
+                                               "max_distance")
 
     def __post_init__(self) -> None:
         """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""

@@ -40,6 +40,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 from graphormer_urpe.data.loaders import gather_objects
 from graphormer_urpe.errors import NonFiniteLoss
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, LAST_CHECKPOINT
+from graphormer_urpe.run.finetune import describe
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, data_identity
 from graphormer_urpe.run.ledger import MetricsLog, start_segment
 from graphormer_urpe.run.plots import has_relative_encodings, relative_encoding_figure
@@ -421,8 +422,11 @@ class RunRecord(Callback):
     refused before then leaves no file in the run directory. A resume with nothing left to train
     (``trainer.max_steps`` reached) records its segment when fitting ends, before the final evaluation
     logs anything. ``run.json`` records the dataset and its split sizes, parameter count, device,
-    precision, seed, git commit, package versions and, per segment, the command line, start time, the
-    step it started from and the checkpoint it resumed.
+    precision, seed, git commit, package versions, where the run's weights came from
+    (``initialised_from``: one line, :func:`~graphormer_urpe.run.finetune.describe`; null for a run
+    from scratch) and, per segment, the command line, start time, the step it started from, the
+    checkpoint it resumed, and the whole record of the ``--init_from`` checkpoint it loaded
+    (``initialised_from``, :mod:`graphormer_urpe.run.finetune`; null in segments that loaded none).
 
     Args:
         run_dir: the run directory.
@@ -468,8 +472,11 @@ class RunRecord(Callback):
             "git_commit": git_commit(),
             "versions": package_versions(),
         }
+        initialised = getattr(pl_module, "initialised_from", None)  # a resumed run carries it in its checkpoint
+        info["initialised_from"] = None if initialised is None else describe(initialised)
         segment = {"command": info["command"], "started": datetime.datetime.now().isoformat(timespec="seconds"),
-                   "start_step": self.start_step, "resumed_from": self.resumed_from}
+                   "start_step": self.start_step, "resumed_from": self.resumed_from,
+                   "initialised_from": initialised if self.resumed_from is None else None}
         for logger in trainer.loggers:  # W&B: the resolved config, parameters, commit, dataset sizes
             logger.log_hyperparams({"config": self.config, "run": info})
         if trainer.is_global_zero:

@@ -19,6 +19,8 @@ from torch import nn
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.tasks.base import check_layout
 
+#: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
+CONFIG_KEY = "graphormer_config_yaml"
 #: Name of the checkpoint written every N steps and on preemption.
 LAST_CHECKPOINT = "last.ckpt"
 #: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.

@@ -31,7 +31,15 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
 from graphormer_urpe.data.files import unwritable
-from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number, refuse
+from graphormer_urpe.errors import (
+    ConfigError,
+    InputError,
+    check_choice,
+    check_int,
+    check_number,
+    import_object,
+    refuse,
+)
 from graphormer_urpe.run.callbacks import (
     EmbedConfig,
     LastCheckpoint,
@@ -42,6 +50,7 @@ from graphormer_urpe.run.callbacks import (
     RNGState,
     RunRecord,
 )
+from graphormer_urpe.run.finetune import Initialisation, plan_initialisation, read_source, take_architecture
 from graphormer_urpe.run.identity import data_identity
 from graphormer_urpe.run.ledger import MetricsLog, RunDirectory, create_timestamped_dir
 from graphormer_urpe.run.records import REPO_DIR
@@ -187,8 +196,8 @@ class GraphormerCLI(LightningCLI):
         checkpoint: :class:`CheckpointOptions` (``last.ckpt`` interval, signals, SLURM requeue).
         ckpt_path: resume training from a checkpoint; ``last`` for ``<run dir>/checkpoints/last.ckpt``;
             ``auto`` for that one if it exists, else start (see :meth:`~graphormer_urpe.run.ledger.RunDirectory.open`).
-        init_from: checkpoint whose weights ``train.py`` loads before fitting a new run (see
-            :mod:`graphormer_urpe.run.finetune`).
+        init_from: checkpoint whose architecture the run takes and whose weights ``train.py`` loads before
+            fitting a new run (see :mod:`graphormer_urpe.run.finetune`).
     """
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:
@@ -227,8 +236,9 @@ class GraphormerCLI(LightningCLI):
                             help="Resume training from this checkpoint; 'last': <run dir>/checkpoints/last.ckpt "
                                  "(which must exist); 'auto': that one if it exists, else start the run.")
         parser.add_argument("--init_from", type=str | None, default=None,
-                            help="Start a new run from this checkpoint's weights; a URPE model takes an RPE "
-                                 "checkpoint with C set to ones (paper section 4.2).")
+                            help="Start a new run from this checkpoint's weights (ours or converted, any dataset): "
+                                 "it decides the encoder's architecture; the head is rebuilt when the data's targets "
+                                 "differ; a URPE run takes an RPE checkpoint with C set to ones (docs/finetuning.md).")
         # what the data is (vocabularies, widths, outputs, readout, kind and names of the targets) reaches
         # the task in one declaration, never typed twice (graphormer_urpe.data.spec)
         parser.link_arguments("data.spec", "model.init_args.data", apply_on="instantiate")
@@ -256,13 +266,24 @@ class GraphormerCLI(LightningCLI):
         """Build data, model and trainer, checking every option on the way (each config's ``__post_init__``,
         each datamodule's constructor, the global batch against the processes, the data's spec against the
         task's settings; sources that infer their spec read their data when it is linked into the task).
+        With ``--init_from``, the checkpoint's architecture replaces the config's first, and what it loads
+        into the model is checked last (:mod:`graphormer_urpe.run.finetune`).
         Anything that cannot work stops here, before a run directory exists or data are built, with one
         line naming the key, file or rows (:class:`~graphormer_urpe.errors.InputError`, or a trainer
         setting that Lightning refuses, ``MisconfigurationException``), and exit code 2; not with
         jsonargparse's report, which nests the message in the whole config."""
+        #: What ``--init_from`` loads into a new run (checked here, loaded by ``train.py``), or None.
+        self.initialisation: Initialisation | None = None
         try:
+            source = None
+            if self.config["init_from"]:  # the checkpoint decides the architecture: set before anything is built
+                task_class = import_object("model.class_path", self.config["model"]["class_path"])
+                source = read_source(self.config["init_from"], task_class)
+                overridden = take_architecture(self.config["model"]["init_args"]["encoder"], source)
             super().instantiate_classes()
             check_global_batch(self.datamodule, self.trainer)
+            if source is not None:
+                self.initialisation = plan_initialisation(source, self.model, self.datamodule, overridden)
         except Exception as error:
             if hasattr(self, "_run_directory"):  # made with the trainer: no run directory left behind
                 self._run_directory.release()

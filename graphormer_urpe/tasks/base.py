@@ -1,4 +1,5 @@
-"""What every task shares: the model, checkpoint loading, AdamW with warm-up and linear decay.
+"""What every task shares: the model, checkpoint loading, AdamW with warm-up and linear decay (and the
+fine-tuning options: parameter groups, a frozen encoder), the record of where the weights came from.
 
 :class:`GraphormerTask` is the LightningModule base of every task (:mod:`graphormer_urpe.tasks.graph`
 for regression, :mod:`graphormer_urpe.tasks.classification` for graph, node and token labels,
@@ -25,6 +26,8 @@ from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 #: Evaluation stages, each with its own metric state.
 STAGES = ("val", "test")
+#: Checkpoint key of the record of where a run's weights came from (``train.py --init_from``).
+INITIALISED_FROM = "initialised_from"
 T = TypeVar("T")
 C = TypeVar("C")
 
@@ -46,18 +49,34 @@ def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_fact
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
     """AdamW (betas 0.9, 0.999) with linear warm-up, then linear decay to ``end_lr``, reached after the
-    last step (:func:`warmup_linear_decay`: update k uses the rate of step k - 1).
+    last step (:func:`warmup_linear_decay`: update k uses the rate of step k - 1), and the options of
+    fine-tuning: a learning rate of its own for the head, layer-wise decay of the learning rate, a
+    frozen encoder.
 
-    The defaults are the Graphormer papers'; every config states the values it trains with
-    (``model.init_args.optim.lr`` ..., ``--model.optim.lr 1e-3`` on the command line). Every field
-    is checked at construction (:class:`~graphormer_urpe.errors.ConfigError` names ``model.optim.<field>``).
+    The defaults are the Graphormer papers' (one learning rate for every parameter, nothing frozen);
+    every config states the values it trains with (``model.init_args.optim.lr`` ..., ``--model.optim.lr
+    1e-3`` on the command line). Every field is checked at construction
+    (:class:`~graphormer_urpe.errors.ConfigError` names ``model.optim.<field>``).
+
+    The schedule (warm-up, decay) multiplies every parameter's peak learning rate alike. With L
+    layers and ``layer_lr_decay`` d the peaks are ``head_lr`` for the head, ``lr * d ** (L - l)`` for
+    layer l = 1 .. L and ``lr * d ** L`` for everything below the first layer: node, degree and edge
+    tables, graph token, B and C (:func:`parameter_groups`).
 
     Args:
         lr: peak learning rate (> 0).
         warmup_steps: linear warm-up length in optimiser steps (>= 0).
-        end_lr: learning rate the decay reaches at ``trainer.max_steps`` (>= 0; the papers decay to 0).
+        end_lr: learning rate the decay reaches at ``trainer.max_steps`` (>= 0; the papers decay to 0),
+            as a fraction ``end_lr / lr`` of each parameter's peak.
         weight_decay: decoupled (AdamW) weight decay on every parameter, as the official code (>= 0).
         adam_eps: Adam epsilon (> 0).
+        head_lr: peak learning rate of the head (> 0), e.g. higher than ``lr`` for a new head on a
+            pretrained encoder; null: ``lr``.
+        layer_lr_decay: d in (0, 1]: each layer trains at d times the learning rate of the layer above
+            it; 1: every layer at ``lr``.
+        freeze_encoder_steps: the encoder (every parameter but the head's) gets no update in the first
+            N optimiser steps (its gradients are dropped; AdamW's moments start at its first update),
+            then trains; -1: never trains (no gradients are computed for it); 0: nothing is frozen.
     """
 
     lr: float = 2e-4
@@ -65,6 +84,9 @@ class OptimConfig:
     end_lr: float = 0.0
     weight_decay: float = 0.0
     adam_eps: float = 1e-8
+    head_lr: float | None = None
+    layer_lr_decay: float = 1.0
+    freeze_encoder_steps: int = 0
 
     def __post_init__(self) -> None:
         """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""
@@ -73,6 +95,17 @@ class OptimConfig:
         check_number("model.optim.end_lr", self.end_lr, 0.0)
         check_number("model.optim.weight_decay", self.weight_decay, 0.0)
         check_number("model.optim.adam_eps", self.adam_eps, 0.0, include_minimum=False)
+        if self.head_lr is not None:
+            check_number("model.optim.head_lr", self.head_lr, 0.0, include_minimum=False, hint=", or null (lr)")
+        check_number("model.optim.layer_lr_decay", self.layer_lr_decay, 0.0, 1.0, include_minimum=False,
+                     hint=" (1: every layer at lr)")
+        check_int("model.optim.freeze_encoder_steps", self.freeze_encoder_steps, -1,
+                  hint=" (optimiser steps; -1: the encoder never trains)")
+
+    @property
+    def groups_by_depth(self) -> bool:
+        """Whether the parameters need groups of their own learning rates (see :func:`parameter_groups`)."""
+        return self.head_lr is not None or self.layer_lr_decay != 1.0
 
 
 #: The papers' settings, the default of every task (frozen, so one instance serves all).
@@ -94,6 +127,51 @@ def check_layout(path: str | Path, hyper_parameters: Mapping[str, Any]) -> None:
                               f"optim): convert it once with {UPGRADE_COMMAND} {path} NEW.ckpt")
 
 
+def is_head(name: str) -> bool:
+    """Whether the task's parameter or state-dict entry ``name`` belongs to the head: the network's
+    ``head``, or a tensor of the task itself (a regression's target statistics)."""
+    return name.startswith("model.head.") or not name.startswith("model.")
+
+
+def parameter_groups(task: nn.Module, optim: OptimConfig) -> list[dict[str, Any]]:
+    """AdamW's parameter groups of ``task``, each with its peak learning rate ``lr``.
+
+    One group of every parameter at ``optim.lr`` (unnamed: its learning rate is logged as
+    ``lr-AdamW``) unless ``optim.head_lr`` or ``optim.layer_lr_decay`` (d) is set; then, for a network
+    of L ``layers``, named groups: ``embeddings`` at ``lr * d ** L`` (every parameter below the
+    first layer), ``layer1`` .. ``layerL`` at ``lr * d ** (L - l)`` (``layers[l - 1]``; the final
+    LayerNorm in ``layerL``) and ``head`` at ``head_lr`` (:func:`is_head`), leaving out groups
+    without parameters.
+
+    Example:
+        >>> from graphormer_urpe import GraphormerConfig
+        >>> task = GraphormerTask(GraphormerConfig(num_layers=2, hidden_dim=8, ffn_dim=8, num_heads=2))
+        >>> optim = OptimConfig(lr=1e-3, layer_lr_decay=0.5, head_lr=4e-3)
+        >>> {group["name"]: group["lr"] for group in parameter_groups(task, optim)}
+        {'embeddings': 0.00025, 'layer1': 0.0005, 'layer2': 0.001, 'head': 0.004}
+    """
+    if not optim.groups_by_depth:
+        return [{"params": list(task.parameters()), "lr": optim.lr}]
+    layers = len(task.model.layers)
+    peaks = {"embeddings": optim.lr * optim.layer_lr_decay ** layers,
+             **{f"layer{depth}": optim.lr * optim.layer_lr_decay ** (layers - depth) for depth in range(1, layers + 1)},
+             "head": optim.lr if optim.head_lr is None else optim.head_lr}
+    members: dict[str, list[nn.Parameter]] = {name: [] for name in peaks}
+    for name, parameter in task.named_parameters():
+        members[_group_of(name, layers)].append(parameter)
+    return [{"name": name, "params": members[name], "lr": peak} for name, peak in peaks.items() if members[name]]
+
+
+def _group_of(name: str, layers: int) -> str:
+    """The :func:`parameter_groups` group of the parameter ``name`` (``model.layers.3.ffn.0.weight``)."""
+    if is_head(name):
+        return "head"
+    part = name.split(".")
+    if part[1] == "layers":
+        return f"layer{int(part[2]) + 1}"
+    return f"layer{layers}" if part[1] == "final_norm" else "embeddings"
+
+
 def decided_by_data(key: str, data_value: T, given: object, default: object) -> T:
     """The data's value of a setting that the data decides (an encoder's vocabularies and output
     width, a task's kind of target and target names).
@@ -105,8 +183,8 @@ def decided_by_data(key: str, data_value: T, given: object, default: object) -> 
     Raises:
         DataError: ``given`` is neither ``default`` nor the data's value; the message names ``key``.
     """
-    if _plain(given) not in (_plain(data_value), _plain(default)):
-        raise DataError(f"{key}={_plain(given)!r} but the data has {_plain(data_value)!r}: the data decides this "
+    if plain(given) not in (plain(data_value), plain(default)):
+        raise DataError(f"{key}={plain(given)!r} but the data has {plain(data_value)!r}: the data decides this "
                         "setting; remove it from the config")
     return data_value
 
@@ -133,7 +211,7 @@ def with_data_fields(encoder: C, data: DataSpec | SequenceSpec) -> C:
         for key, value in data.encoder_fields().items()})
 
 
-def _plain(value: object) -> object:
+def plain(value: object) -> object:
     """Lists and tuples as lists, so that ``(28,)`` and ``[28]`` compare equal."""
     return list(value) if isinstance(value, tuple | list) else value
 
@@ -176,6 +254,22 @@ class GraphormerTask(pl.LightningModule):
         self.hparams["optim"] = dataclasses.asdict(optim)
         self.optim = optim
         self.model = self.model_class(encoder)
+        #: Where the weights came from (``train.py --init_from``: :mod:`graphormer_urpe.run.finetune`), None
+        #: for a run trained from its own initialisation; saved in every checkpoint under :data:`INITIALISED_FROM`.
+        self.initialised_from: dict[str, Any] | None = None
+
+    @property
+    def head_from_checkpoint(self) -> bool:
+        """Whether the head (and a regression's target statistics) came from the ``--init_from``
+        checkpoint, which happens when the data's targets are that checkpoint's."""
+        return self.initialised_from is not None and self.initialised_from["head"] == "kept"
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.initialised_from is not None:
+            checkpoint[INITIALISED_FROM] = self.initialised_from
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.initialised_from = checkpoint.get(INITIALISED_FROM)
 
     @classmethod
     def check_data(cls, data: DataSpec | SequenceSpec) -> None:
@@ -197,7 +291,8 @@ class GraphormerTask(pl.LightningModule):
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, map_location: str | torch.device = "cpu") -> GraphormerTask:
-        """Rebuild the task from a checkpoint alone (config and vocabularies travel with it).
+        """Rebuild the task from a checkpoint alone (config, vocabularies and the record of where its
+        weights came from travel with it).
 
         Raises:
             CheckpointError: a checkpoint of the layout before the task family was merged
@@ -215,13 +310,31 @@ class GraphormerTask(pl.LightningModule):
         task = cls(encoder=cls.config_class(**hparams.pop("encoder")), optim=OptimConfig(**hparams.pop("optim", {})),
                    **hparams)  # no ``data``: what it decided is in the saved arguments
         task.load_state_dict(checkpoint["state_dict"])
+        task.initialised_from = checkpoint.get(INITIALISED_FROM)
         return task
+
+    def encoder_parameters(self) -> list[nn.Parameter]:
+        """Every parameter but the head's (:func:`is_head`): what ``optim.freeze_encoder_steps`` freezes."""
+        return [p for name, p in self.named_parameters() if not is_head(name)]
+
+    def setup(self, stage: str) -> None:
+        """An encoder frozen throughout (``optim.freeze_encoder_steps: -1``) computes no gradients."""
+        if stage == "fit" and self.optim.freeze_encoder_steps == -1:
+            for parameter in self.encoder_parameters():
+                parameter.requires_grad_(False)
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Drop the encoder's gradients while it is frozen (the first ``optim.freeze_encoder_steps``
+        steps): AdamW skips parameters without a gradient, and gradient clipping (after this hook) sees
+        the head's only."""
+        if self.trainer.global_step < self.optim.freeze_encoder_steps:
+            for parameter in self.encoder_parameters():
+                parameter.grad = None
 
     def configure_optimizers(self) -> dict[str, Any]:
         optim = self.optim
-        optimizer = torch.optim.AdamW(
-            self.parameters(), lr=optim.lr, betas=(0.9, 0.999), eps=optim.adam_eps, weight_decay=optim.weight_decay,
-        )
+        optimizer = torch.optim.AdamW(parameter_groups(self, optim), lr=optim.lr, betas=(0.9, 0.999),
+                                      eps=optim.adam_eps, weight_decay=optim.weight_decay)
         total = int(self.trainer.estimated_stepping_batches)
         end_factor = optim.end_lr / optim.lr
         schedule = torch.optim.lr_scheduler.LambdaLR(

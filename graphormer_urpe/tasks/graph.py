@@ -41,7 +41,8 @@ class GraphRegression(PerTargetTask):
         encoder: the Graphormer hyper-parameters (vocabularies, outputs and readout set by ``data``).
         optim: the optimiser and learning-rate schedule.
         normalize_targets: train on targets standardised with the training split's mean and std
-            (metrics and predictions stay in the data's units); off for ZINC, as in the papers.
+            (metrics and predictions stay in the data's units); off for ZINC, as in the papers. A head
+            kept from an ``--init_from`` checkpoint keeps that checkpoint's statistics.
         loss: ``l1`` (MAE, the papers') or ``mse``; the mean over every known target value.
         target_kind: the data's kind of target (set by ``data``); must be ``regression``.
         target_names: name of every target (set by ``data``), for metric names and predictions.
@@ -85,7 +86,9 @@ class GraphRegression(PerTargetTask):
         return self.model(batch) * self.target_std + self.target_mean
 
     def on_fit_start(self) -> None:
-        if self.hparams.normalize_targets and self.trainer.datamodule is not None:
+        """With ``normalize_targets``, standardise with the training split's statistics, unless the head
+        came from an ``--init_from`` checkpoint: its statistics came with it (they follow the head)."""
+        if self.hparams.normalize_targets and self.trainer.datamodule is not None and not self.head_from_checkpoint:
             mean, std = self.trainer.datamodule.target_statistics()
             self.target_mean.copy_(torch.as_tensor(mean))
             self.target_std.copy_(torch.as_tensor(std))

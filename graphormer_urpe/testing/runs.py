@@ -18,6 +18,7 @@ import pytorch_lightning as pl
 import torch
 
 from graphormer_urpe.run.cli import RUN_DIR_ENV, GraphormerCLI
+from graphormer_urpe.run.finetune import initialise, plan_initialisation, read_source
 from graphormer_urpe.run.records import REPO_DIR
 
 #: Molecules of the tiny QM9 runs: an 80/10/10 split gives 40 train, 5 valid and 5 test graphs.
@@ -93,6 +94,20 @@ def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
     except SystemExit as stop:
         return int(stop.code)
     return 0
+
+
+def start_from(task: torch.nn.Module, path: Path, spec: object) -> dict:
+    """``train.py --init_from path`` for ``task`` (built with the checkpoint's architecture) on data
+    declared by ``spec``, without a run: read, plan, load; returns the record of the initialisation."""
+
+    class Data:  # the datamodule, as far as the plan reads it
+        pass
+
+    data = Data()
+    data.spec = spec
+    plan = plan_initialisation(read_source(str(path), type(task)), task, data, overridden={})
+    initialise(task, plan)
+    return plan.record
 
 
 def run_train_subprocess(args: list[str], timeout: float = 300.0) -> subprocess.CompletedProcess:

@@ -9,7 +9,6 @@ fine-tuning with identical predictions."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import pickle
 from collections.abc import Callable
@@ -19,133 +18,29 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from pytorch_lightning.callbacks import ModelCheckpoint
 
 from graphormer_urpe.convert.__main__ import main
 from graphormer_urpe.convert.common import ConversionError
 from graphormer_urpe.convert.mapping import Declared, convert_weights
 from graphormer_urpe.convert.official import V1, V2, import_official, read_official
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.model.graphormer import Graphormer
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
-from graphormer_urpe.run.finetune import init_from_checkpoint
 from graphormer_urpe.tasks import GraphRegression
+from graphormer_urpe.testing.official_checkpoints import (
+    FFN,
+    FORMATS,
+    HEADS,
+    HIDDEN,
+    LAYERS,
+    official_checkpoint,
+    official_weights,
+    save_official,
+)
 from graphormer_urpe.testing.official_reference import ULPS, molecules, official_batch, official_forward
+from graphormer_urpe.testing.runs import start_from
 from graphormer_urpe.testing.tolerance import rounding_tolerance
-
-HIDDEN, HEADS, LAYERS, FFN = 16, 4, 2, 24
-def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0, multi_hop: bool = True,
-                     embedding_norm: bool = True, head: str = "out_proj") -> dict[str, torch.Tensor]:
-    """Random weights under the official names and shapes (v2: ``graphormer_base`` tables; padding rows 0)."""
-    g = torch.Generator().manual_seed(seed)
-
-    def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g) * 0.5
-
-    def table(rows: int, width: int) -> torch.Tensor:
-        t = randn(rows, width)
-        t[0] = 0.0
-        return t
-
-    node, bias = ("encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.") \
-        if version == "v2" else ("", "")
-    w = {
-        f"{node}atom_encoder.weight": table(512 * 9 + 1, HIDDEN),
-        f"{node}in_degree_encoder.weight": table(512, HIDDEN),
-        f"{node}out_degree_encoder.weight": table(512, HIDDEN),
-        f"{node}graph_token.weight": randn(1, HIDDEN),
-        f"{bias}edge_encoder.weight": table(512 * 3 + 1, HEADS),
-    }
-    if multi_hop:
-        w[f"{bias}edge_dis_encoder.weight"] = randn(128 * HEADS * HEADS, 1)
-    w[f"{bias}spatial_pos_encoder.weight"] = table(512, HEADS)
-    w[f"{bias}graph_token_virtual_distance.weight"] = randn(1, HEADS)
-    names = dict(V1.layer if version == "v1" else V2.layer)
-    prefix = "layers.{}." if version == "v1" else "encoder.graph_encoder.layers.{}."
-    for i in range(LAYERS):
-        p = prefix.format(i)
-        for key in ("q", "k", "v", "out"):
-            w[f"{p}{names[key]}.weight"], w[f"{p}{names[key]}.bias"] = randn(HIDDEN, HIDDEN), randn(HIDDEN)
-        for key in ("attention_norm", "ffn_norm"):
-            w[f"{p}{names[key]}.weight"], w[f"{p}{names[key]}.bias"] = 1 + randn(HIDDEN) * 0.2, randn(HIDDEN) * 0.2
-        w[f"{p}{names['fc1']}.weight"], w[f"{p}{names['fc1']}.bias"] = randn(FFN, HIDDEN), randn(FFN)
-        w[f"{p}{names['fc2']}.weight"], w[f"{p}{names['fc2']}.bias"] = randn(HIDDEN, FFN), randn(HIDDEN)
-    if version == "v1":
-        w["final_ln.weight"], w["final_ln.bias"] = 1 + randn(HIDDEN) * 0.2, randn(HIDDEN) * 0.2
-        w[f"{head}.weight"], w[f"{head}.bias"] = randn(1, HIDDEN), randn(1)
-        return w
-    if embedding_norm:
-        w["encoder.graph_encoder.emb_layer_norm.weight"] = 1 + randn(HIDDEN) * 0.2
-        w["encoder.graph_encoder.emb_layer_norm.bias"] = randn(HIDDEN) * 0.2
-    if pre_layernorm:  # built, never applied (graphormer_graph_encoder.py)
-        w["encoder.graph_encoder.final_layer_norm.weight"] = randn(HIDDEN)
-        w["encoder.graph_encoder.final_layer_norm.bias"] = randn(HIDDEN)
-    w["encoder.masked_lm_pooler.weight"], w["encoder.masked_lm_pooler.bias"] = randn(HIDDEN, HIDDEN), randn(HIDDEN)
-    w["encoder.lm_head_transform_weight.weight"] = randn(HIDDEN, HIDDEN)
-    w["encoder.lm_head_transform_weight.bias"] = randn(HIDDEN)
-    w["encoder.layer_norm.weight"], w["encoder.layer_norm.bias"] = 1 + randn(HIDDEN) * 0.2, randn(HIDDEN) * 0.2
-    w["encoder.embed_out.weight"] = randn(1, HIDDEN)
-    w["encoder.lm_output_learned_bias"] = randn(1)
-    return w
-
-
-# ----------------------------------------------------------------------------- the official file layouts
-#: ``GraphPredictionConfig``'s fields (v2 ``graphormer/tasks/graph_prediction.py``) as a PCQM4Mv2 run sets them.
-TASK_FIELDS = dict(dataset_name="pcqm4mv2", num_classes=1, max_nodes=128, dataset_source="ogb", num_atoms=512 * 9,
-                   num_edges=512 * 3, num_in_degree=512, num_out_degree=512, num_spatial=512, num_edge_dis=128,
-                   multi_hop_max_dist=5, spatial_pos_max=1024, edge_type="multi_hop", seed=1,
-                   pretrained_model_name="none", load_pretrained_model_output_layer=False, train_epoch_shuffle=False,
-                   user_data_dir="")
-#: The model's arguments after ``graphormer_base_architecture`` (v2 ``graphormer/models/graphormer.py``), test sizes.
-MODEL_ARGS = dict(encoder_layers=LAYERS, encoder_embed_dim=HIDDEN, encoder_ffn_embed_dim=FFN,
-                  encoder_attention_heads=HEADS, dropout=0.0, attention_dropout=0.1, act_dropout=0.1,
-                  activation_fn="gelu", encoder_normalize_before=True, apply_graphormer_init=True,
-                  share_encoder_input_output_embed=False, no_token_positional_embeddings=False, pre_layernorm=False,
-                  arch="graphormer_base", task="graph_prediction", criterion="l1_loss")
-#: ``Graphormer.__init__``'s arguments (v1.0 ``graphormer/model.py``), saved by ``save_hyperparameters()``.
-LIGHTNING_HPARAMS = dict(n_layers=LAYERS, num_heads=HEADS, hidden_dim=HIDDEN, dropout_rate=0.1,
-                         intput_dropout_rate=0.0, weight_decay=0.0, ffn_dim=FFN, dataset_name="PCQM4M-LSC",
-                         warmup_updates=60000, tot_updates=1000000, peak_lr=2e-4, end_lr=1e-9, edge_type="multi_hop",
-                         multi_hop_max_dist=5, attention_dropout_rate=0.1, flag=False, flag_m=3,
-                         flag_step_size=1e-3, flag_mag=1e-3)
-FORMATS = ["fairseq", "fairseq-dict", "fairseq-legacy", "lightning"]
-
-
-def official_checkpoint(fmt: str, weights: dict[str, torch.Tensor], **settings: Any) -> dict[str, Any]:
-    """A checkpoint as the official code writes it; ``settings`` replace the official names' values.
-
-    ``fairseq``: fairseq's ``Trainer.state_dict`` (``fairseq/trainer.py``): ``args`` None, ``cfg`` of
-    ``convert_namespace_to_omegaconf`` turned into containers: ``cfg['task']`` the task's dict,
-    ``cfg['model']`` an ``argparse.Namespace`` of every argument (Graphormer's model has no dataclass).
-    ``fairseq-dict``: ``cfg['model']`` as a dict of the model's own arguments (a dataclass model).
-    ``fairseq-legacy``: older fairseq, one ``args`` Namespace. ``lightning``: PyTorch Lightning 1.3's
-    ``dump_checkpoint`` (``hyper_parameters`` a plain dict, callback states keyed by their class).
-    """
-    if fmt == "lightning":
-        return {"epoch": 3, "global_step": 1200, "pytorch-lightning_version": "1.3.8", "state_dict": weights,
-                "callbacks": {ModelCheckpoint: {"best_model_score": torch.tensor(0.1), "best_model_path": "x.ckpt"}},
-                "optimizer_states": [{"state": {}, "param_groups": [{"lr": 2e-4}]}],
-                "lr_schedulers": [{"last_epoch": 3}], "hparams_name": "kwargs",
-                "hyper_parameters": {**LIGHTNING_HPARAMS, **settings}}
-    task = {k: settings.get(k, v) for k, v in TASK_FIELDS.items()}
-    model = {k: settings.get(k, v) for k, v in MODEL_ARGS.items()}
-    everything = {**task, **model, "_name": "graphormer_base"}
-    history = [{"criterion_name": "GraphPredictionL1Loss", "optimizer_name": "FairseqAdam",
-                "lr_scheduler_state": {"best": 0.1}, "num_updates": 1200}]
-    if fmt == "fairseq-legacy":
-        return {"args": argparse.Namespace(**everything), "model": weights, "optimizer_history": history,
-                "extra_state": {"epoch": 3}, "last_optimizer_state": {"state": {}}}
-    return {"args": None, "model": weights, "criterion": None, "optimizer_history": history, "task_state": {},
-            "extra_state": {"metrics": {}, "previous_training_time": 12.5},
-            "cfg": {"_name": None, "common": {"seed": 1, "fp16": False}, "checkpoint": {"save_dir": "ckpts"},
-                    "model": argparse.Namespace(**everything) if fmt == "fairseq" else {**model, "_name": "graphormer"},
-                    "task": {"_name": "graph_prediction", **task}, "criterion": {"_name": "l1_loss"},
-                    "optimizer": {"_name": "adam", "lr": [2e-4]}, "lr_scheduler": {"_name": "polynomial_decay"}}}
-
-
-def save_official(path: Path, fmt: str, weights: dict[str, torch.Tensor], **settings: Any) -> Path:
-    torch.save(official_checkpoint(fmt, weights, **settings), path)
-    return path
 
 
 def version_of(fmt: str) -> str:
@@ -548,8 +443,10 @@ def test_imported_checkpoint_starts_rpe_and_urpe_fine_tuning_with_the_same_predi
     _, batch = molecules()
     for attention in ("rpe", "urpe"):
         task = GraphRegression(dataclasses.replace(config, attention=attention, dropout=0.3)).eval()
-        reset = init_from_checkpoint(task, tmp_path / "ours.ckpt")
-        assert reset == (["model.relative_scale.weight"] if attention == "urpe" else [])
+        record = start_from(task, tmp_path / "ours.ckpt", DataSpec(ATOM_VOCAB, BOND_VOCAB, 1, 1))
+        assert record["reset_to_ones"] == (["model.relative_scale.weight"] if attention == "urpe" else [])
+        assert (record["head"], record["head_reason"]) == (
+            "kept", "the data's targets are the checkpoint's (it records no target names)")
         with torch.no_grad():
             assert torch.equal(task(batch), imported(batch))
     settings = yaml.safe_load((tmp_path / "ours.yaml").read_text())
@@ -561,14 +458,15 @@ def test_imported_checkpoint_starts_rpe_and_urpe_fine_tuning_with_the_same_predi
 
 def test_train_fine_tunes_an_imported_checkpoint_as_urpe(tmp_path: Path, qm9_root: Path) -> None:
     """``train.py --config DATA --config IMPORTED.yaml --init_from IMPORTED.ckpt``: one step at the first
-    learning rate of the warm-up (0) keeps the imported weights, with C = 1, on official paths."""
+    learning rate of the warm-up (0) keeps the imported weights, with C = 1, on official paths; the head
+    is kept (one regression target per graph), and with it its target statistics (0 and 1, not QM9's)."""
     import train
     from graphormer_urpe.testing.runs import tiny_run_args
 
     source = save_official(tmp_path / "official.pt", "fairseq", official_weights("v2"))
     import_official(source, tmp_path / "imported.ckpt")
     train.main(tiny_run_args(qm9_root, tmp_path / "runs", "--config", str(tmp_path / "imported.yaml"),
-                             "--model.encoder.attention", "urpe", "--model.normalize_targets", "false",
+                             "--model.encoder.attention", "urpe", "--model.normalize_targets", "true",
                              "--init_from", str(tmp_path / "imported.ckpt"), "--trainer.max_steps", "1",
                              "--run_name", "urpe"))
     run_dir = tmp_path / "runs" / "urpe"

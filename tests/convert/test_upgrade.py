@@ -37,12 +37,14 @@ def old_layout(path: str | Path, out: Path, class_path: str, dropped: tuple[str,
     (arguments the old class did not take)."""
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     hparams = checkpoint["hyper_parameters"]
-    hparams.update(hparams.pop("optim"))
+    optim = hparams.pop("optim")
+    hparams.update({key: optim[key] for key in OPTIM_KEYS})  # the optimiser options of that time
     hparams["_class_path"] = class_path
     config = yaml.safe_load(checkpoint[CONFIG_KEY])
     config["model"]["class_path"] = class_path
     init_args = config["model"]["init_args"]
-    init_args.update(init_args.pop("optim"))
+    optim = init_args.pop("optim")
+    init_args.update({key: optim[key] for key in OPTIM_KEYS})
     for key in dropped:
         hparams.pop(key, None)
         init_args.pop(key, None)
@@ -153,7 +155,7 @@ def test_old_graph_checkpoints_convert_and_predict_as_the_trained_task(case: int
         assert checkpoint["callbacks"] == dict([best_checkpoint_state({"val/acc": "val/accuracy"}.get(monitor,
                                                                                                    monitor))])
     task = cls.from_checkpoint(tmp_path / "old.new.ckpt").eval()
-    assert task.optim == OptimConfig(**OPTIM) and task.hparams["optim"] == OPTIM
+    assert task.optim == OptimConfig(**OPTIM) and task.hparams["optim"] == dataclasses.asdict(OptimConfig(**OPTIM))
     assert task.hparams == trained.hparams
     if case == 0:
         assert not task.binary and isinstance(task.metrics["val"][0].metrics[0], EvaluatorMetric)

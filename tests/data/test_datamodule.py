@@ -18,7 +18,7 @@ import torch
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.cache import CacheSpec, GraphStore, build_store
 from graphormer_urpe.data.datamodule import GraphDataModule, GraphDataset
-from graphormer_urpe.data.sources import QM9Gap, SmilesTable
+from graphormer_urpe.data.sources import QM9, SmilesTable
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
@@ -39,7 +39,7 @@ def build_when_released(root: str, start: multiprocessing.Event, builds: str) ->
 
     GraphDataModule._build_cache = slow_recorded_build
     start.wait()
-    GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=root, preprocess_workers=0).prepare_data()
+    GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=root, preprocess_workers=0).prepare_data()
 
 
 def test_two_jobs_preparing_the_same_root_build_the_cache_once(tmp_path: Path) -> None:
@@ -54,19 +54,19 @@ def test_two_jobs_preparing_the_same_root_build_the_cache_once(tmp_path: Path) -
         job.join(timeout=120)
         assert job.exitcode == 0
     assert builds.read_text().count("build") == 1
-    module = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(tmp_path / "data"))
+    module = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(tmp_path / "data"))
     module.setup()
     assert sum(module.split_sizes.values()) == TINY_MOLECULES
 
 
 def test_building_per_node_is_an_option() -> None:
-    assert not GraphDataModule(QM9Gap(), root="x").prepare_data_per_node  # once, on global rank 0
-    assert GraphDataModule(QM9Gap(), root="x", prepare_per_node=True).prepare_data_per_node
+    assert not GraphDataModule(QM9(), root="x").prepare_data_per_node  # once, on global rank 0
+    assert GraphDataModule(QM9(), root="x", prepare_per_node=True).prepare_data_per_node
 
 
 def test_a_missing_cache_on_another_node_is_explained(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="set --data.prepare_per_node true"):
-        GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(tmp_path)).setup()
+        GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(tmp_path)).setup()
 
 
 def predictions_by_graph(model: Graphormer, loaders: list) -> dict[int, torch.Tensor]:
@@ -85,7 +85,7 @@ def predictions_by_graph(model: Graphormer, loaders: list) -> dict[int, torch.Te
 def test_size_aware_batching_changes_no_prediction(qm9_root: Path, attention: str) -> None:
     modules = {}
     for window in (0, 3):
-        modules[window] = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(qm9_root), batch_size=8,
+        modules[window] = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(qm9_root), batch_size=8,
                                           num_workers=0, bucket_window=window)
         modules[window].setup()
     data = modules[3]
@@ -148,7 +148,7 @@ DAMAGE = {
 @pytest.fixture(scope="module")
 def intact_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, np.ndarray]:
     root = tmp_path_factory.mktemp("intact") / "data"
-    module = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
+    module = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
     module.prepare_data()
     module.setup()
     return root, module.split_sizes, module.datasets["train"].store.targets()
@@ -160,7 +160,7 @@ def test_damaged_cache_metadata_is_named_in_one_line_and_rebuilt(damage: str, in
     intact_root, sizes, targets = intact_cache
     root = tmp_path / "data"
     shutil.copytree(intact_root, root)
-    module = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
+    module = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
     name, harm, message = DAMAGE[damage]
     harm(module.cache_dir / name)
     module.prepare_data()
@@ -173,7 +173,7 @@ def test_damaged_cache_metadata_is_named_in_one_line_and_rebuilt(damage: str, in
     assert module.split_sizes == sizes
     np.testing.assert_array_equal(module.datasets["train"].store.targets(), targets)
     package_log.clear()
-    again = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
+    again = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0, chunk_size=20)
     assert again._cache_is_valid() and not package_log.records  # the rebuilt cache is intact
 
 
@@ -195,7 +195,7 @@ class HugeTargets:
 def test_target_statistics_of_targets_whose_squares_overflow_float32_are_exact(tmp_path: Path) -> None:
     spec = CacheSpec(DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=2, num_outputs=2))
     build_store(HugeTargets(), tmp_path, {"huge": 1}, spec, {"train": np.arange(30)}, num_workers=0)
-    module = GraphDataModule(QM9Gap(), root=str(tmp_path / "unused"))
+    module = GraphDataModule(QM9(), root=str(tmp_path / "unused"))
     store = GraphStore(tmp_path)
     module.datasets = {"train": GraphDataset(store, np.arange(30))}
     mean, std = module.target_statistics()

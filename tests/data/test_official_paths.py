@@ -12,7 +12,7 @@ from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.cache import CacheSpec, encode_chunk
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.sources import QM9Gap
+from graphormer_urpe.data.sources import QM9
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure, graph_structures
 from graphormer_urpe.testing.official_reference import OFFICIAL_UNREACHABLE, floyd_warshall, official_path
@@ -89,10 +89,10 @@ def test_the_option_reaches_the_cache_and_its_key(tmp_path: Path) -> None:
     arrays, _ = encode_chunk(iter([(0, graph)]), spec)
     assert np.array_equal(arrays["first_edge"], graph_structure(9, edge_index, "official").first_edge.reshape(-1))
 
-    default = GraphDataModule(QM9Gap(), root=str(tmp_path))
-    official = GraphDataModule(QM9Gap(), root=str(tmp_path), path_order="official")
+    default = GraphDataModule(QM9(), root=str(tmp_path))
+    official = GraphDataModule(QM9(), root=str(tmp_path), path_order="official")
     assert "path_order" not in default.cache_key  # existing caches keep their names
     assert official.cache_key["path_order"] == "official" and official.cache_dir != default.cache_dir
     assert official.cache_spec.path_order == "official"
     with pytest.raises(ValueError, match=r"data\.path_order='shortest'"):
-        GraphDataModule(QM9Gap(), root=str(tmp_path), path_order="shortest")
+        GraphDataModule(QM9(), root=str(tmp_path), path_order="shortest")

@@ -18,7 +18,7 @@ import evaluate
 import train
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2
-from graphormer_urpe.data.sources import QM9Gap
+from graphormer_urpe.data.sources import QM9
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.errors import DataError
@@ -62,6 +62,9 @@ EXPECTED = {
                                110_817, "e28e25d9cdab054e"),
     "qm9_gap": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_names=("gap_ev",)), 638_097,
                         "969e502f587c018c"),
+    "qm9_pretrain": Expected(DataSpec(**MOLECULES, num_targets=12, num_outputs=12, target_names=(
+        "mu_debye", "alpha_bohr3", "homo_ev", "lumo_ev", "gap_ev", "r2_bohr2", "zpve_ev", "u0_ev", "u298_ev", "h298_ev",
+        "g298_ev", "cv_cal_mol_k")), 639_516, "412ef8d1df850bb3"),  # the qm9_gap model with 12 outputs
     "smiles_csv_classification": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_kind="binary",
                                                    target_names=("polar",)), 121_553, "b2b60ce8e9bbe782"),
     "smiles_csv_example": Expected(DataSpec(**MOLECULES, num_targets=2, num_outputs=2,
@@ -127,7 +130,7 @@ def fixture_arguments(config: str, root: Path, synthetic_mag: Path) -> list[str]
         gaps = np.where(np.arange(40) < 30, np.linspace(3.0, 9.0, 40), np.nan)
         write_pcqm4mv2(root, qm9_sample_smiles(40), gaps, splits)
         return [*graphs, "--data.preprocess_workers", "0"]
-    if config == "qm9_gap":
+    if config.startswith("qm9"):
         return [*graphs, "--data.preprocess_workers", "0", "--data.source.max_molecules", "50"]
     if config.startswith(("smiles", "pyg")):
         return [*graphs, "--data.preprocess_workers", "0"]
@@ -308,7 +311,7 @@ def test_a_checkpoint_in_the_layout_main_wrote_loads_evaluates_and_predicts_iden
     old = GraphRegression.from_checkpoint(tmp_path / "main.ckpt").eval()
     new = GraphRegression.from_checkpoint(metrics["best_checkpoint"]).eval()
     assert old.hparams == new.hparams
-    data = GraphDataModule(QM9Gap(max_molecules=TINY_MOLECULES), root=str(qm9_root), batch_size=8, num_workers=0)
+    data = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(qm9_root), batch_size=8, num_workers=0)
     data.setup()
     with torch.no_grad():
         for batch in data.val_dataloader():

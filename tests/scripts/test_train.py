@@ -31,8 +31,8 @@ def single_process_twin(qm9_root: Path, tmp_path_factory: pytest.TempPathFactory
 
 def test_ddp_processes_data_once_and_only_rank_zero_writes(ddp_run: tuple[Path, str]) -> None:
     run_dir, log = ddp_run
-    assert log.count("preprocessing qm9_gap into") == 1  # rank 0 built the cache, rank 1 waited
-    assert log.count("qm9_gap splits: train 40, valid 5, test 5") == 2  # then both opened it
+    assert log.count("preprocessing qm9 into") == 1  # rank 0 built the cache, rank 1 waited
+    assert log.count("qm9 splits: train 40, valid 5, test 5") == 2  # then both opened it
     assert log.count("metrics written to") == 1 and log.count("run directory:") == 1
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best-6.ckpt", "last.ckpt"]
     assert {p.name for p in run_dir.iterdir()} == {

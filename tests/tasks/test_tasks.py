@@ -25,9 +25,10 @@ from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.cli import REPO_DIR, GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
+from graphormer_urpe.tasks.base import warmup_linear_decay
 from graphormer_urpe.testing.distributed import run_on_processes
 from graphormer_urpe.testing.graphs import make_record
-from graphormer_urpe.testing.runs import tiny_run_args
+from graphormer_urpe.testing.runs import tiny_run_args, train_in_process
 
 SMALL = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
 
@@ -290,3 +291,84 @@ def test_update_k_uses_the_schedule_multiplier_of_step_k_minus_1(rng: np.random.
     trainer.fit(task, train_dataloaders=torch.utils.data.DataLoader([batch] * 7, batch_size=None))
     expected = [0.0, 2 / 3, 4 / 3, 2.0, 2 - 1.8 / 4, 2 - 1.8 * 2 / 4, 2 - 1.8 * 3 / 4]
     assert rates.rates == pytest.approx(expected, rel=1e-15, abs=0.0)  # float64 arithmetic, a few roundings
+
+
+# ----------------------------------------------------------------------------- fine-tuning options of the optimiser
+class StepLog(pl.Callback):
+    """Every parameter group's learning rate before each optimiser step, the weights before the first
+    step and after each, and the optimiser at the end."""
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.lrs: list[dict[str, float]] = []
+        self.weights = [{k: v.detach().clone() for k, v in pl_module.named_parameters()}]
+        self.requires_grad = {k: v.requires_grad for k, v in pl_module.named_parameters()}
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
+                             batch_idx: int) -> None:
+        self.lrs.append({group.get("name", "all"): group["lr"] for group in trainer.optimizers[0].param_groups})
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: object, batch: object,
+                           batch_idx: int) -> None:
+        self.weights.append({k: v.detach().clone() for k, v in pl_module.named_parameters()})
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.optimizer = trainer.optimizers[0]
+        self.names = {id(p): name for name, p in pl_module.named_parameters()}
+
+
+def logged_run(qm9_root: Path, tmp_path: Path, *options: str) -> StepLog:
+    """A 6-step tiny QM9 run with ``options``, logged step by step."""
+    log = StepLog()
+    assert train_in_process(tiny_run_args(qm9_root, tmp_path, "--run_name", "run", "--trainer.val_check_interval", "6",
+                                          *options), log) == 0
+    return log
+
+
+def test_each_parameter_group_trains_at_its_learning_rate_under_one_schedule(qm9_root: Path, tmp_path: Path) -> None:
+    """lr of layer l = lr * d ** (L - l), embeddings at lr * d ** L, the head at head_lr, each times the warm-up
+    and decay factor of the step, read from the optimiser before every step."""
+    log = logged_run(qm9_root, tmp_path, "--model.optim.lr", "1e-3", "--model.optim.warmup_steps", "3",
+                     "--model.optim.end_lr", "1e-4", "--model.optim.layer_lr_decay", "0.5",
+                     "--model.optim.head_lr", "3e-3")
+    peaks = {"embeddings": 1e-3 * 0.5 ** 2, "layer1": 1e-3 * 0.5 ** 1, "layer2": 1e-3 * 0.5 ** 0, "head": 3e-3}
+    assert log.lrs == [{name: peak * warmup_linear_decay(step, 3, 6, 1e-4 / 1e-3) for name, peak in peaks.items()}
+                       for step in range(6)]
+    groups = {group["name"]: {log.names[id(p)] for p in group["params"]} for group in log.optimizer.param_groups}
+    assert groups["head"] == {"model.head.weight", "model.head.bias"}
+    assert groups["layer1"] == {name for name in log.weights[0] if name.startswith("model.layers.0.")}
+    assert groups["layer2"] == {name for name in log.weights[0] if name.startswith(("model.layers.1.",
+                                                                                     "model.final_norm."))}
+    assert groups["embeddings"] == set(log.weights[0]) - groups["head"] - groups["layer1"] - groups["layer2"]
+    assert "model.relative_scale.weight" in groups["embeddings"] and "model.nodes.features.weight" in groups[
+        "embeddings"]
+
+
+def test_without_fine_tuning_options_one_group_follows_the_schedule(qm9_root: Path, tmp_path: Path) -> None:
+    log = logged_run(qm9_root, tmp_path, "--model.optim.lr", "1e-3", "--model.optim.warmup_steps", "3")
+    assert log.lrs == [{"all": 1e-3 * warmup_linear_decay(step, 3, 6)} for step in range(6)]
+    assert len(log.optimizer.param_groups) == 1
+
+
+def test_a_frozen_encoder_is_unchanged_bit_for_bit_then_trains(qm9_root: Path, tmp_path: Path) -> None:
+    """The MSE loss: under L1 a shared bias can get an exactly zero gradient (as many residuals above as below)."""
+    log = logged_run(qm9_root, tmp_path, "--model.optim.warmup_steps", "0", "--model.optim.freeze_encoder_steps", "3",
+                     "--model.loss", "mse")
+    initial = log.weights[0]
+    encoder = [name for name in initial if not name.startswith("model.head.")]
+    for step in (1, 2, 3):  # the weights after the first three steps
+        assert all(torch.equal(log.weights[step][name], initial[name]) for name in encoder)
+        assert not torch.equal(log.weights[step]["model.head.weight"], log.weights[step - 1]["model.head.weight"])
+    assert all(not torch.equal(log.weights[4][name], initial[name]) for name in encoder)  # every tensor moved
+    steps = {log.names[id(p)]: int(state["step"]) for p, state in log.optimizer.state.items()}
+    assert {steps[name] for name in encoder} == {3} and steps["model.head.weight"] == 6  # Adam's moments start late
+
+
+def test_an_encoder_frozen_throughout_computes_no_gradients(qm9_root: Path, tmp_path: Path) -> None:
+    log = logged_run(qm9_root, tmp_path, "--model.optim.warmup_steps", "0", "--model.optim.freeze_encoder_steps", "-1")
+    initial, final = log.weights[0], log.weights[-1]
+    assert {name for name, grad in log.requires_grad.items() if grad} == {"model.head.weight", "model.head.bias"}
+    assert all(torch.equal(final[name], initial[name]) for name in initial if not name.startswith("model.head."))
+    assert not torch.equal(final["model.head.weight"], initial["model.head.weight"])
+    assert {log.names[id(p)] for p in log.optimizer.state} == {"model.head.weight", "model.head.bias"}
+    head = initial["model.head.weight"].numel() + initial["model.head.bias"].numel()
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["parameters"] == head  # the trainable ones

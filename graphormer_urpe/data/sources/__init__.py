@@ -14,7 +14,7 @@ from graphormer_urpe.data.sources.base import GraphSource
 #: Public name -> module that defines it.
 _LAZY = {
     "MoleculeSource": "molecules",
-    "QM9Gap": "molecules",
+    "QM9": "molecules",
     "PCQM4Mv2": "pcqm4mv2",
     "PygDataset": "pyg",
     "SmilesTable": "tables",

@@ -21,7 +21,7 @@ from graphormer_urpe.data.sources.featurize import (
     silence_rdkit,
 )
 from graphormer_urpe.data.spec import DataSpec, TargetKind
-from graphormer_urpe.errors import DatasetMissing, check_int
+from graphormer_urpe.errors import ConfigError, DatasetMissing, check_int
 
 
 class MoleculeTable:
@@ -90,38 +90,70 @@ class MoleculeSource(GraphSource):
         return {"featurizer": FEATURIZER_VERSION}
 
 
-class QM9Gap(MoleculeSource):
-    """QM9 HOMO-LUMO gap in eV (DFT, converted from hartree), the embedded offline default.
+#: QM9's 12 standard targets (Gilmer et al., 2017, and MoleculeNet), as ``targets`` names them: the
+#: ``qm9pack`` column and the factor to the unit in the name (energies in eV, from hartree).
+QM9_TARGETS: dict[str, tuple[str, float]] = {
+    "mu_debye": ("Dipole_debye", 1.0),
+    "alpha_bohr3": ("Polarizability_bohr3", 1.0),
+    "homo_ev": ("HOMO_au", HARTREE_TO_EV),
+    "lumo_ev": ("LUMO_au", HARTREE_TO_EV),
+    "gap_ev": ("HOMO_LUMO_gap_au", HARTREE_TO_EV),
+    "r2_bohr2": ("R2_bohr2", 1.0),
+    "zpve_ev": ("ZPVE_au", HARTREE_TO_EV),
+    "u0_ev": ("InternalEnergy_0K_au", HARTREE_TO_EV),
+    "u298_ev": ("InternalEnergy_298K_au", HARTREE_TO_EV),
+    "h298_ev": ("Enthalphy_298K_au", HARTREE_TO_EV),
+    "g298_ev": ("GibbsFreeEnergy_298K_au", HARTREE_TO_EV),
+    "cv_cal_mol_k": ("Heatcapacity_Cv_cal_mol_K", 1.0),
+}
 
-    130,831 molecules from the ``qm9pack`` package, featurised with ogb's ``smiles2graph``
-    features exactly as PCQM4Mv2, split 80/10/10 at random with a fixed seed.
+
+class QM9(MoleculeSource):
+    """QM9 (DFT properties of 130,831 small organic molecules), the embedded offline dataset.
+
+    Read from the ``qm9pack`` package, featurised with ogb's ``smiles2graph`` features exactly as
+    PCQM4Mv2, split 80/10/10 at random with a fixed seed (the same split whatever the targets).
+    ``targets`` selects any of the 12 standard properties (:data:`QM9_TARGETS`), energies
+    converted from hartree to eV; the default is the HOMO-LUMO gap (``configs/qm9_gap.yaml``),
+    all 12 make the pretraining task of ``configs/qm9_pretrain.yaml``.
 
     Args:
+        targets: the properties to learn, in this order (names of :data:`QM9_TARGETS`).
         seed: seed of the split.
         max_molecules: keep only the first N molecules (quick experiments and tests).
     """
 
-    name = "qm9_gap"
-    columns = ("SMILES", "HOMO_LUMO_gap_au")
-    spec = molecule_spec(["gap_ev"])
+    name = "qm9"
 
-    def __init__(self, seed: int = 0, max_molecules: int | None = None) -> None:
+    def __init__(self, targets: Sequence[str] = ("gap_ev",), seed: int = 0, max_molecules: int | None = None) -> None:
+        if isinstance(targets, str) or not targets or len(set(targets)) != len(targets) or \
+                any(name not in QM9_TARGETS for name in targets):
+            raise ConfigError("data.source.targets", list(targets) if not isinstance(targets, str) else targets,
+                              f"must be a list of distinct QM9 properties from {', '.join(QM9_TARGETS)}")
         if max_molecules is not None:
             check_int("data.source.max_molecules", max_molecules, 1, hint=", or null (every molecule)")
+        self.targets = tuple(targets)
         self.seed = seed
         self.max_molecules = max_molecules
 
+    @property
+    def spec(self) -> DataSpec:
+        return molecule_spec(self.targets)
+
     def options(self) -> dict:
-        return {**super().options(), "seed": self.seed, "max_molecules": self.max_molecules}
+        return {**super().options(), "targets": list(self.targets), "seed": self.seed,
+                "max_molecules": self.max_molecules}
 
     def ensure_raw(self, root: Path) -> None:
         qm9pack_csvs()
 
     def open(self, root: Path) -> MoleculeTable:
-        frames = [pd.read_csv(path, usecols=list(self.columns), nrows=self.max_molecules) for path in qm9pack_csvs()]
+        columns = ["SMILES", *(QM9_TARGETS[name][0] for name in self.targets)]
+        frames = [pd.read_csv(path, usecols=columns, nrows=self.max_molecules) for path in qm9pack_csvs()]
         table = pd.concat(frames, ignore_index=True).iloc[: self.max_molecules]
-        gap_ev = table["HOMO_LUMO_gap_au"].to_numpy(np.float64) * HARTREE_TO_EV
-        return MoleculeTable(table["SMILES"].tolist(), gap_ev.reshape(-1, 1))
+        values = np.stack([table[column].to_numpy(np.float64) * factor
+                           for column, factor in (QM9_TARGETS[name] for name in self.targets)], axis=1)
+        return MoleculeTable(table["SMILES"].tolist(), values)
 
     def splits(self, root: Path, reader: MoleculeTable) -> dict[str, np.ndarray]:
         return seeded_split(reader.num_rows, self.seed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -11,12 +12,13 @@ import pytest
 
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.sources import ZINC, QM9Gap
+from graphormer_urpe.data.sources import QM9, ZINC
 from graphormer_urpe.data.sources import base as sources_base
 from graphormer_urpe.data.sources import zinc as zinc_module
 from graphormer_urpe.data.sources.base import seeded_split
-from graphormer_urpe.data.sources.molecules import qm9pack_csvs
-from graphormer_urpe.errors import DatasetMissing
+from graphormer_urpe.data.sources.molecules import QM9_TARGETS, qm9pack_csvs
+from graphormer_urpe.errors import ConfigError, DatasetMissing
+from graphormer_urpe.testing.runs import TINY_MOLECULES
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 
 
@@ -68,7 +70,7 @@ def test_unreachable_network_is_detected_quickly() -> None:
 
 
 def test_qm9_slice(tmp_path: Path) -> None:
-    data = GraphDataModule(QM9Gap(max_molecules=300), root=str(tmp_path), batch_size=8, num_workers=0,
+    data = GraphDataModule(QM9(max_molecules=300), root=str(tmp_path), batch_size=8, num_workers=0,
                            preprocess_workers=2, chunk_size=100)
     data.prepare_data()
     data.setup()
@@ -80,6 +82,54 @@ def test_qm9_slice(tmp_path: Path) -> None:
     assert (data.cache_dir / "splits.npz").is_file()
     mean, std = data.target_statistics()
     assert 5 < mean[0] < 9 and 0.5 < std[0] < 3  # gaps in eV
+
+
+def test_qm9_targets_are_the_standard_properties_in_their_units(tmp_path: Path) -> None:
+    """Methane's 12 properties as qm9pack stores them (the first row of qm9_part1.csv), each converted
+    in float64 and stored as float32; the gap column and the split are those of the gap-only data."""
+    every = GraphDataModule(QM9(targets=list(QM9_TARGETS), max_molecules=40), root=str(tmp_path), num_workers=0,
+                            preprocess_workers=0)
+    gap = GraphDataModule(QM9(max_molecules=40), root=str(tmp_path), num_workers=0, preprocess_workers=0)
+    for data in (every, gap):
+        data.prepare_data()
+        data.setup()
+    assert every.spec.target_names == tuple(QM9_TARGETS) and gap.spec.target_names == ("gap_ev",)
+    assert every.cache_dir != gap.cache_dir and every.cache_dir.parent == tmp_path / "qm9" / "graphormer"
+    stored = {"mu_debye": 0.0, "alpha_bohr3": 13.21, "homo_ev": -0.3877, "lumo_ev": 0.1171, "gap_ev": 0.5048,
+              "r2_bohr2": 35.3641, "zpve_ev": 0.044749, "u0_ev": -40.47893, "u298_ev": -40.476062,
+              "h298_ev": -40.475117, "g298_ev": -40.498597, "cv_cal_mol_k": 6.469}
+    factor = {name: HARTREE_TO_EV if name.endswith("_ev") else 1.0 for name in stored}
+    methane = every.datasets["train"].store.record(0)
+    assert every.datasets["train"].store.source_row[0] == 0
+    assert methane.y.tolist() == np.float32([stored[n] * factor[n] for n in QM9_TARGETS]).tolist()
+    for split in ("train", "valid", "test"):
+        many, one = every.datasets[split].store, gap.datasets[split].store
+        assert np.array_equal(many.source_row, one.source_row)
+        assert all(np.array_equal(many.record(k).y[4:5], one.record(k).y) for k in range(len(many.source_row)))
+
+
+def test_the_gap_data_are_those_qm9gap_wrote(qm9_root: Path) -> None:
+    """``QM9`` with its default ``[gap_ev]`` (``configs/qm9_gap.yaml``) caches the bytes that the ``QM9Gap``
+    source it replaced cached (main at 60ef84f, the first 50 molecules): every array of every chunk, and the
+    splits. Only the directory's name changed: the cache key names the source class and its targets."""
+    data = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(qm9_root))
+    digest = hashlib.sha256()
+    for path in sorted(data.cache_dir.rglob("*.npy")):
+        digest.update(path.relative_to(data.cache_dir).as_posix().encode())
+        digest.update(np.load(path).tobytes())
+    splits = np.load(data.cache_dir / "splits.npz")
+    for name in sorted(splits.files):
+        digest.update(name.encode())
+        digest.update(splits[name].tobytes())
+    assert digest.hexdigest() == "c3419aedf850253339a6cda60cda257b9dd56b6109e60d4c903a70b867a0b3cb"
+    assert data.cache_dir.parent == qm9_root / "qm9" / "graphormer"
+
+
+@pytest.mark.parametrize("targets", [[], ["gap_ev", "gap_ev"], ["gap"], "gap_ev"])
+def test_qm9_refuses_targets_it_does_not_have(targets: object) -> None:
+    with pytest.raises(ConfigError, match=r"^data.source.targets=.*: must be a list of distinct QM9 properties from "
+                                          r"mu_debye, alpha_bohr3, homo_ev, .*, cv_cal_mol_k$"):
+        QM9(targets=targets)
 
 
 def test_qm9_is_read_without_importing_qm9pack() -> None:
