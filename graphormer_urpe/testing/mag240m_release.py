@@ -36,9 +36,7 @@ Edges are generated in memory (O(edges)); features, the bulk, are streamed in ch
 from __future__ import annotations
 
 import argparse
-import pickle
 import shutil
-import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,27 +45,10 @@ import torch
 from tqdm.auto import tqdm
 
 from graphormer_urpe.data.mag240m.release import DATASET_DIR, FEATURE_DIM, MAG240MRaw
+from graphormer_urpe.testing.ogb_layouts import torch_save_as_numpy1
 
 #: Real release: 1,112,392 / 138,949 / 146,818 arXiv papers in train / valid / test.
 _SPLIT_FRACTIONS = (0.7961, 0.0994, 0.1045)
-
-
-class _Numpy1Pickler(pickle._Pickler):
-    """Pickles numpy objects under their numpy 1.x names (``numpy.core...``), as the real files do."""
-
-    def save_global(self, obj: object, name: str | None = None) -> None:
-        module = getattr(obj, "__module__", None) or ""
-        if module.startswith("numpy._core"):
-            old_name = module.replace("numpy._core", "numpy.core", 1)
-            self.write(pickle.GLOBAL + f"{old_name}\n{name or obj.__qualname__}\n".encode())
-            self.memoize(obj)
-            return
-        super().save_global(obj, name)
-
-
-def torch_save_like_numpy1(obj: object, path: Path) -> None:
-    """``torch.save`` whose pickle names numpy 1.x modules, like OGB's ``split_dict.pt`` files."""
-    torch.save(obj, path, pickle_module=types.SimpleNamespace(Pickler=_Numpy1Pickler, __name__="pickle"))
 
 
 @dataclass(frozen=True)
@@ -220,7 +201,7 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
 
     torch.save({"paper": n, "author": spec.authors, "institution": spec.institutions, "num_classes": classes_count},
                directory / "meta.pt")
-    torch_save_like_numpy1({"train": np.sort(train).astype(np.int64), "valid": np.sort(valid).astype(np.int64),
+    torch_save_as_numpy1({"train": np.sort(train).astype(np.int64), "valid": np.sort(valid).astype(np.int64),
                             "test": np.sort(test).astype(np.int64)}, directory / "split_dict.pt")
     (directory / "RELEASE_v1.txt").write_text("synthetic MAG240M written by graphormer_urpe.testing.mag240m_release\n")
     return directory

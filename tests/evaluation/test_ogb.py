@@ -16,7 +16,7 @@ from graphormer_urpe.errors import SubmissionError
 from graphormer_urpe.evaluation.ogb import submit
 from graphormer_urpe.evaluation.splits import SplitPredictions
 from graphormer_urpe.evaluation.submission import check_submission
-from graphormer_urpe.testing.mag240m_release import torch_save_like_numpy1
+from graphormer_urpe.testing.ogb_layouts import torch_save_as_numpy1
 
 #: Rows of PCQM4Mv2's test-dev split (ogb's writer accepts no other size).
 TEST_DEV = 147_037
@@ -36,7 +36,7 @@ class SkippingData:
 def predictions_with_two_skipped_rows(root: Path) -> SplitPredictions:
     """test-dev of a release whose split file holds the official size; rows 5 and 9 have no graph."""
     (root / "pcqm4m-v2").mkdir(parents=True)
-    torch_save_like_numpy1({"train": np.arange(3), "test-dev": np.arange(TEST_DEV)},
+    torch_save_as_numpy1({"train": np.arange(3), "test-dev": np.arange(TEST_DEV)},
                            root / "pcqm4m-v2" / "split_dict.pt")
     graphs = np.arange(TEST_DEV)
     graphs[[5, 9]] = -1

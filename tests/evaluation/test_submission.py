@@ -13,8 +13,7 @@ import evaluate
 from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2, SubmissionFormat
 from graphormer_urpe.errors import SubmissionError
 from graphormer_urpe.evaluation.submission import check_submission, write_submission
-from graphormer_urpe.testing.mag240m_release import torch_save_like_numpy1
-from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
+from graphormer_urpe.testing.ogb_layouts import torch_save_as_numpy1, write_pcqm4mv2
 
 #: The official test split sizes (here only to build arrays; the code reads them from split_dict.pt).
 OFFICIAL = {"test-dev": 147_037, "test-challenge": 147_432}
@@ -123,7 +122,7 @@ def test_mag240m_split_size_comes_from_the_single_test_split(tmp_path: Path) -> 
     """The MAG240M release holds one 'test' split; ogb gives 3 of every 5 rows to test-dev."""
     folder = tmp_path / "mag240m_kddcup2021"
     folder.mkdir()
-    torch_save_like_numpy1({"train": np.arange(5), "valid": np.arange(5, 7), "test": np.arange(7, 17)},
+    torch_save_as_numpy1({"train": np.arange(5), "valid": np.arange(5, 7), "test": np.arange(7, 17)},
                            folder / "split_dict.pt")
     assert MAG240M.split_size(tmp_path, "test-dev") == 6 and MAG240M.split_size(tmp_path, "test-challenge") == 4
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -151,11 +152,10 @@ def test_damaged_files_are_detected_and_rebuilt(synthetic_mag, tmp_path, package
     assert indices.read_bytes() == healthy
 
 
-def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch, package_log) -> None:
-    raw = copy_release(synthetic_mag, tmp_path)
-    directory = tmp_path / "derived"
-    calls = {"n": 0}
-    read_rows = derived_files._read_rows
+def interrupt_the_feature_build(raw, directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build the derived files in ``directory``, interrupted (``KeyboardInterrupt``) at the fourth block
+    of features read, as Ctrl-C would; later builds read normally."""
+    read_rows, calls = derived_files._read_rows, {"n": 0}
 
     def failing(source, ids):
         calls["n"] += 1
@@ -166,23 +166,28 @@ def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch,
     monkeypatch.setattr(derived_files, "_read_rows", failing)
     with pytest.raises(KeyboardInterrupt):
         _build(raw, directory)
+    monkeypatch.setattr(derived_files, "_read_rows", read_rows)
+
+
+def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch, package_log) -> None:
+    raw = copy_release(synthetic_mag, tmp_path)
+    directory = tmp_path / "derived"
+    interrupt_the_feature_build(raw, directory, monkeypatch)
     name = FEATURE_FILES[NodeType.AUTHOR]
     manifest = json.loads((directory / "manifest.json").read_text())
     assert all(csr_files(r)[0] in manifest["files"] for r in RELATIONS) and name not in manifest["files"]
     assert not (directory / name).exists()  # only the .partial file and its progress
 
-    monkeypatch.setattr(derived_files, "_read_rows", read_rows)
-    calls["n"] = 0
-    counting = derived_files._read_rows
+    read_rows, reads = derived_files._read_rows, {"n": 0}
 
     def counted(source, ids):
-        calls["n"] += 1
-        return counting(source, ids)
+        reads["n"] += 1
+        return read_rows(source, ids)
 
     monkeypatch.setattr(derived_files, "_read_rows", counted)
     _build(raw, directory)
     blocks = -(-raw.num_nodes(NodeType.AUTHOR) // 400)
-    assert calls["n"] < blocks + 1  # finished blocks were not recomputed
+    assert reads["n"] < blocks + 1  # finished blocks were not recomputed
     assert "resuming, 3 of" in package_log.text
     np.testing.assert_array_equal(np.load(directory / name),
                                   np.load(synthetic_mag / "mag240m_kddcup2021/graphormer" / name))
@@ -232,18 +237,7 @@ def test_a_damaged_progress_record_restarts_that_file_from_its_first_block(synth
                                                                            package_log) -> None:
     raw = copy_release(synthetic_mag, tmp_path)
     directory = tmp_path / "derived"
-    read_rows, calls = derived_files._read_rows, {"n": 0}
-
-    def failing(source, ids):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise KeyboardInterrupt("simulated interruption")
-        return read_rows(source, ids)
-
-    monkeypatch.setattr(derived_files, "_read_rows", failing)
-    with pytest.raises(KeyboardInterrupt):
-        _build(raw, directory)
-    monkeypatch.setattr(derived_files, "_read_rows", read_rows)
+    interrupt_the_feature_build(raw, directory, monkeypatch)
     progress = next(directory.rglob("*.progress.json"))
     progress.write_text(progress.read_text()[:7])
     package_log.clear()
