@@ -21,7 +21,10 @@ Each (dataset, arm, seed) is one ``python train.py --config <that config> --seed
 the fine-tuned arm with ``--init_from CKPT`` (the encoder loaded, the head rebuilt for the new
 target), the scratch arm without (the same architecture, initialised at random): the same steps,
 batches, schedule and learning rate. Seeds change the initialisation (of the head, or of everything)
-and the order of the batches. Arms alternate, seed by seed.
+and the order of the batches. Runs go ``--jobs`` at a time (default 2: the two arms of a seed side by
+side), each with ``--threads`` CPU threads (default: the cores divided by the jobs): on a 2-core machine
+two single-threaded runs of these small models finish sooner than two-threaded runs one after another,
+and far sooner when other jobs share the cores.
 
 Everything goes into a new directory (``--out``): the tables, configs, runs (``runs/<dataset>-<arm>
 -seed<seed>``), each run's log, and ``results.json``. The table printed at the end gives per arm the
@@ -43,6 +46,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,17 +110,26 @@ class BenchError(Exception):
     """A problem that stops the benchmark: one line, exit code 2."""
 
 
+def package_dir(dataset: PackagedDataset) -> Path | None:
+    """The directory of the dataset's installed package, None when there is none; found on ``sys.path``
+    without importing the package (``find_spec`` of a top-level package does not run its ``__init__``)."""
+    spec = importlib.util.find_spec(dataset.package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(spec.submodule_search_locations[0])
+
+
 def package_file(dataset: PackagedDataset) -> Path:
-    """The dataset's file inside its installed package, found without importing the package.
+    """The dataset's file inside its installed package.
 
     Raises:
         BenchError: the package is not installed, or does not hold the file (another version).
     """
-    spec = importlib.util.find_spec(dataset.package)
-    if spec is None or not spec.submodule_search_locations:
+    directory = package_dir(dataset)
+    if directory is None:
         raise BenchError(f"{dataset.name} needs the package {dataset.package!r}, which is not installed: "
                          f"pip install --no-deps {dataset.requirement}")
-    path = Path(spec.submodule_search_locations[0], *dataset.file)
+    path = directory.joinpath(*dataset.file)
     if not path.is_file():
         raise BenchError(f"{dataset.name}: the installed package {dataset.package!r} has no {'/'.join(dataset.file)} "
                          f"(another version?): pip install --no-deps {dataset.requirement}")
@@ -126,7 +139,7 @@ def package_file(dataset: PackagedDataset) -> Path:
 def missing_packages(datasets: Sequence[PackagedDataset]) -> str | None:
     """One line naming every dataset whose package is not installed and the pip command that installs
     them all, or None when every package is there."""
-    missing = [d for d in datasets if importlib.util.find_spec(d.package) is None]
+    missing = [d for d in datasets if package_dir(d) is None]
     if not missing:
         return None
     what = ", ".join(f"{d.name} needs {d.package!r}" for d in missing)
@@ -234,9 +247,9 @@ class Run:
         return f"{self.dataset}-{self.arm}-seed{self.seed}"
 
 
-def train(run: Run, config: Path, checkpoint: str, out: Path) -> tuple[dict, dict]:
-    """``python train.py`` for ``run``, its output in ``out/logs/<run>.log``; returns its ``metrics.json``
-    and its ``run.json``.
+def train(run: Run, config: Path, checkpoint: str, out: Path, threads: int) -> tuple[dict, dict, float]:
+    """``python train.py`` for ``run`` with ``threads`` CPU threads, its output in ``out/logs/<run>.log``;
+    returns its ``metrics.json``, its ``run.json`` and its wall time in seconds.
 
     Raises:
         BenchError: the run failed (its exit code, its last log line and the log's path).
@@ -246,8 +259,10 @@ def train(run: Run, config: Path, checkpoint: str, out: Path) -> tuple[dict, dic
     if run.arm == "fine-tuned":
         command += ["--init_from", checkpoint]
     log_path = out / "logs" / f"{run.name}.log"
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads),
+           "MKL_NUM_THREADS": str(threads)}
     env.pop(RUN_DIR_ENV, None)
+    started = time.monotonic()
     with log_path.open("w") as log_file:
         log_file.write(" ".join(command) + "\n")
         log_file.flush()
@@ -257,7 +272,8 @@ def train(run: Run, config: Path, checkpoint: str, out: Path) -> tuple[dict, dic
         lines = [line for line in log_path.read_text().splitlines() if line.strip()]
         raise BenchError(f"run {run.name} failed (exit code {code}): {lines[-1] if lines else ''} (log: {log_path})")
     run_dir = out / "runs" / run.name
-    return json.loads((run_dir / "metrics.json").read_text()), json.loads((run_dir / "run.json").read_text())
+    return (json.loads((run_dir / "metrics.json").read_text()), json.loads((run_dir / "run.json").read_text()),
+            time.monotonic() - started)
 
 
 def check_arm(run: Run, record: dict) -> None:
@@ -347,6 +363,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--bucket_window", type=int, default=100)
     parser.add_argument("--split_fractions", nargs=3, type=float, default=[0.8, 0.1, 0.1])
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads of each run (OMP_NUM_THREADS; default: the cores divided by --jobs)")
     parser.add_argument("--out", type=Path, default=None,
                         help="new directory for tables, configs, runs and results (default runs/finetune_bench-<time>)")
     parser.add_argument("--quick", action="store_true",
@@ -354,6 +373,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     options = parser.parse_args(argv)
     if options.quick:
         options.seeds, options.steps, options.warmup_steps, options.val_every = [0, 1], 30, 5, 10
+    if options.threads is None:
+        options.threads = max(1, (os.cpu_count() or 1) // options.jobs)
     if options.out is None:
         options.out = REPO / "runs" / f"finetune_bench-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     return options
@@ -374,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     for sub in ("tables", "configs", "logs"):
         (out / sub).mkdir()
     results: dict = {"init_from": options.init_from, "encoder": encoder, "budget": budget.__dict__ | {
-        "split_fractions": list(budget.split_fractions)}, "seeds": options.seeds, "datasets": {}}
+        "split_fractions": list(budget.split_fractions)}, "seeds": options.seeds, "jobs": options.jobs,
+        "threads": options.threads, "datasets": {}}
     configs = {}
     for dataset in datasets:
         table = read_dataset(dataset)
@@ -389,24 +411,31 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         print(f"{dataset.title}: {len(table):,} molecules from {package_file(dataset)} -> {path}")
     runs = [Run(d.name, arm, seed) for d in datasets for seed in options.seeds for arm in ARMS]
     print(f"{len(runs)} runs of train.py ({', '.join(d.name for d in datasets)}; {' and '.join(ARMS)}; seeds "
-          f"{options.seeds}): {budget.steps} steps of {budget.batch_size}, lr {budget.lr:g} (warm-up "
-          f"{budget.warmup_steps}, linear decay), scaffold split {list(budget.split_fractions)}, the encoder of "
-          f"{options.init_from} ({encoder['num_layers']} layers x {encoder['hidden_dim']}, {encoder['attention']}); "
-          f"output in {out}", flush=True)
-    for number, run in enumerate(runs, 1):
-        started = time.monotonic()
-        metrics, record = train(run, configs[run.dataset], options.init_from, out)
-        seconds = time.monotonic() - started
-        check_arm(run, record)
-        entry = results["datasets"][run.dataset]
-        entry["split"] = record["dataset"]["splits"]
-        entry["runs"].append({"arm": run.arm, "seed": run.seed, "test_mae": metrics["test"]["test/mae"],
-                              "val_mae": metrics["validation"]["val/mae"],
-                              "best_checkpoint": Path(metrics["best_checkpoint"]).name,
-                              "seconds": round(seconds, 1)})
-        print(f"[{number}/{len(runs)}] {run.name}: test MAE {metrics['test']['test/mae']:.4f} (best val MAE "
-              f"{metrics['validation']['val/mae']:.4f}, {Path(metrics['best_checkpoint']).name}) in {seconds:.0f} s",
-              flush=True)
+          f"{options.seeds}), {options.jobs} at a time with {options.threads} thread(s) each: {budget.steps} steps of "
+          f"{budget.batch_size}, lr {budget.lr:g} (warm-up {budget.warmup_steps}, linear decay), scaffold split "
+          f"{list(budget.split_fractions)}, the encoder of {options.init_from} ({encoder['num_layers']} layers x "
+          f"{encoder['hidden_dim']}, {encoder['attention']}); output in {out}", flush=True)
+    finished = {}
+    with ThreadPoolExecutor(options.jobs) as pool:
+        futures = {pool.submit(train, run, configs[run.dataset], options.init_from, out, options.threads): run
+                   for run in runs}
+        for future in as_completed(futures):
+            run = futures[future]
+            try:
+                metrics, record, seconds = future.result()
+                check_arm(run, record)
+            except BenchError:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            results["datasets"][run.dataset]["split"] = record["dataset"]["splits"]
+            finished[run] = {"arm": run.arm, "seed": run.seed, "test_mae": metrics["test"]["test/mae"],
+                             "val_mae": metrics["validation"]["val/mae"],
+                             "best_checkpoint": Path(metrics["best_checkpoint"]).name, "seconds": round(seconds, 1)}
+            print(f"[{len(finished)}/{len(runs)}] {run.name}: test MAE {metrics['test']['test/mae']:.4f} (best val "
+                  f"MAE {metrics['validation']['val/mae']:.4f}, {Path(metrics['best_checkpoint']).name}) in "
+                  f"{seconds:.0f} s", flush=True)
+    for run in runs:
+        results["datasets"][run.dataset]["runs"].append(finished[run])
     rows = summary_rows(results, datasets)
     results["summary"] = rows
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -418,9 +447,15 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     return rows
 
 
-if __name__ == "__main__":
+def cli(argv: Sequence[str] | None = None) -> int:
+    """:func:`main` as a command: its exit code, and a :class:`BenchError` as one line on stderr (code 2)."""
     try:
-        main()
+        main(argv)
     except BenchError as error:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
