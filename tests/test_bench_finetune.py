@@ -249,11 +249,13 @@ def test_earlier_results_are_never_overwritten(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture) -> None:
+def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                          package_log: pytest.LogCaptureFixture) -> None:
     """Both datasets (fake packages of 44 and 45 molecules), a tiny QM9 pretraining, ``--quick``: two
     learning rates and two seeds per arm, every run a ``train.py`` run of the dataset's one config, the
-    fine-tuned ones from the checkpoint with a new head; the summary is the runs' own MAEs."""
+    fine-tuned ones from the checkpoint with a new head; the summary is the runs' own MAEs. (The pretraining
+    runs in this process: ``package_log`` holds its log lines, so that no handler of the package's logger is
+    left writing to this test's captured stderr.)"""
     import train
 
     write_datamol(site, sample_molecules(40))
