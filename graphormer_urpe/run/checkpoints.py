@@ -1,19 +1,23 @@
-"""Checkpoint files: read them and the config they embed, and check that one fits before Lightning touches it.
+"""Checkpoint files: write them whole, read them and the config they embed, and check that one fits
+before Lightning touches it.
 
-A truncated file, a file that is not a checkpoint, or a checkpoint of another architecture would
-otherwise surface as a long stack trace from deep inside ``torch.load`` or ``load_state_dict``.
-:func:`check_checkpoint` turns each into one :class:`CheckpointError` naming what does not match:
-missing and unexpected parameter names, shape differences, and the hyper-parameters that explain
-them (attention type, number of layers, width ...).
+Checkpoints are written whole or not at all (:class:`AtomicCheckpointIO`). A truncated file, a file
+that is not a checkpoint, or a checkpoint of another architecture would otherwise surface as a long
+stack trace from deep inside ``torch.load`` or ``load_state_dict``. :func:`check_checkpoint` turns
+each into one :class:`CheckpointError` naming what does not match: missing and unexpected parameter
+names, shape differences, and the hyper-parameters that explain them (attention type, number of
+layers, width ...).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from torch import nn
 
 from graphormer_urpe.errors import CheckpointError
@@ -23,10 +27,36 @@ from graphormer_urpe.tasks.base import check_layout
 CONFIG_KEY = "graphormer_config_yaml"
 #: Name of the checkpoint written every N steps and on preemption.
 LAST_CHECKPOINT = "last.ckpt"
-#: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
-CONFIG_KEY = "graphormer_config_yaml"
 #: Parameter names listed per kind of mismatch before "...".
 SHOWN_KEYS = 5
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes a checkpoint whole or not at all, beside its final name: ``torch.save`` into
+    ``.<name>.partial-<pid>`` in the same directory, flushed to disk, then renamed over the target
+    (``os.replace``, atomic within a file system). A save that is interrupted (``kill -9``, a full disk,
+    a node lost mid-write) leaves the previous ``last.ckpt`` whole; its partial file is removed when
+    the save fails with an exception, and left (hidden, not ``*.ckpt``) when the process is killed.
+
+    Lightning's own writer goes through a temporary file in the system's temporary directory, which on
+    a cluster is usually another file system than the run's: its final move is then a copy into
+    place, torn when interrupted, and every checkpoint passes through a node's small ``/tmp``.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+        try:
+            with open(partial, "wb") as file:
+                torch.save(checkpoint, file)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import pytorch_lightning as pl
 import yaml
 from jsonargparse import ArgumentError, get_loader, set_loader
+from lightning_fabric.plugins import CheckpointIO
 from lightning_fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
@@ -50,6 +51,7 @@ from graphormer_urpe.run.callbacks import (
     RNGState,
     RunRecord,
 )
+from graphormer_urpe.run.checkpoints import AtomicCheckpointIO
 from graphormer_urpe.run.finetune import Initialisation, plan_initialisation, read_source, take_architecture
 from graphormer_urpe.run.identity import data_identity
 from graphormer_urpe.run.ledger import MetricsLog, RunDirectory, create_timestamped_dir
@@ -351,6 +353,8 @@ class GraphormerCLI(LightningCLI):
         if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
             # our PreemptionCheckpoint requeues at a step boundary; Lightning's would save mid-step
             plugins.append(SLURMEnvironment(auto_requeue=False))
+        if not any(isinstance(p, CheckpointIO) for p in plugins):
+            plugins.append(AtomicCheckpointIO())  # an interrupted save never tears last.ckpt
         try:
             return super().instantiate_trainer(default_root_dir=str(run_dir), logger=self._loggers(run_dir),
                                                callbacks=callbacks, plugins=plugins or None, **kwargs)

@@ -12,7 +12,8 @@ import evaluate
 import train
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.run.checkpoints import check_checkpoint, load_checkpoint, saved_loader_states
+from graphormer_urpe.run.checkpoints import AtomicCheckpointIO, check_checkpoint, load_checkpoint, saved_loader_states
+from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import GraphRegression
 from graphormer_urpe.testing.runs import tiny_run_args
 
@@ -131,3 +132,32 @@ def test_resuming_from_a_truncated_last_checkpoint_stops_before_training(
     assert exit_info.value.code == 2
     assert "last.ckpt" in package_log.text and "probably truncated or corrupted" in package_log.text
     assert not (run_root / "broken" / "metrics.json").exists()
+
+
+class Unpicklable:
+    """Fails ``torch.save`` when it is reached, after everything before it was written."""
+
+    def __reduce__(self) -> tuple:
+        raise RuntimeError("disk full")
+
+
+def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"global_step": 4, "weights": torch.arange(6.0)}, path)
+    before = path.read_bytes()
+    with pytest.raises(RuntimeError, match="disk full"):
+        io.save_checkpoint({"global_step": 6, "weights": torch.zeros(100_000), "z": Unpicklable()}, path)
+    assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
+    io.save_checkpoint({"global_step": 6, "weights": torch.ones(3)}, path)
+    saved = torch.load(path, weights_only=True)
+    assert saved["global_step"] == 6 and torch.equal(saved["weights"], torch.ones(3))
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
+
+
+def test_training_writes_its_checkpoints_through_the_atomic_writer(trained_run: Path, qm9_root: Path,
+                                                                    tmp_path: Path) -> None:
+    cli = GraphormerCLI(tiny_run_args(qm9_root, tmp_path, "--run_name", "io"))
+    assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+    written = sorted(p.name for p in (trained_run / "checkpoints").iterdir())  # four saves, no partial file left
+    assert "last.ckpt" in written and all(name.endswith(".ckpt") and not name.startswith(".") for name in written)
