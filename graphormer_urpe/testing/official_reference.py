@@ -84,17 +84,27 @@ def gen_edge_input(path: np.ndarray, edge_type: np.ndarray, max_dist: int) -> np
     return out
 
 
+def preprocess_tables(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What official and transformers' ``preprocess_item`` alike compute from one graph of N nodes:
+    the (N, N) bool adjacency, the (N, N, E) edge types (``convert_to_single_emb(edge_attr) + 1``, 0 where
+    no edge), and Floyd-Warshall's (N, N) distances and intermediate nodes."""
+    n = x.shape[0]
+    adjacency = np.zeros((n, n), dtype=bool)
+    adjacency[edge_index[0], edge_index[1]] = True
+    edge_type = np.zeros((n, n, edge_attr.shape[1]), dtype=np.int64)
+    edge_type[edge_index[0], edge_index[1]] = convert_to_single_emb(edge_attr) + 1
+    dist, path = floyd_warshall(adjacency)
+    return adjacency, edge_type, dist, path
+
+
 def official_batch(graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], multi_hop_max_dist: int,
                    spatial_pos_max: int = 1024) -> dict[str, torch.Tensor]:
     """``preprocess_item`` of every (x, edge_index, edge_attr), then ``collator``."""
     items = []
     for x, edge_index, edge_attr in graphs:
         n = x.shape[0]
-        adjacency = np.zeros((n, n), dtype=bool)
-        adjacency[edge_index[0], edge_index[1]] = True
-        edge_type = np.zeros((n, n, edge_attr.shape[1]), dtype=np.int64)
-        edge_type[edge_index[0], edge_index[1]] = convert_to_single_emb(edge_attr) + 1
-        dist, path = floyd_warshall(adjacency)
+        adjacency, edge_type, dist, path = preprocess_tables(x, edge_index, edge_attr)
         edge_input = gen_edge_input(path, edge_type, int(dist.max()))[:, :, :multi_hop_max_dist]
         attn_bias = torch.zeros(n + 1, n + 1)
         attn_bias[1:, 1:][torch.from_numpy(dist >= spatial_pos_max)] = float("-inf")
@@ -215,11 +225,7 @@ def transformers_batch(graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], 
     items = []
     for x, edge_index, edge_attr in graphs:
         n = x.shape[0]
-        adjacency = np.zeros((n, n), dtype=bool)
-        adjacency[edge_index[0], edge_index[1]] = True
-        attn_edge_type = np.zeros((n, n, edge_attr.shape[1]), dtype=np.int64)
-        attn_edge_type[edge_index[0], edge_index[1]] = convert_to_single_emb(edge_attr) + 1
-        dist, path = floyd_warshall(adjacency)
+        adjacency, attn_edge_type, dist, path = preprocess_tables(x, edge_index, edge_attr)
         input_edges = gen_edge_input(path, attn_edge_type, int(dist.max()))
         spatial_pos = torch.from_numpy(dist + 1)
         attn_bias = torch.zeros(n + 1, n + 1)
