@@ -1,14 +1,5 @@
-"""The preprocessed-graph cache: flat arrays plus offsets, built in parallel, resumable chunks.
-
-A cache directory (``ROOT/<dataset>/graphormer/<name>-<key hash>/``, layout in ``docs/datasets.md``)
-holds ``manifest.json`` (written last: its presence means "complete"), ``splits.npz`` and chunks of
-consecutive source rows, each a ``chunk.json`` (rows, skipped rows with reasons, file sizes and
-CRC32) and flat ``.npy`` arrays with ``node_ptr``/``edge_ptr``/``pair_ptr`` offsets. Every array is
-opened with ``np.load(mmap_mode="r")``: DataLoader workers share the page cache instead of each
-holding millions of Python objects. A chunk is written to a temporary directory and renamed into
-place only when complete, so an interrupted build resumes at the first missing chunk; a chunk whose
-files do not match their recorded sizes and checksums is rebuilt, never used.
-"""
+"""The preprocessed-graph cache: flat memory-mapped arrays plus offsets, in resumable, checksummed
+chunks built in parallel. Layout and guarantees: ``docs/datasets.md``."""
 
 from __future__ import annotations
 
@@ -56,22 +47,13 @@ class RowReader(Protocol):
         """Rows ``start .. stop - 1`` as ``(row, graph)`` or ``(row, reason it is unusable)``."""
 
     def worker_init(self) -> None:
-        """Prepare a preprocessing process before its first rows (e.g. silence a parser's warnings);
-        called once in every worker, and in this process when it preprocesses itself."""
+        """Prepare a preprocessing process (worker, or this one) before its first rows."""
 
 
 @dataclass(frozen=True)
 class CacheSpec:
-    """What every cached graph looks like: the data's declaration and the cache's own options;
-    graphs that do not match are skipped and counted.
-
-    Args:
-        data: the dataset's :class:`~graphormer_urpe.data.spec.DataSpec` (vocabularies, widths,
-            targets per graph or per node).
-        max_nodes: larger graphs are skipped and counted.
-        path_order: which of several shortest paths ``first_edge`` follows (``smallest_next`` or
-            ``official``, see :mod:`graphormer_urpe.data.structure`).
-    """
+    """What every cached graph looks like (the data's spec, the size limit, the path order); graphs
+    that do not match are skipped and counted."""
 
     data: DataSpec
     max_nodes: int = 512
@@ -79,12 +61,12 @@ class CacheSpec:
 
     @property
     def node_targets(self) -> bool:
-        """Targets are per node, ``y`` of shape (n, Y), instead of per graph."""
+        """Targets are per node, ``y`` (n, Y), instead of per graph."""
         return self.data.target_level == "node"
 
     def key(self) -> dict:
-        """The cache's options in the cache key (``path_order`` only when not the default, so that
-        caches built before it existed keep their names)."""
+        """The cache's options in the cache key (``path_order`` only when not the default: older caches keep their
+        names)."""
         key: dict = {"max_nodes": self.max_nodes}
         if self.path_order != "smallest_next":
             key["path_order"] = self.path_order
@@ -95,12 +77,8 @@ class CacheSpec:
         return self._shape_problem(graph) or self._value_problem(graph)
 
     def problems(self, graphs: Sequence[RawGraph]) -> list[str | None]:
-        """:meth:`problem` of every graph, with the array checks done once for the whole list.
-
-        Shapes and sizes are compared per graph; value ranges (features within their
-        vocabularies, edges between existing nodes) are screened on the concatenated arrays, and
-        only the graphs that fail the screen are examined one by one for the message.
-        """
+        """:meth:`problem` of every graph; value ranges are screened on the concatenated arrays and only
+        the graphs failing the screen are examined one by one."""
         reasons = [self._shape_problem(g) for g in graphs]
         positions = [k for k, reason in enumerate(reasons) if reason is None]
         candidates = [graphs[k] for k in positions]
@@ -178,15 +156,8 @@ class CacheSpec:
 
 
 def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) -> tuple[dict[str, np.ndarray], list]:
-    """Preprocess rows into the flat arrays of one chunk.
-
-    The graphs of the chunk are checked and preprocessed together (see
-    :func:`~graphormer_urpe.data.structure.graph_structures`), so the per-graph Python work is a
-    handful of list appends.
-
-    Returns:
-        The arrays (see the module docstring) and the skipped rows as ``[row, reason]`` pairs.
-    """
+    """Check and preprocess rows together into the flat arrays of one chunk; also the skipped rows as
+    ``[row, reason]``."""
     skipped: list = []
     kept_rows: list[int] = []
     kept: list[RawGraph] = []
@@ -197,11 +168,9 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) ->
             kept_rows.append(int(row))
             kept.append(graph)
     problems = spec.problems(kept)
-    if any(p is not None for p in problems):
-        skipped += [[row, p] for row, p in zip(kept_rows, problems) if p is not None]
-        skipped.sort()
-        kept_rows = [row for row, p in zip(kept_rows, problems) if p is None]
-        kept = [g for g, p in zip(kept, problems) if p is None]
+    skipped = sorted(skipped + [[row, p] for row, p in zip(kept_rows, problems) if p is not None])
+    kept_rows = [row for row, p in zip(kept_rows, problems) if p is None]
+    kept = [g for g, p in zip(kept, problems) if p is None]
     if not kept:
         offsets = {name: np.zeros(1, dtype=np.int64) for name in ("node_ptr", "edge_ptr", "pair_ptr")}
         return {**{name: _empty(name, spec) for name in _ARRAY_NAMES}, **offsets}, skipped
@@ -211,23 +180,17 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) ->
         y = np.concatenate([np.asarray(g.y, dtype=np.float32) for g in kept])
     else:
         y = np.stack([np.asarray(g.y, dtype=np.float32).reshape(-1) for g in kept])
-    arrays = {
+    return {
         "x": np.concatenate([g.x for g in kept]).astype(np.int16),
-        "in_degree": structure.in_degree,
-        "out_degree": structure.out_degree,
+        "in_degree": structure.in_degree, "out_degree": structure.out_degree,
         "edge_index": np.concatenate([g.edge_index for g in kept], axis=1).T.astype(np.int16),
         "edge_attr": np.concatenate([g.edge_attr for g in kept]).astype(np.int16),
         "x_continuous": _continuous([g.x_continuous for g in kept], spec.data.continuous_node_dim),
         "edge_continuous": _continuous([g.edge_continuous for g in kept], spec.data.continuous_edge_dim),
-        "spd": structure.spd,
-        "first_edge": structure.first_edge,
-        "y": y,
-        "source_row": np.array(kept_rows, dtype=np.int64),
-        "node_ptr": structure.node_ptr,
-        "edge_ptr": np.concatenate([[0], np.cumsum(num_edges)]).astype(np.int64),
-        "pair_ptr": structure.pair_ptr,
-    }
-    return arrays, skipped
+        "spd": structure.spd, "first_edge": structure.first_edge, "y": y,
+        "source_row": np.array(kept_rows, dtype=np.int64), "node_ptr": structure.node_ptr,
+        "edge_ptr": np.concatenate([[0], np.cumsum(num_edges)]).astype(np.int64), "pair_ptr": structure.pair_ptr,
+    }, skipped
 
 
 _ARRAY_NAMES = ("x", "in_degree", "out_degree", "edge_index", "edge_attr", "x_continuous", "edge_continuous", "spd",
@@ -272,8 +235,7 @@ def write_chunk(path: Path, arrays: Mapping[str, np.ndarray], meta: dict) -> Non
 
 
 def chunk_problem(path: Path, verify_checksums: bool = True) -> str | None:
-    """Why the chunk at ``path`` cannot be used (missing, its record or an array truncated or
-    corrupt), or None."""
+    """Why the chunk at ``path`` cannot be used (missing, its record or an array damaged), or None."""
     if not (path / CHUNK_META).is_file():
         return "missing or incomplete"
     meta, problem = read_json_object(path / CHUNK_META, CHUNK_KEYS)
@@ -285,8 +247,8 @@ def chunk_problem(path: Path, verify_checksums: bool = True) -> str | None:
 
 
 def splits_problem(path: Path) -> str | None:
-    """Why the split file at ``path`` cannot be used (unreadable, a member failing its zip CRC,
-    not 1-D integer rows), or None. Every member is read: the zip format checks each one's CRC."""
+    """Why the split file at ``path`` cannot be used, or None; every member is read, so the zip checks each
+    one's CRC."""
     try:
         with np.load(path) as splits:
             arrays = {name: splits[name] for name in splits.files}
@@ -297,8 +259,8 @@ def splits_problem(path: Path) -> str | None:
 
 
 def cache_problem(directory: Path, key: Mapping, chunks: bool = True) -> str | None:
-    """Why the cache in ``directory`` cannot be used, naming the damaged file, or None when its
-    manifest, split file and (with ``chunks``) every chunk are intact and the manifest is for ``key``."""
+    """Why the cache in ``directory`` (manifest for ``key``, split file, with ``chunks`` every chunk) cannot be
+    used, naming the damaged file, or None."""
     manifest, problem = read_json_object(directory / MANIFEST, MANIFEST_KEYS)
     if manifest is None:
         return f"{directory / MANIFEST} {problem}"
@@ -340,26 +302,17 @@ class Chunk:
         p0, p1 = a["pair_ptr"][local], a["pair_ptr"][local + 1]
         n = n1 - n0
         return GraphRecord(
-            x=a["x"][n0:n1],
-            edge_index=a["edge_index"][e0:e1].T,
-            edge_attr=a["edge_attr"][e0:e1],
-            spd=a["spd"][p0:p1].reshape(n, n),
-            first_edge=a["first_edge"][p0:p1].reshape(n, n),
-            in_degree=a["in_degree"][n0:n1],
-            out_degree=a["out_degree"][n0:n1],
-            y=a["y"][n0:n1] if self.node_targets else a["y"][local],
-            index=index,
+            x=a["x"][n0:n1], edge_index=a["edge_index"][e0:e1].T, edge_attr=a["edge_attr"][e0:e1],
+            spd=a["spd"][p0:p1].reshape(n, n), first_edge=a["first_edge"][p0:p1].reshape(n, n),
+            in_degree=a["in_degree"][n0:n1], out_degree=a["out_degree"][n0:n1],
+            y=a["y"][n0:n1] if self.node_targets else a["y"][local], index=index,
             x_continuous=a["x_continuous"][n0:n1] if a["x_continuous"].shape[1] else None,
             edge_continuous=a["edge_continuous"][e0:e1] if a["edge_continuous"].shape[1] else None,
         )
 
 
 class GraphStore:
-    """Read-only view of a complete cache directory: graph ``g`` of the dataset in O(1).
-
-    Args:
-        directory: a cache directory with a ``manifest.json``.
-    """
+    """Read-only view of a complete cache directory: graph ``g`` of the dataset in O(1)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
@@ -378,8 +331,8 @@ class GraphStore:
         return self.chunks[chunk].record(index - int(self.chunk_start[chunk]), index)
 
     def targets(self, indices: np.ndarray | None = None) -> np.ndarray:
-        """float32 targets of the given graphs (default: all), in their order: (G, Y), or the rows of
-        their nodes, graph after graph, (sum n, Y) for per-node targets."""
+        """float32 targets of the given graphs (default: all), in their order: (G, Y), or (sum n, Y) for per-node
+        targets."""
         y = np.concatenate([np.asarray(c.arrays["y"]) for c in self.chunks])
         if indices is None:
             return y
@@ -398,7 +351,8 @@ class GraphStore:
 
     def split_indices(self) -> dict[str, np.ndarray]:
         """Graph indices of every split, source rows that were skipped left out."""
-        return {name: self.indices_of_rows(rows) for name, rows in self.split_rows().items()}
+        graphs = {name: self.graphs_of_rows(rows) for name, rows in self.split_rows().items()}
+        return {name: indices[indices >= 0] for name, indices in graphs.items()}
 
     def skipped_rows(self) -> dict[int, str]:
         """Every source row that is not in the cache, with the reason it was skipped."""
@@ -412,20 +366,14 @@ class GraphStore:
         position = np.minimum(np.searchsorted(self.source_row, rows), len(self.source_row) - 1)
         return np.where(self.source_row[position] == rows, position, -1).astype(np.int64)
 
-    def indices_of_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Graph indices of the given source rows that are in the cache, in the given order."""
-        graphs = self.graphs_of_rows(rows)
-        return graphs[graphs >= 0]
-
 
 # ----------------------------------------------------------------------------- building
 
 
 @contextlib.contextmanager
 def exclusive_build(directory: Path) -> Iterator[None]:
-    """Hold an exclusive lock for building ``directory``; other processes wait here, on any node
-    whose file system supports POSIX locks (local disks, NFS). The lock is the sibling file
-    ``.<name>.lock`` and is released when its holder exits, even after a crash."""
+    """Hold the POSIX lock ``.<name>.lock`` beside ``directory`` while building it (others wait; released when
+    the holder exits, even after a crash)."""
     lock_path = directory.parent / f".{directory.name}.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as handle:
@@ -441,25 +389,15 @@ def exclusive_build(directory: Path) -> Iterator[None]:
 
 @dataclass
 class BuildSummary:
-    """What a cache build did.
-
-    Args:
-        rows: source rows of the dataset.
-        processed_rows: rows preprocessed by this run (fewer when a previous run is resumed).
-        graphs: graphs in the cache.
-        skipped: every skipped row as ``[row, reason]``.
-        skipped_by_split: skipped rows per split.
-        seconds: wall time of this run.
-        rebuilt_chunks: chunks found damaged and built again.
-    """
+    """What a cache build did."""
 
     rows: int
-    processed_rows: int
+    processed_rows: int  # by this run (fewer when a previous run is resumed)
     graphs: int
-    skipped: list
+    skipped: list  # [row, reason] of every skipped row
     skipped_by_split: dict[str, int]
-    seconds: float
-    rebuilt_chunks: int
+    seconds: float  # wall time of this run
+    rebuilt_chunks: int  # found damaged and built again
 
     def describe(self) -> str:
         """One line: processed, cached, skipped (with the first few rows and reasons), seconds."""
@@ -484,35 +422,24 @@ def _init_worker(reader: RowReader) -> None:
     reader.worker_init()
 
 
-def _build_chunk(task: tuple[Path, int, int, CacheSpec]) -> tuple[int, list]:
+def _build_chunk(task: tuple[Path, int, int, CacheSpec]) -> int:
+    """Build one chunk; the number of rows it covers."""
     path, start, stop, spec = task
     arrays, skipped = encode_chunk(_WORKER_READER.graphs(start, stop), spec)
     write_chunk(path, arrays, {"start": start, "stop": stop, "graphs": len(arrays["source_row"]), "skipped": skipped,
                                "node_targets": spec.node_targets})
-    return stop - start, skipped
+    return stop - start
 
 
-def build_store(
-    reader: RowReader,
-    directory: Path,
-    key: Mapping,
-    spec: CacheSpec,
-    splits: Mapping[str, np.ndarray],
-    num_workers: int,
-    chunk_size: int = 10_000,
-    description: str = "preprocessing",
-) -> BuildSummary:
+def build_store(reader: RowReader, directory: Path, key: Mapping, spec: CacheSpec, splits: Mapping[str, np.ndarray],
+                num_workers: int, chunk_size: int = 10_000, description: str = "preprocessing") -> BuildSummary:
     """Preprocess every row of ``reader`` into ``directory``, reusing valid chunks of a previous run.
 
     Args:
-        reader: the raw rows.
-        directory: the cache directory (created).
         key: everything the cache depends on; stored in the manifest.
-        spec: what every graph must look like (vocabularies, widths, targets, size limit).
         splits: source rows of each split, saved with the cache.
         num_workers: worker processes; 0 preprocesses in this process.
         chunk_size: rows per chunk (bounds the memory of each worker).
-        description: progress-bar label.
     """
     started = time.perf_counter()
     directory.mkdir(parents=True, exist_ok=True)
@@ -542,14 +469,13 @@ def build_store(
               dynamic_ncols=True) as bar:
         if workers > 1:
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-            context = multiprocessing.get_context(method)
-            with context.Pool(workers, initializer=_init_worker, initargs=(reader,)) as pool:
-                for rows, _ in pool.imap_unordered(_build_chunk, todo):
+            with multiprocessing.get_context(method).Pool(workers, _init_worker, (reader,)) as pool:
+                for rows in pool.imap_unordered(_build_chunk, todo):
                     bar.update(rows)
         else:
             _init_worker(reader)
             for task in todo:
-                bar.update(_build_chunk(task)[0])
+                bar.update(_build_chunk(task))
 
     chunk_metas = [json.loads((directory / name / CHUNK_META).read_text()) for name in names]
     skipped = [s for meta in chunk_metas for s in meta["skipped"]]
@@ -560,11 +486,9 @@ def build_store(
     summary = BuildSummary(rows=reader.num_rows, processed_rows=processed_rows, graphs=graphs, skipped=skipped,
                            skipped_by_split=skipped_by_split, seconds=time.perf_counter() - started,
                            rebuilt_chunks=rebuilt)
-    manifest = {
-        "format": CACHE_FORMAT, "key": dict(key), "chunks": names, "rows": reader.num_rows,
-        "graphs": graphs, "skipped": len(skipped), "skipped_examples": skipped[:SHOWN_SKIPS],
-        "skipped_by_split": skipped_by_split, "build_seconds": round(summary.seconds, 2),
-    }
-    atomic_write_json(directory / MANIFEST, manifest)
+    atomic_write_json(directory / MANIFEST, {
+        "format": CACHE_FORMAT, "key": dict(key), "chunks": names, "rows": reader.num_rows, "graphs": graphs,
+        "skipped": len(skipped), "skipped_examples": skipped[:SHOWN_SKIPS], "skipped_by_split": skipped_by_split,
+        "build_seconds": round(summary.seconds, 2)})
     log.info("%s: %s", description, summary.describe())
     return summary
