@@ -1,28 +1,7 @@
-"""How every process picks its graphs: global batches for training, exact shards for evaluation.
-
-Three guarantees, for any dataset and any number of processes W:
-
-* **The configured batch is the global batch.** :class:`GlobalBatchSampler` shuffles the whole
-  training set once per epoch, cuts the order into global batches and gives process r the r-th of W
-  equal slices of each. An optimiser step therefore sees the same graphs for W = 1, 2 or 32 (only the
-  very last batch of an epoch may repeat up to W - 1 graphs, to give every process the same count).
-* **Evaluation counts every graph exactly once.** :class:`EvalShardSampler` gives each process a
-  contiguous, unpadded slice; Lightning's default ``DistributedSampler`` would instead repeat graphs
-  to even out the shards, and an MAE over them would weigh those graphs twice. Metrics that sum
-  their state across processes (torchmetrics) then give the exact full-split value.
-* **Training resumes at the exact next batch.** :class:`ResumableLoader` counts the batches it has
-  handed out; Lightning stores its ``state_dict()`` in every checkpoint and restores it before the
-  first batch after ``--ckpt_path``. Its position is counted in global batches, so a run can even be
-  resumed on a different number of processes with the same data order. Worker processes are seeded
-  from (seed, epoch) only, never from the history of the process.
-
-With ``bucket_window`` > 0 and the size of every graph, both samplers are size-aware
-(:mod:`graphormer_urpe.data.buckets`): global batches hold graphs of similar size, and evaluation
-shards are read in ascending size, so that padded attention costs little; the three guarantees hold
-unchanged.
-
-Both samplers subclass ``DistributedSampler`` so that Lightning leaves them in place.
-"""
+"""How every process picks its graphs: global batches for training, exact unpadded shards for evaluation, and
+an exact resume, for any number of processes W (``docs/loaders.md``; size-aware batching:
+:mod:`graphormer_urpe.data.buckets`). Both samplers subclass ``DistributedSampler`` so that Lightning leaves
+them in place."""
 
 from __future__ import annotations
 
@@ -46,16 +25,11 @@ log = logging.getLogger(__name__)
 
 def process_grid(trainer: pl.Trainer | None) -> tuple[int, int]:
     """``(world_size, global_rank)`` of the current process; ``(1, 0)`` without a trainer."""
-    if trainer is None:
-        return 1, 0
-    return trainer.world_size, trainer.global_rank
+    return (1, 0) if trainer is None else (trainer.world_size, trainer.global_rank)
 
 
 def gather_objects(value: Any) -> list[Any]:
-    """``value`` of every process of the process group, in rank order (``[value]`` without one).
-
-    A collective: every process must call it.
-    """
+    """``value`` of every process of the process group, in rank order (``[value]`` without one); a collective."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [value]
     gathered: list[Any] = [None] * dist.get_world_size()
@@ -66,10 +40,9 @@ def gather_objects(value: Any) -> list[Any]:
 def per_device_batch_size(global_batch: int, world_size: int) -> int:
     """The share of one process; the global batch must divide evenly."""
     if global_batch % world_size:
-        raise ValueError(
-            f"batch_size={global_batch} is the global batch and must be divisible by the {world_size} processes; "
-            f"use e.g. --data.batch_size {max(world_size, global_batch // world_size * world_size)}"
-        )
+        divisible = max(world_size, global_batch // world_size * world_size)
+        raise ValueError(f"batch_size={global_batch} is the global batch and must be divisible by the {world_size} "
+                         f"processes; use e.g. --data.batch_size {divisible}")
     return global_batch // world_size
 
 
@@ -81,36 +54,19 @@ def run_seed() -> int:
 class GlobalBatchSampler(DistributedSampler):
     """Shuffled training order, cut into global batches, each split evenly over the processes.
 
-    Epoch e draws ``torch.randperm`` from a generator seeded with ``seed + e``. The order is padded to
-    a multiple of W by repeating its first indices, cut into global batches of ``global_batch``
-    indices (the last one may be shorter, but still a multiple of W), and process ``rank`` takes the
-    ``rank``-th of W equal slices of every batch. ``len()`` is the full epoch of this process.
-    With ``bucket_window`` > 0 the permutation (before padding) is instead cut by
-    :func:`~graphormer_urpe.data.buckets.bucketed_batches` (windows sorted by size, the batch order
-    shuffled), and the padding repeats join the last batch.
+    Epoch e draws ``torch.randperm`` seeded with ``seed + e``, padded to a multiple of W by repeating its
+    first indices and cut into global batches (the last may be shorter, still a multiple of W); process
+    ``rank`` takes the ``rank``-th of W equal slices of every batch. With ``bucket_window`` > 0 the
+    unpadded permutation is cut by :func:`~graphormer_urpe.data.buckets.bucketed_batches` instead, and the
+    padding repeats join the last batch.
 
     Args:
-        dataset: the training set (only its length is used).
-        global_batch: graphs per optimiser step over all processes.
-        num_replicas: W.
-        rank: this process, 0 .. W - 1.
-        seed: seed of the epoch permutations.
-        shuffle: False keeps the dataset order (still split into global batches).
         sizes: size of every dataset position (node count); needed with ``bucket_window``.
         bucket_window: global batches sorted together by size; 0 = no bucketing.
     """
 
-    def __init__(
-        self,
-        dataset: Sized,
-        global_batch: int,
-        num_replicas: int = 1,
-        rank: int = 0,
-        seed: int = 0,
-        shuffle: bool = True,
-        sizes: np.ndarray | None = None,
-        bucket_window: int = 0,
-    ) -> None:
+    def __init__(self, dataset: Sized, global_batch: int, num_replicas: int = 1, rank: int = 0, seed: int = 0,
+                 shuffle: bool = True, sizes: np.ndarray | None = None, bucket_window: int = 0) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
         self.global_batch = global_batch
         self.local_batch = per_device_batch_size(global_batch, num_replicas)
@@ -135,7 +91,7 @@ class GlobalBatchSampler(DistributedSampler):
         return order + (order * math.ceil(padding / max(len(order), 1)))[:padding]
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """The global batches of ``epoch`` in training order (dataset indices), :attr:`batches_per_epoch` of them."""
+        """The global batches of ``epoch`` in training order (dataset indices)."""
         generator = torch.Generator()
         order = self.epoch_order(epoch, generator)
         if self.bucket_window:  # bucket the unpadded order, so that the batches do not depend on W
@@ -163,26 +119,15 @@ class GlobalBatchSampler(DistributedSampler):
 
 
 class EvalShardSampler(DistributedSampler):
-    """Contiguous, unpadded shards: process r evaluates indices ``[r * N // W, (r + 1) * N // W)``.
-
-    Shards differ by at most one graph and together hold every index exactly once. Given ``sizes``,
-    a shard is read in ascending size (ties in index order), so its batches pad little.
-
-    Args:
-        dataset: the evaluation split (only its length is used).
-        num_replicas: W.
-        rank: this process.
-        sizes: size of every dataset position, or None for index order.
-    """
+    """Contiguous, unpadded shards: process r evaluates indices ``[r * N // W, (r + 1) * N // W)``, each shard
+    read in ascending size (ties in index order) given ``sizes``, else in index order."""
 
     def __init__(self, dataset: Sized, num_replicas: int = 1, rank: int = 0, sizes: np.ndarray | None = None) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)
         size = len(dataset)
         if size < num_replicas:
-            raise ValueError(
-                f"an evaluation split of {size} graphs cannot be shared by {num_replicas} processes without "
-                "repeating graphs; evaluate on fewer devices"
-            )
+            raise ValueError(f"an evaluation split of {size} graphs cannot be shared by {num_replicas} processes "
+                             "without repeating graphs; evaluate on fewer devices")
         self.start = rank * size // num_replicas
         self.stop = (rank + 1) * size // num_replicas
         self.num_samples = self.stop - self.start
@@ -197,31 +142,14 @@ class EvalShardSampler(DistributedSampler):
 
 
 class ResumableLoader(DataLoader):
-    """Training DataLoader whose position Lightning saves in checkpoints and restores on resume.
+    """Training DataLoader whose position, (epoch, global batches handed out), Lightning saves in checkpoints and
+    restores on resume. Lightning does not prefetch from loaders with a length, so the count equals the batches
+    trained on when a checkpoint is written; workers are started per epoch and seeded from (seed, epoch)."""
 
-    Position = (epoch, global batches handed out). Lightning does not prefetch batches from loaders
-    with a length, so the count equals the batches trained on when a checkpoint is written.
-
-    Args:
-        dataset: the training set.
-        sampler: its :class:`GlobalBatchSampler`.
-        collate_fn: list of samples -> batch.
-        num_workers: worker processes; they are started per epoch and seeded from (seed, epoch).
-        pin_memory: page-locked batches (CUDA).
-    """
-
-    def __init__(
-        self,
-        dataset: Dataset,
-        sampler: GlobalBatchSampler,
-        collate_fn: Callable[[list[Any]], Any],
-        num_workers: int = 0,
-        pin_memory: bool = False,
-    ) -> None:
-        super().__init__(
-            dataset, batch_size=sampler.local_batch, sampler=sampler, collate_fn=collate_fn,
-            num_workers=num_workers, pin_memory=pin_memory, generator=torch.Generator(),
-        )
+    def __init__(self, dataset: Dataset, sampler: GlobalBatchSampler, collate_fn: Callable[[list[Any]], Any],
+                 num_workers: int = 0, pin_memory: bool = False) -> None:
+        super().__init__(dataset, batch_size=sampler.local_batch, sampler=sampler, collate_fn=collate_fn,
+                         num_workers=num_workers, pin_memory=pin_memory, generator=torch.Generator())
         self.position = (sampler.epoch, 0)
 
     def __iter__(self) -> Iterator[Any]:
@@ -275,32 +203,18 @@ def resume_problem(state: Mapping[str, int], global_batch: int, bucket_window: i
     return None
 
 
-def train_loader(
-    dataset: Dataset,
-    global_batch: int,
-    trainer: pl.Trainer | None,
-    collate_fn: Callable[[list[Any]], Any],
-    num_workers: int = 0,
-    seed: int | None = None,
-    sampler_type: type[GlobalBatchSampler] = GlobalBatchSampler,
-    pin_memory: bool = True,
-    sizes: np.ndarray | None = None,
-    bucket_window: int = 0,
-) -> ResumableLoader:
-    """The training loader of this process (see the module docstring).
+def train_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None,
+                 collate_fn: Callable[[list[Any]], Any], num_workers: int = 0, seed: int | None = None,
+                 sampler_type: type[GlobalBatchSampler] = GlobalBatchSampler, pin_memory: bool = True,
+                 sizes: np.ndarray | None = None, bucket_window: int = 0) -> ResumableLoader:
+    """The training loader of this process.
 
     Args:
-        dataset: the training set.
-        global_batch: graphs per step over all processes.
         trainer: the running trainer (None: one process).
-        collate_fn: list of samples -> batch.
-        num_workers: DataLoader workers.
         seed: data-order seed; None takes the run's ``seed_everything``.
-        sampler_type: the sampler, a :class:`GlobalBatchSampler` (a subclass may turn each index
-            into the key its dataset expects, e.g. ``(epoch, index)``).
+        sampler_type: a :class:`GlobalBatchSampler` (a subclass may turn each index into the key its dataset
+            expects, e.g. ``(epoch, index)``).
         pin_memory: page-lock the batches when training on CUDA.
-        sizes: size of every graph of ``dataset``; needed with ``bucket_window``.
-        bucket_window: global batches sorted together by size (0: no bucketing).
     """
     world, rank = process_grid(trainer)
     sampler = sampler_type(dataset, global_batch, world, rank, run_seed() if seed is None else seed,
@@ -312,13 +226,8 @@ def train_loader(
 
 def check_validation_interval(trainer: pl.Trainer | None, batches_per_epoch: int, dataset_size: int,
                               global_batch: int) -> None:
-    """Refuse a validation interval in batches that no epoch reaches (Lightning would stop with a
-    traceback once training starts): with ``trainer.check_val_every_n_epoch`` set, validation runs
-    within each epoch, so an integer ``trainer.val_check_interval`` must not exceed its batches.
-
-    Raises:
-        ConfigError: naming ``trainer.val_check_interval``, the epoch's batches and the ways out.
-    """
+    """Refuse an integer ``trainer.val_check_interval`` beyond an epoch's batches while
+    ``trainer.check_val_every_n_epoch`` is set (Lightning would stop with a traceback once training starts)."""
     if trainer is None or not isinstance(trainer.val_check_interval, int) or trainer.check_val_every_n_epoch is None:
         return
     if trainer.val_check_interval > batches_per_epoch and trainer.limit_val_batches:
@@ -330,45 +239,19 @@ def check_validation_interval(trainer: pl.Trainer | None, batches_per_epoch: int
             "trainer.check_val_every_n_epoch null to count batches across epochs")
 
 
-def eval_loader(
-    dataset: Dataset,
-    global_batch: int,
-    trainer: pl.Trainer | None,
-    collate_fn: Callable[[list[Any]], Any],
-    num_workers: int = 0,
-    sampler_type: type[EvalShardSampler] = EvalShardSampler,
-    pin_memory: bool = True,
-    sizes: np.ndarray | None = None,
-) -> DataLoader:
-    """The validation/test/predict loader of this process: its exact shard, in dataset order (in
-    ascending size given ``sizes``).
-
-    Lightning leaves the sampler in place (it is a ``DistributedSampler``), also for
-    ``trainer.predict``; :func:`~graphormer_urpe.evaluation.splits.predict_split` gathers the shards.
-
-    Args:
-        dataset: the split.
-        global_batch: graphs per step over all processes.
-        trainer: the running trainer (None: one process).
-        collate_fn: list of samples -> batch.
-        num_workers: DataLoader workers (kept alive between evaluations).
-        sampler_type: the sampler, an :class:`EvalShardSampler` (a subclass may turn each index
-            into the key its dataset expects).
-        pin_memory: page-lock the batches when running on CUDA.
-        sizes: size of every graph of ``dataset``: each shard is then read in ascending size (less
-            padding); None reads it in dataset order.
-    """
+def eval_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None,
+                collate_fn: Callable[[list[Any]], Any], num_workers: int = 0,
+                sampler_type: type[EvalShardSampler] = EvalShardSampler, pin_memory: bool = True,
+                sizes: np.ndarray | None = None) -> DataLoader:
+    """The validation/test/predict loader of this process: its exact shard, in dataset order, or in ascending
+    size given ``sizes``; :func:`~graphormer_urpe.evaluation.splits.predict_split` gathers the shards.
+    ``sampler_type`` is an :class:`EvalShardSampler`; workers are kept alive between evaluations."""
     world, rank = process_grid(trainer)
-    return DataLoader(
-        dataset,
-        batch_size=per_device_batch_size(global_batch, world),
-        sampler=sampler_type(dataset, world, rank, sizes),
-        collate_fn=collate_fn,
-        num_workers=num_workers,
-        persistent_workers=num_workers > 0,
-        pin_memory=pin_memory and _on_cuda(trainer),
-        generator=torch.Generator().manual_seed(0),  # iterating never consumes the global RNG
-    )
+    return DataLoader(dataset, batch_size=per_device_batch_size(global_batch, world),
+                      sampler=sampler_type(dataset, world, rank, sizes), collate_fn=collate_fn,
+                      num_workers=num_workers, persistent_workers=num_workers > 0,
+                      pin_memory=pin_memory and _on_cuda(trainer),
+                      generator=torch.Generator().manual_seed(0))  # iterating never consumes the global RNG
 
 
 def _on_cuda(trainer: pl.Trainer | None) -> bool:
@@ -376,14 +259,8 @@ def _on_cuda(trainer: pl.Trainer | None) -> bool:
 
 
 def warn_if_not_published(name: str, sizes: Mapping[str, int], published: Mapping[str, int], hint: str = "") -> None:
-    """Warn loudly when split sizes differ from the published ones (results would not compare).
-
-    Args:
-        name: the dataset, as in the message.
-        sizes: examples per split, by split name.
-        published: the published sizes of the splits that have them (empty: nothing to compare).
-        hint: a likely reason, added to the message.
-    """
+    """Warn loudly when split sizes differ from the ``published`` ones (empty: nothing to compare), adding
+    ``hint``, a likely reason."""
     if published and any(sizes.get(split) != size for split, size in published.items()):
         log.warning("!!! %s split sizes %s differ from the published %s: %sresults are not comparable with the "
                     "papers !!!", name, dict(sizes), dict(published), f"{hint}; " if hint else "")
