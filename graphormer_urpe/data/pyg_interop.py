@@ -1,17 +1,8 @@
-"""The model in a plain PyTorch Geometric loop: a ``pre_transform`` and a ``Batch`` conversion.
+"""The model in a plain PyTorch Geometric loop: a ``pre_transform`` and a ``Batch`` conversion (the attributes,
+the checks and the guarantee: ``docs/pyg.md``). Integer (or bool) attributes are categorical, float ones continuous.
 
-:class:`GraphormerStructure` adds to every ``Data`` what the cache stores for a graph
-(``spd``, ``first_edge``, ``in_degree``, ``out_degree``, ``num_nodes``; computed by
-:func:`~graphormer_urpe.data.structure.graph_structure`), pair attributes as flat (n * n,) blocks so
-that PyG collates them like node attributes. :func:`to_graph_batch` pads a PyG batch into the
-:class:`~graphormer_urpe.data.batch.GraphBatch` that ``collate_graphs`` makes of the same graphs.
-Features follow :class:`~graphormer_urpe.data.sources.PygDataset`'s rule: integer (or bool)
-attributes are categorical, float ones continuous. The attributes, the checks and the guarantee:
-``docs/pyg.md``.
-
-Shape letters: B graphs, N nodes of the largest graph, V nodes and E edges of the batch, P pairs
-of the batch (sum of n * n), F / Fc categorical / continuous node-feature columns, Fe / Fec edge
-ones, Y targets.
+Shape letters: B graphs, N nodes of the largest graph, E edges of the batch, F / Fc categorical / continuous
+node-feature columns, Fe / Fec edge ones, Y targets.
 """
 
 from __future__ import annotations
@@ -58,22 +49,15 @@ def _as_columns(tensor: torch.Tensor, rows: int, name: str) -> torch.Tensor:
 
 
 class GraphormerStructure(BaseTransform):
-    r"""Adds shortest-path distances, first edges of shortest paths and degrees to a ``Data``.
-
-    Meant as a ``pre_transform`` (computed once, stored with the dataset's processed files). Handles
-    directed and disconnected graphs, isolated nodes (unreachable pairs: ``spd`` 255, no first edge),
-    self-loops, duplicate edges and graphs without edges; among several shortest paths the one whose
-    next node has the smallest index is taken. A graph it cannot encode is refused with a
-    ``ValueError`` naming the attribute and the value, before anything changes (``docs/pyg.md``
-    lists them).
+    r"""Adds shortest-path distances, first edges of shortest paths and degrees to a ``Data``, as flat (n * n,)
+    pair blocks that PyG collates like node attributes; meant as a ``pre_transform``. A graph it cannot encode
+    is refused with a ``ValueError`` naming the attribute and the value (``docs/pyg.md``).
 
     Args:
-        node_attributes: node-feature attributes to check (the ones :func:`to_graph_batch` reads);
-            default ``x`` if the graph has it.
+        node_attributes: node-feature attributes to check (those :func:`to_graph_batch` reads); default ``x``.
         edge_attributes: edge-feature attributes to check; default ``edge_attr`` if present.
-        path_order: which of several shortest paths ``first_edge`` follows: ``smallest_next`` (the
-            cache's default) or ``official`` (official Graphormer's Floyd-Warshall paths, for a model
-            imported from official weights; see :mod:`graphormer_urpe.data.structure`).
+        path_order: which shortest path ``first_edge`` follows: ``smallest_next`` or ``official`` (official
+            Graphormer's Floyd-Warshall paths, for a model imported from official weights).
 
     Example:
         A directed path 0 -> 1 -> 2 and an isolated node 3:
@@ -89,8 +73,8 @@ class GraphormerStructure(BaseTransform):
         ([0, 1, 1, 0], [1, 1, 0, 0])
     """
 
-    def __init__(self, node_attributes: Sequence[str] | None = None,
-                 edge_attributes: Sequence[str] | None = None, path_order: PathOrder = "smallest_next") -> None:
+    def __init__(self, node_attributes: Sequence[str] | None = None, edge_attributes: Sequence[str] | None = None,
+                 path_order: PathOrder = "smallest_next") -> None:
         check_path_order(path_order)
         self.node_attributes = None if node_attributes is None else list(node_attributes)
         self.edge_attributes = None if edge_attributes is None else list(edge_attributes)
@@ -151,8 +135,8 @@ def _check_values(values: torch.Tensor, name: str) -> None:
         raise ValueError(f"attribute '{name}' row {row} column {column} is {array[row, column].item()}: {rule}")
 
 
-def _features(batch: Batch, names: list[str], rows: int, what: str) -> tuple[
-        torch.Tensor, torch.Tensor, list[tuple[str, int]]]:
+def _features(batch: Batch, names: list[str], rows: int,
+              what: str) -> tuple[torch.Tensor, torch.Tensor, list[tuple[str, int]]]:
     """Categorical (rows, F) int64 (one zero column when there is none), continuous (rows, Fc)
     float32, and the (attribute, column) that every categorical column comes from."""
     categorical, continuous, origin = [], [], []
@@ -173,42 +157,22 @@ def _features(batch: Batch, names: list[str], rows: int, what: str) -> tuple[
     return ids, values, origin
 
 
-def to_graph_batch(
-    batch: Batch | Data,
-    spec: DataSpec | None = None,
-    *,
-    node_attributes: Sequence[str] | None = None,
-    edge_attributes: Sequence[str] | None = None,
-    target: str = "y",
-    target_level: Literal["graph", "node"] | None = None,
-) -> GraphBatch:
-    """The :class:`~graphormer_urpe.data.batch.GraphBatch` of a PyG batch of graphs that went
-    through :class:`GraphormerStructure`, on the batch's device.
-
-    It equals, field for field, what :func:`~graphormer_urpe.data.batch.collate_graphs` makes of the
-    cache's records of the same graphs, except ``index`` (each graph's position in the batch).
-    ``Graphormer.forward`` calls it on a PyG batch; call it yourself for other attribute names.
+def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_attributes: Sequence[str] | None = None,
+                   edge_attributes: Sequence[str] | None = None, target: str = "y",
+                   target_level: Literal["graph", "node"] | None = None) -> GraphBatch:
+    """The :class:`~graphormer_urpe.data.batch.GraphBatch` of a PyG batch (or one ``Data``) of graphs that went
+    through :class:`GraphormerStructure`, on the batch's device: field for field what
+    :func:`~graphormer_urpe.data.batch.collate_graphs` makes of the same graphs, except ``index`` (the position
+    in the batch). Refuses missing or stale structure attributes and wrong features with a ``ValueError``.
 
     Args:
-        batch: a ``Batch`` from a PyG ``DataLoader`` (or one ``Data``, taken as a batch of one).
-        spec: the data the batch must be (a :class:`~graphormer_urpe.data.spec.DataSpec`); when
-            given, the feature widths must match it and every categorical value must be below its
-            vocabulary (checked here, not by an opaque index error on the GPU), and
-            ``target_level: node`` reads per-node targets.
-        node_attributes: node-feature attributes (integer: categorical, float: continuous);
-            default ``x`` if present.
+        spec: when given, the feature widths must match it and every categorical value must be below its
+            vocabulary (checked here, not by an opaque index error on the GPU).
+        node_attributes: node-feature attributes (integer: categorical, float: continuous); default ``x``.
         edge_attributes: edge-feature attributes; default ``edge_attr`` if present.
         target: the target attribute; a batch without it gets ``y`` of shape (B, 0).
-        target_level: ``graph`` (one target row per graph: ``y`` (B, Y)) or ``node`` (one row per
-            node: ``y`` (B, N, Y), NaN at padding); default ``spec.target_level``, else ``graph``.
-
-    Returns:
-        The padded batch (shapes and dtypes in :class:`~graphormer_urpe.data.batch.GraphBatch`).
-
-    Raises:
-        ValueError: the structure attributes are missing or do not fit the graphs (e.g. a
-            transform changed the edges after :class:`GraphormerStructure`), a feature attribute
-            is missing or has the wrong rows, widths or values for ``spec``.
+        target_level: ``graph`` (``y`` (B, Y)) or ``node`` (``y`` (B, N, Y), NaN at padding); default
+            ``spec.target_level``, else ``graph``.
 
     Example:
         >>> import torch
@@ -259,7 +223,7 @@ def to_graph_batch(
     degree_mismatch = (torch.bincount(batch.edge_index[0], minlength=num_total) != batch.out_degree).sum()
     checks = [num_nodes.max(), (num_nodes * num_nodes).sum(), degree_mismatch]
     if spec is not None:
-        checks += [_outside(x, spec.node_vocab), _outside(edge_attr, spec.edge_vocab)]
+        checks += [_outside(x, spec.node_vocab).sum(), _outside(edge_attr, spec.edge_vocab).sum()]
     n_max, num_pairs, mismatched, *outside = torch.stack([c.reshape(()).long() for c in checks]).tolist()
     if num_pairs != batch.spd.numel() or num_pairs != batch.first_edge.numel() or mismatched:
         raise ValueError(f"the structure attributes do not fit the batch's graphs ({num_pairs} node pairs, spd holds "
@@ -323,15 +287,13 @@ def _check_widths(spec: DataSpec, x: torch.Tensor, x_continuous: torch.Tensor, e
 
 
 def _outside(ids: torch.Tensor, vocab: Sequence[int]) -> torch.Tensor:
-    """How many values lie outside 0 .. vocab[c] - 1 of their column c. ids: (rows, F)"""
-    limit = torch.as_tensor(list(vocab), device=ids.device)
-    return ((ids < 0) | (ids >= limit)).sum()
+    """Which values lie outside 0 .. vocab[c] - 1 of their column c. ids: (rows, F) -> (rows, F) bool"""
+    return (ids < 0) | (ids >= torch.as_tensor(list(vocab), device=ids.device))
 
 
 def _raise_outside(ids: torch.Tensor, vocab: Sequence[int], origin: list[tuple[str, int]], field: str) -> None:
     """Name the first value outside its column's vocabulary (error path only)."""
-    limit = torch.as_tensor(list(vocab), device=ids.device)
-    bad = (ids < 0) | (ids >= limit)
+    bad = _outside(ids, vocab)
     if bad.any():
         row, column = (int(k) for k in torch.nonzero(bad)[0])
         name, attribute_column = origin[column]
