@@ -22,11 +22,7 @@ from graphormer_urpe.data.cache import (
     exclusive_build,
 )
 from graphormer_urpe.data.files import unwritable
-from graphormer_urpe.data.loaders import (
-    eval_loader,
-    train_loader,
-    warn_if_not_published,
-)
+from graphormer_urpe.data.loaders import eval_loader, train_loader, warn_if_not_published
 from graphormer_urpe.data.predictable import SplitRows
 from graphormer_urpe.data.sources.base import GraphSource
 from graphormer_urpe.data.spec import DataSpec
@@ -37,12 +33,7 @@ log = logging.getLogger(__name__)
 
 
 class GraphDataset(Dataset):
-    """The graphs of one split, read from the memory-mapped cache.
-
-    Args:
-        store: the cache.
-        indices: graph indices of the split.
-    """
+    """The graphs of one split (``indices``: their graph indices), read from the memory-mapped cache."""
 
     def __init__(self, store: GraphStore, indices: np.ndarray) -> None:
         self.store = store
@@ -74,38 +65,22 @@ class GraphDataModule(pl.LightningDataModule):
     Args:
         source: the dataset (``ZINC``, ``QM9`` ...).
         root: dataset root directory.
-        batch_size: graphs per optimiser step over all devices (the global batch); each of the
-            W processes loads ``batch_size / W``.
+        batch_size: graphs per optimiser step over all devices (the global batch); each of W processes loads 1/W.
         num_workers: DataLoader worker processes.
-        preprocess_workers: processes for the one-off preprocessing; None uses every core this
-            process may run on.
+        preprocess_workers: processes for the one-off preprocessing; None: every core this process may run on.
         chunk_size: source rows per cache chunk.
         max_nodes: graphs with more nodes are skipped and counted when the cache is built (at most 32,767).
-        prepare_per_node: build the cache on every node (``root`` on node-local disks) instead of
-            once on global rank 0 (``root`` on a file system shared by all nodes, the default).
-        path_order: which of several shortest paths the edge encoding follows: ``smallest_next``
-            (the smallest next node at every step) or ``official`` (the paths of official
-            Graphormer's Floyd-Warshall, for models imported from official checkpoints); part of
-            the cache key (a non-default value only, so existing caches keep their names).
-        bucket_window: size-aware batching (``docs/throughput.md``): the shuffled training order is
-            sorted by node count in windows of this many global batches, so every batch holds graphs
-            of similar size and pads little; evaluation reads each shard in ascending size. 0 turns
-            it off (every batch a uniform sample, padded to its largest graph).
+        prepare_per_node: build the cache on every node (``root`` on node-local disks), not once on global rank 0.
+        path_order: which shortest path the edge encoding follows: ``smallest_next`` (the smallest next node at
+            every step) or ``official`` (official Graphormer's paths, for imported checkpoints); in the cache key.
+        bucket_window: size-aware batching (``docs/throughput.md``): training batches sorted by node count in
+            windows of this many global batches, evaluation shards in ascending size; 0: off.
     """
 
-    def __init__(
-        self,
-        source: GraphSource,
-        root: str = "data",
-        batch_size: int = 256,
-        num_workers: int = 2,
-        preprocess_workers: int | None = None,
-        chunk_size: int = 10_000,
-        max_nodes: int = 512,
-        prepare_per_node: bool = False,
-        path_order: PathOrder = "smallest_next",
-        bucket_window: int = 0,
-    ) -> None:
+    def __init__(self, source: GraphSource, root: str = "data", batch_size: int = 256, num_workers: int = 2,
+                 preprocess_workers: int | None = None, chunk_size: int = 10_000, max_nodes: int = 512,
+                 prepare_per_node: bool = False, path_order: PathOrder = "smallest_next",
+                 bucket_window: int = 0) -> None:
         super().__init__()
         check_int("data.batch_size", batch_size, 1)
         check_int("data.num_workers", num_workers, 0)
@@ -136,8 +111,7 @@ class GraphDataModule(pl.LightningDataModule):
 
     @property
     def spec(self) -> DataSpec:
-        """What the data is (the source's :class:`~graphormer_urpe.data.spec.DataSpec`; sources that
-        infer it read their data for it, once), linked into the model by the CLI."""
+        """What the data is (the source's :class:`~graphormer_urpe.data.spec.DataSpec`), linked into the model."""
         return self.source.spec
 
     @cached_property
@@ -160,11 +134,8 @@ class GraphDataModule(pl.LightningDataModule):
         return self.root / self.source.name / "graphormer" / self._cache_name_and_key[0]
 
     def prepare_data(self) -> None:
-        """Check or fetch the raw files, then build (or finish, or repair) the cache once.
-
-        Lightning calls this on one process (per node with ``prepare_per_node``) while the others
-        wait; a file lock also keeps separate jobs sharing ``root`` from building the same cache.
-        """
+        """Check or fetch the raw files, then build (or finish, or repair) the cache once (Lightning calls this on
+        one process, per node with ``prepare_per_node``; a file lock keeps jobs sharing ``root`` from racing)."""
         self.source.ensure_raw(self.root)
         if self._cache_is_valid():
             return
@@ -175,16 +146,13 @@ class GraphDataModule(pl.LightningDataModule):
     def _build_cache(self) -> None:
         log.info("preprocessing %s into %s with %d workers", self.source.name, self.cache_dir, self.preprocess_workers)
         reader = self.source.open(self.root)
-        self.build_summary = build_store(
-            reader, self.cache_dir, self.cache_key, self.cache_spec, self.source.splits(self.root, reader),
-            num_workers=self.preprocess_workers, chunk_size=self.chunk_size,
-            description=f"preprocessing {self.source.name}",
-        )
+        self.build_summary = build_store(reader, self.cache_dir, self.cache_key, self.cache_spec,
+                                         self.source.splits(self.root, reader), num_workers=self.preprocess_workers,
+                                         chunk_size=self.chunk_size, description=f"preprocessing {self.source.name}")
 
     def _cache_is_valid(self) -> bool:
-        """Whether the cache is complete and intact. A damaged one (manifest, split file, a chunk's
-        record or arrays) is named in one line and loses its manifest, so it is rebuilt; intact
-        chunks are kept."""
+        """Whether the cache is complete and intact; a damaged one is named in one line and loses its manifest,
+        so it is rebuilt (intact chunks are kept)."""
         manifest_path = self.cache_dir / MANIFEST
         if not manifest_path.is_file():
             return False
@@ -201,19 +169,15 @@ class GraphDataModule(pl.LightningDataModule):
         if self.datasets:
             return
         if not (self.cache_dir / MANIFEST).is_file():
-            raise FileNotFoundError(
-                f"{self.cache_dir} holds no complete cache on this machine; if data.root is not shared by all "
-                "nodes, set --data.prepare_per_node true so that every node builds its own"
-            )
+            raise FileNotFoundError(f"{self.cache_dir} holds no complete cache on this machine; if data.root is not "
+                                    "shared by all nodes, set --data.prepare_per_node true so that every node builds "
+                                    "its own")
         store = GraphStore(self.cache_dir)
         manifest = store.manifest
         if manifest["skipped"]:
             per_split = ", ".join(f"{k} {v}" for k, v in manifest["skipped_by_split"].items() if v)
-            log.warning(
-                "%s: %d of %d rows were skipped while preprocessing (%s; first: %s)",
-                self.source.origin(), manifest["skipped"], manifest["rows"], per_split,
-                manifest["skipped_examples"][:3],
-            )
+            log.warning("%s: %d of %d rows were skipped while preprocessing (%s; first: %s)", self.source.origin(),
+                        manifest["skipped"], manifest["rows"], per_split, manifest["skipped_examples"][:3])
         datasets = {name: GraphDataset(store, idx) for name, idx in store.split_indices().items()}
         sizes = {name: len(ds) for name, ds in datasets.items()}
         if stage in ("fit", None) and sizes.get("train") == 0:
@@ -235,13 +199,8 @@ class GraphDataModule(pl.LightningDataModule):
                 "splits": self.split_sizes, "batch_size": self.batch_size, "bucket_window": self.bucket_window}
 
     def target_statistics(self) -> tuple[np.ndarray, np.ndarray]:
-        """(Y,) float64 mean and standard deviation of the training targets (of every training node,
-        for per-node targets), NaNs ignored. Computed in float64: the squares of float32 targets
-        above ~1e19 overflow float32.
-
-        Raises:
-            DataError: a target has no known training value.
-        """
+        """(Y,) float64 mean and standard deviation of the training targets (of every node for per-node
+        targets), NaNs ignored; float64 because the squares of float32 targets above ~1e19 overflow float32."""
         train = self.datasets["train"]
         targets = train.store.targets(train.indices).astype(np.float64)
         known = np.isfinite(targets).sum(axis=0)
@@ -277,8 +236,7 @@ class GraphDataModule(pl.LightningDataModule):
                            sizes=dataset.sizes if self.bucket_window else None)
 
     def predict_dataloader(self) -> DataLoader:
-        """This process's exact, unpadded shard of the split chosen by :meth:`predict_on` (gathered in
-        the split's order by :func:`~graphormer_urpe.evaluation.splits.predict_split`)."""
+        """This process's exact, unpadded shard of the split chosen by :meth:`predict_on`."""
         return self._eval_loader(self.predict_split)
 
     # -- what evaluation uses (:class:`~graphormer_urpe.data.predictable.PredictableData`)
@@ -292,13 +250,11 @@ class GraphDataModule(pl.LightningDataModule):
         return self.build_summary.seconds if self.build_summary is not None else 0.0
 
     def training_mean(self) -> np.ndarray:
-        """(Y,) float64 mean of the training targets (:meth:`target_statistics`), what a submission
-        predicts for rows skipped while preprocessing."""
+        """(Y,) float64 mean of the training targets, what a submission predicts for skipped rows."""
         return self.target_statistics()[0]
 
     def split_rows(self, split: str) -> SplitRows:
-        """The source rows of ``split`` in the dataset's order, skipped rows included (no graph, NaN
-        targets, their reason); a batch's ``index`` is the graph's cache index."""
+        """The source rows of ``split`` in order, skipped rows included (no graph, NaN targets, their reason)."""
         store = self._split(split).store
         rows = store.split_rows()[split]
         graphs = store.graphs_of_rows(rows)
@@ -313,6 +269,4 @@ class GraphDataModule(pl.LightningDataModule):
 
 def available_cores() -> int:
     """CPU cores this process may run on (its affinity mask, e.g. a SLURM allocation), at least 1."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
+    return max(1, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
