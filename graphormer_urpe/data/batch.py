@@ -1,20 +1,8 @@
-"""The batch contract between data and model, and the collate function that builds it.
+"""The batch contract between data and model (:class:`GraphBatch`, the model's only input) and
+:func:`collate_graphs`, which pads cached :class:`GraphRecord` s into it.
 
-A :class:`GraphRecord` is one preprocessed graph as the cache stores it (small-integer numpy
-arrays). :func:`collate_graphs` pads a list of them to the largest graph of the batch and returns
-a :class:`GraphBatch`, the only input :class:`~graphormer_urpe.model.graphormer.Graphormer` takes.
-
-Node-level tasks (MAG240M) sample subgraphs in the DataLoader workers
-(:mod:`graphormer_urpe.data.mag240m.sampler`), with continuous node features and a target node;
-the workers hand them over as a :class:`CompactGraphBatch` (no padding), which the training
-process pads into a :class:`GraphBatch` on its device (:meth:`CompactGraphBatch.pad`).
-Datasets with per-node targets (``PygDataset`` with ``target_level: node``) cache one target row
-per node, and their batches carry ``y`` of shape (B, N, Y).
-
-Shape letters: B graphs, N nodes of the largest graph (no graph token), E edges of the whole
-batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature columns, Fec
-continuous edge-feature width, Y targets per graph (or per node); unpadded: V nodes and P node
-pairs (sum of n * n) of the whole batch.
+Shape letters: B graphs, N nodes of the largest graph (no graph token), E edges of the whole batch, F / Fc
+categorical / continuous node-feature columns, Fe / Fec edge ones, Y targets per graph (or per node).
 """
 
 from __future__ import annotations
@@ -35,10 +23,9 @@ class RawGraph(NamedTuple):
     """A graph before structural preprocessing (n nodes, e directed edges).
 
     Shapes:
-        x: (n, F) int; edge_index: (2, e) int; edge_attr: (e, Fe) int;
-        y: (Y,) float32 graph-level targets, or (n, Y) node-level ones (NaN where unknown);
-        x_continuous: (n, Fc) float or None; edge_continuous: (e, Fec) float or None (None when
-        the dataset has no continuous features).
+        x: (n, F) int; edge_index: (2, e) int; edge_attr: (e, Fe) int; y: (Y,) float32 graph-level targets,
+        or (n, Y) node-level ones (NaN where unknown); x_continuous: (n, Fc) and edge_continuous: (e, Fec)
+        float, or None when the dataset has none.
     """
 
     x: np.ndarray
@@ -53,11 +40,8 @@ class GraphRecord(NamedTuple):
     """One preprocessed graph with n nodes and e directed edges (numpy arrays, maybe memory-mapped).
 
     Shapes:
-        x: (n, F) int; edge_index: (2, e) int, local node ids; edge_attr: (e, Fe) int;
-        spd: (n, n) uint8; first_edge: (n, n) int16; in_degree, out_degree: (n,) int;
-        y: (Y,) float32 graph-level targets or (n, Y) node-level ones, NaN where unknown;
-        index: position of the graph in its dataset; x_continuous: (n, Fc) float32 and
-        edge_continuous: (e, Fec) float32, or None when the dataset has no continuous features.
+        as :class:`RawGraph`, plus spd: (n, n) uint8; first_edge: (n, n) int16; in_degree, out_degree: (n,)
+        int; index: position of the graph in its dataset.
     """
 
     x: np.ndarray
@@ -75,8 +59,7 @@ class GraphRecord(NamedTuple):
     @classmethod
     def from_graph(cls, x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, y: np.ndarray,
                    index: int = 0) -> GraphRecord:
-        """The record of a graph, its structure computed by
-        :func:`~graphormer_urpe.data.structure.graph_structure` (as the cache does).
+        """The record of a graph, its structure computed as the cache does.
 
         Example:
             A path 0 - 1 - 2 (both directions of each edge), one node-feature column, one edge one:
@@ -88,18 +71,13 @@ class GraphRecord(NamedTuple):
             >>> record.spd.tolist(), record.first_edge[0].tolist()
             ([[0, 1, 2], [1, 0, 1], [2, 1, 0]], [-1, 0, 0])
         """
-        structure = graph_structure(len(x), edge_index)
-        return cls(x=x, edge_index=edge_index, edge_attr=edge_attr, spd=structure.spd,
-                   first_edge=structure.first_edge, in_degree=structure.in_degree,
-                   out_degree=structure.out_degree, y=y, index=index)
+        s = graph_structure(len(x), edge_index)
+        return cls(x, edge_index, edge_attr, s.spd, s.first_edge, s.in_degree, s.out_degree, y, index)
 
 
 class TensorFields:
-    """Device moves of a dataclass whose fields are tensors (what Lightning and the DataLoader call).
-
-    A field declared with ``metadata={"host": True}`` (a handle on host shared memory, or None)
-    is carried over as it is.
-    """
+    """Device moves of a dataclass whose fields are tensors (what Lightning and the DataLoader call); a field
+    with ``metadata={"host": True}`` (a handle on host shared memory, or None) is carried over as it is."""
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Self:
         """A copy with every tensor on ``device``."""
@@ -121,33 +99,17 @@ class TensorFields:
 class GraphBatch(TensorFields):
     """A padded batch of graphs: the model's whole input.
 
-    Fields (padding positions hold 0 unless stated; ``node_mask`` says which nodes are real):
-
-    ===============  =========  ================  ==================================================
-    field            dtype      shape             meaning
-    ===============  =========  ================  ==================================================
-    x                int64      (B, N, F)         categorical node features (raw values, >= 0)
-    x_continuous     float16/32 (B, N, Fc)        continuous node features (Fc = 0 when the dataset
-                                                  has none); 0 at padding
-    node_mask        bool       (B, N)            True for real nodes
-    in_degree        int64      (B, N)            in-degree of each node
-    out_degree       int64      (B, N)            out-degree of each node
-    spd              uint8      (B, N, N)         shortest-path distance, 255 = unreachable/padding
-    first_edge       int64      (B, N, N)         batch edge id of the first edge of a shortest path
-                                                  from i to j, -1 if none (i == j, unreachable, pad);
-                                                  int16/int32 in batches of sampled subgraphs (fewer
-                                                  bytes to move), widened by the model
-    edge_attr        int64      (E, Fe)           categorical edge features of every batch edge
-    edge_continuous  float32    (E, Fec)          continuous edge features (Fec = 0 when the dataset
-                                                  has none)
-    edge_dst         int64      (E,)              target node (position in its graph) of each edge
-    y                float32    (B, Y)            targets, NaN where unknown; (B, N, Y) for per-node
-                                                  targets (NaN at padding and unlabelled nodes)
-    index            int64      (B,)              dataset position of each graph (MAG240M: the
-                                                  target paper's id)
-    target_node      int64      (B,)              node whose label ``y`` is (node-level tasks), or
-                                                  -1 (:data:`NO_TARGET_NODE`) for graph-level ones
-    ===============  =========  ================  ==================================================
+    Shapes (padding holds 0 unless stated; Fc, Fec = 0 when the dataset has no continuous features):
+        x: (B, N, F) int64 categorical node features (raw values, >= 0);
+        x_continuous: (B, N, Fc) float16/32; node_mask: (B, N) bool, True for real nodes;
+        in_degree, out_degree: (B, N) int64; spd: (B, N, N) uint8, 255 = unreachable or padding;
+        first_edge: (B, N, N) int64 batch edge id of the first edge of a shortest path from i to j, -1 if none
+        (i == j, unreachable, padding); int16/int32 in batches of sampled subgraphs, widened by the model;
+        edge_attr: (E, Fe) int64; edge_continuous: (E, Fec) float32;
+        edge_dst: (E,) int64 target node (position in its graph) of each edge;
+        y: (B, Y) float32 targets, NaN where unknown, or (B, N, Y) per node (NaN at padding);
+        index: (B,) int64 dataset position of each graph (MAG240M: the target paper's id);
+        target_node: (B,) int64 node whose label ``y`` is, or -1 (:data:`NO_TARGET_NODE`) for graph-level tasks.
 
     Example:
         Made by :func:`collate_graphs` from cached records, or by
@@ -194,13 +156,8 @@ def pad_rows(mask: torch.Tensor, values: torch.Tensor, fill: float) -> torch.Ten
 
 
 def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
-    """Pad graphs to the largest one of the batch and renumber their edges batch-wide.
-
-    Args:
-        records: B preprocessed graphs (all graph-level or all node-level targets).
-
-    Returns:
-        A :class:`GraphBatch`; ``first_edge`` ids index the concatenated ``edge_attr``.
+    """Pad B records (all graph-level or all node-level targets) to the largest one and renumber their edges
+    batch-wide: ``first_edge`` ids index the concatenated ``edge_attr``.
 
     Example:
         >>> import numpy as np
@@ -212,16 +169,13 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
         >>> batch.node_mask.tolist(), batch.spd[1].tolist()  # padding pairs hold 255
         ([[True, True, True], [True, False, False]], [[0, 255, 255], [255, 255, 255], [255, 255, 255]])
     """
-    batch = len(records)
     sizes = np.array([len(r.in_degree) for r in records])
-    num_edges = np.array([r.edge_index.shape[1] for r in records])
-    edge_offset = np.concatenate([[0], np.cumsum(num_edges)])
-    n_max = int(sizes.max(initial=1))
-    num_features = records[0].x.shape[1]
+    edge_offset = np.concatenate([[0], np.cumsum(np.array([r.edge_index.shape[1] for r in records]))])
+    batch, n_max = len(records), int(sizes.max(initial=1))
     continuous_width = _width(records[0].x_continuous)
     node_targets = np.ndim(records[0].y) == 2
 
-    x = np.zeros((batch, n_max, num_features), dtype=np.int64)
+    x = np.zeros((batch, n_max, records[0].x.shape[1]), dtype=np.int64)
     x_continuous = np.zeros((batch, n_max, continuous_width), dtype=np.float32)
     node_mask = np.zeros((batch, n_max), dtype=bool)
     in_degree = np.zeros((batch, n_max), dtype=np.int64)
@@ -245,26 +199,16 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
         local = r.first_edge.astype(np.int64)
         first_edge[b, :n, :n] = np.where(local >= 0, local + edge_offset[b], NO_EDGE)
 
-    edge_continuous_width = _width(records[0].edge_continuous)
-    if edge_continuous_width:
+    if _width(records[0].edge_continuous):
         edge_continuous = _concat([r.edge_continuous for r in records], np.float32)
     else:
         edge_continuous = np.zeros((int(edge_offset[-1]), 0), dtype=np.float32)
-    return GraphBatch(
-        x=torch.from_numpy(x),
-        x_continuous=torch.from_numpy(x_continuous),
-        node_mask=torch.from_numpy(node_mask),
-        in_degree=torch.from_numpy(in_degree),
-        out_degree=torch.from_numpy(out_degree),
-        spd=torch.from_numpy(spd),
-        first_edge=torch.from_numpy(first_edge),
-        edge_attr=torch.from_numpy(_concat([r.edge_attr for r in records], np.int64)),
-        edge_continuous=torch.from_numpy(edge_continuous),
-        edge_dst=torch.from_numpy(_concat([r.edge_index[1] for r in records], np.int64)),
-        y=torch.from_numpy(y),
-        index=torch.tensor([r.index for r in records], dtype=torch.long),
-        target_node=torch.full((batch,), NO_TARGET_NODE, dtype=torch.long),
-    )
+    arrays = dict(x=x, x_continuous=x_continuous, node_mask=node_mask, in_degree=in_degree, out_degree=out_degree,
+                  spd=spd, first_edge=first_edge, edge_attr=_concat([r.edge_attr for r in records], np.int64),
+                  edge_continuous=edge_continuous, edge_dst=_concat([r.edge_index[1] for r in records], np.int64), y=y,
+                  index=np.array([r.index for r in records], dtype=np.int64),
+                  target_node=np.full(batch, NO_TARGET_NODE, dtype=np.int64))
+    return GraphBatch(**{name: torch.from_numpy(array) for name, array in arrays.items()})
 
 
 def _width(features: np.ndarray | None) -> int:
