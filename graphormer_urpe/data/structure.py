@@ -1,27 +1,8 @@
-"""Per-graph preprocessing: shortest-path distances, first edges of shortest paths, degrees.
-
-Everything here runs once per graph when a dataset is first processed (never per epoch) and
-returns small-integer numpy arrays that the cache stores as they are.
-
-Shortest paths are encoded compactly. For every ordered pair ``(i, j)`` we keep
-
-* ``spd[i, j]``        the hop count of a shortest path from i to j (``uint8``;
-  :data:`~graphormer_urpe.constants.UNREACHABLE_SPD` when j cannot be reached), and
-* ``first_edge[i, j]`` the id of the first edge ``i -> k`` on one shortest path (``int16``;
-  :data:`~graphormer_urpe.constants.NO_EDGE` when ``i == j`` or j is unreachable).
-
-The whole path follows by repeatedly looking up ``first_edge[k, j]`` from the edge's target ``k``,
-so the edge ids of the first K hops of every pair cost ``n^2`` integers instead of the official
-Graphormer's ``n^2 * K * F`` edge-feature tensor. Among several shortest paths the one whose next
-node has the smallest index is taken at every step (``path_order="smallest_next"``), so the encoding
-is deterministic; ``path_order="official"`` takes the paths of official Graphormer's
-Floyd-Warshall instead (see :mod:`graphormer_urpe.data.official_paths`).
-
-Speed: :func:`graph_structures` preprocesses many graphs at once. Graphs with the same node count
-are stacked, so breadth-first search is a few batched ``(G, n, n)`` matmuls and the next-hop
-choice a few vectorised rounds over all edges of the block, instead of dozens of tiny numpy
-calls per graph; a molecule costs tens of microseconds. :func:`graph_structure` is the one-graph
-case of the same code.
+"""Per-graph preprocessing, once per graph (never per epoch): shortest-path distances ``spd[i, j]`` (uint8,
+:data:`~graphormer_urpe.constants.UNREACHABLE_SPD` when unreachable), the first edge ``first_edge[i, j]`` of
+one shortest path (int16, :data:`~graphormer_urpe.constants.NO_EDGE` when none; the whole path follows by
+looking up ``first_edge[k, j]`` from the edge's target k) and degrees. The encoding and its math:
+``docs/pyg.md``. Graphs of equal node count are stacked, so a molecule costs tens of microseconds.
 """
 
 from __future__ import annotations
@@ -63,18 +44,11 @@ class GraphStructure(NamedTuple):
 
 
 def shortest_path_distances(adjacency: np.ndarray) -> np.ndarray:
-    """Hop distances of G unweighted directed graphs of n nodes each, by breadth-first expansion.
+    """Hop distances of G unweighted directed graphs of n nodes each, by breadth-first expansion:
+    ``reach_{d+1} = reach_d @ (A + I) > 0``, one batched matmul per step (about ``diameter`` BLAS calls).
 
-    ``reach_{d+1} = reach_d @ (A + I) > 0`` holds the pairs at most d + 1 hops apart, and the
-    distance of a pair is the number of steps before it is reached. Each step is one batched
-    float matmul over all G graphs, so a block of molecules needs about ``diameter`` BLAS calls
-    instead of Floyd-Warshall's ``n^3`` loop per graph.
-
-    Args:
-        adjacency: (G, n, n) bool, ``adjacency[g, i, j]`` when graph g has an edge i -> j.
-
-    Returns:
-        (G, n, n) int16 distances, -1 where j is unreachable from i.
+    Shapes:
+        adjacency: (G, n, n) bool, True for an edge i -> j -> (G, n, n) int16 distances, -1 where unreachable.
     """
     num_graphs, n, _ = adjacency.shape
     step = adjacency.astype(np.float32)
@@ -96,17 +70,13 @@ def shortest_path_distances(adjacency: np.ndarray) -> np.ndarray:
 def first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
     """Id of the first edge of a shortest path for every ordered pair of G graphs of n nodes.
 
-    The next node from i towards j is the smallest k with an edge i -> k and
-    ``dist[k, j] == dist[i, j] - 1``. Every edge i -> k is tested against all targets j at once
-    (e * n comparisons per graph, not n^3); the candidates, listed by (j, g, i, k), are sorted
-    already, so the first of each (j, g, i) run is the smallest k and every pair is written once.
+    The next node from i towards j is the smallest k with an edge i -> k and ``dist[k, j] == dist[i, j] - 1``.
+    Every edge is tested against all targets j at once (e * n comparisons, not n^3); the candidates, listed by
+    (j, g, i, k), are sorted already, so the first of each (j, g, i) run is the smallest k.
 
-    Args:
-        dist: (G, n, n) int16 from :func:`shortest_path_distances`.
-        edge_id: (G, n, n) int64, id of the edge i -> k or -1.
-
-    Returns:
-        (G, n, n) int16 edge ids, :data:`NO_EDGE` on the diagonal and for unreachable pairs.
+    Shapes:
+        dist: (G, n, n) int16; edge_id: (G, n, n) int64 id of the edge i -> k or -1 -> (G, n, n) int16 edge
+        ids, :data:`NO_EDGE` on the diagonal and for unreachable pairs.
     """
     num_graphs, n, _ = dist.shape
     first = np.full(dist.shape, NO_EDGE, dtype=np.int16)
@@ -150,21 +120,13 @@ def check_path_order(path_order: str, key: str = "path_order") -> None:
 
 def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray],
                      path_order: PathOrder = "smallest_next") -> FlatStructures:
-    """SPD, first edges of shortest paths, and degrees of many graphs, concatenated.
+    """SPD, first edges of shortest paths, and degrees of many graphs, concatenated in input order; graphs of
+    equal node count are stacked, and each graph's result does not depend on the others. Distances saturate
+    at :data:`UNREACHABLE_SPD` (only ever used up to ``spatial_pos_max``, far below it).
 
-    Graphs with the same node count are stacked and processed together (see the module
-    docstring); each graph's result does not depend on which graphs it is processed with.
-
-    Args:
-        num_nodes: n of every graph, each at most :data:`MAX_NODES`.
-        edge_indices: per graph, a (2, e) integer array of directed edges (source row, target
-            row), e at most :data:`MAX_EDGES`; an undirected graph lists both directions, as PyG
-            and ogb do.
-        path_order: which shortest path ``first_edge`` follows (see the module docstring).
-
-    Returns:
-        :class:`FlatStructures` in input order; distances saturate at :data:`UNREACHABLE_SPD`
-        (they are only ever used up to ``spatial_pos_max``, far below it).
+    Shapes:
+        edge_indices: per graph (2, e) directed edges (an undirected graph lists both directions, as PyG
+        and ogb do), n <= :data:`MAX_NODES`, e <= :data:`MAX_EDGES`.
     """
     if len(num_nodes) != len(edge_indices):
         raise ValueError(f"{len(num_nodes)} node counts but {len(edge_indices)} edge lists")
@@ -177,11 +139,9 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
         _check_edge_count(np.shape(edges)[-1], f"graph {g}")
     node_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     pair_ptr = np.concatenate([[0], np.cumsum(sizes * sizes)]).astype(np.int64)
-    out = FlatStructures(
-        spd=np.empty(pair_ptr[-1], dtype=np.uint8), first_edge=np.empty(pair_ptr[-1], dtype=np.int16),
-        in_degree=np.empty(node_ptr[-1], dtype=np.int16), out_degree=np.empty(node_ptr[-1], dtype=np.int16),
-        node_ptr=node_ptr, pair_ptr=pair_ptr,
-    )
+    out = FlatStructures(np.empty(pair_ptr[-1], dtype=np.uint8), np.empty(pair_ptr[-1], dtype=np.int16),
+                         np.empty(node_ptr[-1], dtype=np.int16), np.empty(node_ptr[-1], dtype=np.int16),
+                         node_ptr, pair_ptr)
     by_size: dict[int, list[int]] = defaultdict(list)
     for g, n in enumerate(sizes.tolist()):
         by_size[n].append(g)
@@ -206,8 +166,7 @@ def _check_edge_count(num_edges: int, what: str) -> None:
                          "(first-edge ids are stored as int16)")
 
 
-def _equal_size_structures(n: int, edge_indices: list[np.ndarray],
-                           path_order: PathOrder = "smallest_next") -> tuple[np.ndarray, ...]:
+def _equal_size_structures(n: int, edge_indices: list[np.ndarray], path_order: PathOrder) -> tuple[np.ndarray, ...]:
     """SPD (G, n, n) uint8, first edges (G, n, n) int16 and in-/out-degrees (G, n) int16 of G
     graphs that all have n nodes."""
     num_graphs = len(edge_indices)
@@ -232,11 +191,6 @@ def _equal_size_structures(n: int, edge_indices: list[np.ndarray],
 def graph_structure(num_nodes: int, edge_index: np.ndarray, path_order: PathOrder = "smallest_next") -> GraphStructure:
     """SPD, first edges of shortest paths, and degrees of one graph (see :func:`graph_structures`).
 
-    Args:
-        num_nodes: n, at most :data:`MAX_NODES`.
-        edge_index: (2, e) integer array of directed edges, e at most :data:`MAX_EDGES`.
-        path_order: which shortest path ``first_edge`` follows.
-
     Example:
         A directed path 0 -> 1 -> 2 and an isolated node 3:
 
@@ -252,6 +206,5 @@ def graph_structure(num_nodes: int, edge_index: np.ndarray, path_order: PathOrde
     if not 0 <= num_nodes <= MAX_NODES:
         raise ValueError(f"graph has {num_nodes} nodes; 0 to {MAX_NODES} are supported")
     _check_edge_count(np.shape(edge_index)[-1], "graph")
-    # a block of one
-    spd, first, in_degree, out_degree = _equal_size_structures(int(num_nodes), [edge_index], path_order)
+    spd, first, in_degree, out_degree = _equal_size_structures(int(num_nodes), [edge_index], path_order)  # a block of 1
     return GraphStructure(spd=spd[0], first_edge=first[0], in_degree=in_degree[0], out_degree=out_degree[0])
