@@ -1,10 +1,5 @@
-"""What a dataset is, declared once: the facts that the model, the tasks, the cache and evaluation need.
-
-Every source builds one :class:`DataSpec` (sources that infer it read their data for it, once),
-every datamodule exposes it as ``spec``, and the CLI passes it to the task by one link
-(``data.spec`` -> ``model.init_args.data``); the task sets the encoder fields the data decides from
-it (:meth:`DataSpec.encoder_fields`). The synthetic sequence tasks have their own
-:class:`SequenceSpec`.
+"""What a dataset is, declared once (:class:`DataSpec`; :class:`SequenceSpec` for the synthetic sequence tasks):
+every datamodule exposes it as ``spec``, and the CLI links ``data.spec`` into the task (``docs/contributing.md``).
 """
 
 from __future__ import annotations
@@ -43,20 +38,13 @@ class DataSpec:
         node_vocab: values per categorical node-feature column (F entries).
         edge_vocab: values per categorical edge-feature column (Fe entries).
         num_targets: Y, target columns per graph (per node for ``target_level: node``).
-        num_outputs: the model's output width: Y for regression and binary targets, the number of
-            classes for one multi-class target.
+        num_outputs: the model's output width: Y for regression and binary targets, the classes of a multi-class one.
         continuous_node_dim: Fc, width of the continuous node features (0: none).
         continuous_edge_dim: Fec, width of the continuous edge features (0: none).
-        target_level: ``graph`` (one target row per graph), ``node`` (one per node) or
-            ``target_node`` (one per sampled subgraph, belonging to its target node: MAG240M).
-        target_kind: ``regression``, ``binary`` (Y labels in {0, 1}) or ``multiclass`` (one label
-            in 0 .. num_outputs - 1).
-        target_names: name of every target (metric names, prediction columns); empty: ``y``, or
-            ``y0``, ``y1`` ...
+        target_level: ``graph``, ``node`` or ``target_node`` (one target per sampled subgraph's target node: MAG240M).
+        target_kind: ``regression``, ``binary`` (Y labels in {0, 1}) or ``multiclass`` (one label < num_outputs).
+        target_names: name of every target (metrics, prediction columns); empty: ``y``, or ``y0``, ``y1`` ...
         submission: the OGB-LSC leaderboard's file format and evaluator, None for other datasets.
-
-    Raises:
-        ValueError: the fields contradict each other (a source's bug, named in the message).
     """
 
     node_vocab: tuple[int, ...]
@@ -70,9 +58,8 @@ class DataSpec:
     target_names: tuple[str, ...] = ()
     submission: SubmissionFormat | None = None
 
-    #: The encoder fields the data decides, split in two: those describing the input features (the
-    #: featuriser: a checkpoint's feature tables fit only data where they are equal) and those
-    #: describing the outputs (the head).
+    #: The encoder fields the data decides: the input features (a checkpoint's feature tables fit only data where
+    #: they are equal) and the outputs (the head).
     FEATURE_FIELDS: ClassVar[tuple[str, ...]] = ("node_vocab", "edge_vocab", "continuous_node_dim",
                                                  "continuous_edge_dim")
     OUTPUT_FIELDS: ClassVar[tuple[str, ...]] = ("num_outputs", "readout")
@@ -108,8 +95,7 @@ class DataSpec:
         return READOUT[self.target_level]
 
     def encoder_fields(self) -> dict[str, object]:
-        """The :class:`~graphormer_urpe.model.graphormer.GraphormerConfig` fields that the data decides
-        (:attr:`FEATURE_FIELDS`, then :attr:`OUTPUT_FIELDS`)."""
+        """The ``GraphormerConfig`` fields the data decides (:attr:`FEATURE_FIELDS`, then :attr:`OUTPUT_FIELDS`)."""
         return {"node_vocab": list(self.node_vocab), "edge_vocab": list(self.edge_vocab),
                 "continuous_node_dim": self.continuous_node_dim, "continuous_edge_dim": self.continuous_edge_dim,
                 "num_outputs": self.num_outputs, "readout": self.readout}
@@ -117,26 +103,18 @@ class DataSpec:
 
 @dataclass(frozen=True)
 class SequenceSpec:
-    """One synthetic sequence task's declaration: one multi-class label per token.
-
-    Args:
-        vocab_size: V, input token values ``0 .. V - 1``.
-        num_classes: classes of every token's label (the model's output width).
-        length: n, tokens per sequence (sizes the Toeplitz C).
-    """
+    """One synthetic sequence task's declaration: ``vocab_size`` token values, one label of ``num_classes``
+    per token (named ``y``), ``length`` tokens per sequence (sizes the Toeplitz C)."""
 
     vocab_size: int
     num_classes: int
     length: int
-    #: Every token has one class label, named ``y``.
     target_kind: ClassVar[str] = "multiclass"
     target_names: ClassVar[tuple[str, ...]] = ("y",)
-    #: The encoder fields the data decides: the inputs (token values, and the length, which sizes the
-    #: Toeplitz C), then the outputs (see :attr:`DataSpec.FEATURE_FIELDS`).
+    #: The encoder fields the data decides (see :attr:`DataSpec.FEATURE_FIELDS`).
     FEATURE_FIELDS: ClassVar[tuple[str, ...]] = ("vocab_size", "length")
     OUTPUT_FIELDS: ClassVar[tuple[str, ...]] = ("num_classes",)
 
     def encoder_fields(self) -> dict[str, object]:
-        """The :class:`~graphormer_urpe.model.sequence.SequenceConfig` fields that the data decides
-        (:attr:`FEATURE_FIELDS`, then :attr:`OUTPUT_FIELDS`)."""
+        """The ``SequenceConfig`` fields that the data decides (:attr:`FEATURE_FIELDS`, then :attr:`OUTPUT_FIELDS`)."""
         return {"vocab_size": self.vocab_size, "length": self.length, "num_classes": self.num_classes}
