@@ -1,13 +1,5 @@
-"""File integrity, once for every cache: atomic writes, streaming checksums, file records and
-their check.
-
-A preprocessed file is trusted only while it matches the record written when it was completed:
-its size (a truncated file), its CRC32 (a corrupted one) and, where recorded, its modification
-time (a file changed since; its CRC is then recomputed even without a full verification). The
-graph cache (:mod:`graphormer_urpe.data.cache`) and the MAG240M derived files
-(:mod:`graphormer_urpe.data.mag240m.derived`) keep such records in their manifests. The metadata
-files themselves are read by :func:`read_json_object`, which tells a damaged one from a good one.
-"""
+"""File integrity, once for every cache: atomic writes, streaming checksums, file records (size, CRC32,
+optionally the modification time) and their check (``docs/loaders.md#file-integrity``)."""
 
 from __future__ import annotations
 
@@ -47,8 +39,8 @@ def sha256_file(path: Path, block: int = BLOCK) -> str:
 
 
 def file_record(path: Path, mtime: bool = False) -> dict[str, int]:
-    """What :func:`record_problem` checks a file against later: ``bytes`` and ``crc32``, plus
-    ``mtime_ns`` when ``mtime`` (then a changed modification time triggers a checksum)."""
+    """What :func:`record_problem` checks a file against later: ``bytes``, ``crc32`` and, with ``mtime``,
+    ``mtime_ns`` (a changed modification time then triggers a checksum)."""
     stat = path.stat()
     record = {"bytes": stat.st_size, "crc32": crc32_file(path)}
     if mtime:
@@ -57,11 +49,8 @@ def file_record(path: Path, mtime: bool = False) -> dict[str, int]:
 
 
 def record_problem(path: Path, record: Mapping[str, int], verify_checksum: bool = True) -> str | None:
-    """Why ``path`` no longer matches its :func:`file_record`, or None.
-
-    The size is always compared; the CRC32 is recomputed when ``verify_checksum``, or when the
-    record holds a modification time and the file's differs.
-    """
+    """Why ``path`` no longer matches its :func:`file_record`, or None: the size is always compared, the CRC32
+    with ``verify_checksum`` or when the recorded modification time differs."""
     if not path.is_file():
         return "is missing"
     stat = path.stat()
@@ -85,12 +74,8 @@ def manifest_problem(directory: Path, records: Mapping[str, Mapping[str, int]],
 
 
 def read_json_object(path: Path, keys: Collection[str] = ()) -> tuple[dict | None, str | None]:
-    """The JSON object in ``path`` and None, or None and why it cannot be used: ``is missing``, ``is
-    not valid JSON (truncated or corrupted)``, ``is not a JSON object`` or ``lacks <keys>``.
-
-    Metadata files (manifests, chunk records) go through this, so that a damaged one is reported
-    in one line and rebuilt rather than read as a traceback or trusted half-written.
-    """
+    """The JSON object in ``path`` and None, or None and why it cannot be used (missing, not valid JSON, not
+    an object, lacking one of ``keys``): a damaged manifest is reported in one line and rebuilt, never trusted."""
     try:
         payload = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -106,8 +91,8 @@ def read_json_object(path: Path, keys: Collection[str] = ()) -> tuple[dict | Non
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part:
-    into a temporary file beside it (named per process), renamed into place."""
+    """Write ``text`` to ``path`` through a per-process temporary file beside it, renamed into place: readers
+    see the old file or the new one, never a part."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -119,9 +104,8 @@ def atomic_write_json(path: Path, payload: Any) -> None:
 
 
 def unwritable(directory: Path) -> Path | None:
-    """The nearest existing directory at or above ``directory`` when this process cannot create a
-    file in it (read-only file system, missing permission), else None. Tried by creating and
-    deleting a temporary file, which also holds for root and for read-only mounts."""
+    """The nearest existing directory at or above ``directory`` when this process cannot create a file in it,
+    else None (tried with a temporary file, which also holds for root and for read-only mounts)."""
     existing = Path(directory).absolute()
     while not existing.exists():
         existing = existing.parent
