@@ -1,13 +1,6 @@
-"""Loading ``torch.save`` files that hold numpy arrays (ogb's ``split_dict.pt``) with safe loading on.
-
-Since torch 2.6 ``torch.load`` defaults to ``weights_only=True``, which refuses the numpy globals
-that a pickled numpy array names. The official OGB-LSC split files were written under numpy 1.x,
-so they name ``numpy.core.multiarray._reconstruct``; files written under numpy 2 name
-``numpy._core.multiarray._reconstruct``. :func:`load_numpy_checkpoint` allow-lists, for the
-duration of one load, exactly what rebuilding numeric numpy arrays and scalars needs, under both
-spellings, and nothing else: object arrays and every other global are still refused, and
-``weights_only=False`` is never used.
-"""
+"""Loading ``torch.save`` files that hold numpy arrays (ogb's ``split_dict.pt``) under ``weights_only=True``:
+numeric numpy arrays are allow-listed for one load, under their numpy 1.x and 2.x names, and nothing else
+(``docs/ogb-lsc.md``)."""
 
 from __future__ import annotations
 
@@ -44,33 +37,22 @@ def _multiarray() -> Any:
 
 
 def numpy_safe_globals() -> list[tuple[Callable, str]]:
-    """The globals a pickle of numeric numpy arrays and scalars needs, as ``(object, pickled name)``.
-
-    Both spellings of ``_reconstruct`` and ``scalar`` map to this numpy's functions; the dtype
-    classes are needed because the unpickler only restores the state of allow-listed types.
-    """
+    """The globals a pickle of numeric numpy arrays and scalars needs, as ``(object, pickled name)``; the dtype
+    classes are needed because the unpickler only restores the state of allow-listed types."""
     multiarray = _multiarray()
     entries: list[tuple[Callable, str]] = [
         (np.ndarray, "numpy.ndarray"), (np.dtype, "numpy.dtype"),
         (bytes, "builtins.bytes"),  # the (empty) data of an empty array is pickled as bytes()
     ]
-    for module in MULTIARRAY_SPELLINGS:
-        entries.append((multiarray._reconstruct, f"{module}._reconstruct"))
-        entries.append((multiarray.scalar, f"{module}.scalar"))
-    for name in NUMERIC_DTYPES:
-        dtype_class = type(np.dtype(name))
-        entries.append((dtype_class, f"{dtype_class.__module__}.{dtype_class.__qualname__}"))
-    return entries
+    entries += [(getattr(multiarray, name), f"{module}.{name}")
+                for module in MULTIARRAY_SPELLINGS for name in ("_reconstruct", "scalar")]
+    dtype_classes = [type(np.dtype(name)) for name in NUMERIC_DTYPES]
+    return entries + [(dtype, f"{dtype.__module__}.{dtype.__qualname__}") for dtype in dtype_classes]
 
 
 def load_numpy_checkpoint(path: Path | str) -> Any:
-    """``torch.load(path, weights_only=True)`` with numeric numpy arrays allowed for this one load.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        UnsafeCheckpoint: the file is corrupt, or it needs globals beyond numeric numpy arrays
-            (the message lists them).
-    """
+    """``torch.load(path, weights_only=True)`` with numeric numpy arrays allowed for this one load; a corrupt
+    file, or one needing other globals (listed), raises :class:`UnsafeCheckpoint`."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
@@ -90,16 +72,8 @@ def load_numpy_checkpoint(path: Path | str) -> Any:
 
 
 def load_split_dict(path: Path | str, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """An OGB ``split_dict.pt``: split name -> (R,) int64 row indices.
-
-    Args:
-        path: the file.
-        names: splits that must be present.
-
-    Raises:
-        UnsafeCheckpoint: as :func:`load_numpy_checkpoint`, or the file is not a dict of 1-D
-            integer arrays holding ``names``.
-    """
+    """An OGB ``split_dict.pt``: split name -> (R,) int64 row indices; :class:`UnsafeCheckpoint` unless it is a
+    dict of 1-D integer arrays holding the splits ``names``."""
     loaded = load_numpy_checkpoint(path)
     if not isinstance(loaded, dict):
         raise UnsafeCheckpoint(f"{path} holds a {type(loaded).__name__}, expected a dict of split name -> indices")
