@@ -1,8 +1,5 @@
-"""OGB-LSC test-submission formats: dataset metadata (file names, dtypes, split sizes).
-
-The data declares its format (``DataSpec.submission``, :mod:`graphormer_urpe.data.spec`); writing
-and checking the files is :mod:`graphormer_urpe.evaluation.submission`.
-"""
+"""OGB-LSC test-submission formats (file names, dtypes, split sizes), declared by the data as
+``DataSpec.submission``; writing and checking the files is :mod:`graphormer_urpe.evaluation.submission`."""
 
 from __future__ import annotations
 
@@ -27,16 +24,13 @@ class SubmissionFormat:
     """The test-submission file of one OGB-LSC dataset.
 
     Args:
-        dataset: the name in the file name, ``y_pred_<dataset>_<mode>.npz`` (also the directory of
-            the dataset under the data root).
+        dataset: the name in ``y_pred_<dataset>_<mode>.npz`` (and the dataset's directory under the data root).
         evaluator: builds ogb's evaluator (``eval`` for labelled splits, ``save_test_submission``).
         dtype: dtype of ``y_pred`` in the file written by ogb.
-        num_classes: for classification, the number of classes: predictions are integer labels in
-            ``0 .. num_classes - 1``; None for regression (finite floating-point values).
+        num_classes: predictions are integer labels ``0 .. num_classes - 1``; None for regression (finite floats).
         directory: the dataset's directory under the data root, when it differs from ``dataset``.
-        official_sizes: rows of every split of the official release: loading warns when the splits
-            on disk differ; ogb's ``save_test_submission`` asserts the test ones, which
-            ``--check-submission`` uses when the dataset is not on disk.
+        official_sizes: rows of every official split: loading warns when the splits on disk differ; ogb asserts
+            the test ones, which ``--check-submission`` uses when the dataset is not on disk.
         examples: what one row is, in messages.
         splits: the official splits (the hidden test splits are :data:`MODES`).
     """
@@ -55,8 +49,8 @@ class SubmissionFormat:
         return f"y_pred_{self.dataset}_{mode}.npz"
 
     def split_size(self, data_root: Path | str, mode: str) -> int:
-        """Rows of test split ``mode`` according to ``<data_root>/<dataset>/split_dict.pt`` (a file
-        holding one ``test`` split is divided 3:2 into test-dev and test-challenge, as ogb does)."""
+        """Rows of test split ``mode`` in ``<data_root>/<dataset>/split_dict.pt`` (one ``test`` split is divided
+        3:2 into test-dev and test-challenge, as ogb does)."""
         path = Path(data_root) / (self.directory or self.dataset) / "split_dict.pt"
         splits = load_split_dict(path, [])
         if mode not in splits and "test" in splits:

@@ -1,13 +1,7 @@
-"""Shortest paths chosen as official Graphormer chooses them (``path_order: official``).
-
-Official Graphormer (v2 ``graphormer/data/algos.pyx``, ``floyd_warshall`` and ``get_all_edges``)
-records in ``path[i, j]`` the last intermediate node k that strictly shortened the pair and rebuilds
-the path as ``path(i, k) + [k] + path(k, j)``: among the shortest paths, the one whose largest
-intermediate node is smallest, recursively. These paths are suffix-consistent, so the compact
-``first_edge`` matrix represents them exactly (``docs/official-graphormer.md``; checked in
-``tests/data/test_official_paths.py`` against a transcription of ``algos.pyx``). v1.0's ``algos.pyx`` reads
-node 0 as "no intermediate node", a bug fixed in v2 and not reproduced here. Floyd-Warshall is
-vectorised over a block of G graphs of n nodes: n steps of ``(G, n, n)`` array operations.
+"""Shortest paths chosen as official Graphormer (v2 ``algos.pyx``) chooses them (``path_order: official``):
+``path(i, j) = path(i, k) + [k] + path(k, j)`` with k the last intermediate node that strictly shortened the
+pair. These paths are suffix-consistent, so ``first_edge`` represents them exactly
+(``docs/official-graphormer.md``). Floyd-Warshall is vectorised over blocks of G graphs of n nodes.
 """
 
 from __future__ import annotations
@@ -20,14 +14,9 @@ from graphormer_urpe.constants import NO_EDGE
 def official_intermediates(dist: np.ndarray) -> np.ndarray:
     """``path`` of official ``floyd_warshall`` (v2 ``algos.pyx``) for G graphs of n nodes at once.
 
-    Args:
-        dist: (G, n, n) hop distances, -1 where unreachable (as from
-            :func:`~graphormer_urpe.data.structure.shortest_path_distances`); only which pairs
-            are adjacent (distance 1) is read.
-
-    Returns:
-        (G, n, n) int64: the intermediate node k of pair (i, j), -1 when the pair is joined
-        directly (or i == j) or unreachable.
+    Shapes:
+        dist: (G, n, n) hop distances, -1 where unreachable (only distance 1 is read) -> (G, n, n) int64
+        intermediate node k of pair (i, j), -1 when joined directly (or i == j) or unreachable.
     """
     num_graphs, n, _ = dist.shape
     unreachable = 510  # official: distances of unconnected pairs start at 510 (any value > n works)
@@ -44,17 +33,12 @@ def official_intermediates(dist: np.ndarray) -> np.ndarray:
 
 
 def official_first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
-    """First edge of the official shortest path of every pair of G graphs of n nodes.
+    """First edge of the official shortest path of every pair of G graphs of n nodes: the first node of
+    ``path(i, j)`` is that of ``path(i, k)``, so follow ``k = path[i, k]`` until it is -1 (at most n rounds).
 
-    The first node of ``path(i, j) = path(i, k) + [k] + path(k, j)`` is the first node of
-    ``path(i, k)``: follow ``k = path[i, k]`` until it is -1 (at most n rounds, vectorised).
-
-    Args:
-        dist: (G, n, n) hop distances, -1 where unreachable.
-        edge_id: (G, n, n) id of the edge i -> k, or -1.
-
-    Returns:
-        (G, n, n) int16 edge ids, :data:`NO_EDGE` on the diagonal and for unreachable pairs.
+    Shapes:
+        dist: (G, n, n), -1 where unreachable; edge_id: (G, n, n) id of the edge i -> k, or -1 -> (G, n, n)
+        int16 edge ids, :data:`NO_EDGE` on the diagonal and for unreachable pairs.
     """
     num_graphs, n, _ = dist.shape
     path = official_intermediates(dist)

@@ -1,6 +1,5 @@
-"""What evaluation asks of a DataModule: the :class:`PredictableData` protocol, which lets one
-:func:`~graphormer_urpe.evaluation.splits.predict_split` and one submission writer serve every
-DataModule, and :class:`SplitRows`, the rows of a split in order."""
+"""What evaluation asks of a DataModule (:class:`PredictableData`, ``docs/loaders.md#one-prediction-path``)
+and :class:`SplitRows`, the rows of a split in order."""
 
 from __future__ import annotations
 
@@ -19,12 +18,9 @@ class SplitRows:
     """The rows of one split in its official order (what a submission's rows refer to).
 
     Shapes:
-        rows: (R,) int64 row ids (source rows of a table, paper ids of MAG240M);
-        items: (R,) int64 the ``index`` a batch carries for each row's example, -1 for a row that
-        has none (skipped while preprocessing); targets: (R, Y) float32, NaN where unknown or hidden.
-
-    Args:
-        skipped: the reason each row without an example was left out.
+        rows: (R,) int64 row ids (source rows of a table, paper ids of MAG240M); items: (R,) int64 the
+        ``index`` a batch carries for each row's example, -1 for a row skipped while preprocessing (its reason
+        in ``skipped``); targets: (R, Y) float32, NaN where unknown or hidden.
     """
 
     rows: np.ndarray
@@ -35,11 +31,7 @@ class SplitRows:
 
 @runtime_checkable
 class PredictableData(Protocol):
-    """The part of a DataModule that evaluation uses (``GraphDataModule``, ``MAG240MDataModule``).
-
-    ``predict_dataloader`` serves the split chosen by :meth:`predict_on`, each process its
-    contiguous shard; its batches carry ``index`` (the items of :class:`SplitRows`).
-    """
+    """The part of a DataModule that evaluation uses (``GraphDataModule``, ``MAG240MDataModule``)."""
 
     #: The dataset root (``<root>/<dataset>/split_dict.pt`` gives a submission's row count).
     root: Path
@@ -50,8 +42,7 @@ class PredictableData(Protocol):
 
     @property
     def spec(self) -> DataSpec:
-        """What the data is; ``spec.submission`` is the OGB-LSC test-submission format (None for
-        datasets without one)."""
+        """What the data is; ``spec.submission`` is the OGB-LSC test-submission format, if any."""
 
     @property
     def split_sizes(self) -> dict[str, int]:
@@ -68,8 +59,7 @@ class PredictableData(Protocol):
         """The rows of ``split`` (after setup)."""
 
     def training_mean(self) -> np.ndarray | None:
-        """(Y,) mean of the training targets, which a submission predicts for rows skipped while
-        preprocessing; None for data that skip no rows."""
+        """(Y,) mean of the training targets, predicted for skipped rows; None for data that skip none."""
 
     def predict_dataloader(self) -> DataLoader:
-        """This process's shard of the split chosen by :meth:`predict_on`."""
+        """This process's contiguous shard of the split chosen by :meth:`predict_on`; batches carry ``index``."""
