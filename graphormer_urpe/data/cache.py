@@ -152,25 +152,16 @@ class CacheSpec:
         return None
 
 
-# ----------------------------------------------------------------------------- writing
-
-
 def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) -> tuple[dict[str, np.ndarray], list]:
     """Check and preprocess rows together into the flat arrays of one chunk; also the skipped rows as
     ``[row, reason]``."""
-    skipped: list = []
-    kept_rows: list[int] = []
-    kept: list[RawGraph] = []
-    for row, graph in rows:
-        if isinstance(graph, str):
-            skipped.append([int(row), graph])
-        else:
-            kept_rows.append(int(row))
-            kept.append(graph)
-    problems = spec.problems(kept)
-    skipped = sorted(skipped + [[row, p] for row, p in zip(kept_rows, problems) if p is not None])
-    kept_rows = [row for row, p in zip(kept_rows, problems) if p is None]
-    kept = [g for g, p in zip(kept, problems) if p is None]
+    read = [(int(row), graph) for row, graph in rows]
+    graphs = [(row, graph) for row, graph in read if not isinstance(graph, str)]
+    problems = spec.problems([graph for _, graph in graphs])
+    skipped = sorted([[row, reason] for row, reason in read if isinstance(reason, str)]
+                     + [[row, problem] for (row, _), problem in zip(graphs, problems) if problem is not None])
+    kept_rows = [row for (row, _), problem in zip(graphs, problems) if problem is None]
+    kept = [graph for (_, graph), problem in zip(graphs, problems) if problem is None]
     if not kept:
         offsets = {name: np.zeros(1, dtype=np.int64) for name in ("node_ptr", "edge_ptr", "pair_ptr")}
         return {**{name: _empty(name, spec) for name in _ARRAY_NAMES}, **offsets}, skipped
@@ -229,9 +220,6 @@ def write_chunk(path: Path, arrays: Mapping[str, np.ndarray], meta: dict) -> Non
     (tmp / CHUNK_META).write_text(json.dumps({**meta, "files": files}))
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
-
-
-# ----------------------------------------------------------------------------- checking and reading
 
 
 def chunk_problem(path: Path, verify_checksums: bool = True) -> str | None:
@@ -365,9 +353,6 @@ class GraphStore:
             return np.full(len(rows), -1, dtype=np.int64)
         position = np.minimum(np.searchsorted(self.source_row, rows), len(self.source_row) - 1)
         return np.where(self.source_row[position] == rows, position, -1).astype(np.int64)
-
-
-# ----------------------------------------------------------------------------- building
 
 
 @contextlib.contextmanager

@@ -237,21 +237,15 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
     pair_mask = node_mask[:, :, None] & node_mask[:, None, :]  # (B, N, N): row-major blocks, graph after graph
     local = pad_rows(pair_mask, batch.first_edge, NO_EDGE).long()  # (B, N, N) ids within each graph
     first_edge = torch.where(local >= 0, local + edge_start[:, None, None], NO_EDGE)  # (B, N, N) batch edge ids
-    return GraphBatch(
-        x=pad_rows(node_mask, x, 0),  # (B, N, F)
-        x_continuous=pad_rows(node_mask, x_continuous, 0),  # (B, N, Fc)
-        node_mask=node_mask,
-        in_degree=pad_rows(node_mask, batch.in_degree.long(), 0),  # (B, N)
+    return GraphBatch(  # shapes as documented in GraphBatch
+        x=pad_rows(node_mask, x, 0), x_continuous=pad_rows(node_mask, x_continuous, 0), node_mask=node_mask,
+        in_degree=pad_rows(node_mask, batch.in_degree.long(), 0),
         out_degree=pad_rows(node_mask, batch.out_degree.long(), 0),
-        spd=pad_rows(pair_mask, batch.spd, UNREACHABLE_SPD),  # (B, N, N)
-        first_edge=first_edge,
-        edge_attr=edge_attr,  # (E, Fe)
-        edge_continuous=edge_continuous,  # (E, Fec)
-        edge_dst=batch.edge_index[1] - node_start[edge_graph],  # (E,) position in its graph
+        spd=pad_rows(pair_mask, batch.spd, UNREACHABLE_SPD), first_edge=first_edge, edge_attr=edge_attr,
+        edge_continuous=edge_continuous, edge_dst=batch.edge_index[1] - node_start[edge_graph],  # position in its graph
         y=_targets(batch, target, target_level, node_mask, num_graphs, num_total),
         index=torch.arange(num_graphs, device=device),
-        target_node=torch.full((num_graphs,), NO_TARGET_NODE, dtype=torch.long, device=device),
-    )
+        target_node=torch.full((num_graphs,), NO_TARGET_NODE, dtype=torch.long, device=device))
 
 
 def _targets(batch: Batch, target: str, level: str, node_mask: torch.Tensor, num_graphs: int,
