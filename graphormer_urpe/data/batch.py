@@ -64,7 +64,6 @@ class GraphRecord(NamedTuple):
         Example:
             A path 0 - 1 - 2 (both directions of each edge), one node-feature column, one edge one:
 
-            >>> import numpy as np
             >>> edges = np.array([[0, 1, 1, 2], [1, 0, 2, 1]])
             >>> record = GraphRecord.from_graph(np.array([[1], [2], [3]]), edges, np.ones((4, 1), int),
             ...                                 np.array([0.5], np.float32))
@@ -112,10 +111,8 @@ class GraphBatch(TensorFields):
         target_node: (B,) int64 node whose label ``y`` is, or -1 (:data:`NO_TARGET_NODE`) for graph-level tasks.
 
     Example:
-        Made by :func:`collate_graphs` from cached records, or by
-        :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch` from a PyG batch:
+        Made by :func:`collate_graphs`, or by :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`:
 
-        >>> import numpy as np
         >>> edges = np.array([[0, 1], [1, 0]])
         >>> record = GraphRecord.from_graph(np.array([[3], [4]]), edges, np.ones((2, 1), int), np.zeros(1, np.float32))
         >>> batch = collate_graphs([record, record])
@@ -160,7 +157,6 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
     batch-wide: ``first_edge`` ids index the concatenated ``edge_attr``.
 
     Example:
-        >>> import numpy as np
         >>> path = GraphRecord.from_graph(np.array([[1], [2], [3]]), np.array([[0, 1], [1, 2]]),
         ...                               np.ones((2, 1), int), np.zeros(1, np.float32))
         >>> single = GraphRecord.from_graph(np.array([[4]]), np.zeros((2, 0), int), np.zeros((0, 1), int),

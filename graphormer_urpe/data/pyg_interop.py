@@ -60,17 +60,11 @@ class GraphormerStructure(BaseTransform):
             Graphormer's Floyd-Warshall paths, for a model imported from official weights).
 
     Example:
-        A directed path 0 -> 1 -> 2 and an isolated node 3:
+        A directed path 0 -> 1 -> 2 and an isolated node 3; from node 0 (255: unreachable):
 
-        >>> import torch
-        >>> from torch_geometric.data import Data
         >>> data = GraphormerStructure()(Data(edge_index=torch.tensor([[0, 1], [1, 2]]), num_nodes=4))
-        >>> data.spd.view(4, 4).tolist()  # 255: unreachable
-        [[0, 1, 2, 255], [255, 0, 1, 255], [255, 255, 0, 255], [255, 255, 255, 0]]
-        >>> data.first_edge.view(4, 4)[0].tolist()  # from node 0, every path starts with edge 0
-        [-1, 0, 0, -1]
-        >>> data.in_degree.tolist(), data.out_degree.tolist()
-        ([0, 1, 1, 0], [1, 1, 0, 0])
+        >>> data.spd.view(4, 4)[0].tolist(), data.first_edge.view(4, 4)[0].tolist(), data.in_degree.tolist()
+        ([0, 1, 2, 255], [-1, 0, 0, -1], [0, 1, 1, 0])
     """
 
     def __init__(self, node_attributes: Sequence[str] | None = None, edge_attributes: Sequence[str] | None = None,
@@ -175,8 +169,6 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
             ``spec.target_level``, else ``graph``.
 
     Example:
-        >>> import torch
-        >>> from torch_geometric.data import Batch, Data
         >>> structure = GraphormerStructure()
         >>> path = structure(Data(x=torch.tensor([[1], [2], [3]]), edge_index=torch.tensor([[0, 1], [1, 2]])))
         >>> pair = structure(Data(x=torch.tensor([[4], [5]]), edge_index=torch.tensor([[0, 1], [1, 0]])))

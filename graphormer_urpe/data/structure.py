@@ -194,7 +194,6 @@ def graph_structure(num_nodes: int, edge_index: np.ndarray, path_order: PathOrde
     Example:
         A directed path 0 -> 1 -> 2 and an isolated node 3:
 
-        >>> import numpy as np
         >>> s = graph_structure(4, np.array([[0, 1], [1, 2]]))
         >>> s.spd.tolist()  # 255: unreachable
         [[0, 1, 2, 255], [255, 0, 1, 255], [255, 255, 0, 255], [255, 255, 255, 0]]
