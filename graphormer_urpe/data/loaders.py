@@ -128,17 +128,13 @@ class EvalShardSampler(DistributedSampler):
         if size < num_replicas:
             raise ValueError(f"an evaluation split of {size} graphs cannot be shared by {num_replicas} processes "
                              "without repeating graphs; evaluate on fewer devices")
-        self.start = rank * size // num_replicas
-        self.stop = (rank + 1) * size // num_replicas
-        self.num_samples = self.stop - self.start
+        self.start, self.stop = rank * size // num_replicas, (rank + 1) * size // num_replicas
+        self.num_samples = self.stop - self.start  # DistributedSampler's len()
         self.sizes = _checked_sizes(sizes, size, 0)
 
     def __iter__(self) -> Iterator[int]:
         shard = np.arange(self.start, self.stop)
         return iter((shard if self.sizes is None else size_sorted(shard, self.sizes)).tolist())
-
-    def __len__(self) -> int:
-        return self.num_samples
 
 
 class ResumableLoader(DataLoader):

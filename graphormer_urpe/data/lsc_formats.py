@@ -21,28 +21,18 @@ MODES = ("test-dev", "test-challenge")
 
 @dataclass(frozen=True)
 class SubmissionFormat:
-    """The test-submission file of one OGB-LSC dataset.
+    """The test-submission file of one OGB-LSC dataset."""
 
-    Args:
-        dataset: the name in ``y_pred_<dataset>_<mode>.npz`` (and the dataset's directory under the data root).
-        evaluator: builds ogb's evaluator (``eval`` for labelled splits, ``save_test_submission``).
-        dtype: dtype of ``y_pred`` in the file written by ogb.
-        num_classes: predictions are integer labels ``0 .. num_classes - 1``; None for regression (finite floats).
-        directory: the dataset's directory under the data root, when it differs from ``dataset``.
-        official_sizes: rows of every official split: loading warns when the splits on disk differ; ogb asserts
-            the test ones, which ``--check-submission`` uses when the dataset is not on disk.
-        examples: what one row is, in messages.
-        splits: the official splits (the hidden test splits are :data:`MODES`).
-    """
-
-    dataset: str
-    evaluator: Callable[[], Any]
-    dtype: np.dtype
-    num_classes: int | None = None
-    directory: str | None = None
+    dataset: str  # as in ``y_pred_<dataset>_<mode>.npz``; also its directory under the data root
+    evaluator: Callable[[], Any]  # builds ogb's evaluator (``eval`` for labelled splits, ``save_test_submission``)
+    dtype: np.dtype  # of ``y_pred`` in the file written by ogb
+    num_classes: int | None = None  # predictions are labels 0 .. num_classes - 1; None: regression (finite floats)
+    directory: str | None = None  # the dataset's directory under the data root, when it differs from ``dataset``
+    #: Rows of every official split: loading warns when the splits on disk differ; ogb asserts the test ones,
+    #: which ``--check-submission`` uses when the dataset is not on disk.
     official_sizes: Mapping[str, int] = field(default_factory=dict)
-    examples: str = "molecules"
-    splits: tuple[str, ...] = ("train", "valid", *MODES)
+    examples: str = "molecules"  # what one row is, in messages
+    splits: tuple[str, ...] = ("train", "valid", *MODES)  # the official splits (:data:`MODES` are the hidden ones)
 
     def filename(self, mode: str) -> str:
         """``y_pred_<dataset>_<mode>.npz``."""
@@ -63,24 +53,21 @@ class SubmissionFormat:
 
 
 def _pcqm4mv2_evaluator() -> Any:
-    from ogb.lsc import PCQM4Mv2Evaluator
-
-    return PCQM4Mv2Evaluator()
+    import ogb.lsc  # imported on use: slow
+    return ogb.lsc.PCQM4Mv2Evaluator()
 
 
 def _mag240m_evaluator() -> Any:
-    from ogb.lsc import MAG240MEvaluator
-
-    return MAG240MEvaluator()
+    import ogb.lsc
+    return ogb.lsc.MAG240MEvaluator()
 
 
 PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, dtype=np.dtype(np.float32),
                             official_sizes={"train": 3_378_606, "valid": 73_545, "test-dev": 147_037,
                                             "test-challenge": 147_432})
 #: ogb writes MAG240M labels as int16 (``np.short``).
-MAG240M = SubmissionFormat(dataset="mag240m", evaluator=_mag240m_evaluator, dtype=np.dtype(np.int16),
-                           num_classes=153, directory="mag240m_kddcup2021", examples="papers",
-                           official_sizes={"train": 1_112_392, "valid": 138_949, "test-dev": 88_092,
-                                           "test-challenge": 58_726})
+MAG240M = SubmissionFormat(dataset="mag240m", evaluator=_mag240m_evaluator, dtype=np.dtype(np.int16), num_classes=153,
+                           directory="mag240m_kddcup2021", examples="papers", official_sizes={
+                               "train": 1_112_392, "valid": 138_949, "test-dev": 88_092, "test-challenge": 58_726})
 #: Every known format by dataset name (``--check-submission`` finds the format from the file name).
 FORMATS = {fmt.dataset: fmt for fmt in (PCQM4MV2, MAG240M)}
