@@ -80,20 +80,15 @@ class GlobalBatchSampler(DistributedSampler):
         """Global batches (optimiser micro-steps) per epoch, the same for every W."""
         return math.ceil(self.total_size / self.global_batch)
 
-    def epoch_order(self, epoch: int, generator: torch.Generator | None = None) -> list[int]:
-        """The padded global order of ``epoch``: ``total_size`` dataset indices."""
-        if self.shuffle:
-            generator = torch.Generator() if generator is None else generator
-            order = torch.randperm(self.dataset_size, generator=generator.manual_seed(self.seed + epoch)).tolist()
-        else:
-            order = list(range(self.dataset_size))
-        padding = self.total_size - len(order)
-        return order + (order * math.ceil(padding / max(len(order), 1)))[:padding]
-
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         """The global batches of ``epoch`` in training order (dataset indices)."""
         generator = torch.Generator()
-        order = self.epoch_order(epoch, generator)
+        if self.shuffle:
+            order = torch.randperm(self.dataset_size, generator=generator.manual_seed(self.seed + epoch)).tolist()
+        else:
+            order = list(range(self.dataset_size))
+        padding = self.total_size - len(order)  # repeat the first indices up to a multiple of W
+        order += (order * math.ceil(padding / max(len(order), 1)))[:padding]
         if self.bucket_window:  # bucket the unpadded order, so that the batches do not depend on W
             batches = [b.tolist() for b in bucketed_batches(np.asarray(order[:self.dataset_size], dtype=np.int64),
                                                             self.sizes, self.global_batch, self.bucket_window,

@@ -11,12 +11,15 @@ import numpy as np
 from graphormer_urpe.constants import NO_EDGE
 
 
-def official_intermediates(dist: np.ndarray) -> np.ndarray:
-    """``path`` of official ``floyd_warshall`` (v2 ``algos.pyx``) for G graphs of n nodes at once.
+def official_first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
+    """First edge of the official shortest path of every pair of G graphs of n nodes: official ``floyd_warshall``
+    gives ``path[i, j]``, the intermediate node k (-1 when joined directly); the first node of ``path(i, j)`` is
+    that of ``path(i, k)``, so follow ``k = path[i, k]`` until it is -1 (at most n rounds).
 
     Shapes:
-        dist: (G, n, n) hop distances, -1 where unreachable (only distance 1 is read) -> (G, n, n) int64
-        intermediate node k of pair (i, j), -1 when joined directly (or i == j) or unreachable.
+        dist: (G, n, n) hop distances, -1 where unreachable (only distance 1 is read by Floyd-Warshall);
+        edge_id: (G, n, n) id of the edge i -> k, or -1 -> (G, n, n) int16 edge ids, :data:`NO_EDGE` on the
+        diagonal and for unreachable pairs.
     """
     num_graphs, n, _ = dist.shape
     unreachable = 510  # official: distances of unconnected pairs start at 510 (any value > n works)
@@ -29,19 +32,6 @@ def official_intermediates(dist: np.ndarray) -> np.ndarray:
         best = np.where(shorter, through, best)
         path[shorter] = k
     path[dist < 0] = -1
-    return path
-
-
-def official_first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
-    """First edge of the official shortest path of every pair of G graphs of n nodes: the first node of
-    ``path(i, j)`` is that of ``path(i, k)``, so follow ``k = path[i, k]`` until it is -1 (at most n rounds).
-
-    Shapes:
-        dist: (G, n, n), -1 where unreachable; edge_id: (G, n, n) id of the edge i -> k, or -1 -> (G, n, n)
-        int16 edge ids, :data:`NO_EDGE` on the diagonal and for unreachable pairs.
-    """
-    num_graphs, n, _ = dist.shape
-    path = official_intermediates(dist)
     g = np.arange(num_graphs)[:, None, None]
     i = np.arange(n)[None, :, None]
     target = np.broadcast_to(np.arange(n)[None, None, :], dist.shape).copy()  # (G, n, n)
