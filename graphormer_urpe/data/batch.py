@@ -88,10 +88,8 @@ class TensorFields:
 
     def map_tensors(self, move: Callable[[torch.Tensor], torch.Tensor]) -> Self:
         """A copy with ``move`` applied to every tensor field."""
-        return type(self)(**{
-            f.name: getattr(self, f.name) if f.metadata.get("host") else move(getattr(self, f.name))
-            for f in dataclasses.fields(self)
-        })
+        return type(self)(**{f.name: getattr(self, f.name) if f.metadata.get("host") else move(getattr(self, f.name))
+                             for f in dataclasses.fields(self)})
 
 
 @dataclass

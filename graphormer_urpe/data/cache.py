@@ -289,14 +289,12 @@ class Chunk:
         e0, e1 = a["edge_ptr"][local], a["edge_ptr"][local + 1]
         p0, p1 = a["pair_ptr"][local], a["pair_ptr"][local + 1]
         n = n1 - n0
-        return GraphRecord(
-            x=a["x"][n0:n1], edge_index=a["edge_index"][e0:e1].T, edge_attr=a["edge_attr"][e0:e1],
-            spd=a["spd"][p0:p1].reshape(n, n), first_edge=a["first_edge"][p0:p1].reshape(n, n),
-            in_degree=a["in_degree"][n0:n1], out_degree=a["out_degree"][n0:n1],
-            y=a["y"][n0:n1] if self.node_targets else a["y"][local], index=index,
-            x_continuous=a["x_continuous"][n0:n1] if a["x_continuous"].shape[1] else None,
-            edge_continuous=a["edge_continuous"][e0:e1] if a["edge_continuous"].shape[1] else None,
-        )
+        return GraphRecord(x=a["x"][n0:n1], edge_index=a["edge_index"][e0:e1].T, edge_attr=a["edge_attr"][e0:e1],
+                           spd=a["spd"][p0:p1].reshape(n, n), first_edge=a["first_edge"][p0:p1].reshape(n, n),
+                           in_degree=a["in_degree"][n0:n1], out_degree=a["out_degree"][n0:n1],
+                           y=a["y"][n0:n1] if self.node_targets else a["y"][local], index=index,
+                           x_continuous=a["x_continuous"][n0:n1] if a["x_continuous"].shape[1] else None,
+                           edge_continuous=a["edge_continuous"][e0:e1] if a["edge_continuous"].shape[1] else None)
 
 
 class GraphStore:
@@ -468,9 +466,8 @@ def build_store(reader: RowReader, directory: Path, key: Mapping, spec: CacheSpe
     skipped_by_split = {name: int(np.isin(rows, skipped_rows).sum()) for name, rows in splits.items()}
     graphs = sum(meta["graphs"] for meta in chunk_metas)
     np.savez(directory / SPLITS, **{name: np.asarray(rows, dtype=np.int64) for name, rows in splits.items()})
-    summary = BuildSummary(rows=reader.num_rows, processed_rows=processed_rows, graphs=graphs, skipped=skipped,
-                           skipped_by_split=skipped_by_split, seconds=time.perf_counter() - started,
-                           rebuilt_chunks=rebuilt)
+    summary = BuildSummary(reader.num_rows, processed_rows, graphs, skipped, skipped_by_split,
+                           time.perf_counter() - started, rebuilt)
     atomic_write_json(directory / MANIFEST, {
         "format": CACHE_FORMAT, "key": dict(key), "chunks": names, "rows": reader.num_rows, "graphs": graphs,
         "skipped": len(skipped), "skipped_examples": skipped[:SHOWN_SKIPS], "skipped_by_split": skipped_by_split,

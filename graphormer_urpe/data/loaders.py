@@ -211,8 +211,7 @@ def train_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None
     sampler = sampler_type(dataset, global_batch, world, rank, run_seed() if seed is None else seed,
                            sizes=sizes, bucket_window=bucket_window)
     check_validation_interval(trainer, sampler.batches_per_epoch, len(dataset), global_batch)
-    return ResumableLoader(dataset, sampler, collate_fn, num_workers=num_workers,
-                           pin_memory=pin_memory and _on_cuda(trainer))
+    return ResumableLoader(dataset, sampler, collate_fn, num_workers, pin_memory and _on_cuda(trainer))
 
 
 def check_validation_interval(trainer: pl.Trainer | None, batches_per_epoch: int, dataset_size: int,
@@ -222,12 +221,11 @@ def check_validation_interval(trainer: pl.Trainer | None, batches_per_epoch: int
     if trainer is None or not isinstance(trainer.val_check_interval, int) or trainer.check_val_every_n_epoch is None:
         return
     if trainer.val_check_interval > batches_per_epoch and trainer.limit_val_batches:
-        raise ConfigError(
-            "trainer.val_check_interval", trainer.val_check_interval,
-            f"is more than the {batches_per_epoch} training batches of an epoch ({dataset_size} training examples in "
-            f"global batches of {global_batch}) while trainer.check_val_every_n_epoch is "
-            f"{trainer.check_val_every_n_epoch}; use at most {batches_per_epoch}, a fraction of an epoch in (0, 1], or "
-            "trainer.check_val_every_n_epoch null to count batches across epochs")
+        raise ConfigError("trainer.val_check_interval", trainer.val_check_interval,
+                          f"is more than the {batches_per_epoch} training batches of an epoch ({dataset_size} training "
+                          f"examples in global batches of {global_batch}) while trainer.check_val_every_n_epoch is "
+                          f"{trainer.check_val_every_n_epoch}; use at most {batches_per_epoch}, a fraction of an epoch "
+                          "in (0, 1], or trainer.check_val_every_n_epoch null to count batches across epochs")
 
 
 def eval_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None,
@@ -238,10 +236,9 @@ def eval_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None,
     size given ``sizes``; :func:`~graphormer_urpe.evaluation.splits.predict_split` gathers the shards.
     ``sampler_type`` is an :class:`EvalShardSampler`; workers are kept alive between evaluations."""
     world, rank = process_grid(trainer)
-    return DataLoader(dataset, batch_size=per_device_batch_size(global_batch, world),
-                      sampler=sampler_type(dataset, world, rank, sizes), collate_fn=collate_fn,
-                      num_workers=num_workers, persistent_workers=num_workers > 0,
-                      pin_memory=pin_memory and _on_cuda(trainer),
+    return DataLoader(dataset, batch_size=per_device_batch_size(global_batch, world), collate_fn=collate_fn,
+                      sampler=sampler_type(dataset, world, rank, sizes), num_workers=num_workers,
+                      persistent_workers=num_workers > 0, pin_memory=pin_memory and _on_cuda(trainer),
                       generator=torch.Generator().manual_seed(0))  # iterating never consumes the global RNG
 
 

@@ -218,8 +218,8 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
         checks += [_outside(x, spec.node_vocab).sum(), _outside(edge_attr, spec.edge_vocab).sum()]
     n_max, num_pairs, mismatched, *outside = torch.stack([c.reshape(()).long() for c in checks]).tolist()
     if num_pairs != batch.spd.numel() or num_pairs != batch.first_edge.numel() or mismatched:
-        raise ValueError(f"the structure attributes do not fit the batch's graphs ({num_pairs} node pairs, spd holds "
-                         f"{batch.spd.numel()}; {mismatched} nodes whose out_degree disagrees with edge_index): "
+        raise ValueError(f"the structure attributes do not fit the batch's graphs ({num_pairs} node pairs, spd "
+                         f"holds {batch.spd.numel()}; {mismatched} nodes whose out_degree disagrees with edge_index): "
                          f"{stale}")
     if any(outside):
         _raise_outside(x, spec.node_vocab, node_origin, "node_vocab")

@@ -40,10 +40,8 @@ def numpy_safe_globals() -> list[tuple[Callable, str]]:
     """The globals a pickle of numeric numpy arrays and scalars needs, as ``(object, pickled name)``; the dtype
     classes are needed because the unpickler only restores the state of allow-listed types."""
     multiarray = _multiarray()
-    entries: list[tuple[Callable, str]] = [
-        (np.ndarray, "numpy.ndarray"), (np.dtype, "numpy.dtype"),
-        (bytes, "builtins.bytes"),  # the (empty) data of an empty array is pickled as bytes()
-    ]
+    entries: list[tuple[Callable, str]] = [(np.ndarray, "numpy.ndarray"), (np.dtype, "numpy.dtype"),
+                                           (bytes, "builtins.bytes")]  # an empty array's data: bytes()
     entries += [(getattr(multiarray, name), f"{module}.{name}")
                 for module in MULTIARRAY_SPELLINGS for name in ("_reconstruct", "scalar")]
     dtype_classes = [type(np.dtype(name)) for name in NUMERIC_DTYPES]
