@@ -75,8 +75,7 @@ class GraphRecord(NamedTuple):
 
 
 class TensorFields:
-    """Device moves of a dataclass whose fields are tensors (what Lightning and the DataLoader call); a field
-    with ``metadata={"host": True}`` (a handle on host shared memory, or None) is carried over as it is."""
+    """Device moves of a tensor dataclass; a field with ``metadata={"host": True}`` is carried over as it is."""
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Self:
         """A copy with every tensor on ``device``."""

@@ -1,5 +1,4 @@
-"""Size-aware batching: global batches of graphs of similar size, so that little attention is padding.
-What it does and why every loader guarantee holds: ``docs/throughput.md``."""
+"""Size-aware batching: global batches of graphs of similar size, little padding (``docs/throughput.md``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The preprocessed-graph cache: flat memory-mapped arrays plus offsets, in resumable, checksummed
-chunks built in parallel. Layout and guarantees: ``docs/datasets.md``."""
+"""The preprocessed-graph cache: memory-mapped flat arrays in resumable, checksummed chunks (``docs/datasets.md``)."""
 
 from __future__ import annotations
 
@@ -52,8 +51,7 @@ class RowReader(Protocol):
 
 @dataclass(frozen=True)
 class CacheSpec:
-    """What every cached graph looks like (the data's spec, the size limit, the path order); graphs
-    that do not match are skipped and counted."""
+    """What every cached graph looks like; graphs that do not match are skipped and counted."""
 
     data: DataSpec
     max_nodes: int = 512
@@ -65,8 +63,7 @@ class CacheSpec:
         return self.data.target_level == "node"
 
     def key(self) -> dict:
-        """The cache's options in the cache key (``path_order`` only when not the default: older caches keep their
-        names)."""
+        """The cache's options in the cache key (``path_order`` only when not the default: old names stay)."""
         key: dict = {"max_nodes": self.max_nodes}
         if self.path_order != "smallest_next":
             key["path_order"] = self.path_order
@@ -77,8 +74,7 @@ class CacheSpec:
         return self._shape_problem(graph) or self._value_problem(graph)
 
     def problems(self, graphs: Sequence[RawGraph]) -> list[str | None]:
-        """:meth:`problem` of every graph; value ranges are screened on the concatenated arrays and only
-        the graphs failing the screen are examined one by one."""
+        """:meth:`problem` of every graph, value ranges screened once on the concatenated arrays."""
         reasons = [self._shape_problem(g) for g in graphs]
         positions = [k for k, reason in enumerate(reasons) if reason is None]
         candidates = [graphs[k] for k in positions]
@@ -153,8 +149,7 @@ class CacheSpec:
 
 
 def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) -> tuple[dict[str, np.ndarray], list]:
-    """Check and preprocess rows together into the flat arrays of one chunk; also the skipped rows as
-    ``[row, reason]``."""
+    """The flat arrays of one chunk's rows, checked and preprocessed together, and its skipped ``[row, reason]``."""
     read = [(int(row), graph) for row, graph in rows]
     graphs = [(row, graph) for row, graph in read if not isinstance(graph, str)]
     problems = spec.problems([graph for _, graph in graphs])
@@ -235,8 +230,7 @@ def chunk_problem(path: Path, verify_checksums: bool = True) -> str | None:
 
 
 def splits_problem(path: Path) -> str | None:
-    """Why the split file at ``path`` cannot be used, or None; every member is read, so the zip checks each
-    one's CRC."""
+    """Why the split file cannot be used, or None (every member is read: the zip checks each one's CRC)."""
     try:
         with np.load(path) as splits:
             arrays = {name: splits[name] for name in splits.files}
@@ -247,8 +241,7 @@ def splits_problem(path: Path) -> str | None:
 
 
 def cache_problem(directory: Path, key: Mapping, chunks: bool = True) -> str | None:
-    """Why the cache in ``directory`` (manifest for ``key``, split file, with ``chunks`` every chunk) cannot be
-    used, naming the damaged file, or None."""
+    """Why the cache in ``directory`` cannot be used (naming the damaged file), or None."""
     manifest, problem = read_json_object(directory / MANIFEST, MANIFEST_KEYS)
     if manifest is None:
         return f"{directory / MANIFEST} {problem}"
@@ -317,8 +310,7 @@ class GraphStore:
         return self.chunks[chunk].record(index - int(self.chunk_start[chunk]), index)
 
     def targets(self, indices: np.ndarray | None = None) -> np.ndarray:
-        """float32 targets of the given graphs (default: all), in their order: (G, Y), or (sum n, Y) for per-node
-        targets."""
+        """float32 targets of the given graphs (default: all): (G, Y), or (sum n, Y) for per-node targets."""
         y = np.concatenate([np.asarray(c.arrays["y"]) for c in self.chunks])
         if indices is None:
             return y
@@ -355,8 +347,7 @@ class GraphStore:
 
 @contextlib.contextmanager
 def exclusive_build(directory: Path) -> Iterator[None]:
-    """Hold the POSIX lock ``.<name>.lock`` beside ``directory`` while building it (others wait; released when
-    the holder exits, even after a crash)."""
+    """Hold the POSIX lock ``.<name>.lock`` beside ``directory`` (others wait; released even by a crash)."""
     lock_path = directory.parent / f".{directory.name}.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as handle:

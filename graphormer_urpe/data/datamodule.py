@@ -134,8 +134,7 @@ class GraphDataModule(pl.LightningDataModule):
         return self.root / self.source.name / "graphormer" / self._cache_name_and_key[0]
 
     def prepare_data(self) -> None:
-        """Check or fetch the raw files, then build (or finish, or repair) the cache once (Lightning calls this on
-        one process, per node with ``prepare_per_node``; a file lock keeps jobs sharing ``root`` from racing)."""
+        """Check or fetch the raw files, then build (or finish, or repair) the cache once, under a file lock."""
         self.source.ensure_raw(self.root)
         if self._cache_is_valid():
             return
@@ -151,8 +150,7 @@ class GraphDataModule(pl.LightningDataModule):
                                          chunk_size=self.chunk_size, description=f"preprocessing {self.source.name}")
 
     def _cache_is_valid(self) -> bool:
-        """Whether the cache is complete and intact; a damaged one is named in one line and loses its manifest,
-        so it is rebuilt (intact chunks are kept)."""
+        """Whether the cache is intact; a damaged one is named and loses its manifest, so it is rebuilt."""
         manifest_path = self.cache_dir / MANIFEST
         if not manifest_path.is_file():
             return False

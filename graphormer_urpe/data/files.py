@@ -1,5 +1,4 @@
-"""File integrity, once for every cache: atomic writes, streaming checksums, file records (size, CRC32,
-optionally the modification time) and their check (``docs/loaders.md#file-integrity``)."""
+"""File integrity for every cache: atomic writes, checksums, file records and their check (``docs/loaders.md``)."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def sha256_file(path: Path, block: int = BLOCK) -> str:
 
 
 def file_record(path: Path, mtime: bool = False) -> dict[str, int]:
-    """What :func:`record_problem` checks a file against later: ``bytes``, ``crc32`` and, with ``mtime``,
-    ``mtime_ns`` (a changed modification time then triggers a checksum)."""
+    """What :func:`record_problem` checks a file against later: ``bytes``, ``crc32`` (and ``mtime_ns``)."""
     stat = path.stat()
     record = {"bytes": stat.st_size, "crc32": crc32_file(path)}
     if mtime:
@@ -64,8 +62,7 @@ def record_problem(path: Path, record: Mapping[str, int], verify_checksum: bool 
 
 def manifest_problem(directory: Path, records: Mapping[str, Mapping[str, int]],
                      verify_checksum: bool = True) -> str | None:
-    """The first file of a manifest (``{relative name: record}``) that does not match its record,
-    as ``"<name> <problem>"``, or None when all match."""
+    """The first file of ``{relative name: record}`` not matching its record, as ``"<name> <problem>"``, or None."""
     for name, record in records.items():
         problem = record_problem(directory / name, record, verify_checksum)
         if problem is not None:
@@ -91,8 +88,7 @@ def read_json_object(path: Path, keys: Collection[str] = ()) -> tuple[dict | Non
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a per-process temporary file beside it, renamed into place: readers
-    see the old file or the new one, never a part."""
+    """Write ``text`` to ``path`` via a temporary file renamed into place: readers never see a part."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -104,8 +100,7 @@ def atomic_write_json(path: Path, payload: Any) -> None:
 
 
 def unwritable(directory: Path) -> Path | None:
-    """The nearest existing directory at or above ``directory`` when this process cannot create a file in it,
-    else None (tried with a temporary file, which also holds for root and for read-only mounts)."""
+    """The nearest existing directory at or above ``directory`` if this process cannot create a file in it."""
     existing = Path(directory).absolute()
     while not existing.exists():
         existing = existing.parent

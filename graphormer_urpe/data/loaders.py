@@ -114,8 +114,7 @@ class GlobalBatchSampler(DistributedSampler):
 
 
 class EvalShardSampler(DistributedSampler):
-    """Contiguous, unpadded shards: process r evaluates indices ``[r * N // W, (r + 1) * N // W)``, each shard
-    read in ascending size (ties in index order) given ``sizes``, else in index order."""
+    """Contiguous, unpadded shards ``[r * N // W, (r + 1) * N // W)``, in ascending size given ``sizes``."""
 
     def __init__(self, dataset: Sized, num_replicas: int = 1, rank: int = 0, sizes: np.ndarray | None = None) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)
@@ -247,8 +246,7 @@ def _on_cuda(trainer: pl.Trainer | None) -> bool:
 
 
 def warn_if_not_published(name: str, sizes: Mapping[str, int], published: Mapping[str, int], hint: str = "") -> None:
-    """Warn loudly when split sizes differ from the ``published`` ones (empty: nothing to compare), adding
-    ``hint``, a likely reason."""
+    """Warn loudly when split sizes differ from the ``published`` ones; ``hint`` is a likely reason."""
     if published and any(sizes.get(split) != size for split, size in published.items()):
         log.warning("!!! %s split sizes %s differ from the published %s: %sresults are not comparable with the "
                     "papers !!!", name, dict(sizes), dict(published), f"{hint}; " if hint else "")

@@ -1,5 +1,4 @@
-"""OGB-LSC test-submission formats (file names, dtypes, split sizes), declared by the data as
-``DataSpec.submission``; writing and checking the files is :mod:`graphormer_urpe.evaluation.submission`."""
+"""OGB-LSC test-submission formats (file names, dtypes, split sizes), declared as ``DataSpec.submission``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What evaluation asks of a DataModule (:class:`PredictableData`, ``docs/loaders.md#one-prediction-path``)
-and :class:`SplitRows`, the rows of a split in order."""
+"""What evaluation asks of a DataModule (``docs/loaders.md``), and :class:`SplitRows`, a split's rows."""
 
 from __future__ import annotations
 

@@ -257,8 +257,7 @@ def _targets(batch: Batch, target: str, level: str, node_mask: torch.Tensor, num
 
 def _check_widths(spec: DataSpec, x: torch.Tensor, x_continuous: torch.Tensor, edge_attr: torch.Tensor,
                   edge_continuous: torch.Tensor) -> None:
-    """Refuse feature widths that differ from the model's (continuous features would otherwise be
-    dropped silently, or fail deep inside a linear layer)."""
+    """Refuse feature widths that differ from the model's (instead of a silent drop or a deep failure)."""
     for what, ids, values, vocab, width, field in (
         ("node", x, x_continuous, spec.node_vocab, spec.continuous_node_dim, "continuous_node_dim"),
         ("edge", edge_attr, edge_continuous, spec.edge_vocab, spec.continuous_edge_dim, "continuous_edge_dim"),

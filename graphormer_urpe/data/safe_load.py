@@ -49,8 +49,7 @@ def numpy_safe_globals() -> list[tuple[Callable, str]]:
 
 
 def load_numpy_checkpoint(path: Path | str) -> Any:
-    """``torch.load(path, weights_only=True)`` with numeric numpy arrays allowed for this one load; a corrupt
-    file, or one needing other globals (listed), raises :class:`UnsafeCheckpoint`."""
+    """``torch.load(path, weights_only=True)`` with numeric numpy arrays allowed for this one load."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
@@ -70,8 +69,7 @@ def load_numpy_checkpoint(path: Path | str) -> Any:
 
 
 def load_split_dict(path: Path | str, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """An OGB ``split_dict.pt``: split name -> (R,) int64 row indices; :class:`UnsafeCheckpoint` unless it is a
-    dict of 1-D integer arrays holding the splits ``names``."""
+    """An OGB ``split_dict.pt`` holding the splits ``names``: split name -> (R,) int64 row indices."""
     loaded = load_numpy_checkpoint(path)
     if not isinstance(loaded, dict):
         raise UnsafeCheckpoint(f"{path} holds a {type(loaded).__name__}, expected a dict of split name -> indices")

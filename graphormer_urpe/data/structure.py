@@ -167,8 +167,7 @@ def _check_edge_count(num_edges: int, what: str) -> None:
 
 
 def _equal_size_structures(n: int, edge_indices: list[np.ndarray], path_order: PathOrder) -> tuple[np.ndarray, ...]:
-    """SPD (G, n, n) uint8, first edges (G, n, n) int16 and in-/out-degrees (G, n) int16 of G
-    graphs that all have n nodes."""
+    """SPD (G, n, n) uint8, first edges (G, n, n) int16 and degrees (G, n) int16 of G graphs of n nodes."""
     num_graphs = len(edge_indices)
     edges = [np.asarray(e, dtype=np.int64).reshape(2, -1) for e in edge_indices]
     counts = np.array([e.shape[1] for e in edges])
