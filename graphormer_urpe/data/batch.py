@@ -170,7 +170,7 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
 
     x = np.zeros((batch, n_max, records[0].x.shape[1]), dtype=np.int64)
     x_continuous = np.zeros((batch, n_max, continuous_width), dtype=np.float32)
-    node_mask = np.zeros((batch, n_max), dtype=bool)
+    node_mask = np.arange(n_max) < sizes[:, None]  # (B, N)
     in_degree = np.zeros((batch, n_max), dtype=np.int64)
     out_degree = np.zeros((batch, n_max), dtype=np.int64)
     spd = np.full((batch, n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
@@ -185,7 +185,6 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
             x_continuous[b, :n] = r.x_continuous
         if node_targets:
             y[b, :n] = r.y
-        node_mask[b, :n] = True
         in_degree[b, :n] = r.in_degree
         out_degree[b, :n] = r.out_degree
         spd[b, :n, :n] = r.spd

@@ -117,13 +117,10 @@ class GraphormerStructure(BaseTransform):
 
 def _check_values(values: torch.Tensor, name: str) -> None:
     """Refuse negative categorical values and non-finite continuous ones. values: (rows, k)"""
-    array = values.detach().cpu().numpy()
-    if is_categorical(values):
-        bad = array < 0
-        rule = "a negative category (categories are 0, 1, 2 ...; store continuous values as floats)"
-    else:
-        bad = ~np.isfinite(array)
-        rule = "not finite (NaN or inf)"
+    array, categorical = values.detach().cpu().numpy(), is_categorical(values)
+    bad = array < 0 if categorical else ~np.isfinite(array)
+    rule = ("a negative category (categories are 0, 1, 2 ...; store continuous values as floats)" if categorical
+            else "not finite (NaN or inf)")
     if bad.any():
         row, column = np.argwhere(bad)[0]
         raise ValueError(f"attribute '{name}' row {row} column {column} is {array[row, column].item()}: {rule}")
