@@ -1,9 +1,6 @@
-"""The batch contract between data and model (:class:`GraphBatch`, the model's only input) and
-:func:`collate_graphs`, which pads cached :class:`GraphRecord` s into it.
-
+"""The batch contract between data and model (:class:`GraphBatch`) and :func:`collate_graphs`, which builds it.
 Shape letters: B graphs, N nodes of the largest graph (no graph token), E edges of the whole batch, F / Fc
-categorical / continuous node-feature columns, Fe / Fec edge ones, Y targets per graph (or per node).
-"""
+categorical / continuous node-feature columns, Fe / Fec edge ones, Y targets per graph (or per node)."""
 
 from __future__ import annotations
 
@@ -25,8 +22,7 @@ class RawGraph(NamedTuple):
     Shapes:
         x: (n, F) int; edge_index: (2, e) int; edge_attr: (e, Fe) int; y: (Y,) float32 graph-level targets,
         or (n, Y) node-level ones (NaN where unknown); x_continuous: (n, Fc) and edge_continuous: (e, Fec)
-        float, or None when the dataset has none.
-    """
+        float, or None when the dataset has none."""
 
     x: np.ndarray
     edge_index: np.ndarray
@@ -41,8 +37,7 @@ class GraphRecord(NamedTuple):
 
     Shapes:
         as :class:`RawGraph`, plus spd: (n, n) uint8; first_edge: (n, n) int16; in_degree, out_degree: (n,)
-        int; index: position of the graph in its dataset.
-    """
+        int; index: position of the graph in its dataset."""
 
     x: np.ndarray
     edge_index: np.ndarray
@@ -138,12 +133,8 @@ class GraphBatch(TensorFields):
 
 
 def pad_rows(mask: torch.Tensor, values: torch.Tensor, fill: float) -> torch.Tensor:
-    """``values`` at the True positions of ``mask`` (in row-major order), ``fill`` elsewhere: unpadded
-    rows into a padded batch (MAG240M's compact batches, PyG batches).
-
-    Shapes:
-        mask (*S) with K True, values (K, *R) -> (*S, *R).
-    """
+    """``values`` at the True positions of ``mask`` (in row-major order), ``fill`` elsewhere: unpadded rows into
+    a padded batch. Shapes: mask (*S) with K True, values (K, *R) -> (*S, *R)."""
     out = values.new_full((*mask.shape, *values.shape[1:]), fill)
     whole_rows = mask.reshape(*mask.shape, *[1] * (values.dim() - 1)).expand_as(out)
     return out.masked_scatter_(whole_rows, values)  # 7x faster than out[mask] = values on a CPU

@@ -12,8 +12,7 @@ def bucketed_batches(order: np.ndarray, sizes: np.ndarray, global_batch: int, wi
     global batches sorted by size (stably), the full batches' order shuffled by ``generator``, a short last
     batch kept last. Each batch is in ascending size.
 
-    Shapes:
-        order: (L,) int; sizes: (dataset size,) int -> list of (global_batch,) int arrays (the last maybe shorter).
+    Shapes: order (L,) int; sizes (dataset size,) int -> list of (global_batch,) int arrays (the last maybe shorter).
     """
     if window < 1:
         raise ValueError(f"bucket window={window}: a window holds at least one global batch")
@@ -29,9 +28,5 @@ def bucketed_batches(order: np.ndarray, sizes: np.ndarray, global_batch: int, wi
 
 
 def size_sorted(positions: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """``positions`` in ascending size, ties in their given order.
-
-    Shapes:
-        positions: (L,) int; sizes: (dataset size,) int -> (L,) int.
-    """
+    """``positions`` in ascending size, ties in their given order. Shapes: (L,), (dataset size,) -> (L,) int."""
     return positions[np.argsort(sizes[positions], kind="stable")]

@@ -407,14 +407,8 @@ def _build_chunk(task: tuple[Path, int, int, CacheSpec]) -> int:
 
 def build_store(reader: RowReader, directory: Path, key: Mapping, spec: CacheSpec, splits: Mapping[str, np.ndarray],
                 num_workers: int, chunk_size: int = 10_000, description: str = "preprocessing") -> BuildSummary:
-    """Preprocess every row of ``reader`` into ``directory``, reusing valid chunks of a previous run.
-
-    Args:
-        key: everything the cache depends on; stored in the manifest.
-        splits: source rows of each split, saved with the cache.
-        num_workers: worker processes; 0 preprocesses in this process.
-        chunk_size: rows per chunk (bounds the memory of each worker).
-    """
+    """Preprocess every row of ``reader`` into ``directory`` (with ``key``, what the cache depends on, and the
+    source rows of ``splits``), reusing valid chunks of a previous run; ``num_workers`` 0 works in this process."""
     started = time.perf_counter()
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob(".chunk_*.tmp-*"):  # left by a run that was killed while writing

@@ -1,7 +1,6 @@
-"""How every process picks its graphs: global batches for training, exact unpadded shards for evaluation, and
-an exact resume, for any number of processes W (``docs/loaders.md``; size-aware batching:
-:mod:`graphormer_urpe.data.buckets`). Both samplers subclass ``DistributedSampler`` so that Lightning leaves
-them in place."""
+"""How every process picks its graphs: global batches for training, exact unpadded shards for evaluation, an
+exact resume, for any number of processes W (``docs/loaders.md``). Both samplers subclass ``DistributedSampler``
+so that Lightning leaves them in place."""
 
 from __future__ import annotations
 
@@ -56,13 +55,9 @@ class GlobalBatchSampler(DistributedSampler):
 
     Epoch e draws ``torch.randperm`` seeded with ``seed + e``, padded to a multiple of W by repeating its
     first indices and cut into global batches (the last may be shorter, still a multiple of W); process
-    ``rank`` takes the ``rank``-th of W equal slices of every batch. With ``bucket_window`` > 0 the
-    unpadded permutation is cut by :func:`~graphormer_urpe.data.buckets.bucketed_batches` instead, and the
-    padding repeats join the last batch.
-
-    Args:
-        sizes: size of every dataset position (node count); needed with ``bucket_window``.
-        bucket_window: global batches sorted together by size; 0 = no bucketing.
+    ``rank`` takes the ``rank``-th of W equal slices of every batch. With ``bucket_window`` > 0 (global batches
+    sorted together by the ``sizes`` of the dataset positions) the unpadded permutation is cut by
+    :func:`~graphormer_urpe.data.buckets.bucketed_batches` instead, and the padding repeats join the last batch.
     """
 
     def __init__(self, dataset: Sized, global_batch: int, num_replicas: int = 1, rank: int = 0, seed: int = 0,
@@ -197,15 +192,9 @@ def train_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None
                  collate_fn: Callable[[list[Any]], Any], num_workers: int = 0, seed: int | None = None,
                  sampler_type: type[GlobalBatchSampler] = GlobalBatchSampler, pin_memory: bool = True,
                  sizes: np.ndarray | None = None, bucket_window: int = 0) -> ResumableLoader:
-    """The training loader of this process.
-
-    Args:
-        trainer: the running trainer (None: one process).
-        seed: data-order seed; None takes the run's ``seed_everything``.
-        sampler_type: a :class:`GlobalBatchSampler` (a subclass may turn each index into the key its dataset
-            expects, e.g. ``(epoch, index)``).
-        pin_memory: page-lock the batches when training on CUDA.
-    """
+    """The training loader of this process (``trainer`` None: one process; ``seed`` None: the run's
+    ``seed_everything``). ``sampler_type``, a :class:`GlobalBatchSampler`, may turn each index into the key its
+    dataset expects, e.g. ``(epoch, index)``; ``pin_memory`` applies on CUDA only."""
     world, rank = process_grid(trainer)
     sampler = sampler_type(dataset, global_batch, world, rank, run_seed() if seed is None else seed,
                            sizes=sizes, bucket_window=bucket_window)

@@ -1,8 +1,7 @@
 """Shortest paths chosen as official Graphormer (v2 ``algos.pyx``) chooses them (``path_order: official``):
 ``path(i, j) = path(i, k) + [k] + path(k, j)`` with k the last intermediate node that strictly shortened the
 pair. These paths are suffix-consistent, so ``first_edge`` represents them exactly
-(``docs/official-graphormer.md``). Floyd-Warshall is vectorised over blocks of G graphs of n nodes.
-"""
+(``docs/official-graphormer.md``). Floyd-Warshall is vectorised over blocks of G graphs of n nodes."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ def official_first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
     Shapes:
         dist: (G, n, n) hop distances, -1 where unreachable (only distance 1 is read by Floyd-Warshall);
         edge_id: (G, n, n) id of the edge i -> k, or -1 -> (G, n, n) int16 edge ids, :data:`NO_EDGE` on the
-        diagonal and for unreachable pairs.
-    """
+        diagonal and for unreachable pairs."""
     num_graphs, n, _ = dist.shape
     unreachable = 510  # official: distances of unconnected pairs start at 510 (any value > n works)
     best = np.where(dist == 1, 1, unreachable).astype(np.int64)

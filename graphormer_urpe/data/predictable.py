@@ -19,8 +19,7 @@ class SplitRows:
     Shapes:
         rows: (R,) int64 row ids (source rows of a table, paper ids of MAG240M); items: (R,) int64 the
         ``index`` a batch carries for each row's example, -1 for a row skipped while preprocessing (its reason
-        in ``skipped``); targets: (R, Y) float32, NaN where unknown or hidden.
-    """
+        in ``skipped``); targets: (R, Y) float32, NaN where unknown or hidden."""
 
     rows: np.ndarray
     items: np.ndarray

@@ -2,8 +2,7 @@
 the checks and the guarantee: ``docs/pyg.md``). Integer (or bool) attributes are categorical, float ones continuous.
 
 Shape letters: B graphs, N nodes of the largest graph, E edges of the batch, F / Fc categorical / continuous
-node-feature columns, Fe / Fec edge ones, Y targets.
-"""
+node-feature columns, Fe / Fec edge ones, Y targets."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 :data:`~graphormer_urpe.constants.UNREACHABLE_SPD` when unreachable), the first edge ``first_edge[i, j]`` of
 one shortest path (int16, :data:`~graphormer_urpe.constants.NO_EDGE` when none; the whole path follows by
 looking up ``first_edge[k, j]`` from the edge's target k) and degrees. The encoding and its math:
-``docs/pyg.md``. Graphs of equal node count are stacked, so a molecule costs tens of microseconds.
-"""
+``docs/pyg.md``. Graphs of equal node count are stacked, so a molecule costs tens of microseconds."""
 
 from __future__ import annotations
 
@@ -30,11 +29,8 @@ _BLOCK_ELEMENTS = 1 << 22
 
 
 class GraphStructure(NamedTuple):
-    """Structural arrays of one graph with n nodes and e directed edges.
-
-    Shapes:
-        spd: (n, n) uint8; first_edge: (n, n) int16; in_degree, out_degree: (n,) int16.
-    """
+    """Structural arrays of one graph of n nodes. Shapes: spd (n, n) uint8; first_edge (n, n) int16; degrees (n,)
+    int16."""
 
     spd: np.ndarray
     first_edge: np.ndarray
@@ -46,8 +42,7 @@ def shortest_path_distances(adjacency: np.ndarray) -> np.ndarray:
     """Hop distances of G unweighted directed graphs of n nodes each, by breadth-first expansion:
     ``reach_{d+1} = reach_d @ (A + I) > 0``, one batched matmul per step (about ``diameter`` BLAS calls).
 
-    Shapes:
-        adjacency: (G, n, n) bool, True for an edge i -> j -> (G, n, n) int16 distances, -1 where unreachable.
+    Shapes: adjacency (G, n, n) bool, True for an edge i -> j -> (G, n, n) int16 distances, -1 if unreachable.
     """
     num_graphs, n, _ = adjacency.shape
     step = adjacency.astype(np.float32)
@@ -75,8 +70,7 @@ def first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
 
     Shapes:
         dist: (G, n, n) int16; edge_id: (G, n, n) int64 id of the edge i -> k or -1 -> (G, n, n) int16 edge
-        ids, :data:`NO_EDGE` on the diagonal and for unreachable pairs.
-    """
+        ids, :data:`NO_EDGE` on the diagonal and for unreachable pairs."""
     num_graphs, n, _ = dist.shape
     first = np.full(dist.shape, NO_EDGE, dtype=np.int16)
     graph, source, nxt = np.nonzero(edge_id >= 0)  # sorted by (g, i, k)
@@ -101,8 +95,7 @@ class FlatStructures(NamedTuple):
 
     Shapes:
         spd: (sum n^2,) uint8; first_edge: (sum n^2,) int16; in_degree, out_degree: (sum n,) int16;
-        node_ptr: (G + 1,) int64 and pair_ptr: (G + 1,) int64 offsets of each graph's nodes and pairs.
-    """
+        node_ptr: (G + 1,) int64 and pair_ptr: (G + 1,) int64 offsets of each graph's nodes and pairs."""
 
     spd: np.ndarray
     first_edge: np.ndarray
@@ -125,8 +118,7 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
 
     Shapes:
         edge_indices: per graph (2, e) directed edges (an undirected graph lists both directions, as PyG
-        and ogb do), n <= :data:`MAX_NODES`, e <= :data:`MAX_EDGES`.
-    """
+        and ogb do), n <= :data:`MAX_NODES`, e <= :data:`MAX_EDGES`."""
     if len(num_nodes) != len(edge_indices):
         raise ValueError(f"{len(num_nodes)} node counts but {len(edge_indices)} edge lists")
     check_path_order(path_order)
