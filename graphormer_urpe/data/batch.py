@@ -195,7 +195,6 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
 
 
 def _width(features: np.ndarray | None) -> int:
-    """Columns of an optional (rows, width) feature array; 0 for None."""
     return 0 if features is None else features.shape[1]
 
 

@@ -260,8 +260,7 @@ class Chunk:
 
     def __init__(self, path: Path) -> None:
         self.meta = json.loads((path / CHUNK_META).read_text())
-        # plain ndarray views of the memory maps: slicing a np.memmap costs ~100x more (its
-        # __array_finalize__ runs on every slice), and a record takes nine slices
+        # plain ndarray views: slicing a np.memmap costs ~100x more (__array_finalize__ on every slice)
         self.arrays = {name[:-4]: np.load(path / name, mmap_mode="r").view(np.ndarray) for name in self.meta["files"]}
         a = self.arrays
         #: Targets are per node (rows found through ``node_ptr``) rather than per graph.

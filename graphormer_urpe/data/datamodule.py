@@ -52,11 +52,10 @@ class GraphDataset(Dataset):
 
 
 class GraphDataModule(pl.LightningDataModule):
-    """Preprocesses a :class:`GraphSource` once into a cache and serves padded batches.
+    """Preprocesses a :class:`GraphSource` once into a cache and serves padded batches; nothing is read or built
+    until ``prepare_data``/``setup``.
 
     Example:
-        Nothing is read or built until ``prepare_data``/``setup`` (Lightning calls them):
-
         >>> from graphormer_urpe.data.sources import ZINC
         >>> data = GraphDataModule(ZINC(subset=True), root="data", batch_size=128)
         >>> data.spec.node_vocab, data.spec.edge_vocab, data.spec.readout  # the CLI links data.spec into the model
@@ -71,10 +70,8 @@ class GraphDataModule(pl.LightningDataModule):
         chunk_size: source rows per cache chunk.
         max_nodes: graphs with more nodes are skipped and counted when the cache is built (at most 32,767).
         prepare_per_node: build the cache on every node (``root`` on node-local disks), not once on global rank 0.
-        path_order: which shortest path the edge encoding follows: ``smallest_next`` (the smallest next node at
-            every step) or ``official`` (official Graphormer's paths, for imported checkpoints); in the cache key.
-        bucket_window: size-aware batching (``docs/throughput.md``): training batches sorted by node count in
-            windows of this many global batches, evaluation shards in ascending size; 0: off.
+        path_order: the shortest paths of the edge encoding: ``smallest_next`` or ``official`` (imported checkpoints).
+        bucket_window: size-aware batching (``docs/throughput.md``): global batches sorted together by size; 0: off.
     """
 
     def __init__(self, source: GraphSource, root: str = "data", batch_size: int = 256, num_workers: int = 2,

@@ -169,10 +169,8 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
         >>> path = structure(Data(x=torch.tensor([[1], [2], [3]]), edge_index=torch.tensor([[0, 1], [1, 2]])))
         >>> pair = structure(Data(x=torch.tensor([[4], [5]]), edge_index=torch.tensor([[0, 1], [1, 0]])))
         >>> graphs = to_graph_batch(Batch.from_data_list([path, pair]))
-        >>> graphs.x.shape, graphs.node_mask.tolist()
-        (torch.Size([2, 3, 1]), [[True, True, True], [True, True, False]])
-        >>> graphs.first_edge[1].tolist()  # the pair's edges are the batch's edges 2 and 3
-        [[-1, 2, -1], [3, -1, -1], [-1, -1, -1]]
+        >>> graphs.node_mask.tolist(), graphs.first_edge[1].tolist()  # the pair's edges are the batch's 2 and 3
+        ([[True, True, True], [True, True, False]], [[-1, 2, -1], [3, -1, -1], [-1, -1, -1]])
     """
     if not isinstance(batch, Data):
         raise TypeError(f"to_graph_batch takes a torch_geometric Batch (or Data), got {type(batch).__name__}")

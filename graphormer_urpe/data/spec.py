@@ -30,9 +30,8 @@ class DataSpec:
         ((28,), ('y',), 'graph_token')
         >>> papers = DataSpec((3,), (6,), num_targets=1, num_outputs=153, continuous_node_dim=768,
         ...                   target_level="target_node", target_kind="multiclass")  # MAG240M: 153 classes
-        >>> fields = papers.encoder_fields()  # what the task sets in the model's config
-        >>> fields["node_vocab"], fields["num_outputs"], fields["continuous_node_dim"], fields["readout"]
-        ([3], 153, 768, 'target_node')
+        >>> [papers.encoder_fields()[k] for k in ("node_vocab", "num_outputs", "readout")]  # set in the model's config
+        [[3], 153, 'target_node']
 
     Args:
         node_vocab: values per categorical node-feature column (F entries).
@@ -58,8 +57,7 @@ class DataSpec:
     target_names: tuple[str, ...] = ()
     submission: SubmissionFormat | None = None
 
-    #: The encoder fields the data decides: the input features (a checkpoint's feature tables fit only data where
-    #: they are equal) and the outputs (the head).
+    #: The encoder fields the data decides: input features (a checkpoint's tables fit equal ones) and outputs.
     FEATURE_FIELDS: ClassVar[tuple[str, ...]] = ("node_vocab", "edge_vocab", "continuous_node_dim",
                                                  "continuous_edge_dim")
     OUTPUT_FIELDS: ClassVar[tuple[str, ...]] = ("num_outputs", "readout")

@@ -15,8 +15,7 @@ from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.official_paths import official_first_edges
 from graphormer_urpe.errors import check_choice
 
-#: How one of several shortest paths is chosen: the smallest next node at every step, or the path
-#: official Graphormer's Floyd-Warshall takes (v2 ``graphormer/data/algos.pyx``).
+#: Which of several shortest paths: the smallest next node at every step, or official Graphormer's (``algos.pyx``).
 PathOrder = Literal["smallest_next", "official"]
 PATH_ORDERS: tuple[str, ...] = get_args(PathOrder)
 
