@@ -81,9 +81,8 @@ class CacheSpec:
         if not candidates:
             return reasons
         nodes = np.array([g.x.shape[0] for g in candidates])
-        edges = np.array([g.edge_index.shape[1] for g in candidates])
         node_graph = np.repeat(np.arange(len(candidates)), nodes)
-        edge_graph = np.repeat(np.arange(len(candidates)), edges)
+        edge_graph = np.repeat(np.arange(len(candidates)), [g.edge_index.shape[1] for g in candidates])
         x = np.concatenate([g.x for g in candidates])
         edge_attr = np.concatenate([g.edge_attr for g in candidates])
         edge_index = np.concatenate([g.edge_index for g in candidates], axis=1)
@@ -95,10 +94,7 @@ class CacheSpec:
             bad_node |= ~np.isfinite(np.concatenate([g.x_continuous for g in candidates])).all(axis=1)
         if data.continuous_edge_dim:
             bad_edge |= ~np.isfinite(np.concatenate([g.edge_continuous for g in candidates])).all(axis=1)
-        suspect = np.zeros(len(candidates), dtype=bool)
-        suspect[node_graph[bad_node]] = True
-        suspect[edge_graph[bad_edge]] = True
-        for k in np.flatnonzero(suspect):
+        for k in np.union1d(node_graph[bad_node], edge_graph[bad_edge]):
             reasons[positions[k]] = self._value_problem(candidates[k])
         return reasons
 

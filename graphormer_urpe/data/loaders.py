@@ -45,11 +45,6 @@ def per_device_batch_size(global_batch: int, world_size: int) -> int:
     return global_batch // world_size
 
 
-def run_seed() -> int:
-    """The run's seed (``seed_everything``, which Lightning exports as ``PL_GLOBAL_SEED``), or 0."""
-    return int(os.environ.get("PL_GLOBAL_SEED", 0))
-
-
 class GlobalBatchSampler(DistributedSampler):
     """Shuffled training order, cut into global batches, each split evenly over the processes.
 
@@ -161,8 +156,7 @@ class ResumableLoader(DataLoader):
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continue the data order of a checkpoint at its next batch."""
         sampler: GlobalBatchSampler = self.sampler
-        problem = resume_problem(state, sampler.global_batch, sampler.bucket_window, sampler.dataset_size)
-        if problem is not None:
+        if (problem := resume_problem(state, sampler.global_batch, sampler.bucket_window, sampler.dataset_size)):
             raise ValueError(problem)
         if state["seed"] != sampler.seed:
             log.warning("resuming the checkpoint's data order (seed %d), not seed %d", state["seed"], sampler.seed)
@@ -196,8 +190,9 @@ def train_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None
     ``seed_everything``). ``sampler_type``, a :class:`GlobalBatchSampler`, may turn each index into the key its
     dataset expects, e.g. ``(epoch, index)``; ``pin_memory`` applies on CUDA only."""
     world, rank = process_grid(trainer)
-    sampler = sampler_type(dataset, global_batch, world, rank, run_seed() if seed is None else seed,
-                           sizes=sizes, bucket_window=bucket_window)
+    if seed is None:  # the run's seed_everything, which Lightning exports
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+    sampler = sampler_type(dataset, global_batch, world, rank, seed, sizes=sizes, bucket_window=bucket_window)
     check_validation_interval(trainer, sampler.batches_per_epoch, len(dataset), global_batch)
     return ResumableLoader(dataset, sampler, collate_fn, num_workers, pin_memory and _on_cuda(trainer))
 
