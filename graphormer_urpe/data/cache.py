@@ -392,7 +392,6 @@ def _init_worker(reader: RowReader) -> None:
 
 
 def _build_chunk(task: tuple[Path, int, int, CacheSpec]) -> int:
-    """Build one chunk; the number of rows it covers."""
     path, start, stop, spec = task
     arrays, skipped = encode_chunk(_WORKER_READER.graphs(start, stop), spec)
     write_chunk(path, arrays, {"start": start, "stop": stop, "graphs": len(arrays["source_row"]), "skipped": skipped,

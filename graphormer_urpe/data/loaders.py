@@ -237,7 +237,6 @@ def warn_if_not_published(name: str, sizes: Mapping[str, int], published: Mappin
 
 
 def _checked_sizes(sizes: np.ndarray | None, dataset_size: int, bucket_window: int) -> np.ndarray | None:
-    """``sizes`` as an int64 array of one entry per dataset position (None stays None)."""
     if bucket_window < 0:
         raise ValueError(f"bucket_window={bucket_window}; use 0 (no bucketing) or a number of global batches")
     if sizes is None:

@@ -43,9 +43,8 @@ class SubmissionFormat:
         path = Path(data_root) / (self.directory or self.dataset) / "split_dict.pt"
         splits = load_split_dict(path, [])
         if mode not in splits and "test" in splits:
-            from ogb.lsc.utils import split_test
-
-            split_test(splits)
+            import ogb.lsc.utils
+            ogb.lsc.utils.split_test(splits)
         if mode not in splits:
             raise SubmissionError(f"{path} has no '{mode}' split (it holds {sorted(splits)})")
         return len(splits[mode])

@@ -77,8 +77,7 @@ class GraphormerStructure(BaseTransform):
         """Check ``data`` and add the structure attributes (to a shallow copy, as PyG transforms do)."""
         if not isinstance(data, Data):
             raise TypeError(f"GraphormerStructure takes homogeneous torch_geometric Data, got {type(data).__name__}")
-        n = data.num_nodes
-        if n is None:
+        if (n := data.num_nodes) is None:
             raise ValueError("the graph's node count is unknown: set data.num_nodes (or give it an 'x')")
         n = int(n)
         if not 1 <= n <= MAX_NODES:

@@ -4,6 +4,7 @@ numeric numpy arrays are allow-listed for one load, under their numpy 1.x and 2.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pickle
 from collections.abc import Callable, Sequence
@@ -29,10 +30,8 @@ class UnsafeCheckpoint(InputError, RuntimeError):
 def _multiarray() -> Any:
     """numpy's ``multiarray`` module under the name this numpy release gives it."""
     for name in reversed(MULTIARRAY_SPELLINGS):
-        try:
+        with contextlib.suppress(ImportError):
             return importlib.import_module(name)
-        except ImportError:
-            continue
     raise ImportError("numpy has neither numpy._core.multiarray nor numpy.core.multiarray")
 
 

@@ -17,7 +17,6 @@ from graphormer_urpe.errors import check_choice
 
 #: Which of several shortest paths: the smallest next node at every step, or official Graphormer's (``algos.pyx``).
 PathOrder = Literal["smallest_next", "official"]
-PATH_ORDERS: tuple[str, ...] = get_args(PathOrder)
 
 #: Largest node count a graph may have: node ids and edge ids are stored as int16.
 MAX_NODES = 32767
@@ -106,7 +105,7 @@ class FlatStructures(NamedTuple):
 
 def check_path_order(path_order: str, key: str = "path_order") -> None:
     """Refuse an unknown path order, naming the option ``key`` it came from."""
-    check_choice(key, path_order, PATH_ORDERS)
+    check_choice(key, path_order, get_args(PathOrder))
 
 
 def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray],
@@ -148,7 +147,6 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
 
 
 def _check_edge_count(num_edges: int, what: str) -> None:
-    """Refuse more than :data:`MAX_EDGES` edges (their int16 first-edge ids would wrap around)."""
     if num_edges > MAX_EDGES:
         raise ValueError(f"{what} has {num_edges} directed edges; at most {MAX_EDGES} are supported "
                          "(first-edge ids are stored as int16)")
