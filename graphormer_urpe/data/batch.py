@@ -88,7 +88,8 @@ class TensorFields:
 
 @dataclass
 class GraphBatch(TensorFields):
-    """A padded batch of graphs: the model's whole input.
+    """A padded batch of graphs: the model's whole input, made by :func:`collate_graphs` or
+    :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`.
 
     Shapes (padding holds 0 unless stated; Fc, Fec = 0 when the dataset has no continuous features):
         x: (B, N, F) int64 categorical node features (raw values, >= 0);
@@ -103,8 +104,6 @@ class GraphBatch(TensorFields):
         target_node: (B,) int64 node whose label ``y`` is, or -1 (:data:`NO_TARGET_NODE`) for graph-level tasks.
 
     Example:
-        Made by :func:`collate_graphs`, or by :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`:
-
         >>> edges = np.array([[0, 1], [1, 0]])
         >>> record = GraphRecord.from_graph(np.array([[3], [4]]), edges, np.ones((2, 1), int), np.zeros(1, np.float32))
         >>> batch = collate_graphs([record, record])
