@@ -57,9 +57,7 @@ class GraphRecord(NamedTuple):
         """The record of a graph, its structure computed as the cache does.
 
         Example:
-            A path 0 - 1 - 2 (both directions of each edge), one node-feature column, one edge one:
-
-            >>> edges = np.array([[0, 1, 1, 2], [1, 0, 2, 1]])
+            >>> edges = np.array([[0, 1, 1, 2], [1, 0, 2, 1]])  # a path 0 - 1 - 2, both directions of each edge
             >>> record = GraphRecord.from_graph(np.array([[1], [2], [3]]), edges, np.ones((4, 1), int),
             ...                                 np.array([0.5], np.float32))
             >>> record.spd.tolist(), record.first_edge[0].tolist()

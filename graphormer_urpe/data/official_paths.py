@@ -1,7 +1,5 @@
-"""Shortest paths chosen as official Graphormer (v2 ``algos.pyx``) chooses them (``path_order: official``):
-``path(i, j) = path(i, k) + [k] + path(k, j)`` with k the last intermediate node that strictly shortened the
-pair. These paths are suffix-consistent, so ``first_edge`` represents them exactly
-(``docs/official-graphormer.md``). Floyd-Warshall is vectorised over blocks of G graphs of n nodes."""
+"""Shortest paths chosen as official Graphormer (v2 ``algos.pyx``) chooses them (``path_order: official``); they
+are suffix-consistent, so ``first_edge`` represents them exactly (``docs/official-graphormer.md``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The model in a plain PyTorch Geometric loop: a ``pre_transform`` and a ``Batch`` conversion (the attributes,
-the checks and the guarantee: ``docs/pyg.md``). Integer (or bool) attributes are categorical, float ones continuous.
-
-Shape letters: B graphs, N nodes of the largest graph, E edges of the batch, F / Fc categorical / continuous
-node-feature columns, Fe / Fec edge ones, Y targets."""
+"""The model in a plain PyTorch Geometric loop: a ``pre_transform`` and a ``Batch`` conversion (``docs/pyg.md``).
+Integer (or bool) attributes are categorical, float ones continuous. Shape letters as in
+:mod:`graphormer_urpe.data.batch`."""
 
 from __future__ import annotations
 
@@ -59,9 +57,7 @@ class GraphormerStructure(BaseTransform):
             Graphormer's Floyd-Warshall paths, for a model imported from official weights).
 
     Example:
-        A directed path 0 -> 1 -> 2 and an isolated node 3; from node 0 (255: unreachable):
-
-        >>> data = GraphormerStructure()(Data(edge_index=torch.tensor([[0, 1], [1, 2]]), num_nodes=4))
+        >>> data = GraphormerStructure()(Data(edge_index=torch.tensor([[0, 1], [1, 2]]), num_nodes=4))  # 3: isolated
         >>> data.spd.view(4, 4)[0].tolist(), data.first_edge.view(4, 4)[0].tolist(), data.in_degree.tolist()
         ([0, 1, 2, 255], [-1, 0, 0, -1], [0, 1, 1, 0])
     """

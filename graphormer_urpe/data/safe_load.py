@@ -1,6 +1,5 @@
-"""Loading ``torch.save`` files that hold numpy arrays (ogb's ``split_dict.pt``) under ``weights_only=True``:
-numeric numpy arrays are allow-listed for one load, under their numpy 1.x and 2.x names, and nothing else
-(``docs/ogb-lsc.md``)."""
+"""Loading ``torch.save`` files of numeric numpy arrays (ogb's ``split_dict.pt``) under ``weights_only=True``,
+allow-listing those arrays for one load, under their numpy 1.x and 2.x names (``docs/ogb-lsc.md``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""What a dataset is, declared once (:class:`DataSpec`; :class:`SequenceSpec` for the synthetic sequence tasks):
-every datamodule exposes it as ``spec``, and the CLI links ``data.spec`` into the task (``docs/contributing.md``).
-"""
+"""What a dataset is, declared once; every datamodule exposes it as ``spec``, linked into the task by the CLI."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Per-graph preprocessing, once per graph (never per epoch): shortest-path distances ``spd[i, j]`` (uint8,
-:data:`~graphormer_urpe.constants.UNREACHABLE_SPD` when unreachable), the first edge ``first_edge[i, j]`` of
-one shortest path (int16, :data:`~graphormer_urpe.constants.NO_EDGE` when none; the whole path follows by
-looking up ``first_edge[k, j]`` from the edge's target k) and degrees. The encoding and its math:
-``docs/pyg.md``. Graphs of equal node count are stacked, so a molecule costs tens of microseconds."""
+"""Per-graph preprocessing, once (never per epoch): shortest-path distances ``spd`` (uint8, 255 unreachable), the
+first edge of one shortest path per pair, ``first_edge`` (int16, -1 none; the path follows by looking up
+``first_edge[k, j]`` from the edge's target k), and degrees (``docs/pyg.md``)."""
 
 from __future__ import annotations
 
@@ -177,9 +175,7 @@ def graph_structure(num_nodes: int, edge_index: np.ndarray, path_order: PathOrde
     """SPD, first edges of shortest paths, and degrees of one graph (see :func:`graph_structures`).
 
     Example:
-        A directed path 0 -> 1 -> 2 and an isolated node 3:
-
-        >>> s = graph_structure(4, np.array([[0, 1], [1, 2]]))
+        >>> s = graph_structure(4, np.array([[0, 1], [1, 2]]))  # a directed path 0 -> 1 -> 2 and an isolated node 3
         >>> s.spd.tolist()  # 255: unreachable
         [[0, 1, 2, 255], [255, 0, 1, 255], [255, 255, 0, 255], [255, 255, 255, 0]]
         >>> s.first_edge[0].tolist(), s.in_degree.tolist()  # edge 0 (0 -> 1) starts the paths from 0 to 1 and 2
