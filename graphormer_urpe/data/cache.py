@@ -157,7 +157,6 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) ->
         offsets = {name: np.zeros(1, dtype=np.int64) for name in ("node_ptr", "edge_ptr", "pair_ptr")}
         return {**{name: _empty(name, spec) for name in _ARRAY_NAMES}, **offsets}, skipped
     structure = graph_structures([g.x.shape[0] for g in kept], [g.edge_index for g in kept], spec.path_order)
-    num_edges = np.array([g.edge_index.shape[1] for g in kept], dtype=np.int64)
     if spec.node_targets:  # one row per node, found through node_ptr
         y = np.concatenate([np.asarray(g.y, dtype=np.float32) for g in kept])
     else:
@@ -169,9 +168,9 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) ->
         "edge_attr": np.concatenate([g.edge_attr for g in kept]).astype(np.int16),
         "x_continuous": _continuous([g.x_continuous for g in kept], spec.data.continuous_node_dim),
         "edge_continuous": _continuous([g.edge_continuous for g in kept], spec.data.continuous_edge_dim),
-        "spd": structure.spd, "first_edge": structure.first_edge, "y": y,
+        "spd": structure.spd, "first_edge": structure.first_edge, "y": y, "pair_ptr": structure.pair_ptr,
         "source_row": np.array(kept_rows, dtype=np.int64), "node_ptr": structure.node_ptr,
-        "edge_ptr": np.concatenate([[0], np.cumsum(num_edges)]).astype(np.int64), "pair_ptr": structure.pair_ptr,
+        "edge_ptr": np.concatenate([[0], np.cumsum([g.edge_index.shape[1] for g in kept])]).astype(np.int64),
     }, skipped
 
 
@@ -244,8 +243,7 @@ def cache_problem(directory: Path, key: Mapping, chunks: bool = True) -> str | N
     if manifest["key"] != json.loads(json.dumps(dict(key))) or not isinstance(manifest["chunks"], list):
         return f"{directory / MANIFEST} does not describe this cache (corrupted)"
     for name in manifest["chunks"] if chunks else ():
-        problem = chunk_problem(directory / str(name))
-        if problem is not None:
+        if (problem := chunk_problem(directory / str(name))) is not None:
             return f"{directory / str(name)}: {problem}"
     problem = splits_problem(directory / SPLITS)
     return None if problem is None else f"{directory / SPLITS} {problem}"
@@ -273,9 +271,7 @@ class Chunk:
     def record(self, local: int, index: int) -> GraphRecord:
         """Graph ``local`` of this chunk as numpy arrays (views into the memory map)."""
         a = self.arrays
-        n0, n1 = a["node_ptr"][local], a["node_ptr"][local + 1]
-        e0, e1 = a["edge_ptr"][local], a["edge_ptr"][local + 1]
-        p0, p1 = a["pair_ptr"][local], a["pair_ptr"][local + 1]
+        (n0, n1), (e0, e1), (p0, p1) = (a[ptr][local:local + 2] for ptr in ("node_ptr", "edge_ptr", "pair_ptr"))
         n = n1 - n0
         return GraphRecord(x=a["x"][n0:n1], edge_index=a["edge_index"][e0:e1].T, edge_attr=a["edge_attr"][e0:e1],
                            spd=a["spd"][p0:p1].reshape(n, n), first_edge=a["first_edge"][p0:p1].reshape(n, n),
@@ -411,8 +407,7 @@ def build_store(reader: RowReader, directory: Path, key: Mapping, spec: CacheSpe
     names = [f"chunk_{i:05d}" for i in range(len(ranges))]
     todo, rebuilt = [], 0
     for name, (start, stop) in zip(names, ranges):
-        problem = chunk_problem(directory / name)
-        if problem is None:
+        if (problem := chunk_problem(directory / name)) is None:
             meta = json.loads((directory / name / CHUNK_META).read_text())
             if (meta["start"], meta["stop"]) == (start, stop):
                 continue

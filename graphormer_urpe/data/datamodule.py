@@ -151,8 +151,7 @@ class GraphDataModule(pl.LightningDataModule):
         manifest_path = self.cache_dir / MANIFEST
         if not manifest_path.is_file():
             return False
-        problem = cache_problem(self.cache_dir, self.cache_key, chunks=False)
-        if problem is not None:
+        if (problem := cache_problem(self.cache_dir, self.cache_key, chunks=False)) is not None:
             log.warning("%s; the cache will be rebuilt", problem)
         elif cache_problem(self.cache_dir, self.cache_key) is None:
             return True

@@ -64,8 +64,7 @@ def manifest_problem(directory: Path, records: Mapping[str, Mapping[str, int]],
                      verify_checksum: bool = True) -> str | None:
     """The first file of ``{relative name: record}`` not matching its record, as ``"<name> <problem>"``, or None."""
     for name, record in records.items():
-        problem = record_problem(directory / name, record, verify_checksum)
-        if problem is not None:
+        if (problem := record_problem(directory / name, record, verify_checksum)) is not None:
             return f"{name} {problem}"
     return None
 
@@ -81,8 +80,7 @@ def read_json_object(path: Path, keys: Collection[str] = ()) -> tuple[dict | Non
         return None, f"is not valid JSON, truncated or corrupted ({type(error).__name__})"
     if not isinstance(payload, dict):
         return None, f"is not a JSON object (a {type(payload).__name__})"
-    missing = [key for key in keys if key not in payload]
-    if missing:
+    if missing := [key for key in keys if key not in payload]:
         return None, f"lacks {', '.join(missing)} (corrupted)"
     return payload, None
 

@@ -171,8 +171,7 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
         raise TypeError(f"to_graph_batch takes a torch_geometric Batch (or Data), got {type(batch).__name__}")
     if not isinstance(batch, Batch):
         batch = Batch.from_data_list([batch])
-    missing = [name for name in STRUCTURE_ATTRIBUTES if name not in batch]
-    if missing:
+    if missing := [name for name in STRUCTURE_ATTRIBUTES if name not in batch]:
         raise ValueError(f"the batch has no {', '.join(missing)}: build the dataset with "
                          "pre_transform=GraphormerStructure() (delete its processed/ directory first: PyG does "
                          "not re-process a dataset whose pre_transform changed)")

@@ -71,8 +71,7 @@ def load_split_dict(path: Path | str, names: Sequence[str]) -> dict[str, np.ndar
     loaded = load_numpy_checkpoint(path)
     if not isinstance(loaded, dict):
         raise UnsafeCheckpoint(f"{path} holds a {type(loaded).__name__}, expected a dict of split name -> indices")
-    missing = [name for name in names if name not in loaded]
-    if missing:
+    if missing := [name for name in names if name not in loaded]:
         raise UnsafeCheckpoint(f"{path} has no split(s) {missing}; it holds {sorted(loaded)}")
     splits = {}
     for name, value in loaded.items():

@@ -126,9 +126,8 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
         _check_edge_count(np.shape(edges)[-1], f"graph {g}")
     node_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     pair_ptr = np.concatenate([[0], np.cumsum(sizes * sizes)]).astype(np.int64)
-    out = FlatStructures(np.empty(pair_ptr[-1], dtype=np.uint8), np.empty(pair_ptr[-1], dtype=np.int16),
-                         np.empty(node_ptr[-1], dtype=np.int16), np.empty(node_ptr[-1], dtype=np.int16),
-                         node_ptr, pair_ptr)
+    out = FlatStructures(np.empty(pair_ptr[-1], np.uint8), np.empty(pair_ptr[-1], np.int16),
+                         np.empty(node_ptr[-1], np.int16), np.empty(node_ptr[-1], np.int16), node_ptr, pair_ptr)
     for n in np.unique(sizes).tolist():
         members = np.flatnonzero(sizes == n)
         per_block = max(1, _BLOCK_ELEMENTS // max(1, n * n))
