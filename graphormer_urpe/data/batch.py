@@ -159,8 +159,7 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
     x = np.zeros((batch, n_max, records[0].x.shape[1]), dtype=np.int64)
     x_continuous = np.zeros((batch, n_max, continuous_width), dtype=np.float32)
     node_mask = np.arange(n_max) < sizes[:, None]  # (B, N)
-    in_degree = np.zeros((batch, n_max), dtype=np.int64)
-    out_degree = np.zeros((batch, n_max), dtype=np.int64)
+    in_degree, out_degree = np.zeros((2, batch, n_max), dtype=np.int64)
     spd = np.full((batch, n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
     first_edge = np.full((batch, n_max, n_max), NO_EDGE, dtype=np.int64)
     if node_targets:  # (B, N, Y), NaN at padding

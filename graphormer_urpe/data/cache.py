@@ -182,9 +182,7 @@ _CHUNK_FILES = {f"{name}.npy" for name in (*_ARRAY_NAMES, "node_ptr", "edge_ptr"
 
 def _continuous(features: list[np.ndarray | None], width: int) -> np.ndarray:
     """Continuous features of every graph stacked as (sum rows, width) float32; (0, 0) when width is 0."""
-    if not width:
-        return np.zeros((0, 0), dtype=np.float32)
-    return np.concatenate(features).astype(np.float32)
+    return np.concatenate(features).astype(np.float32) if width else np.zeros((0, 0), dtype=np.float32)
 
 
 def _empty(name: str, spec: CacheSpec) -> np.ndarray:

@@ -95,13 +95,10 @@ class GraphormerStructure(BaseTransform):
             for name in _feature_names(data, names, default):
                 _check_values(_as_columns(data[name], rows, name), name)
 
-        structure = graph_structure(n, edges, self.path_order)
         data.edge_index = edge_index
         data.num_nodes = n
-        data.spd = torch.from_numpy(structure.spd.reshape(-1))
-        data.first_edge = torch.from_numpy(structure.first_edge.reshape(-1))
-        data.in_degree = torch.from_numpy(structure.in_degree)
-        data.out_degree = torch.from_numpy(structure.out_degree)
+        for name, array in graph_structure(n, edges, self.path_order)._asdict().items():
+            data[name] = torch.from_numpy(array.reshape(-1))  # pair attributes as flat (n * n,) blocks
         return data
 
     def __repr__(self) -> str:
