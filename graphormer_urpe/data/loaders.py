@@ -140,9 +140,8 @@ class ResumableLoader(DataLoader):
         self.position = (epoch, done)
         return self._counted(super().__iter__(), epoch, done)
 
-    def _counted(self, batches: Iterator[Any], epoch: int, done: int) -> Iterator[Any]:
-        for batch in batches:
-            done += 1
+    def _counted(self, batches: Iterator[Any], epoch: int, skipped: int) -> Iterator[Any]:
+        for done, batch in enumerate(batches, start=skipped + 1):
             self.position = (epoch, done)
             yield batch
 

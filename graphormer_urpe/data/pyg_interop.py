@@ -130,13 +130,11 @@ def _features(batch: Batch, names: list[str], rows: int,
         else:
             continuous.append(columns.float())
     device = batch.edge_index.device
-    if categorical:
-        ids = torch.cat(categorical, dim=1)
-    else:
-        ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
+    if not categorical:
+        categorical = [torch.zeros(rows, 1, dtype=torch.long, device=device)]
         origin = [(f"(no categorical {what} attribute: constant 0)", 0)]
     values = torch.cat(continuous, dim=1) if continuous else torch.zeros(rows, 0, device=device)
-    return ids, values, origin
+    return torch.cat(categorical, dim=1), values, origin
 
 
 def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_attributes: Sequence[str] | None = None,

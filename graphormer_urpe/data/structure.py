@@ -49,8 +49,7 @@ def shortest_path_distances(adjacency: np.ndarray) -> np.ndarray:
     for _ in range(1, n):
         dist += ~reach  # pairs not reached yet are one step farther
         reach = reach.astype(np.float32) @ step > 0  # (G, n, n)
-        now = np.count_nonzero(reach)
-        if now == reached:
+        if (now := np.count_nonzero(reach)) == reached:
             break
         reached = now
     dist[~reach] = -1
