@@ -162,10 +162,8 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
     in_degree, out_degree = np.zeros((2, batch, n_max), dtype=np.int64)
     spd = np.full((batch, n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
     first_edge = np.full((batch, n_max, n_max), NO_EDGE, dtype=np.int64)
-    if node_targets:  # (B, N, Y), NaN at padding
-        y = np.full((batch, n_max, records[0].y.shape[1]), np.nan, dtype=np.float32)
-    else:
-        y = np.stack([np.asarray(r.y, dtype=np.float32) for r in records])  # (B, Y)
+    y = (np.full((batch, n_max, records[0].y.shape[1]), np.nan, dtype=np.float32) if node_targets  # (B, N, Y)
+         else np.stack([np.asarray(r.y, dtype=np.float32) for r in records]))  # (B, Y)
     for b, (r, n) in enumerate(zip(records, sizes)):
         x[b, :n] = r.x
         if continuous_width:
@@ -178,10 +176,8 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
         local = r.first_edge.astype(np.int64)
         first_edge[b, :n, :n] = np.where(local >= 0, local + edge_offset[b], NO_EDGE)
 
-    if _width(records[0].edge_continuous):
-        edge_continuous = _concat([r.edge_continuous for r in records], np.float32)
-    else:
-        edge_continuous = np.zeros((int(edge_offset[-1]), 0), dtype=np.float32)
+    edge_continuous = (_concat([r.edge_continuous for r in records], np.float32) if _width(records[0].edge_continuous)
+                       else np.zeros((int(edge_offset[-1]), 0), dtype=np.float32))
     arrays = dict(x=x, x_continuous=x_continuous, node_mask=node_mask, in_degree=in_degree, out_degree=out_degree,
                   spd=spd, first_edge=first_edge, edge_attr=_concat([r.edge_attr for r in records], np.int64),
                   edge_continuous=edge_continuous, edge_dst=_concat([r.edge_index[1] for r in records], np.int64), y=y,

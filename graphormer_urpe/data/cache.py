@@ -157,10 +157,8 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) ->
         offsets = {name: np.zeros(1, dtype=np.int64) for name in ("node_ptr", "edge_ptr", "pair_ptr")}
         return {**{name: _empty(name, spec) for name in _ARRAY_NAMES}, **offsets}, skipped
     structure = graph_structures([g.x.shape[0] for g in kept], [g.edge_index for g in kept], spec.path_order)
-    if spec.node_targets:  # one row per node, found through node_ptr
-        y = np.concatenate([np.asarray(g.y, dtype=np.float32) for g in kept])
-    else:
-        y = np.stack([np.asarray(g.y, dtype=np.float32).reshape(-1) for g in kept])
+    targets = [np.asarray(g.y, dtype=np.float32) for g in kept]  # per node: rows found through node_ptr
+    y = np.concatenate(targets) if spec.node_targets else np.stack([t.reshape(-1) for t in targets])
     return {
         "x": np.concatenate([g.x for g in kept]).astype(np.int16),
         "in_degree": structure.in_degree, "out_degree": structure.out_degree,

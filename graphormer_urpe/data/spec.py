@@ -26,8 +26,7 @@ class DataSpec:
         >>> zinc = DataSpec(node_vocab=[28], edge_vocab=[4], num_targets=1, num_outputs=1)
         >>> zinc.node_vocab, zinc.target_names, zinc.readout
         ((28,), ('y',), 'graph_token')
-        >>> papers = DataSpec((3,), (6,), num_targets=1, num_outputs=153, continuous_node_dim=768,
-        ...                   target_level="target_node", target_kind="multiclass")  # MAG240M: 153 classes
+        >>> papers = DataSpec((3,), (6,), 1, 153, target_level="target_node", target_kind="multiclass")  # MAG240M
         >>> [papers.encoder_fields()[k] for k in ("node_vocab", "num_outputs", "readout")]  # set in the model's config
         [[3], 153, 'target_node']
 
