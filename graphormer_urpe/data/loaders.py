@@ -46,14 +46,10 @@ def per_device_batch_size(global_batch: int, world_size: int) -> int:
 
 
 class GlobalBatchSampler(DistributedSampler):
-    """Shuffled training order, cut into global batches, each split evenly over the processes.
-
-    Epoch e draws ``torch.randperm`` seeded with ``seed + e``, padded to a multiple of W by repeating its
-    first indices and cut into global batches (the last may be shorter, still a multiple of W); process
-    ``rank`` takes the ``rank``-th of W equal slices of every batch. With ``bucket_window`` > 0 (global batches
-    sorted together by the ``sizes`` of the dataset positions) the unpadded permutation is cut by
-    :func:`~graphormer_urpe.data.buckets.bucketed_batches` instead, and the padding repeats join the last batch.
-    """
+    """Shuffled training order (``torch.randperm`` seeded with ``seed + epoch``) padded to a multiple of W by
+    repeating its first indices, cut into global batches; process ``rank`` takes the ``rank``-th of W equal slices
+    of each. With ``bucket_window`` > 0 the unpadded order is cut by
+    :func:`~graphormer_urpe.data.buckets.bucketed_batches` (by the positions' ``sizes``) instead."""
 
     def __init__(self, dataset: Sized, global_batch: int, num_replicas: int = 1, rank: int = 0, seed: int = 0,
                  shuffle: bool = True, sizes: np.ndarray | None = None, bucket_window: int = 0) -> None:
@@ -214,9 +210,8 @@ def eval_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None,
                 collate_fn: Callable[[list[Any]], Any], num_workers: int = 0,
                 sampler_type: type[EvalShardSampler] = EvalShardSampler, pin_memory: bool = True,
                 sizes: np.ndarray | None = None) -> DataLoader:
-    """The validation/test/predict loader of this process: its exact shard, in dataset order, or in ascending
-    size given ``sizes``; :func:`~graphormer_urpe.evaluation.splits.predict_split` gathers the shards.
-    ``sampler_type`` is an :class:`EvalShardSampler`; workers are kept alive between evaluations."""
+    """The validation/test/predict loader of this process: its exact shard (an :class:`EvalShardSampler`), in
+    ascending size given ``sizes``; workers are kept alive between evaluations."""
     world, rank = process_grid(trainer)
     return DataLoader(dataset, batch_size=per_device_batch_size(global_batch, world), collate_fn=collate_fn,
                       sampler=sampler_type(dataset, world, rank, sizes), num_workers=num_workers,

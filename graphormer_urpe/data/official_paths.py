@@ -14,9 +14,8 @@ def official_first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
     that of ``path(i, k)``, so follow ``k = path[i, k]`` until it is -1 (at most n rounds).
 
     Shapes:
-        dist: (G, n, n) hop distances, -1 where unreachable (only distance 1 is read by Floyd-Warshall);
-        edge_id: (G, n, n) id of the edge i -> k, or -1 -> (G, n, n) int16 edge ids, :data:`NO_EDGE` on the
-        diagonal and for unreachable pairs."""
+        dist: (G, n, n), -1 where unreachable; edge_id: (G, n, n) id of the edge i -> k, or -1 -> (G, n, n) int16
+        edge ids, :data:`NO_EDGE` on the diagonal and for unreachable pairs."""
     num_graphs, n, _ = dist.shape
     unreachable = 510  # official: distances of unconnected pairs start at 510 (any value > n works)
     best = np.where(dist == 1, 1, unreachable).astype(np.int64)

@@ -182,5 +182,4 @@ def graph_structure(num_nodes: int, edge_index: np.ndarray, path_order: PathOrde
     if not 0 <= num_nodes <= MAX_NODES:
         raise ValueError(f"graph has {num_nodes} nodes; 0 to {MAX_NODES} are supported")
     _check_edge_count(np.shape(edge_index)[-1], "graph")
-    spd, first, in_degree, out_degree = _equal_size_structures(int(num_nodes), [edge_index], path_order)  # a block of 1
-    return GraphStructure(spd=spd[0], first_edge=first[0], in_degree=in_degree[0], out_degree=out_degree[0])
+    return GraphStructure(*(block[0] for block in _equal_size_structures(int(num_nodes), [edge_index], path_order)))
