@@ -101,10 +101,8 @@ class GraphDataModule(pl.LightningDataModule):
             raise ConfigError("data.root", root, f"{read_only} is not writable, and the cache must be built there "
                               "(choose a writable data.root, or build the cache once where it is writable)")
         self.datasets: dict[str, GraphDataset] = {}
-        #: Split served by ``predict_dataloader`` (:meth:`predict_on`).
-        self.predict_split = "test"
-        #: What building the cache did in this process, None when a valid cache was found.
-        self.build_summary: BuildSummary | None = None
+        self.predict_split = "test"  # served by predict_dataloader (predict_on)
+        self.build_summary: BuildSummary | None = None  # what building the cache did here; None: it was found built
 
     @property
     def spec(self) -> DataSpec:
@@ -224,7 +222,6 @@ class GraphDataModule(pl.LightningDataModule):
         return self._eval_loader("test")
 
     def _eval_loader(self, split: str) -> DataLoader:
-        """The shard of ``split``, in ascending size with bucketing on, else in dataset order."""
         dataset = self._split(split)
         return eval_loader(dataset, self.batch_size, self.trainer, collate_graphs, self.num_workers,
                            sizes=dataset.sizes if self.bucket_window else None)
@@ -233,9 +230,8 @@ class GraphDataModule(pl.LightningDataModule):
         """This process's exact, unpadded shard of the split chosen by :meth:`predict_on`."""
         return self._eval_loader(self.predict_split)
 
-    # -- what evaluation uses (:class:`~graphormer_urpe.data.predictable.PredictableData`)
     def predict_on(self, split: str) -> None:
-        """Choose the split ``predict_dataloader`` serves."""
+        """Choose the split ``predict_dataloader`` serves (this and what follows: ``PredictableData``)."""
         self.predict_split = split
 
     @property

@@ -131,8 +131,7 @@ class ResumableLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:
         sampler: GlobalBatchSampler = self.sampler
         epoch, done = sampler.epoch, sampler.skip_batches
-        # worker seeds come from this generator: make them depend on (seed, epoch) alone
-        self.generator.manual_seed(sampler.seed * 1_000_003 + epoch)
+        self.generator.manual_seed(sampler.seed * 1_000_003 + epoch)  # worker seeds: from (seed, epoch) alone
         self.position = (epoch, done)
         return self._counted(super().__iter__(), epoch, done)
 

@@ -31,8 +31,7 @@ class SplitRows:
 class PredictableData(Protocol):
     """The part of a DataModule that evaluation uses (``GraphDataModule``, ``MAG240MDataModule``)."""
 
-    #: The dataset root (``<root>/<dataset>/split_dict.pt`` gives a submission's row count).
-    root: Path
+    root: Path  # the dataset root (<root>/<dataset>/split_dict.pt gives a submission's row count)
 
     @property
     def cache_dir(self) -> Path:

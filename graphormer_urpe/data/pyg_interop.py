@@ -46,9 +46,8 @@ def _as_columns(tensor: torch.Tensor, rows: int, name: str) -> torch.Tensor:
 
 
 class GraphormerStructure(BaseTransform):
-    r"""Adds shortest-path distances, first edges of shortest paths and degrees to a ``Data``, as flat (n * n,)
-    pair blocks that PyG collates like node attributes; meant as a ``pre_transform``. A graph it cannot encode
-    is refused with a ``ValueError`` naming the attribute and the value (``docs/pyg.md``).
+    r"""Adds shortest-path distances, first edges of shortest paths and degrees to a ``Data`` (a ``pre_transform``);
+    a graph it cannot encode is refused with a ``ValueError`` naming the attribute and the value (``docs/pyg.md``).
 
     Args:
         node_attributes: node-feature attributes to check (those :func:`to_graph_batch` reads); default ``x``.
@@ -140,10 +139,9 @@ def _features(batch: Batch, names: list[str], rows: int,
 def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_attributes: Sequence[str] | None = None,
                    edge_attributes: Sequence[str] | None = None, target: str = "y",
                    target_level: Literal["graph", "node"] | None = None) -> GraphBatch:
-    """The :class:`~graphormer_urpe.data.batch.GraphBatch` of a PyG batch (or one ``Data``) of graphs that went
-    through :class:`GraphormerStructure`, on the batch's device: field for field what
-    :func:`~graphormer_urpe.data.batch.collate_graphs` makes of the same graphs, except ``index`` (the position
-    in the batch). Refuses missing or stale structure attributes and wrong features with a ``ValueError``.
+    """The :class:`~graphormer_urpe.data.batch.GraphBatch` of a PyG batch (or ``Data``) of graphs that went through
+    :class:`GraphormerStructure`, on its device: field for field what ``collate_graphs`` makes of the same graphs,
+    except ``index`` (the position in the batch). Stale structure or wrong features raise a ``ValueError``.
 
     Args:
         spec: when given, the feature widths must match it and every categorical value must be below its
@@ -194,9 +192,8 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
     stale = "apply every transform that changes nodes or edges before GraphormerStructure, not after it"
     if len(batch.in_degree) != num_total or len(batch.out_degree) != num_total:
         raise ValueError(f"the batch has {num_total} nodes but {len(batch.in_degree)} in-degrees: {stale}")
-    # one host synchronisation: N, P and every check
     degree_mismatch = (torch.bincount(batch.edge_index[0], minlength=num_total) != batch.out_degree).sum()
-    checks = [num_nodes.max(), (num_nodes * num_nodes).sum(), degree_mismatch]
+    checks = [num_nodes.max(), (num_nodes * num_nodes).sum(), degree_mismatch]  # N, P and every check: one sync
     if spec is not None:
         checks += [_outside(x, spec.node_vocab).sum(), _outside(edge_attr, spec.edge_vocab).sum()]
     n_max, num_pairs, mismatched, *outside = torch.stack([c.reshape(()).long() for c in checks]).tolist()

@@ -103,8 +103,7 @@ class SequenceSpec:
     length: int
     target_kind: ClassVar[str] = "multiclass"
     target_names: ClassVar[tuple[str, ...]] = ("y",)
-    #: The encoder fields the data decides (see :attr:`DataSpec.FEATURE_FIELDS`).
-    FEATURE_FIELDS: ClassVar[tuple[str, ...]] = ("vocab_size", "length")
+    FEATURE_FIELDS: ClassVar[tuple[str, ...]] = ("vocab_size", "length")  # as DataSpec.FEATURE_FIELDS
     OUTPUT_FIELDS: ClassVar[tuple[str, ...]] = ("num_classes",)
 
     def encoder_fields(self) -> dict[str, object]:

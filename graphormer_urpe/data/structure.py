@@ -63,9 +63,8 @@ def first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
     Every edge is tested against all targets j at once (e * n comparisons, not n^3); the candidates, listed by
     (j, g, i, k), are sorted already, so the first of each (j, g, i) run is the smallest k.
 
-    Shapes:
-        dist: (G, n, n) int16; edge_id: (G, n, n) int64 id of the edge i -> k or -1 -> (G, n, n) int16 edge
-        ids, :data:`NO_EDGE` on the diagonal and for unreachable pairs."""
+    Shapes: dist (G, n, n) int16; edge_id (G, n, n) int64 id of the edge i -> k or -1 -> (G, n, n) int16 edge ids,
+    :data:`NO_EDGE` on the diagonal and for unreachable pairs."""
     num_graphs, n, _ = dist.shape
     first = np.full(dist.shape, NO_EDGE, dtype=np.int16)
     graph, source, nxt = np.nonzero(edge_id >= 0)  # sorted by (g, i, k)
