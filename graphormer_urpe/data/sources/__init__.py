@@ -1,8 +1,5 @@
-"""Dataset sources: raw rows in, graphs out; everything else is shared.
-
-Each source is imported on first use (``graphormer_urpe.data.sources.ZINC``), so that the ZINC and
-PyG sources never load RDKit and ogb's featuriser, which only the molecule sources need.
-"""
+"""Dataset sources: raw rows in, graphs out. Each is imported on first use, so that the ZINC and PyG
+sources never load RDKit and ogb, which only the molecule sources need."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""Molecules to graphs with exactly ogb's ``smiles2graph`` features, faster and without its crashes.
-
-ogb's ``smiles2graph`` raises ``AttributeError`` on a SMILES RDKit cannot parse, and spends most of
-its time in Python: ``str()`` of RDKit enums and ``list.index`` over 119-entry lists for every atom.
-:func:`molecule_graph` parses once, reads each RDKit property of all atoms (bonds) with one
-``map`` over the atom (bond) list, and turns the raw values into ogb's indices with lookup tables
-built from ogb's own ``allowable_features``. The arrays equal ``smiles2graph``'s, value for value
-and in the same order (a test checks thousands of molecules), at about twice its speed.
-
-A molecule is reported instead of featurised when RDKit cannot parse it, when it has no atoms,
-or when it has a value for which ogb's featuriser itself raises (a bond stereo label outside
-ogb's list, such as RDKit's atropisomer labels).
+"""Molecules to graphs with exactly ogb's ``smiles2graph`` features, about twice as fast and never raising:
+a molecule RDKit cannot parse, without atoms, or with a value ogb's featuriser raises on gets a reason instead.
+See docs/ogb-lsc.md.
 """
 
 from __future__ import annotations
@@ -40,15 +31,13 @@ def silence_rdkit() -> None:
 class _LookupTables:
     """ogb's ``allowable_features`` lists as one flat integer table.
 
-    Column c maps a raw integer value v (an RDKit number, enum value or bool) to
-    ``table[start[c] + v - low[c]]`` when ``low[c] <= v < low[c] + size[c]``, else to
-    ``table[start[c] + size[c]]``: ogb's ``misc`` index where ogb uses ``safe_index``,
-    :data:`_REJECTED` where ogb uses ``list.index`` (and would raise).
+    Column c maps a raw integer v (RDKit number, enum value or bool) to ``table[start[c] + v - low[c]]`` when
+    ``low[c] <= v < low[c] + size[c]``, else to ``table[start[c] + size[c]]``: ogb's ``misc`` index where ogb
+    uses ``safe_index``, :data:`_REJECTED` where it uses ``list.index`` (and would raise).
 
     Args:
-        columns: per column, ogb's allowable list, the raw integer keys the column can see with
-            the entry of the allowable list each key stands for, and whether ogb falls back to
-            ``misc`` (``safe_index``) for values not in the list.
+        columns: per column, ogb's allowable list, raw integer key -> the allowable entry it stands for, and
+            whether ogb falls back to ``misc`` for values not in the list.
     """
 
     def __init__(self, columns: Sequence[tuple[list, dict[int, object], bool]]) -> None:
@@ -76,34 +65,29 @@ class _LookupTables:
         return self.table[np.where(inside, self.start + position, self.start + self.size)]
 
 
-def _int_keys(allowed: list) -> dict[int, object]:
-    return {v: v for v in allowed if isinstance(v, int) and not isinstance(v, bool)}
-
-
-def _enum_keys(enum: type) -> dict[int, object]:
-    return {int(value): str(member) for value, member in enum.values.items()}
+def _column(name: str, keys: dict[int, object] | type | None = None, misc: bool = True) -> tuple:
+    """Column ``possible_<name>_list`` of ogb; keys: an RDKit enum, a {raw: entry} dict, or None (its own ints)."""
+    allowed = allowable_features[f"possible_{name}_list"]
+    if keys is None:
+        keys = {v: v for v in allowed if isinstance(v, int) and not isinstance(v, bool)}
+    elif isinstance(keys, type):
+        keys = {int(value): str(member) for value, member in keys.values.items()}
+    return allowed, keys, misc
 
 
 _BOOL_KEYS: dict[int, object] = {0: False, 1: True}
 
 # Atom columns in ogb's order. Total degree is not read per atom: it is the bond count of the atom
 # (from the bond list) plus its hydrogens, which is how RDKit defines GetTotalDegree.
-_A = allowable_features
 _ATOM_TABLES = _LookupTables([
-    (_A["possible_atomic_num_list"], _int_keys(_A["possible_atomic_num_list"]), True),
-    (_A["possible_chirality_list"], _enum_keys(Chem.rdchem.ChiralType), True),
-    (_A["possible_degree_list"], _int_keys(_A["possible_degree_list"]), True),
-    (_A["possible_formal_charge_list"], _int_keys(_A["possible_formal_charge_list"]), True),
-    (_A["possible_numH_list"], _int_keys(_A["possible_numH_list"]), True),
-    (_A["possible_number_radical_e_list"], _int_keys(_A["possible_number_radical_e_list"]), True),
-    (_A["possible_hybridization_list"], _enum_keys(Chem.rdchem.HybridizationType), True),
-    (_A["possible_is_aromatic_list"], _BOOL_KEYS, False),
-    (_A["possible_is_in_ring_list"], _BOOL_KEYS, False),
+    _column("atomic_num"), _column("chirality", Chem.rdchem.ChiralType), _column("degree"),
+    _column("formal_charge"), _column("numH"), _column("number_radical_e"),
+    _column("hybridization", Chem.rdchem.HybridizationType), _column("is_aromatic", _BOOL_KEYS, False),
+    _column("is_in_ring", _BOOL_KEYS, False),
 ])
 _BOND_TABLES = _LookupTables([
-    (_A["possible_bond_type_list"], _enum_keys(Chem.rdchem.BondType), True),
-    (_A["possible_bond_stereo_list"], _enum_keys(Chem.rdchem.BondStereo), False),
-    (_A["possible_is_conjugated_list"], _BOOL_KEYS, False),
+    _column("bond_type", Chem.rdchem.BondType), _column("bond_stereo", Chem.rdchem.BondStereo, False),
+    _column("is_conjugated", _BOOL_KEYS, False),
 ])
 _ATOM_COLUMN_NAMES = ("atomic number", "chirality", "degree", "formal charge", "hydrogen count",
                       "radical electrons", "hybridization", "aromaticity", "ring membership")
@@ -122,29 +106,21 @@ _BOND_GETTERS: tuple[Callable, ...] = (
 
 
 def molecule_graph(smiles: object, y: np.ndarray) -> RawGraph | str:
-    """Featurise one molecule exactly as ``ogb.utils.smiles2graph``, or say why it cannot be used.
+    """One molecule as ``ogb.utils.smiles2graph`` featurises it, or a short reason such as ``"RDKit cannot parse"``.
 
-    Args:
-        smiles: the SMILES string (pandas gives a float NaN for an empty cell).
-        y: (Y,) float32 targets.
+    Edges are in ogb's order: both directions of bond k at positions 2k and 2k + 1.
 
-    Returns:
-        A :class:`RawGraph` (int64 arrays; edges in ogb's order: both directions of bond k at
-        positions 2k and 2k + 1), or a short reason such as ``"RDKit cannot parse"``.
+    Shapes:
+        y: (Y,) float32 targets (``smiles`` may be a float NaN: pandas' empty cell).
     """
     return molecule_graphs([smiles], np.asarray(y).reshape(1, -1))[0]
 
 
 def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGraph | str]:
-    """:func:`molecule_graph` of many molecules, with the numpy work done once for all of them.
+    """:func:`molecule_graph` of M molecules, the numpy work done once for all: each :class:`RawGraph` holds views.
 
-    RDKit properties of every atom and bond are appended to flat lists while the molecules are
-    parsed; the lists become arrays, go through the lookup tables once, and every molecule's
-    :class:`RawGraph` is a set of views into them.
-
-    Args:
-        smiles: M SMILES strings.
-        targets: (M, Y) targets.
+    Shapes:
+        targets: (M, Y).
     """
     atom_columns: list[list] = [[] for _ in _ATOM_GETTERS]
     bond_columns: list[list] = [[] for _ in _BOND_GETTERS]
@@ -191,15 +167,10 @@ def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGr
             rejected.setdefault(molecule, _rejection(features[row], names))
 
     targets = np.asarray(targets, dtype=np.float32).reshape(len(sizes), -1)
-    graphs: list[RawGraph | str] = []
-    for i, size in enumerate(sizes):
-        if isinstance(size, str) or i in rejected:
-            graphs.append(size if isinstance(size, str) else rejected[i])
-            continue
-        n0, n1, b0, b1 = node_ptr[i], node_ptr[i + 1], bond_ptr[i], bond_ptr[i + 1]
-        graphs.append(RawGraph(x=x[n0:n1], edge_index=edge_index[:, 2 * b0:2 * b1], edge_attr=edge_attr[2 * b0:2 * b1],
-                               y=targets[i]))
-    return graphs
+    return [size if isinstance(size, str) else rejected[i] if i in rejected else
+            RawGraph(x=x[node_ptr[i]:node_ptr[i + 1]], edge_index=edge_index[:, 2 * bond_ptr[i]:2 * bond_ptr[i + 1]],
+                     edge_attr=edge_attr[2 * bond_ptr[i]:2 * bond_ptr[i + 1]], y=targets[i])
+            for i, size in enumerate(sizes)]
 
 
 def _rejection(features: np.ndarray, names: Sequence[str]) -> str:

@@ -1,13 +1,5 @@
-"""PCQM4Mv2 (OGB-LSC): HOMO-LUMO gap in eV of 3.75M molecules, read from ogb's on-disk layout.
-
-    ROOT/pcqm4m-v2/raw/data.csv.gz   idx,smiles,homolumogap   (targets empty in the test splits)
-    ROOT/pcqm4m-v2/split_dict.pt     {"train", "valid", "test-dev", "test-challenge"} -> numpy row indices
-
-Nothing of ogb's dataset classes runs: they ask ``input()`` questions, convert 3.7M SMILES in
-one process, and ``torch.load`` the numpy split file in a way torch >= 2.6 refuses. The rows go
-through the molecular pipeline shared with QM9 and CSV tables (:class:`MoleculeTable`, ogb's
-``smiles2graph`` features), the split file through the narrow numpy allow-list of
-:mod:`graphormer_urpe.data.safe_load`.
+"""PCQM4Mv2 (OGB-LSC): HOMO-LUMO gap in eV of 3.75M molecules, read from ogb's on-disk layout without ogb's
+dataset classes (they ask ``input()`` questions and ``torch.load`` unsafely). See docs/ogb-lsc.md.
 """
 
 from __future__ import annotations
@@ -37,11 +29,9 @@ SPLITS = ("train", "valid", *MODES)
 
 
 class PCQM4Mv2(MoleculeSource):
-    """PCQM4Mv2 with its official splits: train 3,378,606, valid 73,545, test-dev 147,037,
-    test-challenge 147,432 molecules; targets are DFT HOMO-LUMO gaps in eV, hidden in the test splits.
+    """PCQM4Mv2 with its official splits (train, valid, test-dev, test-challenge); gaps hidden in the test splits.
 
-    SMILES that RDKit cannot parse (or that give no atoms) are skipped and counted when the cache
-    is built; test rows among them still get a prediction in a submission (see ``evaluate.py``).
+    Unusable SMILES are skipped and counted; test rows among them still get a prediction in a submission.
     """
 
     name = "pcqm4m-v2"
@@ -61,15 +51,14 @@ class PCQM4Mv2(MoleculeSource):
             raise DatasetMissing(
                 f"PCQM4Mv2 files are missing from {folder}: {', '.join(missing)}; the network is not reachable to "
                 f"download them. Fetch {URL} and unzip it into {Path(root)} (the archive holds "
-                "pcqm4m-v2/raw/data.csv.gz and pcqm4m-v2/split_dict.pt)."
-            )
+                "pcqm4m-v2/raw/data.csv.gz and pcqm4m-v2/split_dict.pt).")
         log.info("downloading PCQM4Mv2 from %s into %s", URL, root)
         archive = Path(download_url(URL, str(root)))
         try:
             extract_zip(str(archive), str(root))
         except zipfile.BadZipFile as error:
-            raise DatasetMissing(f"{archive} is not a complete zip archive ({error}); it was deleted, run again") \
-                from error
+            raise DatasetMissing(f"{archive} is not a complete zip archive ({error}); it was deleted, "
+                                 "run again") from error
         finally:
             archive.unlink(missing_ok=True)
         still_missing = missing_files(folder, RAW_FILES)
@@ -83,8 +72,7 @@ class PCQM4Mv2(MoleculeSource):
             frame = pd.read_csv(path, usecols=list(COLUMNS), dtype={"idx": np.int64, "smiles": str},
                                 keep_default_na=False, na_values={"homolumogap": ["", "nan", "NaN"]})
         except ValueError as error:
-            raise ValueError(f"{path}: expected the columns {', '.join(COLUMNS)} of ogb's release ({error})") \
-                from error
+            raise ValueError(f"{path}: expected the columns {', '.join(COLUMNS)} of ogb's release ({error})") from error
         idx = frame["idx"].to_numpy()
         if not np.array_equal(idx, np.arange(len(frame))):
             row = int(np.argmax(idx != np.arange(len(frame))))

@@ -36,22 +36,17 @@ class ZINCReader:
         for row in range(start, stop):
             split = int(np.searchsorted(self.split_start, row, side="right")) - 1
             data = self.splits[split][row - int(self.split_start[split])]
-            yield row, RawGraph(
-                x=data.x.numpy().reshape(-1, 1),
-                edge_index=data.edge_index.numpy(),
-                edge_attr=data.edge_attr.numpy().reshape(-1, 1),
-                y=data.y.numpy().astype(np.float32).reshape(1),
-            )
+            yield row, RawGraph(x=data.x.numpy().reshape(-1, 1), edge_index=data.edge_index.numpy(),
+                                edge_attr=data.edge_attr.numpy().reshape(-1, 1),
+                                y=data.y.numpy().astype(np.float32).reshape(1))
 
 
 class ZINC(GraphSource):
     """ZINC molecules: 28 atom types, bond types 1-3, target penalised logP.
 
     Args:
-        subset: the 12k-graph subset (10,000 / 1,000 / 1,000) used by the URPE and Graphormer
-            papers' "ZINC-subset" rows; False gives the full 250k set (220,011 / 24,445 / 5,000).
-            PyG's own default is the full set, which is how the official Graphormer script ended
-            up training on full ZINC while comparing with subset baselines.
+        subset: the papers' 12k-graph "ZINC-subset" (10,000 / 1,000 / 1,000); False: the full 250k set
+            (220,011 / 24,445 / 5,000), PyG's default.
     """
 
     name = "ZINC"
@@ -59,10 +54,8 @@ class ZINC(GraphSource):
 
     def __init__(self, subset: bool = True) -> None:
         self.subset = subset
-        self.published_split_sizes = (
-            {"train": 10_000, "valid": 1_000, "test": 1_000} if subset
-            else {"train": 220_011, "valid": 24_445, "test": 5_000}
-        )
+        sizes = (10_000, 1_000, 1_000) if subset else (220_011, 24_445, 5_000)
+        self.published_split_sizes = dict(zip(("train", "valid", "test"), sizes))
 
     def options(self) -> dict:
         return {"subset": self.subset}
@@ -74,11 +67,9 @@ class ZINC(GraphSource):
             return
         if not network_reachable(PygZINC.url):
             raise DatasetMissing(
-                f"ZINC raw files are missing from {raw}: {', '.join(missing)}; the network is not reachable "
-                f"to download them. Fetch {PygZINC.url}, unzip it and move its 'molecules/' folder to {raw}, "
-                f"then put train.index, val.index and test.index from "
-                f"{PygZINC.split_url.format('<split>')} into {raw}."
-            )
+                f"ZINC raw files are missing from {raw}: {', '.join(missing)}; the network is not reachable to "
+                f"download them. Fetch {PygZINC.url}, unzip it and move its 'molecules/' folder to {raw}, then put "
+                f"train.index, val.index and test.index from {PygZINC.split_url.format('<split>')} into {raw}.")
         log.info("downloading ZINC into %s", root / self.name)
         PygZINC(str(root / self.name), subset=self.subset, split="train")
 
