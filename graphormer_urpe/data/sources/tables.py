@@ -1,16 +1,5 @@
-"""Your own molecules: a CSV or Parquet table of SMILES and targets, through the shared molecular pipeline.
-
-:class:`SmilesTable` reads the SMILES column and the target columns named in the config, checks
-them, splits the rows (a split column, a seeded random split or a Bemis-Murcko scaffold split) and
-hands a :class:`~graphormer_urpe.data.sources.molecules.MoleculeTable` to the same featuriser,
-cache and parallel chunked preprocessing as QM9 and PCQM4Mv2. :class:`SmilesToPredict` reads a
-table of new molecules for ``evaluate.py --predict``.
-
-A table is read once per run (:func:`read_table`): its bytes are hashed (the cache key) and parsed
-from the same read when the CLI builds the model. A problem of the table as a whole (file, bytes,
-fields, columns, values, duplicates, split names) stops the run before anything is written, naming
-the file, the column and the first rows (from 0; CSV messages also give the line); a molecule that
-cannot be featurised skips its row, counted and listed. ``docs/own-data.md`` lists every case.
+"""Your own molecules: a CSV or Parquet table of SMILES and targets (:class:`SmilesTable`), or of new molecules to
+predict (:class:`SmilesToPredict`), read once per run and checked whole before any work. See docs/own-data.md.
 """
 
 from __future__ import annotations
@@ -81,30 +70,16 @@ def describe_rows(path: Path, rows: Sequence[int]) -> str:
 
 @dataclass(frozen=True)
 class TableRead:
-    """One read of a table: the SHA-1 of its bytes (the cache key) and the columns parsed from the same bytes.
-
-    Args:
-        sha1: hex digest of the file's bytes as stored (compressed for ``*.gz``).
-        frame: the requested columns: CSV cells as text, Parquet columns in their own types.
-    """
+    """One read of a table: the SHA-1 of its bytes as stored (the cache key) and the requested columns parsed from
+    the same bytes (CSV cells as text, Parquet columns in their own types)."""
 
     sha1: str
     frame: pd.DataFrame
 
 
 def read_table(path: Path, columns: Sequence[str], what: Sequence[str]) -> TableRead:
-    """Read a CSV or Parquet table once: hash its bytes and parse the named columns from them.
-
-    Args:
-        path: the table.
-        columns: column names to read.
-        what: for each column, the config key that names it (for the message when it is missing).
-
-    Raises:
-        TableError: an unknown file type, an empty file or one without data rows, a column that is
-            not there, and for CSV files: bytes that are not UTF-8 or a line whose field count
-            differs from the header's.
-    """
+    """Read a CSV or Parquet table once: hash its bytes and parse ``columns`` (named by the config keys ``what``);
+    :class:`TableError` for any problem of the file as a whole."""
     if not is_parquet(path) and not path.name.lower().endswith(_CSV_SUFFIXES):
         raise TableError(f"{path}: unknown table type; name it *.csv, *.csv.gz, *.tsv or *.parquet")
     data = path.read_bytes()
@@ -125,8 +100,7 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str]) -> Table
 
 def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], what: Sequence[str],
                    sep: str | None) -> None:
-    """Raise :class:`TableError` naming the first of ``columns`` that ``header`` (the names as written)
-    lacks (with a close match) or holds more than once (which of them would be read?)."""
+    """Raise :class:`TableError` naming the first of ``columns`` that ``header`` lacks or holds more than once."""
     for column, key in zip(columns, what):
         if header.count(column) > 1:
             places = ", ".join(str(k + 1) for k, name in enumerate(header) if name == column)
@@ -142,13 +116,7 @@ def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], wh
 
 
 def csv_bytes(path: Path, data: bytes) -> bytes:
-    """The bytes of a CSV file's text (decompressed for ``*.gz``), checked to be UTF-8, a leading
-    byte-order mark (Excel's "CSV UTF-8") dropped.
-
-    Raises:
-        TableError: not a gzip stream (``*.gz``), or not UTF-8: the message gives the line and the
-            byte offset of the first byte that is not.
-    """
+    """A CSV file's text (decompressed for ``*.gz``), checked to be UTF-8, a leading byte-order mark dropped."""
     where = ""
     if path.name.lower().endswith(".gz"):
         try:
@@ -168,12 +136,8 @@ def csv_bytes(path: Path, data: bytes) -> bytes:
 
 
 def csv_separator(path: Path, header_line: str) -> str:
-    """The separator of a CSV file, from its header line.
-
-    A tab for ``*.tsv`` files and a comma otherwise, unless the header holds no such separator but
-    one of :data:`CSV_SEPARATORS` (a ``;``-separated export from a spreadsheet): then that one,
-    said in a log line.
-    """
+    """A tab for ``*.tsv`` files and a comma otherwise, unless the header holds none but another of
+    :data:`CSV_SEPARATORS` (a spreadsheet's ``;`` export): then that one, logged."""
     usual = "\t" if ".tsv" in path.name.lower() else ","
     found = [other for other in CSV_SEPARATORS if other != usual and other in header_line]
     if usual in header_line or not found:
@@ -183,13 +147,9 @@ def csv_separator(path: Path, header_line: str) -> str:
 
 
 def _parse_csv(path: Path, data: bytes, columns: Sequence[str], what: Sequence[str]) -> pd.DataFrame:
-    """The named columns of a CSV file's bytes, every cell as text; blank lines are skipped.
-
-    Raises:
-        TableError: see :func:`read_table`.
-    """
+    """The named columns of a CSV file's bytes, every cell as text; blank lines are skipped."""
     text = csv_bytes(path, data)
-    header_line = next((line for line in _lines(text) if line.rstrip(b"\r")), b"").decode()
+    header_line = next((line for line in io.BytesIO(text) if line.strip(b"\r\n")), b"").decode()
     if not header_line:
         raise TableError(f"{path}: the file is empty")
     sep = csv_separator(path, header_line)
@@ -201,26 +161,9 @@ def _parse_csv(path: Path, data: bytes, columns: Sequence[str], what: Sequence[s
                        keep_default_na=False, encoding="utf-8")
 
 
-def _lines(text: bytes) -> Iterator[bytes]:
-    """The lines of ``text``, one at a time (without their ``\\n``)."""
-    start = 0
-    while start <= len(text):
-        end = text.find(b"\n", start)
-        end = len(text) if end < 0 else end
-        yield text[start:end]
-        start = end + 1
-
-
 def _check_field_counts(path: Path, text: bytes, sep: str) -> None:
-    """Refuse a line (blank ones aside) whose number of fields differs from the header's, which a
-    parser would shift into other columns or fill with empty cells.
-
-    Without quotes or lone carriage returns a line's fields are its separators plus one, counted in
-    a few array operations; otherwise the lines are tokenised as the parser does (``csv``).
-
-    Raises:
-        TableError: naming the file, the line and both field counts.
-    """
+    """Refuse a line (blank ones aside) whose number of fields differs from the header's, which a parser would
+    shift into other columns. Without quotes or lone carriage returns the separators are counted with numpy."""
     if b'"' in text or text.count(b"\r") != text.count(b"\r\n"):
         _exact_field_counts(path, text.decode("utf-8"), sep)
         return
@@ -237,7 +180,7 @@ def _check_field_counts(path: Path, text: bytes, sep: str) -> None:
 
 
 def _exact_field_counts(path: Path, text: str, sep: str) -> None:
-    """:func:`_check_field_counts` with quoted fields: every record tokenised, lines counted."""
+    """:func:`_check_field_counts` with quoted fields: every record tokenised as the parser does."""
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
     header_line, expected, line = 0, 0, 1
     for record in reader:
@@ -249,7 +192,6 @@ def _exact_field_counts(path: Path, text: str, sep: str) -> None:
 
 
 def _raise_field_count(path: Path, line: int, fields: int, header_line: int, expected: int, sep: str) -> NoReturn:
-    """Raise the :class:`TableError` of a line with ``fields`` fields under a header of ``expected``."""
     hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" if fields > expected else ""
     raise TableError(f"{path}: line {line} has {fields} fields, the header (line {header_line}) has {expected}{hint}")
 
@@ -265,12 +207,8 @@ def smiles_strings(frame: pd.DataFrame, column: str) -> list[str]:
 
 
 def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
-    """A target column as float64 with NaN for missing cells.
-
-    Raises:
-        TableError: a cell is neither a number nor empty (or a missing-value word), or is infinite or
-            beyond float32's range (the cache stores targets as float32).
-    """
+    """A target column as float64 with NaN for missing cells; :class:`TableError` for a cell that is not a number
+    within float32's range, empty or a missing-value word."""
     values = frame[column]
     if pd.api.types.is_bool_dtype(values) or pd.api.types.is_numeric_dtype(values):
         numbers = values.astype(np.float64).to_numpy()
@@ -289,11 +227,7 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
 
 
 def check_labels(values: np.ndarray, column: str, path: Path, task: TaskKind, num_classes: int | None) -> int:
-    """Check the labels of a classification target; returns its number of classes (2 for binary).
-
-    Raises:
-        TableError: a label is not 0/1 (binary) or not an integer in 0 .. C-1 (multiclass).
-    """
+    """The number of classes of a classification target (2 for binary), its labels checked."""
     known = ~np.isnan(values)
     if task == "binary":
         bad = np.flatnonzero(known & (values != 0) & (values != 1))
@@ -317,20 +251,10 @@ def check_labels(values: np.ndarray, column: str, path: Path, task: TaskKind, nu
 
 
 def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[dict[str, np.ndarray], int]:
-    """Deterministic Bemis-Murcko scaffold split, as DeepChem's ``ScaffoldSplitter``.
+    """Deterministic Bemis-Murcko scaffold split as DeepChem's ``ScaffoldSplitter`` (rule in docs/own-data.md):
+    sorted rows of ``train``, ``valid``, ``test``, and the number of distinct scaffolds.
 
-    Molecules are grouped by the SMILES of their Murcko scaffold (RDKit, without chirality);
-    groups are sorted by size, largest first (ties: the group whose first row is later comes
-    first), and each whole group goes to train while train stays within its share, else to valid
-    while train + valid stay within theirs, else to test. No scaffold is in two splits. Rows RDKit
-    cannot parse join train, where preprocessing skips and counts them.
-
-    Args:
-        smiles: R SMILES strings.
-        fractions: train, valid (and test) shares.
-
-    Returns:
-        Sorted rows of ``train``, ``valid``, ``test``, and the number of distinct scaffolds.
+    Groups of equal size: the one whose first row is later comes first. Unparsable rows join train.
     """
     silence_rdkit()
     groups: dict[str, list[int]] = {}
@@ -358,15 +282,7 @@ def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[d
 
 
 class SmilesRows(MoleculeTable):
-    """A :class:`MoleculeTable` whose rows listed in ``rejected`` are skipped with the given reason
-    (duplicates of an earlier row), and which carries its split.
-
-    Args:
-        smiles: R SMILES strings.
-        targets: (R, Y) float32, NaN where unknown.
-        rejected: row -> reason it is skipped.
-        splits: rows of every split.
-    """
+    """A :class:`MoleculeTable` that skips the rows in ``rejected`` (row -> reason) and carries its ``splits``."""
 
     def __init__(self, smiles: Sequence[object], targets: np.ndarray, rejected: dict[int, str],
                  splits: dict[str, np.ndarray]) -> None:
@@ -383,38 +299,22 @@ class SmilesTable(MoleculeSource):
     """A CSV or Parquet table of SMILES and targets: regression, binary labels or one multi-class label.
 
     Args:
-        path: the table: ``*.csv``, ``*.csv.gz``, ``*.tsv`` or ``*.parquet`` (relative paths are
-            relative to the directory you run from).
-        targets: names of the target columns, learned together; an empty cell (or ``nan``, ``NA``,
-            ``null``, ``none``) is a missing value, left out of the loss and the metrics.
+        path: ``*.csv``, ``*.csv.gz``, ``*.tsv`` or ``*.parquet`` (relative to the directory you run from).
+        targets: target columns, learned together; an empty cell (``nan``, ``NA``, ``null``, ``none``) is missing.
         smiles_column: name of the SMILES column.
-        task: ``regression`` (train with ``GraphRegression``), ``binary`` (every target 0 or 1) or
-            ``multiclass`` (one target with class ids 0 .. C-1), both with ``Classification``.
+        task: ``regression`` (``GraphRegression``), ``binary`` (0 or 1) or ``multiclass`` (one column of class ids).
         num_classes: classes of a multi-class target; None takes the largest label + 1.
-        split: ``random`` (seeded), ``scaffold`` (Bemis-Murcko, deterministic) or ``column``
-            (train/valid/test written in ``split_column``).
-        split_column: the column holding each row's split (``train``/``training``,
-            ``valid``/``val``/``validation``, ``test``/``testing``) for ``split: column``.
+        split: ``random`` (seeded), ``scaffold`` (Bemis-Murcko) or ``column`` (written in ``split_column``).
+        split_column: each row's split (``train``, ``valid``/``val``, ``test`` ...) for ``split: column``.
         split_fractions: train, valid and test shares for ``random`` and ``scaffold``.
         seed: seed of the random split.
-        duplicate_smiles: ``error`` stops before any work listing the duplicated SMILES and their
-            rows; ``keep_first`` keeps the first row of each and skips the others (counted, with
-            the row they repeat).
+        duplicate_smiles: ``error`` stops listing the repeated SMILES; ``keep_first`` skips all but the first row.
     """
 
-    def __init__(
-        self,
-        path: str,
-        targets: Sequence[str],
-        smiles_column: str = "smiles",
-        task: TaskKind = "regression",
-        num_classes: int | None = None,
-        split: SplitMethod = "random",
-        split_column: str = "split",
-        split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
-        seed: int = 0,
-        duplicate_smiles: Literal["error", "keep_first"] = "error",
-    ) -> None:
+    def __init__(self, path: str, targets: Sequence[str], smiles_column: str = "smiles",
+                 task: TaskKind = "regression", num_classes: int | None = None, split: SplitMethod = "random",
+                 split_column: str = "split", split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
+                 duplicate_smiles: Literal["error", "keep_first"] = "error") -> None:
         self.path = Path(path)
         self.targets = list(targets)
         self.smiles_column = smiles_column
@@ -448,8 +348,7 @@ class SmilesTable(MoleculeSource):
 
     @cached_property
     def spec(self) -> DataSpec:
-        """Molecules with the configured targets, checked against the table (which is read here, before
-        any work); a multi-class target's classes come from its labels unless ``num_classes`` is given."""
+        """Molecules with the configured targets, checked against the table (read here, before any work)."""
         frame = self.table.frame
         classes = None
         if self.task == "multiclass":
@@ -474,8 +373,7 @@ class SmilesTable(MoleculeSource):
                                  f"relative to the directory you run from, {Path.cwd()})")
 
     def open(self, root: Path) -> SmilesRows:
-        """Check the whole table (read once, by :attr:`table`) and split it; raises :class:`TableError`
-        before any work."""
+        """Check the whole table (read once, by :attr:`table`) and split it."""
         frame = self.table.frame
         smiles = smiles_strings(frame, self.smiles_column)
         targets = np.stack([numeric_column(frame, name, self.path) for name in self.targets], axis=1)
@@ -559,15 +457,8 @@ class SmilesTable(MoleculeSource):
 
 
 class SmilesToPredict(MoleculeSource):
-    """New molecules to predict: one SMILES column, every row in the split ``predict``, in file order.
-
-    Rows are never dropped for repeating a SMILES; rows that cannot be featurised are skipped and
-    reported (``evaluate.py --predict`` writes them with an empty prediction and the reason).
-
-    Args:
-        path: a CSV or Parquet table.
-        smiles_column: the SMILES column.
-    """
+    """New molecules to predict: one SMILES column, every row (duplicates too) in the split ``predict``, in file
+    order; rows that cannot be featurised are reported (``evaluate.py --predict`` writes the reason)."""
 
     spec = molecule_spec([])
 
