@@ -41,22 +41,15 @@ class _LookupTables:
     """
 
     def __init__(self, columns: Sequence[tuple[list, dict[int, object], bool]]) -> None:
-        tables, low, size, start = [], [], [], []
-        offset = 0
+        tables = []  # per column: the index of every raw value from min(keys) to max(keys), then the fallback
         for allowed, keys, has_fallback in columns:
             fallback = len(allowed) - 1 if has_fallback else _REJECTED
-            lo, hi = min(keys), max(keys)
-            table = [allowed.index(keys[k]) if k in keys and keys[k] in allowed else fallback
-                     for k in range(lo, hi + 1)]
-            tables.append(np.array([*table, fallback], dtype=np.int64))
-            low.append(lo)
-            size.append(hi - lo + 1)
-            start.append(offset)
-            offset += hi - lo + 2
+            tables.append(np.array([allowed.index(keys[k]) if k in keys and keys[k] in allowed else fallback
+                                    for k in range(min(keys), max(keys) + 1)] + [fallback], dtype=np.int64))
         self.table = np.concatenate(tables)
-        self.low = np.array(low, dtype=np.int64)[:, None]
-        self.size = np.array(size, dtype=np.int64)[:, None]
-        self.start = np.array(start, dtype=np.int64)[:, None]
+        self.low = np.array([min(keys) for _, keys, _ in columns], dtype=np.int64)[:, None]
+        self.size = np.array([len(table) - 1 for table in tables], dtype=np.int64)[:, None]
+        self.start = np.cumsum([0] + [len(table) for table in tables[:-1]], dtype=np.int64)[:, None]
 
     def __call__(self, raw: np.ndarray) -> np.ndarray:
         """ogb indices of raw values. (C, k) int64 -> (C, k) int64"""
@@ -126,17 +119,12 @@ def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGr
     bond_columns: list[list] = [[] for _ in _BOND_GETTERS]
     sizes: list[tuple[int, int] | str] = []  # (atoms, bonds) of each molecule, or why it has none
     for text in smiles:
-        if not isinstance(text, str) or not text.strip():
-            sizes.append("empty SMILES")
-            continue
-        mol = Chem.MolFromSmiles(text)
-        if mol is None:
-            sizes.append("RDKit cannot parse")
+        empty = not isinstance(text, str) or not text.strip()
+        mol = None if empty else Chem.MolFromSmiles(text)
+        if mol is None or mol.GetNumAtoms() == 0:
+            sizes.append("empty SMILES" if empty else "RDKit cannot parse" if mol is None else "no atoms")
             continue
         n, m = mol.GetNumAtoms(), mol.GetNumBonds()
-        if n == 0:
-            sizes.append("no atoms")
-            continue
         atoms = list(map(mol.GetAtomWithIdx, range(n)))
         bonds = list(map(mol.GetBondWithIdx, range(m)))
         for column, get in zip(atom_columns, _ATOM_GETTERS):

@@ -91,8 +91,18 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str]) -> Table
 
         _check_columns(path, list(pq.read_schema(io.BytesIO(data)).names), columns, what, None)
         frame = pd.read_parquet(io.BytesIO(data), columns=list(dict.fromkeys(columns)))
-    else:
-        frame = _parse_csv(path, data, columns, what)
+    else:  # every cell as text; blank lines are skipped
+        text = csv_bytes(path, data)
+        header_line = next((line for line in io.BytesIO(text) if line.strip(b"\r\n")), b"").decode()
+        if not header_line:
+            raise TableError(f"{path}: the file is empty")
+        sep = csv_separator(path, header_line)
+        header = pd.read_csv(io.BytesIO(text), sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
+                             encoding="utf-8").iloc[0].tolist()  # as written: pandas renames a repeated name 'x.1'
+        _check_columns(path, header, columns, what, sep)
+        _check_field_counts(path, text, sep)
+        frame = pd.read_csv(io.BytesIO(text), sep=sep, usecols=list(dict.fromkeys(columns)), dtype=str,
+                            keep_default_na=False, encoding="utf-8")
     if frame.empty:
         raise TableError(f"{path}: the file has a header but no data rows")
     return TableRead(sha1, frame)
@@ -146,26 +156,18 @@ def csv_separator(path: Path, header_line: str) -> str:
     return found[0]
 
 
-def _parse_csv(path: Path, data: bytes, columns: Sequence[str], what: Sequence[str]) -> pd.DataFrame:
-    """The named columns of a CSV file's bytes, every cell as text; blank lines are skipped."""
-    text = csv_bytes(path, data)
-    header_line = next((line for line in io.BytesIO(text) if line.strip(b"\r\n")), b"").decode()
-    if not header_line:
-        raise TableError(f"{path}: the file is empty")
-    sep = csv_separator(path, header_line)
-    header = pd.read_csv(io.BytesIO(text), sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
-                         encoding="utf-8").iloc[0].tolist()  # as written: pandas renames a repeated name 'x.1'
-    _check_columns(path, header, columns, what, sep)
-    _check_field_counts(path, text, sep)
-    return pd.read_csv(io.BytesIO(text), sep=sep, usecols=list(dict.fromkeys(columns)), dtype=str,
-                       keep_default_na=False, encoding="utf-8")
-
-
 def _check_field_counts(path: Path, text: bytes, sep: str) -> None:
     """Refuse a line (blank ones aside) whose number of fields differs from the header's, which a parser would
     shift into other columns. Without quotes or lone carriage returns the separators are counted with numpy."""
-    if b'"' in text or text.count(b"\r") != text.count(b"\r\n"):
-        _exact_field_counts(path, text.decode("utf-8"), sep)
+    if b'"' in text or text.count(b"\r") != text.count(b"\r\n"):  # records tokenised as the parser does
+        reader = csv.reader(io.StringIO(text.decode("utf-8"), newline=""), delimiter=sep)
+        header_line, expected, line = 0, 0, 1
+        for record in reader:
+            if record and not header_line:
+                header_line, expected = line, len(record)
+            elif record and len(record) != expected:
+                _raise_field_count(path, line, len(record), header_line, expected, sep)
+            line = reader.line_num + 1
         return
     buf = np.frombuffer(text, dtype=np.uint8)
     ends = np.flatnonzero(buf == ord("\n"))
@@ -179,18 +181,6 @@ def _check_field_counts(path: Path, text: bytes, sep: str) -> None:
         _raise_field_count(path, int(bad[0]) + 1, int(fields[bad[0]]), int(used[0]) + 1, int(fields[used[0]]), sep)
 
 
-def _exact_field_counts(path: Path, text: str, sep: str) -> None:
-    """:func:`_check_field_counts` with quoted fields: every record tokenised as the parser does."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
-    header_line, expected, line = 0, 0, 1
-    for record in reader:
-        if record and not header_line:
-            header_line, expected = line, len(record)
-        elif record and len(record) != expected:
-            _raise_field_count(path, line, len(record), header_line, expected, sep)
-        line = reader.line_num + 1
-
-
 def _raise_field_count(path: Path, line: int, fields: int, header_line: int, expected: int, sep: str) -> NoReturn:
     hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" if fields > expected else ""
     raise TableError(f"{path}: line {line} has {fields} fields, the header (line {header_line}) has {expected}{hint}")
@@ -200,10 +190,9 @@ def _raise_field_count(path: Path, line: int, fields: int, header_line: int, exp
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def smiles_strings(frame: pd.DataFrame, column: str) -> list[str]:
-    """The SMILES cells as stripped strings (a missing Parquet value becomes an empty string)."""
-    return ["" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value).strip()
-            for value in frame[column].tolist()]
+def cell_text(value: object) -> str:
+    """A cell as a stripped string (a missing Parquet value becomes an empty string)."""
+    return "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value).strip()
 
 
 def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
@@ -214,7 +203,7 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
         numbers = values.astype(np.float64).to_numpy()
         bad = np.flatnonzero(np.abs(numbers) > FLOAT32_MAX)
     else:
-        text = values.map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v).strip())
+        text = values.map(cell_text)
         missing = text.str.lower().isin(MISSING_VALUES).to_numpy()
         numbers = pd.to_numeric(text.where(~missing, None), errors="coerce").to_numpy(np.float64)
         bad = np.flatnonzero((~missing & np.isnan(numbers)) | (np.abs(numbers) > FLOAT32_MAX))
@@ -375,7 +364,7 @@ class SmilesTable(MoleculeSource):
     def open(self, root: Path) -> SmilesRows:
         """Check the whole table (read once, by :attr:`table`) and split it."""
         frame = self.table.frame
-        smiles = smiles_strings(frame, self.smiles_column)
+        smiles = [cell_text(value) for value in frame[self.smiles_column].tolist()]
         targets = np.stack([numeric_column(frame, name, self.path) for name in self.targets], axis=1)
         for k, name in enumerate(self.targets):
             if not np.isfinite(targets[:, k]).any():
@@ -475,7 +464,7 @@ class SmilesToPredict(MoleculeSource):
 
     def smiles(self) -> list[str]:
         """The SMILES of every row, stripped, in file order."""
-        return smiles_strings(self.table.frame, self.smiles_column)
+        return [cell_text(value) for value in self.table.frame[self.smiles_column].tolist()]
 
     def origin(self) -> str:
         return f"{self.path} (SMILES column '{self.smiles_column}')"

@@ -44,8 +44,7 @@ def regular_graph_record(graph: nx.Graph, index: int, distance: int = 2) -> Grap
     structure = graph_structure(n, edge_index)
     return GraphRecord(x=np.zeros((n, 1), dtype=np.int64), edge_index=edge_index,
                        edge_attr=np.zeros((edge_index.shape[1], 1), dtype=np.int64), spd=structure.spd,
-                       first_edge=structure.first_edge, in_degree=structure.in_degree,
-                       out_degree=structure.out_degree,
+                       first_edge=structure.first_edge, in_degree=structure.in_degree, out_degree=structure.out_degree,
                        y=distance_counts(structure.spd, distance).astype(np.float32)[:, None], index=index)
 
 
@@ -121,7 +120,7 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
         return dict(self.split_graphs)
 
     def setup(self, stage: str | None = None) -> None:
-        """Generate the three splits and report their sizes, rejections and label distribution."""
+        """Generate the three splits from the seed, counting rejected graphs."""
         if self.datasets:
             return
         for split, count in self.split_graphs.items():
@@ -130,12 +129,6 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
                                                             self.distance, seed=seed)
             self.rejected += rejected
 
-    def label_distribution(self, split: str) -> dict[int, float]:
-        """Fraction of the nodes of ``split`` with each label (after setup)."""
-        counts = Counter(int(v) for record in self.datasets[split] for v in record.y[:, 0])
-        total = sum(counts.values())
-        return {label: counts[label] / total for label in sorted(counts)}
-
     def describe(self) -> dict:
         """Graph family, split sizes, rejected graphs and the accuracy of always predicting the majority label."""
         info = {"source": f"synthetic {self.degree}-regular graphs, label = #nodes at distance {self.distance}",
@@ -143,8 +136,9 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
                 "batch_size": self.batch_size, "seed": self.seed}
         if self.datasets:
             info["rejected"] = dict(self.rejected)
-            info["majority_label_accuracy"] = {split: round(max(self.label_distribution(split).values()), 4)
-                                               for split in self.datasets}
+            labels = {split: Counter(int(v) for record in records for v in record.y[:, 0])
+                      for split, records in self.datasets.items()}  # label -> nodes with it
+            info["majority_label_accuracy"] = {k: round(max(n.values()) / n.total(), 4) for k, n in labels.items()}
         return info
 
     def train_dataloader(self) -> DataLoader:
