@@ -33,11 +33,8 @@ def missing_files(directory: Path, names: Sequence[str]) -> list[str]:
 
 
 class GraphSource(ABC):
-    """One dataset: what it is, where its raw rows live, how they become graphs, and its official splits.
-
-    Caching, parallelism, splitting and batching are shared by
-    :class:`~graphormer_urpe.data.datamodule.GraphDataModule`.
-    """
+    """One dataset: what it is, where its raw rows live, how they become graphs, and its official splits; the rest
+    is shared by :class:`~graphormer_urpe.data.datamodule.GraphDataModule`."""
 
     #: Directory under the data root.
     name: str

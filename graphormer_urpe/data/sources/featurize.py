@@ -29,15 +29,11 @@ def silence_rdkit() -> None:
 
 
 class _LookupTables:
-    """ogb's ``allowable_features`` lists as one flat integer table.
+    """ogb's ``allowable_features`` lists (``columns`` from :func:`_column`) as one flat integer table.
 
     Column c maps a raw integer v (RDKit number, enum value or bool) to ``table[start[c] + v - low[c]]`` when
     ``low[c] <= v < low[c] + size[c]``, else to ``table[start[c] + size[c]]``: ogb's ``misc`` index where ogb
     uses ``safe_index``, :data:`_REJECTED` where it uses ``list.index`` (and would raise).
-
-    Args:
-        columns: per column, ogb's allowable list, raw integer key -> the allowable entry it stands for, and
-            whether ogb falls back to ``misc`` for values not in the list.
     """
 
     def __init__(self, columns: Sequence[tuple[list, dict[int, object], bool]]) -> None:
@@ -59,7 +55,8 @@ class _LookupTables:
 
 
 def _column(name: str, keys: dict[int, object] | type | None = None, misc: bool = True) -> tuple:
-    """Column ``possible_<name>_list`` of ogb; keys: an RDKit enum, a {raw: entry} dict, or None (its own ints)."""
+    """ogb's list ``possible_<name>_list``, raw integer -> the entry it stands for (from an RDKit enum, a dict, or
+    None: the list's own ints), and whether ogb falls back to ``misc`` for values not in the list."""
     allowed = allowable_features[f"possible_{name}_list"]
     if keys is None:
         keys = {v: v for v in allowed if isinstance(v, int) and not isinstance(v, bool)}
@@ -73,15 +70,12 @@ _BOOL_KEYS: dict[int, object] = {0: False, 1: True}
 # Atom columns in ogb's order. Total degree is not read per atom: it is the bond count of the atom
 # (from the bond list) plus its hydrogens, which is how RDKit defines GetTotalDegree.
 _ATOM_TABLES = _LookupTables([
-    _column("atomic_num"), _column("chirality", Chem.rdchem.ChiralType), _column("degree"),
-    _column("formal_charge"), _column("numH"), _column("number_radical_e"),
-    _column("hybridization", Chem.rdchem.HybridizationType), _column("is_aromatic", _BOOL_KEYS, False),
-    _column("is_in_ring", _BOOL_KEYS, False),
-])
-_BOND_TABLES = _LookupTables([
-    _column("bond_type", Chem.rdchem.BondType), _column("bond_stereo", Chem.rdchem.BondStereo, False),
-    _column("is_conjugated", _BOOL_KEYS, False),
-])
+    _column("atomic_num"), _column("chirality", Chem.rdchem.ChiralType), _column("degree"), _column("formal_charge"),
+    _column("numH"), _column("number_radical_e"), _column("hybridization", Chem.rdchem.HybridizationType),
+    _column("is_aromatic", _BOOL_KEYS, False), _column("is_in_ring", _BOOL_KEYS, False)])
+_BOND_TABLES = _LookupTables([_column("bond_type", Chem.rdchem.BondType),
+                              _column("bond_stereo", Chem.rdchem.BondStereo, False),
+                              _column("is_conjugated", _BOOL_KEYS, False)])
 _ATOM_COLUMN_NAMES = ("atomic number", "chirality", "degree", "formal charge", "hydrogen count",
                       "radical electrons", "hybridization", "aromaticity", "ring membership")
 _BOND_COLUMN_NAMES = ("bond type", "bond stereo", "conjugation")
@@ -92,19 +86,15 @@ _ATOM_GETTERS: tuple[Callable, ...] = (
     Chem.Atom.GetNumRadicalElectrons, Chem.Atom.GetHybridization, Chem.Atom.GetIsAromatic, Chem.Atom.IsInRing,
 )
 _NUM_HS = 3  # row of GetTotalNumHs in the raw atom values
-_BOND_GETTERS: tuple[Callable, ...] = (
-    Chem.Bond.GetBeginAtomIdx, Chem.Bond.GetEndAtomIdx, Chem.Bond.GetBondType, Chem.Bond.GetStereo,
-    Chem.Bond.GetIsConjugated,
-)
+_BOND_GETTERS: tuple[Callable, ...] = (Chem.Bond.GetBeginAtomIdx, Chem.Bond.GetEndAtomIdx, Chem.Bond.GetBondType,
+                                        Chem.Bond.GetStereo, Chem.Bond.GetIsConjugated)
 
 
 def molecule_graph(smiles: object, y: np.ndarray) -> RawGraph | str:
-    """One molecule as ``ogb.utils.smiles2graph`` featurises it, or a short reason such as ``"RDKit cannot parse"``.
+    """One molecule as ``ogb.utils.smiles2graph`` featurises it (edges in ogb's order: both directions of bond k at
+    2k and 2k + 1), or a short reason such as ``"RDKit cannot parse"``; ``smiles`` may be NaN (an empty cell).
 
-    Edges are in ogb's order: both directions of bond k at positions 2k and 2k + 1.
-
-    Shapes:
-        y: (Y,) float32 targets (``smiles`` may be a float NaN: pandas' empty cell).
+    Shapes: y (Y,) float32 targets.
     """
     return molecule_graphs([smiles], np.asarray(y).reshape(1, -1))[0]
 
@@ -112,8 +102,7 @@ def molecule_graph(smiles: object, y: np.ndarray) -> RawGraph | str:
 def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGraph | str]:
     """:func:`molecule_graph` of M molecules, the numpy work done once for all: each :class:`RawGraph` holds views.
 
-    Shapes:
-        targets: (M, Y).
+    Shapes: targets (M, Y).
     """
     atom_columns: list[list] = [[] for _ in _ATOM_GETTERS]
     bond_columns: list[list] = [[] for _ in _BOND_GETTERS]

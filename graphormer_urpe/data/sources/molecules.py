@@ -25,10 +25,9 @@ from graphormer_urpe.errors import ConfigError, DatasetMissing, check_int
 
 
 class MoleculeTable:
-    """SMILES strings (NaN or empty ones are reported, not parsed) and their targets, shared copy-on-write with workers.
+    """SMILES strings (NaN or empty ones are reported, not parsed) and targets, shared copy-on-write with workers.
 
-    Shapes:
-        targets: (R, Y) float32 for R SMILES.
+    Shapes: targets (R, Y) float32 for R SMILES.
     """
 
     def __init__(self, smiles: Sequence[object], targets: np.ndarray) -> None:
@@ -76,18 +75,12 @@ class MoleculeSource(GraphSource):
 #: QM9's 12 standard targets (Gilmer et al., 2017, and MoleculeNet), as ``targets`` names them: the
 #: ``qm9pack`` column and the factor to the unit in the name (energies in eV, from hartree).
 QM9_TARGETS: dict[str, tuple[str, float]] = {
-    "mu_debye": ("Dipole_debye", 1.0),
-    "alpha_bohr3": ("Polarizability_bohr3", 1.0),
-    "homo_ev": ("HOMO_au", HARTREE_TO_EV),
-    "lumo_ev": ("LUMO_au", HARTREE_TO_EV),
-    "gap_ev": ("HOMO_LUMO_gap_au", HARTREE_TO_EV),
-    "r2_bohr2": ("R2_bohr2", 1.0),
-    "zpve_ev": ("ZPVE_au", HARTREE_TO_EV),
-    "u0_ev": ("InternalEnergy_0K_au", HARTREE_TO_EV),
-    "u298_ev": ("InternalEnergy_298K_au", HARTREE_TO_EV),
-    "h298_ev": ("Enthalphy_298K_au", HARTREE_TO_EV),
-    "g298_ev": ("GibbsFreeEnergy_298K_au", HARTREE_TO_EV),
-    "cv_cal_mol_k": ("Heatcapacity_Cv_cal_mol_K", 1.0),
+    "mu_debye": ("Dipole_debye", 1.0), "alpha_bohr3": ("Polarizability_bohr3", 1.0),
+    "homo_ev": ("HOMO_au", HARTREE_TO_EV), "lumo_ev": ("LUMO_au", HARTREE_TO_EV),
+    "gap_ev": ("HOMO_LUMO_gap_au", HARTREE_TO_EV), "r2_bohr2": ("R2_bohr2", 1.0),
+    "zpve_ev": ("ZPVE_au", HARTREE_TO_EV), "u0_ev": ("InternalEnergy_0K_au", HARTREE_TO_EV),
+    "u298_ev": ("InternalEnergy_298K_au", HARTREE_TO_EV), "h298_ev": ("Enthalphy_298K_au", HARTREE_TO_EV),
+    "g298_ev": ("GibbsFreeEnergy_298K_au", HARTREE_TO_EV), "cv_cal_mol_k": ("Heatcapacity_Cv_cal_mol_K", 1.0),
 }
 
 

@@ -29,10 +29,8 @@ SPLITS = ("train", "valid", *MODES)
 
 
 class PCQM4Mv2(MoleculeSource):
-    """PCQM4Mv2 with its official splits (train, valid, test-dev, test-challenge); gaps hidden in the test splits.
-
-    Unusable SMILES are skipped and counted; test rows among them still get a prediction in a submission.
-    """
+    """PCQM4Mv2 with its official splits, gaps hidden in the test splits; unusable SMILES are skipped and counted
+    (test rows among them still get a prediction in a submission)."""
 
     name = "pcqm4m-v2"
     spec = molecule_spec(["homolumogap"], submission=PCQM4MV2_SUBMISSION)
@@ -48,10 +46,9 @@ class PCQM4Mv2(MoleculeSource):
         if not missing:
             return
         if not network_reachable(URL):
-            raise DatasetMissing(
-                f"PCQM4Mv2 files are missing from {folder}: {', '.join(missing)}; the network is not reachable to "
-                f"download them. Fetch {URL} and unzip it into {Path(root)} (the archive holds "
-                "pcqm4m-v2/raw/data.csv.gz and pcqm4m-v2/split_dict.pt).")
+            raise DatasetMissing(f"PCQM4Mv2 files are missing from {folder}: {', '.join(missing)}; the network is not "
+                                 f"reachable to download them. Fetch {URL} and unzip it into {Path(root)} (the archive "
+                                 "holds pcqm4m-v2/raw/data.csv.gz and pcqm4m-v2/split_dict.pt).")
         log.info("downloading PCQM4Mv2 from %s into %s", URL, root)
         archive = Path(download_url(URL, str(root)))
         try:

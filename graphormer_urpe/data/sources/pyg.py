@@ -72,9 +72,9 @@ def offline(cls: type) -> type:
 
     def download(self: Dataset) -> None:
         missing = [path for path in self.raw_paths if not Path(path).exists()]
-        raise DatasetMissing(
-            f"{cls.__module__}.{cls.__name__} has no raw files in {self.raw_dir} (missing: {', '.join(missing)}); "
-            "put them there, or set data.source.download: true to let the dataset download them")
+        raise DatasetMissing(f"{cls.__module__}.{cls.__name__} has no raw files in {self.raw_dir} (missing: "
+                             f"{', '.join(missing)}); put them there, or set data.source.download: true to let the "
+                             "dataset download them")
 
     return type(cls.__name__, (cls,), {"download": download, "__module__": cls.__module__, "__doc__": cls.__doc__})
 
@@ -98,8 +98,7 @@ class PygReader:
         self.nodes, self.edges, self.target, self.node_targets = nodes, edges, target, node_targets
         self.masks = list(masks)
         self.start = np.cumsum([0] + [len(d) for d in self.datasets])
-        graphs = int(self.start[-1])
-        self.num_rows = graphs * len(self.masks) if self.masks else graphs
+        self.num_rows = int(self.start[-1]) * max(len(self.masks), 1)  # one block of rows per mask
 
     def worker_init(self) -> None:
         """Nothing to prepare: the collated tensors are read as they are."""
@@ -164,8 +163,8 @@ class PygDataset(GraphSource):
         self.split_fractions = split_shares(split_fractions)
         self.seed = seed
         self.download = download
-        short = dataset.rsplit(".", 1)[-1]
-        self.name = name or f"pyg_{short}" + (f"_{self.args['name']}" if "name" in self.args else "")
+        suffix = f"_{self.args['name']}" if "name" in self.args else ""
+        self.name = name or f"pyg_{dataset.rsplit('.', 1)[-1]}{suffix}"
         if target_level not in ("graph", "node"):
             raise DataError(f"data.source.target_level: {target_level!r}; expected graph or node")
         if task not in ("regression", "binary", "multiclass"):
@@ -194,9 +193,8 @@ class PygDataset(GraphSource):
     def options(self) -> dict:
         return {"dataset": self.dataset, "args": self.args, "node_attributes": self.node_attributes,
                 "edge_attributes": self.edge_attributes, "target": self.target, "target_level": self.target_level,
-                "task": self.task, "num_classes": self.num_classes, "split": self.split,
-                "split_args": self.split_args, "split_fractions": self.split_fractions, "seed": self.seed,
-                "fingerprint": self._fingerprint}
+                "task": self.task, "num_classes": self.num_classes, "split": self.split, "split_args": self.split_args,
+                "split_fractions": self.split_fractions, "seed": self.seed, "fingerprint": self._fingerprint}
 
     # -- reading
     def instances(self) -> dict[str, InMemoryDataset]:

@@ -28,12 +28,11 @@ from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import seeded_split, split_shares
 from graphormer_urpe.data.sources.featurize import silence_rdkit
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable, molecule_spec
-from graphormer_urpe.data.spec import DataSpec
+from graphormer_urpe.data.spec import DataSpec, TargetKind
 from graphormer_urpe.errors import DataError, DatasetMissing
 
 log = logging.getLogger(__name__)
 
-TaskKind = Literal["regression", "binary", "multiclass"]
 SplitMethod = Literal["random", "scaffold", "column"]
 
 #: Target cells that mean "no value" (compared after stripping blanks, ignoring case).
@@ -215,7 +214,7 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
     return numbers
 
 
-def check_labels(values: np.ndarray, column: str, path: Path, task: TaskKind, num_classes: int | None) -> int:
+def check_labels(values: np.ndarray, column: str, path: Path, task: TargetKind, num_classes: int | None) -> int:
     """The number of classes of a classification target (2 for binary), its labels checked."""
     known = ~np.isnan(values)
     if task == "binary":
@@ -247,26 +246,23 @@ def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[d
     """
     silence_rdkit()
     groups: dict[str, list[int]] = {}
-    unparsable: list[int] = []
+    parts: dict[str, list[int]] = {"train": [], "valid": [], "test": []}
     for row, text in enumerate(tqdm(smiles, desc="Bemis-Murcko scaffolds", unit="molecule", mininterval=2.0,
                                     disable=len(smiles) < 50_000)):
         mol = Chem.MolFromSmiles(text) if text else None
         if mol is None:
-            unparsable.append(row)
+            parts["train"].append(row)
             continue
         groups.setdefault(MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False), []).append(row)
-    ordered = sorted(groups.values(), key=lambda rows: (len(rows), rows[0]), reverse=True)
     train_cutoff = fractions[0] * len(smiles)
     valid_cutoff = (fractions[0] + fractions[1]) * len(smiles)
-    parts: dict[str, list[int]] = {"train": list(unparsable), "valid": [], "test": []}
-    for rows in ordered:
-        if len(parts["train"]) + len(rows) > train_cutoff:
-            if len(parts["train"]) + len(parts["valid"]) + len(rows) > valid_cutoff:
-                parts["test"] += rows
-            else:
-                parts["valid"] += rows
-        else:
+    for rows in sorted(groups.values(), key=lambda rows: (len(rows), rows[0]), reverse=True):
+        if len(parts["train"]) + len(rows) <= train_cutoff:
             parts["train"] += rows
+        elif len(parts["train"]) + len(parts["valid"]) + len(rows) <= valid_cutoff:
+            parts["valid"] += rows
+        else:
+            parts["test"] += rows
     return {name: np.sort(np.asarray(rows, dtype=np.int64)) for name, rows in parts.items()}, len(groups)
 
 
@@ -301,7 +297,7 @@ class SmilesTable(MoleculeSource):
     """
 
     def __init__(self, path: str, targets: Sequence[str], smiles_column: str = "smiles",
-                 task: TaskKind = "regression", num_classes: int | None = None, split: SplitMethod = "random",
+                 task: TargetKind = "regression", num_classes: int | None = None, split: SplitMethod = "random",
                  split_column: str = "split", split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                  duplicate_smiles: Literal["error", "keep_first"] = "error") -> None:
         self.path = Path(path)
@@ -397,11 +393,10 @@ class SmilesTable(MoleculeSource):
             repeated = list(dict.fromkeys(codes[rows]))
             listed = [f"'{smiles[first_index[code]]}' at {describe_rows(self.path, np.flatnonzero(codes == code))}"
                       for code in repeated[:3]]
-            raise TableError(
-                f"{self.path}: column '{self.smiles_column}' has {len(rows)} duplicated SMILES "
-                f"({'; '.join(listed)}{'; ...' if len(repeated) > 3 else ''}); duplicates can fall into different "
-                "splits and leak test molecules into training. Remove them, or set "
-                "data.source.duplicate_smiles: keep_first to keep the first row of each and skip the others")
+            raise TableError(f"{self.path}: column '{self.smiles_column}' has {len(rows)} duplicated SMILES "
+                             f"({'; '.join(listed)}{'; ...' if len(repeated) > 3 else ''}); duplicates can fall into "
+                             "different splits and leak test molecules into training. Remove them, or set data.source."
+                             "duplicate_smiles: keep_first to keep the first row of each and skip the others")
         log.warning("%s: %d rows repeat the SMILES of an earlier row (%s) and are skipped "
                     "(duplicate_smiles: keep_first)", self.origin(), len(rows), describe_rows(self.path, rows))
         return {int(row): f"duplicate of row {int(first_row[row])}" for row in rows}
@@ -441,8 +436,7 @@ class SmilesTable(MoleculeSource):
                 raise TableError(f"{self.path}: target '{name}' has no value in the training split, so it cannot "
                                  "be learned; check the column or the split")
             if self.task == "binary" and len(np.unique(values)) < 2:
-                log.warning("%s: target '%s' has only label %g in the training split", self.origin(), name,
-                            values[0])
+                log.warning("%s: target '%s' has only label %g in the training split", self.origin(), name, values[0])
 
 
 class SmilesToPredict(MoleculeSource):

@@ -24,8 +24,7 @@ _SPLIT_IDS = {"train": 0, "valid": 1, "test": 2}
 def distance_counts(spd: np.ndarray, distance: int) -> np.ndarray:
     """Number of nodes at shortest-path distance exactly ``distance`` (>= 1) from each node.
 
-    Shapes:
-        spd: (n, n) distances (unreachable pairs hold a value that is never ``distance``); returns (n,) int64.
+    Shapes: spd (n, n), unreachable pairs holding a value that is never ``distance`` -> (n,) int64.
     """
     return (spd == distance).sum(axis=1).astype(np.int64)
 

@@ -45,8 +45,7 @@ def sequence_labels(task: SequenceTask, tokens: torch.Tensor, vocab_size: int) -
     """Targets of ``task``: position i's index (``position``), or ``(w_2, w_4, ..., w_n, EOS, ..., EOS)`` with
     EOS = class V (``even_token``, n even).
 
-    Shapes:
-        tokens: (B, n) int64 in ``[0, vocab_size)``; returns (B, n) int64.
+    Shapes: tokens (B, n) int64 in ``[0, vocab_size)`` -> (B, n) int64.
     """
     batch, length = tokens.shape
     if task == "position":
