@@ -1,7 +1,5 @@
-"""Molecules to graphs with exactly ogb's ``smiles2graph`` features, about twice as fast and never raising:
-a molecule RDKit cannot parse, without atoms, or with a value ogb's featuriser raises on gets a reason instead.
-See docs/ogb-lsc.md.
-"""
+"""Molecules to graphs with exactly ogb's ``smiles2graph`` features, about twice as fast and never raising: a molecule
+RDKit cannot parse, without atoms, or with a value ogb's featuriser raises on gets a reason. See docs/ogb-lsc.md."""
 
 from __future__ import annotations
 
@@ -12,6 +10,8 @@ from ogb.utils.features import allowable_features, get_atom_feature_dims, get_bo
 from rdkit import Chem, RDLogger, rdBase
 
 from graphormer_urpe.data.batch import RawGraph
+from graphormer_urpe.data.lsc_formats import SubmissionFormat
+from graphormer_urpe.data.spec import DataSpec, TargetKind
 
 #: Categorical vocabulary sizes of ogb's atom features (9 columns) and bond features (3 columns).
 ATOM_VOCAB: tuple[int, ...] = tuple(get_atom_feature_dims())
@@ -21,6 +21,15 @@ FEATURIZER_VERSION = f"ogb-smiles2graph/rdkit-{rdBase.rdkitVersion}"
 
 #: Index of a value ogb's featuriser rejects (it calls ``list.index`` without a fallback).
 _REJECTED = -1
+
+
+def molecule_spec(target_names: Sequence[str], target_kind: TargetKind = "regression", num_outputs: int | None = None,
+                  submission: SubmissionFormat | None = None) -> DataSpec:
+    """The :class:`DataSpec` of molecules with ogb's atom and bond vocabularies, one target row per molecule;
+    ``num_outputs``: classes of a multi-class target (None: one output per target)."""
+    return DataSpec(node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB, num_targets=len(target_names),
+                    num_outputs=len(target_names) if num_outputs is None else num_outputs,
+                    target_kind=target_kind, target_names=tuple(target_names), submission=submission)
 
 
 def silence_rdkit() -> None:
@@ -94,16 +103,14 @@ def molecule_graph(smiles: object, y: np.ndarray) -> RawGraph | str:
     """One molecule as ``ogb.utils.smiles2graph`` featurises it (edges in ogb's order: both directions of bond k at
     2k and 2k + 1), or a short reason such as ``"RDKit cannot parse"``; ``smiles`` may be NaN (an empty cell).
 
-    Shapes: y (Y,) float32 targets.
-    """
+    Shapes: y (Y,) float32 targets."""
     return molecule_graphs([smiles], np.asarray(y).reshape(1, -1))[0]
 
 
 def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGraph | str]:
     """:func:`molecule_graph` of M molecules, the numpy work done once for all: each :class:`RawGraph` holds views.
 
-    Shapes: targets (M, Y).
-    """
+    Shapes: targets (M, Y)."""
     atom_columns: list[list] = [[] for _ in _ATOM_GETTERS]
     bond_columns: list[list] = [[] for _ in _BOND_GETTERS]
     sizes: list[tuple[int, int] | str] = []  # (atoms, bonds) of each molecule, or why it has none

@@ -11,24 +11,16 @@ import pandas as pd
 
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.batch import RawGraph
-from graphormer_urpe.data.lsc_formats import SubmissionFormat
 from graphormer_urpe.data.sources.base import GraphSource, seeded_split
-from graphormer_urpe.data.sources.featurize import (
-    ATOM_VOCAB,
-    BOND_VOCAB,
-    FEATURIZER_VERSION,
-    molecule_graphs,
-    silence_rdkit,
-)
-from graphormer_urpe.data.spec import DataSpec, TargetKind
+from graphormer_urpe.data.sources.featurize import FEATURIZER_VERSION, molecule_graphs, molecule_spec, silence_rdkit
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import ConfigError, DatasetMissing, check_int
 
 
 class MoleculeTable:
     """SMILES strings (NaN or empty ones are reported, not parsed) and targets, shared copy-on-write with workers.
 
-    Shapes: targets (R, Y) float32 for R SMILES.
-    """
+    Shapes: targets (R, Y) float32 for R SMILES."""
 
     def __init__(self, smiles: Sequence[object], targets: np.ndarray) -> None:
         self.smiles = np.asarray(smiles, dtype=object)
@@ -55,17 +47,8 @@ def qm9pack_csvs() -> list[Path]:
     return files
 
 
-def molecule_spec(target_names: Sequence[str], target_kind: TargetKind = "regression", num_outputs: int | None = None,
-                  submission: SubmissionFormat | None = None) -> DataSpec:
-    """The :class:`DataSpec` of molecules with ogb's atom and bond vocabularies, one target row per molecule;
-    ``num_outputs``: classes of a multi-class target (None: one output per target)."""
-    return DataSpec(node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB, num_targets=len(target_names),
-                    num_outputs=len(target_names) if num_outputs is None else num_outputs,
-                    target_kind=target_kind, target_names=tuple(target_names), submission=submission)
-
-
 class MoleculeSource(GraphSource):
-    """A dataset of SMILES strings and targets (a :class:`MoleculeTable`), featurised exactly like PCQM4Mv2;
+    """A dataset of SMILES strings and targets (a :class:`MoleculeTable`) with a :func:`molecule_spec`;
     the featuriser and RDKit versions are part of every cache key."""
 
     def options(self) -> dict:

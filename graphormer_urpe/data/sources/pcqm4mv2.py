@@ -1,6 +1,5 @@
 """PCQM4Mv2 (OGB-LSC): HOMO-LUMO gap in eV of 3.75M molecules, read from ogb's on-disk layout without ogb's
-dataset classes (they ask ``input()`` questions and ``torch.load`` unsafely). See docs/ogb-lsc.md.
-"""
+dataset classes (they ask ``input()`` questions and ``torch.load`` unsafely). See docs/ogb-lsc.md."""
 
 from __future__ import annotations
 
@@ -16,7 +15,8 @@ from graphormer_urpe.data.lsc_formats import MODES
 from graphormer_urpe.data.lsc_formats import PCQM4MV2 as PCQM4MV2_SUBMISSION
 from graphormer_urpe.data.safe_load import load_split_dict
 from graphormer_urpe.data.sources.base import missing_files, network_reachable
-from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable, molecule_spec
+from graphormer_urpe.data.sources.featurize import molecule_spec
+from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
 from graphormer_urpe.errors import DatasetMissing
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,7 @@ class PCQM4Mv2(MoleculeSource):
 
     def ensure_raw(self, root: Path) -> None:
         folder = self.folder(root)
-        missing = missing_files(folder, RAW_FILES)
-        if not missing:
+        if not (missing := missing_files(folder, RAW_FILES)):
             return
         if not network_reachable(URL):
             raise DatasetMissing(f"PCQM4Mv2 files are missing from {folder}: {', '.join(missing)}; the network is not "
@@ -58,8 +57,7 @@ class PCQM4Mv2(MoleculeSource):
                                  "run again") from error
         finally:
             archive.unlink(missing_ok=True)
-        still_missing = missing_files(folder, RAW_FILES)
-        if still_missing:
+        if still_missing := missing_files(folder, RAW_FILES):
             raise DatasetMissing(f"{URL} unpacked into {root} but {folder} still lacks {', '.join(still_missing)}")
 
     def open(self, root: Path) -> MoleculeTable:
@@ -75,8 +73,7 @@ class PCQM4Mv2(MoleculeSource):
             row = int(np.argmax(idx != np.arange(len(frame))))
             raise ValueError(f"{path}: row {row} has idx {idx[row]}; rows must be stored in idx order 0, 1, 2, ...")
         log.info("PCQM4Mv2: %d molecules read from %s", len(frame), path)
-        gaps = frame["homolumogap"].to_numpy(np.float64).reshape(-1, 1)
-        return MoleculeTable(frame["smiles"].tolist(), gaps)
+        return MoleculeTable(frame["smiles"].tolist(), frame["homolumogap"].to_numpy(np.float64).reshape(-1, 1))
 
     def splits(self, root: Path, reader: MoleculeTable) -> dict[str, np.ndarray]:
         """The official splits from ``split_dict.pt``, checked against the table before any work."""

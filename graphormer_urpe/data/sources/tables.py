@@ -1,6 +1,5 @@
 """Your own molecules: a CSV or Parquet table of SMILES and targets (:class:`SmilesTable`), or of new molecules to
-predict (:class:`SmilesToPredict`), read once per run and checked whole before any work. See docs/own-data.md.
-"""
+predict (:class:`SmilesToPredict`), read once per run and checked whole before any work. See docs/own-data.md."""
 
 from __future__ import annotations
 
@@ -26,8 +25,8 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import seeded_split, split_shares
-from graphormer_urpe.data.sources.featurize import silence_rdkit
-from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable, molecule_spec
+from graphormer_urpe.data.sources.featurize import molecule_spec, silence_rdkit
+from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
 from graphormer_urpe.data.spec import DataSpec, TargetKind
 from graphormer_urpe.errors import DataError, DatasetMissing
 
@@ -239,11 +238,9 @@ def check_labels(values: np.ndarray, column: str, path: Path, task: TargetKind, 
 
 
 def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[dict[str, np.ndarray], int]:
-    """Deterministic Bemis-Murcko scaffold split as DeepChem's ``ScaffoldSplitter`` (rule in docs/own-data.md):
-    sorted rows of ``train``, ``valid``, ``test``, and the number of distinct scaffolds.
-
-    Groups of equal size: the one whose first row is later comes first. Unparsable rows join train.
-    """
+    """Deterministic Bemis-Murcko scaffold split as DeepChem's ``ScaffoldSplitter`` (rule in docs/own-data.md; of
+    groups of equal size, the one whose first row is later comes first): sorted rows of ``train``, ``valid``,
+    ``test``, and the number of distinct scaffolds."""
     silence_rdkit()
     groups: dict[str, list[int]] = {}
     parts: dict[str, list[int]] = {"train": [], "valid": [], "test": []}

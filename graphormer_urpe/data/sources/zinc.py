@@ -62,8 +62,7 @@ class ZINC(GraphSource):
 
     def ensure_raw(self, root: Path) -> None:
         raw = root / self.name / "raw"
-        missing = missing_files(raw, _RAW_FILES)
-        if not missing:
+        if not (missing := missing_files(raw, _RAW_FILES)):
             return
         if not network_reachable(PygZINC.url):
             raise DatasetMissing(f"ZINC raw files are missing from {raw}: {', '.join(missing)}; the network is not "

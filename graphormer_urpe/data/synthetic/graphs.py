@@ -1,6 +1,5 @@
 """A node task on regular graphs where RPE provably fails and URPE does not (Theorem 2 on graphs): every node has
-the same features, and its label is the number of nodes at a given distance. See docs/synthetic.md.
-"""
+the same features, and its label is the number of nodes at a given distance. See docs/synthetic.md."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ _SPLIT_IDS = {"train": 0, "valid": 1, "test": 2}
 def distance_counts(spd: np.ndarray, distance: int) -> np.ndarray:
     """Number of nodes at shortest-path distance exactly ``distance`` (>= 1) from each node.
 
-    Shapes: spd (n, n), unreachable pairs holding a value that is never ``distance`` -> (n,) int64.
-    """
+    Shapes: spd (n, n), unreachable pairs holding a value that is never ``distance`` -> (n,) int64."""
     return (spd == distance).sum(axis=1).astype(np.int64)
 
 
@@ -101,7 +99,7 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
                            ("data.test_graphs", test_graphs), ("data.batch_size", batch_size)):
             check_int(key, value, 1)
         self.degree, self.min_nodes, self.max_nodes, self.distance = degree, min_nodes, max_nodes, distance
-        self.split_graphs = {"train": train_graphs, "valid": val_graphs, "test": test_graphs}
+        self.split_sizes = {"train": train_graphs, "valid": val_graphs, "test": test_graphs}  # graphs per split
         self.batch_size, self.seed = batch_size, seed
         self.datasets: dict[str, list[GraphRecord]] = {}
         self.rejected: Counter = Counter()
@@ -113,16 +111,11 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
         return DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=classes, target_level="node",
                         target_kind="multiclass")
 
-    @property
-    def split_sizes(self) -> dict[str, int]:
-        """Graphs per split."""
-        return dict(self.split_graphs)
-
     def setup(self, stage: str | None = None) -> None:
         """Generate the three splits from the seed, counting rejected graphs."""
         if self.datasets:
             return
-        for split, count in self.split_graphs.items():
+        for split, count in self.split_sizes.items():
             seed = int(np.random.SeedSequence([self.seed, _SPLIT_IDS[split]]).generate_state(1)[0])
             self.datasets[split], rejected = regular_graphs(count, self.degree, self.min_nodes, self.max_nodes,
                                                             self.distance, seed=seed)
@@ -131,7 +124,7 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
     def describe(self) -> dict:
         """Graph family, split sizes, rejected graphs and the accuracy of always predicting the majority label."""
         info = {"source": f"synthetic {self.degree}-regular graphs, label = #nodes at distance {self.distance}",
-                "nodes": f"{self.min_nodes}..{self.max_nodes}", "splits": dict(self.split_graphs),
+                "nodes": f"{self.min_nodes}..{self.max_nodes}", "splits": dict(self.split_sizes),
                 "batch_size": self.batch_size, "seed": self.seed}
         if self.datasets:
             info["rejected"] = dict(self.rejected)

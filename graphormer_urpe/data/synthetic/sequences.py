@@ -1,8 +1,7 @@
 """The paper's synthetic sequence tasks (section 5.1), Position Identification and Even Token Prediction, generated
 from a seed: training batches fresh at every step, fixed validation and test sets. See docs/synthetic.md.
 
-Shape letters: B sequences, T tokens (T = n).
-"""
+Shape letters: B sequences, T tokens (T = n)."""
 
 from __future__ import annotations
 
@@ -28,9 +27,7 @@ _STREAM_IDS = {"train": 0, "valid": 1, "test": 2}
 class SequenceBatch:
     """Input tokens and per-token class labels.
 
-    Shapes:
-        tokens: (B, T) int64 in ``[0, V)``; labels: (B, T) int64 in ``[0, num_classes)``.
-    """
+    Shapes: tokens (B, T) int64 in ``[0, V)``; labels (B, T) int64 in ``[0, num_classes)``."""
 
     tokens: torch.Tensor
     labels: torch.Tensor
@@ -45,8 +42,7 @@ def sequence_labels(task: SequenceTask, tokens: torch.Tensor, vocab_size: int) -
     """Targets of ``task``: position i's index (``position``), or ``(w_2, w_4, ..., w_n, EOS, ..., EOS)`` with
     EOS = class V (``even_token``, n even).
 
-    Shapes: tokens (B, n) int64 in ``[0, vocab_size)`` -> (B, n) int64.
-    """
+    Shapes: tokens (B, n) int64 in ``[0, vocab_size)`` -> (B, n) int64."""
     batch, length = tokens.shape
     if task == "position":
         return torch.arange(length, device=tokens.device).expand(batch, length).clone()
