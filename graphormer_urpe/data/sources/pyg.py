@@ -149,20 +149,12 @@ class PygDataset(GraphSource):
                  split_args: dict[str, dict[str, Any]] | None = None,
                  split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, download: bool = False,
                  name: str | None = None) -> None:
-        self.dataset = dataset
-        self.args = dict(args or {})
-        self.node_attributes = node_attributes
-        self.edge_attributes = edge_attributes
-        self.target = target
-        self.target_level = target_level
-        self.task = task
-        self.num_classes = num_classes
+        self.dataset, self.args = dataset, dict(args or {})
+        self.node_attributes, self.edge_attributes = node_attributes, edge_attributes
+        self.target, self.target_level, self.task, self.num_classes = target, target_level, task, num_classes
         self.target_names = list(target_names) if target_names else None
-        self.split = split
-        self.split_args = dict(split_args or {})
-        self.split_fractions = split_shares(split_fractions)
-        self.seed = seed
-        self.download = download
+        self.split, self.split_args, self.split_fractions = split, dict(split_args or {}), split_shares(split_fractions)
+        self.seed, self.download = seed, download
         suffix = f"_{self.args['name']}" if "name" in self.args else ""
         self.name = name or f"pyg_{dataset.rsplit('.', 1)[-1]}{suffix}"
         if target_level not in ("graph", "node"):
@@ -196,7 +188,6 @@ class PygDataset(GraphSource):
                 "task": self.task, "num_classes": self.num_classes, "split": self.split, "split_args": self.split_args,
                 "split_fractions": self.split_fractions, "seed": self.seed, "fingerprint": self._fingerprint}
 
-    # -- reading
     def instances(self) -> dict[str, InMemoryDataset]:
         """The dataset instance of every split (``all`` for one instance), created once."""
         if self._instances is None:
@@ -232,7 +223,6 @@ class PygDataset(GraphSource):
             return {split: np.arange(reader.start[k], reader.start[k + 1]) for k, split in enumerate(self.split_args)}
         return seeded_split(graphs, self.seed, self.split_fractions[:2])
 
-    # -- checking and describing the data
     def _collated(self, attribute: str) -> list[torch.Tensor | None]:
         """The attribute's collated tensor in every instance (None where the dataset has none)."""
         return [getattr(instance._data, attribute, None) for instance in self.instances().values()]
@@ -304,17 +294,15 @@ class PygDataset(GraphSource):
 
     def _check_labels(self, y: torch.Tensor) -> int:
         """Classes of a classification target (2 for binary, 0 for regression); raises on bad labels."""
-        known = ~torch.isnan(y)
         if self.task == "regression":
             return 0
-        values = y[known]
+        values = y[~torch.isnan(y)]
         if self.task == "binary":
             bad = values[(values != 0) & (values != 1)]
             rule = "0 or 1 (task: binary)"
+        elif y.shape[1] != 1:
+            raise DataError(f"{self.origin()}: a multi-class target is one column, '{self.target}' has {y.shape[1]}")
         else:
-            if y.shape[1] != 1:
-                raise DataError(f"{self.origin()}: a multi-class target is one column, '{self.target}' has "
-                                f"{y.shape[1]}")
             limit = self.num_classes if self.num_classes is not None else float("inf")
             bad = values[(values < 0) | (values != values.round()) | (values >= limit)]
             rule = "a class id 0, 1, 2 ... (task: multiclass)"

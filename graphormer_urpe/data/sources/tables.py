@@ -205,10 +205,9 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
         numbers = pd.to_numeric(text.where(~missing, None), errors="coerce").to_numpy(np.float64)
         bad = np.flatnonzero((~missing & np.isnan(numbers)) | (np.abs(numbers) > FLOAT32_MAX))
     if len(bad):
-        examples = ", ".join(repr(values.iloc[r]) for r in bad[:3])
         raise TableError(f"{path}: column '{column}' holds {len(bad)} value(s) that are not finite numbers within "
-                         f"float32's range (|x| <= {FLOAT32_MAX:.4g}), at {describe_rows(path, bad)}: {examples}; "
-                         "leave a cell empty for a missing value")
+                         f"float32's range (|x| <= {FLOAT32_MAX:.4g}), at {describe_rows(path, bad)}: "
+                         f"{', '.join(repr(values.iloc[r]) for r in bad[:3])}; leave a cell empty for a missing value")
     return numbers
 
 
@@ -224,13 +223,11 @@ def check_labels(values: np.ndarray, column: str, path: Path, task: TargetKind, 
         rule = "a class id 0, 1, 2 ... (data.source.task: multiclass)" if num_classes is None else \
             f"a class id in 0..{num_classes - 1} (data.source.num_classes: {num_classes})"
     if len(bad):
-        examples = ", ".join(f"{values[r]:g}" for r in bad[:3])
         raise TableError(f"{path}: column '{column}' has {len(bad)} label(s) that are not {rule}, at "
-                         f"{describe_rows(path, bad)}: {examples}")
+                         f"{describe_rows(path, bad)}: {', '.join(f'{values[r]:g}' for r in bad[:3])}")
     if task == "binary":
         return 2
-    inferred = int(np.nanmax(values)) + 1 if known.any() else 0
-    classes = inferred if num_classes is None else num_classes
+    classes = num_classes if num_classes is not None else int(np.nanmax(values)) + 1 if known.any() else 0
     if classes < 2:
         raise TableError(f"{path}: column '{column}' has {classes} class(es); multi-class targets need at least 2")
     return classes
@@ -282,16 +279,10 @@ class SmilesTable(MoleculeSource):
                  task: TargetKind = "regression", num_classes: int | None = None, split: SplitMethod = "random",
                  split_column: str = "split", split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                  duplicate_smiles: Literal["error", "keep_first"] = "error") -> None:
-        self.path = Path(path)
-        self.targets = list(targets)
-        self.smiles_column = smiles_column
-        self.task = task
-        self.num_classes = num_classes
-        self.split = split
-        self.split_column = split_column
-        self.split_fractions = split_shares(split_fractions)
+        self.path, self.targets, self.smiles_column = Path(path), list(targets), smiles_column
+        self.task, self.num_classes, self.duplicate_smiles = task, num_classes, duplicate_smiles
+        self.split, self.split_column, self.split_fractions = split, split_column, split_shares(split_fractions)
         self.seed = seed
-        self.duplicate_smiles = duplicate_smiles
         if not self.targets:
             raise TableError(f"{self.path}: name at least one target column (data.source.targets)")
         if len(set(self.targets)) != len(self.targets):
@@ -333,7 +324,6 @@ class SmilesTable(MoleculeSource):
                 "split_fractions": self.split_fractions if self.split != "column" else None,
                 "seed": self.seed if self.split == "random" else None, "duplicate_smiles": self.duplicate_smiles}
 
-    # -- reading
     def ensure_raw(self, root: Path) -> None:
         if not self.path.is_file():
             raise DatasetMissing(f"the table {self.path} does not exist (data.source.path; a relative path is "
@@ -428,8 +418,7 @@ class SmilesToPredict(MoleculeSource):
     spec = molecule_spec([])
 
     def __init__(self, path: str, smiles_column: str = "smiles") -> None:
-        self.path = Path(path)
-        self.smiles_column = smiles_column
+        self.path, self.smiles_column = Path(path), smiles_column
         self.name = f"predict_{self.path.name.split('.')[0]}"
 
     @cached_property
