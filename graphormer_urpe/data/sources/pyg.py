@@ -57,14 +57,6 @@ def _columns(tensor: torch.Tensor) -> np.ndarray:
     return array.reshape(len(array), int(np.prod(array.shape[1:])))
 
 
-def import_dataset_class(path: str) -> type:
-    """The ``InMemoryDataset`` class named by ``path`` (``torch_geometric.datasets.TUDataset``), checked."""
-    cls = import_object("data.source.dataset", path)
-    if not (isinstance(cls, type) and issubclass(cls, InMemoryDataset)):
-        raise DataError(f"data.source.dataset: {path} is not a torch_geometric InMemoryDataset")
-    return cls
-
-
 def offline(cls: type) -> type:
     """``cls`` whose ``download`` stops with :class:`DatasetMissing` naming the raw files it lacks."""
     if not overrides_method(cls, "download"):
@@ -94,9 +86,8 @@ class PygReader:
 
     def __init__(self, datasets: Sequence[InMemoryDataset], nodes: FeatureLayout, edges: FeatureLayout, target: str,
                  node_targets: bool, masks: Sequence[str] = ()) -> None:
-        self.datasets = list(datasets)
+        self.datasets, self.masks = list(datasets), list(masks)
         self.nodes, self.edges, self.target, self.node_targets = nodes, edges, target, node_targets
-        self.masks = list(masks)
         self.start = np.cumsum([0] + [len(d) for d in self.datasets])
         self.num_rows = int(self.start[-1]) * max(len(self.masks), 1)  # one block of rows per mask
 
@@ -191,7 +182,9 @@ class PygDataset(GraphSource):
     def instances(self) -> dict[str, InMemoryDataset]:
         """The dataset instance of every split (``all`` for one instance), created once."""
         if self._instances is None:
-            cls = import_dataset_class(self.dataset)
+            cls = import_object("data.source.dataset", self.dataset)
+            if not (isinstance(cls, type) and issubclass(cls, InMemoryDataset)):
+                raise DataError(f"data.source.dataset: {self.dataset} is not a torch_geometric InMemoryDataset")
             cls = cls if self.download else offline(cls)
             parts = self.split_args if self.split == "instances" else {"all": {}}
             instances = {}

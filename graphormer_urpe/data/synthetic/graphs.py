@@ -72,9 +72,8 @@ def regular_graphs(count: int, degree: int, min_nodes: int, max_nodes: int, dist
 
 
 class SyntheticGraphDataModule(pl.LightningDataModule):
-    """Random d-regular graphs with identical node features; label = number of nodes at a given distance.
-
-    The graphs are generated in memory from the seed at ``setup``, never written to disk.
+    """Random d-regular graphs with identical node features; label = number of nodes at a given distance. The
+    graphs are generated in memory from the seed at ``setup``, never written to disk.
 
     Args:
         degree: d, the degree of every node.

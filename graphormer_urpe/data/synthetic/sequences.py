@@ -96,7 +96,6 @@ def collate_sequences(items: list[tuple[torch.Tensor, torch.Tensor]]) -> Sequenc
 
 class SyntheticSequenceDataModule(pl.LightningDataModule):
     """Position Identification or Even Token Prediction on random sequences (paper: n = 128, V in 10/1k/10k).
-
     Resuming a run (``--ckpt_path``) restarts the training stream from its seed.
 
     Args:
