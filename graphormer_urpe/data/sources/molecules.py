@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -18,24 +18,20 @@ from graphormer_urpe.errors import ConfigError, DatasetMissing, check_int
 
 
 class MoleculeTable:
-    """SMILES strings (NaN or empty ones are reported, not parsed) and targets, shared copy-on-write with workers;
-    the rows in ``rejected`` (row -> reason, e.g. a duplicate of an earlier row) are skipped with that reason.
+    """SMILES strings (NaN or empty ones are reported, not parsed) and targets, shared copy-on-write with workers.
 
     Shapes: targets (R, Y) float32 for R SMILES."""
 
-    def __init__(self, smiles: Sequence[object], targets: np.ndarray,
-                 rejected: Mapping[int, str] | None = None) -> None:
+    def __init__(self, smiles: Sequence[object], targets: np.ndarray) -> None:
         self.smiles = np.asarray(smiles, dtype=object)
         self.targets = np.asarray(targets, dtype=np.float32).reshape(len(self.smiles), -1)
         self.num_rows = len(self.smiles)
-        self.rejected = dict(rejected or {})
 
     def worker_init(self) -> None:
         silence_rdkit()
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
-        graphs = molecule_graphs(self.smiles[start:stop], self.targets[start:stop])
-        yield from ((row, self.rejected.get(row, graph)) for row, graph in zip(range(start, stop), graphs))
+        yield from zip(range(start, stop), molecule_graphs(self.smiles[start:stop], self.targets[start:stop]))
 
 
 def qm9pack_csvs() -> list[Path]:

@@ -11,7 +11,7 @@ import hashlib
 import io
 import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +23,7 @@ from rdkit import Chem
 from rdkit.Chem.Scaffolds import MurckoScaffold
 from tqdm.auto import tqdm
 
+from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import seeded_split, split_shares
 from graphormer_urpe.data.sources.featurize import molecule_spec, silence_rdkit
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
@@ -259,6 +260,20 @@ def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[d
     return {name: np.sort(np.asarray(rows, dtype=np.int64)) for name, rows in parts.items()}, len(groups)
 
 
+class SmilesRows(MoleculeTable):
+    """A :class:`MoleculeTable` that skips the rows in ``rejected`` (row -> reason) and carries its ``splits``."""
+
+    def __init__(self, smiles: Sequence[object], targets: np.ndarray, rejected: dict[int, str],
+                 splits: dict[str, np.ndarray]) -> None:
+        super().__init__(smiles, targets)
+        self.rejected = rejected
+        self.splits = splits
+
+    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
+        for row, graph in super().graphs(start, stop):
+            yield row, self.rejected.get(row, graph)
+
+
 class SmilesTable(MoleculeSource):
     """A CSV or Parquet table of SMILES and targets: regression, binary labels or one multi-class label.
 
@@ -329,8 +344,8 @@ class SmilesTable(MoleculeSource):
             raise DatasetMissing(f"the table {self.path} does not exist (data.source.path; a relative path is "
                                  f"relative to the directory you run from, {Path.cwd()})")
 
-    def open(self, root: Path) -> MoleculeTable:
-        """Check the whole table (read once, by :attr:`table`) and split it (:attr:`row_splits`)."""
+    def open(self, root: Path) -> SmilesRows:
+        """Check the whole table (read once, by :attr:`table`) and split it."""
         frame = self.table.frame
         smiles = [cell_text(value) for value in frame[self.smiles_column].tolist()]
         targets = np.stack([numeric_column(frame, name, self.path) for name in self.targets], axis=1)
@@ -340,7 +355,7 @@ class SmilesTable(MoleculeSource):
             if self.task != "regression":
                 check_labels(targets[:, k], name, self.path, self.task, self.num_classes)
         rejected = self._duplicates(smiles)
-        self.row_splits = splits = self._splits(frame, smiles)
+        splits = self._splits(frame, smiles)
         self._check_training_targets(targets, splits["train"], rejected)
         empty = [row for row, text in enumerate(smiles) if not text]
         if empty:
@@ -348,10 +363,10 @@ class SmilesTable(MoleculeSource):
                         self.origin(), len(empty), describe_rows(self.path, empty))
         log.info("%s: %d rows, targets %s (%s); split %s: %s", self.origin(), len(frame), ", ".join(self.targets),
                  self.task, self.split, ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
-        return MoleculeTable(smiles, targets, rejected)
+        return SmilesRows(smiles, targets, rejected, splits)
 
-    def splits(self, root: Path, reader: MoleculeTable) -> dict[str, np.ndarray]:
-        return self.row_splits
+    def splits(self, root: Path, reader: SmilesRows) -> dict[str, np.ndarray]:
+        return reader.splits
 
     def _duplicates(self, smiles: list[str]) -> dict[int, str]:
         """Rows repeating an earlier row's SMILES (exact strings): an error, or skipped with ``keep_first``."""
