@@ -266,8 +266,7 @@ class SmilesRows(MoleculeTable):
     def __init__(self, smiles: Sequence[object], targets: np.ndarray, rejected: dict[int, str],
                  splits: dict[str, np.ndarray]) -> None:
         super().__init__(smiles, targets)
-        self.rejected = rejected
-        self.splits = splits
+        self.rejected, self.splits = rejected, splits
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
         for row, graph in super().graphs(start, stop):
