@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -156,32 +156,18 @@ def csv_separator(path: Path, header_line: str) -> str:
 
 def _check_field_counts(path: Path, text: bytes, sep: str) -> None:
     """Refuse a line (blank ones aside) whose number of fields differs from the header's, which a parser would
-    shift into other columns. Without quotes or lone carriage returns the separators are counted with numpy."""
-    if b'"' in text or text.count(b"\r") != text.count(b"\r\n"):  # records tokenised as the parser does
-        reader = csv.reader(io.StringIO(text.decode("utf-8"), newline=""), delimiter=sep)
-        header_line, expected, line = 0, 0, 1
-        for record in reader:
-            if record and not header_line:
-                header_line, expected = line, len(record)
-            elif record and len(record) != expected:
-                _raise_field_count(path, line, len(record), header_line, expected, sep)
-            line = reader.line_num + 1
-        return
-    buf = np.frombuffer(text, dtype=np.uint8)
-    ends = np.flatnonzero(buf == ord("\n"))
-    starts, ends = np.concatenate([[0], ends + 1]), np.append(ends, len(buf))
-    separators = np.flatnonzero(buf == ord(sep))
-    fields = np.searchsorted(separators, ends) - np.searchsorted(separators, starts) + 1
-    carriage_return = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == ord("\r"))
-    used = np.flatnonzero(ends - starts - carriage_return > 0)  # lines that are not blank
-    bad = used[fields[used] != fields[used[0]]]
-    if len(bad):
-        _raise_field_count(path, int(bad[0]) + 1, int(fields[bad[0]]), int(used[0]) + 1, int(fields[used[0]]), sep)
-
-
-def _raise_field_count(path: Path, line: int, fields: int, header_line: int, expected: int, sep: str) -> NoReturn:
-    hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" if fields > expected else ""
-    raise TableError(f"{path}: line {line} has {fields} fields, the header (line {header_line}) has {expected}{hint}")
+    shift into other columns; records are tokenised as the parser does (a quoted separator is a value)."""
+    reader = csv.reader(io.StringIO(text.decode("utf-8"), newline=""), delimiter=sep)
+    header_line, expected, line = 0, 0, 1
+    for record in reader:
+        if record and not header_line:
+            header_line, expected = line, len(record)
+        elif record and len(record) != expected:
+            hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" \
+                if len(record) > expected else ""
+            raise TableError(f"{path}: line {line} has {len(record)} fields, the header (line {header_line}) has "
+                             f"{expected}{hint}")
+        line = reader.line_num + 1
 
 
 #: The largest magnitude a target may have: the cache stores targets as float32.
