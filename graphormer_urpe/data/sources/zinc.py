@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 from torch_geometric.datasets import ZINC as PygZINC
 
-from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import GraphSource, missing_files, network_reachable
+from graphormer_urpe.data.sources.pyg import FeatureLayout, PygReader
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import DatasetMissing
 
@@ -21,24 +20,13 @@ _SPLITS = (("train", "train"), ("val", "valid"), ("test", "test"))
 _RAW_FILES = ("train.pickle", "val.pickle", "test.pickle", "train.index", "val.index", "test.index")
 
 
-class ZINCReader:
-    """Rows of PyG's processed ZINC splits, numbered train, then val, then test."""
+class ZINCReader(PygReader):
+    """Rows of PyG's processed ZINC splits, numbered train, then val, then test: atom and bond types, one target."""
 
     def __init__(self, root: Path, subset: bool) -> None:
-        self.splits = [PygZINC(str(root), subset=subset, split=split) for split, _ in _SPLITS]
-        self.split_start = np.cumsum([0] + [len(s) for s in self.splits])
-        self.num_rows = int(self.split_start[-1])
-
-    def worker_init(self) -> None:
-        """Nothing to prepare: PyG's tensors are read as they are."""
-
-    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph]]:
-        for row in range(start, stop):
-            split = int(np.searchsorted(self.split_start, row, side="right")) - 1
-            data = self.splits[split][row - int(self.split_start[split])]
-            yield row, RawGraph(x=data.x.numpy().reshape(-1, 1), edge_index=data.edge_index.numpy(),
-                                edge_attr=data.edge_attr.numpy().reshape(-1, 1),
-                                y=data.y.numpy().astype(np.float32).reshape(1))
+        super().__init__([PygZINC(str(root), subset=subset, split=split) for split, _ in _SPLITS],
+                         FeatureLayout((("x", 1),), (), ZINC.spec.node_vocab),
+                         FeatureLayout((("edge_attr", 1),), (), ZINC.spec.edge_vocab), "y", node_targets=False)
 
 
 class ZINC(GraphSource):
@@ -76,5 +64,5 @@ class ZINC(GraphSource):
         return ZINCReader(root / self.name, self.subset)
 
     def splits(self, root: Path, reader: ZINCReader) -> dict[str, np.ndarray]:
-        starts = reader.split_start
+        starts = reader.start
         return {ours: np.arange(starts[i], starts[i + 1]) for i, (_, ours) in enumerate(_SPLITS)}
