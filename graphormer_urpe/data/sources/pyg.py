@@ -222,13 +222,11 @@ class PygDataset(GraphSource):
 
     def _layout_of(self, attributes: list[str] | None, default: str, what: str) -> FeatureLayout:
         """Categorical and continuous columns of the node (or edge) attributes, with vocabularies."""
-        explicit = attributes is not None
-        names = attributes if explicit else [default]
         categorical, continuous, vocab = [], [], []
-        for name in names:
+        for name in [default] if attributes is None else attributes:
             tensors = self._collated(name)
-            if any(t is None for t in tensors) or not all(isinstance(t, torch.Tensor) for t in tensors):
-                if not explicit:
+            if not all(isinstance(t, torch.Tensor) for t in tensors):  # absent (None) in some instance
+                if attributes is None:
                     continue
                 available = sorted(self.instances()[next(iter(self.instances()))]._data.keys())
                 raise DataError(f"{self.origin()}: no tensor attribute '{name}' (data.source.{what}_attributes); "

@@ -280,9 +280,8 @@ class SmilesTable(MoleculeSource):
                  split_column: str = "split", split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                  duplicate_smiles: Literal["error", "keep_first"] = "error") -> None:
         self.path, self.targets, self.smiles_column = Path(path), list(targets), smiles_column
-        self.task, self.num_classes, self.duplicate_smiles = task, num_classes, duplicate_smiles
+        self.task, self.num_classes, self.duplicate_smiles, self.seed = task, num_classes, duplicate_smiles, seed
         self.split, self.split_column, self.split_fractions = split, split_column, split_shares(split_fractions)
-        self.seed = seed
         if not self.targets:
             raise TableError(f"{self.path}: name at least one target column (data.source.targets)")
         if len(set(self.targets)) != len(self.targets):
