@@ -36,12 +36,8 @@ class PCQM4Mv2(MoleculeSource):
     spec = molecule_spec(["homolumogap"], submission=PCQM4MV2_SUBMISSION)
     published_split_sizes = PCQM4MV2_SUBMISSION.official_sizes
 
-    def folder(self, root: Path) -> Path:
-        """``ROOT/pcqm4m-v2``, the directory ogb's release unpacks into."""
-        return Path(root) / self.name
-
     def ensure_raw(self, root: Path) -> None:
-        folder = self.folder(root)
+        folder = Path(root) / self.name  # where ogb's release unpacks
         if not (missing := missing_files(folder, RAW_FILES)):
             return
         if not network_reachable(URL):
@@ -62,7 +58,7 @@ class PCQM4Mv2(MoleculeSource):
 
     def open(self, root: Path) -> MoleculeTable:
         """The SMILES and gaps of every row (empty SMILES cells stay empty strings, not NaN)."""
-        path = self.folder(root) / "raw" / "data.csv.gz"
+        path = Path(root) / self.name / "raw" / "data.csv.gz"
         try:
             frame = pd.read_csv(path, usecols=list(COLUMNS), dtype={"idx": np.int64, "smiles": str},
                                 keep_default_na=False, na_values={"homolumogap": ["", "nan", "NaN"]})
@@ -77,7 +73,7 @@ class PCQM4Mv2(MoleculeSource):
 
     def splits(self, root: Path, reader: MoleculeTable) -> dict[str, np.ndarray]:
         """The official splits from ``split_dict.pt``, checked against the table before any work."""
-        path = self.folder(root) / "split_dict.pt"
+        path = Path(root) / self.name / "split_dict.pt"
         splits = {name: rows for name, rows in load_split_dict(path, SPLITS).items() if name in SPLITS}
         for name, rows in splits.items():
             outside = rows[(rows < 0) | (rows >= reader.num_rows)]
