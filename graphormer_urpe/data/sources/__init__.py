@@ -1,8 +1,5 @@
-"""Dataset sources: raw rows in, graphs out; everything else is shared.
-
-Each source is imported on first use (``graphormer_urpe.data.sources.ZINC``), so that the ZINC and
-PyG sources never load RDKit and ogb's featuriser, which only the molecule sources need.
-"""
+"""Dataset sources: raw rows in, graphs out. Each is imported on first use, so that the ZINC and PyG
+sources never load RDKit and ogb, which only the molecule sources need."""
 
 from __future__ import annotations
 
@@ -12,15 +9,8 @@ from typing import Any
 from graphormer_urpe.data.sources.base import GraphSource
 
 #: Public name -> module that defines it.
-_LAZY = {
-    "MoleculeSource": "molecules",
-    "QM9": "molecules",
-    "PCQM4Mv2": "pcqm4mv2",
-    "PygDataset": "pyg",
-    "SmilesTable": "tables",
-    "SmilesToPredict": "tables",
-    "ZINC": "zinc",
-}
+_LAZY = {"MoleculeSource": "molecules", "QM9": "molecules", "PCQM4Mv2": "pcqm4mv2", "PygDataset": "pyg",
+         "SmilesTable": "tables", "SmilesToPredict": "tables", "ZINC": "zinc"}
 
 __all__ = ["GraphSource", *sorted(_LAZY)]
 

@@ -33,11 +33,8 @@ def missing_files(directory: Path, names: Sequence[str]) -> list[str]:
 
 
 class GraphSource(ABC):
-    """One dataset: what it is, where its raw rows live, how they become graphs, and its official splits.
-
-    Subclasses are small and declarative; caching, parallelism, splitting and batching are shared
-    by :class:`~graphormer_urpe.data.datamodule.GraphDataModule`.
-    """
+    """One dataset: what it is, where its raw rows live, how they become graphs, and its official splits; the rest
+    is shared by :class:`~graphormer_urpe.data.datamodule.GraphDataModule`."""
 
     #: Directory under the data root.
     name: str
@@ -47,8 +44,7 @@ class GraphSource(ABC):
     @property
     @abstractmethod
     def spec(self) -> DataSpec:
-        """What the data is (:class:`~graphormer_urpe.data.spec.DataSpec`): a class attribute for a
-        fixed dataset; a source that infers it reads its data here, once, and ``open`` reuses that read."""
+        """What the data is; a source that infers it reads its data here, once, and ``open`` reuses that read."""
 
     def origin(self) -> str:
         """Where the rows come from, for messages about them (a file and column, or the dataset name)."""
@@ -79,24 +75,18 @@ class GraphSource(ABC):
 
 
 def split_shares(fractions: object) -> tuple[float, float, float]:
-    """``data.source.split_fractions`` as three floats.
-
-    Raises:
-        ConfigError: not three numbers, each >= 0, summing to 1 (null included).
-    """
-    numbers = isinstance(fractions, Sequence) and not isinstance(fractions, str) and len(fractions) == 3 and all(
-        isinstance(f, int | float) and not isinstance(f, bool) and f >= 0 for f in fractions)
-    if not numbers or abs(sum(fractions) - 1.0) > 1e-6:
-        raise ConfigError("data.source.split_fractions", list(fractions) if isinstance(fractions, Sequence) and not
-                          isinstance(fractions, str) else fractions, "must be three shares (train, valid, test), each "
-                          ">= 0, summing to 1, e.g. [0.8, 0.1, 0.1]")
+    """``data.source.split_fractions`` as three floats; :class:`ConfigError` unless three shares >= 0 summing to 1."""
+    listed = isinstance(fractions, Sequence) and not isinstance(fractions, str)
+    if not (listed and len(fractions) == 3 and all(isinstance(f, int | float) and not isinstance(f, bool) and f >= 0
+                                                   for f in fractions) and abs(sum(fractions) - 1.0) <= 1e-6):
+        raise ConfigError("data.source.split_fractions", list(fractions) if listed else fractions,
+                          "must be three shares (train, valid, test), each >= 0, summing to 1, e.g. [0.8, 0.1, 0.1]")
     return tuple(float(f) for f in fractions)
 
 
 def seeded_split(num_rows: int, seed: int, fractions: Sequence[float] = (0.8, 0.1)) -> dict[str, np.ndarray]:
     """A fixed random train/valid/test split of ``num_rows`` rows (sorted row ids per split)."""
     order = np.random.default_rng(seed).permutation(num_rows)
-    n_train = int(fractions[0] * num_rows)
-    n_valid = int(fractions[1] * num_rows)
-    parts = {"train": order[:n_train], "valid": order[n_train:n_train + n_valid], "test": order[n_train + n_valid:]}
-    return {name: np.sort(rows) for name, rows in parts.items()}
+    n_train, n_valid = int(fractions[0] * num_rows), int(fractions[1] * num_rows)
+    parts = np.split(order, [n_train, n_train + n_valid])
+    return {name: np.sort(rows) for name, rows in zip(("train", "valid", "test"), parts)}

@@ -1,16 +1,5 @@
-"""Molecules to graphs with exactly ogb's ``smiles2graph`` features, faster and without its crashes.
-
-ogb's ``smiles2graph`` raises ``AttributeError`` on a SMILES RDKit cannot parse, and spends most of
-its time in Python: ``str()`` of RDKit enums and ``list.index`` over 119-entry lists for every atom.
-:func:`molecule_graph` parses once, reads each RDKit property of all atoms (bonds) with one
-``map`` over the atom (bond) list, and turns the raw values into ogb's indices with lookup tables
-built from ogb's own ``allowable_features``. The arrays equal ``smiles2graph``'s, value for value
-and in the same order (a test checks thousands of molecules), at about twice its speed.
-
-A molecule is reported instead of featurised when RDKit cannot parse it, when it has no atoms,
-or when it has a value for which ogb's featuriser itself raises (a bond stereo label outside
-ogb's list, such as RDKit's atropisomer labels).
-"""
+"""Molecules to graphs with exactly ogb's ``smiles2graph`` features, about twice as fast and never raising: a molecule
+RDKit cannot parse, without atoms, or with a value ogb's featuriser raises on gets a reason. See docs/ogb-lsc.md."""
 
 from __future__ import annotations
 
@@ -21,6 +10,8 @@ from ogb.utils.features import allowable_features, get_atom_feature_dims, get_bo
 from rdkit import Chem, RDLogger, rdBase
 
 from graphormer_urpe.data.batch import RawGraph
+from graphormer_urpe.data.lsc_formats import SubmissionFormat
+from graphormer_urpe.data.spec import DataSpec, TargetKind
 
 #: Categorical vocabulary sizes of ogb's atom features (9 columns) and bond features (3 columns).
 ATOM_VOCAB: tuple[int, ...] = tuple(get_atom_feature_dims())
@@ -32,42 +23,38 @@ FEATURIZER_VERSION = f"ogb-smiles2graph/rdkit-{rdBase.rdkitVersion}"
 _REJECTED = -1
 
 
+def molecule_spec(target_names: Sequence[str], target_kind: TargetKind = "regression", num_outputs: int | None = None,
+                  submission: SubmissionFormat | None = None) -> DataSpec:
+    """The :class:`DataSpec` of molecules with ogb's atom and bond vocabularies, one target row per molecule;
+    ``num_outputs``: classes of a multi-class target (None: one output per target)."""
+    return DataSpec(node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB, num_targets=len(target_names),
+                    num_outputs=len(target_names) if num_outputs is None else num_outputs,
+                    target_kind=target_kind, target_names=tuple(target_names), submission=submission)
+
+
 def silence_rdkit() -> None:
     """Stop RDKit from printing one error per bad SMILES; callers count and report them instead."""
     RDLogger.DisableLog("rdApp.*")
 
 
 class _LookupTables:
-    """ogb's ``allowable_features`` lists as one flat integer table.
+    """ogb's ``allowable_features`` lists (``columns`` from :func:`_column`) as one flat integer table.
 
-    Column c maps a raw integer value v (an RDKit number, enum value or bool) to
-    ``table[start[c] + v - low[c]]`` when ``low[c] <= v < low[c] + size[c]``, else to
-    ``table[start[c] + size[c]]``: ogb's ``misc`` index where ogb uses ``safe_index``,
-    :data:`_REJECTED` where ogb uses ``list.index`` (and would raise).
-
-    Args:
-        columns: per column, ogb's allowable list, the raw integer keys the column can see with
-            the entry of the allowable list each key stands for, and whether ogb falls back to
-            ``misc`` (``safe_index``) for values not in the list.
+    Column c maps a raw integer v (RDKit number, enum value or bool) to ``table[start[c] + v - low[c]]`` when
+    ``low[c] <= v < low[c] + size[c]``, else to ``table[start[c] + size[c]]``: ogb's ``misc`` index where ogb
+    uses ``safe_index``, :data:`_REJECTED` where it uses ``list.index`` (and would raise).
     """
 
     def __init__(self, columns: Sequence[tuple[list, dict[int, object], bool]]) -> None:
-        tables, low, size, start = [], [], [], []
-        offset = 0
+        tables = []  # per column: the index of every raw value from min(keys) to max(keys), then the fallback
         for allowed, keys, has_fallback in columns:
             fallback = len(allowed) - 1 if has_fallback else _REJECTED
-            lo, hi = min(keys), max(keys)
-            table = [allowed.index(keys[k]) if k in keys and keys[k] in allowed else fallback
-                     for k in range(lo, hi + 1)]
-            tables.append(np.array([*table, fallback], dtype=np.int64))
-            low.append(lo)
-            size.append(hi - lo + 1)
-            start.append(offset)
-            offset += hi - lo + 2
+            tables.append(np.array([allowed.index(keys[k]) if k in keys and keys[k] in allowed else fallback
+                                    for k in range(min(keys), max(keys) + 1)] + [fallback], dtype=np.int64))
         self.table = np.concatenate(tables)
-        self.low = np.array(low, dtype=np.int64)[:, None]
-        self.size = np.array(size, dtype=np.int64)[:, None]
-        self.start = np.array(start, dtype=np.int64)[:, None]
+        self.low = np.array([min(keys) for _, keys, _ in columns], dtype=np.int64)[:, None]
+        self.size = np.array([len(table) - 1 for table in tables], dtype=np.int64)[:, None]
+        self.start = np.cumsum([0] + [len(table) for table in tables[:-1]], dtype=np.int64)[:, None]
 
     def __call__(self, raw: np.ndarray) -> np.ndarray:
         """ogb indices of raw values. (C, k) int64 -> (C, k) int64"""
@@ -76,35 +63,28 @@ class _LookupTables:
         return self.table[np.where(inside, self.start + position, self.start + self.size)]
 
 
-def _int_keys(allowed: list) -> dict[int, object]:
-    return {v: v for v in allowed if isinstance(v, int) and not isinstance(v, bool)}
-
-
-def _enum_keys(enum: type) -> dict[int, object]:
-    return {int(value): str(member) for value, member in enum.values.items()}
+def _column(name: str, keys: dict[int, object] | type | None = None, misc: bool = True) -> tuple:
+    """ogb's list ``possible_<name>_list``, raw integer -> the entry it stands for (from an RDKit enum, a dict, or
+    None: the list's own ints), and whether ogb falls back to ``misc`` for values not in the list."""
+    allowed = allowable_features[f"possible_{name}_list"]
+    if keys is None:
+        keys = {v: v for v in allowed if isinstance(v, int) and not isinstance(v, bool)}
+    elif isinstance(keys, type):
+        keys = {int(value): str(member) for value, member in keys.values.items()}
+    return allowed, keys, misc
 
 
 _BOOL_KEYS: dict[int, object] = {0: False, 1: True}
 
 # Atom columns in ogb's order. Total degree is not read per atom: it is the bond count of the atom
 # (from the bond list) plus its hydrogens, which is how RDKit defines GetTotalDegree.
-_A = allowable_features
 _ATOM_TABLES = _LookupTables([
-    (_A["possible_atomic_num_list"], _int_keys(_A["possible_atomic_num_list"]), True),
-    (_A["possible_chirality_list"], _enum_keys(Chem.rdchem.ChiralType), True),
-    (_A["possible_degree_list"], _int_keys(_A["possible_degree_list"]), True),
-    (_A["possible_formal_charge_list"], _int_keys(_A["possible_formal_charge_list"]), True),
-    (_A["possible_numH_list"], _int_keys(_A["possible_numH_list"]), True),
-    (_A["possible_number_radical_e_list"], _int_keys(_A["possible_number_radical_e_list"]), True),
-    (_A["possible_hybridization_list"], _enum_keys(Chem.rdchem.HybridizationType), True),
-    (_A["possible_is_aromatic_list"], _BOOL_KEYS, False),
-    (_A["possible_is_in_ring_list"], _BOOL_KEYS, False),
-])
-_BOND_TABLES = _LookupTables([
-    (_A["possible_bond_type_list"], _enum_keys(Chem.rdchem.BondType), True),
-    (_A["possible_bond_stereo_list"], _enum_keys(Chem.rdchem.BondStereo), False),
-    (_A["possible_is_conjugated_list"], _BOOL_KEYS, False),
-])
+    _column("atomic_num"), _column("chirality", Chem.rdchem.ChiralType), _column("degree"), _column("formal_charge"),
+    _column("numH"), _column("number_radical_e"), _column("hybridization", Chem.rdchem.HybridizationType),
+    _column("is_aromatic", _BOOL_KEYS, False), _column("is_in_ring", _BOOL_KEYS, False)])
+_BOND_TABLES = _LookupTables([_column("bond_type", Chem.rdchem.BondType),
+                              _column("bond_stereo", Chem.rdchem.BondStereo, False),
+                              _column("is_conjugated", _BOOL_KEYS, False)])
 _ATOM_COLUMN_NAMES = ("atomic number", "chirality", "degree", "formal charge", "hydrogen count",
                       "radical electrons", "hybridization", "aromaticity", "ring membership")
 _BOND_COLUMN_NAMES = ("bond type", "bond stereo", "conjugation")
@@ -115,52 +95,32 @@ _ATOM_GETTERS: tuple[Callable, ...] = (
     Chem.Atom.GetNumRadicalElectrons, Chem.Atom.GetHybridization, Chem.Atom.GetIsAromatic, Chem.Atom.IsInRing,
 )
 _NUM_HS = 3  # row of GetTotalNumHs in the raw atom values
-_BOND_GETTERS: tuple[Callable, ...] = (
-    Chem.Bond.GetBeginAtomIdx, Chem.Bond.GetEndAtomIdx, Chem.Bond.GetBondType, Chem.Bond.GetStereo,
-    Chem.Bond.GetIsConjugated,
-)
+_BOND_GETTERS: tuple[Callable, ...] = (Chem.Bond.GetBeginAtomIdx, Chem.Bond.GetEndAtomIdx, Chem.Bond.GetBondType,
+                                        Chem.Bond.GetStereo, Chem.Bond.GetIsConjugated)
 
 
 def molecule_graph(smiles: object, y: np.ndarray) -> RawGraph | str:
-    """Featurise one molecule exactly as ``ogb.utils.smiles2graph``, or say why it cannot be used.
+    """One molecule as ``ogb.utils.smiles2graph`` featurises it (edges in ogb's order: both directions of bond k at
+    2k and 2k + 1), or a short reason such as ``"RDKit cannot parse"``; ``smiles`` may be NaN (an empty cell).
 
-    Args:
-        smiles: the SMILES string (pandas gives a float NaN for an empty cell).
-        y: (Y,) float32 targets.
-
-    Returns:
-        A :class:`RawGraph` (int64 arrays; edges in ogb's order: both directions of bond k at
-        positions 2k and 2k + 1), or a short reason such as ``"RDKit cannot parse"``.
-    """
+    Shapes: y (Y,) float32 targets."""
     return molecule_graphs([smiles], np.asarray(y).reshape(1, -1))[0]
 
 
 def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGraph | str]:
-    """:func:`molecule_graph` of many molecules, with the numpy work done once for all of them.
+    """:func:`molecule_graph` of M molecules, the numpy work done once for all: each :class:`RawGraph` holds views.
 
-    RDKit properties of every atom and bond are appended to flat lists while the molecules are
-    parsed; the lists become arrays, go through the lookup tables once, and every molecule's
-    :class:`RawGraph` is a set of views into them.
-
-    Args:
-        smiles: M SMILES strings.
-        targets: (M, Y) targets.
-    """
+    Shapes: targets (M, Y)."""
     atom_columns: list[list] = [[] for _ in _ATOM_GETTERS]
     bond_columns: list[list] = [[] for _ in _BOND_GETTERS]
     sizes: list[tuple[int, int] | str] = []  # (atoms, bonds) of each molecule, or why it has none
     for text in smiles:
-        if not isinstance(text, str) or not text.strip():
-            sizes.append("empty SMILES")
-            continue
-        mol = Chem.MolFromSmiles(text)
-        if mol is None:
-            sizes.append("RDKit cannot parse")
+        empty = not isinstance(text, str) or not text.strip()
+        mol = None if empty else Chem.MolFromSmiles(text)
+        if mol is None or mol.GetNumAtoms() == 0:
+            sizes.append("empty SMILES" if empty else "RDKit cannot parse" if mol is None else "no atoms")
             continue
         n, m = mol.GetNumAtoms(), mol.GetNumBonds()
-        if n == 0:
-            sizes.append("no atoms")
-            continue
         atoms = list(map(mol.GetAtomWithIdx, range(n)))
         bonds = list(map(mol.GetBondWithIdx, range(m)))
         for column, get in zip(atom_columns, _ATOM_GETTERS):
@@ -191,15 +151,10 @@ def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGr
             rejected.setdefault(molecule, _rejection(features[row], names))
 
     targets = np.asarray(targets, dtype=np.float32).reshape(len(sizes), -1)
-    graphs: list[RawGraph | str] = []
-    for i, size in enumerate(sizes):
-        if isinstance(size, str) or i in rejected:
-            graphs.append(size if isinstance(size, str) else rejected[i])
-            continue
-        n0, n1, b0, b1 = node_ptr[i], node_ptr[i + 1], bond_ptr[i], bond_ptr[i + 1]
-        graphs.append(RawGraph(x=x[n0:n1], edge_index=edge_index[:, 2 * b0:2 * b1], edge_attr=edge_attr[2 * b0:2 * b1],
-                               y=targets[i]))
-    return graphs
+    return [size if isinstance(size, str) else rejected[i] if i in rejected else
+            RawGraph(x=x[node_ptr[i]:node_ptr[i + 1]], edge_index=edge_index[:, 2 * bond_ptr[i]:2 * bond_ptr[i + 1]],
+                     edge_attr=edge_attr[2 * bond_ptr[i]:2 * bond_ptr[i + 1]], y=targets[i])
+            for i, size in enumerate(sizes)]
 
 
 def _rejection(features: np.ndarray, names: Sequence[str]) -> str:

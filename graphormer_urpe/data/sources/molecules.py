@@ -11,26 +11,16 @@ import pandas as pd
 
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.batch import RawGraph
-from graphormer_urpe.data.lsc_formats import SubmissionFormat
 from graphormer_urpe.data.sources.base import GraphSource, seeded_split
-from graphormer_urpe.data.sources.featurize import (
-    ATOM_VOCAB,
-    BOND_VOCAB,
-    FEATURIZER_VERSION,
-    molecule_graphs,
-    silence_rdkit,
-)
-from graphormer_urpe.data.spec import DataSpec, TargetKind
+from graphormer_urpe.data.sources.featurize import FEATURIZER_VERSION, molecule_graphs, molecule_spec, silence_rdkit
+from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import ConfigError, DatasetMissing, check_int
 
 
 class MoleculeTable:
-    """SMILES strings and their targets, held once and shared (copy-on-write) with workers.
+    """SMILES strings (NaN or empty ones are reported, not parsed) and targets, shared copy-on-write with workers.
 
-    Args:
-        smiles: R SMILES strings (NaN or empty entries are reported, not parsed).
-        targets: (R, Y) float32.
-    """
+    Shapes: targets (R, Y) float32 for R SMILES."""
 
     def __init__(self, smiles: Sequence[object], targets: np.ndarray) -> None:
         self.smiles = np.asarray(smiles, dtype=object)
@@ -38,20 +28,15 @@ class MoleculeTable:
         self.num_rows = len(self.smiles)
 
     def worker_init(self) -> None:
-        """Silence RDKit's per-molecule warnings (unparsable SMILES are counted and reported instead)."""
         silence_rdkit()
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
-        """Rows ``start .. stop - 1``, featurised together (one chunk's memory, see ``molecule_graphs``)."""
         yield from zip(range(start, stop), molecule_graphs(self.smiles[start:stop], self.targets[start:stop]))
 
 
 def qm9pack_csvs() -> list[Path]:
-    """The QM9 CSV files inside the installed ``qm9pack``, found without importing it.
-
-    ``import qm9pack`` fails in fresh environments (its ``__init__`` needs ``pkg_resources``), so
-    the package directory is located with ``importlib.util.find_spec``.
-    """
+    """The QM9 CSV files inside the installed ``qm9pack``, found without importing it (its ``__init__`` needs
+    ``pkg_resources``, absent from fresh environments)."""
     spec = importlib.util.find_spec("qm9pack")
     if spec is None or not spec.submodule_search_locations:
         raise DatasetMissing("the embedded QM9 data needs the PyPI package qm9pack: pip install qm9pack")
@@ -62,29 +47,9 @@ def qm9pack_csvs() -> list[Path]:
     return files
 
 
-def molecule_spec(target_names: Sequence[str], target_kind: TargetKind = "regression", num_outputs: int | None = None,
-                  submission: SubmissionFormat | None = None) -> DataSpec:
-    """The :class:`DataSpec` of molecules featurised like PCQM4Mv2 (ogb's atom and bond vocabularies),
-    one target row per molecule.
-
-    Args:
-        target_names: the target columns (Y names).
-        target_kind: ``regression``, ``binary`` or ``multiclass``.
-        num_outputs: classes of a multi-class target; None: one output per target.
-        submission: the OGB-LSC submission format, if any.
-    """
-    return DataSpec(node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB, num_targets=len(target_names),
-                    num_outputs=len(target_names) if num_outputs is None else num_outputs,
-                    target_kind=target_kind, target_names=tuple(target_names), submission=submission)
-
-
 class MoleculeSource(GraphSource):
-    """A dataset of SMILES strings and targets, featurised exactly like PCQM4Mv2.
-
-    Subclasses (QM9, PCQM4Mv2, SMILES tables) declare a :func:`molecule_spec` and return a
-    :class:`MoleculeTable` from ``open``; the featuriser and RDKit versions are part of every cache
-    key, since RDKit releases change which SMILES parse.
-    """
+    """A dataset of SMILES strings and targets (a :class:`MoleculeTable`) with a :func:`molecule_spec`;
+    the featuriser and RDKit versions are part of every cache key."""
 
     def options(self) -> dict:
         return {"featurizer": FEATURIZER_VERSION}
@@ -93,29 +58,18 @@ class MoleculeSource(GraphSource):
 #: QM9's 12 standard targets (Gilmer et al., 2017, and MoleculeNet), as ``targets`` names them: the
 #: ``qm9pack`` column and the factor to the unit in the name (energies in eV, from hartree).
 QM9_TARGETS: dict[str, tuple[str, float]] = {
-    "mu_debye": ("Dipole_debye", 1.0),
-    "alpha_bohr3": ("Polarizability_bohr3", 1.0),
-    "homo_ev": ("HOMO_au", HARTREE_TO_EV),
-    "lumo_ev": ("LUMO_au", HARTREE_TO_EV),
-    "gap_ev": ("HOMO_LUMO_gap_au", HARTREE_TO_EV),
-    "r2_bohr2": ("R2_bohr2", 1.0),
-    "zpve_ev": ("ZPVE_au", HARTREE_TO_EV),
-    "u0_ev": ("InternalEnergy_0K_au", HARTREE_TO_EV),
-    "u298_ev": ("InternalEnergy_298K_au", HARTREE_TO_EV),
-    "h298_ev": ("Enthalphy_298K_au", HARTREE_TO_EV),
-    "g298_ev": ("GibbsFreeEnergy_298K_au", HARTREE_TO_EV),
-    "cv_cal_mol_k": ("Heatcapacity_Cv_cal_mol_K", 1.0),
+    "mu_debye": ("Dipole_debye", 1.0), "alpha_bohr3": ("Polarizability_bohr3", 1.0),
+    "homo_ev": ("HOMO_au", HARTREE_TO_EV), "lumo_ev": ("LUMO_au", HARTREE_TO_EV),
+    "gap_ev": ("HOMO_LUMO_gap_au", HARTREE_TO_EV), "r2_bohr2": ("R2_bohr2", 1.0),
+    "zpve_ev": ("ZPVE_au", HARTREE_TO_EV), "u0_ev": ("InternalEnergy_0K_au", HARTREE_TO_EV),
+    "u298_ev": ("InternalEnergy_298K_au", HARTREE_TO_EV), "h298_ev": ("Enthalphy_298K_au", HARTREE_TO_EV),
+    "g298_ev": ("GibbsFreeEnergy_298K_au", HARTREE_TO_EV), "cv_cal_mol_k": ("Heatcapacity_Cv_cal_mol_K", 1.0),
 }
 
 
 class QM9(MoleculeSource):
-    """QM9 (DFT properties of 130,831 small organic molecules), the embedded offline dataset.
-
-    Read from the ``qm9pack`` package, featurised with ogb's ``smiles2graph`` features exactly as
-    PCQM4Mv2, split 80/10/10 at random with a fixed seed (the same split whatever the targets).
-    ``targets`` selects any of the 12 standard properties (:data:`QM9_TARGETS`), energies
-    converted from hartree to eV; the default is the HOMO-LUMO gap (``configs/qm9_gap.yaml``),
-    all 12 make the pretraining task of ``configs/qm9_pretrain.yaml``.
+    """QM9 (DFT properties of 130,831 small molecules) from ``qm9pack``, split 80/10/10 with a fixed seed whatever
+    the targets. See docs/datasets.md.
 
     Args:
         targets: the properties to learn, in this order (names of :data:`QM9_TARGETS`).
@@ -127,8 +81,8 @@ class QM9(MoleculeSource):
 
     def __init__(self, targets: Sequence[str] = ("gap_ev",), seed: int = 0, max_molecules: int | None = None) -> None:
         if isinstance(targets, str) or not targets or len(set(targets)) != len(targets) or \
-                any(name not in QM9_TARGETS for name in targets):
-            raise ConfigError("data.source.targets", list(targets) if not isinstance(targets, str) else targets,
+                not set(targets) <= set(QM9_TARGETS):
+            raise ConfigError("data.source.targets", targets if isinstance(targets, str) else list(targets),
                               f"must be a list of distinct QM9 properties from {', '.join(QM9_TARGETS)}")
         if max_molecules is not None:
             check_int("data.source.max_molecules", max_molecules, 1, hint=", or null (every molecule)")

@@ -1,14 +1,5 @@
-"""PCQM4Mv2 (OGB-LSC): HOMO-LUMO gap in eV of 3.75M molecules, read from ogb's on-disk layout.
-
-    ROOT/pcqm4m-v2/raw/data.csv.gz   idx,smiles,homolumogap   (targets empty in the test splits)
-    ROOT/pcqm4m-v2/split_dict.pt     {"train", "valid", "test-dev", "test-challenge"} -> numpy row indices
-
-Nothing of ogb's dataset classes runs: they ask ``input()`` questions, convert 3.7M SMILES in
-one process, and ``torch.load`` the numpy split file in a way torch >= 2.6 refuses. The rows go
-through the molecular pipeline shared with QM9 and CSV tables (:class:`MoleculeTable`, ogb's
-``smiles2graph`` features), the split file through the narrow numpy allow-list of
-:mod:`graphormer_urpe.data.safe_load`.
-"""
+"""PCQM4Mv2 (OGB-LSC): HOMO-LUMO gap in eV of 3.75M molecules, read from ogb's on-disk layout without ogb's
+dataset classes (they ask ``input()`` questions and ``torch.load`` unsafely). See docs/ogb-lsc.md."""
 
 from __future__ import annotations
 
@@ -24,7 +15,8 @@ from graphormer_urpe.data.lsc_formats import MODES
 from graphormer_urpe.data.lsc_formats import PCQM4MV2 as PCQM4MV2_SUBMISSION
 from graphormer_urpe.data.safe_load import load_split_dict
 from graphormer_urpe.data.sources.base import missing_files, network_reachable
-from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable, molecule_spec
+from graphormer_urpe.data.sources.featurize import molecule_spec
+from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
 from graphormer_urpe.errors import DatasetMissing
 
 log = logging.getLogger(__name__)
@@ -37,65 +29,51 @@ SPLITS = ("train", "valid", *MODES)
 
 
 class PCQM4Mv2(MoleculeSource):
-    """PCQM4Mv2 with its official splits: train 3,378,606, valid 73,545, test-dev 147,037,
-    test-challenge 147,432 molecules; targets are DFT HOMO-LUMO gaps in eV, hidden in the test splits.
-
-    SMILES that RDKit cannot parse (or that give no atoms) are skipped and counted when the cache
-    is built; test rows among them still get a prediction in a submission (see ``evaluate.py``).
-    """
+    """PCQM4Mv2 with its official splits, gaps hidden in the test splits; unusable SMILES are skipped and counted
+    (test rows among them still get a prediction in a submission)."""
 
     name = "pcqm4m-v2"
     spec = molecule_spec(["homolumogap"], submission=PCQM4MV2_SUBMISSION)
     published_split_sizes = PCQM4MV2_SUBMISSION.official_sizes
 
-    def folder(self, root: Path) -> Path:
-        """``ROOT/pcqm4m-v2``, the directory ogb's release unpacks into."""
-        return Path(root) / self.name
-
     def ensure_raw(self, root: Path) -> None:
-        folder = self.folder(root)
-        missing = missing_files(folder, RAW_FILES)
-        if not missing:
+        folder = Path(root) / self.name  # where ogb's release unpacks
+        if not (missing := missing_files(folder, RAW_FILES)):
             return
         if not network_reachable(URL):
-            raise DatasetMissing(
-                f"PCQM4Mv2 files are missing from {folder}: {', '.join(missing)}; the network is not reachable to "
-                f"download them. Fetch {URL} and unzip it into {Path(root)} (the archive holds "
-                "pcqm4m-v2/raw/data.csv.gz and pcqm4m-v2/split_dict.pt)."
-            )
+            raise DatasetMissing(f"PCQM4Mv2 files are missing from {folder}: {', '.join(missing)}; the network is not "
+                                 f"reachable to download them. Fetch {URL} and unzip it into {Path(root)} (the archive "
+                                 "holds pcqm4m-v2/raw/data.csv.gz and pcqm4m-v2/split_dict.pt).")
         log.info("downloading PCQM4Mv2 from %s into %s", URL, root)
         archive = Path(download_url(URL, str(root)))
         try:
             extract_zip(str(archive), str(root))
         except zipfile.BadZipFile as error:
-            raise DatasetMissing(f"{archive} is not a complete zip archive ({error}); it was deleted, run again") \
-                from error
+            raise DatasetMissing(f"{archive} is not a complete zip archive ({error}); it was deleted, "
+                                 "run again") from error
         finally:
             archive.unlink(missing_ok=True)
-        still_missing = missing_files(folder, RAW_FILES)
-        if still_missing:
+        if still_missing := missing_files(folder, RAW_FILES):
             raise DatasetMissing(f"{URL} unpacked into {root} but {folder} still lacks {', '.join(still_missing)}")
 
     def open(self, root: Path) -> MoleculeTable:
         """The SMILES and gaps of every row (empty SMILES cells stay empty strings, not NaN)."""
-        path = self.folder(root) / "raw" / "data.csv.gz"
+        path = Path(root) / self.name / "raw" / "data.csv.gz"
         try:
             frame = pd.read_csv(path, usecols=list(COLUMNS), dtype={"idx": np.int64, "smiles": str},
                                 keep_default_na=False, na_values={"homolumogap": ["", "nan", "NaN"]})
         except ValueError as error:
-            raise ValueError(f"{path}: expected the columns {', '.join(COLUMNS)} of ogb's release ({error})") \
-                from error
+            raise ValueError(f"{path}: expected the columns {', '.join(COLUMNS)} of ogb's release ({error})") from error
         idx = frame["idx"].to_numpy()
         if not np.array_equal(idx, np.arange(len(frame))):
             row = int(np.argmax(idx != np.arange(len(frame))))
             raise ValueError(f"{path}: row {row} has idx {idx[row]}; rows must be stored in idx order 0, 1, 2, ...")
         log.info("PCQM4Mv2: %d molecules read from %s", len(frame), path)
-        gaps = frame["homolumogap"].to_numpy(np.float64).reshape(-1, 1)
-        return MoleculeTable(frame["smiles"].tolist(), gaps)
+        return MoleculeTable(frame["smiles"].tolist(), frame["homolumogap"].to_numpy(np.float64).reshape(-1, 1))
 
     def splits(self, root: Path, reader: MoleculeTable) -> dict[str, np.ndarray]:
         """The official splits from ``split_dict.pt``, checked against the table before any work."""
-        path = self.folder(root) / "split_dict.pt"
+        path = Path(root) / self.name / "split_dict.pt"
         splits = {name: rows for name, rows in load_split_dict(path, SPLITS).items() if name in SPLITS}
         for name, rows in splits.items():
             outside = rows[(rows < 0) | (rows >= reader.num_rows)]

@@ -1,10 +1,5 @@
-"""Your own graphs: any ``torch_geometric`` ``InMemoryDataset``, named by import path and arguments
-(:class:`PygDataset`). Integer (or bool) feature tensors are categorical columns with vocabularies
-read from the data, float tensors continuous columns; targets per graph or per node; random,
-per-instance or node-mask splits. The spec and a fingerprint of the data (for the cache key) are
-computed from the collated tensors once, when the CLI links ``data.spec`` into the model. How to
-use it, and what it refuses: ``docs/own-data.md``.
-"""
+"""Your own graphs: any ``torch_geometric`` ``InMemoryDataset``, by import path and arguments (:class:`PygDataset`).
+See docs/own-data.md."""
 
 from __future__ import annotations
 
@@ -37,14 +32,8 @@ MAX_VOCAB = np.iinfo(np.int16).max
 
 @dataclass(frozen=True)
 class FeatureLayout:
-    """Which attributes hold a dataset's node (or edge) features, and their columns.
-
-    Args:
-        categorical: (attribute, columns) of every integer attribute.
-        continuous: (attribute, columns) of every float attribute.
-        vocab: values per categorical column (largest value + 1); ``(1,)`` (one constant column)
-            when there is none.
-    """
+    """(attribute, columns) of every integer (``categorical``) and float (``continuous``) node or edge attribute, and
+    the ``vocab`` of each categorical column (largest value + 1; ``(1,)``, one constant column, when there is none)."""
 
     categorical: tuple[tuple[str, int], ...]
     continuous: tuple[tuple[str, int], ...]
@@ -68,19 +57,6 @@ def _columns(tensor: torch.Tensor) -> np.ndarray:
     return array.reshape(len(array), int(np.prod(array.shape[1:])))
 
 
-def import_dataset_class(path: str) -> type:
-    """The dataset class named by ``path`` (``torch_geometric.datasets.TUDataset``), checked.
-
-    Raises:
-        ConfigError: nothing importable has that path.
-        DataError: it is not an ``InMemoryDataset``.
-    """
-    cls = import_object("data.source.dataset", path)
-    if not (isinstance(cls, type) and issubclass(cls, InMemoryDataset)):
-        raise DataError(f"data.source.dataset: {path} is not a torch_geometric InMemoryDataset")
-    return cls
-
-
 def offline(cls: type) -> type:
     """``cls`` whose ``download`` stops with :class:`DatasetMissing` naming the raw files it lacks."""
     if not overrides_method(cls, "download"):
@@ -88,23 +64,16 @@ def offline(cls: type) -> type:
 
     def download(self: Dataset) -> None:
         missing = [path for path in self.raw_paths if not Path(path).exists()]
-        raise DatasetMissing(
-            f"{cls.__module__}.{cls.__name__} has no raw files in {self.raw_dir} (missing: {', '.join(missing)}); "
-            "put them there, or set data.source.download: true to let the dataset download them")
+        raise DatasetMissing(f"{cls.__module__}.{cls.__name__} has no raw files in {self.raw_dir} (missing: "
+                             f"{', '.join(missing)}); put them there, or set data.source.download: true to let the "
+                             "dataset download them")
 
-    return type(cls.__name__, (cls,), {"download": download, "__module__": cls.__module__,
-                                       "__doc__": cls.__doc__})
+    return type(cls.__name__, (cls,), {"download": download, "__module__": cls.__module__, "__doc__": cls.__doc__})
 
 
 @dataclass(frozen=True)
 class PygDescription:
-    """What one read of a dataset's collated tensors gives: the feature layouts ``open`` reads rows
-    with, and the dataset's :class:`DataSpec`.
-
-    Args:
-        nodes: layout of the node features; edges: of the edge features.
-        spec: vocabularies, widths and targets.
-    """
+    """What one read of a dataset's collated tensors gives: the feature layouts and the :class:`DataSpec`."""
 
     nodes: FeatureLayout
     edges: FeatureLayout
@@ -112,24 +81,15 @@ class PygDescription:
 
 
 class PygReader:
-    """Rows of one or more dataset instances (one per split), each row one graph (one per split
-    and graph with node masks).
-
-    Args:
-        datasets: the instances, in split order.
-        nodes: layout of the node features; edges: of the edge features.
-        target: the target attribute; node_targets: it has one row per node.
-        masks: with node masks, the mask attribute of each row block (one block of G rows per split).
-    """
+    """Rows of the dataset instances (in split order), one row per graph; with ``masks`` (node-mask attributes),
+    one block of rows over all graphs per mask."""
 
     def __init__(self, datasets: Sequence[InMemoryDataset], nodes: FeatureLayout, edges: FeatureLayout, target: str,
                  node_targets: bool, masks: Sequence[str] = ()) -> None:
-        self.datasets = list(datasets)
+        self.datasets, self.masks = list(datasets), list(masks)
         self.nodes, self.edges, self.target, self.node_targets = nodes, edges, target, node_targets
-        self.masks = list(masks)
         self.start = np.cumsum([0] + [len(d) for d in self.datasets])
-        graphs = int(self.start[-1])
-        self.num_rows = graphs * len(self.masks) if self.masks else graphs
+        self.num_rows = int(self.start[-1]) * max(len(self.masks), 1)  # one block of rows per mask
 
     def worker_init(self) -> None:
         """Nothing to prepare: the collated tensors are read as they are."""
@@ -140,9 +100,8 @@ class PygReader:
             graph = row % graphs if self.masks else row
             instance = int(np.searchsorted(self.start, graph, side="right")) - 1
             data = self.datasets[instance][graph - int(self.start[instance])]
-            n = int(data.num_nodes)
             edge_index = data.edge_index.numpy() if data.edge_index is not None else np.zeros((2, 0), np.int64)
-            x, x_continuous = self.nodes.arrays(data, n)
+            x, x_continuous = self.nodes.arrays(data, int(data.num_nodes))
             edge_attr, edge_continuous = self.edges.arrays(data, edge_index.shape[1])
             y = _columns(data[self.target]).astype(np.float32)
             if self.masks:
@@ -157,63 +116,38 @@ class PygDataset(GraphSource):
 
     Args:
         dataset: import path of the dataset class, e.g. ``torch_geometric.datasets.TUDataset``.
-        args: its constructor arguments, e.g. ``{root: data/TU, name: MUTAG, use_node_attr: true}``
-            (a relative root is relative to the directory you run from).
-        node_attributes: attributes holding node features (``(n,)`` or ``(n, k)`` tensors; integer
-            = categorical, float = continuous); default ``x`` if the dataset has it.
-        edge_attributes: attributes holding edge features; default ``edge_attr`` if present.
+        args: its constructor arguments, e.g. ``{root: data/TU, name: MUTAG}`` (a relative root: from where you run).
+        node_attributes: node feature attributes (integer: categorical, float: continuous); default ``x`` if present.
+        edge_attributes: edge feature attributes; default ``edge_attr`` if present.
         target: the target attribute (NaN = missing).
         target_level: ``graph`` (one target row per graph) or ``node`` (one per node).
-        task: ``regression``, ``binary`` (every target 0 or 1) or ``multiclass`` (one target with
-            class ids 0 .. C-1).
+        task: ``regression``, ``binary`` (every target 0 or 1) or ``multiclass`` (one target of class ids).
         num_classes: classes of a multi-class target; None takes the largest label + 1.
         target_names: names of the target columns (metrics, predictions); default ``y``, ``y0`` ...
-        split: ``random`` (seeded split of the graphs), ``instances`` (one dataset instance per
-            split, from ``split_args``) or ``node_masks`` (per-node targets with ``train_mask``,
-            ``val_mask`` and ``test_mask``).
-        split_args: for ``instances``: extra constructor arguments of each split, e.g.
-            ``{train: {split: train}, valid: {split: val}, test: {split: test}}``.
+        split: ``random`` (seeded, over graphs), ``instances`` (``split_args``) or ``node_masks`` (``train_mask`` ...).
+        split_args: for ``instances``: extra constructor arguments per split, e.g. ``{train: {split: train}, ...}``.
         split_fractions: train, valid and test shares of ``random``.
         seed: seed of ``random``.
-        download: let the dataset download missing raw files; otherwise a missing file stops the
-            run at once, naming it.
+        download: let the dataset download missing raw files; otherwise a missing file stops the run, naming it.
         name: directory of the cache under the data root; default ``pyg_<class>[_<args.name>]``.
     """
 
-    def __init__(
-        self,
-        dataset: str,
-        args: dict[str, Any] | None = None,
-        node_attributes: list[str] | None = None,
-        edge_attributes: list[str] | None = None,
-        target: str = "y",
-        target_level: Literal["graph", "node"] = "graph",
-        task: Literal["regression", "binary", "multiclass"] = "regression",
-        num_classes: int | None = None,
-        target_names: list[str] | None = None,
-        split: Literal["random", "instances", "node_masks"] = "random",
-        split_args: dict[str, dict[str, Any]] | None = None,
-        split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
-        seed: int = 0,
-        download: bool = False,
-        name: str | None = None,
-    ) -> None:
-        self.dataset = dataset
-        self.args = dict(args or {})
-        self.node_attributes = node_attributes
-        self.edge_attributes = edge_attributes
-        self.target = target
-        self.target_level = target_level
-        self.task = task
-        self.num_classes = num_classes
+    def __init__(self, dataset: str, args: dict[str, Any] | None = None, node_attributes: list[str] | None = None,
+                 edge_attributes: list[str] | None = None, target: str = "y",
+                 target_level: Literal["graph", "node"] = "graph",
+                 task: Literal["regression", "binary", "multiclass"] = "regression", num_classes: int | None = None,
+                 target_names: list[str] | None = None, split: Literal["random", "instances", "node_masks"] = "random",
+                 split_args: dict[str, dict[str, Any]] | None = None,
+                 split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, download: bool = False,
+                 name: str | None = None) -> None:
+        self.dataset, self.args = dataset, dict(args or {})
+        self.node_attributes, self.edge_attributes = node_attributes, edge_attributes
+        self.target, self.target_level, self.task, self.num_classes = target, target_level, task, num_classes
         self.target_names = list(target_names) if target_names else None
-        self.split = split
-        self.split_args = dict(split_args or {})
-        self.split_fractions = split_shares(split_fractions)
-        self.seed = seed
-        self.download = download
-        short = dataset.rsplit(".", 1)[-1]
-        self.name = name or f"pyg_{short}" + (f"_{self.args['name']}" if "name" in self.args else "")
+        self.split, self.split_args, self.split_fractions = split, dict(split_args or {}), split_shares(split_fractions)
+        self.seed, self.download = seed, download
+        suffix = f"_{self.args['name']}" if "name" in self.args else ""
+        self.name = name or f"pyg_{dataset.rsplit('.', 1)[-1]}{suffix}"
         if target_level not in ("graph", "node"):
             raise DataError(f"data.source.target_level: {target_level!r}; expected graph or node")
         if task not in ("regression", "binary", "multiclass"):
@@ -230,7 +164,6 @@ class PygDataset(GraphSource):
         if split not in ("random", "instances", "node_masks"):
             raise DataError(f"data.source.split: {split!r}; expected random, instances or node_masks")
         self._instances: dict[str, InMemoryDataset] | None = None
-        self._fingerprint: str | None = None
 
     @property
     def spec(self) -> DataSpec:
@@ -243,38 +176,36 @@ class PygDataset(GraphSource):
     def options(self) -> dict:
         return {"dataset": self.dataset, "args": self.args, "node_attributes": self.node_attributes,
                 "edge_attributes": self.edge_attributes, "target": self.target, "target_level": self.target_level,
-                "task": self.task, "num_classes": self.num_classes, "split": self.split,
-                "split_args": self.split_args, "split_fractions": self.split_fractions, "seed": self.seed,
-                "fingerprint": self._data_fingerprint()}
+                "task": self.task, "num_classes": self.num_classes, "split": self.split, "split_args": self.split_args,
+                "split_fractions": self.split_fractions, "seed": self.seed, "fingerprint": self._fingerprint}
 
-    # -- reading
     def instances(self) -> dict[str, InMemoryDataset]:
         """The dataset instance of every split (``all`` for one instance), created once."""
         if self._instances is None:
-            cls = import_dataset_class(self.dataset)
+            cls = import_object("data.source.dataset", self.dataset)
+            if not (isinstance(cls, type) and issubclass(cls, InMemoryDataset)):
+                raise DataError(f"data.source.dataset: {self.dataset} is not a torch_geometric InMemoryDataset")
             cls = cls if self.download else offline(cls)
             parts = self.split_args if self.split == "instances" else {"all": {}}
-            self._instances = {}
+            instances = {}
             for split, extra in parts.items():
                 try:
-                    instance = cls(**{**self.args, **extra})
+                    instances[split] = cls(**{**self.args, **extra})
                 except TypeError as error:
                     raise DataError(f"{self.dataset}: cannot be built with {({**self.args, **extra})} ({error}); "
                                     "check data.source.args") from error
-                if instance.transform is not None:
+                if instances[split].transform is not None:
                     raise DataError(f"{self.origin()} has a transform; use pre_transform (applied once, stored)")
-                self._instances[split] = instance
-            sizes = ", ".join(f"{k} {len(v):,}" for k, v in self._instances.items())
-            log.info("%s: %s graphs", self.origin(), sizes)
+            self._instances = instances
+            log.info("%s: %s graphs", self.origin(), ", ".join(f"{k} {len(v):,}" for k, v in instances.items()))
         return self._instances
 
     def ensure_raw(self, root: Path) -> None:
         self.instances()
 
     def open(self, root: Path) -> PygReader:
-        description = self.description
         masks = list(MASKS.values()) if self.split == "node_masks" else []
-        return PygReader(list(self.instances().values()), description.nodes, description.edges, self.target,
+        return PygReader(list(self.instances().values()), self.description.nodes, self.description.edges, self.target,
                          self.target_level == "node", masks)
 
     def splits(self, root: Path, reader: PygReader) -> dict[str, np.ndarray]:
@@ -285,20 +216,17 @@ class PygDataset(GraphSource):
             return {split: np.arange(reader.start[k], reader.start[k + 1]) for k, split in enumerate(self.split_args)}
         return seeded_split(graphs, self.seed, self.split_fractions[:2])
 
-    # -- checking and describing the data
     def _collated(self, attribute: str) -> list[torch.Tensor | None]:
         """The attribute's collated tensor in every instance (None where the dataset has none)."""
         return [getattr(instance._data, attribute, None) for instance in self.instances().values()]
 
     def _layout_of(self, attributes: list[str] | None, default: str, what: str) -> FeatureLayout:
         """Categorical and continuous columns of the node (or edge) attributes, with vocabularies."""
-        explicit = attributes is not None
-        names = attributes if explicit else [default]
         categorical, continuous, vocab = [], [], []
-        for name in names:
+        for name in [default] if attributes is None else attributes:
             tensors = self._collated(name)
-            if any(t is None for t in tensors) or not all(isinstance(t, torch.Tensor) for t in tensors):
-                if not explicit:
+            if not all(isinstance(t, torch.Tensor) for t in tensors):  # absent (None) in some instance
+                if attributes is None:
                     continue
                 available = sorted(self.instances()[next(iter(self.instances()))]._data.keys())
                 raise DataError(f"{self.origin()}: no tensor attribute '{name}' (data.source.{what}_attributes); "
@@ -328,15 +256,13 @@ class PygDataset(GraphSource):
         targets = self._collated(self.target)
         if any(t is None for t in targets):
             raise DataError(f"{self.origin()}: no target attribute '{self.target}' (data.source.target)")
+        per_node = self.target_level == "node"
         for instance, y in zip(self.instances().values(), targets):
-            graphs = len(next(iter(instance.slices.values()))) - 1
-            rows = int(instance._data.num_nodes) if self.target_level == "node" else graphs
-            if self.target_level == "graph" and len(y) != rows:
-                raise DataError(f"{self.origin()}: '{self.target}' has {len(y)} rows for {rows} graphs; per-node "
-                                "targets need data.source.target_level: node")
-            if self.target_level == "node" and len(y) != rows:
-                raise DataError(f"{self.origin()}: '{self.target}' has {len(y)} rows for {rows} nodes; per-graph "
-                                "targets need data.source.target_level: graph")
+            rows = int(instance._data.num_nodes) if per_node else len(next(iter(instance.slices.values()))) - 1
+            if len(y) != rows:
+                unit, other = ("nodes", "graph") if per_node else ("graphs", "node")
+                raise DataError(f"{self.origin()}: '{self.target}' has {len(y)} rows for {rows} {unit}; per-{other} "
+                                f"targets need data.source.target_level: {other}")
         y = torch.cat([t.reshape(len(t), -1) for t in targets]).double()
         classes = self._check_labels(y)
         if self.target_names is not None and len(self.target_names) != y.shape[1]:
@@ -359,17 +285,15 @@ class PygDataset(GraphSource):
 
     def _check_labels(self, y: torch.Tensor) -> int:
         """Classes of a classification target (2 for binary, 0 for regression); raises on bad labels."""
-        known = ~torch.isnan(y)
         if self.task == "regression":
             return 0
-        values = y[known]
+        values = y[~torch.isnan(y)]
         if self.task == "binary":
             bad = values[(values != 0) & (values != 1)]
             rule = "0 or 1 (task: binary)"
+        elif y.shape[1] != 1:
+            raise DataError(f"{self.origin()}: a multi-class target is one column, '{self.target}' has {y.shape[1]}")
         else:
-            if y.shape[1] != 1:
-                raise DataError(f"{self.origin()}: a multi-class target is one column, '{self.target}' has "
-                                f"{y.shape[1]}")
             limit = self.num_classes if self.num_classes is not None else float("inf")
             bad = values[(values < 0) | (values != values.round()) | (values >= limit)]
             rule = "a class id 0, 1, 2 ... (task: multiclass)"
@@ -383,20 +307,19 @@ class PygDataset(GraphSource):
             raise DataError(f"{self.origin()}: '{self.target}' has {classes} class(es); at least 2 are needed")
         return classes
 
-    def _data_fingerprint(self) -> str:
+    @cached_property
+    def _fingerprint(self) -> str:
         """SHA-1 of every collated tensor and slice of every instance: the cache follows the data."""
-        if self._fingerprint is None:
-            digest = hashlib.sha1()
-            for split, instance in self.instances().items():
-                digest.update(split.encode())
-                stores: Mapping[str, Any] = {**{f"data.{k}": v for k, v in instance._data.to_dict().items()},
-                                             **{f"slices.{k}": v for k, v in (instance.slices or {}).items()}}
-                for key in sorted(stores):
-                    value = stores[key]
-                    digest.update(key.encode())
-                    if isinstance(value, torch.Tensor):
-                        digest.update(memoryview(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()))
-                    else:
-                        digest.update(repr(value).encode())
-            self._fingerprint = digest.hexdigest()
-        return self._fingerprint
+        digest = hashlib.sha1()
+        for split, instance in self.instances().items():
+            digest.update(split.encode())
+            stores: Mapping[str, Any] = {**{f"data.{k}": v for k, v in instance._data.to_dict().items()},
+                                         **{f"slices.{k}": v for k, v in (instance.slices or {}).items()}}
+            for key in sorted(stores):
+                digest.update(key.encode())
+                value = stores[key]
+                if isinstance(value, torch.Tensor):
+                    digest.update(memoryview(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()))
+                else:
+                    digest.update(repr(value).encode())
+        return digest.hexdigest()

@@ -1,17 +1,5 @@
-"""Your own molecules: a CSV or Parquet table of SMILES and targets, through the shared molecular pipeline.
-
-:class:`SmilesTable` reads the SMILES column and the target columns named in the config, checks
-them, splits the rows (a split column, a seeded random split or a Bemis-Murcko scaffold split) and
-hands a :class:`~graphormer_urpe.data.sources.molecules.MoleculeTable` to the same featuriser,
-cache and parallel chunked preprocessing as QM9 and PCQM4Mv2. :class:`SmilesToPredict` reads a
-table of new molecules for ``evaluate.py --predict``.
-
-A table is read once per run (:func:`read_table`): its bytes are hashed (the cache key) and parsed
-from the same read when the CLI builds the model. A problem of the table as a whole (file, bytes,
-fields, columns, values, duplicates, split names) stops the run before anything is written, naming
-the file, the column and the first rows (from 0; CSV messages also give the line); a molecule that
-cannot be featurised skips its row, counted and listed. ``docs/own-data.md`` lists every case.
-"""
+"""Your own molecules: a CSV or Parquet table of SMILES and targets (:class:`SmilesTable`), or of new molecules to
+predict (:class:`SmilesToPredict`), read once per run and checked whole before any work. See docs/own-data.md."""
 
 from __future__ import annotations
 
@@ -27,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -37,14 +25,13 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import seeded_split, split_shares
-from graphormer_urpe.data.sources.featurize import silence_rdkit
-from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable, molecule_spec
-from graphormer_urpe.data.spec import DataSpec
+from graphormer_urpe.data.sources.featurize import molecule_spec, silence_rdkit
+from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
+from graphormer_urpe.data.spec import DataSpec, TargetKind
 from graphormer_urpe.errors import DataError, DatasetMissing
 
 log = logging.getLogger(__name__)
 
-TaskKind = Literal["regression", "binary", "multiclass"]
 SplitMethod = Literal["random", "scaffold", "column"]
 
 #: Target cells that mean "no value" (compared after stripping blanks, ignoring case).
@@ -81,30 +68,16 @@ def describe_rows(path: Path, rows: Sequence[int]) -> str:
 
 @dataclass(frozen=True)
 class TableRead:
-    """One read of a table: the SHA-1 of its bytes (the cache key) and the columns parsed from the same bytes.
-
-    Args:
-        sha1: hex digest of the file's bytes as stored (compressed for ``*.gz``).
-        frame: the requested columns: CSV cells as text, Parquet columns in their own types.
-    """
+    """One read of a table: the SHA-1 of its bytes as stored (the cache key) and the requested columns parsed from
+    the same bytes (CSV cells as text, Parquet columns in their own types)."""
 
     sha1: str
     frame: pd.DataFrame
 
 
 def read_table(path: Path, columns: Sequence[str], what: Sequence[str]) -> TableRead:
-    """Read a CSV or Parquet table once: hash its bytes and parse the named columns from them.
-
-    Args:
-        path: the table.
-        columns: column names to read.
-        what: for each column, the config key that names it (for the message when it is missing).
-
-    Raises:
-        TableError: an unknown file type, an empty file or one without data rows, a column that is
-            not there, and for CSV files: bytes that are not UTF-8 or a line whose field count
-            differs from the header's.
-    """
+    """Read a CSV or Parquet table once: hash its bytes and parse ``columns`` (named by the config keys ``what``);
+    :class:`TableError` for any problem of the file as a whole."""
     if not is_parquet(path) and not path.name.lower().endswith(_CSV_SUFFIXES):
         raise TableError(f"{path}: unknown table type; name it *.csv, *.csv.gz, *.tsv or *.parquet")
     data = path.read_bytes()
@@ -116,8 +89,18 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str]) -> Table
 
         _check_columns(path, list(pq.read_schema(io.BytesIO(data)).names), columns, what, None)
         frame = pd.read_parquet(io.BytesIO(data), columns=list(dict.fromkeys(columns)))
-    else:
-        frame = _parse_csv(path, data, columns, what)
+    else:  # every cell as text; blank lines are skipped
+        text = csv_bytes(path, data)
+        header_line = next((line for line in io.BytesIO(text) if line.strip(b"\r\n")), b"").decode()
+        if not header_line:
+            raise TableError(f"{path}: the file is empty")
+        sep = csv_separator(path, header_line)
+        header = pd.read_csv(io.BytesIO(text), sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
+                             encoding="utf-8").iloc[0].tolist()  # as written: pandas renames a repeated name 'x.1'
+        _check_columns(path, header, columns, what, sep)
+        _check_field_counts(path, text, sep)
+        frame = pd.read_csv(io.BytesIO(text), sep=sep, usecols=list(dict.fromkeys(columns)), dtype=str,
+                            keep_default_na=False, encoding="utf-8")
     if frame.empty:
         raise TableError(f"{path}: the file has a header but no data rows")
     return TableRead(sha1, frame)
@@ -125,8 +108,7 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str]) -> Table
 
 def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], what: Sequence[str],
                    sep: str | None) -> None:
-    """Raise :class:`TableError` naming the first of ``columns`` that ``header`` (the names as written)
-    lacks (with a close match) or holds more than once (which of them would be read?)."""
+    """Raise :class:`TableError` naming the first of ``columns`` that ``header`` lacks or holds more than once."""
     for column, key in zip(columns, what):
         if header.count(column) > 1:
             places = ", ".join(str(k + 1) for k, name in enumerate(header) if name == column)
@@ -142,13 +124,7 @@ def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], wh
 
 
 def csv_bytes(path: Path, data: bytes) -> bytes:
-    """The bytes of a CSV file's text (decompressed for ``*.gz``), checked to be UTF-8, a leading
-    byte-order mark (Excel's "CSV UTF-8") dropped.
-
-    Raises:
-        TableError: not a gzip stream (``*.gz``), or not UTF-8: the message gives the line and the
-            byte offset of the first byte that is not.
-    """
+    """A CSV file's text (decompressed for ``*.gz``), checked to be UTF-8, a leading byte-order mark dropped."""
     where = ""
     if path.name.lower().endswith(".gz"):
         try:
@@ -168,12 +144,8 @@ def csv_bytes(path: Path, data: bytes) -> bytes:
 
 
 def csv_separator(path: Path, header_line: str) -> str:
-    """The separator of a CSV file, from its header line.
-
-    A tab for ``*.tsv`` files and a comma otherwise, unless the header holds no such separator but
-    one of :data:`CSV_SEPARATORS` (a ``;``-separated export from a spreadsheet): then that one,
-    said in a log line.
-    """
+    """A tab for ``*.tsv`` files and a comma otherwise, unless the header holds none but another of
+    :data:`CSV_SEPARATORS` (a spreadsheet's ``;`` export): then that one, logged."""
     usual = "\t" if ".tsv" in path.name.lower() else ","
     found = [other for other in CSV_SEPARATORS if other != usual and other in header_line]
     if usual in header_line or not found:
@@ -182,118 +154,52 @@ def csv_separator(path: Path, header_line: str) -> str:
     return found[0]
 
 
-def _parse_csv(path: Path, data: bytes, columns: Sequence[str], what: Sequence[str]) -> pd.DataFrame:
-    """The named columns of a CSV file's bytes, every cell as text; blank lines are skipped.
-
-    Raises:
-        TableError: see :func:`read_table`.
-    """
-    text = csv_bytes(path, data)
-    header_line = next((line for line in _lines(text) if line.rstrip(b"\r")), b"").decode()
-    if not header_line:
-        raise TableError(f"{path}: the file is empty")
-    sep = csv_separator(path, header_line)
-    header = pd.read_csv(io.BytesIO(text), sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
-                         encoding="utf-8").iloc[0].tolist()  # as written: pandas renames a repeated name 'x.1'
-    _check_columns(path, header, columns, what, sep)
-    _check_field_counts(path, text, sep)
-    return pd.read_csv(io.BytesIO(text), sep=sep, usecols=list(dict.fromkeys(columns)), dtype=str,
-                       keep_default_na=False, encoding="utf-8")
-
-
-def _lines(text: bytes) -> Iterator[bytes]:
-    """The lines of ``text``, one at a time (without their ``\\n``)."""
-    start = 0
-    while start <= len(text):
-        end = text.find(b"\n", start)
-        end = len(text) if end < 0 else end
-        yield text[start:end]
-        start = end + 1
-
-
 def _check_field_counts(path: Path, text: bytes, sep: str) -> None:
-    """Refuse a line (blank ones aside) whose number of fields differs from the header's, which a
-    parser would shift into other columns or fill with empty cells.
-
-    Without quotes or lone carriage returns a line's fields are its separators plus one, counted in
-    a few array operations; otherwise the lines are tokenised as the parser does (``csv``).
-
-    Raises:
-        TableError: naming the file, the line and both field counts.
-    """
-    if b'"' in text or text.count(b"\r") != text.count(b"\r\n"):
-        _exact_field_counts(path, text.decode("utf-8"), sep)
-        return
-    buf = np.frombuffer(text, dtype=np.uint8)
-    ends = np.flatnonzero(buf == ord("\n"))
-    starts, ends = np.concatenate([[0], ends + 1]), np.append(ends, len(buf))
-    separators = np.flatnonzero(buf == ord(sep))
-    fields = np.searchsorted(separators, ends) - np.searchsorted(separators, starts) + 1
-    carriage_return = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == ord("\r"))
-    used = np.flatnonzero(ends - starts - carriage_return > 0)  # lines that are not blank
-    bad = used[fields[used] != fields[used[0]]]
-    if len(bad):
-        _raise_field_count(path, int(bad[0]) + 1, int(fields[bad[0]]), int(used[0]) + 1, int(fields[used[0]]), sep)
-
-
-def _exact_field_counts(path: Path, text: str, sep: str) -> None:
-    """:func:`_check_field_counts` with quoted fields: every record tokenised, lines counted."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    """Refuse a line (blank ones aside) whose number of fields differs from the header's, which a parser would
+    shift into other columns; records are tokenised as the parser does (a quoted separator is a value)."""
+    reader = csv.reader(io.StringIO(text.decode("utf-8"), newline=""), delimiter=sep)
     header_line, expected, line = 0, 0, 1
     for record in reader:
         if record and not header_line:
             header_line, expected = line, len(record)
         elif record and len(record) != expected:
-            _raise_field_count(path, line, len(record), header_line, expected, sep)
+            hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" \
+                if len(record) > expected else ""
+            raise TableError(f"{path}: line {line} has {len(record)} fields, the header (line {header_line}) has "
+                             f"{expected}{hint}")
         line = reader.line_num + 1
-
-
-def _raise_field_count(path: Path, line: int, fields: int, header_line: int, expected: int, sep: str) -> NoReturn:
-    """Raise the :class:`TableError` of a line with ``fields`` fields under a header of ``expected``."""
-    hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" if fields > expected else ""
-    raise TableError(f"{path}: line {line} has {fields} fields, the header (line {header_line}) has {expected}{hint}")
 
 
 #: The largest magnitude a target may have: the cache stores targets as float32.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def smiles_strings(frame: pd.DataFrame, column: str) -> list[str]:
-    """The SMILES cells as stripped strings (a missing Parquet value becomes an empty string)."""
-    return ["" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value).strip()
-            for value in frame[column].tolist()]
+def cell_text(value: object) -> str:
+    """A cell as a stripped string (a missing Parquet value becomes an empty string)."""
+    return "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value).strip()
 
 
 def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
-    """A target column as float64 with NaN for missing cells.
-
-    Raises:
-        TableError: a cell is neither a number nor empty (or a missing-value word), or is infinite or
-            beyond float32's range (the cache stores targets as float32).
-    """
+    """A target column as float64 with NaN for missing cells; :class:`TableError` for a cell that is not a number
+    within float32's range, empty or a missing-value word."""
     values = frame[column]
     if pd.api.types.is_bool_dtype(values) or pd.api.types.is_numeric_dtype(values):
         numbers = values.astype(np.float64).to_numpy()
         bad = np.flatnonzero(np.abs(numbers) > FLOAT32_MAX)
     else:
-        text = values.map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v).strip())
+        text = values.map(cell_text)
         missing = text.str.lower().isin(MISSING_VALUES).to_numpy()
         numbers = pd.to_numeric(text.where(~missing, None), errors="coerce").to_numpy(np.float64)
         bad = np.flatnonzero((~missing & np.isnan(numbers)) | (np.abs(numbers) > FLOAT32_MAX))
     if len(bad):
-        examples = ", ".join(repr(values.iloc[r]) for r in bad[:3])
         raise TableError(f"{path}: column '{column}' holds {len(bad)} value(s) that are not finite numbers within "
-                         f"float32's range (|x| <= {FLOAT32_MAX:.4g}), at {describe_rows(path, bad)}: {examples}; "
-                         "leave a cell empty for a missing value")
+                         f"float32's range (|x| <= {FLOAT32_MAX:.4g}), at {describe_rows(path, bad)}: "
+                         f"{', '.join(repr(values.iloc[r]) for r in bad[:3])}; leave a cell empty for a missing value")
     return numbers
 
 
-def check_labels(values: np.ndarray, column: str, path: Path, task: TaskKind, num_classes: int | None) -> int:
-    """Check the labels of a classification target; returns its number of classes (2 for binary).
-
-    Raises:
-        TableError: a label is not 0/1 (binary) or not an integer in 0 .. C-1 (multiclass).
-    """
+def check_labels(values: np.ndarray, column: str, path: Path, task: TargetKind, num_classes: int | None) -> int:
+    """The number of classes of a classification target (2 for binary), its labels checked."""
     known = ~np.isnan(values)
     if task == "binary":
         bad = np.flatnonzero(known & (values != 0) & (values != 1))
@@ -304,75 +210,49 @@ def check_labels(values: np.ndarray, column: str, path: Path, task: TaskKind, nu
         rule = "a class id 0, 1, 2 ... (data.source.task: multiclass)" if num_classes is None else \
             f"a class id in 0..{num_classes - 1} (data.source.num_classes: {num_classes})"
     if len(bad):
-        examples = ", ".join(f"{values[r]:g}" for r in bad[:3])
         raise TableError(f"{path}: column '{column}' has {len(bad)} label(s) that are not {rule}, at "
-                         f"{describe_rows(path, bad)}: {examples}")
+                         f"{describe_rows(path, bad)}: {', '.join(f'{values[r]:g}' for r in bad[:3])}")
     if task == "binary":
         return 2
-    inferred = int(np.nanmax(values)) + 1 if known.any() else 0
-    classes = inferred if num_classes is None else num_classes
+    classes = num_classes if num_classes is not None else int(np.nanmax(values)) + 1 if known.any() else 0
     if classes < 2:
         raise TableError(f"{path}: column '{column}' has {classes} class(es); multi-class targets need at least 2")
     return classes
 
 
 def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[dict[str, np.ndarray], int]:
-    """Deterministic Bemis-Murcko scaffold split, as DeepChem's ``ScaffoldSplitter``.
-
-    Molecules are grouped by the SMILES of their Murcko scaffold (RDKit, without chirality);
-    groups are sorted by size, largest first (ties: the group whose first row is later comes
-    first), and each whole group goes to train while train stays within its share, else to valid
-    while train + valid stay within theirs, else to test. No scaffold is in two splits. Rows RDKit
-    cannot parse join train, where preprocessing skips and counts them.
-
-    Args:
-        smiles: R SMILES strings.
-        fractions: train, valid (and test) shares.
-
-    Returns:
-        Sorted rows of ``train``, ``valid``, ``test``, and the number of distinct scaffolds.
-    """
+    """Deterministic Bemis-Murcko scaffold split as DeepChem's ``ScaffoldSplitter`` (rule in docs/own-data.md; of
+    groups of equal size, the one whose first row is later comes first): sorted rows of ``train``, ``valid``,
+    ``test``, and the number of distinct scaffolds."""
     silence_rdkit()
     groups: dict[str, list[int]] = {}
-    unparsable: list[int] = []
+    parts: dict[str, list[int]] = {"train": [], "valid": [], "test": []}
     for row, text in enumerate(tqdm(smiles, desc="Bemis-Murcko scaffolds", unit="molecule", mininterval=2.0,
                                     disable=len(smiles) < 50_000)):
         mol = Chem.MolFromSmiles(text) if text else None
         if mol is None:
-            unparsable.append(row)
+            parts["train"].append(row)
             continue
         groups.setdefault(MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False), []).append(row)
-    ordered = sorted(groups.values(), key=lambda rows: (len(rows), rows[0]), reverse=True)
     train_cutoff = fractions[0] * len(smiles)
     valid_cutoff = (fractions[0] + fractions[1]) * len(smiles)
-    parts: dict[str, list[int]] = {"train": list(unparsable), "valid": [], "test": []}
-    for rows in ordered:
-        if len(parts["train"]) + len(rows) > train_cutoff:
-            if len(parts["train"]) + len(parts["valid"]) + len(rows) > valid_cutoff:
-                parts["test"] += rows
-            else:
-                parts["valid"] += rows
-        else:
+    for rows in sorted(groups.values(), key=lambda rows: (len(rows), rows[0]), reverse=True):
+        if len(parts["train"]) + len(rows) <= train_cutoff:
             parts["train"] += rows
+        elif len(parts["train"]) + len(parts["valid"]) + len(rows) <= valid_cutoff:
+            parts["valid"] += rows
+        else:
+            parts["test"] += rows
     return {name: np.sort(np.asarray(rows, dtype=np.int64)) for name, rows in parts.items()}, len(groups)
 
 
 class SmilesRows(MoleculeTable):
-    """A :class:`MoleculeTable` whose rows listed in ``rejected`` are skipped with the given reason
-    (duplicates of an earlier row), and which carries its split.
-
-    Args:
-        smiles: R SMILES strings.
-        targets: (R, Y) float32, NaN where unknown.
-        rejected: row -> reason it is skipped.
-        splits: rows of every split.
-    """
+    """A :class:`MoleculeTable` that skips the rows in ``rejected`` (row -> reason) and carries its ``splits``."""
 
     def __init__(self, smiles: Sequence[object], targets: np.ndarray, rejected: dict[int, str],
                  splits: dict[str, np.ndarray]) -> None:
         super().__init__(smiles, targets)
-        self.rejected = rejected
-        self.splits = splits
+        self.rejected, self.splits = rejected, splits
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
         for row, graph in super().graphs(start, stop):
@@ -383,48 +263,25 @@ class SmilesTable(MoleculeSource):
     """A CSV or Parquet table of SMILES and targets: regression, binary labels or one multi-class label.
 
     Args:
-        path: the table: ``*.csv``, ``*.csv.gz``, ``*.tsv`` or ``*.parquet`` (relative paths are
-            relative to the directory you run from).
-        targets: names of the target columns, learned together; an empty cell (or ``nan``, ``NA``,
-            ``null``, ``none``) is a missing value, left out of the loss and the metrics.
+        path: ``*.csv``, ``*.csv.gz``, ``*.tsv`` or ``*.parquet`` (relative to the directory you run from).
+        targets: target columns, learned together; an empty cell (``nan``, ``NA``, ``null``, ``none``) is missing.
         smiles_column: name of the SMILES column.
-        task: ``regression`` (train with ``GraphRegression``), ``binary`` (every target 0 or 1) or
-            ``multiclass`` (one target with class ids 0 .. C-1), both with ``Classification``.
+        task: ``regression`` (``GraphRegression``), ``binary`` (0 or 1) or ``multiclass`` (one column of class ids).
         num_classes: classes of a multi-class target; None takes the largest label + 1.
-        split: ``random`` (seeded), ``scaffold`` (Bemis-Murcko, deterministic) or ``column``
-            (train/valid/test written in ``split_column``).
-        split_column: the column holding each row's split (``train``/``training``,
-            ``valid``/``val``/``validation``, ``test``/``testing``) for ``split: column``.
+        split: ``random`` (seeded), ``scaffold`` (Bemis-Murcko) or ``column`` (written in ``split_column``).
+        split_column: each row's split (``train``, ``valid``/``val``, ``test`` ...) for ``split: column``.
         split_fractions: train, valid and test shares for ``random`` and ``scaffold``.
         seed: seed of the random split.
-        duplicate_smiles: ``error`` stops before any work listing the duplicated SMILES and their
-            rows; ``keep_first`` keeps the first row of each and skips the others (counted, with
-            the row they repeat).
+        duplicate_smiles: ``error`` stops listing the repeated SMILES; ``keep_first`` skips all but the first row.
     """
 
-    def __init__(
-        self,
-        path: str,
-        targets: Sequence[str],
-        smiles_column: str = "smiles",
-        task: TaskKind = "regression",
-        num_classes: int | None = None,
-        split: SplitMethod = "random",
-        split_column: str = "split",
-        split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
-        seed: int = 0,
-        duplicate_smiles: Literal["error", "keep_first"] = "error",
-    ) -> None:
-        self.path = Path(path)
-        self.targets = list(targets)
-        self.smiles_column = smiles_column
-        self.task = task
-        self.num_classes = num_classes
-        self.split = split
-        self.split_column = split_column
-        self.split_fractions = split_shares(split_fractions)
-        self.seed = seed
-        self.duplicate_smiles = duplicate_smiles
+    def __init__(self, path: str, targets: Sequence[str], smiles_column: str = "smiles",
+                 task: TargetKind = "regression", num_classes: int | None = None, split: SplitMethod = "random",
+                 split_column: str = "split", split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
+                 duplicate_smiles: Literal["error", "keep_first"] = "error") -> None:
+        self.path, self.targets, self.smiles_column = Path(path), list(targets), smiles_column
+        self.task, self.num_classes, self.duplicate_smiles, self.seed = task, num_classes, duplicate_smiles, seed
+        self.split, self.split_column, self.split_fractions = split, split_column, split_shares(split_fractions)
         if not self.targets:
             raise TableError(f"{self.path}: name at least one target column (data.source.targets)")
         if len(set(self.targets)) != len(self.targets):
@@ -448,8 +305,7 @@ class SmilesTable(MoleculeSource):
 
     @cached_property
     def spec(self) -> DataSpec:
-        """Molecules with the configured targets, checked against the table (which is read here, before
-        any work); a multi-class target's classes come from its labels unless ``num_classes`` is given."""
+        """Molecules with the configured targets, checked against the table (read here, before any work)."""
         frame = self.table.frame
         classes = None
         if self.task == "multiclass":
@@ -467,17 +323,15 @@ class SmilesTable(MoleculeSource):
                 "split_fractions": self.split_fractions if self.split != "column" else None,
                 "seed": self.seed if self.split == "random" else None, "duplicate_smiles": self.duplicate_smiles}
 
-    # -- reading
     def ensure_raw(self, root: Path) -> None:
         if not self.path.is_file():
             raise DatasetMissing(f"the table {self.path} does not exist (data.source.path; a relative path is "
                                  f"relative to the directory you run from, {Path.cwd()})")
 
     def open(self, root: Path) -> SmilesRows:
-        """Check the whole table (read once, by :attr:`table`) and split it; raises :class:`TableError`
-        before any work."""
+        """Check the whole table (read once, by :attr:`table`) and split it."""
         frame = self.table.frame
-        smiles = smiles_strings(frame, self.smiles_column)
+        smiles = [cell_text(value) for value in frame[self.smiles_column].tolist()]
         targets = np.stack([numeric_column(frame, name, self.path) for name in self.targets], axis=1)
         for k, name in enumerate(self.targets):
             if not np.isfinite(targets[:, k]).any():
@@ -510,11 +364,10 @@ class SmilesTable(MoleculeSource):
             repeated = list(dict.fromkeys(codes[rows]))
             listed = [f"'{smiles[first_index[code]]}' at {describe_rows(self.path, np.flatnonzero(codes == code))}"
                       for code in repeated[:3]]
-            raise TableError(
-                f"{self.path}: column '{self.smiles_column}' has {len(rows)} duplicated SMILES "
-                f"({'; '.join(listed)}{'; ...' if len(repeated) > 3 else ''}); duplicates can fall into different "
-                "splits and leak test molecules into training. Remove them, or set "
-                "data.source.duplicate_smiles: keep_first to keep the first row of each and skip the others")
+            raise TableError(f"{self.path}: column '{self.smiles_column}' has {len(rows)} duplicated SMILES "
+                             f"({'; '.join(listed)}{'; ...' if len(repeated) > 3 else ''}); duplicates can fall into "
+                             "different splits and leak test molecules into training. Remove them, or set data.source."
+                             "duplicate_smiles: keep_first to keep the first row of each and skip the others")
         log.warning("%s: %d rows repeat the SMILES of an earlier row (%s) and are skipped "
                     "(duplicate_smiles: keep_first)", self.origin(), len(rows), describe_rows(self.path, rows))
         return {int(row): f"duplicate of row {int(first_row[row])}" for row in rows}
@@ -554,26 +407,17 @@ class SmilesTable(MoleculeSource):
                 raise TableError(f"{self.path}: target '{name}' has no value in the training split, so it cannot "
                                  "be learned; check the column or the split")
             if self.task == "binary" and len(np.unique(values)) < 2:
-                log.warning("%s: target '%s' has only label %g in the training split", self.origin(), name,
-                            values[0])
+                log.warning("%s: target '%s' has only label %g in the training split", self.origin(), name, values[0])
 
 
 class SmilesToPredict(MoleculeSource):
-    """New molecules to predict: one SMILES column, every row in the split ``predict``, in file order.
-
-    Rows are never dropped for repeating a SMILES; rows that cannot be featurised are skipped and
-    reported (``evaluate.py --predict`` writes them with an empty prediction and the reason).
-
-    Args:
-        path: a CSV or Parquet table.
-        smiles_column: the SMILES column.
-    """
+    """New molecules to predict: one SMILES column, every row (duplicates too) in the split ``predict``, in file
+    order; rows that cannot be featurised are reported (``evaluate.py --predict`` writes the reason)."""
 
     spec = molecule_spec([])
 
     def __init__(self, path: str, smiles_column: str = "smiles") -> None:
-        self.path = Path(path)
-        self.smiles_column = smiles_column
+        self.path, self.smiles_column = Path(path), smiles_column
         self.name = f"predict_{self.path.name.split('.')[0]}"
 
     @cached_property
@@ -584,7 +428,7 @@ class SmilesToPredict(MoleculeSource):
 
     def smiles(self) -> list[str]:
         """The SMILES of every row, stripped, in file order."""
-        return smiles_strings(self.table.frame, self.smiles_column)
+        return [cell_text(value) for value in self.table.frame[self.smiles_column].tolist()]
 
     def origin(self) -> str:
         return f"{self.path} (SMILES column '{self.smiles_column}')"

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 from torch_geometric.datasets import ZINC as PygZINC
 
-from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import GraphSource, missing_files, network_reachable
+from graphormer_urpe.data.sources.pyg import FeatureLayout, PygReader
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import DatasetMissing
 
@@ -21,37 +20,21 @@ _SPLITS = (("train", "train"), ("val", "valid"), ("test", "test"))
 _RAW_FILES = ("train.pickle", "val.pickle", "test.pickle", "train.index", "val.index", "test.index")
 
 
-class ZINCReader:
-    """Rows of PyG's processed ZINC splits, numbered train, then val, then test."""
+class ZINCReader(PygReader):
+    """Rows of PyG's processed ZINC splits, numbered train, then val, then test: atom and bond types, one target."""
 
     def __init__(self, root: Path, subset: bool) -> None:
-        self.splits = [PygZINC(str(root), subset=subset, split=split) for split, _ in _SPLITS]
-        self.split_start = np.cumsum([0] + [len(s) for s in self.splits])
-        self.num_rows = int(self.split_start[-1])
-
-    def worker_init(self) -> None:
-        """Nothing to prepare: PyG's tensors are read as they are."""
-
-    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph]]:
-        for row in range(start, stop):
-            split = int(np.searchsorted(self.split_start, row, side="right")) - 1
-            data = self.splits[split][row - int(self.split_start[split])]
-            yield row, RawGraph(
-                x=data.x.numpy().reshape(-1, 1),
-                edge_index=data.edge_index.numpy(),
-                edge_attr=data.edge_attr.numpy().reshape(-1, 1),
-                y=data.y.numpy().astype(np.float32).reshape(1),
-            )
+        super().__init__([PygZINC(str(root), subset=subset, split=split) for split, _ in _SPLITS],
+                         FeatureLayout((("x", 1),), (), ZINC.spec.node_vocab),
+                         FeatureLayout((("edge_attr", 1),), (), ZINC.spec.edge_vocab), "y", node_targets=False)
 
 
 class ZINC(GraphSource):
     """ZINC molecules: 28 atom types, bond types 1-3, target penalised logP.
 
     Args:
-        subset: the 12k-graph subset (10,000 / 1,000 / 1,000) used by the URPE and Graphormer
-            papers' "ZINC-subset" rows; False gives the full 250k set (220,011 / 24,445 / 5,000).
-            PyG's own default is the full set, which is how the official Graphormer script ended
-            up training on full ZINC while comparing with subset baselines.
+        subset: the papers' 12k-graph "ZINC-subset" (10,000 / 1,000 / 1,000); False: the full 250k set
+            (220,011 / 24,445 / 5,000), PyG's default.
     """
 
     name = "ZINC"
@@ -59,26 +42,21 @@ class ZINC(GraphSource):
 
     def __init__(self, subset: bool = True) -> None:
         self.subset = subset
-        self.published_split_sizes = (
-            {"train": 10_000, "valid": 1_000, "test": 1_000} if subset
-            else {"train": 220_011, "valid": 24_445, "test": 5_000}
-        )
+        sizes = (10_000, 1_000, 1_000) if subset else (220_011, 24_445, 5_000)
+        self.published_split_sizes = dict(zip(("train", "valid", "test"), sizes))
 
     def options(self) -> dict:
         return {"subset": self.subset}
 
     def ensure_raw(self, root: Path) -> None:
         raw = root / self.name / "raw"
-        missing = missing_files(raw, _RAW_FILES)
-        if not missing:
+        if not (missing := missing_files(raw, _RAW_FILES)):
             return
         if not network_reachable(PygZINC.url):
-            raise DatasetMissing(
-                f"ZINC raw files are missing from {raw}: {', '.join(missing)}; the network is not reachable "
-                f"to download them. Fetch {PygZINC.url}, unzip it and move its 'molecules/' folder to {raw}, "
-                f"then put train.index, val.index and test.index from "
-                f"{PygZINC.split_url.format('<split>')} into {raw}."
-            )
+            raise DatasetMissing(f"ZINC raw files are missing from {raw}: {', '.join(missing)}; the network is not "
+                                 f"reachable to download them. Fetch {PygZINC.url}, unzip it and move its 'molecules/' "
+                                 f"folder to {raw}, then put train.index, val.index and test.index from "
+                                 f"{PygZINC.split_url.format('<split>')} into {raw}.")
         log.info("downloading ZINC into %s", root / self.name)
         PygZINC(str(root / self.name), subset=self.subset, split="train")
 
@@ -86,5 +64,5 @@ class ZINC(GraphSource):
         return ZINCReader(root / self.name, self.subset)
 
     def splits(self, root: Path, reader: ZINCReader) -> dict[str, np.ndarray]:
-        starts = reader.split_start
+        starts = reader.start
         return {ours: np.arange(starts[i], starts[i + 1]) for i, (_, ours) in enumerate(_SPLITS)}

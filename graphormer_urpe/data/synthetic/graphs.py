@@ -1,18 +1,5 @@
-"""A node-level task on regular graphs where RPE provably fails and URPE does not (Theorem 2 on graphs).
-
-Every node of a random d-regular graph gets the same input features (one constant feature, and its
-degree is d like everyone else's), so nothing but the graph structure tells nodes apart. The label of
-node i is the number of nodes at shortest-path distance exactly ``distance`` from i (a function of
-its distance profile). Only graphs whose labels are not all equal are kept; such graphs are not
-vertex-transitive.
-
-Without a graph token, an RPE Graphormer maps identical inputs to identical outputs at every layer:
-every attention row sums to one, so a weighted mean of identical vectors is that vector again. It
-can only predict one class for all nodes. URPE's ``C[spd]`` makes the row sums depend on how many
-nodes lie at each distance, which is exactly the label.
-
-Shape letters: B graphs, N nodes of the largest graph.
-"""
+"""A node task on regular graphs where RPE provably fails and URPE does not (Theorem 2 on graphs): every node has
+the same features, and its label is the number of nodes at a given distance. See docs/synthetic.md."""
 
 from __future__ import annotations
 
@@ -34,15 +21,9 @@ _SPLIT_IDS = {"train": 0, "valid": 1, "test": 2}
 
 
 def distance_counts(spd: np.ndarray, distance: int) -> np.ndarray:
-    """Number of nodes at shortest-path distance exactly ``distance`` from each node.
+    """Number of nodes at shortest-path distance exactly ``distance`` (>= 1) from each node.
 
-    Args:
-        spd: (n, n) distances (unreachable pairs hold a value that is never ``distance``).
-        distance: the distance that is counted (>= 1).
-
-    Returns:
-        (n,) int64 counts.
-    """
+    Shapes: spd (n, n), unreachable pairs holding a value that is never ``distance`` -> (n,) int64."""
     return (spd == distance).sum(axis=1).astype(np.int64)
 
 
@@ -52,41 +33,22 @@ def max_distance_count(degree: int, distance: int, max_nodes: int) -> int:
 
 
 def regular_graph_record(graph: nx.Graph, index: int, distance: int = 2) -> GraphRecord:
-    """A graph with one constant node feature and one constant edge feature, preprocessed like any dataset;
-    its target ``y`` (n, 1) is every node's label, :func:`distance_counts` at ``distance``, as float32
-    (node-level targets as PyG datasets have them)."""
+    """A graph with one constant node and edge feature, preprocessed like any dataset; ``y``: (n, 1) float32
+    :func:`distance_counts` at ``distance``, the node labels."""
     n = graph.number_of_nodes()
     half = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2).T  # (2, e/2)
     edge_index = np.concatenate([half, half[::-1]], axis=1)  # both directions
     structure = graph_structure(n, edge_index)
-    return GraphRecord(
-        x=np.zeros((n, 1), dtype=np.int64),
-        edge_index=edge_index,
-        edge_attr=np.zeros((edge_index.shape[1], 1), dtype=np.int64),
-        spd=structure.spd,
-        first_edge=structure.first_edge,
-        in_degree=structure.in_degree,
-        out_degree=structure.out_degree,
-        y=distance_counts(structure.spd, distance).astype(np.float32)[:, None],
-        index=index,
-    )
+    return GraphRecord(x=np.zeros((n, 1), dtype=np.int64), edge_index=edge_index,
+                       edge_attr=np.zeros((edge_index.shape[1], 1), dtype=np.int64), spd=structure.spd,
+                       first_edge=structure.first_edge, in_degree=structure.in_degree, out_degree=structure.out_degree,
+                       y=distance_counts(structure.spd, distance).astype(np.float32)[:, None], index=index)
 
 
-def regular_graphs(
-    count: int, degree: int, min_nodes: int, max_nodes: int, distance: int, seed: int
-) -> tuple[list[GraphRecord], Counter]:
-    """Random connected d-regular graphs whose node labels are not all equal, with their labels.
-
-    Args:
-        count: graphs to return.
-        degree: d.
-        min_nodes, max_nodes: node counts are drawn uniformly from this range (n * d must be even).
-        distance: labels count the nodes at this distance.
-        seed: the graphs are a deterministic function of the arguments.
-
-    Returns:
-        ``count`` records (labels in ``y``, (n, 1)) and the number of rejected graphs per reason.
-    """
+def regular_graphs(count: int, degree: int, min_nodes: int, max_nodes: int, distance: int,
+                   seed: int) -> tuple[list[GraphRecord], Counter]:
+    """``count`` random connected d-regular graphs whose labels are not all equal (n drawn uniformly from the node
+    range, n * d even), a function of the arguments, and the number of rejected graphs per reason."""
     sizes = [n for n in range(min_nodes, max_nodes + 1) if n > degree and n * degree % 2 == 0]
     if not sizes:
         raise ValueError(f"no {degree}-regular graph has between {min_nodes} and {max_nodes} nodes")
@@ -110,9 +72,8 @@ def regular_graphs(
 
 
 class SyntheticGraphDataModule(pl.LightningDataModule):
-    """Random d-regular graphs with identical node features; label = number of nodes at a given distance.
-
-    The graphs are generated in memory from the seed at ``setup`` (a few seconds), never written to disk.
+    """Random d-regular graphs with identical node features; label = number of nodes at a given distance. The
+    graphs are generated in memory from the seed at ``setup``, never written to disk.
 
     Args:
         degree: d, the degree of every node.
@@ -124,72 +85,51 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
         seed: seed of all three splits.
     """
 
-    def __init__(
-        self,
-        degree: int = 3,
-        min_nodes: int = 12,
-        max_nodes: int = 24,
-        distance: int = 2,
-        train_graphs: int = 2000,
-        val_graphs: int = 250,
-        test_graphs: int = 250,
-        batch_size: int = 64,
-        seed: int = 0,
-    ) -> None:
+    def __init__(self, degree: int = 3, min_nodes: int = 12, max_nodes: int = 24, distance: int = 2,
+                 train_graphs: int = 2000, val_graphs: int = 250, test_graphs: int = 250, batch_size: int = 64,
+                 seed: int = 0) -> None:
         super().__init__()
         check_int("data.degree", degree, 2)
-        check_int("data.min_nodes", min_nodes, degree + 1, hint=f" (a {degree}-regular graph has more than {degree} "
-                  "nodes)")
+        check_int("data.min_nodes", min_nodes, degree + 1,
+                  hint=f" (a {degree}-regular graph has more than {degree} nodes)")
         check_int("data.max_nodes", max_nodes, min_nodes, hint=" (data.min_nodes)")
         check_int("data.distance", distance, 1)
         for key, value in (("data.train_graphs", train_graphs), ("data.val_graphs", val_graphs),
                            ("data.test_graphs", test_graphs), ("data.batch_size", batch_size)):
             check_int(key, value, 1)
         self.degree, self.min_nodes, self.max_nodes, self.distance = degree, min_nodes, max_nodes, distance
-        self.split_graphs = {"train": train_graphs, "valid": val_graphs, "test": test_graphs}
+        self.split_sizes = {"train": train_graphs, "valid": val_graphs, "test": test_graphs}  # graphs per split
         self.batch_size, self.seed = batch_size, seed
         self.datasets: dict[str, list[GraphRecord]] = {}
         self.rejected: Counter = Counter()
 
     @property
     def spec(self) -> DataSpec:
-        """One constant node and edge feature (every node looks the same), one class label per node:
-        counts ``0 .. max_distance_count``, each a logit; linked into the model by the CLI."""
+        """One constant node and edge feature, one class label per node (counts ``0 .. max_distance_count``)."""
         classes = max_distance_count(self.degree, self.distance, self.max_nodes) + 1
         return DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=classes, target_level="node",
                         target_kind="multiclass")
 
-    @property
-    def split_sizes(self) -> dict[str, int]:
-        """Graphs per split."""
-        return dict(self.split_graphs)
-
     def setup(self, stage: str | None = None) -> None:
-        """Generate the three splits and report their sizes, rejections and label distribution."""
+        """Generate the three splits from the seed, counting rejected graphs."""
         if self.datasets:
             return
-        for split, count in self.split_graphs.items():
-            self.datasets[split], rejected = regular_graphs(
-                count, self.degree, self.min_nodes, self.max_nodes, self.distance,
-                seed=int(np.random.SeedSequence([self.seed, _SPLIT_IDS[split]]).generate_state(1)[0]),
-            )
+        for split, count in self.split_sizes.items():
+            seed = int(np.random.SeedSequence([self.seed, _SPLIT_IDS[split]]).generate_state(1)[0])
+            self.datasets[split], rejected = regular_graphs(count, self.degree, self.min_nodes, self.max_nodes,
+                                                            self.distance, seed=seed)
             self.rejected += rejected
-
-    def label_distribution(self, split: str) -> dict[int, float]:
-        """Fraction of the nodes of ``split`` with each label (after setup)."""
-        counts = Counter(int(v) for record in self.datasets[split] for v in record.y[:, 0])
-        total = sum(counts.values())
-        return {label: counts[label] / total for label in sorted(counts)}
 
     def describe(self) -> dict:
         """Graph family, split sizes, rejected graphs and the accuracy of always predicting the majority label."""
         info = {"source": f"synthetic {self.degree}-regular graphs, label = #nodes at distance {self.distance}",
-                "nodes": f"{self.min_nodes}..{self.max_nodes}", "splits": dict(self.split_graphs),
+                "nodes": f"{self.min_nodes}..{self.max_nodes}", "splits": dict(self.split_sizes),
                 "batch_size": self.batch_size, "seed": self.seed}
         if self.datasets:
             info["rejected"] = dict(self.rejected)
-            info["majority_label_accuracy"] = {split: round(max(self.label_distribution(split).values()), 4)
-                                               for split in self.datasets}
+            labels = {split: Counter(int(v) for record in records for v in record.y[:, 0])
+                      for split, records in self.datasets.items()}  # label -> nodes with it
+            info["majority_label_accuracy"] = {k: round(max(n.values()) / n.total(), 4) for k, n in labels.items()}
         return info
 
     def train_dataloader(self) -> DataLoader:

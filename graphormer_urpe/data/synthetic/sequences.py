@@ -1,23 +1,10 @@
-"""The paper's synthetic sequence-to-sequence tasks (section 5.1), generated on the fly from a seed.
+"""The paper's synthetic sequence tasks (section 5.1), Position Identification and Even Token Prediction, generated
+from a seed: training batches fresh at every step, fixed validation and test sets. See docs/synthetic.md.
 
-Given random tokens ``w_1 .. w_n`` (uniform over a vocabulary of V values):
-
-* **Position Identification** (``position``): ``f(w) = (1, 2, ..., n)``; the label of position i is
-  its index (class ``i - 1``), whatever the tokens.
-* **Even Token Prediction** (``even_token``): ``f(w) = (w_2, w_4, ..., w_n, EOS, ..., EOS)``; the
-  first n/2 positions copy the even-indexed tokens, the rest predict EOS (class V).
-
-Both depend on absolute positions, which a Transformer with relative encodings only must infer. By
-the paper's Theorem 2 an RPE Transformer cannot represent such functions in general (on a sequence of
-identical tokens it cannot tell any two positions apart); URPE can. Training batches are drawn fresh
-at every step from a seeded stream; validation and test sets are fixed sets from their own seeds.
-
-Shape letters: B sequences, T tokens (T = n).
-"""
+Shape letters: B sequences, T tokens (T = n)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -25,7 +12,7 @@ from typing import Literal
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_worker_info
 
 from graphormer_urpe.data.loaders import eval_loader, per_device_batch_size, process_grid
 from graphormer_urpe.data.spec import SequenceSpec
@@ -40,36 +27,22 @@ _STREAM_IDS = {"train": 0, "valid": 1, "test": 2}
 class SequenceBatch:
     """Input tokens and per-token class labels.
 
-    Shapes:
-        tokens: (B, T) int64 in ``[0, V)``; labels: (B, T) int64 in ``[0, num_classes)``.
-    """
+    Shapes: tokens (B, T) int64 in ``[0, V)``; labels (B, T) int64 in ``[0, num_classes)``."""
 
     tokens: torch.Tensor
     labels: torch.Tensor
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> SequenceBatch:
         """A copy with every tensor on ``device``."""
-        return SequenceBatch(**{
-            f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in dataclasses.fields(self)
-        })
-
-    @property
-    def num_sequences(self) -> int:
-        """B."""
-        return self.tokens.shape[0]
+        return SequenceBatch(self.tokens.to(device, non_blocking=non_blocking),
+                             self.labels.to(device, non_blocking=non_blocking))
 
 
 def sequence_labels(task: SequenceTask, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Targets of ``task`` for a batch of token sequences.
+    """Targets of ``task``: position i's index (``position``), or ``(w_2, w_4, ..., w_n, EOS, ..., EOS)`` with
+    EOS = class V (``even_token``, n even).
 
-    Args:
-        task: ``position`` or ``even_token``.
-        tokens: (B, n) int64 in ``[0, vocab_size)``; n must be even for ``even_token``.
-        vocab_size: V; EOS is class V.
-
-    Returns:
-        (B, n) int64 labels.
-    """
+    Shapes: tokens (B, n) int64 in ``[0, vocab_size)`` -> (B, n) int64."""
     batch, length = tokens.shape
     if task == "position":
         return torch.arange(length, device=tokens.device).expand(batch, length).clone()
@@ -93,25 +66,15 @@ def _generator(seed: int, *stream: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
-def random_sequences(
-    task: SequenceTask, count: int, length: int, vocab_size: int, generator: torch.Generator
-) -> SequenceBatch:
+def random_sequences(task: SequenceTask, count: int, length: int, vocab_size: int,
+                     generator: torch.Generator) -> SequenceBatch:
     """``count`` uniform random token sequences and their labels."""
     tokens = torch.randint(vocab_size, (count, length), generator=generator)
     return SequenceBatch(tokens, sequence_labels(task, tokens, vocab_size))
 
 
 class SequenceStream(IterableDataset):
-    """An endless stream of fresh random batches; each (rank, worker) draws from its own seeded stream.
-
-    Args:
-        task: ``position`` or ``even_token``.
-        length: n.
-        vocab_size: V.
-        batch_size: sequences per yielded batch.
-        seed: base seed.
-        rank: process rank under DDP (0 otherwise).
-    """
+    """An endless stream of fresh random batches; each (``rank``, worker) draws from its own seeded stream."""
 
     def __init__(self, task: SequenceTask, length: int, vocab_size: int, batch_size: int, seed: int,
                  rank: int = 0) -> None:
@@ -125,31 +88,15 @@ class SequenceStream(IterableDataset):
             yield random_sequences(self.task, self.batch_size, self.length, self.vocab_size, generator)
 
 
-class FixedSequences(Dataset):
-    """A fixed evaluation set; item i is sequence i as a ``(tokens (n,), labels (n,))`` pair.
-
-    Args:
-        data: all sequences of the set.
-    """
-
-    def __init__(self, data: SequenceBatch) -> None:
-        self.data = data
-
-    def __len__(self) -> int:
-        return self.data.num_sequences
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.data.tokens[i], self.data.labels[i]
-
-
 def collate_sequences(items: list[tuple[torch.Tensor, torch.Tensor]]) -> SequenceBatch:
-    """Stack equal-length sequences into a :class:`SequenceBatch`."""
+    """Stack equal-length ``(tokens, labels)`` pairs into a :class:`SequenceBatch`."""
     tokens, labels = zip(*items)
     return SequenceBatch(torch.stack(tokens), torch.stack(labels))
 
 
 class SyntheticSequenceDataModule(pl.LightningDataModule):
     """Position Identification or Even Token Prediction on random sequences (paper: n = 128, V in 10/1k/10k).
+    Resuming a run (``--ckpt_path``) restarts the training stream from its seed.
 
     Args:
         task: ``position`` (Position Identification) or ``even_token`` (Even Token Prediction).
@@ -159,21 +106,10 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
         val_size: sequences in the fixed validation set.
         test_size: sequences in the fixed test set.
         seed: seed of the training stream and of both fixed sets.
-
-    Resuming a run (``--ckpt_path``) restarts the training stream from its seed: the sequences are
-    fresh random draws either way, but not the exact continuation of the interrupted run.
     """
 
-    def __init__(
-        self,
-        task: SequenceTask = "position",
-        length: int = 128,
-        vocab_size: int = 10,
-        batch_size: int = 512,
-        val_size: int = 2048,
-        test_size: int = 2048,
-        seed: int = 0,
-    ) -> None:
+    def __init__(self, task: SequenceTask = "position", length: int = 128, vocab_size: int = 10,
+                 batch_size: int = 512, val_size: int = 2048, test_size: int = 2048, seed: int = 0) -> None:
         super().__init__()
         check_choice("data.task", task, ("position", "even_token"))
         for key, value in (("data.length", length), ("data.vocab_size", vocab_size), ("data.batch_size", batch_size),
@@ -183,7 +119,7 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
             raise ConfigError("data.length", length, "even_token needs an even length")
         self.task, self.length, self.vocab_size = task, length, vocab_size
         self.batch_size, self.val_size, self.test_size, self.seed = batch_size, val_size, test_size, seed
-        self.datasets: dict[str, FixedSequences] = {}
+        self.datasets: dict[str, TensorDataset] = {}
 
     @property
     def spec(self) -> SequenceSpec:
@@ -197,13 +133,13 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
         return {"valid": self.val_size, "test": self.test_size}
 
     def setup(self, stage: str | None = None) -> None:
-        """Draw the fixed validation and test sets."""
+        """Draw the fixed validation and test sets; item i is sequence i as a ``(tokens, labels)`` pair."""
         if self.datasets:
             return
         for split, size in self.split_sizes.items():
             data = random_sequences(self.task, size, self.length, self.vocab_size,
                                     _generator(self.seed, _STREAM_IDS[split]))
-            self.datasets[split] = FixedSequences(data)
+            self.datasets[split] = TensorDataset(data.tokens, data.labels)
 
     def describe(self) -> dict:
         """Task, sizes and seed."""
