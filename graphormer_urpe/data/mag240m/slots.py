@@ -1,19 +1,9 @@
-"""Shared-memory slots that a DataLoader worker builds its batches in, reused once released.
+"""Shared-memory slots a DataLoader worker builds its batches in, reused once released (see docs/benchmarks.md).
 
-A DataLoader worker hands a batch to the training process by copying every tensor into a new
-shared-memory segment, and a new segment means a page fault for every 4 KiB of it: on a 19 MiB
-MAG240M batch that costs as much CPU as sampling the batch (``bench/mag240m_sampler.py``). Tensors
-that already live in shared memory are sent by handle, without a copy. So a worker keeps a
-:class:`SlotRing` of a few shared segments and builds each batch straight into a free one.
-
-Whether a slot is free is a one-byte *lease* per slot, itself in shared memory: the worker sets it
-when it fills the slot; the training process clears it (:func:`release`) once it has copied the
-batch onward (``CompactGraphBatch.pad`` writes new tensors). A worker whose slots are all leased
-allocates ordinary tensors instead, so a consumer that never releases loses only the speed-up,
-never data. Outside a worker (``num_workers=0``) there is no hand-over and no ring.
-
-Writes are ordered by the hand-over itself: the worker fills a slot before it sends the batch,
-and the training process clears the lease after its last read of the slot.
+Tensors already in shared memory are handed over by handle, without the copy (and page faults) of
+a new segment. A slot's one-byte lease, itself in shared memory, is set by the worker when it fills
+the slot and cleared by the training process (:func:`release`) after its last read; a worker whose
+slots are all leased allocates ordinary tensors, so a consumer that never releases loses only speed.
 """
 
 from __future__ import annotations
@@ -49,12 +39,8 @@ class SlotRing:
         self._buffers: list[torch.Tensor | None] = [None] * slots  # (capacity,) uint8 in shared memory
 
     def allocate(self, specs: Specs) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-        """Uninitialised tensors of the given shapes and dtypes.
-
-        Returns:
-            ``(tensors, lease)``: in a DataLoader worker with a free slot, views into that slot and
-            its lease (a (1,) uint8 view, now set); otherwise ordinary tensors and ``None``.
-        """
+        """Uninitialised tensors and their (1,) uint8 lease, now set: views into a free slot in a
+        DataLoader worker; otherwise ordinary tensors and ``None``."""
         slot = self._take_free_slot() if get_worker_info() is not None else None
         if slot is None:
             return empty_tensors(specs), None
@@ -62,10 +48,8 @@ class SlotRing:
         buffer = self._buffers[slot]
         if buffer is None or buffer.numel() < total:
             buffer = self._buffers[slot] = torch.empty(int(total * _GROWTH), dtype=torch.uint8).share_memory_()
-        tensors = {}
-        for (name, (shape, dtype)), offset in zip(specs.items(), offsets):
-            nbytes = math.prod(shape) * dtype.itemsize
-            tensors[name] = buffer[offset:offset + nbytes].view(dtype).view(shape)
+        tensors = {name: buffer[offset:offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+                   for (name, (shape, dtype)), offset in zip(specs.items(), offsets)}
         return tensors, self._leases[slot:slot + 1]
 
     def _take_free_slot(self) -> int | None:
