@@ -1,13 +1,8 @@
-"""The unpadded batch that MAG240M DataLoader workers hand over, padded on the training device.
+"""The unpadded batch MAG240M DataLoader workers hand over, padded on the training device.
 
-Workers build a :class:`CompactGraphBatch` (real nodes only, each subgraph's (n, n) SPD block,
-small integer types) straight into a shared-memory slot (:mod:`graphormer_urpe.data.mag240m.slots`);
-the training process pads it into the model's :class:`~graphormer_urpe.data.batch.GraphBatch` on
-its device (:meth:`CompactGraphBatch.pad`), deriving the first edges of shortest paths there.
-
-Shape letters: B graphs, N nodes of the largest graph, V nodes and P node pairs (sum of n * n) of
-the whole batch, E edges, F node-feature columns, Fc continuous node-feature width, Fe edge-feature
-columns, Fec continuous edge-feature width, Y targets.
+Shape letters: B graphs, N nodes of the largest graph, V nodes and P node pairs (sum of n * n) of the batch,
+E edges, F node-feature columns, Fc continuous node-feature width, Fe edge-feature columns, Fec continuous
+edge-feature width, Y targets.
 """
 
 from __future__ import annotations
@@ -24,34 +19,20 @@ from graphormer_urpe.data.mag240m.structure import batched_first_edges
 
 @dataclass
 class CompactGraphBatch(TensorFields):
-    """A batch of graphs without padding: what DataLoader workers hand over, padded after the move
-    to the training device by :meth:`pad` (fewer bytes to copy into shared memory and to transfer).
+    """A batch of graphs without padding (fewer bytes to copy into shared memory and to transfer), padded
+    after the move to the training device by :meth:`pad`. Fields mean what they do in :class:`GraphBatch`.
 
-    Nodes are listed graph after graph; the pair arrays hold each graph's (n, n) block, row-major,
-    block after block (V = sum of n, P = sum of n * n). Integer fields may use any integer dtype
-    (the smallest that holds their values); :meth:`pad` widens them to the :class:`GraphBatch` ones.
+    Nodes are listed graph after graph; ``spd`` holds each graph's (n, n) block, row-major, block after
+    block. Integer fields use the smallest integer dtype that holds them; :meth:`pad` widens them.
 
-    ===============  =========  ================  ==================================================
-    field            dtype      shape             meaning (as in :class:`GraphBatch`)
-    ===============  =========  ================  ==================================================
-    num_nodes        int64      (B,)              nodes of each graph
-    x                integer    (V, F)            categorical node features
-    x_continuous     float16/32 (V, Fc)           continuous node features
-    in_degree        integer    (V,)              in-degree of each node
-    out_degree       integer    (V,)              out-degree of each node
-    spd              uint8      (P,)              shortest-path distances, blocks of the graphs
-    edge_attr        integer    (E, Fe)           categorical edge features
-    edge_continuous  float32    (E, Fec)          continuous edge features
-    edge_dst         integer    (E,)              target node (position in its graph) of each edge;
-                                                  edges are listed node after node (``out_degree``
-                                                  of each), by ascending target
-    y                float32    (B, Y)            graph-level targets (or a target node's label)
-    index            int64      (B,)              dataset position of each graph
-    target_node      int64      (B,)              as in :class:`GraphBatch`
-    lease            uint8      (1,) or None      the worker's shared-memory slot the tensors live in
-                                                  (:mod:`~graphormer_urpe.data.mag240m.slots`); stays
-                                                  on the host; :meth:`release` frees the slot
-    ===============  =========  ================  ==================================================
+    Shapes:
+        num_nodes, index, target_node: (B,) int64; y: (B, Y) float32.
+        x: (V, F) integer; x_continuous: (V, Fc) float16/32; in_degree, out_degree: (V,) integer.
+        spd: (P,) uint8; edge_attr: (E, Fe) integer; edge_continuous: (E, Fec) float32.
+        edge_dst: (E,) integer, each edge's target as a position in its graph; edges are listed node
+            after node (``out_degree`` of each), by ascending target.
+        lease: (1,) uint8 or None, the worker's shared-memory slot (:mod:`.slots`) the tensors live in;
+            stays on the host; :meth:`release` frees it.
     """
 
     num_nodes: torch.Tensor
@@ -69,8 +50,7 @@ class CompactGraphBatch(TensorFields):
     lease: torch.Tensor | None = field(default=None, metadata={"host": True})
 
     def pad(self) -> GraphBatch:
-        """The padded :class:`GraphBatch`, built on the device the tensors are on, in new memory
-        (it shares none with this batch, so the batch can be released)."""
+        """The padded :class:`GraphBatch`, on this batch's device, in new memory (so this one can be released)."""
         n_max = int(self.num_nodes.max())  # one host sync on a GPU
         node_mask = torch.arange(n_max, device=self.num_nodes.device) < self.num_nodes[:, None]  # (B, N)
         pair_mask = node_mask[:, :, None] & node_mask[:, None, :]  # (B, N, N)
@@ -93,6 +73,5 @@ class CompactGraphBatch(TensorFields):
         )
 
     def release(self) -> None:
-        """Give the worker's shared-memory slot back for its next batch; call it once the batch
-        has been copied onward (after :meth:`pad`, or the move to a GPU). No-op without a lease."""
+        """Give the worker's slot back, once the batch has been copied onward (by :meth:`pad` or a move)."""
         release(self.lease)

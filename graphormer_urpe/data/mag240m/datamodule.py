@@ -1,9 +1,5 @@
-"""LightningDataModule for MAG240M node classification on subgraphs sampled in the DataLoader workers.
-
-The target papers go through the same loader layer as every dataset
-(:mod:`graphormer_urpe.data.loaders`): global batches, exact mid-epoch resume and contiguous
-evaluation shards; only the items' key adds the epoch, so that subgraphs are resampled each epoch.
-"""
+"""LightningDataModule for MAG240M node classification on subgraphs sampled in the DataLoader workers; target
+papers go through the shared loaders (:mod:`graphormer_urpe.data.loaders`), keyed by epoch as well."""
 
 from __future__ import annotations
 
@@ -42,11 +38,7 @@ LABELLED_SPLITS = ("train", "valid")
 
 
 class TargetPapers(Dataset):
-    """The target papers of one split; items are ``(epoch, paper id)`` for the collator.
-
-    Args:
-        papers: paper ids.
-    """
+    """The target papers of one split; items are ``(epoch, paper id)`` for the collator."""
 
     def __init__(self, papers: np.ndarray) -> None:
         self.papers = papers
@@ -84,31 +76,18 @@ class MAG240MDataModule(pl.LightningDataModule):
         batch_size: target papers per optimiser step over all devices (the global batch).
         fanouts: neighbours drawn per node at each hop (OGB-LSC baseline: ``[25, 15]``).
         num_workers: DataLoader workers per process; sampling runs in them.
-        seed: seed of the training order (``seed + epoch``) and of the sampling (subgraphs depend on
-            seed, epoch and the target papers of the batch).
+        seed: seed of the training order (``seed + epoch``) and of the sampling (with epoch and target papers).
         num_classes: classes in ``meta.pt`` (153 for the release; checked in ``setup``).
         cache_dir: where derived files go (default ``ROOT/mag240m_kddcup2021/graphormer``).
-        verify_checksums: recompute the CRC32 of every derived file at start-up (otherwise only
-            for files whose size or modification time changed since they were built).
+        verify_checksums: recompute every derived file's CRC32 at start-up (else only for changed files).
         eval_batch_size: target papers per evaluation step over all devices (default: batch_size).
-        handover_slots: shared-memory slots per worker that batches are built in and reused from
-            (:class:`~graphormer_urpe.data.mag240m.slots.SlotRing`; /dev/shm holds about
+        handover_slots: shared-memory slots per worker that batches are built in (/dev/shm holds about
             ``1.25 * slots * workers`` batches); 0: PyTorch's copy into new shared memory per batch.
     """
 
-    def __init__(
-        self,
-        root: str = "data",
-        batch_size: int = 1024,
-        fanouts: Sequence[int] = (25, 15),
-        num_workers: int = 8,
-        seed: int = 0,
-        num_classes: int = 153,
-        cache_dir: str | None = None,
-        verify_checksums: bool = False,
-        eval_batch_size: int | None = None,
-        handover_slots: int = 4,
-    ) -> None:
+    def __init__(self, root: str = "data", batch_size: int = 1024, fanouts: Sequence[int] = (25, 15),
+                 num_workers: int = 8, seed: int = 0, num_classes: int = 153, cache_dir: str | None = None,
+                 verify_checksums: bool = False, eval_batch_size: int | None = None, handover_slots: int = 4) -> None:
         super().__init__()
         check_int("data.batch_size", batch_size, 1)
         if eval_batch_size is not None:
@@ -147,17 +126,15 @@ class MAG240MDataModule(pl.LightningDataModule):
 
     @property
     def spec(self) -> DataSpec:
-        """Papers, authors and institutions (one categorical column: the node type) joined by six
-        relations (the edge column), 768 continuous paper features, one subject class per target paper,
-        submitted to the OGB-LSC leaderboard; linked into the model by the CLI."""
+        """Node type (the node column), six relations (the edge column), 768 continuous paper features and
+        one subject class per target paper, submitted to the OGB-LSC leaderboard; linked into the model by the CLI."""
         return DataSpec(node_vocab=(len(NodeType),), edge_vocab=(len(RELATIONS),), num_targets=1,
                         num_outputs=self.num_classes, continuous_node_dim=FEATURE_DIM, target_level="target_node",
                         target_kind="multiclass", submission=MAG240M)
 
     # -- data
     def prepare_data(self) -> None:
-        """Check the release and build (or finish, or repair) the derived files, once per process
-        (Lightning calls this before fitting, validating and predicting alike)."""
+        """Check the release and build (or finish, or repair) the derived files, once per process."""
         if self._prepared:
             return
         started, manifest = time.perf_counter(), self.cache_dir / MANIFEST
@@ -188,7 +165,7 @@ class MAG240MDataModule(pl.LightningDataModule):
                 raise ValueError(f"{self.raw.directory / 'processed/paper/node_label.npy'}: {len(bad)} {name} papers "
                                  f"have no valid label in 0..{self.num_classes - 1} (first: paper {paper}, "
                                  f"label {self.raw.paper_labels[paper]})")
-        sizes = {name: len(ids) for name, ids in self.splits.items()}
+        sizes = self.split_sizes
         log.info("MAG240M (%s): %s papers, %s authors, %s institutions; splits %s; fanouts %s; %d workers, "
                  "%d shared-memory slots each", self.raw.directory,
                  f"{meta['paper']:,}", f"{meta['author']:,}", f"{meta['institution']:,}",
@@ -230,9 +207,8 @@ class MAG240MDataModule(pl.LightningDataModule):
         return SubgraphCollator(self.graph, self.fanouts, self.seed, slots=self.handover_slots)
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled global batches of target papers, this process's slice of each, resumable mid-epoch
-        (the shared :func:`~graphormer_urpe.data.loaders.train_loader`); new subgraphs every epoch."""
-        # not page-locked: batches arrive in the workers' shared-memory slots and are padded on the device
+        """This process's slice of shuffled global batches of target papers (:func:`train_loader`), resumable
+        mid-epoch; new subgraphs every epoch; not page-locked: batches are padded on the device."""
         return train_loader(TargetPapers(self._split("train")), self.batch_size, self.trainer, self._collator(),
                             self.num_workers, seed=self.seed, sampler_type=TrainingTargets, pin_memory=False)
 
@@ -249,9 +225,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         return self._eval_loader(self.predict_split)
 
     def on_after_batch_transfer(self, batch: CompactGraphBatch, dataloader_idx: int) -> GraphBatch:
-        """Pad the workers' unpadded batch into the model's input, on the device it was moved to
-        (cheap on a GPU; the workers copy fewer bytes into shared memory), and give the worker's
-        shared-memory slot back (the padded batch is new memory)."""
+        """Pad the workers' batch into the model's input on its device; give the worker's slot back."""
         padded = batch.pad()
         batch.release()
         return padded
