@@ -11,15 +11,13 @@ from graphormer_urpe.data.mag240m.derived import FEATURE_FILES, csr_files
 from graphormer_urpe.data.mag240m.release import RELATIONS, NodeType
 
 
-class MAG240MGraph:
-    """Memory-mapped CSR, features and labels: what the sampler reads. Picklable without copying
-    arrays (each process maps the files itself on first use).
+def _mapped(path: Path) -> np.ndarray:
+    return np.asarray(np.load(path, mmap_mode="r"))
 
-    Args:
-        raw_directory: ``ROOT/mag240m_kddcup2021``.
-        derived_directory: directory of the derived files.
-        num_nodes: nodes per type (from ``meta.pt``).
-    """
+
+class MAG240MGraph:
+    """Memory-mapped CSR, features and labels of the release in ``raw_directory`` and its derived files; pickled
+    without arrays (each process maps the files itself on first use). ``num_nodes``: nodes per type."""
 
     def __init__(self, raw_directory: Path, derived_directory: Path, num_nodes: Mapping[NodeType, int]) -> None:
         self.raw_directory = Path(raw_directory)
@@ -36,19 +34,11 @@ class MAG240MGraph:
         ``np.memmap`` overhead; the data stay in the page cache, shared by all workers)."""
         if self._arrays is None:
             derived, paper = self.derived_directory, self.raw_directory / "processed" / "paper"
-
-            def mapped(path: Path) -> np.ndarray:
-                return np.asarray(np.load(path, mmap_mode="r"))
-
-            arrays: dict = {"indptr": [], "indices": []}
-            for relation in RELATIONS:
-                indptr_name, indices_name = csr_files(relation)
-                arrays["indptr"].append(mapped(derived / indptr_name))
-                arrays["indices"].append(mapped(derived / indices_name))
-            arrays["features"] = [mapped(paper / "node_feat.npy"), mapped(derived / FEATURE_FILES[NodeType.AUTHOR]),
-                                  mapped(derived / FEATURE_FILES[NodeType.INSTITUTION])]
-            arrays["labels"] = mapped(paper / "node_label.npy")
-            self._arrays = arrays
+            self._arrays = {"indptr": [_mapped(derived / csr_files(relation)[0]) for relation in RELATIONS],
+                            "indices": [_mapped(derived / csr_files(relation)[1]) for relation in RELATIONS],
+                            "features": [_mapped(paper / "node_feat.npy"),
+                                         *(_mapped(derived / FEATURE_FILES[t]) for t in FEATURE_FILES)],
+                            "labels": _mapped(paper / "node_label.npy")}
         return self._arrays
 
     def indptr(self, relation: int) -> np.ndarray:
