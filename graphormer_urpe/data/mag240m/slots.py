@@ -8,6 +8,7 @@ slots are all leased allocates ordinary tensors, so a consumer that never releas
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 
@@ -41,27 +42,23 @@ class SlotRing:
     def allocate(self, specs: Specs) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
         """Uninitialised tensors and their (1,) uint8 lease, now set: views into a free slot in a
         DataLoader worker; otherwise ordinary tensors and ``None``."""
-        slot = self._take_free_slot() if get_worker_info() is not None else None
-        if slot is None:
+        if get_worker_info() is None:
             return empty_tensors(specs), None
-        offsets, total = _layout(specs)
-        buffer = self._buffers[slot]
-        if buffer is None or buffer.numel() < total:
-            buffer = self._buffers[slot] = torch.empty(int(total * _GROWTH), dtype=torch.uint8).share_memory_()
-        tensors = {name: buffer[offset:offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
-                   for (name, (shape, dtype)), offset in zip(specs.items(), offsets)}
-        return tensors, self._leases[slot:slot + 1]
-
-    def _take_free_slot(self) -> int | None:
-        """Index of a released slot, now leased; None if all are in use."""
         if self._leases is None:
             self._leases = torch.zeros(self.slots, dtype=torch.uint8).share_memory_()
         free = torch.nonzero(self._leases == 0)
         if not len(free):
-            return None
+            return empty_tensors(specs), None
         slot = int(free[0])
         self._leases[slot] = 1
-        return slot
+        sizes = (-(-math.prod(shape) * dtype.itemsize // _ALIGN) * _ALIGN for shape, dtype in specs.values())
+        offsets = [0, *itertools.accumulate(sizes)]  # aligned byte offset of each tensor, then the bytes needed
+        buffer = self._buffers[slot]
+        if buffer is None or buffer.numel() < offsets[-1]:
+            buffer = self._buffers[slot] = torch.empty(int(offsets[-1] * _GROWTH), dtype=torch.uint8).share_memory_()
+        tensors = {name: buffer[offset:offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+                   for (name, (shape, dtype)), offset in zip(specs.items(), offsets)}
+        return tensors, self._leases[slot:slot + 1]
 
 
 def empty_tensors(specs: Specs) -> dict[str, torch.Tensor]:
@@ -73,12 +70,3 @@ def release(lease: torch.Tensor | None) -> None:
     """Hand a slot back to its worker (``lease`` from :meth:`SlotRing.allocate`; None: nothing to do)."""
     if lease is not None:
         lease.zero_()
-
-
-def _layout(specs: Specs) -> tuple[list[int], int]:
-    """Aligned byte offset of each tensor in a slot, and the bytes the slot needs."""
-    offsets, total = [], 0
-    for shape, dtype in specs.values():
-        offsets.append(total)
-        total += -(-math.prod(shape) * dtype.itemsize // _ALIGN) * _ALIGN
-    return offsets, total

@@ -37,12 +37,6 @@ class BatchStructure(NamedTuple):
     out_degree: np.ndarray
 
 
-def _unpack(bits: np.ndarray) -> np.ndarray:
-    """Bit sets as 0/1 bytes, bit b of word w at column ``64 w + b``. (R, W) -> (R, 64 W) uint8"""
-    little = bits.astype("<u8", copy=False)
-    return np.unpackbits(little.view(np.uint8).reshape(-1), bitorder="little").reshape(len(bits), -1)
-
-
 def edge_id_dtype(num_edges: int) -> np.dtype:
     """The smallest signed integer type (at least int16) that holds the edge ids of a batch and -1."""
     return np.result_type(np.min_scalar_type(-max(num_edges, 1)), np.int16)
@@ -94,8 +88,8 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
             break
         levels.append(grown)
     reached = np.zeros((num_total, words * _BITS), dtype=np.uint8)  # (V, 64 W): levels with j in reach
-    for level in levels:
-        reached += _unpack(level)
+    for level in levels:  # bit b of word w to column 64 w + b
+        reached += np.unpackbits(level.astype("<u8", copy=False).view(np.uint8), axis=1, bitorder="little")
 
     # spd = levels at which j is not yet reached; unreachable pairs (never reached) keep 255
     pair_ptr = np.concatenate([[0], np.cumsum(num_nodes * num_nodes)])
