@@ -22,11 +22,9 @@ from graphormer_urpe.data.loaders import (
     warn_if_not_published,
 )
 from graphormer_urpe.data.lsc_formats import MAG240M
-from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
-from graphormer_urpe.data.mag240m.derived import MANIFEST, prepare_derived
-from graphormer_urpe.data.mag240m.graph import MAG240MGraph
+from graphormer_urpe.data.mag240m.derived import MANIFEST, MAG240MGraph, prepare_derived
 from graphormer_urpe.data.mag240m.release import DATASET_DIR, FEATURE_DIM, RELATIONS, MAG240MRaw, NodeType
-from graphormer_urpe.data.mag240m.sampler import SubgraphCollator
+from graphormer_urpe.data.mag240m.sampler import CompactGraphBatch, SubgraphCollator
 from graphormer_urpe.data.predictable import SplitRows
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import ConfigError, check_int

@@ -1,5 +1,6 @@
 """MAG240M's derived files (CSR per relation, author and institution features), built once, out of core,
-from the raw release (:mod:`.release`); layout, checks and resumption in docs/ogb-lsc.md."""
+from the raw release (:mod:`.release`), and :class:`MAG240MGraph`, the memory maps the sampler reads;
+layout, checks and resumption in docs/ogb-lsc.md."""
 
 from __future__ import annotations
 
@@ -232,3 +233,48 @@ def prepare_derived(raw: MAG240MRaw, directory: Path, verify_checksums: bool = F
             derived.forget(FEATURE_FILES[NodeType.INSTITUTION])
     log.info("MAG240M derived files ready in %s (%.1f s)", directory, time.perf_counter() - started)
     return derived
+
+
+def _mapped(path: Path) -> np.ndarray:
+    return np.asarray(np.load(path, mmap_mode="r"))
+
+
+class MAG240MGraph:
+    """Memory-mapped CSR, features and labels of the release in ``raw_directory`` and its derived files; pickled
+    without arrays (each process maps the files itself on first use). ``num_nodes``: nodes per type."""
+
+    def __init__(self, raw_directory: Path, derived_directory: Path, num_nodes: Mapping[NodeType, int]) -> None:
+        self.raw_directory = Path(raw_directory)
+        self.derived_directory = Path(derived_directory)
+        self.num_nodes = {NodeType(k): int(v) for k, v in num_nodes.items()}
+        self._arrays: dict | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_arrays": None}
+
+    @property
+    def arrays(self) -> dict:
+        """The memory maps of this process, as plain read-only ndarray views (no per-access
+        ``np.memmap`` overhead; the data stay in the page cache, shared by all workers)."""
+        if self._arrays is None:
+            derived, paper = self.derived_directory, self.raw_directory / "processed" / "paper"
+            self._arrays = {"indptr": [_mapped(derived / csr_files(relation)[0]) for relation in RELATIONS],
+                            "indices": [_mapped(derived / csr_files(relation)[1]) for relation in RELATIONS],
+                            "features": [_mapped(paper / "node_feat.npy"),
+                                         *(_mapped(derived / FEATURE_FILES[t]) for t in FEATURE_FILES)],
+                            "labels": _mapped(paper / "node_label.npy")}
+        return self._arrays
+
+    def indptr(self, relation: int) -> np.ndarray:
+        return self.arrays["indptr"][relation]
+
+    def indices(self, relation: int) -> np.ndarray:
+        return self.arrays["indices"][relation]
+
+    def features(self, node_type: NodeType) -> np.ndarray:
+        return self.arrays["features"][node_type]
+
+    def labels(self, papers: np.ndarray) -> np.ndarray:
+        """float32 labels of ``papers``, NaN where unknown (outside arXiv, or hidden test labels)."""
+        labels = np.asarray(self.arrays["labels"][papers], dtype=np.float32)
+        return np.where(np.isfinite(labels) & (labels >= 0), labels, np.nan).astype(np.float32)
