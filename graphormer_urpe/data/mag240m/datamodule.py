@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,11 +36,11 @@ log = logging.getLogger(__name__)
 LABELLED_SPLITS = ("train", "valid")
 
 
+@dataclass
 class TargetPapers(Dataset):
     """The target papers of one split; items are ``(epoch, paper id)`` for the collator."""
 
-    def __init__(self, papers: np.ndarray) -> None:
-        self.papers = papers
+    papers: np.ndarray
 
     def __len__(self) -> int:
         return len(self.papers)
@@ -50,8 +51,7 @@ class TargetPapers(Dataset):
 
 
 class TrainingTargets(GlobalBatchSampler):
-    """The shared global-batch order (:class:`GlobalBatchSampler`) with each position tagged by its
-    epoch, ``(epoch, position)``, so that the collator samples new subgraphs every epoch."""
+    """The shared global-batch order, each position tagged ``(epoch, position)``: new subgraphs every epoch."""
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         epoch = self.epoch
@@ -59,8 +59,7 @@ class TrainingTargets(GlobalBatchSampler):
 
 
 class EvaluationTargets(EvalShardSampler):
-    """This process's contiguous shard (:class:`EvalShardSampler`) tagged with epoch 0,
-    ``(0, position)``, so that evaluation sees the same subgraphs whenever it runs."""
+    """This process's contiguous shard, tagged ``(0, position)``: the same subgraphs at every evaluation."""
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         return ((0, position) for position in super().__iter__())

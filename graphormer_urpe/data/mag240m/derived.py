@@ -131,13 +131,10 @@ def _read_rows(source: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 def build_mean_features(source: np.ndarray, indptr: np.ndarray, indices: np.ndarray, out_path: Path, block_rows: int,
                         description: str) -> None:
-    """Write ``out[i] = mean(source[indices[indptr[i]:indptr[i + 1]]])`` (zeros if empty) as float16.
+    """Write ``out[i] = mean(source[indices[indptr[i]:indptr[i + 1]]])`` (zeros if empty) as float16, in blocks of
+    ``block_rows`` rows whose CRC32 a progress file records, so an interrupted build resumes.
 
-    Works in blocks of ``block_rows`` output rows; a progress file records the CRC32 of every
-    finished block, so an interrupted build resumes at the first unfinished (or damaged) block.
-
-    Shapes:
-        source: (S, F) memory-mapped; indptr: (R + 1,), indices: CSR from output to source rows; out: (R, F).
+    Shapes: source (S, F) memory-mapped; indptr (R + 1,), indices: CSR from output to source rows; out (R, F).
     """
     num_rows, width = len(indptr) - 1, source.shape[1]
     tmp = _tmp_path(out_path)
@@ -181,16 +178,8 @@ def build_mean_features(source: np.ndarray, indptr: np.ndarray, indices: np.ndar
 
 def prepare_derived(raw: MAG240MRaw, directory: Path, verify_checksums: bool = False, chunk_edges: int = 20_000_000,
                     feature_block_rows: int = 25_000, key: str = "data.cache_dir") -> DerivedFiles:
-    """Build whatever derived file of ``raw`` (already checked) is missing, incomplete or damaged; keep the rest.
-
-    Args:
-        verify_checksums: recompute every file's CRC32 (otherwise only for files whose size or
-            modification time changed since they were built).
-        chunk_edges: edges per chunk when building CSR.
-        feature_block_rows: author/institution rows per block when averaging features.
-        key: the option that chose ``directory``, named (with a DataError, before anything is built) when a
-            file must be built there but it is not writable.
-    """
+    """Build whatever derived file of ``raw`` (already checked) is missing, incomplete or damaged; keep the rest;
+    a DataError names ``key`` (the option that chose ``directory``) if it must build there but cannot write."""
     started = time.perf_counter()
     derived = DerivedFiles(directory, raw.fingerprint())
     problems = {name: derived.problem(name, verify_checksums)

@@ -1,10 +1,5 @@
-"""Neighbour sampling around MAG240M papers, into an unpadded :class:`CompactGraphBatch` that DataLoader
-workers hand over and the training device pads (see docs/ogb-lsc.md).
-
-Hop h expands every node first reached at hop h - 1 by at most ``fanouts[h]`` distinct neighbours
-drawn uniformly without replacement from the union of its relations; a node reached twice is one
-node; edges go both ways (relation and reverse). Numpy on the memory-mapped CSR, vectorised over the
-batch, in the DataLoader workers; randomness from ``(seed, epoch, target papers)`` only.
+"""Neighbour sampling around MAG240M papers (numpy, vectorised over the batch, in the DataLoader workers) into
+an unpadded :class:`CompactGraphBatch`, padded on the training device; the rules are in docs/ogb-lsc.md.
 
 Shape letters: B graphs (target papers), N nodes of the largest graph, V nodes, P node pairs (sum of n * n)
 and E edges of the batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature columns,
@@ -43,11 +38,10 @@ _RELATION_SLOTS = 8
 
 @dataclass
 class CompactGraphBatch(TensorFields):
-    """A batch of graphs without padding (fewer bytes to copy into shared memory and to transfer), padded
-    after the move to the training device by :meth:`pad`. Fields mean what they do in :class:`GraphBatch`.
+    """A batch of graphs without padding (fewer bytes to hand over), padded on the training device by :meth:`pad`.
 
-    Nodes are listed graph after graph; ``spd`` holds each graph's (n, n) block, row-major, block after
-    block. Integer fields use the smallest integer dtype that holds them; :meth:`pad` widens them.
+    Fields mean what they do in :class:`GraphBatch`; nodes are listed graph after graph, ``spd`` holds each
+    graph's (n, n) block, row-major; integer fields use the smallest dtype that holds them.
 
     Shapes:
         num_nodes, index, target_node: (B,) int64; y: (B, Y) float32.
@@ -106,10 +100,8 @@ class SampledSubgraphs:
     """The raw sample of a batch, flat over its subgraphs.
 
     Shapes:
-        node_graph, node_type, node_id: (V,) subgraph, type and id of each node, in sampling order
-            (the first B nodes are the targets).
-        edge_parent, edge_child, edge_relation: (S,) flat ids of each sampled edge's expanded node
-            and sampled neighbour, and the relation from parent to child.
+        node_graph, node_type, node_id: (V,) subgraph, type and id of each node, targets first.
+        edge_parent, edge_child, edge_relation: (S,) expanded node, drawn neighbour and relation of each draw.
     """
 
     node_graph: np.ndarray
@@ -221,11 +213,8 @@ class NeighbourSampler:
                                 edge_parent=parent, edge_child=child, edge_relation=relation)
 
     def batch(self, targets: np.ndarray, rng: np.random.Generator, slots: SlotRing | None = None) -> CompactGraphBatch:
-        """Sample subgraphs around ``targets`` (B,) into a :class:`CompactGraphBatch`, in ``slots`` if given.
-
-        Nodes of each subgraph in sampling order, target first; ``x`` = node type, ``x_continuous`` =
-        float16 features, ``edge_attr`` = relation, ``y`` = label (NaN if unknown), ``index`` = paper id.
-        """
+        """Sample subgraphs around ``targets`` (B,) into a :class:`CompactGraphBatch` (in ``slots`` if given):
+        ``x`` node type, ``edge_attr`` relation, ``y`` label (NaN if unknown), ``index`` paper id."""
         targets = np.asarray(targets, dtype=np.int64)
         sample = self.sample(targets, rng)
         batch = len(targets)
@@ -270,32 +259,18 @@ class NeighbourSampler:
 
     def _specs(self, batch: int, nodes: int, pairs: int, edges: int, n_max: int) -> Specs:
         """Shapes and dtypes of a :class:`CompactGraphBatch`'s tensors (small integer types)."""
-        degree = torch_dtype(edge_id_dtype(edges))  # degrees are at most E
-        return {
-            "num_nodes": ((batch,), torch.int64),
-            "x": ((nodes, 1), torch.int8),
-            "x_continuous": ((nodes, self.graph.features(NodeType.PAPER).shape[1]), torch.float16),
-            "in_degree": ((nodes,), degree),
-            "out_degree": ((nodes,), degree),
-            "spd": ((pairs,), torch.uint8),
-            "edge_attr": ((edges, 1), torch.int8),
-            "edge_continuous": ((edges, 0), torch.float32),
-            "edge_dst": ((edges,), torch_dtype(np.min_scalar_type(-n_max))),  # smallest signed type
-            "y": ((batch, 1), torch.float32),
-            "index": ((batch,), torch.int64),
-            "target_node": ((batch,), torch.int64),
-        }
+        degree, width = torch_dtype(edge_id_dtype(edges)), self.graph.features(NodeType.PAPER).shape[1]  # degree <= E
+        return {"num_nodes": ((batch,), torch.int64), "y": ((batch, 1), torch.float32),
+                "index": ((batch,), torch.int64), "target_node": ((batch,), torch.int64),
+                "x": ((nodes, 1), torch.int8), "x_continuous": ((nodes, width), torch.float16),
+                "in_degree": ((nodes,), degree), "out_degree": ((nodes,), degree), "spd": ((pairs,), torch.uint8),
+                "edge_attr": ((edges, 1), torch.int8), "edge_continuous": ((edges, 0), torch.float32),
+                "edge_dst": ((edges,), torch_dtype(np.min_scalar_type(-n_max)))}  # the smallest signed type
 
 
 class SubgraphCollator:
-    """``collate_fn`` of the MAG240M loaders: ``[(epoch, paper), ...]`` -> :class:`CompactGraphBatch`.
-
-    Args:
-        graph: the memory-mapped graph (each worker maps the files itself).
-        fanouts: neighbours per hop.
-        seed: base seed; the batch's randomness is ``(seed, epoch, its target papers)``.
-        slots: shared-memory slots per worker (:class:`SlotRing`); 0: PyTorch copies each batch.
-    """
+    """``collate_fn`` of the MAG240M loaders: ``[(epoch, paper), ...]`` -> :class:`CompactGraphBatch`, sampled
+    with randomness ``(seed, epoch, target papers)``, in one of ``slots`` per worker (0: none)."""
 
     def __init__(self, graph: MAG240MGraph, fanouts: Sequence[int], seed: int, slots: int = 4) -> None:
         self.sampler = NeighbourSampler(graph, fanouts)

@@ -1,10 +1,5 @@
-"""Shared-memory slots a DataLoader worker builds its batches in, reused once released (see docs/benchmarks.md).
-
-Tensors already in shared memory are handed over by handle, without the copy (and page faults) of
-a new segment. A slot's one-byte lease, itself in shared memory, is set by the worker when it fills
-the slot and cleared by the training process (:func:`release`) after its last read; a worker whose
-slots are all leased allocates ordinary tensors, so a consumer that never releases loses only speed.
-"""
+"""Shared-memory slots a DataLoader worker builds its batches in (handed over by handle, without a copy), reused
+once the training process clears their one-byte lease (:func:`release`); see docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -25,12 +20,8 @@ Specs = Mapping[str, tuple[tuple[int, ...], torch.dtype]]
 
 
 class SlotRing:
-    """A worker's reusable shared-memory slots (created lazily, in the worker that uses them).
-
-    Args:
-        slots: slots per worker; enough for the batches a worker has in flight (the DataLoader's
-            ``prefetch_factor``, plus the one the training loop holds and one the trainer prefetches).
-    """
+    """A worker's reusable shared-memory slots, created lazily in the worker; enough ``slots`` for its batches in
+    flight (``prefetch_factor``, plus the one the training loop holds and one the trainer prefetches)."""
 
     def __init__(self, slots: int = 4) -> None:
         if slots < 1:
@@ -40,8 +31,8 @@ class SlotRing:
         self._buffers: list[torch.Tensor | None] = [None] * slots  # (capacity,) uint8 in shared memory
 
     def allocate(self, specs: Specs) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-        """Uninitialised tensors and their (1,) uint8 lease, now set: views into a free slot in a
-        DataLoader worker; otherwise ordinary tensors and ``None``."""
+        """Uninitialised tensors and their (1,) uint8 lease, now set: views into a free slot in a DataLoader
+        worker; otherwise (outside a worker, or all slots leased) ordinary tensors and ``None``."""
         if get_worker_info() is None:
             return empty_tensors(specs), None
         if self._leases is None:

@@ -1,9 +1,6 @@
-"""Shortest-path structure of a whole batch of sampled subgraphs at once (see docs/ogb-lsc.md).
-
-:func:`batched_graph_structure` (numpy, in the DataLoader workers) gives SPD and degrees, unpadded;
-:func:`batched_first_edges` (torch, on the training device) the first edges, read off the padded SPD.
-Together they equal :func:`~graphormer_urpe.data.structure.graph_structure` exactly (same tie-break:
-the smallest next node) on graphs whose edges are sorted and free of duplicates.
+"""Shortest-path structure of a whole batch of sampled subgraphs at once: SPD and degrees unpadded (numpy, in
+the workers), first edges off the padded SPD (torch, on the device); together they equal
+:func:`~graphormer_urpe.data.structure.graph_structure` exactly on graphs with sorted, distinct edges.
 
 SPD: breadth-first search from every node at once on bit sets. ``reach_d[i]`` is the set of nodes
 within distance d of node i (W 64-bit words), ``reach_{d+1}[i] = reach_d[i] | OR_{edges i -> k} reach_d[k]``
@@ -26,11 +23,8 @@ _BITS = 64
 
 
 class BatchStructure(NamedTuple):
-    """SPD and degrees of a batch, unpadded: each graph's (n, n) block, row-major (P = sum of n * n).
-
-    Shapes:
-        spd: (P,) uint8 (255 = unreachable); in_degree, out_degree: (V,) in :func:`edge_id_dtype`.
-    """
+    """SPD and degrees of a batch, unpadded. Shapes: spd (P,) uint8, each graph's (n, n) block, row-major
+    (255 = unreachable); in_degree, out_degree (V,) in :func:`edge_id_dtype`."""
 
     spd: np.ndarray
     in_degree: np.ndarray
