@@ -254,12 +254,6 @@ class MAG240MGraph:
                             "labels": _mapped(paper / "node_label.npy")}
         return self._arrays
 
-    def indptr(self, relation: int) -> np.ndarray:
-        return self.arrays["indptr"][relation]
-
-    def indices(self, relation: int) -> np.ndarray:
-        return self.arrays["indices"][relation]
-
     def features(self, node_type: NodeType) -> np.ndarray:
         return self.arrays["features"][node_type]
 

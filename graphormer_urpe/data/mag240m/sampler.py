@@ -74,21 +74,14 @@ class CompactGraphBatch(TensorFields):
         pair_mask = node_mask[:, :, None] & node_mask[:, None, :]  # (B, N, N)
         spd = pad_rows(pair_mask, self.spd, UNREACHABLE_SPD)  # (B, N, N)
         first_edge = batched_first_edges(spd, self.num_nodes, self.out_degree, self.edge_dst)  # (V, N)
-        return GraphBatch(
-            x=pad_rows(node_mask, self.x.long(), 0),  # (B, N, F)
-            x_continuous=pad_rows(node_mask, self.x_continuous, 0),  # (B, N, Fc)
-            node_mask=node_mask,
-            in_degree=pad_rows(node_mask, self.in_degree.long(), 0),  # (B, N)
+        return GraphBatch(  # node fields (V, ...) padded to (B, N, ...); the others copied
+            x=pad_rows(node_mask, self.x.long(), 0), x_continuous=pad_rows(node_mask, self.x_continuous, 0),
+            in_degree=pad_rows(node_mask, self.in_degree.long(), 0),
             out_degree=pad_rows(node_mask, self.out_degree.long(), 0),
-            spd=spd,
-            first_edge=pad_rows(node_mask, first_edge, NO_EDGE),  # (B, N, N)
-            edge_attr=self.edge_attr.to(torch.long, copy=True),
-            edge_continuous=self.edge_continuous.clone(),
-            edge_dst=self.edge_dst.to(torch.long, copy=True),
-            y=self.y.clone(),
-            index=self.index.clone(),
-            target_node=self.target_node.clone(),
-        )
+            node_mask=node_mask, spd=spd, first_edge=pad_rows(node_mask, first_edge, NO_EDGE),
+            edge_attr=self.edge_attr.to(torch.long, copy=True), edge_dst=self.edge_dst.to(torch.long, copy=True),
+            edge_continuous=self.edge_continuous.clone(), y=self.y.clone(), index=self.index.clone(),
+            target_node=self.target_node.clone())
 
     def release(self) -> None:
         """Give the worker's slot back, once the batch has been copied onward (by :meth:`pad` or a move)."""
@@ -141,9 +134,9 @@ class NeighbourSampler:
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Draw neighbours of nodes of one type: (owner, relation, neighbour) of every draw, owner
         being the position in ``ids`` of the expanded node. Shapes: (S,) each."""
-        relations = EXPANSIONS[node_type]
-        starts = np.stack([np.asarray(self.graph.indptr(r)[ids]) for r in relations], axis=1)  # (m, R)
-        degree = np.stack([np.asarray(self.graph.indptr(r)[ids + 1]) for r in relations], axis=1) - starts
+        relations, indptr, indices = EXPANSIONS[node_type], self.graph.arrays["indptr"], self.graph.arrays["indices"]
+        starts = np.stack([np.asarray(indptr[r][ids]) for r in relations], axis=1)  # (m, R)
+        degree = np.stack([np.asarray(indptr[r][ids + 1]) for r in relations], axis=1) - starts
         total = degree.sum(axis=1)
         draws = np.minimum(total, fanout)
         owner = np.repeat(np.arange(len(ids)), draws)
@@ -160,7 +153,7 @@ class NeighbourSampler:
         neighbour = np.empty(len(owner), dtype=np.int64)
         for k, r in enumerate(relations):
             mask = which == k
-            neighbour[mask] = self.graph.indices(r)[starts[owner[mask], k] + offset[mask]]
+            neighbour[mask] = indices[r][starts[owner[mask], k] + offset[mask]]
         return owner, relation, neighbour
 
     def sample(self, targets: np.ndarray, rng: np.random.Generator) -> SampledSubgraphs:

@@ -7,7 +7,8 @@ within distance d of node i (W 64-bit words), ``reach_{d+1}[i] = reach_d[i] | OR
 (one gather and one segmented OR over the edges per level), and ``spd[i, j]`` is the number of levels
 at which j is not yet in ``reach_d[i]`` (at most five levels on radius-2 subgraphs).
 
-Shape letters: B graphs, N nodes of the largest graph, V nodes and E edges of the batch, W 64-bit words.
+Shape letters: B graphs, N nodes of the largest graph, V nodes, P node pairs (sum of n * n) and E edges of
+the batch, W 64-bit words.
 """
 
 from __future__ import annotations
