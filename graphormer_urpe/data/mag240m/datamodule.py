@@ -78,8 +78,8 @@ class MAG240MDataModule(pl.LightningDataModule):
         cache_dir: where derived files go (default ``ROOT/mag240m_kddcup2021/graphormer``).
         verify_checksums: recompute every derived file's CRC32 at start-up (else only for changed files).
         eval_batch_size: target papers per evaluation step over all devices (default: batch_size).
-        handover_slots: shared-memory slots per worker that batches are built in (/dev/shm holds about
-            ``1.25 * slots * workers`` batches); 0: PyTorch's copy into new shared memory per batch.
+        handover_slots: shared-memory slots per worker to build batches in (/dev/shm holds about 1.25 * slots *
+            workers batches); 0: none, PyTorch copies each batch into new shared memory.
     """
 
     def __init__(self, root: str = "data", batch_size: int = 1024, fanouts: Sequence[int] = (25, 15),

@@ -47,9 +47,7 @@ class DerivedFiles:
         """Why derived file ``name`` cannot be used (missing, truncated, changed, corrupted), or None; the CRC
         is recomputed when ``verify_checksum`` or when the file's modification time moved."""
         record = self.files.get(name)
-        if record is None:
-            return "not built yet"
-        return record_problem(self.directory / name, record, verify_checksum)
+        return "not built yet" if record is None else record_problem(self.directory / name, record, verify_checksum)
 
     def complete(self, name: str) -> None:
         """Record ``name`` as complete, with its size, time and checksum."""
@@ -75,6 +73,10 @@ FEATURE_FILES = {NodeType.AUTHOR: "features/author.npy", NodeType.INSTITUTION: "
 
 def _tmp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.partial")
+
+
+def _mapped(path: Path) -> np.ndarray:
+    return np.asarray(np.load(path, mmap_mode="r"))
 
 
 def build_csr(raw: MAG240MRaw, relation: Relation, directory: Path, chunk_edges: int) -> None:
@@ -211,21 +213,15 @@ def prepare_derived(raw: MAG240MRaw, directory: Path, verify_checksums: bool = F
                 continue
             log.warning("%s %s; rebuilding it", directory / name, problems[name])
             derived.forget(name)
-        source = raw.paper_features if node_type is NodeType.AUTHOR else np.load(
-            directory / FEATURE_FILES[NodeType.AUTHOR], mmap_mode="r")
-        indptr_name, indices_name = csr_files(relation)
-        build_mean_features(source, np.load(directory / indptr_name, mmap_mode="r"),
-                            np.load(directory / indices_name, mmap_mode="r"), directory / name,
+        source = (raw.paper_features if node_type is NodeType.AUTHOR
+                  else _mapped(directory / FEATURE_FILES[NodeType.AUTHOR]))
+        build_mean_features(source, *(_mapped(directory / csr) for csr in csr_files(relation)), directory / name,
                             feature_block_rows, f"{node_type.name.lower()} features (mean of {averaged})")
         derived.complete(name)
         if node_type is NodeType.AUTHOR:  # institutions average authors: rebuild them too
             derived.forget(FEATURE_FILES[NodeType.INSTITUTION])
     log.info("MAG240M derived files ready in %s (%.1f s)", directory, time.perf_counter() - started)
     return derived
-
-
-def _mapped(path: Path) -> np.ndarray:
-    return np.asarray(np.load(path, mmap_mode="r"))
 
 
 class MAG240MGraph:
@@ -243,8 +239,7 @@ class MAG240MGraph:
 
     @property
     def arrays(self) -> dict:
-        """The memory maps of this process, as plain read-only ndarray views (no per-access
-        ``np.memmap`` overhead; the data stay in the page cache, shared by all workers)."""
+        """This process's memory maps, as plain read-only ndarray views (no per-access ``np.memmap`` overhead)."""
         if self._arrays is None:
             derived, paper = self.derived_directory, self.raw_directory / "processed" / "paper"
             self._arrays = {"indptr": [_mapped(derived / csr_files(relation)[0]) for relation in RELATIONS],

@@ -15,11 +15,9 @@ from graphormer_urpe.errors import DatasetMissing
 DATASET_DIR = "mag240m_kddcup2021"
 #: Dimension of the paper features (RoBERTa sentence embeddings).
 FEATURE_DIM = 768
-DOWNLOAD_HINT = (
-    "MAG240M (about 200 GB) is not downloaded automatically. Fetch it once with\n"
-    "    python -c \"from ogb.lsc import MAG240MDataset; MAG240MDataset('{root}')\"\n"
-    "(answer its prompts), or unzip mag240m_kddcup2021.zip from the OGB-LSC site into {root}."
-)
+DOWNLOAD_HINT = ("MAG240M (about 200 GB) is not downloaded automatically. Fetch it once with\n"
+                 "    python -c \"from ogb.lsc import MAG240MDataset; MAG240MDataset('{root}')\"\n"
+                 "(answer its prompts), or unzip mag240m_kddcup2021.zip from the OGB-LSC site into {root}.")
 
 
 class NodeType(IntEnum):

@@ -47,10 +47,8 @@ class CompactGraphBatch(TensorFields):
         num_nodes, index, target_node: (B,) int64; y: (B, Y) float32.
         x: (V, F) integer; x_continuous: (V, Fc) float16/32; in_degree, out_degree: (V,) integer.
         spd: (P,) uint8; edge_attr: (E, Fe) integer; edge_continuous: (E, Fec) float32.
-        edge_dst: (E,) integer, each edge's target as a position in its graph; edges are listed node
-            after node (``out_degree`` of each), by ascending target.
-        lease: (1,) uint8 or None, the worker's shared-memory slot (:mod:`.slots`) the tensors live in;
-            stays on the host; :meth:`release` frees it.
+        edge_dst: (E,) integer, each edge's target in its graph; edges are listed node after node by ascending target.
+        lease: (1,) uint8 or None: the lease of the worker's slot (:mod:`.slots`) holding the tensors; kept on the host.
     """
 
     num_nodes: torch.Tensor
@@ -122,8 +120,6 @@ class NeighbourSampler:
     """Samples subgraphs around papers of a :class:`MAG240MGraph`; ``fanouts``: neighbours per node at each hop."""
 
     def __init__(self, graph: MAG240MGraph, fanouts: Sequence[int]) -> None:
-        if any(f < 0 for f in fanouts):
-            raise ValueError(f"fanouts must be >= 0, got {list(fanouts)}")
         self.graph = graph
         self.fanouts = [int(f) for f in fanouts]
         counts = [graph.num_nodes[t] for t in NodeType]
@@ -165,8 +161,7 @@ class NeighbourSampler:
         keys = flat_graph * self.total_nodes + targets  # (subgraph, global node) of known nodes, sorted
         sorted_flat = np.argsort(keys)
         sorted_keys = keys[sorted_flat]
-        frontier = np.arange(batch)
-        num_nodes = batch
+        frontier, num_nodes = np.arange(batch), batch
         edges = [(np.zeros(0, dtype=np.int64),) * 3]  # (parent, child, relation) of each hop
         for fanout in self.fanouts:
             draws = []  # (parent, relation, neighbour) of each node type's draws

@@ -46,10 +46,8 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
                             out: BatchStructure | None = None) -> BatchStructure:
     """SPD and degrees of B graphs, written into ``out`` (e.g. a shared-memory slot) or new arrays.
 
-    Shapes:
-        num_nodes: (B,); edge_ptr: (B + 1,), graph b owns edges ``edge_ptr[b]:edge_ptr[b + 1]``.
-        edge_index: (2, E) local (source, target) ids, sorted by (source, target) within each graph,
-            no duplicates (an undirected graph lists both directions); else ValueError.
+    Shapes: num_nodes (B,); edge_ptr (B + 1,), graph b owns edges ``edge_ptr[b]:edge_ptr[b + 1]``; edge_index
+    (2, E) local (source, target) ids, sorted and distinct within each graph (else ValueError).
     """
     num_nodes = np.asarray(num_nodes, dtype=np.int64)
     edge_ptr = np.asarray(edge_ptr, dtype=np.int64)
@@ -64,8 +62,7 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
     nodes_of_graph = num_nodes[graph_of_edge]  # (E,)
     if (np.minimum(src_local, dst_local) < 0).any() or (np.maximum(src_local, dst_local) >= nodes_of_graph).any():
         raise ValueError("edge_index names a node outside its graph")
-    src = src_local + node_ptr[graph_of_edge]  # (E,) flat node ids
-    dst = dst_local + node_ptr[graph_of_edge]
+    src, dst = src_local + node_ptr[graph_of_edge], dst_local + node_ptr[graph_of_edge]  # (E,) flat node ids
     if len(src) > 1 and not (np.diff(src * n_max + dst_local) > 0).all():
         raise ValueError("edges must be sorted by (graph, source, target) without duplicates")
 
@@ -104,15 +101,12 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
 
 def batched_first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: torch.Tensor,
                         edge_dst: torch.Tensor) -> torch.Tensor:
-    """First edge of a shortest path from every node to every node of its graph, on spd's device.
+    """First edge of a shortest path from every node to every node of its graph, on spd's device: edge ``i -> k``
+    begins one to j when ``spd[k, j] == spd[i, j] - 1``; the first is the smallest k (edges are listed node after
+    node by ascending target).
 
-    Edge ``e = i -> k`` begins a shortest path to j when ``spd[k, j] == spd[i, j] - 1``; the first
-    is the lowest id, i.e. the smallest k, as edges are listed node after node by ascending target.
-
-    Shapes:
-        spd: (B, N, N) uint8 padded (255 = unreachable or padding); num_nodes: (B,).
-        out_degree: (V,); edge_dst: (E,) each edge's target, a position in its graph.
-        returns: (V, N) batch edge ids in :func:`edge_id_dtype` (-1: j is i, unreachable or padding).
+    Shapes: spd (B, N, N) uint8 padded (255: unreachable or padding); num_nodes (B,); out_degree (V,); edge_dst
+    (E,) each edge's target in its graph; returns (V, N) edge ids in :func:`edge_id_dtype` (-1: none).
     """
     device, (batch, n_max, _), num_edges = spd.device, spd.shape, len(edge_dst)
     node_graph = torch.repeat_interleave(torch.arange(batch, device=device), num_nodes)  # (V,)
