@@ -24,16 +24,13 @@ from graphormer_urpe.data.loaders import (
 )
 from graphormer_urpe.data.lsc_formats import MAG240M
 from graphormer_urpe.data.mag240m.derived import MANIFEST, MAG240MGraph, prepare_derived
-from graphormer_urpe.data.mag240m.release import DATASET_DIR, FEATURE_DIM, RELATIONS, MAG240MRaw, NodeType
+from graphormer_urpe.data.mag240m.release import FEATURE_DIM, RELATIONS, MAG240MRaw, NodeType
 from graphormer_urpe.data.mag240m.sampler import CompactGraphBatch, SubgraphCollator
 from graphormer_urpe.data.predictable import SplitRows
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import ConfigError, check_int
 
 log = logging.getLogger(__name__)
-
-#: Splits that have labels; ``test-dev`` and ``test-challenge`` are hidden and only predicted.
-LABELLED_SPLITS = ("train", "valid")
 
 
 @dataclass
@@ -123,8 +120,7 @@ class MAG240MDataModule(pl.LightningDataModule):
 
     @property
     def spec(self) -> DataSpec:
-        """Node type (the node column), six relations (the edge column), 768 continuous paper features and
-        one subject class per target paper, submitted to the OGB-LSC leaderboard; linked into the model by the CLI."""
+        """Node type, six relations, 768 continuous paper features, one class per target paper; OGB-LSC submission."""
         return DataSpec(node_vocab=(len(NodeType),), edge_vocab=(len(RELATIONS),), num_targets=1,
                         num_outputs=self.num_classes, continuous_node_dim=FEATURE_DIM, target_level="target_node",
                         target_kind="multiclass", submission=MAG240M)
@@ -154,7 +150,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         self.graph = MAG240MGraph(self.raw.directory, self.cache_dir, {t: meta[t.name.lower()] for t in NodeType})
         split = self.raw.splits()
         self.splits = {name: split[name] for name in ("train", "valid", "test-dev", "test-challenge")}
-        for name in LABELLED_SPLITS:  # a bad label would stop training midway (cross-entropy index error)
+        for name in ("train", "valid"):  # the labelled splits: a bad label would stop training midway
             labels = self.graph.labels(self.splits[name])
             bad = np.flatnonzero(np.isnan(labels) | (labels >= self.num_classes) | (labels != np.round(labels)))
             if len(bad):
@@ -177,13 +173,12 @@ class MAG240MDataModule(pl.LightningDataModule):
 
     def describe(self) -> dict:
         """Dataset, directories, split sizes and sampling settings (after setup)."""
-        return {"source": "MAG240M", "root": str(self.raw.root / DATASET_DIR), "cache": str(self.cache_dir),
+        return {"source": "MAG240M", "root": str(self.raw.directory), "cache": str(self.cache_dir),
                 "splits": self.split_sizes, "fanouts": self.fanouts, "batch_size": self.batch_size,
                 "handover_slots": self.handover_slots}
 
     def split_rows(self, split: str) -> SplitRows:
-        """Paper ids of ``split`` in the official order (what a submission's rows refer to); a batch's
-        ``index`` is the paper id, so every row is its own item; labels NaN where unknown or hidden."""
+        """Paper ids of ``split`` in the official order, each its own item (batch ``index``); NaN labels if hidden."""
         papers = self._split(split)
         return SplitRows(rows=papers, items=papers, targets=self.graph.labels(papers)[:, None], skipped={})
 
@@ -204,8 +199,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         return SubgraphCollator(self.graph, self.fanouts, self.seed, slots=self.handover_slots)
 
     def train_dataloader(self) -> DataLoader:
-        """This process's slice of shuffled global batches of target papers (:func:`train_loader`), resumable
-        mid-epoch; new subgraphs every epoch; not page-locked: batches are padded on the device."""
+        """Shuffled global batches (this process's slice), resumable mid-epoch, new subgraphs each epoch; unpinned."""
         return train_loader(TargetPapers(self._split("train")), self.batch_size, self.trainer, self._collator(),
                             self.num_workers, seed=self.seed, sampler_type=TrainingTargets, pin_memory=False)
 

@@ -26,8 +26,7 @@ MANIFEST = "manifest.json"
 
 
 class DerivedFiles:
-    """The manifest of derived files: which are complete and intact (one built from raw data of another
-    :meth:`MAG240MRaw.fingerprint` is discarded)."""
+    """The manifest of derived files: which are complete and intact (discarded if built from other raw data)."""
 
     def __init__(self, directory: Path, fingerprint: Mapping) -> None:
         self.directory = directory
@@ -44,8 +43,7 @@ class DerivedFiles:
         self.files: dict[str, dict] = dict(manifest["files"]) if manifest else {}
 
     def problem(self, name: str, verify_checksum: bool) -> str | None:
-        """Why derived file ``name`` cannot be used (missing, truncated, changed, corrupted), or None; the CRC
-        is recomputed when ``verify_checksum`` or when the file's modification time moved."""
+        """Why derived file ``name`` cannot be used, or None (CRC checked if ``verify_checksum`` or mtime moved)."""
         record = self.files.get(name)
         return "not built yet" if record is None else record_problem(self.directory / name, record, verify_checksum)
 
@@ -167,8 +165,7 @@ def build_mean_features(source: np.ndarray, indptr: np.ndarray, indices: np.ndar
         sums = torch.zeros((stop - start, width), dtype=torch.float32)
         if hi > lo:  # index_add_: numpy's add.reduceat is ~30x slower on wide rows
             rows = _read_rows(source, np.asarray(indices[lo:hi], dtype=np.int64))
-            owner = np.repeat(np.arange(stop - start), counts)
-            sums.index_add_(0, torch.from_numpy(owner), torch.from_numpy(rows))
+            sums.index_add_(0, torch.from_numpy(np.repeat(np.arange(stop - start), counts)), torch.from_numpy(rows))
         out[start:stop] = sums.numpy() / np.maximum(counts, 1)[:, None]
         out.flush()
         progress["done"][str(start)] = zlib.crc32(np.ascontiguousarray(out[start:stop]).data)

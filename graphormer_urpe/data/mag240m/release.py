@@ -30,9 +30,8 @@ class NodeType(IntEnum):
 
 @dataclass(frozen=True)
 class Relation:
-    """One directed relation: CSR rows are ``source`` nodes, entries ``target`` nodes; ``id`` is its value in
-    the categorical edge-feature column, ``name`` its directory under ``csr/``, ``raw`` the raw edge directory
-    its edges come from, whose rows are (target, source) when ``transposed``."""
+    """One directed relation: CSR rows are ``source`` nodes, entries ``target`` nodes; ``id``: its edge-feature value;
+    ``name``: its directory under ``csr/``; ``raw``: the raw edge directory, rows (target, source) if ``transposed``."""
 
     id: int
     name: str

@@ -38,15 +38,13 @@ _RELATION_SLOTS = 8
 
 @dataclass
 class CompactGraphBatch(TensorFields):
-    """A batch of graphs without padding (fewer bytes to hand over), padded on the training device by :meth:`pad`.
-
-    Fields mean what they do in :class:`GraphBatch`; nodes are listed graph after graph, ``spd`` holds each
-    graph's (n, n) block, row-major; integer fields use the smallest dtype that holds them.
+    """A batch of graphs without padding (fewer bytes to hand over), padded on the training device by :meth:`pad`;
+    fields as in :class:`GraphBatch`, integers in the smallest dtype that holds them, nodes graph after graph.
 
     Shapes:
-        num_nodes, index, target_node: (B,) int64; y: (B, Y) float32.
+        num_nodes, index, target_node: (B,) int64; y: (B, Y) float32; spd: (P,) uint8, (n, n) blocks, row-major.
         x: (V, F) integer; x_continuous: (V, Fc) float16/32; in_degree, out_degree: (V,) integer.
-        spd: (P,) uint8; edge_attr: (E, Fe) integer; edge_continuous: (E, Fec) float32.
+        edge_attr: (E, Fe) integer; edge_continuous: (E, Fec) float32.
         edge_dst: (E,) integer, each edge's target in its graph; edges are listed node after node by ascending target.
         lease: (1,) uint8 or None: the lease of the worker's slot (:mod:`.slots`) holding the tensors; kept on the host.
     """
@@ -88,12 +86,9 @@ class CompactGraphBatch(TensorFields):
 
 @dataclass
 class SampledSubgraphs:
-    """The raw sample of a batch, flat over its subgraphs.
-
-    Shapes:
-        node_graph, node_type, node_id: (V,) subgraph, type and id of each node, targets first.
-        edge_parent, edge_child, edge_relation: (S,) expanded node, drawn neighbour and relation of each draw.
-    """
+    """The raw sample of a batch, flat over its subgraphs. Shapes: node_graph, node_type, node_id (V,): subgraph,
+    type and id of each node, targets first; edge_parent, edge_child, edge_relation (S,): expanded node, drawn
+    neighbour and relation of each draw."""
 
     node_graph: np.ndarray
     node_type: np.ndarray

@@ -2,10 +2,10 @@
 the workers), first edges off the padded SPD (torch, on the device); together they equal
 :func:`~graphormer_urpe.data.structure.graph_structure` exactly on graphs with sorted, distinct edges.
 
-SPD: breadth-first search from every node at once on bit sets. ``reach_d[i]`` is the set of nodes
-within distance d of node i (W 64-bit words), ``reach_{d+1}[i] = reach_d[i] | OR_{edges i -> k} reach_d[k]``
-(one gather and one segmented OR over the edges per level), and ``spd[i, j]`` is the number of levels
-at which j is not yet in ``reach_d[i]`` (at most five levels on radius-2 subgraphs).
+SPD: breadth-first search from every node at once on bit sets. ``reach_d[i]`` is the set of nodes within distance
+d of node i (W 64-bit words), ``reach_{d+1}[i] = reach_d[i] | OR_{edges i -> k} reach_d[k]`` (one gather and one
+segmented OR over the edges per level), and ``spd[i, j]`` is the number of levels at which j is not yet in
+``reach_d[i]`` (at most five levels on radius-2 subgraphs).
 
 Shape letters: B graphs, N nodes of the largest graph, V nodes, P node pairs (sum of n * n) and E edges of
 the batch, W 64-bit words.
