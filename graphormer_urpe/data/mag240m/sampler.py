@@ -115,6 +115,8 @@ class NeighbourSampler:
     """Samples subgraphs around papers of a :class:`MAG240MGraph`; ``fanouts``: neighbours per node at each hop."""
 
     def __init__(self, graph: MAG240MGraph, fanouts: Sequence[int]) -> None:
+        if any(f < 0 for f in fanouts):
+            raise ValueError(f"fanouts must be >= 0, got {list(fanouts)}")
         self.graph = graph
         self.fanouts = [int(f) for f in fanouts]
         counts = [graph.num_nodes[t] for t in NodeType]
@@ -200,8 +202,7 @@ class NeighbourSampler:
         ``x`` node type, ``edge_attr`` relation, ``y`` label (NaN if unknown), ``index`` paper id."""
         targets = np.asarray(targets, dtype=np.int64)
         sample = self.sample(targets, rng)
-        batch = len(targets)
-        graph = sample.node_graph
+        batch, graph = len(targets), sample.node_graph
         num_nodes = np.bincount(graph, minlength=batch)
         n_max = max(int(num_nodes.max(initial=1)), 1)
         by_graph = np.argsort(graph, kind="stable")  # flat ids grouped by subgraph, sampling order kept

@@ -49,8 +49,7 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
     Shapes: num_nodes (B,); edge_ptr (B + 1,), graph b owns edges ``edge_ptr[b]:edge_ptr[b + 1]``; edge_index
     (2, E) local (source, target) ids, sorted and distinct within each graph (else ValueError).
     """
-    num_nodes = np.asarray(num_nodes, dtype=np.int64)
-    edge_ptr = np.asarray(edge_ptr, dtype=np.int64)
+    num_nodes, edge_ptr = np.asarray(num_nodes, dtype=np.int64), np.asarray(edge_ptr, dtype=np.int64)
     batch, n_max = len(num_nodes), max(int(num_nodes.max(initial=1)), 1)
     words = (n_max + _BITS - 1) // _BITS
     node_ptr = np.concatenate([[0], np.cumsum(num_nodes)])
