@@ -35,11 +35,9 @@ import numpy as np
 import torch
 
 from graphormer_urpe.data.batch import GraphBatch
-from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
-from graphormer_urpe.data.mag240m.derived import prepare_derived
-from graphormer_urpe.data.mag240m.graph import MAG240MGraph
+from graphormer_urpe.data.mag240m.derived import MAG240MGraph, prepare_derived
 from graphormer_urpe.data.mag240m.release import MAG240MRaw, NodeType
-from graphormer_urpe.data.mag240m.sampler import NeighbourSampler, SubgraphCollator
+from graphormer_urpe.data.mag240m.sampler import CompactGraphBatch, NeighbourSampler, SubgraphCollator
 from graphormer_urpe.data.mag240m.structure import batched_first_edges, batched_graph_structure
 from graphormer_urpe.data.structure import graph_structure, graph_structures
 from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m

@@ -1,2 +1,1 @@
-"""MAG240M: release reader, derived files, memory-mapped graph, neighbour sampler, batched structure,
-shared-memory slots, compact batch, datamodule."""
+"""MAG240M: release, derived files and graph, sampler and compact batch, batched structure, slots, datamodule."""

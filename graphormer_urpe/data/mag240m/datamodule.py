@@ -1,15 +1,12 @@
-"""LightningDataModule for MAG240M node classification on subgraphs sampled in the DataLoader workers.
-
-The target papers go through the same loader layer as every dataset
-(:mod:`graphormer_urpe.data.loaders`): global batches, exact mid-epoch resume and contiguous
-evaluation shards; only the items' key adds the epoch, so that subgraphs are resampled each epoch.
-"""
+"""LightningDataModule for MAG240M node classification on subgraphs sampled in the DataLoader workers; target
+papers go through the shared loaders (:mod:`graphormer_urpe.data.loaders`), keyed by epoch as well."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,30 +23,21 @@ from graphormer_urpe.data.loaders import (
     warn_if_not_published,
 )
 from graphormer_urpe.data.lsc_formats import MAG240M
-from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
-from graphormer_urpe.data.mag240m.derived import MANIFEST, prepare_derived
-from graphormer_urpe.data.mag240m.graph import MAG240MGraph
-from graphormer_urpe.data.mag240m.release import DATASET_DIR, FEATURE_DIM, RELATIONS, MAG240MRaw, NodeType
-from graphormer_urpe.data.mag240m.sampler import SubgraphCollator
+from graphormer_urpe.data.mag240m.derived import MANIFEST, MAG240MGraph, prepare_derived
+from graphormer_urpe.data.mag240m.release import FEATURE_DIM, RELATIONS, MAG240MRaw, NodeType
+from graphormer_urpe.data.mag240m.sampler import CompactGraphBatch, SubgraphCollator
 from graphormer_urpe.data.predictable import SplitRows
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import ConfigError, check_int
 
 log = logging.getLogger(__name__)
 
-#: Splits that have labels; ``test-dev`` and ``test-challenge`` are hidden and only predicted.
-LABELLED_SPLITS = ("train", "valid")
 
-
+@dataclass
 class TargetPapers(Dataset):
-    """The target papers of one split; items are ``(epoch, paper id)`` for the collator.
+    """The target papers of one split; items are ``(epoch, paper id)`` for the collator."""
 
-    Args:
-        papers: paper ids.
-    """
-
-    def __init__(self, papers: np.ndarray) -> None:
-        self.papers = papers
+    papers: np.ndarray
 
     def __len__(self) -> int:
         return len(self.papers)
@@ -60,8 +48,7 @@ class TargetPapers(Dataset):
 
 
 class TrainingTargets(GlobalBatchSampler):
-    """The shared global-batch order (:class:`GlobalBatchSampler`) with each position tagged by its
-    epoch, ``(epoch, position)``, so that the collator samples new subgraphs every epoch."""
+    """The shared global-batch order, each position tagged ``(epoch, position)``: new subgraphs every epoch."""
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         epoch = self.epoch
@@ -69,8 +56,7 @@ class TrainingTargets(GlobalBatchSampler):
 
 
 class EvaluationTargets(EvalShardSampler):
-    """This process's contiguous shard (:class:`EvalShardSampler`) tagged with epoch 0,
-    ``(0, position)``, so that evaluation sees the same subgraphs whenever it runs."""
+    """This process's contiguous shard, tagged ``(0, position)``: the same subgraphs at every evaluation."""
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         return ((0, position) for position in super().__iter__())
@@ -84,31 +70,18 @@ class MAG240MDataModule(pl.LightningDataModule):
         batch_size: target papers per optimiser step over all devices (the global batch).
         fanouts: neighbours drawn per node at each hop (OGB-LSC baseline: ``[25, 15]``).
         num_workers: DataLoader workers per process; sampling runs in them.
-        seed: seed of the training order (``seed + epoch``) and of the sampling (subgraphs depend on
-            seed, epoch and the target papers of the batch).
+        seed: seed of the training order (``seed + epoch``) and of the sampling (with epoch and target papers).
         num_classes: classes in ``meta.pt`` (153 for the release; checked in ``setup``).
         cache_dir: where derived files go (default ``ROOT/mag240m_kddcup2021/graphormer``).
-        verify_checksums: recompute the CRC32 of every derived file at start-up (otherwise only
-            for files whose size or modification time changed since they were built).
+        verify_checksums: recompute every derived file's CRC32 at start-up (else only for changed files).
         eval_batch_size: target papers per evaluation step over all devices (default: batch_size).
-        handover_slots: shared-memory slots per worker that batches are built in and reused from
-            (:class:`~graphormer_urpe.data.mag240m.slots.SlotRing`; /dev/shm holds about
-            ``1.25 * slots * workers`` batches); 0: PyTorch's copy into new shared memory per batch.
+        handover_slots: shared-memory slots per worker to build batches in (/dev/shm holds about 1.25 * slots *
+            workers batches); 0: none, PyTorch copies each batch into new shared memory.
     """
 
-    def __init__(
-        self,
-        root: str = "data",
-        batch_size: int = 1024,
-        fanouts: Sequence[int] = (25, 15),
-        num_workers: int = 8,
-        seed: int = 0,
-        num_classes: int = 153,
-        cache_dir: str | None = None,
-        verify_checksums: bool = False,
-        eval_batch_size: int | None = None,
-        handover_slots: int = 4,
-    ) -> None:
+    def __init__(self, root: str = "data", batch_size: int = 1024, fanouts: Sequence[int] = (25, 15),
+                 num_workers: int = 8, seed: int = 0, num_classes: int = 153, cache_dir: str | None = None,
+                 verify_checksums: bool = False, eval_batch_size: int | None = None, handover_slots: int = 4) -> None:
         super().__init__()
         check_int("data.batch_size", batch_size, 1)
         if eval_batch_size is not None:
@@ -147,17 +120,14 @@ class MAG240MDataModule(pl.LightningDataModule):
 
     @property
     def spec(self) -> DataSpec:
-        """Papers, authors and institutions (one categorical column: the node type) joined by six
-        relations (the edge column), 768 continuous paper features, one subject class per target paper,
-        submitted to the OGB-LSC leaderboard; linked into the model by the CLI."""
+        """Node type, six relations, 768 continuous paper features, one class per target paper; OGB-LSC submission."""
         return DataSpec(node_vocab=(len(NodeType),), edge_vocab=(len(RELATIONS),), num_targets=1,
                         num_outputs=self.num_classes, continuous_node_dim=FEATURE_DIM, target_level="target_node",
                         target_kind="multiclass", submission=MAG240M)
 
     # -- data
     def prepare_data(self) -> None:
-        """Check the release and build (or finish, or repair) the derived files, once per process
-        (Lightning calls this before fitting, validating and predicting alike)."""
+        """Check the release and build (or finish, or repair) the derived files, once per process."""
         if self._prepared:
             return
         started, manifest = time.perf_counter(), self.cache_dir / MANIFEST
@@ -180,7 +150,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         self.graph = MAG240MGraph(self.raw.directory, self.cache_dir, {t: meta[t.name.lower()] for t in NodeType})
         split = self.raw.splits()
         self.splits = {name: split[name] for name in ("train", "valid", "test-dev", "test-challenge")}
-        for name in LABELLED_SPLITS:  # a bad label would stop training midway (cross-entropy index error)
+        for name in ("train", "valid"):  # the labelled splits: a bad label would stop training midway
             labels = self.graph.labels(self.splits[name])
             bad = np.flatnonzero(np.isnan(labels) | (labels >= self.num_classes) | (labels != np.round(labels)))
             if len(bad):
@@ -188,7 +158,7 @@ class MAG240MDataModule(pl.LightningDataModule):
                 raise ValueError(f"{self.raw.directory / 'processed/paper/node_label.npy'}: {len(bad)} {name} papers "
                                  f"have no valid label in 0..{self.num_classes - 1} (first: paper {paper}, "
                                  f"label {self.raw.paper_labels[paper]})")
-        sizes = {name: len(ids) for name, ids in self.splits.items()}
+        sizes = self.split_sizes
         log.info("MAG240M (%s): %s papers, %s authors, %s institutions; splits %s; fanouts %s; %d workers, "
                  "%d shared-memory slots each", self.raw.directory,
                  f"{meta['paper']:,}", f"{meta['author']:,}", f"{meta['institution']:,}",
@@ -203,13 +173,12 @@ class MAG240MDataModule(pl.LightningDataModule):
 
     def describe(self) -> dict:
         """Dataset, directories, split sizes and sampling settings (after setup)."""
-        return {"source": "MAG240M", "root": str(self.raw.root / DATASET_DIR), "cache": str(self.cache_dir),
+        return {"source": "MAG240M", "root": str(self.raw.directory), "cache": str(self.cache_dir),
                 "splits": self.split_sizes, "fanouts": self.fanouts, "batch_size": self.batch_size,
                 "handover_slots": self.handover_slots}
 
     def split_rows(self, split: str) -> SplitRows:
-        """Paper ids of ``split`` in the official order (what a submission's rows refer to); a batch's
-        ``index`` is the paper id, so every row is its own item; labels NaN where unknown or hidden."""
+        """Paper ids of ``split`` in the official order, each its own item (batch ``index``); NaN labels if hidden."""
         papers = self._split(split)
         return SplitRows(rows=papers, items=papers, targets=self.graph.labels(papers)[:, None], skipped={})
 
@@ -230,9 +199,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         return SubgraphCollator(self.graph, self.fanouts, self.seed, slots=self.handover_slots)
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled global batches of target papers, this process's slice of each, resumable mid-epoch
-        (the shared :func:`~graphormer_urpe.data.loaders.train_loader`); new subgraphs every epoch."""
-        # not page-locked: batches arrive in the workers' shared-memory slots and are padded on the device
+        """Shuffled global batches (this process's slice), resumable mid-epoch, new subgraphs each epoch; unpinned."""
         return train_loader(TargetPapers(self._split("train")), self.batch_size, self.trainer, self._collator(),
                             self.num_workers, seed=self.seed, sampler_type=TrainingTargets, pin_memory=False)
 
@@ -249,9 +216,7 @@ class MAG240MDataModule(pl.LightningDataModule):
         return self._eval_loader(self.predict_split)
 
     def on_after_batch_transfer(self, batch: CompactGraphBatch, dataloader_idx: int) -> GraphBatch:
-        """Pad the workers' unpadded batch into the model's input, on the device it was moved to
-        (cheap on a GPU; the workers copy fewer bytes into shared memory), and give the worker's
-        shared-memory slot back (the padded batch is new memory)."""
+        """Pad the workers' batch into the model's input on its device; give the worker's slot back."""
         padded = batch.pad()
         batch.release()
         return padded

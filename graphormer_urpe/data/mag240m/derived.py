@@ -1,21 +1,6 @@
-"""MAG240M's derived files, built once, out of core, from the raw release (:mod:`.release`).
-
-Layout (``ROOT/mag240m_kddcup2021/graphormer/`` unless ``cache_dir`` says otherwise)::
-
-    manifest.json                        sizes of the raw data it was built from; per file: bytes,
-                                         modification time and CRC32
-    csr/<relation>/indptr.npy            int64 [sources + 1]
-    csr/<relation>/indices.npy           int32 (int64 past 2^31 nodes) [E], neighbours per source
-    features/author.npy                  float16 [authors, 768]: mean of the author's papers
-    features/institution.npy             float16 [institutions, 768]: mean of its authors' features
-
-Author and institution features follow the OGB-LSC R-GNN baseline: an author is the mean of its
-papers, an institution the mean of its authors; nodes without any get zeros.
-
-Everything is built in chunks with progress bars, every file is written under a temporary name
-and renamed when complete, and the manifest gets its checksum last. An interrupted build resumes:
-finished files are kept, feature files resume at the first unfinished block of rows.
-"""
+"""MAG240M's derived files (CSR per relation, author and institution features), built once, out of core,
+from the raw release (:mod:`.release`), and :class:`MAG240MGraph`, the memory maps the sampler reads;
+layout, checks and resumption in docs/ogb-lsc.md."""
 
 from __future__ import annotations
 
@@ -41,13 +26,7 @@ MANIFEST = "manifest.json"
 
 
 class DerivedFiles:
-    """The manifest of derived files: which are complete and intact.
-
-    Args:
-        directory: the derived-file directory.
-        fingerprint: :meth:`MAG240MRaw.fingerprint` of the raw data; a manifest built from other
-            raw data is discarded.
-    """
+    """The manifest of derived files: which are complete and intact (discarded if built from other raw data)."""
 
     def __init__(self, directory: Path, fingerprint: Mapping) -> None:
         self.directory = directory
@@ -58,21 +37,15 @@ class DerivedFiles:
             manifest, problem = None, "does not list its files (corrupted)"
         if manifest is None and self.path.exists():  # its records are lost: every derived file is rebuilt
             log.warning("%s %s; every derived file will be rebuilt", self.path, problem)  # and it is rewritten
-        if manifest is not None and (manifest["format"] != DERIVED_FORMAT
-                                     or manifest["fingerprint"] != self.fingerprint):
+        if manifest is not None and (manifest["format"], manifest["fingerprint"]) != (DERIVED_FORMAT, self.fingerprint):
             log.warning("%s was built from other raw data (%s); rebuilding", self.path, manifest["fingerprint"])
             manifest = None
         self.files: dict[str, dict] = dict(manifest["files"]) if manifest else {}
 
     def problem(self, name: str, verify_checksum: bool) -> str | None:
-        """Why derived file ``name`` cannot be used (missing, truncated, changed, corrupted), or None.
-
-        The CRC is recomputed when ``verify_checksum`` or when the file's modification time moved.
-        """
+        """Why derived file ``name`` cannot be used, or None (CRC checked if ``verify_checksum`` or mtime moved)."""
         record = self.files.get(name)
-        if record is None:
-            return "not built yet"
-        return record_problem(self.directory / name, record, verify_checksum)
+        return "not built yet" if record is None else record_problem(self.directory / name, record, verify_checksum)
 
     def complete(self, name: str) -> None:
         """Record ``name`` as complete, with its size, time and checksum."""
@@ -100,15 +73,13 @@ def _tmp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.partial")
 
 
+def _mapped(path: Path) -> np.ndarray:
+    return np.asarray(np.load(path, mmap_mode="r"))
+
+
 def build_csr(raw: MAG240MRaw, relation: Relation, directory: Path, chunk_edges: int) -> None:
-    """Write a relation's CSR (``indptr``, ``indices``) in two chunked passes over its raw edges.
-
-    Pass 1 counts the out-degree of every source node (and checks every id); pass 2 scatters each
-    chunk's targets to their rows. Only the O(nodes) offsets and one chunk are in memory.
-
-    Raises:
-        ValueError: an edge names a node id outside ``meta.pt``'s counts (file and column named).
-    """
+    """Write a relation's CSR in two chunked passes over its raw edges: count (and check every id), then
+    scatter each chunk's targets to their rows; only the O(nodes) offsets and one chunk are in memory."""
     edges = raw.edge_index(relation.raw)
     edge_file = raw.directory / "processed" / relation.raw / "edge_index.npy"
     src_row, dst_row = (1, 0) if relation.transposed else (0, 1)
@@ -137,11 +108,10 @@ def build_csr(raw: MAG240MRaw, relation: Relation, directory: Path, chunk_edges:
         chunk = np.asarray(edges[:, start:stop])
         order = np.argsort(chunk[src_row], kind="stable")
         sources, targets = chunk[src_row][order], chunk[dst_row][order]
-        first = np.concatenate([[True], sources[1:] != sources[:-1]])
-        group_start = np.flatnonzero(first)
-        rank = np.arange(len(sources)) - np.repeat(group_start, np.diff(np.append(group_start, len(sources))))
-        indices[cursor[sources] + rank] = targets
-        cursor[sources[group_start]] += np.diff(np.append(group_start, len(sources)))
+        group_start = np.flatnonzero(np.diff(sources, prepend=-1))  # first edge of each source
+        group_size = np.diff(np.append(group_start, len(sources)))
+        indices[cursor[sources] + np.arange(len(sources)) - np.repeat(group_start, group_size)] = targets
+        cursor[sources[group_start]] += group_size
     indices.flush()
     del indices
     tmp_indptr = _tmp_path(directory / indptr_name)
@@ -159,25 +129,12 @@ def _read_rows(source: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return rows
 
 
-def build_mean_features(
-    source: np.ndarray,
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    out_path: Path,
-    block_rows: int,
-    description: str,
-) -> None:
-    """Write ``out[i] = mean(source[indices[indptr[i]:indptr[i + 1]]])`` (zeros if empty) as float16.
+def build_mean_features(source: np.ndarray, indptr: np.ndarray, indices: np.ndarray, out_path: Path, block_rows: int,
+                        description: str) -> None:
+    """Write ``out[i] = mean(source[indices[indptr[i]:indptr[i + 1]]])`` (zeros if empty) as float16, in blocks of
+    ``block_rows`` rows whose CRC32 a progress file records, so an interrupted build resumes.
 
-    Works in blocks of ``block_rows`` output rows; a progress file records the CRC32 of every
-    finished block, so an interrupted build resumes at the first unfinished (or damaged) block.
-
-    Args:
-        source: (S, F) memory-mapped features being averaged.
-        indptr, indices: CSR from output rows to source rows.
-        out_path: the float16 (R, F) output; written as ``.partial`` and renamed when complete.
-        block_rows: output rows per block.
-        description: progress-bar label.
+    Shapes: source (S, F) memory-mapped; indptr (R + 1,), indices: CSR from output to source rows; out (R, F).
     """
     num_rows, width = len(indptr) - 1, source.shape[1]
     tmp = _tmp_path(out_path)
@@ -194,16 +151,11 @@ def build_mean_features(
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(num_rows, width))
     else:
         out = np.lib.format.open_memmap(tmp, mode="r+")
-    blocks = range(0, num_rows, block_rows)
-    resumed = 0
-    for start in list(blocks):
-        crc = progress["done"].get(str(start))
-        if crc is not None and zlib.crc32(np.ascontiguousarray(out[start:start + block_rows]).data) == crc:
-            resumed += 1
-        else:
-            progress["done"].pop(str(start), None)
-    if resumed:
-        log.info("%s: resuming, %d of %d blocks already done", out_path, resumed, len(blocks))
+    blocks, done = range(0, num_rows, block_rows), progress["done"]
+    progress["done"] = {str(start): done[str(start)] for start in blocks if str(start) in done  # intact blocks only
+                        and zlib.crc32(np.ascontiguousarray(out[start:start + block_rows]).data) == done[str(start)]}
+    if progress["done"]:
+        log.info("%s: resuming, %d of %d blocks already done", out_path, len(progress["done"]), len(blocks))
     for start in tqdm(blocks, desc=description, unit="block", leave=False):
         if str(start) in progress["done"]:
             continue
@@ -213,8 +165,7 @@ def build_mean_features(
         sums = torch.zeros((stop - start, width), dtype=torch.float32)
         if hi > lo:  # index_add_: numpy's add.reduceat is ~30x slower on wide rows
             rows = _read_rows(source, np.asarray(indices[lo:hi], dtype=np.int64))
-            owner = np.repeat(np.arange(stop - start), counts)
-            sums.index_add_(0, torch.from_numpy(owner), torch.from_numpy(rows))
+            sums.index_add_(0, torch.from_numpy(np.repeat(np.arange(stop - start), counts)), torch.from_numpy(rows))
         out[start:stop] = sums.numpy() / np.maximum(counts, 1)[:, None]
         out.flush()
         progress["done"][str(start)] = zlib.crc32(np.ascontiguousarray(out[start:stop]).data)
@@ -224,28 +175,10 @@ def build_mean_features(
     progress_path.unlink()
 
 
-def prepare_derived(
-    raw: MAG240MRaw,
-    directory: Path,
-    verify_checksums: bool = False,
-    chunk_edges: int = 20_000_000,
-    feature_block_rows: int = 25_000,
-    key: str = "data.cache_dir",
-) -> DerivedFiles:
-    """Build whatever derived file is missing, incomplete or damaged; keep the rest.
-
-    Args:
-        raw: the release (already :meth:`~MAG240MRaw.check`-ed).
-        directory: where derived files live.
-        verify_checksums: recompute every file's CRC32 (otherwise only for files whose size or
-            modification time changed since they were built).
-        chunk_edges: edges per chunk when building CSR.
-        feature_block_rows: author/institution rows per block when averaging features.
-        key: the option that chose ``directory``, named when it cannot be written.
-
-    Raises:
-        DataError: a file must be built but ``directory`` is not writable (before anything is built).
-    """
+def prepare_derived(raw: MAG240MRaw, directory: Path, verify_checksums: bool = False, chunk_edges: int = 20_000_000,
+                    feature_block_rows: int = 25_000, key: str = "data.cache_dir") -> DerivedFiles:
+    """Build whatever derived file of ``raw`` (already checked) is missing, incomplete or damaged; keep the rest;
+    a DataError names ``key`` (the option that chose ``directory``) if it must build there but cannot write."""
     started = time.perf_counter()
     derived = DerivedFiles(directory, raw.fingerprint())
     problems = {name: derived.problem(name, verify_checksums)
@@ -255,14 +188,11 @@ def prepare_derived(
         raise DataError(f"{directory} ({key}): MAG240M's derived files must be built there ({first}: "
                         f"{problems[first]}), but {read_only} is not writable; set data.cache_dir to a writable "
                         "directory (or build them once where it is writable)")
-    todo = []
     for relation in RELATIONS:
-        relation_problems = [problems[name] for name in csr_files(relation)]
-        if any(relation_problems):
-            todo.append(relation)
-            if derived.files.get(csr_files(relation)[0]):
-                log.warning("%s CSR %s; rebuilding it", relation.name, next(p for p in relation_problems if p))
-    for relation in todo:
+        if (problem := next((problems[name] for name in csr_files(relation) if problems[name]), None)) is None:
+            continue
+        if derived.files.get(csr_files(relation)[0]):
+            log.warning("%s CSR %s; rebuilding it", relation.name, problem)
         for name in csr_files(relation):
             derived.forget(name)
         log.info("building the %s CSR (%s edges) in %s", relation.name, f"{raw.edge_index(relation.raw).shape[1]:,}",
@@ -272,26 +202,54 @@ def prepare_derived(
             derived.complete(name)
 
     by_name = {relation.name: relation for relation in RELATIONS}
-    feature_plan = (
-        (NodeType.AUTHOR, lambda: raw.paper_features, by_name["writes"]),
-        (NodeType.INSTITUTION, lambda: np.load(directory / FEATURE_FILES[NodeType.AUTHOR], mmap_mode="r"),
-         by_name["employs"]),
-    )
-    for node_type, source, relation in feature_plan:
+    for node_type, relation, averaged in ((NodeType.AUTHOR, by_name["writes"], "papers"),
+                                          (NodeType.INSTITUTION, by_name["employs"], "authors")):
         name = FEATURE_FILES[node_type]
-        problem = problems[name] if name in derived.files else derived.problem(name, verify_checksums)
-        if problem is None:
-            continue
-        if name in derived.files:
-            log.warning("%s %s; rebuilding it", directory / name, problem)
+        if name in derived.files:  # else not built yet, or forgotten when the author features were rebuilt
+            if problems[name] is None:
+                continue
+            log.warning("%s %s; rebuilding it", directory / name, problems[name])
             derived.forget(name)
-        indptr_name, indices_name = csr_files(relation)
-        build_mean_features(source(), np.load(directory / indptr_name, mmap_mode="r"),
-                            np.load(directory / indices_name, mmap_mode="r"), directory / name,
-                            feature_block_rows, f"{node_type.name.lower()} features (mean of "
-                            f"{'papers' if node_type is NodeType.AUTHOR else 'authors'})")
+        source = (raw.paper_features if node_type is NodeType.AUTHOR
+                  else _mapped(directory / FEATURE_FILES[NodeType.AUTHOR]))
+        build_mean_features(source, *(_mapped(directory / csr) for csr in csr_files(relation)), directory / name,
+                            feature_block_rows, f"{node_type.name.lower()} features (mean of {averaged})")
         derived.complete(name)
         if node_type is NodeType.AUTHOR:  # institutions average authors: rebuild them too
             derived.forget(FEATURE_FILES[NodeType.INSTITUTION])
     log.info("MAG240M derived files ready in %s (%.1f s)", directory, time.perf_counter() - started)
     return derived
+
+
+class MAG240MGraph:
+    """Memory-mapped CSR, features and labels of the release in ``raw_directory`` and its derived files; pickled
+    without arrays (each process maps the files itself on first use). ``num_nodes``: nodes per type."""
+
+    def __init__(self, raw_directory: Path, derived_directory: Path, num_nodes: Mapping[NodeType, int]) -> None:
+        self.raw_directory = Path(raw_directory)
+        self.derived_directory = Path(derived_directory)
+        self.num_nodes = {NodeType(k): int(v) for k, v in num_nodes.items()}
+        self._arrays: dict | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_arrays": None}
+
+    @property
+    def arrays(self) -> dict:
+        """This process's memory maps, as plain read-only ndarray views (no per-access ``np.memmap`` overhead)."""
+        if self._arrays is None:
+            derived, paper = self.derived_directory, self.raw_directory / "processed" / "paper"
+            self._arrays = {"indptr": [_mapped(derived / csr_files(relation)[0]) for relation in RELATIONS],
+                            "indices": [_mapped(derived / csr_files(relation)[1]) for relation in RELATIONS],
+                            "features": [_mapped(paper / "node_feat.npy"),
+                                         *(_mapped(derived / FEATURE_FILES[t]) for t in FEATURE_FILES)],
+                            "labels": _mapped(paper / "node_label.npy")}
+        return self._arrays
+
+    def features(self, node_type: NodeType) -> np.ndarray:
+        return self.arrays["features"][node_type]
+
+    def labels(self, papers: np.ndarray) -> np.ndarray:
+        """float32 labels of ``papers``, NaN where unknown (outside arXiv, or hidden test labels)."""
+        labels = np.asarray(self.arrays["labels"][papers], dtype=np.float32)
+        return np.where(np.isfinite(labels) & (labels >= 0), labels, np.nan).astype(np.float32)

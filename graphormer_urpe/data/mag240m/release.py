@@ -1,18 +1,5 @@
-"""MAG240M (OGB-LSC): the raw release, read like ``ogb.lsc.MAG240MDataset`` but without its ``input()``
-prompt and without loading whole edge arrays (every array memory-mapped)::
-
-    ROOT/mag240m_kddcup2021/
-        meta.pt, split_dict.pt, RELEASE_v1.txt
-        processed/paper/{node_feat.npy (float16 [papers, 768]), node_label.npy, node_year.npy}
-        processed/{paper___cites___paper, author___writes___paper,
-                   author___affiliated_with___institution}/edge_index.npy   (int64 [2, E])
-
-Relations (the edge-feature vocabulary): each raw edge file gives a relation and its reverse, so
-every node type can be expanded: cites / cited_by (paper-paper), writes / written_by
-(author-paper), affiliated_with / employs (author-institution). The files built from the release
-once are :mod:`graphormer_urpe.data.mag240m.derived`; the graph the sampler reads is
-:mod:`graphormer_urpe.data.mag240m.graph`.
-"""
+"""MAG240M (OGB-LSC): the raw release, read like ``ogb.lsc.MAG240MDataset`` without its ``input()`` prompt,
+every array memory-mapped; its layout and the relations built from it are in docs/ogb-lsc.md."""
 
 from __future__ import annotations
 
@@ -28,11 +15,9 @@ from graphormer_urpe.errors import DatasetMissing
 DATASET_DIR = "mag240m_kddcup2021"
 #: Dimension of the paper features (RoBERTa sentence embeddings).
 FEATURE_DIM = 768
-DOWNLOAD_HINT = (
-    "MAG240M (about 200 GB) is not downloaded automatically. Fetch it once with\n"
-    "    python -c \"from ogb.lsc import MAG240MDataset; MAG240MDataset('{root}')\"\n"
-    "(answer its prompts), or unzip mag240m_kddcup2021.zip from the OGB-LSC site into {root}."
-)
+DOWNLOAD_HINT = ("MAG240M (about 200 GB) is not downloaded automatically. Fetch it once with\n"
+                 "    python -c \"from ogb.lsc import MAG240MDataset; MAG240MDataset('{root}')\"\n"
+                 "(answer its prompts), or unzip mag240m_kddcup2021.zip from the OGB-LSC site into {root}.")
 
 
 class NodeType(IntEnum):
@@ -45,15 +30,8 @@ class NodeType(IntEnum):
 
 @dataclass(frozen=True)
 class Relation:
-    """One directed relation: CSR rows are ``source`` nodes, entries are ``target`` nodes.
-
-    Args:
-        id: value of the categorical edge-feature column.
-        name: directory name under ``csr/``.
-        source, target: node types.
-        raw: raw edge directory the edges come from.
-        transposed: the raw file's rows are (target, source) rather than (source, target).
-    """
+    """One directed relation: CSR rows are ``source`` nodes, entries ``target`` nodes; ``id``: its edge-feature value;
+    ``name``: its directory under ``csr/``; ``raw``: the raw edge directory, rows (target, source) if ``transposed``."""
 
     id: int
     name: str
@@ -66,6 +44,8 @@ class Relation:
 CITES = "paper___cites___paper"
 WRITES = "author___writes___paper"
 AFFILIATED = "author___affiliated_with___institution"
+RAW_EDGES = (CITES, WRITES, AFFILIATED)
+#: Every relation and its reverse (each raw edge file gives both), so that every node type can be expanded.
 RELATIONS = (
     Relation(0, "cites", NodeType.PAPER, NodeType.PAPER, CITES, transposed=False),
     Relation(1, "cited_by", NodeType.PAPER, NodeType.PAPER, CITES, transposed=True),
@@ -79,11 +59,7 @@ REVERSE = np.array([1, 0, 3, 2, 5, 4], dtype=np.int64)
 
 
 class MAG240MRaw:
-    """The OGB-LSC release on disk, every array memory-mapped.
-
-    Args:
-        root: dataset root holding ``mag240m_kddcup2021/``.
-    """
+    """The OGB-LSC release under ``root/mag240m_kddcup2021/``, every array memory-mapped."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -91,9 +67,8 @@ class MAG240MRaw:
 
     def required_files(self) -> list[str]:
         """Paths (relative to the dataset directory) that must exist."""
-        paper = ["processed/paper/node_feat.npy", "processed/paper/node_label.npy", "processed/paper/node_year.npy"]
-        return ["meta.pt", "split_dict.pt", *paper, *(f"processed/{raw}/edge_index.npy" for raw in (CITES, WRITES,
-                                                                                                      AFFILIATED))]
+        paper = [f"processed/paper/{name}.npy" for name in ("node_feat", "node_label", "node_year")]
+        return ["meta.pt", "split_dict.pt", *paper, *(f"processed/{raw}/edge_index.npy" for raw in RAW_EDGES)]
 
     def check(self) -> None:
         """Raise :class:`DatasetMissing` naming every missing file; validate shapes and dtypes."""
@@ -113,7 +88,7 @@ class MAG240MRaw:
                 wanted = f"shape {shape}" + (f" dtype {np.dtype(dtype)}" if dtype else "")
                 raise ValueError(f"{self.directory / 'processed/paper' / name}: shape {array.shape} dtype "
                                  f"{array.dtype}; expected {wanted}")
-        for raw in (CITES, WRITES, AFFILIATED):
+        for raw in RAW_EDGES:
             edges = self.edge_index(raw)
             if edges.ndim != 2 or edges.shape[0] != 2 or not np.issubdtype(edges.dtype, np.integer):
                 raise ValueError(f"{self.directory / 'processed' / raw / 'edge_index.npy'}: shape {edges.shape} "
@@ -153,6 +128,5 @@ class MAG240MRaw:
 
     def fingerprint(self) -> dict:
         """What the derived files depend on: node counts and edge counts."""
-        meta = self.meta
-        return {"nodes": {t.name.lower(): int(meta[t.name.lower()]) for t in NodeType},
-                "edges": {raw: int(self.edge_index(raw).shape[1]) for raw in (CITES, WRITES, AFFILIATED)}}
+        return {"nodes": {t.name.lower(): self.num_nodes(t) for t in NodeType},
+                "edges": {raw: int(self.edge_index(raw).shape[1]) for raw in RAW_EDGES}}

@@ -1,42 +1,28 @@
-"""Neighbour sampling around MAG240M papers, into an unpadded :class:`CompactGraphBatch`.
+"""Neighbour sampling around MAG240M papers (numpy, vectorised over the batch, in the DataLoader workers) into
+an unpadded :class:`CompactGraphBatch`, padded on the training device; the rules are in docs/ogb-lsc.md.
 
-For a batch of target papers, hop h expands every node first reached at hop h - 1 by drawing
-at most ``fanouts[h]`` distinct neighbours, uniformly without replacement, from the union of its
-relations (a paper: cites, cited_by, written_by; an author: writes, affiliated_with; an
-institution: employs), like the OGB-LSC baseline's sampler over its merged adjacency. A node
-reached twice in one subgraph is one node. The subgraph's edges are the sampled ones, in both
-directions with their relation and its reverse as the categorical edge feature, so its shortest
-paths are those of an undirected graph. The target is node 0 of its subgraph; an isolated paper
-yields a one-node subgraph.
-
-Everything is numpy on memory-mapped CSR arrays, vectorised over the whole batch, and runs in
-the DataLoader workers (:class:`SubgraphCollator` is the ``collate_fn``), which hand over each
-batch unpadded, in small integer types, built in reused shared-memory slots
-(:mod:`~graphormer_urpe.data.mag240m.slots`); the training process pads it on its device (the
-padded batch is about 1.6 times larger, mostly feature rows of padding) and derives the first
-edges of shortest paths from the SPD there. Randomness comes from
-``(seed, epoch, targets of the batch)``: the same epoch gives the same subgraphs, another epoch
-other ones, independently of the number of workers.
-
-Shape letters: B target papers, N nodes of the largest subgraph, V nodes of the batch, E edges of
-the batch.
+Shape letters: B graphs (target papers), N nodes of the largest graph, V nodes, P node pairs (sum of n * n)
+and E edges of the batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature columns,
+Fec continuous edge-feature width, Y targets.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
-from graphormer_urpe.data.mag240m.graph import MAG240MGraph
+from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
+from graphormer_urpe.data.batch import GraphBatch, TensorFields, pad_rows
+from graphormer_urpe.data.mag240m.derived import MAG240MGraph
 from graphormer_urpe.data.mag240m.release import RELATIONS, REVERSE, NodeType
-from graphormer_urpe.data.mag240m.slots import SlotRing, Specs, empty_tensors
+from graphormer_urpe.data.mag240m.slots import SlotRing, Specs, empty_tensors, release
 from graphormer_urpe.data.mag240m.structure import (
     BatchStructure,
+    batched_first_edges,
     batched_graph_structure,
     edge_id_dtype,
     torch_dtype,
@@ -51,15 +37,58 @@ _RELATION_SLOTS = 8
 
 
 @dataclass
-class SampledSubgraphs:
-    """The raw sample of a batch, flat over its subgraphs.
+class CompactGraphBatch(TensorFields):
+    """A batch of graphs without padding (fewer bytes to hand over), padded on the training device by :meth:`pad`;
+    fields as in :class:`GraphBatch`, integers in the smallest dtype that holds them, nodes graph after graph.
 
     Shapes:
-        node_graph, node_type, node_id: (V,) subgraph, type and id of each node; nodes of
-        subgraph b appear in sampling order, its target first; the first B nodes are the targets.
-        edge_parent, edge_child, edge_relation: (S,) flat ids of each sampled edge's expanded
-        node and sampled neighbour, and the relation from parent to child.
+        num_nodes, index, target_node: (B,) int64; y: (B, Y) float32; spd: (P,) uint8, (n, n) blocks, row-major.
+        x: (V, F) integer; x_continuous: (V, Fc) float16/32; in_degree, out_degree: (V,) integer.
+        edge_attr: (E, Fe) integer; edge_continuous: (E, Fec) float32.
+        edge_dst: (E,) integer, each edge's target in its graph; edges are listed node after node by ascending target.
+        lease: (1,) uint8 or None: the lease of the worker's slot (:mod:`.slots`) holding the tensors; kept on the host.
     """
+
+    num_nodes: torch.Tensor
+    x: torch.Tensor
+    x_continuous: torch.Tensor
+    in_degree: torch.Tensor
+    out_degree: torch.Tensor
+    spd: torch.Tensor
+    edge_attr: torch.Tensor
+    edge_continuous: torch.Tensor
+    edge_dst: torch.Tensor
+    y: torch.Tensor
+    index: torch.Tensor
+    target_node: torch.Tensor
+    lease: torch.Tensor | None = field(default=None, metadata={"host": True})
+
+    def pad(self) -> GraphBatch:
+        """The padded :class:`GraphBatch`, on this batch's device, in new memory (so this one can be released)."""
+        n_max = int(self.num_nodes.max())  # one host sync on a GPU
+        node_mask = torch.arange(n_max, device=self.num_nodes.device) < self.num_nodes[:, None]  # (B, N)
+        pair_mask = node_mask[:, :, None] & node_mask[:, None, :]  # (B, N, N)
+        spd = pad_rows(pair_mask, self.spd, UNREACHABLE_SPD)  # (B, N, N)
+        first_edge = batched_first_edges(spd, self.num_nodes, self.out_degree, self.edge_dst)  # (V, N)
+        return GraphBatch(  # node fields (V, ...) padded to (B, N, ...); the others copied
+            x=pad_rows(node_mask, self.x.long(), 0), x_continuous=pad_rows(node_mask, self.x_continuous, 0),
+            in_degree=pad_rows(node_mask, self.in_degree.long(), 0),
+            out_degree=pad_rows(node_mask, self.out_degree.long(), 0),
+            node_mask=node_mask, spd=spd, first_edge=pad_rows(node_mask, first_edge, NO_EDGE),
+            edge_attr=self.edge_attr.to(torch.long, copy=True), edge_dst=self.edge_dst.to(torch.long, copy=True),
+            edge_continuous=self.edge_continuous.clone(), y=self.y.clone(), index=self.index.clone(),
+            target_node=self.target_node.clone())
+
+    def release(self) -> None:
+        """Give the worker's slot back, once the batch has been copied onward (by :meth:`pad` or a move)."""
+        release(self.lease)
+
+
+@dataclass
+class SampledSubgraphs:
+    """The raw sample of a batch, flat over its subgraphs. Shapes: node_graph, node_type, node_id (V,): subgraph,
+    type and id of each node, targets first; edge_parent, edge_child, edge_relation (S,): expanded node, drawn
+    neighbour and relation of each draw."""
 
     node_graph: np.ndarray
     node_type: np.ndarray
@@ -83,12 +112,7 @@ def sample_without_replacement(rng: np.random.Generator, population: np.ndarray,
 
 
 class NeighbourSampler:
-    """Samples subgraphs around papers of a :class:`MAG240MGraph`.
-
-    Args:
-        graph: the memory-mapped graph.
-        fanouts: neighbours drawn per node at each hop (the OGB-LSC baseline: ``[25, 15]``).
-    """
+    """Samples subgraphs around papers of a :class:`MAG240MGraph`; ``fanouts``: neighbours per node at each hop."""
 
     def __init__(self, graph: MAG240MGraph, fanouts: Sequence[int]) -> None:
         if any(f < 0 for f in fanouts):
@@ -101,15 +125,11 @@ class NeighbourSampler:
 
     def _expand(self, rng: np.random.Generator, node_type: NodeType, ids: np.ndarray, fanout: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Draw neighbours of nodes of one type.
-
-        Returns:
-            (owner, relation, neighbour): position in ``ids`` of the expanded node, relation id
-            and neighbour id of every draw.
-        """
-        relations = EXPANSIONS[node_type]
-        starts = np.stack([np.asarray(self.graph.indptr(r)[ids]) for r in relations], axis=1)  # (m, R)
-        degree = np.stack([np.asarray(self.graph.indptr(r)[ids + 1]) for r in relations], axis=1) - starts
+        """Draw neighbours of nodes of one type: (owner, relation, neighbour) of every draw, owner
+        being the position in ``ids`` of the expanded node. Shapes: (S,) each."""
+        relations, indptr, indices = EXPANSIONS[node_type], self.graph.arrays["indptr"], self.graph.arrays["indices"]
+        starts = np.stack([np.asarray(indptr[r][ids]) for r in relations], axis=1)  # (m, R)
+        degree = np.stack([np.asarray(indptr[r][ids + 1]) for r in relations], axis=1) - starts
         total = degree.sum(axis=1)
         draws = np.minimum(total, fanout)
         owner = np.repeat(np.arange(len(ids)), draws)
@@ -126,16 +146,11 @@ class NeighbourSampler:
         neighbour = np.empty(len(owner), dtype=np.int64)
         for k, r in enumerate(relations):
             mask = which == k
-            neighbour[mask] = self.graph.indices(r)[starts[owner[mask], k] + offset[mask]]
+            neighbour[mask] = indices[r][starts[owner[mask], k] + offset[mask]]
         return owner, relation, neighbour
 
     def sample(self, targets: np.ndarray, rng: np.random.Generator) -> SampledSubgraphs:
-        """Sample one subgraph around each target paper.
-
-        Args:
-            targets: (B,) paper ids.
-            rng: the randomness of this batch.
-        """
+        """Sample one subgraph around each target paper. Shapes: targets (B,) paper ids."""
         targets = np.asarray(targets, dtype=np.int64)
         batch = len(targets)
         # flat node list of the whole batch, targets first: subgraph, type and id of each node
@@ -143,26 +158,19 @@ class NeighbourSampler:
         keys = flat_graph * self.total_nodes + targets  # (subgraph, global node) of known nodes, sorted
         sorted_flat = np.argsort(keys)
         sorted_keys = keys[sorted_flat]
-        frontier = np.arange(batch)
-        num_nodes = batch
-        parents, children, relations = [], [], []
+        frontier, num_nodes = np.arange(batch), batch
+        edges = [(np.zeros(0, dtype=np.int64),) * 3]  # (parent, child, relation) of each hop
         for fanout in self.fanouts:
-            hop_parent, hop_relation, hop_neighbour, hop_type = [], [], [], []
+            draws = []  # (parent, relation, neighbour) of each node type's draws
             for t in NodeType:
                 members = frontier[flat_type[frontier] == t]
-                if not len(members):
-                    continue
-                owner, relation, neighbour = self._expand(rng, t, flat_id[members], fanout)
-                hop_parent.append(members[owner])
-                hop_relation.append(relation)
-                hop_neighbour.append(neighbour)
-                hop_type.append(_TARGET_TYPE[relation])
-            if not hop_parent:
+                if len(members):
+                    owner, relation, neighbour = self._expand(rng, t, flat_id[members], fanout)
+                    draws.append((members[owner], relation, neighbour))
+            if not draws:
                 break
-            parent = np.concatenate(hop_parent)
-            relation = np.concatenate(hop_relation)
-            neighbour = np.concatenate(hop_neighbour)
-            child_type = np.concatenate(hop_type)
+            parent, relation, neighbour = (np.concatenate(column) for column in zip(*draws))
+            child_type = _TARGET_TYPE[relation]
             graph_of = flat_graph[parent]
             key = graph_of * self.total_nodes + self.type_offset[child_type] + neighbour
             # known nodes keep their flat id; new ones get ids in order of first appearance
@@ -182,37 +190,19 @@ class NeighbourSampler:
             order = np.argsort(merged, kind="stable")
             sorted_keys = merged[order]
             sorted_flat = np.concatenate([sorted_flat, new_flat])[order]
-            parents.append(parent)
-            children.append(child)
-            relations.append(relation)
+            edges.append((parent, child, relation))
             frontier = num_nodes + np.arange(len(fresh_keys))
             num_nodes += len(fresh_keys)
-        empty = np.zeros(0, dtype=np.int64)
-        return SampledSubgraphs(
-            node_graph=flat_graph, node_type=flat_type.astype(np.int64), node_id=flat_id,
-            edge_parent=np.concatenate(parents) if parents else empty,
-            edge_child=np.concatenate(children) if children else empty,
-            edge_relation=np.concatenate(relations) if relations else empty,
-        )
+        parent, child, relation = (np.concatenate(column) for column in zip(*edges))
+        return SampledSubgraphs(node_graph=flat_graph, node_type=flat_type.astype(np.int64), node_id=flat_id,
+                                edge_parent=parent, edge_child=child, edge_relation=relation)
 
     def batch(self, targets: np.ndarray, rng: np.random.Generator, slots: SlotRing | None = None) -> CompactGraphBatch:
-        """Sample subgraphs around ``targets`` and lay them out for the hand-over, unpadded.
-
-        Args:
-            targets: (B,) paper ids.
-            rng: the randomness of this batch.
-            slots: a worker's shared-memory slots to build the batch in (plain tensors if None).
-
-        Returns:
-            A :class:`CompactGraphBatch` (nodes of each subgraph in sampling order, target first)
-            with ``x`` = node type (V, 1) int8, ``x_continuous`` = float16 features (V, 768),
-            ``edge_attr`` = relation (E, 1) int8, ``y`` = label (B, 1) (NaN if unknown),
-            ``index`` = target paper id, ``target_node`` = 0; ``pad()`` gives the model's input.
-        """
+        """Sample subgraphs around ``targets`` (B,) into a :class:`CompactGraphBatch` (in ``slots`` if given):
+        ``x`` node type, ``edge_attr`` relation, ``y`` label (NaN if unknown), ``index`` paper id."""
         targets = np.asarray(targets, dtype=np.int64)
         sample = self.sample(targets, rng)
-        batch = len(targets)
-        graph = sample.node_graph
+        batch, graph = len(targets), sample.node_graph
         num_nodes = np.bincount(graph, minlength=batch)
         n_max = max(int(num_nodes.max(initial=1)), 1)
         by_graph = np.argsort(graph, kind="stable")  # flat ids grouped by subgraph, sampling order kept
@@ -224,13 +214,10 @@ class NeighbourSampler:
         src = np.concatenate([sample.edge_parent, sample.edge_child])
         dst = np.concatenate([sample.edge_child, sample.edge_parent])
         relation = np.concatenate([sample.edge_relation, REVERSE[sample.edge_relation]])
-        edge_graph = graph[src]
-        pair = (edge_graph * n_max + local[src]) * n_max + local[dst]
-        packed = np.unique(pair * _RELATION_SLOTS + relation)
-        keep = np.ones(len(packed), dtype=bool)
-        keep[1:] = packed[1:] // _RELATION_SLOTS != packed[:-1] // _RELATION_SLOTS
-        packed = packed[keep]
-        pair, relation = packed // _RELATION_SLOTS, packed % _RELATION_SLOTS
+        pair = (graph[src] * n_max + local[src]) * n_max + local[dst]
+        pair, relation = np.divmod(np.unique(pair * _RELATION_SLOTS + relation), _RELATION_SLOTS)
+        first = np.diff(pair, prepend=-1) != 0  # pairs are sorted, each first with its lowest relation
+        pair, relation = pair[first], relation[first]
         edge_graph, rest = np.divmod(pair, n_max * n_max)
         edge_src, edge_dst = np.divmod(rest, n_max)
         edge_ptr = np.concatenate([[0], np.cumsum(np.bincount(edge_graph, minlength=batch))])
@@ -256,39 +243,18 @@ class NeighbourSampler:
 
     def _specs(self, batch: int, nodes: int, pairs: int, edges: int, n_max: int) -> Specs:
         """Shapes and dtypes of a :class:`CompactGraphBatch`'s tensors (small integer types)."""
-        degree = torch_dtype(edge_id_dtype(edges))  # degrees are at most E
-        return {
-            "num_nodes": ((batch,), torch.int64),
-            "x": ((nodes, 1), torch.int8),
-            "x_continuous": ((nodes, self._feature_width), torch.float16),
-            "in_degree": ((nodes,), degree),
-            "out_degree": ((nodes,), degree),
-            "spd": ((pairs,), torch.uint8),
-            "edge_attr": ((edges, 1), torch.int8),
-            "edge_continuous": ((edges, 0), torch.float32),
-            "edge_dst": ((edges,), torch_dtype(np.min_scalar_type(-n_max))),  # smallest signed type
-            "y": ((batch, 1), torch.float32),
-            "index": ((batch,), torch.int64),
-            "target_node": ((batch,), torch.int64),
-        }
-
-    @property
-    def _feature_width(self) -> int:
-        return int(self.graph.features(NodeType.PAPER).shape[1])
+        degree, width = torch_dtype(edge_id_dtype(edges)), self.graph.features(NodeType.PAPER).shape[1]  # degree <= E
+        return {"num_nodes": ((batch,), torch.int64), "y": ((batch, 1), torch.float32),
+                "index": ((batch,), torch.int64), "target_node": ((batch,), torch.int64),
+                "x": ((nodes, 1), torch.int8), "x_continuous": ((nodes, width), torch.float16),
+                "in_degree": ((nodes,), degree), "out_degree": ((nodes,), degree), "spd": ((pairs,), torch.uint8),
+                "edge_attr": ((edges, 1), torch.int8), "edge_continuous": ((edges, 0), torch.float32),
+                "edge_dst": ((edges,), torch_dtype(np.min_scalar_type(-n_max)))}  # the smallest signed type
 
 
 class SubgraphCollator:
-    """``collate_fn`` of the MAG240M loaders: ``[(epoch, paper), ...]`` -> :class:`CompactGraphBatch`
-    (padded by the datamodule's ``on_after_batch_transfer``, on the training device, which then
-    releases the batch's shared-memory slot).
-
-    Args:
-        graph: the memory-mapped graph (each worker maps the files itself).
-        fanouts: neighbours per hop.
-        seed: base seed; the batch's randomness is ``(seed, epoch, its target papers)``.
-        slots: shared-memory slots per worker that batches are built in and reused from
-            (:class:`SlotRing`); 0: none, PyTorch copies every batch into new shared memory.
-    """
+    """``collate_fn`` of the MAG240M loaders: ``[(epoch, paper), ...]`` -> :class:`CompactGraphBatch`, sampled
+    with randomness ``(seed, epoch, target papers)``, in one of ``slots`` per worker (0: none)."""
 
     def __init__(self, graph: MAG240MGraph, fanouts: Sequence[int], seed: int, slots: int = 4) -> None:
         self.sampler = NeighbourSampler(graph, fanouts)

@@ -12,13 +12,13 @@ import torch
 
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.lsc_formats import MAG240M
-from graphormer_urpe.data.mag240m.batch import CompactGraphBatch
 from graphormer_urpe.data.mag240m.datamodule import (
     EvaluationTargets,
     MAG240MDataModule,
     TargetPapers,
     TrainingTargets,
 )
+from graphormer_urpe.data.mag240m.sampler import CompactGraphBatch
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.errors import ConfigError

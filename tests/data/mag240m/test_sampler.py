@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import GraphBatch
-from graphormer_urpe.data.mag240m.graph import MAG240MGraph
+from graphormer_urpe.data.mag240m.derived import MAG240MGraph
 from graphormer_urpe.data.mag240m.release import RELATIONS, REVERSE, MAG240MRaw, NodeType
 from graphormer_urpe.data.mag240m.sampler import (
     NeighbourSampler,
