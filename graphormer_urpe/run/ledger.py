@@ -1,32 +1,10 @@
-"""A run directory is a ledger: created once, used by one process at a time, appended to by every start.
-
-``train.py`` keeps each run in ``<run_root>/<name>/``:
-
-* **Created atomically.** A new run makes its directory with ``os.mkdir``, which either creates it or
-  fails: an existing directory is never taken over by a new run, and two runs started in the same
-  second get ``<config>-<time>`` and ``<config>-<time>-2`` (:func:`create_timestamped_dir`).
-* **One process at a time.** While ``train.py`` works in a run directory, its global rank 0 holds an
-  exclusive lock on ``<run dir>/.lock`` (the kernel drops it when the process ends, ``kill -9``
-  included) and writes its launch into it; a second process, e.g. a resume started while the run still
-  trains, stops with an error.
-* **Every process decides alike.** Whether a start may use the directory is decided from the files a
-  run writes once it trains (anything but ``.lock``), which every process of a multi-process start
-  reads alike, before any of them waits for the others; under a launcher that starts every process
-  by itself (SLURM, torchrun) the other processes also wait until rank 0 holds the lock, and stop
-  as it does when another launch holds it. No process is left waiting in a collective for a rank 0
-  that stopped.
-* **Segments.** Every start in the directory (the first, each resume after a signal or a crash, each
-  extension) is a segment. ``run.json`` lists them with their command lines, start times and the
-  optimiser step each started from (:func:`start_segment`), and ``metrics.csv`` is only ever appended
-  to, each row naming its segment (:class:`MetricsLog`). A segment that resumes from the checkpoint of
-  step s trains the steps after s again, so its rows supersede those of earlier segments from step s
-  on (and the validation of step s, which it runs again when the checkpoint was written before it):
-  :func:`read_metrics` joins the segments into the run's learning curve, every step once.
-"""
+"""A run directory is a ledger: created once (``os.mkdir``), used by one process at a time (``.lock``), appended
+to by every start (a segment). See docs/running.md, "What is safe"."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import csv
 import datetime
 import fcntl
@@ -55,8 +33,7 @@ log = logging.getLogger("graphormer_urpe")
 LOCK_FILE = ".lock"
 #: Seconds the other processes of a launch wait for rank 0 to hold the run directory.
 WRITER_TIMEOUT = 600.0
-#: Seconds another launch must be seen holding the lock before the other processes stop (rank 0 of
-#: this launch writes its launch into the lock the moment it holds it).
+#: Seconds another launch must be seen holding the lock before the other processes stop.
 FOREIGN_HOLDER_GRACE = 2.0
 #: The resolved config of the latest segment.
 CONFIG_FILE = "config.yaml"
@@ -72,29 +49,20 @@ class RunDirError(InputError):
     """A run directory cannot be used as asked; the message says why and what to do instead."""
 
 
-# ----------------------------------------------------------------------------- the directory
-
-
 def _make_missing(directory: Path) -> list[Path]:
     """Create ``directory`` and its missing parents; returns those this call created, deepest first."""
     made = []
     for path in [*reversed(directory.parents), directory]:
         if not path.exists():
-            try:
+            with contextlib.suppress(FileExistsError):  # made by another process meanwhile
                 path.mkdir()
                 made.append(path)
-            except FileExistsError:  # made by another process meanwhile
-                pass
     return made[::-1]
 
 
 def create_timestamped_dir(run_root: Path, config_name: str, now: datetime.datetime | None = None) -> RunDirectory:
-    """Create ``run_root/<config>-<YYYYmmdd-HHMMSS>``, or ``...-2``, ``...-3`` when taken (``now``:
-    default the current time), as a :class:`RunDirectory` this process created.
-
-    ``os.mkdir`` either creates a directory or fails, so processes started at the same moment each
-    get a directory of their own, on one machine or on several sharing the file system.
-    """
+    """Create ``run_root/<config>-<YYYYmmdd-HHMMSS>`` (``now``, default the current time), or ``...-2``, ``...-3``
+    when taken: ``os.mkdir`` either creates a directory or fails, so simultaneous starts never share one."""
     run_root = Path(run_root)
     parents = _make_missing(run_root)
     stamp = f"{config_name}-{(now or datetime.datetime.now()):%Y%m%d-%H%M%S}"
@@ -110,26 +78,16 @@ def create_timestamped_dir(run_root: Path, config_name: str, now: datetime.datet
 
 @dataclass
 class RunStart:
-    """How one start of ``train.py`` uses its run directory.
-
-    Args:
-        checkpoint: the checkpoint to resume (None: start at step 0).
-        earlier_segments: the directory already holds segments of this run (a restart from step 0 in
-            it must be the same run).
-    """
+    """How one start of ``train.py`` uses its run directory: the ``checkpoint`` it resumes (None: step 0), and
+    whether the directory holds ``earlier_segments`` of the run (a restart from step 0 must be the same run)."""
 
     checkpoint: str | None
     earlier_segments: bool
 
 
 class RunDirectory:
-    """A run directory and this process's hold on it.
-
-    Args:
-        path: the directory.
-        made: the directories this process created for it, ``path`` first, then missing parents
-            (a new timestamped directory, :func:`create_timestamped_dir`).
-    """
+    """A run directory and this process's hold on it; ``made``: the directories this process created for it,
+    ``path`` first, then missing parents."""
 
     def __init__(self, path: Path, made: Sequence[Path] = ()) -> None:
         self.path = Path(path)
@@ -150,26 +108,15 @@ class RunDirectory:
 
     @property
     def holds_run(self) -> bool:
-        """Whether the directory holds anything but its lock: a run wrote into it (or something else
-        lives there). A start creates nothing else before its processes join, so they all see the same."""
+        """Whether the directory holds anything but its lock (which every process of a start sees alike)."""
         return self.path.is_dir() and any(entry.name != LOCK_FILE for entry in self.path.iterdir())
 
     def open(self, ckpt_path: str | None, writer: bool, launch: str | None = None) -> RunStart:
-        """Check that a start with ``--ckpt_path ckpt_path`` may use this directory; the writer (global
-        rank 0) then creates it if needed and locks it. Every process decides alike, from
-        :attr:`holds_run` and the checkpoint.
+        """Check that a start with ``--ckpt_path ckpt_path`` (None, ``last``, ``auto`` or a file; the table in
+        docs/running.md) may use this directory; the ``writer`` (global rank 0) then creates and locks it.
 
-        Args:
-            ckpt_path: None: a new run, in a directory that holds no run yet. ``last``: resume
-                ``checkpoints/last.ckpt``, which must exist. ``auto``: resume ``checkpoints/last.ckpt``
-                if it exists, else start (in a new directory, or again in one whose run stopped before
-                its first checkpoint). A file: resume it; in a directory holding a run it must be one
-                of the directory's checkpoints.
-            writer: whether this process writes the run's files (global rank 0).
-            launch: the id every process of this start shares when a launcher starts each of them
-                (SLURM, torchrun; :func:`~graphormer_urpe.run.cli.launcher_run_id`): the writer
-                records it in the lock and the other processes wait for it. None for one process, or
-                when the writer starts the others after it holds the directory (Lightning's launcher).
+        ``launch``: the id every process shares when a launcher starts each of them (SLURM, torchrun): the
+        writer records it in the lock and the other processes wait for it.
 
         Raises:
             RunDirError: the directory cannot be used so, or another process holds it.
@@ -181,17 +128,14 @@ class RunDirectory:
                                   "directory: extend or resume that run with --ckpt_path last, or give this one "
                                   "another --run_name")
             start = RunStart(None, earlier_segments=False)
-        elif ckpt_path == "last":
-            if not self.last_checkpoint.is_file():
-                raise RunDirError(f"--ckpt_path last: there is no {self.last_checkpoint} to resume; "
-                                  + self._why_no_checkpoint())
+        elif ckpt_path in ("last", "auto") and self.last_checkpoint.is_file():
             start = RunStart(str(self.last_checkpoint), earlier_segments=True)
+        elif ckpt_path == "last":
+            raise RunDirError(f"--ckpt_path last: there is no {self.last_checkpoint} to resume; "
+                              + self._why_no_checkpoint())
         elif ckpt_path == "auto":
-            if self.last_checkpoint.is_file():
-                start = RunStart(str(self.last_checkpoint), earlier_segments=True)
-            else:
-                log.info("--ckpt_path auto: no %s, starting the run from step 0", self.last_checkpoint)
-                start = RunStart(None, earlier_segments=holds_run)
+            log.info("--ckpt_path auto: no %s, starting the run from step 0", self.last_checkpoint)
+            start = RunStart(None, earlier_segments=holds_run)
         else:
             own = Path(ckpt_path).resolve().parent == (self.path / "checkpoints").resolve()
             if holds_run and not own:
@@ -303,9 +247,6 @@ def _locked(path: Path) -> bool:
         return False
 
 
-# ----------------------------------------------------------------------------- segments
-
-
 def read_segments(run_dir: Path) -> list[dict[str, Any]]:
     """The segments ``run.json`` lists (none for a new run directory, or a run recorded before segments)."""
     record_path = Path(run_dir) / RUN_RECORD
@@ -325,20 +266,9 @@ def start_segment(run_dir: Path, record: Mapping[str, Any], segment: Mapping[str
     return number
 
 
-# ----------------------------------------------------------------------------- the metrics log
-
-
 class MetricsLog(Logger):
-    """``metrics.csv`` in the run directory: every logged value, one row per call, written at once.
-
-    The file is never truncated: rows are appended, and a new metric name extends the header by
-    rewriting the file into a temporary one renamed over it (earlier rows keep their text). Each row
-    starts with its segment and step. Writes nothing until :meth:`open` names the segment (the run's
-    configuration and parameters are in ``config.yaml`` and ``run.json``, not in this log).
-
-    Args:
-        run_dir: the run directory.
-    """
+    """``metrics.csv`` in the run directory: one row per call, appended at once, starting with its segment and
+    step; a new metric name rewrites the file atomically under a wider header. Writes nothing until :meth:`open`."""
 
     def __init__(self, run_dir: Path) -> None:
         super().__init__()
@@ -401,9 +331,7 @@ class MetricsLog(Logger):
 
     def _extend_header(self, names: set[str]) -> list[str]:
         """The header with ``names`` added, the file rewritten under it atomically; returns the header."""
-        old = self._header()
-        metrics = sorted((set(old) | names) - set(LEADING_COLUMNS))
-        columns = [*LEADING_COLUMNS, *metrics]
+        columns = [*LEADING_COLUMNS, *sorted((set(self._header()) | names) - set(LEADING_COLUMNS))]
         rows: list[dict[str, str]] = []
         if self.path.is_file():
             with open(self.path, newline="") as handle:
@@ -418,14 +346,11 @@ class MetricsLog(Logger):
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
-    """The run's learning curve from ``metrics.csv``: every segment's rows, in the order they were logged,
-    less the rows of earlier segments that a later one logged again: every row from the step it
-    resumed at on (the steps it trained again), and any row of the same step and metrics (the
-    validation of the resumed step, run again when its checkpoint was written before it).
+    """The run's learning curve from ``metrics.csv``: every segment's rows in logged order, less the rows of earlier
+    segments that a later one logged again (from the step it resumed at, or the same step and metrics).
 
-    Each row maps ``segment``, ``step``, ``epoch`` (ints) and every metric it has (floats; empty cells
-    left out). ``metrics.csv`` itself keeps every row ever logged. Rows logged before run directories
-    had segments count as segment -1, which every segment's start cuts.
+    Rows map ``segment``, ``step``, ``epoch`` (ints) and their metrics (floats; empty cells left out). Rows
+    logged before run directories had segments count as segment -1.
     """
     path = Path(run_dir) / METRICS_FILE
     with open(path, newline="") as handle:
