@@ -1,13 +1,5 @@
-"""Checkpoint files: write them whole, read them and the config they embed, and check that one fits
-before Lightning touches it.
-
-Checkpoints are written whole or not at all (:class:`AtomicCheckpointIO`). A truncated file, a file
-that is not a checkpoint, or a checkpoint of another architecture would otherwise surface as a long
-stack trace from deep inside ``torch.load`` or ``load_state_dict``. :func:`check_checkpoint` turns
-each into one :class:`CheckpointError` naming what does not match: missing and unexpected parameter
-names, shape differences, and the hyper-parameters that explain them (attention type, number of
-layers, width ...).
-"""
+"""Checkpoint files: written whole (:class:`AtomicCheckpointIO`), read with the config they embed, and checked to
+fit before Lightning touches them: every problem is one :class:`CheckpointError`, never a stack trace."""
 
 from __future__ import annotations
 
@@ -21,6 +13,7 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from torch import nn
 
 from graphormer_urpe.errors import CheckpointError
+from graphormer_urpe.run.identity import flatten
 from graphormer_urpe.tasks.base import check_layout
 
 #: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
@@ -32,16 +25,9 @@ SHOWN_KEYS = 5
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes a checkpoint whole or not at all, beside its final name: ``torch.save`` into
-    ``.<name>.partial-<pid>`` in the same directory, flushed to disk, then renamed over the target
-    (``os.replace``, atomic within a file system). A save that is interrupted (``kill -9``, a full disk,
-    a node lost mid-write) leaves the previous ``last.ckpt`` whole; its partial file is removed when
-    the save fails with an exception, and left (hidden, not ``*.ckpt``) when the process is killed.
-
-    Lightning's own writer goes through a temporary file in the system's temporary directory, which on
-    a cluster is usually another file system than the run's: its final move is then a copy into
-    place, torn when interrupted, and every checkpoint passes through a node's small ``/tmp``.
-    """
+    """Writes a checkpoint whole or not at all: into ``.<name>.partial-<pid>`` beside it, flushed to disk, then
+    renamed over the target (Lightning's writer goes through the system temp dir, often another file system, where
+    the final move is a copy, torn when interrupted). A killed save leaves its hidden partial file behind."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         if storage_options is not None:
@@ -82,12 +68,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def embedded_config(path: str | Path) -> str:
-    """The resolved YAML config that ``train.py`` stored in the checkpoint.
-
-    Raises:
-        CheckpointError: an unreadable file, one without a config (not written by ``train.py``), or a
-            checkpoint of the layout before the task family was merged (one line naming the converter).
-    """
+    """The resolved YAML config that ``train.py`` stored in the checkpoint; a :class:`CheckpointError` for a file
+    without one or of the layout before the task family was merged."""
     checkpoint = load_checkpoint(path)
     if CONFIG_KEY not in checkpoint:
         raise CheckpointError(f"{path} holds no config (not written by train.py); pass --config")
@@ -108,16 +90,6 @@ def _shown(names: list[str]) -> str:
     return ", ".join(names[:SHOWN_KEYS]) + more
 
 
-def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat = {}
-    for key, value in mapping.items():
-        if isinstance(value, Mapping):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def state_dict_problems(saved: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> list[str]:
     """Missing keys, unexpected keys and shape differences between two state dicts, one line each."""
     missing = [k for k in expected if k not in saved]
@@ -135,24 +107,11 @@ def state_dict_problems(saved: Mapping[str, torch.Tensor], expected: Mapping[str
 
 
 def check_checkpoint(path: str | Path, module: nn.Module, hparams: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Load ``path`` and make sure its weights fit ``module``.
-
-    Args:
-        path: the checkpoint.
-        module: the LightningModule (or any module) that will load it.
-        hparams: the module's hyper-parameters; differing ones are named to explain a mismatch.
-
-    Returns:
-        The checkpoint.
-
-    Raises:
-        CheckpointError: unreadable file, or weights that do not fit (names, shapes, hyper-parameters).
-    """
+    """Load ``path`` and make sure its weights fit ``module``; a :class:`CheckpointError` names the mismatched
+    names and shapes and the differing ``hparams`` (the module's hyper-parameters) that explain them."""
     checkpoint = load_checkpoint(path)
-    problems = state_dict_problems(checkpoint["state_dict"], module.state_dict())
-    if problems:
-        saved_hparams = _flat(checkpoint.get("hyper_parameters") or {})
-        current = _flat(hparams or {})
+    if problems := state_dict_problems(checkpoint["state_dict"], module.state_dict()):
+        saved_hparams, current = flatten(checkpoint.get("hyper_parameters") or {}), flatten(hparams or {})
         differing = [f"{k}: checkpoint {saved_hparams[k]!r}, config {current[k]!r}"
                      for k in sorted(set(saved_hparams) & set(current)) if saved_hparams[k] != current[k]]
         lines = [f"checkpoint {path} does not fit the configured model:", *[f"  - {p}" for p in problems]]
