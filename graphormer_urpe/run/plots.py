@@ -1,16 +1,7 @@
-"""Pictures of the learned relative encodings B and C: the one way to draw them (docs figures, W&B images).
-
-* Sequences (paper, Figure 2): B and C as dense n x n matrices, entry (i, j) for query i and key j,
-  one row of panels per head.
-* Graphs: the tables themselves, heads x relation (graph token, SPD 0, 1, 2, ...), since a graph's
-  B and C are functions of the shortest-path distance.
-
-B is coloured around 0 and C around its initial 1 (red above, blue below). Everything here returns
-a :class:`matplotlib.figure.Figure` built without pyplot (no global state, no display needed); save it
-with ``figure.savefig(path)`` or log it with ``wandb.Image(figure)``
-(:class:`~graphormer_urpe.run.callbacks.RelationTablePlots` does, during training).
-
-Shape letters: H heads, n sequence length, R' relations drawn (the padding row is left out).
+"""Pictures of the learned relative encodings B and C (docs figures, W&B images): for sequences the dense n x n
+matrices (paper, Figure 2), for graphs the tables, heads x relation. B is coloured around 0, C around its initial 1.
+Figures are built without pyplot (no global state, no display). Shape letters: H heads, n sequence length,
+R' relations drawn (the padding row is left out).
 """
 
 from __future__ import annotations
@@ -35,8 +26,7 @@ DEFAULT_HEADS_SHOWN = 4
 def sequence_matrices(model: SequenceTransformer) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Dense B and C of a sequence model over its full length, exactly as the attention receives them.
 
-    Shapes:
-        returns B (H, n, n) and C (H, n, n) float arrays, each None when the model has no such table.
+    Shapes: returns B (H, n, n) and C (H, n, n) float arrays, each None when the model has no such table.
     """
     bias, scale = model.attention_inputs(model.config.length)  # (1, H, n, n) or None each
     return tuple(None if m is None else m[0].float().cpu().numpy() for m in (bias, scale))
@@ -46,8 +36,7 @@ def sequence_matrices(model: SequenceTransformer) -> tuple[np.ndarray | None, np
 def graph_tables(model: Graphormer) -> tuple[list[str], np.ndarray, np.ndarray | None]:
     """The B and C tables of a Graphormer as heads x relation arrays, padding row left out.
 
-    Shapes:
-        returns relation labels (R',), B (H, R') and C (H, R') or None (RPE).
+    Shapes: returns relation labels (R',), B (H, R') and C (H, R') or None (RPE).
     """
     rows = list(range(SPD_RELATION_OFFSET, model.config.num_relations))
     labels = [f"{row - SPD_RELATION_OFFSET}" for row in rows]
@@ -76,13 +65,10 @@ _PANELS = {"B": ("B: additive bias", 0.0), "C": ("C: URPE scale (1 at init)", 1.
 
 def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Sequence[int] | None = None,
                     title: str = "") -> Figure:
-    """B and C matrices of the chosen heads, one row per head (B left, C right), like the paper's Figure 2.
+    """B and C matrices of the chosen ``heads`` (default: the :data:`DEFAULT_HEADS_SHOWN` whose C, else B, varies
+    most), one row per head (B left, C right), like the paper's Figure 2.
 
-    Args:
-        bias: (H, n, n) or None (no positional encoding).
-        scale: (H, n, n) or None (RPE).
-        heads: heads to draw; default: the :data:`DEFAULT_HEADS_SHOWN` heads whose C (else B) varies most.
-        title: figure title.
+    Shapes: bias, scale (H, n, n), or None (no positional encoding; RPE).
     """
     panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
     if not panels:
@@ -109,11 +95,7 @@ def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Se
 def graph_figure(labels: Sequence[str], bias: np.ndarray, scale: np.ndarray | None, title: str = "") -> Figure:
     """Heatmaps of the B and C tables, heads x relation (graph token, SPD 0, 1, ...).
 
-    Args:
-        labels: relation names (R').
-        bias: (H, R').
-        scale: (H, R') or None (RPE).
-        title: figure title.
+    Shapes: labels (R',), bias (H, R'), scale (H, R') or None (RPE).
     """
     panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
     heads = bias.shape[0]
@@ -140,13 +122,8 @@ def has_relative_encodings(model: nn.Module) -> bool:
 
 
 def relative_encoding_figure(model: nn.Module, title: str = "", heads: Sequence[int] | None = None) -> Figure:
-    """The learned B and C of a :class:`SequenceTransformer` or :class:`Graphormer`, drawn the standard way.
-
-    Args:
-        model: the plain model (``task.model`` of a LightningModule).
-        title: figure title.
-        heads: sequence models only: heads to draw (default: the most varied ones).
-    """
+    """The learned B and C of a :class:`SequenceTransformer` or :class:`Graphormer` (``task.model``), drawn the
+    standard way; ``heads``: sequence models only."""
     if isinstance(model, SequenceTransformer):
         bias, scale = sequence_matrices(model)
         return sequence_figure(bias, scale, heads, title)
