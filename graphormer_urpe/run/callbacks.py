@@ -58,8 +58,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 class RNGState(Callback):
-    """Saves the RNG state of every process in checkpoints and restores it on resume, at ``on_train_start``
-    (after everything set-up draws), so the first resumed batch sees the original run's dropout masks."""
+    """Saves every process's RNG state in checkpoints; restores it at ``on_train_start``, after set-up's draws."""
 
     def __init__(self) -> None:
         self.pending: dict[str, Any] | None = None
@@ -83,11 +82,8 @@ class RNGState(Callback):
 
 
 def follow_run_directory(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
-    """A ``ModelCheckpoint`` state saved in another directory, its paths taken over to ``dirpath``.
-
-    Lightning would keep the old absolute ``best_model_path``. A path is taken over when ``dirpath`` holds
-    that file (a moved or copied run) and dropped otherwise (another run's checkpoint: this run keeps its own best).
-    """
+    """A ``ModelCheckpoint`` state saved in another directory, each path taken over to ``dirpath`` when it holds
+    that file (a moved or copied run) and dropped otherwise (another run's checkpoint; Lightning keeps them)."""
     saved = state.get("dirpath")
 
     def here(path: object) -> str:
@@ -131,11 +127,8 @@ class LastCheckpoint(ModelCheckpoint):
 
 
 class LoggedStep(Callback):
-    """Keeps the step under which Lightning logs equal to the optimiser step before every batch.
-
-    Lightning's count of batches that stepped is one too many after an extension from the end-of-training
-    ``last.ckpt``. Must run before the callbacks that log at the start of a batch (``LearningRateMonitor``).
-    """
+    """Keeps the step under which Lightning logs equal to the optimiser step (one too many after an extension);
+    must run before the callbacks that log at the start of a batch (``LearningRateMonitor``)."""
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -169,11 +162,8 @@ def slurm_job_id() -> str | None:
 
 class PreemptionCheckpoint(Callback):
     """On one of ``signals`` or a first Ctrl-C, finish the optimiser step, save ``last.ckpt``, requeue the SLURM
-    job after one of ``requeue_signals`` (``scontrol requeue``), and stop; a second Ctrl-C stops at once.
-
-    The handler only sets a flag; the flags of all processes are summed after every optimiser step, so
-    every process saves and stops at the same step (Lightning's SLURM auto-requeue saves mid-step).
-    """
+    job after one of ``requeue_signals``, and stop; a second Ctrl-C stops at once. The handler sets a flag that
+    all processes sum after every optimiser step, so that they all stop at the same step."""
 
     def __init__(self, checkpoint_dir: Path, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1"),
                  requeue_signals: tuple[str, ...] = ("SIGUSR1",)) -> None:
@@ -200,8 +190,7 @@ class PreemptionCheckpoint(Callback):
             self._previous[signum] = signal.signal(signum, self._handle)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # before Lightning restores the original handlers (its teardown runs first): a handler left behind
-        # would outlive the run, and forked workers inheriting it could no longer be terminated by SIGTERM
+        # before Lightning's teardown: a handler left behind would outlive the run (and its forked workers)
         self._restore_handlers()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -300,21 +289,10 @@ class RelationTablePlots(Callback):
                 logger.log_image(key="relation_tables", images=[str(path)], step=trainer.global_step)
 
 
-class EmbedConfig(Callback):
-    """Stores the resolved YAML config and the identity of the data (from ``data_config``, the config's ``data``
-    section) in every checkpoint."""
-
-    def __init__(self, config_yaml: str, data_config: dict) -> None:
-        self.config_yaml, self.data_config = config_yaml, data_config
-
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
-        checkpoint[CONFIG_KEY] = self.config_yaml
-        checkpoint[DATA_IDENTITY_KEY] = data_identity(trainer.datamodule, self.data_config)
-
-
 class RunRecord(Callback):
     """Records each segment of the run (its first start, every resume or extension): ``config.yaml``, ``run.json``
-    (:func:`~graphormer_urpe.run.ledger.start_segment`) and the segment of the metrics log.
+    (:func:`~graphormer_urpe.run.ledger.start_segment`) and the segment of the metrics log; stores the resolved
+    config (``config_yaml``) and the identity of the data in every checkpoint.
 
     Runs when training starts, after every check (those needing the data included), so a refused start
     leaves no file; a resume with nothing left to train records its segment when fitting ends.
@@ -331,6 +309,10 @@ class RunRecord(Callback):
     def resuming(self, checkpoint: str, step: int) -> None:
         """This segment resumes ``checkpoint``, written after optimiser step ``step``."""
         self.resumed_from, self.start_step = checkpoint, step
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        checkpoint[CONFIG_KEY] = self.config_yaml
+        checkpoint[DATA_IDENTITY_KEY] = data_identity(trainer.datamodule, self.config["data"])
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._record(trainer, pl_module)

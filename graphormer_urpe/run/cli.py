@@ -26,17 +26,8 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
 from graphormer_urpe.data.files import unwritable
-from graphormer_urpe.errors import (
-    ConfigError,
-    InputError,
-    check_choice,
-    check_int,
-    check_number,
-    import_object,
-    refuse,
-)
+from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number, import_object, refuse
 from graphormer_urpe.run.callbacks import (
-    EmbedConfig,
     LastCheckpoint,
     LoggedStep,
     NonFiniteLossGuard,
@@ -55,15 +46,13 @@ from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
 log = logging.getLogger("graphormer_urpe")
 
 CONFIG_DIR = REPO_DIR / "configs"
-#: Environment variable through which processes launched by this one (Lightning's DDP launcher)
-#: share the run directory it chose.
+#: Environment variable through which processes launched by this one (Lightning's DDP) share its run directory.
 RUN_DIR_ENV = "GRAPHORMER_RUN_DIR"
 #: Run directories this process chose itself (a later run in the same process must not reuse them).
 _CHOSEN_HERE: set[str] = set()
 
 
-#: jsonargparse parser mode of this CLI: YAML, with a bare ``None`` read as null (jsonargparse passes a nested
-#: override ``--model.encoder.spatial_pos_max null`` on to the subclass's parser as ``None``).
+#: jsonargparse parser mode of this CLI: YAML, with a bare ``None`` (a nested override's null, passed on) read as null.
 PARSER_MODE = "graphormer_yaml"
 _yaml_loader = get_loader("yaml")
 
@@ -202,8 +191,7 @@ class GraphormerCLI(LightningCLI):
                             help="Start a new run from this checkpoint's weights (ours or converted, any dataset): "
                                  "it decides the encoder's architecture; the head is rebuilt when the data's targets "
                                  "differ; a URPE run takes an RPE checkpoint with C set to ones (docs/finetuning.md).")
-        # what the data is (vocabularies, widths, outputs, readout, kind and names of the targets) reaches
-        # the task in one declaration, never typed twice (graphormer_urpe.data.spec)
+        # what the data is (vocabularies, widths, outputs, targets) reaches the task in one declaration
         parser.link_arguments("data.spec", "model.init_args.data", apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
@@ -211,17 +199,13 @@ class GraphormerCLI(LightningCLI):
         naming the key (exit code 2)."""
         try:
             super().parse_arguments(parser, args)
-        except ArgumentError as error:
-            log.error("%s", parse_error_line(str(error)))
+            self.config["run_root"] = os.path.expanduser(self.config["run_root"])  # ~/runs: the home's, not ./~
+            check_run_options(self.config)
+        except (ArgumentError, ConfigError) as error:
+            log.error("%s", parse_error_line(str(error)) if isinstance(error, ArgumentError) else error)
             raise SystemExit(2) from None
         #: Whether the seed is drawn at random (``seed_everything: true``), so that every start has another.
         self.seed_drawn = self.config["seed_everything"] is True
-        self.config["run_root"] = os.path.expanduser(self.config["run_root"])  # ~/runs: the home's, not ./~
-        try:
-            check_run_options(self.config)
-        except ConfigError as error:
-            log.error("%s", error)
-            raise SystemExit(2) from None
 
     def instantiate_classes(self) -> None:
         """Build data, model and trainer (with ``--init_from``, the checkpoint's architecture first), checking every
@@ -285,7 +269,7 @@ class GraphormerCLI(LightningCLI):
             LastCheckpoint(checkpoint_dir, options.every_n_steps), LoggedStep(), RNGState(),
             PreemptionCheckpoint(checkpoint_dir, tuple(options.signals),
                                  requeue_signals=("SIGUSR1",) if options.requeue else ()),
-            NonFiniteLossGuard(), EmbedConfig(self.config_yaml, self.config_dict()["data"]), self.run_record,
+            NonFiniteLossGuard(), self.run_record,
         ]
         loggers: list[Logger] = [self.metrics_log] if self.metrics_log is not None else []
         if self.config["logger"] != "none":

@@ -22,8 +22,7 @@ LOADING_OPTIONS = frozenset({"root", "batch_size", "eval_batch_size", "num_worke
                              "verify_checksums", "handover_slots"})
 #: Top-level config keys that name, place or resume a run without changing what it computes.
 PLACEMENT_KEYS = ("run_name", "run_root", "ckpt_path")
-#: Config keys (dotted) that decide where a run executes and what it reports, not what it computes:
-#: the global batch makes the steps independent of the processes (up to the order of float sums).
+#: Config keys (dotted) that decide where a run executes and what it reports, not what it computes (global batches).
 EXECUTION_KEYS = ("logger", "wandb", "checkpoint", "trainer.accelerator", "trainer.strategy", "trainer.devices",
                   "trainer.num_nodes", "trainer.enable_progress_bar", "trainer.enable_model_summary",
                   "trainer.log_every_n_steps", "data.init_args.num_workers", "data.init_args.preprocess_workers")
