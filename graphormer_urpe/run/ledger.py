@@ -50,7 +50,7 @@ class RunDirError(InputError):
 
 
 def _make_missing(directory: Path) -> list[Path]:
-    """Create ``directory`` and its missing parents; returns those this call created, deepest first."""
+    """Create ``directory`` and its missing parents; returns those created, deepest first."""
     made = []
     for path in [*reversed(directory.parents), directory]:
         if not path.exists():
@@ -61,8 +61,7 @@ def _make_missing(directory: Path) -> list[Path]:
 
 
 def create_timestamped_dir(run_root: Path, config_name: str, now: datetime.datetime | None = None) -> RunDirectory:
-    """Create ``run_root/<config>-<YYYYmmdd-HHMMSS>`` (``now``, default the current time), or ``...-2``, ``...-3``
-    when taken: ``os.mkdir`` either creates a directory or fails, so simultaneous starts never share one."""
+    """Create ``run_root/<config>-<YYYYmmdd-HHMMSS>`` (``now``: default the current time), or ``...-2`` when taken."""
     run_root = Path(run_root)
     parents = _make_missing(run_root)
     stamp = f"{config_name}-{(now or datetime.datetime.now()):%Y%m%d-%H%M%S}"
@@ -78,16 +77,14 @@ def create_timestamped_dir(run_root: Path, config_name: str, now: datetime.datet
 
 @dataclass
 class RunStart:
-    """How one start of ``train.py`` uses its run directory: the ``checkpoint`` it resumes (None: step 0), and
-    whether the directory holds ``earlier_segments`` of the run (a restart from step 0 must be the same run)."""
+    """How one start uses its run directory: the ``checkpoint`` it resumes (None: step 0), ``earlier_segments``."""
 
     checkpoint: str | None
     earlier_segments: bool
 
 
 class RunDirectory:
-    """A run directory and this process's hold on it; ``made``: the directories this process created for it,
-    ``path`` first, then missing parents."""
+    """A run directory and this process's hold on it; ``made``: the directories this process created for it."""
 
     def __init__(self, path: Path, made: Sequence[Path] = ()) -> None:
         self.path = Path(path)
@@ -112,15 +109,9 @@ class RunDirectory:
         return self.path.is_dir() and any(entry.name != LOCK_FILE for entry in self.path.iterdir())
 
     def open(self, ckpt_path: str | None, writer: bool, launch: str | None = None) -> RunStart:
-        """Check that a start with ``--ckpt_path ckpt_path`` (None, ``last``, ``auto`` or a file; the table in
-        docs/running.md) may use this directory; the ``writer`` (global rank 0) then creates and locks it.
-
-        ``launch``: the id every process shares when a launcher starts each of them (SLURM, torchrun): the
-        writer records it in the lock and the other processes wait for it.
-
-        Raises:
-            RunDirError: the directory cannot be used so, or another process holds it.
-        """
+        """Check that a start with ``--ckpt_path ckpt_path`` may use this directory (or raise :class:`RunDirError`);
+        the ``writer`` (global rank 0) then creates and locks it, recording ``launch`` (the id every process
+        shares under SLURM or torchrun), which the other processes wait for."""
         holds_run = self.holds_run
         if ckpt_path is None:
             if holds_run:
@@ -194,8 +185,7 @@ class RunDirectory:
         self._lock = handle
 
     def _wait_for_writer(self, launch: str, timeout: float = WRITER_TIMEOUT) -> None:
-        """Wait until the writer of this launch holds the directory (its lock records ``launch``); stop as
-        the writer does when another launch holds it, or when it does not come within ``timeout`` seconds."""
+        """Wait until the writer of this launch holds the directory; stop as it does when another launch holds it."""
         lock_path = self.path / LOCK_FILE
         deadline, foreign_since = time.monotonic() + timeout, None
         while True:
@@ -214,8 +204,7 @@ class RunDirectory:
             time.sleep(0.1)
 
     def release(self) -> None:
-        """Let the directory go. A directory this process created and left unused (nothing in it but
-        the lock: the run stopped before its first segment) is removed, with the parents made for it."""
+        """Let the directory go; remove it (and the parents made for it) if this process made it and left it unused."""
         parents = [directory for directory in self._made if directory != self.path]
         if self.created:
             if self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
@@ -256,8 +245,7 @@ def read_segments(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def start_segment(run_dir: Path, record: Mapping[str, Any], segment: Mapping[str, Any], config_yaml: str) -> int:
-    """Append ``segment`` to the run's segments, then write ``config.yaml`` and ``run.json`` (``record``
-    with every segment), each atomically; returns the new segment's number."""
+    """Append ``segment`` to ``run.json`` (``record`` with every segment), write ``config.yaml``; returns its number."""
     segments = read_segments(run_dir)
     number = len(segments)
     atomic_write_text(Path(run_dir) / CONFIG_FILE, config_yaml)
@@ -267,8 +255,8 @@ def start_segment(run_dir: Path, record: Mapping[str, Any], segment: Mapping[str
 
 
 class MetricsLog(Logger):
-    """``metrics.csv`` in the run directory: one row per call, appended at once, starting with its segment and
-    step; a new metric name rewrites the file atomically under a wider header. Writes nothing until :meth:`open`."""
+    """``metrics.csv``: rows appended at once, starting with their segment (:meth:`open`) and step; a new metric
+    rewrites the file atomically under a wider header."""
 
     def __init__(self, run_dir: Path) -> None:
         super().__init__()
@@ -287,10 +275,6 @@ class MetricsLog(Logger):
 
     @property
     def save_dir(self) -> str:
-        return str(self.run_dir)
-
-    @property
-    def log_dir(self) -> str:
         return str(self.run_dir)
 
     def open(self, segment: int) -> None:
@@ -319,18 +303,15 @@ class MetricsLog(Logger):
         if self._columns is None:
             self._columns = list(LEADING_COLUMNS)
             if self.path.is_file() and self.path.stat().st_size:
-                with open(self.path, "rb") as handle:
+                with open(self.path, "rb+") as handle:
                     handle.seek(-1, os.SEEK_END)
-                    cut = handle.read(1) != b"\n"
-                if cut:  # the last row of a process killed while writing it: end it, append below
-                    with open(self.path, "a") as handle:
-                        handle.write("\n")
+                    if handle.read(1) != b"\n":  # the last row of a process killed while writing it: end it
+                        handle.write(b"\n")
                 with open(self.path, newline="") as handle:
                     self._columns = next(csv.reader(handle))
         return self._columns
 
     def _extend_header(self, names: set[str]) -> list[str]:
-        """The header with ``names`` added, the file rewritten under it atomically; returns the header."""
         columns = [*LEADING_COLUMNS, *sorted((set(self._header()) | names) - set(LEADING_COLUMNS))]
         rows: list[dict[str, str]] = []
         if self.path.is_file():
@@ -346,12 +327,9 @@ class MetricsLog(Logger):
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
-    """The run's learning curve from ``metrics.csv``: every segment's rows in logged order, less the rows of earlier
-    segments that a later one logged again (from the step it resumed at, or the same step and metrics).
-
-    Rows map ``segment``, ``step``, ``epoch`` (ints) and their metrics (floats; empty cells left out). Rows
-    logged before run directories had segments count as segment -1.
-    """
+    """The run's learning curve from ``metrics.csv``: every segment's rows, less those of earlier segments that a
+    later one logged again (from the step it resumed at, or the same step and metrics); ``segment``, ``step``,
+    ``epoch`` are ints, metrics floats, empty cells left out; rows of runs before segments are segment -1."""
     path = Path(run_dir) / METRICS_FILE
     with open(path, newline="") as handle:
         rows = [{"segment": -1} | {name: _number(name, text) for name, text in row.items() if text not in ("", None)}
@@ -369,7 +347,6 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
 
 
 def _logged(row: Mapping[str, float]) -> tuple[int, frozenset[str]]:
-    """A row's step and metric names."""
     return int(row["step"]), frozenset(name for name in row if name not in ("segment", "step", "epoch"))
 
 
