@@ -82,8 +82,7 @@ class RNGState(Callback):
 
 
 def follow_run_directory(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
-    """A ``ModelCheckpoint`` state saved in another directory, each path taken over to ``dirpath`` when it holds
-    that file (a moved or copied run) and dropped otherwise (another run's checkpoint; Lightning keeps them)."""
+    """A ``ModelCheckpoint`` state saved elsewhere, each path moved to ``dirpath`` if it holds the file, or dropped."""
     saved = state.get("dirpath")
 
     def here(path: object) -> str:
@@ -161,9 +160,8 @@ def slurm_job_id() -> str | None:
 
 
 class PreemptionCheckpoint(Callback):
-    """On one of ``signals`` or a first Ctrl-C, finish the optimiser step, save ``last.ckpt``, requeue the SLURM
-    job after one of ``requeue_signals``, and stop; a second Ctrl-C stops at once. The handler sets a flag that
-    all processes sum after every optimiser step, so that they all stop at the same step."""
+    """On one of ``signals`` or a first Ctrl-C, finish the optimiser step on every process, save ``last.ckpt``,
+    requeue the SLURM job after one of ``requeue_signals``, and stop; a second Ctrl-C stops at once."""
 
     def __init__(self, checkpoint_dir: Path, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1"),
                  requeue_signals: tuple[str, ...] = ("SIGUSR1",)) -> None:
@@ -290,13 +288,9 @@ class RelationTablePlots(Callback):
 
 
 class RunRecord(Callback):
-    """Records each segment of the run (its first start, every resume or extension): ``config.yaml``, ``run.json``
-    (:func:`~graphormer_urpe.run.ledger.start_segment`) and the segment of the metrics log; stores the resolved
-    config (``config_yaml``) and the identity of the data in every checkpoint.
-
-    Runs when training starts, after every check (those needing the data included), so a refused start
-    leaves no file; a resume with nothing left to train records its segment when fitting ends.
-    """
+    """Records each segment of the run (``config.yaml``, ``run.json``, the metrics log's segment) when training
+    starts, after every check, or when fitting ends if nothing was left to train; stores the resolved config and
+    the identity of the data in every checkpoint."""
 
     def __init__(self, run_dir: Path, config_name: str, seed: int | None, config: dict, config_yaml: str,
                  argv: Sequence[str], metrics_log: MetricsLog | None) -> None:

@@ -68,8 +68,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def embedded_config(path: str | Path) -> str:
-    """The resolved YAML config that ``train.py`` stored in the checkpoint; a :class:`CheckpointError` for a file
-    without one or of the layout before the task family was merged."""
+    """The resolved YAML config that ``train.py`` stored in the checkpoint."""
     checkpoint = load_checkpoint(path)
     if CONFIG_KEY not in checkpoint:
         raise CheckpointError(f"{path} holds no config (not written by train.py); pass --config")
@@ -78,8 +77,7 @@ def embedded_config(path: str | Path) -> str:
 
 
 def saved_loader_states(checkpoint: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The saved positions of the training loaders in a Lightning checkpoint (what
-    :meth:`~graphormer_urpe.data.loaders.ResumableLoader.state_dict` returned), if any."""
+    """The saved positions of the training loaders (``ResumableLoader.state_dict``) in a Lightning checkpoint."""
     fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
     states = fit_loop.get("state_dict", {}).get("combined_loader", [])
     return [state for state in states if isinstance(state, Mapping) and "global_batch" in state]
@@ -96,19 +94,13 @@ def state_dict_problems(saved: Mapping[str, torch.Tensor], expected: Mapping[str
     unexpected = [k for k in saved if k not in expected]
     reshaped = [f"{k} {tuple(saved[k].shape)} in the checkpoint vs {tuple(v.shape)} in the model"
                 for k, v in expected.items() if k in saved and tuple(saved[k].shape) != tuple(v.shape)]
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} parameters of the model are not in the checkpoint: {_shown(missing)}")
-    if unexpected:
-        problems.append(f"{len(unexpected)} checkpoint parameters are not in the model: {_shown(unexpected)}")
-    if reshaped:
-        problems.append(f"{len(reshaped)} parameters differ in shape: {_shown(reshaped)}")
-    return problems
+    found = ((missing, "parameters of the model are not in the checkpoint"),
+             (unexpected, "checkpoint parameters are not in the model"), (reshaped, "parameters differ in shape"))
+    return [f"{len(names)} {problem}: {_shown(names)}" for names, problem in found if names]
 
 
 def check_checkpoint(path: str | Path, module: nn.Module, hparams: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Load ``path`` and make sure its weights fit ``module``; a :class:`CheckpointError` names the mismatched
-    names and shapes and the differing ``hparams`` (the module's hyper-parameters) that explain them."""
+    """Load ``path`` and make sure its weights fit ``module``, naming the differing ``hparams`` that explain it."""
     checkpoint = load_checkpoint(path)
     if problems := state_dict_problems(checkpoint["state_dict"], module.state_dict()):
         saved_hparams, current = flatten(checkpoint.get("hyper_parameters") or {}), flatten(hparams or {})

@@ -112,9 +112,8 @@ def launcher_run_id() -> str | None:
 
 def resolve_run_dir(run_root: str | Path, run_name: str | None, config_name: str,
                     now: datetime.datetime | None = None) -> RunDirectory:
-    """The run directory, identical in every process: ``run_root/run_name``; the launching process's
-    (:data:`RUN_DIR_ENV`); ``<config>-<launch id>`` under SLURM or torchrun; else a new ``<config>-<timestamp>``
-    (``now``, default the current time), created here. Named directories are created when the run starts."""
+    """The run directory, identical in every process: ``run_root/run_name``, the launching process's, the launch
+    id's under SLURM or torchrun, else a new ``<config>-<timestamp>`` (``now``: default the current time)."""
     if run_name:
         directory = RunDirectory(Path(run_root) / run_name)
     elif os.environ.get(RUN_DIR_ENV) and os.environ[RUN_DIR_ENV] not in _CHOSEN_HERE:
@@ -157,9 +156,8 @@ class CheckpointOptions:
 
 
 class GraphormerCLI(LightningCLI):
-    """LightningCLI with run directories, a logger chosen by one key, and the data-to-model link; its extra
-    top-level keys (``run_root``, ``run_name``, ``logger``, ``wandb``, ``checkpoint``, ``ckpt_path``,
-    ``init_from``) are documented in :meth:`add_arguments_to_parser` and ``train.py --help``."""
+    """LightningCLI with run directories, a logger chosen by one key, and the data-to-model link (its extra
+    top-level keys are documented by ``train.py --help``)."""
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:
         configure_logging()
@@ -195,8 +193,7 @@ class GraphormerCLI(LightningCLI):
         parser.link_arguments("data.spec", "model.init_args.data", apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse the command line, then check what needs no object built; a bad value stops here in one line
-        naming the key (exit code 2)."""
+        """Parse, then check what needs no object built; a bad value stops in one line naming the key (exit 2)."""
         try:
             super().parse_arguments(parser, args)
             self.config["run_root"] = os.path.expanduser(self.config["run_root"])  # ~/runs: the home's, not ./~
@@ -208,9 +205,8 @@ class GraphormerCLI(LightningCLI):
         self.seed_drawn = self.config["seed_everything"] is True
 
     def instantiate_classes(self) -> None:
-        """Build data, model and trainer (with ``--init_from``, the checkpoint's architecture first), checking every
-        option; anything that cannot work stops here, before a run directory exists, with one line naming the
-        key, file or rows (an ``InputError`` or ``MisconfigurationException``) and exit code 2."""
+        """Build data, model and trainer (with ``--init_from``, the checkpoint's architecture first); anything that
+        cannot work stops here, before a run directory exists, in one line (exit code 2)."""
         #: What ``--init_from`` loads into a new run (checked here, loaded by ``train.py``), or None.
         self.initialisation: Initialisation | None = None
         try:
@@ -313,8 +309,7 @@ class GraphormerCLI(LightningCLI):
 
 
 def parse_error_line(report: str) -> str:
-    """jsonargparse's nested parse error as one line: the dotted key of the innermost ``Parser key``
-    (``init_args`` left out, as the command line writes it) and the first line of its own report.
+    """jsonargparse's nested parse error as one line: the innermost key (no ``init_args``) and its own report.
 
     Example:
         >>> parse_error_line('Parser key "model":\\n  Errors:\\n    - Parser key "encoder.hidden_dim":\\n'
@@ -343,8 +338,7 @@ _REPORT_FRAMING = ("Does not validate against any of the Union subtypes", "Subty
 
 
 def check_run_options(config: Mapping[str, Any]) -> None:
-    """Refuse, with a :class:`ConfigError` naming the key, a seed, run name or root or trainer option that
-    Lightning would accept and then fail on mid-run (or silently misuse)."""
+    """Refuse a seed, run name, run root or trainer option that Lightning would accept, then fail on (or misuse)."""
     seed = config["seed_everything"]
     if not isinstance(seed, bool) and seed is not None:
         check_int("seed_everything", seed, 0, 2**32 - 1, hint=", true (a random seed) or false/null (none)")

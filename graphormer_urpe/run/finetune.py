@@ -1,6 +1,4 @@
-"""Start a run from the weights of another: ``train.py --config ANY --init_from CKPT``. The CLI reads the checkpoint
-and plans what loads while it builds the run (:func:`read_source`, :func:`take_architecture`,
-:func:`plan_initialisation`); ``train.py`` loads it into a new run (:func:`initialise`). See docs/finetuning.md."""
+"""Start a run from the weights of another: ``train.py --config ANY --init_from CKPT``. See docs/finetuning.md."""
 
 from __future__ import annotations
 
@@ -27,10 +25,8 @@ log = logging.getLogger("graphormer_urpe")
 
 @dataclass(frozen=True)
 class SourceCheckpoint:
-    """A checkpoint read for ``--init_from``: its weights (``state``), its network's config (``encoder``), what it
-    says about its targets (None where it records nothing) and its ``origin`` (``converted_from``, ``config``,
-    ``initialised_from``, ``global_step``), its dataset's name for messages, and the shortest-path order its edge
-    encoding learned (None when unknown)."""
+    """A checkpoint read for ``--init_from``: its weights, its network's config, what it records of its targets
+    and ``origin``, its dataset's name and the shortest-path order its edge encoding learned (None: unknown)."""
 
     path: str
     sha256: str
@@ -89,8 +85,7 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
 
 
 def take_architecture(encoder: MutableMapping[str, Any], source: SourceCheckpoint) -> dict[str, dict[str, Any]]:
-    """Set the architecture fields of the run's encoder config (before the model is built) to the checkpoint's;
-    warn in one line about, and return, the replaced ones: ``{field: {"config": ..., "checkpoint": ...}}``."""
+    """Set the run's encoder config's architecture to the checkpoint's; warn about and return the replaced fields."""
     overridden = {}
     for field in type(source.encoder).ARCHITECTURE:
         value = getattr(source.encoder, field)
@@ -106,9 +101,8 @@ def take_architecture(encoder: MutableMapping[str, Any], source: SourceCheckpoin
 
 @dataclass(frozen=True)
 class Initialisation:
-    """What :func:`initialise` loads into the new run, checked: the checkpoint's tensors that load (the head's only
-    when it is kept), the URPE tables C it lacks (set to ones), and the ``record`` of where the weights came from
-    (its fields: docs/finetuning.md)."""
+    """What :func:`initialise` loads into the new run (the head's tensors only when it is kept), the URPE tables C
+    it sets to ones, and the ``record`` of where the weights came from."""
 
     weights: dict[str, torch.Tensor]
     reset_to_ones: list[str]
@@ -117,8 +111,7 @@ class Initialisation:
 
 def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, datamodule: pl.LightningDataModule,
                         overridden: Mapping[str, Any]) -> Initialisation:
-    """Check that ``source`` can start ``task`` (built with its architecture) on ``datamodule``'s data, and decide
-    what loads; a one-line :class:`CheckpointError` otherwise (another featuriser, URPE into RPE, a misfit)."""
+    """Check that ``source`` can start ``task`` on ``datamodule``'s data, and decide what loads."""
     spec: DataSpec | SequenceSpec = datamodule.spec
     data_name = type(getattr(datamodule, "source", datamodule)).__name__
     new, old = spec.encoder_fields(), {field: getattr(source.encoder, field) for field in spec.encoder_fields()}
@@ -198,7 +191,6 @@ def _target_changes(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> 
 
 
 def _same_targets(source: SourceCheckpoint) -> str:
-    """Why a head is kept, saying what the checkpoint could not be compared on."""
     unrecorded = [name for name, value in (("kind", source.target_kind), ("names", source.target_names))
                   if value is None]
     return "the data's targets are the checkpoint's" + (

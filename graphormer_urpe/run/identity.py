@@ -31,9 +31,8 @@ SHOWN_DIFFERENCES = 5
 
 
 def data_identity(datamodule: pl.LightningDataModule, data_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The identity of the dataset ``datamodule`` serves, as JSON data (so that it compares equal however stored):
-    its ``cache_key``, or for datamodules without a cache their class and the options of their config section
-    (``data_config``) but :data:`LOADING_OPTIONS`."""
+    """The identity of the dataset ``datamodule`` serves, as JSON data: its ``cache_key``, or its class and the
+    options of its config section (``data_config``) but :data:`LOADING_OPTIONS`."""
     identity = getattr(datamodule, "cache_key", None)
     if identity is None:
         identity = {"datamodule": data_config["class_path"], **{
@@ -42,8 +41,7 @@ def data_identity(datamodule: pl.LightningDataModule, data_config: Mapping[str, 
 
 
 def config_identity(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str, Any]:
-    """``config`` (a resolved config as plain data) without :data:`PLACEMENT_KEYS`, :data:`EXECUTION_KEYS`
-    and ``ignore`` (dotted keys)."""
+    """``config`` (plain data) without :data:`PLACEMENT_KEYS`, :data:`EXECUTION_KEYS` and ``ignore`` (dotted)."""
     dropped = {*PLACEMENT_KEYS, *EXECUTION_KEYS, *ignore}
 
     def kept(mapping: Mapping[str, Any], prefix: str) -> dict[str, Any]:
@@ -81,9 +79,7 @@ def differences(recorded: Mapping[str, Any], current: Mapping[str, Any], recorde
 
 def compare_data(ckpt: str, checkpoint: Mapping[str, Any], current: Mapping[str, Any],
                  allow_other_data: bool) -> dict[str, Any]:
-    """Compare the data an evaluation rebuilt (``current``) with those the checkpoint records; returns what the
-    result records (``same_data_as_training``, None when unrecorded, and the differences). A
-    :class:`CheckpointError` when they differ and ``allow_other_data`` is off."""
+    """Compare the data an evaluation rebuilt with those the checkpoint records; returns what its result records."""
     recorded = checkpoint.get(DATA_IDENTITY_KEY)
     if recorded is None:
         log.warning("%s records no identity of its data (written by an earlier version): the data are not "

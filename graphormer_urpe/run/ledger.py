@@ -68,11 +68,10 @@ def create_timestamped_dir(run_root: Path, config_name: str, now: datetime.datet
     copy = 1
     while True:
         path = run_root / (stamp if copy == 1 else f"{stamp}-{copy}")
-        try:
+        with contextlib.suppress(FileExistsError):
             path.mkdir()
             return RunDirectory(path, made=[path, *parents])
-        except FileExistsError:
-            copy += 1
+        copy += 1
 
 
 @dataclass

@@ -54,7 +54,6 @@ def most_varied_heads(values: np.ndarray, count: int) -> list[int]:
 
 
 def _centred(values: np.ndarray, centre: float) -> TwoSlopeNorm:
-    """Colours symmetric around ``centre`` (0 for B, the initial 1 for C)."""
     spread = max(float(np.abs(values - centre).max()), 1e-6)
     return TwoSlopeNorm(vcenter=centre, vmin=centre - spread, vmax=centre + spread)
 
@@ -65,8 +64,7 @@ _PANELS = {"B": ("B: additive bias", 0.0), "C": ("C: URPE scale (1 at init)", 1.
 
 def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Sequence[int] | None = None,
                     title: str = "") -> Figure:
-    """B and C matrices of the chosen ``heads`` (default: the :data:`DEFAULT_HEADS_SHOWN` whose C, else B, varies
-    most), one row per head (B left, C right), like the paper's Figure 2.
+    """B and C matrices of ``heads`` (default: those whose C, else B, varies most), one row each, as in Figure 2.
 
     Shapes: bias, scale (H, n, n), or None (no positional encoding; RPE).
     """
@@ -122,8 +120,7 @@ def has_relative_encodings(model: nn.Module) -> bool:
 
 
 def relative_encoding_figure(model: nn.Module, title: str = "", heads: Sequence[int] | None = None) -> Figure:
-    """The learned B and C of a :class:`SequenceTransformer` or :class:`Graphormer` (``task.model``), drawn the
-    standard way; ``heads``: sequence models only."""
+    """The learned B and C of a sequence model or Graphormer (``task.model``); ``heads``: sequence models only."""
     if isinstance(model, SequenceTransformer):
         bias, scale = sequence_matrices(model)
         return sequence_figure(bias, scale, heads, title)
