@@ -1,5 +1,4 @@
-"""Callbacks shared by every task: exact resume, preemption, non-finite losses, plots and records of the run.
-See docs/running.md and docs/exactness.md."""
+"""Callbacks of every run: exact resume, preemption, non-finite losses, plots, records (docs/running.md)."""
 
 from __future__ import annotations
 
@@ -152,13 +151,6 @@ class Preempted(Exception):
         return 128 + int(getattr(signal, self.signal_name))
 
 
-def slurm_job_id() -> str | None:
-    """This SLURM job (``<array job>_<task>`` for arrays), or None outside SLURM."""
-    if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
-        return f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
-    return os.environ.get("SLURM_JOB_ID")
-
-
 class PreemptionCheckpoint(Callback):
     """On one of ``signals`` or a first Ctrl-C, finish the optimiser step on every process, save ``last.ckpt``,
     requeue the SLURM job after one of ``requeue_signals``, and stop; a second Ctrl-C stops at once."""
@@ -189,17 +181,14 @@ class PreemptionCheckpoint(Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # before Lightning's teardown: a handler left behind would outlive the run (and its forked workers)
-        self._restore_handlers()
-
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._restore_handlers()
-
-    def _restore_handlers(self) -> None:
         for signum, handler in self._previous.items():
             if signum == signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
                 continue  # Lightning ignores further Ctrl-C while it shuts down after a KeyboardInterrupt
             signal.signal(signum, handler)
         self._previous = {}
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.on_train_end(trainer, pl_module)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -217,7 +206,8 @@ class PreemptionCheckpoint(Callback):
         path = self.checkpoint_dir / LAST_CHECKPOINT
         trainer.save_checkpoint(path, weights_only=False)  # every process takes part; rank 0 writes
         signal_name = self.received or ("SIGUSR1" if requeue else "SIGTERM")  # ranks that got none
-        job = slurm_job_id()
+        array = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+        job = "_".join(array) if all(array) else os.environ.get("SLURM_JOB_ID")  # None outside SLURM
         requeued = bool(requeue and job)
         if requeued and trainer.is_global_zero:
             log.info("requeueing SLURM job %s", job)
@@ -317,10 +307,9 @@ class RunRecord(Callback):
 
     def _record(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.recorded = True
-        datamodule = trainer.datamodule
         info = {"run_dir": str(self.run_dir), "config": self.config_name,
                 "command": shlex.join(["train.py", *self.argv]),
-                "dataset": datamodule.describe() if datamodule is not None else None,
+                "dataset": trainer.datamodule.describe() if trainer.datamodule is not None else None,
                 "parameters": count_parameters(pl_module),
                 "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",
                 "precision": trainer.precision, "seed": self.seed, "git_commit": git_commit(),

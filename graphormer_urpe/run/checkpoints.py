@@ -1,5 +1,4 @@
-"""Checkpoint files: written whole (:class:`AtomicCheckpointIO`), read with the config they embed, and checked to
-fit before Lightning touches them: every problem is one :class:`CheckpointError`, never a stack trace."""
+"""Checkpoint files: written whole, read with the config they embed, checked to fit (one-line CheckpointError)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The command line shared by ``train.py`` and ``evaluate.py`` (LightningCLI), and the run directory it picks.
-See docs/running.md."""
+"""The command line of ``train.py`` and ``evaluate.py`` (LightningCLI), and the run directory it picks."""
 
 from __future__ import annotations
 
@@ -76,13 +75,11 @@ def resolve_config_paths(argv: Sequence[str]) -> list[str]:
             name, index = arg.split("=", 1)[1], i
         if name is None or Path(name).is_file():
             continue
-        for candidate in (CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml"):
-            if candidate.is_file():
-                args[index] = str(candidate) if index != i else f"--config={candidate}"
-                break
-        else:
+        candidate = next((c for c in (CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml") if c.is_file()), None)
+        if candidate is None:
             available = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
             refuse(f"config '{name}' is neither a file nor in {CONFIG_DIR} (available: {available})")
+        args[index] = str(candidate) if index != i else f"--config={candidate}"
     return args
 
 
@@ -98,10 +95,8 @@ def configure_logging() -> None:
 
 def launcher_run_id() -> str | None:
     """An id that every process of this launch sees: SLURM job (and srun step), or torchrun run id."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if job:
-        array = os.environ.get("SLURM_ARRAY_TASK_ID")
-        step = os.environ.get("SLURM_STEP_ID")
+    if job := os.environ.get("SLURM_JOB_ID"):
+        array, step = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_STEP_ID")
         return f"slurm{os.environ.get('SLURM_ARRAY_JOB_ID', job)}" + (f"_{array}" if array else "") + \
             (f".{step}" if step else "")
     torchrun = os.environ.get("TORCHELASTIC_RUN_ID")
@@ -136,8 +131,7 @@ class CheckpointOptions:
 
     Args:
         every_n_steps: every N optimiser steps, and always at the end of training and on signals (0: only then).
-        signals: signals after which the run finishes its optimiser step, writes ``last.ckpt`` and exits with code
-            128 + signal number (SLURM: SIGTERM, and SIGUSR1 with ``#SBATCH --signal=USR1@120``); Ctrl-C always.
+        signals: signals after which the run finishes its step, writes ``last.ckpt`` and exits (128 + signal number).
         requeue: under SLURM, requeue the job (``scontrol requeue``) after SIGUSR1.
     """
 

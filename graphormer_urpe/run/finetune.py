@@ -56,18 +56,16 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
         raise CheckpointError(f"--init_from {path}: the checkpoint records no encoder settings "
                               "(hyper_parameters['encoder']); take one written by train.py or by "
                               "python -m graphormer_urpe.convert")
-    unknown = sorted(set(saved) - {f.name for f in dataclasses.fields(config_class)})
-    if unknown:
+    if unknown := sorted(set(saved) - {f.name for f in dataclasses.fields(config_class)}):
         raise CheckpointError(f"--init_from {path}: its encoder has settings that {config_class.__name__} does not "
                               f"know: {', '.join(unknown)} (a checkpoint of another network, or of a newer version?)")
     try:
         encoder = config_class(**saved)
     except ConfigError as error:
         raise CheckpointError(f"--init_from {path}: its encoder settings are not valid: {error}") from None
-    config = yaml.safe_load(checkpoint[CONFIG_KEY]) if CONFIG_KEY in checkpoint else None
     converted = checkpoint.get("converted_from")
-    if config is not None:  # written by train.py (or upgraded from an earlier layout of ours)
-        data = config["data"]
+    if CONFIG_KEY in checkpoint:  # written by train.py (or upgraded from an earlier layout of ours)
+        data = yaml.safe_load(checkpoint[CONFIG_KEY])["data"]
         source = data.get("init_args", {}).get("source")
         data_name = (source["class_path"] if isinstance(source, Mapping) else data["class_path"]).rsplit(".", 1)[-1]
         path_order = data.get("init_args", {}).get("path_order")

@@ -1,5 +1,4 @@
-"""What makes a dataset the same dataset (:func:`data_identity`, recorded in every checkpoint), and two runs the
-same experiment (:func:`config_identity`, compared by ``seeds.py`` and ``--ckpt_path auto``). See docs/running.md."""
+"""What makes a dataset the same dataset, and two runs the same experiment (docs/running.md, "What is safe")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A run directory is a ledger: created once (``os.mkdir``), used by one process at a time (``.lock``), appended
-to by every start (a segment). See docs/running.md, "What is safe"."""
+"""A run directory is a ledger: created once, used by one process at a time, appended to by every start."""
 
 from __future__ import annotations
 
@@ -93,11 +92,6 @@ class RunDirectory:
             atexit.register(self.release)  # whatever stops the process before the run starts in it
 
     @property
-    def created(self) -> bool:
-        """Whether this process created the directory (and has not let it go)."""
-        return self.path in self._made
-
-    @property
     def last_checkpoint(self) -> Path:
         """``checkpoints/last.ckpt``, what ``--ckpt_path last`` resumes."""
         return self.path / "checkpoints" / LAST_CHECKPOINT
@@ -141,7 +135,7 @@ class RunDirectory:
         return start
 
     def _why_no_checkpoint(self) -> str:
-        if self.created:
+        if self.path in self._made:  # a new directory of this start
             return ("without --run_name every start gets a new directory; pass the --run_name of the run to resume "
                     "(or --ckpt_path auto to resume it if it has a checkpoint and start it otherwise)")
         if not self.path.exists():
@@ -205,7 +199,7 @@ class RunDirectory:
     def release(self) -> None:
         """Let the directory go; remove it (and the parents made for it) if this process made it and left it unused."""
         parents = [directory for directory in self._made if directory != self.path]
-        if self.created:
+        if self.path in self._made:  # created by this process
             if self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
                 (self.path / LOCK_FILE).unlink(missing_ok=True)
                 self.path.rmdir()
@@ -238,9 +232,7 @@ def _locked(path: Path) -> bool:
 def read_segments(run_dir: Path) -> list[dict[str, Any]]:
     """The segments ``run.json`` lists (none for a new run directory, or a run recorded before segments)."""
     record_path = Path(run_dir) / RUN_RECORD
-    if not record_path.is_file():
-        return []
-    return list(json.loads(record_path.read_text()).get("segments", []))
+    return list(json.loads(record_path.read_text()).get("segments", [])) if record_path.is_file() else []
 
 
 def start_segment(run_dir: Path, record: Mapping[str, Any], segment: Mapping[str, Any], config_yaml: str) -> int:

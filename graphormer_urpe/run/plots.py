@@ -1,7 +1,6 @@
-"""Pictures of the learned relative encodings B and C (docs figures, W&B images): for sequences the dense n x n
-matrices (paper, Figure 2), for graphs the tables, heads x relation. B is coloured around 0, C around its initial 1.
-Figures are built without pyplot (no global state, no display). Shape letters: H heads, n sequence length,
-R' relations drawn (the padding row is left out).
+"""Pictures of the learned B and C, built without pyplot: sequences as n x n matrices, graphs as heads x relation.
+
+Shape letters: H heads, n sequence length, R' relations drawn (the padding row is left out).
 """
 
 from __future__ import annotations
@@ -122,8 +121,7 @@ def has_relative_encodings(model: nn.Module) -> bool:
 def relative_encoding_figure(model: nn.Module, title: str = "", heads: Sequence[int] | None = None) -> Figure:
     """The learned B and C of a sequence model or Graphormer (``task.model``); ``heads``: sequence models only."""
     if isinstance(model, SequenceTransformer):
-        bias, scale = sequence_matrices(model)
-        return sequence_figure(bias, scale, heads, title)
+        return sequence_figure(*sequence_matrices(model), heads, title)
     if isinstance(model, Graphormer):
         return graph_figure(*graph_tables(model), title=title)
     raise TypeError(f"cannot draw the relative encodings of a {type(model).__name__}")

@@ -1,5 +1,4 @@
-"""What every record the package writes carries (commit, package versions, parameter count), and JSON written
-atomically."""
+"""What every record carries (commit, package versions, parameter count), and JSON written atomically."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Weights & Biases options, and a logger that never prompts (offline without an API key or a route to the server).
-See docs/running.md, "W&B in three lines"."""
+"""Weights & Biases options, and a logger that never prompts (see docs/running.md, "W&B in three lines")."""
 
 from __future__ import annotations
 
@@ -20,8 +19,6 @@ from graphormer_urpe.errors import ConfigError, check_choice, check_int
 
 log = logging.getLogger("graphormer_urpe")
 
-DEFAULT_WANDB_URL = "https://api.wandb.ai"
-
 
 @dataclass
 class WandbOptions:
@@ -34,8 +31,7 @@ class WandbOptions:
         tags: run tags.
         group: run group, e.g. one experiment over several seeds.
         mode: ``online``, ``offline`` (files only; upload later with ``wandb sync``) or ``disabled``.
-        plot_every_n_validations: log an image of the learned B and C every N validations (0: never), also to
-            ``<run dir>/plots/``.
+        plot_every_n_validations: log an image of the learned B and C every N validations (0: never).
     """
 
     project: str = "graphormer-urpe"
@@ -55,7 +51,7 @@ class WandbOptions:
 
 def wandb_url() -> str:
     """The W&B server (``WANDB_BASE_URL`` or the public one)."""
-    return os.environ.get("WANDB_BASE_URL", DEFAULT_WANDB_URL)
+    return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
 
 
 def has_api_key() -> bool:
