@@ -103,8 +103,7 @@ def follow_run_directory(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps (0: never) and always at the end of training
-    (Lightning's ``save_last`` skips the end once a step wrote it), so ``--ckpt_path last`` can extend a run."""
+    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps (0: never) and always at the end of training."""
 
     def __init__(self, dirpath: Path, every_n_train_steps: int) -> None:
         super().__init__(dirpath=dirpath, filename=Path(LAST_CHECKPOINT).stem, save_top_k=0, save_last=True,
@@ -216,8 +215,7 @@ class PreemptionCheckpoint(Callback):
 
 
 class NonFiniteLossGuard(Callback):
-    """Stops training before the first backward pass of a NaN/inf loss, on every process together (one all-reduce),
-    naming the step, the batch's graphs on every process with a bad loss and the last checkpoint written."""
+    """Stops every process before the backward pass of a NaN/inf loss, naming the step, graphs and last checkpoint."""
 
     def __init__(self) -> None:
         self._batch: Any = None
@@ -246,16 +244,14 @@ class NonFiniteLossGuard(Callback):
 
 def last_good_checkpoint(trainer: pl.Trainer) -> str | None:
     """The most recently written checkpoint of the run (or the one it resumed from)."""
-    candidates = [trainer.ckpt_path] if trainer.ckpt_path else []
-    for callback in trainer.checkpoint_callbacks:
-        candidates += [callback.last_model_path, callback.best_model_path]
+    candidates = [trainer.ckpt_path, *(path for callback in trainer.checkpoint_callbacks
+                                       for path in (callback.last_model_path, callback.best_model_path))]
     existing = {c for c in candidates if c and Path(c).is_file()}
     return max(existing, key=lambda c: Path(c).stat().st_mtime) if existing else None
 
 
 class RelationTablePlots(Callback):
-    """Every ``every_n_validations`` validations (0: never), draw the learned B and C into ``plot_dir`` and every
-    W&B logger (``relation_tables``); nothing for models without relative encodings."""
+    """Every ``every_n_validations`` validations (0: never), draw the learned B and C to ``plot_dir`` and W&B."""
 
     def __init__(self, plot_dir: Path, every_n_validations: int = 5) -> None:
         self.plot_dir, self.every_n_validations = Path(plot_dir), every_n_validations
@@ -278,9 +274,8 @@ class RelationTablePlots(Callback):
 
 
 class RunRecord(Callback):
-    """Records each segment of the run (``config.yaml``, ``run.json``, the metrics log's segment) when training
-    starts, after every check, or when fitting ends if nothing was left to train; stores the resolved config and
-    the identity of the data in every checkpoint."""
+    """Records each segment of the run (``config.yaml``, ``run.json``, ``metrics.csv``) when training starts, after
+    every check; puts the resolved config and the identity of the data into every checkpoint."""
 
     def __init__(self, run_dir: Path, config_name: str, seed: int | None, config: dict, config_yaml: str,
                  argv: Sequence[str], metrics_log: MetricsLog | None) -> None:

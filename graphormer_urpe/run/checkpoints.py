@@ -25,8 +25,7 @@ SHOWN_KEYS = 5
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes a checkpoint whole or not at all: into ``.<name>.partial-<pid>`` beside it, flushed to disk, then
-    renamed over the target (Lightning's writer goes through the system temp dir, often another file system, where
-    the final move is a copy, torn when interrupted). A killed save leaves its hidden partial file behind."""
+    renamed over the target (Lightning's writer copies it from the system temp dir, torn when interrupted)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         if storage_options is not None:
@@ -82,11 +81,6 @@ def saved_loader_states(checkpoint: Mapping[str, Any]) -> list[Mapping[str, Any]
     return [state for state in states if isinstance(state, Mapping) and "global_batch" in state]
 
 
-def _shown(names: list[str]) -> str:
-    more = f" ... (+{len(names) - SHOWN_KEYS} more)" if len(names) > SHOWN_KEYS else ""
-    return ", ".join(names[:SHOWN_KEYS]) + more
-
-
 def state_dict_problems(saved: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> list[str]:
     """Missing keys, unexpected keys and shape differences between two state dicts, one line each."""
     missing = [k for k in expected if k not in saved]
@@ -95,7 +89,9 @@ def state_dict_problems(saved: Mapping[str, torch.Tensor], expected: Mapping[str
                 for k, v in expected.items() if k in saved and tuple(saved[k].shape) != tuple(v.shape)]
     found = ((missing, "parameters of the model are not in the checkpoint"),
              (unexpected, "checkpoint parameters are not in the model"), (reshaped, "parameters differ in shape"))
-    return [f"{len(names)} {problem}: {_shown(names)}" for names, problem in found if names]
+    return [f"{len(names)} {problem}: {', '.join(names[:SHOWN_KEYS])}"
+            + (f" ... (+{len(names) - SHOWN_KEYS} more)" if len(names) > SHOWN_KEYS else "")
+            for names, problem in found if names]
 
 
 def check_checkpoint(path: str | Path, module: nn.Module, hparams: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -150,8 +150,7 @@ class CheckpointOptions:
 
 
 class GraphormerCLI(LightningCLI):
-    """LightningCLI with run directories, a logger chosen by one key, and the data-to-model link (its extra
-    top-level keys are documented by ``train.py --help``)."""
+    """LightningCLI with run directories, a logger chosen by one key, and the data-to-model link."""
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:
         configure_logging()
@@ -303,13 +302,7 @@ class GraphormerCLI(LightningCLI):
 
 
 def parse_error_line(report: str) -> str:
-    """jsonargparse's nested parse error as one line: the innermost key (no ``init_args``) and its own report.
-
-    Example:
-        >>> parse_error_line('Parser key "model":\\n  Errors:\\n    - Parser key "encoder.hidden_dim":\\n'
-        ...                  "        Expected a <class 'int'>. Got value: abc\\n  Given value: x")
-        "model.encoder.hidden_dim: Expected a <class 'int'>. Got value: abc"
-    """
+    """jsonargparse's nested parse error as one line: the innermost key (no ``init_args``) and its own report."""
     lines = report.splitlines()
     keys, detail = [], None
     for k, line in enumerate(lines):

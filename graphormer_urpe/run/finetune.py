@@ -25,8 +25,7 @@ log = logging.getLogger("graphormer_urpe")
 
 @dataclass(frozen=True)
 class SourceCheckpoint:
-    """A checkpoint read for ``--init_from``: its weights, its network's config, what it records of its targets
-    and ``origin``, its dataset's name and the shortest-path order its edge encoding learned (None: unknown)."""
+    """A checkpoint read for ``--init_from``: weights, network config, targets, origin, data (None: unrecorded)."""
 
     path: str
     sha256: str
@@ -99,8 +98,7 @@ def take_architecture(encoder: MutableMapping[str, Any], source: SourceCheckpoin
 
 @dataclass(frozen=True)
 class Initialisation:
-    """What :func:`initialise` loads into the new run (the head's tensors only when it is kept), the URPE tables C
-    it sets to ones, and the ``record`` of where the weights came from."""
+    """What :func:`initialise` loads, the URPE tables C it sets to ones, and the record of the weights' source."""
 
     weights: dict[str, torch.Tensor]
     reset_to_ones: list[str]

@@ -246,8 +246,7 @@ def start_segment(run_dir: Path, record: Mapping[str, Any], segment: Mapping[str
 
 
 class MetricsLog(Logger):
-    """``metrics.csv``: rows appended at once, starting with their segment (:meth:`open`) and step; a new metric
-    rewrites the file atomically under a wider header."""
+    """``metrics.csv``: rows appended, each with its segment and step; a new metric rewrites it under a wider header."""
 
     def __init__(self, run_dir: Path) -> None:
         super().__init__()
@@ -256,13 +255,8 @@ class MetricsLog(Logger):
         self.segment: int | None = None
         self._columns: list[str] | None = None
 
-    @property
-    def name(self) -> str:
-        return ""
-
-    @property
-    def version(self) -> str:
-        return ""
+    name = ""  # Lightning's logger name and version: none, the run directory names the run
+    version = ""
 
     @property
     def save_dir(self) -> str:
@@ -318,9 +312,8 @@ class MetricsLog(Logger):
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
-    """The run's learning curve from ``metrics.csv``: every segment's rows, less those of earlier segments that a
-    later one logged again (from the step it resumed at, or the same step and metrics); ``segment``, ``step``,
-    ``epoch`` are ints, metrics floats, empty cells left out; rows of runs before segments are segment -1."""
+    """The run's learning curve: every segment's rows, less those of earlier segments that a later one logged again
+    (from the step it resumed at, or the same step and metrics); rows of runs before segments are segment -1."""
     path = Path(run_dir) / METRICS_FILE
     with open(path, newline="") as handle:
         rows = [{"segment": -1} | {name: _number(name, text) for name, text in row.items() if text not in ("", None)}

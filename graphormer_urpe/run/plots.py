@@ -1,7 +1,5 @@
 """Pictures of the learned B and C, built without pyplot: sequences as n x n matrices, graphs as heads x relation.
-
-Shape letters: H heads, n sequence length, R' relations drawn (the padding row is left out).
-"""
+Shape letters: H heads, n sequence length, R' relations drawn (the padding row is left out)."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ DEFAULT_HEADS_SHOWN = 4
 def sequence_matrices(model: SequenceTransformer) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Dense B and C of a sequence model over its full length, exactly as the attention receives them.
 
-    Shapes: returns B (H, n, n) and C (H, n, n) float arrays, each None when the model has no such table.
-    """
+    Shapes: returns B (H, n, n) and C (H, n, n) float arrays, each None when the model has no such table."""
     bias, scale = model.attention_inputs(model.config.length)  # (1, H, n, n) or None each
     return tuple(None if m is None else m[0].float().cpu().numpy() for m in (bias, scale))
 
@@ -35,8 +32,7 @@ def sequence_matrices(model: SequenceTransformer) -> tuple[np.ndarray | None, np
 def graph_tables(model: Graphormer) -> tuple[list[str], np.ndarray, np.ndarray | None]:
     """The B and C tables of a Graphormer as heads x relation arrays, padding row left out.
 
-    Shapes: returns relation labels (R',), B (H, R') and C (H, R') or None (RPE).
-    """
+    Shapes: returns relation labels (R',), B (H, R') and C (H, R') or None (RPE)."""
     rows = list(range(SPD_RELATION_OFFSET, model.config.num_relations))
     labels = [f"{row - SPD_RELATION_OFFSET}" for row in rows]
     if model.graph_token is not None:
@@ -65,8 +61,7 @@ def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Se
                     title: str = "") -> Figure:
     """B and C matrices of ``heads`` (default: those whose C, else B, varies most), one row each, as in Figure 2.
 
-    Shapes: bias, scale (H, n, n), or None (no positional encoding; RPE).
-    """
+    Shapes: bias, scale (H, n, n), or None (no positional encoding; RPE)."""
     panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
     if not panels:
         raise ValueError("the model has neither B nor C (attention: none): nothing to draw")
@@ -92,8 +87,7 @@ def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Se
 def graph_figure(labels: Sequence[str], bias: np.ndarray, scale: np.ndarray | None, title: str = "") -> Figure:
     """Heatmaps of the B and C tables, heads x relation (graph token, SPD 0, 1, ...).
 
-    Shapes: labels (R',), bias (H, R'), scale (H, R') or None (RPE).
-    """
+    Shapes: labels (R',), bias (H, R'), scale (H, R') or None (RPE)."""
     panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
     heads = bias.shape[0]
     figure = Figure(figsize=(max(6.0, 0.35 * len(labels) + 2.0), (0.3 * heads + 1.4) * len(panels)),
