@@ -124,8 +124,7 @@ class LastCheckpoint(ModelCheckpoint):
 
 
 class LoggedStep(Callback):
-    """Keeps the step under which Lightning logs equal to the optimiser step (one too many after an extension);
-    must run before the callbacks that log at the start of a batch (``LearningRateMonitor``)."""
+    """Keeps the step Lightning logs under equal to the optimiser step; runs before ``LearningRateMonitor`` logs."""
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -254,8 +253,7 @@ class RelationTablePlots(Callback):
     """Every ``every_n_validations`` validations (0: never), draw the learned B and C to ``plot_dir`` and W&B."""
 
     def __init__(self, plot_dir: Path, every_n_validations: int = 5) -> None:
-        self.plot_dir, self.every_n_validations = Path(plot_dir), every_n_validations
-        self.validations = 0
+        self.plot_dir, self.every_n_validations, self.validations = Path(plot_dir), every_n_validations, 0
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking or self.every_n_validations <= 0:
@@ -282,8 +280,7 @@ class RunRecord(Callback):
         self.run_dir, self.config_name, self.seed, self.config = run_dir, config_name, seed, config
         self.config_yaml, self.argv, self.metrics_log = config_yaml, list(argv), metrics_log
         self.resumed_from: str | None = None
-        self.start_step = 0
-        self.recorded = False
+        self.start_step, self.recorded = 0, False
 
     def resuming(self, checkpoint: str, step: int) -> None:
         """This segment resumes ``checkpoint``, written after optimiser step ``step``."""
@@ -302,15 +299,14 @@ class RunRecord(Callback):
 
     def _record(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.recorded = True
+        initialised = getattr(pl_module, "initialised_from", None)  # a resumed run carries it in its checkpoint
         info = {"run_dir": str(self.run_dir), "config": self.config_name,
                 "command": shlex.join(["train.py", *self.argv]),
                 "dataset": trainer.datamodule.describe() if trainer.datamodule is not None else None,
                 "parameters": count_parameters(pl_module),
                 "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",
                 "precision": trainer.precision, "seed": self.seed, "git_commit": git_commit(),
-                "versions": package_versions()}
-        initialised = getattr(pl_module, "initialised_from", None)  # a resumed run carries it in its checkpoint
-        info["initialised_from"] = None if initialised is None else describe(initialised)
+                "versions": package_versions(), "initialised_from": describe(initialised) if initialised else None}
         segment = {"command": info["command"], "started": datetime.datetime.now().isoformat(timespec="seconds"),
                    "start_step": self.start_step, "resumed_from": self.resumed_from,
                    "initialised_from": initialised if self.resumed_from is None else None}

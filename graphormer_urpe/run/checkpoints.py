@@ -24,8 +24,7 @@ SHOWN_KEYS = 5
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes a checkpoint whole or not at all: into ``.<name>.partial-<pid>`` beside it, flushed to disk, then
-    renamed over the target (Lightning's writer copies it from the system temp dir, torn when interrupted)."""
+    """Writes a checkpoint whole or not at all: into ``.<name>.partial-<pid>`` beside it, flushed, renamed over it."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         if storage_options is not None:
@@ -56,10 +55,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises RuntimeError, EOFError, UnpicklingError ... for bad files
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(
-            f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint, probably truncated or "
-            f"corrupted: {reason}"
-        ) from None
+        raise CheckpointError(f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint, probably "
+                              f"truncated or corrupted: {reason}") from None
     if not isinstance(checkpoint, Mapping) or "state_dict" not in checkpoint:
         raise CheckpointError(f"{path} is a torch file but not a Lightning checkpoint (no 'state_dict')")
     return dict(checkpoint)

@@ -57,7 +57,6 @@ _yaml_loader = get_loader("yaml")
 
 
 def _load_value(text: str) -> Any:
-    """A command-line or config value: YAML, and ``None`` alone is null (:data:`PARSER_MODE`)."""
     return None if text.strip() == "None" else _yaml_loader(text)
 
 
@@ -161,9 +160,8 @@ class GraphormerCLI(LightningCLI):
         argv = resolve_config_paths(self.argv)
         self.config_name = next((Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
                                  for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), "run")
-        # save_config_callback=None: RunRecord writes config.yaml, once the run's checks have passed
         super().__init__(pl.LightningModule, pl.LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                         run=False, args=argv, save_config_callback=None,
+                         run=False, args=argv, save_config_callback=None,  # RunRecord writes config.yaml later
                          parser_kwargs={"default_env": False, "parser_mode": PARSER_MODE, "exit_on_error": False},
                          **kwargs)
 
@@ -198,8 +196,7 @@ class GraphormerCLI(LightningCLI):
         self.seed_drawn = self.config["seed_everything"] is True
 
     def instantiate_classes(self) -> None:
-        """Build data, model and trainer (with ``--init_from``, the checkpoint's architecture first); anything that
-        cannot work stops here, before a run directory exists, in one line (exit code 2)."""
+        """Build data, model and trainer (``--init_from``: its architecture first); a refusal is one line, exit 2."""
         #: What ``--init_from`` loads into a new run (checked here, loaded by ``train.py``), or None.
         self.initialisation: Initialisation | None = None
         try:

@@ -138,14 +138,13 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, datamodu
                  datamodule.path_order, source.path_order)
     data = {**{field: plain(value) for field, value in old.items()}, "target_kind": source.target_kind,
             "target_names": source.target_names, "name": source.data_name}
-    record = {
+    return Initialisation(weights=weights, reset_to_ones=reset, record={
         "path": source.path, "sha256": source.sha256, "source": {"data": data, **source.origin},
         "architecture": {field: getattr(source.encoder, field) for field in type(source.encoder).ARCHITECTURE},
         "overridden": dict(overridden), "head": "kept" if keep_head else "rebuilt",
         "head_reason": _same_targets(source) if keep_head else "; ".join(changes),
         "loaded": len(weights), "rebuilt": rebuilt, "reset_to_ones": reset,
-    }
-    return Initialisation(weights=weights, reset_to_ones=reset, record=record)
+    })
 
 
 def initialise(task: GraphormerTask, plan: Initialisation) -> None:
@@ -175,7 +174,6 @@ def describe(record: Mapping[str, Any]) -> str:
 
 
 def _target_changes(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> list[str]:
-    """How the data's targets differ from the checkpoint's head (kind and names only where it records them)."""
     new = spec.encoder_fields()
     changes = [f"{field} {shown(plain(getattr(source.encoder, field)))} -> {shown(plain(new[field]))}"
                for field in spec.OUTPUT_FIELDS if plain(getattr(source.encoder, field)) != plain(new[field])]
@@ -194,6 +192,5 @@ def _same_targets(source: SourceCheckpoint) -> str:
 
 
 def _features(fields: Mapping[str, Any], spec: DataSpec | SequenceSpec) -> str:
-    """The featuriser's fields of ``fields`` for a message (continuous widths of 0 left out)."""
     return ", ".join(f"{field} {plain(fields[field])}" for field in spec.FEATURE_FIELDS
                      if fields[field] or not field.startswith("continuous"))

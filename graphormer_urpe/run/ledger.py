@@ -25,6 +25,7 @@ from pytorch_lightning.loggers import Logger
 from graphormer_urpe.data.files import atomic_write_text
 from graphormer_urpe.errors import InputError
 from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
+from graphormer_urpe.run.records import write_json
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -218,15 +219,14 @@ class RunDirectory:
 
 def _locked(path: Path) -> bool:
     """Whether some process holds the lock on ``path`` (False when the file system cannot lock)."""
-    with open(path) as handle:
+    with open(path) as handle:  # closing it drops the shared lock taken to test
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
-        except OSError:
-            return False
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
+        except OSError:  # the file system cannot lock
+            pass
+    return False
 
 
 def read_segments(run_dir: Path) -> list[dict[str, Any]]:
@@ -240,8 +240,7 @@ def start_segment(run_dir: Path, record: Mapping[str, Any], segment: Mapping[str
     segments = read_segments(run_dir)
     number = len(segments)
     atomic_write_text(Path(run_dir) / CONFIG_FILE, config_yaml)
-    payload = {**record, "segments": [*segments, {"segment": number, **segment}]}
-    atomic_write_text(Path(run_dir) / RUN_RECORD, json.dumps(payload, indent=2, default=str) + "\n")
+    write_json(Path(run_dir) / RUN_RECORD, {**record, "segments": [*segments, {"segment": number, **segment}]})
     return number
 
 
@@ -314,8 +313,7 @@ class MetricsLog(Logger):
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
     """The run's learning curve: every segment's rows, less those of earlier segments that a later one logged again
     (from the step it resumed at, or the same step and metrics); rows of runs before segments are segment -1."""
-    path = Path(run_dir) / METRICS_FILE
-    with open(path, newline="") as handle:
+    with open(Path(run_dir) / METRICS_FILE, newline="") as handle:
         rows = [{"segment": -1} | {name: _number(name, text) for name, text in row.items() if text not in ("", None)}
                 for row in csv.DictReader(handle)]
     starts = {int(s["segment"]): int(s["start_step"]) for s in read_segments(run_dir)}
