@@ -1,19 +1,4 @@
-"""Run-operation callbacks shared by every task: exact resume, preemption, non-finite losses, plots, records.
-
-* :class:`LastCheckpoint` writes ``last.ckpt`` every N steps and at the end of training; resuming, it
-  makes the saved checkpoint paths follow a moved or copied run directory (:func:`follow_run_directory`).
-* :class:`LoggedStep` keeps logged steps equal to optimiser steps after an extension.
-* :class:`RNGState` puts every process's random-number-generator state into each checkpoint and
-  restores it before the first batch after a resume (Lightning saves model, optimiser, scheduler,
-  loop counters and, through :class:`~graphormer_urpe.data.loaders.ResumableLoader`, the data order).
-* :class:`PreemptionCheckpoint` turns SIGTERM / SIGUSR1 and a first Ctrl-C into "finish this optimiser
-  step, write ``last.ckpt``, stop" on all processes at the same step, and requeues SLURM jobs.
-* :class:`NonFiniteLossGuard` stops the run at the first NaN/inf loss, naming the step, the graphs
-  of the batch and the last good checkpoint.
-* :class:`RelationTablePlots` draws the learned B and C tables every N validations.
-* :class:`EmbedConfig` puts the resolved config and the identity of the data into every checkpoint.
-* :class:`RunRecord` records each segment of the run in its directory (``config.yaml``, ``run.json``).
-"""
+"""Callbacks of every run: exact resume, preemption, non-finite losses, plots, records (docs/running.md)."""
 
 from __future__ import annotations
 
@@ -49,18 +34,12 @@ from graphormer_urpe.run.records import count_parameters, git_commit, package_ve
 log = logging.getLogger("graphormer_urpe")
 
 
-# ----------------------------------------------------------------------------- exact resume
-
-
 def rng_state() -> dict[str, Any]:
     """This process's torch, CUDA, numpy and Python RNG states, in ``weights_only``-loadable types."""
     name, keys, position, has_gauss, cached = np.random.get_state()
     version, internal, gauss = random.getstate()
-    state = {
-        "torch": torch.get_rng_state(),
-        "numpy": [name, keys.tolist(), position, has_gauss, cached],
-        "python": [version, list(internal), gauss],
-    }
+    state = {"torch": torch.get_rng_state(), "numpy": [name, keys.tolist(), position, has_gauss, cached],
+             "python": [version, list(internal), gauss]}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
@@ -78,13 +57,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 class RNGState(Callback):
-    """Saves the RNG state of every process in checkpoints and restores it on resume.
-
-    Together with the model, optimiser, scheduler, loop counters and data position that Lightning
-    already restores, a CPU run interrupted at step k and resumed reaches bitwise the same weights
-    as an uninterrupted run. The state is applied at ``on_train_start``, after everything that
-    set-up draws, so the first resumed batch sees the same dropout masks as in the original run.
-    """
+    """Saves every process's RNG state in checkpoints; restores it at ``on_train_start``, after set-up's draws."""
 
     def __init__(self) -> None:
         self.pending: dict[str, Any] | None = None
@@ -108,15 +81,7 @@ class RNGState(Callback):
 
 
 def follow_run_directory(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
-    """A ``ModelCheckpoint`` state saved in another directory, its paths taken over to ``dirpath``.
-
-    A checkpoint records the absolute paths of the run's best checkpoints. Lightning, resuming it in
-    another directory (a run directory moved, renamed, copied or synced to another machine; a run
-    continued from another run's checkpoint), keeps ``best_model_path`` pointing into the old
-    directory, so the run would be evaluated and reported with another directory's file, and forgets
-    the best score. Here a path is taken over when ``dirpath`` holds that file (a moved or copied run:
-    everything is restored) and dropped otherwise (another run's checkpoint: this run keeps its own best).
-    """
+    """A ``ModelCheckpoint`` state saved elsewhere, each path moved to ``dirpath`` if it holds the file, or dropped."""
     saved = state.get("dirpath")
 
     def here(path: object) -> str:
@@ -138,15 +103,7 @@ def follow_run_directory(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps and at the end of training.
-
-    Lightning's ``save_last`` skips the end of training once any step wrote ``last.ckpt``; here
-    ``last.ckpt`` always holds the final state, so ``--ckpt_path last`` can extend a finished run.
-
-    Args:
-        dirpath: the checkpoint directory.
-        every_n_train_steps: interval in optimiser steps (0: only at the end and on signals).
-    """
+    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps (0: never) and always at the end of training."""
 
     def __init__(self, dirpath: Path, every_n_train_steps: int) -> None:
         super().__init__(dirpath=dirpath, filename=Path(LAST_CHECKPOINT).stem, save_top_k=0, save_last=True,
@@ -167,14 +124,7 @@ class LastCheckpoint(ModelCheckpoint):
 
 
 class LoggedStep(Callback):
-    """Keeps the step under which Lightning logs equal to the optimiser step before every batch.
-
-    Lightning logs under its count of batches that stepped the optimiser. Resumed from the
-    end-of-training ``last.ckpt`` at a validation step (an extension with ``--ckpt_path last``), it
-    skips the validation it already ran but still counts a batch, so every row the extension logs
-    would be one step late and the step before it missing from the learning curve. Must run before
-    the callbacks that log at the start of a batch (``LearningRateMonitor``).
-    """
+    """Keeps the step Lightning logs under equal to the optimiser step; runs before ``LearningRateMonitor`` logs."""
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -183,27 +133,15 @@ class LoggedStep(Callback):
             epoch_loop._batches_that_stepped = trainer.global_step
 
 
-# ----------------------------------------------------------------------------- preemption
-
-
 class Preempted(Exception):
-    """Training stopped on a signal after writing ``last.ckpt``.
-
-    Args:
-        signal_name: the signal (``SIGTERM``, ``SIGUSR1``, ``SIGINT`` for Ctrl-C).
-        step: optimiser steps done.
-        checkpoint: the checkpoint written, ``<run dir>/checkpoints/last.ckpt``.
-        requeued: whether the SLURM job was requeued.
-    """
+    """Training stopped on ``signal_name`` (``SIGINT`` for Ctrl-C) after writing ``checkpoint``, ``last.ckpt``."""
 
     def __init__(self, signal_name: str, step: int, checkpoint: Path, requeued: bool) -> None:
-        self.signal_name, self.step, self.checkpoint, self.requeued = signal_name, step, checkpoint, requeued
+        self.signal_name = signal_name
         received = "Ctrl-C (SIGINT)" if signal_name == "SIGINT" else signal_name
-        super().__init__(
-            f"{received} received: stopped after step {step} and saved {checkpoint}"
-            + ("; SLURM job requeued" if requeued else "")
-            + f"; continue with --run_name {checkpoint.parent.parent.name} --ckpt_path last"
-        )
+        super().__init__(f"{received} received: stopped after step {step} and saved {checkpoint}"
+                         + ("; SLURM job requeued" if requeued else "")
+                         + f"; continue with --run_name {checkpoint.parent.parent.name} --ckpt_path last")
 
     @property
     def exit_code(self) -> int:
@@ -211,38 +149,13 @@ class Preempted(Exception):
         return 128 + int(getattr(signal, self.signal_name))
 
 
-def slurm_job_id() -> str | None:
-    """This SLURM job (``<array job>_<task>`` for arrays), or None outside SLURM."""
-    if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
-        return f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
-    return os.environ.get("SLURM_JOB_ID")
-
-
 class PreemptionCheckpoint(Callback):
-    """On a signal, finish the optimiser step, save ``last.ckpt``, requeue if asked, and stop.
-
-    Ctrl-C (SIGINT) is always handled so: the first press stops at the end of the optimiser step
-    with ``last.ckpt`` written (exit code 130), a second press stops at once (``KeyboardInterrupt``,
-    keeping the last periodic ``last.ckpt``).
-
-    The handler only sets a flag. After every optimiser step the flags of all processes are summed
-    (one tiny all-reduce), so every process saves and stops at the same step, whichever of them got
-    the signal. Lightning's own SLURM auto-requeue saves from inside the signal handler, in the
-    middle of a step; the CLI turns it off in favour of this callback.
-
-    Args:
-        checkpoint_dir: directory of ``last.ckpt``.
-        signals: names of the signals to handle.
-        requeue_signals: signals after which a SLURM job is requeued (``scontrol requeue``): the
-            warning signal of ``#SBATCH --signal=USR1@120`` before the time limit. After SIGTERM
-            (preemption, scancel) SLURM decides itself.
-    """
+    """On one of ``signals`` or a first Ctrl-C, finish the optimiser step on every process, save ``last.ckpt``,
+    requeue the SLURM job after one of ``requeue_signals``, and stop; a second Ctrl-C stops at once."""
 
     def __init__(self, checkpoint_dir: Path, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1"),
                  requeue_signals: tuple[str, ...] = ("SIGUSR1",)) -> None:
-        self.checkpoint_dir = Path(checkpoint_dir)
-        self.signals = tuple(signals)
-        self.requeue_signals = tuple(requeue_signals)
+        self.checkpoint_dir, self.signals, self.requeue_signals = Path(checkpoint_dir), signals, requeue_signals
         self.received: str | None = None
         self._previous: dict[int, Any] = {}
         self._step_at_batch_start = 0
@@ -254,10 +167,8 @@ class PreemptionCheckpoint(Callback):
         self.received = signal.Signals(signum).name
         if signum == signal.SIGINT:
             log.warning("Ctrl-C: finishing optimiser step %d, then writing %s (Ctrl-C again to stop at once)",
-                        self._global_step() + 1, self.checkpoint_dir / LAST_CHECKPOINT)
-
-    def _global_step(self) -> int:
-        return self._trainer.global_step if self._trainer is not None else 0
+                        (self._trainer.global_step if self._trainer is not None else 0) + 1,
+                        self.checkpoint_dir / LAST_CHECKPOINT)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._trainer = trainer
@@ -267,20 +178,15 @@ class PreemptionCheckpoint(Callback):
             self._previous[signum] = signal.signal(signum, self._handle)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # before Lightning restores the process's original handlers (its teardown runs before the
-        # callbacks' ``teardown``): a handler left behind would outlive the run, and forked workers
-        # that inherit it could no longer be terminated by SIGTERM
-        self._restore_handlers()
-
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._restore_handlers()
-
-    def _restore_handlers(self) -> None:
+        # before Lightning's teardown: a handler left behind would outlive the run (and its forked workers)
         for signum, handler in self._previous.items():
             if signum == signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
                 continue  # Lightning ignores further Ctrl-C while it shuts down after a KeyboardInterrupt
             signal.signal(signum, handler)
         self._previous = {}
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.on_train_end(trainer, pl_module)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -298,7 +204,8 @@ class PreemptionCheckpoint(Callback):
         path = self.checkpoint_dir / LAST_CHECKPOINT
         trainer.save_checkpoint(path, weights_only=False)  # every process takes part; rank 0 writes
         signal_name = self.received or ("SIGUSR1" if requeue else "SIGTERM")  # ranks that got none
-        job = slurm_job_id()
+        array = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+        job = "_".join(array) if all(array) else os.environ.get("SLURM_JOB_ID")  # None outside SLURM
         requeued = bool(requeue and job)
         if requeued and trainer.is_global_zero:
             log.info("requeueing SLURM job %s", job)
@@ -306,17 +213,8 @@ class PreemptionCheckpoint(Callback):
         raise Preempted(signal_name, trainer.global_step, path, requeued)
 
 
-# ----------------------------------------------------------------------------- non-finite losses
-
-
 class NonFiniteLossGuard(Callback):
-    """Stops training before the first backward pass of a NaN/inf loss.
-
-    Every process checks its loss; one all-reduce tells all of them, so they stop together (a lone
-    process raising would leave the others waiting forever in the gradient all-reduce). The error
-    names the step, the epoch and batch, the dataset indices of the batch's graphs on every
-    process with a bad loss (``batch.index``) and the most recent checkpoint to resume from.
-    """
+    """Stops every process before the backward pass of a NaN/inf loss, naming the step, graphs and last checkpoint."""
 
     def __init__(self) -> None:
         self._batch: Any = None
@@ -328,16 +226,13 @@ class NonFiniteLossGuard(Callback):
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         value = float(loss.detach())
-        bad = not math.isfinite(value)
-        if not trainer.strategy.reduce_boolean_decision(bad, all=False):
+        if not trainer.strategy.reduce_boolean_decision(not math.isfinite(value), all=False):
             return
         index = getattr(self._batch, "index", None)
         mine = (trainer.global_rank, value, index.tolist() if isinstance(index, torch.Tensor) else None)
         reports = [r for r in gather_objects(mine) if not math.isfinite(r[1])]
-        graphs = "; ".join(
-            (f"process {rank}: " if trainer.world_size > 1 else "") + f"loss {loss_value}, graphs {indices}"
-            for rank, loss_value, indices in reports
-        )
+        graphs = "; ".join((f"process {rank}: " if trainer.world_size > 1 else "")
+                           + f"loss {loss_value}, graphs {indices}" for rank, loss_value, indices in reports)
         raise NonFiniteLoss(
             f"non-finite training loss at optimiser step {trainer.global_step + 1} (epoch {trainer.current_epoch}, "
             f"batch {self._batch_idx}): {graphs} (dataset indices, GraphBatch.index). Last good checkpoint: "
@@ -348,41 +243,25 @@ class NonFiniteLossGuard(Callback):
 
 def last_good_checkpoint(trainer: pl.Trainer) -> str | None:
     """The most recently written checkpoint of the run (or the one it resumed from)."""
-    candidates = [trainer.ckpt_path] if trainer.ckpt_path else []
-    for callback in trainer.checkpoint_callbacks:
-        candidates += [callback.last_model_path, callback.best_model_path]
+    candidates = [trainer.ckpt_path, *(path for callback in trainer.checkpoint_callbacks
+                                       for path in (callback.last_model_path, callback.best_model_path))]
     existing = {c for c in candidates if c and Path(c).is_file()}
     return max(existing, key=lambda c: Path(c).stat().st_mtime) if existing else None
 
 
-# ----------------------------------------------------------------------------- plots
-
-
 class RelationTablePlots(Callback):
-    """Every ``every_n_validations`` validations, draw the learned B and C (:mod:`graphormer_urpe.run.plots`).
-
-    Graphormers: per head against distance; sequence models: the n x n matrices. The image goes to
-    every W&B logger (``relation_tables``) and to ``<run dir>/plots/``. Does nothing for models
-    without relative encodings.
-
-    Args:
-        plot_dir: where the PNG files go.
-        every_n_validations: plot at every n-th validation (0 turns plotting off).
-    """
+    """Every ``every_n_validations`` validations (0: never), draw the learned B and C to ``plot_dir`` and W&B."""
 
     def __init__(self, plot_dir: Path, every_n_validations: int = 5) -> None:
-        self.plot_dir = Path(plot_dir)
-        self.every_n_validations = every_n_validations
-        self.validations = 0
+        self.plot_dir, self.every_n_validations, self.validations = Path(plot_dir), every_n_validations, 0
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking or self.every_n_validations <= 0:
             return
         self.validations += 1
         model = getattr(pl_module, "model", None)
-        if self.validations % self.every_n_validations or not has_relative_encodings(model):
-            return
-        if not trainer.is_global_zero:
+        if (self.validations % self.every_n_validations or not has_relative_encodings(model)
+                or not trainer.is_global_zero):
             return
         path = self.plot_dir / f"relation_tables-step{trainer.global_step:07d}.png"
         self.plot_dir.mkdir(parents=True, exist_ok=True)
@@ -392,63 +271,24 @@ class RelationTablePlots(Callback):
                 logger.log_image(key="relation_tables", images=[str(path)], step=trainer.global_step)
 
 
-# ----------------------------------------------------------------------------- records
-
-
-class EmbedConfig(Callback):
-    """Stores the resolved YAML config and the identity of the data in every checkpoint.
-
-    Args:
-        config_yaml: the resolved config.
-        data_config: its ``data`` section as plain data (for :func:`~graphormer_urpe.run.identity.data_identity`).
-    """
-
-    def __init__(self, config_yaml: str, data_config: dict) -> None:
-        self.config_yaml, self.data_config = config_yaml, data_config
-
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
-        checkpoint[CONFIG_KEY] = self.config_yaml
-        checkpoint[DATA_IDENTITY_KEY] = data_identity(trainer.datamodule, self.data_config)
-
-
 class RunRecord(Callback):
-    """At the start of each segment of the run (its first start, every resume or extension), records
-    it: writes ``config.yaml`` and ``run.json`` (this segment appended to the run's segments) and
-    opens the segment of the metrics log (:func:`~graphormer_urpe.run.ledger.start_segment`).
-
-    Runs when training starts: after ``train.py`` checked the resume (checkpoint, data, batch), the
-    data were set up and the loaders built (which check the options that need the data, e.g. a
-    ``trainer.val_check_interval`` longer than an epoch), and before anything is trained; a start
-    refused before then leaves no file in the run directory. A resume with nothing left to train
-    (``trainer.max_steps`` reached) records its segment when fitting ends, before the final evaluation
-    logs anything. ``run.json`` records the dataset and its split sizes, parameter count, device,
-    precision, seed, git commit, package versions, where the run's weights came from
-    (``initialised_from``: one line, :func:`~graphormer_urpe.run.finetune.describe`; null for a run
-    from scratch) and, per segment, the command line, start time, the step it started from, the
-    checkpoint it resumed, and the whole record of the ``--init_from`` checkpoint it loaded
-    (``initialised_from``, :mod:`graphormer_urpe.run.finetune`; null in segments that loaded none).
-
-    Args:
-        run_dir: the run directory.
-        config_name: the config's name.
-        seed: ``seed_everything``.
-        config: the resolved config as plain data (for loggers).
-        config_yaml: the resolved config as YAML (``config.yaml``).
-        argv: the command line's arguments.
-        metrics_log: the run's metrics log, if any.
-    """
+    """Records each segment of the run (``config.yaml``, ``run.json``, ``metrics.csv``) when training starts, after
+    every check; puts the resolved config and the identity of the data into every checkpoint."""
 
     def __init__(self, run_dir: Path, config_name: str, seed: int | None, config: dict, config_yaml: str,
                  argv: Sequence[str], metrics_log: MetricsLog | None) -> None:
         self.run_dir, self.config_name, self.seed, self.config = run_dir, config_name, seed, config
         self.config_yaml, self.argv, self.metrics_log = config_yaml, list(argv), metrics_log
         self.resumed_from: str | None = None
-        self.start_step = 0
-        self.recorded = False
+        self.start_step, self.recorded = 0, False
 
     def resuming(self, checkpoint: str, step: int) -> None:
         """This segment resumes ``checkpoint``, written after optimiser step ``step``."""
         self.resumed_from, self.start_step = checkpoint, step
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        checkpoint[CONFIG_KEY] = self.config_yaml
+        checkpoint[DATA_IDENTITY_KEY] = data_identity(trainer.datamodule, self.config["data"])
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._record(trainer, pl_module)
@@ -459,21 +299,14 @@ class RunRecord(Callback):
 
     def _record(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.recorded = True
-        datamodule = trainer.datamodule
-        info = {
-            "run_dir": str(self.run_dir),
-            "config": self.config_name,
-            "command": shlex.join(["train.py", *self.argv]),
-            "dataset": datamodule.describe() if datamodule is not None else None,
-            "parameters": count_parameters(pl_module),
-            "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",
-            "precision": trainer.precision,
-            "seed": self.seed,
-            "git_commit": git_commit(),
-            "versions": package_versions(),
-        }
         initialised = getattr(pl_module, "initialised_from", None)  # a resumed run carries it in its checkpoint
-        info["initialised_from"] = None if initialised is None else describe(initialised)
+        info = {"run_dir": str(self.run_dir), "config": self.config_name,
+                "command": shlex.join(["train.py", *self.argv]),
+                "dataset": trainer.datamodule.describe() if trainer.datamodule is not None else None,
+                "parameters": count_parameters(pl_module),
+                "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",
+                "precision": trainer.precision, "seed": self.seed, "git_commit": git_commit(),
+                "versions": package_versions(), "initialised_from": describe(initialised) if initialised else None}
         segment = {"command": info["command"], "started": datetime.datetime.now().isoformat(timespec="seconds"),
                    "start_step": self.start_step, "resumed_from": self.resumed_from,
                    "initialised_from": initialised if self.resumed_from is None else None}

@@ -1,13 +1,4 @@
-"""Checkpoint files: write them whole, read them and the config they embed, and check that one fits
-before Lightning touches it.
-
-Checkpoints are written whole or not at all (:class:`AtomicCheckpointIO`). A truncated file, a file
-that is not a checkpoint, or a checkpoint of another architecture would otherwise surface as a long
-stack trace from deep inside ``torch.load`` or ``load_state_dict``. :func:`check_checkpoint` turns
-each into one :class:`CheckpointError` naming what does not match: missing and unexpected parameter
-names, shape differences, and the hyper-parameters that explain them (attention type, number of
-layers, width ...).
-"""
+"""Checkpoint files: written whole, read with the config they embed, checked to fit (one-line CheckpointError)."""
 
 from __future__ import annotations
 
@@ -21,6 +12,7 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from torch import nn
 
 from graphormer_urpe.errors import CheckpointError
+from graphormer_urpe.run.identity import flatten
 from graphormer_urpe.tasks.base import check_layout
 
 #: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
@@ -32,16 +24,7 @@ SHOWN_KEYS = 5
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes a checkpoint whole or not at all, beside its final name: ``torch.save`` into
-    ``.<name>.partial-<pid>`` in the same directory, flushed to disk, then renamed over the target
-    (``os.replace``, atomic within a file system). A save that is interrupted (``kill -9``, a full disk,
-    a node lost mid-write) leaves the previous ``last.ckpt`` whole; its partial file is removed when
-    the save fails with an exception, and left (hidden, not ``*.ckpt``) when the process is killed.
-
-    Lightning's own writer goes through a temporary file in the system's temporary directory, which on
-    a cluster is usually another file system than the run's: its final move is then a copy into
-    place, torn when interrupted, and every checkpoint passes through a node's small ``/tmp``.
-    """
+    """Writes a checkpoint whole or not at all: into ``.<name>.partial-<pid>`` beside it, flushed, renamed over it."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         if storage_options is not None:
@@ -72,22 +55,15 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises RuntimeError, EOFError, UnpicklingError ... for bad files
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(
-            f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint, probably truncated or "
-            f"corrupted: {reason}"
-        ) from None
+        raise CheckpointError(f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint, probably "
+                              f"truncated or corrupted: {reason}") from None
     if not isinstance(checkpoint, Mapping) or "state_dict" not in checkpoint:
         raise CheckpointError(f"{path} is a torch file but not a Lightning checkpoint (no 'state_dict')")
     return dict(checkpoint)
 
 
 def embedded_config(path: str | Path) -> str:
-    """The resolved YAML config that ``train.py`` stored in the checkpoint.
-
-    Raises:
-        CheckpointError: an unreadable file, one without a config (not written by ``train.py``), or a
-            checkpoint of the layout before the task family was merged (one line naming the converter).
-    """
+    """The resolved YAML config that ``train.py`` stored in the checkpoint."""
     checkpoint = load_checkpoint(path)
     if CONFIG_KEY not in checkpoint:
         raise CheckpointError(f"{path} holds no config (not written by train.py); pass --config")
@@ -96,26 +72,10 @@ def embedded_config(path: str | Path) -> str:
 
 
 def saved_loader_states(checkpoint: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The saved positions of the training loaders in a Lightning checkpoint (what
-    :meth:`~graphormer_urpe.data.loaders.ResumableLoader.state_dict` returned), if any."""
+    """The saved positions of the training loaders (``ResumableLoader.state_dict``) in a Lightning checkpoint."""
     fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
     states = fit_loop.get("state_dict", {}).get("combined_loader", [])
     return [state for state in states if isinstance(state, Mapping) and "global_batch" in state]
-
-
-def _shown(names: list[str]) -> str:
-    more = f" ... (+{len(names) - SHOWN_KEYS} more)" if len(names) > SHOWN_KEYS else ""
-    return ", ".join(names[:SHOWN_KEYS]) + more
-
-
-def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat = {}
-    for key, value in mapping.items():
-        if isinstance(value, Mapping):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def state_dict_problems(saved: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> list[str]:
@@ -124,35 +84,18 @@ def state_dict_problems(saved: Mapping[str, torch.Tensor], expected: Mapping[str
     unexpected = [k for k in saved if k not in expected]
     reshaped = [f"{k} {tuple(saved[k].shape)} in the checkpoint vs {tuple(v.shape)} in the model"
                 for k, v in expected.items() if k in saved and tuple(saved[k].shape) != tuple(v.shape)]
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} parameters of the model are not in the checkpoint: {_shown(missing)}")
-    if unexpected:
-        problems.append(f"{len(unexpected)} checkpoint parameters are not in the model: {_shown(unexpected)}")
-    if reshaped:
-        problems.append(f"{len(reshaped)} parameters differ in shape: {_shown(reshaped)}")
-    return problems
+    found = ((missing, "parameters of the model are not in the checkpoint"),
+             (unexpected, "checkpoint parameters are not in the model"), (reshaped, "parameters differ in shape"))
+    return [f"{len(names)} {problem}: {', '.join(names[:SHOWN_KEYS])}"
+            + (f" ... (+{len(names) - SHOWN_KEYS} more)" if len(names) > SHOWN_KEYS else "")
+            for names, problem in found if names]
 
 
 def check_checkpoint(path: str | Path, module: nn.Module, hparams: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Load ``path`` and make sure its weights fit ``module``.
-
-    Args:
-        path: the checkpoint.
-        module: the LightningModule (or any module) that will load it.
-        hparams: the module's hyper-parameters; differing ones are named to explain a mismatch.
-
-    Returns:
-        The checkpoint.
-
-    Raises:
-        CheckpointError: unreadable file, or weights that do not fit (names, shapes, hyper-parameters).
-    """
+    """Load ``path`` and make sure its weights fit ``module``, naming the differing ``hparams`` that explain it."""
     checkpoint = load_checkpoint(path)
-    problems = state_dict_problems(checkpoint["state_dict"], module.state_dict())
-    if problems:
-        saved_hparams = _flat(checkpoint.get("hyper_parameters") or {})
-        current = _flat(hparams or {})
+    if problems := state_dict_problems(checkpoint["state_dict"], module.state_dict()):
+        saved_hparams, current = flatten(checkpoint.get("hyper_parameters") or {}), flatten(hparams or {})
         differing = [f"{k}: checkpoint {saved_hparams[k]!r}, config {current[k]!r}"
                      for k in sorted(set(saved_hparams) & set(current)) if saved_hparams[k] != current[k]]
         lines = [f"checkpoint {path} does not fit the configured model:", *[f"  - {p}" for p in problems]]

@@ -1,11 +1,4 @@
-"""The command line shared by ``train.py`` and ``evaluate.py``, and the run directory it picks.
-
-Built on LightningCLI (jsonargparse): ``--config NAME`` (a bare name resolves to ``configs/``),
-dotted overrides such as ``--trainer.max_steps 200``, unknown keys rejected by name, and the
-resolved config saved in every run directory and inside every checkpoint (with the identity of the
-data: :class:`~graphormer_urpe.run.callbacks.EmbedConfig`, :class:`~graphormer_urpe.run.callbacks.RunRecord`).
-Run directories are ledgers (:mod:`graphormer_urpe.run.ledger`).
-"""
+"""The command line of ``train.py`` and ``evaluate.py`` (LightningCLI), and the run directory it picks."""
 
 from __future__ import annotations
 
@@ -32,17 +25,8 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
 from graphormer_urpe.data.files import unwritable
-from graphormer_urpe.errors import (
-    ConfigError,
-    InputError,
-    check_choice,
-    check_int,
-    check_number,
-    import_object,
-    refuse,
-)
+from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number, import_object, refuse
 from graphormer_urpe.run.callbacks import (
-    EmbedConfig,
     LastCheckpoint,
     LoggedStep,
     NonFiniteLossGuard,
@@ -61,24 +45,18 @@ from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
 log = logging.getLogger("graphormer_urpe")
 
 CONFIG_DIR = REPO_DIR / "configs"
-#: Environment variable through which processes launched by this one (Lightning's DDP launcher)
-#: share the run directory it chose.
+#: Environment variable through which processes launched by this one (Lightning's DDP) share its run directory.
 RUN_DIR_ENV = "GRAPHORMER_RUN_DIR"
 #: Run directories this process chose itself (a later run in the same process must not reuse them).
 _CHOSEN_HERE: set[str] = set()
 
 
-#: jsonargparse parser mode of this CLI: YAML, with a bare ``None`` read as null. jsonargparse passes an
-#: override of a field nested in a subclass's argument (``--model.encoder.spatial_pos_max null``) on
-#: to the subclass's parser as ``--encoder.spatial_pos_max=<loaded value>``; a loaded null is written
-#: there as ``None``, which YAML reads as a string, so ``null`` could not be given on the command line.
+#: jsonargparse parser mode of this CLI: YAML, with a bare ``None`` (a nested override's null, passed on) read as null.
 PARSER_MODE = "graphormer_yaml"
 _yaml_loader = get_loader("yaml")
 
 
 def _load_value(text: str) -> Any:
-    """A command-line or config value: YAML, and ``None`` alone is null (as written by jsonargparse, see
-    :data:`PARSER_MODE`)."""
     return None if text.strip() == "None" else _yaml_loader(text)
 
 
@@ -86,8 +64,7 @@ set_loader(PARSER_MODE, _load_value, (yaml.YAMLError,))
 
 
 def resolve_config_paths(argv: Sequence[str]) -> list[str]:
-    """Turn ``--config zinc_subset.yaml`` or ``--config zinc_subset`` into a path under ``configs/``
-    when it is not an existing file."""
+    """Turn ``--config zinc_subset[.yaml]`` into a path under ``configs/`` when it is not an existing file."""
     args = list(argv)
     for i, arg in enumerate(args):
         name = None
@@ -97,13 +74,11 @@ def resolve_config_paths(argv: Sequence[str]) -> list[str]:
             name, index = arg.split("=", 1)[1], i
         if name is None or Path(name).is_file():
             continue
-        for candidate in (CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml"):
-            if candidate.is_file():
-                args[index] = str(candidate) if index != i else f"--config={candidate}"
-                break
-        else:
+        candidate = next((c for c in (CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml") if c.is_file()), None)
+        if candidate is None:
             available = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
             refuse(f"config '{name}' is neither a file nor in {CONFIG_DIR} (available: {available})")
+        args[index] = str(candidate) if index != i else f"--config={candidate}"
     return args
 
 
@@ -119,10 +94,8 @@ def configure_logging() -> None:
 
 def launcher_run_id() -> str | None:
     """An id that every process of this launch sees: SLURM job (and srun step), or torchrun run id."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if job:
-        array = os.environ.get("SLURM_ARRAY_TASK_ID")
-        step = os.environ.get("SLURM_STEP_ID")
+    if job := os.environ.get("SLURM_JOB_ID"):
+        array, step = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_STEP_ID")
         return f"slurm{os.environ.get('SLURM_ARRAY_JOB_ID', job)}" + (f"_{array}" if array else "") + \
             (f".{step}" if step else "")
     torchrun = os.environ.get("TORCHELASTIC_RUN_ID")
@@ -133,15 +106,8 @@ def launcher_run_id() -> str | None:
 
 def resolve_run_dir(run_root: str | Path, run_name: str | None, config_name: str,
                     now: datetime.datetime | None = None) -> RunDirectory:
-    """The run directory, identical in every process of a multi-process run.
-
-    In order: ``run_root/run_name``; the directory chosen by the process that launched this one
-    (Lightning's DDP launcher passes it through :data:`RUN_DIR_ENV`); ``<config>-<launch id>``
-    under SLURM (stable across requeues) or torchrun; for a single process a new directory
-    ``<config>-<timestamp>`` (``now``, default the current time), created here
-    (:func:`~graphormer_urpe.run.ledger.create_timestamped_dir`). Named directories are created or
-    checked when the run starts (:meth:`~graphormer_urpe.run.ledger.RunDirectory.open`).
-    """
+    """The run directory, identical in every process: ``run_root/run_name``, the launching process's, the launch
+    id's under SLURM or torchrun, else a new ``<config>-<timestamp>`` (``now``: default the current time)."""
     if run_name:
         directory = RunDirectory(Path(run_root) / run_name)
     elif os.environ.get(RUN_DIR_ENV) and os.environ[RUN_DIR_ENV] not in _CHOSEN_HERE:
@@ -163,12 +129,8 @@ class CheckpointOptions:
     """When ``last.ckpt`` (the checkpoint that ``--ckpt_path last`` resumes) is written.
 
     Args:
-        every_n_steps: every N optimiser steps, and always at the end of training and on signals
-            (0: only then).
-        signals: signals after which the run finishes its optimiser step, writes ``last.ckpt`` and
-            exits with code 128 + signal number: SLURM sends SIGTERM when preempting or cancelling,
-            and SIGUSR1 ahead of the time limit with ``#SBATCH --signal=USR1@120``. Ctrl-C (SIGINT)
-            is always handled so (exit code 130), and a second Ctrl-C stops at once.
+        every_n_steps: every N optimiser steps, and always at the end of training and on signals (0: only then).
+        signals: signals after which the run finishes its step, writes ``last.ckpt`` and exits (128 + signal number).
         requeue: under SLURM, requeue the job (``scontrol requeue``) after SIGUSR1.
     """
 
@@ -177,7 +139,6 @@ class CheckpointOptions:
     requeue: bool = True
 
     def __post_init__(self) -> None:
-        """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""
         check_int("checkpoint.every_n_steps", self.every_n_steps, 0, hint=" (0: only at the end and on signals)")
         catchable = {s.name for s in signal.valid_signals() if isinstance(s, signal.Signals)} - {"SIGKILL", "SIGSTOP"}
         for name in self.signals:
@@ -188,19 +149,7 @@ class CheckpointOptions:
 
 
 class GraphormerCLI(LightningCLI):
-    """LightningCLI with run directories, a logger chosen by one key, and the data-to-model link.
-
-    Extra top-level keys:
-        run_root: directory under which each run gets its own directory.
-        run_name: name of the run directory (default: see :func:`resolve_run_dir`).
-        logger: ``csv`` (default), ``wandb`` (W&B plus the CSV log) or ``none``.
-        wandb: :class:`~graphormer_urpe.run.tracking.WandbOptions` (project, entity, name, tags, group, mode).
-        checkpoint: :class:`CheckpointOptions` (``last.ckpt`` interval, signals, SLURM requeue).
-        ckpt_path: resume training from a checkpoint; ``last`` for ``<run dir>/checkpoints/last.ckpt``;
-            ``auto`` for that one if it exists, else start (see :meth:`~graphormer_urpe.run.ledger.RunDirectory.open`).
-        init_from: checkpoint whose architecture the run takes and whose weights ``train.py`` loads before
-            fitting a new run (see :mod:`graphormer_urpe.run.finetune`).
-    """
+    """LightningCLI with run directories, a logger chosen by one key, and the data-to-model link."""
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:
         configure_logging()
@@ -209,22 +158,12 @@ class GraphormerCLI(LightningCLI):
         #: The command line as given (recorded per segment in ``run.json``).
         self.argv = list(sys.argv[1:] if args is None else args)
         argv = resolve_config_paths(self.argv)
-        self.config_name = next(
-            (Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
-             for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")),
-            "run",
-        )
-        super().__init__(
-            pl.LightningModule,
-            pl.LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            run=False,
-            args=argv,
-            save_config_callback=None,  # RunRecord writes config.yaml, once the run's checks have passed
-            parser_kwargs={"default_env": False, "parser_mode": PARSER_MODE, "exit_on_error": False},
-            **kwargs,
-        )
+        self.config_name = next((Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
+                                 for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), "run")
+        super().__init__(pl.LightningModule, pl.LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+                         run=False, args=argv, save_config_callback=None,  # RunRecord writes config.yaml later
+                         parser_kwargs={"default_env": False, "parser_mode": PARSER_MODE, "exit_on_error": False},
+                         **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_root", type=str, default="runs", help="Directory holding one directory per run.")
@@ -241,39 +180,23 @@ class GraphormerCLI(LightningCLI):
                             help="Start a new run from this checkpoint's weights (ours or converted, any dataset): "
                                  "it decides the encoder's architecture; the head is rebuilt when the data's targets "
                                  "differ; a URPE run takes an RPE checkpoint with C set to ones (docs/finetuning.md).")
-        # what the data is (vocabularies, widths, outputs, readout, kind and names of the targets) reaches
-        # the task in one declaration, never typed twice (graphormer_urpe.data.spec)
+        # what the data is (vocabularies, widths, outputs, targets) reaches the task in one declaration
         parser.link_arguments("data.spec", "model.init_args.data", apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse the command line, then check what needs no object built (the seed, the trainer's
-        options, the run root). A value of the wrong type, an unknown key or an impossible value
-        stops here in one line naming the key (exit code 2), not with jsonargparse's usage text
-        and nested report."""
+        """Parse, then check what needs no object built; a bad value stops in one line naming the key (exit 2)."""
         try:
             super().parse_arguments(parser, args)
-        except ArgumentError as error:
-            log.error("%s", parse_error_line(str(error)))
+            self.config["run_root"] = os.path.expanduser(self.config["run_root"])  # ~/runs: the home's, not ./~
+            check_run_options(self.config)
+        except (ArgumentError, ConfigError) as error:
+            log.error("%s", parse_error_line(str(error)) if isinstance(error, ArgumentError) else error)
             raise SystemExit(2) from None
         #: Whether the seed is drawn at random (``seed_everything: true``), so that every start has another.
         self.seed_drawn = self.config["seed_everything"] is True
-        self.config["run_root"] = os.path.expanduser(self.config["run_root"])  # ~/runs: the home's, not ./~
-        try:
-            check_run_options(self.config)
-        except ConfigError as error:
-            log.error("%s", error)
-            raise SystemExit(2) from None
 
     def instantiate_classes(self) -> None:
-        """Build data, model and trainer, checking every option on the way (each config's ``__post_init__``,
-        each datamodule's constructor, the global batch against the processes, the data's spec against the
-        task's settings; sources that infer their spec read their data when it is linked into the task).
-        With ``--init_from``, the checkpoint's architecture replaces the config's first, and what it loads
-        into the model is checked last (:mod:`graphormer_urpe.run.finetune`).
-        Anything that cannot work stops here, before a run directory exists or data are built, with one
-        line naming the key, file or rows (:class:`~graphormer_urpe.errors.InputError`, or a trainer
-        setting that Lightning refuses, ``MisconfigurationException``), and exit code 2; not with
-        jsonargparse's report, which nests the message in the whole config."""
+        """Build data, model and trainer (``--init_from``: its architecture first); a refusal is one line, exit 2."""
         #: What ``--init_from`` loads into a new run (checked here, loaded by ``train.py``), or None.
         self.initialisation: Initialisation | None = None
         try:
@@ -315,12 +238,6 @@ class GraphormerCLI(LightningCLI):
         """Where checkpoints go."""
         return self.run_dir / "checkpoints"
 
-    def _loggers(self, run_dir: Path) -> list[Logger]:
-        loggers: list[Logger] = [self.metrics_log] if self.metrics_log is not None else []
-        if self.config["logger"] == "wandb":
-            loggers.append(wandb_logger(self.config_init["wandb"], run_dir))
-        return loggers
-
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         run_dir, checkpoint_dir = self.run_dir, self.checkpoint_dir
         options: CheckpointOptions = self.config_init["checkpoint"]
@@ -335,18 +252,16 @@ class GraphormerCLI(LightningCLI):
         callbacks += [
             ModelCheckpoint(dirpath=checkpoint_dir, filename="best-{step}", monitor=monitor, mode=mode,
                             auto_insert_metric_name=False),
-            LastCheckpoint(checkpoint_dir, options.every_n_steps),
-            LoggedStep(),
-            RNGState(),
+            LastCheckpoint(checkpoint_dir, options.every_n_steps), LoggedStep(), RNGState(),
             PreemptionCheckpoint(checkpoint_dir, tuple(options.signals),
                                  requeue_signals=("SIGUSR1",) if options.requeue else ()),
-            NonFiniteLossGuard(),
-            EmbedConfig(self.config_yaml, self.config_dict()["data"]),
-            self.run_record,
+            NonFiniteLossGuard(), self.run_record,
         ]
+        loggers: list[Logger] = [self.metrics_log] if self.metrics_log is not None else []
         if self.config["logger"] != "none":
             callbacks.append(LearningRateMonitor(logging_interval="step"))
         if self.config["logger"] == "wandb":
+            loggers.append(wandb_logger(self.config_init["wandb"], run_dir))
             callbacks.append(RelationTablePlots(run_dir / "plots", self.config_init["wandb"].plot_every_n_validations))
         plugins = trainer_config.get("plugins") or []
         plugins = list(plugins) if isinstance(plugins, list) else [plugins]
@@ -356,13 +271,12 @@ class GraphormerCLI(LightningCLI):
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             plugins.append(AtomicCheckpointIO())  # an interrupted save never tears last.ckpt
         try:
-            return super().instantiate_trainer(default_root_dir=str(run_dir), logger=self._loggers(run_dir),
+            return super().instantiate_trainer(default_root_dir=str(run_dir), logger=loggers,
                                                callbacks=callbacks, plugins=plugins or None, **kwargs)
-        except ValueError as error:  # Lightning refuses e.g. an unknown accelerator with a plain ValueError
+        except BaseException as error:
             self.run_directory.release()  # no run directory left behind
-            raise InputError(f"trainer: {error}") from error
-        except BaseException:
-            self.run_directory.release()
+            if isinstance(error, ValueError):  # Lightning refuses e.g. an unknown accelerator with a plain ValueError
+                raise InputError(f"trainer: {error}") from error
             raise
 
     @property
@@ -385,14 +299,7 @@ class GraphormerCLI(LightningCLI):
 
 
 def parse_error_line(report: str) -> str:
-    """jsonargparse's nested parse error as one line: the dotted key of the innermost ``Parser key``
-    (``init_args`` left out, as the command line writes it) and the first line of its own report.
-
-    Example:
-        >>> parse_error_line('Parser key "model":\\n  Errors:\\n    - Parser key "encoder.hidden_dim":\\n'
-        ...                  "        Expected a <class 'int'>. Got value: abc\\n  Given value: x")
-        "model.encoder.hidden_dim: Expected a <class 'int'>. Got value: abc"
-    """
+    """jsonargparse's nested parse error as one line: the innermost key (no ``init_args``) and its own report."""
     lines = report.splitlines()
     keys, detail = [], None
     for k, line in enumerate(lines):
@@ -415,13 +322,7 @@ _REPORT_FRAMING = ("Does not validate against any of the Union subtypes", "Subty
 
 
 def check_run_options(config: Mapping[str, Any]) -> None:
-    """Refuse a seed, a run name or root or trainer options that Lightning would accept and then fail on
-    mid-run (or silently misuse).
-
-    Raises:
-        ConfigError: naming the key (``seed_everything``, ``run_name``, ``run_root``, ``trainer.<option>``) and
-            what is allowed.
-    """
+    """Refuse a seed, run name, run root or trainer option that Lightning would accept, then fail on (or misuse)."""
     seed = config["seed_everything"]
     if not isinstance(seed, bool) and seed is not None:
         check_int("seed_everything", seed, 0, 2**32 - 1, hint=", true (a random seed) or false/null (none)")
@@ -459,11 +360,7 @@ def check_run_options(config: Mapping[str, Any]) -> None:
 
 
 def check_global_batch(datamodule: pl.LightningDataModule, trainer: pl.Trainer) -> None:
-    """The configured batch is the global batch: every one of the W processes loads ``batch_size / W``.
-
-    Raises:
-        ConfigError: ``data.batch_size`` (or ``data.eval_batch_size``) does not divide by W.
-    """
+    """Refuse a global ``data.batch_size`` (or ``eval_batch_size``) that does not divide by the W processes."""
     world = trainer.world_size
     for name in ("batch_size", "eval_batch_size"):
         batch = getattr(datamodule, name, None)

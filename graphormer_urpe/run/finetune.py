@@ -1,33 +1,4 @@
-"""Start a run from the weights of another: ``train.py --config ANY --init_from CKPT``.
-
-``CKPT`` is a checkpoint written by ``train.py`` (any config, any dataset) or by
-``python -m graphormer_urpe.convert`` (official Graphormer, transformers). What it decides, and
-what the new run's config and data decide:
-
-* **The architecture** (the network config's ``ARCHITECTURE`` fields: layers, widths, heads,
-  distance layout, edge encoding, hops, norms, head type, graph token, max degree) is the
-  checkpoint's. :func:`take_architecture` writes it into the run's config before the model is
-  built, so ``config.yaml`` and every checkpoint of the run describe the model it trains; one
-  warning names the options of the config it replaced.
-* **The data's fields** are the new data's. The feature tables (node and edge embeddings,
-  continuous projections) load only when the featuriser is the same: the data's ``FEATURE_FIELDS``
-  (vocabularies, continuous widths) equal the checkpoint's; otherwise the run is refused.
-* **The head** (the network's output layer, and a regression's target statistics) is kept when the
-  new data's targets are the checkpoint's (outputs, level, kind, and names where the checkpoint
-  records them) and rebuilt otherwise, with fresh weights and, for a regression with
-  ``normalize_targets``, statistics of the new training split.
-* **attention and the dropouts** stay the config's. An RPE checkpoint starts a URPE run with C at
-  ones, so that the run starts out predicting exactly what the checkpoint predicted (paper section
-  4.2: "we can fine-tune any well-trained RPE-based Transformer to its URPE-based counterpart by
-  setting C as an all-one matrix").
-
-The CLI reads the checkpoint and plans the initialisation while it builds the run
-(:func:`read_source`, :func:`take_architecture`, :func:`plan_initialisation`): every refusal is one
-:class:`~graphormer_urpe.errors.CheckpointError` line before any work. ``train.py`` then loads the
-weights into a new run (:func:`initialise`); a resume loads its own checkpoint instead. The record
-of where the weights came from (:class:`Initialisation.record`) goes into ``run.json`` and, under
-:data:`~graphormer_urpe.tasks.base.INITIALISED_FROM`, into every checkpoint of the run.
-"""
+"""Start a run from the weights of another: ``train.py --config ANY --init_from CKPT``. See docs/finetuning.md."""
 
 from __future__ import annotations
 
@@ -54,22 +25,7 @@ log = logging.getLogger("graphormer_urpe")
 
 @dataclass(frozen=True)
 class SourceCheckpoint:
-    """A checkpoint read for ``--init_from``: its weights, its network's config, and what it says
-    about its targets and its origin.
-
-    Args:
-        path: the file, as given.
-        sha256: its SHA-256.
-        state: its state dict (the task's tensors: ``model.*``, target statistics).
-        encoder: its network's config (a :attr:`GraphormerTask.config_class` instance).
-        target_kind: the kind of its targets, None when the file does not record it.
-        target_names: its target names, None when the file does not record them (converted checkpoints).
-        origin: what the file records of its origin: ``converted_from`` (a conversion), ``config`` (the
-            resolved config of the run that wrote it), ``initialised_from`` (that run's own source),
-            ``global_step``.
-        data_name: its dataset, for messages (the source class of its config, or the converted format).
-        path_order: the shortest-path order its edge encoding learned, None when unknown.
-    """
+    """A checkpoint read for ``--init_from``: weights, network config, targets, origin, data (None: unrecorded)."""
 
     path: str
     sha256: str
@@ -83,13 +39,7 @@ class SourceCheckpoint:
 
 
 def read_source(path: str, task_class: type) -> SourceCheckpoint:
-    """Read ``path`` as the source of a run of ``task_class``.
-
-    Raises:
-        CheckpointError: (one line) the file is missing, unreadable or not a checkpoint, is of the layout
-            before the task family was merged (:func:`~graphormer_urpe.tasks.base.check_layout`), records no
-            encoder settings, has settings the task's network does not know, or invalid ones.
-    """
+    """Read ``path`` as the source of a run of ``task_class``, or raise a one-line :class:`CheckpointError`."""
     config_class = getattr(task_class, "config_class", None)
     if config_class is None:
         raise CheckpointError(f"--init_from {path}: {task_class.__name__} is not a graphormer_urpe task "
@@ -105,18 +55,16 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
         raise CheckpointError(f"--init_from {path}: the checkpoint records no encoder settings "
                               "(hyper_parameters['encoder']); take one written by train.py or by "
                               "python -m graphormer_urpe.convert")
-    unknown = sorted(set(saved) - {f.name for f in dataclasses.fields(config_class)})
-    if unknown:
+    if unknown := sorted(set(saved) - {f.name for f in dataclasses.fields(config_class)}):
         raise CheckpointError(f"--init_from {path}: its encoder has settings that {config_class.__name__} does not "
                               f"know: {', '.join(unknown)} (a checkpoint of another network, or of a newer version?)")
     try:
         encoder = config_class(**saved)
     except ConfigError as error:
         raise CheckpointError(f"--init_from {path}: its encoder settings are not valid: {error}") from None
-    config = yaml.safe_load(checkpoint[CONFIG_KEY]) if CONFIG_KEY in checkpoint else None
     converted = checkpoint.get("converted_from")
-    if config is not None:  # written by train.py (or upgraded from an earlier layout of ours)
-        data = config["data"]
+    if CONFIG_KEY in checkpoint:  # written by train.py (or upgraded from an earlier layout of ours)
+        data = yaml.safe_load(checkpoint[CONFIG_KEY])["data"]
         source = data.get("init_args", {}).get("source")
         data_name = (source["class_path"] if isinstance(source, Mapping) else data["class_path"]).rsplit(".", 1)[-1]
         path_order = data.get("init_args", {}).get("path_order")
@@ -134,12 +82,7 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
 
 
 def take_architecture(encoder: MutableMapping[str, Any], source: SourceCheckpoint) -> dict[str, dict[str, Any]]:
-    """Set the architecture fields of the run's encoder config (``model.init_args.encoder``, before the
-    model is built) to the checkpoint's, and warn in one line about the values it replaced.
-
-    Returns:
-        The replaced fields: ``{field: {"config": its value, "checkpoint": the checkpoint's}}``.
-    """
+    """Set the run's encoder config's architecture to the checkpoint's; warn about and return the replaced fields."""
     overridden = {}
     for field in type(source.encoder).ARCHITECTURE:
         value = getattr(source.encoder, field)
@@ -155,16 +98,7 @@ def take_architecture(encoder: MutableMapping[str, Any], source: SourceCheckpoin
 
 @dataclass(frozen=True)
 class Initialisation:
-    """What :func:`initialise` loads into the new run, checked.
-
-    Args:
-        weights: the checkpoint's tensors that load (the head's only when it is kept).
-        reset_to_ones: the run's URPE tables C that the checkpoint lacks (an RPE source): set to ones.
-        record: where the weights came from, and what was kept, rebuilt and replaced (plain data:
-            ``path``, ``sha256``, ``source`` (the checkpoint's ``data`` and origin), ``architecture``,
-            ``overridden``, ``head`` (``kept`` or ``rebuilt``), ``head_reason``, ``loaded``, ``rebuilt``,
-            ``reset_to_ones``).
-    """
+    """What :func:`initialise` loads, the URPE tables C it sets to ones, and the record of the weights' source."""
 
     weights: dict[str, torch.Tensor]
     reset_to_ones: list[str]
@@ -173,18 +107,11 @@ class Initialisation:
 
 def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, datamodule: pl.LightningDataModule,
                         overridden: Mapping[str, Any]) -> Initialisation:
-    """Check that ``source`` can start ``task`` (built with its architecture) on ``datamodule``'s data,
-    and decide what loads.
-
-    Raises:
-        CheckpointError: (one line) the data's featuriser is not the checkpoint's; the checkpoint has a
-            learned URPE C and the run's attention is not URPE; its tensors do not fit otherwise.
-    """
+    """Check that ``source`` can start ``task`` on ``datamodule``'s data, and decide what loads."""
     spec: DataSpec | SequenceSpec = datamodule.spec
     data_name = type(getattr(datamodule, "source", datamodule)).__name__
     new, old = spec.encoder_fields(), {field: getattr(source.encoder, field) for field in spec.encoder_fields()}
-    features = [field for field in spec.FEATURE_FIELDS if plain(old[field]) != plain(new[field])]
-    if features:
+    if any(plain(old[field]) != plain(new[field]) for field in spec.FEATURE_FIELDS):
         raise CheckpointError(
             f"--init_from {source.path}: its feature tables were trained on other input features than this run's "
             f"data has: checkpoint ({source.data_name}) {_features(old, spec)}; data ({data_name}) "
@@ -202,35 +129,26 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, datamodu
     rebuilt = [] if keep_head else [key for key in target if is_head(key)]
     weights = {key: value for key, value in source.state.items() if keep_head or not is_head(key)}
     expected = {key: value for key, value in target.items() if key not in reset and key not in rebuilt}
-    problems = state_dict_problems(weights, expected)
-    if problems:
+    if problems := state_dict_problems(weights, expected):
         raise CheckpointError(f"--init_from {source.path} does not fit the model built from its architecture: "
                               + "; ".join(problems))
     if source.path_order is not None and source.path_order != getattr(datamodule, "path_order", source.path_order):
         log.info("--init_from %s learned its edge encoding on shortest paths in the order %s, this run's data "
                  "follows %s: set data.path_order %s to give it exactly those paths", source.path, source.path_order,
                  datamodule.path_order, source.path_order)
-    record = {
-        "path": source.path,
-        "sha256": source.sha256,
-        "source": {"data": {**{field: plain(value) for field, value in old.items()},
-                            "target_kind": source.target_kind, "target_names": source.target_names,
-                            "name": source.data_name},
-                   **source.origin},
+    data = {**{field: plain(value) for field, value in old.items()}, "target_kind": source.target_kind,
+            "target_names": source.target_names, "name": source.data_name}
+    return Initialisation(weights=weights, reset_to_ones=reset, record={
+        "path": source.path, "sha256": source.sha256, "source": {"data": data, **source.origin},
         "architecture": {field: getattr(source.encoder, field) for field in type(source.encoder).ARCHITECTURE},
-        "overridden": dict(overridden),
-        "head": "kept" if keep_head else "rebuilt",
+        "overridden": dict(overridden), "head": "kept" if keep_head else "rebuilt",
         "head_reason": _same_targets(source) if keep_head else "; ".join(changes),
-        "loaded": len(weights),
-        "rebuilt": rebuilt,
-        "reset_to_ones": reset,
-    }
-    return Initialisation(weights=weights, reset_to_ones=reset, record=record)
+        "loaded": len(weights), "rebuilt": rebuilt, "reset_to_ones": reset,
+    })
 
 
 def initialise(task: GraphormerTask, plan: Initialisation) -> None:
-    """Load the planned weights into ``task`` (a new run's, as :func:`plan_initialisation` checked it),
-    set the URPE tables the checkpoint lacks to ones, and record where the weights came from."""
+    """Load the planned weights into ``task``, set the URPE tables it lacks to ones, and record the source."""
     task.load_state_dict(plan.weights, strict=False)
     scales = {f"{name}.weight": module for name, module in task.named_modules() if isinstance(module, RelativeScale)}
     for key in plan.reset_to_ones:
@@ -256,7 +174,6 @@ def describe(record: Mapping[str, Any]) -> str:
 
 
 def _target_changes(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> list[str]:
-    """How the data's targets differ from the checkpoint's head (kind and names only where it records them)."""
     new = spec.encoder_fields()
     changes = [f"{field} {shown(plain(getattr(source.encoder, field)))} -> {shown(plain(new[field]))}"
                for field in spec.OUTPUT_FIELDS if plain(getattr(source.encoder, field)) != plain(new[field])]
@@ -268,7 +185,6 @@ def _target_changes(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> 
 
 
 def _same_targets(source: SourceCheckpoint) -> str:
-    """Why a head is kept, saying what the checkpoint could not be compared on."""
     unrecorded = [name for name, value in (("kind", source.target_kind), ("names", source.target_names))
                   if value is None]
     return "the data's targets are the checkpoint's" + (
@@ -276,6 +192,5 @@ def _same_targets(source: SourceCheckpoint) -> str:
 
 
 def _features(fields: Mapping[str, Any], spec: DataSpec | SequenceSpec) -> str:
-    """The featuriser's fields of ``fields`` for a message (continuous widths of 0 left out)."""
     return ", ".join(f"{field} {plain(fields[field])}" for field in spec.FEATURE_FIELDS
                      if fields[field] or not field.startswith("continuous"))

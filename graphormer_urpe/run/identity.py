@@ -1,16 +1,4 @@
-"""What makes a dataset the same dataset, and two runs the same experiment.
-
-* :func:`data_identity`: the dataset a datamodule serves. ``train.py`` records it in every checkpoint
-  (:data:`DATA_IDENTITY_KEY`); ``evaluate.py`` (:func:`compare_data`) and every resume compare it
-  with the dataset they rebuild, so that an edited table or changed split options are never scored
-  or trained on under the checkpoint's name.
-* :func:`config_identity`: a resolved config without the keys that only name, place or resume a run,
-  or decide where it executes and what it reports (devices, workers, progress bar, loggers), so
-  a seed or a restart on another number of GPUs is the same experiment.
-  ``seeds.py`` compares it between a finished seed and the sweep it is asked to join; ``train.py``
-  compares it before starting a run again from step 0 in a directory that holds its earlier segments.
-* :func:`differences`: where two such records differ, in one line.
-"""
+"""What makes a dataset the same dataset, and two runs the same experiment (docs/running.md, "What is safe")."""
 
 from __future__ import annotations
 
@@ -33,8 +21,7 @@ LOADING_OPTIONS = frozenset({"root", "batch_size", "eval_batch_size", "num_worke
                              "verify_checksums", "handover_slots"})
 #: Top-level config keys that name, place or resume a run without changing what it computes.
 PLACEMENT_KEYS = ("run_name", "run_root", "ckpt_path")
-#: Config keys (dotted) that decide where a run executes and what it reports, not what it computes:
-#: the global batch makes the steps independent of the processes (up to the order of float sums).
+#: Config keys (dotted) that decide where a run executes and what it reports, not what it computes (global batches).
 EXECUTION_KEYS = ("logger", "wandb", "checkpoint", "trainer.accelerator", "trainer.strategy", "trainer.devices",
                   "trainer.num_nodes", "trainer.enable_progress_bar", "trainer.enable_model_summary",
                   "trainer.log_every_n_steps", "data.init_args.num_workers", "data.init_args.preprocess_workers")
@@ -43,28 +30,17 @@ SHOWN_DIFFERENCES = 5
 
 
 def data_identity(datamodule: pl.LightningDataModule, data_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The identity of the dataset ``datamodule`` serves.
-
-    A cached graph dataset (a datamodule with a ``cache_key``) is its cache key: source, table SHA-1
-    or release options, split options, featuriser version, node limit, path order. Datamodules
-    without a cache (MAG240M, the synthetic tasks) are their class and the options of their config
-    section that decide which examples they serve (``data_config``: ``class_path`` and
-    ``init_args``), all but :data:`LOADING_OPTIONS`. Returned as JSON data (lists, not tuples), so
-    that it compares equal however it was stored.
-    """
-    cache_key = getattr(datamodule, "cache_key", None)
-    if cache_key is not None:
-        identity = dict(cache_key)
-    else:
-        options = {name: value for name, value in data_config.get("init_args", {}).items()
-                   if name not in LOADING_OPTIONS}
-        identity = {"datamodule": data_config["class_path"], **options}
-    return json.loads(json.dumps(identity))
+    """The identity of the dataset ``datamodule`` serves, as JSON data: its ``cache_key``, or its class and the
+    options of its config section (``data_config``) but :data:`LOADING_OPTIONS`."""
+    identity = getattr(datamodule, "cache_key", None)
+    if identity is None:
+        identity = {"datamodule": data_config["class_path"], **{
+            name: value for name, value in data_config.get("init_args", {}).items() if name not in LOADING_OPTIONS}}
+    return json.loads(json.dumps(dict(identity)))
 
 
 def config_identity(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str, Any]:
-    """``config`` (a resolved config as plain data) without :data:`PLACEMENT_KEYS`, :data:`EXECUTION_KEYS`
-    and ``ignore`` (dotted keys)."""
+    """``config`` (plain data) without :data:`PLACEMENT_KEYS`, :data:`EXECUTION_KEYS` and ``ignore`` (dotted)."""
     dropped = {*PLACEMENT_KEYS, *EXECUTION_KEYS, *ignore}
 
     def kept(mapping: Mapping[str, Any], prefix: str) -> dict[str, Any]:
@@ -74,11 +50,12 @@ def config_identity(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> di
     return kept(config, "")
 
 
-def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``mapping`` with nested mappings flattened to dotted keys (an empty mapping is a value)."""
     flat: dict[str, Any] = {}
     for key, value in mapping.items():
         if isinstance(value, Mapping) and value:
-            flat.update(_flat(value, f"{prefix}{key}."))
+            flat.update(flatten(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
@@ -91,7 +68,7 @@ def _shown(values: Mapping[str, Any], key: str) -> str:
 def differences(recorded: Mapping[str, Any], current: Mapping[str, Any], recorded_as: str, current_as: str) -> str:
     """The keys (dotted) where ``recorded`` and ``current`` differ, as one line, e.g. ``sha1: '0d41'
     (checkpoint) vs '9bc1' (now)``; an empty string when they are equal."""
-    old, new = _flat(recorded), _flat(current)
+    old, new = flatten(recorded), flatten(current)
     keys = [key for key in sorted(old.keys() | new.keys()) if key not in old or key not in new or old[key] != new[key]]
     shown = [f"{key}: {_shown(old, key)} ({recorded_as}) vs {_shown(new, key)} ({current_as})"
              for key in keys[:SHOWN_DIFFERENCES]]
@@ -101,13 +78,7 @@ def differences(recorded: Mapping[str, Any], current: Mapping[str, Any], recorde
 
 def compare_data(ckpt: str, checkpoint: Mapping[str, Any], current: Mapping[str, Any],
                  allow_other_data: bool) -> dict[str, Any]:
-    """Compare the data an evaluation rebuilt (``current``, :func:`data_identity`) with those the
-    checkpoint records. Returns what the evaluation's result records about it:
-    ``same_data_as_training`` (None when the checkpoint records no data) and the differences.
-
-    Raises:
-        CheckpointError: the data differ and ``allow_other_data`` is off.
-    """
+    """Compare the data an evaluation rebuilt with those the checkpoint records; returns what its result records."""
     recorded = checkpoint.get(DATA_IDENTITY_KEY)
     if recorded is None:
         log.warning("%s records no identity of its data (written by an earlier version): the data are not "

@@ -1,32 +1,9 @@
-"""A run directory is a ledger: created once, used by one process at a time, appended to by every start.
-
-``train.py`` keeps each run in ``<run_root>/<name>/``:
-
-* **Created atomically.** A new run makes its directory with ``os.mkdir``, which either creates it or
-  fails: an existing directory is never taken over by a new run, and two runs started in the same
-  second get ``<config>-<time>`` and ``<config>-<time>-2`` (:func:`create_timestamped_dir`).
-* **One process at a time.** While ``train.py`` works in a run directory, its global rank 0 holds an
-  exclusive lock on ``<run dir>/.lock`` (the kernel drops it when the process ends, ``kill -9``
-  included) and writes its launch into it; a second process, e.g. a resume started while the run still
-  trains, stops with an error.
-* **Every process decides alike.** Whether a start may use the directory is decided from the files a
-  run writes once it trains (anything but ``.lock``), which every process of a multi-process start
-  reads alike, before any of them waits for the others; under a launcher that starts every process
-  by itself (SLURM, torchrun) the other processes also wait until rank 0 holds the lock, and stop
-  as it does when another launch holds it. No process is left waiting in a collective for a rank 0
-  that stopped.
-* **Segments.** Every start in the directory (the first, each resume after a signal or a crash, each
-  extension) is a segment. ``run.json`` lists them with their command lines, start times and the
-  optimiser step each started from (:func:`start_segment`), and ``metrics.csv`` is only ever appended
-  to, each row naming its segment (:class:`MetricsLog`). A segment that resumes from the checkpoint of
-  step s trains the steps after s again, so its rows supersede those of earlier segments from step s
-  on (and the validation of step s, which it runs again when the checkpoint was written before it):
-  :func:`read_metrics` joins the segments into the run's learning curve, every step once.
-"""
+"""A run directory is a ledger: created once, used by one process at a time, appended to by every start."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import csv
 import datetime
 import fcntl
@@ -48,6 +25,7 @@ from pytorch_lightning.loggers import Logger
 from graphormer_urpe.data.files import atomic_write_text
 from graphormer_urpe.errors import InputError
 from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
+from graphormer_urpe.run.records import write_json
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -55,8 +33,7 @@ log = logging.getLogger("graphormer_urpe")
 LOCK_FILE = ".lock"
 #: Seconds the other processes of a launch wait for rank 0 to hold the run directory.
 WRITER_TIMEOUT = 600.0
-#: Seconds another launch must be seen holding the lock before the other processes stop (rank 0 of
-#: this launch writes its launch into the lock the moment it holds it).
+#: Seconds another launch must be seen holding the lock before the other processes stop.
 FOREIGN_HOLDER_GRACE = 2.0
 #: The resolved config of the latest segment.
 CONFIG_FILE = "config.yaml"
@@ -72,64 +49,41 @@ class RunDirError(InputError):
     """A run directory cannot be used as asked; the message says why and what to do instead."""
 
 
-# ----------------------------------------------------------------------------- the directory
-
-
 def _make_missing(directory: Path) -> list[Path]:
-    """Create ``directory`` and its missing parents; returns those this call created, deepest first."""
+    """Create ``directory`` and its missing parents; returns those created, deepest first."""
     made = []
     for path in [*reversed(directory.parents), directory]:
         if not path.exists():
-            try:
+            with contextlib.suppress(FileExistsError):  # made by another process meanwhile
                 path.mkdir()
                 made.append(path)
-            except FileExistsError:  # made by another process meanwhile
-                pass
     return made[::-1]
 
 
 def create_timestamped_dir(run_root: Path, config_name: str, now: datetime.datetime | None = None) -> RunDirectory:
-    """Create ``run_root/<config>-<YYYYmmdd-HHMMSS>``, or ``...-2``, ``...-3`` when taken (``now``:
-    default the current time), as a :class:`RunDirectory` this process created.
-
-    ``os.mkdir`` either creates a directory or fails, so processes started at the same moment each
-    get a directory of their own, on one machine or on several sharing the file system.
-    """
+    """Create ``run_root/<config>-<YYYYmmdd-HHMMSS>`` (``now``: default the current time), or ``...-2`` when taken."""
     run_root = Path(run_root)
     parents = _make_missing(run_root)
     stamp = f"{config_name}-{(now or datetime.datetime.now()):%Y%m%d-%H%M%S}"
     copy = 1
     while True:
         path = run_root / (stamp if copy == 1 else f"{stamp}-{copy}")
-        try:
+        with contextlib.suppress(FileExistsError):
             path.mkdir()
             return RunDirectory(path, made=[path, *parents])
-        except FileExistsError:
-            copy += 1
+        copy += 1
 
 
 @dataclass
 class RunStart:
-    """How one start of ``train.py`` uses its run directory.
-
-    Args:
-        checkpoint: the checkpoint to resume (None: start at step 0).
-        earlier_segments: the directory already holds segments of this run (a restart from step 0 in
-            it must be the same run).
-    """
+    """How one start uses its run directory: the ``checkpoint`` it resumes (None: step 0), ``earlier_segments``."""
 
     checkpoint: str | None
     earlier_segments: bool
 
 
 class RunDirectory:
-    """A run directory and this process's hold on it.
-
-    Args:
-        path: the directory.
-        made: the directories this process created for it, ``path`` first, then missing parents
-            (a new timestamped directory, :func:`create_timestamped_dir`).
-    """
+    """A run directory and this process's hold on it; ``made``: the directories this process created for it."""
 
     def __init__(self, path: Path, made: Sequence[Path] = ()) -> None:
         self.path = Path(path)
@@ -139,41 +93,19 @@ class RunDirectory:
             atexit.register(self.release)  # whatever stops the process before the run starts in it
 
     @property
-    def created(self) -> bool:
-        """Whether this process created the directory (and has not let it go)."""
-        return self.path in self._made
-
-    @property
     def last_checkpoint(self) -> Path:
         """``checkpoints/last.ckpt``, what ``--ckpt_path last`` resumes."""
         return self.path / "checkpoints" / LAST_CHECKPOINT
 
     @property
     def holds_run(self) -> bool:
-        """Whether the directory holds anything but its lock: a run wrote into it (or something else
-        lives there). A start creates nothing else before its processes join, so they all see the same."""
+        """Whether the directory holds anything but its lock (which every process of a start sees alike)."""
         return self.path.is_dir() and any(entry.name != LOCK_FILE for entry in self.path.iterdir())
 
     def open(self, ckpt_path: str | None, writer: bool, launch: str | None = None) -> RunStart:
-        """Check that a start with ``--ckpt_path ckpt_path`` may use this directory; the writer (global
-        rank 0) then creates it if needed and locks it. Every process decides alike, from
-        :attr:`holds_run` and the checkpoint.
-
-        Args:
-            ckpt_path: None: a new run, in a directory that holds no run yet. ``last``: resume
-                ``checkpoints/last.ckpt``, which must exist. ``auto``: resume ``checkpoints/last.ckpt``
-                if it exists, else start (in a new directory, or again in one whose run stopped before
-                its first checkpoint). A file: resume it; in a directory holding a run it must be one
-                of the directory's checkpoints.
-            writer: whether this process writes the run's files (global rank 0).
-            launch: the id every process of this start shares when a launcher starts each of them
-                (SLURM, torchrun; :func:`~graphormer_urpe.run.cli.launcher_run_id`): the writer
-                records it in the lock and the other processes wait for it. None for one process, or
-                when the writer starts the others after it holds the directory (Lightning's launcher).
-
-        Raises:
-            RunDirError: the directory cannot be used so, or another process holds it.
-        """
+        """Check that a start with ``--ckpt_path ckpt_path`` may use this directory (or raise :class:`RunDirError`);
+        the ``writer`` (global rank 0) then creates and locks it, recording ``launch`` (the id every process
+        shares under SLURM or torchrun), which the other processes wait for."""
         holds_run = self.holds_run
         if ckpt_path is None:
             if holds_run:
@@ -181,17 +113,14 @@ class RunDirectory:
                                   "directory: extend or resume that run with --ckpt_path last, or give this one "
                                   "another --run_name")
             start = RunStart(None, earlier_segments=False)
-        elif ckpt_path == "last":
-            if not self.last_checkpoint.is_file():
-                raise RunDirError(f"--ckpt_path last: there is no {self.last_checkpoint} to resume; "
-                                  + self._why_no_checkpoint())
+        elif ckpt_path in ("last", "auto") and self.last_checkpoint.is_file():
             start = RunStart(str(self.last_checkpoint), earlier_segments=True)
+        elif ckpt_path == "last":
+            raise RunDirError(f"--ckpt_path last: there is no {self.last_checkpoint} to resume; "
+                              + self._why_no_checkpoint())
         elif ckpt_path == "auto":
-            if self.last_checkpoint.is_file():
-                start = RunStart(str(self.last_checkpoint), earlier_segments=True)
-            else:
-                log.info("--ckpt_path auto: no %s, starting the run from step 0", self.last_checkpoint)
-                start = RunStart(None, earlier_segments=holds_run)
+            log.info("--ckpt_path auto: no %s, starting the run from step 0", self.last_checkpoint)
+            start = RunStart(None, earlier_segments=holds_run)
         else:
             own = Path(ckpt_path).resolve().parent == (self.path / "checkpoints").resolve()
             if holds_run and not own:
@@ -207,7 +136,7 @@ class RunDirectory:
         return start
 
     def _why_no_checkpoint(self) -> str:
-        if self.created:
+        if self.path in self._made:  # a new directory of this start
             return ("without --run_name every start gets a new directory; pass the --run_name of the run to resume "
                     "(or --ckpt_path auto to resume it if it has a checkpoint and start it otherwise)")
         if not self.path.exists():
@@ -250,8 +179,7 @@ class RunDirectory:
         self._lock = handle
 
     def _wait_for_writer(self, launch: str, timeout: float = WRITER_TIMEOUT) -> None:
-        """Wait until the writer of this launch holds the directory (its lock records ``launch``); stop as
-        the writer does when another launch holds it, or when it does not come within ``timeout`` seconds."""
+        """Wait until the writer of this launch holds the directory; stop as it does when another launch holds it."""
         lock_path = self.path / LOCK_FILE
         deadline, foreign_since = time.monotonic() + timeout, None
         while True:
@@ -270,10 +198,9 @@ class RunDirectory:
             time.sleep(0.1)
 
     def release(self) -> None:
-        """Let the directory go. A directory this process created and left unused (nothing in it but
-        the lock: the run stopped before its first segment) is removed, with the parents made for it."""
+        """Let the directory go; remove it (and the parents made for it) if this process made it and left it unused."""
         parents = [directory for directory in self._made if directory != self.path]
-        if self.created:
+        if self.path in self._made:  # created by this process
             if self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
                 (self.path / LOCK_FILE).unlink(missing_ok=True)
                 self.path.rmdir()
@@ -292,53 +219,33 @@ class RunDirectory:
 
 def _locked(path: Path) -> bool:
     """Whether some process holds the lock on ``path`` (False when the file system cannot lock)."""
-    with open(path) as handle:
+    with open(path) as handle:  # closing it drops the shared lock taken to test
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
-        except OSError:
-            return False
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
-
-
-# ----------------------------------------------------------------------------- segments
+        except OSError:  # the file system cannot lock
+            pass
+    return False
 
 
 def read_segments(run_dir: Path) -> list[dict[str, Any]]:
     """The segments ``run.json`` lists (none for a new run directory, or a run recorded before segments)."""
     record_path = Path(run_dir) / RUN_RECORD
-    if not record_path.is_file():
-        return []
-    return list(json.loads(record_path.read_text()).get("segments", []))
+    return list(json.loads(record_path.read_text()).get("segments", [])) if record_path.is_file() else []
 
 
 def start_segment(run_dir: Path, record: Mapping[str, Any], segment: Mapping[str, Any], config_yaml: str) -> int:
-    """Append ``segment`` to the run's segments, then write ``config.yaml`` and ``run.json`` (``record``
-    with every segment), each atomically; returns the new segment's number."""
+    """Append ``segment`` to ``run.json`` (``record`` with every segment), write ``config.yaml``; returns its number."""
     segments = read_segments(run_dir)
     number = len(segments)
     atomic_write_text(Path(run_dir) / CONFIG_FILE, config_yaml)
-    payload = {**record, "segments": [*segments, {"segment": number, **segment}]}
-    atomic_write_text(Path(run_dir) / RUN_RECORD, json.dumps(payload, indent=2, default=str) + "\n")
+    write_json(Path(run_dir) / RUN_RECORD, {**record, "segments": [*segments, {"segment": number, **segment}]})
     return number
 
 
-# ----------------------------------------------------------------------------- the metrics log
-
-
 class MetricsLog(Logger):
-    """``metrics.csv`` in the run directory: every logged value, one row per call, written at once.
-
-    The file is never truncated: rows are appended, and a new metric name extends the header by
-    rewriting the file into a temporary one renamed over it (earlier rows keep their text). Each row
-    starts with its segment and step. Writes nothing until :meth:`open` names the segment (the run's
-    configuration and parameters are in ``config.yaml`` and ``run.json``, not in this log).
-
-    Args:
-        run_dir: the run directory.
-    """
+    """``metrics.csv``: rows appended, each with its segment and step; a new metric rewrites it under a wider header."""
 
     def __init__(self, run_dir: Path) -> None:
         super().__init__()
@@ -347,20 +254,11 @@ class MetricsLog(Logger):
         self.segment: int | None = None
         self._columns: list[str] | None = None
 
-    @property
-    def name(self) -> str:
-        return ""
-
-    @property
-    def version(self) -> str:
-        return ""
+    name = ""  # Lightning's logger name and version: none, the run directory names the run
+    version = ""
 
     @property
     def save_dir(self) -> str:
-        return str(self.run_dir)
-
-    @property
-    def log_dir(self) -> str:
         return str(self.run_dir)
 
     def open(self, segment: int) -> None:
@@ -389,21 +287,16 @@ class MetricsLog(Logger):
         if self._columns is None:
             self._columns = list(LEADING_COLUMNS)
             if self.path.is_file() and self.path.stat().st_size:
-                with open(self.path, "rb") as handle:
+                with open(self.path, "rb+") as handle:
                     handle.seek(-1, os.SEEK_END)
-                    cut = handle.read(1) != b"\n"
-                if cut:  # the last row of a process killed while writing it: end it, append below
-                    with open(self.path, "a") as handle:
-                        handle.write("\n")
+                    if handle.read(1) != b"\n":  # the last row of a process killed while writing it: end it
+                        handle.write(b"\n")
                 with open(self.path, newline="") as handle:
                     self._columns = next(csv.reader(handle))
         return self._columns
 
     def _extend_header(self, names: set[str]) -> list[str]:
-        """The header with ``names`` added, the file rewritten under it atomically; returns the header."""
-        old = self._header()
-        metrics = sorted((set(old) | names) - set(LEADING_COLUMNS))
-        columns = [*LEADING_COLUMNS, *metrics]
+        columns = [*LEADING_COLUMNS, *sorted((set(self._header()) | names) - set(LEADING_COLUMNS))]
         rows: list[dict[str, str]] = []
         if self.path.is_file():
             with open(self.path, newline="") as handle:
@@ -418,17 +311,9 @@ class MetricsLog(Logger):
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
-    """The run's learning curve from ``metrics.csv``: every segment's rows, in the order they were logged,
-    less the rows of earlier segments that a later one logged again: every row from the step it
-    resumed at on (the steps it trained again), and any row of the same step and metrics (the
-    validation of the resumed step, run again when its checkpoint was written before it).
-
-    Each row maps ``segment``, ``step``, ``epoch`` (ints) and every metric it has (floats; empty cells
-    left out). ``metrics.csv`` itself keeps every row ever logged. Rows logged before run directories
-    had segments count as segment -1, which every segment's start cuts.
-    """
-    path = Path(run_dir) / METRICS_FILE
-    with open(path, newline="") as handle:
+    """The run's learning curve: every segment's rows, less those of earlier segments that a later one logged again
+    (from the step it resumed at, or the same step and metrics); rows of runs before segments are segment -1."""
+    with open(Path(run_dir) / METRICS_FILE, newline="") as handle:
         rows = [{"segment": -1} | {name: _number(name, text) for name, text in row.items() if text not in ("", None)}
                 for row in csv.DictReader(handle)]
     starts = {int(s["segment"]): int(s["start_step"]) for s in read_segments(run_dir)}
@@ -444,7 +329,6 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
 
 
 def _logged(row: Mapping[str, float]) -> tuple[int, frozenset[str]]:
-    """A row's step and metric names."""
     return int(row["step"]), frozenset(name for name in row if name not in ("segment", "step", "epoch"))
 
 

@@ -1,17 +1,5 @@
-"""Pictures of the learned relative encodings B and C: the one way to draw them (docs figures, W&B images).
-
-* Sequences (paper, Figure 2): B and C as dense n x n matrices, entry (i, j) for query i and key j,
-  one row of panels per head.
-* Graphs: the tables themselves, heads x relation (graph token, SPD 0, 1, 2, ...), since a graph's
-  B and C are functions of the shortest-path distance.
-
-B is coloured around 0 and C around its initial 1 (red above, blue below). Everything here returns
-a :class:`matplotlib.figure.Figure` built without pyplot (no global state, no display needed); save it
-with ``figure.savefig(path)`` or log it with ``wandb.Image(figure)``
-(:class:`~graphormer_urpe.run.callbacks.RelationTablePlots` does, during training).
-
-Shape letters: H heads, n sequence length, R' relations drawn (the padding row is left out).
-"""
+"""Pictures of the learned B and C, built without pyplot: sequences as n x n matrices, graphs as heads x relation.
+Shape letters: H heads, n sequence length, R' relations drawn (the padding row is left out)."""
 
 from __future__ import annotations
 
@@ -35,9 +23,7 @@ DEFAULT_HEADS_SHOWN = 4
 def sequence_matrices(model: SequenceTransformer) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Dense B and C of a sequence model over its full length, exactly as the attention receives them.
 
-    Shapes:
-        returns B (H, n, n) and C (H, n, n) float arrays, each None when the model has no such table.
-    """
+    Shapes: returns B (H, n, n) and C (H, n, n) float arrays, each None when the model has no such table."""
     bias, scale = model.attention_inputs(model.config.length)  # (1, H, n, n) or None each
     return tuple(None if m is None else m[0].float().cpu().numpy() for m in (bias, scale))
 
@@ -46,9 +32,7 @@ def sequence_matrices(model: SequenceTransformer) -> tuple[np.ndarray | None, np
 def graph_tables(model: Graphormer) -> tuple[list[str], np.ndarray, np.ndarray | None]:
     """The B and C tables of a Graphormer as heads x relation arrays, padding row left out.
 
-    Shapes:
-        returns relation labels (R',), B (H, R') and C (H, R') or None (RPE).
-    """
+    Shapes: returns relation labels (R',), B (H, R') and C (H, R') or None (RPE)."""
     rows = list(range(SPD_RELATION_OFFSET, model.config.num_relations))
     labels = [f"{row - SPD_RELATION_OFFSET}" for row in rows]
     if model.graph_token is not None:
@@ -65,7 +49,6 @@ def most_varied_heads(values: np.ndarray, count: int) -> list[int]:
 
 
 def _centred(values: np.ndarray, centre: float) -> TwoSlopeNorm:
-    """Colours symmetric around ``centre`` (0 for B, the initial 1 for C)."""
     spread = max(float(np.abs(values - centre).max()), 1e-6)
     return TwoSlopeNorm(vcenter=centre, vmin=centre - spread, vmax=centre + spread)
 
@@ -76,14 +59,9 @@ _PANELS = {"B": ("B: additive bias", 0.0), "C": ("C: URPE scale (1 at init)", 1.
 
 def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Sequence[int] | None = None,
                     title: str = "") -> Figure:
-    """B and C matrices of the chosen heads, one row per head (B left, C right), like the paper's Figure 2.
+    """B and C matrices of ``heads`` (default: those whose C, else B, varies most), one row each, as in Figure 2.
 
-    Args:
-        bias: (H, n, n) or None (no positional encoding).
-        scale: (H, n, n) or None (RPE).
-        heads: heads to draw; default: the :data:`DEFAULT_HEADS_SHOWN` heads whose C (else B) varies most.
-        title: figure title.
-    """
+    Shapes: bias, scale (H, n, n), or None (no positional encoding; RPE)."""
     panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
     if not panels:
         raise ValueError("the model has neither B nor C (attention: none): nothing to draw")
@@ -109,12 +87,7 @@ def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Se
 def graph_figure(labels: Sequence[str], bias: np.ndarray, scale: np.ndarray | None, title: str = "") -> Figure:
     """Heatmaps of the B and C tables, heads x relation (graph token, SPD 0, 1, ...).
 
-    Args:
-        labels: relation names (R').
-        bias: (H, R').
-        scale: (H, R') or None (RPE).
-        title: figure title.
-    """
+    Shapes: labels (R',), bias (H, R'), scale (H, R') or None (RPE)."""
     panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
     heads = bias.shape[0]
     figure = Figure(figsize=(max(6.0, 0.35 * len(labels) + 2.0), (0.3 * heads + 1.4) * len(panels)),
@@ -140,16 +113,9 @@ def has_relative_encodings(model: nn.Module) -> bool:
 
 
 def relative_encoding_figure(model: nn.Module, title: str = "", heads: Sequence[int] | None = None) -> Figure:
-    """The learned B and C of a :class:`SequenceTransformer` or :class:`Graphormer`, drawn the standard way.
-
-    Args:
-        model: the plain model (``task.model`` of a LightningModule).
-        title: figure title.
-        heads: sequence models only: heads to draw (default: the most varied ones).
-    """
+    """The learned B and C of a sequence model or Graphormer (``task.model``); ``heads``: sequence models only."""
     if isinstance(model, SequenceTransformer):
-        bias, scale = sequence_matrices(model)
-        return sequence_figure(bias, scale, heads, title)
+        return sequence_figure(*sequence_matrices(model), heads, title)
     if isinstance(model, Graphormer):
         return graph_figure(*graph_tables(model), title=title)
     raise TypeError(f"cannot draw the relative encodings of a {type(model).__name__}")

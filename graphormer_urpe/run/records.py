@@ -1,6 +1,4 @@
-"""What every record the package writes carries, and how it is written: the repository's commit,
-the versions of the packages that decide results, the parameter count; JSON written atomically
-(``run.json``, ``metrics.json``, ``evaluate.py --out``, submission logs)."""
+"""What every record carries (commit, package versions, parameter count), and JSON written atomically."""
 
 from __future__ import annotations
 

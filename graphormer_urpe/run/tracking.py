@@ -1,11 +1,4 @@
-"""Weights & Biases: options, and a logger that never prompts.
-
-``--logger wandb`` logs to W&B and keeps the local CSV log. Without an API key or without a route
-to the W&B server an ``online`` run falls back to ``offline`` with one log line (upload later with
-``wandb sync``); nothing ever waits for input. Only global rank 0 creates the W&B run (Lightning's
-``WandbLogger`` gives the other processes a no-op experiment). The run id is derived from the run
-directory, so a run resumed with ``--ckpt_path last`` continues the same W&B run.
-"""
+"""Weights & Biases options, and a logger that never prompts (see docs/running.md, "W&B in three lines")."""
 
 from __future__ import annotations
 
@@ -26,8 +19,6 @@ from graphormer_urpe.errors import ConfigError, check_choice, check_int
 
 log = logging.getLogger("graphormer_urpe")
 
-DEFAULT_WANDB_URL = "https://api.wandb.ai"
-
 
 @dataclass
 class WandbOptions:
@@ -40,8 +31,7 @@ class WandbOptions:
         tags: run tags.
         group: run group, e.g. one experiment over several seeds.
         mode: ``online``, ``offline`` (files only; upload later with ``wandb sync``) or ``disabled``.
-        plot_every_n_validations: log an image of the learned B and C tables every N validations
-            (0: never); the PNGs also go to ``<run dir>/plots/``.
+        plot_every_n_validations: log an image of the learned B and C every N validations (0: never).
     """
 
     project: str = "graphormer-urpe"
@@ -53,7 +43,6 @@ class WandbOptions:
     plot_every_n_validations: int = 5
 
     def __post_init__(self) -> None:
-        """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""
         if not isinstance(self.project, str) or not self.project.strip():
             raise ConfigError("wandb.project", self.project, "must name a W&B project")
         check_choice("wandb.mode", self.mode, ("online", "offline", "disabled"))
@@ -62,7 +51,7 @@ class WandbOptions:
 
 def wandb_url() -> str:
     """The W&B server (``WANDB_BASE_URL`` or the public one)."""
-    return os.environ.get("WANDB_BASE_URL", DEFAULT_WANDB_URL)
+    return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
 
 
 def has_api_key() -> bool:
@@ -100,13 +89,6 @@ def wandb_logger(options: WandbOptions, run_dir: Path) -> WandbLogger:
     """A ``WandbLogger`` writing under ``run_dir/wandb`` with the options' project, names and mode."""
     mode = effective_mode(options.mode)
     os.environ["WANDB_MODE"] = mode  # also governs wandb code paths outside wandb.init: no prompts
-    return WandbLogger(
-        name=options.name or Path(run_dir).name,
-        save_dir=str(run_dir),
-        id=run_id(run_dir),
-        project=options.project,
-        entity=options.entity,
-        tags=list(options.tags),
-        group=options.group,
-        mode=mode,
-    )
+    return WandbLogger(name=options.name or Path(run_dir).name, save_dir=str(run_dir), id=run_id(run_dir),
+                       project=options.project, entity=options.entity, tags=list(options.tags), group=options.group,
+                       mode=mode)
