@@ -41,8 +41,7 @@ def lookup_by_relation(table: torch.Tensor, relation: torch.Tensor) -> torch.Ten
     (``docs/throughput.md``); on CUDA its backward uses atomics, bitwise reproducible only with
     ``--trainer.deterministic true``.
 
-    Shapes: table: (R, H) float; relation: (B, T, T) ids in [0, R) -> (B, H, T, T) float, contiguous.
-    """
+    Shapes: table: (R, H) float; relation: (B, T, T) ids in [0, R) -> (B, H, T, T) float, contiguous."""
     batch, queries, keys = relation.shape
     num_relations, heads = table.shape
     table = table.clone()
@@ -68,8 +67,7 @@ class RelativeScale(nn.Module):
     """The URPE table C: one learned scalar per (relation id, head), shared by all layers.
 
     Initialised to ones, so URPE computes exactly what RPE computes until C is trained (paper, section 4.2).
-    Row :data:`PAD_RELATION` is fixed at zero: padding keys contribute nothing even before the softmax mask.
-    """
+    Row :data:`PAD_RELATION` is fixed at zero: padding keys contribute nothing even before the softmax mask."""
 
     def __init__(self, num_relations: int, num_heads: int) -> None:
         super().__init__()
@@ -114,8 +112,7 @@ def scale_and_drop(probabilities: torch.Tensor, scale: torch.Tensor, keep: torch
     """URPE's product with C and attention dropout, ``(A * C) * keep``, with three ``(B, H, T, T)`` buffers per
     layer instead of five (``docs/throughput.md``); the same values and gradients.
 
-    Shapes: A, C: (B, H, T, T); keep: (B, H, T, T) multiplier 0 or 1 / P(keep), or None -> (B, H, T, T).
-    """
+    Shapes: A, C: (B, H, T, T); keep: (B, H, T, T) multiplier 0 or 1 / P(keep), or None -> (B, H, T, T)."""
     return _ScaleAndDrop.apply(probabilities, scale, keep)
 
 
@@ -155,8 +152,7 @@ class MultiHeadAttention(nn.Module):
         fused ``baddbmm`` (half precision under autocast, like the official fp16 code).
 
         Shapes: x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) contiguous, or None
-            -> A (B, H, T, T) float32 (float64 for a float64 model), V (B, H, T, D).
-        """
+            -> A (B, H, T, T) float32 (float64 for a float64 model), V (B, H, T, D)."""
         batch, tokens, _ = x.shape
         qkv = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, D)

@@ -37,8 +37,7 @@ class Dropout(nn.Module):
         fold it into another product (:func:`~graphormer_urpe.model.attention.scale_and_drop`). On CPU it is the
         mask ``forward`` would draw from the same generator state; elsewhere it comes from ``bernoulli_``.
 
-        Shapes: x: any -> the same shape and dtype, values ``0`` or ``1 / P(keep)``; or None.
-        """
+        Shapes: x: any -> the same shape and dtype, values ``0`` or ``1 / P(keep)``; or None."""
         if not self.training or self.p == 0.0:
             return None
         if x.device.type != "cpu":

@@ -214,8 +214,7 @@ class NodeEncoder(nn.Module):
     def forward(self, batch: GraphBatch) -> torch.Tensor:
         """Embed every node; padding nodes get the zero vector.
 
-        Shapes: batch.x: (B, N, F), batch.x_continuous: (B, N, Fc) -> (B, N, H*D).
-        """
+        Shapes: batch.x: (B, N, F), batch.x_continuous: (B, N, Fc) -> (B, N, H*D)."""
         mask = batch.node_mask
         features = torch.where(mask.unsqueeze(-1), batch.x + self.offsets, PAD_ID)  # (B, N, F)
         tokens = self.features(features).sum(dim=-2)  # (B, N, H*D)
@@ -236,8 +235,7 @@ class EdgePathBias(nn.Module):
 
     with one H x H matrix W_n per hop (``hop_matrices``, ``multi_hop``); ``single_hop`` (K = 1) keeps direct edges
     and no W. Continuous edge features c_e (Fec > 0) add ``Linear(c_e)`` to each edge's vector. The path is
-    followed through ``batch.first_edge``, K gathers, never a dense (B, N, N, K, Fe) tensor.
-    """
+    followed through ``batch.first_edge``, K gathers, never a dense (B, N, N, K, Fe) tensor."""
 
     def __init__(self, edge_vocab: Sequence[int], num_heads: int, max_hops: int, hop_matrices: bool,
                  continuous_dim: int = 0) -> None:
@@ -284,8 +282,7 @@ class EncoderLayer(nn.Module):
     """Transformer layer; ``drop_path`` is the probability of skipping a residual branch for a whole graph.
 
         pre  (v1.0):  x = x + drop(MHA(LN(x)));  x = x + drop(FFN(LN(x)))
-        post (v2):    x = LN(x + drop(MHA(x)));  x = LN(x + drop(FFN(x)))       (``post_norm``)
-    """
+        post (v2):    x = LN(x + drop(MHA(x)));  x = LN(x + drop(FFN(x)))       (``post_norm``)"""
 
     def __init__(self, hidden_dim: int, ffn_dim: int, num_heads: int, dropout: float, attention_dropout: float,
                  activation_dropout: float, drop_path: float, post_norm: bool = False) -> None:
@@ -363,10 +360,7 @@ class Graphormer(nn.Module):
         >>> import torch
         >>> from torch_geometric.data import Batch, Data
         >>> from graphormer_urpe import GraphormerStructure
-        >>> _ = torch.manual_seed(0)
         >>> model = Graphormer(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, node_vocab=[5])
-        >>> model.config.attention, model.config.num_layers
-        ('urpe', 2)
         >>> graph = GraphormerStructure()(Data(x=torch.tensor([[1], [2], [3]]),
         ...                                    edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])))
         >>> model.eval()(Batch.from_data_list([graph, graph])).shape  # one prediction per graph
@@ -410,8 +404,7 @@ class Graphormer(nn.Module):
     def relations(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Relation id and attention mask of every token pair, graph token included (if any).
 
-        Shapes: returns relation (B, T, T) int64 and key_mask (B, T, T) bool (True = may attend).
-        """
+        Shapes: returns relation (B, T, T) int64 and key_mask (B, T, T) bool (True = may attend)."""
         config = self.config
         node_mask = batch.node_mask
         real_pair = node_mask.unsqueeze(2) & node_mask.unsqueeze(1)  # (B, N, N)
@@ -422,27 +415,22 @@ class Graphormer(nn.Module):
         if config.unreachable_relation is not None:
             distance = torch.where(reachable, distance, config.unreachable_relation)
         relation = torch.where(real_pair & near, distance, PAD_RELATION)
+        far = real_pair & ~near  # (B, N, N): masked by distance
         if self.graph_token is None:  # every row keeps a visible key: its own node, or the real nodes
-            return relation, node_mask.unsqueeze(1) & ~(real_pair & ~near)
+            return relation, node_mask.unsqueeze(1) & ~far
 
         token_row = torch.where(node_mask, GRAPH_TOKEN_RELATION, PAD_RELATION)  # (B, N)
-        token_self = torch.full_like(token_row[:, :1], GRAPH_TOKEN_RELATION)
-        token_row = torch.cat([token_self, token_row], dim=1)  # (B, T)
+        token_row = F.pad(token_row, (1, 0), value=GRAPH_TOKEN_RELATION)  # (B, T)
         relation = torch.cat([token_row[:, 1:].unsqueeze(2), relation], dim=2)  # (B, N, T)
         relation = torch.cat([token_row.unsqueeze(1), relation], dim=1)  # (B, T, T)
-
-        real_token = torch.cat([torch.ones_like(node_mask[:, :1]), node_mask], dim=1)  # (B, T)
-        far = torch.zeros_like(relation, dtype=torch.bool)
-        far[:, 1:, 1:] = real_pair & ~near
-        key_mask = real_token.unsqueeze(1) & ~far  # padding queries still see every real key
-        return relation, key_mask
+        real_token = F.pad(node_mask, (1, 0), value=True)  # (B, T)
+        return relation, real_token.unsqueeze(1) & ~F.pad(far, (1, 0, 1, 0))  # padding queries see every real key
 
     def attention_inputs(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Bias B + edge bias with the masks folded in as -inf, and the URPE scale C: once per forward for all
         layers, contiguous, in float32 also under mixed precision.
 
-        Shapes: returns attn_bias (B, H, T, T) float32 and attn_scale (B, H, T, T) float32 or None.
-        """
+        Shapes: returns attn_bias (B, H, T, T) float32 and attn_scale (B, H, T, T) float32 or None."""
         relation, key_mask = self.relations(batch)
         with torch.autocast(relation.device.type, enabled=False):
             attn_bias = self.relative_bias(relation).float()  # (B, H, T, T)
@@ -455,8 +443,7 @@ class Graphormer(nn.Module):
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """Final token states: graph token at :data:`GRAPH_TOKEN_POS` (if any), node i at ``first_node + i``.
 
-        Shapes: returns (B, T, H*D).
-        """
+        Shapes: returns (B, T, H*D)."""
         x = self.nodes(batch)  # (B, N, H*D)
         if self.graph_token is not None:
             token = self.graph_token.weight.expand(x.shape[0], 1, -1)  # (B, 1, H*D)
@@ -483,8 +470,7 @@ class Graphormer(nn.Module):
         converted by :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`, checked against :meth:`data_spec`.
         The head runs outside autocast, in the parameters' dtype, so predictions keep full resolution.
 
-        Shapes: returns (B, num_outputs); (B, N, num_outputs) with ``readout="nodes"`` (padding nodes included).
-        """
+        Shapes: returns (B, num_outputs); (B, N, num_outputs) with ``readout="nodes"`` (padding nodes included)."""
         if not isinstance(batch, GraphBatch):
             batch = to_graph_batch(batch, self.data_spec())
         states = self.encode(batch)  # (B, T, H*D)

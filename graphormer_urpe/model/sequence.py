@@ -38,8 +38,7 @@ def t5_relative_bucket(offset: torch.Tensor, num_buckets: int, max_distance: int
         bucket(|k|) = |k|                                                   if |k| < e
                     = min(h - 1, e + floor( log(|k| / e) / log(max_distance / e) * (h - e) ))   otherwise
 
-    Shapes: offset: any, integer -> the same shape, int64 in ``[0, num_buckets)``.
-    """
+    Shapes: offset: any, integer -> the same shape, int64 in ``[0, num_buckets)``."""
     if num_buckets % 2 or num_buckets < 4:
         raise ValueError(f"num_buckets={num_buckets} must be even and at least 4")
     half = num_buckets // 2
@@ -63,8 +62,7 @@ def bucket_relations(length: int, num_buckets: int, max_distance: int) -> torch.
 def offset_relations(length: int) -> torch.Tensor:
     """Relation ids of the Toeplitz C (2n - 1 free values): ``SEQUENCE_RELATION_OFFSET + (j - i) + (n - 1)``.
 
-    Shapes: returns (n, n) int64 in ``[SEQUENCE_RELATION_OFFSET, SEQUENCE_RELATION_OFFSET + 2n - 1)``.
-    """
+    Shapes: returns (n, n) int64 in ``[SEQUENCE_RELATION_OFFSET, SEQUENCE_RELATION_OFFSET + 2n - 1)``."""
     position = torch.arange(length)
     return position.unsqueeze(0) - position.unsqueeze(1) + (length - 1) + SEQUENCE_RELATION_OFFSET
 
@@ -152,8 +150,7 @@ class SequenceTransformer(nn.Module):
     def attention_inputs(self, tokens: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """B and C of the first ``tokens`` positions, the same for every sequence and every layer.
 
-        Shapes: returns attn_bias (1, H, T, T) float32 or None, attn_scale (1, H, T, T) float32 or None.
-        """
+        Shapes: returns attn_bias (1, H, T, T) float32 or None, attn_scale (1, H, T, T) float32 or None."""
         if tokens > self.config.length:
             raise ValueError(f"sequence of {tokens} tokens is longer than length={self.config.length}")
         bias = scale = None
@@ -166,8 +163,7 @@ class SequenceTransformer(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Class logits of every token.
 
-        Shapes: tokens: (B, T) int64 in ``[0, vocab_size)`` -> (B, T, num_classes).
-        """
+        Shapes: tokens: (B, T) int64 in ``[0, vocab_size)`` -> (B, T, num_classes)."""
         batch, length = tokens.shape
         x = self.tokens(tokens)  # (B, T, H*D)
         bias, scale = self.attention_inputs(length)
