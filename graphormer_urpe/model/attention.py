@@ -123,15 +123,13 @@ class MultiHeadAttention(nn.Module):
     product run in float32 whatever the autocast dtype.
 
     Example:
-        URPE with C all ones is exactly RPE; C = 2 doubles every attention row:
-
         >>> import torch
         >>> _ = torch.manual_seed(0)
         >>> attention = MultiHeadAttention(hidden_dim=8, num_heads=2)
         >>> x, bias = torch.randn(1, 3, 8), torch.randn(1, 2, 3, 3)
-        >>> torch.equal(attention(x, bias, torch.ones(1, 2, 3, 3)), attention(x, bias))
+        >>> torch.equal(attention(x, bias, torch.ones(1, 2, 3, 3)), attention(x, bias))  # URPE with C = 1 is RPE
         True
-        >>> weights, _ = attention.attention_weights(x, bias, torch.full((1, 2, 3, 3), 2.0))
+        >>> weights, _ = attention.attention_weights(x, bias, torch.full((1, 2, 3, 3), 2.0))  # C = 2 doubles rows
         >>> torch.allclose(weights.sum(-1), torch.full((1, 2, 3), 2.0))
         True
     """

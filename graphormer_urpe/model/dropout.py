@@ -52,8 +52,7 @@ class Dropout(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes: any -> the same."""
-        if not self.training or self.p == 0.0:
-            return x
-        if x.device.type != "cpu":
+        if self.training and self.p > 0.0 and x.device.type != "cpu":
             return F.dropout(x, self.p, training=True)
-        return x * self.keep_mask(x)
+        keep = self.keep_mask(x)
+        return x if keep is None else x * keep

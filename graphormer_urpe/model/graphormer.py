@@ -7,13 +7,11 @@
     output  = Linear(LN(x)[graph token or target node])                       (B, outputs)
               or Linear(LN(x)[every node])  with ``readout: nodes``           (B, N, outputs)
 
-A pair's relation id is its shortest-path distance (:mod:`graphormer_urpe.constants`); the distance
-layouts, masking and the official v2 variants (post-LN, embedding LN, v2 head) are described in
-``docs/model.md`` and ``docs/official-graphormer.md``. Nothing here imports Lightning.
+A pair's relation id is its shortest-path distance (:mod:`graphormer_urpe.constants`); masking and the official
+variants are in ``docs/model.md`` and ``docs/official-graphormer.md``. Nothing here imports Lightning.
 
 Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens (N without graph token), H heads, D head dim,
-E edges in the batch, F / Fc categorical node-feature columns / continuous width, Fe / Fec the same for edges,
-K hops.
+E edges in the batch, F / Fc node-feature columns / continuous width, Fe / Fec the same for edges, K hops.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ import difflib
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -53,7 +50,7 @@ from graphormer_urpe.model.attention import MultiHeadAttention, RelativeBias, Re
 from graphormer_urpe.model.dropout import Dropout
 
 
-@dataclass
+@dataclasses.dataclass
 class GraphormerConfig:
     """Hyper-parameters of :class:`Graphormer`, each checked at construction (a ConfigError names
     ``model.encoder.<field>`` and the values it allows); ``docs/official-graphormer.md`` maps them to official code.
@@ -91,8 +88,8 @@ class GraphormerConfig:
         head: ``linear`` (official v1.0) or ``v2`` (``Linear -> GELU -> LayerNorm -> Linear`` + scalar bias).
     """
 
-    node_vocab: Sequence[int] = field(default_factory=lambda: [28])
-    edge_vocab: Sequence[int] = field(default_factory=lambda: [4])
+    node_vocab: Sequence[int] = dataclasses.field(default_factory=lambda: [28])
+    edge_vocab: Sequence[int] = dataclasses.field(default_factory=lambda: [4])
     num_outputs: int = 1
     continuous_node_dim: int = 0
     continuous_edge_dim: int = 0
@@ -118,8 +115,7 @@ class GraphormerConfig:
     final_norm: bool = True
     head: Literal["linear", "v2"] = "linear"
 
-    #: The fields that shape the weights, taken from the checkpoint by ``train.py --init_from`` (the data
-    #: decides its own fields; ``attention`` and the dropouts stay the run's).
+    #: The fields that shape the weights, taken from the checkpoint by ``train.py --init_from``.
     ARCHITECTURE: ClassVar[tuple[str, ...]] = (
         "num_layers", "hidden_dim", "ffn_dim", "num_heads", "max_degree", "spatial_pos_max", "max_distance",
         "edge_encoding", "multi_hop_max_dist", "graph_token", "layer_norm", "embedding_norm", "final_norm", "head")
@@ -212,9 +208,7 @@ class NodeEncoder(nn.Module):
         self.max_degree = max_degree
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Embed every node; padding nodes get the zero vector.
-
-        Shapes: batch.x: (B, N, F), batch.x_continuous: (B, N, Fc) -> (B, N, H*D)."""
+        """Shapes: batch.x: (B, N, F), batch.x_continuous: (B, N, Fc) -> (B, N, H*D) tokens, zero at padding nodes."""
         mask = batch.node_mask
         features = torch.where(mask.unsqueeze(-1), batch.x + self.offsets, PAD_ID)  # (B, N, F)
         tokens = self.features(features).sum(dim=-2)  # (B, N, H*D)
@@ -301,8 +295,7 @@ class EncoderLayer(nn.Module):
         if self.post_norm:
             x = self.attention_norm(x + self._residual(self.dropout(self.attention(x, attn_bias, attn_scale))))
             return self.ffn_norm(x + self._residual(self.dropout(self.ffn(x))))
-        attended = self.attention(self.attention_norm(x), attn_bias, attn_scale)
-        x = x + self._residual(self.dropout(attended))
+        x = x + self._residual(self.dropout(self.attention(self.attention_norm(x), attn_bias, attn_scale)))
         return x + self._residual(self.dropout(self.ffn(self.ffn_norm(x))))
 
     def _residual(self, branch: torch.Tensor) -> torch.Tensor:
@@ -323,11 +316,6 @@ class V2Head(nn.Module):
         self.norm = nn.LayerNorm(hidden_dim)
         self.out = nn.Linear(hidden_dim, num_outputs, bias=False)
         self.bias = nn.Parameter(torch.zeros(1))
-
-    @property
-    def weight(self) -> torch.Tensor:
-        """The output matrix, whose dtype the readout is cast to (as for a plain ``Linear`` head)."""
-        return self.out.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes: x: (..., H*D) -> (..., num_outputs)."""
@@ -409,11 +397,10 @@ class Graphormer(nn.Module):
         node_mask = batch.node_mask
         real_pair = node_mask.unsqueeze(2) & node_mask.unsqueeze(1)  # (B, N, N)
         spd = batch.spd.long()  # (B, N, N); compared as int64: a uint8 tensor would wrap a Python int >= 256
-        reachable = spd != UNREACHABLE_SPD
         near = torch.ones_like(real_pair) if config.spatial_pos_max is None else spd < config.spatial_pos_max
         distance = spd.clamp(max=config.distance_rows - 1) + SPD_RELATION_OFFSET
         if config.unreachable_relation is not None:
-            distance = torch.where(reachable, distance, config.unreachable_relation)
+            distance = torch.where(spd != UNREACHABLE_SPD, distance, config.unreachable_relation)
         relation = torch.where(real_pair & near, distance, PAD_RELATION)
         far = real_pair & ~near  # (B, N, N): masked by distance
         if self.graph_token is None:  # every row keeps a visible key: its own node, or the real nodes
@@ -441,9 +428,7 @@ class Graphormer(nn.Module):
             return attn_bias, None if self.relative_scale is None else self.relative_scale(relation).float()
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
-        """Final token states: graph token at :data:`GRAPH_TOKEN_POS` (if any), node i at ``first_node + i``.
-
-        Shapes: returns (B, T, H*D)."""
+        """Final token states (B, T, H*D): the graph token at :data:`GRAPH_TOKEN_POS`, node i at ``first_node + i``."""
         x = self.nodes(batch)  # (B, N, H*D)
         if self.graph_token is not None:
             token = self.graph_token.weight.expand(x.shape[0], 1, -1)  # (B, 1, H*D)
@@ -482,4 +467,4 @@ class Graphormer(nn.Module):
             position = batch.target_node + self.first_node  # (B,)
             readout = states[torch.arange(states.shape[0], device=states.device), position]  # (B, H*D)
         with torch.autocast(readout.device.type, enabled=False):
-            return self.head(readout.to(self.head.weight.dtype))
+            return self.head(readout.to(next(self.head.parameters()).dtype))

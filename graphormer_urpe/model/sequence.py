@@ -1,7 +1,5 @@
-"""A small bidirectional Transformer for token-level tasks on sequences: no PE, T5 RPE or URPE.
-
-The paper's synthetic experiments (section 5.1). It reuses the Graphormer's pre-LN
-:class:`~graphormer_urpe.model.graphormer.EncoderLayer` and attention tables; only the relation ids differ:
+"""A small bidirectional Transformer for the paper's synthetic token tasks (section 5.1): no PE, T5 RPE or URPE.
+It reuses the Graphormer's pre-LN :class:`~graphormer_urpe.model.graphormer.EncoderLayer`; only relation ids differ:
 
     tokens  = Embedding(w)                      no absolute position anywhere        (B, T, H*D)
     bias    = B[bucket(j - i)]                  T5 buckets, shared by all layers     (1, H, T, T)
@@ -10,7 +8,6 @@ The paper's synthetic experiments (section 5.1). It reuses the Graphormer's pre-
     logits  = Linear(LN(x))                     one class distribution per token     (B, T, classes)
 
 ``attention: none`` drops both tables (the noPE baseline), ``rpe`` keeps B, ``urpe`` adds C (paper, section 4.2).
-
 Shape letters: B sequences, T tokens (T <= n = ``length``), H heads, D head dim.
 """
 
@@ -60,9 +57,7 @@ def bucket_relations(length: int, num_buckets: int, max_distance: int) -> torch.
 
 
 def offset_relations(length: int) -> torch.Tensor:
-    """Relation ids of the Toeplitz C (2n - 1 free values): ``SEQUENCE_RELATION_OFFSET + (j - i) + (n - 1)``.
-
-    Shapes: returns (n, n) int64 in ``[SEQUENCE_RELATION_OFFSET, SEQUENCE_RELATION_OFFSET + 2n - 1)``."""
+    """Relation ids of the Toeplitz C (2n - 1 free values): ``SEQUENCE_RELATION_OFFSET + (j - i) + (n - 1)``. (n, n)"""
     position = torch.arange(length)
     return position.unsqueeze(0) - position.unsqueeze(1) + (length - 1) + SEQUENCE_RELATION_OFFSET
 
@@ -148,9 +143,7 @@ class SequenceTransformer(nn.Module):
         self.apply(functools.partial(official_init, num_layers=config.num_layers))
 
     def attention_inputs(self, tokens: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """B and C of the first ``tokens`` positions, the same for every sequence and every layer.
-
-        Shapes: returns attn_bias (1, H, T, T) float32 or None, attn_scale (1, H, T, T) float32 or None."""
+        """B and C (each (1, H, T, T) float32, or None) of the first T = ``tokens`` positions, for every sequence."""
         if tokens > self.config.length:
             raise ValueError(f"sequence of {tokens} tokens is longer than length={self.config.length}")
         bias = scale = None
@@ -161,9 +154,7 @@ class SequenceTransformer(nn.Module):
         return bias, scale
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Class logits of every token.
-
-        Shapes: tokens: (B, T) int64 in ``[0, vocab_size)`` -> (B, T, num_classes)."""
+        """Shapes: tokens: (B, T) int64 in ``[0, vocab_size)`` -> (B, T, num_classes) class logits."""
         batch, length = tokens.shape
         x = self.tokens(tokens)  # (B, T, H*D)
         bias, scale = self.attention_inputs(length)

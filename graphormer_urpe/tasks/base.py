@@ -78,8 +78,6 @@ class OptimConfig:
 
 #: The papers' settings, the default of every task (frozen, so one instance serves all).
 DEFAULT_OPTIM = OptimConfig()
-#: The command that writes a checkpoint of the layout before the task family was merged in today's.
-UPGRADE_COMMAND = "python -m graphormer_urpe.convert upgrade"
 
 
 def check_layout(path: str | Path, hyper_parameters: Mapping[str, Any]) -> None:
@@ -88,7 +86,7 @@ def check_layout(path: str | Path, hyper_parameters: Mapping[str, Any]) -> None:
     outside = [field.name for field in dataclasses.fields(OptimConfig) if field.name in hyper_parameters]
     if outside:
         raise CheckpointError(f"{path} was written before the task family was merged ({', '.join(outside)} outside "
-                              f"optim): convert it once with {UPGRADE_COMMAND} {path} NEW.ckpt")
+                              f"optim): convert it once with python -m graphormer_urpe.convert upgrade {path} NEW.ckpt")
 
 
 def is_head(name: str) -> bool:

@@ -19,14 +19,9 @@ from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, EvaluatorMetric, P
 
 
 class Classification(PerTargetTask):
-    """Classification per graph, per node (``readout: nodes``) or per target node (MAG240M).
-
-    * ``binary``: Y targets, each 0 or 1, binary cross-entropy; ROC-AUC and accuracy (probability >= 0.5) per
-      target and their means ``val/auroc`` (selects the best checkpoint), ``val/accuracy``.
-    * ``multiclass``: one target with labels 0 .. C-1 (C = the model's outputs), cross-entropy; ``val/accuracy``
-      selects the best checkpoint; ``train/accuracy`` is logged at every step.
-
-    Missing labels (NaN) are left out of the loss and of the metrics, computed over the whole split (docs/tasks.md).
+    """Classification per graph, per node (``readout: nodes``) or per target node (MAG240M): ``binary`` (Y labels
+    0 or 1, BCE, ``val/auroc``) or ``multiclass`` (one label 0 .. C-1, cross-entropy, ``val/accuracy``); missing
+    labels (NaN) are left out of the loss and metrics. Losses, metrics and selection: docs/tasks.md.
 
     Example:
         >>> from graphormer_urpe import GraphormerConfig
@@ -87,7 +82,8 @@ class Classification(PerTargetTask):
             known = ~torch.isnan(target)
             loss = F.binary_cross_entropy_with_logits(logits[known], target[known])
         else:
-            known, label = class_labels(target)
+            known = ~torch.isnan(target[:, 0])  # rows with a label
+            label = target[known, 0].long()
             loss = F.cross_entropy(logits[known], label)
             accuracy = (logits[known].argmax(dim=-1) == label).float().mean()
             self.log("train/accuracy", accuracy, prog_bar=True, batch_size=len(label))
@@ -127,9 +123,3 @@ def _labels(values: np.ndarray, missing: np.ndarray) -> pd.arrays.IntegerArray:
     """Integer labels with empty entries where ``missing``."""
     return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64), mask=np.asarray(missing, dtype=bool))
 
-
-def class_labels(target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows with a label in the first target column, and those labels as class ids. ((K,) bool, (K',) int64)"""
-    label = target[:, 0]
-    known = ~torch.isnan(label)
-    return known, label[known].long()

@@ -19,16 +19,12 @@ from graphormer_urpe.tasks.metrics import PerTargetMetrics
 
 
 class GraphRegression(PerTargetTask):
-    """Regression with an L1 (or MSE) loss and MAE metrics, per graph or per node (``readout: nodes``).
-
-    Missing values (NaN) are left out of the loss and metrics. The MAE of each target is logged
-    (``val/mae/<target>``, with several) and their mean ``val/mae`` selects the best checkpoint.
+    """Regression with an L1 (or MSE) loss, per graph or per node (``readout: nodes``); missing values (NaN) are left
+    out of the loss and of the MAE of each target (``val/mae/<target>``), whose mean ``val/mae`` selects the best.
 
     Example:
         >>> from graphormer_urpe import GraphormerConfig
-        >>> from graphormer_urpe.tasks.base import OptimConfig
-        >>> task = GraphRegression(GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4),
-        ...                        optim=OptimConfig(lr=1e-3, warmup_steps=100))
+        >>> task = GraphRegression(GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4))
         >>> task.monitor, task.target_names  # trained by pl.Trainer(...).fit(task, GraphDataModule(...))
         (('val/mae', 'min'), ['y'])
 

@@ -36,7 +36,5 @@ class SequenceTagging(Classification):
 
     @staticmethod
     def outputs_and_targets(output: torch.Tensor, batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every token is a row, its label a float target column.
-
-        Shapes: output: (B, T, K) -> (B*T, K) logits and (B*T, 1) labels."""
+        """Every token is a row. Shapes: output: (B, T, K) -> (B*T, K) logits and (B*T, 1) float labels."""
         return output.flatten(0, 1), batch.labels.reshape(-1, 1).float()
