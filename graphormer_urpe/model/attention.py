@@ -3,9 +3,8 @@
     A   = softmax(Q K^T / sqrt(D) + B) * C        (* is the elementwise product)
     out = A V
 
-``B`` (additive, inside the softmax) and ``C`` (multiplicative, after it) are looked up from integer *relation
-ids*: shortest-path distances for graphs, signed offsets (or T5 buckets) for sequences. RPE has no ``C``, so
-every row sums to one; URPE's ``C`` breaks that and makes the Transformer universal (paper, Theorem 3).
+``B`` and ``C`` are looked up from integer *relation ids* (shortest-path distances, sequence offsets). RPE has no
+``C``, so every row sums to one; URPE's ``C`` breaks that and makes the Transformer universal (paper, Theorem 3).
 
 Shape letters: B batch, T tokens, H heads, D head dim, R relation ids.
 """
@@ -37,9 +36,8 @@ class AttentionKind(str, Enum):
 def lookup_by_relation(table: torch.Tensor, relation: torch.Tensor) -> torch.Tensor:
     """Per-head table entry of every pair, head-major: ``out[b, h, i, j] = table[relation[b, i, j], h]``.
 
-    Row :data:`PAD_RELATION` reads as zero and receives no gradient. One ``gather``, not an embedding and a permute
-    (``docs/throughput.md``); on CUDA its backward uses atomics, bitwise reproducible only with
-    ``--trainer.deterministic true``.
+    Row :data:`PAD_RELATION` reads as zero, without gradient. One ``gather`` (``docs/throughput.md``); on CUDA its
+    backward uses atomics, bitwise reproducible only with ``--trainer.deterministic true``.
 
     Shapes: table: (R, H) float; relation: (B, T, T) ids in [0, R) -> (B, H, T, T) float, contiguous."""
     batch, queries, keys = relation.shape
@@ -64,16 +62,13 @@ class RelativeBias(nn.Module):
 
 
 class RelativeScale(nn.Module):
-    """The URPE table C: one learned scalar per (relation id, head), shared by all layers.
-
-    Initialised to ones, so URPE computes exactly what RPE computes until C is trained (paper, section 4.2).
-    Row :data:`PAD_RELATION` is fixed at zero: padding keys contribute nothing even before the softmax mask."""
+    """The URPE table C: one learned scalar per (relation id, head), shared by all layers, initialised to ones (so
+    URPE computes exactly what RPE computes until C is trained); row :data:`PAD_RELATION` is fixed at zero."""
 
     def __init__(self, num_relations: int, num_heads: int) -> None:
         super().__init__()
-        scale = torch.ones(num_relations, num_heads)
-        scale[PAD_RELATION] = 0.0
-        self.weight = nn.Parameter(scale)
+        self.weight = nn.Parameter(torch.empty(num_relations, num_heads))
+        self.reset_to_ones()
 
     def forward(self, relation: torch.Tensor) -> torch.Tensor:
         """Shapes: relation: (B, T, T) integer ids -> (B, H, T, T) float, contiguous."""
@@ -109,8 +104,7 @@ class _ScaleAndDrop(torch.autograd.Function):
 
 
 def scale_and_drop(probabilities: torch.Tensor, scale: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    """URPE's product with C and attention dropout, ``(A * C) * keep``, with three ``(B, H, T, T)`` buffers per
-    layer instead of five (``docs/throughput.md``); the same values and gradients.
+    """URPE's ``(A * C) * keep`` with three ``(B, H, T, T)`` buffers instead of five (``docs/throughput.md``).
 
     Shapes: A, C: (B, H, T, T); keep: (B, H, T, T) multiplier 0 or 1 / P(keep), or None -> (B, H, T, T)."""
     return _ScaleAndDrop.apply(probabilities, scale, keep)
@@ -119,8 +113,7 @@ def scale_and_drop(probabilities: torch.Tensor, scale: torch.Tensor, keep: torch
 class MultiHeadAttention(nn.Module):
     """Self-attention ``softmax(QK^T/sqrt(D) + bias) [* scale] V`` over padded token sets.
 
-    Masks are ``-inf`` entries of the bias (each row needs one visible key); the softmax and the URPE
-    product run in float32 whatever the autocast dtype.
+    Masks are ``-inf`` entries of the bias (each row needs one visible key); softmax and ``* C`` run in float32.
 
     Example:
         >>> import torch
@@ -146,8 +139,7 @@ class MultiHeadAttention(nn.Module):
 
     def attention_weights(self, x: torch.Tensor, attn_bias: torch.Tensor | None,
                           attn_scale: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The attention matrix A (before dropout) and the values V; the logits ``attn_bias + QK^T/sqrt(D)`` are one
-        fused ``baddbmm`` (half precision under autocast, like the official fp16 code).
+        """The attention matrix A (before dropout) and the values V; the logits are one fused ``baddbmm``.
 
         Shapes: x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) contiguous, or None
             -> A (B, H, T, T) float32 (float64 for a float64 model), V (B, H, T, D)."""

@@ -33,9 +33,8 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
     def keep_mask(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The multiplier ``keep / P(keep)`` dropout applies to ``x`` (None when it does nothing), for callers that
-        fold it into another product (:func:`~graphormer_urpe.model.attention.scale_and_drop`). On CPU it is the
-        mask ``forward`` would draw from the same generator state; elsewhere it comes from ``bernoulli_``.
+        """The multiplier dropout applies to ``x`` (None when it does nothing), for ``scale_and_drop``: on CPU the
+        mask ``forward`` would draw from the same generator state, elsewhere one from ``bernoulli_``.
 
         Shapes: x: any -> the same shape and dtype, values ``0`` or ``1 / P(keep)``; or None."""
         if not self.training or self.p == 0.0:

@@ -241,10 +241,7 @@ class EdgePathBias(nn.Module):
         self.max_hops = max_hops
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Edge bias of every pair of nodes.
-
-        Shapes: batch.first_edge: (B, N, N), batch.edge_attr: (E, Fe), batch.edge_continuous: (E, Fec) -> (B, N, N, H).
-        """
+        """Shapes: batch.first_edge (B, N, N), edge_attr (E, Fe), edge_continuous (E, Fec) -> (B, N, N, H) edge bias."""
         per_edge = self.features(batch.edge_attr + self.offsets).mean(dim=-2)  # (E, H)
         if self.continuous is not None:
             per_edge = per_edge + self.continuous(batch.edge_continuous.to(self.continuous.weight.dtype))  # (E, H)
@@ -340,9 +337,8 @@ def official_init(module: nn.Module, num_layers: int) -> None:
 class Graphormer(nn.Module):
     """Graphormer encoder with a prediction read from the graph token, a target node or every node.
 
-    Built from a :class:`GraphormerConfig` and/or its fields as keyword arguments (an unknown name raises
-    ``TypeError`` listing the fields). ``forward`` takes a :class:`~graphormer_urpe.data.batch.GraphBatch`, or a
-    PyG ``Batch`` of graphs that went through :class:`~graphormer_urpe.data.pyg_interop.GraphormerStructure`.
+    Built from a :class:`GraphormerConfig` and/or its fields as keyword arguments; ``forward`` takes a
+    :class:`~graphormer_urpe.data.batch.GraphBatch`, or a PyG ``Batch`` transformed by ``GraphormerStructure``.
 
     Example:
         >>> import torch
@@ -390,9 +386,7 @@ class Graphormer(nn.Module):
         self.apply(functools.partial(official_init, num_layers=config.num_layers))
 
     def relations(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Relation id and attention mask of every token pair, graph token included (if any).
-
-        Shapes: returns relation (B, T, T) int64 and key_mask (B, T, T) bool (True = may attend)."""
+        """Relation id (B, T, T) int64 and attention mask (B, T, T) bool (True = may attend) of every token pair."""
         config = self.config
         node_mask = batch.node_mask
         real_pair = node_mask.unsqueeze(2) & node_mask.unsqueeze(1)  # (B, N, N)
@@ -414,10 +408,8 @@ class Graphormer(nn.Module):
         return relation, real_token.unsqueeze(1) & ~F.pad(far, (1, 0, 1, 0))  # padding queries see every real key
 
     def attention_inputs(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Bias B + edge bias with the masks folded in as -inf, and the URPE scale C: once per forward for all
-        layers, contiguous, in float32 also under mixed precision.
-
-        Shapes: returns attn_bias (B, H, T, T) float32 and attn_scale (B, H, T, T) float32 or None."""
+        """Bias B + edge bias with the masks as -inf, and the URPE scale C (or None): once per forward for all layers,
+        contiguous, float32 also under mixed precision. Shapes: returns attn_bias, attn_scale (B, H, T, T)."""
         relation, key_mask = self.relations(batch)
         with torch.autocast(relation.device.type, enabled=False):
             attn_bias = self.relative_bias(relation).float()  # (B, H, T, T)
@@ -451,9 +443,8 @@ class Graphormer(nn.Module):
                         continuous_edge_dim=config.continuous_edge_dim, target_level=level)
 
     def forward(self, batch: GraphBatch | Data) -> torch.Tensor:
-        """Prediction of each graph, of its target node, or of every node (``readout``). A PyG ``Batch`` is first
-        converted by :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`, checked against :meth:`data_spec`.
-        The head runs outside autocast, in the parameters' dtype, so predictions keep full resolution.
+        """Prediction of each graph, of its target node, or of every node (``readout``); a PyG ``Batch`` is converted
+        by :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`. The head runs outside autocast (full resolution).
 
         Shapes: returns (B, num_outputs); (B, N, num_outputs) with ``readout="nodes"`` (padding nodes included)."""
         if not isinstance(batch, GraphBatch):

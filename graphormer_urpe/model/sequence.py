@@ -146,11 +146,9 @@ class SequenceTransformer(nn.Module):
         """B and C (each (1, H, T, T) float32, or None) of the first T = ``tokens`` positions, for every sequence."""
         if tokens > self.config.length:
             raise ValueError(f"sequence of {tokens} tokens is longer than length={self.config.length}")
-        bias = scale = None
-        if self.relative_bias is not None:
-            bias = self.relative_bias(self.bias_relation[:tokens, :tokens].unsqueeze(0)).float()
-        if self.relative_scale is not None:
-            scale = self.relative_scale(self.scale_relation[:tokens, :tokens].unsqueeze(0)).float()
+        tables = ((self.relative_bias, self.bias_relation), (self.relative_scale, self.scale_relation))
+        bias, scale = (None if table is None else table(ids[:tokens, :tokens].unsqueeze(0)).float()
+                       for table, ids in tables)
         return bias, scale
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,4 @@
-"""What every task shares: the model, checkpoint loading, AdamW with warm-up and linear decay, the fine-tuning
-options (parameter groups, a frozen encoder) and the record of where the weights came from; see docs/tasks.md."""
+"""What every task shares: model, checkpoints, optimiser and schedule, fine-tuning options; see docs/tasks.md."""
 
 from __future__ import annotations
 
@@ -37,9 +36,8 @@ def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_fact
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    """AdamW (betas 0.9, 0.999) with linear warm-up, then linear decay to ``end_lr``, and the fine-tuning options;
-    the defaults are the Graphormer papers'. Each field is checked at construction (a ConfigError names
-    ``model.optim.<field>``). See docs/tasks.md and docs/finetuning.md.
+    """AdamW (betas 0.9, 0.999), linear warm-up and decay, fine-tuning options; defaults are the Graphormer papers'.
+    Each field is checked at construction (ConfigError); see docs/tasks.md and docs/finetuning.md.
 
     Args:
         lr: peak learning rate (> 0).
@@ -81,8 +79,7 @@ DEFAULT_OPTIM = OptimConfig()
 
 
 def check_layout(path: str | Path, hyper_parameters: Mapping[str, Any]) -> None:
-    """Refuse (CheckpointError) a checkpoint written before the task family was merged: optimiser arguments outside
-    ``optim``."""
+    """Refuse (CheckpointError) a checkpoint of the layout before the task family was merged."""
     outside = [field.name for field in dataclasses.fields(OptimConfig) if field.name in hyper_parameters]
     if outside:
         raise CheckpointError(f"{path} was written before the task family was merged ({', '.join(outside)} outside "
@@ -90,8 +87,7 @@ def check_layout(path: str | Path, hyper_parameters: Mapping[str, Any]) -> None:
 
 
 def is_head(name: str) -> bool:
-    """Whether the task's parameter or state-dict entry ``name`` belongs to the head: the network's
-    ``head``, or a tensor of the task itself (a regression's target statistics)."""
+    """Whether a parameter or state-dict entry belongs to the head: ``model.head.*`` or the task's own tensors."""
     return name.startswith("model.head.") or not name.startswith("model.")
 
 
@@ -160,10 +156,8 @@ def plain(value: object) -> object:
 
 
 class GraphormerTask(pl.LightningModule):
-    """A Graphormer with the papers' optimiser and schedule; subclasses add loss and metrics.
-
-    Every constructor argument but ``data`` is saved as a hyper-parameter (dataclasses as plain dicts, safe to
-    ``torch.load(weights_only=True)``), so a checkpoint rebuilds its task alone (:meth:`from_checkpoint`).
+    """A Graphormer with the papers' optimiser and schedule; subclasses add loss and metrics. Every constructor
+    argument but ``data`` is saved (dataclasses as dicts), so a checkpoint rebuilds its task alone.
 
     Args:
         encoder: the network's hyper-parameters.
@@ -187,8 +181,7 @@ class GraphormerTask(pl.LightningModule):
         accepted = inspect.signature(type(self).__init__).parameters
         for name in [name for name in self.hparams if not name.startswith("_") and name not in accepted]:
             del self.hparams[name]
-        self.hparams["encoder"] = dataclasses.asdict(encoder)
-        self.hparams["optim"] = dataclasses.asdict(optim)
+        self.hparams.update(encoder=dataclasses.asdict(encoder), optim=dataclasses.asdict(optim))
         self.optim = optim
         self.model = self.model_class(encoder)
         #: Where the weights came from (``train.py --init_from``), None for a run from its own initialisation.
@@ -264,9 +257,7 @@ class GraphormerTask(pl.LightningModule):
 
     @staticmethod
     def outputs_and_targets(output: torch.Tensor, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """One row per prediction: per graph (or target node), or per real node with ``readout: nodes``.
-
-        Shapes: output: (B, O) or (B, N, O) -> (K, O) outputs and (K, Y) targets (NaN where unknown)."""
+        """Shapes: output (B, O), or (B, N, O) per node -> (K, O) outputs, (K, Y) targets: one row per prediction."""
         if output.dim() == 3:  # per-node predictions: padding nodes dropped
             return output[batch.node_mask], batch.y[batch.node_mask]
         if batch.y.dim() == 3:

@@ -56,6 +56,7 @@ class Classification(PerTargetTask):
                             f"{target_kind}: remove model.init_args.evaluator")
         super().__init__(encoder, optim, data)
         self.binary = target_kind == "binary"
+        self.monitor = ("val/auroc", "max") if self.binary else ("val/accuracy", "max")
         outputs = getattr(self.model.config, self.output_field)
         self.target_names = list(target_names or default_target_names(outputs if self.binary else 1))
         self.save_decided(target_kind=target_kind, target_names=self.target_names)
@@ -65,11 +66,6 @@ class Classification(PerTargetTask):
             [PerTargetMetrics(lambda: multiclass_accuracy(outputs, evaluator), "accuracy", self.target_names,
                               labels=True, class_scores=True)]
         ) for stage in STAGES})
-
-    @property
-    def monitor(self) -> tuple[str, str]:
-        """Metric that selects the best checkpoint: ROC-AUC for binary labels, accuracy for classes."""
-        return ("val/auroc", "max") if self.binary else ("val/accuracy", "max")
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
         """Logits. (B, Y) binary, (B, C) multi-class; (B, N, .) with ``readout: nodes``"""

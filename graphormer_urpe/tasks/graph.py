@@ -66,8 +66,7 @@ class GraphRegression(PerTargetTask):
         return self.model(batch) * self.target_std + self.target_mean
 
     def on_fit_start(self) -> None:
-        """With ``normalize_targets``, standardise with the training split's statistics, unless the head (and its
-        statistics) came from an ``--init_from`` checkpoint."""
+        """With ``normalize_targets``, take the training split's statistics, unless the head came with its own."""
         if self.hparams.normalize_targets and self.trainer.datamodule is not None and not self.head_from_checkpoint:
             mean, std = self.trainer.datamodule.target_statistics()
             self.target_mean.copy_(torch.as_tensor(mean))

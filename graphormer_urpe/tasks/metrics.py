@@ -1,5 +1,4 @@
-"""Metrics over a whole split, gathered across processes: the official OGB evaluators, and
-torchmetrics metrics per target with missing values (NaN) left out."""
+"""Metrics over a whole split, gathered across processes: OGB evaluators, per-target metrics without NaN."""
 
 from __future__ import annotations
 
@@ -71,10 +70,9 @@ class KnownCounts(Metric):
 
 
 class PerTargetMetrics(nn.Module):
-    """One metric (``make_metric()``, logged as ``key``) per target column, updated with the rows where that column
-    is known (not NaN), and their mean over the targets where it is defined (a target without labelled rows is
-    NaN). ``labels``: targets passed as integers; ``class_scores``: a row's predictions are the C scores of one
-    multi-class target, otherwise prediction column c belongs to target column c."""
+    """One metric (``make_metric()``, logged as ``key``) per target column, updated with its known (not NaN) rows, and
+    their mean over the targets where it is defined. ``labels``: targets as integers; ``class_scores``: a row's
+    predictions are the C scores of one multi-class target (else prediction column c belongs to target c)."""
 
     def __init__(self, make_metric: Callable[[], Metric], key: str, target_names: Sequence[str], labels: bool = False,
                  class_scores: bool = False) -> None:

@@ -12,8 +12,7 @@ from graphormer_urpe.tasks.classification import Classification
 
 
 class SequenceTagging(Classification):
-    """:class:`~graphormer_urpe.tasks.classification.Classification` with one class per token: only the network
-    (the sequence Transformer) and the batch differ.
+    """:class:`~graphormer_urpe.tasks.classification.Classification` with one class per token of a sequence.
 
     Args:
         encoder: the :class:`SequenceConfig` (vocabulary, classes and length are set by ``data``).
