@@ -3,12 +3,8 @@
     A   = softmax(Q K^T / sqrt(D) + B) * C        (* is the elementwise product)
     out = A V
 
-``B`` (additive, inside the softmax) and ``C`` (multiplicative, after it) are looked up from
-integer *relation ids*: shortest-path distances for graphs, signed offsets (or T5 buckets) for
-sequences. With RPE ``C`` is absent, so every attention row sums to one; URPE's ``C`` breaks that
-and makes the Transformer a universal approximator (Theorem 3 / Proposition 4 of the paper).
-The same :class:`MultiHeadAttention` serves both variants and every modality; the variant only
-decides whether a :class:`RelativeScale` table exists.
+``B`` and ``C`` are looked up from integer *relation ids* (shortest-path distances, sequence offsets). RPE has no
+``C``, so every row sums to one; URPE's ``C`` breaks that and makes the Transformer universal (paper, Theorem 3).
 
 Shape letters: B batch, T tokens, H heads, D head dim, R relation ids.
 """
@@ -38,18 +34,12 @@ class AttentionKind(str, Enum):
 
 
 def lookup_by_relation(table: torch.Tensor, relation: torch.Tensor) -> torch.Tensor:
-    """Per-head table entry of every pair, laid out head-major: ``out[b, h, i, j] = table[relation[b, i, j], h]``.
+    """Per-head table entry of every pair, head-major: ``out[b, h, i, j] = table[relation[b, i, j], h]``.
 
-    Row :data:`PAD_RELATION` reads as zero and receives no gradient (like ``nn.Embedding``'s
-    ``padding_idx``). One ``gather`` over a ``(B, H, R)`` view of the table, not an embedding lookup
-    and a permute: the result comes out ``(B, H, T, T)`` contiguous and the backward pass is a
-    scatter-add per head into ``R`` bins (measured in ``docs/throughput.md``). On CUDA that
-    scatter-add uses atomics, so its sums are bitwise reproducible only with deterministic
-    algorithms on (``--trainer.deterministic true``), as for the edge encoding.
+    Row :data:`PAD_RELATION` reads as zero, without gradient. One ``gather`` (``docs/throughput.md``); on CUDA its
+    backward uses atomics, bitwise reproducible only with ``--trainer.deterministic true``.
 
-    Shapes:
-        table: (R, H) float; relation: (B, T, T) integer ids in [0, R) -> (B, H, T, T) float, contiguous.
-    """
+    Shapes: table: (R, H) float; relation: (B, T, T) ids in [0, R) -> (B, H, T, T) float, contiguous."""
     batch, queries, keys = relation.shape
     num_relations, heads = table.shape
     table = table.clone()
@@ -60,52 +50,28 @@ def lookup_by_relation(table: torch.Tensor, relation: torch.Tensor) -> torch.Ten
 
 
 class RelativeBias(nn.Module):
-    """The additive table B: one learned scalar per (relation id, head).
-
-    Row :data:`PAD_RELATION` is the padding row: it stays zero and receives no gradient.
-
-    Args:
-        num_relations: R, number of relation ids.
-        num_heads: H.
-    """
+    """The additive table B: one learned scalar per (relation id, head); row :data:`PAD_RELATION` stays zero."""
 
     def __init__(self, num_relations: int, num_heads: int) -> None:
         super().__init__()
         self.table = nn.Embedding(num_relations, num_heads, padding_idx=PAD_RELATION)
 
     def forward(self, relation: torch.Tensor) -> torch.Tensor:
-        """Look up the bias of every pair.
-
-        Shapes:
-            relation: (B, T, T) integer ids -> (B, H, T, T) float, contiguous.
-        """
+        """Shapes: relation: (B, T, T) integer ids -> (B, H, T, T) float, contiguous."""
         return lookup_by_relation(self.table.weight, relation)
 
 
 class RelativeScale(nn.Module):
-    """The URPE table C: one learned scalar per (relation id, head), shared by all layers.
-
-    Initialised to ones, so a URPE model computes exactly what its RPE counterpart computes
-    until C is trained (paper, section 4.2). Row :data:`PAD_RELATION` is fixed at zero: padding
-    keys contribute nothing even before the softmax mask is taken into account.
-
-    Args:
-        num_relations: R, number of relation ids.
-        num_heads: H.
-    """
+    """The URPE table C: one learned scalar per (relation id, head), shared by all layers, initialised to ones (so
+    URPE computes exactly what RPE computes until C is trained); row :data:`PAD_RELATION` is fixed at zero."""
 
     def __init__(self, num_relations: int, num_heads: int) -> None:
         super().__init__()
-        scale = torch.ones(num_relations, num_heads)
-        scale[PAD_RELATION] = 0.0
-        self.weight = nn.Parameter(scale)
+        self.weight = nn.Parameter(torch.empty(num_relations, num_heads))
+        self.reset_to_ones()
 
     def forward(self, relation: torch.Tensor) -> torch.Tensor:
-        """Look up the scale of every pair.
-
-        Shapes:
-            relation: (B, T, T) integer ids -> (B, H, T, T) float, contiguous.
-        """
+        """Shapes: relation: (B, T, T) integer ids -> (B, H, T, T) float, contiguous."""
         return lookup_by_relation(self.weight, relation)
 
     @torch.no_grad()
@@ -138,42 +104,27 @@ class _ScaleAndDrop(torch.autograd.Function):
 
 
 def scale_and_drop(probabilities: torch.Tensor, scale: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    """URPE's product with C and attention dropout: ``(A * C) * keep``, the same values and gradients
-    as the three-tensor expression, with three ``(B, H, T, T)`` buffers per layer instead of five:
-    the mask is applied in place and the gradient of C reuses the buffer of ``grad * keep``
-    (``docs/throughput.md``).
+    """URPE's ``(A * C) * keep`` with three ``(B, H, T, T)`` buffers instead of five (``docs/throughput.md``).
 
-    Shapes:
-        probabilities A, scale C: (B, H, T, T); keep: (B, H, T, T) dropout multiplier (0 or
-        1 / P(keep)), or None (no dropout) -> (B, H, T, T).
-    """
+    Shapes: A, C: (B, H, T, T); keep: (B, H, T, T) multiplier 0 or 1 / P(keep), or None -> (B, H, T, T)."""
     return _ScaleAndDrop.apply(probabilities, scale, keep)
 
 
 class MultiHeadAttention(nn.Module):
     """Self-attention ``softmax(QK^T/sqrt(D) + bias) [* scale] V`` over padded token sets.
 
-    The softmax and the URPE product run in float32 whatever the autocast dtype, and masks are
-    ``-inf`` entries of the bias, so padded rows never turn into NaN as long as each row keeps
-    one visible key (the graph token, for Graphormer).
+    Masks are ``-inf`` entries of the bias (each row needs one visible key); softmax and ``* C`` run in float32.
 
     Example:
-        URPE with C all ones is exactly RPE; C = 2 doubles every attention row:
-
         >>> import torch
         >>> _ = torch.manual_seed(0)
         >>> attention = MultiHeadAttention(hidden_dim=8, num_heads=2)
         >>> x, bias = torch.randn(1, 3, 8), torch.randn(1, 2, 3, 3)
-        >>> torch.equal(attention(x, bias, torch.ones(1, 2, 3, 3)), attention(x, bias))
+        >>> torch.equal(attention(x, bias, torch.ones(1, 2, 3, 3)), attention(x, bias))  # URPE with C = 1 is RPE
         True
-        >>> weights, _ = attention.attention_weights(x, bias, torch.full((1, 2, 3, 3), 2.0))
+        >>> weights, _ = attention.attention_weights(x, bias, torch.full((1, 2, 3, 3), 2.0))  # C = 2 doubles rows
         >>> torch.allclose(weights.sum(-1), torch.full((1, 2, 3), 2.0))
         True
-
-    Args:
-        hidden_dim: model width, ``H * D``.
-        num_heads: H; must divide ``hidden_dim``.
-        attention_dropout: dropout on the attention matrix (after the URPE product).
     """
 
     def __init__(self, hidden_dim: int, num_heads: int, attention_dropout: float = 0.0) -> None:
@@ -186,23 +137,12 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(hidden_dim, hidden_dim)
         self.attention_dropout = Dropout(attention_dropout)
 
-    def attention_weights(
-        self,
-        x: torch.Tensor,
-        attn_bias: torch.Tensor | None,
-        attn_scale: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The attention matrix A (before dropout) and the values V.
+    def attention_weights(self, x: torch.Tensor, attn_bias: torch.Tensor | None,
+                          attn_scale: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The attention matrix A (before dropout) and the values V; the logits are one fused ``baddbmm``.
 
-        ``attn_bias`` carries the masks: ``-inf`` where query i must not see key j (every row needs
-        one finite entry). The logits are ``attn_bias + QK^T/sqrt(D)`` in one fused ``baddbmm``;
-        under autocast that matmul runs in half precision like the official fp16 code, and the
-        softmax and the URPE product run in float32.
-
-        Shapes:
-            x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) contiguous, or None.
-            Returns A (B, H, T, T) float32 (float64 for a float64 model) and V (B, H, T, D).
-        """
+        Shapes: x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) contiguous, or None
+            -> A (B, H, T, T) float32 (float64 for a float64 model), V (B, H, T, D)."""
         batch, tokens, _ = x.shape
         qkv = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
@@ -220,18 +160,9 @@ class MultiHeadAttention(nn.Module):
             weights = weights * attn_scale  # URPE: rows no longer sum to 1
         return weights, v
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        attn_bias: torch.Tensor | None = None,
-        attn_scale: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Attend.
-
-        Shapes:
-            x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) or None.
-            Returns (B, T, H*D).
-        """
+    def forward(self, x: torch.Tensor, attn_bias: torch.Tensor | None = None,
+                attn_scale: torch.Tensor | None = None) -> torch.Tensor:
+        """Shapes: x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) or None -> (B, T, H*D)."""
         probabilities, v = self.attention_weights(x, attn_bias, None)  # softmax, (B, H, T, T)
         if attn_scale is None:
             weights = self.attention_dropout(probabilities)
@@ -239,9 +170,8 @@ class MultiHeadAttention(nn.Module):
             weights = scale_and_drop(probabilities, attn_scale, self.attention_dropout.keep_mask(probabilities))
         weights = weights.to(v.dtype)
         batch, heads, tokens, head_dim = v.shape
-        # A V with A as the left factor: the gradient of A comes out of the matmul contiguous, so the
-        # dropout, URPE-product and softmax backward passes stream through memory in order (V^T A^T
-        # would hand them a transposed gradient; docs/benchmarks.md)
+        # A V with A as the left factor: the gradient of A comes out contiguous for the backward passes
+        # of dropout, URPE product and softmax (V^T A^T would hand them a transposed one; docs/benchmarks.md)
         mixed = torch.bmm(weights.view(batch * heads, tokens, tokens), v.reshape(batch * heads, tokens, head_dim))
         mixed = mixed.view(batch, heads, tokens, head_dim).transpose(1, 2)  # (B, T, H, D)
         return self.out(mixed.reshape(batch, tokens, heads * head_dim))

@@ -1,15 +1,12 @@
-"""Inverted dropout with a cheaper random mask on CPU.
-
-On CPU, ``torch.nn.Dropout`` draws one ``bernoulli_`` sample per element, a large share of a
-training step at Graphormer's sizes (``docs/benchmarks.md``). Here the keep-mask comes from 16-bit
-uniform integers, four per 64-bit draw of torch's generator:
+"""Inverted dropout with a cheaper random mask on CPU (``torch.nn.Dropout``'s per-element ``bernoulli_`` is a
+large share of a CPU step, ``docs/benchmarks.md``): 16-bit uniform integers, four per 64-bit draw of torch's
+global generator (so seeding reproduces them),
 
     keep = u >= round(p * 2^16)        u uniform on {0, ..., 2^16 - 1}
     out  = x * keep / P(keep)          P(keep) = 1 - round(p * 2^16) / 2^16
 
-so the drop probability is ``p`` to within 2^-17 and the output is unbiased exactly. On other
-devices (CUDA's Philox dropout is fast) this is ``torch.nn.functional.dropout``. Masks follow
-torch's global generator, so seeding and checkpointed RNG states reproduce them.
+so the drop probability is ``p`` to within 2^-17 and the output is unbiased exactly. Other devices use
+``torch.nn.functional.dropout``.
 """
 
 from __future__ import annotations
@@ -24,11 +21,7 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class Dropout(nn.Module):
-    """Drop elements with probability ``p`` in training, scaling the rest by ``1 / P(keep)``.
-
-    Args:
-        p: drop probability in [0, 1).
-    """
+    """Drop elements with probability ``p`` in [0, 1) in training, scaling the rest by ``1 / P(keep)``."""
 
     def __init__(self, p: float = 0.0) -> None:
         super().__init__()
@@ -40,15 +33,10 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
     def keep_mask(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The multiplier ``keep / P(keep)`` that dropout applies to ``x``: None when it does nothing.
+        """The multiplier dropout applies to ``x`` (None when it does nothing), for ``scale_and_drop``: on CPU the
+        mask ``forward`` would draw from the same generator state, elsewhere one from ``bernoulli_``.
 
-        For callers that fold the mask into another elementwise product (URPE's ``A * C``, see
-        :func:`~graphormer_urpe.model.attention.scale_and_drop`). On CPU it is the mask ``forward``
-        would draw from the same generator state; elsewhere it comes from ``bernoulli_``.
-
-        Shapes:
-            x: any -> the same shape and dtype, values ``0`` or ``1 / P(keep)``; or None.
-        """
+        Shapes: x: any -> the same shape and dtype, values ``0`` or ``1 / P(keep)``; or None."""
         if not self.training or self.p == 0.0:
             return None
         if x.device.type != "cpu":
@@ -63,8 +51,7 @@ class Dropout(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes: any -> the same."""
-        if not self.training or self.p == 0.0:
-            return x
-        if x.device.type != "cpu":
+        if self.training and self.p > 0.0 and x.device.type != "cpu":
             return F.dropout(x, self.p, training=True)
-        return x * self.keep_mask(x)
+        keep = self.keep_mask(x)
+        return x if keep is None else x * keep

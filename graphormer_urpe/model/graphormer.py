@@ -1,30 +1,17 @@
 """Graphormer (Ying et al., 2021) with RPE or URPE attention (Luo et al., 2022), top to bottom.
 
     tokens  = [graph token; node features + degree embeddings]                (B, T, H*D)
-              (node features: summed categorical embeddings + optional Linear(continuous))
     bias    = B[relation] + edge-path bias        shared by all layers        (B, H, T, T)
     scale   = C[relation]                         URPE only, shared           (B, H, T, T)
     layer   : x = x + drop(MHA(LN(x), bias, scale));  x = x + drop(FFN(LN(x)))
-              (``layer_norm: post``: x = LN(x + drop(MHA(x, ...)));  x = LN(x + drop(FFN(x))))
     output  = Linear(LN(x)[graph token or target node])                       (B, outputs)
               or Linear(LN(x)[every node])  with ``readout: nodes``           (B, N, outputs)
-              (``head: v2``: Linear -> GELU -> LayerNorm -> Linear + bias; ``final_norm: false``
-              drops the LN; ``embedding_norm: true`` adds a LN on the input tokens)
 
-The relation id of a pair is its shortest-path distance (offset past the padding and graph-token
-ids, see :mod:`graphormer_urpe.constants`), capped at ``max_distance``, with its own id for
-unreachable pairs. Pairs at distance ``>= spatial_pos_max`` and unreachable pairs are masked out of
-the softmax when ``spatial_pos_max`` is set (the official collator's option); ``spatial_pos_max:
-null`` masks nothing, which is what both official training pipelines do (they pass 1024). The
-official architecture variants (post-LN layers, embedding LayerNorm, v2 head) are options, see
-:class:`GraphormerConfig` and ``docs/official-graphormer.md``. ``graph_token: false`` drops the virtual
-node (T = N), the setting of Theorem 2 of the URPE paper. Nothing here imports Lightning: the
-model takes one :class:`~graphormer_urpe.data.batch.GraphBatch` (or a PyG ``Batch``, converted by
-:func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`) and can be used in any loop.
+A pair's relation id is its shortest-path distance (:mod:`graphormer_urpe.constants`); masking and the official
+variants are in ``docs/model.md`` and ``docs/official-graphormer.md``. Nothing here imports Lightning.
 
 Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens (N without graph token), H heads, D head dim,
-E edges in the batch, F node-feature columns, Fc continuous node-feature width, Fe edge-feature
-columns, Fec continuous edge-feature width, K hops.
+E edges in the batch, F / Fc node-feature columns / continuous width, Fe / Fec the same for edges, K hops.
 """
 
 from __future__ import annotations
@@ -34,7 +21,6 @@ import difflib
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -64,20 +50,14 @@ from graphormer_urpe.model.attention import MultiHeadAttention, RelativeBias, Re
 from graphormer_urpe.model.dropout import Dropout
 
 
-@dataclass
+@dataclasses.dataclass
 class GraphormerConfig:
-    """Hyper-parameters of :class:`Graphormer`, every one checked at construction: a
-    :class:`~graphormer_urpe.errors.ConfigError` names the key as the command line writes it
-    (``model.encoder.<field>``) and the values it allows.
-
-    The official code each option reproduces is in ``docs/official-graphormer.md``.
+    """Hyper-parameters of :class:`Graphormer`, each checked at construction (a ConfigError names
+    ``model.encoder.<field>`` and the values it allows); ``docs/official-graphormer.md`` maps them to official code.
 
     Example:
-        >>> config = GraphormerConfig(num_layers=6, hidden_dim=64, ffn_dim=64, num_heads=8, attention="rpe")
-        >>> config.num_relations  # padding, graph token, and SPD 0 .. spatial_pos_max - 1
+        >>> GraphormerConfig(num_layers=6, hidden_dim=64, num_heads=8).num_relations  # pad, graph token, SPD 0..19
         22
-        >>> Graphormer(config).config is config
-        True
 
     Args:
         node_vocab: values of each categorical node-feature column (F entries, each >= 1).
@@ -108,8 +88,8 @@ class GraphormerConfig:
         head: ``linear`` (official v1.0) or ``v2`` (``Linear -> GELU -> LayerNorm -> Linear`` + scalar bias).
     """
 
-    node_vocab: Sequence[int] = field(default_factory=lambda: [28])
-    edge_vocab: Sequence[int] = field(default_factory=lambda: [4])
+    node_vocab: Sequence[int] = dataclasses.field(default_factory=lambda: [28])
+    edge_vocab: Sequence[int] = dataclasses.field(default_factory=lambda: [4])
     num_outputs: int = 1
     continuous_node_dim: int = 0
     continuous_edge_dim: int = 0
@@ -135,10 +115,7 @@ class GraphormerConfig:
     final_norm: bool = True
     head: Literal["linear", "v2"] = "linear"
 
-    #: The fields that shape the weights or what they compute: a run started from a checkpoint
-    #: (``train.py --init_from``) takes them from the checkpoint. The data decides its fields
-    #: (:meth:`~graphormer_urpe.data.spec.DataSpec.encoder_fields`); ``attention`` and the dropouts
-    #: stay the run's own.
+    #: The fields that shape the weights, taken from the checkpoint by ``train.py --init_from``.
     ARCHITECTURE: ClassVar[tuple[str, ...]] = (
         "num_layers", "hidden_dim", "ffn_dim", "num_heads", "max_degree", "spatial_pos_max", "max_distance",
         "edge_encoding", "multi_hop_max_dist", "graph_token", "layer_norm", "embedding_norm", "final_norm", "head")
@@ -191,8 +168,7 @@ class GraphormerConfig:
 
     @property
     def num_relations(self) -> int:
-        """Rows of the B and C tables: padding, graph token, SPD 0 .. ``distance_rows - 1``, and
-        unreachable pairs when ``max_distance`` is set."""
+        """Rows of B and C: padding, graph token, SPD 0 .. ``distance_rows - 1``, unreachable (``max_distance``)."""
         return SPD_RELATION_OFFSET + self.distance_rows + (self.max_distance is not None)
 
 
@@ -219,15 +195,8 @@ def _categorical_offsets(vocab: Sequence[int]) -> torch.Tensor:
 
 
 class NodeEncoder(nn.Module):
-    """Node tokens: summed column embeddings, a projection of the continuous features (if any),
-    plus in- and out-degree embeddings (centrality).
-
-    Args:
-        node_vocab: values per node-feature column.
-        max_degree: degrees are clipped to this value.
-        hidden_dim: output width.
-        continuous_dim: Fc, width of the continuous node features; 0 for none.
-    """
+    """Node tokens: summed column embeddings, ``Linear`` of the Fc continuous features (if Fc > 0), plus in- and
+    out-degree embeddings (degrees clipped at ``max_degree``)."""
 
     def __init__(self, node_vocab: Sequence[int], max_degree: int, hidden_dim: int, continuous_dim: int = 0) -> None:
         super().__init__()
@@ -239,11 +208,7 @@ class NodeEncoder(nn.Module):
         self.max_degree = max_degree
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Embed every node; padding nodes get the zero vector.
-
-        Shapes:
-            batch.x: (B, N, F), batch.x_continuous: (B, N, Fc) -> (B, N, H*D).
-        """
+        """Shapes: batch.x: (B, N, F), batch.x_continuous: (B, N, Fc) -> (B, N, H*D) tokens, zero at padding nodes."""
         mask = batch.node_mask
         features = torch.where(mask.unsqueeze(-1), batch.x + self.offsets, PAD_ID)  # (B, N, F)
         tokens = self.features(features).sum(dim=-2)  # (B, N, H*D)
@@ -262,19 +227,9 @@ class EdgePathBias(nn.Module):
 
         bias(i, j) = 1/L * sum_{n=1..L} ( mean_f emb(edge features of e_n) ) @ W_n
 
-    with one H x H matrix W_n per hop (``multi_hop``). ``single_hop`` keeps only direct edges and
-    no W. The path is followed through ``first_edge`` from the compact cache, K gathers in all,
-    never a dense (B, N, N, K, Fe) tensor. Continuous edge features c_e, when the dataset has
-    them, are projected to H values and added to each edge's vector before the hops:
-    ``mean_f emb(features of e) + Linear(c_e)``.
-
-    Args:
-        edge_vocab: values per edge-feature column.
-        num_heads: H.
-        max_hops: K; 1 gives ``single_hop``.
-        hop_matrices: learn W_n (``multi_hop``) or not (``single_hop``).
-        continuous_dim: Fec, width of the continuous edge features; 0 for none.
-    """
+    with one H x H matrix W_n per hop (``hop_matrices``, ``multi_hop``); ``single_hop`` (K = 1) keeps direct edges
+    and no W. Continuous edge features c_e (Fec > 0) add ``Linear(c_e)`` to each edge's vector. The path is
+    followed through ``batch.first_edge``, K gathers, never a dense (B, N, N, K, Fe) tensor."""
 
     def __init__(self, edge_vocab: Sequence[int], num_heads: int, max_hops: int, hop_matrices: bool,
                  continuous_dim: int = 0) -> None:
@@ -286,20 +241,13 @@ class EdgePathBias(nn.Module):
         self.max_hops = max_hops
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
-        """Edge bias of every pair of nodes.
-
-        Shapes:
-            batch.first_edge: (B, N, N), batch.edge_attr: (E, Fe), batch.edge_continuous: (E, Fec)
-            -> (B, N, N, H).
-        """
+        """Shapes: batch.first_edge (B, N, N), edge_attr (E, Fe), edge_continuous (E, Fec) -> (B, N, N, H) edge bias."""
         per_edge = self.features(batch.edge_attr + self.offsets).mean(dim=-2)  # (E, H)
         if self.continuous is not None:
             per_edge = per_edge + self.continuous(batch.edge_continuous.to(self.continuous.weight.dtype))  # (E, H)
         num_edges, heads = per_edge.shape
-        if self.hop_weight is not None:
-            per_hop = torch.einsum("eh,khg->keg", per_edge, self.hop_weight)  # (K, E, H)
-        else:
-            per_hop = per_edge.unsqueeze(0)  # (1, E, H)
+        per_hop = (torch.einsum("eh,khg->keg", per_edge, self.hop_weight) if self.hop_weight is not None
+                   else per_edge.unsqueeze(0))  # (K, E, H), or (1, E, H) for single_hop
         # one zero row per hop for "no edge", then flatten so one lookup serves all hops
         per_hop = torch.cat([per_hop, per_hop.new_zeros(self.max_hops, 1, heads)], dim=1)
         per_hop = per_hop.reshape(-1, heads)  # (K * (E + 1), H)
@@ -322,63 +270,29 @@ class EdgePathBias(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Transformer layer, pre- or post-LayerNorm, with optional stochastic depth.
+    """Transformer layer; ``drop_path`` is the probability of skipping a residual branch for a whole graph.
 
         pre  (v1.0):  x = x + drop(MHA(LN(x)));  x = x + drop(FFN(LN(x)))
-        post (v2):    x = LN(x + drop(MHA(x)));  x = LN(x + drop(FFN(x)))
+        post (v2):    x = LN(x + drop(MHA(x)));  x = LN(x + drop(FFN(x)))       (``post_norm``)"""
 
-    Args:
-        hidden_dim: width.
-        ffn_dim: feed-forward inner width.
-        num_heads: H.
-        dropout: dropout on both residual branches.
-        attention_dropout: dropout on the attention matrix.
-        activation_dropout: dropout after the GELU.
-        drop_path: probability of skipping a residual branch for a whole graph (training only).
-        post_norm: LayerNorm after each residual sum (official v2) instead of before each branch.
-    """
-
-    def __init__(
-        self,
-        hidden_dim: int,
-        ffn_dim: int,
-        num_heads: int,
-        dropout: float,
-        attention_dropout: float,
-        activation_dropout: float,
-        drop_path: float,
-        post_norm: bool = False,
-    ) -> None:
+    def __init__(self, hidden_dim: int, ffn_dim: int, num_heads: int, dropout: float, attention_dropout: float,
+                 activation_dropout: float, drop_path: float, post_norm: bool = False) -> None:
         super().__init__()
         self.post_norm = post_norm
         self.attention_norm = nn.LayerNorm(hidden_dim)
         self.attention = MultiHeadAttention(hidden_dim, num_heads, attention_dropout)
         self.ffn_norm = nn.LayerNorm(hidden_dim)
-        self.ffn = nn.Sequential(
-            nn.Linear(hidden_dim, ffn_dim),
-            nn.GELU(),
-            Dropout(activation_dropout),
-            nn.Linear(ffn_dim, hidden_dim),
-        )
+        self.ffn = nn.Sequential(nn.Linear(hidden_dim, ffn_dim), nn.GELU(), Dropout(activation_dropout),
+                                 nn.Linear(ffn_dim, hidden_dim))
         self.dropout = Dropout(dropout)
         self.drop_path = drop_path
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        attn_bias: torch.Tensor,
-        attn_scale: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """One layer.
-
-        Shapes:
-            x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) -> (B, T, H*D).
-        """
+    def forward(self, x: torch.Tensor, attn_bias: torch.Tensor, attn_scale: torch.Tensor | None) -> torch.Tensor:
+        """Shapes: x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) -> (B, T, H*D)."""
         if self.post_norm:
             x = self.attention_norm(x + self._residual(self.dropout(self.attention(x, attn_bias, attn_scale))))
             return self.ffn_norm(x + self._residual(self.dropout(self.ffn(x))))
-        attended = self.attention(self.attention_norm(x), attn_bias, attn_scale)
-        x = x + self._residual(self.dropout(attended))
+        x = x + self._residual(self.dropout(self.attention(self.attention_norm(x), attn_bias, attn_scale)))
         return x + self._residual(self.dropout(self.ffn(self.ffn_norm(x))))
 
     def _residual(self, branch: torch.Tensor) -> torch.Tensor:
@@ -391,14 +305,7 @@ class EncoderLayer(nn.Module):
 
 
 class V2Head(nn.Module):
-    """Official Graphormer v2's output head (``GraphormerEncoder`` in ``graphormer/models/graphormer.py``):
-
-        y = Linear_out(LayerNorm(GELU(Linear(x)))) + b        (Linear_out without bias, b one scalar)
-
-    Args:
-        hidden_dim: input width.
-        num_outputs: output width.
-    """
+    """Official Graphormer v2's output head: ``y = Linear_out(LayerNorm(GELU(Linear(x)))) + b``, b one scalar."""
 
     def __init__(self, hidden_dim: int, num_outputs: int) -> None:
         super().__init__()
@@ -407,22 +314,14 @@ class V2Head(nn.Module):
         self.out = nn.Linear(hidden_dim, num_outputs, bias=False)
         self.bias = nn.Parameter(torch.zeros(1))
 
-    @property
-    def weight(self) -> torch.Tensor:
-        """The output matrix, whose dtype the readout is cast to (as for a plain ``Linear`` head)."""
-        return self.out.weight
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes: x: (..., H*D) -> (..., num_outputs)."""
         return self.out(self.norm(F.gelu(self.transform(x)))) + self.bias
 
 
 def official_init(module: nn.Module, num_layers: int) -> None:
-    """Official Graphormer init: Linear N(0, 0.02/sqrt(layers)), embeddings N(0, 0.02).
-
-    Padding rows of embeddings are zero; the URPE scale C keeps its all-ones init. Applied once,
-    with ``model.apply(functools.partial(official_init, num_layers=L))``.
-    """
+    """Official Graphormer init, applied once by ``model.apply``: Linear N(0, 0.02/sqrt(layers)), embeddings
+    N(0, 0.02) with zero padding rows; the URPE scale C keeps its all-ones init."""
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, std=0.02 / math.sqrt(num_layers))
         if module.bias is not None:
@@ -438,38 +337,26 @@ def official_init(module: nn.Module, num_layers: int) -> None:
 class Graphormer(nn.Module):
     """Graphormer encoder with a prediction read from the graph token, a target node or every node.
 
-    Built from a :class:`GraphormerConfig`, from keyword arguments (the config's fields), or from a
-    config with some fields replaced by keyword arguments. ``forward`` takes a
-    :class:`~graphormer_urpe.data.batch.GraphBatch`, or a PyG ``Batch`` of graphs that went through
-    :class:`~graphormer_urpe.data.pyg_interop.GraphormerStructure` (converted by
-    :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`, checked against this config).
+    Built from a :class:`GraphormerConfig` and/or its fields as keyword arguments; ``forward`` takes a
+    :class:`~graphormer_urpe.data.batch.GraphBatch`, or a PyG ``Batch`` transformed by ``GraphormerStructure``.
 
     Example:
         >>> import torch
         >>> from torch_geometric.data import Batch, Data
         >>> from graphormer_urpe import GraphormerStructure
-        >>> _ = torch.manual_seed(0)
         >>> model = Graphormer(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, node_vocab=[5])
-        >>> model.config.attention, model.config.num_layers
-        ('urpe', 2)
         >>> graph = GraphormerStructure()(Data(x=torch.tensor([[1], [2], [3]]),
         ...                                    edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])))
         >>> model.eval()(Batch.from_data_list([graph, graph])).shape  # one prediction per graph
         torch.Size([2, 1])
         >>> Graphormer(model.config, attention="rpe").config.attention  # a config with fields replaced
         'rpe'
-
-    Args:
-        config: a :class:`GraphormerConfig`; None builds one from ``options``.
-        options: :class:`GraphormerConfig` fields, replacing the config's (an unknown name raises
-            ``TypeError`` listing the fields).
     """
 
     def __init__(self, config: GraphormerConfig | None = None, **options: Any) -> None:
         super().__init__()
         config = _resolve_config(config, options)
-        # checked here, not in GraphormerConfig.__post_init__: the readout is one of the fields the data decides,
-        # so a config's own value (its default) is a placeholder until the task sets the data's
+        # not in __post_init__: the readout is decided by the data, a config's own value is a placeholder
         if config.readout == "graph_token" and not config.graph_token:
             raise ConfigError("model.encoder.readout", config.readout, "needs model.encoder.graph_token=true; "
                               "without the graph token read 'target_node' or 'nodes'")
@@ -479,79 +366,50 @@ class Graphormer(nn.Module):
         self.graph_token = nn.Embedding(1, hidden) if config.graph_token else None
         #: Token position of node 0: behind the graph token, or first without it.
         self.first_node = NODE_TOKEN_OFFSET if config.graph_token else 0
-        self.relative_bias = RelativeBias(config.num_relations, config.num_heads)
-        self.relative_scale = (
-            RelativeScale(config.num_relations, config.num_heads)
-            if config.attention == "urpe"
-            else None
-        )
-        self.edge_bias = (
-            EdgePathBias(
-                config.edge_vocab,
-                config.num_heads,
-                max_hops=config.multi_hop_max_dist if config.edge_encoding == "multi_hop" else 1,
-                hop_matrices=config.edge_encoding == "multi_hop",
-                continuous_dim=config.continuous_edge_dim,
-            )
-            if config.edge_encoding != "none"
-            else None
-        )
+        relations, heads = config.num_relations, config.num_heads
+        self.relative_bias = RelativeBias(relations, heads)
+        self.relative_scale = RelativeScale(relations, heads) if config.attention == "urpe" else None
+        multi_hop = config.edge_encoding == "multi_hop"
+        self.edge_bias = EdgePathBias(
+            config.edge_vocab, heads, max_hops=config.multi_hop_max_dist if multi_hop else 1,
+            hop_matrices=multi_hop, continuous_dim=config.continuous_edge_dim,
+        ) if config.edge_encoding != "none" else None
         self.embedding_norm = nn.LayerNorm(hidden) if config.embedding_norm else None
         self.input_dropout = Dropout(config.input_dropout)
-        depth_rates = torch.linspace(0.0, config.drop_path, config.num_layers).tolist()
         self.layers = nn.ModuleList(
-            EncoderLayer(
-                hidden, config.ffn_dim, config.num_heads, config.dropout,
-                config.attention_dropout, config.activation_dropout, rate, post_norm=config.layer_norm == "post",
-            )
-            for rate in depth_rates
+            EncoderLayer(hidden, config.ffn_dim, config.num_heads, config.dropout, config.attention_dropout,
+                         config.activation_dropout, rate, post_norm=config.layer_norm == "post")
+            for rate in torch.linspace(0.0, config.drop_path, config.num_layers).tolist()
         )
         self.final_norm = nn.LayerNorm(hidden) if config.final_norm else None
         self.head = V2Head(hidden, config.num_outputs) if config.head == "v2" else nn.Linear(hidden, config.num_outputs)
         self.apply(functools.partial(official_init, num_layers=config.num_layers))
 
     def relations(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Relation id and attention mask of every token pair, graph token included (if any).
-
-        Shapes:
-            returns relation (B, T, T) int64 and key_mask (B, T, T) bool (True = may attend).
-        """
+        """Relation id (B, T, T) int64 and attention mask (B, T, T) bool (True = may attend) of every token pair."""
         config = self.config
         node_mask = batch.node_mask
         real_pair = node_mask.unsqueeze(2) & node_mask.unsqueeze(1)  # (B, N, N)
         spd = batch.spd.long()  # (B, N, N); compared as int64: a uint8 tensor would wrap a Python int >= 256
-        reachable = spd != UNREACHABLE_SPD
         near = torch.ones_like(real_pair) if config.spatial_pos_max is None else spd < config.spatial_pos_max
         distance = spd.clamp(max=config.distance_rows - 1) + SPD_RELATION_OFFSET
         if config.unreachable_relation is not None:
-            distance = torch.where(reachable, distance, config.unreachable_relation)
+            distance = torch.where(spd != UNREACHABLE_SPD, distance, config.unreachable_relation)
         relation = torch.where(real_pair & near, distance, PAD_RELATION)
+        far = real_pair & ~near  # (B, N, N): masked by distance
         if self.graph_token is None:  # every row keeps a visible key: its own node, or the real nodes
-            return relation, node_mask.unsqueeze(1) & ~(real_pair & ~near)
+            return relation, node_mask.unsqueeze(1) & ~far
 
         token_row = torch.where(node_mask, GRAPH_TOKEN_RELATION, PAD_RELATION)  # (B, N)
-        token_self = torch.full_like(token_row[:, :1], GRAPH_TOKEN_RELATION)
-        token_row = torch.cat([token_self, token_row], dim=1)  # (B, T)
+        token_row = F.pad(token_row, (1, 0), value=GRAPH_TOKEN_RELATION)  # (B, T)
         relation = torch.cat([token_row[:, 1:].unsqueeze(2), relation], dim=2)  # (B, N, T)
         relation = torch.cat([token_row.unsqueeze(1), relation], dim=1)  # (B, T, T)
-
-        real_token = torch.cat([torch.ones_like(node_mask[:, :1]), node_mask], dim=1)  # (B, T)
-        far = torch.zeros_like(relation, dtype=torch.bool)
-        far[:, 1:, 1:] = real_pair & ~near
-        key_mask = real_token.unsqueeze(1) & ~far  # padding queries still see every real key
-        return relation, key_mask
+        real_token = F.pad(node_mask, (1, 0), value=True)  # (B, T)
+        return relation, real_token.unsqueeze(1) & ~F.pad(far, (1, 0, 1, 0))  # padding queries see every real key
 
     def attention_inputs(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Bias B + edge bias with the masks folded in as -inf, and the URPE scale C.
-
-        Computed once per forward and shared by all layers (contiguous, so no layer pays for a
-        permuted view).
-
-        Computed in float32 also under mixed precision (autocast is off here: the tables are tiny).
-
-        Shapes:
-            returns attn_bias (B, H, T, T) float32 and attn_scale (B, H, T, T) float32 or None.
-        """
+        """Bias B + edge bias with the masks as -inf, and the URPE scale C (or None): once per forward for all layers,
+        contiguous, float32 also under mixed precision. Shapes: returns attn_bias, attn_scale (B, H, T, T)."""
         relation, key_mask = self.relations(batch)
         with torch.autocast(relation.device.type, enabled=False):
             attn_bias = self.relative_bias(relation).float()  # (B, H, T, T)
@@ -559,16 +417,10 @@ class Graphormer(nn.Module):
                 edge_bias = self.edge_bias(batch).float().permute(0, 3, 1, 2)  # (B, H, N, N)
                 attn_bias[:, :, self.first_node:, self.first_node:] += edge_bias
             attn_bias.masked_fill_(~key_mask.unsqueeze(1), float("-inf"))
-            if self.relative_scale is None:
-                return attn_bias, None
-            return attn_bias, self.relative_scale(relation).float()
+            return attn_bias, None if self.relative_scale is None else self.relative_scale(relation).float()
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
-        """Final token states: graph token at :data:`GRAPH_TOKEN_POS` (if any), node i at ``first_node + i``.
-
-        Shapes:
-            returns (B, T, H*D).
-        """
+        """Final token states (B, T, H*D): the graph token at :data:`GRAPH_TOKEN_POS`, node i at ``first_node + i``."""
         x = self.nodes(batch)  # (B, N, H*D)
         if self.graph_token is not None:
             token = self.graph_token.weight.expand(x.shape[0], 1, -1)  # (B, 1, H*D)
@@ -582,9 +434,8 @@ class Graphormer(nn.Module):
         return x if self.final_norm is None else self.final_norm(x)
 
     def data_spec(self) -> DataSpec:
-        """The data this model reads, as its config describes it (vocabularies, continuous widths, one
-        target row per graph or per node); a PyG batch is checked against it. The config does not
-        tell Y from classes: ``num_targets`` is ``num_outputs`` here."""
+        """The data this model reads, as its config describes it; a PyG batch is checked against it. The config
+        does not tell Y from classes: ``num_targets`` is ``num_outputs`` here."""
         config = self.config
         level = {readout: level for level, readout in READOUT.items()}[config.readout]
         return DataSpec(node_vocab=config.node_vocab, edge_vocab=config.edge_vocab, num_targets=config.num_outputs,
@@ -592,16 +443,10 @@ class Graphormer(nn.Module):
                         continuous_edge_dim=config.continuous_edge_dim, target_level=level)
 
     def forward(self, batch: GraphBatch | Data) -> torch.Tensor:
-        """Prediction of each graph (``readout="graph_token"``), of its target node, or of every node.
+        """Prediction of each graph, of its target node, or of every node (``readout``); a PyG ``Batch`` is converted
+        by :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`. The head runs outside autocast (full resolution).
 
-        A PyG ``Batch`` (or ``Data``) is first converted by
-        :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`, checked against :meth:`data_spec`.
-        The head runs outside autocast, in the parameters' dtype (float32 under mixed precision),
-        so predictions keep full resolution.
-
-        Shapes:
-            returns (B, num_outputs); (B, N, num_outputs) with ``readout="nodes"`` (padding nodes included).
-        """
+        Shapes: returns (B, num_outputs); (B, N, num_outputs) with ``readout="nodes"`` (padding nodes included)."""
         if not isinstance(batch, GraphBatch):
             batch = to_graph_batch(batch, self.data_spec())
         states = self.encode(batch)  # (B, T, H*D)
@@ -613,4 +458,4 @@ class Graphormer(nn.Module):
             position = batch.target_node + self.first_node  # (B,)
             readout = states[torch.arange(states.shape[0], device=states.device), position]  # (B, H*D)
         with torch.autocast(readout.device.type, enabled=False):
-            return self.head(readout.to(self.head.weight.dtype))
+            return self.head(readout.to(next(self.head.parameters()).dtype))

@@ -1,9 +1,5 @@
-"""A small bidirectional Transformer for token-level tasks on sequences: no PE, T5 RPE or URPE.
-
-The paper's synthetic experiments (section 5.1) in one readable file. It reuses the Graphormer's
-pre-LN :class:`~graphormer_urpe.model.graphormer.EncoderLayer` and therefore the very same
-:class:`~graphormer_urpe.model.attention.MultiHeadAttention`, :class:`RelativeBias` and
-:class:`RelativeScale`; only the relation ids differ:
+"""A small bidirectional Transformer for the paper's synthetic token tasks (section 5.1): no PE, T5 RPE or URPE.
+It reuses the Graphormer's pre-LN :class:`~graphormer_urpe.model.graphormer.EncoderLayer`; only relation ids differ:
 
     tokens  = Embedding(w)                      no absolute position anywhere        (B, T, H*D)
     bias    = B[bucket(j - i)]                  T5 buckets, shared by all layers     (1, H, T, T)
@@ -11,9 +7,7 @@ pre-LN :class:`~graphormer_urpe.model.graphormer.EncoderLayer` and therefore the
     layer   : x = x + MHA(LN(x), bias, scale);  x = x + FFN(LN(x))
     logits  = Linear(LN(x))                     one class distribution per token     (B, T, classes)
 
-``attention: none`` drops both tables (the noPE baseline), ``rpe`` keeps B (T5-style RPE),
-``urpe`` adds C, a Toeplitz matrix with 2n - 1 free values per head (paper, section 4.2).
-
+``attention: none`` drops both tables (the noPE baseline), ``rpe`` keeps B, ``urpe`` adds C (paper, section 4.2).
 Shape letters: B sequences, T tokens (T <= n = ``length``), H heads, D head dim.
 """
 
@@ -34,26 +28,14 @@ from graphormer_urpe.model.graphormer import EncoderLayer, official_init
 
 
 def t5_relative_bucket(offset: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
-    """T5's bidirectional relative-position bucket of each signed offset ``k = j - i`` (key minus query).
-
-    Half of the buckets serve keys at or before the query (``k <= 0``), half keys after it (``k > 0``,
-    ids shifted by ``h = num_buckets / 2``). Within a half, with ``e = h / 2`` exact buckets:
+    """T5's bidirectional relative-position bucket (Raffel et al., 2020, as Hugging Face's ``T5Attention``) of each
+    signed offset ``k = j - i``. Half of the buckets serve ``k <= 0``, half ``k > 0`` (ids shifted by
+    ``h = num_buckets / 2``); within a half, with ``e = h / 2`` exact buckets:
 
         bucket(|k|) = |k|                                                   if |k| < e
                     = min(h - 1, e + floor( log(|k| / e) / log(max_distance / e) * (h - e) ))   otherwise
 
-    so near offsets are told apart exactly and far ones share logarithmically wider buckets; every
-    ``|k| >= max_distance`` falls in the last bucket of its half. This is the function of the T5 paper
-    (Raffel et al., 2020) as written in Mesh TensorFlow and Hugging Face's ``T5Attention``.
-
-    Args:
-        offset: signed offsets ``j - i``, any shape, integer.
-        num_buckets: total buckets (even), e.g. 32.
-        max_distance: offsets this far or farther share the last bucket of their direction.
-
-    Returns:
-        bucket ids in ``[0, num_buckets)``, same shape as ``offset``, int64.
-    """
+    Shapes: offset: any, integer -> the same shape, int64 in ``[0, num_buckets)``."""
     if num_buckets % 2 or num_buckets < 4:
         raise ValueError(f"num_buckets={num_buckets} must be even and at least 4")
     half = num_buckets // 2
@@ -75,23 +57,15 @@ def bucket_relations(length: int, num_buckets: int, max_distance: int) -> torch.
 
 
 def offset_relations(length: int) -> torch.Tensor:
-    """Relation ids of the Toeplitz C: ``SEQUENCE_RELATION_OFFSET + (j - i) + (n - 1)``, one per signed offset.
-
-    Entry (i, j) depends on j - i only, so ``C[relation]`` is a Toeplitz matrix with 2n - 1 free values.
-
-    Shapes:
-        returns (n, n) int64 in ``[SEQUENCE_RELATION_OFFSET, SEQUENCE_RELATION_OFFSET + 2n - 1)``.
-    """
+    """Relation ids of the Toeplitz C (2n - 1 free values): ``SEQUENCE_RELATION_OFFSET + (j - i) + (n - 1)``. (n, n)"""
     position = torch.arange(length)
     return position.unsqueeze(0) - position.unsqueeze(1) + (length - 1) + SEQUENCE_RELATION_OFFSET
 
 
 @dataclass
 class SequenceConfig:
-    """Hyper-parameters of :class:`SequenceTransformer` (paper: 3 layers, 768 wide, 12 heads, n = 128).
-
-    Every field is checked at construction (:class:`~graphormer_urpe.errors.ConfigError` names
-    ``model.encoder.<field>`` and the values it allows).
+    """Hyper-parameters of :class:`SequenceTransformer` (paper: 3 layers, 768 wide, 12 heads, n = 128), each checked
+    at construction (a ConfigError names ``model.encoder.<field>``).
 
     Args:
         vocab_size: input token values ``0 .. vocab_size - 1``.
@@ -121,8 +95,7 @@ class SequenceConfig:
     dropout: float = 0.0
     attention_dropout: float = 0.0
 
-    #: The fields that shape the weights or what they compute, taken from the checkpoint by
-    #: ``train.py --init_from``; the data decides its fields, ``attention`` and the dropouts are the run's own.
+    #: The fields that shape the weights, taken from the checkpoint by ``train.py --init_from``.
     ARCHITECTURE: ClassVar[tuple[str, ...]] = ("num_layers", "hidden_dim", "ffn_dim", "num_heads", "num_buckets",
                                                "max_distance")
 
@@ -146,34 +119,23 @@ class SequenceConfig:
 
 
 class SequenceTransformer(nn.Module):
-    """Transformer encoder whose only positional information is the relative one chosen by ``attention``.
-
-    Args:
-        config: a :class:`SequenceConfig`.
-    """
+    """Transformer encoder whose only positional information is the relative one chosen by ``attention``."""
 
     def __init__(self, config: SequenceConfig) -> None:
         super().__init__()
         self.config = config
         kind = AttentionKind(config.attention)
         self.tokens = nn.Embedding(config.vocab_size, config.hidden_dim)
-        self.relative_bias = (
-            RelativeBias(SEQUENCE_RELATION_OFFSET + config.num_buckets, config.num_heads)
-            if kind is not AttentionKind.NONE else None
-        )
-        self.relative_scale = (
-            RelativeScale(SEQUENCE_RELATION_OFFSET + 2 * config.length - 1, config.num_heads)
-            if kind is AttentionKind.URPE else None
-        )
-        self.register_buffer(
-            "bias_relation", bucket_relations(config.length, config.num_buckets, config.max_distance), persistent=False
-        )
+        self.relative_bias = (RelativeBias(SEQUENCE_RELATION_OFFSET + config.num_buckets, config.num_heads)
+                              if kind is not AttentionKind.NONE else None)
+        self.relative_scale = (RelativeScale(SEQUENCE_RELATION_OFFSET + 2 * config.length - 1, config.num_heads)
+                               if kind is AttentionKind.URPE else None)
+        bias_relation = bucket_relations(config.length, config.num_buckets, config.max_distance)
+        self.register_buffer("bias_relation", bias_relation, persistent=False)
         self.register_buffer("scale_relation", offset_relations(config.length), persistent=False)
         self.layers = nn.ModuleList(
-            EncoderLayer(
-                config.hidden_dim, config.ffn_dim, config.num_heads, config.dropout,
-                config.attention_dropout, activation_dropout=0.0, drop_path=0.0,
-            )
+            EncoderLayer(config.hidden_dim, config.ffn_dim, config.num_heads, config.dropout, config.attention_dropout,
+                         activation_dropout=0.0, drop_path=0.0)
             for _ in range(config.num_layers)
         )
         self.final_norm = nn.LayerNorm(config.hidden_dim)
@@ -181,26 +143,16 @@ class SequenceTransformer(nn.Module):
         self.apply(functools.partial(official_init, num_layers=config.num_layers))
 
     def attention_inputs(self, tokens: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """B and C of the first ``tokens`` positions, the same for every sequence and every layer.
-
-        Shapes:
-            returns attn_bias (1, H, T, T) float32 or None, attn_scale (1, H, T, T) float32 or None.
-        """
+        """B and C (each (1, H, T, T) float32, or None) of the first T = ``tokens`` positions, for every sequence."""
         if tokens > self.config.length:
             raise ValueError(f"sequence of {tokens} tokens is longer than length={self.config.length}")
-        bias = scale = None
-        if self.relative_bias is not None:
-            bias = self.relative_bias(self.bias_relation[:tokens, :tokens].unsqueeze(0)).float()
-        if self.relative_scale is not None:
-            scale = self.relative_scale(self.scale_relation[:tokens, :tokens].unsqueeze(0)).float()
+        tables = ((self.relative_bias, self.bias_relation), (self.relative_scale, self.scale_relation))
+        bias, scale = (None if table is None else table(ids[:tokens, :tokens].unsqueeze(0)).float()
+                       for table, ids in tables)
         return bias, scale
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Class logits of every token.
-
-        Shapes:
-            tokens: (B, T) int64 in ``[0, vocab_size)`` -> (B, T, num_classes).
-        """
+        """Shapes: tokens: (B, T) int64 in ``[0, vocab_size)`` -> (B, T, num_classes) class logits."""
         batch, length = tokens.shape
         x = self.tokens(tokens)  # (B, T, H*D)
         bias, scale = self.attention_inputs(length)

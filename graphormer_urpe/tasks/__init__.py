@@ -1,7 +1,4 @@
-"""LightningModules: loss, metrics, optimiser and schedule around the plain model.
-
-The names below are the ``model.class_path`` values of the configs (``graphormer_urpe.tasks.GraphRegression``).
-"""
+"""LightningModules around the plain model; configs name them as ``graphormer_urpe.tasks.GraphRegression``."""
 
 from graphormer_urpe.tasks.base import GraphormerTask, OptimConfig
 from graphormer_urpe.tasks.classification import Classification

@@ -1,11 +1,4 @@
-"""What every task shares: the model, checkpoint loading, AdamW with warm-up and linear decay (and the
-fine-tuning options: parameter groups, a frozen encoder), the record of where the weights came from.
-
-:class:`GraphormerTask` is the LightningModule base of every task (:mod:`graphormer_urpe.tasks.graph`
-for regression, :mod:`graphormer_urpe.tasks.classification` for graph, node and token labels,
-:mod:`graphormer_urpe.tasks.tokens` for token sequences); :class:`OptimConfig` is the optimiser
-and schedule they all take.
-"""
+"""What every task shares: model, checkpoints, optimiser and schedule, fine-tuning options; see docs/tasks.md."""
 
 from __future__ import annotations
 
@@ -33,13 +26,8 @@ C = TypeVar("C")
 
 
 def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_factor: float = 0.0) -> float:
-    """LR multiplier after ``step`` optimiser updates: linear from 0 to 1 over ``warmup_steps``, then
-    linear to ``end_factor`` at ``total_steps``.
-
-    Stepped after every update, so update k (from 1) uses the multiplier of step k - 1: the first
-    uses 0, and ``end_factor`` is reached after the last. This is where fairseq's trainer (official
-    v2) places the schedule; v1.0's Lightning ``PolynomialDecayLR`` is one step earlier.
-    """
+    """LR multiplier after ``step`` optimiser updates: linear from 0 to 1 over ``warmup_steps``, then linear to
+    ``end_factor`` at ``total_steps``; update k (from 1) uses the multiplier of step k - 1 (docs/tasks.md)."""
     if step < warmup_steps:
         return step / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
@@ -48,35 +36,18 @@ def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_fact
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    """AdamW (betas 0.9, 0.999) with linear warm-up, then linear decay to ``end_lr``, reached after the
-    last step (:func:`warmup_linear_decay`: update k uses the rate of step k - 1), and the options of
-    fine-tuning: a learning rate of its own for the head, layer-wise decay of the learning rate, a
-    frozen encoder.
-
-    The defaults are the Graphormer papers' (one learning rate for every parameter, nothing frozen);
-    every config states the values it trains with (``model.init_args.optim.lr`` ..., ``--model.optim.lr
-    1e-3`` on the command line). Every field is checked at construction
-    (:class:`~graphormer_urpe.errors.ConfigError` names ``model.optim.<field>``).
-
-    The schedule (warm-up, decay) multiplies every parameter's peak learning rate alike. With L
-    layers and ``layer_lr_decay`` d the peaks are ``head_lr`` for the head, ``lr * d ** (L - l)`` for
-    layer l = 1 .. L and ``lr * d ** L`` for everything below the first layer: node, degree and edge
-    tables, graph token, B and C (:func:`parameter_groups`).
+    """AdamW (betas 0.9, 0.999), linear warm-up and decay, fine-tuning options; defaults are the Graphormer papers'.
+    Each field is checked at construction (ConfigError); see docs/tasks.md and docs/finetuning.md.
 
     Args:
         lr: peak learning rate (> 0).
         warmup_steps: linear warm-up length in optimiser steps (>= 0).
-        end_lr: learning rate the decay reaches at ``trainer.max_steps`` (>= 0; the papers decay to 0),
-            as a fraction ``end_lr / lr`` of each parameter's peak.
+        end_lr: learning rate reached at ``trainer.max_steps`` (>= 0), as the fraction ``end_lr / lr`` of each peak.
         weight_decay: decoupled (AdamW) weight decay on every parameter, as the official code (>= 0).
         adam_eps: Adam epsilon (> 0).
-        head_lr: peak learning rate of the head (> 0), e.g. higher than ``lr`` for a new head on a
-            pretrained encoder; null: ``lr``.
-        layer_lr_decay: d in (0, 1]: each layer trains at d times the learning rate of the layer above
-            it; 1: every layer at ``lr``.
-        freeze_encoder_steps: the encoder (every parameter but the head's) gets no update in the first
-            N optimiser steps (its gradients are dropped; AdamW's moments start at its first update),
-            then trains; -1: never trains (no gradients are computed for it); 0: nothing is frozen.
+        head_lr: peak learning rate of the head (> 0); null: ``lr``.
+        layer_lr_decay: d in (0, 1]: layer l of L trains at ``lr * d ** (L - l)``, the embeddings at ``lr * d ** L``.
+        freeze_encoder_steps: no update of the encoder (all but the head) in the first N optimiser steps; -1: never.
     """
 
     lr: float = 2e-4
@@ -102,46 +73,28 @@ class OptimConfig:
         check_int("model.optim.freeze_encoder_steps", self.freeze_encoder_steps, -1,
                   hint=" (optimiser steps; -1: the encoder never trains)")
 
-    @property
-    def groups_by_depth(self) -> bool:
-        """Whether the parameters need groups of their own learning rates (see :func:`parameter_groups`)."""
-        return self.head_lr is not None or self.layer_lr_decay != 1.0
-
 
 #: The papers' settings, the default of every task (frozen, so one instance serves all).
 DEFAULT_OPTIM = OptimConfig()
-#: The command that writes a checkpoint of the layout before the task family was merged in today's.
-UPGRADE_COMMAND = "python -m graphormer_urpe.convert upgrade"
 
 
 def check_layout(path: str | Path, hyper_parameters: Mapping[str, Any]) -> None:
-    """Refuse a checkpoint written before the task family was merged: its optimiser arguments are
-    outside ``optim`` (:mod:`graphormer_urpe.convert.upgrade` converts it).
-
-    Raises:
-        CheckpointError: one line naming the checkpoint and the command that converts it.
-    """
+    """Refuse (CheckpointError) a checkpoint of the layout before the task family was merged."""
     outside = [field.name for field in dataclasses.fields(OptimConfig) if field.name in hyper_parameters]
     if outside:
         raise CheckpointError(f"{path} was written before the task family was merged ({', '.join(outside)} outside "
-                              f"optim): convert it once with {UPGRADE_COMMAND} {path} NEW.ckpt")
+                              f"optim): convert it once with python -m graphormer_urpe.convert upgrade {path} NEW.ckpt")
 
 
 def is_head(name: str) -> bool:
-    """Whether the task's parameter or state-dict entry ``name`` belongs to the head: the network's
-    ``head``, or a tensor of the task itself (a regression's target statistics)."""
+    """Whether a parameter or state-dict entry belongs to the head: ``model.head.*`` or the task's own tensors."""
     return name.startswith("model.head.") or not name.startswith("model.")
 
 
 def parameter_groups(task: nn.Module, optim: OptimConfig) -> list[dict[str, Any]]:
-    """AdamW's parameter groups of ``task``, each with its peak learning rate ``lr``.
-
-    One group of every parameter at ``optim.lr`` (unnamed: its learning rate is logged as
-    ``lr-AdamW``) unless ``optim.head_lr`` or ``optim.layer_lr_decay`` (d) is set; then, for a network
-    of L ``layers``, named groups: ``embeddings`` at ``lr * d ** L`` (every parameter below the
-    first layer), ``layer1`` .. ``layerL`` at ``lr * d ** (L - l)`` (``layers[l - 1]``; the final
-    LayerNorm in ``layerL``) and ``head`` at ``head_lr`` (:func:`is_head`), leaving out groups
-    without parameters.
+    """AdamW's parameter groups of ``task``: one unnamed group (logged as ``lr-AdamW``), or with ``head_lr`` or
+    ``layer_lr_decay`` the non-empty groups ``embeddings``, ``layer1`` .. ``layerL`` (the final LayerNorm in
+    ``layerL``) and ``head``, each with its peak ``lr``.
 
     Example:
         >>> from graphormer_urpe import GraphormerConfig
@@ -150,7 +103,7 @@ def parameter_groups(task: nn.Module, optim: OptimConfig) -> list[dict[str, Any]
         >>> {group["name"]: group["lr"] for group in parameter_groups(task, optim)}
         {'embeddings': 0.00025, 'layer1': 0.0005, 'layer2': 0.001, 'head': 0.004}
     """
-    if not optim.groups_by_depth:
+    if optim.head_lr is None and optim.layer_lr_decay == 1.0:
         return [{"params": list(task.parameters()), "lr": optim.lr}]
     layers = len(task.model.layers)
     peaks = {"embeddings": optim.lr * optim.layer_lr_decay ** layers,
@@ -173,16 +126,8 @@ def _group_of(name: str, layers: int) -> str:
 
 
 def decided_by_data(key: str, data_value: T, given: object, default: object) -> T:
-    """The data's value of a setting that the data decides (an encoder's vocabularies and output
-    width, a task's kind of target and target names).
-
-    A config leaves such a setting out (it keeps its default) or gives the data's value; any other
-    value stops the run instead of being replaced silently. A setting given as its own default
-    cannot be told from one left out: it is replaced by the data's value.
-
-    Raises:
-        DataError: ``given`` is neither ``default`` nor the data's value; the message names ``key``.
-    """
+    """The data's value of a setting the data decides; a ``given`` value other than ``default`` or the data's
+    raises DataError naming ``key`` (a value equal to the default cannot be told from one left out)."""
     if plain(given) not in (plain(data_value), plain(default)):
         raise DataError(f"{key}={plain(given)!r} but the data has {plain(data_value)!r}: the data decides this "
                         "setting; remove it from the config")
@@ -191,19 +136,13 @@ def decided_by_data(key: str, data_value: T, given: object, default: object) -> 
 
 def data_targets(data: DataSpec | SequenceSpec, target_kind: str, target_names: list[str] | None,
                  default_kind: str) -> tuple[str, list[str]]:
-    """The kind of target and the target names that ``data`` decides, checked against the task's
-    arguments (:func:`decided_by_data`)."""
+    """The kind of target and the target names that ``data`` decides (:func:`decided_by_data`)."""
     return (decided_by_data("model.target_kind", data.target_kind, target_kind, default_kind),
             decided_by_data("model.target_names", list(data.target_names), target_names, None))
 
 
 def with_data_fields(encoder: C, data: DataSpec | SequenceSpec) -> C:
-    """``encoder`` with the fields that the data decides (``data.encoder_fields()``) set from ``data``.
-
-    Raises:
-        DataError: the encoder sets one of them to a value that is neither its default nor the data's
-            (:func:`decided_by_data`).
-    """
+    """``encoder`` with the fields that the data decides set from ``data`` (:func:`decided_by_data`)."""
     defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
                 for f in dataclasses.fields(encoder)}
     return dataclasses.replace(encoder, **{
@@ -217,23 +156,16 @@ def plain(value: object) -> object:
 
 
 class GraphormerTask(pl.LightningModule):
-    """A Graphormer with the papers' optimiser and schedule; subclasses add loss and metrics.
-
-    The constructor saves every constructor argument of the subclass as hyper-parameters (the two
-    dataclasses as plain dicts, safe to ``torch.load(weights_only=True)``; ``data`` is not saved:
-    what it decides is, in ``encoder`` and the target arguments), so a checkpoint rebuilds its task
-    alone (:meth:`from_checkpoint`). A subclass may swap the network and its config dataclass (the
-    synthetic sequence tasks use the sequence Transformer).
+    """A Graphormer with the papers' optimiser and schedule; subclasses add loss and metrics. Every constructor
+    argument but ``data`` is saved (dataclasses as dicts), so a checkpoint rebuilds its task alone.
 
     Args:
         encoder: the network's hyper-parameters.
         optim: the optimiser and learning-rate schedule.
-        data: the data's declaration (``data.spec``, linked by the CLI); it sets the encoder fields
-            it decides (:func:`with_data_fields`).
+        data: the data's declaration (``data.spec``, linked by the CLI); it sets the encoder fields it decides.
     """
 
-    #: The network, built from ``encoder``, the config dataclass that ``from_checkpoint`` rebuilds,
-    #: and the declaration of the data it trains on.
+    #: The network, the config dataclass that ``from_checkpoint`` rebuilds, the data's declaration.
     model_class: type[nn.Module] = Graphormer
     config_class: type = GraphormerConfig
     data_class: type = DataSpec
@@ -244,24 +176,20 @@ class GraphormerTask(pl.LightningModule):
         if data is not None:
             self.check_data(data)
             encoder = with_data_fields(encoder, data)
-        # collects the arguments of every ``__init__`` up the subclass chain; keeps those of the class itself
-        # and LightningCLI's private entries (``_class_path``, ``_instantiator``)
+        # collects the arguments of every ``__init__`` up the chain: keep the class's own and LightningCLI's ``_...``
         self.save_hyperparameters(ignore=["encoder", "optim", "data"])
         accepted = inspect.signature(type(self).__init__).parameters
         for name in [name for name in self.hparams if not name.startswith("_") and name not in accepted]:
             del self.hparams[name]
-        self.hparams["encoder"] = dataclasses.asdict(encoder)
-        self.hparams["optim"] = dataclasses.asdict(optim)
+        self.hparams.update(encoder=dataclasses.asdict(encoder), optim=dataclasses.asdict(optim))
         self.optim = optim
         self.model = self.model_class(encoder)
-        #: Where the weights came from (``train.py --init_from``: :mod:`graphormer_urpe.run.finetune`), None
-        #: for a run trained from its own initialisation; saved in every checkpoint under :data:`INITIALISED_FROM`.
+        #: Where the weights came from (``train.py --init_from``), None for a run from its own initialisation.
         self.initialised_from: dict[str, Any] | None = None
 
     @property
     def head_from_checkpoint(self) -> bool:
-        """Whether the head (and a regression's target statistics) came from the ``--init_from``
-        checkpoint, which happens when the data's targets are that checkpoint's."""
+        """Whether the head (and a regression's target statistics) came from the ``--init_from`` checkpoint."""
         return self.initialised_from is not None and self.initialised_from["head"] == "kept"
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -273,31 +201,19 @@ class GraphormerTask(pl.LightningModule):
 
     @classmethod
     def check_data(cls, data: DataSpec | SequenceSpec) -> None:
-        """Refuse the declaration of another family of data (token sequences for a graph task, or graphs
-        for a sequence task).
-
-        Raises:
-            DataError: ``data`` is not a :attr:`data_class`.
-        """
+        """Refuse (DataError) the declaration of another family of data than :attr:`data_class`."""
         if not isinstance(data, cls.data_class):
             raise DataError(f"{cls.__name__} trains on data described by a {cls.data_class.__name__}, the data "
                             f"gives a {type(data).__name__}: choose the task for this data (model.class_path)")
 
     def save_decided(self, **values: object) -> None:
-        """Save the values of constructor arguments that ``data`` decided as their hyper-parameters (those
-        the task's class takes), so that :meth:`from_checkpoint` passes them back without the data."""
+        """Save the constructor arguments that ``data`` decided, so that :meth:`from_checkpoint` passes them back."""
         accepted = inspect.signature(type(self).__init__).parameters
         self.hparams.update({name: value for name, value in values.items() if name in accepted})
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, map_location: str | torch.device = "cpu") -> GraphormerTask:
-        """Rebuild the task from a checkpoint alone (config, vocabularies and the record of where its
-        weights came from travel with it).
-
-        Raises:
-            CheckpointError: a checkpoint of the layout before the task family was merged
-                (:func:`check_layout`), or of another task (arguments ``cls`` does not take).
-        """
+        """Rebuild the task from a checkpoint alone; CheckpointError for an old layout or another task's."""
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
         saved = checkpoint["hyper_parameters"]
         check_layout(path, saved)
@@ -324,9 +240,7 @@ class GraphormerTask(pl.LightningModule):
                 parameter.requires_grad_(False)
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Drop the encoder's gradients while it is frozen (the first ``optim.freeze_encoder_steps``
-        steps): AdamW skips parameters without a gradient, and gradient clipping (after this hook) sees
-        the head's only."""
+        """Drop the encoder's gradients while it is frozen: AdamW skips them, gradient clipping sees the head's only."""
         if self.trainer.global_step < self.optim.freeze_encoder_steps:
             for parameter in self.encoder_parameters():
                 parameter.grad = None
@@ -338,17 +252,12 @@ class GraphormerTask(pl.LightningModule):
         total = int(self.trainer.estimated_stepping_batches)
         end_factor = optim.end_lr / optim.lr
         schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_linear_decay(step, optim.warmup_steps, total, end_factor)
-        )
+            optimizer, lambda step: warmup_linear_decay(step, optim.warmup_steps, total, end_factor))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     @staticmethod
     def outputs_and_targets(output: torch.Tensor, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """One row per prediction: per graph (or target node), or per real node with ``readout: nodes``.
-
-        Shapes:
-            output: (B, O) or (B, N, O); returns (K, O) outputs and (K, Y) targets (NaN where unknown).
-        """
+        """Shapes: output (B, O), or (B, N, O) per node -> (K, O) outputs, (K, Y) targets: one row per prediction."""
         if output.dim() == 3:  # per-node predictions: padding nodes dropped
             return output[batch.node_mask], batch.y[batch.node_mask]
         if batch.y.dim() == 3:
@@ -358,18 +267,23 @@ class GraphormerTask(pl.LightningModule):
 
 
 class PerTargetTask(GraphormerTask):
-    """A task whose ``val``/``test`` metrics are :class:`PerTargetMetrics` in ``self.metrics[stage]``
-    (a ``ModuleList``), computed over the whole split and logged at the end of each epoch.
-
-    Subclasses implement :meth:`evaluation_step` and set ``monitor``.
-    """
+    """A task whose ``val``/``test`` metrics are :class:`PerTargetMetrics` in ``self.metrics[stage]``, updated with
+    :meth:`predictions` and logged at the end of each epoch; subclasses set both and ``monitor``."""
 
     metrics: nn.ModuleDict
     monitor: tuple[str, str]
 
+    def predictions(self, batch: GraphBatch) -> torch.Tensor:
+        """What the metrics and ``predict`` see: the task's output in float32. (B, O), or (B, N, O) per node"""
+        return self(batch).float()
+
     def evaluation_step(self, batch: GraphBatch, stage: str) -> None:
-        """Update ``self.metrics[stage]`` with one batch."""
-        raise NotImplementedError
+        prediction, target = self.outputs_and_targets(self.predictions(batch), batch)
+        for metric in self.metrics[stage]:
+            metric.update(prediction, target)
+
+    def predict_step(self, batch: GraphBatch, batch_idx: int) -> dict[str, torch.Tensor]:
+        return {"index": batch.index, "prediction": self.predictions(batch)}
 
     def validation_step(self, batch: GraphBatch, batch_idx: int) -> None:
         self.evaluation_step(batch, "val")
@@ -384,7 +298,7 @@ class PerTargetTask(GraphormerTask):
         self._log_metrics("test")
 
     def _log_metrics(self, stage: str) -> None:
-        """Log the split's metrics (already gathered across processes by torchmetrics) and reset them."""
+        """Log the split's metrics (gathered across processes by torchmetrics) and reset them."""
         for metric in self.metrics[stage]:
             for name, value in metric.compute(stage).items():
                 self.log(name, value, prog_bar=name == self.monitor[0])

@@ -1,11 +1,4 @@
-"""One classification task for graph, node and token labels.
-
-:class:`Classification` covers binary labels (several at once) and one multi-class label, read where
-the data says (``encoder.readout``, set by the data: per graph, at every node, or at each
-subgraph's target node), with torchmetrics' metrics or an OGB evaluator. Missing labels are NaN, as
-for regression targets, and are left out of the loss and of every metric.
-:class:`~graphormer_urpe.tasks.tokens.SequenceTagging` is the same task on token sequences.
-"""
+"""One classification task for graph, node and token labels (docs/tasks.md)."""
 
 from __future__ import annotations
 
@@ -26,20 +19,9 @@ from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, EvaluatorMetric, P
 
 
 class Classification(PerTargetTask):
-    """Classification per graph, per node (``readout: nodes``) or per target node (MAG240M).
-
-    * ``binary``: Y targets, each 0 or 1 (several at once, e.g. toxicity assays), binary
-      cross-entropy on the logits; ROC-AUC (exact, torchmetrics) and accuracy (probability >= 0.5)
-      per target and their means ``val/auroc``, ``val/accuracy``; ``val/auroc`` selects the best
-      checkpoint. A target whose labels in a split hold one class has no ROC-AUC (NaN, left out of
-      the mean).
-    * ``multiclass``: one target with labels 0 .. C-1 (C = the model's outputs, set by the data),
-      cross-entropy; accuracy ``val/accuracy`` selects the best checkpoint, computed by
-      torchmetrics or, with ``evaluator``, by the dataset's official OGB evaluator. ``train/accuracy``
-      is logged at every step.
-
-    Missing labels are NaN, left out of the loss and of the metrics (``docs/tasks.md``). Every metric
-    is computed over the whole split, gathered across processes, and logged at the end of the epoch.
+    """Classification per graph, per node (``readout: nodes``) or per target node (MAG240M): ``binary`` (Y labels
+    0 or 1, BCE, ``val/auroc``) or ``multiclass`` (one label 0 .. C-1, cross-entropy, ``val/accuracy``); missing
+    labels (NaN) are left out of the loss and metrics. Losses, metrics and selection: docs/tasks.md.
 
     Example:
         >>> from graphormer_urpe import GraphormerConfig
@@ -53,21 +35,16 @@ class Classification(PerTargetTask):
         optim: the optimiser and learning-rate schedule.
         target_kind: ``binary`` or ``multiclass`` (set by ``data``).
         target_names: name of every target (set by ``data``), for metric names and predictions.
-        evaluator: dotted path of an OGB evaluator class whose ``acc`` is the multi-class accuracy
-            (``ogb.lsc.MAG240MEvaluator``), or None for torchmetrics' (the same number).
-        data: the data's declaration (linked by the CLI), which decides the encoder's data fields,
-            ``target_kind`` and ``target_names``.
+        evaluator: dotted path of the OGB evaluator whose ``acc`` is logged (``ogb.lsc.MAG240MEvaluator``), or null.
+        data: the data's declaration (linked by the CLI), which decides the fields marked "set by ``data``".
     """
 
-    def __init__(
-        self,
-        encoder: GraphormerConfig,
-        optim: OptimConfig = DEFAULT_OPTIM,
-        target_kind: str = "binary",
-        target_names: list[str] | None = None,
-        evaluator: str | None = None,
-        data: DataSpec | None = None,
-    ) -> None:
+    #: The encoder field of the network's output width: one logit per binary target, or per class.
+    output_field = "num_outputs"
+
+    def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM, target_kind: str = "binary",
+                 target_names: list[str] | None = None, evaluator: str | None = None,
+                 data: DataSpec | None = None) -> None:
         if data is not None:
             self.check_data(data)
             target_kind, target_names = data_targets(data, target_kind, target_names, default_kind="binary")
@@ -79,7 +56,8 @@ class Classification(PerTargetTask):
                             f"{target_kind}: remove model.init_args.evaluator")
         super().__init__(encoder, optim, data)
         self.binary = target_kind == "binary"
-        outputs = self.output_width(self.model.config)
+        self.monitor = ("val/auroc", "max") if self.binary else ("val/accuracy", "max")
+        outputs = getattr(self.model.config, self.output_field)
         self.target_names = list(target_names or default_target_names(outputs if self.binary else 1))
         self.save_decided(target_kind=target_kind, target_names=self.target_names)
         self.metrics = nn.ModuleDict({stage: nn.ModuleList(
@@ -89,23 +67,9 @@ class Classification(PerTargetTask):
                               labels=True, class_scores=True)]
         ) for stage in STAGES})
 
-    @staticmethod
-    def output_width(encoder: GraphormerConfig) -> int:
-        """The network's output width: one logit per binary target, or per class."""
-        return encoder.num_outputs
-
-    @property
-    def monitor(self) -> tuple[str, str]:
-        """Metric that selects the best checkpoint: ROC-AUC for binary labels, accuracy for classes."""
-        return ("val/auroc", "max") if self.binary else ("val/accuracy", "max")
-
     def forward(self, batch: GraphBatch) -> torch.Tensor:
         """Logits. (B, Y) binary, (B, C) multi-class; (B, N, .) with ``readout: nodes``"""
         return self.model(batch)
-
-    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
-        """Probability of label 1 of each binary target, or of each class."""
-        return torch.sigmoid(logits) if self.binary else torch.softmax(logits, dim=-1)
 
     def training_step(self, batch: GraphBatch, batch_idx: int) -> torch.Tensor:
         logits, target = self.outputs_and_targets(self(batch), batch)
@@ -114,26 +78,21 @@ class Classification(PerTargetTask):
             known = ~torch.isnan(target)
             loss = F.binary_cross_entropy_with_logits(logits[known], target[known])
         else:
-            known, label = class_labels(target)
+            known = ~torch.isnan(target[:, 0])  # rows with a label
+            label = target[known, 0].long()
             loss = F.cross_entropy(logits[known], label)
             accuracy = (logits[known].argmax(dim=-1) == label).float().mean()
             self.log("train/accuracy", accuracy, prog_bar=True, batch_size=len(label))
         self.log("train/loss", loss, prog_bar=True, batch_size=len(target))
         return loss
 
-    def evaluation_step(self, batch: GraphBatch, stage: str) -> None:
-        logits, target = self.outputs_and_targets(self(batch).float(), batch)
-        probabilities = self.probabilities(logits)
-        for metric in self.metrics[stage]:
-            metric.update(probabilities, target)
-
-    def predict_step(self, batch: GraphBatch, batch_idx: int) -> dict[str, torch.Tensor]:
-        """Probabilities of every graph (or target node): (B, Y) of label 1, or (B, C) of each class."""
-        return {"index": batch.index, "prediction": self.probabilities(self(batch).float())}
+    def predictions(self, batch: GraphBatch) -> torch.Tensor:
+        """Probability of label 1 of each binary target, or of each class. (B, Y) or (B, C); (B, N, .) per node"""
+        logits = self(batch).float()
+        return torch.sigmoid(logits) if self.binary else torch.softmax(logits, dim=-1)
 
     def prediction_columns(self, prediction: np.ndarray) -> dict[str, np.ndarray]:
-        """Predicted label and probabilities. prediction: (R, Y) probabilities of label 1, or (R, C)
-        class probabilities; NaN rows (no graph) give empty labels."""
+        """Predicted label and probabilities; NaN rows (no graph) give empty labels. prediction: (R, Y) or (R, C)"""
         missing = np.isnan(prediction).any(axis=1)
         if self.binary:
             columns = {}
@@ -160,9 +119,3 @@ def _labels(values: np.ndarray, missing: np.ndarray) -> pd.arrays.IntegerArray:
     """Integer labels with empty entries where ``missing``."""
     return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64), mask=np.asarray(missing, dtype=bool))
 
-
-def class_labels(target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows with a label in the first target column, and those labels as class ids. ((K,) bool, (K',) int64)"""
-    label = target[:, 0]
-    known = ~torch.isnan(label)
-    return known, label[known].long()

@@ -1,7 +1,4 @@
-"""Regression on graph- and node-level targets: :class:`GraphRegression`, a loss and MAE metrics on
-:class:`~graphormer_urpe.tasks.base.PerTargetTask` (classification:
-:class:`~graphormer_urpe.tasks.classification.Classification`).
-"""
+"""Regression on graph- and node-level targets: :class:`GraphRegression`."""
 
 from __future__ import annotations
 
@@ -22,47 +19,31 @@ from graphormer_urpe.tasks.metrics import PerTargetMetrics
 
 
 class GraphRegression(PerTargetTask):
-    """Regression with an L1 (or MSE) loss and MAE metrics, per graph (ZINC, QM9, PCQM4Mv2, tables of
-    SMILES) or per node (``readout: nodes``).
-
-    Several targets are learned at once; a missing value (NaN) is left out of the loss and of
-    that target's metric. The MAE of every target is logged (``val/mae/<target>``) with their mean
-    (``val/mae``, which selects the best checkpoint); with one target only ``val/mae``.
+    """Regression with an L1 (or MSE) loss, per graph or per node (``readout: nodes``); missing values (NaN) are left
+    out of the loss and of the MAE of each target (``val/mae/<target>``), whose mean ``val/mae`` selects the best.
 
     Example:
         >>> from graphormer_urpe import GraphormerConfig
-        >>> from graphormer_urpe.tasks.base import OptimConfig
-        >>> task = GraphRegression(GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4),
-        ...                        optim=OptimConfig(lr=1e-3, warmup_steps=100))
+        >>> task = GraphRegression(GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4))
         >>> task.monitor, task.target_names  # trained by pl.Trainer(...).fit(task, GraphDataModule(...))
         (('val/mae', 'min'), ['y'])
 
     Args:
         encoder: the Graphormer hyper-parameters (vocabularies, outputs and readout set by ``data``).
         optim: the optimiser and learning-rate schedule.
-        normalize_targets: train on targets standardised with the training split's mean and std
-            (metrics and predictions stay in the data's units); off for ZINC, as in the papers. A head
-            kept from an ``--init_from`` checkpoint keeps that checkpoint's statistics.
+        normalize_targets: train on targets standardised with the training split's mean and std (off for ZINC).
         loss: ``l1`` (MAE, the papers') or ``mse``; the mean over every known target value.
         target_kind: the data's kind of target (set by ``data``); must be ``regression``.
         target_names: name of every target (set by ``data``), for metric names and predictions.
-        data: the data's :class:`~graphormer_urpe.data.spec.DataSpec` (linked by the CLI), which decides
-            the encoder's data fields, ``target_kind`` and ``target_names``.
+        data: the data's declaration (linked by the CLI), which decides the fields marked "set by ``data``".
     """
 
     #: Metric that selects the best checkpoint, and whether lower is better.
     monitor = ("val/mae", "min")
 
-    def __init__(
-        self,
-        encoder: GraphormerConfig,
-        optim: OptimConfig = DEFAULT_OPTIM,
-        normalize_targets: bool = False,
-        loss: Literal["l1", "mse"] = "l1",
-        target_kind: str = "regression",
-        target_names: list[str] | None = None,
-        data: DataSpec | None = None,
-    ) -> None:
+    def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM, normalize_targets: bool = False,
+                 loss: Literal["l1", "mse"] = "l1", target_kind: str = "regression",
+                 target_names: list[str] | None = None, data: DataSpec | None = None) -> None:
         if data is not None:
             self.check_data(data)
             target_kind, target_names = data_targets(data, target_kind, target_names, default_kind="regression")
@@ -77,17 +58,15 @@ class GraphRegression(PerTargetTask):
         self.save_decided(target_kind=target_kind, target_names=self.target_names)
         self.register_buffer("target_mean", torch.zeros(encoder.num_outputs))
         self.register_buffer("target_std", torch.ones(encoder.num_outputs))
-        self.metrics = nn.ModuleDict({
-            stage: nn.ModuleList([PerTargetMetrics(MeanAbsoluteError, "mae", self.target_names)]) for stage in STAGES
-        })
+        self.metrics = nn.ModuleDict(
+            {stage: nn.ModuleList([PerTargetMetrics(MeanAbsoluteError, "mae", self.target_names)]) for stage in STAGES})
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
         """Predictions in the data's units. (B, Y), or (B, N, Y) with ``readout: nodes``"""
         return self.model(batch) * self.target_std + self.target_mean
 
     def on_fit_start(self) -> None:
-        """With ``normalize_targets``, standardise with the training split's statistics, unless the head
-        came from an ``--init_from`` checkpoint: its statistics came with it (they follow the head)."""
+        """With ``normalize_targets``, take the training split's statistics, unless the head came with its own."""
         if self.hparams.normalize_targets and self.trainer.datamodule is not None and not self.head_from_checkpoint:
             mean, std = self.trainer.datamodule.target_statistics()
             self.target_mean.copy_(torch.as_tensor(mean))
@@ -101,14 +80,6 @@ class GraphRegression(PerTargetTask):
         loss = loss_fn(output.float()[known], normalized[known])
         self.log("train/loss", loss, prog_bar=True, batch_size=batch.num_graphs)
         return loss
-
-    def evaluation_step(self, batch: GraphBatch, stage: str) -> None:
-        prediction, target = self.outputs_and_targets(self(batch).float(), batch)
-        for metric in self.metrics[stage]:
-            metric.update(prediction, target)
-
-    def predict_step(self, batch: GraphBatch, batch_idx: int) -> dict[str, torch.Tensor]:
-        return {"index": batch.index, "prediction": self(batch).float()}
 
     def prediction_columns(self, prediction: np.ndarray) -> dict[str, np.ndarray]:
         """One column per target, in the data's units. prediction: (R, Y)"""

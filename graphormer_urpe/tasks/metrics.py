@@ -1,5 +1,4 @@
-"""Metrics over a whole split, gathered across processes: the official OGB evaluators, and
-torchmetrics metrics per target with missing values (NaN) left out."""
+"""Metrics over a whole split, gathered across processes: OGB evaluators, per-target metrics without NaN."""
 
 from __future__ import annotations
 
@@ -15,15 +14,8 @@ from graphormer_urpe.errors import import_object
 
 
 class EvaluatorMetric(Metric):
-    """Collects predictions and targets, then asks an OGB evaluator (``evaluator.eval``) for one key.
-
-    Under DDP the collected tensors are concatenated across processes before the evaluator runs,
-    so the result is the metric of the whole split, exactly as the leaderboard computes it.
-
-    Args:
-        evaluator: dotted path of the evaluator class, e.g. ``ogb.lsc.MAG240MEvaluator``.
-        key: the entry of its result to report, e.g. ``acc``.
-    """
+    """Collects predictions and targets (across processes), then reports the ``key`` (``acc``) of an OGB
+    ``evaluator`` (dotted path, ``ogb.lsc.MAG240MEvaluator``) on the whole split, as the leaderboard computes it."""
 
     full_state_update = False
 
@@ -51,8 +43,7 @@ class EvaluatorMetric(Metric):
 
 
 class DefinedBinaryAUROC(BinaryAUROC):
-    """torchmetrics' exact ``BinaryAUROC``, but NaN (not 0) when the targets seen hold a single
-    class, where ROC-AUC is undefined (as OGB's evaluators, which skip such targets)."""
+    """torchmetrics' exact ``BinaryAUROC``, but NaN (not 0) when the targets hold a single class (as OGB's)."""
 
     def compute(self) -> torch.Tensor:
         target = dim_zero_cat(self.target) if isinstance(self.target, list) and self.target else self.target
@@ -79,23 +70,12 @@ class KnownCounts(Metric):
 
 
 class PerTargetMetrics(nn.Module):
-    """One torchmetrics metric per target column, each updated with the rows where that column is
-    known (not NaN), and their mean over the targets where the metric is defined.
+    """One metric (``make_metric()``, logged as ``key``) per target column, updated with its known (not NaN) rows, and
+    their mean over the targets where it is defined. ``labels``: targets as integers; ``class_scores``: a row's
+    predictions are the C scores of one multi-class target (else prediction column c belongs to target c)."""
 
-    A target without any labelled row in the split (over all processes) reports NaN, as does a
-    ROC-AUC whose labels hold one class (:class:`DefinedBinaryAUROC`); the mean leaves them out.
-
-    Args:
-        make_metric: builds one metric (e.g. ``MeanAbsoluteError``); called once per target.
-        key: the metric's name in logs (``mae``, ``auroc``, ``accuracy``).
-        target_names: Y names, in column order.
-        labels: targets are class labels, passed to the metrics as integers.
-        class_scores: the predictions of one row are the C scores of a multi-class target (one
-            target column); otherwise prediction column c belongs to target column c.
-    """
-
-    def __init__(self, make_metric: Callable[[], Metric], key: str, target_names: Sequence[str],
-                 labels: bool = False, class_scores: bool = False) -> None:
+    def __init__(self, make_metric: Callable[[], Metric], key: str, target_names: Sequence[str], labels: bool = False,
+                 class_scores: bool = False) -> None:
         super().__init__()
         self.key = key
         self.target_names = list(target_names)

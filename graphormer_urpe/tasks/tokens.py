@@ -1,10 +1,4 @@
-"""Per-token classification on sequences: the synthetic Position Identification and Even Token Prediction.
-
-:class:`SequenceTagging` is :class:`~graphormer_urpe.tasks.classification.Classification` with one
-multi-class label per token: the same loss, token accuracy over the whole split (the paper's
-metric, ``val/accuracy``) and optimiser; only the network (the sequence Transformer) and the batch
-differ.
-"""
+"""Per-token classification on sequences: the synthetic Position Identification and Even Token Prediction."""
 
 from __future__ import annotations
 
@@ -18,11 +12,10 @@ from graphormer_urpe.tasks.classification import Classification
 
 
 class SequenceTagging(Classification):
-    """One class per token of a sequence: Position Identification, Even Token Prediction.
+    """:class:`~graphormer_urpe.tasks.classification.Classification` with one class per token of a sequence.
 
     Args:
-        encoder: the :class:`SequenceConfig` (``attention: none | rpe | urpe`` selects the method; vocabulary,
-            classes and length are set by ``data``).
+        encoder: the :class:`SequenceConfig` (vocabulary, classes and length are set by ``data``).
         optim: the optimiser and learning-rate schedule.
         data: the task's :class:`~graphormer_urpe.data.spec.SequenceSpec` (linked by the CLI).
     """
@@ -30,14 +23,11 @@ class SequenceTagging(Classification):
     model_class = SequenceTransformer
     config_class = SequenceConfig
     data_class = SequenceSpec
+    output_field = "num_classes"
 
     def __init__(self, encoder: SequenceConfig, optim: OptimConfig = DEFAULT_OPTIM,
                  data: SequenceSpec | None = None) -> None:
         super().__init__(encoder, optim, target_kind="multiclass", data=data)
-
-    @staticmethod
-    def output_width(encoder: SequenceConfig) -> int:
-        return encoder.num_classes
 
     def forward(self, batch: SequenceBatch) -> torch.Tensor:
         """Logits of every token. (B, T, K)"""
@@ -45,9 +35,5 @@ class SequenceTagging(Classification):
 
     @staticmethod
     def outputs_and_targets(output: torch.Tensor, batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every token is a row; its label as a float target column (every token has one).
-
-        Shapes:
-            output: (B, T, K); returns (B*T, K) logits and (B*T, 1) labels.
-        """
+        """Every token is a row. Shapes: output: (B, T, K) -> (B*T, K) logits and (B*T, 1) float labels."""
         return output.flatten(0, 1), batch.labels.reshape(-1, 1).float()
