@@ -1,7 +1,4 @@
-"""``python -m graphormer_urpe.convert {official,huggingface,upgrade} SRC OUT.ckpt``: see the package docstring.
-
-Bad input stops with one ``error:`` line on stderr and exit code 2, writing nothing.
-"""
+"""``python -m graphormer_urpe.convert``: bad input stops with one ``error:`` line on stderr, exit code 2."""
 
 from __future__ import annotations
 

@@ -1,17 +1,5 @@
-"""Official Graphormer checkpoints (microsoft/Graphormer v1.0 and v2) as ours.
-
-    python -m graphormer_urpe.convert official checkpoint_best_pcqm4mv2.pt runs/imported/graphormer.ckpt
-
-* **v1.0** (branch ``v1.0``): a PyTorch Lightning 1.3 checkpoint whose ``hyper_parameters`` are the
-  arguments of ``Graphormer.__init__`` (``n_layers``, ``hidden_dim`` ...); ``spatial_pos_max``
-  belongs to the datamodule and is not stored.
-* **v2** (``main``, fairseq): weights in ``model``; settings in ``cfg['task']`` (read by the
-  collator) and in ``cfg['model']``, an ``argparse.Namespace`` of every argument (``args`` in
-  older fairseq versions).
-
-Where each setting is read, what each tensor and row maps to, and every refusal:
-``docs/official-graphormer.md``.
-"""
+"""Official Graphormer checkpoints (microsoft/Graphormer v1.0 Lightning, v2 fairseq) as ours: where each
+setting is read, what each tensor maps to, and every refusal in ``docs/official-graphormer.md``."""
 
 from __future__ import annotations
 
@@ -23,15 +11,7 @@ from typing import Any
 
 import torch
 
-from graphormer_urpe.convert.common import (
-    ConversionError,
-    Found,
-    check_output,
-    found,
-    read_torch_file,
-    section_items,
-    write_checkpoint,
-)
+from graphormer_urpe.convert.common import ConversionError, Found, check_output, read_torch_file, write_checkpoint
 from graphormer_urpe.convert.mapping import Declared, Layout, convert_weights
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import GraphormerConfig
@@ -95,7 +75,7 @@ def _read(sections: Sequence[tuple[str, Any]], fields: Mapping[str, tuple[str, t
         values = []
         for name, section in sections:
             where = f"{name}.{theirs}" if isinstance(section, argparse.Namespace) else f"{name}['{theirs}']"
-            if (value := found(section_items(section), theirs, where, kind)) is not None:
+            if (value := Found.get(section, theirs, where, kind)) is not None:
                 values.append(value)
         for other in values[1:]:
             if other.value != values[0].value:
@@ -124,17 +104,12 @@ def _lightning_settings(checkpoint: Mapping[str, Any]) -> tuple[Declared, str | 
     """What a v1.0 Lightning checkpoint stores in ``hyper_parameters``, and its ``dataset_name``."""
     hparams = checkpoint.get("hyper_parameters")
     settings = _read([("hyper_parameters", hparams)], LIGHTNING_HPARAMS)
-    dataset = found(section_items(hparams), "dataset_name", "hyper_parameters['dataset_name']", str)
+    dataset = Found.get(hparams, "dataset_name", "hyper_parameters['dataset_name']", str)
     return Declared(**settings), dataset.value if dataset is not None else None
 
 
 def read_official(path: Path) -> tuple[dict[str, torch.Tensor], Layout, Declared]:
-    """The weights, the layout (:data:`V1`, :data:`V1_DOWNSTREAM` or :data:`V2`) and the settings a
-    file stores.
-
-    Raises:
-        ConversionError: unreadable file, neither format, or contradictory settings.
-    """
+    """The weights, the layout (:data:`V1`, :data:`V1_DOWNSTREAM` or :data:`V2`) and the settings a file stores."""
     checkpoint = read_torch_file(path)
     if isinstance(checkpoint.get("model"), Mapping):
         state, layout, declared = dict(checkpoint["model"]), V2, _fairseq_settings(checkpoint)
@@ -152,7 +127,6 @@ def read_official(path: Path) -> tuple[dict[str, torch.Tensor], Layout, Declared
 
 
 def _option(stored: Found | None, value: int | None, flag: str) -> Found | None:
-    """A command-line value for a setting the file may not store; refused when it stores another."""
     if value is None:
         return stored
     if stored is not None and stored.value != value:
@@ -163,19 +137,8 @@ def _option(stored: Found | None, value: int | None, flag: str) -> Found | None:
 def import_official(source: str | Path, output: str | Path, *, node_vocab: Sequence[int] = ATOM_VOCAB,
                     edge_vocab: Sequence[int] = BOND_VOCAB, multi_hop_max_dist: int | None = None,
                     spatial_pos_max: int | None = None, task: str = "regression") -> GraphormerConfig:
-    """Convert an official checkpoint into ours (``output``) and its config (``output`` with ``.yaml``).
-
-    Args:
-        source: a v1.0 Lightning ``.ckpt`` or a v2 fairseq ``.pt``.
-        output: our checkpoint to write (refused if it or its ``.yaml`` exists).
-        node_vocab, edge_vocab: our featurisation's values per column (ogb's for molecules).
-        multi_hop_max_dist, spatial_pos_max: for files that do not store them (official defaults: 5,
-            1024); a file that stores another value is refused.
-        task: ``regression`` adds target statistics 0 and 1; ``classification`` none.
-
-    Raises:
-        ConversionError: see :func:`~graphormer_urpe.convert.mapping.convert_weights`.
-    """
+    """Convert an official checkpoint (v1.0 ``.ckpt``, v2 ``.pt``) into ours (``output``) and its config
+    (``output`` with ``.yaml``); the options are those of ``python -m graphormer_urpe.convert official``."""
     source, output = Path(source), Path(output)
     check_output(output)
     state, layout, declared = read_official(source)
