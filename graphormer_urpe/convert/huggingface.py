@@ -104,7 +104,7 @@ def declared_settings(config: Mapping[str, Any], spatial_pos_max: int | None) ->
         limit = Found(spatial_pos_max, "--spatial_pos_max")
     else:
         limit = Found.get({"spatial_pos_max": config.get("spatial_pos_max", TRANSFORMERS_SPATIAL_POS_MAX)},
-                      "spatial_pos_max", "config.json spatial_pos_max", int)
+                          "spatial_pos_max", "config.json spatial_pos_max", int)
     if limit.value < 2:
         raise ConversionError(f"{limit}: masks every pair (transformers' collator masks distance + 1 >= "
                               "spatial_pos_max)")
@@ -125,6 +125,5 @@ def import_huggingface(source: str | Path, output: str | Path, *, node_vocab: Se
     layout = dataclasses.replace(TRANSFORMERS, node_row_shift=NODE_ROW_SHIFTS[node_rows])
     converted = convert_weights(state, layout, declared_settings(config, spatial_pos_max), node_vocab=node_vocab,
                                 edge_vocab=edge_vocab)
-    write_checkpoint(converted, output, source=source, source_format=f"transformers ({node_rows} node rows)",
-                     task=task)
+    write_checkpoint(converted, output, source=source, source_format=f"transformers ({node_rows} node rows)", task=task)
     return converted.config

@@ -100,14 +100,6 @@ def _fairseq_settings(checkpoint: Mapping[str, Any]) -> Declared:
     return Declared(**settings, input_dropout=settings.get("dropout"))  # v2: one rate after emb_layer_norm too
 
 
-def _lightning_settings(checkpoint: Mapping[str, Any]) -> tuple[Declared, str | None]:
-    """What a v1.0 Lightning checkpoint stores in ``hyper_parameters``, and its ``dataset_name``."""
-    hparams = checkpoint.get("hyper_parameters")
-    settings = _read([("hyper_parameters", hparams)], LIGHTNING_HPARAMS)
-    dataset = Found.get(hparams, "dataset_name", "hyper_parameters['dataset_name']", str)
-    return Declared(**settings), dataset.value if dataset is not None else None
-
-
 def read_official(path: Path) -> tuple[dict[str, torch.Tensor], Layout, Declared]:
     """The weights, the layout (:data:`V1`, :data:`V1_DOWNSTREAM` or :data:`V2`) and the settings a file stores."""
     checkpoint = read_torch_file(path)
@@ -117,8 +109,10 @@ def read_official(path: Path) -> tuple[dict[str, torch.Tensor], Layout, Declared
         state = dict(checkpoint["state_dict"])
         if any(k.startswith("model.") for k in state):
             raise ConversionError(f"{path} is a checkpoint of this project, not an official one: use it directly")
-        declared, dataset = _lightning_settings(checkpoint)
-        downstream = dataset != V1_PCQM4M if dataset is not None else "out_proj.weight" not in state
+        hparams = checkpoint.get("hyper_parameters")
+        declared = Declared(**_read([("hyper_parameters", hparams)], LIGHTNING_HPARAMS))
+        dataset = Found.get(hparams, "dataset_name", "hyper_parameters['dataset_name']", str)
+        downstream = dataset.value != V1_PCQM4M if dataset is not None else "out_proj.weight" not in state
         layout = V1_DOWNSTREAM if downstream else V1
     else:
         raise ConversionError(f"{path}: neither a fairseq checkpoint ('model', official v2) nor a Lightning checkpoint "
