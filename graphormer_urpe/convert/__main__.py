@@ -31,13 +31,11 @@ def parser() -> argparse.ArgumentParser:
                          help="values per edge-feature column of the data (default: ogb's bond features)")
         sub.add_argument("--task", choices=["regression", "classification"], default="regression",
                          help="the task the checkpoint will start (regression adds target statistics 0 and 1)")
-    official.add_argument("--multi_hop_max_dist", type=int, default=None,
-                          help="for files that do not store it (default: official 5)")
-    official.add_argument("--spatial_pos_max", type=int, default=None,
+    official.add_argument("--multi_hop_max_dist", type=int, help="for files that do not store it (default: official 5)")
+    official.add_argument("--spatial_pos_max", type=int,
                           help="for files that do not store it, such as v1.0's (default: official 1024)")
-    huggingface.add_argument("--spatial_pos_max", type=int, default=None,
-                             help="the GraphormerDataCollator argument the model ran with (default: config.json's, "
-                                  "which that collator does not read; its own default is 20)")
+    huggingface.add_argument("--spatial_pos_max", type=int, help="the GraphormerDataCollator argument the model ran "
+                             "with (default: config.json's, which that collator does not read; its own default is 20)")
     huggingface.add_argument("--node_rows", choices=list(NODE_ROW_SHIFTS), default="transformers",
                              help="node embedding rows of transformers' preprocessing (512 f + v + 3) or of "
                                   "official Graphormer (512 f + v + 2)")

@@ -38,32 +38,22 @@ Shape = tuple[int | None, ...]
 
 @dataclass(frozen=True)
 class Layout:
-    """Where one family of checkpoints keeps each Graphormer tensor, and how it numbers rows.
-
-    Attributes:
-        node, bias: prefixes of the node tables (:data:`NODE_TABLES`) and of the other tables.
-        layers, layer: layer i's part (``q k v out attention_norm ffn_norm fc1 fc2``) is ``{layers}.{i}.{layer[part]}``.
-        layer_norm: ``pre`` or ``post``; None: ``pre_layernorm_marker`` (built only with pre-LN layers) decides.
-        embedding_norm, final_norm, head_bias: their module or tensor, or None when the family has none.
-        head, head_parts: our head variant, and their module for each of our head modules.
-        never_applied: prefixes of tensors the family builds but never applies (dropped).
-        node_row_shift: row of node value v of column f is ``512 f + v + node_row_shift``.
-    """
+    """Where one family of checkpoints keeps each Graphormer tensor (None: the family has no such part)."""
 
     name: str
-    node: str
-    bias: str
-    layers: str
+    node: str  # prefix of the node tables (NODE_TABLES)
+    bias: str  # prefix of the other tables
+    layers: str  # layer i's part (q k v out attention_norm ffn_norm fc1 fc2) is {layers}.{i}.{layer[part]}
     layer: Mapping[str, str]
-    layer_norm: Literal["pre", "post"] | None
+    layer_norm: Literal["pre", "post"] | None  # None: pre_layernorm_marker (built only with pre-LN layers) decides
     pre_layernorm_marker: str | None
     embedding_norm: str | None
     final_norm: str | None
     head: Literal["linear", "v2"]
-    head_parts: Mapping[str, str]
+    head_parts: Mapping[str, str]  # their module for each of our head modules
     head_bias: str | None
-    never_applied: tuple[str, ...]
-    node_row_shift: int
+    never_applied: tuple[str, ...]  # prefixes of tensors the family builds but never applies (dropped)
+    node_row_shift: int  # row of node value v of column f is 512 f + v + node_row_shift
 
     def table(self, name: str) -> str:
         return f"{self.node if name in NODE_TABLES else self.bias}{name}.weight"
@@ -71,25 +61,17 @@ class Layout:
     def module(self, i: int, part: str) -> str:
         return f"{self.layers}.{i}.{self.layer[part]}"
 
-    @property
-    def head_out(self) -> str:
-        return f"{self.head_parts['head.out' if self.head == 'v2' else 'head']}.weight"
-
 
 @dataclass(frozen=True)
 class Declared:
-    """Hyper-parameters a file stores, in our terms, each with where it was read (None: not stored).
-
-    ``edge_type`` and ``spatial_pos_max`` have official's meaning; ``num_atoms`` .. ``num_edge_dis``
-    are official's table sizes (``num_atoms + 1`` .. ``num_edge_dis * heads^2`` rows).
-    """
+    """Hyper-parameters a file stores, in our terms, each with where it was read (None: not stored)."""
 
     num_layers: Found | None = None
     hidden_dim: Found | None = None
     ffn_dim: Found | None = None
     num_heads: Found | None = None
     num_outputs: Found | None = None
-    edge_type: Found | None = None
+    edge_type: Found | None = None  # official's meaning, as spatial_pos_max's
     pre_layernorm: Found | None = None
     embedding_norm: Found | None = None
     activation: Found | None = None
@@ -99,7 +81,7 @@ class Declared:
     attention_dropout: Found | None = None
     activation_dropout: Found | None = None
     input_dropout: Found | None = None
-    num_atoms: Found | None = None
+    num_atoms: Found | None = None  # official's table sizes: num_atoms + 1 .. num_edge_dis * heads^2 rows
     num_edges: Found | None = None
     num_in_degree: Found | None = None
     num_out_degree: Found | None = None
@@ -168,26 +150,22 @@ def _shape(shape: Sequence[int | None]) -> str:
     return "(" + ", ".join("*" if s is None else str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
 
 
-def _anchor(state: Mapping[str, torch.Tensor], layout: Layout, table: str) -> torch.Tensor:
-    key = layout.table(table)
-    if key not in state:
-        raise ConversionError(f"no {key}: not a Graphormer checkpoint in the {layout.name} layout")
-    if state[key].dim() != 2:
-        raise ConversionError(f"{layout.name} {key} has shape {_shape(state[key].shape)}, expected (*, *)")
-    return state[key]
-
-
 def _dimensions(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared) -> dict[str, int]:
     """Sizes read off the weights, each checked against ``declared``."""
-    atom, spatial = _anchor(state, layout, "atom_encoder"), _anchor(state, layout, "spatial_pos_encoder")
-    hidden, heads = atom.shape[1], spatial.shape[1]
+    for key in (layout.table("atom_encoder"), layout.table("spatial_pos_encoder")):  # the sizes are read from these
+        if key not in state:
+            raise ConversionError(f"no {key}: not a Graphormer checkpoint in the {layout.name} layout")
+        if state[key].dim() != 2:
+            raise ConversionError(f"{layout.name} {key} has shape {_shape(state[key].shape)}, expected (*, *)")
+    hidden, heads = state[layout.table("atom_encoder")].shape[1], state[layout.table("spatial_pos_encoder")].shape[1]
     if hidden % heads:
         raise ConversionError(f"{layout.name} {layout.table('atom_encoder')} is {hidden} wide but "
                               f"{layout.table('spatial_pos_encoder')} has {heads} heads: the width must be a "
                               "multiple of the heads")
     prefix = f"{layout.layers}."
     indices = {int(i) for k in state if k.startswith(prefix) and (i := k[len(prefix):].split(".")[0]).isdigit()}
-    fc1, out = state.get(f"{layout.module(0, 'fc1')}.weight"), state.get(layout.head_out)
+    head_out = f"{layout.head_parts['head.out' if layout.head == 'v2' else 'head']}.weight"  # rows: the outputs
+    fc1, out = state.get(f"{layout.module(0, 'fc1')}.weight"), state.get(head_out)
     dims = dict(num_layers=max(indices) + 1 if indices else 0, hidden_dim=hidden,
                 ffn_dim=fc1.shape[0] if fc1 is not None and fc1.dim() == 2 else hidden, num_heads=heads,
                 num_outputs=out.shape[0] if out is not None and out.dim() == 2 else 1)
@@ -195,7 +173,7 @@ def _dimensions(state: Mapping[str, torch.Tensor], layout: Layout, declared: Dec
                 "hidden_dim": f"the width of {layout.table('atom_encoder')}",
                 "ffn_dim": f"the rows of {layout.module(0, 'fc1')}.weight",
                 "num_heads": f"the width of {layout.table('spatial_pos_encoder')}",
-                "num_outputs": f"the rows of {layout.head_out}"}
+                "num_outputs": f"the rows of {head_out}"}
     for name, what in evidence.items():
         claim = getattr(declared, name)
         if claim is not None and claim.value != dims[name]:
@@ -218,8 +196,7 @@ def _variant(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declar
     if declared.activation is not None and declared.activation.value != "gelu":
         raise ConversionError(f"{declared.activation}: only gelu is supported (the activation of our layers and head)")
     multi_hop = _present_as_declared(state, layout.table("edge_dis_encoder"), declared.edge_type,
-                                     lambda edge_type: edge_type == "multi_hop", "only with edge_type multi_hop",
-                                     layout)
+                                     lambda value: value == "multi_hop", "only with edge_type multi_hop", layout)
     layer_norm = layout.layer_norm
     if layer_norm is None:
         pre = _present_as_declared(state, layout.pre_layernorm_marker, declared.pre_layernorm, bool,
@@ -231,10 +208,19 @@ def _variant(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declar
     return dict(multi_hop=multi_hop, layer_norm=layer_norm, embedding_norm=embedding_norm)
 
 
-def _modules(layout: Layout, arch: Architecture) -> list[tuple[str, Shape, str | None, bool]]:
-    """Every Linear and LayerNorm: (theirs, weight shape, ours or None for q/k/v, whether it has a bias)."""
-    hidden, ffn = arch.hidden_dim, arch.ffn_dim
-    modules: list[tuple[str, Shape, str | None, bool]] = []
+def _plan(layout: Layout, arch: Architecture) -> tuple[dict[str, Shape], dict[str, str]]:
+    """Every source key with its expected shape (None: any size), and ours -> theirs for the tensors copied
+    as they are (every Linear and LayerNorm but q/k/v, which :func:`_attention_inputs` fuses)."""
+    hidden, ffn, heads = arch.hidden_dim, arch.ffn_dim, arch.num_heads
+    shapes: dict[str, Shape] = {layout.table(t): (None, hidden) for t in NODE_TABLES[:3]}
+    shapes.update({layout.table("graph_token"): (1, hidden), layout.table("edge_encoder"): (None, heads),
+                   layout.table("spatial_pos_encoder"): (None, heads),
+                   layout.table("graph_token_virtual_distance"): (1, heads)})
+    if arch.multi_hop:
+        shapes[layout.table("edge_dis_encoder")] = (None, 1)
+    if layout.head_bias is not None:
+        shapes[layout.head_bias] = (1,)
+    modules: list[tuple[str, Shape, str | None, bool]] = []  # (theirs, weight shape, ours, whether it has a bias)
     for i in range(arch.num_layers):
         parts = [("q", (hidden, hidden), None), ("k", (hidden, hidden), None), ("v", (hidden, hidden), None),
                  ("out", (hidden, hidden), "attention.out"), ("attention_norm", (hidden,), "attention_norm"),
@@ -245,27 +231,11 @@ def _modules(layout: Layout, arch: Architecture) -> list[tuple[str, Shape, str |
         modules.append((layout.embedding_norm, (hidden,), "embedding_norm", True))
     if layout.final_norm is not None:
         modules.append((layout.final_norm, (hidden,), "final_norm", True))
-    if layout.head == "linear":
-        return modules + [(layout.head_parts["head"], (arch.num_outputs, hidden), "head", True)]
-    return modules + [(layout.head_parts["head.transform"], (hidden, hidden), "head.transform", True),
-                      (layout.head_parts["head.norm"], (hidden,), "head.norm", True),
-                      (layout.head_parts["head.out"], (arch.num_outputs, hidden), "head.out", False)]
-
-
-def _plan(layout: Layout, arch: Architecture) -> tuple[dict[str, Shape], dict[str, str]]:
-    """Every source key with its expected shape (None: any size), and ours -> theirs for the tensors copied
-    as they are."""
-    hidden, heads = arch.hidden_dim, arch.num_heads
-    shapes: dict[str, Shape] = {layout.table(t): (None, hidden) for t in NODE_TABLES[:3]}
-    shapes.update({layout.table("graph_token"): (1, hidden), layout.table("edge_encoder"): (None, heads),
-                   layout.table("spatial_pos_encoder"): (None, heads),
-                   layout.table("graph_token_virtual_distance"): (1, heads)})
-    if arch.multi_hop:
-        shapes[layout.table("edge_dis_encoder")] = (None, 1)
-    if layout.head_bias is not None:
-        shapes[layout.head_bias] = (1,)
+    head = {"head": (arch.num_outputs, hidden)} if layout.head == "linear" else {
+        "head.transform": (hidden, hidden), "head.norm": (hidden,), "head.out": (arch.num_outputs, hidden)}
+    modules += [(layout.head_parts[ours], shape, ours, ours != "head.out") for ours, shape in head.items()]
     copies = {"graph_token.weight": layout.table("graph_token")}
-    for theirs, weight, ours, bias in _modules(layout, arch):
+    for theirs, weight, ours, bias in modules:
         for parameter, shape in (("weight", weight), ("bias", weight[:1]))[:1 + bias]:
             shapes[f"{theirs}.{parameter}"] = shape
             if ours is not None:
@@ -276,10 +246,9 @@ def _plan(layout: Layout, arch: Architecture) -> tuple[dict[str, Shape], dict[st
 def _check_keys_and_shapes(state: Mapping[str, torch.Tensor], layout: Layout, shapes: Mapping[str, Shape]) -> list[str]:
     """Refuse missing and unknown keys, then the first misfit shape; returns the keys dropped as never applied."""
     dropped = sorted(k for k in state if k not in shapes and k.startswith(layout.never_applied))
-    missing = [k for k in shapes if k not in state]
-    unknown = sorted(k for k in state if k not in shapes and k not in dropped)
-    problems = ([f"missing keys: {', '.join(missing)}"] if missing else []) + \
-        ([f"unknown keys: {', '.join(unknown)}"] if unknown else [])
+    keys = {"missing": [k for k in shapes if k not in state],
+            "unknown": sorted(k for k in state if k not in shapes and k not in dropped)}
+    problems = [f"{kind} keys: {', '.join(listed)}" for kind, listed in keys.items() if listed]
     if problems:
         raise ConversionError(f"not a Graphormer checkpoint in the {layout.name} layout we can map: "
                               f"{'; '.join(problems)}")

@@ -21,16 +21,12 @@ log = logging.getLogger(__name__)
 
 #: The optimiser arguments that every task took before they became ``optim``.
 OPTIM_KEYS = ("lr", "warmup_steps", "end_lr", "weight_decay", "adam_eps")
-CLASSIFICATION = "graphormer_urpe.tasks.Classification"
 #: Old task class paths (the layout before issue 13 and the one before it) and what they are now.
 RENAMED_TASKS = {
-    "graphormer_urpe.tasks.GraphClassification": CLASSIFICATION,
-    "graphormer_urpe.tasks.graph.GraphClassification": CLASSIFICATION,
-    "graphormer_urpe.tasks.NodeClassification": CLASSIFICATION,
-    "graphormer_urpe.tasks.graph.NodeClassification": CLASSIFICATION,
-    "graphormer_urpe.tasks.NodeTagging": CLASSIFICATION,
-    "graphormer_urpe.tasks.tokens.NodeTagging": CLASSIFICATION,
-    "graphormer_urpe.classification.NodeTagging": CLASSIFICATION,
+    **dict.fromkeys(("graphormer_urpe.tasks.GraphClassification", "graphormer_urpe.tasks.graph.GraphClassification",
+                     "graphormer_urpe.tasks.NodeClassification", "graphormer_urpe.tasks.graph.NodeClassification",
+                     "graphormer_urpe.tasks.NodeTagging", "graphormer_urpe.tasks.tokens.NodeTagging",
+                     "graphormer_urpe.classification.NodeTagging"), "graphormer_urpe.tasks.Classification"),
     "graphormer_urpe.classification.SequenceTagging": "graphormer_urpe.tasks.SequenceTagging",
 }
 #: Old tasks whose targets were multi-class by their class.

@@ -15,14 +15,11 @@ from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources.molecules import MoleculeSource
 from graphormer_urpe.data.sources.tables import SmilesToPredict
 from graphormer_urpe.errors import DataError, import_object
-from graphormer_urpe.evaluation.splits import predict_split
+from graphormer_urpe.evaluation.splits import SHOWN_ROWS, predict_split
 from graphormer_urpe.run.checkpoints import embedded_config
 from graphormer_urpe.tasks.base import PerTargetTask
 
 log = logging.getLogger("graphormer_urpe")
-
-#: Rows that could not be featurised named one by one in the log (the CSV lists all of them).
-SHOWN_ROWS = 10
 
 
 def predict_table(ckpt: Path, table: Path, out: Path, config_yaml: str,

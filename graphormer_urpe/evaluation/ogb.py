@@ -15,15 +15,12 @@ import pytorch_lightning as pl
 from graphormer_urpe.data.lsc_formats import MODES, SubmissionFormat
 from graphormer_urpe.data.predictable import PredictableData
 from graphormer_urpe.errors import SubmissionError
-from graphormer_urpe.evaluation.splits import SplitPredictions, predict_split
+from graphormer_urpe.evaluation.splits import SHOWN_ROWS, SplitPredictions, predict_split
 from graphormer_urpe.evaluation.submission import write_submission
 from graphormer_urpe.run.records import git_commit, package_versions, write_json
 from graphormer_urpe.tasks.classification import predicted_classes
 
 log = logging.getLogger("graphormer_urpe")
-
-#: Skipped rows named one by one in log messages (the submission log lists all of them).
-SHOWN_ROWS = 10
 
 
 def evaluate_split(trainer: pl.Trainer, task: pl.LightningModule, datamodule: PredictableData, split: str,

@@ -13,6 +13,9 @@ import torch
 from graphormer_urpe.data.loaders import gather_objects
 from graphormer_urpe.data.predictable import PredictableData
 
+#: Skipped rows named one by one in log messages (the CSV or the submission log lists all of them).
+SHOWN_ROWS = 10
+
 
 @dataclass
 class SplitPredictions:
@@ -21,10 +24,6 @@ class SplitPredictions:
     Shapes:
         rows: (R,) int64 source rows (MAG240M: paper ids); graphs: (R,) int64 the example's ``index``, -1 for
         skipped rows; prediction: (R, Y) float32, NaN for skipped rows; target: (R, Y) float32 (NaN if hidden).
-
-    Args:
-        duplicates: predictions dropped because a sampler had given the same graph to two processes.
-        skipped: why each skipped row of the split was left out of the cache.
     """
 
     split: str
@@ -32,8 +31,8 @@ class SplitPredictions:
     graphs: np.ndarray
     prediction: np.ndarray
     target: np.ndarray
-    duplicates: int
-    skipped: dict[int, str]
+    duplicates: int  # predictions dropped because a sampler had given the same graph to two processes
+    skipped: dict[int, str]  # why each skipped row of the split was left out of the cache
 
 
 def gather_predictions(index: torch.Tensor, prediction: torch.Tensor) -> tuple[np.ndarray, np.ndarray, int]:
