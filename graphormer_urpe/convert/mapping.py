@@ -105,12 +105,8 @@ class Architecture:
 
 def convert_weights(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, *,
                     node_vocab: Sequence[int], edge_vocab: Sequence[int]) -> Converted:
-    """Our RPE Graphormer's config and weights for a checkpoint of the Graphormer family: sizes from a
-    few shapes, every other shape and declared setting checked against them (non-tensor entries ignored).
-
-    Args:
-        node_vocab, edge_vocab: our featurisation's values per column (ogb's for molecules).
-    """
+    """Our RPE Graphormer's config and weights for a checkpoint of the Graphormer family (``node_vocab``,
+    ``edge_vocab``: our featurisation's values per column); sizes come from a few shapes, all else is checked."""
     state = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
     arch = Architecture(**_dimensions(state, layout, declared), **_variant(state, layout, declared))
     shapes, copies = _plan(layout, arch)
@@ -119,15 +115,16 @@ def convert_weights(state: Mapping[str, torch.Tensor], layout: Layout, declared:
 
     weights = {ours: state[theirs] for ours, theirs in copies.items()}
     weights["nodes.features.weight"] = _feature_table(state, layout, "atom_encoder", node_vocab, layout.node_row_shift)
-    for side in ("in", "out"):
-        key = layout.table(f"{side}_degree_encoder")  # row d + 1 = ours (min(d, max_degree) + 1), max_degree = rows - 2
-        weights[f"nodes.{side}_degree.weight"] = _rows(state[key], range(state[key].shape[0]), key, layout)
+    for side in ("in", "out"):  # their row d + 1 = ours (min(d, max_degree) + 1), max_degree = rows - 2
+        degrees = state[layout.table(f"{side}_degree_encoder")].clone()
+        degrees[PAD_ID] = 0.0
+        weights[f"nodes.{side}_degree.weight"] = degrees
     distance, weights["relative_bias.table.weight"] = _relations(state, layout, declared)
     edge_shift = MULTI_HOP_EDGE_SHIFT if arch.multi_hop else SINGLE_HOP_EDGE_SHIFT
     weights["edge_bias.features.weight"] = _feature_table(state, layout, "edge_encoder", edge_vocab, edge_shift)
     hops = 1
     if arch.multi_hop:
-        hops, weights["edge_bias.hop_weight"] = _hop_matrices(state, layout, declared, arch)
+        hops, weights["edge_bias.hop_weight"] = _hop_matrices(state, layout, declared, arch.num_heads)
     weights.update(_attention_inputs(state, layout, arch))
     if layout.head_bias is not None:
         weights["head.bias"] = state[layout.head_bias].reshape(1)
@@ -288,7 +285,7 @@ def _check_tables(state: Mapping[str, torch.Tensor], layout: Layout, declared: D
 
 def _feature_table(state: Mapping[str, torch.Tensor], layout: Layout, table: str, vocab: Sequence[int],
                    shift: int) -> torch.Tensor:
-    """Our categorical table: row 0 padding, then their row ``512 f + v + shift`` for value v of column f.
+    """Our categorical table: row 0 padding (zero), then their row ``512 f + v + shift`` for value v of column f.
 
     Shapes:
         their table (R, W) -> (1 + sum(vocab), W).
@@ -298,23 +295,13 @@ def _feature_table(state: Mapping[str, torch.Tensor], layout: Layout, table: str
         raise ConversionError(f"{key}: official tables hold at most {OFFICIAL_FEATURE_OFFSET} values per column, the "
                               f"vocabulary is {list(vocab)}")
     rows = [PAD_ID] + [OFFICIAL_FEATURE_OFFSET * f + v + shift for f, size in enumerate(vocab) for v in range(size)]
-    return _rows(state[key], rows, key, layout)
-
-
-def _rows(table: torch.Tensor, rows: Sequence[int], key: str, layout: Layout) -> torch.Tensor:
-    """``table[rows]`` with row 0 (padding) zero.
-
-    Shapes:
-        table: (R, W), len(rows) = R' -> (R', W).
-    """
-    needed = max(rows)
-    if needed >= table.shape[0]:
-        raise ConversionError(f"{layout.name} {key} has {table.shape[0]} rows, but our featurisation needs row "
-                              f"{needed}: the checkpoint was trained on other features (check --node_vocab / "
+    if max(rows) >= state[key].shape[0]:
+        raise ConversionError(f"{layout.name} {key} has {state[key].shape[0]} rows, but our featurisation needs row "
+                              f"{max(rows)}: the checkpoint was trained on other features (check --node_vocab / "
                               "--edge_vocab)")
-    out = table[list(rows)].clone()
-    out[PAD_ID] = 0.0
-    return out
+    features = state[key][rows]  # a copy
+    features[PAD_ID] = 0.0
+    return features
 
 
 def _relations(state: Mapping[str, torch.Tensor], layout: Layout,
@@ -349,7 +336,7 @@ def _relations(state: Mapping[str, torch.Tensor], layout: Layout,
 
 
 def _hop_matrices(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared,
-                  arch: Architecture) -> tuple[int, torch.Tensor]:
+                  heads: int) -> tuple[int, torch.Tensor]:
     """Hops K and the first K of ``edge_dis_encoder``'s H x H hop matrices.
 
     Shapes:
@@ -361,7 +348,7 @@ def _hop_matrices(state: Mapping[str, torch.Tensor], layout: Layout, declared: D
         raise ConversionError(f"{claim}: official then uses every hop of the longest path in the batch (predictions "
                               "depend on the batch); we need 1 or more")
     dis = layout.table("edge_dis_encoder")
-    matrices = state[dis].reshape(-1, arch.num_heads, arch.num_heads)
+    matrices = state[dis].reshape(-1, heads, heads)
     if hops > matrices.shape[0]:
         raise ConversionError(f"{claim or f'multi_hop_max_dist {hops}'} exceeds the {matrices.shape[0]} hop "
                               f"matrices of {layout.name} {dis} (shape {_shape(state[dis].shape)})")

@@ -24,13 +24,8 @@ log = logging.getLogger("graphormer_urpe")
 
 def predict_table(ckpt: Path, table: Path, out: Path, config_yaml: str,
                   smiles_column: str | None = None) -> pd.DataFrame:
-    """Predict every molecule of ``table`` (CSV or Parquet) with the checkpoint and write ``out`` (CSV): the
-    frame returned, with ``row``, ``smiles``, the prediction columns and ``error``.
-
-    Args:
-        config_yaml: the run's resolved config (embedded in the checkpoint, or ``--config``).
-        smiles_column: the SMILES column of ``table``; default the training table's.
-    """
+    """Predict every molecule of ``table`` (CSV or Parquet) with the checkpoint and the run's resolved config, and
+    write ``out`` (CSV, returned); ``smiles_column`` defaults to the training table's."""
     config = yaml.safe_load(config_yaml)
     data_args = config["data"].get("init_args", {})
     source = data_args.get("source", {})

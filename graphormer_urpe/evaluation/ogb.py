@@ -26,14 +26,9 @@ log = logging.getLogger("graphormer_urpe")
 def evaluate_split(trainer: pl.Trainer, task: pl.LightningModule, datamodule: PredictableData, split: str,
                    ckpt: str, *, submission_dir: Path | None, predictions_file: Path | None, started: float,
                    data_check: dict) -> dict:
-    """Predict ``split`` in its order, then score it, or write it as a submission into ``submission_dir``;
-    ``predictions_file`` also saves the rows and predictions (``.npz``). Returns what was measured or written
-    (on processes other than rank 0: the checkpoint and split only).
-
-    Args:
-        started: when the evaluation started (``time.perf_counter``), for the submission's timings.
-        data_check: whether the data are the checkpoint's, recorded in the submission log.
-    """
+    """Predict ``split`` in its order, then score it, or write it as a submission (with ``data_check`` and timings
+    from ``started``, a ``time.perf_counter``) into ``submission_dir``; ``predictions_file`` also saves the rows and
+    predictions (``.npz``). Returns what was measured or written (rank > 0: the checkpoint and split only)."""
     fmt = datamodule.spec.submission
     log.info("predicting %s '%s' with %s on %d process(es)", fmt.dataset, split, ckpt, trainer.world_size)
     inference_started = time.perf_counter()
@@ -86,11 +81,7 @@ def score(predictions: SplitPredictions, fmt: SubmissionFormat, ckpt: str) -> di
 def submit(predictions: SplitPredictions, datamodule: PredictableData, ckpt: str, directory: Path, devices: int,
            timings: dict[str, float], data_check: dict) -> dict:
     """Fill rows without a prediction with the training mean, write the submission and its log (``*.log.json``,
-    with ``data_check``; returned), say how long it took.
-
-    Args:
-        timings: ``started`` (``time.perf_counter``), ``preprocessing`` and ``inference`` (seconds).
-    """
+    with ``data_check``; returned), say how long it took (``timings``: started, preprocessing, inference)."""
     fmt, mode = datamodule.spec.submission, predictions.split
     expected = fmt.split_size(datamodule.root, mode)
     if expected != len(predictions.rows):

@@ -18,12 +18,8 @@ log = logging.getLogger("graphormer_urpe")
 
 def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype | None = None,
                        num_classes: int | None = None) -> str | None:
-    """What is wrong with a prediction array for a split of ``expected_rows`` rows, or None.
-
-    Args:
-        dtype: required dtype (files written by ogb); None accepts any floating (classification: integer) dtype.
-        num_classes: classification: labels must be integers in ``0 .. num_classes - 1``.
-    """
+    """What is wrong with a prediction array for a split of ``expected_rows`` rows, or None; ``dtype`` None
+    accepts any floating dtype, or integer labels in ``0 .. num_classes - 1`` for classification."""
     if y_pred.shape != (expected_rows,):
         return (f"y_pred has shape {y_pred.shape}, expected ({expected_rows},): one prediction per row of the "
                 "test split, in the split's order")
