@@ -48,16 +48,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    convert = {"official": import_official, "huggingface": import_huggingface, "upgrade": upgrade}[args.format]
+    options = {k: v for k, v in vars(args).items() if k not in ("format", "source", "output")}  # named as its keywords
     try:
-        if args.format == "upgrade":
-            upgrade(args.source, args.output)
-            return 0
-        common = dict(node_vocab=args.node_vocab, edge_vocab=args.edge_vocab, spatial_pos_max=args.spatial_pos_max,
-                      task=args.task)
-        if args.format == "official":
-            import_official(args.source, args.output, multi_hop_max_dist=args.multi_hop_max_dist, **common)
-        else:
-            import_huggingface(args.source, args.output, node_rows=args.node_rows, **common)
+        convert(args.source, args.output, **options)
     except InputError as error:  # ConversionError, CheckpointError, or a setting GraphormerConfig refuses
         print(f"error: {error}", file=sys.stderr)
         return 2

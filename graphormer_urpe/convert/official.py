@@ -92,10 +92,8 @@ def _fairseq_settings(checkpoint: Mapping[str, Any]) -> Declared:
     if isinstance(cfg, Mapping) and (cfg.get("model") is not None or cfg.get("task") is not None):
         model, task = [("cfg['model']", cfg.get("model"))], [("cfg['task']", cfg.get("task")),
                                                             ("cfg['model']", cfg.get("model"))]
-    elif isinstance(args, argparse.Namespace):
-        model = task = [("args", args)]
     else:
-        return Declared()
+        model = task = [("args", args)] if isinstance(args, argparse.Namespace) else []
     settings = _read(model, FAIRSEQ_MODEL_ARGS) | _read(task, FAIRSEQ_TASK_ARGS)
     return Declared(**settings, input_dropout=settings.get("dropout"))  # v2: one rate after emb_layer_norm too
 
