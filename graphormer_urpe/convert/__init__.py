@@ -1,5 +1,2 @@
-"""Checkpoint converters: other Graphormer implementations' weights, and our own earlier layout, as ours.
-
-``python -m graphormer_urpe.convert {official,huggingface,upgrade} SRC OUT.ckpt``; see
-``docs/official-graphormer.md`` and ``docs/tasks.md``. Nothing in the library imports this package.
-"""
+"""``python -m graphormer_urpe.convert``: other Graphormer implementations' checkpoints, and our own earlier
+layout, as ours (``docs/official-graphormer.md``, ``docs/tasks.md``). Nothing in the library imports it."""

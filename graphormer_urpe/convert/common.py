@@ -1,5 +1,4 @@
-"""What every converter shares: the error, reading foreign torch files without running code from them,
-the hyper-parameters a file declares, and writing our checkpoint with its config."""
+"""What every converter shares: the error, reading foreign torch files safely, and writing our checkpoint."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ class Found:
 
 
 class _Placeholder:
-    """Stands for any object in the file that is not a tensor or a plain container: ignores its state and
-    items (of a pickled dict or list subclass)."""
+    """Stands for any object in the file but tensors and plain containers; ignores its state and items."""
 
     def _ignore(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -120,8 +118,7 @@ class Converted:
 
 
 def write_checkpoint(converted: Converted, output: Path, *, source: Path, source_format: str, task: str) -> None:
-    """Write our checkpoint (``output``) and its config (``output`` with ``.yaml``): contents in
-    ``docs/official-graphormer.md``. Classification heads are ``binary``, as official Graphormer's are."""
+    """Write our checkpoint and its ``.yaml`` (``docs/official-graphormer.md``); classification heads are binary."""
     config = converted.config
     Graphormer(config).load_state_dict(converted.weights)  # shapes were checked against the source: this asserts
     model_state = {f"model.{k}": v.float().contiguous() for k, v in converted.weights.items()}

@@ -1,5 +1,4 @@
-"""Checkpoints of transformers' Graphormer (``GraphormerForGraphClassification``, a ``save_pretrained``
-directory) as ours; how its pipeline differs from official v2: ``docs/official-graphormer.md``."""
+"""transformers' Graphormer checkpoints (a ``save_pretrained`` directory) as ours: ``docs/official-graphormer.md``."""
 
 from __future__ import annotations
 
@@ -116,8 +115,7 @@ def import_huggingface(source: str | Path, output: str | Path, *, node_vocab: Se
                        edge_vocab: Sequence[int] = BOND_VOCAB, spatial_pos_max: int | None = None,
                        node_rows: Literal["transformers", "official"] = "transformers",
                        task: str = "regression") -> GraphormerConfig:
-    """Convert a transformers Graphormer directory into our checkpoint (``output``) and its config (``output``
-    with ``.yaml``); the options are those of ``python -m graphormer_urpe.convert huggingface``."""
+    """Convert a transformers Graphormer directory into ``output`` and its ``.yaml``, as the command line does."""
     source, output = Path(source), Path(output)
     check_output(output)
     config = read_config(source / "config.json")

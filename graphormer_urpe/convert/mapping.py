@@ -1,6 +1,5 @@
-"""The Graphormer family's weights in our layout: one mapping for official v1.0, official v2 (fairseq)
-and transformers' Graphormer, which keep the same tensors under different names. Row conventions and
-refusals: ``docs/official-graphormer.md``."""
+"""The Graphormer family's weights in our layout: one mapping for official v1.0, v2 and transformers' port, which
+keep the same tensors under different names (``docs/official-graphormer.md``)."""
 
 from __future__ import annotations
 
@@ -306,9 +305,8 @@ def _feature_table(state: Mapping[str, torch.Tensor], layout: Layout, table: str
 
 def _relations(state: Mapping[str, torch.Tensor], layout: Layout,
                declared: Declared) -> tuple[dict[str, int | None], torch.Tensor]:
-    """Our distance settings and relation table B: padding, the graph token, then ``spatial_pos_encoder``
-    row ``d + 1`` for distance d, and row 511 for unreachable pairs when nothing masks them. A table too
-    small for 255 distances (v1.0 ZINC: 40 rows) is masked at its last row, which official code could not index past.
+    """Our distance settings and relation table B: padding, the graph token, their row ``d + 1`` for distance d, and
+    row 511 for unreachable pairs when nothing masks; a smaller table (v1.0 ZINC: 40 rows) is masked at its end.
 
     Shapes:
         spatial_pos_encoder: (R, H), graph_token_virtual_distance: (1, H) -> table (num_relations, H).

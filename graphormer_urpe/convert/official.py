@@ -1,5 +1,4 @@
-"""Official Graphormer checkpoints (microsoft/Graphormer v1.0 Lightning, v2 fairseq) as ours: where each
-setting is read, what each tensor maps to, and every refusal in ``docs/official-graphormer.md``."""
+"""Official Graphormer checkpoints (v1.0 Lightning, v2 fairseq) as ours: ``docs/official-graphormer.md``."""
 
 from __future__ import annotations
 
@@ -53,9 +52,8 @@ FAIRSEQ_MODEL_ARGS = {
 FAIRSEQ_TASK_ARGS = {
     "multi_hop_max_dist": ("multi_hop_max_dist", int), "spatial_pos_max": ("spatial_pos_max", int),
     "edge_type": ("edge_type", str), "num_outputs": ("num_classes", int), "num_atoms": ("num_atoms", int),
-    "num_edges": ("num_edges", int), "num_in_degree": ("num_in_degree", int),
-    "num_out_degree": ("num_out_degree", int), "num_spatial": ("num_spatial", int),
-    "num_edge_dis": ("num_edge_dis", int),
+    "num_edges": ("num_edges", int), "num_in_degree": ("num_in_degree", int), "num_out_degree": ("num_out_degree", int),
+    "num_spatial": ("num_spatial", int), "num_edge_dis": ("num_edge_dis", int),
 }
 #: Our name <- (argument, type) of v1.0's ``Graphormer.__init__``, stored in ``hyper_parameters``.
 LIGHTNING_HPARAMS = {
@@ -129,8 +127,7 @@ def _option(stored: Found | None, value: int | None, flag: str) -> Found | None:
 def import_official(source: str | Path, output: str | Path, *, node_vocab: Sequence[int] = ATOM_VOCAB,
                     edge_vocab: Sequence[int] = BOND_VOCAB, multi_hop_max_dist: int | None = None,
                     spatial_pos_max: int | None = None, task: str = "regression") -> GraphormerConfig:
-    """Convert an official checkpoint (v1.0 ``.ckpt``, v2 ``.pt``) into ours (``output``) and its config
-    (``output`` with ``.yaml``); the options are those of ``python -m graphormer_urpe.convert official``."""
+    """Convert an official checkpoint (v1.0 ``.ckpt``, v2 ``.pt``) into ``output`` and its ``.yaml``, as the CLI."""
     source, output = Path(source), Path(output)
     check_output(output)
     state, layout, declared = read_official(source)

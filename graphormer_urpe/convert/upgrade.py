@@ -1,6 +1,5 @@
-"""``python -m graphormer_urpe.convert upgrade OLD.ckpt NEW.ckpt``: our checkpoints written before the task
-family was merged (issue 13) in today's layout; what changes: ``docs/tasks.md``. Nothing else reads the
-old layout."""
+"""``python -m graphormer_urpe.convert upgrade OLD.ckpt NEW.ckpt``: our checkpoints written before issue 13 in
+today's layout, which alone is read elsewhere (``docs/tasks.md``)."""
 
 from __future__ import annotations
 
@@ -82,8 +81,7 @@ def upgraded_checkpoint(checkpoint: Mapping[str, Any], source: Path) -> tuple[di
 
 
 def upgrade(source: str | Path, output: str | Path) -> list[str]:
-    """Write ``source`` in today's layout to ``output``, only once its task rebuilds from it; returns what
-    was changed, one line each."""
+    """Write ``source`` in today's layout to ``output`` once its task rebuilds from it; returns the changes made."""
     source, output = Path(source), Path(output)
     if output.exists():
         raise ConversionError(f"{output} exists; choose another output path (nothing is overwritten)")

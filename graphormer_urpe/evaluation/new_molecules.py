@@ -1,5 +1,4 @@
-"""Predictions for new molecules from a trained checkpoint: ``evaluate.py --ckpt best.ckpt --predict new.csv``
-(output columns: ``docs/own-data.md``). The table goes through the training data's pipeline, in a temporary cache."""
+"""``evaluate.py --predict``: new molecules through the training pipeline, cached in a temporary directory."""
 
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ def predict_table(ckpt: Path, table: Path, out: Path, config_yaml: str,
 
 def predict_new_molecules(ckpt: str, table: Path, out: Path, config: Path | None = None,
                           smiles_column: str | None = None) -> dict:
-    """``evaluate.py --predict TABLE --out FILE.csv``: :func:`predict_table` with the config embedded in the
-    checkpoint (or ``config``); returns what was written, and how many rows were predicted and failed."""
+    """:func:`predict_table` with the checkpoint's config (or ``config``); returns what was written, with counts."""
     config_yaml = config.read_text() if config is not None else embedded_config(ckpt)
     frame = predict_table(Path(ckpt), table, out, config_yaml, smiles_column)
     failed = int((frame["error"] != "").sum())

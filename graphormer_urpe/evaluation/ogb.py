@@ -1,5 +1,4 @@
-"""OGB-LSC splits after training (``evaluate.py --split ...``): predicted in the split's order, then scored by
-ogb's evaluator, saved, or written as a leaderboard submission with its log (``docs/ogb-lsc.md``)."""
+"""OGB-LSC splits after training (``evaluate.py --split``): scored, saved or submitted (``docs/ogb-lsc.md``)."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ log = logging.getLogger("graphormer_urpe")
 def evaluate_split(trainer: pl.Trainer, task: pl.LightningModule, datamodule: PredictableData, split: str,
                    ckpt: str, *, submission_dir: Path | None, predictions_file: Path | None, started: float,
                    data_check: dict) -> dict:
-    """Predict ``split`` in its order, then score it, or write it as a submission (with ``data_check`` and timings
-    from ``started``, a ``time.perf_counter``) into ``submission_dir``; ``predictions_file`` also saves the rows and
-    predictions (``.npz``). Returns what was measured or written (rank > 0: the checkpoint and split only)."""
+    """Predict ``split`` in its order, then score it or submit it (timed from ``started``, a ``time.perf_counter``);
+    ``predictions_file`` also saves them (``.npz``). Returns what was done (rank > 0: the checkpoint and split)."""
     fmt = datamodule.spec.submission
     log.info("predicting %s '%s' with %s on %d process(es)", fmt.dataset, split, ckpt, trainer.world_size)
     inference_started = time.perf_counter()

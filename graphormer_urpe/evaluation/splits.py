@@ -1,5 +1,4 @@
-"""Predictions for every row of a split, identical whether one process or many computed them
-(``docs/loaders.md``, one prediction path)."""
+"""Predictions for every row of a split, identical from one process or many (``docs/loaders.md``)."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ class SplitPredictions:
 
 
 def gather_predictions(index: torch.Tensor, prediction: torch.Tensor) -> tuple[np.ndarray, np.ndarray, int]:
-    """Every process's predictions, one per graph (the first seen), sorted by graph index, and how many
-    repeated predictions were dropped.
+    """Every process's predictions, the first one per graph, sorted by graph, and how many repeats were dropped.
 
     Shapes:
         index: (b,) this process's graphs, prediction: (b, Y) or (b,) -> (G,) graphs, (G, Y) float32.
@@ -51,10 +49,8 @@ def gather_predictions(index: torch.Tensor, prediction: torch.Tensor) -> tuple[n
 
 def predict_split(trainer: pl.Trainer, model: pl.LightningModule, datamodule: PredictableData, split: str,
                   ckpt_path: str | Path | None) -> SplitPredictions:
-    """Run ``trainer.predict`` on ``split`` and return its predictions in the split's row order, on every process.
-
-    ``model.predict_step`` returns a dict with ``index`` (B,) and ``prediction`` (B, Y) or (B,), as the tasks do.
-    """
+    """``split``'s predictions in its row order, on every process; ``model.predict_step`` returns a dict with
+    ``index`` (B,) and ``prediction`` (B, Y) or (B,), as the tasks do."""
     datamodule.predict_on(split)
     outputs = trainer.predict(model, datamodule=datamodule, ckpt_path=ckpt_path, return_predictions=True)
     index = torch.cat([o["index"] for o in outputs])  # every process has >= 1 batch (EvalShardSampler)

@@ -42,8 +42,7 @@ def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype |
 
 def check_submission(path: Path | str, expected_rows: int, fmt: SubmissionFormat = PCQM4MV2,
                      mode: str | None = None) -> np.ndarray:
-    """Read a submission file, check its name (for ``mode``, None: any mode), contents, shape, dtype and values,
-    and return its (expected_rows,) predictions."""
+    """Read a submission file, check its name (for ``mode``; None: any), contents and values; return them."""
     path = Path(path)
     names = {fmt.filename(m): m for m in MODES}
     if mode is None and path.name not in names:
