@@ -20,6 +20,7 @@ from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 log = logging.getLogger(__name__)
 
+
 class ConversionError(CheckpointError):
     """A file is not a checkpoint we can map exactly; the message (one line) says why."""
 
@@ -65,23 +66,21 @@ _ALLOWED = {
 }
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _ALLOWED or (module == "torch" and name.endswith("Storage")):
-            return super().find_class(module, name)
-        return type(name, (_Placeholder,), {"__module__": "graphormer_urpe.convert.placeholder"})
-
-
 class _RestrictedPickle:
     """A ``pickle_module`` for ``torch.load`` that rebuilds tensors, plain containers and ``argparse.Namespace``
     only, every other object (fairseq's ``cfg``, Lightning's callbacks) as an inert placeholder."""
 
-    Unpickler = _RestrictedUnpickler
     __name__ = "graphormer_urpe.convert.common"
 
-    @staticmethod
-    def load(file: io.IOBase, **kwargs: Any) -> Any:
-        return _RestrictedUnpickler(file, **kwargs).load()
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if (module, name) in _ALLOWED or (module == "torch" and name.endswith("Storage")):
+                return super().find_class(module, name)
+            return type(name, (_Placeholder,), {"__module__": "graphormer_urpe.convert.placeholder"})
+
+    @classmethod
+    def load(cls, file: io.IOBase, **kwargs: Any) -> Any:
+        return cls.Unpickler(file, **kwargs).load()
 
 
 def read_torch_file(path: Path) -> Mapping[str, Any]:

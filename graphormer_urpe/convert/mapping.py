@@ -107,7 +107,7 @@ def convert_weights(state: Mapping[str, torch.Tensor], layout: Layout, declared:
     """Our RPE Graphormer's config and weights for a checkpoint of the Graphormer family (``node_vocab``,
     ``edge_vocab``: our featurisation's values per column); sizes come from a few shapes, all else is checked."""
     state = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
-    arch = Architecture(**_dimensions(state, layout, declared), **_variant(state, layout, declared))
+    arch = _architecture(state, layout, declared)
     shapes, copies = _plan(layout, arch)
     dropped = _check_keys_and_shapes(state, layout, shapes)
     _check_tables(state, layout, declared, arch)
@@ -146,8 +146,18 @@ def _shape(shape: Sequence[int | None]) -> str:
     return "(" + ", ".join("*" if s is None else str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
 
 
-def _dimensions(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared) -> dict[str, int]:
-    """Sizes read off the weights, each checked against ``declared``."""
+def _present_as_declared(state: Mapping[str, torch.Tensor], key: str, claim: Found | None,
+                         claims_present: Callable[[Any], bool], built_when: str, layout: Layout) -> bool:
+    """Whether an optional part is there (``key`` present), checked against the file's setting."""
+    present = key in state
+    if claim is not None and claims_present(claim.value) != present:
+        raise ConversionError(f"{claim}, but the file {'holds' if present else 'has no'} {key}, which {layout.name} "
+                              f"builds {built_when}")
+    return present
+
+
+def _architecture(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared) -> Architecture:
+    """Sizes read off the weights, and the optional parts they hold, each checked against ``declared``."""
     for key in (layout.table("atom_encoder"), layout.table("spatial_pos_encoder")):  # the sizes are read from these
         if key not in state:
             raise ConversionError(f"no {key}: not a Graphormer checkpoint in the {layout.name} layout")
@@ -174,21 +184,6 @@ def _dimensions(state: Mapping[str, torch.Tensor], layout: Layout, declared: Dec
         claim = getattr(declared, name)
         if claim is not None and claim.value != dims[name]:
             raise ConversionError(f"{claim}, but the weights have {dims[name]} ({what})")
-    return dims
-
-
-def _present_as_declared(state: Mapping[str, torch.Tensor], key: str, claim: Found | None,
-                         claims_present: Callable[[Any], bool], built_when: str, layout: Layout) -> bool:
-    """Whether an optional part is there (``key`` present), checked against the file's setting."""
-    present = key in state
-    if claim is not None and claims_present(claim.value) != present:
-        raise ConversionError(f"{claim}, but the file {'holds' if present else 'has no'} {key}, which {layout.name} "
-                              f"builds {built_when}")
-    return present
-
-
-def _variant(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared) -> dict[str, Any]:
-    """Optional parts the weights hold, which must be what the file declares; only GELU is accepted."""
     if declared.activation is not None and declared.activation.value != "gelu":
         raise ConversionError(f"{declared.activation}: only gelu is supported (the activation of our layers and head)")
     multi_hop = _present_as_declared(state, layout.table("edge_dis_encoder"), declared.edge_type,
@@ -201,7 +196,7 @@ def _variant(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declar
     embedding_norm = layout.embedding_norm is not None and _present_as_declared(
         state, f"{layout.embedding_norm}.weight", declared.embedding_norm, bool, "only with encoder_normalize_before",
         layout)
-    return dict(multi_hop=multi_hop, layer_norm=layer_norm, embedding_norm=embedding_norm)
+    return Architecture(**dims, multi_hop=multi_hop, layer_norm=layer_norm, embedding_norm=embedding_norm)
 
 
 def _plan(layout: Layout, arch: Architecture) -> tuple[dict[str, Shape], dict[str, str]]:

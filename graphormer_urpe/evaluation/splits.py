@@ -53,13 +53,13 @@ def predict_split(trainer: pl.Trainer, model: pl.LightningModule, datamodule: Pr
     ``index`` (B,) and ``prediction`` (B, Y) or (B,), as the tasks do."""
     datamodule.predict_on(split)
     outputs = trainer.predict(model, datamodule=datamodule, ckpt_path=ckpt_path, return_predictions=True)
-    index = torch.cat([o["index"] for o in outputs])  # every process has >= 1 batch (EvalShardSampler)
-    prediction = torch.cat([o["prediction"] for o in outputs])
-    items, values, duplicates = gather_predictions(index, prediction)
+    items, values, duplicates = gather_predictions(torch.cat([o["index"] for o in outputs]),  # >= 1 batch each
+                                                   torch.cat([o["prediction"] for o in outputs]))
 
     split_rows = datamodule.split_rows(split)
     item_of_row = split_rows.items
-    expected = np.unique(item_of_row[item_of_row >= 0])
+    present = item_of_row >= 0
+    expected = np.unique(item_of_row[present])
     if not np.array_equal(items, expected):
         missing, unexpected = np.setdiff1d(expected, items), np.setdiff1d(items, expected)
         raise RuntimeError(
@@ -67,7 +67,6 @@ def predict_split(trainer: pl.Trainer, model: pl.LightningModule, datamodule: Pr
             f"(first {missing[:5].tolist()}), {len(unexpected)} not in the split (first {unexpected[:5].tolist()})"
         )
     prediction_of_row = np.full((len(item_of_row), values.shape[1]), np.nan, dtype=np.float32)
-    present = item_of_row >= 0
     prediction_of_row[present] = values[np.searchsorted(items, item_of_row[present])]
     return SplitPredictions(split=split, rows=split_rows.rows, graphs=item_of_row, prediction=prediction_of_row,
                             target=split_rows.targets, duplicates=duplicates, skipped=split_rows.skipped)

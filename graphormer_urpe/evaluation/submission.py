@@ -86,7 +86,6 @@ def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, m
     problem = prediction_problem(y_pred, expected_rows, num_classes=fmt.num_classes)
     if problem is not None:
         raise SubmissionError(f"not writing the {mode} submission: {problem}")
-    directory = Path(directory)
     try:
         fmt.evaluator().save_test_submission({PREDICTION_KEY: y_pred}, str(directory), mode=mode)
     except AssertionError as error:  # ogb checks the official split sizes with bare asserts
@@ -94,7 +93,7 @@ def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, m
             f"ogb's save_test_submission refused {y_pred.shape[0]} {mode} predictions: the split in "
             f"split_dict.pt has {expected_rows} rows, which is not the official {mode} size"
         ) from error
-    path = directory / fmt.filename(mode)
+    path = Path(directory) / fmt.filename(mode)
     written = check_submission(path, expected_rows, fmt, mode)
     if not np.array_equal(written, y_pred):
         raise SubmissionError(f"{path} does not hold the predictions that were written")
