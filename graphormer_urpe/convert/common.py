@@ -130,9 +130,8 @@ def write_checkpoint(converted: Converted, output: Path, *, source: Path, source
     hparams = {"encoder": settings, "target_kind": "regression" if task == "regression" else "binary"}
     converted_from = {"source": str(source), "format": source_format, "dropped": converted.dropped}
     torch.save({"state_dict": model_state, "hyper_parameters": hparams, "converted_from": converted_from}, output)
-    output.with_suffix(".yaml").write_text(yaml.safe_dump(
-        {"model": {"init_args": {"encoder": encoder}}, "data": {"init_args": {"path_order": "official"}}},
-        sort_keys=False))
+    config_yaml = {"model": {"init_args": {"encoder": encoder}}, "data": {"init_args": {"path_order": "official"}}}
+    output.with_suffix(".yaml").write_text(yaml.safe_dump(config_yaml, sort_keys=False))
     note = f"; dropped (never applied by the source): {', '.join(converted.dropped)}" if converted.dropped else ""
     log.info("%s checkpoint %s -> %s (+ %s): %d layers, width %d, %d heads, %s, multi_hop_max_dist %d, "
              "spatial_pos_max %s%s", source_format, source, output, output.with_suffix(".yaml").name, config.num_layers,

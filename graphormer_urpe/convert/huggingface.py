@@ -17,8 +17,7 @@ from graphormer_urpe.convert.official import V2
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import GraphormerConfig
 
-#: Node rows of ``node_rows``: value v of column f at ``512 f + v + shift``.
-NODE_ROW_SHIFTS = {"transformers": 3, "official": 2}
+NODE_ROW_SHIFTS = {"transformers": 3, "official": 2}  # node value v of column f at row 512 f + v + shift
 #: transformers' layout: official v2's encoder, its own head and node rows.
 TRANSFORMERS = dataclasses.replace(
     V2, name="transformers",
@@ -27,10 +26,8 @@ TRANSFORMERS = dataclasses.replace(
     head_bias="classifier.lm_output_learned_bias", never_applied=("encoder.graph_encoder.final_layer_norm.",),
     node_row_shift=NODE_ROW_SHIFTS["transformers"],
 )
-#: Weight files, in the order ``from_pretrained`` prefers them.
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-#: The class whose checkpoints carry a prediction head.
-ARCHITECTURE = "GraphormerForGraphClassification"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in the order from_pretrained prefers them
+ARCHITECTURE = "GraphormerForGraphClassification"  # the class whose checkpoints carry a prediction head
 
 #: Our name <- (config.json key, type, transformers' default where the key is absent)
 #: (``configuration_graphormer.py``, ``GraphormerConfig.__init__``).
@@ -50,8 +47,7 @@ CONFIG_FIELDS: dict[str, tuple[str, type, Any]] = {
 #: (absent keys take transformers' default, which is this value).
 REQUIRED = {"model_type": "graphormer", "embed_scale": None, "share_input_output_embed": False, "bias": True,
             "self_attention": True}
-#: transformers' default of the collator's argument we read from config.json.
-TRANSFORMERS_SPATIAL_POS_MAX = 1024
+TRANSFORMERS_SPATIAL_POS_MAX = 1024  # transformers' default of the collator's argument we read from config.json
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -118,8 +114,7 @@ def import_huggingface(source: str | Path, output: str | Path, *, node_vocab: Se
     """Convert a transformers Graphormer directory into ``output`` and its ``.yaml``, as the command line does."""
     source, output = Path(source), Path(output)
     check_output(output)
-    config = read_config(source / "config.json")
-    state = read_weights(source)
+    config, state = read_config(source / "config.json"), read_weights(source)
     layout = dataclasses.replace(TRANSFORMERS, node_row_shift=NODE_ROW_SHIFTS[node_rows])
     converted = convert_weights(state, layout, declared_settings(config, spatial_pos_max), node_vocab=node_vocab,
                                 edge_vocab=edge_vocab)

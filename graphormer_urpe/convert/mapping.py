@@ -16,16 +16,11 @@ from graphormer_urpe.model.graphormer import GraphormerConfig
 
 log = logging.getLogger(__name__)
 
-#: ``convert_to_single_emb``'s offset between feature columns (official ``wrapper.py``).
-OFFICIAL_FEATURE_OFFSET = 512
-#: Distance official ``algos.pyx`` stores for unreachable pairs.
-OFFICIAL_UNREACHABLE_DISTANCE = 510
-#: Row of unreachable pairs in ``spatial_pos_encoder``: 510 plus the collator's 1.
-OFFICIAL_UNREACHABLE_ROW = OFFICIAL_UNREACHABLE_DISTANCE + 1
-#: Official default ``multi_hop_max_dist`` (v1.0 ``data.py``, v2 ``tasks/graph_prediction.py``).
-OFFICIAL_MULTI_HOP_MAX_DIST = 5
-#: Official default ``spatial_pos_max`` of both training pipelines: nothing is masked by distance.
-OFFICIAL_SPATIAL_POS_MAX = 1024
+OFFICIAL_FEATURE_OFFSET = 512  # convert_to_single_emb's offset between feature columns (official wrapper.py)
+OFFICIAL_UNREACHABLE_DISTANCE = 510  # what official algos.pyx stores for unreachable pairs
+OFFICIAL_UNREACHABLE_ROW = OFFICIAL_UNREACHABLE_DISTANCE + 1  # their spatial_pos_encoder row, after the collator's 1
+OFFICIAL_MULTI_HOP_MAX_DIST = 5  # official default (v1.0 data.py, v2 tasks/graph_prediction.py)
+OFFICIAL_SPATIAL_POS_MAX = 1024  # official default of both training pipelines: nothing is masked by distance
 #: Row of edge value v of column f is ``512 f + v + shift``: ``convert_to_single_emb``'s 1 and
 #: ``preprocess_item``'s 1, and for the multi-hop path input one more from the collator.
 SINGLE_HOP_EDGE_SHIFT, MULTI_HOP_EDGE_SHIFT = 2, 3

@@ -23,8 +23,7 @@ V1 = Layout(
     layer_norm="pre", pre_layernorm_marker=None, embedding_norm=None, final_norm="final_ln", head="linear",
     head_parts={"head": "out_proj"}, head_bias=None, never_applied=(), node_row_shift=2,
 )
-#: v1.0's head outside PCQM4M-LSC (``model.py``: ``downstream_out_proj``).
-V1_DOWNSTREAM = dataclasses.replace(V1, head_parts={"head": "downstream_out_proj"})
+V1_DOWNSTREAM = dataclasses.replace(V1, head_parts={"head": "downstream_out_proj"})  # v1.0 outside PCQM4M-LSC
 V2 = Layout(
     name="official v2", node="encoder.graph_encoder.graph_node_feature.",
     bias="encoder.graph_encoder.graph_attn_bias.", layers="encoder.graph_encoder.layers",
@@ -33,8 +32,7 @@ V2 = Layout(
     layer_norm=None, pre_layernorm_marker="encoder.graph_encoder.final_layer_norm.weight",
     embedding_norm="encoder.graph_encoder.emb_layer_norm", final_norm=None, head="v2",
     head_parts={"head.transform": "encoder.lm_head_transform_weight", "head.norm": "encoder.layer_norm",
-                "head.out": "encoder.embed_out"},
-    head_bias="encoder.lm_output_learned_bias",
+                "head.out": "encoder.embed_out"}, head_bias="encoder.lm_output_learned_bias",
     never_applied=("encoder.graph_encoder.final_layer_norm.", "encoder.masked_lm_pooler."), node_row_shift=2,
 )
 
@@ -62,8 +60,7 @@ LIGHTNING_HPARAMS = {
     "attention_dropout": ("attention_dropout_rate", float), "input_dropout": ("intput_dropout_rate", float),
     "edge_type": ("edge_type", str), "multi_hop_max_dist": ("multi_hop_max_dist", int),
 }
-#: The v1.0 dataset whose head is ``out_proj`` (every other one: ``downstream_out_proj``).
-V1_PCQM4M = "PCQM4M-LSC"
+V1_PCQM4M = "PCQM4M-LSC"  # the v1.0 dataset whose head is out_proj (every other one: downstream_out_proj)
 
 
 def _read(sections: Sequence[tuple[str, Any]], fields: Mapping[str, tuple[str, type]]) -> dict[str, Found]:

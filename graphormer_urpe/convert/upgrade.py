@@ -18,8 +18,7 @@ from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint
 
 log = logging.getLogger(__name__)
 
-#: The optimiser arguments that every task took before they became ``optim``.
-OPTIM_KEYS = ("lr", "warmup_steps", "end_lr", "weight_decay", "adam_eps")
+OPTIM_KEYS = ("lr", "warmup_steps", "end_lr", "weight_decay", "adam_eps")  # task arguments until they became optim
 #: Old task class paths (the layout before issue 13 and the one before it) and what they are now.
 RENAMED_TASKS = {
     **dict.fromkeys(("graphormer_urpe.tasks.GraphClassification", "graphormer_urpe.tasks.graph.GraphClassification",
@@ -28,8 +27,7 @@ RENAMED_TASKS = {
                      "graphormer_urpe.classification.NodeTagging"), "graphormer_urpe.tasks.Classification"),
     "graphormer_urpe.classification.SequenceTagging": "graphormer_urpe.tasks.SequenceTagging",
 }
-#: Old tasks whose targets were multi-class by their class.
-MULTICLASS_TASKS = ("NodeClassification", "NodeTagging")
+MULTICLASS_TASKS = ("NodeClassification", "NodeTagging")  # old tasks whose targets were multi-class by their class
 OLD_ACCURACY, ACCURACY = "val/acc", "val/accuracy"
 
 

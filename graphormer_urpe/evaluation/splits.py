@@ -12,8 +12,7 @@ import torch
 from graphormer_urpe.data.loaders import gather_objects
 from graphormer_urpe.data.predictable import PredictableData
 
-#: Skipped rows named one by one in log messages (the CSV or the submission log lists all of them).
-SHOWN_ROWS = 10
+SHOWN_ROWS = 10  # skipped rows named one by one in log messages (the CSV or the submission log lists all)
 
 
 @dataclass
