@@ -20,8 +20,9 @@ class SplitPredictions:
     """Predictions of one split, one row per source row of the split, in the split's order.
 
     Shapes:
-        rows: (R,) int64 source rows (MAG240M: paper ids); graphs: (R,) int64 the example's ``index``, -1 for
-        skipped rows; prediction: (R, Y) float32, NaN for skipped rows; target: (R, Y) float32 (NaN if hidden).
+        rows: (R,) int64 source rows (MAG240M: paper ids); graphs: (R,) int64 the example's ``index`` (cache index;
+        MAG240M: paper id), -1 for skipped rows; prediction: (R, Y) float32, NaN for skipped rows;
+        target: (R, Y) float32 (NaN if hidden).
     """
 
     split: str
