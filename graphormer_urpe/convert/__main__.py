@@ -1,7 +1,4 @@
-"""``python -m graphormer_urpe.convert {official,huggingface,upgrade} SRC OUT.ckpt``: see the package docstring.
-
-Bad input stops with one ``error:`` line on stderr and exit code 2, writing nothing.
-"""
+"""``python -m graphormer_urpe.convert``: bad input stops with one ``error:`` line on stderr, exit code 2."""
 
 from __future__ import annotations
 
@@ -18,9 +15,8 @@ from graphormer_urpe.errors import InputError
 
 
 def parser() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(prog="python -m graphormer_urpe.convert",
-                                   description="Convert another Graphormer implementation's checkpoint, or one "
-                                               "of our own earlier layout, into ours.")
+    main = argparse.ArgumentParser(prog="python -m graphormer_urpe.convert", description="Convert another Graphormer "
+                                   "implementation's checkpoint, or one of our own earlier layout, into ours.")
     formats = main.add_subparsers(dest="format", required=True, metavar="{official,huggingface,upgrade}")
     official = formats.add_parser("official", help="microsoft/Graphormer: v1.0 Lightning .ckpt or v2 fairseq .pt")
     official.add_argument("source", help="the official checkpoint")
@@ -34,13 +30,11 @@ def parser() -> argparse.ArgumentParser:
                          help="values per edge-feature column of the data (default: ogb's bond features)")
         sub.add_argument("--task", choices=["regression", "classification"], default="regression",
                          help="the task the checkpoint will start (regression adds target statistics 0 and 1)")
-    official.add_argument("--multi_hop_max_dist", type=int, default=None,
-                          help="for files that do not store it (default: official 5)")
-    official.add_argument("--spatial_pos_max", type=int, default=None,
+    official.add_argument("--multi_hop_max_dist", type=int, help="for files that do not store it (default: official 5)")
+    official.add_argument("--spatial_pos_max", type=int,
                           help="for files that do not store it, such as v1.0's (default: official 1024)")
-    huggingface.add_argument("--spatial_pos_max", type=int, default=None,
-                             help="the GraphormerDataCollator argument the model ran with (default: config.json's, "
-                                  "which that collator does not read; its own default is 20)")
+    huggingface.add_argument("--spatial_pos_max", type=int, help="the GraphormerDataCollator argument the model ran "
+                             "with (default: config.json's, which that collator does not read; its own default is 20)")
     huggingface.add_argument("--node_rows", choices=list(NODE_ROW_SHIFTS), default="transformers",
                              help="node embedding rows of transformers' preprocessing (512 f + v + 3) or of "
                                   "official Graphormer (512 f + v + 2)")
@@ -53,16 +47,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    convert = {"official": import_official, "huggingface": import_huggingface, "upgrade": upgrade}[args.format]
+    options = {k: v for k, v in vars(args).items() if k not in ("format", "source", "output")}  # named as its keywords
     try:
-        if args.format == "upgrade":
-            upgrade(args.source, args.output)
-            return 0
-        common = dict(node_vocab=args.node_vocab, edge_vocab=args.edge_vocab, spatial_pos_max=args.spatial_pos_max,
-                      task=args.task)
-        if args.format == "official":
-            import_official(args.source, args.output, multi_hop_max_dist=args.multi_hop_max_dist, **common)
-        else:
-            import_huggingface(args.source, args.output, node_rows=args.node_rows, **common)
+        convert(args.source, args.output, **options)
     except InputError as error:  # ConversionError, CheckpointError, or a setting GraphormerConfig refuses
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -1,11 +1,4 @@
-"""What every converter shares: the error, reading foreign torch files without running them, the
-hyper-parameters a file declares, and writing our checkpoint with its config.
-
-Foreign files pickle objects of their own frameworks (fairseq's ``cfg`` and ``args``, Lightning's
-callback classes). :func:`read_torch_file` reads them with a restricted unpickler that rebuilds
-tensors, plain containers and ``argparse.Namespace`` only and replaces every other object by an
-inert placeholder, so no code from the file runs.
-"""
+"""What every converter shares: the error, reading foreign torch files safely, and writing our checkpoint."""
 
 from __future__ import annotations
 
@@ -27,6 +20,7 @@ from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 log = logging.getLogger(__name__)
 
+
 class ConversionError(CheckpointError):
     """A file is not a checkpoint we can map exactly; the message (one line) says why."""
 
@@ -41,40 +35,28 @@ class Found:
     def __str__(self) -> str:
         return f"{self.where} = {self.value!r}"
 
-
-def found(section: Mapping[str, Any], key: str, where: str, kind: type) -> Found | None:
-    """``section[key]`` as a :class:`Found` of type ``kind`` (None when absent or None).
-
-    Raises:
-        ConversionError: a value of another type (``True`` is not an int here).
-    """
-    value = section.get(key)
-    if value is None:
-        return None
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise ConversionError(f"{where} = {value!r}: expected {kind.__name__}")
-    return Found(value, where)
+    @staticmethod
+    def get(section: Any, key: str, where: str, kind: type) -> Found | None:
+        """``section[key]`` (a mapping's or ``Namespace``'s; anything else holds none) of type ``kind``, or None
+        when absent or None; ``True`` is no int here."""
+        items = vars(section) if isinstance(section, argparse.Namespace) else section
+        value = items.get(key) if isinstance(items, Mapping) else None
+        if value is None:
+            return None
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise ConversionError(f"{where} = {value!r}: expected {kind.__name__}")
+        return Found(value, where)
 
 
 class _Placeholder:
-    """Stands for any object in the file that is not a tensor or a plain container."""
+    """Stands for any object in the file but tensors and plain containers; ignores its state and items."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def _ignore(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-    def __setitem__(self, key: Any, value: Any) -> None:  # items of a pickled dict subclass
-        pass
-
-    def append(self, item: Any) -> None:  # items of a pickled list subclass
-        pass
-
-    def extend(self, items: Any) -> None:
-        pass
+    __init__ = __setstate__ = __setitem__ = append = extend = _ignore
 
 
 _ALLOWED = {
@@ -84,30 +66,25 @@ _ALLOWED = {
 }
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _ALLOWED or (module == "torch" and name.endswith("Storage")):
-            return super().find_class(module, name)
-        return type(name, (_Placeholder,), {"__module__": "graphormer_urpe.convert.placeholder"})
-
-
 class _RestrictedPickle:
-    """A ``pickle_module`` for ``torch.load``: tensors and containers only (see the module docstring)."""
+    """A ``pickle_module`` for ``torch.load`` that rebuilds tensors, plain containers and ``argparse.Namespace``
+    only, every other object (fairseq's ``cfg``, Lightning's callbacks) as an inert placeholder."""
 
-    Unpickler = _RestrictedUnpickler
     __name__ = "graphormer_urpe.convert.common"
 
-    @staticmethod
-    def load(file: io.IOBase, **kwargs: Any) -> Any:
-        return _RestrictedUnpickler(file, **kwargs).load()
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if (module, name) in _ALLOWED or (module == "torch" and name.endswith("Storage")):
+                return super().find_class(module, name)
+            return type(name, (_Placeholder,), {"__module__": "graphormer_urpe.convert.placeholder"})
+
+    @classmethod
+    def load(cls, file: io.IOBase, **kwargs: Any) -> Any:
+        return cls.Unpickler(file, **kwargs).load()
 
 
 def read_torch_file(path: Path) -> Mapping[str, Any]:
-    """The dictionary a ``torch.save`` file holds, read without running code from it.
-
-    Raises:
-        ConversionError: no such file, not a torch file, or not a dictionary.
-    """
+    """The dictionary a ``torch.save`` file holds, read without running code from it."""
     if not path.is_file():
         raise ConversionError(f"{path} does not exist")
     try:
@@ -121,13 +98,6 @@ def read_torch_file(path: Path) -> Mapping[str, Any]:
     if not isinstance(checkpoint, Mapping):
         raise ConversionError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dictionary")
     return checkpoint
-
-
-def section_items(section: Any) -> dict[str, Any]:
-    """The entries of a ``Namespace`` or a mapping (anything else, e.g. a placeholder: none)."""
-    if isinstance(section, argparse.Namespace):
-        return dict(vars(section))
-    return dict(section) if isinstance(section, Mapping) else {}
 
 
 def check_output(output: Path) -> None:
@@ -147,16 +117,7 @@ class Converted:
 
 
 def write_checkpoint(converted: Converted, output: Path, *, source: Path, source_format: str, task: str) -> None:
-    """Write our checkpoint (``output``) and its config (``output`` with ``.yaml``).
-
-    The checkpoint holds ``state_dict`` (``model.*``, plus ``target_mean`` 0 and ``target_std`` 1 for
-    ``task="regression"``: the source model predicts in the data's units), ``hyper_parameters``
-    (``encoder``, and ``target_kind``: ``regression``, or ``binary`` for ``task="classification"``,
-    as official Graphormer's classification heads are: MolHIV, MolPCBA) and ``converted_from``
-    (source, format, dropped tensors). The ``.yaml`` sets the architecture
-    (:attr:`GraphormerConfig.ARCHITECTURE`: vocabularies and outputs come
-    from the data, ``attention`` and the dropouts from the user's config) and ``data.init_args.path_order: official``.
-    """
+    """Write our checkpoint and its ``.yaml`` (``docs/official-graphormer.md``); classification heads are binary."""
     config = converted.config
     Graphormer(config).load_state_dict(converted.weights)  # shapes were checked against the source: this asserts
     model_state = {f"model.{k}": v.float().contiguous() for k, v in converted.weights.items()}
@@ -164,15 +125,13 @@ def write_checkpoint(converted: Converted, output: Path, *, source: Path, source
         model_state["target_mean"] = torch.zeros(config.num_outputs)
         model_state["target_std"] = torch.ones(config.num_outputs)
     output.parent.mkdir(parents=True, exist_ok=True)
-    encoder = {k: v for k, v in dataclasses.asdict(config).items() if k in GraphormerConfig.ARCHITECTURE}
-    hyper_parameters = {"encoder": dataclasses.asdict(config),
-                        "target_kind": "regression" if task == "regression" else "binary"}
-    torch.save({"state_dict": model_state, "hyper_parameters": hyper_parameters,
-                "converted_from": {"source": str(source), "format": source_format, "dropped": converted.dropped}},
-               output)
-    output.with_suffix(".yaml").write_text(yaml.safe_dump(
-        {"model": {"init_args": {"encoder": encoder}}, "data": {"init_args": {"path_order": "official"}}},
-        sort_keys=False))
+    settings = dataclasses.asdict(config)
+    encoder = {k: v for k, v in settings.items() if k in GraphormerConfig.ARCHITECTURE}
+    hparams = {"encoder": settings, "target_kind": "regression" if task == "regression" else "binary"}
+    converted_from = {"source": str(source), "format": source_format, "dropped": converted.dropped}
+    torch.save({"state_dict": model_state, "hyper_parameters": hparams, "converted_from": converted_from}, output)
+    config_yaml = {"model": {"init_args": {"encoder": encoder}}, "data": {"init_args": {"path_order": "official"}}}
+    output.with_suffix(".yaml").write_text(yaml.safe_dump(config_yaml, sort_keys=False))
     note = f"; dropped (never applied by the source): {', '.join(converted.dropped)}" if converted.dropped else ""
     log.info("%s checkpoint %s -> %s (+ %s): %d layers, width %d, %d heads, %s, multi_hop_max_dist %d, "
              "spatial_pos_max %s%s", source_format, source, output, output.with_suffix(".yaml").name, config.num_layers,

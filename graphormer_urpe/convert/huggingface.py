@@ -1,14 +1,4 @@
-"""Checkpoints of transformers' Graphormer (``GraphormerForGraphClassification``) as ours.
-
-    python -m graphormer_urpe.convert huggingface graphormer-base-pcqm4mv2/ runs/imported/graphormer.ckpt
-
-The source is a directory as ``save_pretrained`` writes it (``config.json`` and
-``model.safetensors`` or ``pytorch_model.bin``). transformers' Graphormer is a port of official v2
-(v2's tensor names, ``config.json`` holding what fairseq keeps in ``cfg``) whose data pipeline
-differs in two places: node value v of column f reads row ``512 f + v + 3`` (``node_rows``), and
-its collator masks by its own ``spatial_pos_max`` argument, not ``config.json``'s. Both, and every
-refusal: ``docs/official-graphormer.md`` (transformers' Graphormer).
-"""
+"""transformers' Graphormer checkpoints (a ``save_pretrained`` directory) as ours: ``docs/official-graphormer.md``."""
 
 from __future__ import annotations
 
@@ -21,21 +11,13 @@ from typing import Any, Literal
 import torch
 from safetensors.torch import load_file
 
-from graphormer_urpe.convert.common import (
-    ConversionError,
-    Found,
-    check_output,
-    found,
-    read_torch_file,
-    write_checkpoint,
-)
+from graphormer_urpe.convert.common import ConversionError, Found, check_output, read_torch_file, write_checkpoint
 from graphormer_urpe.convert.mapping import Declared, convert_weights
 from graphormer_urpe.convert.official import V2
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import GraphormerConfig
 
-#: Node rows of ``node_rows``: value v of column f at ``512 f + v + shift``.
-NODE_ROW_SHIFTS = {"transformers": 3, "official": 2}
+NODE_ROW_SHIFTS = {"transformers": 3, "official": 2}  # node value v of column f at row 512 f + v + shift
 #: transformers' layout: official v2's encoder, its own head and node rows.
 TRANSFORMERS = dataclasses.replace(
     V2, name="transformers",
@@ -44,10 +26,8 @@ TRANSFORMERS = dataclasses.replace(
     head_bias="classifier.lm_output_learned_bias", never_applied=("encoder.graph_encoder.final_layer_norm.",),
     node_row_shift=NODE_ROW_SHIFTS["transformers"],
 )
-#: Weight files, in the order ``from_pretrained`` prefers them.
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-#: The class whose checkpoints carry a prediction head.
-ARCHITECTURE = "GraphormerForGraphClassification"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in the order from_pretrained prefers them
+ARCHITECTURE = "GraphormerForGraphClassification"  # the class whose checkpoints carry a prediction head
 
 #: Our name <- (config.json key, type, transformers' default where the key is absent)
 #: (``configuration_graphormer.py``, ``GraphormerConfig.__init__``).
@@ -67,16 +47,11 @@ CONFIG_FIELDS: dict[str, tuple[str, type, Any]] = {
 #: (absent keys take transformers' default, which is this value).
 REQUIRED = {"model_type": "graphormer", "embed_scale": None, "share_input_output_embed": False, "bias": True,
             "self_attention": True}
-#: transformers' default of the collator's argument we read from config.json.
-TRANSFORMERS_SPATIAL_POS_MAX = 1024
+TRANSFORMERS_SPATIAL_POS_MAX = 1024  # transformers' default of the collator's argument we read from config.json
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """``config.json`` as a dictionary, checked for a transformers Graphormer we can express.
-
-    Raises:
-        ConversionError: missing, not JSON, another model, or a setting we cannot express.
-    """
+    """``config.json`` as a dictionary, checked for a transformers Graphormer we can express."""
     if not path.is_file():
         raise ConversionError(f"{path} does not exist: a transformers checkpoint directory holds config.json")
     try:
@@ -99,11 +74,7 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """The tensors of ``model.safetensors`` or, if absent, ``pytorch_model.bin``.
-
-    Raises:
-        ConversionError: neither file, or one that cannot be read.
-    """
+    """The tensors of ``model.safetensors`` or, if absent, ``pytorch_model.bin``."""
     path = next((directory / name for name in WEIGHT_FILES if (directory / name).is_file()), None)
     if path is None:
         present = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
@@ -123,12 +94,12 @@ def declared_settings(config: Mapping[str, Any], spatial_pos_max: int | None) ->
     settings = {}
     for ours, (key, kind, default) in CONFIG_FIELDS.items():
         where = f"config.json {key}" if key in config else f"config.json {key} (absent: transformers' default)"
-        settings[ours] = found({key: config.get(key, default)}, key, where, kind)
+        settings[ours] = Found.get({key: config.get(key, default)}, key, where, kind)
     if spatial_pos_max is not None:
         limit = Found(spatial_pos_max, "--spatial_pos_max")
     else:
-        limit = found({"spatial_pos_max": config.get("spatial_pos_max", TRANSFORMERS_SPATIAL_POS_MAX)},
-                      "spatial_pos_max", "config.json spatial_pos_max", int)
+        limit = Found.get({"spatial_pos_max": config.get("spatial_pos_max", TRANSFORMERS_SPATIAL_POS_MAX)},
+                          "spatial_pos_max", "config.json spatial_pos_max", int)
     if limit.value < 2:
         raise ConversionError(f"{limit}: masks every pair (transformers' collator masks distance + 1 >= "
                               "spatial_pos_max)")
@@ -140,30 +111,12 @@ def import_huggingface(source: str | Path, output: str | Path, *, node_vocab: Se
                        edge_vocab: Sequence[int] = BOND_VOCAB, spatial_pos_max: int | None = None,
                        node_rows: Literal["transformers", "official"] = "transformers",
                        task: str = "regression") -> GraphormerConfig:
-    """Convert a transformers Graphormer directory into our checkpoint (``output``) and its config
-    (``output`` with ``.yaml``).
-
-    Args:
-        source: the directory holding ``config.json`` and the weights.
-        output: our checkpoint to write (refused if it or its ``.yaml`` exists).
-        node_vocab, edge_vocab: our featurisation's values per column (ogb's for molecules).
-        spatial_pos_max: the ``GraphormerDataCollator`` argument the model ran with (default:
-            ``config.json``'s, which that collator does not read).
-        node_rows: ``transformers`` (``512 f + v + 3``) or ``official`` (``512 f + v + 2``), see the
-            module docstring.
-        task: ``regression`` adds target statistics 0 and 1; ``classification`` none.
-
-    Raises:
-        ConversionError: see :func:`read_config` and
-            :func:`~graphormer_urpe.convert.mapping.convert_weights`.
-    """
+    """Convert a transformers Graphormer directory into ``output`` and its ``.yaml``, as the command line does."""
     source, output = Path(source), Path(output)
     check_output(output)
-    config = read_config(source / "config.json")
-    state = read_weights(source)
+    config, state = read_config(source / "config.json"), read_weights(source)
     layout = dataclasses.replace(TRANSFORMERS, node_row_shift=NODE_ROW_SHIFTS[node_rows])
     converted = convert_weights(state, layout, declared_settings(config, spatial_pos_max), node_vocab=node_vocab,
                                 edge_vocab=edge_vocab)
-    write_checkpoint(converted, output, source=source, source_format=f"transformers ({node_rows} node rows)",
-                     task=task)
+    write_checkpoint(converted, output, source=source, source_format=f"transformers ({node_rows} node rows)", task=task)
     return converted.config

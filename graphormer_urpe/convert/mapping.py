@@ -1,13 +1,5 @@
-"""The Graphormer family's weights in our layout: one mapping for official v1.0, official v2 (fairseq)
-and transformers' Graphormer, which keep the same tensors under different names.
-
-A :class:`Layout` says where a family keeps each tensor and how it numbers embedding rows; a
-:class:`Declared` holds the hyper-parameters its file stores, each with where it was read.
-:func:`convert_weights` takes the sizes from a few shapes, checks every other tensor's shape (and
-what the file declares) against them, and builds our :class:`GraphormerConfig` and state dict.
-Every refusal is one :class:`ConversionError` line naming the source's key, its shape and the
-expected one. The row conventions are tabulated in ``docs/official-graphormer.md``.
-"""
+"""The Graphormer family's weights in our layout: one mapping for official v1.0, v2 and transformers' port, which
+keep the same tensors under different names (``docs/official-graphormer.md``)."""
 
 from __future__ import annotations
 
@@ -24,16 +16,11 @@ from graphormer_urpe.model.graphormer import GraphormerConfig
 
 log = logging.getLogger(__name__)
 
-#: ``convert_to_single_emb``'s offset between feature columns (official ``wrapper.py``).
-OFFICIAL_FEATURE_OFFSET = 512
-#: Distance official ``algos.pyx`` stores for unreachable pairs.
-OFFICIAL_UNREACHABLE_DISTANCE = 510
-#: Row of unreachable pairs in ``spatial_pos_encoder``: 510 plus the collator's 1.
-OFFICIAL_UNREACHABLE_ROW = OFFICIAL_UNREACHABLE_DISTANCE + 1
-#: Official default ``multi_hop_max_dist`` (v1.0 ``data.py``, v2 ``tasks/graph_prediction.py``).
-OFFICIAL_MULTI_HOP_MAX_DIST = 5
-#: Official default ``spatial_pos_max`` of both training pipelines: nothing is masked by distance.
-OFFICIAL_SPATIAL_POS_MAX = 1024
+OFFICIAL_FEATURE_OFFSET = 512  # convert_to_single_emb's offset between feature columns (official wrapper.py)
+OFFICIAL_UNREACHABLE_DISTANCE = 510  # what official algos.pyx stores for unreachable pairs
+OFFICIAL_UNREACHABLE_ROW = OFFICIAL_UNREACHABLE_DISTANCE + 1  # their spatial_pos_encoder row, after the collator's 1
+OFFICIAL_MULTI_HOP_MAX_DIST = 5  # official default (v1.0 data.py, v2 tasks/graph_prediction.py)
+OFFICIAL_SPATIAL_POS_MAX = 1024  # official default of both training pipelines: nothing is masked by distance
 #: Row of edge value v of column f is ``512 f + v + shift``: ``convert_to_single_emb``'s 1 and
 #: ``preprocess_item``'s 1, and for the multi-hop path input one more from the collator.
 SINGLE_HOP_EDGE_SHIFT, MULTI_HOP_EDGE_SHIFT = 2, 3
@@ -45,69 +32,40 @@ Shape = tuple[int | None, ...]
 
 @dataclass(frozen=True)
 class Layout:
-    """Where one family of checkpoints keeps each Graphormer tensor, and how it numbers rows.
-
-    Attributes:
-        name: for messages (``official v2``).
-        node: prefix of the node tables (:data:`NODE_TABLES`); bias: prefix of the other tables.
-        layers: prefix of the layers, ``{layers}.{i}.{layer[part]}.weight``.
-        layer: their module for each of our parts ``q k v out attention_norm ffn_norm fc1 fc2``.
-        layer_norm: ``pre`` or ``post`` when the family has one; None: ``pre_layernorm_marker`` decides.
-        pre_layernorm_marker: a tensor built only with pre-LN layers (and never applied).
-        embedding_norm: their LayerNorm on the input tokens (when built), or None.
-        final_norm: their LayerNorm after the last layer, or None.
-        head: our head variant; head_parts: their module for each of our head modules.
-        head_bias: their one learned scalar bias of the v2 head, or None.
-        never_applied: prefixes of tensors the family builds but never applies (dropped).
-        node_row_shift: row of node value v of column f is ``512 f + v + node_row_shift``.
-    """
+    """Where one family of checkpoints keeps each Graphormer tensor (None: the family has no such part)."""
 
     name: str
-    node: str
-    bias: str
-    layers: str
+    node: str  # prefix of the node tables (NODE_TABLES)
+    bias: str  # prefix of the other tables
+    layers: str  # layer i's part (q k v out attention_norm ffn_norm fc1 fc2) is {layers}.{i}.{layer[part]}
     layer: Mapping[str, str]
-    layer_norm: Literal["pre", "post"] | None
+    layer_norm: Literal["pre", "post"] | None  # None: pre_layernorm_marker (built only with pre-LN layers) decides
     pre_layernorm_marker: str | None
     embedding_norm: str | None
     final_norm: str | None
     head: Literal["linear", "v2"]
-    head_parts: Mapping[str, str]
+    head_parts: Mapping[str, str]  # their module for each of our head modules
     head_bias: str | None
-    never_applied: tuple[str, ...]
-    node_row_shift: int
+    never_applied: tuple[str, ...]  # prefixes of tensors the family builds but never applies (dropped)
+    node_row_shift: int  # row of node value v of column f is 512 f + v + node_row_shift
 
     def table(self, name: str) -> str:
-        """The key of an embedding table (``atom_encoder`` ...)."""
         return f"{self.node if name in NODE_TABLES else self.bias}{name}.weight"
 
     def module(self, i: int, part: str) -> str:
-        """Their module of our ``part`` of layer ``i`` (``encoder.graph_encoder.layers.0.fc1``)."""
         return f"{self.layers}.{i}.{self.layer[part]}"
-
-    @property
-    def head_out(self) -> str:
-        """The key of the head's output weight, whose rows are the outputs."""
-        return f"{self.head_parts['head.out' if self.head == 'v2' else 'head']}.weight"
 
 
 @dataclass(frozen=True)
 class Declared:
-    """Hyper-parameters a file stores, in our terms, each with where it was read (None: not stored).
-
-    ``edge_type`` is official's (``multi_hop`` or another edge encoding); ``spatial_pos_max`` has
-    the official collator's meaning: pairs at distance ``>=`` it are masked, unreachable pairs
-    (distance 510) too when it is 510 or less. ``num_atoms`` .. ``num_edge_dis`` are official's
-    table sizes: ``num_atoms + 1``, ``num_edges + 1``, ``num_in_degree``, ``num_out_degree``,
-    ``num_spatial`` and ``num_edge_dis * heads^2`` rows.
-    """
+    """Hyper-parameters a file stores, in our terms, each with where it was read (None: not stored)."""
 
     num_layers: Found | None = None
     hidden_dim: Found | None = None
     ffn_dim: Found | None = None
     num_heads: Found | None = None
     num_outputs: Found | None = None
-    edge_type: Found | None = None
+    edge_type: Found | None = None  # official's meaning, as spatial_pos_max's
     pre_layernorm: Found | None = None
     embedding_norm: Found | None = None
     activation: Found | None = None
@@ -117,7 +75,7 @@ class Declared:
     attention_dropout: Found | None = None
     activation_dropout: Found | None = None
     input_dropout: Found | None = None
-    num_atoms: Found | None = None
+    num_atoms: Found | None = None  # official's table sizes: num_atoms + 1 .. num_edge_dis * heads^2 rows
     num_edges: Found | None = None
     num_in_degree: Found | None = None
     num_out_degree: Found | None = None
@@ -126,20 +84,14 @@ class Declared:
 
 
 @dataclass(frozen=True)
-class Dimensions:
-    """Sizes read off the weights."""
+class Architecture:
+    """Sizes read off the weights, and which optional parts they hold."""
 
     num_layers: int
     hidden_dim: int
     ffn_dim: int
     num_heads: int
     num_outputs: int
-
-
-@dataclass(frozen=True)
-class Variant:
-    """Which optional parts the checkpoint has."""
-
     multi_hop: bool
     layer_norm: Literal["pre", "post"]
     embedding_norm: bool
@@ -147,32 +99,27 @@ class Variant:
 
 def convert_weights(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, *,
                     node_vocab: Sequence[int], edge_vocab: Sequence[int]) -> Converted:
-    """Our :class:`~graphormer_urpe.model.graphormer.Graphormer` (RPE) config and weights for a
-    checkpoint of the Graphormer family.
-
-    Args:
-        state: the source's tensors (other entries are ignored).
-        layout: where the source keeps each tensor.
-        declared: what the source's file says about the model.
-        node_vocab, edge_vocab: our featurisation's values per column (ogb's for molecules).
-
-    Raises:
-        ConversionError: missing or unknown keys, a shape that does not fit, a hyper-parameter the
-            weights contradict, tables too small for the featurisation, settings we cannot express.
-    """
+    """Our RPE Graphormer's config and weights for a checkpoint of the Graphormer family (``node_vocab``,
+    ``edge_vocab``: our featurisation's values per column); sizes come from a few shapes, all else is checked."""
     state = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
-    dims = _dimensions(state, layout, declared)
-    variant = _variant(state, layout, declared)
-    shapes, copies = _plan(layout, dims, variant)
+    arch = _architecture(state, layout, declared)
+    shapes, copies = _plan(layout, arch)
     dropped = _check_keys_and_shapes(state, layout, shapes)
-    _check_tables(state, layout, declared, dims, variant)
+    _check_tables(state, layout, declared, arch)
 
     weights = {ours: state[theirs] for ours, theirs in copies.items()}
-    weights.update(_node_tables(state, layout, node_vocab))
+    weights["nodes.features.weight"] = _feature_table(state, layout, "atom_encoder", node_vocab, layout.node_row_shift)
+    for side in ("in", "out"):  # their row d + 1 = ours (min(d, max_degree) + 1), max_degree = rows - 2
+        degrees = state[layout.table(f"{side}_degree_encoder")].clone()
+        degrees[PAD_ID] = 0.0
+        weights[f"nodes.{side}_degree.weight"] = degrees
     distance, weights["relative_bias.table.weight"] = _relations(state, layout, declared)
-    hops, edge_weights = _edge_tables(state, layout, declared, variant, dims, edge_vocab)
-    weights.update(edge_weights)
-    weights.update(_attention_inputs(state, layout, dims))
+    edge_shift = MULTI_HOP_EDGE_SHIFT if arch.multi_hop else SINGLE_HOP_EDGE_SHIFT
+    weights["edge_bias.features.weight"] = _feature_table(state, layout, "edge_encoder", edge_vocab, edge_shift)
+    hops = 1
+    if arch.multi_hop:
+        hops, weights["edge_bias.hop_weight"] = _hop_matrices(state, layout, declared, arch.num_heads)
+    weights.update(_attention_inputs(state, layout, arch))
     if layout.head_bias is not None:
         weights["head.bias"] = state[layout.head_bias].reshape(1)
     _warn_about_padding_rows(state, layout)
@@ -180,11 +127,11 @@ def convert_weights(state: Mapping[str, torch.Tensor], layout: Layout, declared:
     dropouts = {name: found.value for name in ("dropout", "attention_dropout", "activation_dropout", "input_dropout")
                 if (found := getattr(declared, name)) is not None}
     config = GraphormerConfig(
-        node_vocab=list(node_vocab), edge_vocab=list(edge_vocab), num_outputs=dims.num_outputs,
-        num_layers=dims.num_layers, hidden_dim=dims.hidden_dim, ffn_dim=dims.ffn_dim, num_heads=dims.num_heads,
+        node_vocab=list(node_vocab), edge_vocab=list(edge_vocab), num_outputs=arch.num_outputs,
+        num_layers=arch.num_layers, hidden_dim=arch.hidden_dim, ffn_dim=arch.ffn_dim, num_heads=arch.num_heads,
         attention="rpe", max_degree=state[layout.table("in_degree_encoder")].shape[0] - 2,
-        edge_encoding="multi_hop" if variant.multi_hop else "single_hop", multi_hop_max_dist=hops, **distance,
-        layer_norm=variant.layer_norm, embedding_norm=variant.embedding_norm,
+        edge_encoding="multi_hop" if arch.multi_hop else "single_hop", multi_hop_max_dist=hops, **distance,
+        layer_norm=arch.layer_norm, embedding_norm=arch.embedding_norm,
         final_norm=layout.final_norm is not None, head=layout.head, **dropouts,
     )
     return Converted(config, weights, dropped)
@@ -192,43 +139,6 @@ def convert_weights(state: Mapping[str, torch.Tensor], layout: Layout, declared:
 
 def _shape(shape: Sequence[int | None]) -> str:
     return "(" + ", ".join("*" if s is None else str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
-
-
-def _anchor(state: Mapping[str, torch.Tensor], layout: Layout, table: str) -> torch.Tensor:
-    """A table the sizes are read from: it must exist and be 2-dimensional."""
-    key = layout.table(table)
-    if key not in state:
-        raise ConversionError(f"no {key}: not a Graphormer checkpoint in the {layout.name} layout")
-    if state[key].dim() != 2:
-        raise ConversionError(f"{layout.name} {key} has shape {_shape(state[key].shape)}, expected (*, *)")
-    return state[key]
-
-
-def _dimensions(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared) -> Dimensions:
-    """Width from ``atom_encoder``, heads from ``spatial_pos_encoder``, layers from the layer keys,
-    FFN width from layer 0's ``fc1``, outputs from the head; each checked against ``declared``."""
-    atom, spatial = _anchor(state, layout, "atom_encoder"), _anchor(state, layout, "spatial_pos_encoder")
-    hidden, heads = atom.shape[1], spatial.shape[1]
-    if hidden % heads:
-        raise ConversionError(f"{layout.name} {layout.table('atom_encoder')} is {hidden} wide but "
-                              f"{layout.table('spatial_pos_encoder')} has {heads} heads: the width must be a "
-                              "multiple of the heads")
-    prefix = f"{layout.layers}."
-    indices = {int(i) for k in state if k.startswith(prefix) and (i := k[len(prefix):].split(".")[0]).isdigit()}
-    fc1, out = state.get(f"{layout.module(0, 'fc1')}.weight"), state.get(layout.head_out)
-    dims = Dimensions(num_layers=max(indices) + 1 if indices else 0, hidden_dim=hidden,
-                      ffn_dim=fc1.shape[0] if fc1 is not None and fc1.dim() == 2 else hidden, num_heads=heads,
-                      num_outputs=out.shape[0] if out is not None and out.dim() == 2 else 1)
-    evidence = {"num_layers": f"layers under {layout.layers}",
-                "hidden_dim": f"the width of {layout.table('atom_encoder')}",
-                "ffn_dim": f"the rows of {layout.module(0, 'fc1')}.weight",
-                "num_heads": f"the width of {layout.table('spatial_pos_encoder')}",
-                "num_outputs": f"the rows of {layout.head_out}"}
-    for name, what in evidence.items():
-        claim = getattr(declared, name)
-        if claim is not None and claim.value != getattr(dims, name):
-            raise ConversionError(f"{claim}, but the weights have {getattr(dims, name)} ({what})")
-    return dims
 
 
 def _present_as_declared(state: Mapping[str, torch.Tensor], key: str, claim: Found | None,
@@ -241,14 +151,38 @@ def _present_as_declared(state: Mapping[str, torch.Tensor], key: str, claim: Fou
     return present
 
 
-def _variant(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared) -> Variant:
-    """Edge encoding, layer norm placement and embedding LayerNorm: what the weights hold, which
-    must be what the file declares; only GELU is accepted as the activation."""
+def _architecture(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared) -> Architecture:
+    """Sizes read off the weights, and the optional parts they hold, each checked against ``declared``."""
+    for key in (layout.table("atom_encoder"), layout.table("spatial_pos_encoder")):  # the sizes are read from these
+        if key not in state:
+            raise ConversionError(f"no {key}: not a Graphormer checkpoint in the {layout.name} layout")
+        if state[key].dim() != 2:
+            raise ConversionError(f"{layout.name} {key} has shape {_shape(state[key].shape)}, expected (*, *)")
+    hidden, heads = state[layout.table("atom_encoder")].shape[1], state[layout.table("spatial_pos_encoder")].shape[1]
+    if hidden % heads:
+        raise ConversionError(f"{layout.name} {layout.table('atom_encoder')} is {hidden} wide but "
+                              f"{layout.table('spatial_pos_encoder')} has {heads} heads: the width must be a "
+                              "multiple of the heads")
+    prefix = f"{layout.layers}."
+    indices = {int(i) for k in state if k.startswith(prefix) and (i := k[len(prefix):].split(".")[0]).isdigit()}
+    head_out = f"{layout.head_parts['head.out' if layout.head == 'v2' else 'head']}.weight"  # rows: the outputs
+    fc1, out = state.get(f"{layout.module(0, 'fc1')}.weight"), state.get(head_out)
+    dims = dict(num_layers=max(indices) + 1 if indices else 0, hidden_dim=hidden,
+                ffn_dim=fc1.shape[0] if fc1 is not None and fc1.dim() == 2 else hidden, num_heads=heads,
+                num_outputs=out.shape[0] if out is not None and out.dim() == 2 else 1)
+    evidence = {"num_layers": f"layers under {layout.layers}",
+                "hidden_dim": f"the width of {layout.table('atom_encoder')}",
+                "ffn_dim": f"the rows of {layout.module(0, 'fc1')}.weight",
+                "num_heads": f"the width of {layout.table('spatial_pos_encoder')}",
+                "num_outputs": f"the rows of {head_out}"}
+    for name, what in evidence.items():
+        claim = getattr(declared, name)
+        if claim is not None and claim.value != dims[name]:
+            raise ConversionError(f"{claim}, but the weights have {dims[name]} ({what})")
     if declared.activation is not None and declared.activation.value != "gelu":
         raise ConversionError(f"{declared.activation}: only gelu is supported (the activation of our layers and head)")
     multi_hop = _present_as_declared(state, layout.table("edge_dis_encoder"), declared.edge_type,
-                                     lambda edge_type: edge_type == "multi_hop", "only with edge_type multi_hop",
-                                     layout)
+                                     lambda value: value == "multi_hop", "only with edge_type multi_hop", layout)
     layer_norm = layout.layer_norm
     if layer_norm is None:
         pre = _present_as_declared(state, layout.pre_layernorm_marker, declared.pre_layernorm, bool,
@@ -257,45 +191,37 @@ def _variant(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declar
     embedding_norm = layout.embedding_norm is not None and _present_as_declared(
         state, f"{layout.embedding_norm}.weight", declared.embedding_norm, bool, "only with encoder_normalize_before",
         layout)
-    return Variant(multi_hop=multi_hop, layer_norm=layer_norm, embedding_norm=embedding_norm)
+    return Architecture(**dims, multi_hop=multi_hop, layer_norm=layer_norm, embedding_norm=embedding_norm)
 
 
-def _modules(layout: Layout, dims: Dimensions, variant: Variant) -> list[tuple[str, Shape, str | None, bool]]:
-    """Every Linear and LayerNorm: (their module, its weight's shape, our module or None where
-    :func:`_attention_inputs` maps it, whether it has a bias)."""
-    hidden, ffn = dims.hidden_dim, dims.ffn_dim
-    modules: list[tuple[str, Shape, str | None, bool]] = []
-    for i in range(dims.num_layers):
+def _plan(layout: Layout, arch: Architecture) -> tuple[dict[str, Shape], dict[str, str]]:
+    """Every source key with its expected shape (None: any size), and ours -> theirs for the tensors copied
+    as they are (every Linear and LayerNorm but q/k/v, which :func:`_attention_inputs` fuses)."""
+    hidden, ffn, heads = arch.hidden_dim, arch.ffn_dim, arch.num_heads
+    shapes: dict[str, Shape] = {layout.table(t): (None, hidden) for t in NODE_TABLES[:3]}
+    shapes.update({layout.table("graph_token"): (1, hidden), layout.table("edge_encoder"): (None, heads),
+                   layout.table("spatial_pos_encoder"): (None, heads),
+                   layout.table("graph_token_virtual_distance"): (1, heads)})
+    if arch.multi_hop:
+        shapes[layout.table("edge_dis_encoder")] = (None, 1)
+    if layout.head_bias is not None:
+        shapes[layout.head_bias] = (1,)
+    modules: list[tuple[str, Shape, str | None, bool]] = []  # (theirs, weight shape, ours, whether it has a bias)
+    for i in range(arch.num_layers):
         parts = [("q", (hidden, hidden), None), ("k", (hidden, hidden), None), ("v", (hidden, hidden), None),
                  ("out", (hidden, hidden), "attention.out"), ("attention_norm", (hidden,), "attention_norm"),
                  ("ffn_norm", (hidden,), "ffn_norm"), ("fc1", (ffn, hidden), "ffn.0"), ("fc2", (hidden, ffn), "ffn.3")]
         modules += [(layout.module(i, part), shape, f"layers.{i}.{ours}" if ours else None, True)
                     for part, shape, ours in parts]
-    if variant.embedding_norm:
+    if arch.embedding_norm:
         modules.append((layout.embedding_norm, (hidden,), "embedding_norm", True))
     if layout.final_norm is not None:
         modules.append((layout.final_norm, (hidden,), "final_norm", True))
-    if layout.head == "linear":
-        return modules + [(layout.head_parts["head"], (dims.num_outputs, hidden), "head", True)]
-    return modules + [(layout.head_parts["head.transform"], (hidden, hidden), "head.transform", True),
-                      (layout.head_parts["head.norm"], (hidden,), "head.norm", True),
-                      (layout.head_parts["head.out"], (dims.num_outputs, hidden), "head.out", False)]
-
-
-def _plan(layout: Layout, dims: Dimensions, variant: Variant) -> tuple[dict[str, Shape], dict[str, str]]:
-    """Every source key with its expected shape (None: any size), and ours -> theirs for the tensors
-    copied as they are (the tables, q/k/v and the scalar head bias are mapped by their own functions)."""
-    hidden, heads = dims.hidden_dim, dims.num_heads
-    shapes: dict[str, Shape] = {layout.table(t): (None, hidden) for t in NODE_TABLES[:3]}
-    shapes.update({layout.table("graph_token"): (1, hidden), layout.table("edge_encoder"): (None, heads),
-                   layout.table("spatial_pos_encoder"): (None, heads),
-                   layout.table("graph_token_virtual_distance"): (1, heads)})
-    if variant.multi_hop:
-        shapes[layout.table("edge_dis_encoder")] = (None, 1)
-    if layout.head_bias is not None:
-        shapes[layout.head_bias] = (1,)
+    head = {"head": (arch.num_outputs, hidden)} if layout.head == "linear" else {
+        "head.transform": (hidden, hidden), "head.norm": (hidden,), "head.out": (arch.num_outputs, hidden)}
+    modules += [(layout.head_parts[ours], shape, ours, ours != "head.out") for ours, shape in head.items()]
     copies = {"graph_token.weight": layout.table("graph_token")}
-    for theirs, weight, ours, bias in _modules(layout, dims, variant):
+    for theirs, weight, ours, bias in modules:
         for parameter, shape in (("weight", weight), ("bias", weight[:1]))[:1 + bias]:
             shapes[f"{theirs}.{parameter}"] = shape
             if ours is not None:
@@ -304,13 +230,11 @@ def _plan(layout: Layout, dims: Dimensions, variant: Variant) -> tuple[dict[str,
 
 
 def _check_keys_and_shapes(state: Mapping[str, torch.Tensor], layout: Layout, shapes: Mapping[str, Shape]) -> list[str]:
-    """Refuse missing and unknown keys (all named in one line), then the first shape that does not
-    fit; returns the keys dropped as never applied."""
+    """Refuse missing and unknown keys, then the first misfit shape; returns the keys dropped as never applied."""
     dropped = sorted(k for k in state if k not in shapes and k.startswith(layout.never_applied))
-    missing = [k for k in shapes if k not in state]
-    unknown = sorted(k for k in state if k not in shapes and k not in dropped)
-    problems = ([f"missing keys: {', '.join(missing)}"] if missing else []) + \
-        ([f"unknown keys: {', '.join(unknown)}"] if unknown else [])
+    keys = {"missing": [k for k in shapes if k not in state],
+            "unknown": sorted(k for k in state if k not in shapes and k not in dropped)}
+    problems = [f"{kind} keys: {', '.join(listed)}" for kind, listed in keys.items() if listed]
     if problems:
         raise ConversionError(f"not a Graphormer checkpoint in the {layout.name} layout we can map: "
                               f"{'; '.join(problems)}")
@@ -321,10 +245,8 @@ def _check_keys_and_shapes(state: Mapping[str, torch.Tensor], layout: Layout, sh
     return dropped
 
 
-def _check_tables(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, dims: Dimensions,
-                  variant: Variant) -> None:
-    """Table rows: as many in- as out-degree rows, whole H x H hop matrices, and the sizes the file declares."""
-    heads = dims.num_heads
+def _check_tables(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, arch: Architecture) -> None:
+    heads = arch.num_heads
     in_degree, out_degree = layout.table("in_degree_encoder"), layout.table("out_degree_encoder")
     rows = state[in_degree].shape[0]
     if rows < 2:
@@ -332,16 +254,16 @@ def _check_tables(state: Mapping[str, torch.Tensor], layout: Layout, declared: D
                               "least 2 rows (padding and degree 0)")
     if state[out_degree].shape[0] != rows:
         raise ConversionError(f"{layout.name} {out_degree} has shape {_shape(state[out_degree].shape)}, expected "
-                              f"{_shape((rows, dims.hidden_dim))} like {in_degree} (one max_degree here)")
+                              f"{_shape((rows, arch.hidden_dim))} like {in_degree} (one max_degree here)")
     dis = layout.table("edge_dis_encoder")
-    if variant.multi_hop and state[dis].shape[0] % (heads * heads):
+    if arch.multi_hop and state[dis].shape[0] % (heads * heads):
         raise ConversionError(f"{layout.name} {dis} has shape {_shape(state[dis].shape)}, expected (k * {heads * heads}"
                               f", 1): whole {heads} x {heads} hop matrices")
     rows_of = {"atom_encoder": (declared.num_atoms, lambda n: n + 1),
                "edge_encoder": (declared.num_edges, lambda n: n + 1),
                "in_degree_encoder": (declared.num_in_degree, int), "out_degree_encoder": (declared.num_out_degree, int),
                "spatial_pos_encoder": (declared.num_spatial, int)}
-    if variant.multi_hop:
+    if arch.multi_hop:
         rows_of["edge_dis_encoder"] = (declared.num_edge_dis, lambda n: n * heads * heads)
     for table, (claim, rows_for) in rows_of.items():
         key = layout.table(table)
@@ -350,51 +272,31 @@ def _check_tables(state: Mapping[str, torch.Tensor], layout: Layout, declared: D
                                   f"{rows_for(claim.value)} rows ({claim})")
 
 
-def _feature_rows(vocab: Sequence[int], shift: int, key: str) -> list[int]:
-    """Source rows of our categorical table: row 0 padding, then ``512 f + v + shift`` per column."""
+def _feature_table(state: Mapping[str, torch.Tensor], layout: Layout, table: str, vocab: Sequence[int],
+                   shift: int) -> torch.Tensor:
+    """Our categorical table: row 0 padding (zero), then their row ``512 f + v + shift`` for value v of column f.
+
+    Shapes:
+        their table (R, W) -> (1 + sum(vocab), W).
+    """
+    key = layout.table(table)
     if any(v > OFFICIAL_FEATURE_OFFSET for v in vocab):
         raise ConversionError(f"{key}: official tables hold at most {OFFICIAL_FEATURE_OFFSET} values per column, the "
                               f"vocabulary is {list(vocab)}")
-    return [PAD_ID] + [OFFICIAL_FEATURE_OFFSET * f + v + shift for f, size in enumerate(vocab) for v in range(size)]
-
-
-def _rows(table: torch.Tensor, rows: Sequence[int], key: str, layout: Layout) -> torch.Tensor:
-    """``table[rows]`` with row 0 (padding) zero; refused when the source table is too small.
-
-    Shapes:
-        table: (R, W), len(rows) = R' -> (R', W).
-    """
-    needed = max(rows)
-    if needed >= table.shape[0]:
-        raise ConversionError(f"{layout.name} {key} has {table.shape[0]} rows, but our featurisation needs row "
-                              f"{needed}: the checkpoint was trained on other features (check --node_vocab / "
+    rows = [PAD_ID] + [OFFICIAL_FEATURE_OFFSET * f + v + shift for f, size in enumerate(vocab) for v in range(size)]
+    if max(rows) >= state[key].shape[0]:
+        raise ConversionError(f"{layout.name} {key} has {state[key].shape[0]} rows, but our featurisation needs row "
+                              f"{max(rows)}: the checkpoint was trained on other features (check --node_vocab / "
                               "--edge_vocab)")
-    out = table[list(rows)].clone()
-    out[PAD_ID] = 0.0
-    return out
-
-
-def _node_tables(state: Mapping[str, torch.Tensor], layout: Layout,
-                 node_vocab: Sequence[int]) -> dict[str, torch.Tensor]:
-    atom = layout.table("atom_encoder")
-    out = {"nodes.features.weight": _rows(state[atom], _feature_rows(node_vocab, layout.node_row_shift, atom), atom,
-                                          layout)}
-    for ours, table in (("in_degree", "in_degree_encoder"), ("out_degree", "out_degree_encoder")):
-        key = layout.table(table)  # official row d + 1 = ours (min(d, max_degree) + 1), max_degree = rows - 2
-        out[f"nodes.{ours}.weight"] = _rows(state[key], range(state[key].shape[0]), key, layout)
-    return out
+    features = state[key][rows]  # a copy
+    features[PAD_ID] = 0.0
+    return features
 
 
 def _relations(state: Mapping[str, torch.Tensor], layout: Layout,
                declared: Declared) -> tuple[dict[str, int | None], torch.Tensor]:
-    """Our distance settings and relation table B: padding, the graph token (official
-    ``graph_token_virtual_distance``), then ``spatial_pos_encoder`` row ``d + 1`` for distance d, and
-    row 511 for unreachable pairs when nothing masks them.
-
-    Official masks distance ``>= spatial_pos_max`` (and unreachable pairs when it is 510 or less).
-    Above 510 nothing is masked: a 512-row table then becomes ``max_distance`` 254 with the
-    unreachable row; a smaller one (v1.0 ZINC: 40 rows) the masked layout at its last row, which
-    official code could not index past. We store distances up to 254 (255 and more are unreachable).
+    """Our distance settings and relation table B: padding, the graph token, their row ``d + 1`` for distance d, and
+    row 511 for unreachable pairs when nothing masks; a smaller table (v1.0 ZINC: 40 rows) is masked at its end.
 
     Shapes:
         spatial_pos_encoder: (R, H), graph_token_virtual_distance: (1, H) -> table (num_relations, H).
@@ -421,46 +323,39 @@ def _relations(state: Mapping[str, torch.Tensor], layout: Layout,
     return distance, table
 
 
-def _edge_tables(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, variant: Variant,
-                 dims: Dimensions, edge_vocab: Sequence[int]) -> tuple[int, dict[str, torch.Tensor]]:
-    """Hops K and our edge tables: features (rows ``512 f + v + 3`` multi-hop, ``+ 2`` single-hop) and
-    the first K of ``edge_dis_encoder``'s H x H hop matrices.
+def _hop_matrices(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared,
+                  heads: int) -> tuple[int, torch.Tensor]:
+    """Hops K and the first K of ``edge_dis_encoder``'s H x H hop matrices.
 
     Shapes:
-        edge_encoder (R, H), edge_dis_encoder (M H^2, 1) -> features (1 + sum(edge_vocab), H), hop_weight (K, H, H).
+        edge_dis_encoder (M H^2, 1) -> hop_weight (K, H, H).
     """
-    key = layout.table("edge_encoder")
-    shift = MULTI_HOP_EDGE_SHIFT if variant.multi_hop else SINGLE_HOP_EDGE_SHIFT
-    out = {"edge_bias.features.weight": _rows(state[key], _feature_rows(edge_vocab, shift, key), key, layout)}
-    if not variant.multi_hop:
-        return 1, out
     claim = declared.multi_hop_max_dist
     hops = claim.value if claim is not None else OFFICIAL_MULTI_HOP_MAX_DIST
     if hops < 1:
         raise ConversionError(f"{claim}: official then uses every hop of the longest path in the batch (predictions "
                               "depend on the batch); we need 1 or more")
     dis = layout.table("edge_dis_encoder")
-    matrices = state[dis].reshape(-1, dims.num_heads, dims.num_heads)
+    matrices = state[dis].reshape(-1, heads, heads)
     if hops > matrices.shape[0]:
         raise ConversionError(f"{claim or f'multi_hop_max_dist {hops}'} exceeds the {matrices.shape[0]} hop "
                               f"matrices of {layout.name} {dis} (shape {_shape(state[dis].shape)})")
-    out["edge_bias.hop_weight"] = matrices[:hops].clone()
-    return hops, out
+    return hops, matrices[:hops].clone()
 
 
-def _attention_inputs(state: Mapping[str, torch.Tensor], layout: Layout, dims: Dimensions) -> dict[str, torch.Tensor]:
-    """Our fused ``attention.qkv`` per layer: their q, k and v projections, concatenated in that order.
+def _attention_inputs(state: Mapping[str, torch.Tensor], layout: Layout, arch: Architecture) -> dict[str, torch.Tensor]:
+    """Our fused ``attention.qkv`` per layer: their q, k and v projections, concatenated.
 
     Shapes:
         q, k, v weights (H*D, H*D) and biases (H*D,) -> qkv weight (3 H*D, H*D), bias (3 H*D,).
     """
     return {f"layers.{i}.attention.qkv.{parameter}": torch.cat([
         state[f"{layout.module(i, part)}.{parameter}"] for part in "qkv"])
-        for i in range(dims.num_layers) for parameter in ("weight", "bias")}
+        for i in range(arch.num_layers) for parameter in ("weight", "bias")}
 
 
 def _warn_about_padding_rows(state: Mapping[str, torch.Tensor], layout: Layout) -> None:
-    """Padding rows are zero here; say how large the dropped ones were (see docs/official-graphormer.md)."""
+    """Padding rows are zero here; say how large the dropped ones were."""
     tables = ("atom_encoder", "edge_encoder", "spatial_pos_encoder", "in_degree_encoder", "out_degree_encoder")
     padding = {name: float(state[layout.table(name)][0].abs().max()) for name in tables
                if state[layout.table(name)][0].any()}

@@ -1,17 +1,4 @@
-"""Official Graphormer checkpoints (microsoft/Graphormer v1.0 and v2) as ours.
-
-    python -m graphormer_urpe.convert official checkpoint_best_pcqm4mv2.pt runs/imported/graphormer.ckpt
-
-* **v1.0** (branch ``v1.0``): a PyTorch Lightning 1.3 checkpoint whose ``hyper_parameters`` are the
-  arguments of ``Graphormer.__init__`` (``n_layers``, ``hidden_dim`` ...); ``spatial_pos_max``
-  belongs to the datamodule and is not stored.
-* **v2** (``main``, fairseq): weights in ``model``; settings in ``cfg['task']`` (read by the
-  collator) and in ``cfg['model']``, an ``argparse.Namespace`` of every argument (``args`` in
-  older fairseq versions).
-
-Where each setting is read, what each tensor and row maps to, and every refusal:
-``docs/official-graphormer.md``.
-"""
+"""Official Graphormer checkpoints (v1.0 Lightning, v2 fairseq) as ours: ``docs/official-graphormer.md``."""
 
 from __future__ import annotations
 
@@ -23,15 +10,7 @@ from typing import Any
 
 import torch
 
-from graphormer_urpe.convert.common import (
-    ConversionError,
-    Found,
-    check_output,
-    found,
-    read_torch_file,
-    section_items,
-    write_checkpoint,
-)
+from graphormer_urpe.convert.common import ConversionError, Found, check_output, read_torch_file, write_checkpoint
 from graphormer_urpe.convert.mapping import Declared, Layout, convert_weights
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import GraphormerConfig
@@ -44,8 +23,7 @@ V1 = Layout(
     layer_norm="pre", pre_layernorm_marker=None, embedding_norm=None, final_norm="final_ln", head="linear",
     head_parts={"head": "out_proj"}, head_bias=None, never_applied=(), node_row_shift=2,
 )
-#: v1.0's head outside PCQM4M-LSC (``model.py``: ``downstream_out_proj``).
-V1_DOWNSTREAM = dataclasses.replace(V1, head_parts={"head": "downstream_out_proj"})
+V1_DOWNSTREAM = dataclasses.replace(V1, head_parts={"head": "downstream_out_proj"})  # v1.0 outside PCQM4M-LSC
 V2 = Layout(
     name="official v2", node="encoder.graph_encoder.graph_node_feature.",
     bias="encoder.graph_encoder.graph_attn_bias.", layers="encoder.graph_encoder.layers",
@@ -54,8 +32,7 @@ V2 = Layout(
     layer_norm=None, pre_layernorm_marker="encoder.graph_encoder.final_layer_norm.weight",
     embedding_norm="encoder.graph_encoder.emb_layer_norm", final_norm=None, head="v2",
     head_parts={"head.transform": "encoder.lm_head_transform_weight", "head.norm": "encoder.layer_norm",
-                "head.out": "encoder.embed_out"},
-    head_bias="encoder.lm_output_learned_bias",
+                "head.out": "encoder.embed_out"}, head_bias="encoder.lm_output_learned_bias",
     never_applied=("encoder.graph_encoder.final_layer_norm.", "encoder.masked_lm_pooler."), node_row_shift=2,
 )
 
@@ -73,9 +50,8 @@ FAIRSEQ_MODEL_ARGS = {
 FAIRSEQ_TASK_ARGS = {
     "multi_hop_max_dist": ("multi_hop_max_dist", int), "spatial_pos_max": ("spatial_pos_max", int),
     "edge_type": ("edge_type", str), "num_outputs": ("num_classes", int), "num_atoms": ("num_atoms", int),
-    "num_edges": ("num_edges", int), "num_in_degree": ("num_in_degree", int),
-    "num_out_degree": ("num_out_degree", int), "num_spatial": ("num_spatial", int),
-    "num_edge_dis": ("num_edge_dis", int),
+    "num_edges": ("num_edges", int), "num_in_degree": ("num_in_degree", int), "num_out_degree": ("num_out_degree", int),
+    "num_spatial": ("num_spatial", int), "num_edge_dis": ("num_edge_dis", int),
 }
 #: Our name <- (argument, type) of v1.0's ``Graphormer.__init__``, stored in ``hyper_parameters``.
 LIGHTNING_HPARAMS = {
@@ -84,8 +60,7 @@ LIGHTNING_HPARAMS = {
     "attention_dropout": ("attention_dropout_rate", float), "input_dropout": ("intput_dropout_rate", float),
     "edge_type": ("edge_type", str), "multi_hop_max_dist": ("multi_hop_max_dist", int),
 }
-#: The v1.0 dataset whose head is ``out_proj`` (every other one: ``downstream_out_proj``).
-V1_PCQM4M = "PCQM4M-LSC"
+V1_PCQM4M = "PCQM4M-LSC"  # the v1.0 dataset whose head is out_proj (every other one: downstream_out_proj)
 
 
 def _read(sections: Sequence[tuple[str, Any]], fields: Mapping[str, tuple[str, type]]) -> dict[str, Found]:
@@ -95,7 +70,7 @@ def _read(sections: Sequence[tuple[str, Any]], fields: Mapping[str, tuple[str, t
         values = []
         for name, section in sections:
             where = f"{name}.{theirs}" if isinstance(section, argparse.Namespace) else f"{name}['{theirs}']"
-            if (value := found(section_items(section), theirs, where, kind)) is not None:
+            if (value := Found.get(section, theirs, where, kind)) is not None:
                 values.append(value)
         for other in values[1:]:
             if other.value != values[0].value:
@@ -112,29 +87,14 @@ def _fairseq_settings(checkpoint: Mapping[str, Any]) -> Declared:
     if isinstance(cfg, Mapping) and (cfg.get("model") is not None or cfg.get("task") is not None):
         model, task = [("cfg['model']", cfg.get("model"))], [("cfg['task']", cfg.get("task")),
                                                             ("cfg['model']", cfg.get("model"))]
-    elif isinstance(args, argparse.Namespace):
-        model = task = [("args", args)]
     else:
-        return Declared()
+        model = task = [("args", args)] if isinstance(args, argparse.Namespace) else []
     settings = _read(model, FAIRSEQ_MODEL_ARGS) | _read(task, FAIRSEQ_TASK_ARGS)
     return Declared(**settings, input_dropout=settings.get("dropout"))  # v2: one rate after emb_layer_norm too
 
 
-def _lightning_settings(checkpoint: Mapping[str, Any]) -> tuple[Declared, str | None]:
-    """What a v1.0 Lightning checkpoint stores in ``hyper_parameters``, and its ``dataset_name``."""
-    hparams = checkpoint.get("hyper_parameters")
-    settings = _read([("hyper_parameters", hparams)], LIGHTNING_HPARAMS)
-    dataset = found(section_items(hparams), "dataset_name", "hyper_parameters['dataset_name']", str)
-    return Declared(**settings), dataset.value if dataset is not None else None
-
-
 def read_official(path: Path) -> tuple[dict[str, torch.Tensor], Layout, Declared]:
-    """The weights, the layout (:data:`V1`, :data:`V1_DOWNSTREAM` or :data:`V2`) and the settings a
-    file stores.
-
-    Raises:
-        ConversionError: unreadable file, neither format, or contradictory settings.
-    """
+    """The weights, the layout (:data:`V1`, :data:`V1_DOWNSTREAM` or :data:`V2`) and the settings a file stores."""
     checkpoint = read_torch_file(path)
     if isinstance(checkpoint.get("model"), Mapping):
         state, layout, declared = dict(checkpoint["model"]), V2, _fairseq_settings(checkpoint)
@@ -142,8 +102,10 @@ def read_official(path: Path) -> tuple[dict[str, torch.Tensor], Layout, Declared
         state = dict(checkpoint["state_dict"])
         if any(k.startswith("model.") for k in state):
             raise ConversionError(f"{path} is a checkpoint of this project, not an official one: use it directly")
-        declared, dataset = _lightning_settings(checkpoint)
-        downstream = dataset != V1_PCQM4M if dataset is not None else "out_proj.weight" not in state
+        hparams = checkpoint.get("hyper_parameters")
+        declared = Declared(**_read([("hyper_parameters", hparams)], LIGHTNING_HPARAMS))
+        dataset = Found.get(hparams, "dataset_name", "hyper_parameters['dataset_name']", str)
+        downstream = dataset.value != V1_PCQM4M if dataset is not None else "out_proj.weight" not in state
         layout = V1_DOWNSTREAM if downstream else V1
     else:
         raise ConversionError(f"{path}: neither a fairseq checkpoint ('model', official v2) nor a Lightning checkpoint "
@@ -152,7 +114,6 @@ def read_official(path: Path) -> tuple[dict[str, torch.Tensor], Layout, Declared
 
 
 def _option(stored: Found | None, value: int | None, flag: str) -> Found | None:
-    """A command-line value for a setting the file may not store; refused when it stores another."""
     if value is None:
         return stored
     if stored is not None and stored.value != value:
@@ -163,19 +124,7 @@ def _option(stored: Found | None, value: int | None, flag: str) -> Found | None:
 def import_official(source: str | Path, output: str | Path, *, node_vocab: Sequence[int] = ATOM_VOCAB,
                     edge_vocab: Sequence[int] = BOND_VOCAB, multi_hop_max_dist: int | None = None,
                     spatial_pos_max: int | None = None, task: str = "regression") -> GraphormerConfig:
-    """Convert an official checkpoint into ours (``output``) and its config (``output`` with ``.yaml``).
-
-    Args:
-        source: a v1.0 Lightning ``.ckpt`` or a v2 fairseq ``.pt``.
-        output: our checkpoint to write (refused if it or its ``.yaml`` exists).
-        node_vocab, edge_vocab: our featurisation's values per column (ogb's for molecules).
-        multi_hop_max_dist, spatial_pos_max: for files that do not store them (official defaults: 5,
-            1024); a file that stores another value is refused.
-        task: ``regression`` adds target statistics 0 and 1; ``classification`` none.
-
-    Raises:
-        ConversionError: see :func:`~graphormer_urpe.convert.mapping.convert_weights`.
-    """
+    """Convert an official checkpoint (v1.0 ``.ckpt``, v2 ``.pt``) into ``output`` and its ``.yaml``, as the CLI."""
     source, output = Path(source), Path(output)
     check_output(output)
     state, layout, declared = read_official(source)

@@ -1,22 +1,5 @@
-"""Our own checkpoints written before the task family was merged (issue 13), in today's layout.
-
-    python -m graphormer_urpe.convert upgrade OLD.ckpt NEW.ckpt
-
-Three things changed then, in the hyper-parameters and in the config the checkpoint embeds:
-
-* the optimiser arguments ``lr``, ``warmup_steps``, ``end_lr``, ``weight_decay``, ``adam_eps`` moved
-  from the task's own arguments into one ``optim`` group (:class:`~graphormer_urpe.tasks.OptimConfig`);
-* ``GraphClassification``, ``NodeClassification`` (MAG240M) and ``NodeTagging`` (synthetic regular
-  graphs) became one :class:`~graphormer_urpe.tasks.Classification`; the last two had multi-class
-  targets by their class, which ``target_kind: multiclass`` now says;
-* ``val/acc`` became ``val/accuracy``, the metric the best-checkpoint callback monitors (its state is
-  renamed, so that a resumed run keeps it).
-
-Weights, optimiser and loop states are copied unchanged. ``NEW.ckpt`` is written only once its task
-has been rebuilt from it (:meth:`~graphormer_urpe.tasks.GraphormerTask.from_checkpoint`), and never
-over an existing file. Nothing else reads the old layout: ``from_checkpoint`` and ``evaluate.py``
-refuse an old checkpoint in one line naming this command.
-"""
+"""``python -m graphormer_urpe.convert upgrade OLD.ckpt NEW.ckpt``: our checkpoints written before issue 13 in
+today's layout, which alone is read elsewhere (``docs/tasks.md``)."""
 
 from __future__ import annotations
 
@@ -35,28 +18,21 @@ from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint
 
 log = logging.getLogger(__name__)
 
-#: The optimiser arguments that every task took before they became ``optim``.
-OPTIM_KEYS = ("lr", "warmup_steps", "end_lr", "weight_decay", "adam_eps")
-CLASSIFICATION = "graphormer_urpe.tasks.Classification"
+OPTIM_KEYS = ("lr", "warmup_steps", "end_lr", "weight_decay", "adam_eps")  # task arguments until they became optim
 #: Old task class paths (the layout before issue 13 and the one before it) and what they are now.
 RENAMED_TASKS = {
-    "graphormer_urpe.tasks.GraphClassification": CLASSIFICATION,
-    "graphormer_urpe.tasks.graph.GraphClassification": CLASSIFICATION,
-    "graphormer_urpe.tasks.NodeClassification": CLASSIFICATION,
-    "graphormer_urpe.tasks.graph.NodeClassification": CLASSIFICATION,
-    "graphormer_urpe.tasks.NodeTagging": CLASSIFICATION,
-    "graphormer_urpe.tasks.tokens.NodeTagging": CLASSIFICATION,
-    "graphormer_urpe.classification.NodeTagging": CLASSIFICATION,
+    **dict.fromkeys(("graphormer_urpe.tasks.GraphClassification", "graphormer_urpe.tasks.graph.GraphClassification",
+                     "graphormer_urpe.tasks.NodeClassification", "graphormer_urpe.tasks.graph.NodeClassification",
+                     "graphormer_urpe.tasks.NodeTagging", "graphormer_urpe.tasks.tokens.NodeTagging",
+                     "graphormer_urpe.classification.NodeTagging"), "graphormer_urpe.tasks.Classification"),
     "graphormer_urpe.classification.SequenceTagging": "graphormer_urpe.tasks.SequenceTagging",
 }
-#: Old tasks whose targets were multi-class by their class.
-MULTICLASS_TASKS = ("NodeClassification", "NodeTagging")
+MULTICLASS_TASKS = ("NodeClassification", "NodeTagging")  # old tasks whose targets were multi-class by their class
 OLD_ACCURACY, ACCURACY = "val/acc", "val/accuracy"
 
 
 def upgraded_arguments(class_path: str, init_args: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """A task's class path and arguments (saved hyper-parameters, or a config's ``init_args``) in
-    today's layout: the class renamed, the optimiser arguments under ``optim``."""
+    """A task's class path and arguments (hyper-parameters or a config's ``init_args``) in today's layout."""
     arguments = dict(init_args)
     moved = {key: arguments.pop(key) for key in OPTIM_KEYS if key in arguments}
     if moved:
@@ -64,23 +40,18 @@ def upgraded_arguments(class_path: str, init_args: Mapping[str, Any]) -> tuple[s
     return RENAMED_TASKS.get(class_path, class_path), arguments
 
 
-def upgraded_checkpoint(checkpoint: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``checkpoint`` in today's layout (``_class_path`` names its task), and what was changed, one line
-    each (none: it is in today's layout).
-
-    Raises:
-        ConversionError: not a checkpoint written by ``train.py`` (no hyper-parameters, or no task class).
-    """
+def upgraded_checkpoint(checkpoint: Mapping[str, Any], source: Path) -> tuple[dict[str, Any], list[str]]:
+    """``checkpoint`` in today's layout (``_class_path`` names its task), and what was changed, one line each."""
     hparams = checkpoint.get("hyper_parameters")
     if not isinstance(hparams, Mapping) or "encoder" not in hparams:
-        raise ConversionError("it holds no task hyper-parameters: not a checkpoint written by train.py")
+        raise ConversionError(f"{source}: it holds no task hyper-parameters: not a checkpoint written by train.py")
     config = yaml.safe_load(checkpoint[CONFIG_KEY]) if CONFIG_KEY in checkpoint else None
     model = config.get("model") if isinstance(config, dict) else None
     class_path = hparams.get("_class_path") or (model or {}).get("class_path")
     if not class_path:
-        raise ConversionError("it names no task class (no _class_path, no embedded config): convert it by hand")
+        raise ConversionError(f"{source}: it names no task class (no _class_path, no embedded config): convert it "
+                              "by hand")
     upgraded, changes = dict(checkpoint), []
-
     saved = {key: value for key, value in hparams.items() if key != "_class_path"}
     new_path, arguments = upgraded_arguments(class_path, saved)
     if class_path.rsplit(".", 1)[-1] in MULTICLASS_TASKS:
@@ -95,7 +66,6 @@ def upgraded_checkpoint(checkpoint: Mapping[str, Any]) -> tuple[dict[str, Any], 
         if yaml.safe_load(dumped) != yaml.safe_load(checkpoint[CONFIG_KEY]):
             upgraded[CONFIG_KEY] = dumped
             changes.append("embedded config: model.class_path and model.init_args.optim")
-
     callbacks = checkpoint.get("callbacks")
     if isinstance(callbacks, Mapping):
         upgraded["callbacks"] = {}
@@ -109,24 +79,11 @@ def upgraded_checkpoint(checkpoint: Mapping[str, Any]) -> tuple[dict[str, Any], 
 
 
 def upgrade(source: str | Path, output: str | Path) -> list[str]:
-    """Write ``source`` (a checkpoint of the layout before issue 13) in today's layout to ``output``.
-
-    Returns:
-        What was changed, one line each.
-
-    Raises:
-        CheckpointError: ``source`` is not a readable checkpoint.
-        ConversionError: ``output`` exists, ``source`` is not a checkpoint of ``train.py`` (or is in
-            today's layout already), or the converted checkpoint does not rebuild its task.
-    """
+    """Write ``source`` in today's layout to ``output`` once its task rebuilds from it; returns the changes made."""
     source, output = Path(source), Path(output)
     if output.exists():
         raise ConversionError(f"{output} exists; choose another output path (nothing is overwritten)")
-    checkpoint = load_checkpoint(source)
-    try:
-        upgraded, changes = upgraded_checkpoint(checkpoint)
-    except ConversionError as error:
-        raise ConversionError(f"{source}: {error}") from None
+    upgraded, changes = upgraded_checkpoint(load_checkpoint(source), source)
     if not changes:
         raise ConversionError(f"{source} is in today's layout already: use it as it is")
     task_class = import_object("model.class_path", upgraded["hyper_parameters"]["_class_path"])

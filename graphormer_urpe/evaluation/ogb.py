@@ -1,12 +1,4 @@
-"""OGB-LSC splits after training: predicted in the split's order, then scored by ogb's evaluator,
-saved, or written as a leaderboard submission with its log (``evaluate.py --split ...``).
-
-Every split goes through :func:`~graphormer_urpe.evaluation.splits.predict_split`, so any number
-of processes gives the same predictions. A labelled split is scored on its rows that have an
-example and a target (:func:`score`); a hidden test split is written with ogb's
-``save_test_submission``, read back and checked, rows skipped while preprocessing predicted as
-the training mean and listed in the log (:func:`submit`).
-"""
+"""OGB-LSC splits after training (``evaluate.py --split``): scored, saved or submitted (``docs/ogb-lsc.md``)."""
 
 from __future__ import annotations
 
@@ -22,34 +14,19 @@ import pytorch_lightning as pl
 from graphormer_urpe.data.lsc_formats import MODES, SubmissionFormat
 from graphormer_urpe.data.predictable import PredictableData
 from graphormer_urpe.errors import SubmissionError
-from graphormer_urpe.evaluation.splits import SplitPredictions, predict_split
+from graphormer_urpe.evaluation.splits import SHOWN_ROWS, SplitPredictions, predict_split
 from graphormer_urpe.evaluation.submission import write_submission
 from graphormer_urpe.run.records import git_commit, package_versions, write_json
 from graphormer_urpe.tasks.classification import predicted_classes
 
 log = logging.getLogger("graphormer_urpe")
 
-#: Skipped rows named one by one in log messages (the submission log lists all of them).
-SHOWN_ROWS = 10
-
 
 def evaluate_split(trainer: pl.Trainer, task: pl.LightningModule, datamodule: PredictableData, split: str,
                    ckpt: str, *, submission_dir: Path | None, predictions_file: Path | None, started: float,
                    data_check: dict) -> dict:
-    """Predict ``split`` (one of ``datamodule.spec.submission.splits``) in its order, then score it,
-    or write it as a submission into ``submission_dir``; ``predictions_file`` also saves the rows
-    and predictions (``.npz``).
-
-    Args:
-        started: when the evaluation started (``time.perf_counter``), for the submission's timings.
-        data_check: whether the data are the checkpoint's, recorded in the submission log.
-
-    Returns:
-        What was measured or written (on processes other than rank 0: the checkpoint and split only).
-
-    Raises:
-        SubmissionError: the model predicts more than one target, or the submission would be refused.
-    """
+    """Predict ``split`` in its order, then score it or submit it (timed from ``started``, a ``time.perf_counter``);
+    ``predictions_file`` also saves them (``.npz``). Returns what was done (rank > 0: the checkpoint and split)."""
     fmt = datamodule.spec.submission
     log.info("predicting %s '%s' with %s on %d process(es)", fmt.dataset, split, ckpt, trainer.world_size)
     inference_started = time.perf_counter()
@@ -101,16 +78,8 @@ def score(predictions: SplitPredictions, fmt: SubmissionFormat, ckpt: str) -> di
 
 def submit(predictions: SplitPredictions, datamodule: PredictableData, ckpt: str, directory: Path, devices: int,
            timings: dict[str, float], data_check: dict) -> dict:
-    """Fill rows without a prediction with the training mean, write the submission and its log
-    (``*.log.json``, with ``data_check``), say how long it took.
-
-    Args:
-        timings: ``started`` (``time.perf_counter`` when evaluation started), ``preprocessing`` and
-            ``inference`` (seconds).
-
-    Returns:
-        The log's record.
-    """
+    """Fill rows without a prediction with the training mean, write the submission and its log (``*.log.json``,
+    with ``data_check``; returned), say how long it took (``timings``: started, preprocessing, inference)."""
     fmt, mode = datamodule.spec.submission, predictions.split
     expected = fmt.split_size(datamodule.root, mode)
     if expected != len(predictions.rows):
@@ -136,29 +105,15 @@ def submit(predictions: SplitPredictions, datamodule: PredictableData, ckpt: str
     writing_started = time.perf_counter()
     path = write_submission(y_pred, directory, mode, expected, fmt)
     now, preprocessing = time.perf_counter(), timings["preprocessing"]
-    seconds = {
-        "total": round(now - timings["started"], 3),
-        "preprocessing": round(preprocessing, 3),
-        "inference": round(timings["inference"], 3),
-        "writing_and_checking": round(now - writing_started, 3),
-    }
+    seconds = {"total": round(now - timings["started"], 3), "preprocessing": round(preprocessing, 3),
+               "inference": round(timings["inference"], 3), "writing_and_checking": round(now - writing_started, 3)}
     record = {
-        "file": str(path),
-        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        "dataset": fmt.dataset,
-        "mode": mode,
-        "rows": len(y_pred),
-        "checkpoint": ckpt,
-        "cache": str(datamodule.cache_dir),
+        "file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "dataset": fmt.dataset,
+        "mode": mode, "rows": len(y_pred), "checkpoint": ckpt, "cache": str(datamodule.cache_dir),
         "filled_with_train_mean": [{"row": int(row), "position": int(p), "reason": predictions.skipped[int(row)]}
                                    for p, row in zip(filled, predictions.rows[filled])],
-        "train_mean": train_mean,
-        "seconds": seconds,
-        "preprocessing_cached": preprocessing == 0.0,
-        "devices": devices,
-        "git_commit": git_commit(),
-        "versions": package_versions(),
-        **data_check,
+        "train_mean": train_mean, "seconds": seconds, "preprocessing_cached": preprocessing == 0.0,
+        "devices": devices, "git_commit": git_commit(), "versions": package_versions(), **data_check,
     }
     write_json(path.with_suffix(".log.json"), record)
     prepared = "found built" if preprocessing == 0.0 else f"built now, {preprocessing:.1f} s"

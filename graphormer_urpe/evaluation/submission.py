@@ -1,11 +1,5 @@
-"""OGB-LSC test submissions: written through ogb's own ``save_test_submission``, read back, checked.
-
-A submission is ``y_pred_<dataset>_<mode>.npz`` holding one array ``y_pred`` with one entry per
-row of the test split, in the split's order. Every check here raises :class:`SubmissionError`
-with a sentence saying what is wrong (never ``assert``, which ``python -O`` removes); the expected
-row count comes from the dataset's ``split_dict.pt`` (ogb's official sizes only when
-``evaluate.py --check-submission`` finds no dataset: :func:`check_submission_file`).
-"""
+"""OGB-LSC test submissions (``y_pred_<dataset>_<mode>.npz``): written through ogb's own ``save_test_submission``,
+read back and checked (``docs/ogb-lsc.md``). Checks raise :class:`SubmissionError`, never ``assert`` (``python -O``)."""
 
 from __future__ import annotations
 
@@ -24,15 +18,8 @@ log = logging.getLogger("graphormer_urpe")
 
 def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype | None = None,
                        num_classes: int | None = None) -> str | None:
-    """What is wrong with a prediction array for a split of ``expected_rows`` rows, or None.
-
-    Args:
-        y_pred: the predictions.
-        expected_rows: rows of the test split (from ``split_dict.pt``).
-        dtype: required dtype (files written by ogb); None accepts any floating (or, for
-            classification, integer) dtype.
-        num_classes: classification: labels must be integers in ``0 .. num_classes - 1``.
-    """
+    """What is wrong with a prediction array for a split of ``expected_rows`` rows, or None; ``dtype`` None
+    accepts any floating dtype, or integer labels in ``0 .. num_classes - 1`` for classification."""
     if y_pred.shape != (expected_rows,):
         return (f"y_pred has shape {y_pred.shape}, expected ({expected_rows},): one prediction per row of the "
                 "test split, in the split's order")
@@ -43,8 +30,7 @@ def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype |
             return f"y_pred has dtype {y_pred.dtype}, expected integer class labels"
         bad = np.flatnonzero((y_pred < 0) | (y_pred >= num_classes))
         if bad.size:
-            return (f"y_pred has {bad.size} labels outside 0..{num_classes - 1}, first at positions "
-                    f"{bad[:5].tolist()}")
+            return f"y_pred has {bad.size} labels outside 0..{num_classes - 1}, first at positions {bad[:5].tolist()}"
         return None
     if not np.issubdtype(y_pred.dtype, np.floating):
         return f"y_pred has dtype {y_pred.dtype}, expected floating-point predictions"
@@ -56,20 +42,7 @@ def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype |
 
 def check_submission(path: Path | str, expected_rows: int, fmt: SubmissionFormat = PCQM4MV2,
                      mode: str | None = None) -> np.ndarray:
-    """Read a submission file and check its name, contents, shape, dtype and values.
-
-    Args:
-        path: the ``.npz`` file.
-        expected_rows: rows of the test split (from ``split_dict.pt``).
-        fmt: the dataset's submission format.
-        mode: ``test-dev`` or ``test-challenge``; None takes it from the file name.
-
-    Returns:
-        The (expected_rows,) predictions.
-
-    Raises:
-        SubmissionError: naming the file and what is wrong with it.
-    """
+    """Read a submission file, check its name (for ``mode``; None: any), contents and values; return them."""
     path = Path(path)
     names = {fmt.filename(m): m for m in MODES}
     if mode is None and path.name not in names:
@@ -99,21 +72,10 @@ def check_submission(path: Path | str, expected_rows: int, fmt: SubmissionFormat
 
 def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, mode: str, expected_rows: int,
                      fmt: SubmissionFormat = PCQM4MV2) -> Path:
-    """Write a submission with ogb's ``save_test_submission``, then read it back and check it.
+    """Write a submission into ``directory`` with ogb's ``save_test_submission``; read it back and check it.
 
-    Args:
-        y_pred: (expected_rows,) predictions in the test split's order (any device): values, or
-            integer class labels for a classification format.
-        directory: where the file goes (created).
-        mode: ``test-dev`` or ``test-challenge``.
-        expected_rows: rows of the test split (from ``split_dict.pt``).
-        fmt: the dataset's submission format.
-
-    Returns:
-        The written file.
-
-    Raises:
-        SubmissionError: the predictions or the written file are not a valid submission.
+    Shapes:
+        y_pred: (expected_rows,) values, or integer class labels for a classification format (any device).
     """
     if mode not in MODES:
         raise SubmissionError(f"mode '{mode}' is not one of {', '.join(MODES)}")
@@ -124,7 +86,6 @@ def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, m
     problem = prediction_problem(y_pred, expected_rows, num_classes=fmt.num_classes)
     if problem is not None:
         raise SubmissionError(f"not writing the {mode} submission: {problem}")
-    directory = Path(directory)
     try:
         fmt.evaluator().save_test_submission({PREDICTION_KEY: y_pred}, str(directory), mode=mode)
     except AssertionError as error:  # ogb checks the official split sizes with bare asserts
@@ -132,7 +93,7 @@ def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, m
             f"ogb's save_test_submission refused {y_pred.shape[0]} {mode} predictions: the split in "
             f"split_dict.pt has {expected_rows} rows, which is not the official {mode} size"
         ) from error
-    path = directory / fmt.filename(mode)
+    path = Path(directory) / fmt.filename(mode)
     written = check_submission(path, expected_rows, fmt, mode)
     if not np.array_equal(written, y_pred):
         raise SubmissionError(f"{path} does not hold the predictions that were written")
@@ -140,15 +101,8 @@ def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, m
 
 
 def check_submission_file(path: Path, data_root: Path) -> dict:
-    """``evaluate.py --check-submission``: check an existing file against the split sizes under
-    ``data_root`` (ogb's official sizes when the dataset is not there); print one line when it is valid.
-
-    Returns:
-        The file, dataset, mode, rows and where the expected row count came from.
-
-    Raises:
-        SubmissionError: not a submission's name, or not a valid submission (the message says why).
-    """
+    """``evaluate.py --check-submission``: check an existing file against the split sizes under ``data_root``
+    (ogb's official sizes when the dataset is not there); print one line when it is valid."""
     fmt = next((f for name, f in FORMATS.items() if path.name.startswith(f"y_pred_{name}_")), None)
     if fmt is None:
         raise SubmissionError(f"{path}: not a submission file name (expected y_pred_<dataset>_<mode>.npz for a "
