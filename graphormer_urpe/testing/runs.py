@@ -1,9 +1,5 @@
-"""Training runs for tests, seconds long: the arguments of tiny runs, ``train.py`` in this process or in a
-fresh one, and callbacks that interrupt a run or keep its final state.
-
-``train.py`` is the repository's entry script, not part of the package: these helpers run it from the
-source tree (:data:`~graphormer_urpe.run.records.REPO_DIR`), as the test suite does.
-"""
+"""Training runs for tests, seconds long: tiny runs' arguments, ``train.py`` (run from the source tree,
+:data:`~graphormer_urpe.run.records.REPO_DIR`) in this process or a fresh one, and callbacks."""
 
 from __future__ import annotations
 
@@ -13,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytorch_lightning as pl
 import torch
@@ -30,20 +27,18 @@ SMALL_TABLE_LINES = 61
 #: Arguments shared by the 2-process DDP run and its 1-process twin: global batch 4 (2 per process),
 #: so the 5 validation graphs form shards of 3 and 2 graphs, i.e. 2 and 1 batches.
 DDP_TWIN_ARGS = ("--data.batch_size", "4", "--checkpoint.every_n_steps", "6", "--wandb.plot_every_n_validations", "1")
+_QUIET = ("--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false")
 
 
 def tiny_run_args(data_root: Path, run_root: Path, *extra: str) -> list[str]:
     """``train.py`` arguments of a seconds-long QM9 run: 2 layers of width 16, no progress bars."""
     return [
-        "--config", "qm9_gap",
-        "--data.source.max_molecules", str(TINY_MOLECULES), "--data.root", str(data_root),
+        "--config", "qm9_gap", "--data.source.max_molecules", str(TINY_MOLECULES), "--data.root", str(data_root),
         "--data.batch_size", "8", "--data.num_workers", "0", "--data.preprocess_workers", "0",
-        "--run_root", str(run_root),
-        "--model.encoder.num_layers", "2", "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16",
-        "--model.encoder.num_heads", "4", "--model.optim.warmup_steps", "3",
+        "--run_root", str(run_root), "--model.encoder.num_layers", "2", "--model.encoder.hidden_dim", "16",
+        "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4", "--model.optim.warmup_steps", "3",
         "--trainer.max_steps", "6", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1",
-        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-        *extra,
+        *_QUIET, *extra,
     ]
 
 
@@ -53,12 +48,9 @@ def small_run_args(table: Path, data_root: Path, run_root: Path, *extra: str) ->
     return [
         "--config", "smiles_csv_example", "--data.source.path", str(table), "--data.batch_size", "8",
         "--data.root", str(data_root), "--data.num_workers", "0", "--data.preprocess_workers", "0",
-        "--run_root", str(run_root),
-        "--model.encoder.num_layers", "1", "--model.encoder.hidden_dim", "8", "--model.encoder.ffn_dim", "8",
-        "--model.encoder.num_heads", "2",
-        "--trainer.val_check_interval", "50", "--trainer.max_steps", "200",
-        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-        *extra,
+        "--run_root", str(run_root), "--model.encoder.num_layers", "1", "--model.encoder.hidden_dim", "8",
+        "--model.encoder.ffn_dim", "8", "--model.encoder.num_heads", "2",
+        "--trainer.val_check_interval", "50", "--trainer.max_steps", "200", *_QUIET, *extra,
     ]
 
 
@@ -77,8 +69,7 @@ def synthetic_run(run_root: Path, name: str, config: str, *extra: str) -> tuple[
     returns its ``metrics.json`` and its run directory."""
     import train
 
-    train.main(["--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "1",
-                "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+    train.main(["--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", *_QUIET,
                 "--run_root", str(run_root), "--run_name", name, *TINY_SYNTHETIC_ARGS[config], *extra])
     return json.loads((run_root / name / "metrics.json").read_text()), run_root / name
 
@@ -99,12 +90,7 @@ def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
 def start_from(task: torch.nn.Module, path: Path, spec: object) -> dict:
     """``train.py --init_from path`` for ``task`` (built with the checkpoint's architecture) on data
     declared by ``spec``, without a run: read, plan, load; returns the record of the initialisation."""
-
-    class Data:  # the datamodule, as far as the plan reads it
-        pass
-
-    data = Data()
-    data.spec = spec
+    data = SimpleNamespace(spec=spec)  # the datamodule, as far as the plan reads it
     plan = plan_initialisation(read_source(str(path), type(task)), task, data, overridden={})
     initialise(task, plan)
     return plan.record
@@ -119,10 +105,9 @@ def run_train_subprocess(args: list[str], timeout: float = 300.0) -> subprocess.
 
 
 class SignalDuringStep(pl.Callback):
-    """Sends ``signum`` to this process (or to its parent, e.g. ``seeds.py``) ``times`` times, one after the
-    other, while optimiser step ``step`` is being computed; a subprocess gets it with
-    ``--trainer.callbacks+='{"class_path": "graphormer_urpe.testing.runs.SignalDuringStep",
-    "init_args": {...}}'``."""
+    """Sends ``signum`` ``times`` times to this process (or its parent, e.g. ``seeds.py``) during optimiser step
+    ``step``; a subprocess gets it by ``--trainer.callbacks+='{"class_path": "graphormer_urpe.testing.runs.
+    SignalDuringStep", "init_args": {...}}'``."""
 
     def __init__(self, step: int, signum: int = signal.SIGTERM, times: int = 1, to_parent: bool = False) -> None:
         self.step, self.signum, self.times, self.to_parent, self.sent = step, signum, times, to_parent, False
