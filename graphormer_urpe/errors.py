@@ -93,12 +93,9 @@ def check_number(key: str, value: object, minimum: float, maximum: float | None 
     below = number and (maximum is None or (value <= maximum if include_maximum else value < maximum))
     if above and below:
         return
-    if maximum is None:
-        allowed = f"a number {'>=' if include_minimum else '>'} {minimum:g}"
-    else:
-        allowed = (f"a number in {'[' if include_minimum else '('}{minimum:g}, {maximum:g}"
-                   f"{']' if include_maximum else ')'}")
-    raise ConfigError(key, value, f"must be {allowed}{hint}")
+    allowed = (f"{'>=' if include_minimum else '>'} {minimum:g}" if maximum is None else
+               f"in {'[' if include_minimum else '('}{minimum:g}, {maximum:g}{']' if include_maximum else ')'}")
+    raise ConfigError(key, value, f"must be a number {allowed}{hint}")
 
 
 def check_choice(key: str, value: object, choices: Collection[object]) -> None:

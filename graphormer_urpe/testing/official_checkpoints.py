@@ -25,9 +25,7 @@ def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0, m
         return torch.randn(*shape, generator=g) * 0.5
 
     def table(rows: int, width: int) -> torch.Tensor:
-        t = randn(rows, width)
-        t[0] = 0.0
-        return t
+        return randn(rows, width).index_fill(0, torch.tensor(0), 0.0)  # the padding row
 
     node, bias = ("encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.") \
         if version == "v2" else ("", "")
@@ -71,7 +69,6 @@ def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0, m
     return w
 
 
-# ----------------------------------------------------------------------------- the official file layouts
 #: ``GraphPredictionConfig``'s fields (v2 ``graphormer/tasks/graph_prediction.py``) as a PCQM4Mv2 run sets them.
 TASK_FIELDS = dict(dataset_name="pcqm4mv2", num_classes=1, max_nodes=128, dataset_source="ogb", num_atoms=512 * 9,
                    num_edges=512 * 3, num_in_degree=512, num_out_degree=512, num_spatial=512, num_edge_dis=128,
