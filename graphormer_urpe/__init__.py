@@ -17,11 +17,9 @@ from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 _LIGHTNING = {"GraphRegression": "graphormer_urpe.tasks", "Classification": "graphormer_urpe.tasks",
               "GraphDataModule": "graphormer_urpe.data.datamodule"}
 
-__all__ = [
-    "AttentionKind", "Classification", "DataSpec", "GraphBatch", "GraphDataModule", "GraphRecord", "GraphRegression",
-    "Graphormer", "GraphormerConfig", "GraphormerStructure", "MultiHeadAttention", "collate_graphs", "graph_structure",
-    "to_graph_batch",
-]
+__all__ = ["AttentionKind", "Classification", "DataSpec", "GraphBatch", "GraphDataModule", "GraphRecord",
+           "GraphRegression", "Graphormer", "GraphormerConfig", "GraphormerStructure", "MultiHeadAttention",
+           "collate_graphs", "graph_structure", "to_graph_batch"]
 
 
 def __getattr__(name: str) -> Any:

@@ -33,8 +33,7 @@ MAX_STORED_DISTANCE = UNREACHABLE_SPD - 1
 #: Largest useful ``spatial_pos_max``: it masks the unreachable pairs only.
 MAX_SPATIAL_POS_MAX = UNREACHABLE_SPD
 
-#: Official collator's default ``spatial_pos_max``: pairs with ``spd >= 20`` are masked (official training passes
-#: 1024, which masks nothing).
+#: Official collator's default ``spatial_pos_max``: pairs at ``spd >= 20`` masked (official training passes 1024).
 DEFAULT_SPATIAL_POS_MAX = 20
 #: Official Graphormer: multi-hop edge encoding looks at the first 5 edges of a path.
 DEFAULT_MULTI_HOP_MAX_DIST = 5

@@ -31,8 +31,7 @@ def random_edges(rng: np.random.Generator, n: int, extra: int = 2, connected: bo
 def make_record(rng: np.random.Generator, n: int, index: int = 0, node_vocab: Sequence[int] = (28,),
                 edge_vocab: Sequence[int] = (4,), connected: bool = True,
                 edges: np.ndarray | None = None) -> GraphRecord:
-    """A preprocessed random graph with ``n`` nodes, as the cache would return it: one feature column per
-    vocabulary size; ``edges`` replace the random edges (:func:`random_edges`).
+    """A random graph (:func:`random_edges` unless ``edges``) as the cache returns it, a feature column per vocabulary.
 
     Shapes:
         edges: (2, e), every edge in both directions.

@@ -99,8 +99,7 @@ def _attn_bias(masked: np.ndarray) -> torch.Tensor:
 def _padded(arrays: list[np.ndarray] | list[torch.Tensor], fill: float = 0) -> torch.Tensor:
     """The arrays stacked on a new first axis, each padded with ``fill`` at the end of every axis to the largest."""
     tensors = [torch.as_tensor(a) for a in arrays]
-    out = torch.full((len(tensors), *(max(sizes) for sizes in zip(*(t.shape for t in tensors)))), fill,
-                     dtype=tensors[0].dtype)
+    out = torch.full((len(tensors), *map(max, zip(*(t.shape for t in tensors)))), fill, dtype=tensors[0].dtype)
     for b, t in enumerate(tensors):
         out[(b, *(slice(0, size) for size in t.shape))] = t
     return out

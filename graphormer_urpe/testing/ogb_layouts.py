@@ -33,8 +33,7 @@ def torch_save_as_numpy1(obj: object, path: Path) -> None:
 
 
 def write_pcqm4mv2(root: Path, smiles: Sequence[str], gaps: np.ndarray, splits: dict[str, np.ndarray]) -> Path:
-    """``root/pcqm4m-v2/raw/data.csv.gz`` (``idx,smiles,homolumogap``) and ``split_dict.pt`` (numpy
-    int64 arrays, numpy-1.x pickle names) exactly as ogb's PCQM4Mv2 release lays them out."""
+    """``root/pcqm4m-v2`` as ogb's release: ``raw/data.csv.gz`` (``idx,smiles,homolumogap``) and ``split_dict.pt``."""
     folder = root / "pcqm4m-v2"
     (folder / "raw").mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame({"idx": np.arange(len(smiles)), "smiles": list(smiles), "homolumogap": gaps})

@@ -56,12 +56,8 @@ def small_run_args(table: Path, data_root: Path, run_root: Path, *extra: str) ->
 
 _TINY_SEQUENCES = ("--data.length", "8", "--data.val_size", "16", "--data.test_size", "16", "--data.batch_size", "8")
 #: Arguments that shrink each synthetic config to a run of seconds.
-TINY_SYNTHETIC_ARGS = {
-    "synthetic_pi": _TINY_SEQUENCES,
-    "synthetic_etp": _TINY_SEQUENCES,
-    "synthetic_graph": ("--data.train_graphs", "8", "--data.val_graphs", "4", "--data.test_graphs", "4",
-                        "--data.batch_size", "4"),
-}
+TINY_SYNTHETIC_ARGS = {"synthetic_pi": _TINY_SEQUENCES, "synthetic_etp": _TINY_SEQUENCES, "synthetic_graph": (
+    "--data.train_graphs", "8", "--data.val_graphs", "4", "--data.test_graphs", "4", "--data.batch_size", "4")}
 
 
 def synthetic_run(run_root: Path, name: str, config: str, *extra: str) -> tuple[dict, Path]:
@@ -90,24 +86,22 @@ def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
 def start_from(task: torch.nn.Module, path: Path, spec: object) -> dict:
     """``train.py --init_from path`` for ``task`` (built with the checkpoint's architecture) on data
     declared by ``spec``, without a run: read, plan, load; returns the record of the initialisation."""
-    data = SimpleNamespace(spec=spec)  # the datamodule, as far as the plan reads it
-    plan = plan_initialisation(read_source(str(path), type(task)), task, data, overridden={})
+    plan = plan_initialisation(read_source(str(path), type(task)), task, SimpleNamespace(spec=spec), overridden={})
     initialise(task, plan)
     return plan.record
 
 
 def run_train_subprocess(args: list[str], timeout: float = 300.0) -> subprocess.CompletedProcess:
     """``python train.py ARGS`` in a fresh process, W&B offline, killed after ``timeout`` seconds."""
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
-    env.pop(RUN_DIR_ENV, None)
+    env = {k: v for k, v in os.environ.items() if k != RUN_DIR_ENV} | {"WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable, str(REPO_DIR / "train.py"), *args], cwd=REPO_DIR, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
 class SignalDuringStep(pl.Callback):
     """Sends ``signum`` ``times`` times to this process (or its parent, e.g. ``seeds.py``) during optimiser step
-    ``step``; a subprocess gets it by ``--trainer.callbacks+='{"class_path": "graphormer_urpe.testing.runs.
-    SignalDuringStep", "init_args": {...}}'``."""
+    ``step``; a subprocess gets it by
+    ``--trainer.callbacks+='{"class_path": "graphormer_urpe.testing.runs.SignalDuringStep", "init_args": {...}}'``."""
 
     def __init__(self, step: int, signum: int = signal.SIGTERM, times: int = 1, to_parent: bool = False) -> None:
         self.step, self.signum, self.times, self.to_parent, self.sent = step, signum, times, to_parent, False
