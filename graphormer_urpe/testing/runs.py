@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytorch_lightning as pl
 import torch
@@ -86,7 +85,8 @@ def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
 def start_from(task: torch.nn.Module, path: Path, spec: object) -> dict:
     """``train.py --init_from path`` for ``task`` (built with the checkpoint's architecture) on data
     declared by ``spec``, without a run: read, plan, load; returns the record of the initialisation."""
-    plan = plan_initialisation(read_source(str(path), type(task)), task, SimpleNamespace(spec=spec), overridden={})
+    data = type("Data", (), {"spec": spec})()  # the datamodule as the plan reads it (its refusals name its class)
+    plan = plan_initialisation(read_source(str(path), type(task)), task, data, overridden={})
     initialise(task, plan)
     return plan.record
 
