@@ -1,6 +1,6 @@
-"""Writes a synthetic graph of any size in MAG240M's on-disk layout, read exactly like the OGB-LSC release.
+"""TEST AND BENCHMARK TOOL: writes a synthetic graph in MAG240M's on-disk layout, of any size.
 
-A test and benchmark tool, never a user default; its layout and structure are in docs/reference/testing.md.
+Read exactly like the OGB-LSC release; never a user default. Layout and structure: docs/reference/testing.md.
 """
 
 from __future__ import annotations
