@@ -1,16 +1,4 @@
-"""The project's exceptions, on the ground floor: every layer may raise them, this module imports
-nothing of the package.
-
-:class:`InputError` is bad input: a file, a row or an option that cannot work. Its message names it
-(the file and row, or the option's dotted key as written on the command line, e.g.
-``data.batch_size``) and what to change; ``train.py`` and ``evaluate.py`` print it as one line and
-exit with code 2, before any work. Modules keep narrower subclasses beside the code that raises
-them (``TableError``, ``ConversionError``, ``UnsafeCheckpoint``).
-
-The ``check_*`` helpers raise :class:`ConfigError` in one wording for every option, so that each
-config's ``__post_init__`` (or constructor) validates all its fields in a few lines;
-:func:`import_object` imports what an option names by its dotted path, refused in the same wording.
-"""
+"""The project's exceptions and option checks; imports nothing of the package (see docs/contributing.md)."""
 
 from __future__ import annotations
 
@@ -28,13 +16,7 @@ class InputError(Exception):
 
 
 class ConfigError(InputError, ValueError):
-    """An option has a value that cannot work.
-
-    Args:
-        key: the option's dotted key as written on the command line (``model.encoder.num_heads``).
-        value: the value given.
-        rule: what is allowed, e.g. ``must be an integer >= 1``.
-    """
+    """An option's value that cannot work: ``key=value: rule``, the key dotted as on the command line."""
 
     def __init__(self, key: str, value: object, rule: str) -> None:
         self.key = key
@@ -42,8 +24,7 @@ class ConfigError(InputError, ValueError):
 
 
 class DataError(InputError, ValueError):
-    """The data cannot be used as configured (a column, a value, a split, a kind of target); the
-    message names the file, column or rows, and what to change. Raised before any work."""
+    """The data cannot be used as configured (a column, a value, a split, a kind of target)."""
 
 
 class DatasetMissing(InputError, RuntimeError):
@@ -55,8 +36,7 @@ class CheckpointError(InputError, RuntimeError):
 
 
 class Refused(SystemExit):
-    """A script stopped on bad input found by the script itself (:func:`refuse`): exit code 2, and the
-    message as its text (``error: <message>`` was printed on stderr)."""
+    """A script stopped on bad input (:func:`refuse`): exit code 2, the message as its text."""
 
     def __init__(self, message: str) -> None:
         super().__init__(EXIT_BAD_INPUT)
@@ -67,8 +47,7 @@ class Refused(SystemExit):
 
 
 def refuse(message: str) -> NoReturn:
-    """Stop a script on bad input (an option that needs another, a split the dataset lacks, a file that
-    cannot be written): ``error: <message>`` on stderr, exit code 2 (:class:`Refused`)."""
+    """Stop a script on bad input: ``error: <message>`` on stderr, exit code 2 (:class:`Refused`)."""
     print(f"error: {message}", file=sys.stderr, flush=True)
     raise Refused(message)
 
@@ -108,20 +87,15 @@ def check_int(key: str, value: object, minimum: int, maximum: int | None = None,
 
 def check_number(key: str, value: object, minimum: float, maximum: float | None = None, *,
                  include_minimum: bool = True, include_maximum: bool = True, hint: str = "") -> None:
-    """Raise :class:`ConfigError` unless ``value`` is a finite number in the interval from ``minimum``
-    to ``maximum`` (each end included unless told otherwise; no upper end when ``maximum`` is None)."""
-    number = isinstance(value, int | float) and not isinstance(value, bool) and value == value \
-        and abs(value) != float("inf")
+    """Raise :class:`ConfigError` unless ``value`` is a finite number from ``minimum`` to ``maximum`` (None: no end)."""
+    number = (_is_int(value) or isinstance(value, float)) and value == value and abs(value) != float("inf")
     above = number and (value >= minimum if include_minimum else value > minimum)
     below = number and (maximum is None or (value <= maximum if include_maximum else value < maximum))
     if above and below:
         return
-    if maximum is None:
-        allowed = f"a number {'>=' if include_minimum else '>'} {minimum:g}"
-    else:
-        allowed = (f"a number in {'[' if include_minimum else '('}{minimum:g}, {maximum:g}"
-                   f"{']' if include_maximum else ')'}")
-    raise ConfigError(key, value, f"must be {allowed}{hint}")
+    allowed = (f"{'>=' if include_minimum else '>'} {minimum:g}" if maximum is None else
+               f"in {'[' if include_minimum else '('}{minimum:g}, {maximum:g}{']' if include_maximum else ')'}")
+    raise ConfigError(key, value, f"must be a number {allowed}{hint}")
 
 
 def check_choice(key: str, value: object, choices: Collection[object]) -> None:
@@ -131,11 +105,7 @@ def check_choice(key: str, value: object, choices: Collection[object]) -> None:
 
 
 def import_object(key: str, path: str) -> Any:
-    """The object named by ``path``, the dotted path given as option ``key`` (``ogb.lsc.MAG240MEvaluator``).
-
-    Raises:
-        ConfigError: nothing importable has that path.
-    """
+    """The object named by ``path``, the dotted path given as option ``key``; :class:`ConfigError` if none."""
     module, _, name = path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name)

@@ -23,11 +23,8 @@ def _init_and_run(rank: int, world: int, port: int, fn: Callable[..., None], arg
 
 
 def run_on_processes(fn: Callable[..., None], world: int, *args: object, timeout: float = 120.0) -> None:
-    """Run ``fn(rank, world, *args)`` on ``world`` forked processes joined by a gloo process group.
-
-    Raises (and kills the processes) if one raises, or ``TimeoutError`` if they do not finish within
-    ``timeout`` seconds (a hang).
-    """
+    """Run ``fn(rank, world, *args)`` on ``world`` forked processes joined by gloo; raises if one raises, or
+    ``TimeoutError`` (killing them) if they do not finish within ``timeout`` seconds."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -1,36 +1,6 @@
 """TEST AND BENCHMARK TOOL: writes a synthetic graph in MAG240M's on-disk layout, of any size.
 
-The real MAG240M (about 200 GB) cannot be downloaded here; this generator writes a directory that
-the real loading code reads exactly like the OGB-LSC release, so that tests run offline and the
-preprocessing and the sampler can be measured at millions of papers. It is never the default of
-a user config: point ``--data.root`` at its output explicitly.
-
-    python -m graphormer_urpe.testing.mag240m_release /tmp/synthetic_mag --papers 1000000
-
-Layout written (as ``ogb.lsc.MAG240MDataset`` expects under ``ROOT/mag240m_kddcup2021/``)::
-
-    RELEASE_v1.txt, meta.pt (dict of ints), split_dict.pt (numpy arrays, pickled with numpy 1.x
-        names like the real release)
-    processed/paper/node_feat.npy   float16 (papers, 768)
-    processed/paper/node_label.npy  float32 (papers,): class for train/valid arXiv papers, -1 for
-                                    test papers (hidden), NaN for papers outside arXiv
-    processed/paper/node_year.npy   int64 (papers,)
-    processed/paper___cites___paper/edge_index.npy                 int64 (2, E), sorted by citing paper
-    processed/author___writes___paper/edge_index.npy               int64 (2, E), sorted by author
-    processed/author___affiliated_with___institution/edge_index.npy int64 (2, E), sorted by author
-
-Structure that a model can learn and that the sampler must cope with:
-
-* every paper has a latent class; its features are ``signal * centroid[class] + noise``, except a
-  ``confusing_fraction`` of papers whose centroid is another class's (only the graph tells);
-* citations and authorships are homophilous (``homophily``) and citation targets are
-  heavy-tailed (a few hub papers are cited very often);
-* ``isolated_fraction`` of the papers have no citations, no citers and no authors; the last
-  ``idle_author_fraction`` of the authors wrote nothing; some authors have no institution;
-* arXiv papers (``labelled_fraction``) are split by year like the release: train up to 2018,
-  valid 2019, test 2020 (``test_size`` fixes the test count, e.g. 146,818 for official shapes).
-
-Edges are generated in memory (O(edges)); features, the bulk, are streamed in chunks.
+Read exactly like the OGB-LSC release; never a user default. Layout and structure: docs/reference/testing.md.
 """
 
 from __future__ import annotations
@@ -53,38 +23,21 @@ _SPLIT_FRACTIONS = (0.7961, 0.0994, 0.1045)
 
 @dataclass(frozen=True)
 class SyntheticMAG:
-    """Sizes and knobs of a synthetic MAG240M graph.
-
-    Args:
-        num_papers: papers.
-        num_authors: authors (default: as many as papers).
-        num_institutions: institutions (default: one per 2,000 papers, at least 8).
-        num_classes: arXiv subject classes (the release has 153).
-        labelled_fraction: share of papers that are arXiv papers (release: about 1.15 %).
-        test_size: exact number of test (2020) arXiv papers; default from the release's proportions.
-        citations_per_paper: mean citations made by a non-isolated paper (release: about 10.7).
-        authors_per_paper: mean authors of a non-isolated paper (release: about 3.2).
-        homophily: probability that a citation or an authorship stays within the paper's class.
-        signal: scale of the class centroid in the features (noise has unit variance).
-        confusing_fraction: papers whose features carry another class's centroid.
-        isolated_fraction: papers with no edges at all.
-        idle_author_fraction: authors (the highest ids) who wrote nothing.
-        seed: random seed; the same arguments give the same files.
-    """
+    """Sizes and knobs of a synthetic MAG240M graph; the same values write the same files."""
 
     num_papers: int
-    num_authors: int | None = None
-    num_institutions: int | None = None
-    num_classes: int = 153
-    labelled_fraction: float = 0.0115
-    test_size: int | None = None
-    citations_per_paper: float = 10.0
-    authors_per_paper: float = 3.0
-    homophily: float = 0.75
-    signal: float = 0.5
-    confusing_fraction: float = 0.3
-    isolated_fraction: float = 0.02
-    idle_author_fraction: float = 0.05
+    num_authors: int | None = None  # default: as many as papers
+    num_institutions: int | None = None  # default: one per 2,000 papers, at least 8
+    num_classes: int = 153  # arXiv subject classes, as in the release
+    labelled_fraction: float = 0.0115  # share of papers that are arXiv papers (release: about 1.15 %)
+    test_size: int | None = None  # exact number of test (2020) arXiv papers; default: the release's proportion
+    citations_per_paper: float = 10.0  # mean citations made by a non-isolated paper (release: about 10.7)
+    authors_per_paper: float = 3.0  # mean authors of a non-isolated paper (release: about 3.2)
+    homophily: float = 0.75  # probability that a citation or an authorship stays within the paper's class
+    signal: float = 0.5  # scale of the class centroid in the features (noise has unit variance)
+    confusing_fraction: float = 0.3  # papers whose features carry another class's centroid
+    isolated_fraction: float = 0.02  # papers with no edges at all
+    idle_author_fraction: float = 0.05  # authors (the highest ids) who wrote nothing
     seed: int = 0
 
     @property
@@ -106,9 +59,7 @@ def _pick_in_class(rng: np.random.Generator, classes: np.ndarray, members: np.nd
 
 def _grouped(values: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices sorted by value and the offsets of each value's run. ((n,), (groups + 1,))"""
-    order = np.argsort(values, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(values, minlength=groups))])
-    return order, ptr
+    return np.argsort(values, kind="stable"), np.concatenate([[0], np.cumsum(np.bincount(values, minlength=groups))])
 
 
 def _save_edges(path: Path, src: np.ndarray, dst: np.ndarray) -> None:
@@ -117,15 +68,10 @@ def _save_edges(path: Path, src: np.ndarray, dst: np.ndarray) -> None:
 
 
 def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: int = 100_000) -> Path:
-    """Write ``root/mag240m_kddcup2021`` for ``spec``; returns that directory.
-
-    Args:
-        root: dataset root (the ``--data.root`` of a run).
-        spec: sizes and structure.
-        chunk_size: papers per feature chunk (bounds memory).
-    """
+    """Write ``root/mag240m_kddcup2021`` (``root`` is a run's ``--data.root``) for ``spec``, features in chunks of
+    ``chunk_size`` papers (bounding memory); returns that directory."""
     rng = np.random.default_rng(spec.seed)
-    directory = Path(root) / "mag240m_kddcup2021"
+    directory = Path(root) / DATASET_DIR
     paper_dir = directory / "processed" / "paper"
     paper_dir.mkdir(parents=True, exist_ok=True)
     n, classes_count = spec.num_papers, spec.num_classes
@@ -138,8 +84,6 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
 
     # citations: sorted by citing paper, none from or to isolated papers
     cites_made = np.where(isolated, 0, rng.poisson(spec.citations_per_paper, n))
-    if len(connected) == 0:
-        cites_made[:] = 0
     citing = np.repeat(np.arange(n), cites_made)
     same = rng.random(len(citing)) < spec.homophily
     target_class = np.where(same, paper_class[citing], rng.integers(0, classes_count, len(citing)))
@@ -208,8 +152,7 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
 
 
 def copy_release(root: Path, destination: Path) -> MAG240MRaw:
-    """Copies the release under ``root`` (``root/mag240m_kddcup2021``) to ``destination`` without the derived
-    files a datamodule writes beside it (``graphormer/``); returns the copy, opened."""
+    """The release under ``root`` copied to ``destination`` without a datamodule's derived files, opened."""
     shutil.copytree(root / DATASET_DIR, destination / DATASET_DIR, ignore=shutil.ignore_patterns("graphormer"))
     return MAG240MRaw(destination)
 

@@ -1,6 +1,5 @@
-"""Official Graphormer checkpoints built for tests: random weights under the official names and
-shapes (:func:`official_weights`), saved exactly as the official code writes them
-(:func:`official_checkpoint`): fairseq's trainer for v2, PyTorch Lightning 1.3 for v1.0."""
+"""Official Graphormer checkpoints for tests: random weights under the official names and shapes, saved as the
+official code writes them (fairseq's trainer for v2, PyTorch Lightning 1.3 for v1.0)."""
 
 from __future__ import annotations
 
@@ -26,9 +25,7 @@ def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0, m
         return torch.randn(*shape, generator=g) * 0.5
 
     def table(rows: int, width: int) -> torch.Tensor:
-        t = randn(rows, width)
-        t[0] = 0.0
-        return t
+        return randn(rows, width).index_fill(0, torch.tensor(0), 0.0)  # the padding row
 
     node, bias = ("encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.") \
         if version == "v2" else ("", "")
@@ -72,7 +69,6 @@ def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0, m
     return w
 
 
-# ----------------------------------------------------------------------------- the official file layouts
 #: ``GraphPredictionConfig``'s fields (v2 ``graphormer/tasks/graph_prediction.py``) as a PCQM4Mv2 run sets them.
 TASK_FIELDS = dict(dataset_name="pcqm4mv2", num_classes=1, max_nodes=128, dataset_source="ogb", num_atoms=512 * 9,
                    num_edges=512 * 3, num_in_degree=512, num_out_degree=512, num_spatial=512, num_edge_dis=128,
@@ -95,15 +91,10 @@ FORMATS = ["fairseq", "fairseq-dict", "fairseq-legacy", "lightning"]
 
 
 def official_checkpoint(fmt: str, weights: dict[str, torch.Tensor], **settings: Any) -> dict[str, Any]:
-    """A checkpoint as the official code writes it; ``settings`` replace the official names' values.
-
-    ``fairseq``: fairseq's ``Trainer.state_dict`` (``fairseq/trainer.py``): ``args`` None, ``cfg`` of
-    ``convert_namespace_to_omegaconf`` turned into containers: ``cfg['task']`` the task's dict,
-    ``cfg['model']`` an ``argparse.Namespace`` of every argument (Graphormer's model has no dataclass).
-    ``fairseq-dict``: ``cfg['model']`` as a dict of the model's own arguments (a dataclass model).
-    ``fairseq-legacy``: older fairseq, one ``args`` Namespace. ``lightning``: PyTorch Lightning 1.3's
-    ``dump_checkpoint`` (``hyper_parameters`` a plain dict, callback states keyed by their class).
-    """
+    """A checkpoint as the official code writes it, ``settings`` replacing the official names' values: ``fairseq``
+    (``Trainer.state_dict``: ``args`` None, ``cfg`` as containers, ``cfg['model']`` a Namespace of every argument, as
+    Graphormer's model has no dataclass), ``fairseq-dict`` (``cfg['model']`` a dict, a dataclass model's),
+    ``fairseq-legacy`` (one ``args`` Namespace), ``lightning`` (Lightning 1.3's ``dump_checkpoint``)."""
     if fmt == "lightning":
         return {"epoch": 3, "global_step": 1200, "pytorch-lightning_version": "1.3.8", "state_dict": weights,
                 "callbacks": {ModelCheckpoint: {"best_model_score": torch.tensor(0.1), "best_model_path": "x.ckpt"}},
@@ -127,5 +118,6 @@ def official_checkpoint(fmt: str, weights: dict[str, torch.Tensor], **settings: 
 
 
 def save_official(path: Path, fmt: str, weights: dict[str, torch.Tensor], **settings: Any) -> Path:
+    """:func:`official_checkpoint` saved at ``path``, returned."""
     torch.save(official_checkpoint(fmt, weights, **settings), path)
     return path

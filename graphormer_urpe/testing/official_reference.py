@@ -1,9 +1,5 @@
-"""Direct transcriptions of official Graphormer code, and of the data pipeline of transformers'
-Graphormer port, for tests to compare against.
-
-Written from microsoft/Graphormer and transformers, read for this purpose and not copied: v2
-``graphormer/data/algos.pyx`` (``floyd_warshall``, ``get_all_edges``) as plain Python loops.
-"""
+"""Transcriptions of official Graphormer's preprocessing and of transformers' Graphormer data pipeline, written
+from their code (not copied) for tests to compare against."""
 
 from __future__ import annotations
 
@@ -18,10 +14,8 @@ OFFICIAL_UNREACHABLE = 510
 
 
 def floyd_warshall(adjacency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Official ``floyd_warshall``: (distances with 510 for unreachable pairs, path matrix).
-
-    ``path[i, j]`` is the last k that strictly shortened (i, j), -1 for none, 510 for unreachable.
-    """
+    """Official ``floyd_warshall``: distances (510: unreachable) and ``path[i, j]``, the last k that strictly
+    shortened (i, j) (-1: none, 510: unreachable)."""
     n = adjacency.shape[0]
     dist = np.where(adjacency, 1, 0).astype(np.int64)
     for i in range(n):
@@ -47,9 +41,7 @@ def floyd_warshall(adjacency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def all_nodes(path: np.ndarray, i: int, j: int) -> list[int]:
     """Official ``get_all_edges``: the intermediate nodes of the path from i to j."""
     k = int(path[i, j])
-    if k == -1:
-        return []
-    return all_nodes(path, i, k) + [k] + all_nodes(path, k, j)
+    return [] if k == -1 else all_nodes(path, i, k) + [k] + all_nodes(path, k, j)
 
 
 def official_path(path: np.ndarray, i: int, j: int) -> list[int]:
@@ -57,10 +49,7 @@ def official_path(path: np.ndarray, i: int, j: int) -> list[int]:
     return [i, *all_nodes(path, i, j), j]
 
 
-# ----------------------------------------------------------------------------- official preprocessing and forward
-# From v2 ``graphormer/data/wrapper.py`` (preprocess_item), ``graphormer/data/collator.py``,
-# ``graphormer/modules/graphormer_layers.py``, ``graphormer_graph_encoder(_layer).py`` and
-# ``graphormer/models/graphormer.py``; v1.0 ``graphormer/model.py`` differs in the layer norms and the head.
+# Official preprocessing: v2 ``graphormer/data/wrapper.py`` (``preprocess_item``), ``graphormer/data/collator.py``.
 
 FEATURE_OFFSET = 512
 
@@ -86,135 +75,51 @@ def gen_edge_input(path: np.ndarray, edge_type: np.ndarray, max_dist: int) -> np
 
 def preprocess_tables(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """What official and transformers' ``preprocess_item`` alike compute from one graph of N nodes:
-    the (N, N) bool adjacency, the (N, N, E) edge types (``convert_to_single_emb(edge_attr) + 1``, 0 where
-    no edge), and Floyd-Warshall's (N, N) distances and intermediate nodes."""
+    """What official and transformers' ``preprocess_item`` alike compute from one graph of N nodes: adjacency, edge
+    types (``convert_to_single_emb(edge_attr) + 1``, 0: no edge), distances and ``gen_edge_input`` of every hop.
+
+    Shapes:
+        returns: (N, N) bool, (N, N, E), (N, N), (N, N, max distance, E)."""
     n = x.shape[0]
     adjacency = np.zeros((n, n), dtype=bool)
     adjacency[edge_index[0], edge_index[1]] = True
     edge_type = np.zeros((n, n, edge_attr.shape[1]), dtype=np.int64)
     edge_type[edge_index[0], edge_index[1]] = convert_to_single_emb(edge_attr) + 1
     dist, path = floyd_warshall(adjacency)
-    return adjacency, edge_type, dist, path
+    return adjacency, edge_type, dist, gen_edge_input(path, edge_type, int(dist.max()))
+
+
+def _attn_bias(masked: np.ndarray) -> torch.Tensor:
+    """The (N + 1, N + 1) bias of one graph: 0, and -inf at the node pairs ``masked`` (N, N) marks."""
+    bias = torch.zeros(masked.shape[0] + 1, masked.shape[0] + 1)
+    bias[1:, 1:][torch.from_numpy(masked)] = float("-inf")
+    return bias
+
+
+def _padded(arrays: list[np.ndarray] | list[torch.Tensor], fill: float = 0) -> torch.Tensor:
+    """The arrays stacked on a new first axis, each padded with ``fill`` at the end of every axis to the largest."""
+    tensors = [torch.as_tensor(a) for a in arrays]
+    out = torch.full((len(tensors), *map(max, zip(*(t.shape for t in tensors)))), fill, dtype=tensors[0].dtype)
+    for b, t in enumerate(tensors):
+        out[(b, *(slice(0, size) for size in t.shape))] = t
+    return out
 
 
 def official_batch(graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], multi_hop_max_dist: int,
                    spatial_pos_max: int = 1024) -> dict[str, torch.Tensor]:
     """``preprocess_item`` of every (x, edge_index, edge_attr), then ``collator``."""
-    items = []
-    for x, edge_index, edge_attr in graphs:
-        n = x.shape[0]
-        adjacency, edge_type, dist, path = preprocess_tables(x, edge_index, edge_attr)
-        edge_input = gen_edge_input(path, edge_type, int(dist.max()))[:, :, :multi_hop_max_dist]
-        attn_bias = torch.zeros(n + 1, n + 1)
-        attn_bias[1:, 1:][torch.from_numpy(dist >= spatial_pos_max)] = float("-inf")
-        items.append(dict(x=convert_to_single_emb(x), edge_type=edge_type, dist=dist, edge_input=edge_input,
-                          attn_bias=attn_bias, degree=adjacency.sum(1)))
-    n_max = max(item["x"].shape[0] for item in items)
-    hops = max(item["edge_input"].shape[2] for item in items)
-    batch = len(items)
-    out = dict(
-        x=torch.zeros(batch, n_max, items[0]["x"].shape[1], dtype=torch.long),
-        attn_bias=torch.full((batch, n_max + 1, n_max + 1), float("-inf")),
-        attn_edge_type=torch.zeros(batch, n_max, n_max, items[0]["edge_type"].shape[2], dtype=torch.long),
-        spatial_pos=torch.zeros(batch, n_max, n_max, dtype=torch.long),
-        in_degree=torch.zeros(batch, n_max, dtype=torch.long),
-        edge_input=torch.zeros(batch, n_max, n_max, hops, items[0]["edge_input"].shape[3], dtype=torch.long),
-    )
-    for b, item in enumerate(items):
-        n = item["x"].shape[0]
-        out["x"][b, :n] = torch.from_numpy(item["x"] + 1)
-        out["attn_bias"][b, :n + 1, :n + 1] = item["attn_bias"]
-        out["attn_bias"][b, n + 1:, :n + 1] = 0.0
-        out["attn_edge_type"][b, :n, :n] = torch.from_numpy(item["edge_type"])
-        out["spatial_pos"][b, :n, :n] = torch.from_numpy(item["dist"] + 1)
-        out["in_degree"][b, :n] = torch.from_numpy(item["degree"] + 1)
-        d = item["edge_input"].shape[2]
-        out["edge_input"][b, :n, :n, :d] = torch.from_numpy(item["edge_input"] + 1)
-    return out
+    tables = [preprocess_tables(*graph) for graph in graphs]
+    attn_bias = _padded([_attn_bias(dist >= spatial_pos_max) for _, _, dist, _ in tables], float("-inf"))
+    for b, (x, _, _) in enumerate(graphs):
+        attn_bias[b, x.shape[0] + 1:, :x.shape[0] + 1] = 0.0  # padding nodes' rows see the real tokens
+    return dict(x=_padded([convert_to_single_emb(x) + 1 for x, _, _ in graphs]), attn_bias=attn_bias,
+                attn_edge_type=_padded([edge_type for _, edge_type, _, _ in tables]),
+                spatial_pos=_padded([dist + 1 for _, _, dist, _ in tables]),
+                in_degree=_padded([adjacency.sum(1) + 1 for adjacency, _, _, _ in tables]),
+                edge_input=_padded([edges[:, :, :multi_hop_max_dist] + 1 for _, _, _, edges in tables]))
 
 
-def official_forward(w: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], version: str, num_heads: int,
-                     num_layers: int, multi_hop_max_dist: int, pre_layernorm: bool = False) -> torch.Tensor:
-    """The official model's graph-token prediction, from the official formulas (eval mode, multi_hop)."""
-    F = torch.nn.functional
-    if version == "v2":
-        node, bias, layer = "encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.", \
-            "encoder.graph_encoder.layers.{}."
-        names = dict(q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", o="self_attn.out_proj",
-                     ln1="self_attn_layer_norm", ln2="final_layer_norm", fc1="fc1", fc2="fc2")
-    else:
-        node, bias, layer = "", "", "layers.{}."
-        names = dict(q="self_attention.linear_q", k="self_attention.linear_k", v="self_attention.linear_v",
-                     o="self_attention.output_layer", ln1="self_attention_norm", ln2="ffn_norm",
-                     fc1="ffn.layer1", fc2="ffn.layer2")
-    x, spatial_pos, edge_input = batch["x"], batch["spatial_pos"], batch["edge_input"]
-    n_graph, n_node = x.shape[:2]
-    hidden = w[f"{node}atom_encoder.weight"].shape[1]
-
-    def lin(name: str, t: torch.Tensor) -> torch.Tensor:
-        return F.linear(t, w[f"{name}.weight"], w.get(f"{name}.bias"))
-
-    def ln(name: str, t: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(t, (hidden,), w[f"{name}.weight"], w[f"{name}.bias"], 1e-5)
-
-    # GraphAttnBias
-    graph_attn_bias = batch["attn_bias"].clone().unsqueeze(1).repeat(1, num_heads, 1, 1)
-    spatial_bias = F.embedding(spatial_pos, w[f"{bias}spatial_pos_encoder.weight"])  # (B, N, N, H)
-    graph_attn_bias[:, :, 1:, 1:] += spatial_bias.permute(0, 3, 1, 2)
-    t = w[f"{bias}graph_token_virtual_distance.weight"].view(1, num_heads, 1)
-    graph_attn_bias[:, :, 1:, 0] += t
-    graph_attn_bias[:, :, 0, :] += t
-    spatial_pos_ = spatial_pos.clone()
-    spatial_pos_[spatial_pos_ == 0] = 1
-    spatial_pos_ = torch.where(spatial_pos_ > 1, spatial_pos_ - 1, spatial_pos_).clamp(0, multi_hop_max_dist)
-    edge_input = edge_input[:, :, :, :multi_hop_max_dist, :]
-    edge = F.embedding(edge_input, w[f"{bias}edge_encoder.weight"]).mean(-2)  # (B, N, N, D, H)
-    max_dist = edge.shape[-2]
-    flat = edge.permute(3, 0, 1, 2, 4).reshape(max_dist, -1, num_heads)
-    flat = torch.bmm(flat, w[f"{bias}edge_dis_encoder.weight"].reshape(-1, num_heads, num_heads)[:max_dist])
-    edge = flat.reshape(max_dist, n_graph, n_node, n_node, num_heads).permute(1, 2, 3, 0, 4)
-    edge = (edge.sum(-2) / spatial_pos_.float().unsqueeze(-1)).permute(0, 3, 1, 2)
-    graph_attn_bias[:, :, 1:, 1:] += edge
-    graph_attn_bias = graph_attn_bias + batch["attn_bias"].unsqueeze(1)
-
-    # GraphNodeFeature
-    h = F.embedding(x, w[f"{node}atom_encoder.weight"]).sum(-2)
-    h = h + F.embedding(batch["in_degree"], w[f"{node}in_degree_encoder.weight"])
-    h = h + F.embedding(batch["in_degree"], w[f"{node}out_degree_encoder.weight"])  # both official versions
-    h = torch.cat([w[f"{node}graph_token.weight"].unsqueeze(0).repeat(n_graph, 1, 1), h], 1)
-    if version == "v2" and "encoder.graph_encoder.emb_layer_norm.weight" in w:
-        h = ln("encoder.graph_encoder.emb_layer_norm", h)
-    pre = version == "v1" or pre_layernorm
-    head_dim = hidden // num_heads
-    padding = torch.cat([torch.zeros(n_graph, 1, dtype=torch.bool), x[:, :, 0] == 0], 1)
-    for i in range(num_layers):
-        p = layer.format(i)
-        y = ln(p + names["ln1"], h) if pre else h
-        q = lin(p + names["q"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2) * head_dim ** -0.5
-        k = lin(p + names["k"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2)
-        v = lin(p + names["v"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2)
-        scores = q @ k.transpose(2, 3) + graph_attn_bias
-        if version == "v2":
-            scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
-        y = torch.softmax(scores, dim=-1) @ v
-        y = lin(p + names["o"], y.transpose(1, 2).reshape(n_graph, -1, hidden))
-        h = h + y if pre else ln(p + names["ln1"], h + y)
-        y = ln(p + names["ln2"], h) if pre else h
-        y = lin(p + names["fc2"], F.gelu(lin(p + names["fc1"], y)))
-        h = h + y if pre else ln(p + names["ln2"], h + y)
-    if version == "v1":
-        h = ln("final_ln", h)
-        head = "out_proj" if "out_proj.weight" in w else "downstream_out_proj"
-        return lin(head, h[:, 0])
-    h = ln("encoder.layer_norm", F.gelu(lin("encoder.lm_head_transform_weight", h)))
-    logits = F.linear(h, w["encoder.embed_out.weight"]) + w["encoder.lm_output_learned_bias"]
-    return logits[:, 0, :]  # the graph token, as the criteria take it (v2 criterions/l1_loss.py)
-
-
-# ----------------------------------------------------------------------------- transformers' preprocessing and collator
-# From transformers' ``models/deprecated/graphormer/collating_graphormer.py`` (``preprocess_item``,
-# ``GraphormerDataCollator``); its ``algos_graphormer.pyx`` is official v2's ``algos.pyx`` (above).
+# transformers' ``models/deprecated/graphormer/collating_graphormer.py``; its ``algos_graphormer.pyx`` is v2's.
 
 
 def transformers_batch(graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], spatial_pos_max: int = 20,
@@ -222,47 +127,19 @@ def transformers_batch(graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], 
     """``preprocess_item`` of every (x, edge_index, edge_attr), then ``GraphormerDataCollator(spatial_pos_max)``:
     the keyword inputs of ``GraphormerForGraphClassification``. Node rows are ``convert_to_single_emb(x) + 1``
     and then ``+ 1`` again in ``preprocess_item``; ``node_shift=0`` drops that second 1 (official's rows)."""
-    items = []
-    for x, edge_index, edge_attr in graphs:
-        n = x.shape[0]
-        adjacency, attn_edge_type, dist, path = preprocess_tables(x, edge_index, edge_attr)
-        input_edges = gen_edge_input(path, attn_edge_type, int(dist.max()))
-        spatial_pos = torch.from_numpy(dist + 1)
-        attn_bias = torch.zeros(n + 1, n + 1)
-        attn_bias[1:, 1:][spatial_pos >= spatial_pos_max] = float("-inf")
-        items.append(dict(input_nodes=convert_to_single_emb(x) + 1 + node_shift, attn_edge_type=attn_edge_type,
-                          spatial_pos=spatial_pos, attn_bias=attn_bias, in_degree=adjacency.sum(1) + 1,
-                          input_edges=input_edges + 1))
-    n_max = max(item["input_nodes"].shape[0] for item in items)
-    hops = max(item["input_edges"].shape[2] for item in items)
-    batch = len(items)
-    out = dict(
-        attn_bias=torch.zeros(batch, n_max + 1, n_max + 1),
-        attn_edge_type=torch.zeros(batch, n_max, n_max, items[0]["attn_edge_type"].shape[2], dtype=torch.long),
-        spatial_pos=torch.zeros(batch, n_max, n_max, dtype=torch.long),
-        in_degree=torch.zeros(batch, n_max, dtype=torch.long),
-        input_nodes=torch.zeros(batch, n_max, items[0]["input_nodes"].shape[1], dtype=torch.long),
-        input_edges=torch.zeros(batch, n_max, n_max, hops, items[0]["input_edges"].shape[3], dtype=torch.long),
-    )
-    for b, item in enumerate(items):
-        n, d = item["input_nodes"].shape[0], item["input_edges"].shape[2]
-        out["attn_bias"][b, :n + 1, :n + 1] = item["attn_bias"]
-        out["attn_edge_type"][b, :n, :n] = torch.from_numpy(item["attn_edge_type"])
-        out["spatial_pos"][b, :n, :n] = item["spatial_pos"]
-        out["in_degree"][b, :n] = torch.from_numpy(item["in_degree"])
-        out["input_nodes"][b, :n] = torch.from_numpy(item["input_nodes"])
-        out["input_edges"][b, :n, :n, :d] = torch.from_numpy(item["input_edges"])
-    out["out_degree"] = out["in_degree"]
-    return out
+    tables = [preprocess_tables(*graph) for graph in graphs]
+    in_degree = _padded([adjacency.sum(1) + 1 for adjacency, _, _, _ in tables])
+    return dict(attn_bias=_padded([_attn_bias(dist + 1 >= spatial_pos_max) for _, _, dist, _ in tables]),
+                attn_edge_type=_padded([edge_type for _, edge_type, _, _ in tables]),
+                spatial_pos=_padded([dist + 1 for _, _, dist, _ in tables]), in_degree=in_degree,
+                input_nodes=_padded([convert_to_single_emb(x) + 1 + node_shift for x, _, _ in graphs]),
+                input_edges=_padded([edges + 1 for _, _, _, edges in tables]), out_degree=in_degree)
 
 
-# ----------------------------------------------------------------------------- the molecules the import tests run
-#: rings (ties between shortest paths), a salt (unreachable pairs), a chain longer than 5 hops
+#: The import tests' molecules: rings (ties between shortest paths), a salt (unreachable pairs), a chain of > 5 hops
 SMILES = ["c1ccc2ccccc2c1", "CC(=O)[O-].[Na+]", "OCCCCCCCC(N)C1CC1", "C1=CC=CC=CC=C1", "OC1=CC(N)CC(Cl)C1"]
-#: Predictions of two implementations of these small models are compared within this many float32
-#: ulps of their largest magnitude (``rounding_tolerance(..., ulps=ULPS)``): they sum in other orders
-#: (fused q/k/v, one gather of the relation table), a few ulps apart on x86; a real difference, such as
-#: another path order on these molecules, is hundreds of times larger.
+#: Float32 ulps (``rounding_tolerance(..., ulps=ULPS)``) between two implementations' predictions on them: other
+#: summation orders are a few ulps apart on x86, a real difference (another path order) hundreds of times more.
 ULPS = 64
 
 

@@ -1,4 +1,4 @@
-"""Writers of OGB on-disk layouts for tests: files as the real releases hold them, generated small."""
+"""OGB on-disk layouts for tests: files as the real releases hold them, generated small."""
 
 from __future__ import annotations
 
@@ -16,13 +16,9 @@ NUMPY1_MULTIARRAY = b"cnumpy.core.multiarray\n"
 
 
 def torch_save_as_numpy1(obj: object, path: Path) -> None:
-    """``torch.save`` ``obj`` so that its pickle names numpy globals as numpy 1.x does.
-
-    The official OGB-LSC ``split_dict.pt`` files were pickled under numpy 1.x: their arrays are
-    rebuilt by ``numpy.core.multiarray._reconstruct``. numpy 2 writes ``numpy._core.multiarray``;
-    the pickle (protocol 2, GLOBAL opcodes, newline-terminated names) is rewritten to the 1.x
-    module name, and the zip container is rebuilt around it.
-    """
+    """``torch.save`` ``obj`` naming numpy globals as numpy 1.x does (``numpy.core.multiarray``), as the official
+    OGB-LSC ``split_dict.pt`` files do: numpy 2's module name is rewritten in the pickle (protocol 2, GLOBAL opcodes,
+    newline-terminated names) and the zip container rebuilt around it."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     source = zipfile.ZipFile(io.BytesIO(buffer.getvalue()))
@@ -37,8 +33,7 @@ def torch_save_as_numpy1(obj: object, path: Path) -> None:
 
 
 def write_pcqm4mv2(root: Path, smiles: Sequence[str], gaps: np.ndarray, splits: dict[str, np.ndarray]) -> Path:
-    """``root/pcqm4m-v2/raw/data.csv.gz`` (``idx,smiles,homolumogap``) and ``split_dict.pt`` (numpy
-    int64 arrays, numpy-1.x pickle names) exactly as ogb's PCQM4Mv2 release lays them out."""
+    """``root/pcqm4m-v2`` as ogb's release: ``raw/data.csv.gz`` (``idx,smiles,homolumogap``) and ``split_dict.pt``."""
     folder = root / "pcqm4m-v2"
     (folder / "raw").mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame({"idx": np.arange(len(smiles)), "smiles": list(smiles), "homolumogap": gaps})

@@ -1,9 +1,5 @@
-"""Training runs for tests, seconds long: the arguments of tiny runs, ``train.py`` in this process or in a
-fresh one, and callbacks that interrupt a run or keep its final state.
-
-``train.py`` is the repository's entry script, not part of the package: these helpers run it from the
-source tree (:data:`~graphormer_urpe.run.records.REPO_DIR`), as the test suite does.
-"""
+"""Training runs for tests, seconds long: tiny runs' arguments, ``train.py`` (run from the source tree,
+:data:`~graphormer_urpe.run.records.REPO_DIR`) in this process or a fresh one, and callbacks."""
 
 from __future__ import annotations
 
@@ -30,20 +26,18 @@ SMALL_TABLE_LINES = 61
 #: Arguments shared by the 2-process DDP run and its 1-process twin: global batch 4 (2 per process),
 #: so the 5 validation graphs form shards of 3 and 2 graphs, i.e. 2 and 1 batches.
 DDP_TWIN_ARGS = ("--data.batch_size", "4", "--checkpoint.every_n_steps", "6", "--wandb.plot_every_n_validations", "1")
+_QUIET = ("--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false")
 
 
 def tiny_run_args(data_root: Path, run_root: Path, *extra: str) -> list[str]:
     """``train.py`` arguments of a seconds-long QM9 run: 2 layers of width 16, no progress bars."""
     return [
-        "--config", "qm9_gap",
-        "--data.source.max_molecules", str(TINY_MOLECULES), "--data.root", str(data_root),
+        "--config", "qm9_gap", "--data.source.max_molecules", str(TINY_MOLECULES), "--data.root", str(data_root),
         "--data.batch_size", "8", "--data.num_workers", "0", "--data.preprocess_workers", "0",
-        "--run_root", str(run_root),
-        "--model.encoder.num_layers", "2", "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16",
-        "--model.encoder.num_heads", "4", "--model.optim.warmup_steps", "3",
+        "--run_root", str(run_root), "--model.encoder.num_layers", "2", "--model.encoder.hidden_dim", "16",
+        "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4", "--model.optim.warmup_steps", "3",
         "--trainer.max_steps", "6", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1",
-        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-        *extra,
+        *_QUIET, *extra,
     ]
 
 
@@ -53,23 +47,16 @@ def small_run_args(table: Path, data_root: Path, run_root: Path, *extra: str) ->
     return [
         "--config", "smiles_csv_example", "--data.source.path", str(table), "--data.batch_size", "8",
         "--data.root", str(data_root), "--data.num_workers", "0", "--data.preprocess_workers", "0",
-        "--run_root", str(run_root),
-        "--model.encoder.num_layers", "1", "--model.encoder.hidden_dim", "8", "--model.encoder.ffn_dim", "8",
-        "--model.encoder.num_heads", "2",
-        "--trainer.val_check_interval", "50", "--trainer.max_steps", "200",
-        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-        *extra,
+        "--run_root", str(run_root), "--model.encoder.num_layers", "1", "--model.encoder.hidden_dim", "8",
+        "--model.encoder.ffn_dim", "8", "--model.encoder.num_heads", "2",
+        "--trainer.val_check_interval", "50", "--trainer.max_steps", "200", *_QUIET, *extra,
     ]
 
 
 _TINY_SEQUENCES = ("--data.length", "8", "--data.val_size", "16", "--data.test_size", "16", "--data.batch_size", "8")
 #: Arguments that shrink each synthetic config to a run of seconds.
-TINY_SYNTHETIC_ARGS = {
-    "synthetic_pi": _TINY_SEQUENCES,
-    "synthetic_etp": _TINY_SEQUENCES,
-    "synthetic_graph": ("--data.train_graphs", "8", "--data.val_graphs", "4", "--data.test_graphs", "4",
-                        "--data.batch_size", "4"),
-}
+TINY_SYNTHETIC_ARGS = {"synthetic_pi": _TINY_SEQUENCES, "synthetic_etp": _TINY_SEQUENCES, "synthetic_graph": (
+    "--data.train_graphs", "8", "--data.val_graphs", "4", "--data.test_graphs", "4", "--data.batch_size", "4")}
 
 
 def synthetic_run(run_root: Path, name: str, config: str, *extra: str) -> tuple[dict, Path]:
@@ -77,8 +64,7 @@ def synthetic_run(run_root: Path, name: str, config: str, *extra: str) -> tuple[
     returns its ``metrics.json`` and its run directory."""
     import train
 
-    train.main(["--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "1",
-                "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+    train.main(["--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", *_QUIET,
                 "--run_root", str(run_root), "--run_name", name, *TINY_SYNTHETIC_ARGS[config], *extra])
     return json.loads((run_root / name / "metrics.json").read_text()), run_root / name
 
@@ -99,12 +85,7 @@ def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
 def start_from(task: torch.nn.Module, path: Path, spec: object) -> dict:
     """``train.py --init_from path`` for ``task`` (built with the checkpoint's architecture) on data
     declared by ``spec``, without a run: read, plan, load; returns the record of the initialisation."""
-
-    class Data:  # the datamodule, as far as the plan reads it
-        pass
-
-    data = Data()
-    data.spec = spec
+    data = type("Data", (), {"spec": spec})()  # the datamodule as the plan reads it (its refusals name its class)
     plan = plan_initialisation(read_source(str(path), type(task)), task, data, overridden={})
     initialise(task, plan)
     return plan.record
@@ -112,17 +93,15 @@ def start_from(task: torch.nn.Module, path: Path, spec: object) -> dict:
 
 def run_train_subprocess(args: list[str], timeout: float = 300.0) -> subprocess.CompletedProcess:
     """``python train.py ARGS`` in a fresh process, W&B offline, killed after ``timeout`` seconds."""
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
-    env.pop(RUN_DIR_ENV, None)
+    env = {k: v for k, v in os.environ.items() if k != RUN_DIR_ENV} | {"WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable, str(REPO_DIR / "train.py"), *args], cwd=REPO_DIR, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
 class SignalDuringStep(pl.Callback):
-    """Sends ``signum`` to this process (or to its parent, e.g. ``seeds.py``) ``times`` times, one after the
-    other, while optimiser step ``step`` is being computed; a subprocess gets it with
-    ``--trainer.callbacks+='{"class_path": "graphormer_urpe.testing.runs.SignalDuringStep",
-    "init_args": {...}}'``."""
+    """Sends ``signum`` ``times`` times to this process (or its parent, e.g. ``seeds.py``) during optimiser step
+    ``step``; a subprocess gets it by
+    ``--trainer.callbacks+='{"class_path": "graphormer_urpe.testing.runs.SignalDuringStep", "init_args": {...}}'``."""
 
     def __init__(self, step: int, signum: int = signal.SIGTERM, times: int = 1, to_parent: bool = False) -> None:
         self.step, self.signum, self.times, self.to_parent, self.sent = step, signum, times, to_parent, False

@@ -1,24 +1,19 @@
-"""Float tolerances that follow from the dtype and the magnitude of the values compared, never from
-one machine's rounding (the rule of ``docs/testing.md``)."""
+"""Float tolerances that follow from the dtype and the magnitude of the values compared (see docs/testing.md)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-#: Units in the last place allowed between two evaluations of a computation a few layers deep in
-#: another summation order: 2**-11 of the largest value's scale in float32, a thousandfold the
-#: single-rounding error of a sum, and far below a real difference (of the order of the scale).
+#: Ulps allowed between two evaluations a few layers deep in another summation order: in float32, 2**-11 of the
+#: largest value's scale, a thousandfold a sum's single-rounding error and far below a real difference.
 DEFAULT_ULPS = 4096
 
 
 def rounding_tolerance(*values: torch.Tensor | np.ndarray, ulps: int = DEFAULT_ULPS) -> dict[str, float]:
-    """``atol`` and ``rtol`` (0) for comparing two evaluations of one computation that sum in other
-    orders: another batch composition, a permutation, padding, another CPU's vector width, CUDA.
-
-    Rounding errors of sums and products scale with the magnitude of their terms, so the bound is
-    absolute: ``ulps`` units in the last place of the largest magnitude among ``values`` (at least
-    1) in their dtype.
+    """``atol`` and ``rtol`` (0) for two evaluations of one computation summing in other orders (batch composition,
+    permutation, padding, vector width, CUDA): ``ulps`` units in the last place, in their dtype, of the largest
+    magnitude among ``values`` (at least 1), as rounding errors scale with the magnitude of the terms.
 
     Example:
         >>> a = torch.tensor([0.4, -2.0])

@@ -1,17 +1,5 @@
-"""Graphs written in the TU Dortmund text layout, the files ``torch_geometric.datasets.TUDataset`` reads.
-
-    ROOT/NAME/raw/NAME_A.txt                 one "i, j" line per directed edge (global node ids from 1)
-    ROOT/NAME/raw/NAME_graph_indicator.txt   graph id (from 1) of every node
-    ROOT/NAME/raw/NAME_graph_labels.txt      class of every graph             (classification)
-    ROOT/NAME/raw/NAME_graph_attributes.txt  target values of every graph     (regression)
-    ROOT/NAME/raw/NAME_node_labels.txt       integer label(s) of every node
-    ROOT/NAME/raw/NAME_node_attributes.txt   float attributes of every node, comma separated
-    ROOT/NAME/raw/NAME_edge_labels.txt       integer label(s) of every edge of NAME_A.txt
-    ROOT/NAME/raw/NAME_edge_attributes.txt   float attributes of every edge
-
-Used to ship the offline PyG example (``examples/make_examples.py``) and by the tests, which load
-what it writes through PyG's own ``TUDataset``.
-"""
+"""Graphs written in the TU Dortmund text layout that ``torch_geometric.datasets.TUDataset`` reads (the files are
+listed in docs/reference/testing.md), for the tests and the offline PyG example (``examples/make_examples.py``)."""
 
 from __future__ import annotations
 
@@ -29,8 +17,7 @@ class TUGraph:
     Shapes:
         edge_index: (2, e) local node ids from 0; node_labels: (n,) or (n, k) int; node_attributes:
         (n, k) float; edge_labels: (e,) or (e, k) int; edge_attributes: (e, k) float;
-        graph_label: int; graph_attributes: (k,) float. Every optional field is given for all
-        graphs of a dataset or for none.
+        graph_label: int; graph_attributes: (k,) float.
     """
 
     num_nodes: int
@@ -44,26 +31,22 @@ class TUGraph:
 
 
 def write_tu_dataset(raw_dir: Path, name: str, graphs: Sequence[TUGraph]) -> None:
-    """Write ``graphs`` as ``raw_dir/NAME_*.txt`` (see the module docstring)."""
+    """Write ``graphs`` as ``raw_dir/NAME_*.txt``; an optional field is given for all graphs or for none."""
     raw_dir.mkdir(parents=True, exist_ok=True)
     offsets = np.concatenate([[0], np.cumsum([g.num_nodes for g in graphs])])
     edges = np.concatenate([g.edge_index.T + 1 + offsets[k] for k, g in enumerate(graphs)])
     _save(raw_dir / f"{name}_A.txt", edges, "%d")
     _save(raw_dir / f"{name}_graph_indicator.txt", np.repeat(np.arange(1, len(graphs) + 1),
                                                               [g.num_nodes for g in graphs]), "%d")
-    for field, suffix, fmt, stack in (
-        ("node_labels", "node_labels", "%d", np.concatenate),
-        ("node_attributes", "node_attributes", "%.6g", np.concatenate),
-        ("edge_labels", "edge_labels", "%d", np.concatenate),
-        ("edge_attributes", "edge_attributes", "%.6g", np.concatenate),
-        ("graph_label", "graph_labels", "%d", np.array),
-        ("graph_attributes", "graph_attributes", "%.6g", np.stack),
-    ):
+    for field, fmt, stack in (("node_labels", "%d", np.concatenate), ("node_attributes", "%.6g", np.concatenate),
+                              ("edge_labels", "%d", np.concatenate), ("edge_attributes", "%.6g", np.concatenate),
+                              ("graph_label", "%d", np.array), ("graph_attributes", "%.6g", np.stack)):
         values = [getattr(g, field) for g in graphs]
         if all(v is None for v in values):
             continue
         if any(v is None for v in values):
             raise ValueError(f"{field} is given for some graphs only")
+        suffix = "graph_labels" if field == "graph_label" else field  # the one file named in the plural
         _save(raw_dir / f"{name}_{suffix}.txt", stack(values), fmt)
 
 

@@ -1,12 +1,5 @@
-"""ZINC's raw files as PyG downloads them, generated small: Benchmarking-GNNs pickles and subset index files.
-
-    ROOT/ZINC/raw/{train,val,test}.pickle   lists of dicts: atom_type (n,), bond_type (n, n) adjacency
-                                            of bond types 1-3, logP_SA_cycle_normalized (1,), num_atom
-    ROOT/ZINC/raw/{train,val,test}.index    one line of comma-separated rows of the 12k subset
-
-Read by PyG's own ``ZINC`` (and so by :class:`~graphormer_urpe.data.sources.ZINC` and
-:class:`~graphormer_urpe.data.sources.PygDataset`) in tests.
-"""
+"""ZINC's raw files as PyG downloads them (Benchmarking-GNNs pickles, subset index files; listed in
+docs/reference/testing.md), generated small, for PyG's own ``ZINC`` to read in tests."""
 
 from __future__ import annotations
 
@@ -18,17 +11,9 @@ import torch
 
 
 def write_zinc_raw(raw: Path, sizes: dict[str, int], subset_sizes: dict[str, int], seed: int = 0) -> dict:
-    """Write random molecules (2 to 11 atoms, a random tree of bonds) into ``raw``.
-
-    Args:
-        raw: the directory (created; must not exist).
-        sizes: molecules per PyG split (``train``, ``val``, ``test``).
-        subset_sizes: rows of each split listed in its ``.index`` file.
-        seed: the molecules are a function of it.
-
-    Returns:
-        Per split, the written molecules (dicts as in the pickles) and the subset's rows.
-    """
+    """Write ``sizes[split]`` random molecules (2 to 11 atoms, a random tree of bonds) per PyG split into ``raw``
+    (created; must not exist), ``subset_sizes[split]`` of them listed in its ``.index`` file; returns per split the
+    molecules (dicts as in the pickles) and the subset's rows."""
     rng = np.random.default_rng(seed)
     raw.mkdir(parents=True)
     molecules = {}

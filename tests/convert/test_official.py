@@ -38,7 +38,7 @@ from graphormer_urpe.testing.official_checkpoints import (
     official_weights,
     save_official,
 )
-from graphormer_urpe.testing.official_reference import ULPS, molecules, official_batch, official_forward
+from graphormer_urpe.testing.official_reference import ULPS, molecules, official_batch
 from graphormer_urpe.testing.runs import start_from
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 
@@ -48,6 +48,85 @@ def version_of(fmt: str) -> str:
 
 
 # ----------------------------------------------------------------------------- equal to the official model
+def official_forward(w: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], version: str, num_heads: int,
+                     num_layers: int, multi_hop_max_dist: int, pre_layernorm: bool = False) -> torch.Tensor:
+    """The official model's graph-token prediction (eval mode, multi_hop), transcribed from v2 ``graphormer_layers.py``,
+    ``graphormer_graph_encoder(_layer).py`` and ``models/graphormer.py``, and v1.0 ``model.py``."""
+    F = torch.nn.functional
+    if version == "v2":
+        node, bias, layer = "encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.", \
+            "encoder.graph_encoder.layers.{}."
+        names = dict(q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", o="self_attn.out_proj",
+                     ln1="self_attn_layer_norm", ln2="final_layer_norm", fc1="fc1", fc2="fc2")
+    else:
+        node, bias, layer = "", "", "layers.{}."
+        names = dict(q="self_attention.linear_q", k="self_attention.linear_k", v="self_attention.linear_v",
+                     o="self_attention.output_layer", ln1="self_attention_norm", ln2="ffn_norm",
+                     fc1="ffn.layer1", fc2="ffn.layer2")
+    x, spatial_pos, edge_input = batch["x"], batch["spatial_pos"], batch["edge_input"]
+    n_graph, n_node = x.shape[:2]
+    hidden = w[f"{node}atom_encoder.weight"].shape[1]
+
+    def lin(name: str, t: torch.Tensor) -> torch.Tensor:
+        return F.linear(t, w[f"{name}.weight"], w.get(f"{name}.bias"))
+
+    def ln(name: str, t: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(t, (hidden,), w[f"{name}.weight"], w[f"{name}.bias"], 1e-5)
+
+    # GraphAttnBias
+    graph_attn_bias = batch["attn_bias"].clone().unsqueeze(1).repeat(1, num_heads, 1, 1)
+    spatial_bias = F.embedding(spatial_pos, w[f"{bias}spatial_pos_encoder.weight"])  # (B, N, N, H)
+    graph_attn_bias[:, :, 1:, 1:] += spatial_bias.permute(0, 3, 1, 2)
+    t = w[f"{bias}graph_token_virtual_distance.weight"].view(1, num_heads, 1)
+    graph_attn_bias[:, :, 1:, 0] += t
+    graph_attn_bias[:, :, 0, :] += t
+    spatial_pos_ = spatial_pos.clone()
+    spatial_pos_[spatial_pos_ == 0] = 1
+    spatial_pos_ = torch.where(spatial_pos_ > 1, spatial_pos_ - 1, spatial_pos_).clamp(0, multi_hop_max_dist)
+    edge_input = edge_input[:, :, :, :multi_hop_max_dist, :]
+    edge = F.embedding(edge_input, w[f"{bias}edge_encoder.weight"]).mean(-2)  # (B, N, N, D, H)
+    max_dist = edge.shape[-2]
+    flat = edge.permute(3, 0, 1, 2, 4).reshape(max_dist, -1, num_heads)
+    flat = torch.bmm(flat, w[f"{bias}edge_dis_encoder.weight"].reshape(-1, num_heads, num_heads)[:max_dist])
+    edge = flat.reshape(max_dist, n_graph, n_node, n_node, num_heads).permute(1, 2, 3, 0, 4)
+    edge = (edge.sum(-2) / spatial_pos_.float().unsqueeze(-1)).permute(0, 3, 1, 2)
+    graph_attn_bias[:, :, 1:, 1:] += edge
+    graph_attn_bias = graph_attn_bias + batch["attn_bias"].unsqueeze(1)
+
+    # GraphNodeFeature
+    h = F.embedding(x, w[f"{node}atom_encoder.weight"]).sum(-2)
+    h = h + F.embedding(batch["in_degree"], w[f"{node}in_degree_encoder.weight"])
+    h = h + F.embedding(batch["in_degree"], w[f"{node}out_degree_encoder.weight"])  # both official versions
+    h = torch.cat([w[f"{node}graph_token.weight"].unsqueeze(0).repeat(n_graph, 1, 1), h], 1)
+    if version == "v2" and "encoder.graph_encoder.emb_layer_norm.weight" in w:
+        h = ln("encoder.graph_encoder.emb_layer_norm", h)
+    pre = version == "v1" or pre_layernorm
+    head_dim = hidden // num_heads
+    padding = torch.cat([torch.zeros(n_graph, 1, dtype=torch.bool), x[:, :, 0] == 0], 1)
+    for i in range(num_layers):
+        p = layer.format(i)
+        y = ln(p + names["ln1"], h) if pre else h
+        q = lin(p + names["q"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2) * head_dim ** -0.5
+        k = lin(p + names["k"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2)
+        v = lin(p + names["v"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2)
+        scores = q @ k.transpose(2, 3) + graph_attn_bias
+        if version == "v2":
+            scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
+        y = torch.softmax(scores, dim=-1) @ v
+        y = lin(p + names["o"], y.transpose(1, 2).reshape(n_graph, -1, hidden))
+        h = h + y if pre else ln(p + names["ln1"], h + y)
+        y = ln(p + names["ln2"], h) if pre else h
+        y = lin(p + names["fc2"], F.gelu(lin(p + names["fc1"], y)))
+        h = h + y if pre else ln(p + names["ln2"], h + y)
+    if version == "v1":
+        h = ln("final_ln", h)
+        head = "out_proj" if "out_proj.weight" in w else "downstream_out_proj"
+        return lin(head, h[:, 0])
+    h = ln("encoder.layer_norm", F.gelu(lin("encoder.lm_head_transform_weight", h)))
+    logits = F.linear(h, w["encoder.embed_out.weight"]) + w["encoder.lm_output_learned_bias"]
+    return logits[:, 0, :]  # the graph token, as the criteria take it (v2 criterions/l1_loss.py)
+
+
 VARIANTS = [("lightning", False), ("fairseq", False), ("fairseq", True)]
 
 
