@@ -130,7 +130,8 @@ class CheckpointOptions:
 
     Args:
         every_n_steps: every N optimiser steps, and always at the end of training and on signals (0: only then).
-        signals: signals after which the run finishes its step, writes ``last.ckpt`` and exits (128 + signal number).
+        signals: signals after which the run finishes its step, writes ``last.ckpt`` and exits (128 + signal number);
+            SLURM sends SIGTERM on preemption, SIGUSR1 before the time limit with ``#SBATCH --signal=USR1@120``.
         requeue: under SLURM, requeue the job (``scontrol requeue``) after SIGUSR1.
     """
 

@@ -47,7 +47,8 @@ class OptimConfig:
         adam_eps: Adam epsilon (> 0).
         head_lr: peak learning rate of the head (> 0); null: ``lr``.
         layer_lr_decay: d in (0, 1]: layer l of L trains at ``lr * d ** (L - l)``, the embeddings at ``lr * d ** L``.
-        freeze_encoder_steps: no update of the encoder (all but the head) in the first N optimiser steps; -1: never.
+        freeze_encoder_steps: no update of the encoder (all but the head) in the first N optimiser steps; -1: never
+            (no gradients computed for it); 0: nothing frozen.
     """
 
     lr: float = 2e-4
