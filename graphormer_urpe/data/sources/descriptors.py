@@ -1,0 +1,187 @@
+"""Molecule-level RDKit 2D descriptors on one comparable scale: the model's optional molecule features and the
+self-supervised targets of the drug-like pretraining. See docs/small-data.md.
+
+RDKit's 2D descriptors span many orders of magnitude (``Ipc`` reaches 1e30, counts are small integers, charges are
+fractions) and a few are infinite or fail for some molecules. Each descriptor is therefore mapped through its
+empirical distribution on a fixed reference corpus (quantile normalisation, like chemprop's CDF-normalised
+``v1_rdkit_2d_normalized``, with the CDF taken from data instead of a fitted family):
+
+    u = ECDF_ref(x)          in [0, 1], ties at their mid-rank, linear between the stored quantiles,
+                             0 below the reference's smallest value and 1 above its largest
+    z = 2 u - 1              in [-1, 1]; the reference median maps to 0
+
+The reference (``rdkit2d_reference.json`` beside this file) holds :data:`REFERENCE_QUANTILES` quantiles of every
+descriptor over molecules of the MOSES training set. A descriptor that is constant there (a functional group MOSES
+filtered out, such as nitro groups) still says whether a molecule lies below (-1), at (0) or above (+1) that value.
+
+A descriptor RDKit cannot compute for a molecule, or whose value is NaN or infinite, is *missing*: NaN in
+:func:`normalised_descriptors`; as a model input it becomes 0 (the median), as a pretraining target it is left out
+of the loss.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import importlib.util
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rdkit import Chem, rdBase
+from rdkit.Chem import Descriptors
+
+from graphormer_urpe.data.sources.featurize import silence_rdkit
+from graphormer_urpe.errors import DatasetMissing
+
+#: The descriptor set's name, as options and checkpoints spell it.
+DESCRIPTOR_SET = "rdkit2d"
+#: The reference distribution of every descriptor, written by :func:`write_reference`.
+REFERENCE_FILE = Path(__file__).with_name("rdkit2d_reference.json")
+#: Quantiles stored per descriptor (0 %, 1 %, ... 100 %).
+REFERENCE_QUANTILES = 101
+
+
+def moses_smiles_file(name: str = "train") -> Path:
+    """``moses/dataset/data/<name>.csv.gz`` of the installed ``molsets`` wheel (MOSES, Polykovskiy et al. 2020:
+    1,584,663 training and 176,074 test molecules of ZINC's clean lead-like set), found without importing it."""
+    spec = importlib.util.find_spec("moses")
+    path = None
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / "dataset" / "data" / f"{name}.csv.gz"
+    if path is None or not path.is_file():
+        raise DatasetMissing("the MOSES corpus ships in the PyPI wheel molsets: pip install --no-deps molsets==0.3.1 "
+                             f"(it needs none of its dependencies here; looked for moses/dataset/data/{name}.csv.gz)")
+    return path
+
+
+def moses_smiles(name: str = "train") -> list[str]:
+    """The SMILES of one MOSES file, in file order (one column, ``SMILES``)."""
+    with gzip.open(moses_smiles_file(name), "rt") as text:
+        header = text.readline().strip()
+        if header != "SMILES":
+            raise DatasetMissing(f"{moses_smiles_file(name)}: expected the header 'SMILES', found {header!r}")
+        return [line.strip() for line in text if line.strip()]
+
+
+def raw_descriptors(mol: Chem.Mol, names: Sequence[str]) -> np.ndarray:
+    """RDKit's value of each descriptor in ``names`` for ``mol``, NaN where RDKit fails or gives a non-finite value.
+
+    Shapes: (K,) float64 for K names."""
+    functions = _descriptor_functions()
+    values = np.full(len(names), np.nan)
+    for k, name in enumerate(names):
+        try:
+            values[k] = float(functions[name](mol))
+        except Exception:  # noqa: BLE001 -- RDKit raises many types for the odd molecule; the value is then missing
+            continue
+    values[~np.isfinite(values)] = np.nan
+    return values
+
+
+@functools.cache
+def _descriptor_functions() -> dict[str, object]:
+    return dict(Descriptors.descList)
+
+
+@dataclass(frozen=True)
+class DescriptorReference:
+    """The reference distribution that :func:`normalised_descriptors` maps through.
+
+    Shapes: quantiles (K, Q), non-decreasing along Q, for K descriptors.
+    """
+
+    names: tuple[str, ...]
+    quantiles: np.ndarray
+    provenance: dict
+    sha1: str  # of the reference file: part of every cache key of descriptor features or targets
+
+    @functools.cached_property
+    def informative(self) -> np.ndarray:
+        """Indices of the descriptors that vary on the reference (the others are constant over MOSES).
+
+        Shapes: (K',) int64."""
+        return np.flatnonzero(self.quantiles[:, 0] < self.quantiles[:, -1])
+
+    def normalise(self, raw: np.ndarray) -> np.ndarray:
+        """Raw descriptor values to ``2 ECDF_ref(x) - 1`` in [-1, 1]; NaN stays NaN.
+
+        Shapes: raw (R, K) or (K,) float -> the same shape, float32."""
+        values = np.asarray(raw, dtype=np.float64)
+        flat = values.reshape(-1, len(self.names))
+        out = np.full(flat.shape, np.nan)
+        for k, (points, ranks) in enumerate(self._steps):
+            known = ~np.isnan(flat[:, k])
+            out[known, k] = np.interp(flat[known, k], points, ranks, left=0.0, right=1.0)
+        return (2.0 * out - 1.0).astype(np.float32).reshape(values.shape)
+
+    @functools.cached_property
+    def _steps(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per descriptor: its distinct reference quantiles and the mid-rank (in [0, 1]) of each, so a value equal
+        to a repeated quantile (a count shared by many molecules) maps to the middle of its run."""
+        positions = np.linspace(0.0, 1.0, self.quantiles.shape[1])
+        steps = []
+        for row in self.quantiles:
+            points, inverse = np.unique(row, return_inverse=True)
+            ranks = np.bincount(inverse, weights=positions) / np.bincount(inverse)
+            steps.append((points, ranks))
+        return steps
+
+
+@functools.cache
+def descriptor_reference() -> DescriptorReference:
+    """The shipped reference; :class:`DatasetMissing` naming the descriptors this RDKit does not know."""
+    data = REFERENCE_FILE.read_bytes()
+    stored = json.loads(data)
+    names = tuple(stored["names"])
+    unknown = [name for name in names if name not in _descriptor_functions()]
+    if unknown:
+        raise DatasetMissing(f"RDKit {rdBase.rdkitVersion} lacks the descriptors {', '.join(unknown)} of the "
+                             f"{DESCRIPTOR_SET} set (made with RDKit {stored['provenance']['rdkit']}); install "
+                             "that RDKit release or a newer one")
+    return DescriptorReference(names, np.asarray(stored["quantiles"], dtype=np.float64), stored["provenance"],
+                               hashlib.sha1(data).hexdigest())
+
+
+def normalised_descriptors(mol: Chem.Mol) -> np.ndarray:
+    """The :data:`DESCRIPTOR_SET` features of one molecule, in [-1, 1], NaN where missing.
+
+    Shapes: (K,) float32 for the K descriptors of the reference."""
+    reference = descriptor_reference()
+    return reference.normalise(raw_descriptors(mol, reference.names))
+
+
+def write_reference(molecules: int = 20_000, seed: int = 0, path: Path = REFERENCE_FILE) -> Path:
+    """Compute the reference from ``molecules`` MOSES training molecules drawn with ``seed``; write it to ``path``.
+
+    ``python -m graphormer_urpe.data.sources.descriptors`` runs this (about 2 minutes on one core)."""
+    from tqdm.auto import tqdm
+
+    silence_rdkit()
+    smiles = moses_smiles("train")
+    rows = np.sort(np.random.default_rng(seed).choice(len(smiles), size=min(molecules, len(smiles)), replace=False))
+    names = [name for name, _ in Descriptors.descList]
+    raw = np.stack([raw_descriptors(Chem.MolFromSmiles(smiles[row]), names)
+                    for row in tqdm(rows, desc="RDKit descriptors of the reference", unit="molecule")])
+    levels = np.linspace(0.0, 1.0, REFERENCE_QUANTILES)
+    kept, quantiles = [], []
+    for k, name in enumerate(names):
+        known = raw[:, k][~np.isnan(raw[:, k])]
+        if len(known) < len(rows) // 2:
+            continue  # missing for most drug-like molecules: no usable distribution
+        row = np.quantile(known, levels)
+        kept.append(name)
+        quantiles.append([float(f"{value:.7g}") for value in row])
+    corpus = moses_smiles_file("train")
+    provenance = {"corpus": f"MOSES train ({corpus.name} of molsets 0.3.1)",
+                  "corpus_sha1": hashlib.sha1(corpus.read_bytes()).hexdigest(), "molecules": int(len(rows)),
+                  "seed": seed, "rdkit": rdBase.rdkitVersion, "dropped": sorted(set(names) - set(kept))}
+    path.write_text(json.dumps({"names": kept, "quantiles": quantiles, "provenance": provenance}) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(write_reference())
