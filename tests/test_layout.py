@@ -23,7 +23,8 @@ PACKAGE = REPO / "graphormer_urpe"
 TESTS = REPO / "tests"
 
 #: Floor of each top-level part of the package; a module may import only from its own floor or lower.
-LAYERS = {"constants": 0, "errors": 0, "data": 1, "model": 2, "tasks": 3, "run": 4, "evaluation": 5, "convert": 6,
+LAYERS = {"constants": 0, "errors": 0, "data": 1, "model": 2, "tasks": 3, "run": 4, "evaluation": 5,
+          "convert": 6, "pretrained": 0,
           "testing": 7}
 
 

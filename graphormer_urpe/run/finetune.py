@@ -17,6 +17,7 @@ from graphormer_urpe.data.files import sha256_file
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.errors import CheckpointError, ConfigError, shown
 from graphormer_urpe.model.attention import RelativeScale
+from graphormer_urpe.pretrained import resolve_checkpoint
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint, state_dict_problems
 from graphormer_urpe.tasks.base import INITIALISED_FROM, GraphormerTask, check_layout, is_head, plain
 
@@ -39,7 +40,9 @@ class SourceCheckpoint:
 
 
 def read_source(path: str, task_class: type) -> SourceCheckpoint:
-    """Read ``path`` as the source of a run of ``task_class``, or raise a one-line :class:`CheckpointError`."""
+    """Read ``path`` (or the shipped checkpoint, named ``pretrained``) as the source of a run of ``task_class``, or
+    raise a one-line :class:`CheckpointError`."""
+    path = resolve_checkpoint(path)
     config_class = getattr(task_class, "config_class", None)
     if config_class is None:
         raise CheckpointError(f"--init_from {path}: {task_class.__name__} is not a graphormer_urpe task "

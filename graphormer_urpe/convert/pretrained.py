@@ -1,0 +1,94 @@
+"""Reduce a pretraining run's checkpoint to the shipped one (:mod:`graphormer_urpe.pretrained`) and write its
+provenance.
+
+    python -m graphormer_urpe.convert.pretrained runs/pretrain_moses-<time>/checkpoints/best-<step>.ckpt --replace
+    python -m graphormer_urpe.convert.pretrained CKPT --out DIR          # elsewhere than the package (new files only)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+
+from graphormer_urpe.data.sources.descriptors import descriptor_reference, moses_smiles_file
+from graphormer_urpe.errors import CheckpointError
+from graphormer_urpe.pretrained import CHECKPOINT, PROVENANCE, sha256_of
+from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint
+
+#: What ``--init_from`` reads of a checkpoint; the optimiser, schedule, loop and callback states are left out.
+KEPT_KEYS = ("epoch", "global_step", "pytorch-lightning_version", "state_dict", "hparams_name", "hyper_parameters",
+             CONFIG_KEY)
+
+
+def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bool = False) -> dict:
+    """Write the reduced checkpoint and its provenance record; return the record."""
+    for path in (checkpoint_out, provenance_out):
+        if path.exists() and not replace:
+            raise CheckpointError(f"{path} exists; pass --replace to write over the shipped checkpoint, or --out")
+    checkpoint = load_checkpoint(source)
+    if CONFIG_KEY not in checkpoint:
+        raise CheckpointError(f"{source} holds no config (not written by train.py)")
+    config = yaml.safe_load(checkpoint[CONFIG_KEY])
+    source_options = config["data"]["init_args"]["source"]
+    if not source_options["class_path"].endswith("MosesDescriptors"):
+        raise CheckpointError(f"{source} is not a run of configs/pretrain_moses.yaml (its data source is "
+                              f"{source_options['class_path']})")
+    run_dir = source.resolve().parent.parent
+    record = json.loads((run_dir / "run.json").read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").is_file() else {}
+    reduced = {key: checkpoint[key] for key in KEPT_KEYS if key in checkpoint}
+    reduced["state_dict"] = {name: tensor.float() if tensor.is_floating_point() else tensor
+                             for name, tensor in checkpoint["state_dict"].items()}
+    checkpoint_out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(reduced, checkpoint_out)
+    reference = descriptor_reference()
+    corpus = moses_smiles_file("train")
+    provenance = {
+        "file": checkpoint_out.name,
+        "sha256": sha256_of(checkpoint_out),
+        "bytes": checkpoint_out.stat().st_size,
+        "global_step": int(checkpoint["global_step"]),
+        "parameters": sum(t.numel() for t in reduced["state_dict"].values() if t.is_floating_point()),
+        "source_checkpoint": str(source),
+        "command": "python " + record["command"],
+        "git_commit": record.get("git_commit"),
+        "versions": record.get("versions"),
+        "corpus": {"name": "MOSES train (molsets 0.3.1)", "file": corpus.name,
+                   "sha1": descriptor_reference().provenance["corpus_sha1"],
+                   "molecules": source_options["init_args"].get("molecules"),
+                   "seed": source_options["init_args"].get("seed")},
+        "targets": {"descriptors": "rdkit2d", "reference_sha1": reference.sha1,
+                    "count": len(reference.informative)},
+        "metrics": {key: value for key, value in metrics.items() if key.count("/") == 1},
+        "config": checkpoint[CONFIG_KEY],
+    }
+    provenance_out.write_text(json.dumps(provenance, indent=1) + "\n")
+    return provenance
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m graphormer_urpe.convert.pretrained", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", type=Path, help="a checkpoint of a train.py --config pretrain_moses run")
+    parser.add_argument("--out", type=Path, default=None, help="a directory (default: the package's own files)")
+    parser.add_argument("--replace", action="store_true", help="write over existing files (the shipped ones)")
+    args = parser.parse_args(argv)
+    checkpoint_out, provenance_out = CHECKPOINT, PROVENANCE
+    if args.out is not None:
+        checkpoint_out, provenance_out = args.out / CHECKPOINT.name, args.out / PROVENANCE.name
+    try:
+        written = export(args.checkpoint, checkpoint_out, provenance_out, args.replace)
+    except CheckpointError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {checkpoint_out} ({written['bytes']:,} bytes, step {written['global_step']}) and {provenance_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rdkit import Chem
+from rdkit.Chem import Descriptors
+
+from graphormer_urpe.data.sources.descriptors import (
+    DescriptorReference,
+    descriptor_reference,
+    normalised_descriptors,
+    raw_descriptors,
+)
+
+
+def reference(quantiles: list[list[float]]) -> DescriptorReference:
+    names = tuple(f"d{k}" for k in range(len(quantiles)))
+    return DescriptorReference(names, np.asarray(quantiles, dtype=np.float64), {}, "sha")
+
+
+def test_values_map_through_the_reference_cdf_with_ties_at_their_mid_rank() -> None:
+    # quantiles at 0, 25, 50, 75, 100 %: the value 0 fills the first three (mid-rank 25 %), 1 is at 75 %, 2 at 100 %
+    ref = reference([[0.0, 0.0, 0.0, 1.0, 2.0]])
+    raw = np.array([[0.0], [1.0], [1.5], [2.0], [3.0], [-1.0], [np.nan]])
+    expected = 2 * np.array([0.25, 0.75, 0.875, 1.0, 1.0, 0.0, np.nan]) - 1
+    np.testing.assert_array_equal(ref.normalise(raw)[:, 0], expected.astype(np.float32))
+
+
+def test_a_descriptor_constant_on_the_reference_says_below_at_or_above() -> None:
+    ref = reference([[0.0] * 5])
+    np.testing.assert_array_equal(ref.normalise(np.array([[-2.0], [0.0], [1.0]]))[:, 0], [-1.0, 0.0, 1.0])
+    assert ref.informative.tolist() == []
+
+
+def test_the_reference_median_maps_to_zero_and_every_value_lies_in_the_unit_interval() -> None:
+    ref = descriptor_reference()
+    medians = ref.quantiles[:, ref.quantiles.shape[1] // 2]
+    varying = ref.informative
+    # a median shared by a run of equal quantiles maps to that run's mid-rank instead; check the strictly ranked ones
+    unique = [k for k in varying if np.sum(ref.quantiles[k] == medians[k]) == 1]
+    assert len(unique) > 50
+    np.testing.assert_allclose(ref.normalise(medians)[unique], 0.0, atol=1e-6)
+    aspirin = normalised_descriptors(Chem.MolFromSmiles("CC(=O)Oc1ccccc1C(=O)O"))
+    assert aspirin.shape == (len(ref.names),) and aspirin.dtype == np.float32
+    assert np.nanmin(aspirin) >= -1.0 and np.nanmax(aspirin) <= 1.0
+
+
+def test_raw_values_are_rdkits_and_failures_are_missing() -> None:
+    mol = Chem.MolFromSmiles("c1ccccc1O")
+    values = raw_descriptors(mol, ["MolWt", "NumHDonors"])
+    assert values.tolist() == [Descriptors.MolWt(mol), 1.0]
+
+    class Broken:
+        pass
+
+    assert np.isnan(raw_descriptors(Broken(), ["MolWt"])).all()  # RDKit raises on a non-molecule: missing, no crash
+
+
+def test_the_shipped_reference_covers_every_rdkit_descriptor_with_sorted_quantiles() -> None:
+    ref = descriptor_reference()
+    assert set(ref.names) == {name for name, _ in Descriptors.descList}
+    assert (np.diff(ref.quantiles, axis=1) >= 0).all()
+    assert ref.provenance["molecules"] == 20_000
+
+
+@pytest.mark.parametrize("smiles", ["[Na+].[Cl-]", "C", "O=[N+]([O-])c1ccccc1"])
+def test_unusual_molecules_give_finite_or_missing_values_never_an_error(smiles: str) -> None:
+    values = normalised_descriptors(Chem.MolFromSmiles(smiles))
+    known = values[~np.isnan(values)]
+    assert len(known) > 100 and np.all(np.abs(known) <= 1.0)
