@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from graphormer_urpe.data.sources.descriptors import descriptor_reference
+from graphormer_urpe.pretrained import CHECKPOINT, SHORT_NAME, provenance, resolve_checkpoint, sha256_of
+from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint
+from graphormer_urpe.run.records import REPO_DIR
+
+
+def test_the_provenance_record_matches_the_shipped_file() -> None:
+    record = provenance()
+    assert record["sha256"] == sha256_of(CHECKPOINT)
+    assert record["bytes"] == CHECKPOINT.stat().st_size <= 5 * 2**20
+    checkpoint = load_checkpoint(CHECKPOINT)
+    assert set(checkpoint) >= {"state_dict", "hyper_parameters", CONFIG_KEY, "global_step"}
+    assert "optimizer_states" not in checkpoint
+    assert record["global_step"] == checkpoint["global_step"]
+    assert record["config"] == checkpoint[CONFIG_KEY]
+    assert record["parameters"] == sum(t.numel() for t in checkpoint["state_dict"].values() if t.is_floating_point())
+    assert all(t.dtype == torch.float32 for t in checkpoint["state_dict"].values() if t.is_floating_point())
+    reference = descriptor_reference()
+    assert record["targets"] == {"descriptors": "rdkit2d", "reference_sha1": reference.sha1,
+                                 "count": len(reference.informative)}
+    assert record["corpus"]["sha1"] == reference.provenance["corpus_sha1"]
+    assert not record["git_commit"].endswith("-dirty")
+
+
+def test_the_shipped_checkpoint_was_trained_with_the_repository_config() -> None:
+    """Reproducible by the documented command: every setting of configs/pretrain_moses.yaml is the checkpoint's."""
+    trained = yaml.safe_load(provenance()["config"])
+    shipped = yaml.safe_load((REPO_DIR / "configs" / "pretrain_moses.yaml").read_text())
+
+    def contained(part: object, whole: object, key: str) -> None:
+        if isinstance(part, dict):
+            for name, value in part.items():
+                contained(value, whole[name], f"{key}.{name}")
+        else:
+            assert part == whole, key
+
+    contained(shipped, trained, "config")
+    assert provenance()["command"].endswith("--config configs/pretrain_moses.yaml --run_name pretrain_moses") or \
+        "pretrain_moses" in provenance()["command"]
+
+
+def test_the_short_name_names_the_shipped_file_and_any_other_value_is_a_path() -> None:
+    assert resolve_checkpoint(SHORT_NAME) == str(CHECKPOINT)
+    assert resolve_checkpoint("./pretrained") == "./pretrained"
+    assert resolve_checkpoint("runs/x/checkpoints/best-3.ckpt") == "runs/x/checkpoints/best-3.ckpt"
+
+
+@pytest.mark.slow
+def test_it_fine_tunes_from_its_short_name(small_table: Path, tmp_path: Path) -> None:
+    import train
+    from graphormer_urpe.testing.runs import small_run_args
+
+    args = small_run_args(small_table, tmp_path / "data", tmp_path / "runs", "--run_name", "ft",
+                          "--init_from", SHORT_NAME, "--trainer.max_steps", "3", "--trainer.val_check_interval", "3")
+    train.main(args)
+    record = json.loads((tmp_path / "runs" / "ft" / "run.json").read_text())
+    assert record["initialised_from"]["sha256"] == provenance()["sha256"]
+    assert record["parameters"] > 500_000  # the checkpoint's architecture, not the 1-layer one of the arguments
