@@ -8,8 +8,9 @@ The machine (docs/gpu.md) has torch, Lightning, PyG, numpy, pandas and the rest,
 
 * ``wheels/``: those packages as manylinux x86-64 wheels for ``--python-version`` (``pip download
   --no-deps --only-binary=:all:``), installed there with ``pip install --no-index --no-deps --target``;
-* ``data/qm9/``: the cache of the first :data:`~gpu_check.QM9_MOLECULES` QM9 molecules, as
-  ``configs/qm9_gap.yaml`` builds it (its key holds the RDKit version: the wheel's is the same);
+* ``data/qm9/``: the caches of the first :data:`~gpu_check.QM9_MOLECULES` QM9 molecules, as
+  ``configs/qm9_gap.yaml`` builds it (its key holds the RDKit version: the wheel's is the same), and
+  of the first 50, the device tests' (``qm9_root`` of tests/conftest.py);
 * ``data/qm9_pool.csv``: the SMILES of ``bench/train_throughput.py``'s molecule pool;
 * ``manifest.json``: what is where, the Python version and every file's size.
 
@@ -79,10 +80,12 @@ def build_data(data: Path, molecules: int) -> None:
     from common import qm9_pool_smiles
     from graphormer_urpe.data.datamodule import GraphDataModule
     from graphormer_urpe.data.sources import QM9
+    from graphormer_urpe.testing.runs import TINY_MOLECULES
     from train_throughput import POOL_SIZE
 
-    print(f"QM9 cache of the first {molecules} molecules under {data}", flush=True)
-    GraphDataModule(QM9(max_molecules=molecules), root=str(data), preprocess_workers=0).prepare_data()
+    for count in (molecules, TINY_MOLECULES):  # the check's runs, the device tests' qm9_root (tests/conftest.py)
+        print(f"QM9 cache of the first {count} molecules under {data}", flush=True)
+        GraphDataModule(QM9(max_molecules=count), root=str(data), preprocess_workers=0).prepare_data()
     print(f"throughput pool: {POOL_SIZE} + 30 QM9 SMILES", flush=True)
     pd.DataFrame({"SMILES": qm9_pool_smiles(POOL_SIZE)}).to_csv(data / POOL_FILE, index=False)
 

@@ -167,11 +167,15 @@ def device_test_files() -> list[str]:
                   if "pytest.mark.device" in path.read_text())
 
 
-def check_tests(check: Check, quick: bool) -> dict:
-    """``pytest -m device`` (``--quick``: the attention module's only); deterministic cuBLAS for exact resume."""
+def check_tests(check: Check, quick: bool, bundle: Path | None) -> dict:
+    """``pytest -m device`` (``--quick``: the attention module's only); deterministic cuBLAS for exact resume;
+    the tests' 50-molecule QM9 cache from the bundle (tests/conftest.py's ``qm9_root``: no qm9pack there)."""
     paths = ["tests/model/test_attention.py"] if quick else device_test_files()
+    env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    if bundle is not None:
+        env["GRAPHORMER_TEST_QM9_ROOT"] = str((bundle / "data").resolve())
     outcome = check.run([sys.executable, "-m", "pytest", "-q", "-m", "device", "-p", "no:cacheprovider", *paths],
-                        CAPS["tests"]["device tests"], env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8"})
+                        CAPS["tests"]["device tests"], env=env)
     summary = next((line for line in reversed(outcome.stdout.splitlines()) if " passed" in line or " failed" in line),
                    "no pytest summary")
     return {"status": outcome.status, "seconds": outcome.seconds, "summary": summary.strip("= "), "files": paths}
@@ -408,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         update = functools.partial(check.record, part, time.monotonic())
         try:
             if part == "tests":
-                result = check_tests(check, args.quick)
+                result = check_tests(check, args.quick, args.bundle)
             elif part == "memory":
                 result = check_memory(check, args.device, args.quick, update)
             elif part == "throughput":
