@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -44,19 +45,31 @@ def random_molecule_record(rng: np.random.Generator, atoms: int, index: int, nod
     return structured_record(x, edges, edge_attr, rng.normal(size=1).astype(np.float32), index)
 
 
-def qm9_molecules(count: int, seed: int = 0) -> list:
-    """The 30 first (smallest: 1-4 heavy atoms) and ``count`` random further QM9 molecules of the
-    embedded ``qm9pack`` data, featurised like PCQM4Mv2. Returns :class:`RawGraph` objects."""
+def qm9_pool_smiles(count: int, seed: int = 0) -> np.ndarray:
+    """SMILES of the 30 first (smallest: 1-4 heavy atoms) and ``count`` random further QM9 molecules of the
+    embedded ``qm9pack`` data. (30 + count,) object"""
     import pandas as pd
 
-    from graphormer_urpe.data.batch import RawGraph
-    from graphormer_urpe.data.sources.featurize import molecule_graphs
     from graphormer_urpe.data.sources.molecules import qm9pack_csvs
 
     smiles = pd.concat([pd.read_csv(p, usecols=["SMILES"]) for p in qm9pack_csvs()], ignore_index=True)["SMILES"]
     drawn = np.random.default_rng(seed).choice(len(smiles) - 30, count, replace=False)
-    rows = np.concatenate([np.arange(30), 30 + drawn])
-    graphs = molecule_graphs(smiles.to_numpy()[rows], np.zeros((len(rows), 1), np.float32))
+    return smiles.to_numpy()[np.concatenate([np.arange(30), 30 + drawn])]
+
+
+def qm9_molecules(count: int, seed: int = 0, pool: Path | None = None) -> list:
+    """The molecules of :func:`qm9_pool_smiles` featurised like PCQM4Mv2, or those of ``pool``, a CSV of
+    the same SMILES (column ``SMILES``; ``bench/gpu_bundle.py`` writes it, for machines without
+    ``qm9pack``). Returns :class:`RawGraph` objects."""
+    import pandas as pd
+
+    from graphormer_urpe.data.batch import RawGraph
+    from graphormer_urpe.data.sources.featurize import molecule_graphs
+
+    smiles = qm9_pool_smiles(count, seed) if pool is None else pd.read_csv(pool)["SMILES"].to_numpy()
+    if len(smiles) != 30 + count:
+        raise SystemExit(f"{pool} holds {len(smiles)} SMILES, not the {30 + count} of a pool of {count}")
+    graphs = molecule_graphs(smiles, np.zeros((len(smiles), 1), np.float32))
     return [g for g in graphs if isinstance(g, RawGraph)]
 
 

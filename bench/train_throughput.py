@@ -35,6 +35,7 @@ import functools
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -46,6 +47,8 @@ from graphormer_urpe.data.loaders import GlobalBatchSampler
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
+#: QM9 molecules (besides the 30 smallest) that the joined molecules are made of.
+POOL_SIZE = 4000
 PRECISIONS = {"32": None, "16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
 
 
@@ -163,12 +166,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="32", choices=list(PRECISIONS))
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (dynamic shapes)")
+    parser.add_argument("--pool", type=Path, default=None,
+                        help="CSV of the pool's SMILES (bench/gpu_bundle.py writes one) instead of qm9pack's")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     clock = Clock(device)
     rng = np.random.default_rng(0)
-    pool = qm9_molecules(4000)
+    pool = qm9_molecules(POOL_SIZE, pool=args.pool)
     steps = {name: Step(name, device, args.precision, args.compile) for name in ("rpe", "urpe")}
     peak = matmul_peak(device, PRECISIONS[args.precision], clock)
     unit = "CPU-second" if device.type == "cpu" else "second"

@@ -70,13 +70,23 @@ def synthetic_mag(tmp_path_factory: pytest.TempPathFactory):
 
 # ----------------------------------------------------------------------------- tiny training runs
 
+#: Environment variable naming a data root with the prebuilt cache of ``qm9_root`` (set by bench/gpu_check.py).
+QM9_TEST_ROOT_ENV = "GRAPHORMER_TEST_QM9_ROOT"
+
+
 @pytest.fixture(scope="session")
 def qm9_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data root holding the cache of the first 50 QM9 molecules, built once per test session."""
+    """A data root holding the cache of the first 50 QM9 molecules, built once per test session; on a
+    machine without ``qm9pack`` (the GPU check's), a copy of the prebuilt one under ``$QM9_TEST_ROOT_ENV``
+    (bench/gpu_bundle.py's ``data/``), checked by ``prepare_data`` like any cache."""
+    import shutil
+
     from graphormer_urpe.data.datamodule import GraphDataModule
     from graphormer_urpe.data.sources import QM9
 
     root = tmp_path_factory.mktemp("qm9_root")
+    if prebuilt := os.environ.get(QM9_TEST_ROOT_ENV):
+        shutil.copytree(Path(prebuilt) / "qm9", root / "qm9")
     GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(root), preprocess_workers=0).prepare_data()
     return root
 

@@ -129,10 +129,11 @@ class GraphDataModule(pl.LightningDataModule):
         return self.root / self.source.name / "graphormer" / self._cache_name_and_key[0]
 
     def prepare_data(self) -> None:
-        """Check or fetch the raw files, then build (or finish, or repair) the cache once, under a file lock."""
-        self.source.ensure_raw(self.root)
+        """Check or fetch the raw files, then build (or finish, or repair) the cache once, under a file lock.
+        A valid cache needs no raw files: it is used as it is (a machine may be given the cache alone)."""
         if self._cache_is_valid():
             return
+        self.source.ensure_raw(self.root)
         with exclusive_build(self.cache_dir):
             if not self._cache_is_valid():  # another job may have built it while we waited
                 self._build_cache()

@@ -1,4 +1,5 @@
-"""bench/gpu_check.py end to end on the CPU (small), and its mixed-precision verdicts on hand-made losses."""
+"""bench/gpu_check.py end to end on the CPU (small); its caps (a command over its cap is cut, the parts after
+it still run, the summary is on disk after every part); its mixed-precision verdicts on hand-made losses."""
 
 from __future__ import annotations
 
@@ -34,12 +35,82 @@ def test_mixed_precision_is_judged_against_float32(first: float, tail: float, va
     assert runs["16-mixed"]["first_rdiff"] == pytest.approx(abs(first - 1.0))
 
 
+def test_a_command_over_its_cap_is_cut_and_logged(tmp_path: Path) -> None:
+    check = gpu_check.Check(tmp_path, tmp_path / "work", time_scale=0.5)
+    outcome = check.run([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(600)"], cap=2)
+    assert outcome.status == "cut" and not outcome.ok and outcome.seconds < 600
+    assert "started" in outcome.stdout
+    assert "cut after" in (tmp_path / "check.log").read_text() and "(cap 1 s" in (tmp_path / "check.log").read_text()
+    done = check.run([sys.executable, "-c", "raise SystemExit(3)"], cap=60)
+    assert (done.status, done.returncode) == ("failed", 3)
+
+
+def test_a_part_over_its_cap_is_recorded_as_cut_and_the_next_parts_still_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests part runs a command that outlives its cap; the memory part then runs, and finds the
+    tests part's result already on disk; a part that raises is recorded as failed, the next still runs."""
+    monkeypatch.setitem(gpu_check.CAPS, "tests", {"device tests": 1})
+    seen_on_disk: list[dict] = []
+
+    def sleeping_tests(check: gpu_check.Check, quick: bool) -> dict:
+        cap = gpu_check.CAPS["tests"]["device tests"]
+        outcome = check.run([sys.executable, "-c", "import time; time.sleep(600)"], cap)
+        return {"status": outcome.status, "summary": "no pytest summary"}
+
+    def memory(check: gpu_check.Check, device: str, quick: bool, update) -> dict:  # noqa: ANN001
+        seen_on_disk.append(json.loads((tmp_path / "summary.json").read_text()))
+        update({"status": "running", "results": []})
+        seen_on_disk.append(json.loads((tmp_path / "summary.json").read_text()))
+        raise RuntimeError("a bug in the memory part")
+
+    def throughput(check: gpu_check.Check, device: str, quick: bool, pool: Path | None, update) -> dict:  # noqa: ANN001
+        return {"status": "ok", "runs": []}
+
+    monkeypatch.setattr(gpu_check, "check_tests", sleeping_tests)
+    monkeypatch.setattr(gpu_check, "check_memory", memory)
+    monkeypatch.setattr(gpu_check, "check_throughput", throughput)
+    code = gpu_check.main(["--device", "cpu", "--parts", "throughput", "memory", "tests", "--out", str(tmp_path)])
+    assert code == 1
+    assert seen_on_disk[0]["parts"]["tests"]["status"] == "cut" and "memory" not in seen_on_disk[0]["parts"]
+    assert seen_on_disk[1]["parts"]["memory"]["status"] == "running"
+    report = json.loads((tmp_path / "summary.json").read_text())
+    assert report["order"] == ["tests", "memory", "throughput"]  # the order of value, whatever --parts says
+    assert {part: entry["status"] for part, entry in report["parts"].items()} == \
+        {"tests": "cut", "memory": "failed", "throughput": "ok"}
+    assert "a bug in the memory part" in report["parts"]["memory"]["error"]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| tests | cut |" in summary and "| memory | failed |" in summary and "| throughput | ok |" in summary
+
+
+def test_the_summary_names_the_parts_not_reached(tmp_path: Path) -> None:
+    """What a run killed during its first part leaves: every part listed, none reached."""
+    report = {"machine": "m", "date": "d", "command": "c", "order": list(gpu_check.PARTS),
+              "caps": {part: sum(gpu_check.CAPS[part].values()) for part in gpu_check.PARTS}, "parts": {}}
+    summary = gpu_check.markdown(report)
+    assert all(f"| {part} | not reached |" in summary for part in gpu_check.PARTS)
+
+
+def test_the_caps_fit_the_lease() -> None:
+    """Every cap together within 7 minutes of a 15-minute lease, the start and a rerun's margin aside."""
+    assert sum(sum(caps.values()) for caps in gpu_check.CAPS.values()) <= 7 * 60 - 30
+    assert set(gpu_check.CAPS["throughput"]) == set(gpu_check.throughput_commands("cuda", False, None))
+    assert set(gpu_check.CAPS["memory"]) == {"zinc", "pcqm4mv2", "mag240m"}
+
+
+def test_the_device_tests_are_collected_from_the_files_that_hold_them() -> None:
+    files = gpu_check.device_test_files()
+    assert {"tests/model/test_attention.py", "tests/run/test_callbacks.py", "tests/tasks/test_tasks.py",
+            "tests/data/mag240m/test_datamodule.py"} <= set(files)
+    assert "tests/run/test_tracking.py" not in files  # imports wandb, absent from the GPU image
+
+
 @pytest.mark.slow
 def test_the_check_runs_end_to_end_on_the_cpu(qm9_root: Path, tmp_path: Path) -> None:
-    """Device tests (the attention module's), 2-step QM9 runs in three precisions, the memory of the
-    three paper settings estimated; the summary names them all."""
+    """Device tests (the attention module's), the memory of the three paper settings estimated, 2-step
+    QM9 runs in three precisions; the summary names them all."""
     code = gpu_check.main(["--device", "cpu", "--steps", "2", "--quick", "--parts", "tests", "qm9", "memory",
-                           "--data-root", str(qm9_root), "--out", str(tmp_path)])
+                           "--qm9-molecules", "50", "--time-scale", "20", "--data-root", str(qm9_root),
+                           "--out", str(tmp_path)])
     report = json.loads((tmp_path / "summary.json").read_text())
     assert code == 0, (tmp_path / "summary.md").read_text()
     assert "passed" in report["parts"]["tests"]["summary"] and "failed" not in report["parts"]["tests"]["summary"]
@@ -53,16 +124,22 @@ def test_the_check_runs_end_to_end_on_the_cpu(qm9_root: Path, tmp_path: Path) ->
     assert memory["ZINC"]["peak_gib"] < memory["PCQM4Mv2"]["peak_gib"] < memory["MAG240M"]["peak_gib"]
     summary = (tmp_path / "summary.md").read_text()
     assert "| bf16-mixed |" in summary and "| MAG240M | 32 |" in summary and "(401) |" in summary
+    assert (tmp_path / "check.log").is_file() and sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == \
+        ["check.log", "summary.json", "summary.md"]  # runs and the synthetic MAG240M under work/
 
 
 @pytest.mark.slow
 def test_the_throughput_commands_run_on_the_cpu() -> None:
     """The check's throughput part calls ``bench/train_throughput.py`` with flags it accepts: the
-    float32 command of the quick list runs and prints the side-by-side comparison (the half-precision
-    ones are for a GPU: float16 matrix products on a CPU take minutes)."""
-    commands = gpu_check.throughput_commands("cpu", quick=True)
-    assert [c[c.index("--precision") + 1] for c in commands] == ["32", "16-mixed", "bf16-mixed"]
-    done = subprocess.run(commands[0], cwd=REPO_DIR, capture_output=True, text=True, timeout=600,
+    float32 command of the quick list runs, and its graphs/s are read off its table (the
+    half-precision ones are for a GPU: float16 matrix products on a CPU take minutes)."""
+    commands = gpu_check.throughput_commands("cpu", quick=True, pool=None)
+    assert [c[c.index("--precision") + 1] for c in commands.values()] == ["32", "16-mixed", "bf16-mixed", "16-mixed"]
+    assert "--compile" in commands["16-mixed compiled"]
+    done = subprocess.run(commands["32"], cwd=REPO_DIR, capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "size-aware / today, urpe" in done.stdout and "URPE / RPE time per step, bucketed" in done.stdout
+    figures = gpu_check.graphs_per_second(done.stdout)
+    assert set(figures) == {"today rpe", "today urpe", "bucketed rpe", "bucketed urpe"}
+    assert all(value > 0 for value in figures.values())

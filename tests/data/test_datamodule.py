@@ -223,3 +223,22 @@ def test_a_training_split_left_empty_by_preprocessing_stops_naming_why(tmp_path:
     assert str(refused.value).endswith("]]); check the data, or data.max_nodes=2")
     data.setup("test")  # evaluating needs no training graph
     assert data.split_sizes["train"] == 0
+
+
+def test_a_valid_cache_is_used_without_the_raw_files(qm9_root: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine given the cache alone (bench/gpu_bundle.py's, without qm9pack) trains from it; without
+    a cache the missing raw files are still named before any work."""
+    from graphormer_urpe.data.sources import molecules
+    from graphormer_urpe.errors import DatasetMissing
+
+    def no_qm9pack() -> list[Path]:
+        raise DatasetMissing("the embedded QM9 data needs the PyPI package qm9pack: pip install qm9pack")
+
+    monkeypatch.setattr(molecules, "qm9pack_csvs", no_qm9pack)
+    module = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(qm9_root))
+    module.prepare_data()
+    module.setup("fit")
+    assert len(module.datasets["train"]) == int(0.8 * TINY_MOLECULES)
+    with pytest.raises(DatasetMissing, match="qm9pack"):
+        GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(tmp_path)).prepare_data()
