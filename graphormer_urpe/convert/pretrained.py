@@ -56,6 +56,7 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
         "parameters": sum(t.numel() for t in reduced["state_dict"].values() if t.is_floating_point()),
         "source_checkpoint": str(source),
         "command": "python " + record["command"],
+        "reproduce": "pip install --no-deps molsets==0.3.1 && python train.py --config pretrain_moses",
         "git_commit": record.get("git_commit"),
         "versions": record.get("versions"),
         "corpus": {"name": "MOSES train (molsets 0.3.1)", "file": corpus.name,
@@ -64,7 +65,8 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
                    "seed": source_options["init_args"].get("seed")},
         "targets": {"descriptors": "rdkit2d", "reference_sha1": reference.sha1,
                     "count": len(reference.informative)},
-        "metrics": {key: value for key, value in metrics.items() if key.count("/") == 1},
+        "metrics": {key: value for part in ("validation", "test") for key, value in metrics.get(part, {}).items()
+                    if key.count("/") == 1},  # the means over the targets, not each descriptor's
         "config": checkpoint[CONFIG_KEY],
     }
     provenance_out.write_text(json.dumps(provenance, indent=1) + "\n")
