@@ -164,10 +164,11 @@ def split_names(splits: dict[str, np.ndarray], rows: int) -> np.ndarray:
 
 
 def dataset_config(prepared: Prepared) -> dict:
-    """``smiles_csv_example``'s settings on the prepared table, with its split column."""
+    """``smiles_csv_example``'s settings on the prepared table, with its split column, preprocessing in the
+    run's own process (each run preprocesses its table into its own cache, as chemprop featurises its own)."""
     config = yaml.safe_load((REPO / "configs" / "smiles_csv_example.yaml").read_text())
     config["data"]["init_args"]["source"]["init_args"] = source_options(prepared)
-    config["data"]["init_args"]["root"] = str(prepared.directory / "cache")
+    config["data"]["init_args"]["preprocess_workers"] = 0  # the run's one process: --threads holds
     return config
 
 
@@ -213,15 +214,16 @@ class Run:
         return f"{self.dataset}-{self.arm}-seed{self.seed}"
 
 
-def ours_command(run: Run, prepared: Prepared, run_root: Path, run_name: str, quick: bool) -> list[str]:
+def ours_command(run: Run, prepared: Prepared, out: Path, run_name: str, quick: bool) -> list[str]:
     """``python train.py`` for an arm of ours: the dataset's config, the arm's options, then the table and
-    split again (an arm's own ``--config`` must not change the rows), the seed and the run's place."""
+    split again (an arm's own ``--config`` must not change the rows), the run's own cache
+    (``out/cache/<run>``: runs side by side never share one), the seed and the run's place."""
     source = source_options(prepared)
     pinned = [f"--data.source.{key}={json.dumps(value) if isinstance(value, list) else value}"
               for key, value in source.items()]
     return [sys.executable, str(REPO / "train.py"), "--config", str(prepared.directory / "config.yaml"),
-            *shlex.split(ARMS[run.arm].options), *pinned, "--data.root", str(prepared.directory / "cache"),
-            *(QUICK_OURS if quick else ()), "--seed_everything", str(run.seed), "--run_root", str(run_root),
+            *shlex.split(ARMS[run.arm].options), *pinned, "--data.root", str(out / "cache" / run_name),
+            *(QUICK_OURS if quick else ()), "--seed_everything", str(run.seed), "--run_root", str(out / "runs"),
             "--run_name", run_name, "--logger", "csv"]
 
 
@@ -313,7 +315,7 @@ def execute(run: Run, prepared: Prepared, out: Path, chemprop: str | None, threa
     name = fresh_name(runs, run.name)
     arm = ARMS[run.arm]
     if arm.program == "ours":
-        command = ours_command(run, prepared, runs, name, quick)
+        command = ours_command(run, prepared, out, name, quick)
     else:
         command = chemprop_command(run, prepared, str(chemprop), runs / name, quick)
     log_path = out / "logs" / f"{name}.log"
