@@ -326,7 +326,7 @@ def execute(run: Run, prepared: Prepared, out: Path, chemprop: str | None, threa
     result = ours_result(runs / name, prepared, run.arm) if arm.program == "ours" else \
         chemprop_result(runs / name, prepared)
     return {"dataset": run.dataset, "arm": run.arm, "seed": run.seed, "program": arm.program,
-            "options": arm.options, **result, "cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1),
+            "options": arm.options, **result, "cpu_seconds": round(cpu, 3), "wall_seconds": round(wall, 3),
             "threads": threads, "run": name, "command": shlex.join(command),
             "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
 
