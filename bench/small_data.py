@@ -96,11 +96,14 @@ class Arm:
         program: ``ours`` (``python train.py --config <dataset config>``) or ``chemprop`` (``chemprop train``).
         options: the arm's extra command-line options, one string (split as a shell would).
         seeds: how many seeds (0, 1, ...) the arm runs by default.
+        ensemble: also predict the test rows with each run's best checkpoint (ours: ``evaluate.py --predict``,
+            its CPU seconds recorded apart), so that the report adds the MAE of the mean prediction over seeds.
     """
 
     program: str
     options: str
     seeds: int
+    ensemble: bool = False
 
 
 #: The arms: edit here. ``descriptors``, ``finetuned`` and ``recipe`` need the options that issue 30
@@ -110,7 +113,7 @@ ARMS: dict[str, Arm] = {
     "descriptors": Arm("ours", "--data.source.descriptors rdkit2d", 3),
     "finetuned": Arm("ours", "--init_from pretrained", 3),
     "finetuned+descriptors": Arm("ours", "--init_from pretrained --data.source.descriptors rdkit2d", 3),
-    "recipe": Arm("ours", "--config small_molecules", 5),
+    "recipe": Arm("ours", "--config small_molecules", 5, ensemble=True),
     "recipe-rpe": Arm("ours", "--config small_molecules --model.encoder.attention rpe", 3),
     "chemprop": Arm("chemprop", "", 5),
     "chemprop+rdkit": Arm("chemprop", "--molecule-featurizers v1_rdkit_2d_normalized", 5),
@@ -291,8 +294,39 @@ def chemprop_result(output: Path, prepared: Prepared) -> dict:
     if predictions["smiles"].tolist() != test["smiles"].tolist():
         raise BenchError(f"{output / 'model_0' / 'test_predictions.csv'}: its molecules are not the test rows "
                          "in order")
-    error = predictions[prepared.target].to_numpy(np.float64) - test[prepared.target].to_numpy(np.float64)
-    return {"test_mae": float(np.abs(error).mean()), "val_mae": None, "best_checkpoint": "model_0/best.pt"}
+    predicted = predictions[prepared.target].to_numpy(np.float64)
+    error = predicted - test[prepared.target].to_numpy(np.float64)
+    return {"test_mae": float(np.abs(error).mean()), "val_mae": None, "best_checkpoint": "model_0/best.pt",
+            "test_predictions": predicted.tolist(), "test_targets": test[prepared.target].tolist()}
+
+
+def ours_predictions(checkpoint: Path, prepared: Prepared, out: Path, name: str, threads: int) -> dict:
+    """The test rows predicted by ``checkpoint`` (``evaluate.py --predict`` on their SMILES, in split order,
+    into ``out/predictions/<run>.csv``), their targets, and the prediction's CPU and wall seconds.
+
+    Raises:
+        BenchError: ``evaluate.py`` failed, or its rows are not the test rows.
+    """
+    table = pd.read_csv(prepared.table)
+    test = table.iloc[prepared.splits["test"]]
+    smiles = prepared.directory / "test_smiles.csv"
+    if not smiles.is_file():  # derived from the table: the same file every time
+        test[["smiles"]].to_csv(smiles, index=False)
+    written = out / "predictions" / f"{name}.csv"
+    written.parent.mkdir(exist_ok=True)
+    command = [sys.executable, str(REPO / "evaluate.py"), "--ckpt", str(checkpoint), "--predict", str(smiles),
+               "--out", str(written)]
+    log_path = out / "logs" / f"{name}-predict.log"
+    code, cpu, wall = run_child(command, log_path, threads)
+    if code != 0:
+        lines = [line for line in log_path.read_text().splitlines() if line.strip()]
+        raise BenchError(f"predicting the test rows of {name} failed (exit code {code}): "
+                         f"{lines[-1] if lines else ''} (log: {log_path})")
+    predictions = pd.read_csv(written)
+    if predictions["smiles"].tolist() != test["smiles"].tolist():
+        raise BenchError(f"{written}: its molecules are not the test rows in order")
+    return {"test_predictions": predictions[prepared.target].tolist(), "test_targets": test[prepared.target].tolist(),
+            "predict_cpu_seconds": round(cpu, 3), "predict_wall_seconds": round(wall, 3)}
 
 
 def fresh_name(runs: Path, name: str) -> str:
@@ -323,8 +357,13 @@ def execute(run: Run, prepared: Prepared, out: Path, chemprop: str | None, threa
     if code != 0:
         lines = [line for line in log_path.read_text().splitlines() if line.strip()]
         raise BenchError(f"run {name} failed (exit code {code}): {lines[-1] if lines else ''} (log: {log_path})")
-    result = ours_result(runs / name, prepared, run.arm) if arm.program == "ours" else \
-        chemprop_result(runs / name, prepared)
+    if arm.program == "ours":
+        result = ours_result(runs / name, prepared, run.arm)
+        if arm.ensemble:
+            result |= ours_predictions(runs / name / "checkpoints" / result["best_checkpoint"], prepared, out, name,
+                                       threads)
+    else:
+        result = chemprop_result(runs / name, prepared)
     return {"dataset": run.dataset, "arm": run.arm, "seed": run.seed, "program": arm.program,
             "options": arm.options, **result, "cpu_seconds": round(cpu, 3), "wall_seconds": round(wall, 3),
             "threads": threads, "run": name, "command": shlex.join(command),
@@ -366,10 +405,23 @@ def pending_runs(planned: Sequence[Run], done: Sequence[dict]) -> list[Run]:
     return [run for run in planned if (run.dataset, run.arm, run.seed) not in finished]
 
 
+def ensemble(group: Sequence[dict]) -> dict | None:
+    """The test MAE of the mean prediction of the runs of ``group`` (one arm and dataset) and their CPU
+    seconds in all; None unless there are two or more runs and each holds its test predictions."""
+    if len(group) < 2 or any("test_predictions" not in entry for entry in group):
+        return None
+    mean = np.mean([entry["test_predictions"] for entry in group], axis=0)
+    error = mean - np.asarray(group[0]["test_targets"], dtype=np.float64)
+    return {"seeds": len(group), "test_mae": float(np.abs(error).mean()),
+            "cpu_seconds": sum(entry["cpu_seconds"] + entry.get("predict_cpu_seconds", 0.0) for entry in group)}
+
+
 def summarise(entries: Sequence[dict], datasets: dict[str, dict]) -> list[dict]:
     """Per dataset (in ``datasets``' order) and arm (in :data:`ARMS`' order, then any other): the number of
     seeds, the test MAE's mean and sample std over seeds, the ratio of the mean to the best (lowest mean)
-    chemprop arm's, and the mean CPU and wall seconds per run."""
+    chemprop arm's, and the mean CPU and wall seconds per run; and, for an arm of two or more runs that all
+    hold their test predictions, its ensemble: the test MAE of the mean prediction over seeds, its ratio to
+    the best chemprop arm's mean, and its CPU seconds (all its runs', their predictions' included)."""
     order = {name: k for k, name in enumerate(ARMS)}
     rows = []
     for dataset in datasets:
@@ -385,11 +437,15 @@ def summarise(entries: Sequence[dict], datasets: dict[str, dict]) -> list[dict]:
                          "seeds": [entry["seed"] for entry in group], "test_mae_mean": mean, "test_mae_std": std,
                          "test_maes": [entry["test_mae"] for entry in group],
                          "cpu_seconds": spread([entry["cpu_seconds"] for entry in group])[0],
-                         "wall_seconds": spread([entry["wall_seconds"] for entry in group])[0]})
+                         "wall_seconds": spread([entry["wall_seconds"] for entry in group])[0],
+                         "ensemble": ensemble(group)})
         chemprop = [arm for arm in arms if arm["program"] == "chemprop"]
         best = min(chemprop, key=lambda arm: arm["test_mae_mean"]) if chemprop else None
         for arm in arms:
             arm["ratio_to_best_chemprop"] = arm["test_mae_mean"] / best["test_mae_mean"] if best else None
+            if arm["ensemble"] is not None:
+                arm["ensemble"]["ratio_to_best_chemprop"] = \
+                    arm["ensemble"]["test_mae"] / best["test_mae_mean"] if best else None
         rows.append({"dataset": dataset, **datasets[dataset], "best_chemprop": best["arm"] if best else None,
                      "arms": arms})
     return rows
@@ -399,7 +455,8 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
     """The results as Markdown: a table per dataset and the commands that produced them."""
     parts = ["# Small molecular datasets: ours against chemprop 2.3.1", "",
              "Test MAE of each run's best validation model, mean +- sample std over seeds; ratio = this arm's "
-             "mean / the best chemprop arm's mean (below 1: better than chemprop); CPU and wall seconds per run.",
+             "mean / the best chemprop arm's mean (below 1: better than chemprop); CPU and wall seconds per run. "
+             "An ensemble row: the test MAE of the mean prediction over the arm's seeds, and its CPU seconds in all.",
              ""]
     for row in rows:
         split = " / ".join(str(row["split"][name]) for name in ("train", "valid", "test"))
@@ -414,6 +471,10 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
             parts.append(f"| {arm['arm']} | {options} | {len(arm['seeds'])} | {arm['test_mae_mean']:.3f} +- "
                          f"{arm['test_mae_std']:.3f} | {ratio} | {arm['cpu_seconds']:.0f} | "
                          f"{arm['wall_seconds']:.0f} |")
+            if (joint := arm["ensemble"]) is not None:
+                ratio = "" if joint["ratio_to_best_chemprop"] is None else f"{joint['ratio_to_best_chemprop']:.3f}"
+                parts.append(f"| {arm['arm']}, ensemble | mean prediction of the seeds | {joint['seeds']} | "
+                             f"{joint['test_mae']:.3f} | {ratio} | {joint['cpu_seconds']:.0f} in all | |")
         parts.append("")
     parts += ["## Commands", "", "```", *commands, "```", ""]
     return "\n".join(parts)

