@@ -489,31 +489,41 @@ def write_report(out: Path, entries: Sequence[dict], datasets: dict[str, dict], 
     return rows
 
 
-def open_directory(out: Path, setup: dict) -> bool:
-    """Create ``out`` with ``bench.json`` (the setup) and return True, or check that an existing one holds
-    the same setup (the same tables: its runs are then resumed; nothing of it is overwritten but the report,
-    and ``bench.json`` gains the command) and return False.
+def open_directory(out: Path, setup: dict) -> list[str]:
+    """Create ``out`` with ``bench.json`` (the setup), or check an existing one: the same ``--quick`` and
+    fractions, and for each dataset it already holds the same table (same rows and split: its runs are then
+    resumed); it gains the datasets it lacks and the command. Returns the datasets whose files are to be
+    written (all of them in a new directory). Nothing of an existing directory is overwritten but
+    ``bench.json`` (which only grows) and the report.
 
     Raises:
-        BenchError: ``out`` exists with another setup, or without ``bench.json``.
+        BenchError: ``out`` exists without ``bench.json``, or with another setup or another table.
     """
     path = out / "bench.json"
-    if out.exists():
-        if not path.is_file():
-            raise BenchError(f"{out} exists and is not a small_data benchmark (no bench.json): give --out a new "
-                             "directory (earlier results are never overwritten)")
-        earlier = json.loads(path.read_text())
-        if {k: v for k, v in earlier.items() if k != "commands"} != {k: v for k, v in setup.items() if k != "commands"}:
-            raise BenchError(f"{out} holds a benchmark of another setup (datasets, tables or --quick differ from "
-                             f"{path}): give --out a new directory")
-        setup["commands"] = earlier["commands"] + setup["commands"]
+    if not out.exists():
+        new_directory(out)
+        for sub in ("runs", "logs"):
+            (out / sub).mkdir()
         path.write_text(json.dumps(setup, indent=2) + "\n")
-        return False
-    new_directory(out)
-    for sub in ("runs", "logs"):
-        (out / sub).mkdir()
-    path.write_text(json.dumps(setup, indent=2) + "\n")
-    return True
+        return list(setup["datasets"])
+    if not path.is_file():
+        raise BenchError(f"{out} exists and is not a small_data benchmark (no bench.json): give --out a new "
+                         "directory (earlier results are never overwritten)")
+    earlier = json.loads(path.read_text())
+    for key in ("quick", "fractions"):
+        if earlier[key] != setup[key]:
+            raise BenchError(f"{out} holds a benchmark of another setup ({key} {earlier[key]} in {path}, now "
+                             f"{setup[key]}): give --out a new directory")
+    for name, record in setup["datasets"].items():
+        if name in earlier["datasets"] and earlier["datasets"][name]["table_sha1"] != record["table_sha1"]:
+            raise BenchError(f"{out} holds another {name} table (SHA-1 {earlier['datasets'][name]['table_sha1']} in "
+                             f"{path}, now {record['table_sha1']}: another package version?): give --out a new "
+                             "directory")
+    added = [name for name in setup["datasets"] if name not in earlier["datasets"]]
+    earlier["datasets"] |= {name: setup["datasets"][name] for name in added}
+    earlier["commands"] += setup["commands"]
+    path.write_text(json.dumps(earlier, indent=2) + "\n")
+    return added
 
 
 def combined_report(directories: Sequence[Path], out: Path) -> list[dict]:
@@ -595,9 +605,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     for dataset in datasets:
         prepared[dataset.name], texts[dataset.name], records[dataset.name] = prepare(dataset, out)
     setup = {"datasets": records, "fractions": list(FRACTIONS), "quick": options.quick, "commands": [command]}
-    if open_directory(out, setup):  # a new directory; a resumed one holds these very tables
-        for name, dataset in prepared.items():
-            write_prepared(dataset, texts[name])
+    for name in open_directory(out, setup):  # a resumed directory already holds these very tables
+        write_prepared(prepared[name], texts[name])
     planned = [Run(d.name, arm, seed) for arm in options.arms for d in datasets
                for seed in (options.seeds if options.seeds is not None else range(ARMS[arm].seeds))]
     results_path = out / RESULTS

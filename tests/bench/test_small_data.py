@@ -274,12 +274,23 @@ def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_
     try:
         assert bench.cli(["--arms", "chemprop", "--datasets", "b3db", "--seeds", "0", "--chemprop", chemprop,
                           "--out", str(tmp_path / "smaller")]) == 0
+        with pytest.raises(bench.BenchError, match="holds another b3db table"):
+            bench.main(["--arms", "chemprop", "--datasets", "b3db", "--chemprop", chemprop, "--out", str(other)])
     finally:
         sys.path.remove(str(site.parent / "site2"))
     with pytest.raises(bench.BenchError, match="the b3db table differs"):
         bench.main(["--report", str(out), str(tmp_path / "smaller"), "--out", str(tmp_path / "mixed")])
-    with pytest.raises(bench.BenchError, match="holds a benchmark of another setup"):
+    with pytest.raises(bench.BenchError, match=r"holds a benchmark of another setup \(quick False in"):
         bench.main([*argv[:-2], "--quick", "--out", str(out)])
+    before = (other / "data" / "b3db" / "table.csv").read_bytes()
+    assert bench.cli(["--arms", "chemprop", "--datasets", "freesolv", "b3db", "--seeds", "5", "--chemprop", chemprop,
+                      "--out", str(other)]) == 0  # a dataset added to a directory: its files written, b3db's kept
+    setup = json.loads((other / "bench.json").read_text())
+    assert list(setup["datasets"]) == ["b3db", "freesolv"] and len(setup["commands"]) == 2
+    assert (other / "data" / "freesolv" / "table.csv").is_file()
+    assert (other / "data" / "b3db" / "table.csv").read_bytes() == before
+    assert [(e["dataset"], e["seed"]) for e in bench.read_results(other / "results.jsonl")] == [("b3db", 5),
+                                                                                              ("freesolv", 5)]
 
 
 def test_chemprops_arms_need_its_executable(site: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
