@@ -157,6 +157,32 @@ def test_chemprops_test_mae_is_computed_from_its_predictions_and_its_split_is_ch
         bench.chemprop_result(output, prepared)
 
 
+def write_run(run_dir: Path, splits: dict, loaded: str | None) -> None:
+    """The ``metrics.json`` and ``run.json`` of a finished ``train.py`` run (the fields the benchmark reads)."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.json").write_text(json.dumps({
+        "best_checkpoint": str(run_dir / "checkpoints" / "best-40.ckpt"), "validation": {"val/mae": 0.5},
+        "test": {"test/mae": 0.25}}))
+    source = None if loaded is None else {"path": loaded, "head": "rebuilt", "overridden": {}}
+    (run_dir / "run.json").write_text(json.dumps({"dataset": {"splits": splits},
+                                                  "segments": [{"initialised_from": source}]}))
+
+
+def test_a_run_of_ours_is_checked_against_the_split_and_its_arms_init_from(site: Path, tmp_path: Path) -> None:
+    prepared = prepared_freesolv(site, tmp_path)
+    sizes = {name: len(rows) for name, rows in prepared.splits.items()}
+    write_run(tmp_path / "a", sizes, None)
+    assert bench.ours_result(tmp_path / "a", prepared, "scratch") == {
+        "test_mae": 0.25, "val_mae": 0.5, "best_checkpoint": "best-40.ckpt", "initialised_from": None}
+    with pytest.raises(bench.BenchError, match="arm finetuned .* but initialised from nothing"):
+        bench.ours_result(tmp_path / "a", prepared, "finetuned")
+    write_run(tmp_path / "b", sizes, "/ckpt/pretrained.ckpt")  # a recipe's --config may name a checkpoint
+    assert bench.ours_result(tmp_path / "b", prepared, "recipe")["initialised_from"] == "/ckpt/pretrained.ckpt"
+    write_run(tmp_path / "c", {**sizes, "test": sizes["test"] + 1}, None)
+    with pytest.raises(bench.BenchError, match="trained on splits .* not the benchmark's"):
+        bench.ours_result(tmp_path / "c", prepared, "scratch")
+
+
 def entry(dataset: str, arm: str, seed: int, mae: float, cpu: float) -> dict:
     return {"dataset": dataset, "arm": arm, "seed": seed, "program": bench.ARMS[arm].program,
             "options": bench.ARMS[arm].options, "test_mae": mae, "cpu_seconds": cpu, "wall_seconds": 2 * cpu}
