@@ -463,7 +463,7 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
     for row in rows:
         split = " / ".join(str(row["split"][name]) for name in ("train", "valid", "test"))
         parts += [f"## {row['title']} ({row['dataset']}, {row['unit']})", "",
-                  f"{row['molecules']} molecules (train / valid / test {split}), best chemprop arm: "
+                  f"{row['molecules']:,} molecules (train / valid / test {split}), best chemprop arm: "
                   f"{row['best_chemprop'] or 'none run'}", "",
                   "| arm | options | seeds | test MAE | / best chemprop | CPU s per run | wall s per run |",
                   "|---|---|---|---|---|---|---|"]
@@ -614,8 +614,10 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     results_path = out / RESULTS
     todo = pending_runs(planned, read_results(results_path))
     for record in records.values():
-        print(f"{record['title']}: {record['molecules']:,} molecules ({record['dropped']}) from "
-              f"{', '.join(record['sources'])}; scaffold split {record['split']}")
+        dropped = record["dropped"]
+        print(f"{record['title']}: {record['molecules']:,} molecules from {', '.join(record['sources'])} "
+              f"({dropped['unparsed']} unparsable and {dropped['duplicates']} repeated SMILES dropped); scaffold split "
+              f"{record['split']}")
     print(f"{len(todo)} of {len(planned)} runs to do ({len(planned) - len(todo)} already in {results_path}), "
           f"{options.jobs} at a time with {options.threads} thread(s) each{' (quick)' if options.quick else ''}; "
           f"output in {out}", flush=True)
