@@ -1,6 +1,7 @@
 """The batch contract between data and model (:class:`GraphBatch`) and :func:`collate_graphs`, which builds it.
 Shape letters: B graphs, N nodes of the largest graph (no graph token), E edges of the whole batch, F / Fc
-categorical / continuous node-feature columns, Fe / Fec edge ones, Y targets per graph (or per node)."""
+categorical / continuous node-feature columns, Fe / Fec edge ones, Y targets per graph (or per node), M
+molecule-level features per graph."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ class RawGraph(NamedTuple):
     Shapes:
         x: (n, F) int; edge_index: (2, e) int; edge_attr: (e, Fe) int; y: (Y,) float32 graph-level targets,
         or (n, Y) node-level ones (NaN where unknown); x_continuous: (n, Fc) and edge_continuous: (e, Fec)
-        float, or None when the dataset has none."""
+        float, or None when the dataset has none; molecule_features: (M,) float32 molecule-level features, NaN
+        where missing, or None when the dataset has none (M = 0)."""
 
     x: np.ndarray
     edge_index: np.ndarray
@@ -30,6 +32,7 @@ class RawGraph(NamedTuple):
     y: np.ndarray
     x_continuous: np.ndarray | None = None
     edge_continuous: np.ndarray | None = None
+    molecule_features: np.ndarray | None = None
 
 
 class GraphRecord(NamedTuple):
@@ -50,6 +53,7 @@ class GraphRecord(NamedTuple):
     index: int
     x_continuous: np.ndarray | None = None
     edge_continuous: np.ndarray | None = None
+    molecule_features: np.ndarray | None = None
 
     @classmethod
     def from_graph(cls, x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, y: np.ndarray,
@@ -99,7 +103,9 @@ class GraphBatch(TensorFields):
         edge_dst: (E,) int64 target node (position in its graph) of each edge;
         y: (B, Y) float32 targets, NaN where unknown, or (B, N, Y) per node (NaN at padding);
         index: (B,) int64 dataset position of each graph (MAG240M: the target paper's id);
-        target_node: (B,) int64 node whose label ``y`` is, or -1 (:data:`NO_TARGET_NODE`) for graph-level tasks.
+        target_node: (B,) int64 node whose label ``y`` is, or -1 (:data:`NO_TARGET_NODE`) for graph-level tasks;
+        molecule_features: (B, M) float32 molecule-level features as the data gives them (NaN where missing; the
+        model standardises them), M = 0 for datasets without them.
 
     Example:
         >>> edges = np.array([[0, 1], [1, 0]])
@@ -122,6 +128,7 @@ class GraphBatch(TensorFields):
     y: torch.Tensor
     index: torch.Tensor
     target_node: torch.Tensor
+    molecule_features: torch.Tensor
 
     @property
     def num_graphs(self) -> int:
@@ -154,6 +161,7 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
     edge_offset = np.concatenate([[0], np.cumsum(np.array([r.edge_index.shape[1] for r in records]))])
     batch, n_max = len(records), int(sizes.max(initial=1))
     continuous_width = _width(records[0].x_continuous)
+    molecule_width = 0 if records[0].molecule_features is None else len(records[0].molecule_features)
     node_targets = np.ndim(records[0].y) == 2
 
     x = np.zeros((batch, n_max, records[0].x.shape[1]), dtype=np.int64)
@@ -182,7 +190,9 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
                   spd=spd, first_edge=first_edge, edge_attr=_concat([r.edge_attr for r in records], np.int64),
                   edge_continuous=edge_continuous, edge_dst=_concat([r.edge_index[1] for r in records], np.int64), y=y,
                   index=np.array([r.index for r in records], dtype=np.int64),
-                  target_node=np.full(batch, NO_TARGET_NODE, dtype=np.int64))
+                  target_node=np.full(batch, NO_TARGET_NODE, dtype=np.int64),
+                  molecule_features=(np.stack([r.molecule_features for r in records]).astype(np.float32)
+                                     if molecule_width else np.zeros((batch, 0), dtype=np.float32)))
     return GraphBatch(**{name: torch.from_numpy(array) for name, array in arrays.items()})
 
 

@@ -114,6 +114,13 @@ class CacheSpec:
             shape = (rows, 0) if values is None else values.shape
             if shape != (rows, width):
                 return f"continuous {name} features of shape {shape}, expected ({rows}, {width})"
+        width = len(data.molecule_features)
+        molecule_shape = (0,) if graph.molecule_features is None else np.shape(graph.molecule_features)
+        if molecule_shape != (width,):
+            return f"molecule features of shape {molecule_shape}, expected ({width},)"
+        if width and np.isinf(graph.molecule_features).any():
+            return f"molecule feature {data.molecule_features[int(np.argmax(np.isinf(graph.molecule_features)))]} " \
+                   "is infinite (a missing value is NaN)"
         if edge_index.ndim != 2 or edge_index.shape[0] != 2:
             return f"edge_index of shape {edge_index.shape}, expected (2, edges)"
         if edge_attr.shape[0] != edge_index.shape[1]:
@@ -155,11 +162,13 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) ->
     kept = [graph for (_, graph), problem in zip(graphs, problems) if problem is None]
     if not kept:
         offsets = {name: np.zeros(1, dtype=np.int64) for name in ("node_ptr", "edge_ptr", "pair_ptr")}
-        return {**{name: _empty(name, spec) for name in _ARRAY_NAMES}, **offsets}, skipped
+        empty = {name: _empty(name, spec) for name in _ARRAY_NAMES}
+        return {**empty, **offsets, **_molecule_arrays(kept, spec)}, skipped
     structure = graph_structures([g.x.shape[0] for g in kept], [g.edge_index for g in kept], spec.path_order)
     targets = [np.asarray(g.y, dtype=np.float32) for g in kept]  # per node: rows found through node_ptr
     y = np.concatenate(targets) if spec.node_targets else np.stack([t.reshape(-1) for t in targets])
     return {
+        **_molecule_arrays(kept, spec),
         "x": np.concatenate([g.x for g in kept]).astype(np.int16),
         "in_degree": structure.in_degree, "out_degree": structure.out_degree,
         "edge_index": np.concatenate([g.edge_index for g in kept], axis=1).T.astype(np.int16),
@@ -174,8 +183,19 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) ->
 
 _ARRAY_NAMES = ("x", "in_degree", "out_degree", "edge_index", "edge_attr", "x_continuous", "edge_continuous", "spd",
                 "first_edge", "y", "source_row")
-#: The files of a chunk besides its record: the arrays and the three offset arrays.
+#: The files of a chunk besides its record: the arrays and the three offset arrays, and with molecule-level
+#: features (G, M) float32 one more (optional, so the caches of every other dataset keep their files).
 _CHUNK_FILES = {f"{name}.npy" for name in (*_ARRAY_NAMES, "node_ptr", "edge_ptr", "pair_ptr")}
+_MOLECULE_FILE = "molecule_features.npy"
+
+
+def _molecule_arrays(kept: list[RawGraph], spec: CacheSpec) -> dict[str, np.ndarray]:
+    """``molecule_features`` (G, M) float32 of the kept graphs, or nothing when the data has none (M = 0)."""
+    width = len(spec.data.molecule_features)
+    if not width:
+        return {}
+    rows = [np.asarray(g.molecule_features, dtype=np.float32) for g in kept]
+    return {"molecule_features": np.stack(rows) if rows else np.zeros((0, width), dtype=np.float32)}
 
 
 def _continuous(features: list[np.ndarray | None], width: int) -> np.ndarray:
@@ -215,7 +235,7 @@ def chunk_problem(path: Path, verify_checksums: bool = True) -> str | None:
     meta, problem = read_json_object(path / CHUNK_META, CHUNK_KEYS)
     if meta is None:
         return f"{CHUNK_META} {problem}"
-    if not isinstance(meta["files"], dict) or set(meta["files"]) != _CHUNK_FILES:
+    if not isinstance(meta["files"], dict) or set(meta["files"]) - {_MOLECULE_FILE} != _CHUNK_FILES:
         return f"{CHUNK_META} does not list the chunk's arrays (corrupted)"
     return manifest_problem(path, meta["files"], verify_checksums)
 
@@ -259,8 +279,10 @@ class Chunk:
         target_rows = a["node_ptr"][-1] if self.node_targets else len(a["source_row"])
         continuous_ok = all(len(a[name]) in (0, a[ptr][-1]) for name, ptr in
                             (("x_continuous", "node_ptr"), ("edge_continuous", "edge_ptr")))
+        molecule_ok = len(a.get("molecule_features", a["source_row"])) == len(a["source_row"])
         if len(counts) != 1 or a["node_ptr"][-1] != len(a["x"]) or a["edge_ptr"][-1] != len(a["edge_attr"]) \
-                or a["pair_ptr"][-1] != len(a["spd"]) or len(a["y"]) != target_rows or not continuous_ok:
+                or a["pair_ptr"][-1] != len(a["spd"]) or len(a["y"]) != target_rows or not continuous_ok \
+                or not molecule_ok:
             raise CacheError(f"{path}: array lengths disagree with their offsets; delete the directory to rebuild")
         self.num_graphs = len(a["source_row"])
 
@@ -274,7 +296,8 @@ class Chunk:
                            in_degree=a["in_degree"][n0:n1], out_degree=a["out_degree"][n0:n1],
                            y=a["y"][n0:n1] if self.node_targets else a["y"][local], index=index,
                            x_continuous=a["x_continuous"][n0:n1] if a["x_continuous"].shape[1] else None,
-                           edge_continuous=a["edge_continuous"][e0:e1] if a["edge_continuous"].shape[1] else None)
+                           edge_continuous=a["edge_continuous"][e0:e1] if a["edge_continuous"].shape[1] else None,
+                           molecule_features=a["molecule_features"][local] if "molecule_features" in a else None)
 
 
 class GraphStore:
@@ -308,6 +331,13 @@ class GraphStore:
         counts = self.num_nodes[indices]
         first = np.concatenate([[0], np.cumsum(counts)[:-1]])  # position of each graph's first node in the output
         return y[np.repeat(node_ptr[indices] - first, counts) + np.arange(counts.sum())]
+
+    def molecule_features(self, indices: np.ndarray) -> np.ndarray:
+        """float32 molecule-level features of the given graphs, NaN where missing: (G, M), M = 0 without any."""
+        if "molecule_features" not in self.chunks[0].arrays:
+            return np.zeros((len(indices), 0), dtype=np.float32)
+        features = np.concatenate([np.asarray(c.arrays["molecule_features"]) for c in self.chunks])
+        return features[np.asarray(indices, dtype=np.int64)]
 
     def split_rows(self) -> dict[str, np.ndarray]:
         """Source rows of every split, in the dataset's order, skipped rows included."""

@@ -152,6 +152,10 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
         target_level: ``graph`` (``y`` (B, Y)) or ``node`` (``y`` (B, N, Y), NaN at padding); default
             ``spec.target_level``, else ``graph``.
 
+    Molecule-level features come from a graph-level attribute ``molecule_features`` of shape (1, M) per graph
+    (``(B, M)`` in the batch, NaN where missing); without it the batch has (B, 0), and a ``spec`` with molecule
+    features refuses it.
+
     Example:
         >>> structure = GraphormerStructure()
         >>> path = structure(Data(x=torch.tensor([[1], [2], [3]]), edge_index=torch.tensor([[0, 1], [1, 2]])))
@@ -217,7 +221,26 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
         edge_continuous=edge_continuous, edge_dst=batch.edge_index[1] - node_start[edge_graph],  # position in its graph
         y=_targets(batch, target, target_level, node_mask, num_graphs, num_total),
         index=torch.arange(num_graphs, device=device),
-        target_node=torch.full((num_graphs,), NO_TARGET_NODE, dtype=torch.long, device=device))
+        target_node=torch.full((num_graphs,), NO_TARGET_NODE, dtype=torch.long, device=device),
+        molecule_features=_molecule_features(batch, spec, num_graphs))
+
+
+def _molecule_features(batch: Batch, spec: DataSpec | None, num_graphs: int) -> torch.Tensor:
+    """(B, M) float32 from the graph-level attribute ``molecule_features`` ((1, M) per graph), or (B, 0)."""
+    width = None if spec is None else len(spec.molecule_features)
+    if "molecule_features" not in batch:
+        if width:
+            raise ValueError(f"the model reads {width} molecule-level features ({', '.join(spec.molecule_features[:3])}"
+                             " ...): give each graph an attribute molecule_features of shape (1, M)")
+        return torch.zeros(num_graphs, 0, device=batch.edge_index.device)
+    values = batch.molecule_features
+    if not isinstance(values, torch.Tensor) or values.dim() != 2 or values.shape[0] != num_graphs \
+            or (width is not None and values.shape[1] != width):
+        shape = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
+        expected = "M" if width is None else str(width)
+        raise ValueError(f"attribute 'molecule_features' has shape {shape} in a batch of {num_graphs} graphs; give "
+                         f"each graph a (1, {expected}) tensor")
+    return values.float()
 
 
 def _targets(batch: Batch, target: str, level: str, node_mask: torch.Tensor, num_graphs: int,

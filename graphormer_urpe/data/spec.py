@@ -41,6 +41,9 @@ class DataSpec:
         target_kind: ``regression``, ``binary`` (Y labels in {0, 1}) or ``multiclass`` (one label < num_outputs).
         target_names: name of every target (metrics, prediction columns); empty: ``y``, or ``y0``, ``y1`` ...
         submission: the OGB-LSC leaderboard's file format and evaluator, None for other datasets.
+        molecule_features: names of the M molecule-level features of every graph (``GraphBatch.molecule_features``,
+            (B, M)): ``rdkit2d/<descriptor>`` for RDKit descriptors, then the table's own feature columns; empty:
+            none (every dataset but a SMILES table with ``descriptors`` or ``feature_columns``).
     """
 
     node_vocab: tuple[int, ...]
@@ -53,11 +56,14 @@ class DataSpec:
     target_kind: TargetKind = "regression"
     target_names: tuple[str, ...] = ()
     submission: SubmissionFormat | None = None
+    molecule_features: tuple[str, ...] = ()
 
     #: The encoder fields the data decides: input features (a checkpoint's tables fit equal ones) and outputs.
     FEATURE_FIELDS: ClassVar[tuple[str, ...]] = ("node_vocab", "edge_vocab", "continuous_node_dim",
                                                  "continuous_edge_dim")
     OUTPUT_FIELDS: ClassVar[tuple[str, ...]] = ("num_outputs", "readout")
+    #: Encoder fields of the molecule-level features: a checkpoint fine-tuned on others gets a new projection.
+    MOLECULE_FIELDS: ClassVar[tuple[str, ...]] = ("molecule_features",)
 
     def __post_init__(self) -> None:
         for name in ("node_vocab", "edge_vocab"):
@@ -65,6 +71,9 @@ class DataSpec:
             if not vocab or min(vocab) < 1:
                 raise ValueError(f"DataSpec.{name}={vocab}: one entry of at least 1 per feature column")
             object.__setattr__(self, name, vocab)
+        object.__setattr__(self, "molecule_features", tuple(str(name) for name in self.molecule_features))
+        if len(set(self.molecule_features)) != len(self.molecule_features):
+            raise ValueError(f"DataSpec.molecule_features={self.molecule_features}: a name is repeated")
         names = tuple(self.target_names) or default_target_names(self.num_targets)
         object.__setattr__(self, "target_names", names)
         if len(names) != self.num_targets:
@@ -87,10 +96,12 @@ class DataSpec:
         return READOUT[self.target_level]
 
     def encoder_fields(self) -> dict[str, object]:
-        """The ``GraphormerConfig`` fields the data decides (:attr:`FEATURE_FIELDS`, then :attr:`OUTPUT_FIELDS`)."""
+        """The ``GraphormerConfig`` fields the data decides (:attr:`FEATURE_FIELDS`, :attr:`OUTPUT_FIELDS`, then
+        :attr:`MOLECULE_FIELDS`)."""
         return {"node_vocab": list(self.node_vocab), "edge_vocab": list(self.edge_vocab),
                 "continuous_node_dim": self.continuous_node_dim, "continuous_edge_dim": self.continuous_edge_dim,
-                "num_outputs": self.num_outputs, "readout": self.readout}
+                "num_outputs": self.num_outputs, "readout": self.readout,
+                "molecule_features": list(self.molecule_features)}
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,7 @@ class SequenceSpec:
     target_names: ClassVar[tuple[str, ...]] = ("y",)
     FEATURE_FIELDS: ClassVar[tuple[str, ...]] = ("vocab_size", "length")  # as DataSpec.FEATURE_FIELDS
     OUTPUT_FIELDS: ClassVar[tuple[str, ...]] = ("num_classes",)
+    MOLECULE_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     def encoder_fields(self) -> dict[str, object]:
         """The ``SequenceConfig`` fields that the data decides (:attr:`FEATURE_FIELDS`, then :attr:`OUTPUT_FIELDS`)."""

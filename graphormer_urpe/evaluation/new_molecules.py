@@ -36,7 +36,12 @@ def predict_table(ckpt: Path, table: Path, out: Path, config_yaml: str,
     task = import_object("model.class_path", config["model"]["class_path"]).from_checkpoint(ckpt)
     if not isinstance(task, PerTargetTask):
         raise DataError(f"--predict needs a GraphRegression or Classification checkpoint, not {type(task).__name__}")
-    to_predict = SmilesToPredict(str(table), column)
+    source_args = source.get("init_args", {})  # the molecule-level features the model was trained with
+    to_predict = SmilesToPredict(str(table), column, source_args.get("descriptors"),
+                                 source_args.get("feature_columns") or ())
+    if list(to_predict.spec.molecule_features) != list(task.model.config.molecule_features):
+        raise DataError(f"{ckpt}: its model reads the molecule features {list(task.model.config.molecule_features)}, "
+                        f"its config's data.source gives {list(to_predict.spec.molecule_features)}")
     smiles = to_predict.smiles()  # the table's one read, reused to build the cache
     with tempfile.TemporaryDirectory() as cache_root:
         data = GraphDataModule(to_predict, root=cache_root, batch_size=data_args.get("batch_size", 256), num_workers=0,

@@ -1,6 +1,6 @@
 """Graphormer (Ying et al., 2021) with RPE or URPE attention (Luo et al., 2022), top to bottom.
 
-    tokens  = [graph token; node features + degree embeddings]                (B, T, H*D)
+    tokens  = [graph token (+ Linear(molecule features)); node features + degree embeddings]   (B, T, H*D)
     bias    = B[relation] + edge-path bias        shared by all layers        (B, H, T, T)
     scale   = C[relation]                         URPE only, shared           (B, H, T, T)
     layer   : x = x + drop(MHA(LN(x), bias, scale));  x = x + drop(FFN(LN(x)))
@@ -11,7 +11,8 @@ A pair's relation id is its shortest-path distance (:mod:`graphormer_urpe.consta
 variants are in ``docs/model.md`` and ``docs/official-graphormer.md``. Nothing here imports Lightning.
 
 Shape letters: B graphs, N nodes (largest graph), T = N + 1 tokens (N without graph token), H heads, D head dim,
-E edges in the batch, F / Fc node-feature columns / continuous width, Fe / Fec the same for edges, K hops.
+E edges in the batch, F / Fc node-feature columns / continuous width, Fe / Fec the same for edges, K hops,
+M molecule-level features.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ class GraphormerConfig:
         embedding_norm: LayerNorm on the input tokens before the input dropout (official v2).
         final_norm: LayerNorm on the final token states (official v1.0).
         head: ``linear`` (official v1.0) or ``v2`` (``Linear -> GELU -> LayerNorm -> Linear`` + scalar bias).
+        molecule_features: names of the M molecule-level features (set by the data; empty: none), projected by a
+            zero-initialised ``Linear(M, hidden_dim)`` into the graph token; needs ``graph_token``.
     """
 
     node_vocab: Sequence[int] = dataclasses.field(default_factory=lambda: [28])
@@ -114,6 +117,7 @@ class GraphormerConfig:
     embedding_norm: bool = False
     final_norm: bool = True
     head: Literal["linear", "v2"] = "linear"
+    molecule_features: Sequence[str] = ()
 
     #: The fields that shape the weights, taken from the checkpoint by ``train.py --init_from``.
     ARCHITECTURE: ClassVar[tuple[str, ...]] = (
@@ -144,6 +148,13 @@ class GraphormerConfig:
             check_choice(key + name, getattr(self, name), allowed)
         for name in ("input_dropout", "dropout", "attention_dropout", "activation_dropout", "drop_path"):
             check_number(key + name, getattr(self, name), 0.0, 1.0, include_maximum=False)
+        features = self.molecule_features
+        if isinstance(features, str) or not isinstance(features, Sequence) or len(set(features)) != len(features):
+            raise ConfigError(key + "molecule_features", features, "must be a list of distinct feature names")
+        if features and not self.graph_token:
+            raise ConfigError(key + "graph_token", self.graph_token, f"must be true to read the {len(features)} "
+                              "molecule-level features (data.source.descriptors / feature_columns), which enter "
+                              "through the graph token; turn them off to train without the graph token")
         if self.spatial_pos_max is not None:
             check_int(key + "spatial_pos_max", self.spatial_pos_max, 1, MAX_SPATIAL_POS_MAX,
                       hint=f" (distances are stored up to {MAX_STORED_DISTANCE}; {MAX_SPATIAL_POS_MAX} masks only "
@@ -218,6 +229,39 @@ class NodeEncoder(nn.Module):
         for degree, table in ((batch.in_degree, self.in_degree), (batch.out_degree, self.out_degree)):
             tokens = tokens + table(torch.where(mask, degree.clamp(max=self.max_degree) + PAD_ID + 1, PAD_ID))
         return tokens
+
+
+class MoleculeEncoder(nn.Module):
+    """Molecule-level features into the graph token: ``Linear(z)`` with z the features standardised by the
+    training split's statistics (buffers ``mean``, ``std``, saved in checkpoints) and missing values (NaN) set to 0.
+
+    The projection starts at zero (:meth:`reset_projection`), so a model given features first computes exactly what
+    the same weights compute without them; training moves it from there. Why the graph token: docs/model.md."""
+
+    def __init__(self, num_features: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.projection = nn.Linear(num_features, hidden_dim)
+        self.register_buffer("mean", torch.zeros(num_features))
+        self.register_buffer("std", torch.ones(num_features))
+
+    def reset_projection(self) -> None:
+        """Zero the projection's weight and bias: the features add nothing until trained."""
+        nn.init.zeros_(self.projection.weight)
+        nn.init.zeros_(self.projection.bias)
+
+    def set_statistics(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """Standardise with these (M,) statistics from now on (the training split's, set at the start of a fit)."""
+        self.mean.copy_(torch.as_tensor(mean, dtype=self.mean.dtype))
+        self.std.copy_(torch.as_tensor(std, dtype=self.std.dtype))
+
+    def standardised(self, features: torch.Tensor) -> torch.Tensor:
+        """Shapes: features (B, M) with NaN where missing -> (B, M) ``(f - mean) / std``, 0 where missing."""
+        z = (features.to(self.mean.dtype) - self.mean) / self.std
+        return torch.where(torch.isnan(z), 0.0, z)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """Shapes: features (B, M) -> (B, H*D), added to the graph token."""
+        return self.projection(self.standardised(features).to(self.projection.weight.dtype))
 
 
 class EdgePathBias(nn.Module):
@@ -364,6 +408,7 @@ class Graphormer(nn.Module):
         hidden = config.hidden_dim
         self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden, config.continuous_node_dim)
         self.graph_token = nn.Embedding(1, hidden) if config.graph_token else None
+        self.molecule = MoleculeEncoder(len(config.molecule_features), hidden) if config.molecule_features else None
         #: Token position of node 0: behind the graph token, or first without it.
         self.first_node = NODE_TOKEN_OFFSET if config.graph_token else 0
         relations, heads = config.num_relations, config.num_heads
@@ -384,6 +429,8 @@ class Graphormer(nn.Module):
         self.final_norm = nn.LayerNorm(hidden) if config.final_norm else None
         self.head = V2Head(hidden, config.num_outputs) if config.head == "v2" else nn.Linear(hidden, config.num_outputs)
         self.apply(functools.partial(official_init, num_layers=config.num_layers))
+        if self.molecule is not None:
+            self.molecule.reset_projection()
 
     def relations(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Relation id (B, T, T) int64 and attention mask (B, T, T) bool (True = may attend) of every token pair."""
@@ -424,6 +471,8 @@ class Graphormer(nn.Module):
         x = self.nodes(batch)  # (B, N, H*D)
         if self.graph_token is not None:
             token = self.graph_token.weight.expand(x.shape[0], 1, -1)  # (B, 1, H*D)
+            if self.molecule is not None:
+                token = token + self.molecule(batch.molecule_features).unsqueeze(1)  # (B, 1, H*D)
             x = torch.cat([token, x], dim=1)  # (B, T, H*D)
         if self.embedding_norm is not None:
             x = self.embedding_norm(x)
@@ -440,7 +489,8 @@ class Graphormer(nn.Module):
         level = {readout: level for level, readout in READOUT.items()}[config.readout]
         return DataSpec(node_vocab=config.node_vocab, edge_vocab=config.edge_vocab, num_targets=config.num_outputs,
                         num_outputs=config.num_outputs, continuous_node_dim=config.continuous_node_dim,
-                        continuous_edge_dim=config.continuous_edge_dim, target_level=level)
+                        continuous_edge_dim=config.continuous_edge_dim, target_level=level,
+                        molecule_features=tuple(config.molecule_features))
 
     def forward(self, batch: GraphBatch | Data) -> torch.Tensor:
         """Prediction of each graph, of its target node, or of every node (``readout``); a PyG ``Batch`` is converted

@@ -130,8 +130,11 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, datamodu
     scales = [f"{name}.weight" for name, module in task.named_modules() if isinstance(module, RelativeScale)]
     reset = [key for key in scales if key not in source.state]
     rebuilt = [] if keep_head else [key for key in target if is_head(key)]
-    weights = {key: value for key, value in source.state.items() if keep_head or not is_head(key)}
-    expected = {key: value for key, value in target.items() if key not in reset and key not in rebuilt}
+    molecule = _molecule_features(source, spec)
+    fresh = [] if molecule == "kept" else [key for key in target if key.startswith(MOLECULE_PREFIX)]
+    weights = {key: value for key, value in source.state.items() if (keep_head or not is_head(key))
+               and (molecule == "kept" or not key.startswith(MOLECULE_PREFIX))}
+    expected = {key: value for key, value in target.items() if key not in reset + rebuilt + fresh}
     if problems := state_dict_problems(weights, expected):
         raise CheckpointError(f"--init_from {source.path} does not fit the model built from its architecture: "
                               + "; ".join(problems))
@@ -146,7 +149,7 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, datamodu
         "architecture": {field: getattr(source.encoder, field) for field in type(source.encoder).ARCHITECTURE},
         "overridden": dict(overridden), "head": "kept" if keep_head else "rebuilt",
         "head_reason": _same_targets(source) if keep_head else "; ".join(changes),
-        "loaded": len(weights), "rebuilt": rebuilt, "reset_to_ones": reset,
+        "loaded": len(weights), "rebuilt": rebuilt, "reset_to_ones": reset, "molecule_features": molecule,
     })
 
 
@@ -174,6 +177,27 @@ def describe(record: Mapping[str, Any]) -> str:
     reason = f" ({record['head_reason']})" if record["head"] == "rebuilt" else ""
     return (f"{record['path']} (sha256 {record['sha256'][:12]}; {source['data']['name']}{step}): "
             f"head {record['head']}{reason}")
+
+
+#: Parameters and statistics of the molecule-level features (``Graphormer.molecule``) in a task's state dict.
+MOLECULE_PREFIX = "model.molecule."
+
+
+def _molecule_features(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> str:
+    """``kept`` when the checkpoint read the same molecule-level features as the data gives (projection and
+    statistics load), ``none`` when neither has any, else why the projection starts anew at zero (logged)."""
+    old, new = list(getattr(source.encoder, "molecule_features", ())), list(getattr(spec, "molecule_features", ()))
+    if old == new:
+        return "kept" if new else "none"
+    if not new:
+        reason = f"dropped: the data gives none of the checkpoint's {len(old)} molecule features"
+    elif not old:
+        reason = f"new zero projection: the checkpoint read no molecule features, the data gives {len(new)}"
+    else:
+        reason = f"new zero projection: the checkpoint read {len(old)} molecule features, other than the data's " \
+                 f"{len(new)}"
+    log.info("--init_from %s: molecule-level features %s", source.path, reason)
+    return reason
 
 
 def _target_changes(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> list[str]:

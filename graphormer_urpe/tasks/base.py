@@ -193,6 +193,20 @@ class GraphormerTask(pl.LightningModule):
         """Whether the head (and a regression's target statistics) came from the ``--init_from`` checkpoint."""
         return self.initialised_from is not None and self.initialised_from["head"] == "kept"
 
+    @property
+    def molecule_features_from_checkpoint(self) -> bool:
+        """Whether the molecule-feature projection and statistics came from the ``--init_from`` checkpoint."""
+        return self.initialised_from is not None and self.initialised_from.get("molecule_features") == "kept"
+
+    def on_fit_start(self) -> None:
+        """Standardise the molecule-level features (if any) with the training split's statistics, unless the
+        projection came with its own from the checkpoint (``--init_from``)."""
+        molecule = getattr(self.model, "molecule", None)
+        datamodule = self.trainer.datamodule
+        if molecule is not None and datamodule is not None and not self.molecule_features_from_checkpoint:
+            mean, std = datamodule.molecule_feature_statistics()
+            molecule.set_statistics(torch.as_tensor(mean), torch.as_tensor(std))
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.initialised_from is not None:
             checkpoint[INITIALISED_FROM] = self.initialised_from

@@ -231,8 +231,9 @@ def test_the_record_says_where_the_weights_came_from(tmp_path: Path) -> None:
 ])
 def test_every_encoder_field_is_the_checkpoints_the_datas_or_the_runs(config_class: type, spec_class: type,
                                                                      own: set[str]) -> None:
-    """A new field must be sorted into one of the three, or ``--init_from`` would silently take the config's."""
-    parts = [set(config_class.ARCHITECTURE), set(spec_class.FEATURE_FIELDS), set(spec_class.OUTPUT_FIELDS), own]
+    """A new field must be sorted into one of the four, or ``--init_from`` would silently take the config's."""
+    parts = [set(config_class.ARCHITECTURE), set(spec_class.FEATURE_FIELDS), set(spec_class.OUTPUT_FIELDS),
+             set(spec_class.MOLECULE_FIELDS), own]
     assert sum(len(part) for part in parts) == len(set().union(*parts))  # disjoint
     assert set().union(*parts) == {f.name for f in dataclasses.fields(config_class)}
 

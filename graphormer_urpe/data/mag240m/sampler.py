@@ -77,7 +77,8 @@ class CompactGraphBatch(TensorFields):
             node_mask=node_mask, spd=spd, first_edge=pad_rows(node_mask, first_edge, NO_EDGE),
             edge_attr=self.edge_attr.to(torch.long, copy=True), edge_dst=self.edge_dst.to(torch.long, copy=True),
             edge_continuous=self.edge_continuous.clone(), y=self.y.clone(), index=self.index.clone(),
-            target_node=self.target_node.clone())
+            target_node=self.target_node.clone(),
+            molecule_features=torch.zeros(len(self.index), 0, device=self.index.device))  # no molecule features
 
     def release(self) -> None:
         """Give the worker's slot back, once the batch has been copied onward (by :meth:`pad` or a move)."""

@@ -24,12 +24,14 @@ _REJECTED = -1
 
 
 def molecule_spec(target_names: Sequence[str], target_kind: TargetKind = "regression", num_outputs: int | None = None,
-                  submission: SubmissionFormat | None = None) -> DataSpec:
+                  submission: SubmissionFormat | None = None, molecule_features: Sequence[str] = ()) -> DataSpec:
     """The :class:`DataSpec` of molecules with ogb's atom and bond vocabularies, one target row per molecule;
-    ``num_outputs``: classes of a multi-class target (None: one output per target)."""
+    ``num_outputs``: classes of a multi-class target (None: one output per target); ``molecule_features``: names
+    of the molecule-level features."""
     return DataSpec(node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB, num_targets=len(target_names),
                     num_outputs=len(target_names) if num_outputs is None else num_outputs,
-                    target_kind=target_kind, target_names=tuple(target_names), submission=submission)
+                    target_kind=target_kind, target_names=tuple(target_names), submission=submission,
+                    molecule_features=tuple(molecule_features))
 
 
 def silence_rdkit() -> None:
@@ -107,10 +109,11 @@ def molecule_graph(smiles: object, y: np.ndarray) -> RawGraph | str:
     return molecule_graphs([smiles], np.asarray(y).reshape(1, -1))[0]
 
 
-def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGraph | str]:
-    """:func:`molecule_graph` of M molecules, the numpy work done once for all: each :class:`RawGraph` holds views.
+def molecule_graphs(smiles: Sequence[object], targets: np.ndarray,
+                    molecule_features: np.ndarray | None = None) -> list[RawGraph | str]:
+    """:func:`molecule_graph` of R molecules, the numpy work done once for all: each :class:`RawGraph` holds views.
 
-    Shapes: targets (M, Y)."""
+    Shapes: targets (R, Y); molecule_features (R, M) float32, or None (the graphs have none)."""
     atom_columns: list[list] = [[] for _ in _ATOM_GETTERS]
     bond_columns: list[list] = [[] for _ in _BOND_GETTERS]
     sizes: list[tuple[int, int] | str] = []  # (atoms, bonds) of each molecule, or why it has none
@@ -153,7 +156,8 @@ def molecule_graphs(smiles: Sequence[object], targets: np.ndarray) -> list[RawGr
     targets = np.asarray(targets, dtype=np.float32).reshape(len(sizes), -1)
     return [size if isinstance(size, str) else rejected[i] if i in rejected else
             RawGraph(x=x[node_ptr[i]:node_ptr[i + 1]], edge_index=edge_index[:, 2 * bond_ptr[i]:2 * bond_ptr[i + 1]],
-                     edge_attr=edge_attr[2 * bond_ptr[i]:2 * bond_ptr[i + 1]], y=targets[i])
+                     edge_attr=edge_attr[2 * bond_ptr[i]:2 * bond_ptr[i + 1]], y=targets[i],
+                     molecule_features=None if molecule_features is None else molecule_features[i])
             for i, size in enumerate(sizes)]
 
 

@@ -13,25 +13,33 @@ from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import GraphSource, seeded_split
 from graphormer_urpe.data.sources.featurize import FEATURIZER_VERSION, molecule_graphs, molecule_spec, silence_rdkit
+from graphormer_urpe.data.sources.molecule_features import NO_FEATURES, MoleculeFeatures
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import ConfigError, DatasetMissing, check_int
 
 
 class MoleculeTable:
-    """SMILES strings (NaN or empty ones are reported, not parsed) and targets, shared copy-on-write with workers.
+    """SMILES strings (NaN or empty ones are reported, not parsed) and targets, shared copy-on-write with workers;
+    with ``features``, each graph's molecule-level features, computed here in the preprocessing workers.
 
-    Shapes: targets (R, Y) float32 for R SMILES."""
+    Shapes: targets (R, Y) float32 for R SMILES; feature_columns (R, C) float, NaN where missing, for the C
+    ``features.columns``."""
 
-    def __init__(self, smiles: Sequence[object], targets: np.ndarray) -> None:
+    def __init__(self, smiles: Sequence[object], targets: np.ndarray, features: MoleculeFeatures = NO_FEATURES,
+                 feature_columns: np.ndarray | None = None) -> None:
         self.smiles = np.asarray(smiles, dtype=object)
         self.targets = np.asarray(targets, dtype=np.float32).reshape(len(self.smiles), -1)
         self.num_rows = len(self.smiles)
+        self.features = features
+        self.feature_columns = np.zeros((self.num_rows, 0)) if feature_columns is None else feature_columns
 
     def worker_init(self) -> None:
         silence_rdkit()
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
-        yield from zip(range(start, stop), molecule_graphs(self.smiles[start:stop], self.targets[start:stop]))
+        smiles = self.smiles[start:stop]
+        features = self.features.values(smiles, self.feature_columns[start:stop])
+        yield from zip(range(start, stop), molecule_graphs(smiles, self.targets[start:stop], features))
 
 
 def qm9pack_csvs() -> list[Path]:

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import seeded_split, split_shares
 from graphormer_urpe.data.sources.featurize import molecule_spec, silence_rdkit
+from graphormer_urpe.data.sources.molecule_features import NO_FEATURES, MoleculeFeatures
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
 from graphormer_urpe.data.spec import DataSpec, TargetKind
 from graphormer_urpe.errors import DataError, DatasetMissing
@@ -246,12 +247,29 @@ def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[d
     return {name: np.sort(np.asarray(rows, dtype=np.int64)) for name, rows in parts.items()}, len(groups)
 
 
+def feature_columns(frame: pd.DataFrame, features: MoleculeFeatures, path: Path) -> np.ndarray:
+    """The table's feature columns as (R, C) float64, NaN for an empty cell; :class:`TableError` naming the rows
+    (and lines) of a cell that is not a number within float32's range."""
+    return np.stack([numeric_column(frame, name, path) for name in features.columns], axis=1) if features.columns \
+        else np.zeros((len(frame), 0))
+
+
+def describe_features(features: MoleculeFeatures) -> str:
+    """``rdkit2d descriptors (217) + columns logP, mw`` for a log line."""
+    parts = [f"{features.descriptors} descriptors ({len(features.names) - len(features.columns)})"] \
+        if features.descriptors else []
+    if features.columns:
+        parts.append(f"columns {', '.join(features.columns)}")
+    return " + ".join(parts)
+
+
 class SmilesRows(MoleculeTable):
     """A :class:`MoleculeTable` that skips the rows in ``rejected`` (row -> reason) and carries its ``splits``."""
 
     def __init__(self, smiles: Sequence[object], targets: np.ndarray, rejected: dict[int, str],
-                 splits: dict[str, np.ndarray]) -> None:
-        super().__init__(smiles, targets)
+                 splits: dict[str, np.ndarray], features: MoleculeFeatures = NO_FEATURES,
+                 columns: np.ndarray | None = None) -> None:
+        super().__init__(smiles, targets, features, columns)
         self.rejected, self.splits = rejected, splits
 
     def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
@@ -273,13 +291,19 @@ class SmilesTable(MoleculeSource):
         split_fractions: train, valid and test shares for ``random`` and ``scaffold``.
         seed: seed of the random split.
         duplicate_smiles: ``error`` stops listing the repeated SMILES; ``keep_first`` skips all but the first row.
+        descriptors: ``rdkit2d``: RDKit's 2D descriptors of each molecule as model inputs (molecule-level features,
+            entering through the graph token; docs/own-data.md); null: none.
+        feature_columns: numeric columns of the table given to the model as molecule-level features, standardised
+            with the training split's mean and std (an empty cell is missing, read as the mean).
     """
 
     def __init__(self, path: str, targets: Sequence[str], smiles_column: str = "smiles",
                  task: TargetKind = "regression", num_classes: int | None = None, split: SplitMethod = "random",
                  split_column: str = "split", split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
-                 duplicate_smiles: Literal["error", "keep_first"] = "error") -> None:
+                 duplicate_smiles: Literal["error", "keep_first"] = "error",
+                 descriptors: Literal["rdkit2d"] | None = None, feature_columns: Sequence[str] = ()) -> None:
         self.path, self.targets, self.smiles_column = Path(path), list(targets), smiles_column
+        self.features = MoleculeFeatures(descriptors, tuple(feature_columns))
         self.task, self.num_classes, self.duplicate_smiles, self.seed = task, num_classes, duplicate_smiles, seed
         self.split, self.split_column, self.split_fractions = split, split_column, split_shares(split_fractions)
         if not self.targets:
@@ -290,6 +314,9 @@ class SmilesTable(MoleculeSource):
             raise TableError(f"data.source.task: {task!r}; expected regression, binary or multiclass")
         if task == "multiclass" and len(self.targets) != 1:
             raise TableError(f"{self.path}: a multi-class task has one target column, got {self.targets}")
+        if both := sorted(set(self.features.columns) & {*self.targets, smiles_column}):
+            raise TableError(f"{self.path}: column(s) {both} are both a feature column (data.source.feature_columns) "
+                             "and the SMILES or a target; a target given as input would be learned by copying it")
         self.name = f"smiles_{self.path.name.split('.')[0]}"
 
     @cached_property
@@ -301,6 +328,8 @@ class SmilesTable(MoleculeSource):
         if self.split == "column":
             columns.append(self.split_column)
             keys.append("data.source.split_column")
+        columns += self.features.columns
+        keys += ["data.source.feature_columns"] * len(self.features.columns)
         return read_table(self.path, columns, keys)
 
     @cached_property
@@ -311,7 +340,7 @@ class SmilesTable(MoleculeSource):
         if self.task == "multiclass":
             labels = numeric_column(frame, self.targets[0], self.path)
             classes = check_labels(labels, self.targets[0], self.path, self.task, self.num_classes)
-        return molecule_spec(self.targets, self.task, classes)
+        return molecule_spec(self.targets, self.task, classes, molecule_features=self.features.names)
 
     def origin(self) -> str:
         return f"{self.path} (SMILES column '{self.smiles_column}')"
@@ -321,7 +350,8 @@ class SmilesTable(MoleculeSource):
                 "targets": self.targets, "task": self.task, "num_classes": self.num_classes, "split": self.split,
                 "split_column": self.split_column if self.split == "column" else None,
                 "split_fractions": self.split_fractions if self.split != "column" else None,
-                "seed": self.seed if self.split == "random" else None, "duplicate_smiles": self.duplicate_smiles}
+                "seed": self.seed if self.split == "random" else None, "duplicate_smiles": self.duplicate_smiles,
+                **self.features.options()}
 
     def ensure_raw(self, root: Path) -> None:
         if not self.path.is_file():
@@ -333,6 +363,7 @@ class SmilesTable(MoleculeSource):
         frame = self.table.frame
         smiles = [cell_text(value) for value in frame[self.smiles_column].tolist()]
         targets = np.stack([numeric_column(frame, name, self.path) for name in self.targets], axis=1)
+        columns = feature_columns(frame, self.features, self.path)
         for k, name in enumerate(self.targets):
             if not np.isfinite(targets[:, k]).any():
                 raise TableError(f"{self.path}: target column '{name}' has no value in any of its {len(frame)} rows")
@@ -347,7 +378,10 @@ class SmilesTable(MoleculeSource):
                         self.origin(), len(empty), describe_rows(self.path, empty))
         log.info("%s: %d rows, targets %s (%s); split %s: %s", self.origin(), len(frame), ", ".join(self.targets),
                  self.task, self.split, ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
-        return SmilesRows(smiles, targets, rejected, splits)
+        if self.features.names:
+            log.info("%s: %d molecule-level features (%s)", self.origin(), len(self.features.names),
+                     describe_features(self.features))
+        return SmilesRows(smiles, targets, rejected, splits, self.features, columns)
 
     def splits(self, root: Path, reader: SmilesRows) -> dict[str, np.ndarray]:
         return reader.splits
@@ -412,19 +446,29 @@ class SmilesTable(MoleculeSource):
 
 class SmilesToPredict(MoleculeSource):
     """New molecules to predict: one SMILES column, every row (duplicates too) in the split ``predict``, in file
-    order; rows that cannot be featurised are reported (``evaluate.py --predict`` writes the reason)."""
+    order; rows that cannot be featurised are reported (``evaluate.py --predict`` writes the reason). A model
+    trained with molecule-level features gets them again: ``descriptors`` computed from the SMILES, the
+    ``feature_columns`` read from this table (each must be one of its columns)."""
 
-    spec = molecule_spec([])
-
-    def __init__(self, path: str, smiles_column: str = "smiles") -> None:
+    def __init__(self, path: str, smiles_column: str = "smiles", descriptors: Literal["rdkit2d"] | None = None,
+                 feature_columns: Sequence[str] = ()) -> None:
         self.path, self.smiles_column = Path(path), smiles_column
+        self.features = MoleculeFeatures(descriptors, tuple(feature_columns))
         self.name = f"predict_{self.path.name.split('.')[0]}"
 
     @cached_property
+    def spec(self) -> DataSpec:
+        """Molecules without targets, with the model's molecule-level features."""
+        return molecule_spec([], molecule_features=self.features.names)
+
+    @cached_property
     def table(self) -> TableRead:
-        """The SMILES column and the SHA-1 of the file, from its one read."""
+        """The SMILES and feature columns and the SHA-1 of the file, from its one read."""
         self.ensure_raw(Path("."))
-        return read_table(self.path, [self.smiles_column], ["--smiles-column"])
+        trained_with = f"a feature column the model was trained with: data.source.feature_columns " \
+                       f"{list(self.features.columns)}"
+        return read_table(self.path, [self.smiles_column, *self.features.columns],
+                          ["--smiles-column", *[trained_with] * len(self.features.columns)])
 
     def smiles(self) -> list[str]:
         """The SMILES of every row, stripped, in file order."""
@@ -434,7 +478,8 @@ class SmilesToPredict(MoleculeSource):
         return f"{self.path} (SMILES column '{self.smiles_column}')"
 
     def options(self) -> dict:
-        return {**super().options(), "sha1": self.table.sha1, "smiles_column": self.smiles_column}
+        return {**super().options(), "sha1": self.table.sha1, "smiles_column": self.smiles_column,
+                **self.features.options()}
 
     def ensure_raw(self, root: Path) -> None:
         if not self.path.is_file():
@@ -442,7 +487,8 @@ class SmilesToPredict(MoleculeSource):
 
     def open(self, root: Path) -> MoleculeTable:
         smiles = self.smiles()
-        return MoleculeTable(smiles, np.zeros((len(smiles), 0), dtype=np.float32))
+        columns = feature_columns(self.table.frame, self.features, self.path)
+        return MoleculeTable(smiles, np.zeros((len(smiles), 0), dtype=np.float32), self.features, columns)
 
     def splits(self, root: Path, reader: MoleculeTable) -> dict[str, np.ndarray]:
         return {"predict": np.arange(reader.num_rows)}

@@ -1,0 +1,103 @@
+"""Molecule-level features of a SMILES table: RDKit 2D descriptors computed from each SMILES and numeric columns
+of the table, one vector of M values per molecule (``GraphBatch.molecule_features``). See docs/own-data.md.
+
+The vector is ``[normalised descriptors (K), feature columns (C)]``, NaN where a value is missing. The cache stores
+it as computed; the model standardises it with the training split's statistics (:func:`feature_statistics`,
+stored in the checkpoint) and reads a missing value as 0 (for a descriptor, the reference median)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from rdkit import Chem
+
+from graphormer_urpe.data.sources.descriptors import DESCRIPTOR_SET, descriptor_reference, normalised_descriptors
+from graphormer_urpe.errors import ConfigError
+
+#: Descriptor feature names are ``rdkit2d/<RDKit name>``; a table's feature column may not start so.
+DESCRIPTOR_PREFIX = f"{DESCRIPTOR_SET}/"
+
+
+@dataclass(frozen=True)
+class MoleculeFeatures:
+    """Which molecule-level features a SMILES table gives: a descriptor set (or None) and feature columns.
+
+    Example:
+        >>> features = MoleculeFeatures("rdkit2d", ("logS",))
+        >>> features.names[0], features.names[-1], len(features.names)
+        ('rdkit2d/MaxAbsEStateIndex', 'logS', 218)
+        >>> MoleculeFeatures().names  # off: no feature, M = 0
+        ()
+    """
+
+    descriptors: str | None = None
+    columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.descriptors not in (None, DESCRIPTOR_SET):
+            raise ConfigError("data.source.descriptors", self.descriptors,
+                              f"must be {DESCRIPTOR_SET} (RDKit's 2D descriptors) or null (none)")
+        columns = self.columns
+        if isinstance(columns, str) or not all(isinstance(name, str) and name for name in columns):
+            raise ConfigError("data.source.feature_columns", columns, "must be a list of column names, e.g. [logP]")
+        if len(set(columns)) != len(columns) or any(name.startswith(DESCRIPTOR_PREFIX) for name in columns):
+            raise ConfigError("data.source.feature_columns", list(columns),
+                              f"must name distinct columns, none starting with '{DESCRIPTOR_PREFIX}'")
+        object.__setattr__(self, "columns", tuple(columns))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The M feature names, as ``DataSpec.molecule_features`` records them."""
+        descriptors = [DESCRIPTOR_PREFIX + name for name in descriptor_reference().names] if self.descriptors else []
+        return (*descriptors, *self.columns)
+
+    def options(self) -> dict:
+        """The part of a cache key that the features decide; empty when off (so other caches keep their keys)."""
+        options: dict = {}
+        if self.descriptors:
+            options |= {"descriptors": self.descriptors, "descriptor_reference_sha1": descriptor_reference().sha1}
+        if self.columns:
+            options["feature_columns"] = list(self.columns)
+        return options
+
+    def values(self, smiles: Sequence[object], columns: np.ndarray) -> np.ndarray | None:
+        """The features of R molecules: descriptors from each SMILES (NaN for one RDKit cannot parse), then the
+        columns as given; None when there is no feature.
+
+        Shapes: columns (R, C) float -> (R, M) float32, NaN where missing."""
+        if not self.names:
+            return None
+        parts = [np.asarray(columns, dtype=np.float32).reshape(len(smiles), len(self.columns))]
+        if self.descriptors:
+            width = len(descriptor_reference().names)
+            descriptors = np.full((len(smiles), width), np.nan, dtype=np.float32)
+            for k, text in enumerate(smiles):
+                mol = Chem.MolFromSmiles(text) if isinstance(text, str) and text.strip() else None
+                if mol is not None and mol.GetNumAtoms():  # molecule_graphs gives the others their reason
+                    descriptors[k] = normalised_descriptors(mol)
+            parts.insert(0, descriptors)
+        return np.concatenate(parts, axis=1)
+
+
+#: No molecule-level feature (M = 0): every dataset but a SMILES table configured with some.
+NO_FEATURES = MoleculeFeatures()
+
+
+def feature_statistics(names: Sequence[str], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation that standardise each feature: the training values' (NaN ignored, the std at
+    least 1e-6) for a feature column, 0 and 1 for a descriptor (already on one scale, in [-1, 1]).
+
+    Shapes: values (G, M) -> two (M,) float64. ValueError naming a feature column without a known value."""
+    values = np.asarray(values, dtype=np.float64).reshape(-1, len(names))
+    mean, std = np.zeros(len(names)), np.ones(len(names))
+    for k, name in enumerate(names):
+        if name.startswith(DESCRIPTOR_PREFIX):
+            continue
+        known = values[:, k][np.isfinite(values[:, k])]
+        if not len(known):
+            raise ValueError(f"feature column '{name}' has no value in the training split, so it cannot be "
+                             "standardised; fill it or remove it from data.source.feature_columns")
+        mean[k], std[k] = known.mean(), max(known.std(), 1e-6)
+    return mean, std
