@@ -65,7 +65,8 @@ def test_predictions_keep_every_row_in_order_with_reasons_for_failures(regressio
     assert list(preds.columns) == ["row", "smiles", "gap_ev", "mu_debye", "error"]
     assert preds["row"].tolist() == list(range(7))
     assert preds["smiles"].tolist() == [s.strip() for s in NEW]
-    assert preds["error"].tolist() == ["", "RDKit cannot parse", "", "empty SMILES", "", "", "RDKit cannot parse"]
+    spaced = "whitespace inside the SMILES 'not a molecule' (RDKit would read only 'not')"
+    assert preds["error"].tolist() == ["", spaced, "", "empty SMILES", "", "", "RDKit cannot parse"]
     assert (preds.loc[[1, 3, 6], ["gap_ev", "mu_debye"]] == "").all().all()  # empty, not a number
     task = GraphRegression.from_checkpoint(ckpt)
     for row in (0, 2, 5):
