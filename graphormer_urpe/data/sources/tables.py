@@ -3,6 +3,7 @@ predict (:class:`SmilesToPredict`), read once per run and checked whole before a
 
 from __future__ import annotations
 
+import array
 import codecs
 import csv
 import difflib
@@ -116,14 +117,14 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str],
         frame = pd.read_csv(io.BytesIO(text), sep=sep, usecols=list(dict.fromkeys(columns)), dtype=str,
                             keep_default_na=False, encoding="utf-8", skip_blank_lines=not keep,
                             skiprows=records.header_line - 1)
-        lines = np.array([line for line, blank in zip(records.lines, records.blank) if keep or not blank],
-                         dtype=np.int64)
+        every_line = np.frombuffer(records.lines, dtype=np.int64)  # (R,) with the blank records
+        blank = np.frombuffer(records.blank, dtype=np.uint8).astype(bool)  # (R,)
+        lines = every_line if keep else every_line[~blank]
         if len(lines) != len(frame):  # a parsing pandas and csv do differently: name rows only
             log.warning("%s: %d rows but %d records; messages name rows, not lines", path, len(frame), len(lines))
             lines = None
-        skipped = [line for line, blank in zip(records.lines, records.blank) if blank and not keep]
-        if skipped:
-            log.info("%s: %d blank line(s) skipped (%s)", path, len(skipped), _shown_lines(skipped))
+        if not keep and blank.any():
+            log.info("%s: %d blank line(s) skipped (%s)", path, int(blank.sum()), _shown_lines(every_line[blank]))
     if frame.empty:
         raise TableError(f"{path}: the file has a header but no data rows")
     return TableRead(path, sha1, frame, lines)
@@ -193,27 +194,27 @@ class CsvRecords:
     is blank (no field, or one unquoted field of spaces and tabs)."""
 
     header_line: int
-    lines: list[int]
-    blank: list[bool]
+    lines: array.array  # of int64
+    blank: bytearray  # 1 for a blank record
 
 
 def _records(path: Path, text: bytes, sep: str) -> CsvRecords:
     """The records of a CSV file, tokenised as the parser does (a quoted separator or line break is part of a
     value); refuses a record (blank ones aside) whose number of fields differs from the header's, which a parser
     would shift into other columns."""
-    physical: list[str] = []  # the lines read so far, as in the file
+    last = [""]  # the last line the reader took, as in the file
 
     def read_lines() -> Iterator[str]:
         for text_line in io.StringIO(text.decode("utf-8"), newline=""):
-            physical.append(text_line)
+            last[0] = text_line
             yield text_line
 
     reader = csv.reader(read_lines(), delimiter=sep)
     header_line, expected, line = 0, 0, 1
-    lines, blanks = [], []
+    lines, blanks = array.array("q"), bytearray()
     for record in reader:
         one_line = reader.line_num == line
-        blank = not record or (len(record) == 1 and one_line and not physical[line - 1].strip(_BLANK.decode()))
+        blank = not record or (len(record) == 1 and one_line and not last[0].strip(_BLANK.decode()))
         if not blank and not header_line:
             header_line, expected = line, len(record)
         elif header_line:
