@@ -18,6 +18,10 @@ changed one (``--model.encoder.attention rpe``) needs another ``--name``. Seeds 
 interrupted seed resumes from its ``last.ckpt``. ``--collect`` checks that the seeds it aggregates
 share one config. On a SLURM cluster run the seeds as an array job and aggregate them with ``--collect``.
 
+A seed whose run directory another process works in (another sweep of the same seeds, a ``train.py`` of
+that run: its ``.lock`` is held) is waited for, with one line saying so, then reused if it finished, else
+run (resuming its ``last.ckpt``); two sweeps of the same seeds at once thus both end with every seed.
+
 Stopping a sweep: SIGTERM (or SIGUSR1) sent to ``seeds.py`` is passed on to the seed's ``train.py``, and
 Ctrl-C in the terminal reaches it directly; the seed finishes its optimiser step, writes ``last.ckpt``,
 and the sweep stops with the seed's exit code (128 + the signal); the same command resumes it.
@@ -34,6 +38,7 @@ import math
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -42,9 +47,11 @@ import yaml
 
 from graphormer_urpe.errors import refuse
 from graphormer_urpe.run.identity import config_identity, differences
-from graphormer_urpe.run.ledger import CONFIG_FILE
+from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, _locked
 
 TRAIN = Path(__file__).resolve().parent / "train.py"
+#: Seconds between two looks at a seed that another process runs.
+POLL_SECONDS = 10.0
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -103,6 +110,34 @@ def run_seed(command: Sequence[str]) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def wait_for_other_process(run_dir: Path, label: str) -> bool:
+    """Wait while another process holds ``run_dir``'s lock (it runs that seed); returns whether it did."""
+    lock = run_dir / LOCK_FILE
+    if not (lock.is_file() and _locked(lock)):
+        return False
+    print(f"[seeds] {label}: another process runs it ({lock} is held): waiting for it to finish", flush=True)
+    while lock.is_file() and _locked(lock):
+        time.sleep(POLL_SECONDS)
+    print(f"[seeds] {label}: the other process is done with {run_dir}", flush=True)
+    return True
+
+
+def run_or_reuse(options: argparse.Namespace, seed: int, train_args: Sequence[str]) -> int:
+    """Run one seed unless its run finished (reused); a seed another process runs is waited for first. Returns the
+    exit code of its ``train.py`` (0 when reused)."""
+    run_dir = Path(options.run_root) / run_name(options.name, seed)
+    label = f"{options.name}: seed {seed}"
+    while True:
+        wait_for_other_process(run_dir, label)
+        if (run_dir / "metrics.json").is_file():
+            print(f"[seeds] {label} reused: {run_dir} finished with the same config", flush=True)
+            return 0
+        print(f"[seeds] {label} ({options.seeds.index(seed) + 1}/{len(options.seeds)})", flush=True)
+        code = run_seed(seed_command(options, seed, train_args))
+        if not code or not (run_dir / LOCK_FILE).is_file() or not _locked(run_dir / LOCK_FILE):
+            return code  # a failure of its own; else another process took the run first: wait for it
 
 
 def resolved_config(command: Sequence[str]) -> dict:
@@ -176,17 +211,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if not options.collect:
         check_seed_runs(options, train_args)
     failed = []
-    for seed in options.seeds:
-        metrics_file = run_root / run_name(options.name, seed) / "metrics.json"
-        if options.collect:
-            continue
-        if metrics_file.is_file():
-            print(f"[seeds] {options.name}: seed {seed} reused: {metrics_file.parent} finished with the same config",
-                  flush=True)
-            continue
-        print(f"[seeds] {options.name}: seed {seed} ({options.seeds.index(seed) + 1}/{len(options.seeds)})",
-              flush=True)
-        code = run_seed(seed_command(options, seed, train_args))
+    for seed in [] if options.collect else options.seeds:
+        code = run_or_reuse(options, seed, train_args)
         if code > 128:  # stopped by a signal, its last.ckpt written: the sweep stops here
             print(f"[seeds] seed {seed} stopped by a signal (exit code {code}) after writing its last.ckpt; the same "
                   "command resumes the sweep", file=sys.stderr, flush=True)

@@ -61,6 +61,13 @@ def test_readme_is_a_landing_page() -> None:
     assert lines < README_MAX_LINES, f"README.md has {lines} lines; move details into docs/ (limit {README_MAX_LINES})"
 
 
+def test_running_md_quotes_the_unknown_key_message_the_cli_prints() -> None:
+    """The message itself is pinned by ``tests/run/test_cli.py`` (``model.encoder.num_layerz: no such option``)."""
+    running = (REPO_DIR / "docs" / "running.md").read_text()
+    assert "[ERROR] model.encoder.num_layerz: no such option" in running
+    assert "is not expected" not in running  # jsonargparse's own report, which the CLI turns into the line above
+
+
 def test_every_relative_link_of_the_readme_resolves() -> None:
     broken = []
     for target in LINK.findall(markdown_outside_code(README.read_text())):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import logging
-import pickle
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,8 @@ from typing import Any
 import torch
 import yaml
 
+from graphormer_urpe.data.files import unwritable
+from graphormer_urpe.data.safe_load import directory_problem, first_line, load_restricted, text_file
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
@@ -50,61 +51,39 @@ class Found:
         return Found(value, where)
 
 
-class _Placeholder:
-    """Stands for any object in the file but tensors and plain containers; ignores its state and items."""
-
-    def _ignore(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    __init__ = __setstate__ = __setitem__ = append = extend = _ignore
-
-
-_ALLOWED = {
-    ("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"),
-    ("torch._utils", "_rebuild_tensor"), ("torch", "Size"), ("builtins", "set"), ("builtins", "frozenset"),
-    ("argparse", "Namespace"),  # fairseq's args and cfg['model']: a plain attribute container
-}
-
-
-class _RestrictedPickle:
-    """A ``pickle_module`` for ``torch.load`` that rebuilds tensors, plain containers and ``argparse.Namespace``
-    only, every other object (fairseq's ``cfg``, Lightning's callbacks) as an inert placeholder."""
-
-    __name__ = "graphormer_urpe.convert.common"
-
-    class Unpickler(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> Any:
-            if (module, name) in _ALLOWED or (module == "torch" and name.endswith("Storage")):
-                return super().find_class(module, name)
-            return type(name, (_Placeholder,), {"__module__": "graphormer_urpe.convert.placeholder"})
-
-    @classmethod
-    def load(cls, file: io.IOBase, **kwargs: Any) -> Any:
-        return cls.Unpickler(file, **kwargs).load()
-
-
 def read_torch_file(path: Path) -> Mapping[str, Any]:
     """The dictionary a ``torch.save`` file holds, read without running code from it."""
+    if path.is_dir():
+        raise ConversionError(directory_problem(path))
     if not path.is_file():
         raise ConversionError(f"{path} does not exist")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # foreign objects inside: the restricted unpickler instead
-        try:
-            checkpoint = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_RestrictedPickle)
-        except Exception as error:
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ConversionError(f"{path} is not a readable torch file: {reason}") from None
+        checkpoint = load_restricted(path)
+    except Exception as error:
+        if (text := text_file(path)) is not None:
+            raise ConversionError(f"{path} is {text}, not a torch file") from None
+        raise ConversionError(f"{path} is not a readable torch file: {first_line(error)}") from None
     if not isinstance(checkpoint, Mapping):
         raise ConversionError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dictionary")
     return checkpoint
 
 
-def check_output(output: Path) -> None:
-    """Refuse to overwrite an earlier conversion (the checkpoint or its ``.yaml``)."""
-    for path in (output, output.with_suffix(".yaml")):
-        if path.exists():
-            raise ConversionError(f"{path} exists; choose another output path (nothing is overwritten)")
+def check_output(output: str | Path, companions: Sequence[str] = (".yaml",)) -> Path:
+    """``output`` as a path, refused before any work if it cannot be written: a directory (or a name ending in
+    ``/``), below a file, in an unwritable directory, or an earlier conversion (it or its ``companions`` suffixes)."""
+    path = Path(output)
+    if str(output).endswith(("/", os.sep)) or path.is_dir():
+        raise ConversionError(f"{output} is a directory; name the checkpoint file to write, e.g. "
+                              f"{path / 'graphormer.ckpt'}")
+    for path_to_write in (path, *(path.with_suffix(suffix) for suffix in companions)):
+        if path_to_write.exists():
+            raise ConversionError(f"{path_to_write} exists; choose another output path (nothing is overwritten)")
+    blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise ConversionError(f"cannot write {path}: {blocking} is a file, not a directory")
+    if (read_only := unwritable(path.parent)) is not None:
+        raise ConversionError(f"cannot write {path}: {read_only} is not writable")
+    return path
 
 
 @dataclass(frozen=True)

@@ -125,8 +125,7 @@ def import_official(source: str | Path, output: str | Path, *, node_vocab: Seque
                     edge_vocab: Sequence[int] = BOND_VOCAB, multi_hop_max_dist: int | None = None,
                     spatial_pos_max: int | None = None, task: str = "regression") -> GraphormerConfig:
     """Convert an official checkpoint (v1.0 ``.ckpt``, v2 ``.pt``) into ``output`` and its ``.yaml``, as the CLI."""
-    source, output = Path(source), Path(output)
-    check_output(output)
+    source, output = Path(source), check_output(output)
     state, layout, declared = read_official(source)
     declared = dataclasses.replace(
         declared, multi_hop_max_dist=_option(declared.multi_hop_max_dist, multi_hop_max_dist, "--multi_hop_max_dist"),

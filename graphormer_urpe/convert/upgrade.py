@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import yaml
 
-from graphormer_urpe.convert.common import ConversionError
+from graphormer_urpe.convert.common import ConversionError, check_output
 from graphormer_urpe.errors import InputError, import_object
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint
 
@@ -80,9 +80,7 @@ def upgraded_checkpoint(checkpoint: Mapping[str, Any], source: Path) -> tuple[di
 
 def upgrade(source: str | Path, output: str | Path) -> list[str]:
     """Write ``source`` in today's layout to ``output`` once its task rebuilds from it; returns the changes made."""
-    source, output = Path(source), Path(output)
-    if output.exists():
-        raise ConversionError(f"{output} exists; choose another output path (nothing is overwritten)")
+    source, output = Path(source), check_output(output, companions=())
     upgraded, changes = upgraded_checkpoint(load_checkpoint(source), source)
     if not changes:
         raise ConversionError(f"{source} is in today's layout already: use it as it is")

@@ -39,9 +39,13 @@ def _feature_names(data: Data, names: Sequence[str] | None, default: str) -> lis
 
 
 def _as_columns(tensor: torch.Tensor, rows: int, name: str) -> torch.Tensor:
-    """A (rows,) or (rows, k...) feature tensor as (rows, k); refuses another row count."""
-    if tensor.dim() == 0 or tensor.shape[0] != rows:
-        raise ValueError(f"attribute '{name}' has shape {tuple(tensor.shape)}; expected {rows} rows")
+    """A (rows,) or (rows, k) feature tensor as (rows, k); refuses another row count, more dimensions (which
+    columns they would be is a guess) and complex values (which float features would drop the imaginary part of)."""
+    if tensor.is_complex():
+        raise ValueError(f"attribute '{name}' is {tensor.dtype}: features are integer categories or real floats "
+                         "(torch.view_as_real gives the real and imaginary parts as two float columns)")
+    if tensor.dim() not in (1, 2) or tensor.shape[0] != rows:
+        raise ValueError(f"attribute '{name}' has shape {tuple(tensor.shape)}; expected ({rows},) or ({rows}, columns)")
     return tensor.reshape(rows, math.prod(tensor.shape[1:]))  # not (rows, -1): ambiguous with 0 rows
 
 
@@ -197,10 +201,20 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
     if len(batch.in_degree) != num_total or len(batch.out_degree) != num_total:
         raise ValueError(f"the batch has {num_total} nodes but {len(batch.in_degree)} in-degrees: {stale}")
     degree_mismatch = (torch.bincount(batch.edge_index[0], minlength=num_total) != batch.out_degree).sum()
-    checks = [num_nodes.max(), (num_nodes * num_nodes).sum(), degree_mismatch]  # N, P and every check: one sync
+    # a transform applied after GraphormerStructure (at every access) can make NaN or inf that it never saw
+    non_finite = (~torch.isfinite(x_continuous)).sum() + (~torch.isfinite(edge_continuous)).sum()
+    checks = [num_nodes.max(), (num_nodes * num_nodes).sum(), degree_mismatch, non_finite]  # one sync for all
     if spec is not None:
         checks += [_outside(x, spec.node_vocab).sum(), _outside(edge_attr, spec.edge_vocab).sum()]
-    n_max, num_pairs, mismatched, *outside = torch.stack([c.reshape(()).long() for c in checks]).tolist()
+    n_max, num_pairs, mismatched, not_finite, *outside = torch.stack([c.reshape(()).long() for c in checks]).tolist()
+    if not_finite:
+        nodes_bad = not torch.isfinite(x_continuous).all()
+        what, values = ("node", x_continuous) if nodes_bad else ("edge", edge_continuous)
+        row, column = (int(i) for i in torch.nonzero(~torch.isfinite(values))[0])
+        raise ValueError(f"the batch's continuous {what} features hold {not_finite} values that are not finite (NaN "
+                         f"or inf), the first at {what} {row} of the batch, column {column}: "
+                         f"{values[row, column].item()}; GraphormerStructure refuses them, so a transform applied "
+                         "after it made them")
     if num_pairs != batch.spd.numel() or num_pairs != batch.first_edge.numel() or mismatched:
         raise ValueError(f"the structure attributes do not fit the batch's graphs ({num_pairs} node pairs, spd "
                          f"holds {batch.spd.numel()}; {mismatched} nodes whose out_degree disagrees with edge_index): "

@@ -1,12 +1,16 @@
-"""Loading ``torch.save`` files of numeric numpy arrays (ogb's ``split_dict.pt``) under ``weights_only=True``,
-allow-listing those arrays for one load, under their numpy 1.x and 2.x names (``docs/ogb-lsc.md``)."""
+"""Loading ``torch.save`` files safely: numeric numpy arrays (ogb's ``split_dict.pt``) under ``weights_only=True``,
+allow-listing those arrays for one load, under their numpy 1.x and 2.x names (``docs/ogb-lsc.md``); other
+implementations' checkpoints with every foreign object inert (:func:`load_restricted`); and what a file that is not
+our checkpoint is, in one line (:func:`not_a_checkpoint`)."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import pickle
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +85,120 @@ def load_split_dict(path: Path | str, names: Sequence[str]) -> dict[str, np.ndar
                                    "expected 1-D integer row indices")
         splits[name] = array.astype(np.int64)
     return splits
+
+
+class _Placeholder:
+    """Stands for any object in the file but tensors and plain containers; ignores its state and items."""
+
+    def _ignore(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    __init__ = __setstate__ = __setitem__ = append = extend = _ignore
+
+
+_ALLOWED = {
+    ("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"),
+    ("torch._utils", "_rebuild_tensor"), ("torch", "Size"), ("builtins", "set"), ("builtins", "frozenset"),
+    ("argparse", "Namespace"),  # fairseq's args and cfg['model']: a plain attribute container
+}
+
+
+class _RestrictedPickle:
+    """A ``pickle_module`` for ``torch.load`` that rebuilds tensors, plain containers and ``argparse.Namespace``
+    only, every other object (fairseq's ``cfg``, Lightning's callbacks) as an inert placeholder."""
+
+    __name__ = "graphormer_urpe.data.safe_load"
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if (module, name) in _ALLOWED or (module == "torch" and name.endswith("Storage")):
+                return super().find_class(module, name)
+            return type(name, (_Placeholder,), {"__module__": "graphormer_urpe.data.safe_load.placeholder"})
+
+    @classmethod
+    def load(cls, file: io.IOBase, **kwargs: Any) -> Any:
+        return cls.Unpickler(file, **kwargs).load()
+
+
+def load_restricted(path: Path) -> Any:
+    """What a ``torch.save`` file holds, read without running code from it: ``weights_only=True``, else every
+    object but tensors, plain containers and ``argparse.Namespace`` as an inert placeholder; raises torch's error
+    for a file that neither reads."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # foreign objects inside: the restricted unpickler instead
+        return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_RestrictedPickle)
+
+
+#: Terminal escape codes (torch's bold advice), removed from messages.
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: Bytes read to tell a text file from a binary one.
+_TEXT_PEEK = 4096
+_ZIP_MAGIC = b"PK\x03\x04"
+#: The commands that convert another implementation's checkpoint into ours (docs/official-graphormer.md).
+CONVERT_OFFICIAL = "python -m graphormer_urpe.convert official"
+CONVERT_HUGGINGFACE = "python -m graphormer_urpe.convert huggingface"
+#: Where an official checkpoint keeps its weights, the node-feature table there, and the format's name
+#: (``convert/official.py``'s layouts V2 and V1 name the same tables).
+OFFICIAL_NODE_TABLES = (("model", "encoder.graph_encoder.graph_node_feature.atom_encoder.weight", "official v2"),
+                        ("state_dict", "atom_encoder.weight", "official v1.0"))
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message without terminal codes (its type when it has no message)."""
+    text = _TERMINAL_CODES.sub("", str(error)).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def text_file(path: Path) -> str | None:
+    """``a text file of 6 bytes ('hello')`` when ``path`` holds UTF-8 text (or nothing), for messages about a file
+    that should be a torch file; None for a binary file."""
+    size = path.stat().st_size
+    if size == 0:
+        return "an empty file (0 bytes)"
+    with open(path, "rb") as file:
+        head = file.read(_TEXT_PEEK)
+    if b"\x00" in head or head.startswith(_ZIP_MAGIC):  # torch.save writes a zip archive
+        return None
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if error.start < len(head) - 3:  # more than a character cut by the end of the peek
+            return None
+        text = head[:error.start].decode("utf-8")
+    shown = text.strip().splitlines()[0][:40] if text.strip() else ""
+    return f"a text file of {size:,} bytes" + (f" ({shown!r})" if shown else " (blank)")
+
+
+def directory_problem(path: Path) -> str:
+    """Why a directory is no checkpoint file; a transformers directory (it holds ``config.json``) names its
+    converter."""
+    if (path / "config.json").is_file():
+        return (f"{path} is a directory with config.json, a transformers Graphormer: convert it with "
+                f"{CONVERT_HUGGINGFACE} {path} OUT.ckpt")
+    return f"{path} is a directory; name the checkpoint file"
+
+
+def official_format(checkpoint: object) -> str | None:
+    """``official v2`` or ``official v1.0`` when ``checkpoint`` holds that format's node-feature table, else None."""
+    for key, table, name in OFFICIAL_NODE_TABLES:
+        state = checkpoint.get(key) if isinstance(checkpoint, Mapping) else None
+        if isinstance(state, Mapping) and table in state:
+            return name
+    return None
+
+
+def not_a_checkpoint(path: Path, error: BaseException) -> str:
+    """One line saying what ``path`` is, given that ``torch.load(path, weights_only=True)`` raised ``error``: a text
+    file, an official Graphormer checkpoint (with the command that converts it), or a damaged file."""
+    if (text := text_file(path)) is not None:
+        return f"{path} is {text}, not a checkpoint"
+    try:
+        name = official_format(load_restricted(path))
+    except Exception:  # as damaged for the restricted reader: torch's first error says why
+        name = None
+    if name is not None:
+        return (f"{path} is a checkpoint of the official Graphormer ({name}), not one of this project: convert it "
+                f"with {CONVERT_OFFICIAL} {path} {path.with_suffix('')}-converted.ckpt")
+    return (f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint, probably truncated or corrupted: "
+            f"{first_line(error)}")

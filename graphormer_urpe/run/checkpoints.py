@@ -11,6 +11,7 @@ import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from torch import nn
 
+from graphormer_urpe.data.safe_load import directory_problem, not_a_checkpoint
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.run.identity import flatten
 from graphormer_urpe.tasks.base import check_layout
@@ -45,6 +46,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a Lightning checkpoint on the CPU (``weights_only``), or raise :class:`CheckpointError`."""
     path = Path(path)
+    if path.is_dir() and (path / "config.json").is_file():  # a transformers directory, converted by its command
+        raise CheckpointError(directory_problem(path))
     if path.is_dir():
         found = sorted(str(p) for p in path.rglob("*.ckpt"))
         raise CheckpointError(f"checkpoint {path} is a directory; name a checkpoint file"
@@ -54,9 +57,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises RuntimeError, EOFError, UnpicklingError ... for bad files
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint, probably "
-                              f"truncated or corrupted: {reason}") from None
+        raise CheckpointError(not_a_checkpoint(path, error)) from None
     if not isinstance(checkpoint, Mapping) or "state_dict" not in checkpoint:
         raise CheckpointError(f"{path} is a torch file but not a Lightning checkpoint (no 'state_dict')")
     return dict(checkpoint)

@@ -214,6 +214,11 @@ def test_files_that_are_not_a_checkpoint_directory_are_refused(tmp_path: Path) -
                                               r"directory holds config\.json$"):
         (tmp_path / "empty").mkdir()
         import_huggingface(tmp_path / "empty", tmp_path / "ours.ckpt")
+    torch.save({"model": {}}, tmp_path / "official.pt")
+    with pytest.raises(ConversionError, match=r"official\.pt is a file; a transformers checkpoint is a directory with "
+                                              r"config\.json \(a torch file of the official code converts with python "
+                                              r"-m graphormer_urpe\.convert official\)$"):
+        import_huggingface(tmp_path / "official.pt", tmp_path / "ours.ckpt")
     (source / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
     with pytest.raises(ConversionError, match=r"model\.safetensors is not a readable safetensors file: "):
         import_huggingface(source, tmp_path / "ours.ckpt")

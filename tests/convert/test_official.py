@@ -23,6 +23,8 @@ from graphormer_urpe.convert.__main__ import main
 from graphormer_urpe.convert.common import ConversionError
 from graphormer_urpe.convert.mapping import Declared, convert_weights
 from graphormer_urpe.convert.official import V1, V2, import_official, read_official
+from graphormer_urpe.data.files import unwritable
+from graphormer_urpe.data.safe_load import OFFICIAL_NODE_TABLES
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.model.graphormer import Graphormer
@@ -480,7 +482,7 @@ def test_lightning_callbacks_keyed_by_class_are_read_as_placeholders(tmp_path: P
 
 
 @pytest.mark.parametrize("content,message", [
-    (b"not a torch file", r"is not a readable torch file"),
+    (b"\x00not a torch file", r"is not a readable torch file"),
     ({"weights": {}}, r"neither a fairseq checkpoint \('model', official v2\) nor a Lightning checkpoint "
                       r"\('state_dict', official v1\.0\); top-level keys: \['weights'\]$"),
     ([1, 2], r"holds a list, not a checkpoint dictionary$"),
@@ -512,6 +514,52 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "neither a fairseq checkpoint" in err
     assert not (tmp_path / "x.ckpt").exists()
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_reading(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    """The source does not exist: each refusal comes before it is read, and nothing is written."""
+    source = str(tmp_path / "nowhere.pt")
+    (tmp_path / "a_file").touch()
+    (tmp_path / "out").mkdir()
+    read_only = tmp_path / "read_only"
+    read_only.mkdir()
+    read_only.chmod(0o500)
+    if unwritable(read_only) is None:  # root writes anywhere; /proc refuses new files even to root
+        read_only = Path("/proc")
+    refusals = [
+        (f"{tmp_path / 'new'}/", f"{tmp_path / 'new'}/ is a directory; name the checkpoint file to write, e.g. "
+                                 f"{tmp_path / 'new' / 'graphormer.ckpt'}"),
+        (str(tmp_path / "out"), f"{tmp_path / 'out'} is a directory; name the checkpoint file to write, e.g. "
+                                f"{tmp_path / 'out' / 'graphormer.ckpt'}"),
+        (str(tmp_path / "a_file" / "x.ckpt"), f"cannot write {tmp_path / 'a_file' / 'x.ckpt'}: "
+                                              f"{tmp_path / 'a_file'} is a file, not a directory"),
+        (str(read_only / "x.ckpt"), f"cannot write {read_only / 'x.ckpt'}: {read_only} is not writable"),
+    ]
+    for output, message in refusals:
+        assert main(["official", source, output]) == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
+    read_only.chmod(0o700)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "out", "read_only"]
+    assert not any((tmp_path / "out").iterdir())
+
+
+def test_a_transformers_directory_or_a_text_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    assert main(["official", str(tmp_path / "hf"), str(tmp_path / "x.ckpt")]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'hf'} is a directory with config.json, a transformers "
+                                       f"Graphormer: convert it with python -m graphormer_urpe.convert huggingface "
+                                       f"{tmp_path / 'hf'} OUT.ckpt\n")
+    (tmp_path / "notes.pt").write_text("hello\n")
+    assert main(["official", str(tmp_path / "notes.pt"), str(tmp_path / "x.ckpt")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'notes.pt'} is a text file of 6 bytes ('hello'), not a " \
+                                      "torch file\n"
+
+
+def test_official_checkpoints_are_recognised_by_the_layouts_node_tables() -> None:
+    assert OFFICIAL_NODE_TABLES == (("model", V2.table("atom_encoder"), V2.name),
+                                    ("state_dict", V1.table("atom_encoder"), V1.name))
 
 
 # ----------------------------------------------------------------------------- fine-tuning an import

@@ -106,7 +106,11 @@ def test_first_edges_become_batch_edge_ids_and_edge_targets_local_positions() ->
     (Data(x=torch.tensor([[0.5], [float("nan")]]), edge_index=torch.tensor([[0], [1]])), GraphormerStructure(),
      r"attribute 'x' row 1 column 0 is nan: not finite"),
     (Data(x=torch.zeros(2, 1), edge_index=torch.tensor([[0], [1]]), edge_attr=torch.zeros(2, 1)),
-     GraphormerStructure(), r"attribute 'edge_attr' has shape \(2, 1\); expected 1 rows"),
+     GraphormerStructure(), r"attribute 'edge_attr' has shape \(2, 1\); expected \(1,\) or \(1, columns\)"),
+    (Data(x=torch.zeros(2, 3, 1), edge_index=torch.tensor([[0], [1]])), GraphormerStructure(),
+     r"attribute 'x' has shape \(2, 3, 1\); expected \(2,\) or \(2, columns\)"),
+    (Data(x=torch.ones(2, 1, dtype=torch.complex64), edge_index=torch.tensor([[0], [1]])), GraphormerStructure(),
+     r"attribute 'x' is torch.complex64: features are integer categories or real floats"),
     (Data(x=torch.zeros(2, 1), edge_index=torch.tensor([[0], [1]])), GraphormerStructure(node_attributes=["feat"]),
      r"no tensor attribute 'feat'; it has: edge_index, x"),
     (Data(edge_index=torch.stack(torch.nonzero(~torch.eye(200, dtype=torch.bool)).T.unbind()), num_nodes=200),
@@ -277,6 +281,24 @@ def test_conversion_refuses_batches_that_do_not_fit_naming_what_to_change(batch:
     if config is not None:
         with pytest.raises(ValueError, match=message):
             Graphormer(config)(batch)  # the model converts with the same checks
+
+
+def test_features_a_later_transform_breaks_are_refused_by_the_conversion() -> None:
+    """A ``transform`` runs at every access, after the checks of the ``pre_transform``."""
+    graph = GraphormerStructure()(Data(x=torch.rand(3, 2), edge_index=PATH["edge_index"]))
+    model = Graphormer(GraphormerConfig(continuous_node_dim=2, **TINY))
+    broken = graph.clone()
+    broken.x[2, 1] = float("inf")
+    with pytest.raises(ValueError, match=r"the batch's continuous node features hold 1 values that are not finite "
+                                         r"\(NaN or inf\), the first at node 5 of the batch, column 1: inf; "
+                                         r"GraphormerStructure refuses them, so a transform applied after it"):
+        model(Batch.from_data_list([graph, broken]))
+    for x, message in ((graph.x.to(torch.complex64), r"attribute 'x' is torch\.complex64"),
+                       (graph.x[:, :, None], r"attribute 'x' has shape \(3, 2, 1\); expected \(3,\) or \(3, ")):
+        changed = graph.clone()
+        changed.x = x
+        with pytest.raises(ValueError, match=message):
+            model(Batch.from_data_list([changed]))
 
 
 def test_edges_changed_after_the_transform_are_detected() -> None:

@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.data.safe_load import UnsafeCheckpoint, load_numpy_checkpoint, load_split_dict, numpy_safe_globals
+from graphormer_urpe.data.safe_load import (
+    UnsafeCheckpoint,
+    directory_problem,
+    load_numpy_checkpoint,
+    load_split_dict,
+    not_a_checkpoint,
+    numpy_safe_globals,
+)
+from graphormer_urpe.testing.official_checkpoints import official_weights, save_official
 from graphormer_urpe.testing.ogb_layouts import NUMPY1_MULTIARRAY, torch_save_as_numpy1
 
 SPLITS = {"train": np.arange(10), "valid": np.array([10, 12]), "test-dev": np.array([11]),
@@ -78,6 +86,42 @@ def test_corrupt_and_wrong_files_say_what_is_wrong(tmp_path: Path) -> None:
     torch.save([np.arange(3)], path)
     with pytest.raises(UnsafeCheckpoint, match="holds a list"):
         load_split_dict(path, ["train"])
+
+
+def _load_error(path: Path) -> BaseException:
+    """What ``torch.load(path, weights_only=True)`` raises."""
+    with pytest.raises(Exception) as error:
+        torch.load(path, map_location="cpu", weights_only=True)
+    return error.value
+
+
+def test_a_file_that_is_not_our_checkpoint_is_named_for_what_it_is(tmp_path: Path) -> None:
+    text = tmp_path / "notes.ckpt"
+    text.write_text("hello\n")
+    assert not_a_checkpoint(text, _load_error(text)) == f"{text} is a text file of 6 bytes ('hello'), not a checkpoint"
+    empty = tmp_path / "empty.ckpt"
+    empty.touch()
+    assert not_a_checkpoint(empty, _load_error(empty)) == f"{empty} is an empty file (0 bytes), not a checkpoint"
+    for fmt, version, name in (("fairseq", "v2", "official v2"), ("lightning", "v1", "official v1.0")):
+        official = save_official(tmp_path / f"{version}.pt", fmt, official_weights(version))
+        error = _load_error(official)
+        assert "\x1b[" in str(error)  # torch's advice, in bold: none of it reaches the message
+        assert not_a_checkpoint(official, error) == (
+            f"{official} is a checkpoint of the official Graphormer ({name}), not one of this project: convert it "
+            f"with python -m graphormer_urpe.convert official {official} {tmp_path / version}-converted.ckpt")
+    garbage = tmp_path / "garbage.ckpt"
+    garbage.write_bytes(b"PK\x03\x04\x00\xff" * 10)
+    assert not_a_checkpoint(garbage, _load_error(garbage)).startswith(
+        f"{garbage} (60 bytes) is not a readable checkpoint, probably truncated or corrupted: ")
+
+
+def test_a_transformers_directory_names_its_converter(tmp_path: Path) -> None:
+    (tmp_path / "hf").mkdir()
+    assert directory_problem(tmp_path / "hf") == f"{tmp_path / 'hf'} is a directory; name the checkpoint file"
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    assert directory_problem(tmp_path / "hf") == (
+        f"{tmp_path / 'hf'} is a directory with config.json, a transformers Graphormer: convert it with python -m "
+        f"graphormer_urpe.convert huggingface {tmp_path / 'hf'} OUT.ckpt")
 
 
 def _pickle_bytes(path: Path) -> bytes:

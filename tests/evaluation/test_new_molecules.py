@@ -16,7 +16,7 @@ from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.sources.featurize import molecule_graph
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.errors import DataError
-from graphormer_urpe.evaluation.new_molecules import predict_table
+from graphormer_urpe.evaluation.new_molecules import predict_new_molecules, predict_table
 from graphormer_urpe.run.cli import RUN_DIR_ENV
 from graphormer_urpe.tasks import Classification, GraphRegression
 from graphormer_urpe.testing.directories import read_only_directory
@@ -65,7 +65,8 @@ def test_predictions_keep_every_row_in_order_with_reasons_for_failures(regressio
     assert list(preds.columns) == ["row", "smiles", "gap_ev", "mu_debye", "error"]
     assert preds["row"].tolist() == list(range(7))
     assert preds["smiles"].tolist() == [s.strip() for s in NEW]
-    assert preds["error"].tolist() == ["", "RDKit cannot parse", "", "empty SMILES", "", "", "RDKit cannot parse"]
+    spaced = "whitespace inside the SMILES 'not a molecule' (RDKit would read only 'not')"
+    assert preds["error"].tolist() == ["", spaced, "", "empty SMILES", "", "", "RDKit cannot parse"]
     assert (preds.loc[[1, 3, 6], ["gap_ev", "mu_debye"]] == "").all().all()  # empty, not a number
     task = GraphRegression.from_checkpoint(ckpt)
     for row in (0, 2, 5):
@@ -77,6 +78,27 @@ def test_predictions_keep_every_row_in_order_with_reasons_for_failures(regressio
     embedded = evaluate.main(["--ckpt", str(ckpt), "--predict", str(tmp_path / "new.csv"),
                               "--out", str(tmp_path / "again.csv")])  # the config stored in the checkpoint
     assert embedded["rows"] == 7 and (tmp_path / "again.csv").read_text() == out.read_text()
+
+
+def test_every_line_comes_back_blank_lines_and_smiles_with_whitespace_with_a_reason(
+        regression_run, tmp_path: Path) -> None:
+    """A one-column table: a blank line is a row (pandas would drop it and shift the rows below), and RDKit would
+    read ``CCO<tab>CC`` as ethanol named CC."""
+    ckpt, _ = regression_run
+    (tmp_path / "new.csv").write_text("smiles\nCCO\n   \nCC\nCCO\tCC\nC C\n\n")
+    result = predict_new_molecules(str(ckpt), tmp_path / "new.csv", tmp_path / "preds.csv")
+    assert result["rows"] == 6 and result["predicted"] == 2 and result["failed"] == 4
+    preds = pd.read_csv(tmp_path / "preds.csv", keep_default_na=False)
+    assert preds["row"].tolist() == list(range(6))  # row r is line r + 2
+    assert preds["smiles"].tolist() == ["CCO", "", "CC", "CCO\tCC", "C C", ""]
+    assert preds["error"].tolist() == [
+        "", "empty SMILES", "", "whitespace inside the SMILES 'CCO\\tCC' (RDKit would read only 'CCO')",
+        "whitespace inside the SMILES 'C C' (RDKit would read only 'C')", "empty SMILES"]
+    task = GraphRegression.from_checkpoint(ckpt)
+    for row, smiles in ((0, "CCO"), (2, "CC")):
+        expected = expected_prediction(task, smiles)
+        predicted = preds.loc[row, ["gap_ev", "mu_debye"]].to_numpy(float)
+        np.testing.assert_allclose(predicted, expected.numpy(), **rounding_tolerance(expected))
 
 
 def test_parquet_tables_and_other_smiles_columns(regression_run, tmp_path: Path) -> None:

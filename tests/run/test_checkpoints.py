@@ -15,6 +15,7 @@ from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.checkpoints import AtomicCheckpointIO, check_checkpoint, load_checkpoint, saved_loader_states
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import GraphRegression
+from graphormer_urpe.testing.official_checkpoints import official_weights, save_official
 from graphormer_urpe.testing.runs import tiny_run_args
 
 
@@ -161,3 +162,21 @@ def test_training_writes_its_checkpoints_through_the_atomic_writer(trained_run: 
     assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     written = sorted(p.name for p in (trained_run / "checkpoints").iterdir())  # four saves, no partial file left
     assert "last.ckpt" in written and all(name.endswith(".ckpt") and not name.startswith(".") for name in written)
+
+
+def test_an_official_checkpoint_or_a_text_file_is_named_with_what_to_do(tmp_path: Path) -> None:
+    official = save_official(tmp_path / "v2.pt", "fairseq", official_weights("v2"))
+    with pytest.raises(CheckpointError) as refused:
+        load_checkpoint(official)
+    assert str(refused.value) == (f"{official} is a checkpoint of the official Graphormer (official v2), not one of "
+                                  f"this project: convert it with python -m graphormer_urpe.convert official "
+                                  f"{official} {tmp_path / 'v2'}-converted.ckpt")
+    text = tmp_path / "notes.ckpt"
+    text.write_text("hello\n")
+    with pytest.raises(CheckpointError, match=r"notes\.ckpt is a text file of 6 bytes \('hello'\), not a checkpoint$"):
+        load_checkpoint(text)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError, match=r"hf is a directory with config\.json, a transformers Graphormer: "
+                                              r"convert it with python -m graphormer_urpe\.convert huggingface "):
+        load_checkpoint(tmp_path / "hf")

@@ -3,11 +3,14 @@ identified by its config, so a sweep never reuses or aggregates runs of another 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +138,41 @@ def test_sigterm_to_seeds_py_stops_the_running_seed_at_a_checkpoint_and_the_swee
     assert second.returncode == 128 + signal.SIGTERM  # seed 1 meets the same signal at its step 3
     assert [s["start_step"] for s in json.loads((seed0 / "run.json").read_text())["segments"]] == [0, 3]
     assert json.loads((seed0 / "metrics.json").read_text())["global_step"] == 6
+
+
+def test_a_seed_another_process_runs_is_waited_for_then_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    """Two sweeps of seeds 5 and 6 at once: this one finds seed 5 locked by the other, waits, and reuses it."""
+    config = {"seed_everything": 0, "model": {"lr": 1e-3}}
+
+    def finish(run_dir: Path, seed: int) -> None:
+        (run_dir / "config.yaml").write_text(yaml.safe_dump({**config, "seed_everything": seed}))
+        (run_dir / "metrics.json").write_text(json.dumps({"validation": {"val/mae": seed / 10}, "global_step": 4}))
+
+    ran = []
+
+    def run_seed(command: list[str]) -> int:  # this sweep's train.py, as fast as can be
+        seed = int(command[command.index("--seed_everything") + 1])
+        ran.append(seed)
+        (tmp_path / f"exp-seed{seed}").mkdir()
+        finish(tmp_path / f"exp-seed{seed}", seed)
+        return 0
+
+    other = tmp_path / "exp-seed5"
+    other.mkdir()
+    lock = open(other / ".lock", "a")  # the other sweep's train.py of seed 5
+    fcntl.flock(lock, fcntl.LOCK_EX)
+
+    def the_other_sweep_finishes() -> None:
+        time.sleep(0.5)
+        finish(other, 5)
+        lock.close()
+
+    monkeypatch.setattr(seeds, "run_seed", run_seed)
+    monkeypatch.setattr(seeds, "POLL_SECONDS", 0.05)
+    threading.Thread(target=the_other_sweep_finishes).start()
+    result = seeds.main(["--config", "exp.yaml", "--seeds", "5", "6", "--run_root", str(tmp_path)])
+    assert ran == [6] and result["seeds"] == [5, 6] and result["missing_seeds"] == []
+    out = capsys.readouterr().out
+    assert f"[seeds] exp: seed 5: another process runs it ({other / '.lock'} is held): waiting for it to finish" in out
+    assert f"[seeds] exp: seed 5 reused: {other} finished with the same config" in out

@@ -231,6 +231,10 @@ class PygDataset(GraphSource):
                 available = sorted(self.instances()[next(iter(self.instances()))]._data.keys())
                 raise DataError(f"{self.origin()}: no tensor attribute '{name}' (data.source.{what}_attributes); "
                                 f"the data has: {', '.join(available)}")
+            if (odd := next((t for t in tensors if t.is_complex() or t.dim() not in (1, 2)), None)) is not None:
+                raise DataError(f"{self.origin()}: {what} attribute '{name}' is a {odd.dtype} tensor of shape "
+                                f"{tuple(odd.shape)}; features are (rows,) or (rows, columns) tensors of integer "
+                                "categories or real floats")
             values = torch.cat([t.reshape(len(t), -1) for t in tensors])
             if is_categorical(values):
                 values = values.long()

@@ -3,6 +3,7 @@ predict (:class:`SmilesToPredict`), read once per run and checked whole before a
 
 from __future__ import annotations
 
+import array
 import codecs
 import csv
 import difflib
@@ -57,28 +58,39 @@ def is_parquet(path: Path) -> bool:
     return path.name.lower().endswith(_PARQUET_SUFFIXES)
 
 
-def describe_rows(path: Path, rows: Sequence[int]) -> str:
-    """``rows 3, 17 (lines 5, 19)`` for the first :data:`SHOWN_ROWS` of ``rows`` (lines only for CSV files)."""
+def describe_rows(rows: Sequence[int], lines: np.ndarray | None = None) -> str:
+    """``rows 3, 17 (lines 5, 19)`` for the first :data:`SHOWN_ROWS` of ``rows``, with their ``lines`` in the file
+    (CSV files: :attr:`TableRead.lines`)."""
     shown = [int(r) for r in rows[:SHOWN_ROWS]]
     more = f" and {len(rows) - SHOWN_ROWS} more" if len(rows) > SHOWN_ROWS else ""
     text = f"row{'s' if len(rows) > 1 else ''} {', '.join(map(str, shown))}{more}"
-    if not is_parquet(path):  # the header is line 1
-        text += f" (line{'s' if len(shown) > 1 else ''} {', '.join(str(r + 2) for r in shown)})"
+    if lines is not None:
+        text += f" (line{'s' if len(shown) > 1 else ''} {', '.join(str(lines[r]) for r in shown)})"
     return text
 
 
 @dataclass(frozen=True)
 class TableRead:
-    """One read of a table: the SHA-1 of its bytes as stored (the cache key) and the requested columns parsed from
-    the same bytes (CSV cells as text, Parquet columns in their own types)."""
+    """One read of a table: the SHA-1 of its bytes as stored (the cache key), the requested columns parsed from
+    the same bytes (CSV cells as text, Parquet columns in their own types) and, for CSV files, the line on which each
+    row starts (1 is the first line of the file; blank lines and a value holding a line break make rows and lines
+    differ)."""
 
+    path: Path
     sha1: str
     frame: pd.DataFrame
+    lines: np.ndarray | None
+
+    def describe_rows(self, rows: Sequence[int]) -> str:
+        """:func:`describe_rows` with this table's lines."""
+        return describe_rows(rows, self.lines)
 
 
-def read_table(path: Path, columns: Sequence[str], what: Sequence[str]) -> TableRead:
+def read_table(path: Path, columns: Sequence[str], what: Sequence[str],
+               blank_lines: Literal["skip", "keep"] = "skip") -> TableRead:
     """Read a CSV or Parquet table once: hash its bytes and parse ``columns`` (named by the config keys ``what``);
-    :class:`TableError` for any problem of the file as a whole."""
+    :class:`TableError` for any problem of the file as a whole. A blank line of a CSV file (nothing, or spaces and
+    tabs, after the header) is skipped and counted, or with ``blank_lines="keep"`` is a row of empty cells."""
     if not is_parquet(path) and not path.name.lower().endswith(_CSV_SUFFIXES):
         raise TableError(f"{path}: unknown table type; name it *.csv, *.csv.gz, *.tsv or *.parquet")
     data = path.read_bytes()
@@ -90,21 +102,39 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str]) -> Table
 
         _check_columns(path, list(pq.read_schema(io.BytesIO(data)).names), columns, what, None)
         frame = pd.read_parquet(io.BytesIO(data), columns=list(dict.fromkeys(columns)))
-    else:  # every cell as text; blank lines are skipped
+        lines = None
+    else:  # every cell as text
         text = csv_bytes(path, data)
-        header_line = next((line for line in io.BytesIO(text) if line.strip(b"\r\n")), b"").decode()
+        header_line = next((line for line in io.BytesIO(text) if line.strip(_BLANK)), b"").decode()
         if not header_line:
             raise TableError(f"{path}: the file is empty")
         sep = csv_separator(path, header_line)
         header = pd.read_csv(io.BytesIO(text), sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
                              encoding="utf-8").iloc[0].tolist()  # as written: pandas renames a repeated name 'x.1'
         _check_columns(path, header, columns, what, sep)
-        _check_field_counts(path, text, sep)
+        records = _records(path, text, sep)
+        keep = blank_lines == "keep"
+        # pandas skips the same blank lines (and, kept, reads each as a row): the lines before the header are skipped
         frame = pd.read_csv(io.BytesIO(text), sep=sep, usecols=list(dict.fromkeys(columns)), dtype=str,
-                            keep_default_na=False, encoding="utf-8")
+                            keep_default_na=False, encoding="utf-8", skip_blank_lines=not keep,
+                            skiprows=records.header_line - 1)
+        every_line = np.frombuffer(records.lines, dtype=np.int64)  # (R,) with the blank records
+        blank = np.frombuffer(records.blank, dtype=np.uint8).astype(bool)  # (R,)
+        lines = every_line if keep else every_line[~blank]
+        if len(lines) != len(frame):  # a parsing pandas and csv do differently: name rows only
+            log.warning("%s: %d rows but %d records; messages name rows, not lines", path, len(frame), len(lines))
+            lines = None
+        if not keep and blank.any():
+            log.info("%s: %d blank line(s) skipped (%s)", path, int(blank.sum()), _shown_lines(every_line[blank]))
     if frame.empty:
         raise TableError(f"{path}: the file has a header but no data rows")
-    return TableRead(sha1, frame)
+    return TableRead(path, sha1, frame, lines)
+
+
+def _shown_lines(lines: Sequence[int]) -> str:
+    """``lines 3, 9`` for the first :data:`SHOWN_ROWS` of ``lines``."""
+    more = f" and {len(lines) - SHOWN_ROWS} more" if len(lines) > SHOWN_ROWS else ""
+    return f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines[:SHOWN_ROWS]))}{more}"
 
 
 def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], what: Sequence[str],
@@ -155,20 +185,49 @@ def csv_separator(path: Path, header_line: str) -> str:
     return found[0]
 
 
-def _check_field_counts(path: Path, text: bytes, sep: str) -> None:
-    """Refuse a line (blank ones aside) whose number of fields differs from the header's, which a parser would
-    shift into other columns; records are tokenised as the parser does (a quoted separator is a value)."""
-    reader = csv.reader(io.StringIO(text.decode("utf-8"), newline=""), delimiter=sep)
+#: What a blank line holds besides its line break (pandas skips such lines).
+_BLANK = b" \t\r\n"
+
+
+@dataclass(frozen=True)
+class CsvRecords:
+    """Where the records of a CSV file start: the header's line, and each later record's first line and whether it
+    is blank (no field, or one unquoted field of spaces and tabs)."""
+
+    header_line: int
+    lines: array.array  # of int64
+    blank: bytearray  # 1 for a blank record
+
+
+def _records(path: Path, text: bytes, sep: str) -> CsvRecords:
+    """The records of a CSV file, tokenised as the parser does (a quoted separator or line break is part of a
+    value); refuses a record (blank ones aside) whose number of fields differs from the header's, which a parser
+    would shift into other columns."""
+    last = [""]  # the last line the reader took, as in the file
+
+    def read_lines() -> Iterator[str]:
+        for text_line in io.StringIO(text.decode("utf-8"), newline=""):
+            last[0] = text_line
+            yield text_line
+
+    reader = csv.reader(read_lines(), delimiter=sep)
     header_line, expected, line = 0, 0, 1
+    lines, blanks = array.array("q"), bytearray()
     for record in reader:
-        if record and not header_line:
+        one_line = reader.line_num == line
+        blank = not record or (len(record) == 1 and one_line and not last[0].strip(_BLANK.decode()))
+        if not blank and not header_line:
             header_line, expected = line, len(record)
-        elif record and len(record) != expected:
-            hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" \
-                if len(record) > expected else ""
-            raise TableError(f"{path}: line {line} has {len(record)} fields, the header (line {header_line}) has "
-                             f"{expected}{hint}")
+        elif header_line:
+            if not blank and len(record) != expected:
+                hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" \
+                    if len(record) > expected else ""
+                raise TableError(f"{path}: line {line} has {len(record)} fields, the header (line {header_line}) has "
+                                 f"{expected}{hint}")
+            lines.append(line)
+            blanks.append(blank)
         line = reader.line_num + 1
+    return CsvRecords(header_line, lines, blanks)
 
 
 #: The largest magnitude a target may have: the cache stores targets as float32.
@@ -180,10 +239,33 @@ def cell_text(value: object) -> str:
     return "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value).strip()
 
 
-def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
+def smiles_cells(table: TableRead, column: str) -> list[str]:
+    """The cells of the SMILES ``column``, stripped (:func:`cell_text`), in file order."""
+    return [cell_text(value) for value in table.frame[column].tolist()]
+
+
+def whitespace_inside(smiles: str) -> str | None:
+    """Why a SMILES with whitespace inside is not used, None for one without: RDKit reads the part before the
+    whitespace as the molecule and the rest as its name (``'CCO<tab>CC'`` would be ethanol)."""
+    if not any(char.isspace() for char in smiles):
+        return None
+    return f"whitespace inside the SMILES {smiles!r} (RDKit would read only {smiles.split()[0]!r})"
+
+
+def check_smiles(table: TableRead, column: str) -> None:
+    """Refuse SMILES cells with whitespace inside (:func:`whitespace_inside`), naming their rows."""
+    smiles = smiles_cells(table, column)
+    spaced = [row for row, text in enumerate(smiles) if whitespace_inside(text)]
+    if spaced:
+        raise TableError(f"{table.path}: column '{column}' has {len(spaced)} SMILES with whitespace inside, at "
+                         f"{table.describe_rows(spaced)}: {', '.join(repr(smiles[r]) for r in spaced[:3])}; RDKit "
+                         "would read only the part before the whitespace: correct these cells (or the separator)")
+
+
+def numeric_column(table: TableRead, column: str) -> np.ndarray:
     """A target column as float64 with NaN for missing cells; :class:`TableError` for a cell that is not a number
     within float32's range, empty or a missing-value word."""
-    values = frame[column]
+    values = table.frame[column]
     if pd.api.types.is_bool_dtype(values) or pd.api.types.is_numeric_dtype(values):
         numbers = values.astype(np.float64).to_numpy()
         bad = np.flatnonzero(np.abs(numbers) > FLOAT32_MAX)
@@ -193,14 +275,15 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
         numbers = pd.to_numeric(text.where(~missing, None), errors="coerce").to_numpy(np.float64)
         bad = np.flatnonzero((~missing & np.isnan(numbers)) | (np.abs(numbers) > FLOAT32_MAX))
     if len(bad):
-        raise TableError(f"{path}: column '{column}' holds {len(bad)} value(s) that are not finite numbers within "
-                         f"float32's range (|x| <= {FLOAT32_MAX:.4g}), at {describe_rows(path, bad)}: "
+        raise TableError(f"{table.path}: column '{column}' holds {len(bad)} value(s) that are not finite numbers "
+                         f"within float32's range (|x| <= {FLOAT32_MAX:.4g}), at {table.describe_rows(bad)}: "
                          f"{', '.join(repr(values.iloc[r]) for r in bad[:3])}; leave a cell empty for a missing value")
     return numbers
 
 
-def check_labels(values: np.ndarray, column: str, path: Path, task: TargetKind, num_classes: int | None) -> int:
+def check_labels(values: np.ndarray, column: str, table: TableRead, task: TargetKind, num_classes: int | None) -> int:
     """The number of classes of a classification target (2 for binary), its labels checked."""
+    path = table.path
     known = ~np.isnan(values)
     if task == "binary":
         bad = np.flatnonzero(known & (values != 0) & (values != 1))
@@ -212,7 +295,7 @@ def check_labels(values: np.ndarray, column: str, path: Path, task: TargetKind, 
             f"a class id in 0..{num_classes - 1} (data.source.num_classes: {num_classes})"
     if len(bad):
         raise TableError(f"{path}: column '{column}' has {len(bad)} label(s) that are not {rule}, at "
-                         f"{describe_rows(path, bad)}: {', '.join(f'{values[r]:g}' for r in bad[:3])}")
+                         f"{table.describe_rows(bad)}: {', '.join(f'{values[r]:g}' for r in bad[:3])}")
     if task == "binary":
         return 2
     classes = num_classes if num_classes is not None else int(np.nanmax(values)) + 1 if known.any() else 0
@@ -247,11 +330,12 @@ def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[d
     return {name: np.sort(np.asarray(rows, dtype=np.int64)) for name, rows in parts.items()}, len(groups)
 
 
-def feature_columns(frame: pd.DataFrame, features: MoleculeFeatures, path: Path) -> np.ndarray:
+def feature_columns(table: TableRead, features: MoleculeFeatures) -> np.ndarray:
     """The table's feature columns as (R, C) float64, NaN for an empty cell; :class:`TableError` naming the rows
     (and lines) of a cell that is not a number within float32's range."""
-    return np.stack([numeric_column(frame, name, path) for name in features.columns], axis=1) if features.columns \
-        else np.zeros((len(frame), 0))
+    if not features.columns:
+        return np.zeros((len(table.frame), 0))
+    return np.stack([numeric_column(table, name) for name in features.columns], axis=1)
 
 
 def describe_features(features: MoleculeFeatures) -> str:
@@ -334,12 +418,13 @@ class SmilesTable(MoleculeSource):
 
     @cached_property
     def spec(self) -> DataSpec:
-        """Molecules with the configured targets, checked against the table (read here, before any work)."""
-        frame = self.table.frame
+        """Molecules with the configured targets, checked against the table (read here, before any work): its SMILES
+        cells, and the labels of a multi-class target."""
+        check_smiles(self.table, self.smiles_column)
         classes = None
         if self.task == "multiclass":
-            labels = numeric_column(frame, self.targets[0], self.path)
-            classes = check_labels(labels, self.targets[0], self.path, self.task, self.num_classes)
+            labels = numeric_column(self.table, self.targets[0])
+            classes = check_labels(labels, self.targets[0], self.table, self.task, self.num_classes)
         return molecule_spec(self.targets, self.task, classes, molecule_features=self.features.names)
 
     def origin(self) -> str:
@@ -361,21 +446,21 @@ class SmilesTable(MoleculeSource):
     def open(self, root: Path) -> SmilesRows:
         """Check the whole table (read once, by :attr:`table`) and split it."""
         frame = self.table.frame
-        smiles = [cell_text(value) for value in frame[self.smiles_column].tolist()]
-        targets = np.stack([numeric_column(frame, name, self.path) for name in self.targets], axis=1)
-        columns = feature_columns(frame, self.features, self.path)
+        smiles = smiles_cells(self.table, self.smiles_column)
+        targets = np.stack([numeric_column(self.table, name) for name in self.targets], axis=1)
+        columns = feature_columns(self.table, self.features)
         for k, name in enumerate(self.targets):
             if not np.isfinite(targets[:, k]).any():
                 raise TableError(f"{self.path}: target column '{name}' has no value in any of its {len(frame)} rows")
             if self.task != "regression":
-                check_labels(targets[:, k], name, self.path, self.task, self.num_classes)
+                check_labels(targets[:, k], name, self.table, self.task, self.num_classes)
         rejected = self._duplicates(smiles)
         splits = self._splits(frame, smiles)
         self._check_training_targets(targets, splits["train"], rejected)
         empty = [row for row, text in enumerate(smiles) if not text]
         if empty:
             log.warning("%s: %d empty SMILES cell(s) (molecules without atoms) at %s; these rows are skipped",
-                        self.origin(), len(empty), describe_rows(self.path, empty))
+                        self.origin(), len(empty), self.table.describe_rows(empty))
         log.info("%s: %d rows, targets %s (%s); split %s: %s", self.origin(), len(frame), ", ".join(self.targets),
                  self.task, self.split, ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
         if self.features.names:
@@ -396,14 +481,14 @@ class SmilesTable(MoleculeSource):
             return {}
         if self.duplicate_smiles == "error":
             repeated = list(dict.fromkeys(codes[rows]))
-            listed = [f"'{smiles[first_index[code]]}' at {describe_rows(self.path, np.flatnonzero(codes == code))}"
+            listed = [f"'{smiles[first_index[code]]}' at {self.table.describe_rows(np.flatnonzero(codes == code))}"
                       for code in repeated[:3]]
             raise TableError(f"{self.path}: column '{self.smiles_column}' has {len(rows)} duplicated SMILES "
                              f"({'; '.join(listed)}{'; ...' if len(repeated) > 3 else ''}); duplicates can fall into "
                              "different splits and leak test molecules into training. Remove them, or set data.source."
                              "duplicate_smiles: keep_first to keep the first row of each and skip the others")
         log.warning("%s: %d rows repeat the SMILES of an earlier row (%s) and are skipped "
-                    "(duplicate_smiles: keep_first)", self.origin(), len(rows), describe_rows(self.path, rows))
+                    "(duplicate_smiles: keep_first)", self.origin(), len(rows), self.table.describe_rows(rows))
         return {int(row): f"duplicate of row {int(first_row[row])}" for row in rows}
 
     def _splits(self, frame: pd.DataFrame, smiles: list[str]) -> dict[str, np.ndarray]:
@@ -419,7 +504,7 @@ class SmilesTable(MoleculeSource):
             if len(unknown):
                 values = sorted({str(frame[self.split_column].iloc[r]) for r in unknown})[:5]
                 raise TableError(f"{self.path}: column '{self.split_column}' (data.source.split_column) has "
-                                 f"{len(unknown)} value(s) that name no split, at {describe_rows(self.path, unknown)}: "
+                                 f"{len(unknown)} value(s) that name no split, at {self.table.describe_rows(unknown)}: "
                                  f"{values}; use train, valid or test")
             splits = {name: np.flatnonzero(names == name) for name in ("train", "valid", "test")}
             splits = {name: rows for name, rows in splits.items() if name != "test" or len(rows)}
@@ -445,10 +530,11 @@ class SmilesTable(MoleculeSource):
 
 
 class SmilesToPredict(MoleculeSource):
-    """New molecules to predict: one SMILES column, every row (duplicates too) in the split ``predict``, in file
-    order; rows that cannot be featurised are reported (``evaluate.py --predict`` writes the reason). A model
-    trained with molecule-level features gets them again: ``descriptors`` computed from the SMILES, the
-    ``feature_columns`` read from this table (each must be one of its columns)."""
+    """New molecules to predict: one SMILES column, every row (duplicates and blank lines too) in the split
+    ``predict``, in file order; rows that cannot be featurised, or whose SMILES holds whitespace, are reported
+    (``evaluate.py --predict`` writes the reason). A model trained with molecule-level features gets them again:
+    ``descriptors`` computed from the SMILES, the ``feature_columns`` read from this table (each must be one of
+    its columns)."""
 
     def __init__(self, path: str, smiles_column: str = "smiles", descriptors: Literal["rdkit2d"] | None = None,
                  feature_columns: Sequence[str] = ()) -> None:
@@ -468,11 +554,11 @@ class SmilesToPredict(MoleculeSource):
         trained_with = f"a feature column the model was trained with: data.source.feature_columns " \
                        f"{list(self.features.columns)}"
         return read_table(self.path, [self.smiles_column, *self.features.columns],
-                          ["--smiles-column", *[trained_with] * len(self.features.columns)])
+                          ["--smiles-column", *[trained_with] * len(self.features.columns)], blank_lines="keep")
 
     def smiles(self) -> list[str]:
-        """The SMILES of every row, stripped, in file order."""
-        return [cell_text(value) for value in self.table.frame[self.smiles_column].tolist()]
+        """The SMILES of every row, stripped, in file order (a blank line's is empty)."""
+        return smiles_cells(self.table, self.smiles_column)
 
     def origin(self) -> str:
         return f"{self.path} (SMILES column '{self.smiles_column}')"
@@ -485,10 +571,12 @@ class SmilesToPredict(MoleculeSource):
         if not self.path.is_file():
             raise DatasetMissing(f"the table to predict, {self.path}, does not exist")
 
-    def open(self, root: Path) -> MoleculeTable:
+    def open(self, root: Path) -> SmilesRows:
         smiles = self.smiles()
-        columns = feature_columns(self.table.frame, self.features, self.path)
-        return MoleculeTable(smiles, np.zeros((len(smiles), 0), dtype=np.float32), self.features, columns)
+        spaced = {row: reason for row, text in enumerate(smiles) if (reason := whitespace_inside(text)) is not None}
+        columns = feature_columns(self.table, self.features)
+        return SmilesRows(smiles, np.zeros((len(smiles), 0), dtype=np.float32), spaced,
+                          {"predict": np.arange(len(smiles))}, self.features, columns)
 
-    def splits(self, root: Path, reader: MoleculeTable) -> dict[str, np.ndarray]:
-        return {"predict": np.arange(reader.num_rows)}
+    def splits(self, root: Path, reader: SmilesRows) -> dict[str, np.ndarray]:
+        return reader.splits

@@ -118,9 +118,10 @@ class NodeTargets(InMemoryDataset):
     Args:
         graphs: how many graphs.
         negative: put a negative category into ``x`` (a bad input).
+        pos: ``complex`` or ``3-D`` makes ``pos`` (n, 3) complex or (n, 3, 1) (bad inputs).
     """
 
-    def __init__(self, graphs: int = 12, negative: bool = False) -> None:
+    def __init__(self, graphs: int = 12, negative: bool = False, pos: str = "real") -> None:
         super().__init__(None)
         rng = np.random.default_rng(0)
         data_list = []
@@ -132,8 +133,10 @@ class NodeTargets(InMemoryDataset):
             y[rng.random((n, 2)) < 0.2] = np.nan
             split = rng.integers(0, 3, n)
             x = rng.integers(0, 4, (n, 2)) - (1 if negative else 0)
+            kind = torch.complex64 if pos == "complex" else torch.float32
+            position = torch.tensor(rng.normal(size=(n, 3)), dtype=kind)
             data_list.append(Data(
-                x=torch.tensor(x), pos=torch.tensor(rng.normal(size=(n, 3)), dtype=torch.float32),
+                x=torch.tensor(x), pos=position.unsqueeze(-1) if pos == "3-D" else position,
                 edge_index=torch.tensor(edges), edge_attr=torch.tensor(rng.integers(0, 3, e)),
                 edge_weight=torch.tensor(rng.random(e), dtype=torch.float32), y=torch.tensor(y, dtype=torch.float32),
                 train_mask=torch.tensor(split == 0), val_mask=torch.tensor(split == 1),
@@ -223,6 +226,9 @@ def test_the_data_spec_is_linked_into_the_model_by_the_cli(tmp_path: Path) -> No
     ({"node_attributes": ["x", "feat"]}, r"no tensor attribute 'feat' \(data.source.node_attributes\); the data "
                                          r"has: .*edge_weight.*pos"),
     ({"args": {"negative": True}}, r"categorical node attribute 'x' column 0 has negative values"),
+    ({"args": {"pos": "complex"}}, r"node attribute 'pos' is a torch\.complex64 tensor of shape \(\d+, 3\); features "
+                                   r"are \(rows,\) or \(rows, columns\) tensors of integer categories or real floats"),
+    ({"args": {"pos": "3-D"}}, r"node attribute 'pos' is a torch\.float32 tensor of shape \(\d+, 3, 1\); features"),
     ({"target_level": "graph", "split": "random"}, r"'y' has \d+ rows for 12 graphs; per-node targets need "
                                                    r"data.source.target_level: node"),
     ({"task": "binary"}, r"values of 'y' are not 0 or 1"),

@@ -289,6 +289,55 @@ def test_tables_to_predict_keep_every_row_in_order(tmp_path: Path) -> None:
     assert store.targets().shape == (2, 0)
 
 
+def test_tables_to_predict_keep_blank_lines_and_flag_smiles_with_whitespace(tmp_path: Path) -> None:
+    (tmp_path / "new.csv").write_text("\n\nsmiles\nCCO\n   \nCC\n\nCCO\tCC\n\"C\nC\"\n")
+    source = SmilesToPredict(str(tmp_path / "new.csv"))
+    assert source.smiles() == ["CCO", "", "CC", "", "CCO\tCC", "C\nC"]
+    assert source.table.lines.tolist() == [4, 5, 6, 7, 8, 9]  # the header is line 3
+    data = GraphDataModule(source, root=str(tmp_path / "data"), num_workers=0, preprocess_workers=0)
+    data.prepare_data()
+    data.setup()
+    store = data.datasets["predict"].store
+    assert store.split_rows()["predict"].tolist() == list(range(6))
+    assert store.skipped_rows() == {1: "empty SMILES", 3: "empty SMILES",
+                                    4: "whitespace inside the SMILES 'CCO\\tCC' (RDKit would read only 'CCO')",
+                                    5: "whitespace inside the SMILES 'C\\nC' (RDKit would read only 'C')"}
+
+
+def test_blank_lines_of_a_training_table_are_skipped_counted_and_lines_named_as_in_the_file(
+        tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
+    lines = _lines(20)
+    plain = tmp_path / "plain.csv"
+    plain.write_text("\n".join(lines) + "\n")
+    blank = tmp_path / "blank.csv"
+    blank.write_text("\n".join([*lines[:4], "", "  \t", *lines[4:11], "", *lines[11:]]) + "\n\n")
+    columns, keys = ["smiles", "gap_ev"], ["smiles_column", "targets"]
+    with package_log.at_level(logging.INFO, logger="graphormer_urpe"):
+        read = read_table(blank, columns, keys)
+    pd.testing.assert_frame_equal(read.frame, read_table(plain, columns, keys).frame)  # the same rows: same splits
+    assert read.lines.tolist() == [*range(2, 5), *range(7, 14), *range(15, 25)]
+    assert f"{blank}: 4 blank line(s) skipped (lines 5, 6, 14, 25)" in package_log.text
+    fields = lines[12].split(",")
+    fields[1] = "abc"  # gap_ev of row 11, on line 16 below three blank lines
+    blank.write_text("\n".join([*lines[:4], "", "  \t", *lines[4:11], "", lines[11], ",".join(fields), *lines[13:]]))
+    with pytest.raises(TableError, match=r"column 'gap_ev' holds 1 value\(s\) .* at row 11 \(line 16\): 'abc'"):
+        SmilesTable(str(blank), ["gap_ev"]).open(tmp_path)
+
+
+def test_smiles_with_whitespace_inside_stop_a_training_table(tmp_path: Path) -> None:
+    """RDKit reads ``CCO<tab>CC`` as ethanol (a SMILES file's name column): refused before any work."""
+    lines = _lines(20)
+    for line, smiles in ((3, "CCO\tCC"), (9, "C C")):
+        lines[line] = ",".join([smiles, *lines[line].split(",")[1:]])
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    data = datamodule(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"])
+    with pytest.raises(TableError, match=r"t\.csv: column 'smiles' has 2 SMILES with whitespace inside, at rows 2, 8 "
+                                         r"\(lines 4, 10\): 'CCO\\tCC', 'C C'; RDKit would read only the part before "
+                                         r"the whitespace: correct these cells \(or the separator\)$"):
+        data.prepare_data()
+    assert not (tmp_path / "data").exists()
+
+
 # ----------------------------------------------------------------------------- malformed CSV files (issue 20)
 
 def _lines(count: int = 40) -> list[str]:
