@@ -52,7 +52,7 @@ def test_a_part_over_its_cap_is_recorded_as_cut_and_the_next_parts_still_run(
     monkeypatch.setitem(gpu_check.CAPS, "tests", {"device tests": 1})
     seen_on_disk: list[dict] = []
 
-    def sleeping_tests(check: gpu_check.Check, quick: bool) -> dict:
+    def sleeping_tests(check: gpu_check.Check, quick: bool, bundle: Path | None) -> dict:
         cap = gpu_check.CAPS["tests"]["device tests"]
         outcome = check.run([sys.executable, "-c", "import time; time.sleep(600)"], cap)
         return {"status": outcome.status, "summary": "no pytest summary"}
@@ -95,6 +95,35 @@ def test_the_caps_fit_the_lease() -> None:
     assert sum(sum(caps.values()) for caps in gpu_check.CAPS.values()) <= 7 * 60 - 30
     assert set(gpu_check.CAPS["throughput"]) == set(gpu_check.throughput_commands("cuda", False, None))
     assert set(gpu_check.CAPS["memory"]) == {"zinc", "pcqm4mv2", "mag240m"}
+
+
+@pytest.mark.parametrize(("compiled", "part", "note"), [
+    ("cut", "ok", True),  # compilation does not fit the budget: a result, recorded as such
+    ("failed", "failed", False),  # a compiled run that crashes fails the part
+    ("ok", "ok", False),
+])
+def test_only_a_cut_compiled_throughput_leaves_its_part_ok(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           compiled: str, part: str, note: bool) -> None:
+    def run(check: gpu_check.Check, command: list[str], cap: float) -> gpu_check.Outcome:
+        return gpu_check.Outcome(compiled if "--compile" in command else "ok", cap, "", "", 0)
+
+    monkeypatch.setattr(gpu_check.Check, "run", run)
+    check = gpu_check.Check(tmp_path, tmp_path / "work", time_scale=1)
+    result = gpu_check.check_throughput(check, "cuda", False, None, lambda entry: None)
+    assert result["status"] == part
+    assert [run["name"] for run in result["runs"] if "note" in run] == ([gpu_check.COMPILED] if note else [])
+    summary = "\n".join(gpu_check.markdown_throughput(result))
+    assert (f"| cut: {gpu_check.COMPILED_CUT} |" in summary) is note
+
+
+def test_a_cut_uncompiled_throughput_cuts_its_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(check: gpu_check.Check, command: list[str], cap: float) -> gpu_check.Outcome:
+        return gpu_check.Outcome("cut" if command[-1] == "bf16-mixed" else "ok", cap, "", "", -9)
+
+    monkeypatch.setattr(gpu_check.Check, "run", run)
+    check = gpu_check.Check(tmp_path, tmp_path / "work", time_scale=1)
+    result = gpu_check.check_throughput(check, "cuda", False, None, lambda entry: None)
+    assert result["status"] == "cut" and not any("note" in run for run in result["runs"])
 
 
 def test_the_device_tests_are_collected_from_the_files_that_hold_them() -> None:
