@@ -28,6 +28,9 @@ and the sweep stops with the seed's exit code (128 + the signal); the same comma
 
 Writes ``<run_root>/<name>-seeds.json`` and ``<run_root>/<name>-seeds.md``: per metric the mean,
 the sample standard deviation (n - 1 in the denominator; 0 for one seed), n and every seed's value.
+With ``--ensemble`` (a SMILES table's config), every seed's best checkpoint also predicts the test split and
+the mean of their predictions is scored, as chemprop's ensembles are: ``<run_root>/<name>-ensemble.json`` and
+``<run_root>/<name>-ensemble/ensemble-test.csv`` (:mod:`graphormer_urpe.evaluation.ensemble`).
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ from types import FrameType
 
 import yaml
 
-from graphormer_urpe.errors import refuse
+from graphormer_urpe.errors import InputError, refuse
+from graphormer_urpe.evaluation.ensemble import ensemble_split
 from graphormer_urpe.run.identity import config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, _locked
 
@@ -61,6 +65,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--name", help="experiment name (default: the config name)")
     parser.add_argument("--run_root", default="runs", help="directory of the runs and of the summary")
     parser.add_argument("--collect", action="store_true", help="only aggregate the seeds' finished runs")
+    parser.add_argument("--ensemble", action="store_true",
+                        help="also predict the test split with every seed's best checkpoint and score the mean "
+                             "prediction (a SMILES table's config; docs/small-data.md)")
     options, train_args = parser.parse_known_args(argv)
     if options.name is None:
         if options.config is None:
@@ -204,6 +211,23 @@ def markdown_table(name: str, summary: Mapping[str, Mapping], seeds: Sequence[in
     return "\n".join(lines) + "\n"
 
 
+def write_ensemble(run_root: Path, name: str, seeds: Sequence[int]) -> dict:
+    """The ensemble of the seeds' best checkpoints on the test split: ``<name>-ensemble/ensemble-test.csv`` (every
+    member's and the mean prediction) and ``<name>-ensemble.json`` (the metrics of the mean and of each member)."""
+    checkpoints = [Path(json.loads((run_root / run_name(name, seed) / "metrics.json").read_text())["best_checkpoint"])
+                   for seed in seeds]
+    try:
+        ensemble = ensemble_split(checkpoints, run_root / f"{name}-ensemble", "test")
+    except InputError as error:
+        refuse(f"--ensemble: {error}")
+    ensemble["seeds"] = list(seeds)
+    path = run_root / f"{name}-ensemble.json"
+    path.write_text(json.dumps(ensemble, indent=2) + "\n")
+    print(f"[seeds] ensemble of seeds {list(seeds)} on the test split: {ensemble['ensemble']}; written {path} and "
+          f"{ensemble['predictions']}", flush=True)
+    return ensemble
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     """Run (unless ``--collect``) and aggregate; returns the summary."""
     options, train_args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -237,6 +261,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     json_path.write_text(json.dumps(result, indent=2) + "\n")
     md_path.write_text(markdown_table(options.name, summary, sorted(per_seed)))
     print(md_path.read_text() + f"\n[seeds] written {json_path} and {md_path}", flush=True)
+    if options.ensemble:
+        result["ensemble"] = write_ensemble(run_root, options.name, sorted(per_seed))
     if failed:
         raise SystemExit(f"error: seeds {failed} did not finish; the summary covers seeds {sorted(per_seed)}")
     return result

@@ -176,3 +176,19 @@ def test_a_seed_another_process_runs_is_waited_for_then_reused(tmp_path: Path, m
     out = capsys.readouterr().out
     assert f"[seeds] exp: seed 5: another process runs it ({other / '.lock'} is held): waiting for it to finish" in out
     assert f"[seeds] exp: seed 5 reused: {other} finished with the same config" in out
+
+
+@pytest.mark.slow
+def test_ensemble_scores_the_mean_of_the_seeds_best_checkpoints(small_table: Path, tmp_path: Path) -> None:
+    from graphormer_urpe.testing.runs import small_run_args
+
+    args = small_run_args(small_table, tmp_path / "data", tmp_path, "--trainer.max_steps", "4",
+                          "--trainer.val_check_interval", "2")
+    result = seeds.main(["--seeds", "0", "1", "--name", "ens", "--ensemble", *args])
+    ensemble = json.loads((tmp_path / "ens-ensemble.json").read_text())
+    assert ensemble == json.loads(json.dumps(result["ensemble"]))
+    assert ensemble["seeds"] == [0, 1] and len(ensemble["members"]) == 2
+    for seed, member in zip((0, 1), ensemble["members"]):
+        assert member == json.loads((tmp_path / f"ens-seed{seed}" / "metrics.json").read_text())["best_checkpoint"]
+    table = (tmp_path / "ens-ensemble" / "ensemble-test.csv").read_text().splitlines()
+    assert len(table) == 1 + ensemble["rows"] == 7  # header and the 6 test molecules
