@@ -199,7 +199,8 @@ def test_readout_and_default_names_follow_from_the_declaration() -> None:
                      target_kind="multiclass")
     assert nodes.target_names == ("y",) and nodes.readout == "nodes"
     assert nodes.encoder_fields() == {"node_vocab": [1], "edge_vocab": [1], "num_outputs": 5,
-                                      "continuous_node_dim": 0, "continuous_edge_dim": 0, "readout": "nodes"}
+                                      "continuous_node_dim": 0, "continuous_edge_dim": 0, "readout": "nodes",
+                                      "molecule_features": []}
     assert SequenceSpec(10, 11, 32).encoder_fields() == {"vocab_size": 10, "num_classes": 11, "length": 32}
 
 

@@ -217,11 +217,11 @@ def test_the_record_says_where_the_weights_came_from(tmp_path: Path) -> None:
     assert record["sha256"] == hashlib.sha256((tmp_path / "source.ckpt").read_bytes()).hexdigest()
     assert record["source"] == {
         "data": {"node_vocab": [28], "edge_vocab": [4], "continuous_node_dim": 0, "continuous_edge_dim": 0,
-                 "num_outputs": 1, "readout": "graph_token", "target_kind": "regression", "target_names": ["y"],
-                 "name": "unknown data"},
+                 "num_outputs": 1, "readout": "graph_token", "molecule_features": [], "target_kind": "regression",
+                 "target_names": ["y"], "name": "unknown data"},
         "converted_from": None, "config": None, "initialised_from": None, "global_step": None}
     assert record["architecture"] == {field: getattr(ENCODER, field) for field in GraphormerConfig.ARCHITECTURE}
-    assert record["reset_to_ones"] == ["model.relative_scale.weight"]
+    assert record["reset_to_ones"] == ["model.relative_scale.weight"] and record["molecule_features"] == "none"
 
 
 @pytest.mark.parametrize("config_class, spec_class, own", [
