@@ -19,6 +19,7 @@ import train
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2
 from graphormer_urpe.data.sources import QM9
+from graphormer_urpe.data.sources.descriptors import descriptor_reference
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.errors import DataError
@@ -27,6 +28,7 @@ from graphormer_urpe.model.sequence import SequenceConfig
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
 from graphormer_urpe.run.cli import CONFIG_DIR, GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphRegression, SequenceTagging
+from graphormer_urpe.testing.moses_layout import write_moses_package
 from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 from graphormer_urpe.testing.runs import TINY_MOLECULES, tiny_run_args
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw
@@ -49,12 +51,18 @@ class Expected:
 
 
 MOLECULES = dict(node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB)
+DESCRIPTORS = descriptor_reference()
 #: Parameter counts and state-dict layouts are those main built at 42a5948 (before the DataSpec), with
 #: the 11 name-matched links: the same models.
 EXPECTED = {
     "mag240m": Expected(DataSpec(node_vocab=(3,), edge_vocab=(6,), num_targets=1, num_outputs=153,
                                  continuous_node_dim=768, target_level="target_node", target_kind="multiclass",
                                  target_names=("y",), submission=MAG240M), 10_033_145, "4cfb0f43e0a469d7"),
+    # the shipped pretraining: the descriptors that vary over MOSES as targets, already on one scale
+    "pretrain_moses": Expected(DataSpec(**MOLECULES, num_targets=len(DESCRIPTORS.informative),
+                                        num_outputs=len(DESCRIPTORS.informative),
+                                        target_names=tuple(DESCRIPTORS.names[k] for k in DESCRIPTORS.informative)),
+                               594_378, "d6f42cebf0dfe8c2"),
     "pcqm4mv2": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_names=("homolumogap",),
                                   submission=PCQM4MV2), 9_649_217, "937d6c5e2a291781"),
     "pyg_tu_example": Expected(DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=1,
@@ -65,6 +73,10 @@ EXPECTED = {
     "qm9_pretrain": Expected(DataSpec(**MOLECULES, num_targets=12, num_outputs=12, target_names=(
         "mu_debye", "alpha_bohr3", "homo_ev", "lumo_ev", "gap_ev", "r2_bohr2", "zpve_ev", "u0_ev", "u298_ev", "h298_ev",
         "g298_ev", "cv_cal_mol_k")), 639_516, "412ef8d1df850bb3"),  # the qm9_gap model with 12 outputs
+    # the recipe: the shipped checkpoint's architecture (4 layers, width 128), a new head, the descriptors' projection
+    "small_molecules": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_names=("gap_ev",),
+                                         molecule_features=tuple(f"rdkit2d/{name}" for name in DESCRIPTORS.names)),
+                                598_417, "07881b2704f9f30b"),
     "smiles_csv_classification": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_kind="binary",
                                                    target_names=("polar",)), 121_553, "b2b60ce8e9bbe782"),
     "smiles_csv_example": Expected(DataSpec(**MOLECULES, num_targets=2, num_outputs=2,
@@ -117,10 +129,15 @@ def qm9_sample_smiles(count: int) -> list[str]:
     return pd.read_csv(CONFIG_DIR.parent / "examples" / "qm9_sample.csv")["smiles"].head(count).tolist()
 
 
-def fixture_arguments(config: str, root: Path, synthetic_mag: Path) -> list[str]:
+def fixture_arguments(config: str, root: Path, synthetic_mag: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Command-line arguments that point ``config`` at small data: generated in the real on-disk layout
     where the real dataset is absent, the embedded and shipped data otherwise."""
     graphs = ["--data.root", str(root), "--data.batch_size", "8", "--data.num_workers", "0"]
+    if config == "pretrain_moses":  # the molsets wheel's layout, with 120 of the example table's molecules
+        write_moses_package(root / "site", qm9_sample_smiles(120))
+        monkeypatch.syspath_prepend(str(root / "site"))
+        return [*graphs, "--data.preprocess_workers", "0", "--data.source.molecules", "100",
+                "--data.source.valid_fraction", "0.1"]
     if config.startswith("zinc"):
         write_zinc_raw(root / "ZINC" / "raw", {"train": 12, "val": 8, "test": 6}, {"train": 8, "val": 8, "test": 4})
         return [*graphs, "--data.preprocess_workers", "0"]
@@ -132,7 +149,7 @@ def fixture_arguments(config: str, root: Path, synthetic_mag: Path) -> list[str]
         return [*graphs, "--data.preprocess_workers", "0"]
     if config.startswith("qm9"):
         return [*graphs, "--data.preprocess_workers", "0", "--data.source.max_molecules", "50"]
-    if config.startswith(("smiles", "pyg")):
+    if config.startswith(("smiles", "pyg", "small")):
         return [*graphs, "--data.preprocess_workers", "0"]
     if config == "mag240m":
         return ["--data.root", str(synthetic_mag), "--data.num_classes", "8", "--data.batch_size", "8",
@@ -167,10 +184,11 @@ def assert_batch_fits(batch: object, spec: DataSpec | SequenceSpec) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", sorted(EXPECTED))
-def test_every_configs_data_is_what_its_spec_declares(config: str, tmp_path: Path, synthetic_mag: Path) -> None:
+def test_every_configs_data_is_what_its_spec_declares(config: str, tmp_path: Path, synthetic_mag: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Built on small data, each datamodule's batches fit its spec, and the model built from the spec reads
     them into predictions of the declared width."""
-    built = cli(config, tmp_path, *fixture_arguments(config, tmp_path / "data", synthetic_mag))
+    built = cli(config, tmp_path, *fixture_arguments(config, tmp_path / "data", synthetic_mag, monkeypatch))
     data, spec = built.datamodule, built.datamodule.spec
     expected = EXPECTED[config].spec
     assert spec == (dataclasses.replace(expected, num_outputs=8) if config == "mag240m" else expected)
