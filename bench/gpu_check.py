@@ -185,7 +185,10 @@ def markdown(report: dict) -> str:
             if "first_loss" not in entry:
                 lines.append(f"| {precision} | {entry.get('error', 'failed')} | | | | no |")
                 continue
-            verdict = "reference" if precision == "32" else ("yes" if entry["ok"] else "NO")
+            if precision == "32":
+                verdict = "reference"
+            else:
+                verdict = "yes" if entry["ok"] else "NO"
             lines.append(f"| {precision} | {entry['first_loss']:.4f} | {entry['tail_loss']:.4f} | "
                          f"{entry['valid_mae']:.4f} | {entry['seconds']:.0f} | {verdict} |")
         lines.append("")
