@@ -78,7 +78,8 @@ class _Phases(torch.utils.data.Sampler):
     """Item indices of the current phase: one DataLoader, persistent workers, an epoch per phase."""
 
     def __init__(self, phases: list[np.ndarray]) -> None:
-        self.phases, self.current = phases, 0
+        self.phases = phases
+        self.current = 0
 
     def __iter__(self):
         return iter(self.phases[self.current].tolist())

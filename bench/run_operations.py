@@ -49,7 +49,9 @@ class StepTimer(pl.Callback):
     """Wall time of every optimiser step after ``skip`` steps."""
 
     def __init__(self, skip: int) -> None:
-        self.skip, self.times, self.last = skip, [], None
+        self.skip = skip
+        self.times: list[float] = []
+        self.last: float | None = None
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: object) -> None:
         now = time.perf_counter()

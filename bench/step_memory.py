@@ -155,7 +155,8 @@ class TrainingStep:
 
     def __init__(self, task: GraphormerTask, precision: Precision, device: torch.device,
                  gradient_clip: float | None = 5.0) -> None:
-        self.task, self.gradient_clip = task.train(), gradient_clip
+        self.task = task.train()
+        self.gradient_clip = gradient_clip
         self.trained = [p for p in task.parameters() if p.requires_grad]
         self.optimizer = task_optimizer(task)
         self.dtype = AUTOCAST_DTYPE[precision]

@@ -1,5 +1,5 @@
 """Index conventions shared by preprocessing, collation and the model, each named once: no other module writes a
-bare ``+ 1`` or ``255``. The relation ids and their masking are tabled in docs/model.md (Index conventions)."""
+bare ``+ 1`` or ``255``. The relation ids and their masking are tabled in docs/model.md, "Index conventions"."""
 
 from __future__ import annotations
 

@@ -93,8 +93,10 @@ def check_number(key: str, value: object, minimum: float, maximum: float | None 
     below = number and (maximum is None or (value <= maximum if include_maximum else value < maximum))
     if above and below:
         return
-    allowed = (f"{'>=' if include_minimum else '>'} {minimum:g}" if maximum is None else
-               f"in {'[' if include_minimum else '('}{minimum:g}, {maximum:g}{']' if include_maximum else ')'}")
+    if maximum is None:
+        allowed = f"{'>=' if include_minimum else '>'} {minimum:g}"
+    else:
+        allowed = f"in {'[' if include_minimum else '('}{minimum:g}, {maximum:g}{']' if include_maximum else ')'}"
     raise ConfigError(key, value, f"must be a number {allowed}{hint}")
 
 

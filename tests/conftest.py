@@ -23,6 +23,18 @@ from graphormer_urpe.testing.runs import (
     tiny_run_args,
 )
 
+#: Session fixtures that train: a 2-process DDP run (``ddp_run``), a 200-step run (``small_run``), and the data root
+#: of the tiny QM9 runs (``qm9_root``: every test that asks for it trains or evaluates a run on it).
+SLOW_FIXTURES = frozenset({"ddp_run", "small_run", "qm9_root"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks ``slow`` every test that uses a fixture of :data:`SLOW_FIXTURES`, directly or through another fixture;
+    tests that train or start processes by themselves carry the mark in their file."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture
 def rng() -> np.random.Generator:

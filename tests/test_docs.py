@@ -1,6 +1,7 @@
 """The documentation: the MkDocs site builds with --strict (every page in the nav, every link and
 anchor resolving, every API-reference module importable), the nav of mkdocs.yml is the one list of
-pages, and the README stays a landing page whose relative links all resolve."""
+pages, the README stays a landing page whose relative links all resolve, and every docs page and
+section that the code names exists."""
 
 from __future__ import annotations
 
@@ -127,6 +128,68 @@ def test_link_checks_catch_what_they_should(tmp_path: Path) -> None:
     assert heading_anchors(page) == {"the-default-run-measured", "what-is-exact-and-how-it-is-tested"}
     text = "[a](docs/a.md) `[b](b.md)` ![c](c.png)\n```\n[d](d.md)\n```\n[e](https://x.org)"
     assert LINK.findall(markdown_outside_code(text)) == ["docs/a.md", "c.png", "https://x.org"]
+
+
+#: Where the code names docs pages: the package, the scripts, the benchmarks, the examples and the configs.
+POINTING_FILES = ("graphormer_urpe/**/*.py", "*.py", "bench/**/*.py", "examples/**/*.py", "configs/**/*.yaml")
+#: A docs page named in code, with an optional section: ``docs/running.md#what-is-safe`` (an anchor) or
+#: ``docs/running.md, "What is safe"`` (a heading's title, in double or single quotes).
+DOCS_POINTER = re.compile(r"docs/((?:[\w-]+/)*[\w-]+\.md)(?:#([\w-]+)|,\s*\"([^\"\n]+)\"|,\s*'([^'\n]+)')?")
+
+
+def docs_pointers(text: str) -> list[tuple[str, str | None]]:
+    """The ``(page, section)`` pairs that ``text`` names (:data:`DOCS_POINTER`); the section is an anchor, a
+    heading's title, or None for the whole page."""
+    return [(page, anchor or double or single or None) for page, anchor, double, single in DOCS_POINTER.findall(text)]
+
+
+def section_problem(page: Path, section: str, docs: Path) -> str | None:
+    """Why ``section`` (an anchor or a heading's title) is not a place in ``page``, or None when it is: a heading
+    whose anchor is the section or its slug, or a paragraph opening with it in bold (``**Parameters: ...**``)."""
+    if {section, slugify(section, "-")} & heading_anchors(page):
+        return None
+    if re.search(rf"^\*\*{re.escape(section)}\b", markdown_outside_code(page.read_text()), re.M):
+        return None
+    return f"no heading {section!r} in docs/{page.relative_to(docs)}"
+
+
+def pointer_problems(named_in: str, text: str, docs: Path) -> list[str]:
+    """What is wrong with every docs pointer of ``text`` (from file ``named_in``): a missing page or section."""
+    problems = []
+    for page, section in docs_pointers(text):
+        if not (docs / page).is_file():
+            problems.append(f"{named_in}: docs/{page} does not exist")
+        elif section is not None and (problem := section_problem(docs / page, section, docs)) is not None:
+            problems.append(f"{named_in}: docs/{page}, {problem}")
+    return problems
+
+
+def test_every_docs_page_and_section_the_code_names_exists() -> None:
+    problems, pointers = [], 0
+    for pattern in POINTING_FILES:
+        for file in sorted(REPO_DIR.glob(pattern)):
+            text = file.read_text()
+            pointers += len(docs_pointers(text))
+            problems += pointer_problems(str(file.relative_to(REPO_DIR)), text, REPO_DIR / "docs")
+    assert not problems, "docs pointers that do not resolve:\n" + "\n".join(problems)
+    assert pointers > 50, f"the pattern finds only {pointers} pointers"
+
+
+def test_docs_pointer_checks_catch_what_they_should(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "reference").mkdir(parents=True)
+    (docs / "model.md").write_text("# The model\n## Index conventions\n```\n## Not a heading\n```\n")
+    (docs / "ogb-lsc.md").write_text("# OGB-LSC\n\n**Parameters: 9,649,217 (URPE).** The difference ...\n")
+    (docs / "reference" / "testing.md").write_text("# Testing\n")
+    text = ('See docs/model.md, "Index conventions"; docs/model.md#index-conventions and docs/reference/testing.md.\n'
+            "(docs/ogb-lsc.md, 'Parameters') docs/gone.md docs/model.md, \"Not a heading\" docs/model.md#the-mode")
+    assert docs_pointers(text) == [("model.md", "Index conventions"), ("model.md", "index-conventions"),
+                                   ("reference/testing.md", None), ("ogb-lsc.md", "Parameters"), ("gone.md", None),
+                                   ("model.md", "Not a heading"), ("model.md", "the-mode")]
+    assert pointer_problems("x.py", text, docs) == [
+        "x.py: docs/gone.md does not exist",
+        "x.py: docs/model.md, no heading 'Not a heading' in docs/model.md",
+        "x.py: docs/model.md, no heading 'the-mode' in docs/model.md"]
 
 
 def test_ci_runs_the_readmes_test_command_installing_the_tested_torch_which_the_package_accepts_as_a_range() -> None:

@@ -93,19 +93,7 @@ class GraphBatch(TensorFields):
     """A padded batch of graphs: the model's whole input, made by :func:`collate_graphs` or
     :func:`~graphormer_urpe.data.pyg_interop.to_graph_batch`.
 
-    Shapes (padding holds 0 unless stated; Fc, Fec = 0 when the dataset has no continuous features):
-        x: (B, N, F) int64 categorical node features (raw values, >= 0);
-        x_continuous: (B, N, Fc) float16/32; node_mask: (B, N) bool, True for real nodes;
-        in_degree, out_degree: (B, N) int64; spd: (B, N, N) uint8, 255 = unreachable or padding;
-        first_edge: (B, N, N) int64 batch edge id of the first edge of a shortest path from i to j, -1 if none
-        (i == j, unreachable, padding); int16/int32 in batches of sampled subgraphs, widened by the model;
-        edge_attr: (E, Fe) int64; edge_continuous: (E, Fec) float32;
-        edge_dst: (E,) int64 target node (position in its graph) of each edge;
-        y: (B, Y) float32 targets, NaN where unknown, or (B, N, Y) per node (NaN at padding);
-        index: (B,) int64 dataset position of each graph (MAG240M: the target paper's id);
-        target_node: (B,) int64 node whose label ``y`` is, or -1 (:data:`NO_TARGET_NODE`) for graph-level tasks;
-        molecule_features: (B, M) float32 molecule-level features as the data gives them (NaN where missing; the
-        model standardises them), M = 0 for datasets without them.
+    Each field's dtype, shape and meaning are on its line below; padding holds 0 unless stated.
 
     Example:
         >>> edges = np.array([[0, 1], [1, 0]])
@@ -115,19 +103,23 @@ class GraphBatch(TensorFields):
         (2, (2, 2, 2), [[-1, 2], [3, -1]])
     """
 
-    x: torch.Tensor
-    x_continuous: torch.Tensor
-    node_mask: torch.Tensor
-    in_degree: torch.Tensor
-    out_degree: torch.Tensor
-    spd: torch.Tensor
+    x: torch.Tensor  # (B, N, F) int64: categorical node features (raw values, >= 0)
+    x_continuous: torch.Tensor  # (B, N, Fc) float16/32: continuous node features (Fc = 0 when the dataset has none)
+    node_mask: torch.Tensor  # (B, N) bool: True for real nodes
+    in_degree: torch.Tensor  # (B, N) int64
+    out_degree: torch.Tensor  # (B, N) int64
+    spd: torch.Tensor  # (B, N, N) uint8: shortest-path distance, 255 = unreachable or padding
+    # (B, N, N) int64: batch edge id of the first edge of a shortest path from i to j, -1 if none (i == j,
+    # unreachable, padding); int16/int32 in batches of sampled subgraphs, widened by the model
     first_edge: torch.Tensor
-    edge_attr: torch.Tensor
-    edge_continuous: torch.Tensor
-    edge_dst: torch.Tensor
-    y: torch.Tensor
-    index: torch.Tensor
-    target_node: torch.Tensor
+    edge_attr: torch.Tensor  # (E, Fe) int64: categorical edge features of every batch edge
+    edge_continuous: torch.Tensor  # (E, Fec) float32: continuous edge features (Fec = 0 when the dataset has none)
+    edge_dst: torch.Tensor  # (E,) int64: target node (position in its graph) of each edge
+    y: torch.Tensor  # (B, Y) float32 targets, NaN where unknown; or (B, N, Y) per node (NaN at padding)
+    index: torch.Tensor  # (B,) int64: dataset position of each graph (MAG240M: the target paper's id)
+    target_node: torch.Tensor  # (B,) int64: node whose label ``y`` is, or -1 (NO_TARGET_NODE) for graph-level tasks
+    # (B, M) float32: molecule-level features as the data gives them (NaN where missing; the model standardises
+    # them), M = 0 for datasets without them
     molecule_features: torch.Tensor
 
     @property

@@ -154,12 +154,18 @@ class CacheSpec:
 def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) -> tuple[dict[str, np.ndarray], list]:
     """The flat arrays of one chunk's rows, checked and preprocessed together, and its skipped ``[row, reason]``."""
     read = [(int(row), graph) for row, graph in rows]
-    graphs = [(row, graph) for row, graph in read if not isinstance(graph, str)]
-    problems = spec.problems([graph for _, graph in graphs])
-    skipped = sorted([[row, reason] for row, reason in read if isinstance(reason, str)]
-                     + [[row, problem] for (row, _), problem in zip(graphs, problems) if problem is not None])
-    kept_rows = [row for (row, _), problem in zip(graphs, problems) if problem is None]
-    kept = [graph for (_, graph), problem in zip(graphs, problems) if problem is None]
+    problems = iter(spec.problems([graph for _, graph in read if not isinstance(graph, str)]))
+    skipped: list = []  # [row, reason] pairs
+    kept_rows: list[int] = []
+    kept: list[RawGraph] = []
+    for row, graph in read:
+        reason = graph if isinstance(graph, str) else next(problems)  # the reader's reason or the check's
+        if reason is None:
+            kept_rows.append(row)
+            kept.append(graph)
+        else:
+            skipped.append([row, reason])
+    skipped.sort()
     if not kept:
         offsets = {name: np.zeros(1, dtype=np.int64) for name in ("node_ptr", "edge_ptr", "pair_ptr")}
         empty = {name: _empty(name, spec) for name in _ARRAY_NAMES}
@@ -289,15 +295,24 @@ class Chunk:
     def record(self, local: int, index: int) -> GraphRecord:
         """Graph ``local`` of this chunk as numpy arrays (views into the memory map)."""
         a = self.arrays
-        (n0, n1), (e0, e1), (p0, p1) = (a[ptr][local:local + 2] for ptr in ("node_ptr", "edge_ptr", "pair_ptr"))
+        n0, n1 = a["node_ptr"][local:local + 2]
+        e0, e1 = a["edge_ptr"][local:local + 2]
+        p0, p1 = a["pair_ptr"][local:local + 2]
         n = n1 - n0
-        return GraphRecord(x=a["x"][n0:n1], edge_index=a["edge_index"][e0:e1].T, edge_attr=a["edge_attr"][e0:e1],
-                           spd=a["spd"][p0:p1].reshape(n, n), first_edge=a["first_edge"][p0:p1].reshape(n, n),
-                           in_degree=a["in_degree"][n0:n1], out_degree=a["out_degree"][n0:n1],
-                           y=a["y"][n0:n1] if self.node_targets else a["y"][local], index=index,
-                           x_continuous=a["x_continuous"][n0:n1] if a["x_continuous"].shape[1] else None,
-                           edge_continuous=a["edge_continuous"][e0:e1] if a["edge_continuous"].shape[1] else None,
-                           molecule_features=a["molecule_features"][local] if "molecule_features" in a else None)
+        return GraphRecord(
+            x=a["x"][n0:n1],
+            edge_index=a["edge_index"][e0:e1].T,
+            edge_attr=a["edge_attr"][e0:e1],
+            spd=a["spd"][p0:p1].reshape(n, n),
+            first_edge=a["first_edge"][p0:p1].reshape(n, n),
+            in_degree=a["in_degree"][n0:n1],
+            out_degree=a["out_degree"][n0:n1],
+            y=a["y"][n0:n1] if self.node_targets else a["y"][local],
+            index=index,
+            x_continuous=a["x_continuous"][n0:n1] if a["x_continuous"].shape[1] else None,
+            edge_continuous=a["edge_continuous"][e0:e1] if a["edge_continuous"].shape[1] else None,
+            molecule_features=a["molecule_features"][local] if "molecule_features" in a else None,
+        )
 
 
 class GraphStore:

@@ -290,8 +290,10 @@ class EdgePathBias(nn.Module):
         if self.continuous is not None:
             per_edge = per_edge + self.continuous(batch.edge_continuous.to(self.continuous.weight.dtype))  # (E, H)
         num_edges, heads = per_edge.shape
-        per_hop = (torch.einsum("eh,khg->keg", per_edge, self.hop_weight) if self.hop_weight is not None
-                   else per_edge.unsqueeze(0))  # (K, E, H), or (1, E, H) for single_hop
+        if self.hop_weight is not None:
+            per_hop = torch.einsum("eh,khg->keg", per_edge, self.hop_weight)  # (K, E, H)
+        else:
+            per_hop = per_edge.unsqueeze(0)  # (1, E, H) for single_hop
         # one zero row per hop for "no edge", then flatten so one lookup serves all hops
         per_hop = torch.cat([per_hop, per_hop.new_zeros(self.max_hops, 1, heads)], dim=1)
         per_hop = per_hop.reshape(-1, heads)  # (K * (E + 1), H)
@@ -415,10 +417,12 @@ class Graphormer(nn.Module):
         self.relative_bias = RelativeBias(relations, heads)
         self.relative_scale = RelativeScale(relations, heads) if config.attention == "urpe" else None
         multi_hop = config.edge_encoding == "multi_hop"
-        self.edge_bias = EdgePathBias(
-            config.edge_vocab, heads, max_hops=config.multi_hop_max_dist if multi_hop else 1,
-            hop_matrices=multi_hop, continuous_dim=config.continuous_edge_dim,
-        ) if config.edge_encoding != "none" else None
+        if config.edge_encoding != "none":
+            max_hops = config.multi_hop_max_dist if multi_hop else 1
+            self.edge_bias = EdgePathBias(config.edge_vocab, heads, max_hops=max_hops, hop_matrices=multi_hop,
+                                          continuous_dim=config.continuous_edge_dim)
+        else:
+            self.edge_bias = None
         self.embedding_norm = nn.LayerNorm(hidden) if config.embedding_norm else None
         self.input_dropout = Dropout(config.input_dropout)
         self.layers = nn.ModuleList(
@@ -464,7 +468,8 @@ class Graphormer(nn.Module):
                 edge_bias = self.edge_bias(batch).float().permute(0, 3, 1, 2)  # (B, H, N, N)
                 attn_bias[:, :, self.first_node:, self.first_node:] += edge_bias
             attn_bias.masked_fill_(~key_mask.unsqueeze(1), float("-inf"))
-            return attn_bias, None if self.relative_scale is None else self.relative_scale(relation).float()
+            attn_scale = None if self.relative_scale is None else self.relative_scale(relation).float()  # (B, H, T, T)
+            return attn_bias, attn_scale
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
         """Final token states (B, T, H*D): the graph token at :data:`GRAPH_TOKEN_POS`, node i at ``first_node + i``."""

@@ -110,6 +110,8 @@ class LastCheckpoint(ModelCheckpoint):
                          every_n_train_steps=every_n_train_steps, enable_version_counter=False)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Lightning's save_last skips the end of training once any step wrote last.ckpt; here last.ckpt always holds
+        # the final state, so --ckpt_path last can extend a finished run
         if self._last_global_step_saved != trainer.global_step:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
@@ -128,6 +130,8 @@ class LoggedStep(Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
+        # Lightning logs under its count of batches that stepped the optimiser, which is one too many after a resume
+        # from the end-of-training last.ckpt at a validation step (why, and the test: docs/exactness.md)
         epoch_loop = trainer.fit_loop.epoch_loop
         if epoch_loop._batches_that_stepped != trainer.global_step:
             epoch_loop._batches_that_stepped = trainer.global_step
@@ -155,7 +159,9 @@ class PreemptionCheckpoint(Callback):
 
     def __init__(self, checkpoint_dir: Path, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1"),
                  requeue_signals: tuple[str, ...] = ("SIGUSR1",)) -> None:
-        self.checkpoint_dir, self.signals, self.requeue_signals = Path(checkpoint_dir), signals, requeue_signals
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.signals = signals
+        self.requeue_signals = requeue_signals
         self.received: str | None = None
         self._previous: dict[int, Any] = {}
         self._step_at_batch_start = 0
@@ -226,6 +232,8 @@ class NonFiniteLossGuard(Callback):
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         value = float(loss.detach())
+        # every process learns whether any loss is bad, so all stop together: one process raising alone would leave
+        # the others waiting in the gradient all-reduce
         if not trainer.strategy.reduce_boolean_decision(not math.isfinite(value), all=False):
             return
         index = getattr(self._batch, "index", None)
@@ -253,7 +261,9 @@ class RelationTablePlots(Callback):
     """Every ``every_n_validations`` validations (0: never), draw the learned B and C to ``plot_dir`` and W&B."""
 
     def __init__(self, plot_dir: Path, every_n_validations: int = 5) -> None:
-        self.plot_dir, self.every_n_validations, self.validations = Path(plot_dir), every_n_validations, 0
+        self.plot_dir = Path(plot_dir)
+        self.every_n_validations = every_n_validations
+        self.validations = 0
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking or self.every_n_validations <= 0:
@@ -277,10 +287,16 @@ class RunRecord(Callback):
 
     def __init__(self, run_dir: Path, config_name: str, seed: int | None, config: dict, config_yaml: str,
                  argv: Sequence[str], metrics_log: MetricsLog | None) -> None:
-        self.run_dir, self.config_name, self.seed, self.config = run_dir, config_name, seed, config
-        self.config_yaml, self.argv, self.metrics_log = config_yaml, list(argv), metrics_log
+        self.run_dir = run_dir
+        self.config_name = config_name
+        self.seed = seed
+        self.config = config
+        self.config_yaml = config_yaml
+        self.argv = list(argv)
+        self.metrics_log = metrics_log
         self.resumed_from: str | None = None
-        self.start_step, self.recorded = 0, False
+        self.start_step = 0
+        self.recorded = False
 
     def resuming(self, checkpoint: str, step: int) -> None:
         """This segment resumes ``checkpoint``, written after optimiser step ``step``."""

@@ -139,8 +139,10 @@ def test_imported_model_predicts_what_the_official_forward_predicts(tmp_path: Pa
     weights = official_weights(version, pre_layernorm)
     source = save_official(tmp_path / "official.pt", fmt, weights, pre_layernorm=pre_layernorm)
     config = import_official(source, tmp_path / "ours.ckpt")
-    expected_variant = ("pre", False, True, "linear") if version == "v1" else \
-        ("pre" if pre_layernorm else "post", True, False, "v2")
+    if version == "v1":
+        expected_variant = ("pre", False, True, "linear")
+    else:
+        expected_variant = ("pre" if pre_layernorm else "post", True, False, "v2")
     assert (config.layer_norm, config.embedding_norm, config.final_norm, config.head) == expected_variant
     assert (config.num_layers, config.hidden_dim, config.ffn_dim, config.num_heads) == (LAYERS, HIDDEN, FFN, HEADS)
     assert (config.spatial_pos_max, config.max_distance, config.max_degree) == (None, 254, 510)

@@ -42,6 +42,7 @@ def build_when_released(root: str, start: multiprocessing.Event, builds: str) ->
     GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=root, preprocess_workers=0).prepare_data()
 
 
+@pytest.mark.slow  # starts two processes
 def test_two_jobs_preparing_the_same_root_build_the_cache_once(tmp_path: Path) -> None:
     context = multiprocessing.get_context("fork")
     start, builds = context.Event(), tmp_path / "builds.txt"

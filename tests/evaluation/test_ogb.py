@@ -26,7 +26,9 @@ class SkippingData:
     """The part of :class:`~graphormer_urpe.data.predictable.PredictableData` that a submission reads."""
 
     def __init__(self, root: Path, mean: np.ndarray | None) -> None:
-        self.root, self.cache_dir, self.mean = root, root / "cache", mean
+        self.root = root
+        self.cache_dir = root / "cache"
+        self.mean = mean
         self.spec = SimpleNamespace(submission=PCQM4MV2)
 
     def training_mean(self) -> np.ndarray | None:

@@ -76,6 +76,7 @@ def test_training_reports_no_test_metric_for_hidden_labels(pcqm_run: dict) -> No
     assert pcqm_run["metrics"]["test"] is None and "val/mae" in pcqm_run["metrics"]["validation"]
 
 
+@pytest.mark.slow
 def test_valid_prints_ogbs_mae(pcqm_run: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     saved = tmp_path / "valid.npz"
     result = run_evaluate(pcqm_run, "--split", "valid", "--predictions", str(saved))
@@ -140,6 +141,7 @@ def test_full_size_test_dev_submission(pcqm_run: dict, tmp_path: Path, caplog: p
     assert "checking against the official pcqm4m-v2 test-dev size instead, 147037 rows" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_non_official_split_or_missing_directory_fails_clearly(pcqm_run: dict, tmp_path: Path,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(SystemExit, match="pass --submission-dir DIR"):

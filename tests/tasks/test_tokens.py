@@ -28,6 +28,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow  # 200 training steps for each attention
 @pytest.mark.parametrize("attention,low,high", [("none", 0.0, 0.2), ("rpe", 0.0, 0.2), ("urpe", 0.95, 1.0)])
 def test_position_identification_needs_urpe(one_thread, attention, low, high):
     """The paper's Figure 1 in miniature (n = 16, 200 steps): only URPE identifies positions; chance is 1/16."""

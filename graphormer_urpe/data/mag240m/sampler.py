@@ -39,28 +39,23 @@ _RELATION_SLOTS = 8
 @dataclass
 class CompactGraphBatch(TensorFields):
     """A batch of graphs without padding (fewer bytes to hand over), padded on the training device by :meth:`pad`;
-    fields as in :class:`GraphBatch`, integers in the smallest dtype that holds them, nodes graph after graph.
-
-    Shapes:
-        num_nodes, index, target_node: (B,) int64; y: (B, Y) float32; spd: (P,) uint8, (n, n) blocks, row-major.
-        x: (V, F) integer; x_continuous: (V, Fc) float16/32; in_degree, out_degree: (V,) integer.
-        edge_attr: (E, Fe) integer; edge_continuous: (E, Fec) float32.
-        edge_dst: (E,) integer, each edge's target in its graph; edges are listed node after node by ascending target.
-        lease: (1,) uint8 or None: the lease of the worker's slot (:mod:`.slots`) holding the tensors; kept on the host.
+    fields as in :class:`GraphBatch`, integers in the smallest dtype that holds them, nodes graph after graph
+    (V nodes, E edges and P node pairs in all).
     """
 
-    num_nodes: torch.Tensor
-    x: torch.Tensor
-    x_continuous: torch.Tensor
-    in_degree: torch.Tensor
-    out_degree: torch.Tensor
-    spd: torch.Tensor
-    edge_attr: torch.Tensor
-    edge_continuous: torch.Tensor
-    edge_dst: torch.Tensor
-    y: torch.Tensor
-    index: torch.Tensor
-    target_node: torch.Tensor
+    num_nodes: torch.Tensor  # (B,) int64: nodes of each graph
+    x: torch.Tensor  # (V, F) integer
+    x_continuous: torch.Tensor  # (V, Fc) float16/32
+    in_degree: torch.Tensor  # (V,) integer
+    out_degree: torch.Tensor  # (V,) integer
+    spd: torch.Tensor  # (P,) uint8: each graph's (n, n) block, row-major
+    edge_attr: torch.Tensor  # (E, Fe) integer
+    edge_continuous: torch.Tensor  # (E, Fec) float32
+    edge_dst: torch.Tensor  # (E,) integer: each edge's target in its graph, ascending within each graph
+    y: torch.Tensor  # (B, Y) float32
+    index: torch.Tensor  # (B,) int64
+    target_node: torch.Tensor  # (B,) int64
+    # (1,) uint8 or None: the lease of the worker's slot (:mod:`.slots`) holding the tensors; kept on the host
     lease: torch.Tensor | None = field(default=None, metadata={"host": True})
 
     def pad(self) -> GraphBatch:

@@ -121,7 +121,10 @@ def molecule_graphs(smiles: Sequence[object], targets: np.ndarray,
         empty = not isinstance(text, str) or not text.strip()
         mol = None if empty else Chem.MolFromSmiles(text)
         if mol is None or mol.GetNumAtoms() == 0:
-            sizes.append("empty SMILES" if empty else "RDKit cannot parse" if mol is None else "no atoms")
+            if empty:
+                sizes.append("empty SMILES")
+            else:
+                sizes.append("RDKit cannot parse" if mol is None else "no atoms")
             continue
         n, m = mol.GetNumAtoms(), mol.GetNumBonds()
         atoms = list(map(mol.GetAtomWithIdx, range(n)))
@@ -154,11 +157,19 @@ def molecule_graphs(smiles: Sequence[object], targets: np.ndarray,
             rejected.setdefault(molecule, _rejection(features[row], names))
 
     targets = np.asarray(targets, dtype=np.float32).reshape(len(sizes), -1)
-    return [size if isinstance(size, str) else rejected[i] if i in rejected else
-            RawGraph(x=x[node_ptr[i]:node_ptr[i + 1]], edge_index=edge_index[:, 2 * bond_ptr[i]:2 * bond_ptr[i + 1]],
-                     edge_attr=edge_attr[2 * bond_ptr[i]:2 * bond_ptr[i + 1]], y=targets[i],
-                     molecule_features=None if molecule_features is None else molecule_features[i])
-            for i, size in enumerate(sizes)]
+    graphs: list[RawGraph | str] = []
+    for i, size in enumerate(sizes):
+        if isinstance(size, str):
+            graphs.append(size)
+        elif i in rejected:
+            graphs.append(rejected[i])
+        else:
+            n0, n1 = node_ptr[i], node_ptr[i + 1]
+            e0, e1 = 2 * bond_ptr[i], 2 * bond_ptr[i + 1]  # two edges per bond
+            features = None if molecule_features is None else molecule_features[i]
+            graphs.append(RawGraph(x=x[n0:n1], edge_index=edge_index[:, e0:e1], edge_attr=edge_attr[e0:e1],
+                                   y=targets[i], molecule_features=features))
+    return graphs
 
 
 def _rejection(features: np.ndarray, names: Sequence[str]) -> str:

@@ -86,8 +86,12 @@ class PygReader:
 
     def __init__(self, datasets: Sequence[InMemoryDataset], nodes: FeatureLayout, edges: FeatureLayout, target: str,
                  node_targets: bool, masks: Sequence[str] = ()) -> None:
-        self.datasets, self.masks = list(datasets), list(masks)
-        self.nodes, self.edges, self.target, self.node_targets = nodes, edges, target, node_targets
+        self.datasets = list(datasets)
+        self.masks = list(masks)
+        self.nodes = nodes
+        self.edges = edges
+        self.target = target
+        self.node_targets = node_targets
         self.start = np.cumsum([0] + [len(d) for d in self.datasets])
         self.num_rows = int(self.start[-1]) * max(len(self.masks), 1)  # one block of rows per mask
 
@@ -140,12 +144,20 @@ class PygDataset(GraphSource):
                  split_args: dict[str, dict[str, Any]] | None = None,
                  split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, download: bool = False,
                  name: str | None = None) -> None:
-        self.dataset, self.args = dataset, dict(args or {})
-        self.node_attributes, self.edge_attributes = node_attributes, edge_attributes
-        self.target, self.target_level, self.task, self.num_classes = target, target_level, task, num_classes
+        self.dataset = dataset
+        self.args = dict(args or {})
+        self.node_attributes = node_attributes
+        self.edge_attributes = edge_attributes
+        self.target = target
+        self.target_level = target_level
+        self.task = task
+        self.num_classes = num_classes
         self.target_names = list(target_names) if target_names else None
-        self.split, self.split_args, self.split_fractions = split, dict(split_args or {}), split_shares(split_fractions)
-        self.seed, self.download = seed, download
+        self.split = split
+        self.split_args = dict(split_args or {})
+        self.split_fractions = split_shares(split_fractions)
+        self.seed = seed
+        self.download = download
         suffix = f"_{self.args['name']}" if "name" in self.args else ""
         self.name = name or f"pyg_{dataset.rsplit('.', 1)[-1]}{suffix}"
         if target_level not in ("graph", "node"):

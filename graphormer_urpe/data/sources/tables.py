@@ -298,7 +298,10 @@ def check_labels(values: np.ndarray, column: str, table: TableRead, task: Target
                          f"{table.describe_rows(bad)}: {', '.join(f'{values[r]:g}' for r in bad[:3])}")
     if task == "binary":
         return 2
-    classes = num_classes if num_classes is not None else int(np.nanmax(values)) + 1 if known.any() else 0
+    if num_classes is not None:
+        classes = num_classes
+    else:
+        classes = int(np.nanmax(values)) + 1 if known.any() else 0
     if classes < 2:
         raise TableError(f"{path}: column '{column}' has {classes} class(es); multi-class targets need at least 2")
     return classes
@@ -386,10 +389,17 @@ class SmilesTable(MoleculeSource):
                  split_column: str = "split", split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                  duplicate_smiles: Literal["error", "keep_first"] = "error",
                  descriptors: Literal["rdkit2d"] | None = None, feature_columns: Sequence[str] = ()) -> None:
-        self.path, self.targets, self.smiles_column = Path(path), list(targets), smiles_column
+        self.path = Path(path)
+        self.targets = list(targets)
+        self.smiles_column = smiles_column
         self.features = MoleculeFeatures(descriptors, tuple(feature_columns))
-        self.task, self.num_classes, self.duplicate_smiles, self.seed = task, num_classes, duplicate_smiles, seed
-        self.split, self.split_column, self.split_fractions = split, split_column, split_shares(split_fractions)
+        self.task = task
+        self.num_classes = num_classes
+        self.duplicate_smiles = duplicate_smiles
+        self.seed = seed
+        self.split = split
+        self.split_column = split_column
+        self.split_fractions = split_shares(split_fractions)
         if not self.targets:
             raise TableError(f"{self.path}: name at least one target column (data.source.targets)")
         if len(set(self.targets)) != len(self.targets):

@@ -97,9 +97,13 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
         for key, value in (("data.train_graphs", train_graphs), ("data.val_graphs", val_graphs),
                            ("data.test_graphs", test_graphs), ("data.batch_size", batch_size)):
             check_int(key, value, 1)
-        self.degree, self.min_nodes, self.max_nodes, self.distance = degree, min_nodes, max_nodes, distance
+        self.degree = degree
+        self.min_nodes = min_nodes
+        self.max_nodes = max_nodes
+        self.distance = distance
         self.split_sizes = {"train": train_graphs, "valid": val_graphs, "test": test_graphs}  # graphs per split
-        self.batch_size, self.seed = batch_size, seed
+        self.batch_size = batch_size
+        self.seed = seed
         self.datasets: dict[str, list[GraphRecord]] = {}
         self.rejected: Counter = Counter()
 

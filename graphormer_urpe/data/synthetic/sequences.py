@@ -78,8 +78,12 @@ class SequenceStream(IterableDataset):
 
     def __init__(self, task: SequenceTask, length: int, vocab_size: int, batch_size: int, seed: int,
                  rank: int = 0) -> None:
-        self.task, self.length, self.vocab_size = task, length, vocab_size
-        self.batch_size, self.seed, self.rank = batch_size, seed, rank
+        self.task = task
+        self.length = length
+        self.vocab_size = vocab_size
+        self.batch_size = batch_size
+        self.seed = seed
+        self.rank = rank
 
     def __iter__(self) -> Iterator[SequenceBatch]:
         worker = get_worker_info()
@@ -117,8 +121,13 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
             check_int(key, value, 1)
         if task == "even_token" and length % 2:
             raise ConfigError("data.length", length, "even_token needs an even length")
-        self.task, self.length, self.vocab_size = task, length, vocab_size
-        self.batch_size, self.val_size, self.test_size, self.seed = batch_size, val_size, test_size, seed
+        self.task = task
+        self.length = length
+        self.vocab_size = vocab_size
+        self.batch_size = batch_size
+        self.val_size = val_size
+        self.test_size = test_size
+        self.seed = seed
         self.datasets: dict[str, TensorDataset] = {}
 
     @property
