@@ -25,7 +25,6 @@ from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.data.loaders import eval_loader, train_loader, warn_if_not_published
 from graphormer_urpe.data.predictable import SplitRows
 from graphormer_urpe.data.sources.base import GraphSource
-from graphormer_urpe.data.sources.molecule_features import feature_statistics
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.data.structure import MAX_NODES, PathOrder, check_path_order
 from graphormer_urpe.errors import ConfigError, DataError, check_int
@@ -207,6 +206,9 @@ class GraphDataModule(pl.LightningDataModule):
     def molecule_feature_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """(M,) float64 mean and standard deviation that standardise the molecule-level features: the training
         split's for the table's feature columns (NaNs ignored), 0 and 1 for descriptors (already on one scale)."""
+        # imported here: the module needs RDKit, which datasets without molecule features never load
+        from graphormer_urpe.data.sources.molecule_features import feature_statistics
+
         train = self.datasets["train"]
         try:
             return feature_statistics(self.spec.molecule_features, train.store.molecule_features(train.indices))
