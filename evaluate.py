@@ -28,10 +28,12 @@ column) with a checkpoint trained on any molecular dataset, one output row per i
 order, with an empty prediction and the reason for rows that could not be featurised
 (:mod:`graphormer_urpe.evaluation.new_molecules`).
 
-This script parses the command line, checks that every output can be written (:func:`check_outputs`)
+This script parses the command line, checks that every output can be written and that ``--out`` names
+no existing file (:func:`check_outputs`), builds the checkpoint's data and model from its config
+(:class:`~graphormer_urpe.run.cli.GraphormerCLI`, no run directory), checks the split (:func:`check_split`)
 and dispatches. Exit codes: 0 done; 1 an invalid submission (``--check-submission``, or predictions the
-leaderboard would refuse); 2 bad input (checkpoint, config, data, options, an output that cannot be
-written).
+leaderboard would refuse); 2 bad input (checkpoint, config, data, options, a split the data do not have,
+an output that cannot be written or exists).
 """
 
 from __future__ import annotations

@@ -22,11 +22,10 @@ from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.loaders import resume_problem
 from graphormer_urpe.data.predictable import RunData
-from graphormer_urpe.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError, InputError, NonFiniteLoss, shown
+from graphormer_urpe.errors import EXIT_BAD_INPUT, ConfigError, InputError, NonFiniteLoss
 from graphormer_urpe.run.callbacks import Preempted
-from graphormer_urpe.run.checkpoints import CONFIG_KEY, check_checkpoint, saved_loader_states
+from graphormer_urpe.run.checkpoints import CONFIG_KEY, check_resume
 from graphormer_urpe.run.cli import TrainingCLI, launcher_run_id, log
 from graphormer_urpe.run.finetune import Initialisation, describe, initialise, plan_initialisation
 from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, data_identity, differences
@@ -35,12 +34,6 @@ from graphormer_urpe.run.records import count_parameters, git_commit, package_ve
 
 EXIT_NON_FINITE = 3
 EXIT_INTERRUPTED = 128 + signal.SIGINT
-
-#: Options a resume takes from the checkpoint (the optimiser's state, the random state) rather than from the
-#: command line: one that differs from the checkpoint's would be recorded but not used.
-RESUMED_FROM_THE_CHECKPOINT = ("model.init_args.optim.lr", "model.init_args.optim.weight_decay",
-                               "model.init_args.optim.adam_eps", "seed_everything")
-
 
 @dataclass(frozen=True)
 class Start:
@@ -125,7 +118,8 @@ def plan_start(cli: TrainingCLI) -> Start:
     planned = directory.plan(cli.config["ckpt_path"])
     start_step = 0
     if planned.checkpoint is not None:
-        start_step = check_resume(cli, data, planned.checkpoint)
+        start_step = check_resume(planned.checkpoint, cli.model, cli.trainer.max_steps, cli.config_yaml,
+                                  cli.seed_drawn, data)
         if initialisation is not None:
             log.info("resuming from %s: --init_from %s only starts new runs (it decided the architecture)",
                      planned.checkpoint, cli.config["init_from"])
@@ -216,47 +210,6 @@ def check_global_batch(data: RunData, world: int) -> None:
         if batch % world:
             raise ConfigError(f"data.{name}", batch, f"is the global batch and must divide by the {world} processes "
                               f"(trainer.devices x trainer.num_nodes); use e.g. {max(world, batch // world * world)}")
-
-
-def check_resume(cli: TrainingCLI, data: RunData, ckpt_path: str) -> int:
-    """Stop (:class:`CheckpointError`, :class:`ConfigError`) unless ``ckpt_path`` fits the model, was
-    trained on the same data with the options a resume takes from it (:data:`RESUMED_FROM_THE_CHECKPOINT`),
-    continues in the same global batches and has steps left to reach or evaluate (``trainer.max_steps``
-    not below its step); returns the step it continues from."""
-    checkpoint = check_checkpoint(ckpt_path, cli.model, cli.model.hparams)
-    loader_states = saved_loader_states(checkpoint)
-    step, max_steps = int(checkpoint["global_step"]), cli.trainer.max_steps
-    if 0 <= max_steps < step:
-        raise ConfigError("trainer.max_steps", max_steps, f"is below the step of {ckpt_path} ({step}): a resume "
-                          f"continues a run and cannot shorten it; pass at least {step} ({step} evaluates it again), "
-                          "or start a new run")
-    if CONFIG_KEY in checkpoint:
-        trained, now = yaml.safe_load(checkpoint[CONFIG_KEY]), yaml.safe_load(cli.config_yaml)
-        for key in RESUMED_FROM_THE_CHECKPOINT:
-            old, new = _dotted(trained, key), _dotted(now, key)
-            if old != new and not (key == "seed_everything" and cli.seed_drawn):
-                raise ConfigError(key.replace("init_args.", ""), new, f"differs from {ckpt_path}'s {shown(old)}, "
-                                  "which a resume continues with (optimiser and random state); resume with "
-                                  f"{shown(old)}, or start a new run from its weights with --init_from {ckpt_path}")
-    recorded = checkpoint.get(DATA_IDENTITY_KEY)
-    if recorded is None:
-        log.warning("%s records no identity of its data (written by an earlier version): the data are not "
-                    "compared", ckpt_path)
-    elif differing := differences(recorded, data_identity(data), "checkpoint", "now"):
-        raise CheckpointError(f"{ckpt_path} was trained on other data than this run has: {differing}; a resume "
-                              "continues on its run's data (start a new run, or take the weights with --init_from)")
-    for state in loader_states:
-        problem = resume_problem(state, data.batch_size, data.bucket_window)
-        if problem is not None:
-            raise CheckpointError(f"{ckpt_path}: {problem}")
-    return step
-
-
-def _dotted(config: dict, key: str) -> object:
-    """The value of a dotted key in a resolved config (None where absent)."""
-    for part in key.split("."):
-        config = config.get(part) if isinstance(config, dict) else None
-    return config
 
 
 def check_same_run(cli: TrainingCLI) -> None:
