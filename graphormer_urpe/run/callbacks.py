@@ -1,4 +1,4 @@
-"""Callbacks of every run: exact resume, preemption, non-finite losses, plots, records (docs/running.md)."""
+"""Callbacks of every run: exact resume, preemption, non-finite losses, plots (docs/running.md)."""
 
 from __future__ import annotations
 
