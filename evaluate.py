@@ -28,25 +28,25 @@ column) with a checkpoint trained on any molecular dataset, one output row per i
 order, with an empty prediction and the reason for rows that could not be featurised
 (:mod:`graphormer_urpe.evaluation.new_molecules`).
 
-This script parses the command line, checks that every output can be written (:func:`check_outputs`)
+This script parses the command line, checks that every output can be written and that ``--out`` names
+no existing file (:func:`check_outputs`), builds the checkpoint's data and model from its config
+(:class:`~graphormer_urpe.run.cli.GraphormerCLI`, no run directory), checks the split (:func:`check_split`)
 and dispatches. Exit codes: 0 done; 1 an invalid submission (``--check-submission``, or predictions the
-leaderboard would refuse); 2 bad input (checkpoint, config, data, options, an output that cannot be
-written).
+leaderboard would refuse); 2 bad input (checkpoint, config, data, options, a split the data do not have,
+an output that cannot be written or exists).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from graphormer_urpe.data.files import unwritable
-from graphormer_urpe.data.lsc_formats import MODES
-from graphormer_urpe.data.predictable import PredictableData
+from graphormer_urpe.data.lsc_formats import MODES, SubmissionFormat
+from graphormer_urpe.data.predictable import PredictableData, RunData
 from graphormer_urpe.errors import InputError, SubmissionError, refuse
 from graphormer_urpe.evaluation.new_molecules import predict_new_molecules
 from graphormer_urpe.evaluation.ogb import evaluate_split
@@ -54,7 +54,7 @@ from graphormer_urpe.evaluation.submission import check_submission_file
 from graphormer_urpe.run.checkpoints import check_checkpoint, embedded_config
 from graphormer_urpe.run.cli import GraphormerCLI, configure_logging, log, resolve_config_paths
 from graphormer_urpe.run.finetune import describe
-from graphormer_urpe.run.identity import compare_data
+from graphormer_urpe.run.identity import compare_data, data_identity
 from graphormer_urpe.run.records import write_json
 from graphormer_urpe.tasks.base import INITIALISED_FROM
 
@@ -86,8 +86,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def check_outputs(options: argparse.Namespace) -> None:
-    """Refuse (exit code 2) before any work an output that cannot be written, or ``--out`` over the table
-    that ``--predict`` reads."""
+    """Refuse (exit code 2) before any work an output that cannot be written, ``--out`` over the table that
+    ``--predict`` reads, or over any existing file (nothing is overwritten)."""
     for flag, path, is_dir in (("--out", options.out, False), ("--predictions", options.predictions, False),
                                ("--submission-dir", options.submission_dir, True)):
         if path is None:
@@ -98,14 +98,33 @@ def check_outputs(options: argparse.Namespace) -> None:
             refuse(f"{flag} {path}: {read_only} is not writable")
     if options.predict is not None and options.out is not None and options.out.resolve() == options.predict.resolve():
         refuse(f"--out {options.out} is the table --predict reads; write the predictions to another file")
+    if options.out is not None and options.out.exists():
+        refuse(f"--out {options.out} exists; choose another output path (nothing is overwritten)")
+
+
+def check_split(options: argparse.Namespace, data: RunData) -> SubmissionFormat | None:
+    """Refuse (exit code 2) a split that ``data`` does not have, or a hidden test split without a place for its
+    predictions; returns the OGB-LSC submission format of ``data`` (None: not an OGB-LSC dataset)."""
+    fmt = data.spec.submission if isinstance(data, PredictableData) else None
+    if fmt is None:
+        if options.split in MODES:
+            refuse(f"{options.ckpt}'s data have no split '{options.split}': test-dev and test-challenge are the "
+                   "hidden test splits of OGB-LSC datasets (PCQM4Mv2, MAG240M); evaluate it with --split valid or test")
+        if options.predictions is not None:
+            refuse("--predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
+        return None
+    if options.split not in fmt.splits:
+        refuse(f"{fmt.dataset} has no split '{options.split}'; its splits are {', '.join(fmt.splits)}")
+    if options.split in MODES and options.submission_dir is None and options.predictions is None:
+        refuse(f"--split {options.split} has hidden targets: pass --submission-dir DIR to write a leaderboard "
+               "submission (or --predictions FILE)")
+    return fmt
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
     """Evaluate, or write or check a submission; returns what was measured or written."""
     started = time.perf_counter()
     configure_logging()
-    # evaluating in a temporary run directory, Lightning notes on every checkpoint that its run's is another
-    warnings.filterwarnings("ignore", message="The dirpath has changed from", category=UserWarning)
     options, rest = parse_args(sys.argv[1:] if argv is None else argv)
     check_outputs(options)
     if options.check_submission is not None:
@@ -120,44 +139,36 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return predict(options, rest)
     if options.submission_dir is not None and options.split not in MODES:
         refuse(f"--submission-dir writes test-dev or test-challenge submissions, not '{options.split}'")
-    if options.split in MODES and options.submission_dir is None and options.predictions is None:
-        refuse(f"--split {options.split} has hidden targets: pass --submission-dir DIR to write a leaderboard "
-               "submission (or --predictions FILE)")
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            if not any(a == "--config" or a.startswith("--config=") for a in rest):
-                config = Path(tmp) / "checkpoint_config.yaml"
-                config.write_text(embedded_config(options.ckpt))
-                rest = ["--config", str(config), *rest]
-            # the checkpoint's config holds the architecture --init_from gave the run; its weights are --ckpt's
-            cli = GraphormerCLI([*rest, "--logger", "none", "--run_root", tmp, "--init_from", "null"])
-            checkpoint = check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
-            data_check = compare_data(options.ckpt, checkpoint, cli.data_identity(), options.allow_other_data)
-        except InputError as error:
-            log.error("%s", error)
-            sys.exit(2)
-        fmt = cli.datamodule.spec.submission if isinstance(cli.datamodule, PredictableData) else None
-        if options.predictions is not None and fmt is None:
-            refuse("--predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
-        try:
-            if fmt is not None:
-                if options.split not in fmt.splits:
-                    refuse(f"{fmt.dataset} has no split '{options.split}'; its splits are {', '.join(fmt.splits)}")
-                result = evaluate_split(cli.trainer, cli.model, cli.datamodule, options.split, options.ckpt,
-                                        submission_dir=options.submission_dir, predictions_file=options.predictions,
-                                        started=started, data_check=data_check)
-            elif options.split in MODES:
-                refuse(f"{type(cli.datamodule).__name__} has no hidden test split '{options.split}'")
-            else:
-                run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
-                metrics = run(cli.model, cli.datamodule, ckpt_path=options.ckpt, verbose=False)[0]
-                result = {"checkpoint": options.ckpt, "split": options.split, "metrics": metrics}
-        except InputError as error:
-            log.error("%s", error)
-            sys.exit(2)
-        except SubmissionError as error:
-            log.error("%s", error)
-            sys.exit(1)
+    try:
+        return evaluate(options, rest, started)
+    except InputError as error:
+        log.error("%s", error)
+        sys.exit(2)
+    except SubmissionError as error:
+        log.error("%s", error)
+        sys.exit(1)
+
+
+def evaluate(options: argparse.Namespace, rest: list[str], started: float) -> dict:
+    """``--ckpt CKPT --split SPLIT``: the checkpoint's model and data (its config, or ``--config``, with the
+    overrides in ``rest``) on one split: its metrics, or an OGB-LSC split's predictions or submission."""
+    own_config = any(a == "--config" or a.startswith("--config=") for a in rest)
+    # the checkpoint's config holds the architecture --init_from gave the run; its weights are --ckpt's
+    cli = GraphormerCLI(rest, config_text=None if own_config else embedded_config(options.ckpt))
+    data = cli.datamodule
+    if not isinstance(data, RunData):
+        refuse(f"{type(data).__name__} does not give what evaluation needs of its data (identity())")
+    fmt = check_split(options, data)
+    checkpoint = check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
+    data_check = compare_data(options.ckpt, checkpoint, data_identity(data), options.allow_other_data)
+    if fmt is not None:
+        result = evaluate_split(cli.trainer, cli.model, data, options.split, options.ckpt,
+                                submission_dir=options.submission_dir, predictions_file=options.predictions,
+                                started=started, data_check=data_check)
+    else:
+        run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
+        metrics = run(cli.model, data, ckpt_path=options.ckpt, verbose=False)[0]
+        result = {"checkpoint": options.ckpt, "split": options.split, "metrics": metrics}
     result.update(data_check)
     if (initialised := checkpoint.get(INITIALISED_FROM)) is not None:
         result["initialised_from"] = describe(initialised)

@@ -117,11 +117,11 @@ def small_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def small_run(small_table: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run directory of one finished 200-step probe run, ``<runs>/t2`` (its data root is ``<runs>/../data``).
     Tests copy it before changing anything."""
-    import train
     from graphormer_urpe.run.cli import RUN_DIR_ENV
+    from graphormer_urpe.testing.runs import train
 
     base = tmp_path_factory.mktemp("small_run")
-    train.main(small_run_args(small_table, base / "data", base / "runs", "--run_name", "t2"))
+    train(small_run_args(small_table, base / "data", base / "runs", "--run_name", "t2"))
     os.environ.pop(RUN_DIR_ENV, None)
     return base / "runs" / "t2"
 

@@ -123,6 +123,15 @@ class GraphDataModule(pl.LightningDataModule):
         """Everything the cache depends on (stored in its manifest)."""
         return self._cache_name_and_key[1]
 
+    def identity(self) -> dict:
+        """Which data these are, as checkpoints record it: the :attr:`cache_key`."""
+        return self.cache_key
+
+    @property
+    def eval_batch_size(self) -> int:
+        """Graphs per evaluation step over all devices: the training batch's."""
+        return self.batch_size
+
     @property
     def cache_dir(self) -> Path:
         """``ROOT/<dataset>/graphormer/<name>-<key hash>``."""

@@ -1,4 +1,5 @@
-"""What evaluation asks of a DataModule (``docs/loaders.md``), and :class:`SplitRows`, a split's rows."""
+"""What a run (:class:`RunData`) and evaluation (:class:`PredictableData`) ask of a DataModule (``docs/loaders.md``),
+and :class:`SplitRows`, a split's rows."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from torch.utils.data import DataLoader
 
-from graphormer_urpe.data.spec import DataSpec
+from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,30 @@ class PredictableData(Protocol):
 
     def predict_dataloader(self) -> DataLoader:
         """This process's contiguous shard of the split chosen by :meth:`predict_on`; batches carry ``index``."""
+
+
+@runtime_checkable
+class RunData(Protocol):
+    """What a run needs of its DataModule beyond Lightning's hooks (``GraphDataModule``, ``MAG240MDataModule``
+    and the synthetic ones have it)."""
+
+    batch_size: int  # examples per optimiser step over all processes (the global batch)
+    bucket_window: int  # size-aware batching of the training order, in global batches (0: none)
+
+    @property
+    def eval_batch_size(self) -> int:
+        """Examples per evaluation step over all processes."""
+
+    @property
+    def spec(self) -> DataSpec | SequenceSpec:
+        """What the data is, linked into the model."""
+
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """Examples per split (after setup); a run tests its best checkpoint when there is a ``test`` split."""
+
+    def describe(self) -> dict:
+        """What the run record says about the data (``run.json``'s ``dataset``)."""
+
+    def identity(self) -> dict:
+        """Which data these are: what every checkpoint records, and a resume or an evaluation compares."""

@@ -1,16 +1,13 @@
-"""Callbacks of every run: exact resume, preemption, non-finite losses, plots, records (docs/running.md)."""
+"""Callbacks of every run: exact resume, preemption, non-finite losses, plots (docs/running.md)."""
 
 from __future__ import annotations
 
-import datetime
 import logging
 import math
 import os
 import random
-import shlex
 import signal
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -24,12 +21,8 @@ from pytorch_lightning.trainer.states import TrainerFn
 
 from graphormer_urpe.data.loaders import gather_objects
 from graphormer_urpe.errors import NonFiniteLoss
-from graphormer_urpe.run.checkpoints import CONFIG_KEY, LAST_CHECKPOINT
-from graphormer_urpe.run.finetune import describe
-from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, data_identity
-from graphormer_urpe.run.ledger import MetricsLog, start_segment
+from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
 from graphormer_urpe.run.plots import has_relative_encodings, relative_encoding_figure
-from graphormer_urpe.run.records import count_parameters, git_commit, package_versions
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -279,60 +272,3 @@ class RelationTablePlots(Callback):
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 logger.log_image(key="relation_tables", images=[str(path)], step=trainer.global_step)
-
-
-class RunRecord(Callback):
-    """Records each segment of the run (``config.yaml``, ``run.json``, ``metrics.csv``) when training starts, after
-    every check; puts the resolved config and the identity of the data into every checkpoint."""
-
-    def __init__(self, run_dir: Path, config_name: str, seed: int | None, config: dict, config_yaml: str,
-                 argv: Sequence[str], metrics_log: MetricsLog | None) -> None:
-        self.run_dir = run_dir
-        self.config_name = config_name
-        self.seed = seed
-        self.config = config
-        self.config_yaml = config_yaml
-        self.argv = list(argv)
-        self.metrics_log = metrics_log
-        self.resumed_from: str | None = None
-        self.start_step = 0
-        self.recorded = False
-
-    def resuming(self, checkpoint: str, step: int) -> None:
-        """This segment resumes ``checkpoint``, written after optimiser step ``step``."""
-        self.resumed_from, self.start_step = checkpoint, step
-
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
-        checkpoint[CONFIG_KEY] = self.config_yaml
-        checkpoint[DATA_IDENTITY_KEY] = data_identity(trainer.datamodule, self.config["data"])
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._record(trainer, pl_module)
-
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self.recorded:  # nothing was left to train: Lightning skipped the training loop
-            self._record(trainer, pl_module)
-
-    def _record(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.recorded = True
-        initialised = getattr(pl_module, "initialised_from", None)  # a resumed run carries it in its checkpoint
-        info = {"run_dir": str(self.run_dir), "config": self.config_name,
-                "command": shlex.join(["train.py", *self.argv]),
-                "dataset": trainer.datamodule.describe() if trainer.datamodule is not None else None,
-                "parameters": count_parameters(pl_module),
-                "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",
-                "precision": trainer.precision, "seed": self.seed, "git_commit": git_commit(),
-                "versions": package_versions(), "initialised_from": describe(initialised) if initialised else None}
-        segment = {"command": info["command"], "started": datetime.datetime.now().isoformat(timespec="seconds"),
-                   "start_step": self.start_step, "resumed_from": self.resumed_from,
-                   "initialised_from": initialised if self.resumed_from is None else None}
-        for logger in trainer.loggers:  # W&B: the resolved config, parameters, commit, dataset sizes
-            logger.log_hyperparams({"config": self.config, "run": info})
-        if trainer.is_global_zero:
-            number = start_segment(self.run_dir, info, segment, self.config_yaml)
-            if self.metrics_log is not None:
-                self.metrics_log.open(number)
-            log.info("run directory: %s (segment %d, from step %d)", self.run_dir, number, self.start_step)
-            log.info("dataset: %s", info["dataset"])
-            log.info("%s: %s trainable parameters; device %s; precision %s; seed %s", type(pl_module).__name__,
-                     f"{info['parameters']:,}", info["device"], info["precision"], self.seed)

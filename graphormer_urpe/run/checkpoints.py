@@ -1,20 +1,30 @@
-"""Checkpoint files: written whole, read with the config they embed, checked to fit (one-line CheckpointError)."""
+"""Checkpoint files: written whole, read with the config they embed, checked to fit a model and to continue a run
+(one-line CheckpointError)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pytorch_lightning as pl
 import torch
+import yaml
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from torch import nn
 
+from graphormer_urpe.data.loaders import resume_problem
 from graphormer_urpe.data.safe_load import directory_problem, not_a_checkpoint
-from graphormer_urpe.errors import CheckpointError
-from graphormer_urpe.run.identity import flatten
+from graphormer_urpe.errors import CheckpointError, ConfigError, shown
+from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, data_identity, differences, flatten
 from graphormer_urpe.tasks.base import check_layout
+
+if TYPE_CHECKING:
+    from graphormer_urpe.data.predictable import RunData
+
+log = logging.getLogger("graphormer_urpe")
 
 #: Checkpoint key holding the resolved YAML config, so a checkpoint rebuilds its run alone.
 CONFIG_KEY = "graphormer_config_yaml"
@@ -105,3 +115,51 @@ def check_checkpoint(path: str | Path, module: nn.Module, hparams: Mapping[str, 
         lines.append("  use the config the checkpoint was trained with (evaluate.py reads it from the checkpoint)")
         raise CheckpointError("\n".join(lines))
     return checkpoint
+
+
+#: Options a resume takes from the checkpoint (the optimiser's state, the random state) rather than from the
+#: command line: one that differs from the checkpoint's would be recorded but not used.
+RESUMED_FROM_THE_CHECKPOINT = ("model.init_args.optim.lr", "model.init_args.optim.weight_decay",
+                               "model.init_args.optim.adam_eps", "seed_everything")
+
+
+def check_resume(ckpt_path: str, task: pl.LightningModule, max_steps: int, config_yaml: str, seed_drawn: bool,
+                 data: RunData) -> int:
+    """Stop (:class:`CheckpointError`, :class:`ConfigError`) unless ``ckpt_path`` fits ``task``, was trained on
+    ``data`` with the options a resume takes from it (:data:`RESUMED_FROM_THE_CHECKPOINT`; those of ``config_yaml``,
+    the seed unless ``seed_drawn``), continues in the same global batches and has steps left to reach or evaluate
+    (``max_steps``, ``trainer.max_steps``, not below its step); returns the step it continues from."""
+    checkpoint = check_checkpoint(ckpt_path, task, task.hparams)
+    loader_states = saved_loader_states(checkpoint)
+    step = int(checkpoint["global_step"])
+    if 0 <= max_steps < step:
+        raise ConfigError("trainer.max_steps", max_steps, f"is below the step of {ckpt_path} ({step}): a resume "
+                          f"continues a run and cannot shorten it; pass at least {step} ({step} evaluates it again), "
+                          "or start a new run")
+    if CONFIG_KEY in checkpoint:
+        trained, now = yaml.safe_load(checkpoint[CONFIG_KEY]), yaml.safe_load(config_yaml)
+        for key in RESUMED_FROM_THE_CHECKPOINT:
+            old, new = _dotted(trained, key), _dotted(now, key)
+            if old != new and not (key == "seed_everything" and seed_drawn):
+                raise ConfigError(key.replace("init_args.", ""), new, f"differs from {ckpt_path}'s {shown(old)}, "
+                                  "which a resume continues with (optimiser and random state); resume with "
+                                  f"{shown(old)}, or start a new run from its weights with --init_from {ckpt_path}")
+    recorded = checkpoint.get(DATA_IDENTITY_KEY)
+    if recorded is None:
+        log.warning("%s records no identity of its data (written by an earlier version): the data are not "
+                    "compared", ckpt_path)
+    elif differing := differences(recorded, data_identity(data), "checkpoint", "now"):
+        raise CheckpointError(f"{ckpt_path} was trained on other data than this run has: {differing}; a resume "
+                              "continues on its run's data (start a new run, or take the weights with --init_from)")
+    for state in loader_states:
+        problem = resume_problem(state, data.batch_size, data.bucket_window)
+        if problem is not None:
+            raise CheckpointError(f"{ckpt_path}: {problem}")
+    return step
+
+
+def _dotted(config: dict, key: str) -> object:
+    """The value of a dotted key in a resolved config (None where absent)."""
+    for part in key.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import pytorch_lightning as pl
 import yaml
@@ -33,11 +33,9 @@ from graphormer_urpe.run.callbacks import (
     PreemptionCheckpoint,
     RelationTablePlots,
     RNGState,
-    RunRecord,
 )
 from graphormer_urpe.run.checkpoints import AtomicCheckpointIO
-from graphormer_urpe.run.finetune import Initialisation, plan_initialisation, read_source, take_architecture
-from graphormer_urpe.run.identity import data_identity
+from graphormer_urpe.run.finetune import SourceCheckpoint, read_source, take_architecture
 from graphormer_urpe.run.ledger import MetricsLog, RunDirectory, create_timestamped_dir
 from graphormer_urpe.run.records import REPO_DIR
 from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
@@ -150,9 +148,11 @@ class CheckpointOptions:
 
 
 class GraphormerCLI(LightningCLI):
-    """LightningCLI with run directories, a logger chosen by one key, and the data-to-model link."""
+    """LightningCLI with the data-to-model link and one-line refusals: parses a config (a file, or ``config_text``,
+    a resolved config as YAML, read before the command line) and builds data, model and a trainer that writes
+    nothing (what ``evaluate.py`` uses); :class:`TrainingCLI` adds the run."""
 
-    def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, args: Sequence[str] | None = None, *, config_text: str | None = None, **kwargs: Any) -> None:
         configure_logging()
         # we always pass the (config-resolved) command line as ``args``; Lightning warns about that
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
@@ -161,12 +161,15 @@ class GraphormerCLI(LightningCLI):
         argv = resolve_config_paths(self.argv)
         self.config_name = next((Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
                                  for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), "run")
+        if config_text is not None:
+            argv = ["--config", config_text, *argv]
         super().__init__(pl.LightningModule, pl.LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
                          run=False, args=argv, save_config_callback=None,  # RunRecord writes config.yaml later
                          parser_kwargs={"default_env": False, "parser_mode": PARSER_MODE, "exit_on_error": False},
                          **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        # the run's options (used by TrainingCLI) are parsed here too: every run's config.yaml reads back
         parser.add_argument("--run_root", type=str, default="runs", help="Directory holding one directory per run.")
         parser.add_argument("--run_name", type=str | None, default=None,
                             help="Run directory name (default: config name and the SLURM job, torchrun id or time).")
@@ -189,45 +192,73 @@ class GraphormerCLI(LightningCLI):
         try:
             super().parse_arguments(parser, args)
             self.config["run_root"] = os.path.expanduser(self.config["run_root"])  # ~/runs: the home's, not ./~
-            check_run_options(self.config)
+            self.check_options(self.config)
         except (ArgumentError, ConfigError) as error:
             log.error("%s", parse_error_line(str(error)) if isinstance(error, ArgumentError) else error)
             raise SystemExit(2) from None
-        #: Whether the seed is drawn at random (``seed_everything: true``), so that every start has another.
-        self.seed_drawn = self.config["seed_everything"] is True
+
+    def check_options(self, config: Mapping[str, Any]) -> None:
+        """Refuse (:class:`ConfigError`) a seed or trainer option that Lightning would accept, then fail on."""
+        check_trainer_options(config)
 
     def instantiate_classes(self) -> None:
-        """Build data, model and trainer (``--init_from``: its architecture first); a refusal is one line, exit 2."""
-        #: What ``--init_from`` loads into a new run (checked here, loaded by ``train.py``), or None.
-        self.initialisation: Initialisation | None = None
+        """Build data, model and trainer; a refusal is one line, exit code 2."""
         try:
-            source = None
-            if self.config["init_from"]:  # the checkpoint decides the architecture: set before anything is built
-                task_class = import_object("model.class_path", self.config["model"]["class_path"])
-                source = read_source(self.config["init_from"], task_class)
-                overridden = take_architecture(self.config["model"]["init_args"]["encoder"], source)
             super().instantiate_classes()
-            check_global_batch(self.datamodule, self.trainer)
-            if source is not None:
-                self.initialisation = plan_initialisation(source, self.model, self.datamodule, overridden)
         except Exception as error:
-            if hasattr(self, "_run_directory"):  # made with the trainer: no run directory left behind
-                self._run_directory.release()
-            cause: BaseException | None = error
-            while cause is not None and not isinstance(cause, InputError | MisconfigurationException):
-                cause = cause.__cause__ or cause.__context__
-            if cause is None:
-                raise
-            log.error("%s", cause)
-            raise SystemExit(2) from error
+            stop_on_input_error(error)
+
+    def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
+        """The trainer of the config, by default with no logger and no checkpoints (``kwargs`` override both)."""
+        try:
+            return super().instantiate_trainer(**{"logger": False, "enable_checkpointing": False, **kwargs})
+        except ValueError as error:  # Lightning refuses e.g. an unknown accelerator with a plain ValueError
+            raise InputError(f"trainer: {error}") from error
 
     @property
-    def run_directory(self) -> RunDirectory:
-        """This run's directory, shared by every process, and this process's hold on it."""
-        if not hasattr(self, "_run_directory"):
-            self._run_directory = resolve_run_dir(self.config["run_root"], self.config.get("run_name"),
-                                                  self.config_name)
-        return self._run_directory
+    def config_yaml(self) -> str:
+        """The resolved config as YAML, nulls kept (``spatial_pos_max: null``): ``config.yaml``, checkpoints."""
+        return self.parser.dump(self.config, skip_none=False)
+
+    def config_dict(self) -> dict:
+        """The resolved config as plain data (for loggers)."""
+        return yaml.safe_load(self.parser.dump(self.config))
+
+
+class TrainingCLI(GraphormerCLI):
+    """The command line of ``train.py``: also the run directory, ``--init_from``'s architecture, and the
+    trainer's run callbacks and loggers. What a start does with them is :mod:`graphormer_urpe.run.start`'s."""
+
+    def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:
+        #: Whether the seed is drawn at random (``seed_everything: true``), so that every start has another.
+        self.seed_drawn = False
+        #: The checkpoint ``--init_from`` names, read before the model is built (it decides the architecture).
+        self.init_source: SourceCheckpoint | None = None
+        #: The encoder fields of the config that ``init_source`` replaced: field -> {"config", "checkpoint"}.
+        self.init_overridden: dict[str, dict[str, Any]] = {}
+        #: This run's directory, the same in every process; chosen when the trainer is built (which needs its path).
+        self.run_directory: RunDirectory | None = None
+        super().__init__(args, **kwargs)
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        self.seed_drawn = self.config["seed_everything"] is True
+
+    def check_options(self, config: Mapping[str, Any]) -> None:
+        """Refuse a run name, run root, checkpoint option, seed or trainer option that cannot work."""
+        check_run_options(config)
+        super().check_options(config)
+
+    def instantiate_classes(self) -> None:
+        """``--init_from``: read the checkpoint and take its architecture, then build data, model and trainer."""
+        if self.config["init_from"]:  # the checkpoint decides the architecture: set before anything is built
+            try:
+                task_class = import_object("model.class_path", self.config["model"]["class_path"])
+                self.init_source = read_source(self.config["init_from"], task_class)
+            except InputError as error:
+                stop_on_input_error(error)
+            self.init_overridden = take_architecture(self.config["model"]["init_args"]["encoder"], self.init_source)
+        super().instantiate_classes()
 
     @property
     def run_dir(self) -> Path:
@@ -240,25 +271,21 @@ class GraphormerCLI(LightningCLI):
         return self.run_dir / "checkpoints"
 
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
+        self.run_directory = resolve_run_dir(self.config["run_root"], self.config.get("run_name"), self.config_name)
         run_dir, checkpoint_dir = self.run_dir, self.checkpoint_dir
         options: CheckpointOptions = self.config_init["checkpoint"]
         trainer_config = self._get(self.config_init, "trainer", default={})
         callbacks = list(trainer_config.get("callbacks") or [])
         monitor, mode = getattr(self.model, "monitor", ("val/loss", "min"))
-        #: ``metrics.csv`` (None with ``--logger none``).
-        self.metrics_log = MetricsLog(run_dir) if self.config["logger"] != "none" else None
-        #: Records each segment of the run; ``train.py`` tells it the checkpoint a segment resumes.
-        self.run_record = RunRecord(run_dir, self.config_name, self.config.get("seed_everything"), self.config_dict(),
-                                    self.config_yaml, self.argv, self.metrics_log)
         callbacks += [
             ModelCheckpoint(dirpath=checkpoint_dir, filename="best-{step}", monitor=monitor, mode=mode,
                             auto_insert_metric_name=False),
             LastCheckpoint(checkpoint_dir, options.every_n_steps), LoggedStep(), RNGState(),
             PreemptionCheckpoint(checkpoint_dir, tuple(options.signals),
                                  requeue_signals=("SIGUSR1",) if options.requeue else ()),
-            NonFiniteLossGuard(), self.run_record,
+            NonFiniteLossGuard(),
         ]
-        loggers: list[Logger] = [self.metrics_log] if self.metrics_log is not None else []
+        loggers: list[Logger] = [MetricsLog(run_dir)] if self.config["logger"] != "none" else []
         if self.config["logger"] != "none":
             callbacks.append(LearningRateMonitor(logging_interval="step"))
         if self.config["logger"] == "wandb":
@@ -272,31 +299,30 @@ class GraphormerCLI(LightningCLI):
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             plugins.append(AtomicCheckpointIO())  # an interrupted save never tears last.ckpt
         try:
-            return super().instantiate_trainer(default_root_dir=str(run_dir), logger=loggers,
-                                               callbacks=callbacks, plugins=plugins or None, **kwargs)
-        except BaseException as error:
+            return super().instantiate_trainer(default_root_dir=str(run_dir), logger=loggers, callbacks=callbacks,
+                                               plugins=plugins or None,
+                                               enable_checkpointing=trainer_config.get("enable_checkpointing"),
+                                               **kwargs)
+        except BaseException:
             self.run_directory.release()  # no run directory left behind
-            if isinstance(error, ValueError):  # Lightning refuses e.g. an unknown accelerator with a plain ValueError
-                raise InputError(f"trainer: {error}") from error
             raise
-
-    @property
-    def config_yaml(self) -> str:
-        """The resolved config as YAML, nulls kept (``spatial_pos_max: null``): ``config.yaml``, checkpoints."""
-        return self.parser.dump(self.config, skip_none=False)
-
-    def config_dict(self) -> dict:
-        """The resolved config as plain data (for loggers)."""
-        return yaml.safe_load(self.parser.dump(self.config))
-
-    def data_identity(self) -> dict:
-        """The identity of this run's data (:func:`~graphormer_urpe.run.identity.data_identity`)."""
-        return data_identity(self.datamodule, self.config_dict()["data"])
 
     @property
     def uses_wandb(self) -> bool:
         """Whether this run logs to W&B."""
         return self.config["logger"] == "wandb"
+
+
+def stop_on_input_error(error: Exception) -> NoReturn:
+    """Log the bad input behind ``error`` (an :class:`InputError`, or Lightning's MisconfigurationException,
+    also as its cause) in one line and exit with code 2; raise anything else as it is."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, InputError | MisconfigurationException):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        raise error
+    log.error("%s", cause)
+    raise SystemExit(2) from error
 
 
 def parse_error_line(report: str) -> str:
@@ -323,19 +349,27 @@ _REPORT_FRAMING = ("Does not validate against any of the Union subtypes", "Subty
 
 
 def check_run_options(config: Mapping[str, Any]) -> None:
-    """Refuse a seed, run name, run root or trainer option that Lightning would accept, then fail on (or misuse)."""
-    seed = config["seed_everything"]
-    if not isinstance(seed, bool) and seed is not None:
-        check_int("seed_everything", seed, 0, 2**32 - 1, hint=", true (a random seed) or false/null (none)")
+    """Refuse a run name, run root or checkpoint option that would start another run than the one meant."""
     name = config["run_name"]
     if name is not None and (name in ("", ".", "..") or "/" in name):
         raise ConfigError("run_name", name, "must name one directory under run_root (not empty, '.' or '..', no '/'), "
                           "or be null (a new directory per start)")
+    if config["init_from"] == "":
+        raise ConfigError("init_from", "", "must name a checkpoint file, or be null (the config's own initialisation)")
+    if config["ckpt_path"] == "":
+        raise ConfigError("ckpt_path", "", "must name a checkpoint file, 'last' or 'auto', or be null (a new run)")
     if Path(config["run_root"]).is_file():
         raise ConfigError("run_root", config["run_root"], "is a file; run_root is the directory that holds the runs")
     if (read_only := unwritable(Path(config["run_root"]))) is not None:
         raise ConfigError("run_root", config["run_root"], f"{read_only} is not writable, so no run directory can be "
                           "made there; choose a writable run_root")
+
+
+def check_trainer_options(config: Mapping[str, Any]) -> None:
+    """Refuse a seed or trainer option that Lightning would accept, then fail on (or misuse)."""
+    seed = config["seed_everything"]
+    if not isinstance(seed, bool) and seed is not None:
+        check_int("seed_everything", seed, 0, 2**32 - 1, hint=", true (a random seed) or false/null (none)")
     trainer = config["trainer"]
     check_int("trainer.accumulate_grad_batches", trainer["accumulate_grad_batches"], 1)
     interval = trainer["val_check_interval"]
@@ -358,13 +392,3 @@ def check_run_options(config: Mapping[str, Any]) -> None:
             check_number(f"trainer.{name}", limit, 0.0, 1.0, hint=" (a fraction), or an integer number of batches")
         elif limit is not None:
             check_int(f"trainer.{name}", limit, 0, hint=" (batches), or a fraction in [0, 1]")
-
-
-def check_global_batch(datamodule: pl.LightningDataModule, trainer: pl.Trainer) -> None:
-    """Refuse a global ``data.batch_size`` (or ``eval_batch_size``) that does not divide by the W processes."""
-    world = trainer.world_size
-    for name in ("batch_size", "eval_batch_size"):
-        batch = getattr(datamodule, name, None)
-        if batch is not None and batch % world:
-            raise ConfigError(f"data.{name}", batch, f"is the global batch and must divide by the {world} processes "
-                              f"(trainer.devices x trainer.num_nodes); use e.g. {max(world, batch // world * world)}")

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 import yaml
 
@@ -108,11 +107,10 @@ class Initialisation:
     record: dict[str, Any]
 
 
-def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, datamodule: pl.LightningDataModule,
-                        overridden: Mapping[str, Any]) -> Initialisation:
-    """Check that ``source`` can start ``task`` on ``datamodule``'s data, and decide what loads."""
-    spec: DataSpec | SequenceSpec = datamodule.spec
-    data_name = type(getattr(datamodule, "source", datamodule)).__name__
+def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, spec: DataSpec | SequenceSpec,
+                        data_name: str, path_order: str | None, overridden: Mapping[str, Any]) -> Initialisation:
+    """Check that ``source`` can start ``task`` on the data ``spec`` declares (named ``data_name`` in messages,
+    its shortest paths in ``path_order``, None: no choice of order), and decide what loads."""
     new, old = spec.encoder_fields(), {field: getattr(source.encoder, field) for field in spec.encoder_fields()}
     if any(plain(old[field]) != plain(new[field]) for field in spec.FEATURE_FIELDS):
         raise CheckpointError(
@@ -138,10 +136,10 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, datamodu
     if problems := state_dict_problems(weights, expected):
         raise CheckpointError(f"--init_from {source.path} does not fit the model built from its architecture: "
                               + "; ".join(problems))
-    if source.path_order is not None and source.path_order != getattr(datamodule, "path_order", source.path_order):
+    if source.path_order is not None and path_order is not None and source.path_order != path_order:
         log.info("--init_from %s learned its edge encoding on shortest paths in the order %s, this run's data "
                  "follows %s: set data.path_order %s to give it exactly those paths", source.path, source.path_order,
-                 datamodule.path_order, source.path_order)
+                 path_order, source.path_order)
     data = {**{field: plain(value) for field, value in old.items()}, "target_kind": source.target_kind,
             "target_names": source.target_names, "name": source.data_name}
     return Initialisation(weights=weights, reset_to_ones=reset, record={

@@ -10,15 +10,12 @@ from typing import TYPE_CHECKING, Any
 from graphormer_urpe.errors import CheckpointError
 
 if TYPE_CHECKING:
-    import pytorch_lightning as pl
+    from graphormer_urpe.data.predictable import RunData
 
 log = logging.getLogger("graphormer_urpe")
 
 #: Checkpoint key of the :func:`data_identity` of the data the checkpoint was trained on.
 DATA_IDENTITY_KEY = "graphormer_data_identity"
-#: Options of datamodules without a cache that decide how their data are loaded, not which data.
-LOADING_OPTIONS = frozenset({"root", "batch_size", "eval_batch_size", "num_workers", "cache_dir",
-                             "verify_checksums", "handover_slots"})
 #: Top-level config keys that name, place or resume a run without changing what it computes.
 PLACEMENT_KEYS = ("run_name", "run_root", "ckpt_path")
 #: Config keys (dotted) that decide where a run executes and what it reports, not what it computes (global batches).
@@ -29,14 +26,10 @@ EXECUTION_KEYS = ("logger", "wandb", "checkpoint", "trainer.accelerator", "train
 SHOWN_DIFFERENCES = 5
 
 
-def data_identity(datamodule: pl.LightningDataModule, data_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The identity of the dataset ``datamodule`` serves, as JSON data: its ``cache_key``, or its class and the
-    options of its config section (``data_config``) but :data:`LOADING_OPTIONS`."""
-    identity = getattr(datamodule, "cache_key", None)
-    if identity is None:
-        identity = {"datamodule": data_config["class_path"], **{
-            name: value for name, value in data_config.get("init_args", {}).items() if name not in LOADING_OPTIONS}}
-    return json.loads(json.dumps(dict(identity)))
+def data_identity(data: RunData) -> dict[str, Any]:
+    """The identity of the dataset ``data`` serves (:meth:`RunData.identity`), as JSON data (lists, not tuples):
+    as checkpoints record it."""
+    return json.loads(json.dumps(dict(data.identity())))
 
 
 def config_identity(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -102,38 +103,39 @@ class RunDirectory:
         """Whether the directory holds anything but its lock (which every process of a start sees alike)."""
         return self.path.is_dir() and any(entry.name != LOCK_FILE for entry in self.path.iterdir())
 
-    def open(self, ckpt_path: str | None, writer: bool, launch: str | None = None) -> RunStart:
-        """Check that a start with ``--ckpt_path ckpt_path`` may use this directory (or raise :class:`RunDirError`);
-        the ``writer`` (global rank 0) then creates and locks it, recording ``launch`` (the id every process
-        shares under SLURM or torchrun), which the other processes wait for."""
+    def plan(self, ckpt_path: str | None) -> RunStart:
+        """How a start with ``--ckpt_path ckpt_path`` may use this directory, decided from the files a run writes
+        (alike in every process, before any of them writes), or :class:`RunDirError`."""
         holds_run = self.holds_run
         if ckpt_path is None:
             if holds_run:
                 raise RunDirError(f"{self.path} already exists and a new run never writes into an earlier run's "
                                   "directory: extend or resume that run with --ckpt_path last, or give this one "
                                   "another --run_name")
-            start = RunStart(None, earlier_segments=False)
-        elif ckpt_path in ("last", "auto") and self.last_checkpoint.is_file():
-            start = RunStart(str(self.last_checkpoint), earlier_segments=True)
-        elif ckpt_path == "last":
+            return RunStart(None, earlier_segments=False)
+        if ckpt_path in ("last", "auto") and self.last_checkpoint.is_file():
+            return RunStart(str(self.last_checkpoint), earlier_segments=True)
+        if ckpt_path == "last":
             raise RunDirError(f"--ckpt_path last: there is no {self.last_checkpoint} to resume; "
                               + self._why_no_checkpoint())
-        elif ckpt_path == "auto":
+        if ckpt_path == "auto":
             log.info("--ckpt_path auto: no %s, starting the run from step 0", self.last_checkpoint)
-            start = RunStart(None, earlier_segments=holds_run)
-        else:
-            own = Path(ckpt_path).resolve().parent == (self.path / "checkpoints").resolve()
-            if holds_run and not own:
-                raise RunDirError(f"{self.path} holds another run: resuming {ckpt_path} in it would mix two runs; "
-                                  "give the run continued from that checkpoint a new --run_name")
-            start = RunStart(ckpt_path, earlier_segments=holds_run)
+            return RunStart(None, earlier_segments=holds_run)
+        own = Path(ckpt_path).resolve().parent == (self.path / "checkpoints").resolve()
+        if holds_run and not own:
+            raise RunDirError(f"{self.path} holds another run: resuming {ckpt_path} in it would mix two runs; "
+                              "give the run continued from that checkpoint a new --run_name")
+        return RunStart(ckpt_path, earlier_segments=holds_run)
+
+    def take(self, writer: bool, launch: str | None = None) -> None:
+        """Hold the directory for this start: the ``writer`` (global rank 0) creates and locks it, recording
+        ``launch`` (the id every process shares under SLURM or torchrun), which the other processes wait for."""
         if writer:
             if not self.path.exists():
                 self._create()
             self._acquire_lock(launch)
         elif launch is not None:
             self._wait_for_writer(launch)
-        return start
 
     def _why_no_checkpoint(self) -> str:
         if self.path in self._made:  # a new directory of this start
@@ -199,11 +201,22 @@ class RunDirectory:
 
     def release(self) -> None:
         """Let the directory go; remove it (and the parents made for it) if this process made it and left it unused."""
+        self._let_go(unused=self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {LOCK_FILE})
+
+    def discard(self) -> None:
+        """Let the directory go after a start that failed: if this process made it and no checkpoint was written
+        in it, remove it with what the start wrote (``config.yaml``, ``run.json``, ``metrics.csv``), so that its
+        name can start a run again. A directory that existed before this start is never touched."""
+        self._let_go(unused=not any((self.path / "checkpoints").glob("*.ckpt")))
+
+    def _let_go(self, unused: bool) -> None:
         parents = [directory for directory in self._made if directory != self.path]
         if self.path in self._made:  # created by this process
-            if self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {LOCK_FILE}:
-                (self.path / LOCK_FILE).unlink(missing_ok=True)
-                self.path.rmdir()
+            if unused and self.path.is_dir():
+                if self._lock is not None:
+                    self._lock.close()
+                    self._lock = None
+                shutil.rmtree(self.path)
             else:  # the run started in it: it stays, and so do its parents
                 parents = []
         for directory in parents:

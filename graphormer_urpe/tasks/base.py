@@ -14,7 +14,7 @@ from torch import nn
 
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
-from graphormer_urpe.errors import CheckpointError, DataError, check_int, check_number
+from graphormer_urpe.errors import CheckpointError, ConfigError, DataError, check_int, check_number
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 #: Evaluation stages, each with its own metric state.
@@ -32,6 +32,13 @@ def warmup_linear_decay(step: int, warmup_steps: int, total_steps: int, end_fact
         return step / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return 1.0 - (1.0 - end_factor) * progress
+
+
+#: The largest float32, what every learning rate times a weight's update must stay below.
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+#: The largest learning rate AdamW can apply to float32 weights: its first step moves a weight by lr / (1 - 0.9)
+#: (the bias correction of betas[0]), a number PyTorch refuses beyond the largest float32.
+MAX_LEARNING_RATE = FLOAT32_MAX * (1 - 0.9)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +80,24 @@ class OptimConfig:
                      hint=" (1: every layer at lr)")
         check_int("model.optim.freeze_encoder_steps", self.freeze_encoder_steps, -1,
                   hint=" (optimiser steps; -1: the encoder never trains)")
+        self._check_float32_steps()
+
+    def _check_float32_steps(self) -> None:
+        """Refuse learning rates whose AdamW steps a float32 cannot hold (PyTorch would stop in the first step)."""
+        for key, rate in (("model.optim.lr", self.lr), ("model.optim.head_lr", self.head_lr),
+                          ("model.optim.end_lr", self.end_lr)):
+            if rate is not None and rate > MAX_LEARNING_RATE:
+                raise ConfigError(key, rate, f"is above {MAX_LEARNING_RATE:.4g}, the largest learning rate AdamW can "
+                                  "apply to float32 weights (its first step moves them by the rate / (1 - 0.9))")
+        highest = max(self.lr, self.head_lr or self.lr) * max(1.0, self.end_lr / self.lr)  # the schedule's end_lr / lr
+        if highest > MAX_LEARNING_RATE:
+            raise ConfigError("model.optim.end_lr", self.end_lr, f"takes the head's rate to {highest:.4g} (head_lr x "
+                              f"end_lr / lr), above {MAX_LEARNING_RATE:.4g}, the largest AdamW can apply to float32 "
+                              "weights")
+        if highest * self.weight_decay > FLOAT32_MAX:
+            raise ConfigError("model.optim.weight_decay", self.weight_decay, f"times the highest learning rate "
+                              f"({highest:.4g}) is above {FLOAT32_MAX:.4g}, the largest float32: AdamW's decay step "
+                              "cannot be computed")
 
 
 #: The papers' settings, the default of every task (frozen, so one instance serves all).

@@ -1,5 +1,6 @@
-"""Training runs for tests, seconds long: tiny runs' arguments, ``train.py`` (run from the source tree,
-:data:`~graphormer_urpe.run.records.REPO_DIR`) in this process or a fresh one, and callbacks."""
+"""Training runs for tests, seconds long: tiny runs' arguments, a start (:mod:`graphormer_urpe.run.start`) in this
+process, ``train.py`` (run from the source tree, :data:`~graphormer_urpe.run.records.REPO_DIR`) in a fresh one, and
+callbacks."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from graphormer_urpe.run.cli import RUN_DIR_ENV, GraphormerCLI
+from graphormer_urpe.data.spec import DataSpec, SequenceSpec
+from graphormer_urpe.run.cli import RUN_DIR_ENV, TrainingCLI
 from graphormer_urpe.run.finetune import initialise, plan_initialisation, read_source
 from graphormer_urpe.run.records import REPO_DIR
+from graphormer_urpe.run.start import exit_codes, plan_start, run_start
+from graphormer_urpe.tasks.base import GraphormerTask
 
 #: Molecules of the tiny QM9 runs: an 80/10/10 split gives 40 train, 5 valid and 5 test graphs.
 TINY_MOLECULES = 50
@@ -59,34 +63,36 @@ TINY_SYNTHETIC_ARGS = {"synthetic_pi": _TINY_SEQUENCES, "synthetic_etp": _TINY_S
     "--data.train_graphs", "8", "--data.val_graphs", "4", "--data.test_graphs", "4", "--data.batch_size", "4")}
 
 
+def train(args: list[str], *callbacks: pl.Callback) -> dict:
+    """What ``train.py ARGS`` does, in this process, with extra callbacks: plan and run one start; returns its
+    metrics, or exits (``SystemExit``) with ``train.py``'s exit code."""
+    cli = TrainingCLI(args)
+    cli.trainer.callbacks.extend(callbacks)
+    with exit_codes(cli):
+        return run_start(cli, plan_start(cli))
+
+
 def synthetic_run(run_root: Path, name: str, config: str, *extra: str) -> tuple[dict, Path]:
     """A two-step training run ``run_root/name`` of a synthetic config (one of :data:`TINY_SYNTHETIC_ARGS`);
     returns its ``metrics.json`` and its run directory."""
-    import train
-
-    train.main(["--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", *_QUIET,
-                "--run_root", str(run_root), "--run_name", name, *TINY_SYNTHETIC_ARGS[config], *extra])
+    train(["--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", *_QUIET,
+           "--run_root", str(run_root), "--run_name", name, *TINY_SYNTHETIC_ARGS[config], *extra])
     return json.loads((run_root / name / "metrics.json").read_text()), run_root / name
 
 
 def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
-    """``train.py ARGS`` in this process with extra callbacks; returns its exit code."""
-    import train
-
-    cli = GraphormerCLI(args)
-    cli.trainer.callbacks.extend(callbacks)
+    """:func:`train` of ``args`` with extra callbacks; returns its exit code."""
     try:
-        train.fit_and_evaluate(cli)
+        train(args, *callbacks)
     except SystemExit as stop:
         return int(stop.code)
     return 0
 
 
-def start_from(task: torch.nn.Module, path: Path, spec: object) -> dict:
+def start_from(task: GraphormerTask, path: Path, spec: DataSpec | SequenceSpec) -> dict:
     """``train.py --init_from path`` for ``task`` (built with the checkpoint's architecture) on data
-    declared by ``spec``, without a run: read, plan, load; returns the record of the initialisation."""
-    data = type("Data", (), {"spec": spec})()  # the datamodule as the plan reads it (its refusals name its class)
-    plan = plan_initialisation(read_source(str(path), type(task)), task, data, overridden={})
+    declared by ``spec`` (named ``Data``), without a run: read, plan, load; returns the record of the initialisation."""
+    plan = plan_initialisation(read_source(str(path), type(task)), task, spec, "Data", None, overridden={})
     initialise(task, plan)
     return plan.record
 

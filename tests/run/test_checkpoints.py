@@ -9,14 +9,13 @@ import pytest
 import torch
 
 import evaluate
-import train
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.checkpoints import AtomicCheckpointIO, check_checkpoint, load_checkpoint, saved_loader_states
-from graphormer_urpe.run.cli import GraphormerCLI
+from graphormer_urpe.run.cli import TrainingCLI
 from graphormer_urpe.tasks import GraphRegression
 from graphormer_urpe.testing.official_checkpoints import official_weights, save_official
-from graphormer_urpe.testing.runs import tiny_run_args
+from graphormer_urpe.testing.runs import tiny_run_args, train
 
 
 def task(**encoder: object) -> GraphRegression:
@@ -33,7 +32,7 @@ def save(module: GraphRegression, path: Path) -> Path:
 def trained_run(qm9_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run directory of a 4-step training run (checkpoints every 2 steps)."""
     run_root = tmp_path_factory.mktemp("runs")
-    train.main(tiny_run_args(qm9_root, run_root, "--trainer.max_steps", "4", "--checkpoint.every_n_steps", "2",
+    train(tiny_run_args(qm9_root, run_root, "--trainer.max_steps", "4", "--checkpoint.every_n_steps", "2",
                              "--run_name", "trained"))
     return run_root / "trained"
 
@@ -129,7 +128,7 @@ def test_resuming_from_a_truncated_last_checkpoint_stops_before_training(
     whole = (trained_run / "checkpoints" / "last.ckpt").read_bytes()
     (checkpoints / "last.ckpt").write_bytes(whole[: len(whole) - 100])
     with pytest.raises(SystemExit) as exit_info:
-        train.main(tiny_run_args(qm9_root, run_root, "--run_name", "broken", "--ckpt_path", "last"))
+        train(tiny_run_args(qm9_root, run_root, "--run_name", "broken", "--ckpt_path", "last"))
     assert exit_info.value.code == 2
     assert "last.ckpt" in package_log.text and "probably truncated or corrupted" in package_log.text
     assert not (run_root / "broken" / "metrics.json").exists()
@@ -158,7 +157,7 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path: Path
 
 def test_training_writes_its_checkpoints_through_the_atomic_writer(trained_run: Path, qm9_root: Path,
                                                                     tmp_path: Path) -> None:
-    cli = GraphormerCLI(tiny_run_args(qm9_root, tmp_path, "--run_name", "io"))
+    cli = TrainingCLI(tiny_run_args(qm9_root, tmp_path, "--run_name", "io"))
     assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     written = sorted(p.name for p in (trained_run / "checkpoints").iterdir())  # four saves, no partial file left
     assert "last.ckpt" in written and all(name.endswith(".ckpt") and not name.startswith(".") for name in written)

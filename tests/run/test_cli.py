@@ -15,7 +15,6 @@ import yaml
 from lightning_fabric.plugins.environments import SLURMEnvironment
 
 import evaluate
-import train
 from graphormer_urpe.run import cli
 from graphormer_urpe.run.callbacks import PreemptionCheckpoint
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
@@ -24,11 +23,12 @@ from graphormer_urpe.run.cli import (
     REPO_DIR,
     RUN_DIR_ENV,
     GraphormerCLI,
+    TrainingCLI,
     resolve_config_paths,
     resolve_run_dir,
 )
 from graphormer_urpe.run.tracking import WandbOptions
-from graphormer_urpe.testing.runs import tiny_run_args
+from graphormer_urpe.testing.runs import tiny_run_args, train
 
 TINY = [
     "--config", "qm9_gap", "--data.source.max_molecules", "400", "--data.num_workers", "0",
@@ -43,7 +43,7 @@ TINY = [
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
     tmp = tmp_path_factory.mktemp("run")
     data_root = tmp / "data"
-    metrics = train.main([*TINY, "--data.root", str(data_root), "--run_root", str(tmp / "runs"), "--run_name", "tiny"])
+    metrics = train([*TINY, "--data.root", str(data_root), "--run_root", str(tmp / "runs"), "--run_name", "tiny"])
     return tmp / "runs" / "tiny", metrics, data_root
 
 
@@ -135,8 +135,8 @@ import sys
 for name in ("torch_scatter", "torch_sparse", "pyg_lib", "torch_cluster"):
     sys.modules[name] = None  # import raises ImportError, find_spec returns None: as if absent
 sys.path.insert(0, {str(REPO_DIR)!r})
-import train
-train.main({TINY!r} + ["--data.root", {str(tmp_path / 'data')!r}, "--run_root", {str(tmp_path / 'runs')!r}])
+from graphormer_urpe.testing.runs import train
+train({TINY!r} + ["--data.root", {str(tmp_path / 'data')!r}, "--run_root", {str(tmp_path / 'runs')!r}])
 import torch_geometric.typing as t
 assert not (t.WITH_TORCH_SCATTER or t.WITH_TORCH_SPARSE or t.WITH_PYG_LIB)
 blocked = ("torch_scatter", "torch_sparse", "pyg_lib", "torch_cluster")
@@ -195,7 +195,7 @@ def test_slurm_and_torchrun_give_every_process_the_same_directory(plain_process:
 def test_a_run_root_or_data_root_under_home_is_the_homes(plain_process: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """``~/runs`` (quoted on the command line, or in a YAML file) never makes a directory named ``~``."""
     plain_process.setenv("HOME", str(tmp_path))
-    cli = GraphormerCLI(["--config", "smiles_csv_example", "--run_root", "~/runs", "--run_name", "r", "--data.root",
+    cli = TrainingCLI(["--config", "smiles_csv_example", "--run_root", "~/runs", "--run_name", "r", "--data.root",
                          "~/data", "--logger", "none"])
     assert cli.run_dir == tmp_path / "runs" / "r" and cli.datamodule.root == tmp_path / "data"
 
@@ -210,7 +210,7 @@ def test_several_processes_without_a_common_id_must_be_named(plain_process: pyte
 
 def test_run_operation_options_reach_callbacks_and_loggers(plain_process: pytest.MonkeyPatch, qm9_root: Path,
                                                            tmp_path: Path) -> None:
-    parsed = GraphormerCLI(tiny_run_args(
+    parsed = TrainingCLI(tiny_run_args(
         qm9_root, tmp_path, "--run_name", "opts", "--checkpoint.every_n_steps", "7", "--checkpoint.signals",
         "[SIGUSR1]", "--checkpoint.requeue", "false", "--logger", "wandb", "--wandb.project", "proj",
         "--wandb.tags", "[a, b]", "--wandb.mode", "disabled", "--ckpt_path", "last"))
@@ -231,7 +231,7 @@ def test_under_slurm_lightning_auto_requeue_is_replaced_by_ours(plain_process: p
                         "SLURM_JOB_NAME": "train", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
                         "SLURM_NODELIST": "node1"}.items():
         plain_process.setenv(name, value)
-    parsed = GraphormerCLI(tiny_run_args(qm9_root, tmp_path))
+    parsed = TrainingCLI(tiny_run_args(qm9_root, tmp_path))
     environment = parsed.trainer._accelerator_connector.cluster_environment
     assert isinstance(environment, SLURMEnvironment) and not environment.auto_requeue
     assert parsed.run_dir == tmp_path / "qm9_gap-slurm99"

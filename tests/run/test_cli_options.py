@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import train
 from graphormer_urpe.errors import ConfigError
 from graphormer_urpe.run.cli import CONFIG_DIR, REPO_DIR, GraphormerCLI, parse_error_line
 from graphormer_urpe.run.tracking import WandbOptions
 from graphormer_urpe.testing.directories import read_only_directory
+from graphormer_urpe.testing.runs import train
 
 #: (config, bad option(s), fragment of the one error line). Every option that a shipped config sets
 #: appears at least once, in a config that sets it, plus the options the issue names.
@@ -140,6 +140,19 @@ CASES = [
     ("qm9_gap", ["--run_name", "../elsewhere"], "run_name='../elsewhere': must name one directory under run_root"),
     ("qm9_gap", ["--checkpoint.every_n_steps", "-1"], "checkpoint.every_n_steps=-1: must be an integer >= 0"),
     ("smiles_csv_example", ["--init_from", "nowhere.ckpt"], "--init_from: checkpoint nowhere.ckpt does not exist"),
+    ("smiles_csv_example", ["--init_from", ""], "init_from='': must name a checkpoint file, or be null (the config's "
+                                                "own initialisation)"),  # what an unset $CKPT in a script gives
+    ("smiles_csv_example", ["--ckpt_path", ""], "ckpt_path='': must name a checkpoint file, 'last' or 'auto', or be "
+                                                "null (a new run)"),
+    # learning rates AdamW cannot apply to float32 weights: its first step moves them by rate / (1 - 0.9)
+    ("qm9_pretrain", ["--model.optim.head_lr", "1e300"], "model.optim.head_lr=1e+300: is above 3.403e+37, the largest "
+                                                         "learning rate AdamW can apply to float32 weights"),
+    ("qm9_gap", ["--model.optim.lr", "1e38"], "model.optim.lr=1e+38: is above 3.403e+37"),
+    ("pcqm4mv2", ["--model.optim.end_lr", "1e38"], "model.optim.end_lr=1e+38: is above 3.403e+37"),
+    ("qm9_gap", ["--model.optim.lr", "1e-3", "--model.optim.end_lr", "1e35"],
+     "model.optim.end_lr=1e+35: takes the head's rate to 1e+35 (head_lr x end_lr / lr), above 3.403e+37"),
+    ("zinc_subset", ["--model.optim.lr", "1e37", "--model.optim.weight_decay", "150.5"],
+     "model.optim.weight_decay=150.5: times the highest learning rate (1e+37) is above 3.403e+38"),
     ("qm9_gap", ["--checkpoint.signals", "[SIGFOO]"], "checkpoint.signals='SIGFOO': is not a signal this process"),
     ("qm9_gap", ["--wandb.mode", "sometimes"], "wandb.mode: Expected a typing.Literal"),
     ("qm9_gap", ["--wandb.plot_every_n_validations", "-1"], "wandb.plot_every_n_validations=-1: must be an integer"),
@@ -153,10 +166,10 @@ def has_root(config: str) -> bool:
 
 
 def stop_of(args: list[str], package_log: pytest.LogCaptureFixture) -> tuple[int, list[str]]:
-    """Exit code of ``train.main(args)`` and the package's error lines."""
+    """Exit code of a start of ``args`` (what ``train.py ARGS`` does) and the package's error lines."""
     package_log.clear()
     with pytest.raises(SystemExit) as stop:
-        train.main(args)
+        train(args)
     return stop.value.code, [r.getMessage() for r in package_log.records if r.levelno >= logging.ERROR]
 
 
@@ -320,6 +333,7 @@ def test_config_error_shows_values_as_yaml_writes_them() -> None:
 @pytest.mark.parametrize("options, message", [
     (["--model.encoder.spatial_pos_max", "300"], "model.encoder.spatial_pos_max=300: must be an integer from 1 to 255"),
     (["--model.encoder.hidden_dim", "abc"], "model.encoder.hidden_dim: Expected a <class 'int'>. Got value: abc"),
+    (["--init_from", ""], "init_from='': must name a checkpoint file, or be null (the config's own initialisation)"),
 ])
 def test_the_real_command_line_prints_one_error_line_and_exits_2(options: list[str], message: str,
                                                                   tmp_path: Path) -> None:

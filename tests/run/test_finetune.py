@@ -23,7 +23,7 @@ from graphormer_urpe.model.sequence import SequenceConfig
 from graphormer_urpe.run.finetune import describe, read_source, take_architecture
 from graphormer_urpe.tasks import Classification, GraphRegression
 from graphormer_urpe.testing.graphs import make_record
-from graphormer_urpe.testing.runs import start_from
+from graphormer_urpe.testing.runs import start_from, train
 
 ENCODER = GraphormerConfig(node_vocab=[28], edge_vocab=[4], num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4,
                            attention="rpe", dropout=0.0, attention_dropout=0.0)
@@ -277,10 +277,8 @@ TINY_MODEL = ["--model.encoder.num_layers", "2", "--model.encoder.hidden_dim", "
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A tiny ``qm9_pretrain`` run on 300 QM9 molecules: (its best checkpoint, the data root)."""
-    import train
-
     base = tmp_path_factory.mktemp("pretrain")
-    metrics = train.main(["--config", "qm9_pretrain", "--data.source.max_molecules", "300", "--data.root",
+    metrics = train(["--config", "qm9_pretrain", "--data.source.max_molecules", "300", "--data.root",
                           str(base / "data"), "--run_root", str(base / "runs"), "--run_name", "pre", *TINY_MODEL,
                           "--trainer.max_steps", "6", "--trainer.val_check_interval", "3", *QUIET])
     return Path(metrics["best_checkpoint"]), base / "data"
@@ -289,9 +287,7 @@ def pretrained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def fine_tune(config: str, source: Path, data_root: Path, runs: Path, name: str, *extra: str) -> Path:
     """``train.py --config CONFIG --init_from SOURCE``: one step (at the warm-up's first learning rate, 0, so
     the loaded weights stay as they are); returns the run directory."""
-    import train
-
-    train.main(["--config", config, "--init_from", str(source), "--data.root", str(data_root), "--run_root",
+    train(["--config", config, "--init_from", str(source), "--data.root", str(data_root), "--run_root",
                 str(runs), "--run_name", name, "--trainer.max_steps", "1", *QUIET, *extra])
     return runs / name
 
@@ -365,14 +361,12 @@ def test_a_fine_tuned_run_starts_another_and_keeps_its_head_and_the_chain(pretra
 @pytest.mark.slow
 def test_a_resume_wins_over_init_from(pretrained: tuple[Path, Path], tmp_path: Path,
                                       package_log: pytest.LogCaptureFixture) -> None:
-    import train
-
     source, data_root = pretrained
     run_dir = fine_tune("smiles_csv_example", source, data_root, tmp_path, "run")
     last = run_dir / "checkpoints" / "last.ckpt"
     first = saved(last)
     package_log.clear()
-    train.main(["--config", "smiles_csv_example", "--init_from", str(source), "--data.root", str(data_root),
+    train(["--config", "smiles_csv_example", "--init_from", str(source), "--data.root", str(data_root),
                 "--run_root", str(tmp_path), "--run_name", "run", "--ckpt_path", "last", "--trainer.max_steps", "3",
                 *QUIET])
     messages = [r.getMessage() for r in package_log.records]
@@ -389,8 +383,6 @@ def test_a_resume_wins_over_init_from(pretrained: tuple[Path, Path], tmp_path: P
 def test_failures_are_one_line_before_any_work(pretrained: tuple[Path, Path], tmp_path: Path,
                                                package_log: pytest.LogCaptureFixture) -> None:
     """Another featuriser, an unknown architecture field: exit code 2, one line, no run directory."""
-    import train
-
     source, data_root = pretrained
     odd = saved(source)
     odd["hyper_parameters"]["encoder"]["sparse_attention"] = True
@@ -408,7 +400,7 @@ def test_failures_are_one_line_before_any_work(pretrained: tuple[Path, Path], tm
     for args, message in cases:
         package_log.clear()
         with pytest.raises(SystemExit) as stop:
-            train.main([*args, "--data.root", str(data_root), "--run_root", str(tmp_path / "runs"), *QUIET])
+            train([*args, "--data.root", str(data_root), "--run_root", str(tmp_path / "runs"), *QUIET])
         assert stop.value.code == 2
         assert [r.getMessage() for r in package_log.records if r.levelno >= logging.ERROR] == [message]
         assert not (tmp_path / "runs").exists()

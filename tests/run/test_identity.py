@@ -60,23 +60,26 @@ def test_config_identity_leaves_out_only_what_names_places_or_executes_a_run() -
 
 def test_a_cached_dataset_is_its_cache_key_and_others_their_data_options(small_run: Path, small_table: Path,
                                                                          tmp_path: Path) -> None:
+    """Each datamodule declares its identity (``RunData.identity``); those without a cache give their class and
+    the options that decide the examples, as checkpoints written before the declaration recorded them."""
     cli = GraphormerCLI(small_run_args(small_table, tmp_path / "data", tmp_path / "runs", "--logger", "none"))
-    identity = cli.data_identity()
+    identity = data_identity(cli.datamodule)
     assert identity == json.loads(json.dumps(cli.datamodule.cache_key)) and identity["sha1"] == sha1(small_table)
     assert identity["split"] == "scaffold" and identity["split_fractions"] == [0.8, 0.1, 0.1]
     checkpoint = torch.load(small_run / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint[DATA_IDENTITY_KEY] == identity  # what training recorded
-    synthetic = GraphormerCLI(["--config", "synthetic_graph", "--data.batch_size", "32", "--run_root",
-                               str(tmp_path / "runs"), "--logger", "none"])
-    assert synthetic.data_identity() == {
+    synthetic = GraphormerCLI(["--config", "synthetic_graph", "--data.batch_size", "32", "--logger", "none"])
+    assert data_identity(synthetic.datamodule) == {
         "datamodule": "graphormer_urpe.data.synthetic.graphs.SyntheticGraphDataModule", "degree": 3, "min_nodes": 12,
         "max_nodes": 24, "distance": 2, "train_graphs": 2000, "val_graphs": 250, "test_graphs": 250, "seed": 0}
-    mag = {"class_path": "graphormer_urpe.data.mag240m.datamodule.MAG240MDataModule",
-           "init_args": {"root": "/data", "batch_size": 1024, "fanouts": [25, 15], "num_workers": 8, "seed": 0,
-                         "num_classes": 153, "cache_dir": None, "verify_checksums": False, "eval_batch_size": None,
-                         "handover_slots": 4}}
-    assert data_identity(object(), mag) == {"datamodule": mag["class_path"], "fanouts": [25, 15], "seed": 0,
-                                            "num_classes": 153}
+    sequences = GraphormerCLI(["--config", "synthetic_pi", "--data.batch_size", "32", "--logger", "none"])
+    assert data_identity(sequences.datamodule) == {
+        "datamodule": "graphormer_urpe.data.synthetic.sequences.SyntheticSequenceDataModule", "task": "position",
+        "length": 32, "vocab_size": 10, "val_size": 1024, "test_size": 1024, "seed": 0}
+    mag = GraphormerCLI(["--config", "mag240m", "--data.root", str(tmp_path / "mag"), "--data.batch_size", "64",
+                         "--data.eval_batch_size", "32", "--data.num_workers", "2", "--logger", "none"])
+    assert data_identity(mag.datamodule) == {"datamodule": "graphormer_urpe.data.mag240m.datamodule.MAG240MDataModule",
+                                             "fanouts": [25, 15], "seed": 0, "num_classes": 153}
 
 
 def test_evaluate_refuses_an_edited_table_unless_allowed_and_then_says_so(small_run: Path, small_table: Path,

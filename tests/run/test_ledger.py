@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 import torch
 import yaml
 
@@ -89,6 +90,13 @@ def error_lines(log: pytest.LogCaptureFixture) -> list[str]:
 # ----------------------------------------------------------------------------- naming and holding
 
 
+def opened(directory: RunDirectory, ckpt_path: str | None, writer: bool, launch: str | None = None) -> RunStart:
+    """How a start plans to use ``directory``, then holds it (what ``plan_start`` does around its checks)."""
+    start = directory.plan(ckpt_path)
+    directory.take(writer, launch)
+    return start
+
+
 def test_runs_started_in_the_same_second_get_directories_of_their_own(tmp_path: Path) -> None:
     now = datetime.datetime(2026, 11, 25, 9, 30, 5)
     made = [create_timestamped_dir(tmp_path, "cfg", now).path for _ in range(3)]
@@ -100,32 +108,59 @@ def test_runs_started_in_the_same_second_get_directories_of_their_own(tmp_path: 
 
 def test_a_run_directory_is_held_by_one_process_at_a_time(tmp_path: Path) -> None:
     holder = RunDirectory(tmp_path / "run")
-    assert holder.open(None, writer=True).checkpoint is None and (tmp_path / "run" / LOCK_FILE).is_file()
+    assert opened(holder, None, writer=True).checkpoint is None and (tmp_path / "run" / LOCK_FILE).is_file()
     (tmp_path / "run" / "run.json").write_text("{}")  # the run has started
     other = RunDirectory(tmp_path / "run")
     with pytest.raises(RunDirError, match=rf"^{tmp_path / 'run'} is in use by another process \(it holds "
                                           rf"{tmp_path / 'run' / LOCK_FILE}\): wait until that run stops, or stop "
                                           "it first$"):
-        other.open("auto", writer=True)
+        opened(other, "auto", writer=True)
     holder.release()
-    assert other.open("auto", writer=True).earlier_segments  # free again: the next start takes it
+    assert opened(other, "auto", writer=True).earlier_segments  # free again: the next start takes it
     other.release()
     assert (tmp_path / "run" / "run.json").is_file()  # a used directory stays
 
 
 def test_a_directory_created_for_a_start_that_never_began_is_removed(tmp_path: Path) -> None:
     unused = RunDirectory(tmp_path / "new")
-    unused.open(None, writer=True)
+    opened(unused, None, writer=True)
     unused.release()
     assert not (tmp_path / "new").exists()
     stamped = create_timestamped_dir(tmp_path / "new_root" / "runs", "cfg")  # the run root is made for it too
     with pytest.raises(RunDirError, match="without --run_name every start gets a new directory"):
-        stamped.open("last", writer=True)
+        opened(stamped, "last", writer=True)
     stamped.release()
     assert list(tmp_path.iterdir()) == []
     (tmp_path / "runs" / "other").mkdir(parents=True)
     create_timestamped_dir(tmp_path / "runs", "cfg").release()
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["other"]  # what was there stays
+
+
+def test_a_start_that_failed_before_its_first_checkpoint_leaves_its_name_free(tmp_path: Path) -> None:
+    """What a failed start wrote in a directory it made goes with it; a directory that existed before it, or
+    one that holds a checkpoint, stays as it is."""
+    failed = RunDirectory(tmp_path / "runs" / "new")
+    opened(failed, None, writer=True)
+    for name in ("config.yaml", "run.json", "metrics.csv"):
+        (failed.path / name).write_text("written by the failed start")
+    (failed.path / "checkpoints").mkdir()
+    failed.discard()
+    assert not (tmp_path / "runs").exists()  # the run root made for it too
+    assert opened(RunDirectory(tmp_path / "runs" / "new"), None, writer=True) == RunStart(None, False)  # free
+    kept = RunDirectory(tmp_path / "kept")
+    opened(kept, None, writer=True)
+    (kept.path / "checkpoints").mkdir()
+    (kept.path / "checkpoints" / "last.ckpt").write_bytes(b"step 1")
+    kept.discard()
+    assert (kept.path / "checkpoints" / "last.ckpt").read_bytes() == b"step 1"
+    earlier = tmp_path / "earlier"  # a run stopped before its first checkpoint, restarted by this start
+    earlier.mkdir()
+    (earlier / "config.yaml").write_text("seed_everything: 0\n")
+    before = files_of(earlier)
+    restart = RunDirectory(earlier)
+    assert opened(restart, "auto", writer=True) == RunStart(None, True)
+    restart.discard()
+    assert files_of(earlier) == before
 
 
 def test_a_start_that_loses_the_race_for_a_name_leaves_the_winner_alone(tmp_path: Path) -> None:
@@ -150,7 +185,7 @@ def test_every_process_of_a_start_decides_alike_from_the_runs_files(tmp_path: Pa
         for writer in (True, False):
             directory = RunDirectory(run)
             try:
-                outcomes.append(directory.open(ckpt_path, writer=writer))
+                outcomes.append(opened(directory, ckpt_path, writer=writer))
             except RunDirError as error:
                 outcomes.append(str(error))
             directory.release()
@@ -178,17 +213,17 @@ def test_the_other_processes_of_a_launch_wait_for_rank_0_and_stop_as_it_does(tmp
     (its lock names their launch), and stop when another launch holds it, as rank 0 does."""
     run = tmp_path / "run"
     rank_0 = RunDirectory(run)
-    rank_0.open(None, writer=True, launch="slurm7.0")
+    opened(rank_0, None, writer=True, launch="slurm7.0")
     assert (run / LOCK_FILE).read_text() == "slurm7.0"
-    assert RunDirectory(run).open(None, writer=False, launch="slurm7.0").checkpoint is None  # at once
+    assert opened(RunDirectory(run), None, writer=False, launch="slurm7.0").checkpoint is None  # at once
     monkeypatch.setattr(ledger, "FOREIGN_HOLDER_GRACE", 0.2)
     in_use = (f"{run} is in use by another process (it holds {run / LOCK_FILE}): wait until that run stops, or stop "
               "it first")
     with pytest.raises(RunDirError) as refused:  # rank 1 of another job of the same --run_name
-        RunDirectory(run).open(None, writer=False, launch="slurm8.0")
+        opened(RunDirectory(run), None, writer=False, launch="slurm8.0")
     assert str(refused.value) == in_use
     with pytest.raises(RunDirError) as refused:  # and its rank 0
-        RunDirectory(run).open(None, writer=True, launch="slurm8.0")
+        opened(RunDirectory(run), None, writer=True, launch="slurm8.0")
     assert str(refused.value) == in_use
     rank_0.release()
     # an ended launch's record, no lock held: the others wait for their rank 0, and not forever
@@ -437,6 +472,41 @@ def test_ckpt_path_last_with_nothing_to_resume_names_what_it_looked_for(small_ru
         f"--ckpt_path last: there is no {stopped / 'checkpoints/last.ckpt'} to resume; the run stopped before writing "
         "its first checkpoint; start it again with --ckpt_path auto, or under another --run_name"]
     assert files_of(stopped) == before
+
+
+class FailAtStep(pl.Callback):
+    """Raises a ``RuntimeError`` in optimiser step ``step`` (as AdamW did with a learning rate of 1e300)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
+                             batch_idx: int) -> None:
+        if trainer.global_step == self.step - 1:
+            raise RuntimeError(f"failed in step {self.step}")
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_its_name_reusable(
+        small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
+    """No ``.lock``, ``config.yaml`` or ``run.json`` is left to refuse the next start of the name; a resume that
+    fails keeps every file of the run it continues."""
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t3", "--trainer.max_steps", "3")
+    with pytest.raises(RuntimeError, match="failed in step 2"):
+        train_in_process(args, FailAtStep(2))
+    assert not (tmp_path / "runs").exists()
+    assert train_in_process(args) == 0  # the same command starts the run
+    run_dir = copy_run(small_run, tmp_path)
+    before = files_of(run_dir)
+    resume = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--trainer.max_steps",
+                            "300", "--ckpt_path", "last")
+    with pytest.raises(RuntimeError, match="failed in step 201"):
+        train_in_process(resume, FailAtStep(201))
+    after = files_of(run_dir)
+    recorded = ("run.json", "config.yaml", "metrics.csv")  # the segment, recorded when its training started
+    assert after.keys() == before.keys()
+    assert all(after[name] == content for name, content in before.items() if name not in recorded)
+    assert after["metrics.csv"].startswith(before["metrics.csv"])
+    assert [s["start_step"] for s in json.loads(after["run.json"])["segments"]] == [0, 200]
 
 
 def stopped_before_its_first_checkpoint(small_run: Path, tmp_path: Path) -> Path:

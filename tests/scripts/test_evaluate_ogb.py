@@ -19,10 +19,10 @@ import pytest
 from ogb.lsc import PCQM4Mv2Evaluator
 
 import evaluate
-import train
 from graphormer_urpe.evaluation.submission import check_submission
 from graphormer_urpe.run.cli import REPO_DIR, RUN_DIR_ENV
 from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
+from graphormer_urpe.testing.runs import train
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 
 SIZES = {"train": 60, "valid": 21, "test-dev": 147_037, "test-challenge": 13}
@@ -55,7 +55,7 @@ def pcqm_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     write_pcqm4mv2(root, smiles, gaps, splits)
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(RUN_DIR_ENV, raising=False)
-        metrics = train.main([*TINY_MODEL, "--data.root", str(root), "--data.batch_size", "16",
+        metrics = train([*TINY_MODEL, "--data.root", str(root), "--data.batch_size", "16",
                               "--data.preprocess_workers", "2", "--trainer.max_steps", "6",
                               "--trainer.val_check_interval", "3", "--run_root", str(tmp / "runs"), "--run_name", "t"])
     kept_train = [r for r in splits["train"] if r not in bad["train"]]

@@ -132,7 +132,8 @@ def test_sigterm_to_seeds_py_stops_the_running_seed_at_a_checkpoint_and_the_swee
     assert torch.load(seed0 / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
     assert not (tmp_path / "cut-seed1").exists()  # the sweep stopped with its seed
     free = RunDirectory(seed0)  # the seed's train.py has ended: nothing holds its directory
-    free.open("auto", writer=True)
+    free.plan("auto")
+    free.take(writer=True)
     free.release()
     second = subprocess.run(command, cwd=REPO_DIR, capture_output=True, text=True, timeout=600, check=False)
     assert second.returncode == 128 + signal.SIGTERM  # seed 1 meets the same signal at its step 3

@@ -10,9 +10,8 @@ import pytest
 import torch
 
 import evaluate
-import train
 from graphormer_urpe.run.ledger import read_metrics
-from graphormer_urpe.testing.runs import DDP_TWIN_ARGS, synthetic_run, tiny_run_args
+from graphormer_urpe.testing.runs import DDP_TWIN_ARGS, synthetic_run, tiny_run_args, train
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 
 
@@ -25,7 +24,7 @@ def lr_per_step(run_dir: Path) -> dict[int, float]:
 def single_process_twin(qm9_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The DDP run's configuration on one process."""
     run_root = tmp_path_factory.mktemp("twin")
-    train.main(tiny_run_args(qm9_root, run_root, *DDP_TWIN_ARGS, "--run_name", "twin"))
+    train(tiny_run_args(qm9_root, run_root, *DDP_TWIN_ARGS, "--run_name", "twin"))
     return run_root / "twin"
 
 
@@ -108,7 +107,7 @@ def test_evaluate_reproduces_a_synthetic_run(tmp_path, config):
 def test_a_run_without_validation_batches_reports_none_and_its_last_weights(qm9_root: Path, tmp_path: Path) -> None:
     """``--trainer.limit_val_batches 0`` (train without validating): the final validation evaluates nothing,
     which used to end in an IndexError after training."""
-    metrics = train.main(tiny_run_args(qm9_root, tmp_path, "--trainer.limit_val_batches", "0", "--run_name", "noval"))
+    metrics = train(tiny_run_args(qm9_root, tmp_path, "--trainer.limit_val_batches", "0", "--run_name", "noval"))
     assert metrics["validation"] is None and metrics["best_checkpoint"] is None and metrics["global_step"] == 6
     assert set(metrics["test"]) == {"test/mae"}
     assert json.loads((tmp_path / "noval" / "metrics.json").read_text())["validation"] is None

@@ -79,6 +79,9 @@ class MAG240MDataModule(pl.LightningDataModule):
             workers batches); 0: none, PyTorch copies each batch into new shared memory.
     """
 
+    #: Size-aware batching (``GraphDataModule.bucket_window``): none, the subgraphs are sampled per batch.
+    bucket_window = 0
+
     def __init__(self, root: str = "data", batch_size: int = 1024, fanouts: Sequence[int] = (25, 15),
                  num_workers: int = 8, seed: int = 0, num_classes: int = 153, cache_dir: str | None = None,
                  verify_checksums: bool = False, eval_batch_size: int | None = None, handover_slots: int = 4) -> None:
@@ -176,6 +179,11 @@ class MAG240MDataModule(pl.LightningDataModule):
         return {"source": "MAG240M", "root": str(self.raw.directory), "cache": str(self.cache_dir),
                 "splits": self.split_sizes, "fanouts": self.fanouts, "batch_size": self.batch_size,
                 "handover_slots": self.handover_slots}
+
+    def identity(self) -> dict:
+        """Which data these are, as checkpoints record it: the class and the options that decide the examples."""
+        return {"datamodule": f"{type(self).__module__}.{type(self).__qualname__}", "fanouts": self.fanouts,
+                "seed": self.seed, "num_classes": self.num_classes}
 
     def split_rows(self, split: str) -> SplitRows:
         """Paper ids of ``split`` in the official order, each its own item (batch ``index``); NaN labels if hidden."""

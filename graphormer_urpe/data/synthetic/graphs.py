@@ -85,6 +85,9 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
         seed: seed of all three splits.
     """
 
+    #: Size-aware batching (``GraphDataModule.bucket_window``): none.
+    bucket_window = 0
+
     def __init__(self, degree: int = 3, min_nodes: int = 12, max_nodes: int = 24, distance: int = 2,
                  train_graphs: int = 2000, val_graphs: int = 250, test_graphs: int = 250, batch_size: int = 64,
                  seed: int = 0) -> None:
@@ -135,6 +138,18 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
                       for split, records in self.datasets.items()}  # label -> nodes with it
             info["majority_label_accuracy"] = {k: round(max(n.values()) / n.total(), 4) for k, n in labels.items()}
         return info
+
+    def identity(self) -> dict:
+        """Which data these are, as checkpoints record it: the class and every option but the batch size."""
+        return {"datamodule": f"{type(self).__module__}.{type(self).__qualname__}", "degree": self.degree,
+                "min_nodes": self.min_nodes, "max_nodes": self.max_nodes, "distance": self.distance,
+                "train_graphs": self.split_sizes["train"], "val_graphs": self.split_sizes["valid"],
+                "test_graphs": self.split_sizes["test"], "seed": self.seed}
+
+    @property
+    def eval_batch_size(self) -> int:
+        """Graphs per evaluation step over all devices: the training batch's."""
+        return self.batch_size
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled global batches, this process's slice of each; resumable mid-epoch."""

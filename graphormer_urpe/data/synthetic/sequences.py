@@ -112,6 +112,9 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
         seed: seed of the training stream and of both fixed sets.
     """
 
+    #: Size-aware batching (``GraphDataModule.bucket_window``): none, training draws fresh sequences.
+    bucket_window = 0
+
     def __init__(self, task: SequenceTask = "position", length: int = 128, vocab_size: int = 10,
                  batch_size: int = 512, val_size: int = 2048, test_size: int = 2048, seed: int = 0) -> None:
         super().__init__()
@@ -156,6 +159,17 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
                 "classes": self.spec.num_classes,
                 "splits": {"train": "fresh random batches", "valid": self.val_size, "test": self.test_size},
                 "batch_size": self.batch_size, "seed": self.seed}
+
+    def identity(self) -> dict:
+        """Which data these are, as checkpoints record it: the class and every option but the batch size."""
+        return {"datamodule": f"{type(self).__module__}.{type(self).__qualname__}", "task": self.task,
+                "length": self.length, "vocab_size": self.vocab_size, "val_size": self.val_size,
+                "test_size": self.test_size, "seed": self.seed}
+
+    @property
+    def eval_batch_size(self) -> int:
+        """Sequences per evaluation step over all devices: the training batch's."""
+        return self.batch_size
 
     def train_dataloader(self) -> DataLoader:
         """Fresh batches of this process's share of the global batch, from its own seeded stream."""
