@@ -340,6 +340,11 @@ def parse_error_line(report: str) -> str:
     key = ".".join(keys).replace("init_args.", "")
     if detail and (unknown := re.fullmatch(r"unrecognized arguments: --(?:init_args\.)?([^=\s]+).*", detail)):
         return f"{key}.{unknown.group(1)}: no such option"
+    # an option that may be null (float | None) reports its value on a "Given value:" line of its own
+    given = next((text.strip()[len("Given value: "):] for text in lines if text.strip().startswith("Given value: ")),
+                 None)
+    if detail and given is not None and "Got value" not in detail:
+        detail = f"{detail}. Got value: {given}"
     return f"{key}: {detail}" if detail else key
 
 

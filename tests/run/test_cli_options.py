@@ -333,6 +333,8 @@ def test_config_error_shows_values_as_yaml_writes_them() -> None:
 @pytest.mark.parametrize("options, message", [
     (["--model.encoder.spatial_pos_max", "300"], "model.encoder.spatial_pos_max=300: must be an integer from 1 to 255"),
     (["--model.encoder.hidden_dim", "abc"], "model.encoder.hidden_dim: Expected a <class 'int'>. Got value: abc"),
+    # an option that may be null echoes the value as the others do
+    (["--model.optim.head_lr", "abc"], "model.optim.head_lr: Expected a <class 'float'>. Got value: abc"),
     (["--init_from", ""], "init_from='': must name a checkpoint file, or be null (the config's own initialisation)"),
 ])
 def test_the_real_command_line_prints_one_error_line_and_exits_2(options: list[str], message: str,
