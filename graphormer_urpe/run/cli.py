@@ -343,7 +343,7 @@ def parse_error_line(report: str) -> str:
     # an option that may be null (float | None) reports its value on a "Given value:" line of its own
     given = next((text.strip()[len("Given value: "):] for text in lines if text.strip().startswith("Given value: ")),
                  None)
-    if detail and given is not None and "Got value" not in detail:
+    if detail and given is not None and detail.startswith("Expected a") and "Got value" not in detail:
         detail = f"{detail}. Got value: {given}"
     return f"{key}: {detail}" if detail else key
 

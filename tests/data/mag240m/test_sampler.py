@@ -215,6 +215,7 @@ def _padded_as_before(graph: MAG240MGraph, sample: SampledSubgraphs, targets: np
         edge_dst=torch.tensor([e[2] for e in edges], dtype=torch.long),
         y=torch.from_numpy(graph.labels(targets).reshape(-1, 1)),
         index=torch.as_tensor(targets, dtype=torch.long), target_node=torch.zeros(batch, dtype=torch.long),
+        molecule_features=torch.zeros((batch, 0)),
     )
 
 
