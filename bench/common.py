@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import statistics
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -281,3 +282,13 @@ def new_directory(path: Path) -> Path:
     except FileExistsError:
         raise BenchError(f"{path} exists: give --out a new directory (earlier results are never overwritten)") from None
     return path
+
+
+def exit_code(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None) -> int:
+    """A benchmark's ``main`` as a command: 0, or a :class:`BenchError` as one line on stderr and 2."""
+    try:
+        main(argv)
+    except BenchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0

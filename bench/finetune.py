@@ -63,6 +63,7 @@ from common import (  # noqa: E402  (bench/common.py)
     DATASETS,
     BenchError,
     PackagedDataset,
+    exit_code,
     missing_packages,
     new_directory,
     package_file,
@@ -381,13 +382,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
-    """:func:`main` as a command: its exit code, and a :class:`BenchError` as one line on stderr (code 2)."""
-    try:
-        main(argv)
-    except BenchError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    """:func:`main` as a command (:func:`common.exit_code`)."""
+    return exit_code(main, argv)
 
 
 if __name__ == "__main__":
