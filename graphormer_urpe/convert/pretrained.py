@@ -39,6 +39,9 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
         raise CheckpointError(f"{source} is not a run of configs/pretrain_moses.yaml (its data source is "
                               f"{source_options['class_path']})")
     run_dir = source.resolve().parent.parent
+    if not (run_dir / "run.json").is_file():
+        raise CheckpointError(f"{source} is not in a run directory (no {run_dir / 'run.json'}): name the checkpoint "
+                              "under runs/<run>/checkpoints/ that train.py wrote, whose run record it exports")
     record = json.loads((run_dir / "run.json").read_text())
     metrics = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").is_file() else {}
     reduced = {key: checkpoint[key] for key in KEPT_KEYS if key in checkpoint}

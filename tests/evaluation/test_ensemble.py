@@ -64,3 +64,11 @@ def test_members_of_another_table_are_refused(two_seeds: list[Path], tmp_path: P
 def test_an_ensemble_needs_a_run() -> None:
     with pytest.raises(DataError, match="at least one finished run"):
         ensemble_split([], Path("."), "test")
+
+
+def test_a_config_that_is_not_a_smiles_table_is_refused() -> None:
+    from graphormer_urpe.evaluation.ensemble import split_table
+
+    config = "data:\n  init_args:\n    source:\n      class_path: graphormer_urpe.data.sources.QM9\n"
+    with pytest.raises(DataError, match="predicts the rows of a SMILES table"):
+        split_table(config, "test")

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from graphormer_urpe.convert.pretrained import export, main
+from graphormer_urpe.errors import CheckpointError
+from graphormer_urpe.pretrained import CHECKPOINT
+from graphormer_urpe.run.checkpoints import CONFIG_KEY
+
+
+def test_an_existing_output_is_refused_before_reading(tmp_path: Path) -> None:
+    out = tmp_path / "moses_rdkit2d.ckpt"
+    out.write_text("earlier")
+    with pytest.raises(CheckpointError, match="exists; pass --replace"):
+        export(tmp_path / "missing.ckpt", out, tmp_path / "moses_rdkit2d.json")
+    assert out.read_text() == "earlier"
+
+
+def test_a_checkpoint_outside_a_run_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    loose = tmp_path / "loose.ckpt"
+    shutil.copy(CHECKPOINT, loose)
+    assert main([str(loose), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {loose} is not in a run directory")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_of_another_config_is_refused(tmp_path: Path) -> None:
+    import torch
+
+    checkpoint = torch.load(CHECKPOINT, weights_only=True)
+    config = yaml.safe_load(checkpoint[CONFIG_KEY])
+    config["data"]["init_args"]["source"]["class_path"] = "graphormer_urpe.data.sources.QM9"
+    checkpoint[CONFIG_KEY] = yaml.safe_dump(config)
+    other = tmp_path / "other.ckpt"
+    torch.save(checkpoint, other)
+    with pytest.raises(CheckpointError, match="is not a run of configs/pretrain_moses.yaml"):
+        export(other, tmp_path / "a.ckpt", tmp_path / "a.json")
