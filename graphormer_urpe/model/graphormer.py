@@ -87,8 +87,12 @@ class GraphormerConfig:
         embedding_norm: LayerNorm on the input tokens before the input dropout (official v2).
         final_norm: LayerNorm on the final token states (official v1.0).
         head: ``linear`` (official v1.0) or ``v2`` (``Linear -> GELU -> LayerNorm -> Linear`` + scalar bias).
-        molecule_features: names of the M molecule-level features (set by the data; empty: none), projected by a
-            zero-initialised ``Linear(M, hidden_dim)`` into the graph token; needs ``graph_token``.
+        molecule_features: names of the M molecule-level features (set by the data; empty: none); they need
+            ``graph_token``.
+        molecule_features_into: where the molecule features enter: ``graph_token`` (a zero-initialised
+            ``Linear(M, hidden_dim)`` added to the graph token's input, seen by every layer) or ``readout`` (a
+            residual feed-forward block on the graph token's final state that reads the state and the features,
+            its output layer zero-initialised, trained at the head's rate); see docs/model.md.
     """
 
     node_vocab: Sequence[int] = dataclasses.field(default_factory=lambda: [28])
@@ -118,6 +122,7 @@ class GraphormerConfig:
     final_norm: bool = True
     head: Literal["linear", "v2"] = "linear"
     molecule_features: Sequence[str] = ()
+    molecule_features_into: Literal["graph_token", "readout"] = "graph_token"
 
     #: The fields that shape the weights, taken from the checkpoint by ``train.py --init_from``.
     ARCHITECTURE: ClassVar[tuple[str, ...]] = (
@@ -144,6 +149,7 @@ class GraphormerConfig:
         for name, allowed in (("readout", ("graph_token", "target_node", "nodes")), ("attention", ("urpe", "rpe")),
                               ("edge_encoding", ("multi_hop", "single_hop", "none")), ("layer_norm", ("pre", "post")),
                               ("head", ("linear", "v2")), ("graph_token", (True, False)),
+                              ("molecule_features_into", ("graph_token", "readout")),
                               ("embedding_norm", (True, False)), ("final_norm", (True, False))):
             check_choice(key + name, getattr(self, name), allowed)
         for name in ("input_dropout", "dropout", "attention_dropout", "activation_dropout", "drop_path"):
@@ -154,7 +160,8 @@ class GraphormerConfig:
         if features and not self.graph_token:
             raise ConfigError(key + "graph_token", self.graph_token, f"must be true to read the {len(features)} "
                               "molecule-level features (data.source.descriptors / feature_columns), which enter "
-                              "through the graph token; turn them off to train without the graph token")
+                              "through the graph token or its final state; turn them off to train without the graph "
+                              "token")
         if self.spatial_pos_max is not None:
             check_int(key + "spatial_pos_max", self.spatial_pos_max, 1, MAX_SPATIAL_POS_MAX,
                       hint=f" (distances are stored up to {MAX_STORED_DISTANCE}; {MAX_SPATIAL_POS_MAX} masks only "
@@ -262,6 +269,32 @@ class MoleculeEncoder(nn.Module):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """Shapes: features (B, M) -> (B, H*D), added to the graph token."""
         return self.projection(self.standardised(features).to(self.projection.weight.dtype))
+
+
+class MoleculeReadout(MoleculeEncoder):
+    """Molecule-level features joined with the graph token's final state h, as chemprop joins descriptors with its
+    readout, but as a residual block so a pretrained head keeps reading the state it was trained on:
+
+        h' = h + W_out GELU(W_in [h ; z] + b_in) + b_out
+
+    with z the standardised features (:class:`MoleculeEncoder`). ``W_out`` and ``b_out`` (``projection``) start at
+    zero, so h' = h until trained; ``W_in`` keeps PyTorch's default init (uniform, scale 1 / sqrt(H*D + M)) rather
+    than the encoder's small normal one, so the block's gradient is not vanishingly small at the start."""
+
+    def __init__(self, num_features: int, hidden_dim: int) -> None:
+        super().__init__(num_features, hidden_dim)
+        self.inner = nn.Linear(hidden_dim + num_features, hidden_dim)
+        self.projection = nn.Linear(hidden_dim, hidden_dim)
+
+    def reset_projection(self) -> None:
+        """Zero the output layer (the block adds nothing until trained) and give ``inner`` its default init."""
+        super().reset_projection()
+        self.inner.reset_parameters()
+
+    def forward(self, features: torch.Tensor, state: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        """Shapes: features (B, M), state (B, H*D) -> (B, H*D), the state the head reads."""
+        joined = torch.cat([state, self.standardised(features).to(state.dtype)], dim=-1)  # (B, H*D + M)
+        return state + self.projection(F.gelu(self.inner(joined)))
 
 
 class EdgePathBias(nn.Module):
@@ -406,11 +439,17 @@ class Graphormer(nn.Module):
         if config.readout == "graph_token" and not config.graph_token:
             raise ConfigError("model.encoder.readout", config.readout, "needs model.encoder.graph_token=true; "
                               "without the graph token read 'target_node' or 'nodes'")
+        if config.molecule_features and config.molecule_features_into == "readout" and config.readout != "graph_token":
+            raise ConfigError("model.encoder.molecule_features_into", "readout", "joins the molecule features with "
+                              f"the graph token's final state, but this data reads {config.readout}; use graph_token")
         self.config = config
         hidden = config.hidden_dim
         self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden, config.continuous_node_dim)
         self.graph_token = nn.Embedding(1, hidden) if config.graph_token else None
-        self.molecule = MoleculeEncoder(len(config.molecule_features), hidden) if config.molecule_features else None
+        self.molecule: MoleculeEncoder | None = None
+        if config.molecule_features:
+            into = MoleculeReadout if config.molecule_features_into == "readout" else MoleculeEncoder
+            self.molecule = into(len(config.molecule_features), hidden)
         #: Token position of node 0: behind the graph token, or first without it.
         self.first_node = NODE_TOKEN_OFFSET if config.graph_token else 0
         relations, heads = config.num_relations, config.num_heads
@@ -476,7 +515,7 @@ class Graphormer(nn.Module):
         x = self.nodes(batch)  # (B, N, H*D)
         if self.graph_token is not None:
             token = self.graph_token.weight.expand(x.shape[0], 1, -1)  # (B, 1, H*D)
-            if self.molecule is not None:
+            if self.molecule is not None and self.config.molecule_features_into == "graph_token":
                 token = token + self.molecule(batch.molecule_features).unsqueeze(1)  # (B, 1, H*D)
             x = torch.cat([token, x], dim=1)  # (B, T, H*D)
         if self.embedding_norm is not None:
@@ -513,4 +552,7 @@ class Graphormer(nn.Module):
             position = batch.target_node + self.first_node  # (B,)
             readout = states[torch.arange(states.shape[0], device=states.device), position]  # (B, H*D)
         with torch.autocast(readout.device.type, enabled=False):
-            return self.head(readout.to(next(self.head.parameters()).dtype))
+            readout = readout.to(next(self.head.parameters()).dtype)
+            if self.molecule is not None and self.config.molecule_features_into == "readout":
+                readout = self.molecule(batch.molecule_features, readout)  # (B, H*D)
+            return self.head(readout)

@@ -128,7 +128,7 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, spec: Da
     scales = [f"{name}.weight" for name, module in task.named_modules() if isinstance(module, RelativeScale)]
     reset = [key for key in scales if key not in source.state]
     rebuilt = [] if keep_head else [key for key in target if is_head(key)]
-    molecule = _molecule_features(source, spec)
+    molecule = _molecule_features(source, spec, task.model.config.molecule_features_into)
     fresh = [] if molecule == "kept" else [key for key in target if key.startswith(MOLECULE_PREFIX)]
     weights = {key: value for key, value in source.state.items() if (keep_head or not is_head(key))
                and (molecule == "kept" or not key.startswith(MOLECULE_PREFIX))}
@@ -181,16 +181,20 @@ def describe(record: Mapping[str, Any]) -> str:
 MOLECULE_PREFIX = "model.molecule."
 
 
-def _molecule_features(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> str:
-    """``kept`` when the checkpoint read the same molecule-level features as the data gives (projection and
-    statistics load), ``none`` when neither has any, else why the projection starts anew at zero (logged)."""
+def _molecule_features(source: SourceCheckpoint, spec: DataSpec | SequenceSpec, into: str) -> str:
+    """``kept`` when the checkpoint read the same molecule-level features as the data gives, at the same place
+    (``into``, the new model's ``molecule_features_into``; projection and statistics load), ``none`` when neither
+    has any, else why the projection starts anew at zero (logged)."""
     old, new = list(getattr(source.encoder, "molecule_features", ())), list(getattr(spec, "molecule_features", ()))
-    if old == new:
+    old_into = getattr(source.encoder, "molecule_features_into", "graph_token")
+    if old == new and (not new or old_into == into):
         return "kept" if new else "none"
     if not new:
         reason = f"dropped: the data gives none of the checkpoint's {len(old)} molecule features"
     elif not old:
         reason = f"new zero projection: the checkpoint read no molecule features, the data gives {len(new)}"
+    elif old == new:
+        reason = f"new zero projection: the checkpoint's features entered at its {old_into}, this model's at its {into}"
     else:
         reason = f"new zero projection: the checkpoint read {len(old)} molecule features, other than the data's " \
                  f"{len(new)}"

@@ -136,8 +136,11 @@ def parameter_groups(task: nn.Module, optim: OptimConfig) -> list[dict[str, Any]
              **{f"layer{depth}": optim.lr * optim.layer_lr_decay ** (layers - depth) for depth in range(1, layers + 1)},
              "head": optim.lr if optim.head_lr is None else optim.head_lr}
     members: dict[str, list[nn.Parameter]] = {name: [] for name in peaks}
+    # features joined at the readout are a new part of the head, not an input embedding: the head's rate
+    readout_features = task.model.config.molecule_features_into == "readout"
     for name, parameter in task.named_parameters():
-        members[_group_of(name, layers)].append(parameter)
+        group = "head" if readout_features and name.startswith("model.molecule.") else _group_of(name, layers)
+        members[group].append(parameter)
     return [{"name": name, "params": members[name], "lr": peak} for name, peak in peaks.items() if members[name]]
 
 

@@ -14,6 +14,17 @@ The reference (``rdkit2d_reference.json`` beside this file) holds :data:`REFEREN
 descriptor over molecules of the MOSES training set. A descriptor that is constant there (a functional group MOSES
 filtered out, such as nitro groups) still says whether a molecule lies below (-1), at (0) or above (+1) that value.
 
+MOSES is lead-like (molecular weight 250-350): 94 % of FreeSolv's molecules weigh less than any MOSES molecule, so
+the clipped scale above gives them all the same -1. As a *model input* (``tails="extend"``) a value outside the
+reference's range [q_0, q_100] therefore keeps its order, on a logarithmic tail that continues the scale's mean
+slope 2 / (q_100 - q_0):
+
+    z = +1 + ln(1 + 2 (x - q_100) / (q_100 - q_0))    above the range
+    z = -1 - ln(1 + 2 (q_0 - x) / (q_100 - q_0))      below it
+
+(continuous at +-1; the logarithm keeps ``Ipc``'s 1e30 near 70 instead of 1e28). As a *pretraining target*
+(``tails="clip"``) the value stays in [-1, 1], a bounded regression target.
+
 A descriptor RDKit cannot compute for a molecule, or whose value is NaN or infinite, is *missing*: NaN in
 :func:`normalised_descriptors`; as a model input it becomes 0 (the median), as a pretraining target it is left out
 of the loss.
@@ -29,6 +40,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from rdkit import Chem, rdBase
@@ -106,17 +118,28 @@ class DescriptorReference:
         Shapes: (K',) int64."""
         return np.flatnonzero(self.quantiles[:, 0] < self.quantiles[:, -1])
 
-    def normalise(self, raw: np.ndarray) -> np.ndarray:
-        """Raw descriptor values to ``2 ECDF_ref(x) - 1`` in [-1, 1]; NaN stays NaN.
+    def normalise(self, raw: np.ndarray, tails: Literal["clip", "extend"] = "clip") -> np.ndarray:
+        """Raw descriptor values to ``2 ECDF_ref(x) - 1``; NaN stays NaN. Outside the reference's range the value is
+        -1 or +1 (``tails="clip"``), or continues on the logarithmic tail of the module docstring (``"extend"``; a
+        descriptor constant on the reference keeps -1, 0, +1).
 
         Shapes: raw (R, K) or (K,) float -> the same shape, float32."""
+        if tails not in ("clip", "extend"):
+            raise ValueError(f"tails={tails!r}: must be 'clip' or 'extend'")
         values = np.asarray(raw, dtype=np.float64)
         flat = values.reshape(-1, len(self.names))
         out = np.full(flat.shape, np.nan)
         for k, (points, ranks) in enumerate(self._steps):
             known = ~np.isnan(flat[:, k])
-            out[known, k] = np.interp(flat[known, k], points, ranks, left=0.0, right=1.0)
-        return (2.0 * out - 1.0).astype(np.float32).reshape(values.shape)
+            x = flat[known, k]
+            z = 2.0 * np.interp(x, points, ranks, left=0.0, right=1.0) - 1.0
+            low, high = points[0], points[-1]
+            if tails == "extend" and high > low:
+                above, below = x > high, x < low
+                z[above] = 1.0 + np.log1p(2.0 * (x[above] - high) / (high - low))
+                z[below] = -1.0 - np.log1p(2.0 * (low - x[below]) / (high - low))
+            out[known, k] = z
+        return out.astype(np.float32).reshape(values.shape)
 
     @functools.cached_property
     def _steps(self) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -146,12 +169,14 @@ def descriptor_reference() -> DescriptorReference:
                                hashlib.sha1(data).hexdigest())
 
 
-def normalised_descriptors(mol: Chem.Mol) -> np.ndarray:
-    """The :data:`DESCRIPTOR_SET` features of one molecule, in [-1, 1], NaN where missing.
+def normalised_descriptors(mol: Chem.Mol, tails: Literal["clip", "extend"] = "clip") -> np.ndarray:
+    """The :data:`DESCRIPTOR_SET` descriptors of one molecule on the reference's scale, NaN where missing: in
+    [-1, 1] (``tails="clip"``, the pretraining targets) or beyond it on a logarithmic tail (``"extend"``, the model's
+    molecule features); see :meth:`DescriptorReference.normalise`.
 
     Shapes: (K,) float32 for the K descriptors of the reference."""
     reference = descriptor_reference()
-    return reference.normalise(raw_descriptors(mol, reference.names))
+    return reference.normalise(raw_descriptors(mol, reference.names), tails)
 
 
 def write_reference(molecules: int = 20_000, seed: int = 0, path: Path = REFERENCE_FILE) -> Path:

@@ -16,6 +16,9 @@ from rdkit import Chem
 from graphormer_urpe.data.sources.descriptors import DESCRIPTOR_SET, descriptor_reference, normalised_descriptors
 from graphormer_urpe.errors import ConfigError
 
+#: How a descriptor outside the reference's range enters the model: on the logarithmic tail, so the many small
+#: molecules below MOSES's smallest weight keep their order (docs/small-data.md).
+DESCRIPTOR_TAILS = "extend"
 #: Descriptor feature names are ``rdkit2d/<RDKit name>``; a table's feature column may not start so.
 DESCRIPTOR_PREFIX = f"{DESCRIPTOR_SET}/"
 
@@ -57,7 +60,8 @@ class MoleculeFeatures:
         """The part of a cache key that the features decide; empty when off (so other caches keep their keys)."""
         options: dict = {}
         if self.descriptors:
-            options |= {"descriptors": self.descriptors, "descriptor_reference_sha1": descriptor_reference().sha1}
+            options |= {"descriptors": self.descriptors, "descriptor_reference_sha1": descriptor_reference().sha1,
+                        "descriptor_tails": DESCRIPTOR_TAILS}
         if self.columns:
             options["feature_columns"] = list(self.columns)
         return options
@@ -76,7 +80,7 @@ class MoleculeFeatures:
             for k, text in enumerate(smiles):
                 mol = Chem.MolFromSmiles(text) if isinstance(text, str) and text.strip() else None
                 if mol is not None and mol.GetNumAtoms():  # molecule_graphs gives the others their reason
-                    descriptors[k] = normalised_descriptors(mol)
+                    descriptors[k] = normalised_descriptors(mol, tails=DESCRIPTOR_TAILS)
             parts.insert(0, descriptors)
         return np.concatenate(parts, axis=1)
 
