@@ -61,7 +61,8 @@ from graphormer_urpe.tasks.base import INITIALISED_FROM
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     add_help=False)
+                                     epilog="Any other option (--data.root DIR, --config FILE ...) changes the "
+                                            "checkpoint's own config, as train.py's options do.")
     parser.add_argument("--ckpt", default=None, help="checkpoint file (.ckpt)")
     parser.add_argument("--split", default="valid", choices=["valid", "test", *MODES], help="split to evaluate")
     parser.add_argument("--out", type=Path, default=None,

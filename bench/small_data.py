@@ -115,6 +115,7 @@ ARMS: dict[str, Arm] = {
     "finetuned": Arm("ours", "--init_from pretrained", 3),
     "finetuned+descriptors": Arm("ours", "--init_from pretrained --data.source.descriptors rdkit2d", 3),
     "recipe": Arm("ours", "--config small_molecules", 5, ensemble=True),
+    "recipe-graph-token": Arm("ours", "--config small_molecules --model.encoder.molecule_features_into graph_token", 3),
     "recipe-rpe": Arm("ours", "--config small_molecules --model.encoder.attention rpe", 3),
     "chemprop": Arm("chemprop", "", 5),
     "chemprop+rdkit": Arm("chemprop", "--molecule-featurizers v1_rdkit_2d_normalized", 5),

@@ -128,7 +128,8 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, spec: Da
     scales = [f"{name}.weight" for name, module in task.named_modules() if isinstance(module, RelativeScale)]
     reset = [key for key in scales if key not in source.state]
     rebuilt = [] if keep_head else [key for key in target if is_head(key)]
-    molecule = _molecule_features(source, spec, task.model.config.molecule_features_into)
+    into = getattr(task.model.config, "molecule_features_into", "graph_token")  # a sequence model reads none
+    molecule = _molecule_features(source, spec, into)
     fresh = [] if molecule == "kept" else [key for key in target if key.startswith(MOLECULE_PREFIX)]
     weights = {key: value for key, value in source.state.items() if (keep_head or not is_head(key))
                and (molecule == "kept" or not key.startswith(MOLECULE_PREFIX))}

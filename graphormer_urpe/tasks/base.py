@@ -137,7 +137,7 @@ def parameter_groups(task: nn.Module, optim: OptimConfig) -> list[dict[str, Any]
              "head": optim.lr if optim.head_lr is None else optim.head_lr}
     members: dict[str, list[nn.Parameter]] = {name: [] for name in peaks}
     # features joined at the readout are a new part of the head, not an input embedding: the head's rate
-    readout_features = task.model.config.molecule_features_into == "readout"
+    readout_features = getattr(task.model.config, "molecule_features_into", None) == "readout"  # sequences: none
     for name, parameter in task.named_parameters():
         group = "head" if readout_features and name.startswith("model.molecule.") else _group_of(name, layers)
         members[group].append(parameter)

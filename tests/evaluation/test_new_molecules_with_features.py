@@ -70,7 +70,7 @@ def test_descriptors_and_a_feature_column_train_evaluate_and_predict(tmp_path: P
     assert preds["error"].tolist() == ["", "", "RDKit cannot parse"]
     for row, rings_value in ((0, 0.0), (1, np.nan)):  # a missing feature cell is predicted as the training mean
         smiles = new["smiles"][row]
-        features = np.append(normalised_descriptors(Chem.MolFromSmiles(smiles)), rings_value)
+        features = np.append(normalised_descriptors(Chem.MolFromSmiles(smiles), tails="extend"), rings_value)
         with torch.no_grad():
             expected = task(collate_graphs([record_of(smiles, features)]))[0]
         predicted = preds.loc[row, ["gap_ev", "mu_debye"]].to_numpy(float)

@@ -226,7 +226,7 @@ def test_the_record_says_where_the_weights_came_from(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("config_class, spec_class, own", [
     (GraphormerConfig, DataSpec, {"attention", "input_dropout", "dropout", "attention_dropout", "activation_dropout",
-                                  "drop_path"}),
+                                  "drop_path", "molecule_features_into"}),
     (SequenceConfig, SequenceSpec, {"attention", "dropout", "attention_dropout"}),
 ])
 def test_every_encoder_field_is_the_checkpoints_the_datas_or_the_runs(config_class: type, spec_class: type,

@@ -10,6 +10,14 @@ import pytest
 import evaluate
 
 
+def test_help_prints_the_options_and_exits_zero(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as done:
+        evaluate.parse_args(["--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert "--ckpt CKPT" in shown and "--predict TABLE" in shown and "changes the checkpoint's own config" in shown
+
+
 @pytest.mark.parametrize("extra", [["--split", "valid"], ["--predict", "new.csv"]], ids=["metrics", "predictions"])
 def test_out_never_overwrites_a_file(tmp_path: Path, extra: list[str]) -> None:
     """As ``python -m graphormer_urpe.convert`` does: an earlier result is never replaced. (The refusal is

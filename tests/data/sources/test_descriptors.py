@@ -28,8 +28,25 @@ def test_values_map_through_the_reference_cdf_with_ties_at_their_mid_rank() -> N
 
 def test_a_descriptor_constant_on_the_reference_says_below_at_or_above() -> None:
     ref = reference([[0.0] * 5])
-    np.testing.assert_array_equal(ref.normalise(np.array([[-2.0], [0.0], [1.0]]))[:, 0], [-1.0, 0.0, 1.0])
+    for tails in ("clip", "extend"):
+        values = ref.normalise(np.array([[-2.0], [0.0], [1.0]]), tails)[:, 0]
+        np.testing.assert_array_equal(values, [-1.0, 0.0, 1.0])
     assert ref.informative.tolist() == []
+
+
+def test_extended_tails_continue_the_scale_logarithmically_outside_the_reference() -> None:
+    # range [0, 2]: mean slope 2 / 2 = 1 per unit; 1 unit above the top is 1 + ln(1 + 2 * 1 / 2) = 1 + ln 2
+    ref = reference([[0.0, 0.0, 0.0, 1.0, 2.0]])
+    raw = np.array([[3.0], [2.0 + 1e-9], [-4.0], [1.5], [np.nan], [1e30]])
+    extended = ref.normalise(raw, "extend")[:, 0]
+    expected = [1 + np.log(2.0), 1.0, -1 - np.log(5.0), 0.75, np.nan, 1 + np.log1p(1e30)]
+    np.testing.assert_allclose(extended, np.asarray(expected, np.float32), rtol=1e-6)
+    inside = ref.normalise(raw[[3, 4]], "clip")
+    np.testing.assert_array_equal(ref.normalise(raw[[3, 4]], "extend"), inside)  # only the tails differ
+    order = np.linspace(-50.0, 50.0, 2001).reshape(-1, 1)
+    assert (np.diff(ref.normalise(order, "extend")[:, 0]) >= 0).all()  # monotone across both ends of the range
+    with pytest.raises(ValueError, match="tails='log'"):
+        ref.normalise(raw, "log")  # type: ignore[arg-type]
 
 
 def test_the_reference_median_maps_to_zero_and_every_value_lies_in_the_unit_interval() -> None:

@@ -65,10 +65,13 @@ def test_descriptor_features_are_the_normalised_descriptors_in_the_cache(tmp_pat
     train = all_features(data, "train")  # rows 0..5 in order
     assert train.shape == (6, len(names) + 2) and train.dtype == np.float32
     for row, (smiles, _, mw, logp) in enumerate(ROWS[:6]):
-        expected = normalised_descriptors(Chem.MolFromSmiles(smiles))
+        expected = normalised_descriptors(Chem.MolFromSmiles(smiles), tails="extend")
         np.testing.assert_array_equal(train[row, :len(names)], expected)  # bit for bit: the same function
         np.testing.assert_array_equal(train[row, len(names):], np.array([mw or "nan", logp or "nan"], np.float32))
     assert np.isnan(train[0, -1]) and np.isnan(train[3, -2])  # missing cells are NaN in the cache
+    # ethanol weighs less than every MOSES molecule: below -1 on the tail, lighter molecules further below
+    weight = names.index("MolWt")
+    assert train[0, weight] < train[1, weight] < -1.0 and train[5, weight] < -1.0
 
     batch = collate_graphs([data.datasets["train"][k] for k in range(4)])
     assert batch.molecule_features.dtype == torch.float32 and batch.molecule_features.shape == (4, len(names) + 2)
@@ -166,8 +169,10 @@ def records_with_features(rng: np.random.Generator, values: np.ndarray) -> list[
 MODEL = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
 
 
-@pytest.mark.parametrize("readout", ["graph_token", "nodes"])
-def test_a_zero_projection_computes_bit_for_bit_what_the_model_without_features_does(readout: str) -> None:
+@pytest.mark.parametrize("readout, into", [("graph_token", "graph_token"), ("nodes", "graph_token"),
+                                           ("graph_token", "readout")])
+def test_a_zero_projection_computes_bit_for_bit_what_the_model_without_features_does(readout: str,
+                                                                                      into: str) -> None:
     rng = np.random.default_rng(0)
     values = rng.normal(size=(3, 5)).astype(np.float32)
     values[1, 2] = np.nan
@@ -175,8 +180,10 @@ def test_a_zero_projection_computes_bit_for_bit_what_the_model_without_features_
     torch.manual_seed(0)
     plain = Graphormer(readout=readout, **MODEL).eval()
     torch.manual_seed(1)
-    featured = Graphormer(readout=readout, molecule_features=list("abcde"), **MODEL).eval()
-    assert torch.equal(featured.molecule.projection.weight, torch.zeros(16, 5))
+    featured = Graphormer(readout=readout, molecule_features=list("abcde"), molecule_features_into=into,
+                          **MODEL).eval()
+    width = 5 if into == "graph_token" else 16
+    assert torch.equal(featured.molecule.projection.weight, torch.zeros(16, width))
     featured.load_state_dict(plain.state_dict(), strict=False)  # the same weights, the projection left at zero
     featured.molecule.set_statistics(torch.full((5,), 0.3), torch.full((5,), 2.0))
     without = collate_graphs([r._replace(molecule_features=None) for r in records])
@@ -215,6 +222,47 @@ def test_a_trained_projection_conditions_the_graph_token_and_keeps_permutation_i
         model.molecule.projection.bias.zero_()
         model(batch)
     assert torch.equal(tokens[0][:, 1:], tokens[1][:, 1:]) and torch.equal(tokens[0][:, 0], tokens[1][:, 0] + 1.0)
+
+
+def test_features_at_the_readout_join_the_final_state_through_a_residual_block() -> None:
+    rng = np.random.default_rng(2)
+    values = rng.normal(size=(3, 4)).astype(np.float32)
+    records = records_with_features(rng, values)
+    torch.manual_seed(0)
+    model = Graphormer(molecule_features=list("abcd"), molecule_features_into="readout", **MODEL).eval()
+    block = model.molecule
+    torch.nn.init.normal_(block.projection.weight)
+    block.set_statistics(torch.full((4,), 0.5), torch.full((4,), 2.0))
+    batch = collate_graphs(records)
+    states = []
+    model.final_norm.register_forward_hook(lambda module, args, output: states.append(output))
+    with torch.no_grad():
+        out = model(batch)
+        # by hand: h' = h + W_out GELU(W_in [h ; (f - 0.5) / 2] + b_in) + b_out, the head reads h'
+        h = states[0][:, 0]  # (B, H*D): the graph token's final state
+        joined = torch.cat([h, (torch.from_numpy(values) - 0.5) / 2.0], dim=1)
+        expected = model.head(h + block.projection(torch.nn.functional.gelu(block.inner(joined))))
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+        # the encoder never sees the features: the tokens entering the layers are those of a model without them
+        tokens = []
+        model.input_dropout.register_forward_hook(lambda module, args, output: tokens.append(output))
+        again = model(batch)
+        negated = model(collate_graphs([r._replace(molecule_features=-r.molecule_features) for r in records]))
+    assert torch.equal(tokens[0], tokens[1]) and torch.equal(states[1], states[2])
+    assert torch.equal(again, out) and not torch.allclose(negated, out, atol=1e-4)  # only the head's input moved
+    with pytest.raises(ConfigError, match="molecule_features_into.*this data reads nodes; use graph_token"):
+        Graphormer(readout="nodes", molecule_features=["a"], molecule_features_into="readout", **MODEL)
+
+
+def test_features_at_the_readout_train_at_the_heads_rate() -> None:
+    from graphormer_urpe.tasks.base import OptimConfig, parameter_groups
+
+    encoder = GraphormerConfig(molecule_features=["a", "b"], **MODEL)
+    optim = OptimConfig(lr=1e-3, head_lr=5e-3, layer_lr_decay=0.5)
+    for into, group in (("graph_token", "embeddings"), ("readout", "head")):
+        task = GraphRegression(dataclasses.replace(encoder, molecule_features_into=into))
+        groups = {id(p): g["name"] for g in parameter_groups(task, optim) for p in g["params"]}
+        assert {groups[id(p)] for p in task.model.molecule.parameters()} == {group}
 
 
 def test_molecule_features_without_the_graph_token_are_refused() -> None:
@@ -277,6 +325,17 @@ def test_init_from_loads_the_encoder_and_reuses_the_projection_only_for_the_same
         assert not state["model.molecule.projection.weight"].any() and not state["model.molecule.projection.bias"].any()
 
 
+def test_init_from_starts_the_features_anew_when_they_enter_elsewhere(tmp_path: Path) -> None:
+    source = saved_task(tmp_path / "source.ckpt", WITH)  # its features entered at the graph token
+    task = GraphRegression(dataclasses.replace(ENCODER, molecule_features_into="readout"), data=WITH)
+    record = start_from(task, tmp_path / "source.ckpt", WITH)
+    assert record["molecule_features"] == ("new zero projection: the checkpoint's features entered at its "
+                                           "graph_token, this model's at its readout")
+    state, trained = task.state_dict(), source.state_dict()
+    assert not state["model.molecule.projection.weight"].any()
+    assert all(torch.equal(state[key], trained[key]) for key in state if not key.startswith("model.molecule."))
+
+
 def test_predict_recomputes_the_features_and_names_missing_columns(tmp_path: Path) -> None:
     path = write_table(tmp_path)
     to_predict = SmilesToPredict(str(path), "smiles", "rdkit2d", ["logp"])
@@ -286,7 +345,8 @@ def test_predict_recomputes_the_features_and_names_missing_columns(tmp_path: Pat
     data.setup()
     features = all_features(data, "predict")
     for row, (smiles, *_, logp) in enumerate(ROWS):
-        np.testing.assert_array_equal(features[row, :-1], normalised_descriptors(Chem.MolFromSmiles(smiles)))
+        np.testing.assert_array_equal(features[row, :-1], normalised_descriptors(Chem.MolFromSmiles(smiles),
+                                                                                  tails="extend"))
         np.testing.assert_array_equal(features[row, -1], np.float32(logp or "nan"))
     with pytest.raises(TableError, match=r"no column 'clogp' \(a feature column the model was trained with: "
                                          r"data.source.feature_columns \['logp', 'clogp'\]\)"):
