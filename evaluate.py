@@ -54,7 +54,7 @@ from graphormer_urpe.evaluation.submission import check_submission_file
 from graphormer_urpe.run.checkpoints import check_checkpoint, compare_data, data_identity, embedded_config
 from graphormer_urpe.run.cli import GraphormerCLI, configure_logging, log, resolve_config_paths
 from graphormer_urpe.run.finetune import describe
-from graphormer_urpe.run.records import write_json
+from graphormer_urpe.run.ledger import write_json
 from graphormer_urpe.tasks.base import INITIALISED_FROM
 
 

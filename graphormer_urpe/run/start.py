@@ -35,8 +35,17 @@ from graphormer_urpe.run.checkpoints import (
 )
 from graphormer_urpe.run.cli import TrainingCLI, launcher_run_id, log
 from graphormer_urpe.run.finetune import Initialisation, describe, initialise, plan_initialisation
-from graphormer_urpe.run.ledger import CONFIG_FILE, MetricsLog, RunDirectory, RunDirError, start_segment
-from graphormer_urpe.run.records import count_parameters, git_commit, package_versions, write_json
+from graphormer_urpe.run.ledger import (
+    CONFIG_FILE,
+    MetricsLog,
+    RunDirectory,
+    RunDirError,
+    count_parameters,
+    git_commit,
+    package_versions,
+    start_segment,
+    write_json,
+)
 
 EXIT_NON_FINITE = 3
 EXIT_INTERRUPTED = 128 + signal.SIGINT
