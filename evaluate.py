@@ -10,7 +10,7 @@
 The checkpoint carries its resolved config; ``--config`` and dotted overrides (``--data.root``,
 ``--trainer.devices 8 --trainer.strategy ddp``) change it. On CPU the validation metric equals the
 one logged for the checkpoint in training. The checkpoint also records the identity of its data
-(:func:`~graphormer_urpe.run.identity.compare_data`: table SHA-1, split options, cache key); evaluation on data
+(:func:`~graphormer_urpe.run.checkpoints.compare_data`: table SHA-1, split options, cache key); evaluation on data
 that differ (an edited table, another split) stops with exit code 2 naming what differs, unless
 ``--allow-other-data``, and then the output and ``--out`` say so (``same_data_as_training``). The
 result names where the run's weights came from (``initialised_from``) when it started from another
@@ -51,11 +51,10 @@ from graphormer_urpe.errors import InputError, SubmissionError, refuse
 from graphormer_urpe.evaluation.new_molecules import predict_new_molecules
 from graphormer_urpe.evaluation.ogb import evaluate_split
 from graphormer_urpe.evaluation.submission import check_submission_file
-from graphormer_urpe.run.checkpoints import check_checkpoint, embedded_config
+from graphormer_urpe.run.checkpoints import check_checkpoint, compare_data, data_identity, embedded_config
 from graphormer_urpe.run.cli import GraphormerCLI, configure_logging, log, resolve_config_paths
 from graphormer_urpe.run.finetune import describe
-from graphormer_urpe.run.identity import compare_data, data_identity
-from graphormer_urpe.run.records import write_json
+from graphormer_urpe.run.ledger import write_json
 from graphormer_urpe.tasks.base import INITIALISED_FROM
 
 

@@ -10,7 +10,7 @@ in its own process (so ``--trainer.devices 4`` works as in ``train.py``). Any ot
 to ``train.py`` unchanged; with ``--logger wandb`` the runs share the W&B group ``<name>``.
 
 A seed's run is identified by its resolved config, all but the seed and the run's name and place
-(:func:`~graphormer_urpe.run.identity.config_identity`). Before anything runs, every seed directory
+(:func:`~graphormer_urpe.run.checkpoints.config_identity`). Before anything runs, every seed directory
 that exists is compared with this command's config (``train.py --print_config``); any difference
 stops the sweep (exit code 2) naming the keys: an experiment name stands for one config, so a
 changed one (``--model.encoder.attention rpe``) needs another ``--name``. Seeds that finished
@@ -50,7 +50,7 @@ import yaml
 
 from graphormer_urpe.errors import InputError, refuse
 from graphormer_urpe.evaluation.ensemble import ensemble_split
-from graphormer_urpe.run.identity import config_identity, differences
+from graphormer_urpe.run.checkpoints import config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, _locked
 
 TRAIN = Path(__file__).resolve().parent / "train.py"

@@ -36,8 +36,7 @@ from graphormer_urpe.run.callbacks import (
 )
 from graphormer_urpe.run.checkpoints import AtomicCheckpointIO
 from graphormer_urpe.run.finetune import SourceCheckpoint, read_source, take_architecture
-from graphormer_urpe.run.ledger import MetricsLog, RunDirectory, create_timestamped_dir
-from graphormer_urpe.run.records import REPO_DIR
+from graphormer_urpe.run.ledger import REPO_DIR, MetricsLog, RunDirectory, create_timestamped_dir
 from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
 
 log = logging.getLogger("graphormer_urpe")

@@ -1,4 +1,5 @@
-"""A run directory is a ledger: created once, used by one process at a time, appended to by every start."""
+"""A run directory is a ledger: created once, used by one process at a time, appended to by every start; and what
+every record carries (commit, package versions, parameter count), JSON written atomically."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import json
 import logging
 import math
 import os
+import platform
 import shutil
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,7 +30,6 @@ from pytorch_lightning.loggers import Logger
 from graphormer_urpe.data.files import atomic_write_text
 from graphormer_urpe.errors import InputError
 from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
-from graphormer_urpe.run.records import write_json
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -347,3 +350,44 @@ def _logged(row: Mapping[str, float]) -> tuple[int, frozenset[str]]:
 
 def _number(name: str, text: str) -> float | int:
     return int(float(text)) if name in ("segment", "step", "epoch") else float(text)
+
+
+# ----------------------------------------------------------------------------- what every record carries
+# The commit and package versions of a run's record, its parameter count, and JSON written atomically.
+
+REPO_DIR = Path(__file__).resolve().parents[2]
+PACKAGES = ("torch", "pytorch-lightning", "torch-geometric", "torchmetrics", "ogb", "rdkit", "numpy", "wandb")
+
+
+def git_commit() -> str:
+    """The repository's current commit (with ``-dirty`` if it has local changes), or ``unknown``."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_DIR, capture_output=True, text=True,
+                                timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_DIR,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages that decide results."""
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """Write ``payload`` as indented JSON, atomically (readers see the old file or the new one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(payload, indent=2, default=str) + "\n")

@@ -25,12 +25,27 @@ from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.predictable import RunData
 from graphormer_urpe.errors import EXIT_BAD_INPUT, ConfigError, InputError, NonFiniteLoss
 from graphormer_urpe.run.callbacks import Preempted
-from graphormer_urpe.run.checkpoints import CONFIG_KEY, check_resume
+from graphormer_urpe.run.checkpoints import (
+    CONFIG_KEY,
+    DATA_IDENTITY_KEY,
+    check_resume,
+    config_identity,
+    data_identity,
+    differences,
+)
 from graphormer_urpe.run.cli import TrainingCLI, launcher_run_id, log
 from graphormer_urpe.run.finetune import Initialisation, describe, initialise, plan_initialisation
-from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, data_identity, differences
-from graphormer_urpe.run.ledger import CONFIG_FILE, MetricsLog, RunDirectory, RunDirError, start_segment
-from graphormer_urpe.run.records import count_parameters, git_commit, package_versions, write_json
+from graphormer_urpe.run.ledger import (
+    CONFIG_FILE,
+    MetricsLog,
+    RunDirectory,
+    RunDirError,
+    count_parameters,
+    git_commit,
+    package_versions,
+    start_segment,
+    write_json,
+)
 
 EXIT_NON_FINITE = 3
 EXIT_INTERRUPTED = 128 + signal.SIGINT

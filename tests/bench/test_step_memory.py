@@ -13,7 +13,7 @@ import torch
 
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.run.records import REPO_DIR
+from graphormer_urpe.run.ledger import REPO_DIR
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
 from graphormer_urpe.testing.graphs import make_record
 

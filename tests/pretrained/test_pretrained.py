@@ -10,7 +10,7 @@ import yaml
 from graphormer_urpe.data.sources.descriptors import descriptor_reference
 from graphormer_urpe.pretrained import CHECKPOINT, SHORT_NAME, provenance, resolve_checkpoint, sha256_of
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint
-from graphormer_urpe.run.records import REPO_DIR
+from graphormer_urpe.run.ledger import REPO_DIR
 
 
 def test_the_provenance_record_matches_the_shipped_file() -> None:

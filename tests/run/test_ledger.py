@@ -27,6 +27,7 @@ import yaml
 from graphormer_urpe.run import ledger
 from graphormer_urpe.run.ledger import (
     LOCK_FILE,
+    REPO_DIR,
     MetricsLog,
     RunDirectory,
     RunDirError,
@@ -35,7 +36,6 @@ from graphormer_urpe.run.ledger import (
     read_metrics,
     start_segment,
 )
-from graphormer_urpe.run.records import REPO_DIR
 from graphormer_urpe.testing.directories import files_of
 from graphormer_urpe.testing.runs import SignalDuringStep, run_train_subprocess, small_run_args, train_in_process
 

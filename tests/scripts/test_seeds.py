@@ -18,8 +18,7 @@ import torch
 import yaml
 
 import seeds
-from graphormer_urpe.run.ledger import RunDirectory
-from graphormer_urpe.run.records import REPO_DIR
+from graphormer_urpe.run.ledger import REPO_DIR, RunDirectory
 from graphormer_urpe.testing.directories import files_of
 from graphormer_urpe.testing.runs import tiny_run_args
 

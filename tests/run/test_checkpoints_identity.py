@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import evaluate
+from graphormer_urpe.run.checkpoints import DATA_IDENTITY_KEY, config_identity, data_identity, differences
 from graphormer_urpe.run.cli import GraphormerCLI
-from graphormer_urpe.run.identity import DATA_IDENTITY_KEY, config_identity, data_identity, differences
-from graphormer_urpe.run.records import REPO_DIR
+from graphormer_urpe.run.ledger import REPO_DIR
 from graphormer_urpe.testing.directories import files_of
 from graphormer_urpe.testing.runs import small_run_args, train_in_process
 
