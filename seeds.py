@@ -51,7 +51,7 @@ import yaml
 from graphormer_urpe.errors import InputError, refuse
 from graphormer_urpe.evaluation.ensemble import ensemble_split
 from graphormer_urpe.run.checkpoints import config_identity, differences
-from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, _locked
+from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, is_locked
 
 TRAIN = Path(__file__).resolve().parent / "train.py"
 #: Seconds between two looks at a seed that another process runs.
@@ -122,10 +122,10 @@ def run_seed(command: Sequence[str]) -> int:
 def wait_for_other_process(run_dir: Path, label: str) -> bool:
     """Wait while another process holds ``run_dir``'s lock (it runs that seed); returns whether it did."""
     lock = run_dir / LOCK_FILE
-    if not (lock.is_file() and _locked(lock)):
+    if not (lock.is_file() and is_locked(lock)):
         return False
     print(f"[seeds] {label}: another process runs it ({lock} is held): waiting for it to finish", flush=True)
-    while lock.is_file() and _locked(lock):
+    while lock.is_file() and is_locked(lock):
         time.sleep(POLL_SECONDS)
     print(f"[seeds] {label}: the other process is done with {run_dir}", flush=True)
     return True
@@ -143,7 +143,7 @@ def run_or_reuse(options: argparse.Namespace, seed: int, train_args: Sequence[st
             return 0
         print(f"[seeds] {label} ({options.seeds.index(seed) + 1}/{len(options.seeds)})", flush=True)
         code = run_seed(seed_command(options, seed, train_args))
-        if not code or not (run_dir / LOCK_FILE).is_file() or not _locked(run_dir / LOCK_FILE):
+        if not code or not (run_dir / LOCK_FILE).is_file() or not is_locked(run_dir / LOCK_FILE):
             return code  # a failure of its own; else another process took the run first: wait for it
 
 

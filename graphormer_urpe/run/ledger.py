@@ -191,7 +191,7 @@ class RunDirectory:
             holder = lock_path.read_text().strip() if lock_path.is_file() else ""
             if holder == launch:
                 return
-            if holder and _locked(lock_path):  # another launch's, or ours a moment before it writes its launch
+            if holder and is_locked(lock_path):  # another launch's, or ours a moment before it writes its launch
                 foreign_since = foreign_since if foreign_since is not None else time.monotonic()
                 if time.monotonic() - foreign_since > FOREIGN_HOLDER_GRACE:
                     raise self._in_use()
@@ -233,9 +233,14 @@ class RunDirectory:
             self._lock = None
 
 
-def _locked(path: Path) -> bool:
-    """Whether some process holds the lock on ``path`` (False when the file system cannot lock)."""
-    with open(path) as handle:  # closing it drops the shared lock taken to test
+def is_locked(path: Path) -> bool:
+    """Whether some process holds the lock on ``path``, a run's ``.lock`` (False when the file is gone or the file
+    system cannot lock). ``seeds.py`` asks it to tell a seed that another process is running."""
+    try:
+        handle = open(path)
+    except FileNotFoundError:  # the holder finished and removed it since the caller looked
+        return False
+    with handle:  # closing it drops the shared lock taken to test
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -8,6 +8,7 @@ The probes run issue 20's tiny runs on ``head -61 examples/qm9_sample.csv`` (``s
 from __future__ import annotations
 
 import datetime
+import fcntl
 import json
 import os
 import shlex
@@ -33,6 +34,7 @@ from graphormer_urpe.run.ledger import (
     RunDirError,
     RunStart,
     create_timestamped_dir,
+    is_locked,
     read_metrics,
     start_segment,
 )
@@ -683,3 +685,15 @@ def test_runs_started_at_once_never_share_a_directory(small_table: Path, data_ro
         assert {row["segment"] for row in read_metrics(run_dir)} == {0}
         seeds.add(seed)
     assert seeds == set(range(4))
+
+
+def test_is_locked_tells_a_held_lock_from_a_free_or_missing_file(tmp_path: Path) -> None:
+    """What seeds.py asks to tell a seed that another process runs from one that died."""
+    lock = tmp_path / ".lock"
+    lock.write_text("")
+    assert not is_locked(lock)
+    with open(lock) as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another open file: as another process holds it
+        assert is_locked(lock)
+    assert not is_locked(lock)  # closing released it
+    assert not is_locked(tmp_path / "gone.lock")
