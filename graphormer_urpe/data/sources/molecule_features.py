@@ -91,7 +91,7 @@ NO_FEATURES = MoleculeFeatures()
 
 def feature_statistics(names: Sequence[str], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard deviation that standardise each feature: the training values' (NaN ignored, the std at
-    least 1e-6) for a feature column, 0 and 1 for a descriptor (already on one scale, in [-1, 1]).
+    least 1e-6) for a feature column, 0 and 1 for a descriptor (already on one scale: [-1, 1] and its tails).
 
     Shapes: values (G, M) -> two (M,) float64. ValueError naming a feature column without a known value."""
     values = np.asarray(values, dtype=np.float64).reshape(-1, len(names))
