@@ -119,7 +119,8 @@ ARMS: dict[str, Arm] = {
     # URPE against RPE in the recipe: without its pretraining, since the shipped checkpoint is URPE (its learned C
     # cannot be dropped by --init_from) and an RPE pretraining is another 45 minutes of 2 cores
     "recipe-no-pretraining": Arm("ours", "--config small_molecules --init_from null", 3),
-    "recipe-no-pretraining-rpe": Arm("ours", "--config small_molecules --init_from null --model.encoder.attention rpe", 3),
+    "recipe-no-pretraining-rpe": Arm("ours", "--config small_molecules --init_from null "
+                                             "--model.encoder.attention rpe", 3),
     "chemprop": Arm("chemprop", "", 5),
     "chemprop+rdkit": Arm("chemprop", "--molecule-featurizers v1_rdkit_2d_normalized", 5),
 }

@@ -110,14 +110,15 @@ def test_ours_and_chemprop_get_the_projects_scaffold_split_row_for_row(site: Pat
 
 def test_the_commands_give_each_arm_its_options_and_pin_the_rows(site: Path, tmp_path: Path) -> None:
     prepared = prepared_freesolv(site, tmp_path)
-    run = bench.Run("freesolv", "recipe-rpe", 3)
+    run = bench.Run("freesolv", "recipe-no-pretraining-rpe", 3)
     command = bench.ours_command(run, prepared, tmp_path, "freesolv-recipe-rpe-seed3", quick=False)
     assert command[:4] == [sys.executable, str(REPO_DIR / "train.py"), "--config",
                            str(prepared.directory / "config.yaml")]
     arm = command.index("--config", 3)
-    assert command[arm:arm + 4] == ["--config", "small_molecules", "--model.encoder.attention", "rpe"]
+    assert command[arm:arm + 6] == ["--config", "small_molecules", "--init_from", "null", "--model.encoder.attention",
+                                    "rpe"]
     pinned = command.index(f"--data.source.path={prepared.table}")
-    assert pinned > arm + 3 and "--data.source.split=column" in command[pinned:]
+    assert pinned > arm + 5 and "--data.source.split=column" in command[pinned:]
     assert '--data.source.targets=["hydration_kcal_mol"]' in command[pinned:]
     assert command[-8:] == ["--seed_everything", "3", "--run_root", str(tmp_path / "runs"), "--run_name",
                             "freesolv-recipe-rpe-seed3", "--logger", "csv"]
@@ -178,6 +179,11 @@ def test_a_run_of_ours_is_checked_against_the_split_and_its_arms_init_from(site:
         bench.ours_result(tmp_path / "a", prepared, "finetuned")
     write_run(tmp_path / "b", sizes, "/ckpt/pretrained.ckpt")  # a recipe's --config may name a checkpoint
     assert bench.ours_result(tmp_path / "b", prepared, "recipe")["initialised_from"] == "/ckpt/pretrained.ckpt"
+    # --init_from null starts from nothing on purpose
+    assert bench.ours_result(tmp_path / "a", prepared, "recipe-no-pretraining")["initialised_from"] is None
+    assert [bench.starts_from_checkpoint(options) for options in
+            ("--init_from pretrained", "--init_from=x.ckpt", "--init_from null", "--init_from=null", "")] == \
+        [True, True, False, False, False]
     write_run(tmp_path / "c", {**sizes, "test": sizes["test"] + 1}, None)
     with pytest.raises(bench.BenchError, match="trained on splits .* not the benchmark's"):
         bench.ours_result(tmp_path / "c", prepared, "scratch")
