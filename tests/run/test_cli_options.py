@@ -48,6 +48,8 @@ CASES = [
     ("qm9_gap", ["--model.encoder.num_heads", "7"], "model.encoder.num_heads=7: must divide model.encoder.hidden_dim"),
     ("qm9_gap", ["--model.encoder.num_heads", "0"], "model.encoder.num_heads=0: must be an integer >= 1"),
     ("qm9_gap", ["--model.encoder.attention", "abs"], "model.encoder.attention: Expected a typing.Literal"),
+    ("qm9_gap", ["--model.encoder.molecule_features_into", "head"],
+     "model.encoder.molecule_features_into: Expected a typing.Literal"),
     ("qm9_gap", ["--model.encoder.num_layerz", "3"], "model.encoder.num_layerz: no such option"),
     ("zinc_subset", ["--model.encoder.max_degree", "-1"], "model.encoder.max_degree=-1: must be an integer >= 0"),
     ("qm9_gap", ["--model.encoder.spatial_pos_max", "300"],
