@@ -254,6 +254,11 @@ def test_features_at_the_readout_join_the_final_state_through_a_residual_block()
         Graphormer(readout="nodes", molecule_features=["a"], molecule_features_into="readout", **MODEL)
 
 
+def test_an_unknown_place_for_the_features_is_refused() -> None:
+    with pytest.raises(ConfigError, match="model.encoder.molecule_features_into"):
+        GraphormerConfig(molecule_features=["a"], molecule_features_into="head", **MODEL)  # type: ignore[arg-type]
+
+
 def test_features_at_the_readout_train_at_the_heads_rate() -> None:
     from graphormer_urpe.tasks.base import OptimConfig, parameter_groups
 
