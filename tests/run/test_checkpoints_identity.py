@@ -11,9 +11,18 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import evaluate
-from graphormer_urpe.run.checkpoints import DATA_IDENTITY_KEY, config_identity, data_identity, differences
+from graphormer_urpe.run.checkpoints import (
+    DATA_IDENTITY_KEY,
+    EXECUTION_KEYS,
+    PLACEMENT_KEYS,
+    config_identity,
+    data_identity,
+    differences,
+    flatten,
+)
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.run.ledger import REPO_DIR
 from graphormer_urpe.testing.directories import files_of
@@ -56,6 +65,16 @@ def test_config_identity_leaves_out_only_what_names_places_or_executes_a_run() -
     computes = {"model": {"a": 1}, "data": {"init_args": {"root": "data"}}, "trainer": {"precision": "32"}}
     assert config_identity(config) == {"seed_everything": 3, **computes}
     assert config_identity(config, ignore=("seed_everything",)) == computes
+
+
+def test_every_key_left_out_of_a_configs_identity_is_a_key_of_the_resolved_config(small_table: Path,
+                                                                                  tmp_path: Path) -> None:
+    """The lists are hand-written: a renamed option would silently stay in the identity (and refuse resumes that
+    only move a run). Each listed key names an option that the command line resolves."""
+    cli = GraphormerCLI(small_run_args(small_table, tmp_path / "data", tmp_path / "runs", "--logger", "none"))
+    resolved = flatten(yaml.safe_load(cli.config_yaml))
+    for key in (*PLACEMENT_KEYS, *EXECUTION_KEYS):
+        assert key in resolved or any(name.startswith(f"{key}.") for name in resolved), key
 
 
 def test_a_cached_dataset_is_its_cache_key_and_others_their_data_options(small_run: Path, small_table: Path,
