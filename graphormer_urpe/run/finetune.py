@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,8 +210,27 @@ def _target_changes(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> 
     if source.target_kind is not None and source.target_kind != spec.target_kind:
         changes.append(f"target_kind {source.target_kind} -> {spec.target_kind}")
     if source.target_names is not None and source.target_names != list(spec.target_names):
-        changes.append(f"target_names {source.target_names} -> {list(spec.target_names)}")
+        changes.append(f"target_names {listed(source.target_names)} -> {listed(spec.target_names)}")
     return changes
+
+
+#: Names a list in a log line shows before "+N more": QM9's 12 targets in full, not a descriptor pretraining's 186.
+SHOWN_NAMES = 12
+
+
+def listed(names: Sequence[str]) -> str:
+    """``names`` as a list, cut after :data:`SHOWN_NAMES` so that a log line stays one readable line.
+
+    Example:
+        >>> listed(["a", "b"])
+        "['a', 'b']"
+        >>> listed([f"d{k}" for k in range(186)])
+        "['d0', 'd1', 'd2', 'd3', 'd4', 'd5', 'd6', 'd7', 'd8', 'd9', 'd10', 'd11', +174 more]"
+    """
+    if len(names) <= SHOWN_NAMES:
+        return repr(list(names))
+    head = ", ".join(repr(name) for name in names[:SHOWN_NAMES])
+    return f"[{head}, +{len(names) - SHOWN_NAMES} more]"
 
 
 def _same_targets(source: SourceCheckpoint) -> str:

@@ -20,7 +20,7 @@ from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
-from graphormer_urpe.run.finetune import describe, read_source, take_architecture
+from graphormer_urpe.run.finetune import describe, listed, read_source, take_architecture
 from graphormer_urpe.tasks import Classification, GraphRegression
 from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.runs import start_from, train
@@ -93,6 +93,14 @@ NEW_TARGETS = [
     (GraphRegression, DataSpec((28,), (4,), num_targets=1, num_outputs=1, target_names=("logp",)),
      "target_names ['y'] -> ['logp']"),
 ]
+
+
+def test_a_long_list_of_target_names_is_cut_in_the_heads_reason() -> None:
+    """A descriptor pretraining has 186 targets: the log line and run.json name twelve (QM9's all) and count
+    the rest."""
+    assert listed(["y"]) == "['y']" and listed(PRETRAINED_NAMES) == repr(PRETRAINED_NAMES)
+    names = [f"d{k}" for k in range(186)]
+    assert listed(names) == repr(names[:12])[:-1] + ", +174 more]"
 
 
 @pytest.mark.parametrize("task_class, data, reason", NEW_TARGETS, ids=["outputs", "kind", "level", "names"])
