@@ -28,7 +28,8 @@ docs/small-data.md) with chemprop's defaults except ``--task-type regression``, 
 
 Each run's result is the test MAE of its best validation checkpoint (ours: ``metrics.json``; chemprop:
 computed here from its ``model_0/test_predictions.csv``, SMILES by SMILES against the table, after
-checking that the ``splits.json`` chemprop wrote is ours), its CPU seconds (user + system of the whole
+checking that the ``splits.json`` chemprop wrote is ours), the same model's validation MAE (ours:
+``metrics.json``; chemprop: ``chemprop predict`` on the validation rows), its CPU seconds (user + system of the whole
 process tree, from ``os.wait4``) and wall seconds. Results are appended, one JSON line per run, to
 ``DIR/results.jsonl``; running again with the same ``--out`` (same datasets, same budget) skips the
 (dataset, arm, seed) already there and refuses an arm whose options changed. ``DIR/results.md`` and
@@ -317,8 +318,47 @@ def chemprop_result(output: Path, prepared: Prepared) -> dict:
                          "in order")
     predicted = predictions[prepared.target].to_numpy(np.float64)
     error = predicted - test[prepared.target].to_numpy(np.float64)
-    return {"test_mae": float(np.abs(error).mean()), "val_mae": None, "best_checkpoint": "model_0/best.pt",
+    return {"test_mae": float(np.abs(error).mean()), "best_checkpoint": "model_0/best.pt",
             "test_predictions": predicted.tolist(), "test_targets": test[prepared.target].tolist()}
+
+
+def split_smiles(prepared: Prepared, split: str) -> tuple[Path, pd.DataFrame]:
+    """``DIR/data/<dataset>/<split>_smiles.csv`` (the split's SMILES in split order, written once: derived from
+    the table, the same file every time) and the split's rows of the table."""
+    table = pd.read_csv(prepared.table)
+    rows = table.iloc[prepared.splits[split]]
+    path = prepared.directory / f"{split}_smiles.csv"
+    if not path.is_file():
+        rows[["smiles"]].to_csv(path, index=False)
+    return path, rows
+
+
+def chemprop_validation(output: Path, prepared: Prepared, executable: str, options: str, log_path: Path,
+                        threads: int) -> dict:
+    """Validation MAE of a ``chemprop train`` run's best model: ``chemprop predict`` (with the arm's options,
+    e.g. its molecule featurizers) on the validation rows, into ``model_0/valid_predictions.csv``; and the
+    prediction's CPU and wall seconds. Chemprop writes no validation predictions itself, and ours record their
+    validation MAE, so that both can be compared on the molecules each run selected its epoch on.
+
+    Raises:
+        BenchError: ``chemprop predict`` failed, or its rows are not the validation rows.
+    """
+    smiles, valid = split_smiles(prepared, "valid")
+    written = output / "model_0" / "valid_predictions.csv"
+    command = [executable, "predict", "--test-path", str(smiles), "--smiles-columns", "smiles", "--model-paths",
+               str(output / "model_0" / "best.pt"), "--num-workers", "0", "--accelerator", "cpu", "-o", str(written),
+               *shlex.split(options)]
+    code, cpu, wall = run_child(command, log_path, threads)
+    if code != 0:
+        lines = [line for line in log_path.read_text().splitlines() if line.strip()]
+        raise BenchError(f"predicting the validation rows with {output} failed (exit code {code}): "
+                         f"{lines[-1] if lines else ''} (log: {log_path})")
+    predictions = pd.read_csv(written)
+    if predictions["smiles"].tolist() != valid["smiles"].tolist():
+        raise BenchError(f"{written}: its molecules are not the validation rows in order")
+    error = predictions[prepared.target].to_numpy(np.float64) - valid[prepared.target].to_numpy(np.float64)
+    return {"val_mae": float(np.abs(error).mean()), "validate_cpu_seconds": round(cpu, 3),
+            "validate_wall_seconds": round(wall, 3)}
 
 
 def ours_predictions(checkpoint: Path, prepared: Prepared, out: Path, name: str, threads: int) -> dict:
@@ -328,11 +368,7 @@ def ours_predictions(checkpoint: Path, prepared: Prepared, out: Path, name: str,
     Raises:
         BenchError: ``evaluate.py`` failed, or its rows are not the test rows.
     """
-    table = pd.read_csv(prepared.table)
-    test = table.iloc[prepared.splits["test"]]
-    smiles = prepared.directory / "test_smiles.csv"
-    if not smiles.is_file():  # derived from the table: the same file every time
-        test[["smiles"]].to_csv(smiles, index=False)
+    smiles, test = split_smiles(prepared, "test")
     written = out / "predictions" / f"{name}.csv"
     written.parent.mkdir(exist_ok=True)
     command = [sys.executable, str(REPO / "evaluate.py"), "--ckpt", str(checkpoint), "--predict", str(smiles),
@@ -385,6 +421,8 @@ def execute(run: Run, prepared: Prepared, out: Path, chemprop: str | None, threa
                                        threads)
     else:
         result = chemprop_result(runs / name, prepared)
+        result |= chemprop_validation(runs / name, prepared, str(chemprop), arm.options,
+                                      out / "logs" / f"{name}-validate.log", threads)
     return {"dataset": run.dataset, "arm": run.arm, "seed": run.seed, "program": arm.program,
             "options": arm.options, **result, "cpu_seconds": round(cpu, 3), "wall_seconds": round(wall, 3),
             "threads": threads, "run": name, "command": shlex.join(command),
@@ -440,7 +478,8 @@ def ensemble(group: Sequence[dict]) -> dict | None:
 def summarise(entries: Sequence[dict], datasets: dict[str, dict]) -> list[dict]:
     """Per dataset (in ``datasets``' order) and arm (in :data:`ARMS`' order, then any other): the number of
     seeds, the test MAE's mean and sample std over seeds, the ratio of the mean to the best (lowest mean)
-    chemprop arm's, and the mean CPU and wall seconds per run; and, for an arm of two or more runs that all
+    chemprop arm's, the validation MAE's mean and std (None unless every run recorded it), and the mean CPU and
+    wall seconds per run; and, for an arm of two or more runs that all
     hold their test predictions, its ensemble: the test MAE of the mean prediction over seeds, its ratio to
     the best chemprop arm's mean, and its CPU seconds (all its runs', their predictions' included)."""
     order = {name: k for k, name in enumerate(ARMS)}
@@ -454,9 +493,12 @@ def summarise(entries: Sequence[dict], datasets: dict[str, dict]) -> list[dict]:
         for arm in sorted(by_arm, key=lambda name: (order.get(name, len(order)), name)):
             group = sorted(by_arm[arm], key=lambda entry: entry["seed"])
             mean, std = spread([entry["test_mae"] for entry in group])
+            validation = [entry.get("val_mae") for entry in group]
+            val_mean, val_std = spread(validation) if None not in validation else (None, None)
             arms.append({"arm": arm, "program": group[0]["program"], "options": group[0]["options"],
                          "seeds": [entry["seed"] for entry in group], "test_mae_mean": mean, "test_mae_std": std,
                          "test_maes": [entry["test_mae"] for entry in group],
+                         "val_mae_mean": val_mean, "val_mae_std": val_std,
                          "cpu_seconds": spread([entry["cpu_seconds"] for entry in group])[0],
                          "wall_seconds": spread([entry["wall_seconds"] for entry in group])[0],
                          "ensemble": ensemble(group)})
@@ -476,26 +518,30 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
     """The results as Markdown: a table per dataset and the commands that produced them."""
     parts = ["# Small molecular datasets: ours against chemprop 2.3.1", "",
              "Test MAE of each run's best validation model, mean +- sample std over seeds; ratio = this arm's "
-             "mean / the best chemprop arm's mean (below 1: better than chemprop); CPU and wall seconds per run. "
-             "An ensemble row: the test MAE of the mean prediction over the arm's seeds, and its CPU seconds in all.",
+             "mean / the best chemprop arm's mean (below 1: better than chemprop); valid MAE: the same model on the "
+             "validation rows, on which its epoch was chosen (ours: the lowest point of the run's validation curve; "
+             "chemprop: its lowest validation loss; blank where a run did not record it); CPU and wall seconds per "
+             "run. An ensemble row: the test MAE of the mean prediction over the arm's seeds, and its CPU seconds "
+             "in all.",
              ""]
     for row in rows:
         split = " / ".join(str(row["split"][name]) for name in ("train", "valid", "test"))
         parts += [f"## {row['title']} ({row['dataset']}, {row['unit']})", "",
                   f"{row['molecules']:,} molecules (train / valid / test {split}), best chemprop arm: "
                   f"{row['best_chemprop'] or 'none run'}", "",
-                  "| arm | options | seeds | test MAE | / best chemprop | CPU s per run | wall s per run |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| arm | options | seeds | test MAE | / best chemprop | valid MAE | CPU s per run | wall s per run |",
+                  "|---|---|---|---|---|---|---|---|"]
         for arm in row["arms"]:
             ratio = "" if arm["ratio_to_best_chemprop"] is None else f"{arm['ratio_to_best_chemprop']:.3f}"
             options = f"`{arm['options']}`" if arm["options"] else "(defaults)"
+            valid = "" if arm["val_mae_mean"] is None else f"{arm['val_mae_mean']:.3f} +- {arm['val_mae_std']:.3f}"
             parts.append(f"| {arm['arm']} | {options} | {len(arm['seeds'])} | {arm['test_mae_mean']:.3f} +- "
-                         f"{arm['test_mae_std']:.3f} | {ratio} | {arm['cpu_seconds']:.0f} | "
+                         f"{arm['test_mae_std']:.3f} | {ratio} | {valid} | {arm['cpu_seconds']:.0f} | "
                          f"{arm['wall_seconds']:.0f} |")
             if (joint := arm["ensemble"]) is not None:
                 ratio = "" if joint["ratio_to_best_chemprop"] is None else f"{joint['ratio_to_best_chemprop']:.3f}"
                 parts.append(f"| {arm['arm']}, ensemble | mean prediction of the seeds | {joint['seeds']} | "
-                             f"{joint['test_mae']:.3f} | {ratio} | {joint['cpu_seconds']:.0f} in all | |")
+                             f"{joint['test_mae']:.3f} | {ratio} | | {joint['cpu_seconds']:.0f} in all | |")
         parts.append("")
     parts += ["## Commands", "", "```", *commands, "```", ""]
     return "\n".join(parts)

