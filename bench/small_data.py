@@ -29,8 +29,8 @@ docs/small-data.md) with chemprop's defaults except ``--task-type regression``, 
 Each run's result is the test MAE of its best validation checkpoint (ours: ``metrics.json``; chemprop:
 computed here from its ``model_0/test_predictions.csv``, SMILES by SMILES against the table, after
 checking that the ``splits.json`` chemprop wrote is ours), the same model's validation MAE (ours:
-``metrics.json``; chemprop: ``chemprop predict`` on the validation rows), its CPU seconds (user + system of the whole
-process tree, from ``os.wait4``) and wall seconds. Results are appended, one JSON line per run, to
+``metrics.json``; chemprop: ``chemprop predict`` on the validation rows), its CPU seconds (user +
+system of the whole process tree, from ``os.wait4``) and wall seconds. Results are appended, one JSON line per run, to
 ``DIR/results.jsonl``; running again with the same ``--out`` (same datasets, same budget) skips the
 (dataset, arm, seed) already there and refuses an arm whose options changed. ``DIR/results.md`` and
 ``DIR/results.json`` (per dataset and arm: mean +- sample std of the test MAE over seeds, the ratio to
@@ -479,9 +479,9 @@ def summarise(entries: Sequence[dict], datasets: dict[str, dict]) -> list[dict]:
     """Per dataset (in ``datasets``' order) and arm (in :data:`ARMS`' order, then any other): the number of
     seeds, the test MAE's mean and sample std over seeds, the ratio of the mean to the best (lowest mean)
     chemprop arm's, the validation MAE's mean and std (None unless every run recorded it), and the mean CPU and
-    wall seconds per run; and, for an arm of two or more runs that all
-    hold their test predictions, its ensemble: the test MAE of the mean prediction over seeds, its ratio to
-    the best chemprop arm's mean, and its CPU seconds (all its runs', their predictions' included)."""
+    wall seconds per run; and, for an arm of two or more runs that all hold their test predictions, its
+    ensemble: the test MAE of the mean prediction over seeds, its ratio to the best chemprop arm's mean, and
+    its CPU seconds (all its runs', their predictions' included)."""
     order = {name: k for k, name in enumerate(ARMS)}
     rows = []
     for dataset in datasets:
