@@ -333,6 +333,26 @@ def split_smiles(prepared: Prepared, split: str) -> tuple[Path, pd.DataFrame]:
     return path, rows
 
 
+def run_prediction(command: list[str], log_path: Path, threads: int, written: Path, rows: pd.DataFrame,
+                   split: str) -> tuple[pd.DataFrame, float, float]:
+    """Run a ``command`` that predicts the ``rows`` of ``split`` into ``written`` (:func:`run_child`, its output
+    in ``log_path``); returns its predictions, checked to be those molecules in order, and its CPU and wall
+    seconds.
+
+    Raises:
+        BenchError: the command failed (its last log line), or its molecules are not ``rows``'.
+    """
+    code, cpu, wall = run_child(command, log_path, threads)
+    if code != 0:
+        lines = [line for line in log_path.read_text().splitlines() if line.strip()]
+        raise BenchError(f"predicting the {split} rows failed (exit code {code}): {lines[-1] if lines else ''} "
+                         f"(log: {log_path})")
+    predictions = pd.read_csv(written)
+    if predictions["smiles"].tolist() != rows["smiles"].tolist():
+        raise BenchError(f"{written}: its molecules are not the {split} rows in order")
+    return predictions, cpu, wall
+
+
 def chemprop_validation(output: Path, prepared: Prepared, executable: str, options: str, log_path: Path,
                         threads: int) -> dict:
     """Validation MAE of a ``chemprop train`` run's best model: ``chemprop predict`` (with the arm's options,
@@ -348,14 +368,7 @@ def chemprop_validation(output: Path, prepared: Prepared, executable: str, optio
     command = [executable, "predict", "--test-path", str(smiles), "--smiles-columns", "smiles", "--model-paths",
                str(output / "model_0" / "best.pt"), "--num-workers", "0", "--accelerator", "cpu", "-o", str(written),
                *shlex.split(options)]
-    code, cpu, wall = run_child(command, log_path, threads)
-    if code != 0:
-        lines = [line for line in log_path.read_text().splitlines() if line.strip()]
-        raise BenchError(f"predicting the validation rows with {output} failed (exit code {code}): "
-                         f"{lines[-1] if lines else ''} (log: {log_path})")
-    predictions = pd.read_csv(written)
-    if predictions["smiles"].tolist() != valid["smiles"].tolist():
-        raise BenchError(f"{written}: its molecules are not the validation rows in order")
+    predictions, cpu, wall = run_prediction(command, log_path, threads, written, valid, "validation")
     error = predictions[prepared.target].to_numpy(np.float64) - valid[prepared.target].to_numpy(np.float64)
     return {"val_mae": float(np.abs(error).mean()), "validate_cpu_seconds": round(cpu, 3),
             "validate_wall_seconds": round(wall, 3)}
@@ -374,14 +387,7 @@ def ours_predictions(checkpoint: Path, prepared: Prepared, out: Path, name: str,
     command = [sys.executable, str(REPO / "evaluate.py"), "--ckpt", str(checkpoint), "--predict", str(smiles),
                "--out", str(written)]
     log_path = out / "logs" / f"{name}-predict.log"
-    code, cpu, wall = run_child(command, log_path, threads)
-    if code != 0:
-        lines = [line for line in log_path.read_text().splitlines() if line.strip()]
-        raise BenchError(f"predicting the test rows of {name} failed (exit code {code}): "
-                         f"{lines[-1] if lines else ''} (log: {log_path})")
-    predictions = pd.read_csv(written)
-    if predictions["smiles"].tolist() != test["smiles"].tolist():
-        raise BenchError(f"{written}: its molecules are not the test rows in order")
+    predictions, cpu, wall = run_prediction(command, log_path, threads, written, test, "test")
     return {"test_predictions": predictions[prepared.target].tolist(), "test_targets": test[prepared.target].tolist(),
             "predict_cpu_seconds": round(cpu, 3), "predict_wall_seconds": round(wall, 3)}
 

@@ -201,6 +201,25 @@ def test_a_run_of_ours_is_checked_against_the_split_and_its_arms_init_from(site:
         bench.ours_result(tmp_path / "c", prepared, "scratch")
 
 
+def test_a_prediction_that_fails_or_returns_other_rows_is_one_line(site: Path, tmp_path: Path) -> None:
+    """What stops a benchmark when ``chemprop predict`` (or ``evaluate.py --predict``) fails or returns other
+    molecules: its exit code and last log line, or the file that holds other rows."""
+    prepared = prepared_freesolv(site, tmp_path)
+    smiles, valid = bench.split_smiles(prepared, "valid")
+    written, log_path = tmp_path / "predicted.csv", tmp_path / "predict.log"
+    failing = [sys.executable, "-c", "print('no model at best.pt'); raise SystemExit(3)"]
+    with pytest.raises(bench.BenchError, match=r"predicting the validation rows failed \(exit code 3\): no model at "
+                                               r"best.pt \(log: "):
+        bench.run_prediction(failing, log_path, 1, written, valid, "validation")
+    reversed_rows = tmp_path / "reversed.csv"
+    valid[::-1][["smiles"]].assign(hydration_kcal_mol=0.0).to_csv(reversed_rows, index=False)
+    writing = [sys.executable, "-c", "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])", str(reversed_rows),
+               str(written)]
+    with pytest.raises(bench.BenchError, match="its molecules are not the validation rows in order"):
+        bench.run_prediction(writing, log_path, 1, written, valid, "validation")
+    assert smiles.read_text().splitlines() == ["smiles", *valid["smiles"]]
+
+
 def entry(dataset: str, arm: str, seed: int, mae: float, cpu: float) -> dict:
     return {"dataset": dataset, "arm": arm, "seed": seed, "program": bench.ARMS[arm].program,
             "options": bench.ARMS[arm].options, "test_mae": mae, "cpu_seconds": cpu, "wall_seconds": 2 * cpu}
