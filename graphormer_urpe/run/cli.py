@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import logging
 import os
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 import pytorch_lightning as pl
+import torch.distributed as dist
 import yaml
 from jsonargparse import ArgumentError, get_loader, set_loader
 from lightning_fabric.plugins import CheckpointIO
@@ -58,6 +60,21 @@ def _load_value(text: str) -> Any:
 
 
 set_loader(PARSER_MODE, _load_value, (yaml.YAMLError,))
+
+
+def close_process_group() -> None:
+    """Destroy the default process group, if DDP started one, whatever its backend.
+
+    Lightning destroys it at exit for NCCL only. A gloo group (DDP on CPUs) left to the interpreter's finalisation
+    can abort a process whose work is all done: its worker threads outlive the interpreter (SIGABRT, "terminate
+    called without an active exception"), and a finished ``train.py`` or ``evaluate.py`` exits with -6."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# registered when this module is imported, before any run starts a group: atexit runs it after the command's work,
+# while the interpreter is whole (handlers run in reverse order of registration)
+atexit.register(close_process_group)
 
 
 def resolve_config_paths(argv: Sequence[str]) -> list[str]:

@@ -148,6 +148,25 @@ print("TRAINED")
     assert done.returncode == 0 and "TRAINED" in done.stdout, done.stderr[-3000:]
 
 
+def test_a_gloo_process_group_is_destroyed_before_the_interpreter_exits(tmp_path: Path) -> None:
+    """Lightning destroys only NCCL groups at exit; a gloo group left to finalisation aborted a finished
+    two-process ``evaluate.py`` (SIGABRT). The probe, registered before the CLI's handler, runs after it."""
+    script = f"""
+import atexit
+import sys
+import torch.distributed as dist
+atexit.register(lambda: print("initialised at exit:", dist.is_initialized()))
+sys.path.insert(0, {str(REPO_DIR)!r})
+import graphormer_urpe.run.cli
+dist.init_process_group("gloo", init_method={(tmp_path / "store").as_uri()!r}, rank=0, world_size=1)
+print("initialised:", dist.is_initialized())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["initialised: True", "initialised at exit: False"]
+
+
 LAUNCHER_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID", "SLURM_NTASKS",
                       "SLURM_NTASKS_PER_NODE", "SLURM_JOB_NAME", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
                       "TORCHELASTIC_RUN_ID", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", RUN_DIR_ENV)
