@@ -104,6 +104,20 @@ def test_evaluate_reproduces_a_synthetic_run(tmp_path, config):
         assert result["metrics"][name] == metrics[stage][name]
 
 
+def test_a_run_that_averages_weights_tests_the_weights_its_checkpoint_holds(qm9_root: Path, tmp_path: Path) -> None:
+    """With Lightning's ``EMAWeightAveraging`` the best checkpoint holds the averaged weights (validation chose it
+    on them); the run's own test figure must be theirs, as ``evaluate.py``'s is. Lightning's callback, left in
+    place, restored the weights before averaging in ``trainer.test``."""
+    ema = '{"class_path": "pytorch_lightning.callbacks.EMAWeightAveraging", "init_args": {"decay": 0.5}}'
+    metrics = train(tiny_run_args(qm9_root, tmp_path, f"--trainer.callbacks+={ema}", "--run_name", "ema"))
+    checkpoint = torch.load(metrics["best_checkpoint"], map_location="cpu", weights_only=False)
+    averaged, current = checkpoint["state_dict"], checkpoint["current_model_state"]
+    assert any(not torch.equal(averaged[key], current[key]) for key in averaged)  # two sets of weights to tell apart
+    for split, stage, name in (("valid", "validation", "val/mae"), ("test", "test", "test/mae")):
+        result = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", split, "--logger", "none"])
+        assert result["metrics"][name] == metrics[stage][name]
+
+
 def test_a_run_without_validation_batches_reports_none_and_its_last_weights(qm9_root: Path, tmp_path: Path) -> None:
     """``--trainer.limit_val_batches 0`` (train without validating): the final validation evaluates nothing,
     which used to end in an IndexError after training."""
