@@ -51,6 +51,7 @@ from graphormer_urpe.errors import InputError, SubmissionError, refuse
 from graphormer_urpe.evaluation.new_molecules import predict_new_molecules
 from graphormer_urpe.evaluation.ogb import evaluate_split
 from graphormer_urpe.evaluation.submission import check_submission_file
+from graphormer_urpe.run.callbacks import remove_weight_averaging
 from graphormer_urpe.run.checkpoints import check_checkpoint, compare_data, data_identity, embedded_config
 from graphormer_urpe.run.cli import GraphormerCLI, configure_logging, log, resolve_config_paths
 from graphormer_urpe.run.finetune import describe
@@ -156,6 +157,7 @@ def evaluate(options: argparse.Namespace, rest: list[str], started: float) -> di
     # the checkpoint's config holds the architecture --init_from gave the run; its weights are --ckpt's
     cli = GraphormerCLI(rest, config_text=None if own_config else embedded_config(options.ckpt))
     data = cli.datamodule
+    remove_weight_averaging(cli.trainer)  # the checkpoint holds the averaged weights; nothing averages here
     if not isinstance(data, RunData):
         refuse(f"{type(data).__name__} does not give what evaluation needs of its data (identity())")
     fmt = check_split(options, data)

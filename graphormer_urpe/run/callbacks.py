@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint, WeightAveraging
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
@@ -248,6 +248,17 @@ def last_good_checkpoint(trainer: pl.Trainer) -> str | None:
                                        for path in (callback.last_model_path, callback.best_model_path))]
     existing = {c for c in candidates if c and Path(c).is_file()}
     return max(existing, key=lambda c: Path(c).stat().st_mtime) if existing else None
+
+
+def remove_weight_averaging(trainer: pl.Trainer) -> None:
+    """Remove Lightning's weight-averaging callbacks (:class:`WeightAveraging`, e.g. ``EMAWeightAveraging``) from a
+    trainer that evaluates a checkpoint: after a run's fit, and in ``evaluate.py``.
+
+    A checkpoint written while averaging holds the *averaged* weights: validation chose it on them and they are
+    what it gives to any reader. Left in place, the callback would load the weights before averaging (its
+    ``current_model_state``) when ``trainer.test`` restores that checkpoint after the fit, and the run's test figure
+    would come from other weights than the checkpoint's; in a trainer that never fits it only warns."""
+    trainer.callbacks = [callback for callback in trainer.callbacks if not isinstance(callback, WeightAveraging)]
 
 
 class RelationTablePlots(Callback):

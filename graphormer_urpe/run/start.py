@@ -18,13 +18,13 @@ from typing import Any, Literal
 
 import pytorch_lightning as pl
 import yaml
-from pytorch_lightning.callbacks import Callback, WeightAveraging
+from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.predictable import RunData
 from graphormer_urpe.errors import EXIT_BAD_INPUT, ConfigError, InputError, NonFiniteLoss
-from graphormer_urpe.run.callbacks import Preempted
+from graphormer_urpe.run.callbacks import Preempted, remove_weight_averaging
 from graphormer_urpe.run.checkpoints import (
     CONFIG_KEY,
     DATA_IDENTITY_KEY,
@@ -161,7 +161,7 @@ def run_start(cli: TrainingCLI, start: Start) -> dict:
             warn_if_never_validated(trainer)
         trainer.fit(model, datamodule, ckpt_path=start.checkpoint)
         best = trainer.checkpoint_callback.best_model_path or None
-        finish_weight_averaging(trainer)
+        remove_weight_averaging(trainer)
         # no result (None) when no batch is evaluated: trainer.limit_val_batches (limit_test_batches) 0
         validation = next(iter(trainer.validate(model, datamodule, ckpt_path=best, verbose=False)), None)
         if "test" in datamodule.split_sizes:
@@ -180,17 +180,6 @@ def run_start(cli: TrainingCLI, start: Start) -> dict:
         log.info("validation %s | test %s (best checkpoint %s)", validation, test, best)
         log.info("metrics written to %s", start.directory.path / "metrics.json")
     return metrics
-
-
-def finish_weight_averaging(trainer: pl.Trainer) -> None:
-    """Remove Lightning's weight-averaging callbacks (:class:`WeightAveraging`, e.g. ``EMAWeightAveraging``) once
-    the fit is over, so that the best checkpoint is validated and tested with the weights it holds.
-
-    A checkpoint written while averaging holds the *averaged* weights: validation chose it on them and
-    ``evaluate.py`` reads them. Left in place, the callback would load the weights before averaging (its
-    ``current_model_state``) when ``trainer.test`` restores that checkpoint, and the run's test figure would come
-    from other weights than the checkpoint's."""
-    trainer.callbacks = [callback for callback in trainer.callbacks if not isinstance(callback, WeightAveraging)]
 
 
 @contextlib.contextmanager
