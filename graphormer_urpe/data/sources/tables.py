@@ -34,7 +34,7 @@ from graphormer_urpe.errors import DataError, DatasetMissing
 
 log = logging.getLogger(__name__)
 
-SplitMethod = Literal["random", "scaffold", "column"]
+SplitMethod = Literal["random", "scaffold", "scaffold_balanced", "column"]
 
 #: Target cells that mean "no value" (compared after stripping blanks, ignoring case).
 MISSING_VALUES = frozenset({"", "nan", "na", "n/a", "null", "none"})
@@ -404,10 +404,11 @@ class SmilesTable(MoleculeSource):
         smiles_column: name of the SMILES column.
         task: ``regression`` (``GraphRegression``), ``binary`` (0 or 1) or ``multiclass`` (one column of class ids).
         num_classes: classes of a multi-class target; None takes the largest label + 1.
-        split: ``random`` (seeded), ``scaffold`` (Bemis-Murcko) or ``column`` (written in ``split_column``).
+        split: ``random`` (seeded), ``scaffold`` (Bemis-Murcko), ``scaffold_balanced`` (Bemis-Murcko, seeded: one
+            split of many, chemprop's rule) or ``column`` (written in ``split_column``).
         split_column: each row's split (``train``, ``valid``/``val``, ``test`` ...) for ``split: column``.
-        split_fractions: train, valid and test shares for ``random`` and ``scaffold``.
-        seed: seed of the random split.
+        split_fractions: train, valid and test shares for ``random``, ``scaffold`` and ``scaffold_balanced``.
+        seed: seed of the ``random`` and ``scaffold_balanced`` splits.
         duplicate_smiles: ``error`` stops listing the repeated SMILES; ``keep_first`` skips all but the first row.
         descriptors: ``rdkit2d``: RDKit's 2D descriptors of each molecule as model inputs (molecule-level features,
             entering through the graph token; docs/own-data.md); null: none.
@@ -476,7 +477,8 @@ class SmilesTable(MoleculeSource):
                 "targets": self.targets, "task": self.task, "num_classes": self.num_classes, "split": self.split,
                 "split_column": self.split_column if self.split == "column" else None,
                 "split_fractions": self.split_fractions if self.split != "column" else None,
-                "seed": self.seed if self.split == "random" else None, "duplicate_smiles": self.duplicate_smiles,
+                "seed": self.seed if self.split in ("random", "scaffold_balanced") else None,
+                "duplicate_smiles": self.duplicate_smiles,
                 **self.features.options()}
 
     def ensure_raw(self, root: Path) -> None:
@@ -539,6 +541,9 @@ class SmilesTable(MoleculeSource):
         elif self.split == "scaffold":
             splits, scaffolds = scaffold_split(smiles, self.split_fractions)
             log.info("%s: %d Bemis-Murcko scaffolds", self.origin(), scaffolds)
+        elif self.split == "scaffold_balanced":
+            splits, scaffolds = balanced_scaffold_split(smiles, self.split_fractions, self.seed)
+            log.info("%s: %d Bemis-Murcko scaffolds, balanced split of seed %d", self.origin(), scaffolds, self.seed)
         elif self.split == "column":
             names = frame[self.split_column].map(lambda v: SPLIT_NAMES.get(str(v).strip().lower(), "")).to_numpy()
             unknown = np.flatnonzero(names == "")
@@ -550,7 +555,8 @@ class SmilesTable(MoleculeSource):
             splits = {name: np.flatnonzero(names == name) for name in ("train", "valid", "test")}
             splits = {name: rows for name, rows in splits.items() if name != "test" or len(rows)}
         else:
-            raise TableError(f"data.source.split: {self.split!r}; expected random, scaffold or column")
+            raise TableError(f"data.source.split: {self.split!r}; expected random, scaffold, scaffold_balanced or "
+                             "column")
         for name in ("train", "valid"):
             if not len(splits[name]):
                 raise TableError(f"{self.path}: the {self.split} split leaves no row in '{name}' "

@@ -165,6 +165,18 @@ def test_a_balanced_scaffold_split_is_seeded_and_keeps_every_scaffold_in_one_spl
         assert len(split["train"]) <= 0.8 * len(smiles) and len(split["valid"]) and len(split["test"])
 
 
+def test_a_table_split_by_balanced_scaffolds_records_the_split_of_its_seed(tmp_path: Path) -> None:
+    smiles = pd.read_csv(EXAMPLE)["smiles"].tolist()
+    pd.read_csv(EXAMPLE).to_csv(tmp_path / "t.csv", index=False)
+    data = prepared(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"], split="scaffold_balanced", seed=2)
+    expected, _ = balanced_scaffold_split(smiles, (0.8, 0.1, 0.1), 2)
+    with np.load(data.cache_dir / "splits.npz") as recorded:
+        assert all(np.array_equal(recorded[name], expected[name]) for name in ("train", "valid", "test"))
+    other = datamodule(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"], split="scaffold_balanced", seed=3)
+    scaffold = datamodule(tmp_path, path=str(tmp_path / "t.csv"), targets=["gap_ev"], split="scaffold", seed=2)
+    assert len({data.cache_dir, other.cache_dir, scaffold.cache_dir}) == 3  # its seed is part of the key
+
+
 def test_split_from_a_column(tmp_path: Path, sample: pd.DataFrame) -> None:
     names = np.array(["Train", " training ", "val", "VALIDATION", "test", "valid"] * 10)
     sample.assign(fold=names).to_csv(tmp_path / "t.csv", index=False)
