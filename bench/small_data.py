@@ -665,6 +665,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: seed 0, 20 steps (ours) or 3 epochs (chemprop)")
     options = parser.parse_args(argv)
+    if options.split_seed is not None and options.split_seed < 0:
+        parser.error(f"--split-seed {options.split_seed}: must be an integer >= 0")  # numpy takes no negative seed
     if options.quick and options.seeds is None:
         options.seeds = [0]
     if options.threads is None:

@@ -127,6 +127,13 @@ def test_ours_and_chemprop_get_the_projects_scaffold_split_row_for_row(site: Pat
     assert all(np.array_equal(splits[name], expected[name]) for name in expected)
 
 
+def test_a_negative_split_seed_stops_before_any_work(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--split-seed", "-1", "--out", str(tmp_path / "out")])
+    assert stop.value.code == 2 and "--split-seed -1: must be an integer >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_commands_give_each_arm_its_options_and_pin_the_rows(site: Path, tmp_path: Path) -> None:
     prepared = prepared_freesolv(site, tmp_path)
     run = bench.Run("freesolv", "recipe-no-pretraining-rpe", 3)

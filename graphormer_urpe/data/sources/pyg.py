@@ -20,7 +20,7 @@ from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.pyg_interop import is_categorical
 from graphormer_urpe.data.sources.base import GraphSource, seeded_split, split_shares
 from graphormer_urpe.data.spec import DataSpec
-from graphormer_urpe.errors import DataError, DatasetMissing, import_object
+from graphormer_urpe.errors import DataError, DatasetMissing, check_int, import_object
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,7 @@ class PygDataset(GraphSource):
         self.split = split
         self.split_args = dict(split_args or {})
         self.split_fractions = split_shares(split_fractions)
+        check_int("data.source.seed", seed, 0)  # numpy's generators take no negative seed
         self.seed = seed
         self.download = download
         suffix = f"_{self.args['name']}" if "name" in self.args else ""

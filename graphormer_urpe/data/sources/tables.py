@@ -30,7 +30,7 @@ from graphormer_urpe.data.sources.featurize import molecule_spec, silence_rdkit
 from graphormer_urpe.data.sources.molecule_features import NO_FEATURES, MoleculeFeatures
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
 from graphormer_urpe.data.spec import DataSpec, TargetKind
-from graphormer_urpe.errors import DataError, DatasetMissing
+from graphormer_urpe.errors import DataError, DatasetMissing, check_int
 
 log = logging.getLogger(__name__)
 
@@ -428,6 +428,7 @@ class SmilesTable(MoleculeSource):
         self.task = task
         self.num_classes = num_classes
         self.duplicate_smiles = duplicate_smiles
+        check_int("data.source.seed", seed, 0)  # numpy's generators take no negative seed
         self.seed = seed
         self.split = split
         self.split_column = split_column
