@@ -357,9 +357,9 @@ def balanced_scaffold_split(smiles: Sequence[str], fractions: Sequence[float],
     same guarantee (no scaffold in two splits): what measures how much a result owes to one split."""
     groups, unparsed = scaffold_groups(smiles)
     rng = np.random.default_rng(seed)
-    half_valid, half_test = fractions[1] * len(smiles) / 2, fractions[2] * len(smiles) / 2
-    big = [rows for rows in groups if len(rows) > half_valid or len(rows) > half_test]
-    small = [rows for rows in groups if not (len(rows) > half_valid or len(rows) > half_test)]
+    half_share = min(fractions[1], fractions[2]) * len(smiles) / 2  # too big for half of valid's or test's share
+    big = [rows for rows in groups if len(rows) > half_share]
+    small = [rows for rows in groups if len(rows) <= half_share]
     ordered = [big[k] for k in rng.permutation(len(big))] + [small[k] for k in rng.permutation(len(small))]
     return fill_splits(ordered, fractions, len(smiles), unparsed), len(groups)
 
