@@ -6,9 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rdkit import Chem
+from rdkit.Chem import BRICS
 
 from graphormer_urpe.data.sources.descriptors import descriptor_reference, normalised_descriptors
-from graphormer_urpe.data.sources.pretraining import MosesDescriptors
+from graphormer_urpe.data.sources.pretraining import MosesDescriptors, brics_fragments, capped_fragment
 from graphormer_urpe.errors import ConfigError, DatasetMissing
 from graphormer_urpe.testing.moses_layout import write_moses_package
 
@@ -49,3 +50,38 @@ def test_a_missing_wheel_is_named_with_its_install_command(monkeypatch: pytest.M
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(DatasetMissing, match="pip install --no-deps molsets==0.3.1"):
         MosesDescriptors().ensure_raw(Path("."))
+
+
+def test_a_fragment_is_capped_with_hydrogens_where_it_was_cut() -> None:
+    # 1-phenylimidazole is cut at its N-aryl bond; the ring nitrogen that lost its phenyl becomes [nH]
+    fragments = Chem.GetMolFrags(BRICS.BreakBRICSBonds(Chem.MolFromSmiles("c1ccc(cc1)n1ccnc1")), asMols=True)
+    assert sorted(capped_fragment(f) for f in fragments) == ["c1c[nH]cn1", "c1ccccc1"]
+
+
+def test_brics_fragments_are_distinct_whole_molecules_fixed_by_the_seed() -> None:
+    molecules = ["CC(=O)Nc1ccc(O)cc1", "Cn1ccnc1C(=O)OCc1ccccc1", "O=C(Nc1ccccc1)c1ccc[nH]1", "not a smiles"]
+    fragments = brics_fragments(molecules, 6, seed=0)
+    assert len(set(fragments)) == 6
+    # each is a whole molecule: no attachment point left, and it is RDKit's canonical SMILES of itself
+    assert all(Chem.MolToSmiles(Chem.MolFromSmiles(f)) == f and "*" not in f for f in fragments)
+    assert brics_fragments(molecules, 6, seed=0) == fragments
+    # acetaminophen: acetyl | NH | phenol; the ester: methylimidazole | carbonyl | O | CH2 | phenyl; the amide:
+    # carbonyl | NH | phenyl | pyrrole
+    everything = {"CC=O", "N", "Oc1ccccc1", "Cn1ccnc1", "C=O", "O", "C", "c1ccccc1", "c1cc[nH]c1"}
+    assert set(brics_fragments(molecules, 9, seed=0)) == everything
+    with pytest.raises(ConfigError, match="data.source.fragments.*yield only 9 distinct"):
+        brics_fragments(molecules, 10, seed=0)
+
+
+def test_fragments_are_added_to_the_drawn_molecules_and_to_the_cache_key(moses: Path) -> None:
+    plain = MosesDescriptors(molecules=None, valid_fraction=0.1)
+    with_fragments = MosesDescriptors(molecules=None, valid_fraction=0.1, fragments=3)
+    assert "fragments" not in plain.options()  # the caches of runs without fragments keep their keys
+    assert with_fragments.options()["fragments"] == 3
+    reader = with_fragments.open(moses.parent)
+    assert reader.num_rows == len(SMILES) + 3
+    assert list(reader.smiles[: len(SMILES)]) == SMILES
+    assert list(reader.smiles[len(SMILES):]) == brics_fragments(SMILES, 3, seed=0)
+    for key, value in (("fragments", -1), ("seed", -1)):
+        with pytest.raises(ConfigError, match=f"data.source.{key}"):
+            MosesDescriptors(**{key: value})
