@@ -65,7 +65,8 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
         "corpus": {"name": "MOSES train (molsets 0.3.1)", "file": corpus.name,
                    "sha1": descriptor_reference().provenance["corpus_sha1"],
                    "molecules": source_options["init_args"].get("molecules"),
-                   "seed": source_options["init_args"].get("seed")},
+                   "seed": source_options["init_args"].get("seed"),
+                   "brics_fragments": source_options["init_args"].get("fragments", 0)},
         "targets": {"descriptors": "rdkit2d", "reference_sha1": reference.sha1,
                     "count": len(reference.informative)},
         "metrics": {key: value for part in ("validation", "test") for key, value in metrics.get(part, {}).items()

@@ -39,3 +39,31 @@ def test_a_run_of_another_config_is_refused(tmp_path: Path) -> None:
     torch.save(checkpoint, other)
     with pytest.raises(CheckpointError, match="is not a run of configs/pretrain_moses.yaml"):
         export(other, tmp_path / "a.ckpt", tmp_path / "a.json")
+
+
+@pytest.mark.parametrize("fragments", [None, 7])
+def test_the_record_names_the_corpus_as_the_run_drew_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        fragments: int | None) -> None:
+    import json
+
+    import torch
+
+    from graphormer_urpe.testing.moses_layout import write_moses_package
+
+    write_moses_package(tmp_path / "site", ["CCO"])
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    checkpoint = torch.load(CHECKPOINT, weights_only=True)
+    config = yaml.safe_load(checkpoint[CONFIG_KEY])
+    if fragments is not None:  # the shipped run's config may or may not name them; a run without them drew none
+        config["data"]["init_args"]["source"]["init_args"]["fragments"] = fragments
+    else:
+        config["data"]["init_args"]["source"]["init_args"].pop("fragments", None)
+    checkpoint[CONFIG_KEY] = yaml.safe_dump(config)
+    run = tmp_path / "runs" / "pretrain"
+    (run / "checkpoints").mkdir(parents=True)
+    torch.save(checkpoint, run / "checkpoints" / "best-5.ckpt")
+    (run / "run.json").write_text(json.dumps({"command": "train.py --config pretrain_moses", "git_commit": "abc"}))
+    record = export(run / "checkpoints" / "best-5.ckpt", tmp_path / "out.ckpt", tmp_path / "out.json")
+    assert record["corpus"]["brics_fragments"] == (fragments or 0)
+    assert record["corpus"]["molecules"] == config["data"]["init_args"]["source"]["init_args"]["molecules"]
+    assert json.loads((tmp_path / "out.json").read_text()) == record
