@@ -61,6 +61,8 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
         "command": "python " + record["command"],
         "reproduce": "pip install --no-deps molsets==0.3.1 && python train.py --config pretrain_moses",
         "git_commit": record.get("git_commit"),
+        # a pretraining continued from another checkpoint (--init_from) is only reproducible from that one
+        "initialised_from": record.get("initialised_from"),
         "versions": record.get("versions"),
         "corpus": {"name": "MOSES train (molsets 0.3.1)", "file": corpus.name,
                    "sha1": descriptor_reference().provenance["corpus_sha1"],

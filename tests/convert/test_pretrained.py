@@ -42,7 +42,7 @@ def test_a_run_of_another_config_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fragments", [None, 7])
-def test_the_record_names_the_corpus_as_the_run_drew_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_the_record_names_the_corpus_and_the_start_of_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         fragments: int | None) -> None:
     import json
 
@@ -62,8 +62,12 @@ def test_the_record_names_the_corpus_as_the_run_drew_it(tmp_path: Path, monkeypa
     run = tmp_path / "runs" / "pretrain"
     (run / "checkpoints").mkdir(parents=True)
     torch.save(checkpoint, run / "checkpoints" / "best-5.ckpt")
-    (run / "run.json").write_text(json.dumps({"command": "train.py --config pretrain_moses", "git_commit": "abc"}))
+    # the second case is also a run continued from another checkpoint (--init_from), which the record must name
+    started_from = None if fragments is None else "moses_rdkit2d.ckpt (sha256 f6ceaa90c2a5; step 10000)"
+    (run / "run.json").write_text(json.dumps({"command": "train.py --config pretrain_moses", "git_commit": "abc",
+                                              "initialised_from": started_from}))
     record = export(run / "checkpoints" / "best-5.ckpt", tmp_path / "out.ckpt", tmp_path / "out.json")
     assert record["corpus"]["brics_fragments"] == (fragments or 0)
+    assert record["initialised_from"] == started_from
     assert record["corpus"]["molecules"] == config["data"]["init_args"]["source"]["init_args"]["molecules"]
     assert json.loads((tmp_path / "out.json").read_text()) == record
