@@ -55,7 +55,8 @@ def brics_fragments(smiles: Sequence[str], count: int, seed: int) -> list[str]:
     enough; each fragment capped with hydrogens (:func:`capped_fragment`). The order of the result is the order of
     discovery, so it is fixed by ``smiles`` and ``seed`` alone. MOSES's fragments have a median of 10 heavy atoms
     (5-15 for 90 %), where its molecules have 22. :class:`ConfigError` if the molecules yield fewer than ``count``."""
-    RDLogger.DisableLog("rdApp.*")  # an unparsable SMILES is skipped here and counted by the graphs' own pass
+    # an unparsable SMILES or a fragment RDKit cannot sanitise is skipped; RDKit's message for each would flood the log
+    RDLogger.DisableLog("rdApp.*")
     found: dict[str, None] = {}  # an ordered set
     order = np.random.default_rng(seed).permutation(len(smiles))
     with tqdm(total=count, desc="BRICS fragments of MOSES", unit="fragment", mininterval=2.0) as progress:
