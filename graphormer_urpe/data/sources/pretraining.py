@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
-from rdkit import Chem, RDLogger
+from rdkit import Chem
 from rdkit.Chem import BRICS
 from tqdm.auto import tqdm
 
@@ -23,7 +23,7 @@ from graphormer_urpe.data.sources.descriptors import (
     moses_smiles_file,
     normalised_descriptors,
 )
-from graphormer_urpe.data.sources.featurize import molecule_graphs, molecule_spec
+from graphormer_urpe.data.sources.featurize import molecule_graphs, molecule_spec, silence_rdkit
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import ConfigError, check_int
@@ -55,8 +55,7 @@ def brics_fragments(smiles: Sequence[str], count: int, seed: int) -> list[str]:
     enough; each fragment capped with hydrogens (:func:`capped_fragment`). The order of the result is the order of
     discovery, so it is fixed by ``smiles`` and ``seed`` alone. MOSES's fragments have a median of 10 heavy atoms
     (5-15 for 90 %), where its molecules have 22. :class:`ConfigError` if the molecules yield fewer than ``count``."""
-    # an unparsable SMILES or a fragment RDKit cannot sanitise is skipped; RDKit's message for each would flood the log
-    RDLogger.DisableLog("rdApp.*")
+    silence_rdkit()  # an unparsable SMILES or a fragment RDKit cannot sanitise is skipped, not printed
     found: dict[str, None] = {}  # an ordered set
     order = np.random.default_rng(seed).permutation(len(smiles))
     with tqdm(total=count, desc="BRICS fragments of MOSES", unit="fragment", mininterval=2.0) as progress:
@@ -114,7 +113,7 @@ class MosesDescriptors(MoleculeSource):
     def __init__(self, molecules: int | None = 50_000, valid_fraction: float = 0.02, seed: int = 0,
                  fragments: int = 0) -> None:
         check_int("data.source.fragments", fragments, 0, MOSES_TRAIN_SIZE)
-        check_int("data.source.seed", seed, 0)
+        check_int("data.source.seed", seed, 0)  # numpy's generators take no negative seed
         if molecules is not None:
             check_int("data.source.molecules", molecules, 100, MOSES_TRAIN_SIZE, hint=", or null (every molecule)")
         if not 0.0 < valid_fraction < 0.25:
