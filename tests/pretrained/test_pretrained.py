@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,31 @@ def test_it_fine_tunes_from_its_short_name(small_table: Path, tmp_path: Path) ->
     record = json.loads((tmp_path / "runs" / "ft" / "run.json").read_text())
     assert f"sha256 {provenance()['sha256'][:12]}; MosesDescriptors, step 10000" in record["initialised_from"]
     assert record["parameters"] > 500_000  # the checkpoint's architecture, not the 1-layer one of the arguments
+
+
+@pytest.mark.device
+def test_the_recipe_fine_tunes_the_shipped_checkpoint_on_the_device_in_each_precision(
+        small_table: Path, tmp_path: Path, device: torch.device) -> None:
+    """``configs/small_molecules.yaml`` as a user runs it on a GPU (the CPU where there is none): the shipped
+    checkpoint, RDKit descriptors joined with the readout, 4 steps in ``32``, ``16-mixed`` and ``bf16-mixed``.
+    Every run starts from the same weights on the same first batch, so only the precision changes the first
+    step's loss: within 5 % of float32's (the tolerance of the GPU check's QM9 runs, docs/gpu.md). Every loss is
+    finite, and so is every weight of each run's last checkpoint."""
+    from graphormer_urpe.run.ledger import read_metrics
+    from graphormer_urpe.testing.runs import train
+
+    first_losses = {}
+    for precision in ("32", "16-mixed", "bf16-mixed"):
+        train(["--config", "small_molecules", "--data.source.path", str(small_table),
+               "--data.root", str(tmp_path / "data"), "--run_root", str(tmp_path / "runs"), "--run_name", precision,
+               "--trainer.accelerator", device.type, "--trainer.precision", precision,
+               "--trainer.max_steps", "4", "--trainer.log_every_n_steps", "1", "--logger", "csv",
+               "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"])
+        run = tmp_path / "runs" / precision
+        losses = [row["train/loss"] for row in read_metrics(run) if "train/loss" in row]
+        assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses), (precision, losses)
+        first_losses[precision] = losses[0]
+        last = load_checkpoint(run / "checkpoints" / "last.ckpt")["state_dict"]
+        assert all(torch.isfinite(t).all() for t in last.values() if t.is_floating_point()), precision
+    for precision in ("16-mixed", "bf16-mixed"):
+        assert first_losses[precision] == pytest.approx(first_losses["32"], rel=0.05), first_losses
