@@ -91,45 +91,27 @@ def test_the_summary_names_the_parts_not_reached(tmp_path: Path) -> None:
 
 
 def test_the_caps_fit_the_lease() -> None:
-    """Every cap together within 7 minutes of a 15-minute lease, the start and a rerun's margin aside."""
-    assert sum(sum(caps.values()) for caps in gpu_check.CAPS.values()) <= 7 * 60 - 30
+    """Every cap together within 7.5 minutes of a 15-minute lease: with the bundle's install, the check's own work
+    and the machine's start (up to 2 minutes), time is left to rerun a part."""
+    assert sum(sum(caps.values()) for caps in gpu_check.CAPS.values()) <= 7.5 * 60
     assert set(gpu_check.CAPS["throughput"]) == set(gpu_check.throughput_commands("cuda", False, None))
     assert set(gpu_check.CAPS["memory"]) == {"zinc", "pcqm4mv2", "mag240m"}
 
 
-@pytest.mark.parametrize(("compiled", "part", "note"), [
-    ("cut", "ok", True),  # compilation does not fit the budget: a result, recorded as such
-    ("failed", "failed", False),  # a compiled run that crashes fails the part
-    ("ok", "ok", False),
-])
-def test_only_a_cut_compiled_throughput_leaves_its_part_ok(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           compiled: str, part: str, note: bool) -> None:
-    def run(check: gpu_check.Check, command: list[str], cap: float) -> gpu_check.Outcome:
-        return gpu_check.Outcome(compiled if "--compile" in command else "ok", cap, "", "", 0)
-
-    monkeypatch.setattr(gpu_check.Check, "run", run)
-    check = gpu_check.Check(tmp_path, tmp_path / "work", time_scale=1)
-    result = gpu_check.check_throughput(check, "cuda", False, None, lambda entry: None)
-    assert result["status"] == part
-    assert [run["name"] for run in result["runs"] if "note" in run] == ([gpu_check.COMPILED] if note else [])
-    summary = "\n".join(gpu_check.markdown_throughput(result))
-    assert (f"| cut: {gpu_check.COMPILED_CUT} |" in summary) is note
-
-
-def test_a_cut_uncompiled_throughput_cuts_its_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cut_throughput_run_cuts_its_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def run(check: gpu_check.Check, command: list[str], cap: float) -> gpu_check.Outcome:
         return gpu_check.Outcome("cut" if command[-1] == "bf16-mixed" else "ok", cap, "", "", -9)
 
     monkeypatch.setattr(gpu_check.Check, "run", run)
     check = gpu_check.Check(tmp_path, tmp_path / "work", time_scale=1)
     result = gpu_check.check_throughput(check, "cuda", False, None, lambda entry: None)
-    assert result["status"] == "cut" and not any("note" in run for run in result["runs"])
+    assert result["status"] == "cut"
 
 
 def test_the_device_tests_are_collected_from_the_files_that_hold_them() -> None:
     files = gpu_check.device_test_files()
     assert {"tests/model/test_attention.py", "tests/run/test_callbacks.py", "tests/tasks/test_tasks.py",
-            "tests/data/mag240m/test_datamodule.py"} <= set(files)
+            "tests/data/mag240m/test_datamodule.py", "tests/pretrained/test_pretrained.py"} <= set(files)
     assert "tests/run/test_tracking.py" not in files  # imports wandb, absent from the GPU image
 
 
@@ -163,8 +145,8 @@ def test_the_throughput_commands_run_on_the_cpu() -> None:
     float32 command of the quick list runs, and its graphs/s are read off its table (the
     half-precision ones are for a GPU: float16 matrix products on a CPU take minutes)."""
     commands = gpu_check.throughput_commands("cpu", quick=True, pool=None)
-    assert [c[c.index("--precision") + 1] for c in commands.values()] == ["32", "16-mixed", "bf16-mixed", "16-mixed"]
-    assert "--compile" in commands["16-mixed compiled"]
+    assert [c[c.index("--precision") + 1] for c in commands.values()] == ["32", "16-mixed", "bf16-mixed"]
+    assert not any("--compile" in command for command in commands.values())
     done = subprocess.run(commands["32"], cwd=REPO_DIR, capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
