@@ -30,7 +30,11 @@ Writes ``<run_root>/<name>-seeds.json`` and ``<run_root>/<name>-seeds.md``: per 
 the sample standard deviation (n - 1 in the denominator; 0 for one seed), n and every seed's value.
 With ``--ensemble`` (a SMILES table's config), every seed's best checkpoint also predicts the test split and
 the mean of their predictions is scored, as chemprop's ensembles are: ``<run_root>/<name>-ensemble.json`` and
-``<run_root>/<name>-ensemble/ensemble-test.csv`` (:mod:`graphormer_urpe.evaluation.ensemble`).
+``<run_root>/<name>-ensemble/ensemble-test.csv`` (:mod:`graphormer_urpe.evaluation.ensemble`). With ``--trees``
+as well (regression with RDKit descriptors, as ``configs/small_molecules.yaml``), gradient-boosted trees on the
+descriptors, fitted on the training rows, are blended with the ensemble, their weight per target chosen on the
+validation rows: ``<run_root>/<name>-ensemble-trees.json`` and ``<run_root>/<name>-ensemble-trees/ensemble-test.csv``
+(the ensemble's figures without the trees are in it too).
 """
 
 from __future__ import annotations
@@ -68,7 +72,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--ensemble", action="store_true",
                         help="also predict the test split with every seed's best checkpoint and score the mean "
                              "prediction (a SMILES table's config; docs/small-data.md)")
+    parser.add_argument("--trees", action="store_true",
+                        help="with --ensemble: blend gradient-boosted trees on the RDKit descriptors with the "
+                             "ensemble, their weight chosen on the validation rows (regression; docs/small-data.md)")
     options, train_args = parser.parse_known_args(argv)
+    if options.trees and not options.ensemble:
+        parser.error("--trees blends trees with the ensemble: add --ensemble")
     if options.name is None:
         if options.config is None:
             parser.error("--name or --config is required")
@@ -211,19 +220,23 @@ def markdown_table(name: str, summary: Mapping[str, Mapping], seeds: Sequence[in
     return "\n".join(lines) + "\n"
 
 
-def write_ensemble(run_root: Path, name: str, seeds: Sequence[int]) -> dict:
+def write_ensemble(run_root: Path, name: str, seeds: Sequence[int], trees: bool = False) -> dict:
     """The ensemble of the seeds' best checkpoints on the test split: ``<name>-ensemble/ensemble-test.csv`` (every
-    member's and the mean prediction) and ``<name>-ensemble.json`` (the metrics of the mean and of each member)."""
+    member's and the mean prediction) and ``<name>-ensemble.json`` (the metrics of the mean and of each member);
+    with ``trees``, blended with the descriptor trees, under ``<name>-ensemble-trees`` instead."""
     checkpoints = [Path(json.loads((run_root / run_name(name, seed) / "metrics.json").read_text())["best_checkpoint"])
                    for seed in seeds]
+    stem = f"{name}-ensemble-trees" if trees else f"{name}-ensemble"
     try:
-        ensemble = ensemble_split(checkpoints, run_root / f"{name}-ensemble", "test")
+        ensemble = ensemble_split(checkpoints, run_root / stem, "test", trees=trees)
     except InputError as error:
-        refuse(f"--ensemble: {error}")
+        refuse(f"--ensemble{' --trees' if trees else ''}: {error}")
     ensemble["seeds"] = list(seeds)
-    path = run_root / f"{name}-ensemble.json"
+    path = run_root / f"{stem}.json"
     path.write_text(json.dumps(ensemble, indent=2) + "\n")
-    print(f"[seeds] ensemble of seeds {list(seeds)} on the test split: {ensemble['ensemble']}; written {path} and "
+    scored = f"{ensemble['ensemble_with_trees']} (trees' weights {ensemble['tree_weights']})" if trees \
+        else ensemble["ensemble"]
+    print(f"[seeds] ensemble of seeds {list(seeds)} on the test split: {scored}; written {path} and "
           f"{ensemble['predictions']}", flush=True)
     return ensemble
 
@@ -262,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     md_path.write_text(markdown_table(options.name, summary, sorted(per_seed)))
     print(md_path.read_text() + f"\n[seeds] written {json_path} and {md_path}", flush=True)
     if options.ensemble:
-        result["ensemble"] = write_ensemble(run_root, options.name, sorted(per_seed))
+        result["ensemble"] = write_ensemble(run_root, options.name, sorted(per_seed), options.trees)
     if failed:
         raise SystemExit(f"error: seeds {failed} did not finish; the summary covers seeds {sorted(per_seed)}")
     return result

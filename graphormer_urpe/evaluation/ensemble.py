@@ -1,6 +1,8 @@
 """An ensemble of runs of one SMILES-table config (``seeds.py --ensemble``): every member predicts the molecules of
 one split, the ensemble's prediction is the mean of theirs (of the probabilities for classification), as chemprop's
-ensembles do. See docs/small-data.md."""
+ensembles do. With ``trees`` (``seeds.py --ensemble --trees``, regression), gradient-boosted trees fitted on the
+training rows' RDKit descriptors join it: the blend ``(1 - w) * ensemble + w * trees``, ``w`` per target the one of
+:data:`TREE_WEIGHTS` with the lowest validation MAE. See docs/small-data.md."""
 
 from __future__ import annotations
 
@@ -13,14 +15,22 @@ import numpy as np
 import pandas as pd
 import torch
 import yaml
+from rdkit import Chem
+from sklearn.ensemble import HistGradientBoostingRegressor
 from torchmetrics.functional.classification import binary_auroc
 
+from graphormer_urpe.data.sources.descriptors import normalised_descriptors
+from graphormer_urpe.data.sources.molecule_features import DESCRIPTOR_TAILS
 from graphormer_urpe.data.sources.tables import SmilesTable
 from graphormer_urpe.errors import DataError, import_object
 from graphormer_urpe.evaluation.new_molecules import predict_table
 from graphormer_urpe.run.checkpoints import embedded_config
 
 log = logging.getLogger("graphormer_urpe")
+
+#: Weights of the trees' prediction in the blend (0: the ensemble alone, 1: the trees alone); per target, the one
+#: with the lowest MAE on the validation rows is used.
+TREE_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def split_table(config_yaml: str, split: str) -> tuple[SmilesTable, pd.DataFrame]:
@@ -43,10 +53,15 @@ def split_table(config_yaml: str, split: str) -> tuple[SmilesTable, pd.DataFrame
     return source, frame
 
 
-def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str = "test") -> dict:
+def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str = "test", trees: bool = False) -> dict:
     """Predict ``split`` of the checkpoints' table with each checkpoint and with their mean; write
     ``ensemble-<split>.csv`` (every member's and the ensemble's predictions beside the targets) under ``out_dir``
     and return the metrics of the ensemble and of every member.
+
+    With ``trees`` (regression with ``data.source.descriptors``; ``split`` not ``valid``), the members also predict
+    the validation rows, :func:`descriptor_trees` predict both, and the blend of :func:`blend_with_trees` is
+    scored too: columns ``trees_<target>`` and ``blend_<target>``, metrics ``trees`` and ``ensemble_with_trees``, and
+    the chosen ``tree_weights``.
 
     The checkpoints must come from runs of one config (the table, its split and targets): the first one's config
     decides the rows, and each member's own config must name the same table and targets."""
@@ -54,10 +69,89 @@ def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str = "tes
         raise DataError("an ensemble needs at least one finished run")
     config = embedded_config(checkpoints[0])
     source, frame = split_table(config, split)
+    if trees:
+        _check_trees(source, split)
     kind = source.task
+    member_columns = _member_predictions(checkpoints, source, frame)
+    table = frame.copy()
+    for k, columns in enumerate(member_columns):
+        for name, values in columns.items():
+            table[f"member{k}_{name}"] = values
+    ensemble = _mean(member_columns)
+    for name, values in ensemble.items():
+        table[f"ensemble_{name}"] = values
+    result = {"split": split, "rows": len(table), "members": [str(c) for c in checkpoints],
+              "ensemble": _metrics(kind, source.targets, frame, ensemble),
+              "member_metrics": [_metrics(kind, source.targets, frame, columns) for columns in member_columns]}
+    if trees:
+        _, valid = split_table(config, "valid")
+        _, train = split_table(config, "train")
+        valid_ensemble = _mean(_member_predictions(checkpoints, source, valid))
+        tree_valid, tree_split = descriptor_trees(source, train, [valid, frame])
+        weights = {name: blend_weight(valid_ensemble[name], tree_valid[name], valid[name].to_numpy())
+                   for name in source.targets}
+        blend = {name: (1 - weights[name]) * ensemble[name] + weights[name] * tree_split[name] for name in weights}
+        for name in source.targets:
+            table[f"trees_{name}"] = tree_split[name]
+            table[f"blend_{name}"] = blend[name]
+        result |= {"trees": _metrics(kind, source.targets, frame, tree_split),
+                   "ensemble_with_trees": _metrics(kind, source.targets, frame, blend), "tree_weights": weights}
+        log.info("descriptor trees blended with weights %s (chosen on %d validation rows)", weights, len(valid))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = out_dir / f"ensemble-{split}.csv"
+    table.to_csv(written, index=False, na_rep="")
+    result["predictions"] = str(written)
+    log.info("ensemble of %d runs on %d %s rows of %s: %s", len(checkpoints), len(table), split, source.path,
+             result.get("ensemble_with_trees", result["ensemble"]))
+    return result
+
+
+def descriptor_trees(source: SmilesTable, train: pd.DataFrame, frames: Sequence[pd.DataFrame]
+                     ) -> list[dict[str, np.ndarray]]:
+    """Gradient-boosted trees on the RDKit descriptors (scikit-learn's ``HistGradientBoostingRegressor``, its
+    defaults, ``random_state=0``), one per target, fitted on the ``train`` rows with a known target; each frame's
+    predictions, per target (N,). The descriptors are those the model reads (normalised as
+    :func:`~graphormer_urpe.data.sources.descriptors.normalised_descriptors` does); trees ignore their scale."""
+    train_x = _descriptors(train[source.smiles_column])
+    inputs = [_descriptors(frame[source.smiles_column]) for frame in frames]
+    predictions: list[dict[str, np.ndarray]] = [{} for _ in frames]
+    for name in source.targets:
+        known = ~np.isnan(train[name].to_numpy())
+        model = HistGradientBoostingRegressor(random_state=0).fit(train_x[known], train[name].to_numpy()[known])
+        for k, x in enumerate(inputs):
+            predictions[k][name] = model.predict(x)
+    return predictions
+
+
+def blend_weight(ensemble: np.ndarray, trees: np.ndarray, targets: np.ndarray) -> float:
+    """The weight of :data:`TREE_WEIGHTS` whose blend ``(1 - w) * ensemble + w * trees`` has the lowest MAE on the
+    rows with a known target (N,); the smaller weight on a tie."""
+    known = ~np.isnan(targets)
+    errors = [np.abs((1 - w) * ensemble[known] + w * trees[known] - targets[known]).mean() for w in TREE_WEIGHTS]
+    return TREE_WEIGHTS[int(np.argmin(errors))]
+
+
+def _check_trees(source: SmilesTable, split: str) -> None:
+    if source.task != "regression":
+        raise DataError(f"the descriptor trees blend regression predictions; {source.path} is a {source.task} task")
+    if not source.features.descriptors:
+        raise DataError("the descriptor trees read the RDKit descriptors, and this config has none: add "
+                        "--data.source.descriptors rdkit2d (configs/small_molecules.yaml has it)")
+    if split == "valid":
+        raise DataError("the trees' weight is chosen on the validation rows: score the blend on another split")
+
+
+def _descriptors(smiles: pd.Series) -> np.ndarray:
+    """(N, D) the normalised RDKit descriptors of each SMILES (each parsed by the table's read already)."""
+    return np.stack([normalised_descriptors(Chem.MolFromSmiles(text), tails=DESCRIPTOR_TAILS) for text in smiles])
+
+
+def _member_predictions(checkpoints: Sequence[Path], source: SmilesTable, frame: pd.DataFrame
+                        ) -> list[dict[str, np.ndarray]]:
+    """Every checkpoint's predictions of the frame's molecules, per scored column (N,)."""
     member_columns: list[dict[str, np.ndarray]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        molecules = Path(tmp) / f"{split}.csv"
+        molecules = Path(tmp) / "molecules.csv"
         frame[[source.smiles_column]].to_csv(molecules, index=False)
         for k, checkpoint in enumerate(checkpoints):
             member_config = embedded_config(checkpoint)
@@ -68,22 +162,11 @@ def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str = "tes
             predicted = predict_table(Path(checkpoint), molecules, Path(tmp) / f"member{k}.csv", member_config)
             member_columns.append({name: predicted[name].to_numpy(np.float64)
                                    for name in _score_columns(source, predicted)})
-    table = frame.copy()
-    for k, columns in enumerate(member_columns):
-        for name, values in columns.items():
-            table[f"member{k}_{name}"] = values
-    ensemble = {name: np.mean([columns[name] for columns in member_columns], axis=0) for name in member_columns[0]}
-    for name, values in ensemble.items():
-        table[f"ensemble_{name}"] = values
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = out_dir / f"ensemble-{split}.csv"
-    table.to_csv(written, index=False, na_rep="")
-    result = {"split": split, "rows": len(table), "members": [str(c) for c in checkpoints], "predictions":
-              str(written), "ensemble": _metrics(kind, source.targets, frame, ensemble),
-              "member_metrics": [_metrics(kind, source.targets, frame, columns) for columns in member_columns]}
-    log.info("ensemble of %d runs on %d %s rows of %s: %s", len(checkpoints), len(table), split, source.path,
-             result["ensemble"])
-    return result
+    return member_columns
+
+
+def _mean(member_columns: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {name: np.mean([columns[name] for columns in member_columns], axis=0) for name in member_columns[0]}
 
 
 def _score_columns(source: SmilesTable, predicted: pd.DataFrame) -> list[str]:

@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from rdkit import Chem
 
 from graphormer_urpe.errors import DataError
 from graphormer_urpe.evaluation.ensemble import ensemble_split
@@ -72,3 +73,87 @@ def test_a_config_that_is_not_a_smiles_table_is_refused() -> None:
     config = "data:\n  init_args:\n    source:\n      class_path: graphormer_urpe.data.sources.QM9\n"
     with pytest.raises(DataError, match="predicts the rows of a SMILES table"):
         split_table(config, "test")
+
+
+def test_the_blend_weight_is_the_one_of_lowest_validation_mae_the_smaller_on_a_tie() -> None:
+    from graphormer_urpe.evaluation.ensemble import blend_weight
+
+    ensemble, trees = np.zeros(4), np.ones(4)
+    # |0.5 - w| for w in 0, .25, .5, .75, 1: the half-way blend is exact
+    assert blend_weight(ensemble, trees, np.full(4, 0.5)) == 0.5
+    assert blend_weight(ensemble, trees, np.array([0.0, 1.0, np.nan, np.nan])) == 0.0  # MAE 1/2 at every weight
+    assert blend_weight(ensemble, trees, np.array([1.0, 1.0, 0.9, np.nan])) == 1.0
+
+
+@pytest.fixture(scope="module")
+def two_seeds_with_descriptors(small_table: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    import train
+    from graphormer_urpe.testing.runs import small_run_args
+
+    base = tmp_path_factory.mktemp("ensemble_descriptors")
+    checkpoints = []
+    for seed in (0, 1):
+        train.main(small_run_args(small_table, base / "data", base / "runs", "--run_name", f"s{seed}",
+                                  "--seed_everything", str(seed), "--trainer.max_steps", "4",
+                                  "--trainer.val_check_interval", "2", "--data.source.descriptors", "rdkit2d"))
+        checkpoints.append(sorted((base / "runs" / f"s{seed}" / "checkpoints").glob("best-*.ckpt"))[-1])
+    return checkpoints
+
+
+@pytest.mark.slow
+def test_the_trees_are_fitted_on_the_training_rows_and_blended_with_the_weight_validation_chooses(
+        two_seeds_with_descriptors: list[Path], tmp_path: Path) -> None:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    from graphormer_urpe.data.sources.descriptors import normalised_descriptors
+    from graphormer_urpe.evaluation.ensemble import TREE_WEIGHTS, blend_weight, split_table
+    from graphormer_urpe.run.checkpoints import embedded_config
+
+    result = ensemble_split(two_seeds_with_descriptors, tmp_path, "test", trees=True)
+    table = pd.read_csv(result["predictions"])
+    config = embedded_config(two_seeds_with_descriptors[0])
+    _, train = split_table(config, "train")
+    _, valid = split_table(config, "valid")
+    valid_ensemble = ensemble_split(two_seeds_with_descriptors, tmp_path / "valid", "valid")
+    valid_table = pd.read_csv(valid_ensemble["predictions"])
+
+    def descriptors(frame: pd.DataFrame) -> np.ndarray:
+        return np.stack([normalised_descriptors(Chem.MolFromSmiles(s), tails="extend") for s in frame["smiles"]])
+
+    for target in ("gap_ev", "mu_debye"):
+        known = ~np.isnan(train[target].to_numpy())
+        trees = HistGradientBoostingRegressor(random_state=0).fit(descriptors(train)[known],
+                                                                  train[target].to_numpy()[known])
+        np.testing.assert_array_equal(table[f"trees_{target}"], trees.predict(descriptors(table)))
+        weight = result["tree_weights"][target]
+        assert weight in TREE_WEIGHTS
+        assert weight == blend_weight(valid_table[f"ensemble_{target}"].to_numpy(),
+                                      trees.predict(descriptors(valid)), valid[target].to_numpy())
+        blend = (1 - weight) * table[f"ensemble_{target}"] + weight * table[f"trees_{target}"]
+        np.testing.assert_allclose(table[f"blend_{target}"], blend, rtol=0, atol=1e-12)
+        truth = table[target].to_numpy()
+        scored = ~np.isnan(truth)
+        assert result["ensemble_with_trees"][f"mae/{target}"] == pytest.approx(
+            np.mean(np.abs(blend.to_numpy()[scored] - truth[scored])), rel=1e-12)
+        assert result["trees"][f"mae/{target}"] == pytest.approx(
+            np.mean(np.abs(table[f"trees_{target}"].to_numpy()[scored] - truth[scored])), rel=1e-12)
+    assert result["ensemble"] == ensemble_split(two_seeds_with_descriptors, tmp_path / "plain", "test")["ensemble"]
+
+
+@pytest.mark.slow
+def test_the_trees_need_descriptors_and_a_split_other_than_validation(
+        two_seeds: list[Path], two_seeds_with_descriptors: list[Path], tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="this config has none: add --data.source.descriptors rdkit2d"):
+        ensemble_split(two_seeds, tmp_path, "test", trees=True)
+    with pytest.raises(DataError, match="chosen on the validation rows"):
+        ensemble_split(two_seeds_with_descriptors, tmp_path, "valid", trees=True)
+    assert not any(tmp_path.iterdir())  # refused before anything is predicted or written
+
+
+def test_the_trees_blend_regression_only(small_table: Path) -> None:
+    from graphormer_urpe.data.sources.tables import SmilesTable
+    from graphormer_urpe.evaluation.ensemble import _check_trees
+
+    source = SmilesTable(path=str(small_table), targets=["gap_ev"], task="binary", descriptors="rdkit2d")
+    with pytest.raises(DataError, match="blend regression predictions; .* is a binary task"):
+        _check_trees(source, "test")

@@ -191,3 +191,25 @@ def test_ensemble_scores_the_mean_of_the_seeds_best_checkpoints(small_table: Pat
         assert member == json.loads((tmp_path / f"ens-seed{seed}" / "metrics.json").read_text())["best_checkpoint"]
     table = (tmp_path / "ens-ensemble" / "ensemble-test.csv").read_text().splitlines()
     assert len(table) == 1 + ensemble["rows"] == 7  # header and the 6 test molecules
+
+
+def test_trees_need_the_ensemble() -> None:
+    with pytest.raises(SystemExit) as stop:
+        seeds.parse_args(["--config", "small_molecules", "--trees"])
+    assert stop.value.code == 2
+
+
+@pytest.mark.slow
+def test_ensemble_with_trees_writes_its_own_files(small_table: Path, tmp_path: Path) -> None:
+    from graphormer_urpe.testing.runs import small_run_args
+
+    args = small_run_args(small_table, tmp_path / "data", tmp_path, "--trainer.max_steps", "4",
+                          "--trainer.val_check_interval", "2", "--data.source.descriptors", "rdkit2d")
+    result = seeds.main(["--seeds", "0", "1", "--name", "ens", "--ensemble", "--trees", *args])
+    blended = json.loads((tmp_path / "ens-ensemble-trees.json").read_text())
+    assert blended == json.loads(json.dumps(result["ensemble"]))
+    assert set(blended["tree_weights"]) == {"gap_ev", "mu_debye"}
+    assert blended["ensemble_with_trees"]["mae"] > 0 and blended["seeds"] == [0, 1]
+    header = (tmp_path / "ens-ensemble-trees" / "ensemble-test.csv").read_text().splitlines()[0].split(",")
+    assert {"ensemble_gap_ev", "trees_gap_ev", "blend_gap_ev"} <= set(header)
+    assert not (tmp_path / "ens-ensemble.json").exists()  # the plain ensemble's name is not taken
