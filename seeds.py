@@ -34,7 +34,9 @@ the mean of their predictions is scored, as chemprop's ensembles are: ``<run_roo
 as well (regression with RDKit descriptors, as ``configs/small_molecules.yaml``), gradient-boosted trees on the
 descriptors, fitted on the training rows, are blended with the ensemble, their weight per target chosen on the
 validation rows: ``<run_root>/<name>-ensemble-trees.json`` and ``<run_root>/<name>-ensemble-trees/ensemble-test.csv``
-(the ensemble's figures without the trees are in it too).
+(the ensemble's figures without the trees are in it too). ``--predict TABLE`` (with ``--ensemble``, and
+``--trees`` if given) also predicts the molecules of a table of new ones with the ensemble (and the blend):
+``<run_root>/<name>-ensemble[-trees]/predict-<TABLE's stem>.csv``, never overwriting one.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from types import FrameType
 import yaml
 
 from graphormer_urpe.errors import InputError, refuse
-from graphormer_urpe.evaluation.ensemble import ensemble_split
+from graphormer_urpe.evaluation.ensemble import ensemble_predict, ensemble_split
 from graphormer_urpe.run.checkpoints import config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, is_locked
 
@@ -75,9 +77,14 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--trees", action="store_true",
                         help="with --ensemble: blend gradient-boosted trees on the RDKit descriptors with the "
                              "ensemble, their weight chosen on the validation rows (regression; docs/small-data.md)")
+    parser.add_argument("--predict", type=Path, metavar="TABLE",
+                        help="with --ensemble: also predict the molecules of TABLE (CSV or Parquet, the training "
+                             "table's SMILES column) with the ensemble, and the blend with --trees")
     options, train_args = parser.parse_known_args(argv)
     if options.trees and not options.ensemble:
         parser.error("--trees blends trees with the ensemble: add --ensemble")
+    if options.predict is not None and not options.ensemble:
+        parser.error("--predict predicts with the ensemble: add --ensemble")
     if options.name is None:
         if options.config is None:
             parser.error("--name or --config is required")
@@ -220,15 +227,29 @@ def markdown_table(name: str, summary: Mapping[str, Mapping], seeds: Sequence[in
     return "\n".join(lines) + "\n"
 
 
-def write_ensemble(run_root: Path, name: str, seeds: Sequence[int], trees: bool = False) -> dict:
+def ensemble_stem(name: str, trees: bool) -> str:
+    """The name of the ensemble's files under the run root."""
+    return f"{name}-ensemble-trees" if trees else f"{name}-ensemble"
+
+
+def new_molecules_out(options: argparse.Namespace) -> Path:
+    """Where ``--predict TABLE`` writes the ensemble's predictions of TABLE."""
+    return Path(options.run_root) / ensemble_stem(options.name, options.trees) / f"predict-{options.predict.stem}.csv"
+
+
+def write_ensemble(run_root: Path, name: str, seeds: Sequence[int], trees: bool = False,
+                   predict: Path | None = None, predict_out: Path | None = None) -> dict:
     """The ensemble of the seeds' best checkpoints on the test split: ``<name>-ensemble/ensemble-test.csv`` (every
     member's and the mean prediction) and ``<name>-ensemble.json`` (the metrics of the mean and of each member);
-    with ``trees``, blended with the descriptor trees, under ``<name>-ensemble-trees`` instead."""
+    with ``trees``, blended with the descriptor trees, under ``<name>-ensemble-trees`` instead. With ``predict``,
+    also the ensemble's predictions of that table's molecules, into ``predict_out``."""
     checkpoints = [Path(json.loads((run_root / run_name(name, seed) / "metrics.json").read_text())["best_checkpoint"])
                    for seed in seeds]
-    stem = f"{name}-ensemble-trees" if trees else f"{name}-ensemble"
+    stem = ensemble_stem(name, trees)
     try:
         ensemble = ensemble_split(checkpoints, run_root / stem, "test", trees=trees)
+        if predict is not None and predict_out is not None:
+            ensemble["new_molecules"] = ensemble_predict(checkpoints, predict, predict_out, trees=trees)
     except InputError as error:
         refuse(f"--ensemble{' --trees' if trees else ''}: {error}")
     ensemble["seeds"] = list(seeds)
@@ -238,6 +259,10 @@ def write_ensemble(run_root: Path, name: str, seeds: Sequence[int], trees: bool 
         else ensemble["ensemble"]
     print(f"[seeds] ensemble of seeds {list(seeds)} on the test split: {scored}; written {path} and "
           f"{ensemble['predictions']}", flush=True)
+    if "new_molecules" in ensemble:
+        new = ensemble["new_molecules"]
+        print(f"[seeds] ensemble predictions of the {new['rows']} rows of {predict} ({new['failed']} could not be "
+              f"featurised: their reason in 'error'): {new['out']}", flush=True)
     return ensemble
 
 
@@ -245,6 +270,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Run (unless ``--collect``) and aggregate; returns the summary."""
     options, train_args = parse_args(sys.argv[1:] if argv is None else argv)
     run_root = Path(options.run_root)
+    if options.predict is not None:  # before any run: a missing table or an earlier prediction stops here
+        if not options.predict.is_file():
+            refuse(f"--predict {options.predict}: no such file")
+        if new_molecules_out(options).exists():
+            refuse(f"--predict: {new_molecules_out(options)} exists (an earlier prediction is never overwritten): "
+                   "move it away first")
     if not options.collect:
         check_seed_runs(options, train_args)
     failed = []
@@ -275,7 +306,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     md_path.write_text(markdown_table(options.name, summary, sorted(per_seed)))
     print(md_path.read_text() + f"\n[seeds] written {json_path} and {md_path}", flush=True)
     if options.ensemble:
-        result["ensemble"] = write_ensemble(run_root, options.name, sorted(per_seed), options.trees)
+        result["ensemble"] = write_ensemble(run_root, options.name, sorted(per_seed), options.trees, options.predict,
+                                            new_molecules_out(options) if options.predict else None)
     if failed:
         raise SystemExit(f"error: seeds {failed} did not finish; the summary covers seeds {sorted(per_seed)}")
     return result

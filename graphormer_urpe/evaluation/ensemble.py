@@ -2,7 +2,8 @@
 one split, the ensemble's prediction is the mean of theirs (of the probabilities for classification), as chemprop's
 ensembles do. With ``trees`` (``seeds.py --ensemble --trees``, regression), gradient-boosted trees fitted on the
 training rows' RDKit descriptors join it: the blend ``(1 - w) * ensemble + w * trees``, ``w`` per target the one of
-:data:`TREE_WEIGHTS` with the lowest validation MAE. See docs/small-data.md."""
+:data:`TREE_WEIGHTS` with the lowest validation MAE. :func:`ensemble_split` scores a split of the table,
+:func:`ensemble_predict` predicts new molecules (``seeds.py --predict``). See docs/small-data.md."""
 
 from __future__ import annotations
 
@@ -84,25 +85,66 @@ def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str = "tes
               "ensemble": _metrics(kind, source.targets, frame, ensemble),
               "member_metrics": [_metrics(kind, source.targets, frame, columns) for columns in member_columns]}
     if trees:
-        _, valid = split_table(config, "valid")
-        _, train = split_table(config, "train")
-        valid_ensemble = _mean(_member_predictions(checkpoints, source, valid))
-        tree_valid, tree_split = descriptor_trees(source, train, [valid, frame])
-        weights = {name: blend_weight(valid_ensemble[name], tree_valid[name], valid[name].to_numpy())
-                   for name in source.targets}
+        tree_split, weights = _trees_and_weights(checkpoints, config, source, frame)
         blend = {name: (1 - weights[name]) * ensemble[name] + weights[name] * tree_split[name] for name in weights}
         for name in source.targets:
             table[f"trees_{name}"] = tree_split[name]
             table[f"blend_{name}"] = blend[name]
         result |= {"trees": _metrics(kind, source.targets, frame, tree_split),
                    "ensemble_with_trees": _metrics(kind, source.targets, frame, blend), "tree_weights": weights}
-        log.info("descriptor trees blended with weights %s (chosen on %d validation rows)", weights, len(valid))
     out_dir.mkdir(parents=True, exist_ok=True)
     written = out_dir / f"ensemble-{split}.csv"
     table.to_csv(written, index=False, na_rep="")
     result["predictions"] = str(written)
     log.info("ensemble of %d runs on %d %s rows of %s: %s", len(checkpoints), len(table), split, source.path,
              result.get("ensemble_with_trees", result["ensemble"]))
+    return result
+
+
+def ensemble_predict(checkpoints: Sequence[Path], table: Path, out: Path, smiles_column: str | None = None,
+                     trees: bool = False) -> dict:
+    """Predict the molecules of ``table`` (CSV or Parquet; ``smiles_column`` defaults to the training table's) with
+    each checkpoint and with their mean, and with ``trees`` the blend with the descriptor trees as
+    :func:`ensemble_split` makes it (the trees fitted on the training rows, their weight chosen on the validation
+    rows). Writes ``out`` (CSV: ``row``, ``smiles``, ``member<k>_<column>``, ``ensemble_<column>``, with trees
+    ``trees_<target>`` and ``blend_<target>``, and ``error``: why a row could not be predicted, its predictions
+    empty); returns what was written, with counts and the trees' weights."""
+    if not checkpoints:
+        raise DataError("an ensemble needs at least one finished run")
+    config = embedded_config(checkpoints[0])
+    source, _ = split_table(config, "train")
+    if trees:
+        _check_trees(source, "test")
+    members = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, checkpoint in enumerate(checkpoints):
+            predicted = predict_table(Path(checkpoint), table, Path(tmp) / f"member{k}.csv",
+                                      _member_config(checkpoint, source), smiles_column)
+            members.append({name: predicted[name].to_numpy(np.float64) for name in _score_columns(source, predicted)})
+    written = predicted[["row", "smiles"]].copy()  # every member read the same table: the same rows and errors
+    for k, columns in enumerate(members):
+        for name, values in columns.items():
+            written[f"member{k}_{name}"] = values
+    ensemble = _mean(members)
+    for name, values in ensemble.items():
+        written[f"ensemble_{name}"] = values
+    result = {"checkpoints": [str(c) for c in checkpoints], "table": str(table), "out": str(out),
+              "rows": len(written), "failed": int((predicted["error"] != "").sum())}
+    if trees:
+        readable = (predicted["error"] == "").to_numpy()
+        molecules = pd.DataFrame({source.smiles_column: predicted["smiles"][readable]})
+        tree_rows, weights = _trees_and_weights(checkpoints, config, source, molecules)
+        for name in source.targets:
+            tree_column = np.full(len(written), np.nan)
+            tree_column[readable] = tree_rows[name]
+            written[f"trees_{name}"] = tree_column
+            written[f"blend_{name}"] = (1 - weights[name]) * ensemble[name] + weights[name] * tree_column
+        result["tree_weights"] = weights
+    written["error"] = predicted["error"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    written.to_csv(out, index=False, na_rep="")
+    log.info("ensemble of %d runs predicted %d rows of %s (%d could not be featurised): %s", len(checkpoints),
+             len(written), table, result["failed"], out)
     return result
 
 
@@ -131,6 +173,20 @@ def blend_weight(ensemble: np.ndarray, trees: np.ndarray, targets: np.ndarray) -
     return TREE_WEIGHTS[int(np.argmin(errors))]
 
 
+def _trees_and_weights(checkpoints: Sequence[Path], config: str, source: SmilesTable, frame: pd.DataFrame
+                       ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """The descriptor trees' predictions of ``frame`` per target (N,), and per target the blend weight of
+    :func:`blend_weight` on the validation rows, which the checkpoints' ensemble predicts for it."""
+    _, valid = split_table(config, "valid")
+    _, train = split_table(config, "train")
+    valid_ensemble = _mean(_member_predictions(checkpoints, source, valid))
+    tree_valid, tree_frame = descriptor_trees(source, train, [valid, frame])
+    weights = {name: blend_weight(valid_ensemble[name], tree_valid[name], valid[name].to_numpy())
+               for name in source.targets}
+    log.info("descriptor trees blended with weights %s (chosen on %d validation rows)", weights, len(valid))
+    return tree_frame, weights
+
+
 def _check_trees(source: SmilesTable, split: str) -> None:
     if source.task != "regression":
         raise DataError(f"the descriptor trees blend regression predictions; {source.path} is a {source.task} task")
@@ -154,15 +210,21 @@ def _member_predictions(checkpoints: Sequence[Path], source: SmilesTable, frame:
         molecules = Path(tmp) / "molecules.csv"
         frame[[source.smiles_column]].to_csv(molecules, index=False)
         for k, checkpoint in enumerate(checkpoints):
-            member_config = embedded_config(checkpoint)
-            member = yaml.safe_load(member_config)["data"]["init_args"]["source"]["init_args"]
-            if Path(member.get("path", "")) != source.path or list(member.get("targets", [])) != source.targets:
-                raise DataError(f"{checkpoint} was trained on {member.get('path')} {member.get('targets')}, not on "
-                                f"{source.path} {source.targets}: an ensemble's members share one table and targets")
-            predicted = predict_table(Path(checkpoint), molecules, Path(tmp) / f"member{k}.csv", member_config)
+            predicted = predict_table(Path(checkpoint), molecules, Path(tmp) / f"member{k}.csv",
+                                      _member_config(checkpoint, source))
             member_columns.append({name: predicted[name].to_numpy(np.float64)
                                    for name in _score_columns(source, predicted)})
     return member_columns
+
+
+def _member_config(checkpoint: Path, source: SmilesTable) -> str:
+    """The member's own config, checked to name the ensemble's table and targets."""
+    member_config = embedded_config(checkpoint)
+    member = yaml.safe_load(member_config)["data"]["init_args"]["source"]["init_args"]
+    if Path(member.get("path", "")) != source.path or list(member.get("targets", [])) != source.targets:
+        raise DataError(f"{checkpoint} was trained on {member.get('path')} {member.get('targets')}, not on "
+                        f"{source.path} {source.targets}: an ensemble's members share one table and targets")
+    return member_config
 
 
 def _mean(member_columns: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

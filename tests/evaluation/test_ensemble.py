@@ -157,3 +157,30 @@ def test_the_trees_blend_regression_only(small_table: Path) -> None:
     source = SmilesTable(path=str(small_table), targets=["gap_ev"], task="binary", descriptors="rdkit2d")
     with pytest.raises(DataError, match="blend regression predictions; .* is a binary task"):
         _check_trees(source, "test")
+
+
+@pytest.mark.slow
+def test_new_molecules_get_the_blend_that_scores_the_test_split(two_seeds_with_descriptors: list[Path],
+                                                                tmp_path: Path) -> None:
+    """The test rows' SMILES as new molecules, with an unreadable one: every row predicted as ensemble_split predicts
+    it (the same members, trees and weights), the unreadable row empty with its reason."""
+    from graphormer_urpe.evaluation.ensemble import ensemble_predict
+
+    scored = ensemble_split(two_seeds_with_descriptors, tmp_path / "scored", "test", trees=True)
+    expected = pd.read_csv(scored["predictions"])
+    new = tmp_path / "new.csv"
+    pd.DataFrame({"smiles": [*expected["smiles"][:3], "not a molecule", *expected["smiles"][3:]]}).to_csv(new,
+                                                                                                          index=False)
+    result = ensemble_predict(two_seeds_with_descriptors, new, tmp_path / "out" / "predictions.csv", trees=True)
+    written = pd.read_csv(result["out"], keep_default_na=False, na_values=[""])
+    assert result["rows"] == len(written) == len(expected) + 1 and result["failed"] == 1
+    assert result["tree_weights"] == scored["tree_weights"]
+    bad = written["smiles"] == "not a molecule"
+    assert written.loc[bad, "error"].item() != ""
+    assert written.loc[bad].drop(columns=["row", "smiles", "error"]).isna().all(axis=None)
+    good = written[~bad].reset_index(drop=True)
+    for target in ("gap_ev", "mu_debye"):
+        for column in (f"member0_{target}", f"member1_{target}", f"ensemble_{target}", f"trees_{target}",
+                       f"blend_{target}"):
+            # float32 predictions: another batch (the new table's 7 rows) may sum in another order
+            np.testing.assert_allclose(good[column], expected[column], rtol=1e-5, atol=1e-6, err_msg=column)

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -193,10 +194,20 @@ def test_ensemble_scores_the_mean_of_the_seeds_best_checkpoints(small_table: Pat
     assert len(table) == 1 + ensemble["rows"] == 7  # header and the 6 test molecules
 
 
-def test_trees_need_the_ensemble() -> None:
+@pytest.mark.parametrize("flags", [["--trees"], ["--predict", "new.csv"]])
+def test_trees_and_new_molecules_need_the_ensemble(flags: list[str]) -> None:
     with pytest.raises(SystemExit) as stop:
-        seeds.parse_args(["--config", "small_molecules", "--trees"])
+        seeds.parse_args(["--config", "small_molecules", *flags])
     assert stop.value.code == 2
+
+
+def test_a_missing_table_to_predict_stops_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as stop:
+        seeds.main(["--config", "small_molecules", "--seeds", "0", "--ensemble", "--predict", str(tmp_path / "no.csv"),
+                    "--run_root", str(tmp_path / "runs")])
+    assert stop.value.code == 2
+    assert f"error: --predict {tmp_path / 'no.csv'}: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.slow
@@ -205,7 +216,9 @@ def test_ensemble_with_trees_writes_its_own_files(small_table: Path, tmp_path: P
 
     args = small_run_args(small_table, tmp_path / "data", tmp_path, "--trainer.max_steps", "4",
                           "--trainer.val_check_interval", "2", "--data.source.descriptors", "rdkit2d")
-    result = seeds.main(["--seeds", "0", "1", "--name", "ens", "--ensemble", "--trees", *args])
+    new = tmp_path / "new.csv"
+    new.write_text("smiles\nCCO\nc1ccccc1O\nnot a molecule\n")
+    result = seeds.main(["--seeds", "0", "1", "--name", "ens", "--ensemble", "--trees", "--predict", str(new), *args])
     blended = json.loads((tmp_path / "ens-ensemble-trees.json").read_text())
     assert blended == json.loads(json.dumps(result["ensemble"]))
     assert set(blended["tree_weights"]) == {"gap_ev", "mu_debye"}
@@ -213,3 +226,14 @@ def test_ensemble_with_trees_writes_its_own_files(small_table: Path, tmp_path: P
     header = (tmp_path / "ens-ensemble-trees" / "ensemble-test.csv").read_text().splitlines()[0].split(",")
     assert {"ensemble_gap_ev", "trees_gap_ev", "blend_gap_ev"} <= set(header)
     assert not (tmp_path / "ens-ensemble.json").exists()  # the plain ensemble's name is not taken
+    predicted = pd.read_csv(tmp_path / "ens-ensemble-trees" / "predict-new.csv", keep_default_na=False,
+                            na_values=[""])
+    assert predicted["smiles"].tolist() == ["CCO", "c1ccccc1O", "not a molecule"]
+    assert predicted[["blend_gap_ev", "blend_mu_debye"]].iloc[:2].notna().all(axis=None)
+    assert predicted["blend_gap_ev"].iloc[2] != predicted["blend_gap_ev"].iloc[2]  # NaN: could not be featurised
+    assert blended["new_molecules"]["failed"] == 1
+    earlier = (tmp_path / "ens-ensemble-trees" / "predict-new.csv").read_bytes()
+    with pytest.raises(SystemExit) as stop:  # the same command again: the earlier prediction is kept
+        seeds.main(["--seeds", "0", "1", "--name", "ens", "--ensemble", "--trees", "--predict", str(new), *args])
+    assert stop.value.code == 2
+    assert (tmp_path / "ens-ensemble-trees" / "predict-new.csv").read_bytes() == earlier
