@@ -568,6 +568,10 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
                 ratio = "" if joint["ratio_to_best_chemprop"] is None else f"{joint['ratio_to_best_chemprop']:.3f}"
                 parts.append(f"| {arm['arm']}, ensemble | mean prediction of the seeds | {joint['seeds']} | "
                              f"{joint['test_mae']:.3f} | {ratio} | | {joint['cpu_seconds']:.0f} in all | |")
+            if (single := arm.get("runs_with_trees")) is not None:
+                ratio = "" if single["ratio_to_best_chemprop"] is None else f"{single['ratio_to_best_chemprop']:.3f}"
+                parts.append(f"| {arm['arm']} + trees | each run blended with descriptor trees | {single['seeds']} | "
+                             f"{single['test_mae_mean']:.3f} +- {single['test_mae_std']:.3f} | {ratio} | | | |")
             if (blend := arm.get("ensemble_with_trees")) is not None:
                 ratio = "" if blend["ratio_to_best_chemprop"] is None else f"{blend['ratio_to_best_chemprop']:.3f}"
                 weights = ", ".join(f"{w:g}" for w in blend["tree_weights"].values())
@@ -581,7 +585,9 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
 def blend_with_trees(rows: Sequence[dict], entries: Sequence[dict], out: Path) -> None:
     """For each arm of :data:`ARMS` with ``trees`` and two or more runs: its seeds' ensemble blended with descriptor
     trees (:func:`~graphormer_urpe.evaluation.ensemble.ensemble_split`, written under ``out/trees/<dataset>-<arm>``)
-    as the arm's ``ensemble_with_trees``: seeds, test MAE, the trees' weights, the ratio to the best chemprop arm.
+    as the arm's ``ensemble_with_trees``: seeds, test MAE, the trees' weights, the ratio to the best chemprop arm;
+    and each run blended with them alone (an ensemble of one, ``out/trees/<dataset>-<arm>-seed<S>``) as its
+    ``runs_with_trees``: the test MAE's mean and sample std over seeds, and the ratio of the mean.
     Each entry names its results directory (``directory``); the runs' best checkpoints are read there.
 
     Raises:
@@ -606,6 +612,12 @@ def blend_with_trees(rows: Sequence[dict], entries: Sequence[dict], out: Path) -
                 "seeds": len(group), "test_mae": test_mae, "tree_weights": result["tree_weights"],
                 "trees_test_mae": result["trees"]["mae"],
                 "ratio_to_best_chemprop": test_mae / best["test_mae_mean"] if best else None}
+            alone = [ensemble_split([checkpoint], out / "trees" / f"{row['dataset']}-{arm['arm']}-seed{e['seed']}",
+                                    "test", trees=True)["ensemble_with_trees"]["mae"]
+                     for checkpoint, e in zip(checkpoints, group)]
+            mean, std = spread(alone)
+            arm["runs_with_trees"] = {"seeds": len(group), "test_mae_mean": mean, "test_mae_std": std,
+                                      "ratio_to_best_chemprop": mean / best["test_mae_mean"] if best else None}
 
 
 def write_report(out: Path, entries: Sequence[dict], datasets: dict[str, dict], commands: Sequence[str]) -> list[dict]:

@@ -60,7 +60,7 @@ def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str = "tes
     and return the metrics of the ensemble and of every member.
 
     With ``trees`` (regression with ``data.source.descriptors``; ``split`` not ``valid``), the members also predict
-    the validation rows, :func:`descriptor_trees` predict both, and the blend of :func:`blend_with_trees` is
+    the validation rows, :func:`descriptor_trees` predict both, and the blend with the weight of :func:`blend_weight` is
     scored too: columns ``trees_<target>`` and ``blend_<target>``, metrics ``trees`` and ``ensemble_with_trees``, and
     the chosen ``tree_weights``.
 

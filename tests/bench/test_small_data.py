@@ -298,13 +298,20 @@ def test_the_recipes_ensemble_is_blended_with_trees_from_its_runs_checkpoints(
     monkeypatch.setattr(bench, "ensemble_split", ensemble_split)
     rows = bench.summarise(entries, {"b3db": record})
     bench.blend_with_trees(rows, entries, tmp_path / "report")
-    assert calls == [([tmp_path / "bench" / "runs" / f"b3db-recipe-seed{seed}" / "checkpoints" / "best-9.ckpt"
-                       for seed in (0, 1)], tmp_path / "report" / "trees" / "b3db-recipe", "test", True)]
+    checkpoints = [tmp_path / "bench" / "runs" / f"b3db-recipe-seed{seed}" / "checkpoints" / "best-9.ckpt"
+                   for seed in (0, 1)]
+    trees = tmp_path / "report" / "trees"
+    assert calls == [(checkpoints, trees / "b3db-recipe", "test", True),
+                     ([checkpoints[0]], trees / "b3db-recipe-seed0", "test", True),
+                     ([checkpoints[1]], trees / "b3db-recipe-seed1", "test", True)]
     recipe = rows[0]["arms"][0]
     assert recipe["ensemble_with_trees"] == {"seeds": 2, "test_mae": 0.2, "tree_weights": {"logBB": 0.25},
                                              "trees_test_mae": 0.5, "ratio_to_best_chemprop": pytest.approx(0.25)}
-    assert "| recipe, ensemble + trees | the mean blended with descriptor trees, w = 0.25 | 2 | 0.200 | 0.250 |" \
-        in bench.report_text(rows, [])
+    assert recipe["runs_with_trees"] == {"seeds": 2, "test_mae_mean": 0.2, "test_mae_std": 0.0,
+                                         "ratio_to_best_chemprop": pytest.approx(0.25)}
+    text = bench.report_text(rows, [])
+    assert "| recipe, ensemble + trees | the mean blended with descriptor trees, w = 0.25 | 2 | 0.200 | 0.250 |" in text
+    assert "| recipe + trees | each run blended with descriptor trees | 2 | 0.200 +- 0.000 | 0.250 |" in text
 
     def another_ensemble(checkpoints: list[Path], out_dir: Path, split: str, trees: bool) -> dict:
         return {**ensemble_split(checkpoints, out_dir, split, trees), "ensemble": {"mae": 0.34}}
