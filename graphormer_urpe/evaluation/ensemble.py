@@ -74,19 +74,13 @@ def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str = "tes
         _check_trees(source, split)
     kind = source.task
     member_columns = _member_predictions(checkpoints, source, frame)
-    table = frame.copy()
-    for k, columns in enumerate(member_columns):
-        for name, values in columns.items():
-            table[f"member{k}_{name}"] = values
-    ensemble = _mean(member_columns)
-    for name, values in ensemble.items():
-        table[f"ensemble_{name}"] = values
+    table, ensemble = _with_members(frame, member_columns)
     result = {"split": split, "rows": len(table), "members": [str(c) for c in checkpoints],
               "ensemble": _metrics(kind, source.targets, frame, ensemble),
               "member_metrics": [_metrics(kind, source.targets, frame, columns) for columns in member_columns]}
     if trees:
         tree_split, weights = _trees_and_weights(checkpoints, config, source, frame)
-        blend = {name: (1 - weights[name]) * ensemble[name] + weights[name] * tree_split[name] for name in weights}
+        blend = {name: _blend(ensemble[name], tree_split[name], weights[name]) for name in weights}
         for name in source.targets:
             table[f"trees_{name}"] = tree_split[name]
             table[f"blend_{name}"] = blend[name]
@@ -121,13 +115,8 @@ def ensemble_predict(checkpoints: Sequence[Path], table: Path, out: Path, smiles
             predicted = predict_table(Path(checkpoint), table, Path(tmp) / f"member{k}.csv",
                                       _member_config(checkpoint, source), smiles_column)
             members.append({name: predicted[name].to_numpy(np.float64) for name in _score_columns(source, predicted)})
-    written = predicted[["row", "smiles"]].copy()  # every member read the same table: the same rows and errors
-    for k, columns in enumerate(members):
-        for name, values in columns.items():
-            written[f"member{k}_{name}"] = values
-    ensemble = _mean(members)
-    for name, values in ensemble.items():
-        written[f"ensemble_{name}"] = values
+    # every member read the same table: the last one's rows and errors are all of theirs
+    written, ensemble = _with_members(predicted[["row", "smiles"]], members)
     result = {"checkpoints": [str(c) for c in checkpoints], "table": str(table), "out": str(out),
               "rows": len(written), "failed": int((predicted["error"] != "").sum())}
     if trees:
@@ -138,7 +127,7 @@ def ensemble_predict(checkpoints: Sequence[Path], table: Path, out: Path, smiles
             tree_column = np.full(len(written), np.nan)
             tree_column[readable] = tree_rows[name]
             written[f"trees_{name}"] = tree_column
-            written[f"blend_{name}"] = (1 - weights[name]) * ensemble[name] + weights[name] * tree_column
+            written[f"blend_{name}"] = _blend(ensemble[name], tree_column, weights[name])
         result["tree_weights"] = weights
     written["error"] = predicted["error"]
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +158,7 @@ def blend_weight(ensemble: np.ndarray, trees: np.ndarray, targets: np.ndarray) -
     """The weight of :data:`TREE_WEIGHTS` whose blend ``(1 - w) * ensemble + w * trees`` has the lowest MAE on the
     rows with a known target (N,); the smaller weight on a tie."""
     known = ~np.isnan(targets)
-    errors = [np.abs((1 - w) * ensemble[known] + w * trees[known] - targets[known]).mean() for w in TREE_WEIGHTS]
+    errors = [np.abs(_blend(ensemble[known], trees[known], w) - targets[known]).mean() for w in TREE_WEIGHTS]
     return TREE_WEIGHTS[int(np.argmin(errors))]
 
 
@@ -179,7 +168,7 @@ def _trees_and_weights(checkpoints: Sequence[Path], config: str, source: SmilesT
     :func:`blend_weight` on the validation rows, which the checkpoints' ensemble predicts for it."""
     _, valid = split_table(config, "valid")
     _, train = split_table(config, "train")
-    valid_ensemble = _mean(_member_predictions(checkpoints, source, valid))
+    _, valid_ensemble = _with_members(valid, _member_predictions(checkpoints, source, valid))
     tree_valid, tree_frame = descriptor_trees(source, train, [valid, frame])
     weights = {name: blend_weight(valid_ensemble[name], tree_valid[name], valid[name].to_numpy())
                for name in source.targets}
@@ -227,8 +216,23 @@ def _member_config(checkpoint: Path, source: SmilesTable) -> str:
     return member_config
 
 
-def _mean(member_columns: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return {name: np.mean([columns[name] for columns in member_columns], axis=0) for name in member_columns[0]}
+def _with_members(frame: pd.DataFrame, member_columns: Sequence[dict[str, np.ndarray]]
+                  ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """A copy of ``frame`` with every member's predictions (``member<k>_<column>``) and their mean
+    (``ensemble_<column>``), and that mean per column (N,)."""
+    table = frame.copy()
+    for k, columns in enumerate(member_columns):
+        for name, values in columns.items():
+            table[f"member{k}_{name}"] = values
+    ensemble = {name: np.mean([columns[name] for columns in member_columns], axis=0) for name in member_columns[0]}
+    for name, values in ensemble.items():
+        table[f"ensemble_{name}"] = values
+    return table, ensemble
+
+
+def _blend(ensemble: np.ndarray, trees: np.ndarray, weight: float) -> np.ndarray:
+    """``(1 - weight) * ensemble + weight * trees``, (N,)."""
+    return (1 - weight) * ensemble + weight * trees
 
 
 def _score_columns(source: SmilesTable, predicted: pd.DataFrame) -> list[str]:
