@@ -43,8 +43,7 @@ class Dropout(nn.Module):
             return torch.empty_like(x).bernoulli_(1.0 - self.p).div_(1.0 - self.p)
         dropped_levels = round(self.p * _LEVELS)
         # random_() without bounds leaves the sign bit at 0; these bounds draw all 64 bits.
-        words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device)
-        words.random_(_INT64_MIN, _INT64_MAX)
+        words = torch.randint(_INT64_MIN, _INT64_MAX, ((x.numel() + 3) // 4,), dtype=torch.int64, device=x.device)
         uniform = words.view(torch.int16)[: x.numel()].view(x.shape)  # uniform on -2^15 .. 2^15 - 1
         keep = uniform >= _INT16_MIN + dropped_levels
         return torch.where(keep, _LEVELS / (_LEVELS - dropped_levels), 0.0).to(x.dtype)

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytorch_lightning as pl
 import torch
 from torch import nn
+from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.errors import CheckpointError, ConfigError, DataError, check_int, check_number
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
+from graphormer_urpe.tasks.compiled import CompileMode, check_compile_mode, compiled, uses_cuda_graphs
 
 #: Evaluation stages, each with its own metric state.
 STAGES = ("val", "test")
@@ -192,6 +194,8 @@ class GraphormerTask(pl.LightningModule):
         encoder: the network's hyper-parameters.
         optim: the optimiser and learning-rate schedule.
         data: the data's declaration (``data.spec``, linked by the CLI); it sets the encoder fields it decides.
+        compile: the training step's forward and loss eager (false), compiled by Inductor (true) or compiled and
+            replayed as CUDA graphs (``cuda_graphs``); :mod:`graphormer_urpe.tasks.compiled`.
     """
 
     #: The network, the config dataclass that ``from_checkpoint`` rebuilds, the data's declaration.
@@ -200,8 +204,9 @@ class GraphormerTask(pl.LightningModule):
     data_class: type = DataSpec
 
     def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM,
-                 data: DataSpec | SequenceSpec | None = None) -> None:
+                 data: DataSpec | SequenceSpec | None = None, compile: CompileMode = False) -> None:
         super().__init__()
+        check_compile_mode(compile)
         if data is not None:
             self.check_data(data)
             encoder = with_data_fields(encoder, data)
@@ -212,9 +217,12 @@ class GraphormerTask(pl.LightningModule):
             del self.hparams[name]
         self.hparams.update(encoder=dataclasses.asdict(encoder), optim=dataclasses.asdict(optim))
         self.optim = optim
+        self.compile_mode = compile
         self.model = self.model_class(encoder)
         #: Where the weights came from (``train.py --init_from``), None for a run from its own initialisation.
         self.initialised_from: dict[str, Any] | None = None
+        #: :meth:`step_losses` as the training step runs it: compiled at the start of a fit (``compile``), or itself.
+        self.training_losses = self.step_losses
 
     @property
     def head_from_checkpoint(self) -> bool:
@@ -227,8 +235,10 @@ class GraphormerTask(pl.LightningModule):
         return self.initialised_from is not None and self.initialised_from.get("molecule_features") == "kept"
 
     def on_fit_start(self) -> None:
-        """Standardise the molecule-level features (if any) with the training split's statistics, unless the
-        projection came with its own from the checkpoint (``--init_from``)."""
+        """Compile the training step's losses (``compile``), now that the model is on its device. Standardise the
+        molecule-level features (if any) with the training split's statistics, unless the projection came with its
+        own from the checkpoint (``--init_from``)."""
+        self.training_losses = compiled(self.step_losses, self.compile_mode, self.device)
         molecule = getattr(self.model, "molecule", None)
         datamodule = self.trainer.datamodule
         if molecule is not None and datamodule is not None and not self.molecule_features_from_checkpoint:
@@ -290,23 +300,66 @@ class GraphormerTask(pl.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optim = self.optim
+        fused = fused_optimiser_supported(self.parameters())
         optimizer = torch.optim.AdamW(parameter_groups(self, optim), lr=optim.lr, betas=(0.9, 0.999),
-                                      eps=optim.adam_eps, weight_decay=optim.weight_decay)
+                                      eps=optim.adam_eps, weight_decay=optim.weight_decay, fused=fused)
+        if fused:
+            # Lightning refuses to clip the gradients of an optimiser that unscales 16-bit gradients itself, which
+            # fused AdamW declares (_step_supports_amp_scaling). Declared a plain one, its gradients are unscaled
+            # before clipping like any other's, and GradScaler checks them before it calls the step, as for any other.
+            optimizer._step_supports_amp_scaling = False
         total = int(self.trainer.estimated_stepping_batches)
         end_factor = optim.end_lr / optim.lr
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: warmup_linear_decay(step, optim.warmup_steps, total, end_factor))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
+    def step_losses(self, batch: GraphBatch) -> dict[str, torch.Tensor]:
+        """Forward and loss of one training batch: ``{"loss": the loss to minimise, name: another value to log}``,
+        each a scalar tensor. What ``compile`` compiles, so it reads no value on the host (no ``item()``, no boolean
+        indexing): rows without a target (NaN) enter every sum with weight 0."""
+        raise NotImplementedError
+
+    def training_step(self, batch: GraphBatch, batch_idx: int) -> torch.Tensor:
+        if uses_cuda_graphs(self.compile_mode, self.device):
+            torch.compiler.cudagraph_mark_step_begin()  # the previous step's graph outputs may be overwritten now
+        losses = self.training_losses(batch)
+        for name, value in losses.items():
+            # logged values outlive the step: a copy, so that the next replay of a CUDA graph cannot overwrite them
+            self.log(f"train/{name}", value.detach().clone(), prog_bar=True, batch_size=self.batch_size_of(batch))
+        return losses["loss"]
+
+    @staticmethod
+    def batch_size_of(batch: GraphBatch) -> int:
+        """The examples of a batch, what a logged value counts as (padding graphs included)."""
+        return batch.num_graphs
+
     @staticmethod
     def outputs_and_targets(output: torch.Tensor, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Shapes: output (B, O), or (B, N, O) per node -> (K, O) outputs, (K, Y) targets: one row per prediction."""
         if output.dim() == 3:  # per-node predictions: padding nodes dropped
             return output[batch.node_mask], batch.y[batch.node_mask]
+        return GraphormerTask.padded_outputs_and_targets(output, batch)
+
+    @staticmethod
+    def padded_outputs_and_targets(output: torch.Tensor, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`outputs_and_targets` with the rows of padding nodes kept (their targets are NaN), without boolean
+        indexing. Shapes: output (B, O), or (B, N, O) per node -> (R, O) outputs, (R, Y) targets."""
+        if output.dim() == 3:
+            return output.flatten(0, 1), batch.y.flatten(0, 1)
         if batch.y.dim() == 3:
             raise ValueError("the data has one target per node but the model reads one prediction per graph: "
                              "set model.encoder.readout=nodes (the data's spec sets it when trained with train.py)")
         return output, batch.y
+
+
+def fused_optimiser_supported(parameters: Iterable[nn.Parameter]) -> bool:
+    """Whether AdamW's fused implementation (one kernel for every tensor, no host synchronisation) takes these
+    parameters: floating point, all on one device of a kind it supports (CUDA, and the CPU since torch 2.4)."""
+    parameters = list(parameters)
+    devices = {p.device for p in parameters}
+    return (len(devices) == 1 and next(iter(devices)).type in _get_fused_kernels_supported_devices()
+            and all(torch.is_floating_point(p) for p in parameters))
 
 
 class PerTargetTask(GraphormerTask):

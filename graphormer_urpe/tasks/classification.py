@@ -15,6 +15,7 @@ from graphormer_urpe.data.spec import DataSpec, default_target_names
 from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig, PerTargetTask, data_targets
+from graphormer_urpe.tasks.compiled import CompileMode
 from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, EvaluatorMetric, PerTargetMetrics
 
 
@@ -37,6 +38,7 @@ class Classification(PerTargetTask):
         target_names: name of every target (set by ``data``), for metric names and predictions.
         evaluator: dotted path of the OGB evaluator whose ``acc`` is logged (``ogb.lsc.MAG240MEvaluator``), or null.
         data: the data's declaration (linked by the CLI), which decides the fields marked "set by ``data``".
+        compile: the training step eager (false), compiled (true) or compiled into CUDA graphs (``cuda_graphs``).
     """
 
     #: The encoder field of the network's output width: one logit per binary target, or per class.
@@ -44,7 +46,7 @@ class Classification(PerTargetTask):
 
     def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM, target_kind: str = "binary",
                  target_names: list[str] | None = None, evaluator: str | None = None,
-                 data: DataSpec | None = None) -> None:
+                 data: DataSpec | None = None, compile: CompileMode = False) -> None:
         if data is not None:
             self.check_data(data)
             target_kind, target_names = data_targets(data, target_kind, target_names, default_kind="binary")
@@ -54,7 +56,7 @@ class Classification(PerTargetTask):
         if evaluator is not None and target_kind != "multiclass":
             raise DataError(f"evaluator {evaluator} computes multi-class accuracy, the data's targets are "
                             f"{target_kind}: remove model.init_args.evaluator")
-        super().__init__(encoder, optim, data)
+        super().__init__(encoder, optim, data, compile)
         self.binary = target_kind == "binary"
         self.monitor = ("val/auroc", "max") if self.binary else ("val/accuracy", "max")
         outputs = getattr(self.model.config, self.output_field)
@@ -71,20 +73,22 @@ class Classification(PerTargetTask):
         """Logits. (B, Y) binary, (B, C) multi-class; (B, N, .) with ``readout: nodes``"""
         return self.model(batch)
 
-    def training_step(self, batch: GraphBatch, batch_idx: int) -> torch.Tensor:
-        logits, target = self.outputs_and_targets(self(batch), batch)
+    def step_losses(self, batch: GraphBatch) -> dict[str, torch.Tensor]:
+        """Binary cross-entropy averaged over the known labels, or cross-entropy and accuracy averaged over the rows
+        with a class (NaN if none)."""
+        logits, target = self.padded_outputs_and_targets(self(batch), batch)  # (R, Y) or (R, C); (R, Y)
         logits = logits.float()
         if self.binary:
             known = ~torch.isnan(target)
-            loss = F.binary_cross_entropy_with_logits(logits[known], target[known])
-        else:
-            known = ~torch.isnan(target[:, 0])  # rows with a label
-            label = target[known, 0].long()
-            loss = F.cross_entropy(logits[known], label)
-            accuracy = (logits[known].argmax(dim=-1) == label).float().mean()
-            self.log("train/accuracy", accuracy, prog_bar=True, batch_size=len(label))
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(target))
-        return loss
+            label = torch.where(known, target, 0.0)
+            per_label = F.binary_cross_entropy_with_logits(logits, label, reduction="none")
+            return {"loss": torch.where(known, per_label, 0.0).sum() / known.sum()}
+        known = ~torch.isnan(target[:, 0])  # rows with a class
+        label = torch.where(known, target[:, 0], 0.0).long()
+        per_row = F.cross_entropy(logits, label, reduction="none")
+        correct = logits.argmax(dim=-1) == label
+        rows = known.sum()
+        return {"loss": torch.where(known, per_row, 0.0).sum() / rows, "accuracy": (correct & known).sum() / rows}
 
     def predictions(self, batch: GraphBatch) -> torch.Tensor:
         """Probability of label 1 of each binary target, or of each class. (B, Y) or (B, C); (B, N, .) per node"""

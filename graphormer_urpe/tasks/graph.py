@@ -6,7 +6,6 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanAbsoluteError
 
@@ -15,6 +14,7 @@ from graphormer_urpe.data.spec import DataSpec, default_target_names
 from graphormer_urpe.errors import DataError, check_choice
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig, PerTargetTask, data_targets
+from graphormer_urpe.tasks.compiled import CompileMode
 from graphormer_urpe.tasks.metrics import PerTargetMetrics
 
 
@@ -36,6 +36,7 @@ class GraphRegression(PerTargetTask):
         target_kind: the data's kind of target (set by ``data``); must be ``regression``.
         target_names: name of every target (set by ``data``), for metric names and predictions.
         data: the data's declaration (linked by the CLI), which decides the fields marked "set by ``data``".
+        compile: the training step eager (false), compiled (true) or compiled into CUDA graphs (``cuda_graphs``).
     """
 
     #: Metric that selects the best checkpoint, and whether lower is better.
@@ -43,7 +44,8 @@ class GraphRegression(PerTargetTask):
 
     def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM, normalize_targets: bool = False,
                  loss: Literal["l1", "mse"] = "l1", target_kind: str = "regression",
-                 target_names: list[str] | None = None, data: DataSpec | None = None) -> None:
+                 target_names: list[str] | None = None, data: DataSpec | None = None,
+                 compile: CompileMode = False) -> None:
         if data is not None:
             self.check_data(data)
             target_kind, target_names = data_targets(data, target_kind, target_names, default_kind="regression")
@@ -52,7 +54,7 @@ class GraphRegression(PerTargetTask):
         if target_kind != "regression":
             raise DataError(f"the data's targets are {target_kind} class labels (data.source.task: {target_kind}): "
                             "train them with model.class_path: graphormer_urpe.tasks.Classification")
-        super().__init__(encoder, optim, data)
+        super().__init__(encoder, optim, data, compile)
         encoder = self.model.config
         self.target_names = list(target_names or default_target_names(encoder.num_outputs))
         self.save_decided(target_kind=target_kind, target_names=self.target_names)
@@ -73,14 +75,14 @@ class GraphRegression(PerTargetTask):
             self.target_mean.copy_(torch.as_tensor(mean))
             self.target_std.copy_(torch.as_tensor(std))
 
-    def training_step(self, batch: GraphBatch, batch_idx: int) -> torch.Tensor:
-        output, target = self.outputs_and_targets(self.model(batch), batch)
+    def step_losses(self, batch: GraphBatch) -> dict[str, torch.Tensor]:
+        """The L1 (or squared) error of the standardised targets, averaged over the known ones (NaN if none)."""
+        output, target = self.padded_outputs_and_targets(self.model(batch), batch)  # (R, Y) each
         normalized = (target - self.target_mean) / self.target_std
         known = ~torch.isnan(normalized)
-        loss_fn = F.l1_loss if self.hparams.loss == "l1" else F.mse_loss
-        loss = loss_fn(output.float()[known], normalized[known])
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch.num_graphs)
-        return loss
+        error = torch.where(known, output.float() - normalized, 0.0)
+        per_value = error.abs() if self.hparams.loss == "l1" else error.square()
+        return {"loss": per_value.sum() / known.sum()}
 
     def prediction_columns(self, prediction: np.ndarray) -> dict[str, np.ndarray]:
         """One column per target, in the data's units. prediction: (R, Y)"""

@@ -9,6 +9,7 @@ from graphormer_urpe.data.synthetic.sequences import SequenceBatch
 from graphormer_urpe.model.sequence import SequenceConfig, SequenceTransformer
 from graphormer_urpe.tasks.base import DEFAULT_OPTIM, OptimConfig
 from graphormer_urpe.tasks.classification import Classification
+from graphormer_urpe.tasks.compiled import CompileMode
 
 
 class SequenceTagging(Classification):
@@ -18,6 +19,7 @@ class SequenceTagging(Classification):
         encoder: the :class:`SequenceConfig` (vocabulary, classes and length are set by ``data``).
         optim: the optimiser and learning-rate schedule.
         data: the task's :class:`~graphormer_urpe.data.spec.SequenceSpec` (linked by the CLI).
+        compile: the training step eager (false), compiled (true) or compiled into CUDA graphs (``cuda_graphs``).
     """
 
     model_class = SequenceTransformer
@@ -26,8 +28,8 @@ class SequenceTagging(Classification):
     output_field = "num_classes"
 
     def __init__(self, encoder: SequenceConfig, optim: OptimConfig = DEFAULT_OPTIM,
-                 data: SequenceSpec | None = None) -> None:
-        super().__init__(encoder, optim, target_kind="multiclass", data=data)
+                 data: SequenceSpec | None = None, compile: CompileMode = False) -> None:
+        super().__init__(encoder, optim, target_kind="multiclass", data=data, compile=compile)
 
     def forward(self, batch: SequenceBatch) -> torch.Tensor:
         """Logits of every token. (B, T, K)"""
@@ -37,3 +39,10 @@ class SequenceTagging(Classification):
     def outputs_and_targets(output: torch.Tensor, batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Every token is a row. Shapes: output: (B, T, K) -> (B*T, K) logits and (B*T, 1) float labels."""
         return output.flatten(0, 1), batch.labels.reshape(-1, 1).float()
+
+    padded_outputs_and_targets = outputs_and_targets  # sequences have no padding
+
+    @staticmethod
+    def batch_size_of(batch: SequenceBatch) -> int:
+        """The sequences of a batch."""
+        return batch.tokens.shape[0]

@@ -1,0 +1,155 @@
+"""The compiled training step: forward and loss compile as one graph (no graph break, backward one graph too) for
+every kind of task, the optimiser is one fused op per parameter group, and the compiled step computes what the eager
+one does (losses and gradients to float32 rounding, every dropout on)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from graphormer_urpe.data.batch import GraphBatch, collate_graphs
+from graphormer_urpe.errors import ConfigError
+from graphormer_urpe.model.graphormer import GraphormerConfig
+from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
+from graphormer_urpe.tasks.base import fused_optimiser_supported, parameter_groups
+from graphormer_urpe.tasks.compiled import compiled
+from graphormer_urpe.testing.device import exactness_device
+from graphormer_urpe.testing.graphs import make_record
+from graphormer_urpe.testing.tolerance import rounding_tolerance
+
+#: Every dropout on, so that the compiled graph holds the random ops of training.
+TINY = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.1, attention_dropout=0.1,
+                        activation_dropout=0.1, input_dropout=0.1, drop_path=0.1)
+
+
+def graph_batch(rng: np.random.Generator, targets: np.ndarray | None = None, node_targets: bool = False) -> GraphBatch:
+    """Five graphs of 1-9 nodes (one without edges), with ``targets`` per graph (NaN: unknown) or per node."""
+    records = []
+    for index, n in enumerate((3, 9, 1, 6, 4)):
+        record = make_record(rng, n, index=index)
+        if node_targets:
+            y = rng.normal(size=(n, 1)).astype(np.float32)
+            y[0] = np.nan
+            record = record._replace(y=y)
+        elif targets is not None:
+            record = record._replace(y=targets[index].astype(np.float32))
+        records.append(record)
+    return collate_graphs(records)
+
+
+TASKS: dict[str, Callable[[np.random.Generator], tuple[GraphormerTask, GraphBatch]]] = {
+    "regression-urpe": lambda rng: (GraphRegression(TINY), graph_batch(rng)),
+    "regression-rpe-mse": lambda rng: (GraphRegression(dataclasses.replace(TINY, attention="rpe"), loss="mse"),
+                                       graph_batch(rng)),
+    "regression-per-node": lambda rng: (GraphRegression(dataclasses.replace(TINY, readout="nodes")),
+                                        graph_batch(rng, node_targets=True)),
+    "binary-with-missing-labels": lambda rng: (
+        Classification(dataclasses.replace(TINY, num_outputs=2), target_kind="binary"),
+        graph_batch(rng, np.array([[1, 0], [np.nan, 1], [0, np.nan], [1, 1], [0, 0]]))),
+    "multiclass-with-missing-labels": lambda rng: (
+        Classification(dataclasses.replace(TINY, num_outputs=3), target_kind="multiclass"),
+        graph_batch(rng, np.array([[2], [np.nan], [0], [1], [1]]))),
+}
+
+
+class CountingBackend:
+    """A ``torch.compile`` backend that runs the graphs AOTAutograd hands it as they are, counting them."""
+
+    def __init__(self) -> None:
+        self.forward_graphs = 0
+        self.backward_graphs = 0
+
+        def forward(graph: torch.fx.GraphModule, inputs: list) -> Callable:
+            self.forward_graphs += 1
+            return make_boxed_func(graph.forward)
+
+        def backward(graph: torch.fx.GraphModule, inputs: list) -> Callable:
+            self.backward_graphs += 1
+            return make_boxed_func(graph.forward)
+
+        self.backend = aot_autograd(fw_compiler=forward, bw_compiler=backward)
+
+
+@pytest.mark.parametrize("kind", TASKS)
+def test_forward_and_loss_compile_as_one_graph_and_backward_as_one(rng: np.random.Generator, kind: str) -> None:
+    """``fullgraph=True`` raises at any graph break; one forward graph (the whole of ``step_losses``) and one
+    backward graph mean nothing of the step runs outside them."""
+    torch._dynamo.reset()
+    task, batch = TASKS[kind](rng)
+    counter = CountingBackend()
+    losses = compiled(task.step_losses, True, torch.device("cpu"), backend=counter.backend)(batch)
+    losses["loss"].backward()
+    assert (counter.forward_graphs, counter.backward_graphs) == (1, 1)
+    assert torch.isfinite(losses["loss"]) and all(p.grad is not None for p in task.parameters())
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the ATen ops called in its block, by name (``aten._fused_adamw_.default``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's signature)
+        self.calls[str(func)] = self.calls.get(str(func), 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("optim", [OptimConfig(), OptimConfig(layer_lr_decay=0.5, head_lr=1e-3)],
+                         ids=["one-group", "per-layer-groups"])
+def test_the_optimiser_is_one_fused_op_per_parameter_group(rng: np.random.Generator, optim: OptimConfig) -> None:
+    """AdamW's update of every parameter in one op per group, with no read of a value on the host."""
+    task, batch = TASKS["regression-urpe"](rng)
+    task.optim = optim
+    optimizer = torch.optim.AdamW(parameter_groups(task, optim), fused=fused_optimiser_supported(task.parameters()))
+    task.step_losses(batch)["loss"].backward()
+    with OpCounter() as counter:
+        optimizer.step()
+    groups = len(optimizer.param_groups)
+    assert counter.calls.get("aten._fused_adamw_.default") == groups
+    assert "aten._local_scalar_dense.default" not in counter.calls  # no item(): nothing waits for the device
+
+
+def test_fused_optimiser_is_declined_for_parameters_it_cannot_take() -> None:
+    assert fused_optimiser_supported([torch.nn.Parameter(torch.zeros(2))])
+    assert not fused_optimiser_supported([torch.nn.Parameter(torch.zeros(2, dtype=torch.int64), requires_grad=False)])
+
+
+def test_a_compile_mode_it_does_not_know_is_refused_naming_the_option() -> None:
+    with pytest.raises(ConfigError, match=r"model.compile='fast': expected one of false, true, 'cuda_graphs'"):
+        GraphRegression(TINY, compile="fast")
+
+
+def seeded_step(task: GraphormerTask, losses: Callable, batch: GraphBatch, seed: int) -> tuple[dict, list]:
+    """Losses and gradients of one training step from the random state ``seed`` (dropout draws)."""
+    task.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    result = losses(batch)
+    result["loss"].backward()
+    return {name: value.detach() for name, value in result.items()}, [p.grad.clone() for p in task.parameters()]
+
+
+@pytest.mark.device
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["regression-urpe", "multiclass-with-missing-labels"])
+def test_compiled_step_computes_what_the_eager_step_does(rng: np.random.Generator, kind: str) -> None:
+    """Inductor with torch's own random ops (``fallback_random``) draws the dropout masks the eager step draws, so
+    the two steps compute the same losses and gradients, to float32 rounding in another summation order."""
+    torch._dynamo.reset()
+    device = exactness_device()
+    task, batch = TASKS[kind](rng)
+    task, batch = task.to(device).train(), batch.to(device)
+    eager_losses, eager_grads = seeded_step(task, task.step_losses, batch, seed=3)
+    with torch._inductor.config.patch(fallback_random=True):
+        compiled_losses, compiled_grads = seeded_step(task, compiled(task.step_losses, True, device), batch, seed=3)
+    for name, value in eager_losses.items():
+        torch.testing.assert_close(compiled_losses[name], value, **rounding_tolerance(value))
+    for eager, compiled_grad in zip(eager_grads, compiled_grads):
+        torch.testing.assert_close(compiled_grad, eager, **rounding_tolerance(eager))
