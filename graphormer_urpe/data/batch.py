@@ -136,9 +136,42 @@ def pad_rows(mask: torch.Tensor, values: torch.Tensor, fill: float) -> torch.Ten
     return out.masked_scatter_(whole_rows, values)  # 7x faster than out[mask] = values on a CPU
 
 
-def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
+@dataclass(frozen=True)
+class BatchShape:
+    """Padding beyond a batch's content, so that training batches come in few shapes: a compiled step compiles (and
+    a CUDA graph is captured) once per shape (``--data.pad_nodes_to``, docs/throughput.md). Padding changes no
+    prediction and no loss: padding nodes are masked, padding graphs have no node and no known target, and no
+    shortest path runs through a padding edge.
+
+    Example:
+        >>> shape = BatchShape(node_multiple=8, graphs=4, edges_per_node=3)
+        >>> shape.nodes(largest=19), shape.edges(nodes=24)  # 19 nodes -> 24; 4 graphs x 24 nodes x 3 edges
+        (24, 288)
+
+    Args:
+        node_multiple: N, the node count of the batch, rounded up to a multiple of this.
+        graphs: B, the graphs of the batch, padded with empty graphs up to this many (a short last batch).
+        edges_per_node: E, the edges of the batch, padded to ``graphs * N * edges_per_node``: at least the largest
+            ratio of directed edges to nodes of any graph that may be in the batch, so the bound always holds.
+    """
+
+    node_multiple: int
+    graphs: int
+    edges_per_node: int
+
+    def nodes(self, largest: int) -> int:
+        """N of a batch whose largest graph has ``largest`` nodes."""
+        return -(-max(largest, 1) // self.node_multiple) * self.node_multiple
+
+    def edges(self, nodes: int) -> int:
+        """E of a batch of N = ``nodes``."""
+        return self.graphs * nodes * self.edges_per_node
+
+
+def collate_graphs(records: Sequence[GraphRecord], shape: BatchShape | None = None) -> GraphBatch:
     """Pad B records (all graph-level or all node-level targets) to the largest one and renumber their edges
-    batch-wide: ``first_edge`` ids index the concatenated ``edge_attr``.
+    batch-wide: ``first_edge`` ids index the concatenated ``edge_attr``. With ``shape``, pad further to its
+    node count, graph count and edge count (padding graphs: no node, NaN targets, ``index`` -1).
 
     Example:
         >>> path = GraphRecord.from_graph(np.array([[1], [2], [3]]), np.array([[0, 1], [1, 2]]),
@@ -148,44 +181,70 @@ def collate_graphs(records: Sequence[GraphRecord]) -> GraphBatch:
         >>> batch = collate_graphs([path, single])
         >>> batch.node_mask.tolist(), batch.spd[1].tolist()  # padding pairs hold 255
         ([[True, True, True], [True, False, False]], [[0, 255, 255], [255, 255, 255], [255, 255, 255]])
+        >>> padded = collate_graphs([path, single], BatchShape(node_multiple=4, graphs=3, edges_per_node=1))
+        >>> tuple(padded.spd.shape), tuple(padded.edge_attr.shape), padded.index.tolist()
+        ((3, 4, 4), (12, 1), [0, 0, -1])
     """
     sizes = np.array([len(r.in_degree) for r in records])
     edge_offset = np.concatenate([[0], np.cumsum(np.array([r.edge_index.shape[1] for r in records]))])
     batch, n_max = len(records), int(sizes.max(initial=1))
+    num_edges = int(edge_offset[-1])
+    if shape is not None:
+        if batch > shape.graphs:
+            raise ValueError(f"{batch} graphs do not fit a batch shape of {shape.graphs}")
+        batch, n_max = shape.graphs, shape.nodes(n_max)
+        if num_edges > shape.edges(n_max):
+            raise ValueError(f"{num_edges} edges exceed the batch shape's {shape.edges(n_max)} ({shape.graphs} "
+                             f"graphs x {n_max} nodes x {shape.edges_per_node} edges per node)")
+        num_edges = shape.edges(n_max)
     continuous_width = _width(records[0].x_continuous)
     molecule_width = 0 if records[0].molecule_features is None else len(records[0].molecule_features)
     node_targets = np.ndim(records[0].y) == 2
+    num_targets = records[0].y.shape[-1]
 
     x = np.zeros((batch, n_max, records[0].x.shape[1]), dtype=np.int64)
     x_continuous = np.zeros((batch, n_max, continuous_width), dtype=np.float32)
-    node_mask = np.arange(n_max) < sizes[:, None]  # (B, N)
+    node_mask = np.zeros((batch, n_max), dtype=bool)
     in_degree, out_degree = np.zeros((2, batch, n_max), dtype=np.int64)
     spd = np.full((batch, n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
     first_edge = np.full((batch, n_max, n_max), NO_EDGE, dtype=np.int64)
-    y = (np.full((batch, n_max, records[0].y.shape[1]), np.nan, dtype=np.float32) if node_targets  # (B, N, Y)
-         else np.stack([np.asarray(r.y, dtype=np.float32) for r in records]))  # (B, Y)
+    y = np.full((batch, n_max, num_targets) if node_targets else (batch, num_targets), np.nan, dtype=np.float32)
+    index = np.full(batch, -1, dtype=np.int64)  # padding graphs: -1
+    molecule_features = np.full((batch, molecule_width), np.nan, dtype=np.float32)  # padding graphs: missing
     for b, (r, n) in enumerate(zip(records, sizes)):
         x[b, :n] = r.x
+        node_mask[b, :n] = True
         if continuous_width:
             x_continuous[b, :n] = r.x_continuous
         if node_targets:
             y[b, :n] = r.y
+        else:
+            y[b] = r.y
         in_degree[b, :n] = r.in_degree
         out_degree[b, :n] = r.out_degree
         spd[b, :n, :n] = r.spd
         local = r.first_edge.astype(np.int64)
         first_edge[b, :n, :n] = np.where(local >= 0, local + edge_offset[b], NO_EDGE)
+        index[b] = r.index
+        if molecule_width:
+            molecule_features[b] = r.molecule_features
 
     edge_continuous = (_concat([r.edge_continuous for r in records], np.float32) if _width(records[0].edge_continuous)
                        else np.zeros((int(edge_offset[-1]), 0), dtype=np.float32))
+    padding_edges = num_edges - int(edge_offset[-1])  # never on a path: any values do
     arrays = dict(x=x, x_continuous=x_continuous, node_mask=node_mask, in_degree=in_degree, out_degree=out_degree,
-                  spd=spd, first_edge=first_edge, edge_attr=_concat([r.edge_attr for r in records], np.int64),
-                  edge_continuous=edge_continuous, edge_dst=_concat([r.edge_index[1] for r in records], np.int64), y=y,
-                  index=np.array([r.index for r in records], dtype=np.int64),
-                  target_node=np.full(batch, NO_TARGET_NODE, dtype=np.int64),
-                  molecule_features=(np.stack([r.molecule_features for r in records]).astype(np.float32)
-                                     if molecule_width else np.zeros((batch, 0), dtype=np.float32)))
+                  spd=spd, first_edge=first_edge,
+                  edge_attr=_padded_rows(_concat([r.edge_attr for r in records], np.int64), padding_edges),
+                  edge_continuous=_padded_rows(edge_continuous, padding_edges),
+                  edge_dst=_padded_rows(_concat([r.edge_index[1] for r in records], np.int64), padding_edges),
+                  y=y, index=index, target_node=np.full(batch, NO_TARGET_NODE, dtype=np.int64),
+                  molecule_features=molecule_features)
     return GraphBatch(**{name: torch.from_numpy(array) for name, array in arrays.items()})
+
+
+def _padded_rows(array: np.ndarray, rows: int) -> np.ndarray:
+    """``array`` with ``rows`` rows of zeros appended."""
+    return np.concatenate([array, np.zeros((rows, *array.shape[1:]), dtype=array.dtype)]) if rows else array
 
 
 def _width(features: np.ndarray | None) -> int:

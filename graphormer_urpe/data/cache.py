@@ -325,6 +325,7 @@ class GraphStore:
         self.chunk_start = np.cumsum([0] + [c.num_graphs for c in self.chunks])
         self.source_row = np.concatenate([np.asarray(c.arrays["source_row"]) for c in self.chunks])
         self.num_nodes = np.concatenate([np.diff(c.arrays["node_ptr"]) for c in self.chunks])
+        self.num_edges = np.concatenate([np.diff(c.arrays["edge_ptr"]) for c in self.chunks])
 
     def __len__(self) -> int:
         return int(self.chunk_start[-1])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import os
 from functools import cached_property
 from pathlib import Path
@@ -11,7 +13,7 @@ import numpy as np
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset
 
-from graphormer_urpe.data.batch import GraphRecord, collate_graphs
+from graphormer_urpe.data.batch import BatchShape, GraphRecord, collate_graphs
 from graphormer_urpe.data.cache import (
     MANIFEST,
     BuildSummary,
@@ -22,7 +24,13 @@ from graphormer_urpe.data.cache import (
     exclusive_build,
 )
 from graphormer_urpe.data.files import unwritable
-from graphormer_urpe.data.loaders import eval_loader, train_loader, warn_if_not_published
+from graphormer_urpe.data.loaders import (
+    eval_loader,
+    per_device_batch_size,
+    process_grid,
+    train_loader,
+    warn_if_not_published,
+)
 from graphormer_urpe.data.predictable import SplitRows
 from graphormer_urpe.data.sources.base import GraphSource
 from graphormer_urpe.data.spec import DataSpec
@@ -50,6 +58,13 @@ class GraphDataset(Dataset):
         """(len,) node count of every graph, what size-aware batching sorts by."""
         return self.store.num_nodes[self.indices]
 
+    @property
+    def edges_per_node(self) -> int:
+        """The largest ratio of directed edges to nodes of these graphs, rounded up (at least 1): what bounds the
+        edges of a batch padded to a node count (:class:`~graphormer_urpe.data.batch.BatchShape`)."""
+        ratios = self.store.num_edges[self.indices] / np.maximum(self.sizes, 1)
+        return max(1, math.ceil(float(ratios.max(initial=0.0))))
+
 
 class GraphDataModule(pl.LightningDataModule):
     """Preprocesses a :class:`GraphSource` once into a cache and serves padded batches; nothing is read or built
@@ -72,12 +87,15 @@ class GraphDataModule(pl.LightningDataModule):
         prepare_per_node: build the cache on every node (``root`` on node-local disks), not once on global rank 0.
         path_order: the shortest paths of the edge encoding: ``smallest_next`` or ``official`` (imported checkpoints).
         bucket_window: size-aware batching (``docs/throughput.md``): global batches sorted together by size; 0: off.
+        pad_nodes_to: pad every training batch to a node count that is a multiple of this, to its full number of
+            graphs and to a fixed number of edges, so that a compiled step sees one shape per multiple
+            (``docs/throughput.md``, "A compiled step"); 1: off, each batch padded to its largest graph only.
     """
 
     def __init__(self, source: GraphSource, root: str = "data", batch_size: int = 256, num_workers: int = 2,
                  preprocess_workers: int | None = None, chunk_size: int = 10_000, max_nodes: int = 512,
                  prepare_per_node: bool = False, path_order: PathOrder = "smallest_next",
-                 bucket_window: int = 0) -> None:
+                 bucket_window: int = 0, pad_nodes_to: int = 1) -> None:
         super().__init__()
         check_int("data.batch_size", batch_size, 1)
         check_int("data.num_workers", num_workers, 0)
@@ -87,6 +105,7 @@ class GraphDataModule(pl.LightningDataModule):
         check_int("data.max_nodes", max_nodes, 1, MAX_NODES)
         check_path_order(path_order, "data.path_order")
         check_int("data.bucket_window", bucket_window, 0, hint=" (0: off, else a number of global batches, e.g. 100)")
+        check_int("data.pad_nodes_to", pad_nodes_to, 1, hint=" (1: off, else a node count such as 8)")
         self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
         self.source = source
         self.root = Path(root).expanduser()
@@ -97,6 +116,7 @@ class GraphDataModule(pl.LightningDataModule):
         self.max_nodes = max_nodes
         self.path_order = path_order
         self.bucket_window = bucket_window
+        self.pad_nodes_to = pad_nodes_to
         if (read_only := unwritable(self.root)) is not None and not (self.cache_dir / MANIFEST).is_file():
             raise ConfigError("data.root", root, f"{read_only} is not writable, and the cache must be built there "
                               "(choose a writable data.root, or build the cache once where it is writable)")
@@ -232,8 +252,16 @@ class GraphDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """Shuffled global batches, this process's slice of each; resumable mid-epoch."""
         train = self._split("train")
-        return train_loader(train, self.batch_size, self.trainer, collate_graphs, self.num_workers,
-                            sizes=train.sizes, bucket_window=self.bucket_window)
+        return train_loader(train, self.batch_size, self.trainer, functools.partial(collate_graphs, shape=self.shape()),
+                            self.num_workers, sizes=train.sizes, bucket_window=self.bucket_window)
+
+    def shape(self) -> BatchShape | None:
+        """The shape training batches are padded to (``pad_nodes_to``), None when off."""
+        if self.pad_nodes_to == 1:
+            return None
+        world, _ = process_grid(self.trainer)
+        return BatchShape(node_multiple=self.pad_nodes_to, graphs=per_device_batch_size(self.batch_size, world),
+                          edges_per_node=self._split("train").edges_per_node)
 
     def val_dataloader(self) -> DataLoader:
         """This process's exact, unpadded shard of the validation split."""

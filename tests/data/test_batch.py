@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from graphormer_urpe.constants import NO_EDGE, NO_TARGET_NODE, UNREACHABLE_SPD
-from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
+from graphormer_urpe.data.batch import BatchShape, GraphBatch, GraphRecord, collate_graphs
 from graphormer_urpe.data.structure import graph_structure
 
 
@@ -98,3 +99,27 @@ def test_device_moves_copy_every_field() -> None:
     back = moved.to("cpu")
     for name, value in vars(batch).items():
         assert torch.equal(getattr(back, name), value), name
+
+
+def test_a_batch_shape_pads_nodes_graphs_and_edges_with_nothing_real() -> None:
+    path, pair = two_graphs()
+    plain = collate_graphs([path, pair])
+    padded = collate_graphs([path, pair], BatchShape(node_multiple=4, graphs=3, edges_per_node=2))
+    assert tuple(padded.x.shape[:2]) == (3, 4) and padded.edge_attr.shape[0] == 3 * 4 * 2
+    for name in ("x", "node_mask", "in_degree", "out_degree"):  # the real part unchanged
+        assert torch.equal(getattr(padded, name)[:2, :3], getattr(plain, name))
+    for name in ("spd", "first_edge"):
+        assert torch.equal(getattr(padded, name)[:2, :3, :3], getattr(plain, name))
+    assert torch.equal(padded.edge_attr[:6], plain.edge_attr) and torch.equal(padded.edge_dst[:6], plain.edge_dst)
+    assert not padded.node_mask[:, 3].any() and not padded.node_mask[2].any()  # padding nodes, an empty graph
+    assert torch.isnan(padded.y[2]).all() and padded.index.tolist() == [7, 3, -1]
+    assert (padded.spd[2] == UNREACHABLE_SPD).all() and (padded.first_edge[2] == NO_EDGE).all()
+    assert int(padded.first_edge.max()) < 6  # no path runs through a padding edge
+
+
+def test_a_batch_that_does_not_fit_its_shape_is_refused_naming_the_bound() -> None:
+    path, pair = two_graphs()
+    with pytest.raises(ValueError, match="2 graphs do not fit a batch shape of 1"):
+        collate_graphs([path, pair], BatchShape(node_multiple=4, graphs=1, edges_per_node=2))
+    with pytest.raises(ValueError, match=r"4 edges exceed the batch shape's 3 \(1 graphs x 3 nodes x 1 edges per node"):
+        collate_graphs([path], BatchShape(node_multiple=1, graphs=1, edges_per_node=1))

@@ -70,13 +70,16 @@ def test_a_missing_cache_on_another_node_is_explained(tmp_path: Path) -> None:
         GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(tmp_path)).setup()
 
 
-def predictions_by_graph(model: Graphormer, loaders: list) -> dict[int, torch.Tensor]:
-    """Every graph's prediction (by dataset position) over ``loaders``, in evaluation mode."""
+def predictions_by_graph(model: Graphormer, loaders: list, skip_padding: bool = False) -> dict[int, torch.Tensor]:
+    """Every graph's prediction (by dataset position) over ``loaders``, in evaluation mode; ``skip_padding``: leave
+    out padding graphs (index -1)."""
     out: dict[int, torch.Tensor] = {}
     with torch.no_grad():
         for loader in loaders:
             for batch in loader:
                 for index, prediction in zip(batch.index.tolist(), model(batch)):
+                    if skip_padding and index == -1:
+                        continue
                     assert index not in out, "a graph was served twice"
                     out[index] = prediction
     return out
@@ -108,6 +111,35 @@ def test_size_aware_batching_changes_no_prediction(qm9_root: Path, attention: st
     for loader in bucketed:
         for batch in loader:
             assert torch.all(batch.node_mask.sum(1).diff() >= 0)
+
+
+@pytest.mark.parametrize("attention", ["rpe", "urpe"])
+def test_padding_to_a_node_multiple_changes_no_prediction_and_leaves_few_shapes(qm9_root: Path,
+                                                                                attention: str) -> None:
+    """Training batches padded to multiples of 4 nodes, to 7 graphs and to a fixed edge count: every graph predicts
+    what it predicts unpadded, and an epoch's batches come in one shape per multiple."""
+    modules = {}
+    for multiple in (1, 4):
+        modules[multiple] = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(qm9_root), batch_size=7,
+                                            num_workers=0, bucket_window=3, pad_nodes_to=multiple)
+        modules[multiple].setup()
+    data = modules[4]
+    torch.manual_seed(0)
+    model = Graphormer(GraphormerConfig(node_vocab=data.spec.node_vocab, edge_vocab=data.spec.edge_vocab, num_layers=2,
+                                        hidden_dim=16, ffn_dim=16, num_heads=4, attention=attention)).eval()
+    if model.relative_scale is not None:  # a trained-looking C, so that the URPE product matters
+        model.relative_scale.weight.data.uniform_(0.5, 1.5)
+    plain = predictions_by_graph(model, [modules[1].train_dataloader()])
+    batches = list(data.train_dataloader())
+    padded = predictions_by_graph(model, [batches], skip_padding=True)
+    assert sorted(padded) == sorted(plain)
+    for index, prediction in plain.items():
+        torch.testing.assert_close(padded[index], prediction, **rounding_tolerance(padded[index], prediction))
+    sizes = data.datasets["train"].sizes
+    shapes = {(b.num_graphs, b.x.shape[1], b.edge_attr.shape[0]) for b in batches}
+    assert len(shapes) <= -(-int(sizes.max()) // 4) and {graphs for graphs, _, _ in shapes} == {7}
+    assert all(nodes % 4 == 0 for _, nodes, _ in shapes)
+    assert any(b.index.min() == -1 for b in batches)  # the short last batch got padding graphs
 
 
 def _truncate(path: Path) -> None:

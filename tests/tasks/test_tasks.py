@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import train
-from graphormer_urpe.data.batch import GraphBatch, collate_graphs
+from graphormer_urpe.data.batch import BatchShape, GraphBatch, collate_graphs
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import SmilesTable
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
@@ -29,6 +29,7 @@ from graphormer_urpe.tasks.base import warmup_linear_decay
 from graphormer_urpe.testing.distributed import run_on_processes
 from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.runs import tiny_run_args, train_in_process
+from graphormer_urpe.testing.tolerance import rounding_tolerance
 
 SMALL = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
 
@@ -372,3 +373,32 @@ def test_an_encoder_frozen_throughout_computes_no_gradients(qm9_root: Path, tmp_
     assert {log.names[id(p)] for p in log.optimizer.state} == {"model.head.weight", "model.head.bias"}
     head = initial["model.head.weight"].numel() + initial["model.head.bias"].numel()
     assert json.loads((tmp_path / "run" / "run.json").read_text())["parameters"] == head  # the trainable ones
+
+
+@pytest.mark.parametrize("kind", ["regression", "binary", "multiclass", "per-node"])
+def test_padding_to_a_batch_shape_changes_no_loss_and_no_gradient(rng: np.random.Generator, kind: str) -> None:
+    """Padding nodes, empty padding graphs and padding edges (``--data.pad_nodes_to``) add nothing to a loss."""
+    labels = {"regression": np.array([[0.3], [np.nan], [-1.2]]), "binary": np.array([[1, 0], [np.nan, 1], [0, 1]]),
+              "multiclass": np.array([[2], [np.nan], [0]])}.get(kind)
+    records = [make_record(rng, n, index=i) for i, n in enumerate((4, 7, 2))]
+    if kind == "per-node":
+        records = [r._replace(y=rng.normal(size=(len(r.x), 1)).astype(np.float32)) for r in records]
+    else:
+        records = [r._replace(y=row.astype(np.float32)) for r, row in zip(records, labels)]
+    config = dataclasses.replace(SMALL, num_outputs=labels.shape[1] if kind == "binary" else 3 if kind == "multiclass"
+                                 else 1, readout="nodes" if kind == "per-node" else "graph_token")
+    torch.manual_seed(0)
+    task = (Classification(config, target_kind=kind) if kind in ("binary", "multiclass")
+            else GraphRegression(config)).eval()  # eval: no dropout, so both batches see the same network
+    shape = BatchShape(node_multiple=8, graphs=5, edges_per_node=3)
+    results = []
+    for batch in (collate_graphs(records), collate_graphs(records, shape)):
+        task.zero_grad(set_to_none=True)
+        losses = task.step_losses(batch)
+        losses["loss"].backward()
+        results.append((losses, [p.grad.clone() for p in task.parameters()]))
+    (plain, plain_grads), (padded, padded_grads) = results
+    for name, value in plain.items():
+        torch.testing.assert_close(padded[name], value, **rounding_tolerance(value))
+    for plain_grad, padded_grad in zip(plain_grads, padded_grads):
+        torch.testing.assert_close(padded_grad, plain_grad, **rounding_tolerance(plain_grad))
