@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import subprocess
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -15,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import Callback, ModelCheckpoint, WeightAveraging
+import torch.distributed as dist
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint, TQDMProgressBar, WeightAveraging
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
@@ -159,6 +161,7 @@ class PreemptionCheckpoint(Callback):
         self._previous: dict[int, Any] = {}
         self._step_at_batch_start = 0
         self._trainer: pl.Trainer | None = None
+        self._host_group: dist.ProcessGroup | None = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and self.received == "SIGINT":
@@ -175,6 +178,18 @@ class PreemptionCheckpoint(Callback):
         for name in {*self.signals, "SIGINT"}:
             signum = getattr(signal, name)
             self._previous[signum] = signal.signal(signum, self._handle)
+        if trainer.world_size > 1 and self._host_group is None:
+            # the processes agree through the host (gloo): a collective on the GPU's stream would make every
+            # process wait for its device at every step
+            self._host_group = dist.new_group(backend="gloo")
+
+    def _agreed(self, trainer: pl.Trainer) -> tuple[bool, bool]:
+        """Whether any process received a signal, and whether any received a requeue signal."""
+        flags = torch.tensor([self.received is not None, self.received in self.requeue_signals], dtype=torch.int32)
+        if self._host_group is not None:
+            dist.all_reduce(flags, group=self._host_group)
+        stop, requeue = (flags > 0).tolist()
+        return stop, requeue
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # before Lightning's teardown: a handler left behind would outlive the run (and its forked workers)
@@ -195,9 +210,7 @@ class PreemptionCheckpoint(Callback):
                            batch_idx: int) -> None:
         if trainer.global_step == self._step_at_batch_start:
             return  # accumulating gradients: only stop where the state is complete
-        flags = torch.tensor([self.received is not None, self.received in self.requeue_signals],
-                             dtype=torch.float32, device=pl_module.device)
-        stop, requeue = (trainer.strategy.reduce(flags, reduce_op="sum") > 0).tolist()
+        stop, requeue = self._agreed(trainer)
         if not stop:
             return
         path = self.checkpoint_dir / LAST_CHECKPOINT
@@ -213,33 +226,115 @@ class PreemptionCheckpoint(Callback):
 
 
 class NonFiniteLossGuard(Callback):
-    """Stops every process before the backward pass of a NaN/inf loss, naming the step, graphs and last checkpoint."""
+    """Stops every process at a NaN/inf training loss, naming the step, its graphs and the last good checkpoint.
 
-    def __init__(self) -> None:
+    On the CPU every loss is read before its backward pass, and the run stops there. On a GPU, reading a loss makes
+    the host wait for the device, every step; so the losses stay on the device and are read together every
+    ``check_every`` optimiser steps (default: ``trainer.log_every_n_steps``), before any checkpoint is written and at
+    the end of training. The run then stops within that many steps of the first bad loss, and no checkpoint ever
+    holds weights that a non-finite loss has reached.
+
+    Args:
+        check_every: optimiser steps between two reads of the losses; None: 1 on the CPU, else the log interval.
+    """
+
+    #: Devices where reading a value costs no wait, so every loss is checked before its backward pass.
+    EVERY_STEP_DEVICES = ("cpu",)
+
+    def __init__(self, check_every: int | None = None) -> None:
+        self.check_every = check_every
         self._batch: Any = None
         self._batch_idx = 0
+        #: Losses not read yet: (optimiser step, epoch, batch, the loss on its device, the batch's graph indices).
+        self._pending: list[tuple[int, int, int, torch.Tensor, torch.Tensor | None]] = []
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.check_every is None:
+            every_step = pl_module.device.type in self.EVERY_STEP_DEVICES
+            self.check_every = 1 if every_step else max(1, trainer.log_every_n_steps)
+        self._pending = []
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         self._batch, self._batch_idx = batch, batch_idx
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
-        value = float(loss.detach())
+        index = getattr(self._batch, "index", None)
+        self._pending.append((trainer.global_step + 1, trainer.current_epoch, self._batch_idx, loss.detach(), index))
+        if self.check_every == 1:
+            self.check(trainer)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if self._pending and trainer.global_step % self.check_every == 0:
+            self.check(trainer)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        self.check(trainer)  # raising here writes no file
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.check(trainer)
+
+    def check(self, trainer: pl.Trainer) -> None:
+        """Read the pending losses (one wait for the device); raise :class:`NonFiniteLoss` on every process if any
+        process had a non-finite one, naming the first of each."""
+        pending, self._pending = self._pending, []
+        finite = torch.isfinite(torch.stack([loss.float() for _, _, _, loss, _ in pending])).tolist() if pending else []
+        first_bad = next((entry for entry, ok in zip(pending, finite) if not ok), None)
         # every process learns whether any loss is bad, so all stop together: one process raising alone would leave
         # the others waiting in the gradient all-reduce
-        if not trainer.strategy.reduce_boolean_decision(not math.isfinite(value), all=False):
+        if not trainer.strategy.reduce_boolean_decision(first_bad is not None, all=False):
             return
-        index = getattr(self._batch, "index", None)
-        mine = (trainer.global_rank, value, index.tolist() if isinstance(index, torch.Tensor) else None)
-        reports = [r for r in gather_objects(mine) if not math.isfinite(r[1])]
-        graphs = "; ".join((f"process {rank}: " if trainer.world_size > 1 else "")
-                           + f"loss {loss_value}, graphs {indices}" for rank, loss_value, indices in reports)
+        mine = None
+        if first_bad is not None:
+            step, epoch, batch_idx, loss, index = first_bad
+            graphs = [i for i in index.tolist() if i >= 0] if isinstance(index, torch.Tensor) else None  # -1: padding
+            mine = (trainer.global_rank, step, epoch, batch_idx, float(loss), graphs)
+        reports = sorted((r for r in gather_objects(mine) if r is not None), key=lambda r: r[1])
+        _, step, epoch, batch_idx, _, _ = reports[0]
+        graphs = "; ".join((f"process {rank}: " if trainer.world_size > 1 else "") + f"loss {value}, graphs {indices}"
+                           for rank, _, _, _, value, indices in reports)
+        later = trainer.global_step - step if self.check_every > 1 else 0  # optimiser steps taken since
         raise NonFiniteLoss(
-            f"non-finite training loss at optimiser step {trainer.global_step + 1} (epoch {trainer.current_epoch}, "
-            f"batch {self._batch_idx}): {graphs} (dataset indices, GraphBatch.index). Last good checkpoint: "
-            f"{last_good_checkpoint(trainer) or 'none written yet'}. Resume from it with --ckpt_path, e.g. with a "
-            "lower --model.init_args.optim.lr or --trainer.gradient_clip_val, and inspect these graphs."
+            f"non-finite training loss at optimiser step {step} (epoch {epoch}, batch {batch_idx}): {graphs} (dataset "
+            "indices, GraphBatch.index)"
+            + (f"; found {later} step(s) later, losses being read every {self.check_every} steps on this device"
+               if later else "")
+            + f". Last good checkpoint: {last_good_checkpoint(trainer) or 'none written yet'}. Resume from it with "
+            "--ckpt_path, e.g. with a lower --model.init_args.optim.lr or --trainer.gradient_clip_val, and inspect "
+            "these graphs."
         )
+
+
+class StepProgressBar(TQDMProgressBar):
+    """Lightning's progress bar, redrawn at most once every ``refresh_seconds`` of wall time, with the training
+    step's logged values (``train/loss`` ...). The task logs them without ``prog_bar`` because Lightning reads every
+    progress-bar value from the device after every step, which makes the host wait for the device each time; this bar
+    reads them only when it redraws.
+
+    Args:
+        refresh_seconds: least wall time between two redraws (and reads of the values).
+    """
+
+    def __init__(self, refresh_seconds: float = 1.0) -> None:
+        super().__init__(refresh_rate=1)
+        self.refresh_seconds = refresh_seconds
+        self._drawn_at = -math.inf
+
+    def _should_update(self, current: int, total: int) -> bool:
+        now = time.monotonic()
+        if not self.is_enabled or (current != total and now - self._drawn_at < self.refresh_seconds):
+            return False
+        self._drawn_at = now
+        return True
+
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, int | str | float]:
+        metrics = super().get_metrics(trainer, pl_module)
+        for name, value in trainer.callback_metrics.items():
+            if name.startswith("train/"):
+                metrics[name] = float(value)
+        return metrics
 
 
 def last_good_checkpoint(trainer: pl.Trainer) -> str | None:

@@ -22,7 +22,7 @@ from jsonargparse import ArgumentError, get_loader, set_loader
 from lightning_fabric.plugins import CheckpointIO
 from lightning_fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
 from lightning_fabric.utilities.exceptions import MisconfigurationException
-from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
@@ -35,6 +35,7 @@ from graphormer_urpe.run.callbacks import (
     PreemptionCheckpoint,
     RelationTablePlots,
     RNGState,
+    StepProgressBar,
 )
 from graphormer_urpe.run.checkpoints import AtomicCheckpointIO
 from graphormer_urpe.run.finetune import SourceCheckpoint, read_source, take_architecture
@@ -301,6 +302,9 @@ class TrainingCLI(GraphormerCLI):
                                  requeue_signals=("SIGUSR1",) if options.requeue else ()),
             NonFiniteLossGuard(),
         ]
+        has_progress_bar = any(isinstance(callback, ProgressBar) for callback in callbacks)
+        if trainer_config.get("enable_progress_bar") is not False and not has_progress_bar:
+            callbacks.append(StepProgressBar())
         loggers: list[Logger] = [MetricsLog(run_dir)] if self.config["logger"] != "none" else []
         if self.config["logger"] != "none":
             callbacks.append(LearningRateMonitor(logging_interval="step"))

@@ -325,8 +325,10 @@ class GraphormerTask(pl.LightningModule):
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's graph outputs may be overwritten now
         losses = self.training_losses(batch)
         for name, value in losses.items():
-            # logged values outlive the step: a copy, so that the next replay of a CUDA graph cannot overwrite them
-            self.log(f"train/{name}", value.detach().clone(), prog_bar=True, batch_size=self.batch_size_of(batch))
+            # logged values outlive the step: a copy, so that the next replay of a CUDA graph cannot overwrite them.
+            # Not prog_bar: Lightning would read it from the device after every step (the run's StepProgressBar
+            # shows it when it redraws)
+            self.log(f"train/{name}", value.detach().clone(), batch_size=self.batch_size_of(batch))
         return losses["loss"]
 
     @staticmethod

@@ -6,6 +6,7 @@ import io
 import os
 import random
 import signal
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,8 +14,17 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from graphormer_urpe.run.callbacks import Preempted, RNGState, rng_state, set_rng_state
+from graphormer_urpe.run.callbacks import (
+    NonFiniteLossGuard,
+    Preempted,
+    PreemptionCheckpoint,
+    RNGState,
+    StepProgressBar,
+    rng_state,
+    set_rng_state,
+)
 from graphormer_urpe.run.start import EXIT_NON_FINITE
 from graphormer_urpe.testing.device import exactness_device
 from graphormer_urpe.testing.distributed import run_on_processes
@@ -157,3 +167,105 @@ def test_non_finite_loss_names_step_graphs_and_last_good_checkpoint(
     # last.ckpt is from step 2, the best checkpoint from the validation after step 3: the newest is named
     assert f"Last good checkpoint: {tmp_path / 'nan' / 'checkpoints' / 'best-3.ckpt'}" in message
     assert torch.load(tmp_path / "nan" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
+
+
+
+@pytest.fixture
+def losses_read_as_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loss guard on the CPU as on a GPU: losses read together every log interval, not every step."""
+    monkeypatch.setattr(NonFiniteLossGuard, "EVERY_STEP_DEVICES", ())
+
+
+@pytest.mark.usefixtures("losses_read_as_on_a_gpu")
+def test_losses_read_later_still_name_the_first_bad_step_and_keep_it_out_of_every_checkpoint(
+        qm9_root: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
+    """Losses read every 5 steps: the NaN of step 2 is found when the validation after step 3 would write
+    best-3.ckpt, which is then not written."""
+    poison = PoisonAtStep(2)
+    args = tiny_run_args(qm9_root, tmp_path, "--checkpoint.every_n_steps", "0", "--run_name", "nan",
+                         "--trainer.log_every_n_steps", "5")
+    assert train_in_process(args, poison) == EXIT_NON_FINITE
+    message = package_log.text
+    assert "non-finite training loss at optimiser step 2 (epoch 0, batch 1)" in message
+    assert f"graphs {poison.indices}" in message and "found 1 step(s) later, losses being read every 5 steps" in message
+    assert "Last good checkpoint: none written yet" in message
+    assert not list((tmp_path / "nan" / "checkpoints").glob("*.ckpt"))
+
+
+class HostReads(TorchDispatchMode):
+    """Counts the reads of a tensor's value by the host (``item()``, ``float()``, ``bool()``) in its block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's signature)
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+class HostReadsPerStep(pl.Callback):
+    """The host reads of each optimiser step: from the start of its batch to the start of the next (the training
+    loop's logging comes after the batch's end), and the steps whose batch began an epoch."""
+
+    def __init__(self, reads: HostReads) -> None:
+        self.reads = reads
+        self.per_step: dict[int, int] = {}
+        self.epoch_starts: set[int] = set()  # steps after which the loader began an epoch
+        self._at_start = 0
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
+                             batch_idx: int) -> None:
+        if trainer.global_step:
+            self.per_step[trainer.global_step] = self.reads.count - self._at_start
+        if batch_idx == 0:
+            self.epoch_starts.add(trainer.global_step)  # the loader began the epoch after this step
+        self._at_start = self.reads.count
+
+
+@pytest.mark.usefixtures("losses_read_as_on_a_gpu")
+def test_a_training_step_reads_no_value_from_the_device_between_log_steps(qm9_root: Path, tmp_path: Path) -> None:
+    """A step of a run as train.py makes it (the task's logging, the guards, fused AdamW, clipping, the schedule)
+    reads nothing back from the device, so the host never waits for it; only the steps that log read their values
+    (every 4th here). Eager: a dispatch mode cannot watch a compiled step, whose graph holds no read either (it
+    compiles whole, tests/tasks/test_compiled.py). On a GPU the check counts every synchronisation (docs/gpu.md)."""
+    reads = HostReads()
+    per_step = HostReadsPerStep(reads)
+    args = tiny_run_args(qm9_root, tmp_path, "--trainer.max_steps", "12", "--trainer.log_every_n_steps", "4",
+                         "--trainer.val_check_interval", "12", "--checkpoint.every_n_steps", "0",
+                         "--trainer.gradient_clip_val", "1.0", "--data.pad_nodes_to", "8")
+    with reads:
+        assert train_in_process(args, per_step) == 0
+    # after the last step of an epoch (every 5th: 40 graphs in batches of 8) the loader starts the next and draws
+    # its base seed from a CPU generator with item(), a read of host memory that keeps no GPU waiting
+    quiet = {step: count for step, count in per_step.per_step.items() if step % 4 and step not in per_step.epoch_starts}
+    assert set(quiet.values()) == {0}, str(per_step.per_step)
+    assert len(quiet) == 7 and per_step.per_step[4] and per_step.per_step[8]  # the log steps do read
+
+
+def signal_agreement_of_two_processes(rank: int, world: int, tmp: str) -> None:
+    """Process 1 received SIGUSR1, process 0 nothing: both stop, both requeue, agreeing through the host."""
+    callback = PreemptionCheckpoint(Path(tmp))
+    trainer = SimpleNamespace(world_size=world, global_rank=rank)
+    callback.on_train_start(trainer, None)
+    try:
+        assert callback._agreed(trainer) == (False, False)
+        callback.received = "SIGUSR1" if rank == 1 else None
+        assert callback._agreed(trainer) == (True, True)
+    finally:
+        callback.on_train_end(trainer, None)
+
+
+def test_processes_agree_on_a_signal_through_the_host(tmp_path: Path) -> None:
+    run_on_processes(signal_agreement_of_two_processes, 2, str(tmp_path))
+
+
+def test_the_progress_bar_redraws_at_most_once_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each redraw reads the logged values from the device: a bounded number of waits, whatever the step rate."""
+    clock = iter([0.0, 0.2, 0.9, 1.1, 1.5, 2.3])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    bar = StepProgressBar(refresh_seconds=1.0)
+    drawn = [bar._should_update(current, total=100) for current in range(1, 6)]
+    assert drawn == [True, False, False, True, False]
+    assert bar._should_update(100, total=100)  # the last batch of an epoch always
