@@ -176,8 +176,8 @@ DATA_IDENTITY_KEY = "graphormer_data_identity"
 PLACEMENT_KEYS = ("run_name", "run_root", "ckpt_path")
 #: Config keys (dotted) that decide where and how fast a run executes and what it reports, not what it computes
 #: (global batches; a compiled step and padded batches compute the same to float rounding).
-EXECUTION_KEYS = ("logger", "wandb", "checkpoint", "trainer.accelerator", "trainer.strategy", "trainer.devices",
-                  "trainer.num_nodes", "trainer.enable_progress_bar", "trainer.enable_model_summary",
+EXECUTION_KEYS = ("logger", "wandb", "checkpoint", "threads", "trainer.accelerator", "trainer.strategy",
+                  "trainer.devices", "trainer.num_nodes", "trainer.enable_progress_bar", "trainer.enable_model_summary",
                   "trainer.log_every_n_steps", "data.init_args.num_workers", "data.init_args.preprocess_workers",
                   "model.init_args.compile", "data.init_args.pad_nodes_to")
 #: Differences named in a message before "+N more".

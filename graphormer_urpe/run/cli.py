@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 import pytorch_lightning as pl
+import torch
 import torch.distributed as dist
 import yaml
 from jsonargparse import ArgumentError, get_loader, set_loader
@@ -26,6 +27,7 @@ from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, Pr
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
+from graphormer_urpe.data.datamodule import available_cores
 from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number, import_object, refuse
 from graphormer_urpe.run.callbacks import (
@@ -76,6 +78,21 @@ def close_process_group() -> None:
 # registered when this module is imported, before any run starts a group: atexit runs it after the command's work,
 # while the interpreter is whole (handlers run in reverse order of registration)
 atexit.register(close_process_group)
+
+
+def set_threads(config: Mapping[str, Any]) -> None:
+    """Give torch ``--threads`` threads, or by default the cores this process may use minus one per data-loader
+    worker (at least 1), unless the environment sets ``OMP_NUM_THREADS``. Threads beyond the free cores wait for each
+    other at every operation whenever another process takes a core: on 2 cores a run with 2 threads and a loader
+    worker fell from 8.7 to 0.96 steps/s beside one busy process (docs/throughput.md, "Sharing cores")."""
+    threads = config.get("threads")
+    if threads is None:
+        if "OMP_NUM_THREADS" in os.environ:
+            return
+        workers = ((config.get("data") or {}).get("init_args") or {}).get("num_workers") or 0
+        threads = max(1, available_cores() - workers)
+    check_int("threads", threads, 1, hint=" (torch threads of this process), or null")
+    torch.set_num_threads(threads)
 
 
 def resolve_config_paths(argv: Sequence[str]) -> list[str]:
@@ -201,6 +218,9 @@ class GraphormerCLI(LightningCLI):
                             help="Start a new run from this checkpoint's weights (ours or converted, any dataset): "
                                  "it decides the encoder's architecture; the head is rebuilt when the data's targets "
                                  "differ; a URPE run takes an RPE checkpoint with C set to ones (docs/finetuning.md).")
+        parser.add_argument("--threads", type=int | None, default=None,
+                            help="Torch threads of this process (null: the cores it may use minus one per data "
+                                 "loader worker, at least 1, unless OMP_NUM_THREADS is set; docs/throughput.md).")
         # what the data is (vocabularies, widths, outputs, targets) reaches the task in one declaration
         parser.link_arguments("data.spec", "model.init_args.data", apply_on="instantiate")
 
@@ -210,6 +230,7 @@ class GraphormerCLI(LightningCLI):
             super().parse_arguments(parser, args)
             self.config["run_root"] = os.path.expanduser(self.config["run_root"])  # ~/runs: the home's, not ./~
             self.check_options(self.config)
+            set_threads(self.config)
         except (ArgumentError, ConfigError) as error:
             log.error("%s", parse_error_line(str(error)) if isinstance(error, ArgumentError) else error)
             raise SystemExit(2) from None

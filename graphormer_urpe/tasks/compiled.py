@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import torch
 
@@ -21,8 +21,9 @@ from graphormer_urpe.errors import check_choice
 
 log = logging.getLogger(__name__)
 
-#: What ``--model.compile`` takes: eager (False), Inductor (True), Inductor with CUDA graphs.
-CompileMode = bool | Literal["cuda_graphs"]
+#: What ``--model.compile`` takes: eager (False), Inductor (True), Inductor with CUDA graphs ("cuda_graphs"). A
+#: ``str`` rather than a Literal, so that a wrong word is refused naming every choice (:func:`check_compile_mode`).
+CompileMode = bool | str
 COMPILE_MODES = (False, True, "cuda_graphs")
 #: Compilations kept per compiled function (one per batch shape) before torch falls back to eager; torch's own
 #: default (8) is the count an epoch of ``pad_nodes_to: 8`` batches at PCQM4Mv2's sizes may reach.

@@ -254,3 +254,19 @@ def test_under_slurm_lightning_auto_requeue_is_replaced_by_ours(plain_process: p
     environment = parsed.trainer._accelerator_connector.cluster_environment
     assert isinstance(environment, SLURMEnvironment) and not environment.auto_requeue
     assert parsed.run_dir == tmp_path / "qm9_gap-slurm99"
+
+
+def test_torch_threads_leave_a_core_to_each_loader_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default the training process takes the cores left by its loader workers (at least one thread), so that no
+    thread waits for a core another process holds; --threads decides, and OMP_NUM_THREADS keeps torch's own."""
+    threads = []
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    monkeypatch.setattr(cli, "available_cores", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for workers in (0, 3, 8, 12):
+        cli.set_threads({"threads": None, "data": {"init_args": {"num_workers": workers}}})
+    cli.set_threads({"threads": 5, "data": {"init_args": {"num_workers": 3}}})
+    assert threads == [8, 5, 1, 1, 5]
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    cli.set_threads({"threads": None, "data": {"init_args": {"num_workers": 3}}})
+    assert threads == [8, 5, 1, 1, 5]  # the environment decides

@@ -88,6 +88,7 @@ CASES = [
      "model.optim.freeze_encoder_steps=-2: must be an integer >= -1 (optimiser steps; -1: the encoder never trains)"),
     ("qm9_gap", ["--model.normalize_targets", "maybe"], "model.normalize_targets: Expected a <class 'bool'>"),
     ("pcqm4mv2", ["--model.loss", "l3"], "model.loss: Expected a typing.Literal['l1', 'mse']"),
+    ("qm9_gap", ["--model.compile", "fast"], "model.compile='fast': expected one of false, true, 'cuda_graphs'"),
     ("smiles_csv_classification", ["--model.evaluator", "ogb.lsc.MAG240MEvaluator"],
      "evaluator ogb.lsc.MAG240MEvaluator computes multi-class accuracy, the data's targets are binary"),
     # the data
@@ -95,6 +96,7 @@ CASES = [
     ("smiles_csv_example", ["--data.batch_size", "-1"], "data.batch_size=-1: must be an integer >= 1"),
     ("qm9_gap", ["--data.num_workers", "-1"], "data.num_workers=-1: must be an integer >= 0"),
     ("zinc_subset", ["--data.bucket_window", "-1"], "data.bucket_window=-1: must be an integer >= 0"),
+    ("zinc_subset", ["--data.pad_nodes_to", "0"], "data.pad_nodes_to=0: must be an integer >= 1 (1: off, else a node"),
     ("qm9_gap", ["--data.chunk_size", "0"], "data.chunk_size=0: must be an integer >= 1"),
     ("qm9_gap", ["--data.max_nodes", "40000"], "data.max_nodes=40000: must be an integer from 1 to 32767"),
     ("qm9_gap", ["--data.path_order", "shortest"], "data.path_order: Expected a typing.Literal"),
@@ -153,6 +155,7 @@ CASES = [
     ("synthetic_graph", ["--data.val_graphs", "0"], "data.val_graphs=0: must be an integer >= 1"),
     ("synthetic_graph", ["--data.test_graphs", "0"], "data.test_graphs=0: must be an integer >= 1"),
     # the run
+    ("qm9_gap", ["--threads", "0"], "threads=0: must be an integer >= 1 (torch threads of this process), or null"),
     ("qm9_gap", ["--run_name", ""],  # an unset variable in a SLURM script: not a new directory per requeue
      "run_name='': must name one directory under run_root (not empty, '.' or '..', no '/'), or be null (a new "
      "directory per start)"),
