@@ -1,30 +1,27 @@
-"""Training throughput: today's batching vs size-aware batching, RPE vs URPE, padded vs useful FLOPs.
+"""The training step at steady state: eager against compiled against compiled with CUDA graphs, URPE against RPE,
+size-aware against uniform batches, for the ZINC and the PCQM4Mv2 configs.
 
-    python bench/train_throughput.py                       # CPU, one thread: per-core figures
-    python bench/train_throughput.py --device cuda --precision bf16-mixed [--compile]
+    python bench/train_throughput.py                                  # CPU, one thread: per-core figures
+    python bench/train_throughput.py --device cuda --precision bf16-mixed --modes eager compiled cuda_graphs
 
-Size distributions (``--distributions``), each a set of real molecules from the embedded QM9 data
-(``qm9pack``), joined by single bonds until every graph has the drawn number of heavy atoms:
+Settings (``--settings``), each a config's model on molecules of its dataset's sizes (molecule-shaped random graphs,
+:func:`common.random_molecule_record`, with the featurisation's vocabularies):
 
-* ``zinc``: 9-38 atoms, mean ~23 (normal(23.2, 4.5), clipped), ZINC's statistics;
-* ``pcqm``: PCQM4Mv2-like: 99.5% from normal(14, 3.2) clipped to 1-30, 0.5% uniform in 31-51
-  (mean ~14, maximum 51; an assumed histogram with PCQM4Mv2's range and mean, as no PCQM4Mv2 data
-  is embedded), so that most batches of 256 hold one molecule of 31 atoms or more;
-* ``qm9``: QM9 itself (the default run's data), molecules drawn at random, 1-9 heavy atoms.
+* ``zinc``: ``configs/zinc_subset.yaml`` (12 layers, 80 wide, 8 heads), 9-38 atoms (ZINC's statistics);
+* ``pcqm``: ``configs/pcqm4mv2.yaml`` (6 layers, 512 wide, 32 heads), PCQM4Mv2-like sizes: 99.5 % normal(14, 3.2)
+  clipped to 1-30, 0.5 % uniform in 31-51 (an assumed histogram with PCQM4Mv2's range and mean).
 
-For each distribution the epoch's global batches are built by the project's own sampler
-(:class:`~graphormer_urpe.data.loaders.GlobalBatchSampler`) with and without ``bucket_window``;
-every batch of a short epoch is timed (the cost of a padded batch varies too much for a sample of
-batches to stand for an epoch). A step is forward, backward and AdamW of the ZINC-configured
-Graphormer (12 layers, 80 wide, 8 heads). The four variants (today/bucketed x RPE/URPE) are
-interleaved batch by batch, so that all see the same machine load, and an epoch's time is the sum
-over its batches of each batch's fastest round; on CPU the time is the process's CPU time, on CUDA
-the wall time between synchronisations.
-
-FLOPs are matmul FLOPs counted by ``torch.utils.flop_counter`` (forward and backward): *padded*
-is what the padded batch executes, *useful* the sum over its graphs of the FLOPs of each graph
-alone (no padding). The share of peak divides useful FLOP/s by a 2048 x 2048 matmul's FLOP/s in
-the same dtype (slow for float16 on most CPUs: ``16-mixed`` is meant for CUDA).
+A step is the task's own: ``step_losses`` (eager, or compiled by ``--model.compile``'s code) under the precision's
+autocast, backward (loss-scaled in ``16-mixed``), the config's gradient clipping and the task's AdamW (fused where the
+device allows). The epoch's ``--epoch-batches`` global batches come from the project's sampler, uniform (``today``)
+or size-aware (``bucketed``, ``bucket_window`` 100); compiled modes pad every batch to a multiple of
+``--pad-nodes-to`` nodes, its full graph count and an edge bound (:class:`~graphormer_urpe.data.batch.BatchShape`),
+eager keeps each batch as collated. Every variant first runs each distinct batch shape of the epoch ``--warm``
+times (compilation, CUDA graph capture, allocator and autotuning caches), then ``--rounds`` whole epochs; variants
+alternate within every round, so all see the same machine. Printed per variant: graphs per second of the median
+round (slowest and fastest in brackets), warm-up seconds, and on CUDA the peak memory; then the ratios. On the CPU the
+time is the process's CPU time (work done, robust to a shared machine), on CUDA the wall time between
+synchronisations at each round's ends.
 """
 
 from __future__ import annotations
@@ -35,66 +32,71 @@ import functools
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+import yaml
 
-from common import joined_molecule, padded_share, qm9_molecules, structured_record
-from graphormer_urpe.data.batch import GraphBatch, GraphRecord, collate_graphs
+from common import random_molecule_record
+from graphormer_urpe.data.batch import BatchShape, GraphBatch, GraphRecord, collate_graphs
 from graphormer_urpe.data.loaders import GlobalBatchSampler
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
-from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
+from graphormer_urpe.model.graphormer import GraphormerConfig
+from graphormer_urpe.run.cli import CONFIG_DIR
+from graphormer_urpe.tasks import GraphRegression, OptimConfig
+from graphormer_urpe.testing.zinc_raw import zinc_like_atoms
 
-#: QM9 molecules (besides the 30 smallest) that the joined molecules are made of.
-POOL_SIZE = 4000
 PRECISIONS = {"32": None, "16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
+MODES = {"eager": False, "compiled": True, "cuda_graphs": "cuda_graphs"}
 
 
-def draw_sizes(distribution: str, count: int, rng: np.random.Generator) -> np.ndarray:
-    """Heavy-atom counts of ``count`` molecules (see the module docstring). (count,) int"""
-    if distribution == "zinc":
-        return np.clip(np.round(rng.normal(23.2, 4.5, count)), 9, 38).astype(np.int64)
-    sizes = np.clip(np.round(rng.normal(14.0, 3.2, count)), 1, 30).astype(np.int64)
-    large = rng.random(count) < 0.005
-    sizes[large] = rng.integers(31, 52, int(large.sum()))
-    return sizes
+def pcqm_like_atoms(rng: np.random.Generator) -> int:
+    """Heavy atoms of a PCQM4Mv2-sized molecule (module docstring)."""
+    if rng.random() < 0.005:
+        return int(rng.integers(31, 52))
+    return int(np.clip(round(rng.normal(14.0, 3.2)), 1, 30))
 
 
-def molecules(distribution: str, count: int, pool: list, rng: np.random.Generator) -> list[GraphRecord]:
-    """``count`` molecules of ``distribution`` with their structural arrays, as the cache serves them:
-    joined QM9 molecules of the drawn sizes, or (``qm9``) the pool's molecules themselves."""
-    if distribution == "qm9":
-        raws = [pool[i] for i in rng.integers(0, len(pool), count)]
-    else:
-        by_size: dict[int, list[int]] = {}
-        for position, graph in enumerate(pool):
-            by_size.setdefault(len(graph.x), []).append(position)
-        raws = [joined_molecule(int(size), pool, by_size, rng) for size in draw_sizes(distribution, count, rng)]
-    return [structured_record(raw.x, raw.edge_index, raw.edge_attr, rng.normal(size=1).astype(np.float32), index)
-            for index, raw in enumerate(raws)]
+@dataclass(frozen=True)
+class Setting:
+    """A config's model on molecules of its dataset's sizes, with the vocabularies of its featurisation."""
+
+    config: str
+    atoms: Callable[[np.random.Generator], int]
+    node_vocab: tuple[int, ...]
+    edge_vocab: tuple[int, ...]
+
+
+SETTINGS = {"zinc": Setting("zinc_subset", zinc_like_atoms, (28,), (4,)),
+            "pcqm": Setting("pcqm4mv2", pcqm_like_atoms, tuple(ATOM_VOCAB), tuple(BOND_VOCAB))}
 
 
 class Step:
-    """One AdamW training step of a ZINC-configured Graphormer on molecules.
+    """One training step of the task ``setting`` configures, as ``mode`` runs it.
 
     Args:
-        attention: ``rpe`` or ``urpe``.
-        device: where the model runs.
-        precision: a key of :data:`PRECISIONS` (autocast dtype; ``16-mixed`` scales the loss).
-        compile: run the model through ``torch.compile``.
+        setting: the config and the data's vocabularies.
+        attention: ``urpe`` or ``rpe``.
+        mode: a key of :data:`MODES`.
+        device: where it runs.
+        precision: a key of :data:`PRECISIONS`.
     """
 
-    def __init__(self, attention: str, device: torch.device, precision: str, compile: bool) -> None:
-        torch.manual_seed(0)
-        config = GraphormerConfig(node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB, attention=attention)
-        self.model = Graphormer(config).to(device).train()
-        self.forward = torch.compile(self.model, dynamic=True) if compile else self.model
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+    def __init__(self, setting: Setting, attention: str, mode: str, device: torch.device, precision: str) -> None:
+        config = yaml.safe_load((CONFIG_DIR / f"{setting.config}.yaml").read_text())
+        task_args = config["model"]["init_args"]
+        encoder = GraphormerConfig(**{**task_args["encoder"], "attention": attention,
+                                      "node_vocab": list(setting.node_vocab), "edge_vocab": list(setting.edge_vocab)})
+        torch.manual_seed(0)  # every variant starts from the same weights
+        self.task = GraphRegression(encoder, OptimConfig(**task_args["optim"]), compile=MODES[mode]).to(device).train()
+        self.task.compile_training_step()
+        self.optimizer = self.task.optimizer()
+        self.clip = float(config["trainer"].get("gradient_clip_val") or 0.0)
         self.device = device
         self.dtype = PRECISIONS[precision]
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.dtype is torch.float16)
+        self.cuda_graphs = mode == "cuda_graphs" and device.type == "cuda"
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Mixed precision as Lightning's ``precision`` does it (nothing for 32)."""
@@ -103,26 +105,22 @@ class Step:
         return torch.autocast(self.device.type, dtype=self.dtype)
 
     def __call__(self, batch: GraphBatch) -> None:
+        if self.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with self.autocast():
-            prediction = self.forward(batch)
-        loss = (prediction.squeeze(-1).float() - batch.y.squeeze(-1)).abs().mean()
+            loss = self.task.training_losses(batch)["loss"]
         self.scaler.scale(loss).backward()
+        if self.clip:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.task.parameters(), self.clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def flops(self, batch: GraphBatch) -> int:
-        """Matmul FLOPs of forward and backward on ``batch`` (no optimiser step, no compile)."""
-        with FlopCounterMode(display=False) as counter, self.autocast():
-            prediction = self.model(batch)
-            (prediction.float() - batch.y).abs().mean().backward()
-        self.model.zero_grad(set_to_none=True)
-        return counter.get_total_flops()
-
 
 class Clock:
-    """Seconds of one call: process CPU time on CPU (work done, not waiting on a shared machine),
-    synchronised wall time on CUDA; tracks CUDA peak memory."""
+    """Seconds of a block: process CPU time on CPU (work done, not waiting on a shared machine), wall time between
+    synchronisations on CUDA; tracks the CUDA peak memory."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -148,99 +146,142 @@ class Clock:
             into.append(torch.cuda.max_memory_allocated(self.device))
 
 
-def matmul_peak(device: torch.device, dtype: torch.dtype | None, clock: Clock) -> float:
-    """FLOP/s of a 2048 x 2048 matmul (fastest of 3) in ``dtype`` (float32 for None)."""
-    a, b = (torch.randn(2048, 2048, device=device, dtype=dtype or torch.float32) for _ in range(2))
-    a @ b  # warm-up
-    return 2 * 2048**3 / min(clock(lambda: a @ b) for _ in range(3))
+def epoch_batches(records: list[GraphRecord], batch_size: int, batching: str, shape: BatchShape | None,
+                  device: torch.device) -> list[GraphBatch]:
+    """The epoch's global batches on ``device``: uniform (``today``) or size-aware (``bucketed``), padded to
+    ``shape``."""
+    sizes = np.array([len(r.x) for r in records])
+    window = {"today": 0, "bucketed": 100}[batching]
+    sampler = GlobalBatchSampler(range(len(records)), batch_size, seed=0, sizes=sizes, bucket_window=window)
+    return [collate_graphs([records[i] for i in batch], shape).to(device) for batch in sampler.epoch_batches(0)]
+
+
+def attention_padding(batches: list[GraphBatch]) -> float:
+    """Share of the attention entries of ``batches`` (graph token included) that belong to no real pair."""
+    useful = padded = 0
+    for batch in batches:
+        tokens = batch.node_mask.sum(dim=1).cpu() + 1  # (B,) real tokens of each graph; 1 for a padding graph
+        real = batch.index.cpu() >= 0
+        useful += int((tokens[real] ** 2).sum())
+        padded += batch.num_graphs * (batch.x.shape[1] + 1) ** 2
+    return 1.0 - useful / padded
+
+
+def edges_per_node(records: list[GraphRecord]) -> int:
+    """The bound of :class:`BatchShape`: the largest ratio of directed edges to nodes, rounded up."""
+    return max(1, int(np.ceil(max(r.edge_index.shape[1] / len(r.x) for r in records))))
+
+
+@dataclass
+class Variant:
+    """One measured combination and what was measured of it."""
+
+    mode: str
+    batching: str
+    attention: str
+    step: Step
+    batches: list[GraphBatch]
+    warm_seconds: float = 0.0
+    rounds: list[float] | None = None
+    memory: list[int] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.mode:11} {self.batching:8} {self.attention:4}"
+
+    def distinct_shapes(self) -> list[GraphBatch]:
+        """One batch of each distinct shape of the epoch."""
+        shapes: dict[tuple, GraphBatch] = {}
+        for batch in self.batches:
+            shapes.setdefault((tuple(batch.x.shape), tuple(batch.edge_attr.shape)), batch)
+        return list(shapes.values())
+
+    def warm_up(self, times: int) -> None:
+        """Step ``times`` on a batch of each distinct shape: compilation, capture and caches before any timing."""
+        for batch in self.distinct_shapes():
+            for _ in range(times):
+                self.step(batch)
+
+    def run_epoch(self) -> None:
+        """Step on every batch of the epoch."""
+        for batch in self.batches:
+            self.step(batch)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--distributions", nargs="+", default=["zinc", "pcqm"], choices=["zinc", "pcqm", "qm9"])
+    parser.add_argument("--settings", nargs="+", default=["zinc", "pcqm"], choices=list(SETTINGS))
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=list(MODES))
+    parser.add_argument("--batchings", nargs="+", default=["bucketed"], choices=["today", "bucketed"])
+    parser.add_argument("--attention", nargs="+", default=["urpe", "rpe"], choices=["urpe", "rpe"])
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--epoch-batches", type=int, default=16, help="global batches in the simulated epoch")
-    parser.add_argument("--window", type=int, default=100, help="bucket_window of the size-aware batching")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--epoch-batches", type=int, default=16, help="global batches of the epoch (>= 16)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed epochs per variant (>= 3); the median counts")
+    parser.add_argument("--warm", type=int, default=3, help="warm-up steps of each distinct batch shape")
+    parser.add_argument("--pad-nodes-to", type=int, default=8, help="node multiple of the compiled modes' batches")
     parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (1 = per-core figures)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="32", choices=list(PRECISIONS))
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model (dynamic shapes)")
-    parser.add_argument("--pool", type=Path, default=None,
-                        help="CSV of the pool's SMILES (bench/gpu_bundle.py writes one) instead of qm9pack's")
     args = parser.parse_args()
+    if args.epoch_batches < 16 or args.rounds < 3:
+        parser.error("steady state takes at least 3 rounds of at least 16 batches")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     clock = Clock(device)
-    rng = np.random.default_rng(0)
-    pool = qm9_molecules(POOL_SIZE, pool=args.pool)
-    steps = {name: Step(name, device, args.precision, args.compile) for name in ("rpe", "urpe")}
-    peak = matmul_peak(device, PRECISIONS[args.precision], clock)
     unit = "CPU-second" if device.type == "cpu" else "second"
-    print(f"torch {torch.__version__}, {device}, precision {args.precision}, compile {args.compile}, "
-          f"{torch.get_num_threads()} threads; global batch {args.batch_size}, bucket_window {args.window}, "
-          f"every batch of an epoch of {args.epoch_batches}, {args.rounds} interleaved rounds")
-    print(f"matmul 2048x2048 peak: {peak / 1e9:.1f} GFLOP per {unit}")
+    print(f"torch {torch.__version__}, {device}"
+          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else f", {args.threads} threads")
+          + f", precision {args.precision}; global batch {args.batch_size}, {args.epoch_batches} batches an epoch, "
+          f"each distinct shape warmed {args.warm} times, {args.rounds} timed epochs per variant", flush=True)
 
-    for distribution in args.distributions:
-        count = args.batch_size * args.epoch_batches
-        records = molecules(distribution, count, pool, rng)
+    for setting_name in args.settings:
+        setting = SETTINGS[setting_name]
+        rng = np.random.default_rng(0)
+        records = [random_molecule_record(rng, setting.atoms(rng), index, setting.node_vocab, setting.edge_vocab)
+                   for index in range(args.batch_size * args.epoch_batches)]
         sizes = np.array([len(r.x) for r in records])
-        dataset = range(count)
-        batchings = {
-            "today": GlobalBatchSampler(dataset, args.batch_size, seed=0).epoch_batches(0),
-            "bucketed": GlobalBatchSampler(dataset, args.batch_size, seed=0, sizes=sizes,
-                                           bucket_window=args.window).epoch_batches(0),
-        }
-        timed_batches = {name: [collate_graphs([records[i] for i in b]).to(device) for b in batches]
-                         for name, batches in batchings.items()}
-        print(f"\n{distribution}: {count} molecules, {sizes.min()}-{sizes.max()} atoms, mean {sizes.mean():.1f}; "
-              "attention entries that are padding over the epoch: "
-              + ", ".join(f"{name} {padded_share(sizes, [np.array(b) for b in batches]):.0%}"
-                          for name, batches in batchings.items()))
-        # useful FLOPs per graph size: each size alone, no padding
-        alone = {(a, n): steps[a].flops(collate_graphs([records[int(np.flatnonzero(sizes == n)[0])]]).to(device))
-                 for a in steps for n in np.unique(sizes)}
-        flops = {(a, name): (sum(steps[a].flops(batch) for batch in batches),
-                             sum(alone[a, int(n)] for batch in batches for n in batch.node_mask.sum(1).tolist()))
-                 for a in steps for name, batches in timed_batches.items()}  # sums over the epoch
-        for batches in timed_batches.values():  # warm-up (and compilation) of every variant
-            for step in steps.values():
-                step(batches[0])
-        # every batch position is timed for all four variants back to back (in alternating order), so
-        # RPE and URPE, today and bucketed, see the same machine load; each batch keeps its fastest round
-        times = {key: np.full((args.rounds, args.epoch_batches), np.inf) for key in flops}  # seconds
-        memory: dict[tuple[str, str], list[int]] = {key: [] for key in flops}
-        keys = list(times)
+        bound = edges_per_node(records)
+        variants = []
+        for mode in args.modes:
+            shape = None if mode == "eager" else BatchShape(args.pad_nodes_to, args.batch_size, bound)
+            for batching in args.batchings:
+                batches = epoch_batches(records, args.batch_size, batching, shape, device)
+                for attention in args.attention:
+                    step = Step(setting, attention, mode, device, args.precision)
+                    variants.append(Variant(mode, batching, attention, step, batches))
+        padding = ", ".join(f"{v.mode}/{v.batching} {attention_padding(v.batches):.0%}"
+                            for v in variants[::len(args.attention)])
+        print(f"\n{setting_name} ({setting.config}): {len(records)} molecules of {sizes.min()}-{sizes.max()} atoms, "
+              f"mean {sizes.mean():.1f}; attention entries that are padding: {padding}", flush=True)
+        for variant in variants:  # every distinct shape, compiled and captured, before any timing
+            variant.warm_seconds = clock(functools.partial(variant.warm_up, args.warm))
+            print(f"  warmed {variant.name}: {len(variant.distinct_shapes())} shapes in {variant.warm_seconds:.1f} s",
+                  flush=True)
+            variant.rounds, variant.memory = [], []
         for round_index in range(args.rounds):
-            for position in range(args.epoch_batches):
-                for attention, name in keys if (round_index + position) % 2 == 0 else keys[::-1]:
-                    run = functools.partial(steps[attention], timed_batches[name][position])
-                    with clock.peak_memory(memory[attention, name]):
-                        times[attention, name][round_index, position] = clock(run)
-        epoch = {key: seconds.min(axis=0).sum() for key, seconds in times.items()}  # fastest round of each batch
-        rounds = {key: seconds.sum(axis=1) for key, seconds in times.items()}  # (rounds,) whole epochs
-        epoch_steps = args.epoch_batches
-        graphs = args.batch_size * epoch_steps
-        header = (f"{'batching':9} {'attention':9} {'GFLOP/step padded':>17} {'useful':>7} "
-                  f"{'graphs/' + unit:>17} {'useful of peak':>14}")
-        print(header + ("  peak memory" if device.type == "cuda" else ""))
-        for attention, name in keys:
-            padded, useful = (f / epoch_steps for f in flops[attention, name])
-            best = epoch[attention, name]
-            line = (f"{name:9} {attention:9} {padded / 1e9:17.2f} {useful / 1e9:7.2f} {graphs / best:17.0f} "
-                    f"{useful * epoch_steps / best / peak:14.0%}")
-            if memory[attention, name]:
-                line += f"  {max(memory[attention, name]) / 2**30:8.2f} GiB"
-            print(line)
-        for attention in steps:
-            speedup = epoch[attention, "today"] / epoch[attention, "bucketed"]
-            print(f"size-aware / today, {attention}: {speedup:.2f}x graphs per {unit}")
-        for name in timed_batches:
-            best = epoch["urpe", name] / epoch["rpe", name]
-            median = statistics.median(rounds["urpe", name] / rounds["rpe", name])
-            print(f"URPE / RPE time per step, {name}: {best:.3f} (each batch's fastest round), {median:.3f} "
-                  "(median of per-round ratios)")
+            for variant in variants if round_index % 2 == 0 else variants[::-1]:
+                with clock.peak_memory(variant.memory):
+                    variant.rounds.append(clock(variant.run_epoch))
+        graphs = args.batch_size * args.epoch_batches
+        print(f"  {'mode':11} {'batching':8} {'att.':4}  graphs/{unit} median [slowest, fastest]   ms/step   warm-up s"
+              + ("   peak GiB" if device.type == "cuda" else ""))
+        for variant in variants:
+            median, slowest, fastest = (statistics.median(variant.rounds), max(variant.rounds), min(variant.rounds))
+            line = (f"  {variant.name}  {graphs / median:8.0f} [{graphs / slowest:6.0f}, {graphs / fastest:6.0f}]"
+                    f"{1000 * median / args.epoch_batches:19.1f} {variant.warm_seconds:11.1f}")
+            if variant.memory:
+                line += f" {max(variant.memory) / 2**30:10.2f}"
+            print(line, flush=True)
+        by_key = {(v.mode, v.batching, v.attention): statistics.median(v.rounds) for v in variants}
+        for (mode, batching, attention), seconds in by_key.items():
+            if mode != "eager" and ("eager", batching, attention) in by_key:
+                eager = by_key["eager", batching, attention]
+                print(f"  {mode} / eager, {batching} {attention}: {eager / seconds:.2f}x graphs per {unit}")
+            if attention == "urpe" and (mode, batching, "rpe") in by_key:
+                print(f"  URPE / RPE time per step, {mode} {batching}: {seconds / by_key[mode, batching, 'rpe']:.3f}")
+            if batching == "bucketed" and (mode, "today", attention) in by_key:
+                print(f"  size-aware / uniform, {mode} {attention}: {by_key[mode, 'today', attention] / seconds:.2f}x")
+
 
 if __name__ == "__main__":
     main()

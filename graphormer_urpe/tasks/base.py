@@ -238,7 +238,7 @@ class GraphormerTask(pl.LightningModule):
         """Compile the training step's losses (``compile``), now that the model is on its device. Standardise the
         molecule-level features (if any) with the training split's statistics, unless the projection came with its
         own from the checkpoint (``--init_from``)."""
-        self.training_losses = compiled(self.step_losses, self.compile_mode, self.device)
+        self.compile_training_step()
         molecule = getattr(self.model, "molecule", None)
         datamodule = self.trainer.datamodule
         if molecule is not None and datamodule is not None and not self.molecule_features_from_checkpoint:
@@ -298,7 +298,8 @@ class GraphormerTask(pl.LightningModule):
             for parameter in self.encoder_parameters():
                 parameter.grad = None
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def optimizer(self) -> torch.optim.AdamW:
+        """AdamW over :func:`parameter_groups`, fused where the device allows (:func:`fused_optimiser_supported`)."""
         optim = self.optim
         fused = fused_optimiser_supported(self.parameters())
         optimizer = torch.optim.AdamW(parameter_groups(self, optim), lr=optim.lr, betas=(0.9, 0.999),
@@ -308,11 +309,20 @@ class GraphormerTask(pl.LightningModule):
             # fused AdamW declares (_step_supports_amp_scaling). Declared a plain one, its gradients are unscaled
             # before clipping like any other's, and GradScaler checks them before it calls the step, as for any other.
             optimizer._step_supports_amp_scaling = False
+        return optimizer
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optim = self.optim
+        optimizer = self.optimizer()
         total = int(self.trainer.estimated_stepping_batches)
         end_factor = optim.end_lr / optim.lr
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: warmup_linear_decay(step, optim.warmup_steps, total, end_factor))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def compile_training_step(self) -> None:
+        """Make :attr:`training_losses` :meth:`step_losses` compiled as ``compile`` asks, for the model's device."""
+        self.training_losses = compiled(self.step_losses, self.compile_mode, self.device)
 
     def step_losses(self, batch: GraphBatch) -> dict[str, torch.Tensor]:
         """Forward and loss of one training batch: ``{"loss": the loss to minimise, name: another value to log}``,

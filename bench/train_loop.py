@@ -1,0 +1,98 @@
+"""The whole training loop: ``train.py --config zinc_subset`` end to end (data loading, Lightning, logging), graphs
+per second over a window of steps, beside the step alone (``bench/train_throughput.py``).
+
+    python bench/train_loop.py --data-root data/zinc_like                         # CPU
+    python bench/train_loop.py --data-root /tmp/zinc_like --device cuda --precision bf16-mixed \\
+        --variants eager cuda_graphs --pad-nodes-to 40
+
+The data is ZINC-sized and in ZINC's release layout (``ZINC/raw``: the subset's 10,000 / 1,000 / 1,000 molecules,
+9-38 atoms, a tree of bonds and two ring closures each; :func:`~graphormer_urpe.testing.zinc_raw.write_zinc_raw`),
+written once under ``--data-root`` and read by the real ZINC source and cache. Each variant (``eager``, ``compiled``,
+``cuda_graphs``: ``--model.compile``) is one ``train.py`` process of the ZINC config, global batch 256, its
+``--data.num_workers`` loader workers, no validation, no logger, for ``--last`` optimiser steps; steps ``--first + 1``
+.. ``--last`` are timed by :class:`step_clock.StepClock` (graphs per second; the share of the time between two steps:
+waiting for the loader, and Lightning's bookkeeping). Variants run one after the other, in alternating order when
+``--rounds`` > 1; the median round counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from graphormer_urpe.testing.zinc_raw import write_zinc_raw, zinc_like_atoms
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+MODES = {"eager": "false", "compiled": "true", "cuda_graphs": "cuda_graphs"}
+#: The ZINC subset's split sizes, as the ZINC source expects them.
+SUBSET = {"train": 10_000, "val": 1_000, "test": 1_000}
+
+
+def zinc_like_release(data_root: Path) -> None:
+    """ZINC-sized molecules in ZINC's raw layout under ``data_root``, written unless already there."""
+    raw = data_root / "ZINC" / "raw"
+    if not raw.exists():
+        print(f"writing {sum(SUBSET.values())} ZINC-sized molecules into {raw}", flush=True)
+        write_zinc_raw(raw, SUBSET, SUBSET, atoms=zinc_like_atoms, rings=2)
+
+
+def timed_run(args: argparse.Namespace, mode: str, run_root: Path, out: Path) -> dict:
+    """One ``train.py`` process; returns :class:`step_clock.StepClock`'s figures (exit on failure)."""
+    clock = {"class_path": "step_clock.StepClock",
+             "init_args": {"out": str(out), "first": args.first, "last": args.last}}
+    command = [sys.executable, str(REPO / "train.py"), "--config", "zinc_subset", "--data.root", str(args.data_root),
+               "--run_root", str(run_root), "--logger", "none", "--checkpoint.every_n_steps", "0",
+               "--trainer.max_steps", str(args.last), "--trainer.limit_val_batches", "0",
+               "--trainer.limit_test_batches", "0", "--trainer.accelerator", "gpu" if args.device == "cuda" else "cpu",
+               "--trainer.precision", args.precision, "--model.compile", MODES[mode],
+               "--data.num_workers", str(args.workers), "--trainer.callbacks+", json.dumps(clock)]
+    if mode != "eager":
+        command += ["--data.pad_nodes_to", str(args.pad_nodes_to)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False,
+                          stdin=subprocess.DEVNULL)
+    if done.returncode or not out.is_file():
+        raise SystemExit(f"train.py ({mode}) ended with exit code {done.returncode}:\n{done.stderr[-4000:]}")
+    return json.loads(out.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-root", type=Path, required=True, help="where the ZINC-sized release is (written)")
+    parser.add_argument("--variants", nargs="+", default=["eager"], choices=list(MODES))
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--precision", default="32", choices=["32", "16-mixed", "bf16-mixed"])
+    parser.add_argument("--workers", type=int, default=4, help="data loader workers (the ZINC config's 4)")
+    parser.add_argument("--pad-nodes-to", type=int, default=8, help="--data.pad_nodes_to of the compiled variants")
+    parser.add_argument("--first", type=int, default=50, help="optimiser steps before the timed window")
+    parser.add_argument("--last", type=int, default=250, help="the last timed optimiser step")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    zinc_like_release(args.data_root)
+    print(f"train.py --config zinc_subset on {args.device}, precision {args.precision}, {args.workers} loader "
+          f"workers; steps {args.first + 1}-{args.last} timed, {args.rounds} round(s)", flush=True)
+    figures: dict[str, list[dict]] = {mode: [] for mode in args.variants}
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_index in range(args.rounds):
+            for mode in args.variants if round_index % 2 == 0 else args.variants[::-1]:
+                out = Path(scratch) / f"clock-{mode}-{round_index}.json"
+                result = timed_run(args, mode, Path(scratch) / "runs", out)
+                figures[mode].append(result)
+                print(f"round {round_index + 1}, {mode}: {result['graphs_per_second']:.0f} graphs/s, "
+                      f"{result['between_steps_share']:.0%} of the time between steps", flush=True)
+    print("\n| variant | graphs/s (median round) | steps/s | time between steps (loader, Lightning) |")
+    print("|---|---|---|---|")
+    for mode, results in figures.items():
+        median = sorted(results, key=lambda r: r["graphs_per_second"])[len(results) // 2]  # the upper for even
+        print(f"| {mode} | {median['graphs_per_second']:.0f} | {median['steps_per_second']:.2f} | "
+              f"{median['between_steps_share']:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
