@@ -1,22 +1,21 @@
-"""Prepare what a lent GPU machine lacks for bench/gpu_check.py: wheels and prebuilt data, under 48 MiB.
+"""Prepare what a GPU machine without network lacks for bench/gpu_check.py: wheels and prebuilt data, < 48 MiB.
 
     python bench/gpu_bundle.py                              # .gpu_bundle/, wheels for the machine's Python 3.12
-    python bench/gpu_bundle.py --python-version 3.11 --out /work/gpu-rehearsal/bundle   # the rehearsal's
+    python bench/gpu_bundle.py --python-version 3.11 --out BUNDLE   # the CPU rehearsal's (bench/gpu_rehearsal.sh)
 
-The machine (docs/gpu.md) has torch, Lightning, PyG, numpy, pandas and the rest, but not
-:data:`WHEELS`' packages, and no network. The bundle holds:
+A machine with the image docs/gpu.md describes has torch, Lightning, PyG, numpy, pandas and the rest, but not
+:data:`WHEELS`' packages; with no network, it gets them from here. The bundle holds:
 
 * ``wheels/``: those packages as manylinux x86-64 wheels for ``--python-version`` (``pip download
   --no-deps --only-binary=:all:``), installed there with ``pip install --no-index --no-deps --target``;
 * ``data/qm9/``: the caches of the first :data:`~gpu_check.QM9_MOLECULES` QM9 molecules, as
   ``configs/qm9_gap.yaml`` builds it (its key holds the RDKit version: the wheel's is the same), and
   of the first 50, the device tests' (``qm9_root`` of tests/conftest.py);
-* ``data/qm9_pool.csv``: the SMILES of ``bench/train_throughput.py``'s molecule pool;
 * ``manifest.json``: what is where, the Python version and every file's size.
 
 It prints every part's size and the total, and exits with 1 if the total passes :data:`LIMIT_MIB`
-(the machine takes 64 MiB in all, the working tree included). The folder is git-ignored; name it
-in the device tool's ``carry`` list. Building the data needs this project's own environment
+(leaving room for the working tree within the 64 MiB such a machine may be sent). The folder is git-ignored; send it
+with the working tree. Building the data needs this project's own environment
 (``qm9pack``, RDKit); downloading the wheels needs PyPI.
 """
 
@@ -29,12 +28,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 REPO = Path(__file__).resolve().parent.parent
 #: The packages the GPU image lacks and the check imports (exact versions: this project's environment's).
 #: rdkit and ogb: the molecule featuriser (graphormer_urpe.data.sources.featurize, imported by the QM9
-#: source, the throughput pool and tests/tasks/test_tasks.py); six: ogb.utils.url; jsonargparse and its
+#: source, the benchmarks' vocabularies and tests/tasks/test_tasks.py); six: ogb.utils.url; jsonargparse and its
 #: signature readers: train.py's command line (LightningCLI).
 WHEELS = {
     "rdkit": "2026.9.1",
@@ -47,7 +44,6 @@ WHEELS = {
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 LIMIT_MIB = 48
 MIB = 1024**2
-POOL_FILE = "qm9_pool.csv"
 
 
 def download_command(directory: Path, python_version: str) -> list[str]:
@@ -66,7 +62,7 @@ def sizes(root: Path) -> dict[str, int]:
 
 
 def part_sizes(files: dict[str, int]) -> dict[str, int]:
-    """Bytes per part: each wheel, the QM9 cache, the pool (the first two path components)."""
+    """Bytes per part: each wheel, the QM9 cache (the first two path components)."""
     parts: dict[str, int] = {}
     for name, size in files.items():
         key = "/".join(Path(name).parts[:2])
@@ -75,19 +71,14 @@ def part_sizes(files: dict[str, int]) -> dict[str, int]:
 
 
 def build_data(data: Path, molecules: int) -> None:
-    """The QM9 cache of the first ``molecules`` molecules and the throughput pool's SMILES, under ``data``."""
-    sys.path.insert(0, str(REPO / "bench"))
-    from common import qm9_pool_smiles
+    """The QM9 caches of the first ``molecules`` molecules and of the first 50, under ``data``."""
     from graphormer_urpe.data.datamodule import GraphDataModule
     from graphormer_urpe.data.sources import QM9
     from graphormer_urpe.testing.runs import TINY_MOLECULES
-    from train_throughput import POOL_SIZE
 
     for count in (molecules, TINY_MOLECULES):  # the check's runs, the device tests' qm9_root (tests/conftest.py)
         print(f"QM9 cache of the first {count} molecules under {data}", flush=True)
         GraphDataModule(QM9(max_molecules=count), root=str(data), preprocess_workers=0).prepare_data()
-    print(f"throughput pool: {POOL_SIZE} + 30 QM9 SMILES", flush=True)
-    pd.DataFrame({"SMILES": qm9_pool_smiles(POOL_SIZE)}).to_csv(data / POOL_FILE, index=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,38 +1,36 @@
-"""The one command to run on a GPU machine: is the project correct, how fast, and how much memory?
+"""The one command to run on a GPU machine: is the project correct there, and how fast is its training step?
 
-    python bench/gpu_check.py --bundle .gpu_bundle --out $OUT      # on a GPU: 8 minutes at most
-    python bench/gpu_check.py --device cpu --quick --time-scale 6  # the same parts on the CPU, small
+    python bench/gpu_check.py --bundle .gpu_bundle --out $OUT --budget 480     # on a GPU, 8 minutes at most
+    python bench/gpu_check.py --device cpu --quick --time-scale 6              # the same parts on the CPU, small
 
-Sized to a lent GPU machine (15 minutes in all, one command of at most 10): every command runs
-under its own time cap (:data:`CAPS`, seconds on an H100-class GPU, 434 in all, measured on an H200;
-``--time-scale`` multiplies them), so one slow command cannot eat the rest. A command over its cap is
-killed and recorded as ``cut``; the check goes on with the next. Parts, in order of value (``--parts`` picks
-some), each printed as it starts with the commands it runs:
+Every command runs under its own time cap (:data:`CAPS`, seconds on one H100-class GPU, Python's, torch's and
+CUDA's start included; ``--time-scale`` multiplies them) and within what is left of ``--budget`` (the wall time the
+check may take); a command over its cap is killed and recorded as ``cut``, one that the budget no longer allows is
+``not reached``, and the check goes on. Parts, in order of value (``--parts`` picks some; a second call can run what
+the first did not reach), each printed as it starts with the commands it runs:
 
-1. ``tests``: the exactness tests that follow the device (``pytest -m device`` on the test files
-   that hold such tests: URPE with C = 1 equals RPE, padding and batch composition, fp16/bf16
-   finiteness, exact resume with the CUDA RNG state, first edges and the padded MAG240M batch
-   against their CPU reference), on the GPU.
-2. ``memory``: the peak memory of one training step per GPU at the papers' settings (ZINC,
-   PCQM4Mv2, MAG240M; ``bench/paper_memory.py``) in ``16-mixed``, against a 32 GB V100:
-   measured on a GPU (and compared with the CPU estimate of docs/gpu.md), estimated on fake
-   tensors on the CPU.
-3. ``throughput``: ``bench/train_throughput.py`` (graphs/s of URPE and RPE, size-aware and uniform
-   batching, on ZINC-sized molecules) in each precision. ``--compile`` is not in the check: on the
-   image's torch 2.11 Inductor stops with an AssertionError after about 130 s (docs/gpu.md).
-4. ``qm9``: the default QM9 run (``configs/qm9_gap.yaml``) on the first ``--qm9-molecules``
-   molecules for ``--steps`` steps in ``32``, ``16-mixed`` and ``bf16-mixed``, losses side by side.
-   Mixed precision passes when its loss on the first step (same weights, same batch) is within
-   :data:`FIRST_STEP_RTOL` of float32's and its mean training loss over the last fifth of the
-   steps, and its final validation MAE, are within :data:`TRAINING_RTOL` (runs in different
-   precisions drift apart step by step, so their losses are compared as levels, not step by step).
+1. ``tests``: the exactness tests that follow the device (``pytest -m device`` on the test files that hold such
+   tests: URPE with C = 1 equals RPE, padding and batch composition, fp16/bf16 finiteness, exact resume with the
+   CUDA RNG state, the compiled step and its CUDA graph replays against the eager step, first edges and the padded
+   MAG240M batch against their CPU reference), on the GPU.
+2. ``step``: the training step of the ZINC config at steady state, ``bf16-mixed``: eager against compiled with
+   CUDA graphs, URPE (``bench/train_throughput.py``; every batch padded to one shape for the compiled mode).
+3. ``loop``: ``train.py --config zinc_subset`` end to end on ZINC-sized data, the same two modes
+   (``bench/train_loop.py``): graphs/s over steps 51-250 and the time between steps, against the step alone.
+4. ``profile``: a ``torch.profiler`` summary of one warm step in both modes (``bench/step_profile.py``): top
+   kernels by device time, the host's time, kernels launched, synchronisations.
+5. ``matrix``: the rest of the grid of the step: RPE, compiled without CUDA graphs, ``32``, and the PCQM4Mv2
+   config.
+6. ``memory`` and 7. ``qm9`` (not run unless named): the peak memory of a training step at the papers' settings
+   against a 32 GB V100 (``bench/paper_memory.py``), and the default QM9 run in ``32``, ``16-mixed`` and
+   ``bf16-mixed``, mixed precision passing when its first-step loss is within :data:`FIRST_STEP_RTOL` of float32's and
+   its late training loss and final validation MAE within :data:`TRAINING_RTOL`.
 
-``--bundle`` names the folder ``bench/gpu_bundle.py`` prepares (the prebuilt QM9 cache and the
-throughput's molecules, so that nothing is featurised from ``qm9pack`` there). Under ``--out``:
-``summary.md`` (to paste into docs/gpu.md), ``summary.json`` and ``check.log`` (every command's
-output), rewritten after every command, so a run killed at any moment leaves everything finished
-before; runs and the synthetic MAG240M go under ``--work``. Exits with 1 if a part failed or was
-cut (a test, a tolerance, a setting that does not fit, a command, a cap).
+``--bundle`` names the folder ``bench/gpu_bundle.py`` prepares (wheels the machine lacks, the prebuilt QM9 caches).
+Under ``--out``: ``summary.md`` (to paste into docs/gpu.md), ``summary.json``, ``check.log`` (every command's
+output) and the benchmarks' JSON files, rewritten after every command, so a run killed at any moment leaves
+everything finished before; runs and data go under ``--work``. Exits with 1 if a part failed, was cut or was not
+reached.
 """
 
 from __future__ import annotations
@@ -41,9 +39,9 @@ import argparse
 import datetime
 import functools
 import json
+import math
 import os
 import platform
-import re
 import signal
 import subprocess
 import sys
@@ -60,19 +58,34 @@ PRECISIONS = ("32", "16-mixed", "bf16-mixed")
 FIRST_STEP_RTOL = 0.05
 #: ... and on the mean training loss of the last fifth of the steps and on the final validation MAE.
 TRAINING_RTOL = 0.10
-PARTS = ("tests", "memory", "throughput", "qm9")
-#: Seconds each command may run on one H100-class GPU, part by part (startup of Python, torch and
-#: CUDA included): about 1.35 times what each took on the freshly started H200 of the second GPU check
-#: (2026-11-27, 20:46 UTC; docs/gpu.md, "Measured on a GPU"), and no less than the caps before it, with
-#: which that call cut its float32 QM9 run as it was ending. 434 s in all: with the check's own work
-#: between commands and the bundle's install, one call of at most 8 minutes; with the machine's start
-#: (40 s to 2 minutes), about 5 minutes of the 15-minute lease left to rerun a part.
+PARTS = ("tests", "step", "loop", "profile", "matrix", "memory", "qm9")
+#: The parts a call runs unless ``--parts`` names others: memory and QM9 were measured on an H200 (docs/gpu.md).
+DEFAULT_PARTS = ("tests", "step", "loop", "profile", "matrix")
+#: Seconds each command may run on one H100-class GPU, part by part (startup of Python, torch and CUDA included).
+#: Memory and QM9: about 1.35 times what each took on the H200 of the second GPU check (docs/gpu.md). The rest:
+#: estimates until a GPU has run them (the compilation of each variant takes most of it), the first four parts within
+#: the default budget; a cut command says so, and its benchmark's JSON keeps what it measured.
 CAPS: dict[str, dict[str, float]] = {
-    "tests": {"device tests": 56},
+    "tests": {"device tests": 120},
+    "step": {"zinc bf16-mixed urpe": 120},
+    "loop": {"zinc bf16-mixed": 150},
+    "profile": {"zinc eager": 25, "zinc cuda_graphs": 35},
+    "matrix": {"zinc bf16-mixed rpe": 150, "zinc bf16-mixed compiled": 120, "zinc 32": 150,
+               "pcqm bf16-mixed": 180},
     "memory": {"zinc": 27, "pcqm4mv2": 27, "mag240m": 44},
-    "throughput": {"32": 54, "16-mixed": 58, "bf16-mixed": 57},
     "qm9": {"32": 37, "16-mixed": 40, "bf16-mixed": 34},
 }
+#: Wall seconds a call may take by default: the per-command limit of the machines this check was sized for.
+DEFAULT_BUDGET = 480
+#: A command is not started with less budget left than this.
+LEAST_COMMAND_SECONDS = 20
+#: Batches of ZINC's sizes are padded to this node count for the compiled modes: one shape, one compilation.
+ZINC_PAD = 40
+#: PCQM4Mv2's largest molecule has 51 heavy atoms: one shape.
+PCQM_PAD = 56
+#: The goal for the ZINC config's step on one H100 or H200 (docs/gpu.md), and the loop's least share of the step's.
+GOAL_GRAPHS_PER_SECOND = 10_000
+GOAL_LOOP_SHARE = 0.8
 #: Peak tensor memory (GiB) of one 16-mixed step estimated on the CPU (docs/gpu.md, "Estimated on the CPU",
 #: rerun 2026-11-27): what a GPU's measured peak is compared with.
 CPU_ESTIMATE_GIB = {"ZINC": 0.17, "PCQM4Mv2": 0.74, "MAG240M": 12.80}
@@ -91,7 +104,8 @@ def say(message: str) -> None:
 
 @dataclass
 class Outcome:
-    """How a command ended: ``ok``, ``failed`` (non-zero exit) or ``cut`` (killed at its cap)."""
+    """How a command ended: ``ok``, ``failed`` (non-zero exit), ``cut`` (killed at its cap or at the end of the
+    budget) or ``not reached`` (too little budget left to start it)."""
 
     status: str
     seconds: float
@@ -106,11 +120,12 @@ class Outcome:
 
 @dataclass
 class Check:
-    """Runs commands under their caps and keeps the summary on disk up to date."""
+    """Runs commands under their caps and the budget, and keeps the summary on disk up to date."""
 
     out: Path
     work: Path
     time_scale: float
+    deadline: float = math.inf  # time.monotonic() at the end of the budget
     report: dict = field(default_factory=dict)
 
     @property
@@ -118,9 +133,13 @@ class Check:
         return self.out / "check.log"
 
     def run(self, command: list[str], cap: float, env: dict[str, str] | None = None) -> Outcome:
-        """Run ``command`` in the repository for at most ``cap`` seconds (times ``--time-scale``); its
-        output is appended to ``check.log``, and its tail printed when it fails."""
-        limit = cap * self.time_scale
+        """Run ``command`` in the repository for at most ``cap`` seconds (times ``--time-scale``) and what is left of
+        the budget; its output is appended to ``check.log``, and its tail printed when it fails."""
+        left = self.deadline - time.monotonic()
+        if left < LEAST_COMMAND_SECONDS:
+            say(f"not reached (budget: {max(left, 0):.0f} s left): {' '.join(command)}")
+            return Outcome("not reached", 0.0)
+        limit = min(cap * self.time_scale, left)
         say(f"$ {' '.join(command)}   (cap {limit:.0f} s)")
         environment = {**os.environ, "PYTHONUNBUFFERED": "1",
                        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
@@ -159,9 +178,13 @@ class Check:
 
 
 def part_status(entries: list[dict]) -> str:
-    """``cut`` if a command was cut, else ``failed`` if one failed (or a verdict is no), else ``ok``."""
+    """``cut`` if a command was cut, else ``not reached`` if one was not started, else ``failed`` if one failed (or a
+    verdict is no), else ``ok``."""
     statuses = [entry["status"] for entry in entries]
-    return "cut" if "cut" in statuses else ("ok" if all(s == "ok" for s in statuses) else "failed")
+    for status in ("cut", "not reached"):
+        if status in statuses:
+            return status
+    return "ok" if all(s == "ok" for s in statuses) else "failed"
 
 
 def device_test_files() -> list[str]:
@@ -205,34 +228,70 @@ def check_memory(check: Check, device: str, quick: bool, update: Callable[[dict]
     return {"status": part_status(results), "results": results}
 
 
-def throughput_commands(device: str, quick: bool, pool: Path | None) -> dict[str, list[str]]:
-    """``bench/train_throughput.py`` on ZINC-sized molecules in each precision, by the names of :data:`CAPS`."""
-    base = [sys.executable, "bench/train_throughput.py", "--device", device, "--distributions", "zinc"]
-    base += ["--batch-size", "16", "--rounds", "1", "--epoch-batches", "2"] if quick else \
-        ["--batch-size", "256", "--rounds", "1", "--epoch-batches", "4"]
-    if pool is not None:
-        base += ["--pool", str(pool)]
-    return {precision: [*base, "--precision", precision] for precision in PRECISIONS}
+def step_command(setting: str, precision: str, modes: list[str], attention: list[str], device: str, quick: bool,
+                 out: Path) -> list[str]:
+    """``bench/train_throughput.py`` for one setting and precision (``--quick``: small batches, the least rounds)."""
+    command = [sys.executable, "bench/train_throughput.py", "--device", device, "--settings", setting,
+               "--precision", precision, "--modes", *modes, "--attention", *attention, "--batchings", "bucketed",
+               "--pad-nodes-to", str(ZINC_PAD if setting == "zinc" else PCQM_PAD), "--json", str(out)]
+    return command + (["--batch-size", "8", "--epoch-batches", "16", "--rounds", "3", "--warm", "1"] if quick else [])
 
 
-#: A row of train_throughput.py's table: batching, attention, then its numbers.
-THROUGHPUT_ROW = re.compile(r"^(today|bucketed)\s+(rpe|urpe)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)%")
+def step_commands(device: str, quick: bool, out: Path) -> dict[str, dict[str, list[str]]]:
+    """The step part's and the matrix part's commands, by part and by the names of :data:`CAPS`."""
+    fast = ["eager", "cuda_graphs"]
+
+    def command(name: str, setting: str, precision: str, modes: list[str], attention: list[str]) -> list[str]:
+        return step_command(setting, precision, modes, attention, device, quick, out / f"step {name}.json")
+
+    return {"step": {"zinc bf16-mixed urpe": command("zinc bf16-mixed urpe", "zinc", "bf16-mixed", fast, ["urpe"])},
+            "matrix": {"zinc bf16-mixed rpe": command("zinc bf16-mixed rpe", "zinc", "bf16-mixed", fast, ["rpe"]),
+                       "zinc bf16-mixed compiled": command("zinc bf16-mixed compiled", "zinc", "bf16-mixed",
+                                                           ["compiled"], ["urpe"]),
+                       "zinc 32": command("zinc 32", "zinc", "32", fast, ["urpe"]),
+                       "pcqm bf16-mixed": command("pcqm bf16-mixed", "pcqm", "bf16-mixed", fast, ["urpe", "rpe"])}}
 
 
-def graphs_per_second(output: str) -> dict[str, float]:
-    """``{"today rpe": graphs/s, ...}`` from train_throughput.py's output."""
-    return {f"{m[1]} {m[2]}": float(m[5]) for line in output.splitlines() if (m := THROUGHPUT_ROW.match(line))}
-
-
-def check_throughput(check: Check, device: str, quick: bool, pool: Path | None,
-                     update: Callable[[dict], None]) -> dict:
-    """Each command of :func:`throughput_commands`; the part is ok when every run is."""
+def check_steps(check: Check, commands: dict[str, list[str]], caps: dict[str, float],
+                update: Callable[[dict], None]) -> dict:
+    """Each step command; its figures are read from the JSON file it writes (also what a cut one measured)."""
     runs: list[dict] = []
-    for name, command in throughput_commands(device, quick, pool).items():
-        outcome = check.run(command, CAPS["throughput"][name])
+    for name, command in commands.items():
+        outcome = check.run(command, caps[name])
+        result_file = Path(command[command.index("--json") + 1])
+        results = json.loads(result_file.read_text())["results"] if result_file.is_file() else []
         runs.append({"name": name, "command": " ".join(command[1:]), "status": outcome.status,
-                     "seconds": outcome.seconds, "graphs_per_s": graphs_per_second(outcome.stdout),
-                     "output": outcome.stdout.strip() if outcome.ok else (outcome.stdout + outcome.stderr)[-2000:]})
+                     "seconds": outcome.seconds, "results": results,
+                     "output": outcome.stdout.strip() if outcome.ok else (outcome.stdout + outcome.stderr)[-3000:]})
+        update({"status": "running", "runs": runs})
+    return {"status": part_status(runs), "runs": runs}
+
+
+def check_loop(check: Check, device: str, quick: bool) -> dict:
+    """``train.py`` end to end on ZINC-sized data, eager and with CUDA graphs (``--quick``: steps 2-4 of 4)."""
+    result_file = check.out / "loop zinc bf16-mixed.json"
+    command = [sys.executable, "bench/train_loop.py", "--data-root", str(check.work / "zinc_like"), "--device", device,
+               "--precision", "bf16-mixed", "--variants", "eager", "cuda_graphs", "--pad-nodes-to", str(ZINC_PAD),
+               "--workers", "2" if quick else "6", "--json", str(result_file)]
+    command += ["--first", "1", "--last", "4"] if quick else []
+    outcome = check.run(command, CAPS["loop"]["zinc bf16-mixed"])
+    runs = json.loads(result_file.read_text())["runs"] if result_file.is_file() else {}
+    return {"status": outcome.status, "seconds": outcome.seconds, "command": " ".join(command[1:]), "runs": runs,
+            "output": outcome.stdout.strip() if outcome.ok else (outcome.stdout + outcome.stderr)[-3000:]}
+
+
+def check_profile(check: Check, device: str, quick: bool, update: Callable[[dict], None]) -> dict:
+    """One warm step of the ZINC config profiled, eager and with CUDA graphs."""
+    runs: list[dict] = []
+    for name, cap in CAPS["profile"].items():
+        mode = name.split()[1]
+        command = [sys.executable, "bench/step_profile.py", "--device", device, "--setting", "zinc", "--mode", mode,
+                   "--precision", "bf16-mixed", "--pad-nodes-to", str(ZINC_PAD)]
+        command += ["--batch-size", "8"] if quick else []
+        outcome = check.run(command, cap)
+        runs.append({"name": name, "command": " ".join(command[1:]), "status": outcome.status,
+                     "seconds": outcome.seconds,
+                     "output": outcome.stdout.strip() if outcome.ok else (outcome.stdout + outcome.stderr)[-3000:]})
         update({"status": "running", "runs": runs})
     return {"status": part_status(runs), "runs": runs}
 
@@ -321,16 +380,62 @@ def markdown_memory(memory: dict) -> list[str]:
     return [*lines, ""]
 
 
-def markdown_throughput(throughput: dict) -> list[str]:
-    keys = ["today rpe", "today urpe", "bucketed rpe", "bucketed urpe"]
-    lines = ["**Throughput, graphs/s** (`bench/train_throughput.py`, ZINC-sized molecules; today = uniform "
-             "batching, bucketed = size-aware)", "",
-             "| run | " + " | ".join(keys) + " | status | s |", "|---|" + "---|" * (len(keys) + 2)]
-    for run in throughput.get("runs", []):
-        figures = " | ".join(f"{run['graphs_per_s'][k]:.0f}" if k in run["graphs_per_s"] else "" for k in keys)
-        lines.append(f"| {run['name']} | {figures} | {run['status']} | {run['seconds']:.0f} |")
+def markdown_steps(title: str, part: dict) -> list[str]:
+    """A table of every step variant measured (graphs/s of the median epoch, its slowest and fastest), then each
+    command's output."""
+    lines = [f"**{title}** (`bench/train_throughput.py`: the warm step, median of 3 epochs of 16 batches of 256)", "",
+             "| setting | precision | mode | attention | graphs/s | [slowest, fastest] | ms/step | warm-up s | "
+             "shapes | peak GiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for run in part.get("runs", []):
+        for r in run["results"]:
+            peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
+            lines.append(f"| {r['setting']} | {r['precision']} | {r['mode']} | {r['attention']} | "
+                         f"{r['graphs_per_second']:,.0f} | [{min(r['graphs_per_second_rounds']):,.0f}, "
+                         f"{max(r['graphs_per_second_rounds']):,.0f}] | {r['ms_per_step']:.1f} | "
+                         f"{r['warm_seconds']:.0f} | {r['shapes']} | {peak} |")
+        if not run["results"]:
+            lines.append(f"| {run['name']} | | | | {run['status']} after {run['seconds']:.0f} s | | | | | |")
     lines.append("")
-    for run in throughput.get("runs", []):
+    for run in part.get("runs", []):
+        lines += [f"`{run['command']}`: {run['status']}", "", "```", run["output"], "```", ""]
+    return lines
+
+
+def headline(parts: dict) -> list[str]:
+    """The goals: graphs/s of the ZINC config's step with CUDA graphs in bf16-mixed, and the loop's share of it."""
+    step = {(r["mode"], r["attention"]): r["graphs_per_second"] for run in parts.get("step", {}).get("runs", [])
+            for r in run["results"]}
+    loop = parts.get("loop", {}).get("runs", {})
+    lines = []
+    if ("cuda_graphs", "urpe") in step:
+        best = step["cuda_graphs", "urpe"]
+        verdict = "met" if best >= GOAL_GRAPHS_PER_SECOND else "NOT met"
+        lines.append(f"**Goal**: ZINC config, bf16-mixed, URPE, CUDA graphs: {best:,.0f} graphs/s "
+                     f"(goal {GOAL_GRAPHS_PER_SECOND:,}: {verdict}; eager {step.get(('eager', 'urpe'), 0):,.0f})")
+        for mode, runs in loop.items():
+            if runs and (mode, "urpe") in step:
+                share = runs[-1]["graphs_per_second"] / step[mode, "urpe"]
+                verdict = "met" if share >= GOAL_LOOP_SHARE else "NOT met"
+                lines.append(f"**Goal**: train.py end to end, {mode}: {runs[-1]['graphs_per_second']:,.0f} graphs/s, "
+                             f"{share:.0%} of the step alone (goal {GOAL_LOOP_SHARE:.0%}: {verdict})")
+    return [*lines, ""] if lines else []
+
+
+def markdown_loop(loop: dict) -> list[str]:
+    lines = ["**train.py end to end** (`bench/train_loop.py`: ZINC config on ZINC-sized data in ZINC's layout, "
+             "global batch 256, steps 51-250 timed)", "",
+             "| variant | graphs/s | steps/s | time between steps (loader, Lightning) |", "|---|---|---|---|"]
+    for mode, runs in loop.get("runs", {}).items():
+        for run in runs:
+            lines.append(f"| {mode} | {run['graphs_per_second']:,.0f} | {run['steps_per_second']:.2f} | "
+                         f"{run['between_steps_share']:.0%} |")
+    return [*lines, "", f"`{loop.get('command', '')}`: {loop.get('status')}", "", "```", loop.get("output", ""), "```",
+            ""]
+
+
+def markdown_profile(profile: dict) -> list[str]:
+    lines = ["**One warm step profiled** (`bench/step_profile.py`)", ""]
+    for run in profile.get("runs", []):
         lines += [f"`{run['command']}`: {run['status']}", "", "```", run["output"], "```", ""]
     return lines
 
@@ -361,13 +466,20 @@ def markdown(report: dict) -> str:
         lines.append(f"| {part} | {status} | {seconds} | {report['caps'][part]:.0f} |")
     lines.append("")
     parts = report["parts"]
+    lines += headline(parts)
     if "tests" in parts:
         tests = parts["tests"]
         lines += [f"**Device tests**: {tests.get('summary', tests.get('error'))} ({tests['status']})", ""]
+    if "step" in parts:
+        lines += markdown_steps("The step, ZINC config", parts["step"])
+    if "loop" in parts:
+        lines += markdown_loop(parts["loop"])
+    if "profile" in parts:
+        lines += markdown_profile(parts["profile"])
+    if "matrix" in parts:
+        lines += markdown_steps("The rest of the grid", parts["matrix"])
     if "memory" in parts:
         lines += markdown_memory(parts["memory"])
-    if "throughput" in parts:
-        lines += markdown_throughput(parts["throughput"])
     if "qm9" in parts:
         lines += markdown_qm9(parts["qm9"])
     return "\n".join(lines)
@@ -380,46 +492,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qm9-molecules", type=int, default=QM9_MOLECULES,
                         help="QM9 molecules of the runs (the bundle's cache holds the first 5000)")
     parser.add_argument("--quick", action="store_true",
-                        help="small everything: attention tests only, small throughput batches, one MAG240M batch")
-    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+                        help="small everything: attention tests only, small batches and few steps, one MAG240M batch")
+    parser.add_argument("--parts", nargs="+", default=list(DEFAULT_PARTS), choices=PARTS)
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET,
+                        help="wall seconds the whole check may take; commands it leaves no time for are not run")
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="multiply every cap (slower machines: the CPU rehearsal uses 6)")
     parser.add_argument("--bundle", type=Path, default=None,
-                        help="bench/gpu_bundle.py's folder: QM9 cache and throughput molecules from there")
+                        help="bench/gpu_bundle.py's folder: the wheels' install and the QM9 caches")
     parser.add_argument("--data-root", type=Path, default=None,
                         help="dataset root of the QM9 runs (default: the bundle's data/, else data/)")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "gpu_check", help="summaries and check.log")
-    parser.add_argument("--work", type=Path, default=None, help="runs and the synthetic MAG240M (default: OUT/work)")
+    parser.add_argument("--work", type=Path, default=None, help="runs and data (default: OUT/work)")
     args = parser.parse_args(argv)
+    started = time.monotonic()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda, but torch sees no GPU (torch.cuda.is_available() is False)")
     if args.bundle is not None and not (args.bundle / "manifest.json").is_file():
         parser.error(f"--bundle {args.bundle} holds no manifest.json: prepare it with python bench/gpu_bundle.py")
     data_root = args.data_root or (args.bundle / "data" if args.bundle is not None else REPO / "data")
-    pool = args.bundle / "data" / "qm9_pool.csv" if args.bundle is not None else None
     device = torch.device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
-    check = Check(args.out, args.work or args.out / "work", args.time_scale)
+    check = Check(args.out, args.work or args.out / "work", args.time_scale, deadline=started + args.budget)
     check.work.mkdir(parents=True, exist_ok=True)
     order = [part for part in PARTS if part in args.parts]
     check.report = {"machine": machine(device), "date": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
                     "command": " ".join(["python bench/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]),
-                    "order": order, "caps": {part: sum(CAPS[part].values()) * args.time_scale for part in order},
-                    "parts": {}}
+                    "budget": args.budget, "order": order,
+                    "caps": {part: sum(CAPS[part].values()) * args.time_scale for part in order}, "parts": {}}
     say(f"on {check.report['machine']}; parts {', '.join(order)} within {sum(check.report['caps'].values()):.0f} s "
-        f"of caps; writing to {args.out}")
+        f"of caps and a budget of {args.budget:.0f} s; writing to {args.out}")
     check.write()
     accelerator = "gpu" if device.type == "cuda" else "cpu"
+    steps = step_commands(args.device, args.quick, args.out)
     for part in order:
         say(f"part {part} (cap {check.report['caps'][part]:.0f} s)")
         update = functools.partial(check.record, part, time.monotonic())
         try:
             if part == "tests":
                 result = check_tests(check, args.quick, args.bundle)
+            elif part in ("step", "matrix"):
+                result = check_steps(check, steps[part], CAPS[part], update)
+            elif part == "loop":
+                result = check_loop(check, args.device, args.quick)
+            elif part == "profile":
+                result = check_profile(check, args.device, args.quick, update)
             elif part == "memory":
                 result = check_memory(check, args.device, args.quick, update)
-            elif part == "throughput":
-                result = check_throughput(check, args.device, args.quick, pool, update)
             else:
                 result = check_qm9(check, accelerator, args.steps, args.qm9_molecules, data_root, update)
         except Exception as error:  # a part's own bug must not cost the parts after it
@@ -430,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = markdown(check.report)
     print("\n" + summary)
     failed = [part for part, result in check.report["parts"].items() if result["status"] != "ok"]
-    say(f"summary in {args.out / 'summary.md'}; " + (f"NOT OK: {', '.join(failed)}" if failed else "all parts ok"))
+    say(f"summary in {args.out / 'summary.md'} after {time.monotonic() - started:.0f} s; "
+        + (f"NOT OK: {', '.join(failed)}" if failed else "all parts ok"))
     return 1 if failed else 0
 
 

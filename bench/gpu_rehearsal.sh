@@ -6,15 +6,18 @@
 #
 #     bash bench/gpu_rehearsal.sh
 #
-# WORK (default /work/gpu-rehearsal) holds the bundle, the installed wheels and one out-<time>/ and
-# work-<time>/ per rehearsal (earlier ones are kept); VENV (default /work/gpu-rehearsal-venv) is created with
-# the image's packages when it does not exist (a few GB: torch's CUDA build imports only with its nvidia-*
-# wheels). BUILD_PYTHON (default: python, this project's environment) builds the bundle's data, which needs
-# qm9pack and RDKit; the bundle is built once (delete WORK/bundle to rebuild it). Exit code: the check's.
+# WORK (default ~/.cache/graphormer-urpe/gpu-rehearsal) holds the bundle, the installed wheels and one out-<time>/
+# and work-<time>/ per rehearsal (earlier ones are kept); VENV (default ~/.cache/graphormer-urpe/gpu-rehearsal-venv)
+# is created with the image's packages when it does not exist (a few GB: torch's CUDA build imports only with its
+# nvidia-* wheels). BUILD_PYTHON (default: python, this project's environment) builds the bundle's data, which needs
+# qm9pack and RDKit; the bundle is built once (delete WORK/bundle to rebuild it). PARTS (default: the check's own)
+# and BUDGET (seconds, default 14400: a CPU compiles slowly) are passed on. Exit code: the check's.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-WORK=${WORK:-/work/gpu-rehearsal}
-VENV=${VENV:-/work/gpu-rehearsal-venv}
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/graphormer-urpe
+WORK=${WORK:-$CACHE/gpu-rehearsal}
+VENV=${VENV:-$CACHE/gpu-rehearsal-venv}
+BUDGET=${BUDGET:-14400}
 BUILD_PYTHON=${BUILD_PYTHON:-python}
 TIME_SCALE=${TIME_SCALE:-6}
 PYTHON_VERSION=${PYTHON_VERSION:-3.11}
@@ -38,7 +41,9 @@ site="$WORK/site-$stamp"
 cd "$REPO"
 started=$(date +%s)
 status=0
+# shellcheck disable=SC2086  # PARTS is a list of words
 PYTHONPATH="$site:$REPO" PYTHONUNBUFFERED=1 "$VENV/bin/python" bench/gpu_check.py --device cpu --quick --steps 2 \
-    --time-scale "$TIME_SCALE" --bundle "$WORK/bundle" --out "$WORK/out-$stamp" --work "$WORK/work-$stamp" || status=$?
+    --time-scale "$TIME_SCALE" --budget "$BUDGET" ${PARTS:+--parts $PARTS} --bundle "$WORK/bundle" \
+    --out "$WORK/out-$stamp" --work "$WORK/work-$stamp" || status=$?
 echo "rehearsal: exit code $status after $(( $(date +%s) - started )) s; summary in $WORK/out-$stamp/summary.md"
 exit "$status"

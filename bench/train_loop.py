@@ -7,12 +7,12 @@ per second over a window of steps, beside the step alone (``bench/train_throughp
 
 The data is ZINC-sized and in ZINC's release layout (``ZINC/raw``: the subset's 10,000 / 1,000 / 1,000 molecules,
 9-38 atoms, a tree of bonds and two ring closures each; :func:`~graphormer_urpe.testing.zinc_raw.write_zinc_raw`),
-written once under ``--data-root`` and read by the real ZINC source and cache. Each variant (``eager``, ``compiled``,
-``cuda_graphs``: ``--model.compile``) is one ``train.py`` process of the ZINC config, global batch 256, its
-``--data.num_workers`` loader workers, no validation, no logger, for ``--last`` optimiser steps; steps ``--first + 1``
-.. ``--last`` are timed by :class:`step_clock.StepClock` (graphs per second; the share of the time between two steps:
-waiting for the loader, and Lightning's bookkeeping). Variants run one after the other, in alternating order when
-``--rounds`` > 1; the median round counts.
+written once under ``--data-root`` (``--molecules`` for fewer) and read by the real ZINC source and cache. Each
+variant (``eager``, ``compiled``, ``cuda_graphs``: ``--model.compile``) is one ``train.py`` process of the ZINC
+config, global batch 256, its ``--data.num_workers`` loader workers, no validation, no logger, for ``--last``
+optimiser steps; steps ``--first + 1`` .. ``--last`` are timed by :class:`step_clock.StepClock` (graphs per second;
+the share of the time between two steps: waiting for the loader, and Lightning's bookkeeping). Variants run one
+after the other, in alternating order when ``--rounds`` > 1; the median round counts.
 """
 
 from __future__ import annotations
@@ -30,16 +30,18 @@ from graphormer_urpe.testing.zinc_raw import write_zinc_raw, zinc_like_atoms
 REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 MODES = {"eager": "false", "compiled": "true", "cuda_graphs": "cuda_graphs"}
-#: The ZINC subset's split sizes, as the ZINC source expects them.
-SUBSET = {"train": 10_000, "val": 1_000, "test": 1_000}
+#: Training molecules of the ZINC subset (validation and test: a tenth each), as the ZINC source expects them.
+SUBSET_TRAIN = 10_000
 
 
-def zinc_like_release(data_root: Path) -> None:
-    """ZINC-sized molecules in ZINC's raw layout under ``data_root``, written unless already there."""
+def zinc_like_release(data_root: Path, train: int) -> None:
+    """``train`` ZINC-sized training molecules (a tenth as many for validation and test) in ZINC's raw layout under
+    ``data_root``, written unless already there."""
     raw = data_root / "ZINC" / "raw"
     if not raw.exists():
-        print(f"writing {sum(SUBSET.values())} ZINC-sized molecules into {raw}", flush=True)
-        write_zinc_raw(raw, SUBSET, SUBSET, atoms=zinc_like_atoms, rings=2)
+        sizes = {"train": train, "val": train // 10, "test": train // 10}
+        print(f"writing {sum(sizes.values())} ZINC-sized molecules into {raw}", flush=True)
+        write_zinc_raw(raw, sizes, sizes, atoms=zinc_like_atoms, rings=2)
 
 
 def timed_run(args: argparse.Namespace, mode: str, run_root: Path, out: Path) -> dict:
@@ -65,6 +67,8 @@ def timed_run(args: argparse.Namespace, mode: str, run_root: Path, out: Path) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", type=Path, required=True, help="where the ZINC-sized release is (written)")
+    parser.add_argument("--molecules", type=int, default=SUBSET_TRAIN,
+                        help="training molecules of a release written now (the subset's 10,000)")
     parser.add_argument("--variants", nargs="+", default=["eager"], choices=list(MODES))
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--precision", default="32", choices=["32", "16-mixed", "bf16-mixed"])
@@ -73,8 +77,9 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=50, help="optimiser steps before the timed window")
     parser.add_argument("--last", type=int, default=250, help="the last timed optimiser step")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--json", type=Path, default=None, help="also write every variant's figures to this file")
     args = parser.parse_args()
-    zinc_like_release(args.data_root)
+    zinc_like_release(args.data_root, args.molecules)
     print(f"train.py --config zinc_subset on {args.device}, precision {args.precision}, {args.workers} loader "
           f"workers; steps {args.first + 1}-{args.last} timed, {args.rounds} round(s)", flush=True)
     figures: dict[str, list[dict]] = {mode: [] for mode in args.variants}
@@ -84,6 +89,9 @@ def main() -> None:
                 out = Path(scratch) / f"clock-{mode}-{round_index}.json"
                 result = timed_run(args, mode, Path(scratch) / "runs", out)
                 figures[mode].append(result)
+                if args.json is not None:  # after every run: a check cut later keeps what was measured
+                    args.json.write_text(json.dumps({"device": args.device, "precision": args.precision,
+                                                     "runs": figures}, indent=2) + "\n")
                 print(f"round {round_index + 1}, {mode}: {result['graphs_per_second']:.0f} graphs/s, "
                       f"{result['between_steps_share']:.0%} of the time between steps", flush=True)
     print("\n| variant | graphs/s (median round) | steps/s | time between steps (loader, Lightning) |")

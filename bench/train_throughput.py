@@ -29,10 +29,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -222,6 +224,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (1 = per-core figures)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="32", choices=list(PRECISIONS))
+    parser.add_argument("--json", type=Path, default=None, help="also write every variant's figures to this file")
     args = parser.parse_args()
     if args.epoch_batches < 16 or args.rounds < 3:
         parser.error("steady state takes at least 3 rounds of at least 16 batches")
@@ -234,6 +237,7 @@ def main() -> None:
           + f", precision {args.precision}; global batch {args.batch_size}, {args.epoch_batches} batches an epoch, "
           f"each distinct shape warmed {args.warm} times, {args.rounds} timed epochs per variant", flush=True)
 
+    results = []
     for setting_name in args.settings:
         setting = SETTINGS[setting_name]
         rng = np.random.default_rng(0)
@@ -272,6 +276,16 @@ def main() -> None:
             if variant.memory:
                 line += f" {max(variant.memory) / 2**30:10.2f}"
             print(line, flush=True)
+        results += [{"setting": setting_name, "config": setting.config, "precision": args.precision,
+                     "mode": v.mode, "batching": v.batching, "attention": v.attention,
+                     "graphs_per_second": graphs / statistics.median(v.rounds),
+                     "graphs_per_second_rounds": [graphs / seconds for seconds in v.rounds],
+                     "ms_per_step": 1000 * statistics.median(v.rounds) / args.epoch_batches,
+                     "warm_seconds": v.warm_seconds, "shapes": len(v.distinct_shapes()),
+                     "peak_gib": max(v.memory) / 2**30 if v.memory else None} for v in variants]
+        if args.json is not None:  # after every setting: a run cut later keeps what it measured
+            args.json.write_text(json.dumps({"device": str(device), "torch": torch.__version__, "results": results},
+                                            indent=2) + "\n")
         by_key = {(v.mode, v.batching, v.attention): statistics.median(v.rounds) for v in variants}
         for (mode, batching, attention), seconds in by_key.items():
             if mode != "eager" and ("eager", batching, attention) in by_key:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,8 +48,8 @@ def test_a_command_over_its_cap_is_cut_and_logged(tmp_path: Path) -> None:
 
 def test_a_part_over_its_cap_is_recorded_as_cut_and_the_next_parts_still_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tests part runs a command that outlives its cap; the memory part then runs, and finds the
-    tests part's result already on disk; a part that raises is recorded as failed, the next still runs."""
+    """The tests part runs a command that outlives its cap; the step part then runs, and finds the tests part's
+    result already on disk; a part that raises is recorded as failed, the next still runs."""
     monkeypatch.setitem(gpu_check.CAPS, "tests", {"device tests": 1})
     seen_on_disk: list[dict] = []
 
@@ -57,29 +58,40 @@ def test_a_part_over_its_cap_is_recorded_as_cut_and_the_next_parts_still_run(
         outcome = check.run([sys.executable, "-c", "import time; time.sleep(600)"], cap)
         return {"status": outcome.status, "summary": "no pytest summary"}
 
-    def memory(check: gpu_check.Check, device: str, quick: bool, update) -> dict:  # noqa: ANN001
+    def steps(check: gpu_check.Check, commands: dict, caps: dict, update) -> dict:  # noqa: ANN001
         seen_on_disk.append(json.loads((tmp_path / "summary.json").read_text()))
-        update({"status": "running", "results": []})
+        update({"status": "running", "runs": []})
         seen_on_disk.append(json.loads((tmp_path / "summary.json").read_text()))
-        raise RuntimeError("a bug in the memory part")
+        raise RuntimeError("a bug in the step part")
 
-    def throughput(check: gpu_check.Check, device: str, quick: bool, pool: Path | None, update) -> dict:  # noqa: ANN001
+    def profile(check: gpu_check.Check, device: str, quick: bool, update) -> dict:  # noqa: ANN001
         return {"status": "ok", "runs": []}
 
     monkeypatch.setattr(gpu_check, "check_tests", sleeping_tests)
-    monkeypatch.setattr(gpu_check, "check_memory", memory)
-    monkeypatch.setattr(gpu_check, "check_throughput", throughput)
-    code = gpu_check.main(["--device", "cpu", "--parts", "throughput", "memory", "tests", "--out", str(tmp_path)])
+    monkeypatch.setattr(gpu_check, "check_steps", steps)
+    monkeypatch.setattr(gpu_check, "check_profile", profile)
+    code = gpu_check.main(["--device", "cpu", "--parts", "profile", "step", "tests", "--out", str(tmp_path)])
     assert code == 1
-    assert seen_on_disk[0]["parts"]["tests"]["status"] == "cut" and "memory" not in seen_on_disk[0]["parts"]
-    assert seen_on_disk[1]["parts"]["memory"]["status"] == "running"
+    assert seen_on_disk[0]["parts"]["tests"]["status"] == "cut" and "step" not in seen_on_disk[0]["parts"]
+    assert seen_on_disk[1]["parts"]["step"]["status"] == "running"
     report = json.loads((tmp_path / "summary.json").read_text())
-    assert report["order"] == ["tests", "memory", "throughput"]  # the order of value, whatever --parts says
+    assert report["order"] == ["tests", "step", "profile"]  # the order of value, whatever --parts says
     assert {part: entry["status"] for part, entry in report["parts"].items()} == \
-        {"tests": "cut", "memory": "failed", "throughput": "ok"}
-    assert "a bug in the memory part" in report["parts"]["memory"]["error"]
+        {"tests": "cut", "step": "failed", "profile": "ok"}
+    assert "a bug in the step part" in report["parts"]["step"]["error"]
     summary = (tmp_path / "summary.md").read_text()
-    assert "| tests | cut |" in summary and "| memory | failed |" in summary and "| throughput | ok |" in summary
+    assert "| tests | cut |" in summary and "| step | failed |" in summary and "| profile | ok |" in summary
+
+
+def test_a_command_the_budget_leaves_no_time_for_is_not_reached(tmp_path: Path) -> None:
+    """A call of a given length: the first command gets what is left of it, the next none, and the part says so."""
+    check = gpu_check.Check(tmp_path, tmp_path / "work", time_scale=1, deadline=time.monotonic() + 22)
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    first = check.run(sleep, cap=600)
+    assert first.status == "cut" and first.seconds < 30
+    second = check.run(sleep, cap=600)
+    assert second.status == "not reached" and second.seconds == 0
+    assert gpu_check.part_status([{"status": "ok"}, {"status": "not reached"}]) == "not reached"
 
 
 def test_the_summary_names_the_parts_not_reached(tmp_path: Path) -> None:
@@ -90,22 +102,47 @@ def test_the_summary_names_the_parts_not_reached(tmp_path: Path) -> None:
     assert all(f"| {part} | not reached |" in summary for part in gpu_check.PARTS)
 
 
-def test_the_caps_fit_the_lease() -> None:
-    """Every cap together within 7.5 minutes of a 15-minute lease: with the bundle's install, the check's own work
-    and the machine's start (up to 2 minutes), time is left to rerun a part."""
-    assert sum(sum(caps.values()) for caps in gpu_check.CAPS.values()) <= 7.5 * 60
-    assert set(gpu_check.CAPS["throughput"]) == set(gpu_check.throughput_commands("cuda", False, None))
+def test_the_first_parts_fit_the_default_budget_and_every_command_has_a_cap(tmp_path: Path) -> None:
+    """The tests, the step, the loop and the profile within one call of the default budget; the matrix takes what
+    is left (a second call runs the rest)."""
+    first = ("tests", "step", "loop", "profile")
+    assert sum(sum(gpu_check.CAPS[part].values()) for part in first) <= gpu_check.DEFAULT_BUDGET
+    commands = gpu_check.step_commands("cuda", False, tmp_path)
+    assert {part: set(names) for part, names in commands.items()} == \
+        {part: set(gpu_check.CAPS[part]) for part in ("step", "matrix")}
     assert set(gpu_check.CAPS["memory"]) == {"zinc", "pcqm4mv2", "mag240m"}
 
 
-def test_a_cut_throughput_run_cuts_its_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cut_step_command_cuts_its_part_and_keeps_what_it_measured(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     def run(check: gpu_check.Check, command: list[str], cap: float) -> gpu_check.Outcome:
-        return gpu_check.Outcome("cut" if command[-1] == "bf16-mixed" else "ok", cap, "", "", -9)
+        Path(command[command.index("--json") + 1]).write_text(json.dumps({"results": [FIGURES]}))
+        return gpu_check.Outcome("cut" if "rpe" in command else "ok", cap, "", "", -9)
 
     monkeypatch.setattr(gpu_check.Check, "run", run)
     check = gpu_check.Check(tmp_path, tmp_path / "work", time_scale=1)
-    result = gpu_check.check_throughput(check, "cuda", False, None, lambda entry: None)
-    assert result["status"] == "cut"
+    commands = gpu_check.step_commands("cuda", False, tmp_path)["matrix"]
+    result = gpu_check.check_steps(check, commands, gpu_check.CAPS["matrix"], lambda entry: None)
+    assert result["status"] == "cut" and all(run["results"] == [FIGURES] for run in result["runs"])
+    assert "| zinc | bf16-mixed | cuda_graphs | urpe | 12,345 | [12,000, 12,500] |" in \
+        "\n".join(gpu_check.markdown_steps("grid", result))
+
+
+#: One variant's figures, as bench/train_throughput.py writes them.
+FIGURES = {"setting": "zinc", "config": "zinc_subset", "precision": "bf16-mixed", "mode": "cuda_graphs",
+           "batching": "bucketed", "attention": "urpe", "graphs_per_second": 12345.0,
+           "graphs_per_second_rounds": [12000.0, 12345.0, 12500.0], "ms_per_step": 20.7, "warm_seconds": 41.0,
+           "shapes": 1, "peak_gib": 1.5}
+
+
+def test_the_headline_judges_the_goals() -> None:
+    eager = {**FIGURES, "mode": "eager", "graphs_per_second": 2500.0}
+    loop = {"cuda_graphs": [{"graphs_per_second": 9000.0}], "eager": [{"graphs_per_second": 2400.0}]}
+    parts = {"step": {"runs": [{"results": [FIGURES, eager]}]}, "loop": {"runs": loop}}
+    lines = "\n".join(gpu_check.headline(parts))
+    assert "CUDA graphs: 12,345 graphs/s (goal 10,000: met; eager 2,500)" in lines
+    assert "cuda_graphs: 9,000 graphs/s, 73% of the step alone (goal 80%: NOT met)" in lines
+    assert "eager: 2,400 graphs/s, 96% of the step alone (goal 80%: met)" in lines
 
 
 def test_the_device_tests_are_collected_from_the_files_that_hold_them() -> None:
@@ -140,17 +177,24 @@ def test_the_check_runs_end_to_end_on_the_cpu(qm9_root: Path, tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_the_throughput_commands_run_on_the_cpu() -> None:
-    """The check's throughput part calls ``bench/train_throughput.py`` with flags it accepts: the
-    float32 command of the quick list runs, and its graphs/s are read off its table (the
-    half-precision ones are for a GPU: float16 matrix products on a CPU take minutes)."""
-    commands = gpu_check.throughput_commands("cpu", quick=True, pool=None)
-    assert [c[c.index("--precision") + 1] for c in commands.values()] == ["32", "16-mixed", "bf16-mixed"]
-    assert not any("--compile" in command for command in commands.values())
-    done = subprocess.run(commands["32"], cwd=REPO_DIR, capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+def test_the_step_loop_and_profile_commands_run_on_the_cpu(tmp_path: Path) -> None:
+    """The check calls its benchmarks with flags they accept: the eager float32 step of the quick list, a few steps
+    of train.py on a small ZINC-sized release, and the profile, each with figures (compilation is for a GPU: minutes
+    on a CPU)."""
+    command = gpu_check.step_command("zinc", "32", ["eager"], ["urpe"], "cpu", True, tmp_path / "step.json")
+    done = subprocess.run(command, cwd=REPO_DIR, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "size-aware / today, urpe" in done.stdout and "URPE / RPE time per step, bucketed" in done.stdout
-    figures = gpu_check.graphs_per_second(done.stdout)
-    assert set(figures) == {"today rpe", "today urpe", "bucketed rpe", "bucketed urpe"}
-    assert all(value > 0 for value in figures.values())
+    [result] = json.loads((tmp_path / "step.json").read_text())["results"]
+    assert (result["mode"], result["attention"], len(result["graphs_per_second_rounds"])) == ("eager", "urpe", 3)
+    assert result["graphs_per_second"] > 0 and result["shapes"] >= 1
+    loop = [sys.executable, "bench/train_loop.py", "--data-root", str(tmp_path / "zinc"), "--molecules", "200",
+            "--workers", "0", "--first", "1", "--last", "3", "--json", str(tmp_path / "loop.json")]
+    done = subprocess.run(loop, cwd=REPO_DIR, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [run] = json.loads((tmp_path / "loop.json").read_text())["runs"]["eager"]
+    assert (run["steps"], run["graphs"]) == (2, 400)  # a global batch of 256 holds all 200 training graphs
+    profile = [sys.executable, "bench/step_profile.py", "--batch-size", "8", "--top", "5"]
+    done = subprocess.run(profile, cwd=REPO_DIR, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ATen ops dispatched" in done.stdout and "reads of a value by the step's code (item() outside any op): 0" \
+        in done.stdout

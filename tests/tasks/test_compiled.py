@@ -14,12 +14,12 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from graphormer_urpe.data.batch import GraphBatch, collate_graphs
+from graphormer_urpe.data.batch import BatchShape, GraphBatch, collate_graphs
 from graphormer_urpe.errors import ConfigError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
 from graphormer_urpe.tasks.base import fused_optimiser_supported, parameter_groups
-from graphormer_urpe.tasks.compiled import compiled
+from graphormer_urpe.tasks.compiled import compiled, uses_cuda_graphs
 from graphormer_urpe.testing.device import exactness_device
 from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.tolerance import rounding_tolerance
@@ -128,12 +128,14 @@ def test_a_compile_mode_it_does_not_know_is_refused_naming_the_option() -> None:
 
 
 def seeded_step(task: GraphormerTask, losses: Callable, batch: GraphBatch, seed: int) -> tuple[dict, list]:
-    """Losses and gradients of one training step from the random state ``seed`` (dropout draws)."""
+    """Losses and gradients of one training step from the random state ``seed`` (dropout draws), copied out (a CUDA
+    graph's next replay overwrites its outputs)."""
     task.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
     result = losses(batch)
     result["loss"].backward()
-    return {name: value.detach() for name, value in result.items()}, [p.grad.clone() for p in task.parameters()]
+    return ({name: value.detach().clone() for name, value in result.items()},
+            [p.grad.clone() for p in task.parameters()])
 
 
 @pytest.mark.device
@@ -149,7 +151,34 @@ def test_compiled_step_computes_what_the_eager_step_does(rng: np.random.Generato
     eager_losses, eager_grads = seeded_step(task, task.step_losses, batch, seed=3)
     with torch._inductor.config.patch(fallback_random=True):
         compiled_losses, compiled_grads = seeded_step(task, compiled(task.step_losses, True, device), batch, seed=3)
+    assert_same_step(eager_losses, eager_grads, compiled_losses, compiled_grads)
+
+
+@pytest.mark.device
+@pytest.mark.slow
+def test_cuda_graph_replays_compute_what_the_eager_step_does(rng: np.random.Generator) -> None:
+    """Replayed CUDA graphs (``--model.compile cuda_graphs``; on a CPU the compiled step without them) compute the
+    eager step's losses and gradients, replay after replay, on batches of one shape with other values. No dropout:
+    a graph draws its random numbers from offsets of its own."""
+    torch._dynamo.reset()
+    device = exactness_device()
+    task = GraphRegression(dataclasses.replace(TINY, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                                               input_dropout=0.0, drop_path=0.0)).to(device).train()
+    shape = BatchShape(node_multiple=12, graphs=5, edges_per_node=3)
+    batches = [collate_graphs([make_record(rng, n, index=i) for i, n in enumerate(sizes)], shape).to(device)
+               for sizes in ((3, 9, 1, 6, 4), (7, 2, 5, 11, 8), (4, 4, 10, 1, 6))]
+    replayed = compiled(task.step_losses, "cuda_graphs", device)
+    for batch in batches:
+        eager_losses, eager_grads = seeded_step(task, task.step_losses, batch, seed=0)
+        if uses_cuda_graphs("cuda_graphs", device):
+            torch.compiler.cudagraph_mark_step_begin()
+        graph_losses, graph_grads = seeded_step(task, replayed, batch, seed=0)
+        assert_same_step(eager_losses, eager_grads, graph_losses, graph_grads)
+
+
+def assert_same_step(eager_losses: dict, eager_grads: list, other_losses: dict, other_grads: list) -> None:
+    """Losses and gradients equal to float32 rounding in another summation order."""
     for name, value in eager_losses.items():
-        torch.testing.assert_close(compiled_losses[name], value, **rounding_tolerance(value))
-    for eager, compiled_grad in zip(eager_grads, compiled_grads):
-        torch.testing.assert_close(compiled_grad, eager, **rounding_tolerance(eager))
+        torch.testing.assert_close(other_losses[name], value, **rounding_tolerance(value))
+    for eager, other in zip(eager_grads, other_grads):
+        torch.testing.assert_close(other, eager, **rounding_tolerance(eager))
