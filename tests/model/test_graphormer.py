@@ -110,7 +110,7 @@ def test_padded_rows_and_single_node_graphs_are_finite(rng: np.random.Generator,
 
 @pytest.mark.slow
 def test_compiled_urpe_model_matches_eager_in_outputs_and_gradients(rng: np.random.Generator) -> None:
-    """``torch.compile`` (the benchmark's ``--compile``) traces the relation lookup and ``scale_and_drop``
+    """``torch.compile`` with dynamic shapes traces the relation lookup and ``scale_and_drop``
     (an autograd function) and computes what eager mode computes: outputs and every gradient. The
     ``aot_eager`` backend runs the traced forward and backward graphs without generating code, so the
     check takes seconds on CPU; inductor compiles those same graphs. Two layers: the shared C gets gradients
