@@ -17,7 +17,7 @@ import torch
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.run.cli import RUN_DIR_ENV, TrainingCLI
 from graphormer_urpe.run.finetune import initialise, plan_initialisation, read_source
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.run.ledger import REPO_DIR, read_metrics
 from graphormer_urpe.run.start import exit_codes, plan_start, run_start
 from graphormer_urpe.tasks.base import GraphormerTask
 
@@ -87,6 +87,32 @@ def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
     except SystemExit as stop:
         return int(stop.code)
     return 0
+
+
+def learning_curve(run_dir: Path) -> list[dict[str, float]]:
+    """The joined log of a run (:func:`~graphormer_urpe.run.ledger.read_metrics`) without segment numbers, which
+    differ between an interrupted run and an uninterrupted one."""
+    return [{k: v for k, v in row.items() if k != "segment"} for row in read_metrics(run_dir)]
+
+
+def same_run(resumed: tuple[FinalState, Path], uninterrupted: tuple[FinalState, Path]) -> list[str]:
+    """How a resumed run (its final state and directory) differs from the uninterrupted one: weights, learning curve
+    (every logged value, validations included), best checkpoint, final metrics; empty when it ends where that one
+    did."""
+    (state, run_dir), (expected_state, expected_dir) = resumed, uninterrupted
+    problems = [f"weights {k} differ" for k, v in expected_state.weights.items()
+                if not torch.equal(v, state.weights[k])]
+    if (state.step, state.device.type) != (expected_state.step, expected_state.device.type):
+        problems.append(f"ends at step {state.step} on {state.device}, not {expected_state.step} on "
+                        f"{expected_state.device}")
+    if learning_curve(run_dir) != learning_curve(expected_dir):
+        problems.append("the learning curves differ")
+    metrics, expected = (json.loads((d / "metrics.json").read_text()) for d in (run_dir, expected_dir))
+    for found in (metrics, expected):  # the best checkpoint by name: the run directories differ
+        found["best_checkpoint"] = Path(found["best_checkpoint"]).name if found["best_checkpoint"] else None
+    if metrics != expected:
+        problems.append(f"metrics.json {metrics} vs {expected}")
+    return problems
 
 
 def start_from(task: GraphormerTask, path: Path, spec: DataSpec | SequenceSpec) -> dict:
