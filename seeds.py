@@ -57,6 +57,7 @@ import yaml
 from graphormer_urpe.errors import InputError, refuse
 from graphormer_urpe.evaluation.ensemble import ensemble_predict, ensemble_split
 from graphormer_urpe.run.checkpoints import config_identity, differences
+from graphormer_urpe.run.finetune import config_as_recorded
 from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, is_locked
 
 TRAIN = Path(__file__).resolve().parent / "train.py"
@@ -164,12 +165,16 @@ def run_or_reuse(options: argparse.Namespace, seed: int, train_args: Sequence[st
 
 
 def resolved_config(command: Sequence[str]) -> dict:
-    """The config ``train.py`` would resolve for ``command`` (``--print_config``), without running it."""
+    """The config ``train.py`` would record for ``command`` (``--print_config``, with ``--init_from``'s
+    architecture: :func:`~graphormer_urpe.run.finetune.config_as_recorded`), without running it."""
     done = subprocess.run([*command, "--print_config"], capture_output=True, text=True, check=False)
     if done.returncode:
         sys.stderr.write(done.stderr)
         raise SystemExit(done.returncode)
-    return yaml.safe_load(done.stdout)
+    try:
+        return config_as_recorded(yaml.safe_load(done.stdout))
+    except InputError as error:
+        refuse(str(error))
 
 
 def check_seed_runs(options: argparse.Namespace, train_args: Sequence[str]) -> None:
