@@ -11,7 +11,8 @@ to ``train.py`` unchanged; with ``--logger wandb`` the runs share the W&B group 
 
 A seed's run is identified by its resolved config, all but the seed and the run's name and place
 (:func:`~graphormer_urpe.run.checkpoints.config_identity`). Before anything runs, every seed directory
-that exists is compared with this command's config (``train.py --print_config``); any difference
+that exists is compared with this command's config as its run records it (``train.py --print_config``, with
+``--init_from``'s architecture: :func:`~graphormer_urpe.run.finetune.config_as_recorded`); any difference
 stops the sweep (exit code 2) naming the keys: an experiment name stands for one config, so a
 changed one (``--model.encoder.attention rpe``) needs another ``--name``. Seeds that finished
 (``metrics.json``) are reused, one line each; the others run with ``--ckpt_path auto``, so an
