@@ -146,6 +146,19 @@ class SignalDuringStep(pl.Callback):
                 os.kill(os.getppid() if self.to_parent else os.getpid(), self.signum)
 
 
+class FailAtStep(pl.Callback):
+    """Raises a ``RuntimeError`` at the start of optimiser step ``step``, as a crash would (or AdamW did with a
+    learning rate of 1e300)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
+                             batch_idx: int) -> None:
+        if trainer.global_step == self.step - 1:
+            raise RuntimeError(f"failed in step {self.step}")
+
+
 class FinalState(pl.Callback):
     """Keeps the weights, the step and the device at the end of training."""
 

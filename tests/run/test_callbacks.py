@@ -21,6 +21,7 @@ from graphormer_urpe.run.start import EXIT_NON_FINITE
 from graphormer_urpe.testing.device import exactness_device
 from graphormer_urpe.testing.distributed import run_on_processes
 from graphormer_urpe.testing.runs import (
+    FailAtStep,
     FinalState,
     SignalDuringStep,
     same_run,
@@ -180,7 +181,7 @@ def test_a_step_mode_run_stopped_where_a_validation_follows_validates_before_it_
     assert train_in_process(args("signal") + ["--ckpt_path", "last"], resumed) == 0
     assert same_run((resumed, tmp_path / "runs" / "signal"), uninterrupted) == []
 
-    with pytest.raises(RuntimeError, match="killed"):
+    with pytest.raises(RuntimeError, match="failed in step 6"):
         train_in_process(args("killed"), FailAtStep(6))
     last = torch.load(tmp_path / "runs" / "killed" / "checkpoints" / "last.ckpt", weights_only=True)
     best = next(state for key, state in last["callbacks"].items() if key.startswith("ModelCheckpoint{'monitor': 'val"))
@@ -188,18 +189,6 @@ def test_a_step_mode_run_stopped_where_a_validation_follows_validates_before_it_
     resumed = FinalState()
     assert train_in_process(args("killed") + ["--ckpt_path", "last"], resumed) == 0
     assert same_run((resumed, tmp_path / "runs" / "killed"), uninterrupted) == []
-
-
-class FailAtStep(pl.Callback):
-    """Stops the process's run with an error at the start of optimiser step ``step``, as a crash would."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
-                             batch_idx: int) -> None:
-        if trainer.global_step == self.step - 1:
-            raise RuntimeError(f"killed at step {self.step}")
 
 
 def test_preempted_names_the_checkpoint_and_the_exit_code() -> None:

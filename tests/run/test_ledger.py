@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-import pytorch_lightning as pl
 import torch
 import yaml
 
@@ -40,6 +39,7 @@ from graphormer_urpe.run.ledger import (
 )
 from graphormer_urpe.testing.directories import files_of
 from graphormer_urpe.testing.runs import (
+    FailAtStep,
     SignalDuringStep,
     learning_curve,
     run_train_subprocess,
@@ -475,18 +475,6 @@ def test_ckpt_path_last_with_nothing_to_resume_names_what_it_looked_for(small_ru
         f"--ckpt_path last: there is no {stopped / 'checkpoints/last.ckpt'} to resume; the run stopped before writing "
         "its first checkpoint; start it again with --ckpt_path auto, or under another --run_name"]
     assert files_of(stopped) == before
-
-
-class FailAtStep(pl.Callback):
-    """Raises a ``RuntimeError`` in optimiser step ``step`` (as AdamW did with a learning rate of 1e300)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
-                             batch_idx: int) -> None:
-        if trainer.global_step == self.step - 1:
-            raise RuntimeError(f"failed in step {self.step}")
 
 
 def test_a_run_that_fails_before_its_first_checkpoint_leaves_its_name_reusable(
