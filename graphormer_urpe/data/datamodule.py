@@ -188,7 +188,7 @@ class GraphDataModule(pl.LightningDataModule):
                             f"data.max_nodes={self.max_nodes}")
         self.datasets = datasets
         log.info("%s splits: %s", self.source.name, ", ".join(f"{k} {v:,}" for k, v in sizes.items()))
-        if stage in ("fit", None) and self.spec.target_kind == "regression":
+        if stage in ("fit", None) and "train" in datasets and self.spec.target_kind == "regression":
             self.warn_if_constant_targets()
         warn_if_not_published(self.source.name, sizes, self.source.published_split_sizes or {})
 

@@ -162,6 +162,7 @@ def test_an_epoch_mode_run_resumed_after_a_signal_ends_where_the_uninterrupted_o
     assert same_run((resumed, last.parent.parent), full) == []
 
 
+@pytest.mark.slow
 def test_a_step_mode_run_stopped_where_a_validation_follows_validates_before_it_saves(
         small_table: Path, tmp_path: Path) -> None:
     """A checkpoint written before the validation due after its step was resumed without that validation (Lightning
