@@ -11,7 +11,8 @@ to ``train.py`` unchanged; with ``--logger wandb`` the runs share the W&B group 
 
 A seed's run is identified by its resolved config, all but the seed and the run's name and place
 (:func:`~graphormer_urpe.run.checkpoints.config_identity`). Before anything runs, every seed directory
-that exists is compared with this command's config (``train.py --print_config``); any difference
+that exists is compared with this command's config as its run records it (``train.py --print_config``, with
+``--init_from``'s architecture: :func:`~graphormer_urpe.run.finetune.config_as_recorded`); any difference
 stops the sweep (exit code 2) naming the keys: an experiment name stands for one config, so a
 changed one (``--model.encoder.attention rpe``) needs another ``--name``. Seeds that finished
 (``metrics.json``) are reused, one line each; the others run with ``--ckpt_path auto``, so an
@@ -57,6 +58,7 @@ import yaml
 from graphormer_urpe.errors import InputError, refuse
 from graphormer_urpe.evaluation.ensemble import ensemble_predict, ensemble_split
 from graphormer_urpe.run.checkpoints import config_identity, differences
+from graphormer_urpe.run.finetune import config_as_recorded
 from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, is_locked
 
 TRAIN = Path(__file__).resolve().parent / "train.py"
@@ -164,12 +166,16 @@ def run_or_reuse(options: argparse.Namespace, seed: int, train_args: Sequence[st
 
 
 def resolved_config(command: Sequence[str]) -> dict:
-    """The config ``train.py`` would resolve for ``command`` (``--print_config``), without running it."""
+    """The config ``train.py`` would record for ``command`` (``--print_config``, with ``--init_from``'s
+    architecture: :func:`~graphormer_urpe.run.finetune.config_as_recorded`), without running it."""
     done = subprocess.run([*command, "--print_config"], capture_output=True, text=True, check=False)
     if done.returncode:
         sys.stderr.write(done.stderr)
         raise SystemExit(done.returncode)
-    return yaml.safe_load(done.stdout)
+    try:
+        return config_as_recorded(yaml.safe_load(done.stdout))
+    except InputError as error:
+        refuse(str(error))
 
 
 def check_seed_runs(options: argparse.Namespace, train_args: Sequence[str]) -> None:

@@ -209,8 +209,8 @@ from graphormer_urpe.data.sources.zinc import ZINC, ZINCReader
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
 for reader in (ZINCReader, PygReader):
     read = reader.graphs
-    def graphs(self, start, stop, read=read, name=reader.__name__):
-        yield from read(self, start, stop)
+    def graphs(self, start, stop, max_nodes=None, read=read, name=reader.__name__):
+        yield from read(self, start, stop, max_nodes)
         loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('rdkit', 'ogb'))
         (out / f"{name}-{os.getpid()}.json").write_text(json.dumps(loaded))
     reader.graphs = graphs

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from graphormer_urpe.data.files import unwritable
-from graphormer_urpe.data.safe_load import directory_problem, first_line, load_restricted, text_file
+from graphormer_urpe.data.safe_load import directory_problem, load_failure, load_restricted, text_file
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
@@ -51,18 +51,26 @@ class Found:
         return Found(value, where)
 
 
-def read_torch_file(path: Path) -> Mapping[str, Any]:
-    """The dictionary a ``torch.save`` file holds, read without running code from it."""
+def check_source(source: str | Path) -> Path:
+    """``source``, the torch file to convert, as a path, refused before any work (and before the output is looked at,
+    so that a message names the real problem): a directory, a missing path, a text file."""
+    path = Path(source)
     if path.is_dir():
         raise ConversionError(directory_problem(path))
     if not path.is_file():
         raise ConversionError(f"{path} does not exist")
+    if (text := text_file(path)) is not None:
+        raise ConversionError(f"{path} is {text}, not a torch file")
+    return path
+
+
+def read_torch_file(path: Path) -> Mapping[str, Any]:
+    """The dictionary a ``torch.save`` file holds, read without running code from it."""
+    check_source(path)
     try:
         checkpoint = load_restricted(path)
     except Exception as error:
-        if (text := text_file(path)) is not None:
-            raise ConversionError(f"{path} is {text}, not a torch file") from None
-        raise ConversionError(f"{path} is not a readable torch file: {first_line(error)}") from None
+        raise ConversionError(f"{path} is not a readable torch file: {load_failure(error)}") from None
     if not isinstance(checkpoint, Mapping):
         raise ConversionError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dictionary")
     return checkpoint
@@ -72,9 +80,12 @@ def check_output(output: str | Path, companions: Sequence[str] = (".yaml",)) -> 
     """``output`` as a path, refused before any work if it cannot be written: a directory (or a name ending in
     ``/``), below a file, in an unwritable directory, or an earlier conversion (it or its ``companions`` suffixes)."""
     path = Path(output)
-    if str(output).endswith(("/", os.sep)) or path.is_dir():
+    if path.is_dir():
         raise ConversionError(f"{output} is a directory; name the checkpoint file to write, e.g. "
                               f"{path / 'graphormer.ckpt'}")
+    if str(output).endswith(("/", os.sep)):  # no such directory: the name still asks for one
+        raise ConversionError(f"{output} ends with '{str(output)[-1]}', the name of a directory; name the checkpoint "
+                              f"file to write, e.g. {path / 'graphormer.ckpt'}")
     for path_to_write in (path, *(path.with_suffix(suffix) for suffix in companions)):
         if path_to_write.exists():
             raise ConversionError(f"{path_to_write} exists; choose another output path (nothing is overwritten)")

@@ -112,12 +112,14 @@ def import_huggingface(source: str | Path, output: str | Path, *, node_vocab: Se
                        node_rows: Literal["transformers", "official"] = "transformers",
                        task: str = "regression") -> GraphormerConfig:
     """Convert a transformers Graphormer directory into ``output`` and its ``.yaml``, as the command line does."""
-    source, output = Path(source), check_output(output)
+    source = Path(source)  # checked first: a message names the real problem
     if source.is_file():
         raise ConversionError(f"{source} is a file; a transformers checkpoint is a directory with config.json (a "
                               "torch file of the official code converts with python -m graphormer_urpe.convert "
                               "official)")
-    config, state = read_config(source / "config.json"), read_weights(source)
+    config = read_config(source / "config.json")
+    output = check_output(output)
+    state = read_weights(source)
     layout = dataclasses.replace(TRANSFORMERS, node_row_shift=NODE_ROW_SHIFTS[node_rows])
     converted = convert_weights(state, layout, declared_settings(config, spatial_pos_max), node_vocab=node_vocab,
                                 edge_vocab=edge_vocab)

@@ -10,7 +10,14 @@ from typing import Any
 
 import torch
 
-from graphormer_urpe.convert.common import ConversionError, Found, check_output, read_torch_file, write_checkpoint
+from graphormer_urpe.convert.common import (
+    ConversionError,
+    Found,
+    check_output,
+    check_source,
+    read_torch_file,
+    write_checkpoint,
+)
 from graphormer_urpe.convert.mapping import Declared, Layout, convert_weights
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import GraphormerConfig
@@ -125,7 +132,8 @@ def import_official(source: str | Path, output: str | Path, *, node_vocab: Seque
                     edge_vocab: Sequence[int] = BOND_VOCAB, multi_hop_max_dist: int | None = None,
                     spatial_pos_max: int | None = None, task: str = "regression") -> GraphormerConfig:
     """Convert an official checkpoint (v1.0 ``.ckpt``, v2 ``.pt``) into ``output`` and its ``.yaml``, as the CLI."""
-    source, output = Path(source), check_output(output)
+    source = check_source(source)  # first: a message names the real problem
+    output = check_output(output)
     state, layout, declared = read_official(source)
     declared = dataclasses.replace(
         declared, multi_hop_max_dist=_option(declared.multi_hop_max_dist, multi_hop_max_dist, "--multi_hop_max_dist"),

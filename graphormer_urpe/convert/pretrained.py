@@ -26,10 +26,8 @@ KEPT_KEYS = ("epoch", "global_step", "pytorch-lightning_version", "state_dict", 
 
 
 def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bool = False) -> dict:
-    """Write the reduced checkpoint and its provenance record; return the record."""
-    for path in (checkpoint_out, provenance_out):
-        if path.exists() and not replace:
-            raise CheckpointError(f"{path} exists; pass --replace to write over the shipped checkpoint, or --out")
+    """Write the reduced checkpoint and its provenance record; return the record. The source is checked first, so
+    that a message names the real problem, then the files to write."""
     checkpoint = load_checkpoint(source)
     if CONFIG_KEY not in checkpoint:
         raise CheckpointError(f"{source} holds no config (not written by train.py)")
@@ -42,6 +40,9 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
     if not (run_dir / "run.json").is_file():
         raise CheckpointError(f"{source} is not in a run directory (no {run_dir / 'run.json'}): name the checkpoint "
                               "under runs/<run>/checkpoints/ that train.py wrote, whose run record it exports")
+    for path in (checkpoint_out, provenance_out):
+        if path.exists() and not replace:
+            raise CheckpointError(f"{path} exists; pass --replace to write over the shipped checkpoint, or --out")
     record = json.loads((run_dir / "run.json").read_text())
     metrics = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").is_file() else {}
     reduced = {key: checkpoint[key] for key in KEPT_KEYS if key in checkpoint}

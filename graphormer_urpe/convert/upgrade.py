@@ -80,8 +80,10 @@ def upgraded_checkpoint(checkpoint: Mapping[str, Any], source: Path) -> tuple[di
 
 def upgrade(source: str | Path, output: str | Path) -> list[str]:
     """Write ``source`` in today's layout to ``output`` once its task rebuilds from it; returns the changes made."""
-    source, output = Path(source), check_output(output, companions=())
-    upgraded, changes = upgraded_checkpoint(load_checkpoint(source), source)
+    source = Path(source)
+    checkpoint = load_checkpoint(source)  # first: a message names the real problem
+    output = check_output(output, companions=())
+    upgraded, changes = upgraded_checkpoint(checkpoint, source)
     if not changes:
         raise ConversionError(f"{source} is in today's layout already: use it as it is")
     task_class = import_object("model.class_path", upgraded["hyper_parameters"]["_class_path"])

@@ -7,6 +7,7 @@ import fcntl
 import json
 import logging
 import multiprocessing
+import multiprocessing.pool
 import os
 import shutil
 import time
@@ -42,8 +43,10 @@ class RowReader(Protocol):
 
     num_rows: int
 
-    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
-        """Rows ``start .. stop - 1`` as ``(row, graph)`` or ``(row, reason it is unusable)``."""
+    def graphs(self, start: int, stop: int, max_nodes: int | None = None) -> Iterator[tuple[int, RawGraph | str]]:
+        """Rows ``start .. stop - 1`` as ``(row, graph)`` or ``(row, reason it is unusable)``, in order. A graph of
+        more than ``max_nodes`` nodes (None: no limit) is skipped by the cache: it may come without what costs time
+        per graph (a molecule's descriptors), but with its nodes."""
 
     def worker_init(self) -> None:
         """Prepare a preprocessing process (worker, or this one) before its first rows."""
@@ -421,20 +424,58 @@ class BuildSummary:
 
 
 _WORKER_READER: RowReader | None = None
+#: What counts the rows this process reads: the progress bar itself, or in a worker the count it shares with it.
+_WORKER_PROGRESS: RowCount | tqdm | None = None
 
 
-def _init_worker(reader: RowReader) -> None:
-    global _WORKER_READER
-    _WORKER_READER = reader
+class RowCount:
+    """Rows read by the preprocessing workers, a count shared with the process that shows the progress bar."""
+
+    def __init__(self, context: multiprocessing.context.BaseContext) -> None:
+        self._rows = context.Value("q", 0)
+
+    def update(self, rows: int) -> None:
+        """Count ``rows`` more (what ``tqdm.update`` does to a bar)."""
+        with self._rows.get_lock():
+            self._rows.value += rows
+
+    @property
+    def rows(self) -> int:
+        return self._rows.value
+
+
+def _init_worker(reader: RowReader, progress: RowCount | tqdm) -> None:
+    global _WORKER_READER, _WORKER_PROGRESS
+    _WORKER_READER, _WORKER_PROGRESS = reader, progress
     reader.worker_init()
+
+
+def _counted(rows: Iterator[tuple[int, RawGraph | str]]) -> Iterator[tuple[int, RawGraph | str]]:
+    """``rows``, each counted in this process's progress as it is read (a chunk of descriptors takes minutes)."""
+    for row in rows:
+        _WORKER_PROGRESS.update(1)
+        yield row
 
 
 def _build_chunk(task: tuple[Path, int, int, CacheSpec]) -> int:
     path, start, stop, spec = task
-    arrays, skipped = encode_chunk(_WORKER_READER.graphs(start, stop), spec)
+    arrays, skipped = encode_chunk(_counted(_WORKER_READER.graphs(start, stop, max_nodes=spec.max_nodes)), spec)
     write_chunk(path, arrays, {"start": start, "stop": stop, "graphs": len(arrays["source_row"]), "skipped": skipped,
                                "node_targets": spec.node_targets})
     return stop - start
+
+
+#: Seconds between two looks at the rows the preprocessing workers have read.
+PROGRESS_SECONDS = 0.5
+
+
+def _next_within(results: multiprocessing.pool.IMapIterator, seconds: float) -> bool:
+    """Whether the next result of a pool's ``imap_unordered`` came within ``seconds``."""
+    try:
+        results.next(timeout=seconds)
+    except multiprocessing.TimeoutError:
+        return False
+    return True
 
 
 def build_store(reader: RowReader, directory: Path, key: Mapping, spec: CacheSpec, splits: Mapping[str, np.ndarray],
@@ -464,17 +505,22 @@ def build_store(reader: RowReader, directory: Path, key: Mapping, spec: CacheSpe
                  reader.num_rows)
 
     workers = min(num_workers, len(todo))
-    with tqdm(total=reader.num_rows, initial=reader.num_rows - processed_rows, desc=description, unit="graph",
-              dynamic_ncols=True) as bar:
-        if workers > 1:
-            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-            with multiprocessing.get_context(method).Pool(workers, _init_worker, (reader,)) as pool:
-                for rows in pool.imap_unordered(_build_chunk, todo):
-                    bar.update(rows)
+    already = reader.num_rows - processed_rows
+    with tqdm(total=reader.num_rows, initial=already, desc=description, unit="graph", dynamic_ncols=True) as bar:
+        if workers > 1:  # the workers count the rows they read; this process shows the count while it waits
+            context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
+                                                  else "spawn")
+            count = RowCount(context)
+            with context.Pool(workers, _init_worker, (reader, count)) as pool:
+                chunks = pool.imap_unordered(_build_chunk, todo)
+                for _ in todo:
+                    while not _next_within(chunks, PROGRESS_SECONDS):
+                        bar.update(already + count.rows - bar.n)
+                bar.update(already + count.rows - bar.n)
         else:
-            _init_worker(reader)
+            _init_worker(reader, bar)
             for task in todo:
-                bar.update(_build_chunk(task))
+                _build_chunk(task)
 
     chunk_metas = [json.loads((directory / name / CHUNK_META).read_text()) for name in names]
     skipped = [s for meta in chunk_metas for s in meta["skipped"]]

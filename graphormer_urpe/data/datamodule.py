@@ -208,6 +208,8 @@ class GraphDataModule(pl.LightningDataModule):
                             f"data.max_nodes={self.max_nodes}")
         self.datasets = datasets
         log.info("%s splits: %s", self.source.name, ", ".join(f"{k} {v:,}" for k, v in sizes.items()))
+        if stage in ("fit", None) and "train" in datasets and self.spec.target_kind == "regression":
+            self.warn_if_constant_targets()
         warn_if_not_published(self.source.name, sizes, self.source.published_split_sizes or {})
 
     @property
@@ -231,6 +233,21 @@ class GraphDataModule(pl.LightningDataModule):
             raise DataError(f"{self.source.origin()}: target '{name}' has no known value in the training split, "
                              "so it cannot be normalised or learned")
         return np.nanmean(targets, axis=0), np.maximum(np.nanstd(targets, axis=0), 1e-6)
+
+    def warn_if_constant_targets(self) -> None:
+        """Say so, in one line, when a regression target has one value in the whole training split: the model can
+        only learn that constant, and its error is 0 wherever the target has it (a figure that says nothing)."""
+        train = self.datasets["train"]
+        targets = train.store.targets(train.indices).astype(np.float64).reshape(-1, len(self.spec.target_names))
+        constant = []
+        for name, values in zip(self.spec.target_names, targets.T):
+            values = values[np.isfinite(values)]
+            if len(values) and values.min() == values.max():
+                constant.append(f"'{name}' is {values[0]:g} in all {len(values):,} training values")
+        if constant:
+            log.warning("%s: target %s: a model of it learns only that constant, and its error is 0 wherever the "
+                        "target has that value; check the target (data.source.targets)", self.source.origin(),
+                        "; ".join(constant))
 
     def molecule_feature_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """(M,) float64 mean and standard deviation that standardise the molecule-level features: the training

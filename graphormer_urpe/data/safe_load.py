@@ -63,7 +63,8 @@ def load_numpy_checkpoint(path: Path | str) -> Any:
                 refused = torch.serialization.get_unsafe_globals_in_checkpoint(path)
             except ValueError:  # not a zip checkpoint: the original error says why
                 refused = []
-            detail = f"it needs globals outside the numpy allow-list: {', '.join(refused)}" if refused else str(error)
+            detail = f"it needs globals outside the numpy allow-list: {', '.join(refused)}" if refused \
+                else load_failure(error)
             raise UnsafeCheckpoint(f"{path}: refusing to load with weights_only=True: {detail}") from error
         except (RuntimeError, EOFError, ValueError) as error:
             raise UnsafeCheckpoint(f"{path} is not a readable torch.save file (truncated or corrupt?): {error}") \
@@ -150,6 +151,31 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+#: The start of torch's message when ``weights_only=True`` refuses a file; its advice (load it with
+#: ``weights_only=False``, that is, unpickle it and let it run code) is never passed on.
+_WEIGHTS_ONLY_REFUSAL = "Weights only load failed"
+
+
+def load_failure(error: BaseException) -> str:
+    """Why ``torch.load`` could not read a file, in one line, without torch's advice to load it with
+    ``weights_only=False``: an object in it that is not weights, bytes that are no torch file, or torch's first
+    line (a damaged archive).
+
+    Example:
+        >>> load_failure(RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central"))
+        'probably truncated or corrupted (PytorchStreamReader failed reading zip archive: failed finding central)'
+    """
+    text = _TERMINAL_CODES.sub("", str(error))
+    if not text.startswith(_WEIGHTS_ONLY_REFUSAL):
+        return f"probably truncated or corrupted ({first_line(error)})"
+    if (found := re.search(r"Unsupported global: GLOBAL (\S+)", text)) is not None:
+        return (f"it holds {found.group(1)}, a Python object besides weights, which is never unpickled here "
+                "(unpickling a file can run code from it)")
+    found = re.search(r"Unsupported operand (\d+)", text)
+    opcode = f" (the weights reader stops at pickle opcode {found.group(1)})" if found else ""
+    return f"neither a torch.save archive nor a legacy torch file{opcode}: not a checkpoint, or a damaged one"
+
+
 def text_file(path: Path) -> str | None:
     """``a text file of 6 bytes ('hello')`` when ``path`` holds UTF-8 text (or nothing), for messages about a file
     that should be a torch file; None for a binary file."""
@@ -200,5 +226,4 @@ def not_a_checkpoint(path: Path, error: BaseException) -> str:
     if name is not None:
         return (f"{path} is a checkpoint of the official Graphormer ({name}), not one of this project: convert it "
                 f"with {CONVERT_OFFICIAL} {path} {path.with_suffix('')}-converted.ckpt")
-    return (f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint, probably truncated or corrupted: "
-            f"{first_line(error)}")
+    return f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint: {load_failure(error)}"

@@ -32,6 +32,9 @@ log = logging.getLogger("graphormer_urpe")
 #: Weights of the trees' prediction in the blend (0: the ensemble alone, 1: the trees alone); per target, the one
 #: with the lowest MAE on the validation rows is used.
 TREE_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: Validation rows of a target below which the choice of its trees' weight is said to be unreliable: the five
+#: candidates' validation MAEs then differ by the errors of a few molecules.
+FEW_VALIDATION_ROWS = 10
 
 
 def split_table(config_yaml: str, split: str) -> tuple[SmilesTable, pd.DataFrame]:
@@ -173,6 +176,13 @@ def _trees_and_weights(checkpoints: Sequence[Path], config: str, source: SmilesT
     weights = {name: blend_weight(valid_ensemble[name], tree_valid[name], valid[name].to_numpy())
                for name in source.targets}
     log.info("descriptor trees blended with weights %s (chosen on %d validation rows)", weights, len(valid))
+    known = {name: int(valid[name].notna().sum()) for name in source.targets}
+    if few := {name: rows for name, rows in known.items() if rows < FEW_VALIDATION_ROWS}:
+        chosen = "; ".join(f"'{name}': {weights[name]} on {rows} row{'' if rows == 1 else 's'}"
+                           for name, rows in few.items())
+        log.warning("%s: the trees' weight was chosen on fewer than %d validation rows (%s): too few to choose it "
+                    "reliably, so the blend's figures say little; use a larger table, or the ensemble without --trees",
+                    source.path, FEW_VALIDATION_ROWS, chosen)
     return tree_frame, weights
 
 

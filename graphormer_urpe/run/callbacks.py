@@ -11,13 +11,13 @@ import subprocess
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from pytorch_lightning.callbacks import Callback, ModelCheckpoint, TQDMProgressBar, WeightAveraging
+from pytorch_lightning.callbacks import Callback, Checkpoint, ModelCheckpoint, TQDMProgressBar, WeightAveraging
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
@@ -27,6 +27,9 @@ from graphormer_urpe.run.checkpoints import LAST_CHECKPOINT
 from graphormer_urpe.run.plots import has_relative_encodings, relative_encoding_figure
 
 log = logging.getLogger("graphormer_urpe")
+
+#: Checkpoint key of whether training had decided to stop when the checkpoint was written (:class:`StopDecision`).
+SHOULD_STOP_KEY = "graphormer_should_stop"
 
 
 def rng_state() -> dict[str, Any]:
@@ -97,18 +100,86 @@ def follow_run_directory(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
     return followed
 
 
-class LastCheckpoint(ModelCheckpoint):
-    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps (0: never) and always at the end of training."""
+#: What Lightning runs after a training batch before it fetches the next: the epoch's end (its validation, if due,
+#: and every callback's ``on_train_epoch_end``), or a validation within the epoch.
+AfterBatch = Literal["epoch end", "validation"]
+#: How a log line names what a checkpoint waits for.
+WAITED_FOR: dict[AfterBatch, str] = {"epoch end": "end of its epoch (validation included)", "validation": "validation"}
+
+
+def work_after_batch(trainer: pl.Trainer) -> AfterBatch | None:
+    """What Lightning runs after the training batch that just ended before the next batch (None: nothing).
+
+    The end of an epoch counts in epoch mode only: in step mode (``trainer.max_steps``) Lightning resumes a checkpoint
+    written after an epoch's last batch exactly, and one written at the epoch's end not (it replays the epoch's end
+    into the finished epoch); nothing of a run acts at the end of an epoch in step mode."""
+    fit_loop = trainer.fit_loop
+    epoch_loop = fit_loop.epoch_loop
+    if epoch_loop._num_ready_batches_reached() and not fit_loop._iteration_based_training():
+        return "epoch end"
+    if epoch_loop._should_check_val_fx(fit_loop._data_fetcher) and not epoch_loop.val_loop.skip:
+        return "validation"
+    return None
+
+
+class ResumableSave(Checkpoint):
+    """A checkpoint callback whose saves after a training batch are ones a resume continues exactly: at once, or, when
+    Lightning validates or ends the epoch after that batch (:func:`work_after_batch`), once that is done.
+
+    Lightning resumes a checkpoint written right after a batch as if what follows the batch had run: the resumed run
+    skips the validation due there (nothing logged at that step; the best checkpoint and early stopping never see it)
+    and, in epoch mode, the epoch's end (every ``on_train_epoch_end``: early stopping's check, the best checkpoint).
+    Written once they are done, as Lightning's own checkpoints after a validation or an epoch are, the checkpoint holds
+    their results. A :class:`Checkpoint`: Lightning calls the checkpoint callbacks after all others, in their order, so
+    that what it saves holds early stopping's and the best checkpoint's decisions."""
+
+    _waiting_for: AfterBatch | None = None
+
+    def save(self, trainer: pl.Trainer) -> None:
+        """Write the checkpoint (the state is complete)."""
+        raise NotImplementedError
+
+    def save_when_resumable(self, trainer: pl.Trainer) -> None:
+        """From ``on_train_batch_end``: :meth:`save` now, or after the validation or the epoch's end that follows."""
+        self._waiting_for = work_after_batch(trainer)
+        if self._waiting_for is None:
+            self.save(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if self._waiting_for == "validation":
+            self._waiting_for = None
+            self.save(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._waiting_for == "epoch end":
+            self._waiting_for = None
+            self.save(trainer)
+
+
+class LastCheckpoint(ResumableSave, ModelCheckpoint):
+    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps (0: never; after the validation or the epoch's end
+    that follows the step, :class:`ResumableSave`) and always at the end of training."""
 
     def __init__(self, dirpath: Path, every_n_train_steps: int) -> None:
         super().__init__(dirpath=dirpath, filename=Path(LAST_CHECKPOINT).stem, save_top_k=0, save_last=True,
                          every_n_train_steps=every_n_train_steps, enable_version_counter=False)
 
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        every = self._every_n_train_steps
+        if every and not trainer.global_step % every and not self._should_skip_saving_checkpoint(trainer):
+            self.save_when_resumable(trainer)
+
+    def save(self, trainer: pl.Trainer) -> None:
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Lightning's save_last skips the end of training once any step wrote last.ckpt; here last.ckpt always holds
         # the final state, so --ckpt_path last can extend a finished run
         if self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+            self.save(trainer)
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
@@ -132,6 +203,26 @@ class LoggedStep(Callback):
             epoch_loop._batches_that_stepped = trainer.global_step
 
 
+class TrainingDataPosition(Callback):
+    """Continues a resumed run's training data at the batch after its checkpoint's, however early Lightning built the
+    training loader.
+
+    In epoch mode (``trainer.max_epochs``) the task's ``configure_optimizers`` asks for
+    ``trainer.estimated_stepping_batches`` (the schedule's length), for which Lightning builds the training loader,
+    and starts iterating it, before it reads the checkpoint. Its set-up after the restore then keeps that loader and
+    never loads the saved position (Lightning issue 20550): the resumed epoch would start again at its first batch and
+    train on batches it had trained on, skipping as many others. Here the pending position is loaded when training
+    starts and the loader iterated anew, as Lightning's set-up does when it builds the loader after the restore (in
+    step mode, ``trainer.max_steps``, it does: the schedule's length needs no loader)."""
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        fit_loop = trainer.fit_loop
+        if not (fit_loop.restarting and fit_loop._combined_loader_states_to_load and fit_loop._data_fetcher):
+            return  # a new run, a resume whose set-up loaded the position, or one at an epoch's end (nothing to skip)
+        fit_loop._load_combined_loader_states()
+        iter(fit_loop._data_fetcher)  # a new iterator: the one made before the restore started at the epoch's start
+
+
 class Preempted(Exception):
     """Training stopped on ``signal_name`` (``SIGINT`` for Ctrl-C) after writing ``checkpoint``, ``last.ckpt``."""
 
@@ -148,9 +239,10 @@ class Preempted(Exception):
         return 128 + int(getattr(signal, self.signal_name))
 
 
-class PreemptionCheckpoint(Callback):
-    """On one of ``signals`` or a first Ctrl-C, finish the optimiser step on every process, save ``last.ckpt``,
-    requeue the SLURM job after one of ``requeue_signals``, and stop; a second Ctrl-C stops at once."""
+class PreemptionCheckpoint(ResumableSave):
+    """On one of ``signals`` or a first Ctrl-C, finish the optimiser step on every process (and the validation or the
+    epoch's end that follows it, :class:`ResumableSave`), save ``last.ckpt``, requeue the SLURM job after one of
+    ``requeue_signals``, and stop; a second Ctrl-C stops at once."""
 
     def __init__(self, checkpoint_dir: Path, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1"),
                  requeue_signals: tuple[str, ...] = ("SIGUSR1",)) -> None:
@@ -162,6 +254,7 @@ class PreemptionCheckpoint(Callback):
         self._step_at_batch_start = 0
         self._trainer: pl.Trainer | None = None
         self._host_group: dist.ProcessGroup | None = None
+        self._stop: tuple[str, bool] | None = None  # the signal every process stops on, and whether to requeue
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and self.received == "SIGINT":
@@ -208,14 +301,23 @@ class PreemptionCheckpoint(Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if trainer.global_step == self._step_at_batch_start:
-            return  # accumulating gradients: only stop where the state is complete
+        if trainer.global_step == self._step_at_batch_start or self._stop is not None:
+            return  # accumulating gradients (only stop where the state is complete), or stopping already
         stop, requeue = self._agreed(trainer)
         if not stop:
             return
+        self._stop = (self.received or ("SIGUSR1" if requeue else "SIGTERM"), requeue)  # ranks that got none
+        self.save_when_resumable(trainer)
+        if self._waiting_for is not None and trainer.is_global_zero:
+            log.warning("%s: finishing the %s after step %d, then writing %s", self._stop[0],
+                        WAITED_FOR[self._waiting_for], trainer.global_step, self.checkpoint_dir / LAST_CHECKPOINT)
+
+    def save(self, trainer: pl.Trainer) -> None:
+        """Save ``last.ckpt`` on every process (rank 0 writes), requeue if asked, and stop (:class:`Preempted`)."""
+        assert self._stop is not None
+        signal_name, requeue = self._stop
         path = self.checkpoint_dir / LAST_CHECKPOINT
-        trainer.save_checkpoint(path, weights_only=False)  # every process takes part; rank 0 writes
-        signal_name = self.received or ("SIGUSR1" if requeue else "SIGTERM")  # ranks that got none
+        trainer.save_checkpoint(path, weights_only=False)
         array = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
         job = "_".join(array) if all(array) else os.environ.get("SLURM_JOB_ID")  # None outside SLURM
         requeued = bool(requeue and job)
@@ -223,6 +325,27 @@ class PreemptionCheckpoint(Callback):
             log.info("requeueing SLURM job %s", job)
             subprocess.run(["scontrol", "requeue", job], check=False, timeout=60)
         raise Preempted(signal_name, trainer.global_step, path, requeued)
+
+
+class StopDecision(Callback):
+    """Keeps a decision to stop training (early stopping's) across a resume. Lightning saves early stopping's counters
+    but not ``trainer.should_stop``: a run resumed from a checkpoint written after the decision (``last.ckpt`` at the
+    end of training, or on a signal at that epoch's end) would train on."""
+
+    def __init__(self) -> None:
+        self.pending = False
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        checkpoint[SHOULD_STOP_KEY] = trainer.should_stop
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        self.pending = bool(checkpoint.get(SHOULD_STOP_KEY, False))
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.pending:
+            log.info("resumed after training had decided to stop (early stopping): nothing is left to train")
+            trainer.should_stop = True
+            self.pending = False
 
 
 class NonFiniteLossGuard(Callback):
@@ -340,6 +463,7 @@ class StepProgressBar(TQDMProgressBar):
 def last_good_checkpoint(trainer: pl.Trainer) -> str | None:
     """The most recently written checkpoint of the run (or the one it resumed from)."""
     candidates = [trainer.ckpt_path, *(path for callback in trainer.checkpoint_callbacks
+                                       if isinstance(callback, ModelCheckpoint)
                                        for path in (callback.last_model_path, callback.best_model_path))]
     existing = {c for c in candidates if c and Path(c).is_file()}
     return max(existing, key=lambda c: Path(c).stat().st_mtime) if existing else None

@@ -38,6 +38,8 @@ from graphormer_urpe.run.callbacks import (
     RelationTablePlots,
     RNGState,
     StepProgressBar,
+    StopDecision,
+    TrainingDataPosition,
 )
 from graphormer_urpe.run.checkpoints import AtomicCheckpointIO
 from graphormer_urpe.run.finetune import SourceCheckpoint, read_source, take_architecture
@@ -318,7 +320,9 @@ class TrainingCLI(GraphormerCLI):
         callbacks += [
             ModelCheckpoint(dirpath=checkpoint_dir, filename="best-{step}", monitor=monitor, mode=mode,
                             auto_insert_metric_name=False),
-            LastCheckpoint(checkpoint_dir, options.every_n_steps), LoggedStep(), RNGState(),
+            LastCheckpoint(checkpoint_dir, options.every_n_steps), LoggedStep(), RNGState(), TrainingDataPosition(),
+            StopDecision(),
+            # after LastCheckpoint: Lightning calls checkpoint callbacks last, in their order
             PreemptionCheckpoint(checkpoint_dir, tuple(options.signals),
                                  requeue_signals=("SIGUSR1",) if options.requeue else ()),
             NonFiniteLossGuard(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import Mapping, MutableMapping, Sequence
@@ -14,7 +15,7 @@ import yaml
 
 from graphormer_urpe.data.files import sha256_file
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
-from graphormer_urpe.errors import CheckpointError, ConfigError, shown
+from graphormer_urpe.errors import CheckpointError, ConfigError, import_object, shown
 from graphormer_urpe.model.attention import RelativeScale
 from graphormer_urpe.pretrained import resolve_checkpoint
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint, state_dict_problems
@@ -83,11 +84,15 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
         data_name=data_name, path_order=path_order)
 
 
+def architecture(source: SourceCheckpoint) -> dict[str, Any]:
+    """The encoder fields the checkpoint decides (its config class's ``ARCHITECTURE``), with the checkpoint's values."""
+    return {field: getattr(source.encoder, field) for field in type(source.encoder).ARCHITECTURE}
+
+
 def take_architecture(encoder: MutableMapping[str, Any], source: SourceCheckpoint) -> dict[str, dict[str, Any]]:
     """Set the run's encoder config's architecture to the checkpoint's; warn about and return the replaced fields."""
     overridden = {}
-    for field in type(source.encoder).ARCHITECTURE:
-        value = getattr(source.encoder, field)
+    for field, value in architecture(source).items():
         if encoder[field] != value:
             overridden[field] = {"config": encoder[field], "checkpoint": value}
         encoder[field] = value
@@ -96,6 +101,19 @@ def take_architecture(encoder: MutableMapping[str, Any], source: SourceCheckpoin
                     ", ".join(f"{field} {shown(change['config'])} -> {shown(change['checkpoint'])}"
                               for field, change in overridden.items()))
     return overridden
+
+
+def config_as_recorded(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A resolved config as plain data (what ``train.py --print_config`` prints) as its run records it in
+    ``config.yaml``: with ``init_from``, the encoder's architecture is the checkpoint's (``train.py`` sets it before
+    it builds the model, :func:`take_architecture`). What ``seeds.py`` compares with the config of a seed's run, so
+    that a sweep that fine-tunes reuses and resumes its own seeds. A checkpoint that cannot be read raises a
+    one-line :class:`CheckpointError` naming it."""
+    recorded = copy.deepcopy(dict(config))
+    if recorded.get("init_from"):
+        task_class = import_object("model.class_path", recorded["model"]["class_path"])
+        recorded["model"]["init_args"]["encoder"].update(architecture(read_source(recorded["init_from"], task_class)))
+    return recorded
 
 
 @dataclass(frozen=True)
@@ -145,7 +163,7 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, spec: Da
             "target_names": source.target_names, "name": source.data_name}
     return Initialisation(weights=weights, reset_to_ones=reset, record={
         "path": source.path, "sha256": source.sha256, "source": {"data": data, **source.origin},
-        "architecture": {field: getattr(source.encoder, field) for field in type(source.encoder).ARCHITECTURE},
+        "architecture": architecture(source),
         "overridden": dict(overridden), "head": "kept" if keep_head else "rebuilt",
         "head_reason": _same_targets(source) if keep_head else "; ".join(changes),
         "loaded": len(weights), "rebuilt": rebuilt, "reset_to_ones": reset, "molecule_features": molecule,

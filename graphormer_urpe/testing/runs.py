@@ -17,7 +17,7 @@ import torch
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.run.cli import RUN_DIR_ENV, TrainingCLI
 from graphormer_urpe.run.finetune import initialise, plan_initialisation, read_source
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.run.ledger import REPO_DIR, read_metrics
 from graphormer_urpe.run.start import exit_codes, plan_start, run_start
 from graphormer_urpe.tasks.base import GraphormerTask
 
@@ -89,6 +89,32 @@ def train_in_process(args: list[str], *callbacks: pl.Callback) -> int:
     return 0
 
 
+def learning_curve(run_dir: Path) -> list[dict[str, float]]:
+    """The joined log of a run (:func:`~graphormer_urpe.run.ledger.read_metrics`) without segment numbers, which
+    differ between an interrupted run and an uninterrupted one."""
+    return [{k: v for k, v in row.items() if k != "segment"} for row in read_metrics(run_dir)]
+
+
+def same_run(resumed: tuple[FinalState, Path], uninterrupted: tuple[FinalState, Path]) -> list[str]:
+    """How a resumed run (its final state and directory) differs from the uninterrupted one: weights, learning curve
+    (every logged value, validations included), best checkpoint, final metrics; empty when it ends where that one
+    did."""
+    (state, run_dir), (expected_state, expected_dir) = resumed, uninterrupted
+    problems = [f"weights {k} differ" for k, v in expected_state.weights.items()
+                if not torch.equal(v, state.weights[k])]
+    if (state.step, state.device.type) != (expected_state.step, expected_state.device.type):
+        problems.append(f"ends at step {state.step} on {state.device}, not {expected_state.step} on "
+                        f"{expected_state.device}")
+    if learning_curve(run_dir) != learning_curve(expected_dir):
+        problems.append("the learning curves differ")
+    metrics, expected = (json.loads((d / "metrics.json").read_text()) for d in (run_dir, expected_dir))
+    for found in (metrics, expected):  # the best checkpoint by name: the run directories differ
+        found["best_checkpoint"] = Path(found["best_checkpoint"]).name if found["best_checkpoint"] else None
+    if metrics != expected:
+        problems.append(f"metrics.json {metrics} vs {expected}")
+    return problems
+
+
 def start_from(task: GraphormerTask, path: Path, spec: DataSpec | SequenceSpec) -> dict:
     """``train.py --init_from path`` for ``task`` (built with the checkpoint's architecture) on data
     declared by ``spec`` (named ``Data``), without a run: read, plan, load; returns the record of the initialisation."""
@@ -118,6 +144,19 @@ class SignalDuringStep(pl.Callback):
             self.sent = True
             for _ in range(self.times):
                 os.kill(os.getppid() if self.to_parent else os.getpid(), self.signum)
+
+
+class FailAtStep(pl.Callback):
+    """Raises a ``RuntimeError`` at the start of optimiser step ``step``, as a crash would (or AdamW did with a
+    learning rate of 1e300)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
+                             batch_idx: int) -> None:
+        if trainer.global_step == self.step - 1:
+            raise RuntimeError(f"failed in step {self.step}")
 
 
 class FinalState(pl.Callback):

@@ -520,8 +520,9 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
 
 def test_outputs_that_cannot_be_written_are_refused_before_reading(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture) -> None:
-    """The source does not exist: each refusal comes before it is read, and nothing is written."""
-    source = str(tmp_path / "nowhere.pt")
+    """Each refusal comes before the source is read, and nothing is written; a directory that does not exist is
+    named as a name ending with '/', not as a directory (issue 38)."""
+    source = str(save_official(tmp_path / "official.pt", "fairseq", official_weights("v2")))
     (tmp_path / "a_file").touch()
     (tmp_path / "out").mkdir()
     read_only = tmp_path / "read_only"
@@ -530,8 +531,8 @@ def test_outputs_that_cannot_be_written_are_refused_before_reading(tmp_path: Pat
     if unwritable(read_only) is None:  # root writes anywhere; /proc refuses new files even to root
         read_only = Path("/proc")
     refusals = [
-        (f"{tmp_path / 'new'}/", f"{tmp_path / 'new'}/ is a directory; name the checkpoint file to write, e.g. "
-                                 f"{tmp_path / 'new' / 'graphormer.ckpt'}"),
+        (f"{tmp_path / 'new'}/", f"{tmp_path / 'new'}/ ends with '/', the name of a directory; name the checkpoint "
+                                 f"file to write, e.g. {tmp_path / 'new' / 'graphormer.ckpt'}"),
         (str(tmp_path / "out"), f"{tmp_path / 'out'} is a directory; name the checkpoint file to write, e.g. "
                                 f"{tmp_path / 'out' / 'graphormer.ckpt'}"),
         (str(tmp_path / "a_file" / "x.ckpt"), f"cannot write {tmp_path / 'a_file' / 'x.ckpt'}: "
@@ -542,7 +543,7 @@ def test_outputs_that_cannot_be_written_are_refused_before_reading(tmp_path: Pat
         assert main(["official", source, output]) == 2
         assert capsys.readouterr().err == f"error: {message}\n"
     read_only.chmod(0o700)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "out", "read_only"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "official.pt", "out", "read_only"]
     assert not any((tmp_path / "out").iterdir())
 
 
@@ -554,9 +555,12 @@ def test_a_transformers_directory_or_a_text_file_is_named(tmp_path: Path, capsys
                                        f"Graphormer: convert it with python -m graphormer_urpe.convert huggingface "
                                        f"{tmp_path / 'hf'} OUT.ckpt\n")
     (tmp_path / "notes.pt").write_text("hello\n")
-    assert main(["official", str(tmp_path / "notes.pt"), str(tmp_path / "x.ckpt")]) == 2
-    assert capsys.readouterr().err == f"error: {tmp_path / 'notes.pt'} is a text file of 6 bytes ('hello'), not a " \
-                                      "torch file\n"
+    for output in (tmp_path / "x.ckpt", f"{tmp_path / 'out_conv'}/"):  # the source's problem first (issue 38)
+        assert main(["official", str(tmp_path / "notes.pt"), str(output)]) == 2
+        assert capsys.readouterr().err == f"error: {tmp_path / 'notes.pt'} is a text file of 6 bytes ('hello'), " \
+                                          "not a torch file\n"
+    assert main(["official", str(tmp_path / "nope.pt"), f"{tmp_path / 'out_conv'}/"]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'nope.pt'} does not exist\n"
 
 
 def test_official_checkpoints_are_recognised_by_the_layouts_node_tables() -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -12,12 +13,23 @@ from graphormer_urpe.pretrained import CHECKPOINT
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
 
 
-def test_an_existing_output_is_refused_before_reading(tmp_path: Path) -> None:
-    out = tmp_path / "moses_rdkit2d.ckpt"
-    out.write_text("earlier")
-    with pytest.raises(CheckpointError, match="exists; pass --replace"):
-        export(tmp_path / "missing.ckpt", out, tmp_path / "moses_rdkit2d.json")
-    assert out.read_text() == "earlier"
+def test_the_source_is_checked_first_and_an_existing_output_is_never_written_over(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 38: a checkpoint that does not exist was answered with "the shipped checkpoint exists; pass --replace"."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / CHECKPOINT.name).write_text("earlier")
+    assert main([str(tmp_path / "nope.ckpt"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"error: checkpoint {tmp_path / 'nope.ckpt'} does not exist\n"
+    run = tmp_path / "runs" / "pretrain_moses"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(CHECKPOINT, run / "checkpoints" / "best.ckpt")
+    (run / "run.json").write_text(json.dumps({"command": "train.py --config pretrain_moses"}))
+    assert main([str(run / "checkpoints" / "best.ckpt"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"error: {out / CHECKPOINT.name} exists; pass --replace to write over the "
+                                       "shipped checkpoint, or --out\n")
+    assert (out / CHECKPOINT.name).read_text() == "earlier" and sorted(p.name for p in out.iterdir()) == [
+        CHECKPOINT.name]
 
 
 def test_a_checkpoint_outside_a_run_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

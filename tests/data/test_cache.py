@@ -1,9 +1,11 @@
-"""The chunked memory-mapped cache: round trip, skipping, resume, corruption."""
+"""The chunked memory-mapped cache: round trip, skipping, resume, corruption, progress within a chunk."""
 
 from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from graphormer_urpe.data import cache
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.cache import CacheSpec, GraphStore, build_store, chunk_problem
 from graphormer_urpe.data.spec import DataSpec
@@ -42,7 +45,7 @@ class FakeReader:
     def worker_init(self) -> None:
         """Nothing to prepare."""
 
-    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
+    def graphs(self, start: int, stop: int, max_nodes: int | None = None) -> Iterator[tuple[int, RawGraph | str]]:
         self.calls.append((start, stop))
         for row in range(start, stop):
             yield row, self.graph(row)
@@ -223,3 +226,57 @@ def test_graphs_with_more_edges_than_int16_ids_hold_are_skipped_and_counted() ->
                      edge_attr=np.zeros((len(i), 1), np.int64), y=np.zeros(2, np.float32))
     spec = CacheSpec(SPEC.data, max_nodes=512)
     assert spec.problems([dense]) == ["39800 directed edges > 32767 (first-edge ids are int16)"]
+
+
+class PausingReader(FakeReader):
+    """Reads ``before`` rows of each chunk, then waits for ``go`` (a multiprocessing event set by whoever sees them)."""
+
+    def __init__(self, go: multiprocessing.synchronize.Event, num_rows: int, before: int) -> None:
+        super().__init__(num_rows)
+        self.go, self.before = go, before
+
+    def graphs(self, start: int, stop: int, max_nodes: int | None = None) -> Iterator[tuple[int, RawGraph | str]]:
+        for row in range(start, stop):
+            if row - start == self.before:
+                self.go.wait(timeout=60)
+            yield row, self.graph(row)
+
+
+class RecordedBar(cache.tqdm):
+    """The progress bar, keeping every count it showed."""
+
+    shown: list[int] = []
+
+    def update(self, n: float | None = 1) -> bool | None:
+        RecordedBar.shown.append(int(self.n + (n or 0)))
+        return super().update(n)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_progress_bar_counts_the_rows_of_a_chunk_as_they_are_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """Issue 38: the bar moved once per chunk (10,000 rows by default: minutes of RDKit descriptors at 0 %). Here the
+    reader stops after 2 rows of every chunk of 6 until the bar has shown the rows read so far (``workers`` chunks
+    at once): without counting within a chunk, no chunk would finish before the reader's minute of waiting, and the
+    bar would show no count that is not a whole number of chunks."""
+    go, chunk, rows = multiprocessing.get_context("fork").Event(), 6, 24
+    monkeypatch.setattr(cache, "tqdm", RecordedBar)
+    monkeypatch.setattr(cache, "PROGRESS_SECONDS", 0.05)
+    RecordedBar.shown = []
+    read_first = max(workers, 1) * 2  # read before any chunk can finish
+
+    def release_when_shown() -> None:  # the reader's wait releases this thread, in this process or a worker
+        while not go.wait(timeout=0.01):
+            if any(count >= read_first for count in RecordedBar.shown):
+                go.set()
+
+    watcher = threading.Thread(target=release_when_shown)
+    watcher.start()
+    try:
+        summary = build_store(PausingReader(go, rows, before=2), tmp_path, {"test": 1}, SPEC,
+                              {"train": np.arange(rows)}, num_workers=workers, chunk_size=chunk)
+    finally:
+        go.set()
+        watcher.join()
+    assert summary.processed_rows == RecordedBar.shown[-1] == rows
+    assert read_first in RecordedBar.shown and read_first % chunk  # shown while the chunks being read waited

@@ -218,7 +218,7 @@ class HugeTargets:
     def worker_init(self) -> None:
         """Nothing to prepare."""
 
-    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph]]:
+    def graphs(self, start: int, stop: int, max_nodes: int | None = None) -> Iterator[tuple[int, RawGraph]]:
         for row in range(start, stop):
             y = np.array([1e20 * (1 + row / 7), np.nan if row % 3 == 0 else -3e19 * row], dtype=np.float32)
             yield row, RawGraph(x=np.zeros((1, 1), np.int64), edge_index=np.zeros((2, 0), np.int64),

@@ -14,6 +14,7 @@ import torch
 from graphormer_urpe.data.safe_load import (
     UnsafeCheckpoint,
     directory_problem,
+    load_failure,
     load_numpy_checkpoint,
     load_split_dict,
     not_a_checkpoint,
@@ -112,7 +113,34 @@ def test_a_file_that_is_not_our_checkpoint_is_named_for_what_it_is(tmp_path: Pat
     garbage = tmp_path / "garbage.ckpt"
     garbage.write_bytes(b"PK\x03\x04\x00\xff" * 10)
     assert not_a_checkpoint(garbage, _load_error(garbage)).startswith(
-        f"{garbage} (60 bytes) is not a readable checkpoint, probably truncated or corrupted: ")
+        f"{garbage} (60 bytes) is not a readable checkpoint: probably truncated or corrupted (")
+
+
+class NotWeights:
+    """An object a pickle may hold besides weights."""
+
+
+def test_torch_advice_to_unpickle_a_file_is_never_passed_on(tmp_path: Path) -> None:
+    """Issue 38: torch answers a file that ``weights_only=True`` refuses with the advice that ``weights_only=False``
+    "will likely succeed", which runs any code the file holds. The message says what the file is instead."""
+    random_bytes, pickled, plain = tmp_path / "random.bin", tmp_path / "object.pt", tmp_path / "plain.pkl"
+    random_bytes.write_bytes(bytes(range(132, 256)) * 10)
+    torch.save({"weights": torch.ones(2), "extra": NotWeights()}, pickled)
+    plain.write_bytes(pickle.dumps({"a": 1}, protocol=4))
+    expected = {
+        random_bytes: "neither a torch.save archive nor a legacy torch file (the weights reader stops at pickle opcode "
+                      "132): not a checkpoint, or a damaged one",
+        pickled: f"it holds {__name__}.NotWeights, a Python object besides weights, which is never unpickled here "
+                 "(unpickling a file can run code from it)",
+        plain: "neither a torch.save archive nor a legacy torch file (the weights reader stops at pickle opcode 149): "
+               "not a checkpoint, or a damaged one",
+    }
+    for path, reason in expected.items():
+        error = _load_error(path)
+        assert "weights_only` set to `False` will likely succeed" in str(error)  # what torch says
+        assert load_failure(error) == reason
+        assert not_a_checkpoint(path, error) == \
+            f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint: {reason}"
 
 
 def test_a_transformers_directory_names_its_converter(tmp_path: Path) -> None:

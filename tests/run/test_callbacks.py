@@ -1,8 +1,10 @@
-"""Exact resume after a signal, RNG states, the non-finite-loss guard."""
+"""Exact resume after a signal (step and epoch mode, early stopping, a stop where a validation follows), RNG states,
+the non-finite-loss guard."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import signal
@@ -28,7 +30,15 @@ from graphormer_urpe.run.callbacks import (
 from graphormer_urpe.run.start import EXIT_NON_FINITE
 from graphormer_urpe.testing.device import exactness_device
 from graphormer_urpe.testing.distributed import run_on_processes
-from graphormer_urpe.testing.runs import FinalState, SignalDuringStep, tiny_run_args, train_in_process
+from graphormer_urpe.testing.runs import (
+    FailAtStep,
+    FinalState,
+    SignalDuringStep,
+    same_run,
+    small_run_args,
+    tiny_run_args,
+    train_in_process,
+)
 
 #: Every source of randomness switched on, gradient accumulation and clipping: the hardest case. On the
 #: device of the exactness tests (dropout masks then come from the CUDA generator on a GPU), with
@@ -96,6 +106,100 @@ def test_resume_with_size_aware_batching_reaches_bitwise_the_same_weights(qm9_ro
     assert resumed.step == uninterrupted.step == 9
     different = [k for k, v in uninterrupted.weights.items() if not torch.equal(v, resumed.weights[k])]
     assert different == []
+
+
+#: Epoch mode, the small-data recipe's (``configs/small_molecules.yaml``): validation at every epoch's end, early
+#: stopping, dropout. The 48 training molecules of the small table in batches of 8 give 6 steps an epoch. With
+#: ``min_delta`` 10 no validation after the first improves, so early stopping decides at the end of epoch 2 (step 18)
+#: on any machine, before ``max_epochs``.
+EPOCH_MODE = (
+    "--trainer.max_steps", "-1", "--trainer.max_epochs", "5", "--trainer.val_check_interval", "1.0",
+    "--trainer.check_val_every_n_epoch", "1", "--model.encoder.dropout", "0.1", "--model.encoder.attention_dropout",
+    "0.1", "--trainer.callbacks+=" + json.dumps({
+        "class_path": "pytorch_lightning.callbacks.EarlyStopping",
+        "init_args": {"monitor": "val/mae", "patience": 2, "min_delta": 10.0}}),
+)
+STEPS_PER_EPOCH, EARLY_STOP_STEP = 6, 18
+
+
+@pytest.fixture(scope="module")
+def epoch_mode(small_table: Path, tmp_path_factory: pytest.TempPathFactory):
+    """``epoch_mode(descriptors, name, *extra)``: a start of the epoch-mode run on the small table (``descriptors``
+    null or rdkit2d), its exit code; ``epoch_mode.uninterrupted(descriptors)``: that run uninterrupted (trained once),
+    its final state and run directory."""
+    root = tmp_path_factory.mktemp("epoch_mode")
+    finished: dict[str, tuple[FinalState, Path]] = {}
+
+    def args(descriptors: str, name: str) -> list[str]:
+        return small_run_args(small_table, root / "data", root / "runs", *EPOCH_MODE, "--data.source.descriptors",
+                              descriptors, "--run_name", name)
+
+    def uninterrupted(descriptors: str) -> tuple[FinalState, Path]:
+        if descriptors not in finished:
+            final = FinalState()
+            assert train_in_process(args(descriptors, f"full-{descriptors}"), final) == 0
+            finished[descriptors] = (final, root / "runs" / f"full-{descriptors}")
+        return finished[descriptors]
+
+    return SimpleNamespace(args=args, uninterrupted=uninterrupted)
+
+
+# 3: within epoch 0; 12: epoch 1's last step (its validation and early stopping's check follow); 18: the last step of
+# epoch 2, whose end decides to stop; 9: within epoch 1
+@pytest.mark.parametrize(("descriptors", "stop_step"), [
+    ("null", 3),
+    pytest.param("null", 12, marks=pytest.mark.slow),
+    pytest.param("null", EARLY_STOP_STEP, marks=pytest.mark.slow),
+    pytest.param("rdkit2d", 9, marks=pytest.mark.slow),
+    pytest.param("rdkit2d", EARLY_STOP_STEP, marks=pytest.mark.slow),
+])
+def test_an_epoch_mode_run_resumed_after_a_signal_ends_where_the_uninterrupted_one_does(
+        epoch_mode: SimpleNamespace, descriptors: str, stop_step: int, package_log: pytest.LogCaptureFixture) -> None:
+    """Issue 38: resumed in epoch mode, a run trained again on the first batches of its epoch and skipped as many (its
+    loader's position was never loaded), and a stop at an epoch's last step lost that epoch's validation and early
+    stopping's check. Now weights, every logged value, the best checkpoint and the final metrics are the
+    uninterrupted run's."""
+    full = epoch_mode.uninterrupted(descriptors)
+    assert full[0].step == EARLY_STOP_STEP  # early stopping decided, before max_epochs
+    args = epoch_mode.args(descriptors, f"cut-{descriptors}-{stop_step}")
+    assert train_in_process(args, SignalDuringStep(stop_step)) == 128 + signal.SIGTERM
+    last = Path(args[args.index("--run_root") + 1]) / args[-1] / "checkpoints" / "last.ckpt"
+    if stop_step % STEPS_PER_EPOCH == 0:  # the checkpoint waits for the end of the epoch
+        assert (f"SIGTERM: finishing the end of its epoch (validation included) after step {stop_step}, then writing "
+                f"{last}") in package_log.text
+    resumed = FinalState()
+    assert train_in_process(args + ["--ckpt_path", "last"], resumed) == 0
+    assert same_run((resumed, last.parent.parent), full) == []
+
+
+@pytest.mark.slow
+def test_a_step_mode_run_stopped_where_a_validation_follows_validates_before_it_saves(
+        small_table: Path, tmp_path: Path) -> None:
+    """A checkpoint written before the validation due after its step was resumed without that validation (Lightning
+    counts it done): no validation logged at that step, best checkpoint and early stopping blind to it. Stopped by a
+    signal (step 8) or killed after a periodic ``last.ckpt`` (step 4), both with a validation every 4 steps, the run
+    resumes where the uninterrupted one went on."""
+    every_4 = ("--trainer.max_steps", "12", "--trainer.val_check_interval", "4", "--checkpoint.every_n_steps", "4")
+
+    def args(name: str) -> list[str]:
+        return small_run_args(small_table, tmp_path / "data", tmp_path / "runs", *every_4, "--run_name", name)
+
+    full = FinalState()
+    assert train_in_process(args("full"), full) == 0
+    uninterrupted = (full, tmp_path / "runs" / "full")
+    assert train_in_process(args("signal"), SignalDuringStep(8)) == 128 + signal.SIGTERM
+    resumed = FinalState()
+    assert train_in_process(args("signal") + ["--ckpt_path", "last"], resumed) == 0
+    assert same_run((resumed, tmp_path / "runs" / "signal"), uninterrupted) == []
+
+    with pytest.raises(RuntimeError, match="failed in step 6"):
+        train_in_process(args("killed"), FailAtStep(6))
+    last = torch.load(tmp_path / "runs" / "killed" / "checkpoints" / "last.ckpt", weights_only=True)
+    best = next(state for key, state in last["callbacks"].items() if key.startswith("ModelCheckpoint{'monitor': 'val"))
+    assert (last["global_step"], Path(best["best_model_path"]).name) == (4, "best-4.ckpt")  # after step 4's validation
+    resumed = FinalState()
+    assert train_in_process(args("killed") + ["--ckpt_path", "last"], resumed) == 0
+    assert same_run((resumed, tmp_path / "runs" / "killed"), uninterrupted) == []
 
 
 def test_preempted_names_the_checkpoint_and_the_exit_code() -> None:

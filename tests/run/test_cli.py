@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 from lightning_fabric.plugins.environments import SLURMEnvironment
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 import evaluate
 from graphormer_urpe.run import cli
@@ -235,10 +236,12 @@ def test_run_operation_options_reach_callbacks_and_loggers(plain_process: pytest
         "--wandb.tags", "[a, b]", "--wandb.mode", "disabled", "--ckpt_path", "last"))
     assert parsed.config["ckpt_path"] == "last"
     assert isinstance(parsed.config_init["wandb"], WandbOptions) and parsed.config_init["wandb"].tags == ["a", "b"]
-    last = [c for c in parsed.trainer.checkpoint_callbacks if c.save_last]
+    last = [c for c in parsed.trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.save_last]
     assert len(last) == 1 and last[0]._every_n_train_steps == 7 and last[0].dirpath == str(tmp_path / "opts" /
                                                                                              "checkpoints")
-    preemption = next(c for c in parsed.trainer.callbacks if isinstance(c, PreemptionCheckpoint))
+    # called after every other callback (the best checkpoint's and last.ckpt's included): what it saves holds theirs
+    preemption = parsed.trainer.callbacks[-1]
+    assert isinstance(preemption, PreemptionCheckpoint)
     assert preemption.signals == ("SIGUSR1",) and preemption.requeue_signals == ()
     assert [type(logger).__name__ for logger in parsed.trainer.loggers] == ["MetricsLog", "WandbLogger"]
     assert parsed.trainer.loggers[1]._wandb_init["project"] == "proj"

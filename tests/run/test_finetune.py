@@ -20,7 +20,7 @@ from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
-from graphormer_urpe.run.finetune import describe, listed, read_source, take_architecture
+from graphormer_urpe.run.finetune import config_as_recorded, describe, listed, read_source, take_architecture
 from graphormer_urpe.tasks import Classification, GraphRegression
 from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.runs import start_from, train
@@ -169,7 +169,11 @@ UNREADABLE = [  # (how the file is made, the message or its start)
     (lambda path: torch.save({"weights": {}}, path),
      "--init_from: {path} is a torch file but not a Lightning checkpoint (no 'state_dict')"),
     (lambda path: path.write_bytes(b"PK\x03\x04 truncated"),
-     "--init_from: {path} (14 bytes) is not a readable checkpoint, probably truncated or corrupted: "),
+     "--init_from: {path} (14 bytes) is not a readable checkpoint: probably truncated or corrupted ("),
+    # issue 38: torch's advice to load the file with weights_only=False (that is, to let it run code) is not passed on
+    (lambda path: path.write_bytes(bytes(range(132, 256)) * 10),
+     "--init_from: {path} (1,240 bytes) is not a readable checkpoint: neither a torch.save archive nor a legacy torch "
+     "file (the weights reader stops at pickle opcode 132): not a checkpoint, or a damaged one"),
     (lambda path: torch.save({"state_dict": {}, "hyper_parameters": {"encoder": {}, "lr": 1e-3}}, path),
      "{path} was written before the task family was merged (lr outside optim): convert it once with python -m "
      "graphormer_urpe.convert upgrade {path} NEW.ckpt"),
@@ -184,14 +188,15 @@ UNREADABLE = [  # (how the file is made, the message or its start)
 ]
 
 
-@pytest.mark.parametrize("make, message", UNREADABLE, ids=["missing", "not-lightning", "truncated", "old-layout",
-                                                          "no-encoder", "unknown-field", "invalid"])
+@pytest.mark.parametrize("make, message", UNREADABLE, ids=["missing", "not-lightning", "truncated", "random-bytes",
+                                                          "old-layout", "no-encoder", "unknown-field", "invalid"])
 def test_unusable_checkpoints_are_refused_in_one_line(tmp_path: Path, make, message: str) -> None:
     path = tmp_path / "source.ckpt"
     make(path)
     with pytest.raises(CheckpointError) as refused:
         read_source(str(path), GraphRegression)
     assert str(refused.value).startswith(message.format(path=path)) and "\n" not in str(refused.value)
+    assert "weights_only" not in str(refused.value)
 
 
 # ----------------------------------------------------------------------------- the architecture and the record
@@ -214,6 +219,26 @@ def test_the_checkpoint_decides_the_architecture_and_the_warning_names_what_it_r
         f"--init_from {tmp_path / 'source.ckpt'} decides the encoder's architecture; replaced in the config: "
         "num_layers 4 -> 2, ffn_dim 32 -> 16, max_degree 64 -> 12, multi_hop_max_dist 5 -> 3, layer_norm 'pre' -> "
         "'post'"]
+
+
+def test_a_config_as_its_run_records_it_has_the_checkpoints_architecture(
+        tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
+    """What ``seeds.py`` compares with a seed's ``config.yaml`` (issue 38): the printed config with ``--init_from``'s
+    architecture, everything else as it was; no checkpoint, no change; an unreadable one, one line."""
+    source_task(tmp_path / "source.ckpt", layer_norm="post")
+    encoder = dataclasses.asdict(GraphormerConfig(num_layers=4, hidden_dim=16, ffn_dim=32, num_heads=4, dropout=0.3))
+    printed = {"seed_everything": 1, "init_from": str(tmp_path / "source.ckpt"), "model": {
+        "class_path": "graphormer_urpe.tasks.GraphRegression", "init_args": {"encoder": encoder, "loss": "l1"}}}
+    recorded = config_as_recorded(printed)
+    expected = {**encoder, **{field: getattr(ENCODER, field) for field in GraphormerConfig.ARCHITECTURE},
+                "layer_norm": "post"}
+    assert recorded == {**printed, "model": {**printed["model"], "init_args": {"encoder": expected, "loss": "l1"}}}
+    assert printed["model"]["init_args"]["encoder"] == encoder  # the printed config stays as it was
+    assert config_as_recorded({**printed, "init_from": None}) == {**printed, "init_from": None}
+    assert not package_log.records  # no warning: the sweep's seed warns when it runs
+    (tmp_path / "random.bin").write_bytes(bytes(range(132, 256)) * 10)
+    with pytest.raises(CheckpointError, match="^--init_from: .*random.bin .*is not a readable checkpoint: [^\n]*$"):
+        config_as_recorded({**printed, "init_from": str(tmp_path / "random.bin")})
 
 
 def test_the_record_says_where_the_weights_came_from(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-import pytorch_lightning as pl
 import torch
 import yaml
 
@@ -39,7 +38,14 @@ from graphormer_urpe.run.ledger import (
     start_segment,
 )
 from graphormer_urpe.testing.directories import files_of
-from graphormer_urpe.testing.runs import SignalDuringStep, run_train_subprocess, small_run_args, train_in_process
+from graphormer_urpe.testing.runs import (
+    FailAtStep,
+    SignalDuringStep,
+    learning_curve,
+    run_train_subprocess,
+    small_run_args,
+    train_in_process,
+)
 
 #: What one validation and one training log step write (besides segment, step and epoch).
 VALIDATION = ("val/mae", "val/mae/gap_ev", "val/mae/mu_debye")
@@ -50,11 +56,6 @@ def curve(run_dir: Path) -> list[tuple[int, tuple[str, ...]]]:
     """The joined log as (step, metrics logged) pairs."""
     return [(row["step"], tuple(sorted(k for k in row if k not in ("segment", "step", "epoch"))))
             for row in read_metrics(run_dir)]
-
-
-def values(run_dir: Path) -> list[dict[str, float]]:
-    """The joined log without segment numbers (which differ between an interrupted run and an uninterrupted one)."""
-    return [{k: v for k, v in row.items() if k != "segment"} for row in read_metrics(run_dir)]
 
 
 def expected_curve(last_step: int) -> list[tuple[int, tuple[str, ...]]]:
@@ -323,7 +324,7 @@ def test_resuming_a_finished_run_at_its_own_length_evaluates_it_again_as_a_segme
         (200, shlex.join(["train.py", *args]))]
     added = (run_dir / "metrics.csv").read_text()[len(before):].splitlines()
     assert [row.split(",")[:2] for row in added] == [["1", "200"], ["1", "200"]]  # validation and test again
-    assert values(run_dir) == values(small_run)
+    assert learning_curve(run_dir) == learning_curve(small_run)
 
 
 def test_a_requeue_after_sigterm_continues_the_learning_curve_of_an_uninterrupted_run(
@@ -333,7 +334,7 @@ def test_a_requeue_after_sigterm_continues_the_learning_curve_of_an_uninterrupte
     assert train_in_process(args, SignalDuringStep(120)) == 128 + signal.SIGTERM
     assert train_in_process(args) == 0
     run_dir = tmp_path / "runs" / "cut"
-    assert values(run_dir) == values(small_run)  # every step once, with the uninterrupted run's values
+    assert learning_curve(run_dir) == learning_curve(small_run)  # every step once, with the uninterrupted run's values
     segments = json.loads((run_dir / "run.json").read_text())["segments"]
     assert [(s["start_step"], s["resumed_from"]) for s in segments] == [
         (0, None), (120, str(run_dir / "checkpoints" / "last.ckpt"))]
@@ -350,7 +351,7 @@ def test_a_restart_after_kill_9_keeps_every_row_and_joins_the_learning_curve(
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 100
     assert [(row["step"], row["train/loss"]) for row in read_metrics(run_dir) if "train/loss" in row][-1][0] == 149
     assert train_in_process([*args, "--ckpt_path", "last"]) == 0
-    assert values(run_dir) == values(small_run)
+    assert learning_curve(run_dir) == learning_curve(small_run)
     raw = (run_dir / "metrics.csv").read_text().splitlines()
     assert sum(line.startswith("0,149,") for line in raw) == 3  # the abandoned rows stay in the ledger
     assert [s["start_step"] for s in json.loads((run_dir / "run.json").read_text())["segments"]] == [0, 100]
@@ -476,18 +477,6 @@ def test_ckpt_path_last_with_nothing_to_resume_names_what_it_looked_for(small_ru
     assert files_of(stopped) == before
 
 
-class FailAtStep(pl.Callback):
-    """Raises a ``RuntimeError`` in optimiser step ``step`` (as AdamW did with a learning rate of 1e300)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
-                             batch_idx: int) -> None:
-        if trainer.global_step == self.step - 1:
-            raise RuntimeError(f"failed in step {self.step}")
-
-
 def test_a_run_that_fails_before_its_first_checkpoint_leaves_its_name_reusable(
         small_run: Path, small_table: Path, data_root: Path, tmp_path: Path) -> None:
     """No ``.lock``, ``config.yaml`` or ``run.json`` is left to refuse the next start of the name; a resume that
@@ -594,7 +583,7 @@ def test_auto_starts_a_run_without_checkpoint_again_from_step_0(small_run: Path,
     before = files_of(stopped)
     same = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "t2", "--ckpt_path", "auto")
     assert train_in_process(same) == 0
-    assert values(stopped) == values(small_run)  # segment 1 from step 0 replaces segment 0 in the curve
+    assert learning_curve(stopped) == learning_curve(small_run)  # segment 1 from step 0 replaces segment 0 in the curve
     assert {row["segment"] for row in read_metrics(stopped)} == {1}
     assert (stopped / "metrics.csv").read_text().startswith(before["metrics.csv"].decode())
 
@@ -643,7 +632,7 @@ def test_ctrl_c_finishes_the_step_writes_last_ckpt_exits_130_and_the_run_resumes
     assert "Traceback" not in done.stderr and "interrupted" not in done.stderr
     assert torch.load(last, weights_only=True)["global_step"] == 12
     assert train_in_process([*args, "--ckpt_path", "last"]) == 0
-    assert values(tmp_path / "runs" / "ctrl_c") == values(small_run)
+    assert learning_curve(tmp_path / "runs" / "ctrl_c") == learning_curve(small_run)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """One command over several seeds: mean and standard deviation per metric, JSON and Markdown; a seed's run is
-identified by its config, so a sweep never reuses or aggregates runs of another config."""
+identified by its config (as the run records it, ``--init_from``'s architecture included), so a sweep reuses and
+resumes its own seeds and never reuses or aggregates runs of another config."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import seeds
 from graphormer_urpe.errors import Refused
 from graphormer_urpe.run.ledger import REPO_DIR, RunDirectory
 from graphormer_urpe.testing.directories import files_of
-from graphormer_urpe.testing.runs import tiny_run_args
+from graphormer_urpe.testing.runs import SignalDuringStep, small_run_args, tiny_run_args, train_in_process
 
 
 def test_aggregate_gives_mean_sample_std_and_values() -> None:
@@ -90,6 +91,43 @@ def test_two_seeds_end_to_end_then_collect(qm9_root: Path, tmp_path: Path, capsy
         f"model.init_args.encoder.attention: 'urpe' ({config}) vs 'rpe' (now); run this one under another --name"]
     assert {seed: files_of(tmp_path / f"tiny-seed{seed}") for seed in (0, 1)} == runs
     assert {p.name: p.read_bytes() for p in tmp_path.glob("tiny-seeds.*")} == summaries
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_checkpoint_decides_the_architecture_resumes_and_reuses_its_seeds(
+        small_run: Path, small_table: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 38: ``--init_from`` writes the checkpoint's architecture into a seed's ``config.yaml``, and the sweep
+    compared it with the config before that replacement, so the recipe's sweep refused its own seeds (interrupted or
+    finished) as "a run of another configuration". Here the checkpoint (1 layer of width 8) overrides the command's 2
+    layers: the interrupted seed resumes, the finished ones are reused, another dropout is still refused."""
+    source = json.loads((small_run / "metrics.json").read_text())["best_checkpoint"]
+    args = small_run_args(small_table, tmp_path / "data", tmp_path, "--trainer.max_steps", "4",
+                          "--trainer.val_check_interval", "2", "--init_from", source, "--model.encoder.num_layers", "2")
+    sweep = ["--seeds", "0", "1", "--name", "ft", *args]
+    options, train_args = seeds.parse_args(sweep)
+    seed0 = tmp_path / "ft-seed0"
+    # seed 0 as a sweep stopped during its step 3 leaves it: last.ckpt, no metrics.json
+    assert train_in_process(seeds.seed_command(options, 0, train_args)[2:], SignalDuringStep(3)) == 143
+    assert yaml.safe_load((seed0 / "config.yaml").read_text())["model"]["init_args"]["encoder"]["num_layers"] == 1
+
+    first = seeds.main(sweep)
+    assert first["seeds"] == [0, 1] and first["missing_seeds"] == []
+    assert [s["start_step"] for s in json.loads((seed0 / "run.json").read_text())["segments"]] == [0, 3]
+    runs = {seed: files_of(tmp_path / f"ft-seed{seed}") for seed in (0, 1)}
+    capsys.readouterr()
+    assert json.loads(json.dumps(seeds.main(sweep))) == json.loads(json.dumps(first))  # the same command again
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("[seeds] ft: seed")] == [
+        f"[seeds] ft: seed {seed} reused: {tmp_path / f'ft-seed{seed}'} finished with the same config"
+        for seed in (0, 1)]
+    assert {seed: files_of(tmp_path / f"ft-seed{seed}") for seed in (0, 1)} == runs
+
+    with pytest.raises(Refused):
+        seeds.main([*sweep, "--model.encoder.dropout", "0.3"])
+    config = seed0 / "config.yaml"
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: seed 0 of 'ft' ({seed0}) is a run of another configuration: model.init_args.encoder.dropout: 0.0 "
+        f"({config}) vs 0.3 (now); run this one under another --name"]
+    assert {seed: files_of(tmp_path / f"ft-seed{seed}") for seed in (0, 1)} == runs
 
 
 def test_collect_refuses_seeds_of_different_configs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

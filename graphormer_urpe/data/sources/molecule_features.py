@@ -66,9 +66,9 @@ class MoleculeFeatures:
             options["feature_columns"] = list(self.columns)
         return options
 
-    def values(self, smiles: Sequence[object], columns: np.ndarray) -> np.ndarray | None:
-        """The features of R molecules: descriptors from each SMILES (NaN for one RDKit cannot parse), then the
-        columns as given; None when there is no feature.
+    def values(self, smiles: Sequence[object], columns: np.ndarray, max_nodes: int | None = None) -> np.ndarray | None:
+        """The features of R molecules: descriptors from each SMILES (NaN for one RDKit cannot parse, and for one of
+        more than ``max_nodes`` atoms: :func:`to_describe`), then the columns as given; None when there is no feature.
 
         Shapes: columns (R, C) float -> (R, M) float32, NaN where missing."""
         if not self.names:
@@ -78,11 +78,21 @@ class MoleculeFeatures:
             width = len(descriptor_reference().names)
             descriptors = np.full((len(smiles), width), np.nan, dtype=np.float32)
             for k, text in enumerate(smiles):
-                mol = Chem.MolFromSmiles(text) if isinstance(text, str) and text.strip() else None
-                if mol is not None and mol.GetNumAtoms():  # molecule_graphs gives the others their reason
+                if (mol := to_describe(text, max_nodes)) is not None:
                     descriptors[k] = normalised_descriptors(mol, tails=DESCRIPTOR_TAILS)
             parts.insert(0, descriptors)
         return np.concatenate(parts, axis=1)
+
+
+def to_describe(smiles: object, max_nodes: int | None = None) -> Chem.Mol | None:
+    """The molecule of ``smiles`` if its descriptors are worth computing: RDKit parses it, into at least one and at
+    most ``max_nodes`` atoms (None: any number). :func:`~graphormer_urpe.data.sources.featurize.molecule_graphs` gives
+    the others their reason and the cache skips those above ``max_nodes`` ("1000 nodes > max_nodes=512"), so no time
+    goes to them: RDKit's descriptors of a chain of 400 atoms take seconds, of 1,000 minutes."""
+    mol = Chem.MolFromSmiles(smiles) if isinstance(smiles, str) and smiles.strip() else None
+    if mol is None or not 0 < mol.GetNumAtoms() <= (max_nodes or mol.GetNumAtoms()):
+        return None
+    return mol
 
 
 #: No molecule-level feature (M = 0): every dataset but a SMILES table configured with some.

@@ -6,7 +6,7 @@ See docs/small-data.md."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,7 @@ from graphormer_urpe.data.sources.descriptors import (
     normalised_descriptors,
 )
 from graphormer_urpe.data.sources.featurize import molecule_graphs, molecule_spec, silence_rdkit
+from graphormer_urpe.data.sources.molecule_features import to_describe
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import ConfigError, check_int
@@ -84,14 +85,13 @@ class DescriptorTargets(MoleculeTable):
     def __init__(self, smiles: list[str]) -> None:
         super().__init__(smiles, np.zeros((len(smiles), 0), dtype=np.float32))
 
-    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
+    def featurised(self, start: int, stop: int, max_nodes: int | None) -> list[RawGraph | str]:
         informative = descriptor_reference().informative
         targets = np.full((stop - start, len(informative)), np.nan, dtype=np.float32)
         for k, smiles in enumerate(self.smiles[start:stop]):
-            mol = Chem.MolFromSmiles(smiles) if smiles else None
-            if mol is not None:  # an unparsable SMILES gets its reason from molecule_graphs
+            if (mol := to_describe(smiles, max_nodes)) is not None:  # molecule_graphs gives the others their reason
                 targets[k] = normalised_descriptors(mol)[informative]
-        yield from zip(range(start, stop), molecule_graphs(self.smiles[start:stop], targets))
+        return molecule_graphs(self.smiles[start:stop], targets)
 
 
 class MosesDescriptors(MoleculeSource):

@@ -98,8 +98,8 @@ class PygReader:
     def worker_init(self) -> None:
         """Nothing to prepare: the collated tensors are read as they are."""
 
-    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
-        graphs = int(self.start[-1])
+    def graphs(self, start: int, stop: int, max_nodes: int | None = None) -> Iterator[tuple[int, RawGraph | str]]:
+        graphs = int(self.start[-1])  # max_nodes: every graph is read whole, at no cost worth saving
         for row in range(start, stop):
             graph = row % graphs if self.masks else row
             instance = int(np.searchsorted(self.start, graph, side="right")) - 1

@@ -390,8 +390,8 @@ class SmilesRows(MoleculeTable):
         super().__init__(smiles, targets, features, columns)
         self.rejected, self.splits = rejected, splits
 
-    def graphs(self, start: int, stop: int) -> Iterator[tuple[int, RawGraph | str]]:
-        for row, graph in super().graphs(start, stop):
+    def graphs(self, start: int, stop: int, max_nodes: int | None = None) -> Iterator[tuple[int, RawGraph | str]]:
+        for row, graph in super().graphs(start, stop, max_nodes):
             yield row, self.rejected.get(row, graph)
 
 

@@ -16,7 +16,7 @@ from rdkit import Chem
 
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.datamodule import GraphDataModule
-from graphormer_urpe.data.sources import SmilesTable, SmilesToPredict
+from graphormer_urpe.data.sources import SmilesTable, SmilesToPredict, molecule_features
 from graphormer_urpe.data.sources.descriptors import descriptor_reference, normalised_descriptors
 from graphormer_urpe.data.sources.molecule_features import MoleculeFeatures, feature_statistics
 from graphormer_urpe.data.sources.tables import TableError
@@ -76,6 +76,27 @@ def test_descriptor_features_are_the_normalised_descriptors_in_the_cache(tmp_pat
     batch = collate_graphs([data.datasets["train"][k] for k in range(4)])
     assert batch.molecule_features.dtype == torch.float32 and batch.molecule_features.shape == (4, len(names) + 2)
     torch.testing.assert_close(batch.molecule_features, torch.from_numpy(train[:4]), equal_nan=True, rtol=0, atol=0)
+
+
+def test_a_molecule_above_max_nodes_is_skipped_before_its_descriptors_are_computed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: ``evaluate.py --predict`` of a table holding a 1,000-atom chain was silent for 130 s (RDKit's
+    descriptors of the chain), then skipped it as "1000 nodes > max_nodes=512". The size is checked first: no
+    descriptor is computed for a molecule the cache skips, and the reason is the cache's."""
+    described: list[int] = []
+
+    def recorded(mol: Chem.Mol, tails: str = "clip") -> np.ndarray:
+        described.append(mol.GetNumAtoms())
+        return normalised_descriptors(mol, tails=tails)
+
+    monkeypatch.setattr(molecule_features, "normalised_descriptors", recorded)
+    path = tmp_path / "new.csv"
+    pd.DataFrame({"smiles": ["CCO", "C" * 40, "c1ccccc1O"]}).to_csv(path, index=False)
+    data = GraphDataModule(SmilesToPredict(str(path), descriptors="rdkit2d"), root=str(tmp_path / "data"),
+                           num_workers=0, preprocess_workers=0, max_nodes=30)
+    data.prepare_data()
+    assert data.build_summary.skipped == [[1, "40 nodes > max_nodes=30"]]
+    assert described == [3, 7]
 
 
 def test_a_graph_without_molecule_features_collates_to_zero_width() -> None:

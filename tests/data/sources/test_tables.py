@@ -68,6 +68,29 @@ def test_csv_and_parquet_give_the_same_graphs_with_ogb_features(tmp_path: Path, 
                                                           target_names=("gap_ev", "mu_debye"))
 
 
+def test_a_constant_regression_target_is_named_in_one_warning_when_training_starts(
+        tmp_path: Path, sample: pd.DataFrame, package_log: pytest.LogCaptureFixture) -> None:
+    """Issue 38: a target with one value in every training row trained silently to an MAE of 0."""
+    path = tmp_path / "constant.csv"
+    sample.assign(gap_ev=3.25).to_csv(path, index=False)
+    data = datamodule(tmp_path, path=str(path), targets=["gap_ev", "mu_debye"])
+    data.prepare_data()
+    package_log.clear()
+    data.setup("fit")
+    warnings = [r.getMessage() for r in package_log.records if r.levelname == "WARNING"]
+    train_rows = data.split_sizes["train"]
+    assert warnings == [f"{path} (SMILES column 'smiles'): target 'gap_ev' is 3.25 in all {train_rows} training "
+                        "values: a model of it learns only that constant, and its error is 0 wherever the target has "
+                        "that value; check the target (data.source.targets)"]
+    package_log.clear()
+    again = datamodule(tmp_path, path=str(path), targets=["gap_ev", "mu_debye"])
+    again.setup("validate")  # an evaluation says nothing of training
+    varied = datamodule(tmp_path, path=str(EXAMPLE), targets=["gap_ev"])
+    varied.prepare_data()
+    varied.setup("fit")
+    assert not [r for r in package_log.records if "learns only that constant" in r.getMessage()]
+
+
 @pytest.mark.parametrize("name,sep,bom", [("semicolon.csv", ";", False), ("excel.csv", ";", True),
                                           ("bom.csv", ",", True), ("tabs.csv", "\t", False), ("commas.tsv", ",", True)])
 def test_spreadsheet_exports_are_read_like_plain_csv(tmp_path: Path, sample: pd.DataFrame, package_log,
