@@ -383,18 +383,19 @@ def markdown_memory(memory: dict) -> list[str]:
 def markdown_steps(title: str, part: dict) -> list[str]:
     """A table of every step variant measured (graphs/s of the median epoch, its slowest and fastest), then each
     command's output."""
-    lines = [f"**{title}** (`bench/train_throughput.py`: the warm step, median of 3 epochs of 16 batches of 256)", "",
+    lines = [f"**{title}** (`bench/train_throughput.py`: the warm step, the median epoch)", "",
              "| setting | precision | mode | attention | graphs/s | [slowest, fastest] | ms/step | warm-up s | "
-             "shapes | peak GiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "shapes | peak GiB | epochs x batches x graphs |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in part.get("runs", []):
         for r in run["results"]:
             peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
             lines.append(f"| {r['setting']} | {r['precision']} | {r['mode']} | {r['attention']} | "
                          f"{r['graphs_per_second']:,.0f} | [{min(r['graphs_per_second_rounds']):,.0f}, "
                          f"{max(r['graphs_per_second_rounds']):,.0f}] | {r['ms_per_step']:.1f} | "
-                         f"{r['warm_seconds']:.0f} | {r['shapes']} | {peak} |")
+                         f"{r['warm_seconds']:.0f} | {r['shapes']} | {peak} | "
+                         f"{r['rounds']} x {r['epoch_batches']} x {r['batch_size']} |")
         if not run["results"]:
-            lines.append(f"| {run['name']} | | | | {run['status']} after {run['seconds']:.0f} s | | | | | |")
+            lines.append(f"| {run['name']} | | | | {run['status']} after {run['seconds']:.0f} s | | | | | | |")
     lines.append("")
     for run in part.get("runs", []):
         lines += [f"`{run['command']}`: {run['status']}", "", "```", run["output"], "```", ""]

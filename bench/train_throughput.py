@@ -277,6 +277,7 @@ def main() -> None:
                 line += f" {max(variant.memory) / 2**30:10.2f}"
             print(line, flush=True)
         results += [{"setting": setting_name, "config": setting.config, "precision": args.precision,
+                     "batch_size": args.batch_size, "epoch_batches": args.epoch_batches, "rounds": args.rounds,
                      "mode": v.mode, "batching": v.batching, "attention": v.attention,
                      "graphs_per_second": graphs / statistics.median(v.rounds),
                      "graphs_per_second_rounds": [graphs / seconds for seconds in v.rounds],
