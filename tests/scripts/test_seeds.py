@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-import seeds
+from graphormer_urpe.commands import sweep as seeds
 from graphormer_urpe.errors import Refused
 from graphormer_urpe.run.ledger import REPO_DIR, RunDirectory
 from graphormer_urpe.testing.directories import files_of

@@ -1,0 +1,1 @@
+"""The ``graphormer-urpe`` command: one module per subcommand."""
