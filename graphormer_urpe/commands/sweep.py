@@ -59,7 +59,7 @@ from graphormer_urpe.evaluation.ensemble import ensemble_predict, ensemble_split
 from graphormer_urpe.run.checkpoints import config_identity, differences
 from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, is_locked
 
-TRAIN = Path(__file__).resolve().parent / "train.py"
+TRAIN = Path(__file__).resolve().parents[2] / "train.py"
 #: Seconds between two looks at a seed that another process runs.
 POLL_SECONDS = 10.0
 
