@@ -184,7 +184,7 @@ def split_names(splits: dict[str, np.ndarray], rows: int) -> np.ndarray:
 def dataset_config(prepared: Prepared) -> dict:
     """``smiles_csv_example``'s settings on the prepared table, with its split column, preprocessing in the
     run's own process (each run preprocesses its table into its own cache, as chemprop featurises its own)."""
-    config = yaml.safe_load((REPO / "configs" / "smiles_csv_example.yaml").read_text())
+    config = yaml.safe_load((REPO / "graphormer_urpe" / "configs" / "smiles_csv_example.yaml").read_text())
     config["data"]["init_args"]["source"]["init_args"] = source_options(prepared)
     config["data"]["init_args"]["preprocess_workers"] = 0  # the run's one process: --threads holds
     return config

@@ -1,5 +1,5 @@
 """Training runs for tests, seconds long: tiny runs' arguments, a start (:mod:`graphormer_urpe.run.start`) in this
-process, ``train.py`` (run from the source tree, :data:`~graphormer_urpe.run.ledger.REPO_DIR`) in a fresh one, and
+process, ``train.py`` (run from the source tree, :data:`~graphormer_urpe.testing.REPO_DIR`) in a fresh one, and
 callbacks."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.run.cli import RUN_DIR_ENV, TrainingCLI
 from graphormer_urpe.run.finetune import initialise, plan_initialisation, read_source
-from graphormer_urpe.run.ledger import REPO_DIR
 from graphormer_urpe.run.start import exit_codes, plan_start, run_start
 from graphormer_urpe.tasks.base import GraphormerTask
+from graphormer_urpe.testing import REPO_DIR
 
 #: Molecules of the tiny QM9 runs: an 80/10/10 split gives 40 train, 5 valid and 5 test graphs.
 TINY_MOLECULES = 50

@@ -16,6 +16,7 @@ import yaml
 
 import evaluate
 import train
+from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2
 from graphormer_urpe.data.sources import QM9
@@ -26,8 +27,9 @@ from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
-from graphormer_urpe.run.cli import CONFIG_DIR, GraphormerCLI
+from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphRegression, SequenceTagging
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.moses_layout import write_moses_package
 from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 from graphormer_urpe.testing.runs import TINY_MOLECULES, tiny_run_args
@@ -127,7 +129,7 @@ def test_every_config_resolves_to_its_data_and_to_the_model_it_built_before(conf
 
 
 def qm9_sample_smiles(count: int) -> list[str]:
-    return pd.read_csv(CONFIG_DIR.parent / "examples" / "qm9_sample.csv")["smiles"].head(count).tolist()
+    return pd.read_csv(REPO_DIR / "examples" / "qm9_sample.csv")["smiles"].head(count).tolist()
 
 
 def fixture_arguments(config: str, root: Path, synthetic_mag: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -20,8 +20,9 @@ from graphormer_urpe.data.sources.descriptors import normalised_descriptors
 from graphormer_urpe.data.sources.featurize import molecule_graph
 from graphormer_urpe.data.sources.tables import TableError
 from graphormer_urpe.evaluation.new_molecules import predict_new_molecules
-from graphormer_urpe.run.cli import REPO_DIR, RUN_DIR_ENV
+from graphormer_urpe.run.cli import RUN_DIR_ENV
 from graphormer_urpe.tasks import GraphRegression
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.runs import SMALL_TABLE_LINES
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 

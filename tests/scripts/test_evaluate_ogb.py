@@ -20,7 +20,8 @@ from ogb.lsc import PCQM4Mv2Evaluator
 
 import evaluate
 from graphormer_urpe.evaluation.submission import check_submission
-from graphormer_urpe.run.cli import REPO_DIR, RUN_DIR_ENV
+from graphormer_urpe.run.cli import RUN_DIR_ENV
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 from graphormer_urpe.testing.runs import train
 from graphormer_urpe.testing.tolerance import rounding_tolerance

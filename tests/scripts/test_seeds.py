@@ -20,7 +20,8 @@ import yaml
 
 from graphormer_urpe.commands import sweep as seeds
 from graphormer_urpe.errors import Refused
-from graphormer_urpe.run.ledger import REPO_DIR, RunDirectory
+from graphormer_urpe.run.ledger import RunDirectory
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.directories import files_of
 from graphormer_urpe.testing.runs import tiny_run_args
 
