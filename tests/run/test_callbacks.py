@@ -14,8 +14,8 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
+from graphormer_urpe.commands.exits import NON_FINITE_LOSS
 from graphormer_urpe.run.callbacks import Preempted, RNGState, rng_state, set_rng_state
-from graphormer_urpe.run.start import EXIT_NON_FINITE
 from graphormer_urpe.testing.device import exactness_device
 from graphormer_urpe.testing.distributed import run_on_processes
 from graphormer_urpe.testing.runs import FinalState, SignalDuringStep, tiny_run_args, train_in_process
@@ -150,7 +150,7 @@ def test_non_finite_loss_names_step_graphs_and_last_good_checkpoint(
         qm9_root: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
     poison = PoisonAtStep(4)
     args = tiny_run_args(qm9_root, tmp_path, "--checkpoint.every_n_steps", "2", "--run_name", "nan")
-    assert train_in_process(args, poison) == EXIT_NON_FINITE
+    assert train_in_process(args, poison) == NON_FINITE_LOSS
     message = package_log.text
     assert "non-finite training loss at optimiser step 4 (epoch 0, batch 3)" in message
     assert f"graphs {poison.indices}" in message
