@@ -160,4 +160,5 @@ def test_outputs_that_cannot_be_written_or_would_overwrite_the_table_are_refused
     assert table.read_text() == "smiles\nCCO\n" and (tmp_path / "earlier.csv").read_text() == "kept\n"
     with pytest.raises(SystemExit) as refused:  # evaluating a split: refused before the model is built
         evaluate.main(["--ckpt", str(ckpt), "--split", "test", "--out", str(read_only / "m.json")])
-    assert refused.value.code == 2 and str(refused.value) == f"--out {read_only / 'm.json'}: {read_only} is not writable"
+    assert refused.value.code == 2
+    assert str(refused.value) == f"--out {read_only / 'm.json'}: {read_only} is not writable"
