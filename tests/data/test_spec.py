@@ -80,6 +80,11 @@ EXPECTED = {
     "small_molecules": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_names=("gap_ev",),
                                          molecule_features=tuple(f"rdkit2d/{name}" for name in DESCRIPTORS.names)),
                                 526_385, "4f6c86ae0dc37167"),
+    "small_molecules_classification": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1,
+                                                        target_kind="binary", target_names=("polar",),
+                                                        molecule_features=tuple(f"rdkit2d/{name}"
+                                                                                for name in DESCRIPTORS.names)),
+                                               526_385, "77999700b24266a5"),
     "smiles_csv_classification": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_kind="binary",
                                                    target_names=("polar",)), 121_553, "b2b60ce8e9bbe782"),
     "smiles_csv_example": Expected(DataSpec(**MOLECULES, num_targets=2, num_outputs=2,

@@ -157,3 +157,29 @@ def test_non_finite_loss_names_step_graphs_and_last_good_checkpoint(
     # last.ckpt is from step 2, the best checkpoint from the validation after step 3: the newest is named
     assert f"Last good checkpoint: {tmp_path / 'nan' / 'checkpoints' / 'best-3.ckpt'}" in message
     assert torch.load(tmp_path / "nan" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
+
+
+def test_early_stopping_follows_the_tasks_own_monitor() -> None:
+    from graphormer_urpe import GraphormerConfig
+    from graphormer_urpe.run.callbacks import TaskEarlyStopping
+    from graphormer_urpe.tasks import Classification, GraphRegression
+
+    config = GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2)
+    for task, monitor, best, delta in ((GraphRegression(config), "val/mae", torch.inf, -0.01),
+                                       (Classification(config), "val/auroc", -torch.inf, 0.01)):
+        stopping = TaskEarlyStopping(patience=5, min_delta=0.01)
+        stopping.setup(SimpleNamespace(val_check_interval=1.0, check_val_every_n_epoch=1), task, "fit")
+        assert (stopping.monitor, stopping.best_score.item(), stopping.min_delta) == (monitor, best, delta)
+        assert stopping.state_key == f"TaskEarlyStopping{{'monitor': '{monitor}', 'mode': '{task.monitor[1]}'}}"
+
+
+@pytest.mark.slow
+def test_the_recipe_trains_binary_labels_to_the_end(small_table: Path, tmp_path: Path) -> None:
+    """Issue 37: the recipe on a binary table stopped after one epoch, its early stopping watching val/mae."""
+    from graphormer_urpe.testing.runs import train
+
+    metrics = train(["--config", "small_molecules_classification", "--data.source.path", str(small_table),
+                     "--data.root", str(tmp_path / "data"), "--run_root", str(tmp_path / "runs"),
+                     "--trainer.max_epochs", "3", "--trainer.enable_progress_bar", "false"])
+    assert metrics["global_step"] == 3 * 2  # 48 training molecules in batches of 32, every epoch
+    assert {"val/auroc", "val/auprc", "val/accuracy"} <= set(metrics["validation"])
