@@ -50,7 +50,7 @@ from common import BenchError, PackagedDataset, package_file  # noqa: E402  (ben
 from graphormer_urpe.data.sources.tables import balanced_scaffold_split  # noqa: E402
 from graphormer_urpe.evaluation.ensemble import SavedEnsemble  # noqa: E402
 from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, DefinedBinaryAveragePrecision  # noqa: E402
-from small_data import chemprop_splits, clean_table, run_child, split_names  # noqa: E402
+from small_data import Prepared, chemprop_splits, clean_table, run_child, split_names  # noqa: E402
 
 B3DB = PackagedDataset("b3db_class", "B3DB blood-brain barrier permeability (BBB+ = 1)", "B3DB", "qc-b3db==1.1.1",
                        ("B3DB_classification.tsv",), "\t", "SMILES", "BBB+/BBB-", "bbb", "label")
@@ -80,20 +80,27 @@ def b3db_table(molecules: int) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Split:
-    """One scaffold split of the benchmark's rows, written under ``directory``."""
+    """One scaffold split of the benchmark's rows (its seed), written as the regression benchmark writes a dataset."""
 
     seed: int
-    directory: Path
-    rows: dict[str, np.ndarray]
+    prepared: Prepared  # its directory (table.csv, chemprop_splits.json) and rows per split
+
+    @property
+    def directory(self) -> Path:
+        return self.prepared.directory
 
     @property
     def table(self) -> Path:
-        return self.directory / "table.csv"
+        return self.prepared.table
+
+    @property
+    def rows(self) -> dict[str, np.ndarray]:
+        return self.prepared.splits
 
 
 def write_split(table: pd.DataFrame, seed: int, out: Path) -> Split:
     rows, _ = balanced_scaffold_split(table["smiles"].tolist(), FRACTIONS, seed)
-    split = Split(seed, out / "data" / f"split{seed}", rows)
+    split = Split(seed, Prepared(f"split{seed}", out / "data" / f"split{seed}", "bbb", rows))
     if not split.table.is_file():
         split.directory.mkdir(parents=True, exist_ok=True)
         table.assign(split=split_names(rows, len(table))).to_csv(split.table, index=False)

@@ -62,7 +62,7 @@ import yaml
 from graphormer_urpe.commands.ensemble import make_ensemble, summary
 from graphormer_urpe.commands.exits import exit_codes
 from graphormer_urpe.data.sources.tables import SmilesTable
-from graphormer_urpe.errors import DataError, InputError, refuse
+from graphormer_urpe.errors import DataError, refuse
 from graphormer_urpe.evaluation.ensemble import RECORD_FILE, EnsembleRecord, SavedEnsemble, sha256_file
 from graphormer_urpe.evaluation.new_molecules import prediction_frame, table_to_predict, write_new
 from graphormer_urpe.run.checkpoints import config_identity, differences, run_config
@@ -319,10 +319,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     run_root = Path(options.run_root)
     outputs = None
     if options.ensemble:  # before any run: every refusal of the ensemble, its table and its outputs stops here
-        try:
+        with exit_codes():
             outputs = plan_ensemble_outputs(options, train_args)
-        except InputError as error:
-            refuse(f"--ensemble{' --trees' if options.trees else ''}: {error}")
     if not options.collect:
         check_seed_runs(options, train_args)
     failed = []
