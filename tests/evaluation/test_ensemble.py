@@ -231,3 +231,32 @@ def test_binary_labels_get_the_ensemble_and_the_trees_blend_scored_by_roc_and_pr
     task, run = model_of(tmp_path / "ens" / record.members[0].path)
     truth = split_rows(run.source(), "test")[["polar", "ringed"]].to_numpy()
     assert record.scores["test"]["blend"] == pytest.approx(task.score(probabilities, truth, "test"), nan_ok=True)
+
+
+def test_only_a_smiles_tables_runs_make_an_ensemble_and_trees_refuse_classes(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused from the members' configs before anything is predicted: a dataset that is not a SMILES table, and
+    trees for a multi-class label (they predict values and binary labels)."""
+    from graphormer_urpe import GraphormerConfig
+    from graphormer_urpe.evaluation import ensemble
+    from graphormer_urpe.run.checkpoints import RunConfig
+
+    def members_of(source: str, source_args: dict) -> None:
+        config = RunConfig(data_class_path="graphormer_urpe.data.datamodule.GraphDataModule", data_args={},
+                           source_class_path=source, source_args=source_args,
+                           model_class_path="graphormer_urpe.tasks.Classification")
+        task = Classification(GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, num_outputs=3),
+                              target_kind="multiclass")
+        monkeypatch.setattr(ensemble, "model_of", lambda checkpoint: (task, config))
+        monkeypatch.setattr(ensemble, "load_checkpoint", lambda checkpoint: {})
+
+    members_of("graphormer_urpe.data.sources.QM9", {})
+    with pytest.raises(DataError, match="predicts the rows of a SMILES table .*, not of QM9"):
+        plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=False)
+    (tmp_path / "t.csv").write_text("smiles,rings\nCCO,0\nc1ccccc1,1\nC1CC1,1\n")
+    members_of("graphormer_urpe.data.sources.SmilesTable", {"path": str(tmp_path / "t.csv"), "targets": ["rings"],
+                                                            "task": "multiclass", "descriptors": "rdkit2d"})
+    with pytest.raises(DataError, match="this table has a multi-class label: ensemble without --trees"):
+        plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=True)
+    assert plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=False).target_kind == "multiclass"
+    assert not (tmp_path / "e").exists()
