@@ -95,9 +95,15 @@ def test_the_saved_ensemble_holds_members_trees_weights_and_its_scores(saved: Pa
 @pytest.mark.slow
 def test_a_moved_ensemble_predicts_its_test_rows_as_it_recorded_them_without_the_table(
         saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Moved to another directory, run from an empty one (no training table there): the test rows' SMILES, with an
-    id and an unreadable row, come back in order with the recorded blend, members and trees, float32 rounding apart
-    (another batch may sum in another order)."""
+    """Moved to another directory, run from an empty one (no training table there), fitting nothing: the test rows'
+    SMILES, with an id and an unreadable row, come back in order with the recorded blend, members and trees, float32
+    rounding apart (another batch may sum in another order)."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    def no_fit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("predict fitted trees")
+
+    monkeypatch.setattr(HistGradientBoostingRegressor, "fit", no_fit)
     moved = tmp_path / "elsewhere" / "model"
     shutil.copytree(saved, moved)
     expected = pd.read_csv(saved / "test.csv")
