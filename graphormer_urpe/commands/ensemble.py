@@ -81,8 +81,8 @@ def make_ensemble(runs: Sequence[Path], out: Path, trees: bool, command: str) ->
 
 
 def main(argv: Sequence[str] | None = None) -> EnsembleRecord:
-    configure_logging()
     args = list(sys.argv[1:] if argv is None else argv)
-    options = parse_args(args)
+    options = parse_args(args)  # --help prints and exits first
+    configure_logging()
     with exit_codes():
         return make_ensemble(options.runs, options.out, options.trees, shlex.join(["graphormer-urpe ensemble", *args]))

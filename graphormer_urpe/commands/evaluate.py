@@ -115,8 +115,8 @@ def check_split(options: argparse.Namespace, data: RunData) -> SubmissionFormat 
 def main(argv: Sequence[str] | None = None) -> dict:
     """Evaluate, or write or check a submission; returns what was measured or written."""
     started = time.perf_counter()
+    options, rest = parse_args(sys.argv[1:] if argv is None else argv)  # --help prints and exits first
     configure_logging()
-    options, rest = parse_args(sys.argv[1:] if argv is None else argv)
     check_outputs(options)
     with exit_codes():
         if options.check_submission is not None:

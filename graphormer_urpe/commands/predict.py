@@ -64,8 +64,8 @@ def check_paths(options: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     """Predict the table's molecules into ``--out``; returns what was written."""
+    options = parse_args(sys.argv[1:] if argv is None else argv)  # --help prints and exits first
     configure_logging()
-    options = parse_args(sys.argv[1:] if argv is None else argv)
     with exit_codes():
         check_paths(options)
         if options.model.is_dir():
