@@ -46,12 +46,14 @@ EXIT_CODES: dict[str, str] = {
 
 
 @contextlib.contextmanager
-def exit_codes(finish: Callable[[int], None] | None = None) -> Iterator[None]:
+def exit_codes(finish: Callable[[int, bool], None] | None = None) -> Iterator[None]:
     """Run a command's work and exit (``sys.exit``) with the code of what stopped it: :data:`BAD_INPUT` on an
     :class:`~graphormer_urpe.errors.InputError` (its message on one line, no traceback), :data:`INVALID_SUBMISSION`,
-    :data:`NON_FINITE_LOSS`, 128 + the signal after a signal (:data:`INTERRUPTED` for Ctrl-C). ``finish(code)`` runs
-    whatever happens, before the exit (``train`` closes W&B and lets its run directory go there)."""
-    exit_code, refusal = OK, ""
+    :data:`NON_FINITE_LOSS`, 128 + the signal after a signal (:data:`INTERRUPTED` for Ctrl-C). ``finish(code,
+    interrupted)`` runs whatever happens, before the exit (``train`` closes W&B and lets its run directory go there);
+    ``interrupted``: a KeyboardInterrupt stopped it (a second Ctrl-C, or one outside training), not a checkpointing
+    signal handler."""
+    exit_code, refusal, interrupted = OK, "", False
     try:
         yield
     except InputError as error:
@@ -71,14 +73,14 @@ def exit_codes(finish: Callable[[int], None] | None = None) -> Iterator[None]:
         log.warning("SIGTERM received outside training steps")
         exit_code = SIGNALLED + signal.SIGTERM
     except KeyboardInterrupt:
-        exit_code = INTERRUPTED
+        exit_code, interrupted = INTERRUPTED, True
     except SystemExit as stop:
         if not isinstance(stop.__context__, KeyboardInterrupt):
             raise
-        exit_code = INTERRUPTED  # Lightning stops on a KeyboardInterrupt with exit code 1
+        exit_code, interrupted = INTERRUPTED, True  # Lightning stops on a KeyboardInterrupt with exit code 1
     finally:
         if finish is not None:
-            finish(exit_code)
+            finish(exit_code, interrupted)
     if refusal:
         raise Refused(refusal) from None  # exit code 2, the message its text (logged above)
     if exit_code:

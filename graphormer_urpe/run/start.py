@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import shlex
-import signal
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -177,12 +176,13 @@ def run_start(cli: TrainingCLI, start: Start) -> dict:
     return metrics
 
 
-def finish_start(cli: TrainingCLI, exit_code: int) -> None:
+def finish_start(cli: TrainingCLI, exit_code: int, interrupted: bool) -> None:
     """What ends every start, whatever stopped it (``exit_code``, :mod:`graphormer_urpe.commands.exits`): close W&B
-    (marked preempted after a signal), let the run directory go, and after Ctrl-C say how to continue."""
+    (marked preempted after a signal), let the run directory go, and after a KeyboardInterrupt (``interrupted``: a
+    second Ctrl-C in training, or one outside it) say how to continue."""
     finish_wandb(cli, exit_code)
     cli.run_directory.release()
-    if exit_code == 128 + signal.SIGINT and cli.trainer.is_global_zero:  # a second Ctrl-C in training, or one outside
+    if interrupted and cli.trainer.is_global_zero:
         last = cli.run_directory.last_checkpoint
         log.warning("interrupted (Ctrl-C) after step %d; %s", cli.trainer.global_step,
                     f"continue from {last} with --run_name {cli.run_dir.name} --ckpt_path last" if last.is_file()

@@ -24,9 +24,9 @@ def test_docs_print_the_table_of_exit_codes() -> None:
 def test_what_stops_a_command_becomes_its_exit_code(raised: BaseException, code: int) -> None:
     finished = []
     with pytest.raises(SystemExit) as stop:
-        with exit_codes(finish=finished.append):
+        with exit_codes(finish=lambda *ended: finished.append(ended)):
             raise raised
-    assert stop.value.code == code and finished == [code]
+    assert stop.value.code == code and finished == [(code, isinstance(raised, KeyboardInterrupt))]
     if code == 2:  # a refusal carries its message, logged in one line
         assert isinstance(stop.value, Refused) and str(stop.value) == "table.csv: no rows"
 
