@@ -145,7 +145,7 @@ def test_full_size_test_dev_submission(pcqm_run: dict, tmp_path: Path, caplog: p
 @pytest.mark.slow
 def test_a_non_official_split_or_missing_directory_fails_clearly(pcqm_run: dict, tmp_path: Path,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
-    with pytest.raises(SystemExit, match="pass --submission-dir DIR"):
+    with pytest.raises(SystemExit, match="pass --submission_dir DIR"):
         run_evaluate(pcqm_run, "--split", "test-challenge")
     with pytest.raises(SystemExit, match="writes test-dev or test-challenge submissions, not 'valid'"):
         run_evaluate(pcqm_run, "--split", "valid", "--submission-dir", str(tmp_path))
