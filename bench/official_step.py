@@ -39,12 +39,12 @@ from transformers.models.deprecated.graphormer import GraphormerConfig as Transf
 from transformers.models.deprecated.graphormer import GraphormerForGraphClassification
 
 from common import random_molecule_record
+from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.convert.huggingface import import_huggingface
 from graphormer_urpe.data.batch import BatchShape, GraphBatch, GraphRecord, collate_graphs
 from graphormer_urpe.data.loaders import GlobalBatchSampler
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.structure import graph_structure
-from graphormer_urpe.run.cli import CONFIG_DIR
 from graphormer_urpe.tasks import GraphRegression
 from graphormer_urpe.testing.official_reference import transformers_batch
 from graphormer_urpe.testing.tolerance import rounding_tolerance

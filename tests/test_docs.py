@@ -131,7 +131,8 @@ def test_link_checks_catch_what_they_should(tmp_path: Path) -> None:
 
 
 #: Where the code names docs pages: the package, the scripts, the benchmarks, the examples and the configs.
-POINTING_FILES = ("graphormer_urpe/**/*.py", "*.py", "bench/**/*.py", "examples/**/*.py", "configs/**/*.yaml")
+POINTING_FILES = ("graphormer_urpe/**/*.py", "*.py", "bench/**/*.py", "examples/**/*.py",
+                  "graphormer_urpe/configs/*.yaml")
 #: A docs page named in code, with an optional section: ``docs/running.md#what-is-safe`` (an anchor) or
 #: ``docs/running.md, "What is safe"`` (a heading's title, in double or single quotes).
 DOCS_POINTER = re.compile(r"docs/((?:[\w-]+/)*[\w-]+\.md)(?:#([\w-]+)|,\s*\"([^\"\n]+)\"|,\s*'([^'\n]+)')?")

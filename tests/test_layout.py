@@ -23,9 +23,8 @@ PACKAGE = REPO / "graphormer_urpe"
 TESTS = REPO / "tests"
 
 #: Floor of each top-level part of the package; a module may import only from its own floor or lower.
-LAYERS = {"constants": 0, "errors": 0, "data": 1, "model": 2, "tasks": 3, "run": 4, "evaluation": 5,
-          "convert": 6, "pretrained": 0,
-          "testing": 7}
+LAYERS = {"constants": 0, "errors": 0, "configs": 0, "pretrained": 0, "data": 1, "model": 2, "tasks": 3, "run": 4,
+          "evaluation": 5, "convert": 6, "commands": 7, "testing": 8}
 
 
 def imports(source: str, module: str) -> list[str]:
@@ -185,6 +184,43 @@ def test_test_tooling_stays_out_of_the_library() -> None:
     leaks = [f"{module} -> {t}" for module, path in library_files() if part(module) != "testing"
              for t in imports(path.read_text(), module) if part(t) == "testing"]
     assert leaks == []
+
+
+#: The scripts at the repository root (``train.py``, ``evaluate.py``, ``seeds.py``): the commands' shims in a checkout.
+ROOT_SCRIPTS = sorted(path.stem for path in REPO.glob("*.py"))
+
+
+def absolute_imports(source: str) -> list[str]:
+    """The top-level name of every absolute import in ``source`` (``import train`` and ``from train import x``)."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            names.append((node.module or "").split(".")[0])
+        elif isinstance(node, ast.Import):
+            names += [a.name.split(".")[0] for a in node.names]
+    return names
+
+
+def checkout_assumptions(module: str, source: str) -> list[str]:
+    """Why ``module`` would only run from a checkout: it imports a root script, or names ``REPO_DIR`` outside
+    ``testing/``; an installed wheel has neither."""
+    found = [f"{module} imports the root script {name}.py" for name in absolute_imports(source) if name in ROOT_SCRIPTS]
+    if part(module) != "testing" and any(isinstance(node, ast.Name | ast.alias) and "REPO_DIR" in
+                                         (node.id if isinstance(node, ast.Name) else node.name)
+                                         for node in ast.walk(ast.parse(source))):
+        found.append(f"{module} names REPO_DIR (the checkout) outside testing/")
+    return found
+
+
+def test_the_library_runs_installed_assuming_no_checkout() -> None:
+    assert ROOT_SCRIPTS == ["evaluate", "seeds", "train"]
+    assert checkout_assumptions("graphormer_urpe.run.x", "import train\nfrom seeds import main\nx = REPO_DIR") == [
+        "graphormer_urpe.run.x imports the root script train.py",
+        "graphormer_urpe.run.x imports the root script seeds.py",
+        "graphormer_urpe.run.x names REPO_DIR (the checkout) outside testing/"]
+    assert checkout_assumptions("graphormer_urpe.testing.x", "from graphormer_urpe.testing import REPO_DIR") == []
+    assert [reason for module, path in library_files()
+            for reason in checkout_assumptions(module, path.read_text())] == []
 
 
 @pytest.mark.slow

@@ -1,17 +1,20 @@
-"""Run one experiment over several seeds; report mean and standard deviation of every metric.
+"""``graphormer-urpe sweep``: one experiment over several seeds; mean and standard deviation of every metric, and
+for a SMILES table the recipe's ensemble (docs/small-data.md).
 
-    python seeds.py --config zinc_subset --seeds 0 1 2 3
-    python seeds.py --config qm9_gap --seeds 0 1 2 3 --name gap_rpe --model.encoder.attention rpe
-    python seeds.py --collect --name gap_rpe --seeds 0 1 2 3      # only aggregate finished runs
+    graphormer-urpe sweep --config zinc_subset --seeds 0 1 2 3
+    graphormer-urpe sweep --config qm9_gap --seeds 0 1 2 3 --name gap_rpe --model.encoder.attention rpe
+    graphormer-urpe sweep --collect --name gap_rpe --seeds 0 1 2 3      # only aggregate finished runs
+    graphormer-urpe sweep --config small_molecules --seeds 0 1 2 3 4 --ensemble --trees --predict new.csv \
+        --data.source.path my.csv --data.source.targets '[logS]'
 
-Seed S is the ``train.py`` run ``<run_root>/<name>-seed<S>`` with ``--seed_everything S`` (model
+Seed S is the ``train`` run ``<run_root>/<name>-seed<S>`` with ``--seed_everything S`` (model
 initialisation, dropout and data order; the dataset split stays fixed), one after the other, each
-in its own process (so ``--trainer.devices 4`` works as in ``train.py``). Any other argument goes
-to ``train.py`` unchanged; with ``--logger wandb`` the runs share the W&B group ``<name>``.
+in its own process (so ``--trainer.devices 4`` works as in ``train``). Any other argument goes
+to ``train`` unchanged; with ``--logger wandb`` the runs share the W&B group ``<name>``.
 
 A seed's run is identified by its resolved config, all but the seed and the run's name and place
 (:func:`~graphormer_urpe.run.checkpoints.config_identity`). Before anything runs, every seed directory
-that exists is compared with this command's config as its run records it (``train.py --print_config``, with
+that exists is compared with this command's config as its run records it (``train --print_config``, with
 ``--init_from``'s architecture: :func:`~graphormer_urpe.run.finetune.config_as_recorded`); any difference
 stops the sweep (exit code 2) naming the keys: an experiment name stands for one config, so a
 changed one (``--model.encoder.attention rpe``) needs another ``--name``. Seeds that finished
@@ -19,69 +22,77 @@ changed one (``--model.encoder.attention rpe``) needs another ``--name``. Seeds 
 interrupted seed resumes from its ``last.ckpt``. ``--collect`` checks that the seeds it aggregates
 share one config. On a SLURM cluster run the seeds as an array job and aggregate them with ``--collect``.
 
-A seed whose run directory another process works in (another sweep of the same seeds, a ``train.py`` of
+A seed whose run directory another process works in (another sweep of the same seeds, a ``train`` of
 that run: its ``.lock`` is held) is waited for, with one line saying so, then reused if it finished, else
 run (resuming its ``last.ckpt``); two sweeps of the same seeds at once thus both end with every seed.
 
-Stopping a sweep: SIGTERM (or SIGUSR1) sent to ``seeds.py`` is passed on to the seed's ``train.py``, and
+Stopping a sweep: SIGTERM (or SIGUSR1) sent to the sweep is passed on to the seed's ``train``, and
 Ctrl-C in the terminal reaches it directly; the seed finishes its optimiser step, writes ``last.ckpt``,
 and the sweep stops with the seed's exit code (128 + the signal); the same command resumes it.
 
 Writes ``<run_root>/<name>-seeds.json`` and ``<run_root>/<name>-seeds.md``: per metric the mean,
 the sample standard deviation (n - 1 in the denominator; 0 for one seed), n and every seed's value.
-With ``--ensemble`` (a SMILES table's config), every seed's best checkpoint also predicts the test split and
-the mean of their predictions is scored, as chemprop's ensembles are: ``<run_root>/<name>-ensemble.json`` and
-``<run_root>/<name>-ensemble/ensemble-test.csv`` (:mod:`graphormer_urpe.evaluation.ensemble`). With ``--trees``
-as well (regression with RDKit descriptors, as ``configs/small_molecules.yaml``), gradient-boosted trees on the
-descriptors, fitted on the training rows, are blended with the ensemble, their weight per target chosen on the
-validation rows: ``<run_root>/<name>-ensemble-trees.json`` and ``<run_root>/<name>-ensemble-trees/ensemble-test.csv``
-(the ensemble's figures without the trees are in it too). ``--predict TABLE`` (with ``--ensemble``, and
-``--trees`` if given) also predicts the molecules of a table of new ones with the ensemble (and the blend):
-``<run_root>/<name>-ensemble[-trees]/predict-<TABLE's stem>.csv``, never overwriting one.
+With ``--ensemble`` (a SMILES table's config) the seeds' best checkpoints are saved as an ensemble,
+``<run_root>/<name>-ensemble/`` (``graphormer-urpe ensemble``, :mod:`graphormer_urpe.commands.ensemble`); with
+``--trees`` as well (runs with RDKit descriptors, as ``configs/small_molecules.yaml``; regression or binary labels),
+blended with gradient-boosted trees on the descriptors, ``<run_root>/<name>-ensemble-trees/``. ``--predict TABLE``
+then predicts a table of new molecules with it (``graphormer-urpe predict``), into
+``<run_root>/<name>-ensemble[-trees]-predict-<TABLE's stem>.csv``. An ensemble of the same seeds' runs that exists
+is reused; one of other runs, or an existing prediction, is refused. Every refusal (options, the table to predict,
+the outputs, trees without descriptors) comes before the first seed starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
 import yaml
 
-from graphormer_urpe.errors import InputError, refuse
-from graphormer_urpe.evaluation.ensemble import ensemble_predict, ensemble_split
-from graphormer_urpe.run.checkpoints import config_identity, differences
+from graphormer_urpe.commands.ensemble import make_ensemble, summary
+from graphormer_urpe.commands.exits import exit_codes
+from graphormer_urpe.data.sources.tables import SmilesTable
+from graphormer_urpe.errors import DataError, InputError, refuse
+from graphormer_urpe.evaluation.ensemble import RECORD_FILE, EnsembleRecord, SavedEnsemble, sha256_file
+from graphormer_urpe.evaluation.new_molecules import prediction_frame, table_to_predict, write_new
+from graphormer_urpe.run.checkpoints import config_identity, differences, run_config
 from graphormer_urpe.run.finetune import config_as_recorded
 from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, is_locked
 
-TRAIN = Path(__file__).resolve().parent / "train.py"
+#: How a seed's run is started: the ``train`` command of the installed package, in a process of its own.
+TRAIN = [sys.executable, "-m", "graphormer_urpe.commands", "train"]
 #: Seconds between two looks at a seed that another process runs.
 POLL_SECONDS = 10.0
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", help="experiment config (as for train.py)")
+    parser = argparse.ArgumentParser(prog="graphormer-urpe sweep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="experiment config (as for train)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3], help="seeds (default: 0 1 2 3)")
     parser.add_argument("--name", help="experiment name (default: the config name)")
     parser.add_argument("--run_root", default="runs", help="directory of the runs and of the summary")
     parser.add_argument("--collect", action="store_true", help="only aggregate the seeds' finished runs")
     parser.add_argument("--ensemble", action="store_true",
-                        help="also predict the test split with every seed's best checkpoint and score the mean "
-                             "prediction (a SMILES table's config; docs/small-data.md)")
+                        help="also save the seeds' best checkpoints as an ensemble, scored on the test split (a SMILES "
+                             "table's config; docs/small-data.md)")
     parser.add_argument("--trees", action="store_true",
                         help="with --ensemble: blend gradient-boosted trees on the RDKit descriptors with the "
-                             "ensemble, their weight chosen on the validation rows (regression; docs/small-data.md)")
+                             "ensemble, their weight chosen on the validation rows (docs/small-data.md)")
     parser.add_argument("--predict", type=Path, metavar="TABLE",
                         help="with --ensemble: also predict the molecules of TABLE (CSV or Parquet, the training "
-                             "table's SMILES column) with the ensemble, and the blend with --trees")
+                             "table's SMILES column) with the ensemble")
     options, train_args = parser.parse_known_args(argv)
     if options.trees and not options.ensemble:
         parser.error("--trees blends trees with the ensemble: add --ensemble")
@@ -102,8 +113,8 @@ def run_name(name: str, seed: int) -> str:
 
 
 def seed_command(options: argparse.Namespace, seed: int, train_args: Sequence[str]) -> list[str]:
-    """The ``train.py`` command line of one seed (resuming it if it has a checkpoint)."""
-    command = [sys.executable, str(TRAIN), "--config", options.config, *train_args,
+    """The ``train`` command line of one seed (resuming it if it has a checkpoint)."""
+    command = [*TRAIN, "--config", options.config, *train_args,
                "--seed_everything", str(seed), "--run_root", options.run_root,
                "--run_name", run_name(options.name, seed), "--ckpt_path", "auto"]
     if not any(a == "--wandb.group" or a.startswith("--wandb.group=") for a in train_args):
@@ -233,55 +244,89 @@ def markdown_table(name: str, summary: Mapping[str, Mapping], seeds: Sequence[in
     return "\n".join(lines) + "\n"
 
 
-def ensemble_stem(name: str, trees: bool) -> str:
-    """The name of the ensemble's files under the run root."""
-    return f"{name}-ensemble-trees" if trees else f"{name}-ensemble"
+@dataclass(frozen=True)
+class EnsembleOutputs:
+    """What ``--ensemble`` writes, planned before the first seed starts (:func:`plan_ensemble_outputs`)."""
+
+    directory: Path  # <run_root>/<name>-ensemble[-trees]
+    predictions: Path | None  # <directory>-predict-<TABLE's stem>.csv for --predict TABLE
+    reused: EnsembleRecord | None  # the existing ensemble of exactly these seeds' runs, else None: made anew
 
 
-def new_molecules_out(options: argparse.Namespace) -> Path:
-    """Where ``--predict TABLE`` writes the ensemble's predictions of TABLE."""
-    return Path(options.run_root) / ensemble_stem(options.name, options.trees) / f"predict-{options.predict.stem}.csv"
+def plan_ensemble_outputs(options: argparse.Namespace, train_args: Sequence[str]) -> EnsembleOutputs:
+    """Every refusal of ``--ensemble`` before any seed runs: a config that is not a SMILES table's, ``--trees``
+    without descriptors or for a multi-class label, a ``--predict`` table that is missing, empty or lacks the SMILES
+    column, an existing prediction, an existing ensemble of other runs (one of these very runs is reused)."""
+    suffix = "-ensemble-trees" if options.trees else "-ensemble"
+    directory = Path(options.run_root) / f"{options.name}{suffix}"
+    predictions = None
+    if options.predict is not None:
+        predictions = directory.with_name(f"{directory.name}-predict-{options.predict.stem}.csv")
+        if predictions.exists():
+            raise DataError(f"--predict: {predictions} exists (an earlier prediction is never overwritten): move it "
+                            "away first")
+    config = run_config(yaml.safe_dump(resolved_config(seed_command(options, options.seeds[0], train_args))))
+    if not issubclass(config.source_class(), SmilesTable):
+        raise DataError(f"--ensemble saves the runs of a SMILES table (data.source SmilesTable), not of "
+                        f"{config.data_name}")
+    source = config.source()
+    if options.trees and not source.features.descriptors:
+        raise DataError("--trees reads the RDKit descriptors and this config has none (data.source.descriptors "
+                        f"{source.features.descriptors}): add --data.source.descriptors rdkit2d")
+    if options.trees and source.task == "multiclass":
+        raise DataError("--trees predicts regression targets or binary labels; this table has a multi-class label")
+    if options.predict is not None:
+        table_to_predict(options.predict, config).smiles()  # read now: a missing column or no rows stops here
+    return EnsembleOutputs(directory, predictions, existing_ensemble(options, directory))
 
 
-def write_ensemble(run_root: Path, name: str, seeds: Sequence[int], trees: bool = False,
-                   predict: Path | None = None, predict_out: Path | None = None) -> dict:
-    """The ensemble of the seeds' best checkpoints on the test split: ``<name>-ensemble/ensemble-test.csv`` (every
-    member's and the mean prediction) and ``<name>-ensemble.json`` (the metrics of the mean and of each member);
-    with ``trees``, blended with the descriptor trees, under ``<name>-ensemble-trees`` instead. With ``predict``,
-    also the ensemble's predictions of that table's molecules, into ``predict_out``."""
-    checkpoints = [Path(json.loads((run_root / run_name(name, seed) / "metrics.json").read_text())["best_checkpoint"])
-                   for seed in seeds]
-    stem = ensemble_stem(name, trees)
-    try:
-        ensemble = ensemble_split(checkpoints, run_root / stem, "test", trees=trees)
-        if predict is not None and predict_out is not None:
-            ensemble["new_molecules"] = ensemble_predict(checkpoints, predict, predict_out, trees=trees)
-    except InputError as error:
-        refuse(f"--ensemble{' --trees' if trees else ''}: {error}")
-    ensemble["seeds"] = list(seeds)
-    path = run_root / f"{stem}.json"
-    path.write_text(json.dumps(ensemble, indent=2) + "\n")
-    scored = f"{ensemble['ensemble_with_trees']} (trees' weights {ensemble['tree_weights']})" if trees \
-        else ensemble["ensemble"]
-    print(f"[seeds] ensemble of seeds {list(seeds)} on the test split: {scored}; written {path} and "
-          f"{ensemble['predictions']}", flush=True)
-    if "new_molecules" in ensemble:
-        new = ensemble["new_molecules"]
-        print(f"[seeds] ensemble predictions of the {new['rows']} rows of {predict} ({new['failed']} could not be "
-              f"featurised: their reason in 'error'): {new['out']}", flush=True)
-    return ensemble
+def existing_ensemble(options: argparse.Namespace, directory: Path) -> EnsembleRecord | None:
+    """The ensemble already at ``directory`` if it is one of exactly these seeds' finished runs (reused), None if
+    there is none; refuse an ensemble of other runs (never overwritten)."""
+    if not directory.exists():
+        return None
+    other = f"{directory} holds an ensemble of other runs (an ensemble is never overwritten): move it away or use " \
+            "another --name"
+    if not (directory / RECORD_FILE).is_file():
+        raise DataError(other)
+    record = SavedEnsemble(directory).record
+    metrics = [Path(options.run_root) / run_name(options.name, seed) / "metrics.json" for seed in options.seeds]
+    if not all(path.is_file() for path in metrics):
+        raise DataError(other.replace("of other runs", "of the runs before seeds that still have to run"))
+    best = [Path(json.loads(path.read_text())["best_checkpoint"]) for path in metrics]
+    if [sha256_file(path) if path.is_file() else None for path in best] != [s.sha256 for s in record.sources]:
+        raise DataError(other)
+    return record
+
+
+def write_ensemble(options: argparse.Namespace, seeds: Sequence[int], outputs: EnsembleOutputs) -> EnsembleRecord:
+    """Save (or reuse) the seeds' ensemble, and with ``--predict`` predict the table with it; the last line names
+    what the ensemble scores on the test split, a blend's as the blend's."""
+    runs = [Path(options.run_root) / run_name(options.name, seed) for seed in seeds]
+    record = outputs.reused
+    if record is None:
+        record = make_ensemble(runs, outputs.directory, options.trees,
+                               shlex.join(["graphormer-urpe sweep", *(sys.argv[1:])]))
+    else:
+        print(f"[seeds] ensemble reused: {outputs.directory} holds these seeds' runs", flush=True)
+    if outputs.predictions is not None:
+        predicted, columns = SavedEnsemble(outputs.directory).predict(options.predict)
+        write_new(prediction_frame(predicted, columns), outputs.predictions)
+        failed = sum(bool(reason) for reason in predicted.errors)
+        print(f"[seeds] ensemble predictions of the {len(predicted.errors)} rows of {options.predict} ({failed} could "
+              f"not be featurised: their reason in 'error'): {outputs.predictions}", flush=True)
+    print(f"[seeds] ensemble of seeds {list(seeds)}: {summary(record)}; written {outputs.directory}", flush=True)
+    return record
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
     """Run (unless ``--collect``) and aggregate; returns the summary."""
     options, train_args = parse_args(sys.argv[1:] if argv is None else argv)
     run_root = Path(options.run_root)
-    if options.predict is not None:  # before any run: a missing table or an earlier prediction stops here
-        if not options.predict.is_file():
-            refuse(f"--predict {options.predict}: no such file")
-        if new_molecules_out(options).exists():
-            refuse(f"--predict: {new_molecules_out(options)} exists (an earlier prediction is never overwritten): "
-                   "move it away first")
+    outputs = None
+    if options.ensemble:  # before any run: every refusal of the ensemble, its table and its outputs stops here
+        with exit_codes():
+            outputs = plan_ensemble_outputs(options, train_args)
     if not options.collect:
         check_seed_runs(options, train_args)
     failed = []
@@ -311,9 +356,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     json_path.write_text(json.dumps(result, indent=2) + "\n")
     md_path.write_text(markdown_table(options.name, summary, sorted(per_seed)))
     print(md_path.read_text() + f"\n[seeds] written {json_path} and {md_path}", flush=True)
-    if options.ensemble:
-        result["ensemble"] = write_ensemble(run_root, options.name, sorted(per_seed), options.trees, options.predict,
-                                            new_molecules_out(options) if options.predict else None)
+    if outputs is not None:
+        with exit_codes():
+            result["ensemble"] = dataclasses.asdict(write_ensemble(options, sorted(per_seed), outputs))
     if failed:
         raise SystemExit(f"error: seeds {failed} did not finish; the summary covers seeds {sorted(per_seed)}")
     return result

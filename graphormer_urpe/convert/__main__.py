@@ -15,7 +15,7 @@ from graphormer_urpe.errors import InputError
 
 
 def parser() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(prog="python -m graphormer_urpe.convert", description="Convert another Graphormer "
+    main = argparse.ArgumentParser(prog="graphormer-urpe convert", description="Convert another Graphormer "
                                    "implementation's checkpoint, or one of our own earlier layout, into ours.")
     formats = main.add_subparsers(dest="format", required=True, metavar="{official,huggingface,upgrade}")
     official = formats.add_parser("official", help="microsoft/Graphormer: v1.0 Lightning .ckpt or v2 fairseq .pt")

@@ -13,16 +13,12 @@ import sys
 from pathlib import Path
 
 import torch
-import yaml
 
-from graphormer_urpe.data.sources.descriptors import descriptor_reference, moses_smiles_file
+from graphormer_urpe.data.sources.descriptors import descriptor_reference
+from graphormer_urpe.data.sources.pretraining import moses_smiles_file
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.pretrained import CHECKPOINT, PROVENANCE, sha256_of
-from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint
-
-#: What ``--init_from`` reads of a checkpoint; the optimiser, schedule, loop and callback states are left out.
-KEPT_KEYS = ("epoch", "global_step", "pytorch-lightning_version", "state_dict", "hparams_name", "hyper_parameters",
-             CONFIG_KEY)
+from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint, reduced_checkpoint, run_config
 
 
 def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bool = False) -> dict:
@@ -31,11 +27,10 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
     checkpoint = load_checkpoint(source)
     if CONFIG_KEY not in checkpoint:
         raise CheckpointError(f"{source} holds no config (not written by train.py)")
-    config = yaml.safe_load(checkpoint[CONFIG_KEY])
-    source_options = config["data"]["init_args"]["source"]
-    if not source_options["class_path"].endswith("MosesDescriptors"):
+    config = run_config(checkpoint[CONFIG_KEY])
+    if config.data_name != "MosesDescriptors":
         raise CheckpointError(f"{source} is not a run of configs/pretrain_moses.yaml (its data source is "
-                              f"{source_options['class_path']})")
+                              f"{config.source_class_path})")
     run_dir = source.resolve().parent.parent
     if not (run_dir / "run.json").is_file():
         raise CheckpointError(f"{source} is not in a run directory (no {run_dir / 'run.json'}): name the checkpoint "
@@ -45,9 +40,7 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
             raise CheckpointError(f"{path} exists; pass --replace to write over the shipped checkpoint, or --out")
     record = json.loads((run_dir / "run.json").read_text())
     metrics = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").is_file() else {}
-    reduced = {key: checkpoint[key] for key in KEPT_KEYS if key in checkpoint}
-    reduced["state_dict"] = {name: tensor.float() if tensor.is_floating_point() else tensor
-                             for name, tensor in checkpoint["state_dict"].items()}
+    reduced = reduced_checkpoint(checkpoint)
     checkpoint_out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(reduced, checkpoint_out)
     reference = descriptor_reference()
@@ -67,9 +60,9 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
         "versions": record.get("versions"),
         "corpus": {"name": "MOSES train (molsets 0.3.1)", "file": corpus.name,
                    "sha1": descriptor_reference().provenance["corpus_sha1"],
-                   "molecules": source_options["init_args"].get("molecules"),
-                   "seed": source_options["init_args"].get("seed"),
-                   "brics_fragments": source_options["init_args"].get("fragments", 0)},
+                   "molecules": config.source_args.get("molecules"),
+                   "seed": config.source_args.get("seed"),
+                   "brics_fragments": config.source_args.get("fragments", 0)},
         "targets": {"descriptors": "rdkit2d", "reference_sha1": reference.sha1,
                     "count": len(reference.informative)},
         "metrics": {key: value for part in ("validation", "test") for key, value in metrics.get(part, {}).items()
@@ -81,7 +74,7 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphormer_urpe.convert.pretrained", description=__doc__,
+    parser = argparse.ArgumentParser(prog="graphormer-urpe convert pretrained", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=Path, help="a checkpoint of a train.py --config pretrain_moses run")
     parser.add_argument("--out", type=Path, default=None, help="a directory (default: the package's own files)")

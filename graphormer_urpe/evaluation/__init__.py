@@ -1,1 +1,2 @@
-"""Predictions after training: whole splits, new molecules, OGB-LSC submission files."""
+"""Predictions after training: whole splits, new molecules, saved ensembles and the descriptor trees' blend,
+OGB-LSC submission files."""

@@ -1,52 +1,182 @@
-"""An ensemble of runs of one SMILES-table config (``seeds.py --ensemble``): every member predicts the molecules of
-one split, the ensemble's prediction is the mean of theirs (of the probabilities for classification), as chemprop's
-ensembles do. With ``trees`` (``seeds.py --ensemble --trees``, regression), gradient-boosted trees fitted on the
-training rows' RDKit descriptors join it: the blend ``(1 - w) * ensemble + w * trees``, ``w`` per target the one of
-:data:`TREE_WEIGHTS` with the lowest validation MAE. :func:`ensemble_split` scores a split of the table,
-:func:`ensemble_predict` predicts new molecules (``seeds.py --predict``). See docs/small-data.md."""
+"""An ensemble you can hold (``graphormer-urpe ensemble``, ``sweep --ensemble``): the best checkpoints of several runs
+of one SMILES-table config, their mean prediction (of the probabilities for classification) as chemprop's ensembles,
+optionally blended with descriptor trees (:mod:`graphormer_urpe.evaluation.blend`), saved as one directory that
+``graphormer-urpe predict --model DIR`` reads without the training table, from anywhere (docs/small-data.md):
+
+    DIR/ensemble.json         the record (:class:`EnsembleRecord`): members and trees with their SHA-256, targets,
+                              blend weights, descriptor reference, data spec and identity, scores, how it was made
+    DIR/members/member<k>.ckpt  each member's weights and config (the optimiser's state left out)
+    DIR/trees/target<k>.skops   the fitted trees of each target (with --trees), loaded without pickle
+    DIR/valid.csv, test.csv     every part's predictions of the table's own validation and test rows
+
+:func:`build_ensemble` makes it (every refusal before any work, written whole or not at all);
+:class:`SavedEnsemble` reads it back and predicts new molecules exactly as it predicted its own test rows."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import hashlib
+import json
 import logging
+import os
+import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
-import yaml
-from rdkit import Chem
-from sklearn.ensemble import HistGradientBoostingRegressor
-from torchmetrics.functional.classification import binary_auroc
 
-from graphormer_urpe.data.sources.descriptors import normalised_descriptors
-from graphormer_urpe.data.sources.molecule_features import DESCRIPTOR_TAILS
+from graphormer_urpe.data.files import unwritable
+from graphormer_urpe.data.sources.descriptors import descriptor_reference
 from graphormer_urpe.data.sources.tables import SmilesTable
-from graphormer_urpe.errors import DataError, import_object
-from graphormer_urpe.evaluation.new_molecules import predict_table
-from graphormer_urpe.run.checkpoints import embedded_config
+from graphormer_urpe.errors import CheckpointError, DataError
+from graphormer_urpe.evaluation.blend import DescriptorTrees, blend, choose_weights, descriptor_matrix
+from graphormer_urpe.evaluation.new_molecules import TablePredictions, model_of, predict_molecules
+from graphormer_urpe.run.checkpoints import (
+    DATA_IDENTITY_KEY,
+    RunConfig,
+    differences,
+    load_checkpoint,
+    reduced_checkpoint,
+)
+from graphormer_urpe.run.ledger import git_commit, package_versions
+from graphormer_urpe.tasks.base import PerTargetTask
 
 log = logging.getLogger("graphormer_urpe")
 
-#: Weights of the trees' prediction in the blend (0: the ensemble alone, 1: the trees alone); per target, the one
-#: with the lowest MAE on the validation rows is used.
-TREE_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
-#: Validation rows of a target below which the choice of its trees' weight is said to be unreliable: the five
-#: candidates' validation MAEs then differ by the errors of a few molecules.
-FEW_VALIDATION_ROWS = 10
+#: The record's file in an ensemble's directory.
+RECORD_FILE = "ensemble.json"
+#: The layout of the directory this version writes and reads.
+FORMAT = 1
+#: The splits an ensemble predicts and scores when it is made: the validation rows choose the blend weights.
+SPLITS = ("valid", "test")
 
 
-def split_table(config_yaml: str, split: str) -> tuple[SmilesTable, pd.DataFrame]:
-    """The config's table source and the rows of ``split`` it trains or tests on (skipped rows left out): a
-    frame with the source row, the SMILES and the targets (NaN where missing)."""
-    data = yaml.safe_load(config_yaml)["data"]
-    source_config = data.get("init_args", {}).get("source") or {}
-    source_class = import_object("data.source.class_path", source_config.get("class_path", ""))
-    if not issubclass(source_class, SmilesTable):
+@dataclass(frozen=True)
+class SavedFile:
+    """A file of the ensemble's directory and the SHA-256 of its bytes, checked before it is read."""
+
+    path: str  # relative to the ensemble's directory
+    sha256: str  # hex digest
+
+
+@dataclass(frozen=True)
+class EnsembleRecord:
+    """``ensemble.json``: what an ensemble's directory holds and how it was made."""
+
+    format: int  # FORMAT: the directory's layout
+    target_kind: str  # regression, binary or multiclass, as the table declares its targets
+    targets: list[str]  # the targets, in the order of the members' outputs
+    smiles_column: str  # the training table's SMILES column: predict's default
+    members: list[SavedFile]  # members/member<k>.ckpt, in order
+    sources: list[SavedFile]  # the checkpoints the members were copied from, as given, with their SHA-256
+    trees: list[SavedFile] | None  # trees/target<k>.skops, one per target; None: no trees
+    tree_weights: dict[str, float] | None  # per target, w of the blend (1 - w) * ensemble + w * trees
+    blend_metric: str | None  # the validation metric that chose the weights: the task's monitor, e.g. val/mae
+    descriptor_reference_sha1: str | None  # of the RDKit descriptors' reference the trees and members read
+    data_spec: dict[str, Any]  # the data's declaration the members were trained on (DataSpec as JSON)
+    data_identity: dict[str, Any]  # the training table's identity (SHA-1, split, targets, cache key)
+    scores: dict[str, dict[str, dict[str, float]]]  # split -> part (member<k>, ensemble, trees, blend) -> metrics
+    made: dict[str, Any] = field(default_factory=dict)  # the command, the time, the commit, the packages' versions
+
+    @property
+    def final(self) -> str:
+        """The part whose prediction is the ensemble's: ``blend`` with trees, else ``ensemble`` (the mean)."""
+        return "blend" if self.trees else "ensemble"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, path: Path) -> EnsembleRecord:
+        try:
+            stored = json.loads(text)
+            if stored.get("format") != FORMAT:
+                raise CheckpointError(f"{path}: an ensemble of format {stored.get('format')}; this version reads "
+                                      f"format {FORMAT}")
+            stored["members"] = [SavedFile(**member) for member in stored["members"]]
+            stored["sources"] = [SavedFile(**source) for source in stored["sources"]]
+            if stored["trees"] is not None:
+                stored["trees"] = [SavedFile(**tree) for tree in stored["trees"]]
+            return cls(**stored)
+        except (json.JSONDecodeError, TypeError, KeyError, AttributeError) as error:
+            raise CheckpointError(f"{path}: not an ensemble record ({type(error).__name__}: {error})") from None
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- making one
+
+@dataclass(frozen=True)
+class EnsemblePlan:
+    """An ensemble to make, every input checked (:func:`plan_ensemble`)."""
+
+    checkpoints: list[Path]  # the members' checkpoints, as given
+    out: Path  # the directory to write (it does not exist)
+    trees: bool  # blend with descriptor trees
+    config: RunConfig  # the first member's config: the table, its split and targets
+    source: SmilesTable  # the table as the runs read it
+    target_kind: str  # regression, binary or multiclass
+    data_identity: dict[str, Any]  # the members' common training data
+    tasks: list[PerTargetTask]  # the members' models, loaded
+
+
+def plan_ensemble(checkpoints: Sequence[Path], out: Path, trees: bool) -> EnsemblePlan:
+    """Check everything an ensemble needs before any work: an output that does not exist and can be written; members
+    that are runs of one SMILES table (same table, split, targets and molecule features, by the data identity their
+    checkpoints record) whose table can be read from here; for ``trees``, RDKit descriptors among the features and
+    regression targets or binary labels. :class:`~graphormer_urpe.errors.InputError` names the first problem."""
+    if not checkpoints:
+        raise DataError("an ensemble needs at least one run: --runs RUN_DIR_OR_CKPT ...")
+    if out.exists():
+        raise DataError(f"--out {out} exists; an ensemble is written to a new directory (nothing is overwritten)")
+    if (read_only := unwritable(out.parent)) is not None:
+        raise DataError(f"--out {out}: {read_only} is not writable")
+    tasks, configs, identities = [], [], []
+    for checkpoint in checkpoints:
+        task, config = model_of(checkpoint)
+        tasks.append(task)
+        configs.append(config)
+        identities.append(load_checkpoint(checkpoint).get(DATA_IDENTITY_KEY))
+    config = configs[0]
+    if not issubclass(config.source_class(), SmilesTable):
         raise DataError(f"an ensemble predicts the rows of a SMILES table (data.source SmilesTable), not of "
-                        f"{source_class.__name__}; evaluate each seed's checkpoint with evaluate.py instead")
-    source = source_class(**source_config.get("init_args", {}))
+                        f"{config.data_name}; evaluate each run with graphormer-urpe evaluate instead")
+    for checkpoint, identity, task in zip(checkpoints[1:], identities[1:], tasks[1:]):
+        if identity is None or identities[0] is None:
+            raise DataError(f"{checkpoint if identity is None else checkpoints[0]} records no identity of its data "
+                            "(written by an earlier version): an ensemble's members must be known to share one table")
+        if differing := differences(identities[0], identity, str(checkpoints[0]), str(checkpoint)):
+            raise DataError(f"the members were trained on different data: {differing}; an ensemble's members "
+                            "share one table, split, targets and molecule features")
+        if type(task) is not type(tasks[0]):
+            raise DataError(f"{checkpoint} is a {type(task).__name__}, {checkpoints[0]} a {type(tasks[0]).__name__}")
+    source = config.source()
+    kind = source.task
+    if trees:
+        if kind == "multiclass":
+            raise DataError("the descriptor trees predict regression targets or binary labels; this table has a "
+                            "multi-class label: ensemble without --trees")
+        if not source.features.descriptors:
+            raise DataError("the descriptor trees read the RDKit descriptors, and these runs have none: train with "
+                            "--data.source.descriptors rdkit2d (configs/small_molecules.yaml has it)")
+    if not source.path.is_file():
+        raise DataError(f"the runs' table {source.path} is not here (relative paths are read from the directory the "
+                        "runs were trained in): make the ensemble from there")
+    return EnsemblePlan(checkpoints=list(checkpoints), out=out, trees=trees, config=config, source=source,
+                        target_kind=kind, data_identity=identities[0] or {}, tasks=tasks)
+
+
+def split_rows(source: SmilesTable, split: str) -> pd.DataFrame:
+    """The rows of ``split`` the runs trained or tested on (skipped rows left out): the source row, the SMILES and
+    the targets (NaN where missing)."""
     reader = source.open(Path("."))
     if split not in reader.splits:
         raise DataError(f"{source.path}: the {source.split} split has no '{split}' rows")
@@ -54,226 +184,186 @@ def split_table(config_yaml: str, split: str) -> tuple[SmilesTable, pd.DataFrame
     frame = pd.DataFrame({"row": rows, source.smiles_column: reader.smiles[rows]})
     for k, name in enumerate(source.targets):
         frame[name] = reader.targets[rows, k].astype(np.float64)
-    return source, frame
+    return frame
 
 
-def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str = "test", trees: bool = False) -> dict:
-    """Predict ``split`` of the checkpoints' table with each checkpoint and with their mean; write
-    ``ensemble-<split>.csv`` (every member's and the ensemble's predictions beside the targets) under ``out_dir``
-    and return the metrics of the ensemble and of every member.
+@dataclass
+class PartPredictions:
+    """Every part's predictions of some rows, each (R, S) in the task's scores."""
 
-    With ``trees`` (regression with ``data.source.descriptors``; ``split`` not ``valid``), the members also predict
-    the validation rows, :func:`descriptor_trees` predict both, and the blend with the weight of :func:`blend_weight` is
-    scored too: columns ``trees_<target>`` and ``blend_<target>``, metrics ``trees`` and ``ensemble_with_trees``, and
-    the chosen ``tree_weights``.
+    members: list[np.ndarray]
+    trees: np.ndarray | None = None
+    weights: list[float] | None = None
 
-    The checkpoints must come from runs of one config (the table, its split and targets): the first one's config
-    decides the rows, and each member's own config must name the same table and targets."""
-    if not checkpoints:
-        raise DataError("an ensemble needs at least one finished run")
-    config = embedded_config(checkpoints[0])
-    source, frame = split_table(config, split)
-    if trees:
-        _check_trees(source, split)
-    kind = source.task
-    member_columns = _member_predictions(checkpoints, source, frame)
-    table, ensemble = _with_members(frame, member_columns)
-    result = {"split": split, "rows": len(table), "members": [str(c) for c in checkpoints],
-              "ensemble": _metrics(kind, source.targets, frame, ensemble),
-              "member_metrics": [_metrics(kind, source.targets, frame, columns) for columns in member_columns]}
-    if trees:
-        tree_split, weights = _trees_and_weights(checkpoints, config, source, frame)
-        blend = {name: _blend(ensemble[name], tree_split[name], weights[name]) for name in weights}
-        for name in source.targets:
-            table[f"trees_{name}"] = tree_split[name]
-            table[f"blend_{name}"] = blend[name]
-        result |= {"trees": _metrics(kind, source.targets, frame, tree_split),
-                   "ensemble_with_trees": _metrics(kind, source.targets, frame, blend), "tree_weights": weights}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = out_dir / f"ensemble-{split}.csv"
-    table.to_csv(written, index=False, na_rep="")
-    result["predictions"] = str(written)
-    log.info("ensemble of %d runs on %d %s rows of %s: %s", len(checkpoints), len(table), split, source.path,
-             result.get("ensemble_with_trees", result["ensemble"]))
-    return result
+    @property
+    def ensemble(self) -> np.ndarray:
+        """The members' mean. (R, S)"""
+        return np.mean(self.members, axis=0)
 
+    @property
+    def spread(self) -> np.ndarray:
+        """The members' standard deviation (over the members, n in the denominator; 0 for one). (R, S)"""
+        return np.std(self.members, axis=0)
 
-def ensemble_predict(checkpoints: Sequence[Path], table: Path, out: Path, smiles_column: str | None = None,
-                     trees: bool = False) -> dict:
-    """Predict the molecules of ``table`` (CSV or Parquet; ``smiles_column`` defaults to the training table's) with
-    each checkpoint and with their mean, and with ``trees`` the blend with the descriptor trees as
-    :func:`ensemble_split` makes it (the trees fitted on the training rows, their weight chosen on the validation
-    rows). Writes ``out`` (CSV: ``row``, ``smiles``, ``member<k>_<column>``, ``ensemble_<column>``, with trees
-    ``trees_<target>`` and ``blend_<target>``, and ``error``: why a row could not be predicted, its predictions
-    empty); returns what was written, with counts and the trees' weights."""
-    if not checkpoints:
-        raise DataError("an ensemble needs at least one finished run")
-    config = embedded_config(checkpoints[0])
-    source, _ = split_table(config, "train")
-    if trees:
-        _check_trees(source, "test")
-    members = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for k, checkpoint in enumerate(checkpoints):
-            predicted = predict_table(Path(checkpoint), table, Path(tmp) / f"member{k}.csv",
-                                      _member_config(checkpoint, source), smiles_column)
-            members.append({name: predicted[name].to_numpy(np.float64) for name in _score_columns(source, predicted)})
-    # every member read the same table: the last one's rows and errors are all of theirs
-    written, ensemble = _with_members(predicted[["row", "smiles"]], members)
-    result = {"checkpoints": [str(c) for c in checkpoints], "table": str(table), "out": str(out),
-              "rows": len(written), "failed": int((predicted["error"] != "").sum())}
-    if trees:
-        readable = (predicted["error"] == "").to_numpy()
-        molecules = pd.DataFrame({source.smiles_column: predicted["smiles"][readable]})
-        tree_rows, weights = _trees_and_weights(checkpoints, config, source, molecules)
-        for name in source.targets:
-            tree_column = np.full(len(written), np.nan)
-            tree_column[readable] = tree_rows[name]
-            written[f"trees_{name}"] = tree_column
-            written[f"blend_{name}"] = _blend(ensemble[name], tree_column, weights[name])
-        result["tree_weights"] = weights
-    written["error"] = predicted["error"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written.to_csv(out, index=False, na_rep="")
-    log.info("ensemble of %d runs predicted %d rows of %s (%d could not be featurised): %s", len(checkpoints),
-             len(written), table, result["failed"], out)
-    return result
+    def parts(self) -> dict[str, np.ndarray]:
+        """``member<k>``, ``ensemble``, and with trees ``trees`` and ``blend``."""
+        parts = {f"member{k}": member for k, member in enumerate(self.members)} | {"ensemble": self.ensemble}
+        if self.trees is not None and self.weights is not None:
+            parts |= {"trees": self.trees, "blend": blend(self.ensemble, self.trees, self.weights)}
+        return parts
+
+    def final(self) -> np.ndarray:
+        """The ensemble's prediction: the blend with trees, else the members' mean. (R, S)"""
+        return self.parts()["blend" if self.trees is not None else "ensemble"]
+
+    def columns(self, task: PerTargetTask) -> dict[str, np.ndarray]:
+        """Output columns: the task's columns of :meth:`final` (values; labels and probabilities), then per score
+        ``<score>_member<k>``, ``<score>_std`` and with trees ``<score>_ensemble`` and ``<score>_trees``."""
+        columns = dict(task.prediction_columns(self.final()))
+        parts = self.parts()
+        shown = [*(f"member{k}" for k in range(len(self.members))), "std"]
+        if self.trees is not None:
+            shown += ["ensemble", "trees"]
+        for s, name in enumerate(task.score_names()):
+            for part in shown:
+                columns[f"{name}_{part}"] = (self.spread if part == "std" else parts[part])[:, s]
+        return columns
 
 
-def descriptor_trees(source: SmilesTable, train: pd.DataFrame, frames: Sequence[pd.DataFrame]
-                     ) -> list[dict[str, np.ndarray]]:
-    """Gradient-boosted trees on the RDKit descriptors (scikit-learn's ``HistGradientBoostingRegressor``, its
-    defaults, ``random_state=0``), one per target, fitted on the ``train`` rows with a known target; each frame's
-    predictions, per target (N,). The descriptors are those the model reads (normalised as
-    :func:`~graphormer_urpe.data.sources.descriptors.normalised_descriptors` does); trees ignore their scale."""
-    train_x = _descriptors(train[source.smiles_column])
-    inputs = [_descriptors(frame[source.smiles_column]) for frame in frames]
-    predictions: list[dict[str, np.ndarray]] = [{} for _ in frames]
-    for name in source.targets:
-        known = ~np.isnan(train[name].to_numpy())
-        model = HistGradientBoostingRegressor(random_state=0).fit(train_x[known], train[name].to_numpy()[known])
-        for k, x in enumerate(inputs):
-            predictions[k][name] = model.predict(x)
-    return predictions
+def build_ensemble(plan: EnsemblePlan, command: str) -> EnsembleRecord:
+    """Make the planned ensemble: every member predicts the table's validation and test rows, the trees (with
+    ``plan.trees``) are fitted on its training rows and their weights chosen on the validation rows, every part is
+    scored with the task's own metrics; the directory is written whole (a temporary one renamed) or not at all."""
+    task, source = plan.tasks[0], plan.source
+    frames = {split: split_rows(source, split) for split in SPLITS}
+    members = _predict_rows(plan, pd.concat(frames.values(), ignore_index=True))
+    sizes = np.cumsum([0, *(len(frame) for frame in frames.values())])
+    predictions = {split: PartPredictions([member[sizes[i]:sizes[i + 1]] for member in members])
+                   for i, split in enumerate(SPLITS)}
+    trees = None
+    if plan.trees:
+        train = split_rows(source, "train")
+        trees = DescriptorTrees.fit(plan.target_kind, source.targets, descriptor_matrix(train[source.smiles_column]),
+                                    train[source.targets].to_numpy())
+        for split, frame in frames.items():
+            predictions[split].trees = trees.predict(descriptor_matrix(frame[source.smiles_column]))
+        valid = predictions["valid"]
+        weights = choose_weights(task, valid.ensemble, valid.trees, frames["valid"][source.targets].to_numpy())
+        for split in SPLITS:
+            predictions[split].weights = weights
+        log.info("descriptor trees blended with weights %s, chosen on %d validation rows by %s",
+                 dict(zip(source.targets, weights)), len(frames["valid"]), task.monitor[0])
+    scores = {split: {part: task.score(values, frames[split][source.targets].to_numpy(), split)
+                      for part, values in predictions[split].parts().items()} for split in SPLITS}
+    partial = Path(tempfile.mkdtemp(prefix=f".{plan.out.name}.partial-", dir=plan.out.parent))
+    try:
+        record = _write(plan, partial, trees, predictions, frames, scores, command)
+        os.rename(partial, plan.out)  # whole or not at all; refuses an --out made meanwhile
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return record
 
 
-def blend_weight(ensemble: np.ndarray, trees: np.ndarray, targets: np.ndarray) -> float:
-    """The weight of :data:`TREE_WEIGHTS` whose blend ``(1 - w) * ensemble + w * trees`` has the lowest MAE on the
-    rows with a known target (N,); the smaller weight on a tie."""
-    known = ~np.isnan(targets)
-    errors = [np.abs(_blend(ensemble[known], trees[known], w) - targets[known]).mean() for w in TREE_WEIGHTS]
-    return TREE_WEIGHTS[int(np.argmin(errors))]
-
-
-def _trees_and_weights(checkpoints: Sequence[Path], config: str, source: SmilesTable, frame: pd.DataFrame
-                       ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-    """The descriptor trees' predictions of ``frame`` per target (N,), and per target the blend weight of
-    :func:`blend_weight` on the validation rows, which the checkpoints' ensemble predicts for it."""
-    _, valid = split_table(config, "valid")
-    _, train = split_table(config, "train")
-    _, valid_ensemble = _with_members(valid, _member_predictions(checkpoints, source, valid))
-    tree_valid, tree_frame = descriptor_trees(source, train, [valid, frame])
-    weights = {name: blend_weight(valid_ensemble[name], tree_valid[name], valid[name].to_numpy())
-               for name in source.targets}
-    log.info("descriptor trees blended with weights %s (chosen on %d validation rows)", weights, len(valid))
-    known = {name: int(valid[name].notna().sum()) for name in source.targets}
-    if few := {name: rows for name, rows in known.items() if rows < FEW_VALIDATION_ROWS}:
-        chosen = "; ".join(f"'{name}': {weights[name]} on {rows} row{'' if rows == 1 else 's'}"
-                           for name, rows in few.items())
-        log.warning("%s: the trees' weight was chosen on fewer than %d validation rows (%s): too few to choose it "
-                    "reliably, so the blend's figures say little; use a larger table, or the ensemble without --trees",
-                    source.path, FEW_VALIDATION_ROWS, chosen)
-    return tree_frame, weights
-
-
-def _check_trees(source: SmilesTable, split: str) -> None:
-    if source.task != "regression":
-        raise DataError(f"the descriptor trees blend regression predictions; {source.path} is a {source.task} task")
-    if not source.features.descriptors:
-        raise DataError("the descriptor trees read the RDKit descriptors, and this config has none: add "
-                        "--data.source.descriptors rdkit2d (configs/small_molecules.yaml has it)")
-    if split == "valid":
-        raise DataError("the trees' weight is chosen on the validation rows: score the blend on another split")
-
-
-def _descriptors(smiles: pd.Series) -> np.ndarray:
-    """(N, D) the normalised RDKit descriptors of each SMILES (each parsed by the table's read already)."""
-    return np.stack([normalised_descriptors(Chem.MolFromSmiles(text), tails=DESCRIPTOR_TAILS) for text in smiles])
-
-
-def _member_predictions(checkpoints: Sequence[Path], source: SmilesTable, frame: pd.DataFrame
-                        ) -> list[dict[str, np.ndarray]]:
-    """Every checkpoint's predictions of the frame's molecules, per scored column (N,)."""
-    member_columns: list[dict[str, np.ndarray]] = []
+def _predict_rows(plan: EnsemblePlan, frame: pd.DataFrame) -> list[np.ndarray]:
+    """Every member's predictions of the frame's molecules, featurised once as new molecules. Each (R, S)."""
     with tempfile.TemporaryDirectory() as tmp:
         molecules = Path(tmp) / "molecules.csv"
-        frame[[source.smiles_column]].to_csv(molecules, index=False)
-        for k, checkpoint in enumerate(checkpoints):
-            predicted = predict_table(Path(checkpoint), molecules, Path(tmp) / f"member{k}.csv",
-                                      _member_config(checkpoint, source))
-            member_columns.append({name: predicted[name].to_numpy(np.float64)
-                                   for name in _score_columns(source, predicted)})
-    return member_columns
+        frame[[plan.source.smiles_column]].to_csv(molecules, index=False)
+        predicted = predict_molecules(plan.tasks, plan.config, molecules)
+    if failed := [row for row, reason in zip(frame["row"], predicted.errors) if reason]:
+        raise DataError(f"rows {failed[:5]} of {plan.source.path}, which the runs read, could not be featurised again")
+    return predicted.scores
 
 
-def _member_config(checkpoint: Path, source: SmilesTable) -> str:
-    """The member's own config, checked to name the ensemble's table and targets."""
-    member_config = embedded_config(checkpoint)
-    member = yaml.safe_load(member_config)["data"]["init_args"]["source"]["init_args"]
-    if Path(member.get("path", "")) != source.path or list(member.get("targets", [])) != source.targets:
-        raise DataError(f"{checkpoint} was trained on {member.get('path')} {member.get('targets')}, not on "
-                        f"{source.path} {source.targets}: an ensemble's members share one table and targets")
-    return member_config
+def _write(plan: EnsemblePlan, directory: Path, trees: DescriptorTrees | None,
+           predictions: dict[str, PartPredictions], frames: dict[str, pd.DataFrame],
+           scores: dict[str, dict[str, dict[str, float]]], command: str) -> EnsembleRecord:
+    """Write the members, the trees, the splits' predictions and the record into ``directory``."""
+    task, source = plan.tasks[0], plan.source
+    (directory / "members").mkdir()
+    members = []
+    for k, checkpoint in enumerate(plan.checkpoints):
+        path = directory / "members" / f"member{k}.ckpt"
+        torch.save(reduced_checkpoint(load_checkpoint(checkpoint)), path)
+        members.append(SavedFile(str(path.relative_to(directory)), sha256_file(path)))
+    saved_trees = None
+    if trees is not None:
+        names = trees.save(directory / "trees")
+        saved_trees = [SavedFile(f"trees/{name}", sha256_file(directory / "trees" / name)) for name in names]
+    for split, frame in frames.items():
+        table = frame.assign(**predictions[split].columns(task))
+        table.to_csv(directory / f"{split}.csv", index=False, na_rep="")
+    weights = predictions["valid"].weights
+    record = EnsembleRecord(
+        format=FORMAT,
+        target_kind=plan.target_kind,
+        targets=list(source.targets),
+        smiles_column=source.smiles_column,
+        members=members,
+        sources=[SavedFile(str(checkpoint), sha256_file(checkpoint)) for checkpoint in plan.checkpoints],
+        trees=saved_trees,
+        tree_weights=None if weights is None else dict(zip(source.targets, weights)),
+        blend_metric=task.monitor[0] if trees is not None else None,
+        descriptor_reference_sha1=descriptor_reference().sha1 if source.features.descriptors else None,
+        data_spec=json.loads(json.dumps(dataclasses.asdict(source.spec))),
+        data_identity=plan.data_identity,
+        scores=scores,
+        made={"command": command, "created": datetime.datetime.now().isoformat(timespec="seconds"),
+              "git_commit": git_commit(), "versions": package_versions()},
+    )
+    (directory / RECORD_FILE).write_text(record.to_json())
+    return record
 
 
-def _with_members(frame: pd.DataFrame, member_columns: Sequence[dict[str, np.ndarray]]
-                  ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """A copy of ``frame`` with every member's predictions (``member<k>_<column>``) and their mean
-    (``ensemble_<column>``), and that mean per column (N,)."""
-    table = frame.copy()
-    for k, columns in enumerate(member_columns):
-        for name, values in columns.items():
-            table[f"member{k}_{name}"] = values
-    ensemble = {name: np.mean([columns[name] for columns in member_columns], axis=0) for name in member_columns[0]}
-    for name, values in ensemble.items():
-        table[f"ensemble_{name}"] = values
-    return table, ensemble
+# ----------------------------------------------------------------------------- reading one back
 
+class SavedEnsemble:
+    """An ensemble's directory, read back: :meth:`predict` new molecules as it predicted its own test rows.
 
-def _blend(ensemble: np.ndarray, trees: np.ndarray, weight: float) -> np.ndarray:
-    """``(1 - weight) * ensemble + weight * trees``, (N,)."""
-    return (1 - weight) * ensemble + weight * trees
+    Args:
+        directory: the directory :func:`build_ensemble` wrote, wherever it has been moved since.
+    """
 
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        path = directory / RECORD_FILE
+        if not path.is_file():
+            raise CheckpointError(f"{directory} is not an ensemble's directory (no {RECORD_FILE}); name an ensemble "
+                                  "made by graphormer-urpe ensemble, or a checkpoint file")
+        self.record = EnsembleRecord.from_json(path.read_text(), path)
 
-def _score_columns(source: SmilesTable, predicted: pd.DataFrame) -> list[str]:
-    """The columns averaged: values for regression, probabilities for classification."""
-    if source.task == "regression":
-        return list(source.targets)
-    return [name for name in predicted.columns if "_probability" in name]
+    def check(self) -> None:
+        """Refuse (:class:`CheckpointError`) a missing or altered file, and descriptors computed against another
+        reference than the one the ensemble was made with."""
+        for saved in [*self.record.members, *(self.record.trees or [])]:
+            path = self.directory / saved.path
+            if not path.is_file():
+                raise CheckpointError(f"{path} is missing from the ensemble {self.directory}")
+            if sha256_file(path) != saved.sha256:
+                raise CheckpointError(f"{path} is not the file the ensemble recorded (SHA-256 differs): it was changed "
+                                      "after the ensemble was made")
+        wanted = self.record.descriptor_reference_sha1
+        if wanted is not None and descriptor_reference().sha1 != wanted:
+            raise CheckpointError(f"{self.directory} was made with the descriptor reference {wanted}, this "
+                                  f"installation has {descriptor_reference().sha1}: its descriptors would differ")
 
-
-def _metrics(kind: str, targets: Sequence[str], frame: pd.DataFrame, scores: dict[str, np.ndarray]) -> dict:
-    """MAE and RMSE per regression target (and their mean); ROC-AUC and accuracy per binary label; accuracy of a
-    multi-class label; rows with a missing target or prediction are left out."""
-    metrics: dict[str, float] = {}
-    if kind == "multiclass":
-        probabilities = np.stack([scores[name] for name in sorted(scores, key=lambda n: int(n.rsplit("_", 1)[1]))],
-                                 axis=1)
-        truth = frame[targets[0]].to_numpy()
-        known = ~np.isnan(truth) & ~np.isnan(probabilities).any(axis=1)
-        metrics["accuracy"] = float(np.mean(np.argmax(probabilities[known], axis=1) == truth[known]))
-        return metrics
-    for name in targets:
-        truth = frame[name].to_numpy()
-        score = scores[name] if kind == "regression" else scores[f"{name}_probability"]
-        known = ~np.isnan(truth) & ~np.isnan(score)
-        if kind == "regression":
-            metrics[f"mae/{name}"] = float(np.mean(np.abs(score[known] - truth[known])))
-            metrics[f"rmse/{name}"] = float(np.sqrt(np.mean((score[known] - truth[known]) ** 2)))
-        else:
-            metrics[f"roc_auc/{name}"] = float(binary_auroc(torch.as_tensor(score[known]),
-                                                            torch.as_tensor(truth[known]).long()))
-            metrics[f"accuracy/{name}"] = float(np.mean((score[known] >= 0.5) == truth[known]))
-    if kind == "regression":
-        metrics["mae"] = float(np.mean([metrics[f"mae/{name}"] for name in targets]))
-    return metrics
+    def predict(self, table: Path, smiles_column: str | None = None) -> tuple[TablePredictions, dict[str, np.ndarray]]:
+        """Every row of ``table`` predicted by each member, their mean, and with trees the trees and the blend with
+        the recorded weights; returns the predictions and the output columns (:meth:`PartPredictions.columns`)."""
+        self.check()
+        models = [model_of(self.directory / member.path) for member in self.record.members]
+        tasks = [task for task, _ in models]
+        predicted = predict_molecules(tasks, models[0][1], table, smiles_column or self.record.smiles_column)
+        parts = PartPredictions(predicted.scores)
+        if self.record.trees is not None and self.record.tree_weights is not None:
+            trees = DescriptorTrees.load(self.record.target_kind,
+                                         [self.directory / tree.path for tree in self.record.trees])
+            readable = np.array([not reason for reason in predicted.errors], dtype=bool)
+            tree_scores = np.full(parts.ensemble.shape, np.nan)
+            if readable.any():
+                smiles = [text for text, ok in zip(predicted.smiles, readable) if ok]
+                tree_scores[readable] = trees.predict(descriptor_matrix(smiles))
+            parts.trees = tree_scores
+            parts.weights = [self.record.tree_weights[name] for name in self.record.targets]
+        return predicted, parts.columns(tasks[0])

@@ -238,23 +238,16 @@ class NodeEncoder(nn.Module):
         return tokens
 
 
-class MoleculeEncoder(nn.Module):
-    """Molecule-level features into the graph token: ``Linear(z)`` with z the features standardised by the
-    training split's statistics (buffers ``mean``, ``std``, saved in checkpoints) and missing values (NaN) set to 0.
+class MoleculeFeatureBlock(nn.Module):
+    """What both ways of joining molecule-level features share: z, the features standardised by the training split's
+    statistics (buffers ``mean``, ``std``, saved in checkpoints) with missing values (NaN) set to 0, and two joins, of
+    which a subclass replaces one: into the graph token before the layers (:meth:`join_token`) or into the graph
+    token's final state (:meth:`join_readout`). The other join passes its input through, so the model calls both."""
 
-    The projection starts at zero (:meth:`reset_projection`), so a model given features first computes exactly what
-    the same weights compute without them; training moves it from there. Why the graph token: docs/model.md."""
-
-    def __init__(self, num_features: int, hidden_dim: int) -> None:
+    def __init__(self, num_features: int) -> None:
         super().__init__()
-        self.projection = nn.Linear(num_features, hidden_dim)
         self.register_buffer("mean", torch.zeros(num_features))
         self.register_buffer("std", torch.ones(num_features))
-
-    def reset_projection(self) -> None:
-        """Zero the projection's weight and bias: the features add nothing until trained."""
-        nn.init.zeros_(self.projection.weight)
-        nn.init.zeros_(self.projection.bias)
 
     def set_statistics(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         """Standardise with these (M,) statistics from now on (the training split's, set at the start of a fit)."""
@@ -266,35 +259,68 @@ class MoleculeEncoder(nn.Module):
         z = (features.to(self.mean.dtype) - self.mean) / self.std
         return torch.where(torch.isnan(z), 0.0, z)
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """Shapes: features (B, M) -> (B, H*D), added to the graph token."""
-        return self.projection(self.standardised(features).to(self.projection.weight.dtype))
+    def reset_projection(self) -> None:
+        """Start the block so it adds nothing until trained."""
+        raise NotImplementedError
+
+    def join_token(self, token: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Shapes: token (B, 1, H*D), features (B, M) -> (B, 1, H*D), the graph token the layers read."""
+        return token
+
+    def join_readout(self, state: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Shapes: state (B, H*D), features (B, M) -> (B, H*D), the state the head reads."""
+        return state
 
 
-class MoleculeReadout(MoleculeEncoder):
+class MoleculeEncoder(MoleculeFeatureBlock):
+    """Molecule-level features into the graph token: ``token + Linear(z)``.
+
+    The projection starts at zero (:meth:`reset_projection`), so a model given features first computes exactly what
+    the same weights compute without them; training moves it from there. Why the graph token: docs/model.md."""
+
+    def __init__(self, num_features: int, hidden_dim: int) -> None:
+        super().__init__(num_features)
+        self.projection = nn.Linear(num_features, hidden_dim)
+
+    def reset_projection(self) -> None:
+        """Zero the projection's weight and bias: the features add nothing until trained."""
+        nn.init.zeros_(self.projection.weight)
+        nn.init.zeros_(self.projection.bias)
+
+    def join_token(self, token: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        projected = self.projection(self.standardised(features).to(self.projection.weight.dtype))  # (B, H*D)
+        return token + projected.unsqueeze(1)  # (B, 1, H*D)
+
+
+class MoleculeReadout(MoleculeFeatureBlock):
     """Molecule-level features joined with the graph token's final state h, as chemprop joins descriptors with its
     readout, but as a residual block so a pretrained head keeps reading the state it was trained on:
 
         h' = h + W_out GELU(W_in [h ; z] + b_in) + b_out
 
-    with z the standardised features (:class:`MoleculeEncoder`). ``W_out`` and ``b_out`` (``projection``) start at
-    zero, so h' = h until trained; ``W_in`` keeps PyTorch's default init (uniform, scale 1 / sqrt(H*D + M)) rather
-    than the encoder's small normal one, so the block's gradient is not vanishingly small at the start."""
+    with z the standardised features. ``W_out`` and ``b_out`` (``projection``) start at zero, so h' = h until
+    trained; ``W_in`` (``inner``) keeps PyTorch's default init (uniform, scale 1 / sqrt(H*D + M)) rather than the
+    encoder's small normal one, so the block's gradient is not vanishingly small at the start."""
 
     def __init__(self, num_features: int, hidden_dim: int) -> None:
-        super().__init__(num_features, hidden_dim)
+        super().__init__(num_features)
         self.inner = nn.Linear(hidden_dim + num_features, hidden_dim)
         self.projection = nn.Linear(hidden_dim, hidden_dim)
 
     def reset_projection(self) -> None:
         """Zero the output layer (the block adds nothing until trained) and give ``inner`` its default init."""
-        super().reset_projection()
+        nn.init.zeros_(self.projection.weight)
+        nn.init.zeros_(self.projection.bias)
         self.inner.reset_parameters()
 
-    def forward(self, features: torch.Tensor, state: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        """Shapes: features (B, M), state (B, H*D) -> (B, H*D), the state the head reads."""
+    def join_readout(self, state: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         joined = torch.cat([state, self.standardised(features).to(state.dtype)], dim=-1)  # (B, H*D + M)
         return state + self.projection(F.gelu(self.inner(joined)))
+
+
+#: The block of each place molecule-level features enter (``GraphormerConfig.molecule_features_into``).
+MOLECULE_FEATURE_BLOCKS: dict[str, type[MoleculeFeatureBlock]] = {"graph_token": MoleculeEncoder,
+                                                                   "readout": MoleculeReadout}
 
 
 class EdgePathBias(nn.Module):
@@ -446,10 +472,10 @@ class Graphormer(nn.Module):
         hidden = config.hidden_dim
         self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden, config.continuous_node_dim)
         self.graph_token = nn.Embedding(1, hidden) if config.graph_token else None
-        self.molecule: MoleculeEncoder | None = None
+        self.molecule: MoleculeFeatureBlock | None = None
         if config.molecule_features:
-            into = MoleculeReadout if config.molecule_features_into == "readout" else MoleculeEncoder
-            self.molecule = into(len(config.molecule_features), hidden)
+            block = MOLECULE_FEATURE_BLOCKS[config.molecule_features_into]
+            self.molecule = block(len(config.molecule_features), hidden)
         #: Token position of node 0: behind the graph token, or first without it.
         self.first_node = NODE_TOKEN_OFFSET if config.graph_token else 0
         relations, heads = config.num_relations, config.num_heads
@@ -515,8 +541,8 @@ class Graphormer(nn.Module):
         x = self.nodes(batch)  # (B, N, H*D)
         if self.graph_token is not None:
             token = self.graph_token.weight.expand(x.shape[0], 1, -1)  # (B, 1, H*D)
-            if self.molecule is not None and self.config.molecule_features_into == "graph_token":
-                token = token + self.molecule(batch.molecule_features).unsqueeze(1)  # (B, 1, H*D)
+            if self.molecule is not None:
+                token = self.molecule.join_token(token, batch.molecule_features)  # (B, 1, H*D)
             x = torch.cat([token, x], dim=1)  # (B, T, H*D)
         if self.embedding_norm is not None:
             x = self.embedding_norm(x)
@@ -553,6 +579,6 @@ class Graphormer(nn.Module):
             readout = states[torch.arange(states.shape[0], device=states.device), position]  # (B, H*D)
         with torch.autocast(readout.device.type, enabled=False):
             readout = readout.to(next(self.head.parameters()).dtype)
-            if self.molecule is not None and self.config.molecule_features_into == "readout":
-                readout = self.molecule(batch.molecule_features, readout)  # (B, H*D)
+            if self.molecule is not None:
+                readout = self.molecule.join_readout(readout, batch.molecule_features)  # (B, H*D)
             return self.head(readout)

@@ -17,7 +17,14 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from pytorch_lightning.callbacks import Callback, Checkpoint, ModelCheckpoint, TQDMProgressBar, WeightAveraging
+from pytorch_lightning.callbacks import (
+    Callback,
+    Checkpoint,
+    EarlyStopping,
+    ModelCheckpoint,
+    TQDMProgressBar,
+    WeightAveraging,
+)
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
@@ -221,6 +228,28 @@ class TrainingDataPosition(Callback):
             return  # a new run, a resume whose set-up loaded the position, or one at an epoch's end (nothing to skip)
         fit_loop._load_combined_loader_states()
         iter(fit_loop._data_fetcher)  # a new iterator: the one made before the restore started at the epoch's start
+
+
+class TaskEarlyStopping(EarlyStopping):
+    """Lightning's ``EarlyStopping`` on the metric that selects the task's best checkpoint (its ``monitor``:
+    ``val/mae`` for regression, ``val/auroc`` for binary labels, ``val/accuracy`` for classes), so that one config
+    (``configs/small_molecules.yaml``) stops any kind of target; the other arguments are ``EarlyStopping``'s.
+
+    Args:
+        patience: validations without improvement before training stops.
+        min_delta: the least change that counts as an improvement (in the metric's units, either direction).
+    """
+
+    def __init__(self, patience: int = 3, min_delta: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(monitor="", patience=patience, min_delta=abs(min_delta), **kwargs)
+        self.least_change = abs(min_delta)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Take the task's monitor, before a resumed checkpoint restores this callback's state (keyed by it)."""
+        self.monitor, self.mode = pl_module.monitor
+        self.min_delta = self.least_change if self.monitor_op == torch.gt else -self.least_change
+        self.best_score = torch.tensor(torch.inf if self.mode == "min" else -torch.inf)
+        super().setup(trainer, pl_module, stage)
 
 
 class Preempted(Exception):

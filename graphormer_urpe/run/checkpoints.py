@@ -8,6 +8,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,8 @@ from torch import nn
 
 from graphormer_urpe.data.loaders import resume_problem
 from graphormer_urpe.data.safe_load import directory_problem, not_a_checkpoint
-from graphormer_urpe.errors import CheckpointError, ConfigError, shown
-from graphormer_urpe.tasks.base import check_layout
+from graphormer_urpe.errors import CheckpointError, ConfigError, import_object, shown
+from graphormer_urpe.tasks.base import INITIALISED_FROM, check_layout
 
 if TYPE_CHECKING:
     from graphormer_urpe.data.predictable import RunData
@@ -81,6 +82,54 @@ def embedded_config(path: str | Path) -> str:
         raise CheckpointError(f"{path} holds no config (not written by train.py); pass --config")
     check_layout(path, checkpoint.get("hyper_parameters") or {})
     return checkpoint[CONFIG_KEY]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What commands read of a run's resolved config (``config.yaml``, or the one a checkpoint embeds): its data
+    module, its data source and its task, each a class path with its arguments. The one reader of a run's config:
+    :func:`run_config`."""
+
+    data_class_path: str  # data.class_path, e.g. graphormer_urpe.data.datamodule.GraphDataModule
+    data_args: dict[str, Any]  # data.init_args: batch_size, max_nodes, path_order, ...
+    source_class_path: str | None  # data.init_args.source.class_path; None for data without a source (synthetic)
+    source_args: dict[str, Any]  # data.init_args.source.init_args: path, targets, smiles_column, descriptors, ...
+    model_class_path: str | None  # model.class_path, e.g. graphormer_urpe.tasks.GraphRegression
+
+    @property
+    def data_name(self) -> str:
+        """The class name of the source, else of the data module: ``SmilesTable``, ``SyntheticGraphs``."""
+        return (self.source_class_path or self.data_class_path).rsplit(".", 1)[-1]
+
+    def source_class(self) -> type:
+        """The data source's class, imported (:class:`ConfigError` when it cannot be)."""
+        return import_object("data.source.class_path", self.source_class_path or "")
+
+    def source(self) -> Any:
+        """The data source, built from its arguments as the run built it."""
+        return self.source_class()(**self.source_args)
+
+
+def run_config(config_yaml: str) -> RunConfig:
+    """Read a run's resolved config (YAML text) into a :class:`RunConfig`."""
+    config = yaml.safe_load(config_yaml) or {}
+    data = config.get("data") or {}
+    data_args = data.get("init_args") or {}
+    source = data_args.get("source")
+    model = config.get("model") or {}
+    return RunConfig(data_class_path=data.get("class_path", ""), data_args=dict(data_args),
+                     source_class_path=source.get("class_path") if isinstance(source, Mapping) else None,
+                     source_args=dict(source.get("init_args") or {}) if isinstance(source, Mapping) else {},
+                     model_class_path=model.get("class_path"))
+
+
+def reduced_checkpoint(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """What a model needs of a checkpoint to predict or to start another run (``--init_from``): its weights (in
+    float32), hyper-parameters, config and records; the optimiser, schedule, loop and callback states left out."""
+    reduced = {key: checkpoint[key] for key in KEPT_KEYS if key in checkpoint}
+    reduced["state_dict"] = {name: tensor.float() if tensor.is_floating_point() else tensor
+                             for name, tensor in checkpoint["state_dict"].items()}
+    return reduced
 
 
 def saved_loader_states(checkpoint: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -172,6 +221,9 @@ def _dotted(config: dict, key: str) -> object:
 
 #: Checkpoint key of the :func:`data_identity` of the data the checkpoint was trained on.
 DATA_IDENTITY_KEY = "graphormer_data_identity"
+#: What :func:`reduced_checkpoint` keeps of a checkpoint (the shipped one, an ensemble's members).
+KEPT_KEYS = ("epoch", "global_step", "pytorch-lightning_version", "state_dict", "hparams_name", "hyper_parameters",
+             CONFIG_KEY, DATA_IDENTITY_KEY, INITIALISED_FROM)
 #: Top-level config keys that name, place or resume a run without changing what it computes.
 PLACEMENT_KEYS = ("run_name", "run_root", "ckpt_path")
 #: Config keys (dotted) that decide where and how fast a run executes and what it reports, not what it computes

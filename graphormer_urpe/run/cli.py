@@ -27,6 +27,7 @@ from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, Pr
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
+from graphormer_urpe.configs import shipped_config, shipped_config_names
 from graphormer_urpe.data.datamodule import available_cores
 from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number, import_object, refuse
@@ -43,12 +44,11 @@ from graphormer_urpe.run.callbacks import (
 )
 from graphormer_urpe.run.checkpoints import AtomicCheckpointIO
 from graphormer_urpe.run.finetune import SourceCheckpoint, read_source, take_architecture
-from graphormer_urpe.run.ledger import REPO_DIR, MetricsLog, RunDirectory, create_timestamped_dir
+from graphormer_urpe.run.ledger import MetricsLog, RunDirectory, create_timestamped_dir
 from graphormer_urpe.run.tracking import WandbOptions, wandb_logger
 
 log = logging.getLogger("graphormer_urpe")
 
-CONFIG_DIR = REPO_DIR / "configs"
 #: Environment variable through which processes launched by this one (Lightning's DDP) share its run directory.
 RUN_DIR_ENV = "GRAPHORMER_RUN_DIR"
 #: Run directories this process chose itself (a later run in the same process must not reuse them).
@@ -98,7 +98,7 @@ def set_threads(config: Mapping[str, Any]) -> None:
 
 
 def resolve_config_paths(argv: Sequence[str]) -> list[str]:
-    """Turn ``--config zinc_subset[.yaml]`` into a path under ``configs/`` when it is not an existing file."""
+    """Turn ``--config zinc_subset[.yaml]`` into the path of the shipped config when it is not an existing file."""
     args = list(argv)
     for i, arg in enumerate(args):
         name = None
@@ -108,10 +108,10 @@ def resolve_config_paths(argv: Sequence[str]) -> list[str]:
             name, index = arg.split("=", 1)[1], i
         if name is None or Path(name).is_file():
             continue
-        candidate = next((c for c in (CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml") if c.is_file()), None)
+        candidate = shipped_config(name)
         if candidate is None:
-            available = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
-            refuse(f"config '{name}' is neither a file nor in {CONFIG_DIR} (available: {available})")
+            refuse(f"config '{name}' is neither a file nor a shipped config (available: "
+                   f"{', '.join(shipped_config_names())})")
         args[index] = str(candidate) if index != i else f"--config={candidate}"
     return args
 

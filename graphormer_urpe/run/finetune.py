@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from graphormer_urpe.data.files import sha256_file
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.errors import CheckpointError, ConfigError, import_object, shown
 from graphormer_urpe.model.attention import RelativeScale
 from graphormer_urpe.pretrained import resolve_checkpoint
-from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint, state_dict_problems
+from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint, run_config, state_dict_problems
 from graphormer_urpe.tasks.base import INITIALISED_FROM, GraphormerTask, check_layout, is_head, plain
 
 log = logging.getLogger("graphormer_urpe")
@@ -67,10 +66,8 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
         raise CheckpointError(f"--init_from {path}: its encoder settings are not valid: {error}") from None
     converted = checkpoint.get("converted_from")
     if CONFIG_KEY in checkpoint:  # written by train.py (or upgraded from an earlier layout of ours)
-        data = yaml.safe_load(checkpoint[CONFIG_KEY])["data"]
-        source = data.get("init_args", {}).get("source")
-        data_name = (source["class_path"] if isinstance(source, Mapping) else data["class_path"]).rsplit(".", 1)[-1]
-        path_order = data.get("init_args", {}).get("path_order")
+        config = run_config(checkpoint[CONFIG_KEY])
+        data_name, path_order = config.data_name, config.data_args.get("path_order")
     elif converted is not None:  # official Graphormer's or transformers' weights, trained on official paths
         data_name, path_order = f"{converted['format']} checkpoint", "official"
     else:

@@ -1,30 +1,26 @@
-"""One start of a run (``train.py``): planned, every refusal before any file is written, then run (docs/running.md).
+"""One start of a run (``graphormer-urpe train``): planned, every refusal before any file is written, then run
+(docs/running.md).
 
     cli = TrainingCLI(args)
-    with exit_codes(cli):
+    with exit_codes(finish=partial(finish_start, cli)):  # graphormer_urpe.commands.exits
         metrics = run_start(cli, plan_start(cli))
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import shlex
-import signal
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import pytorch_lightning as pl
 import yaml
 from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.predictable import RunData
-from graphormer_urpe.errors import EXIT_BAD_INPUT, ConfigError, InputError, NonFiniteLoss
-from graphormer_urpe.run.callbacks import Preempted, remove_weight_averaging
+from graphormer_urpe.errors import ConfigError
+from graphormer_urpe.run.callbacks import remove_weight_averaging
 from graphormer_urpe.run.checkpoints import (
     CONFIG_KEY,
     DATA_IDENTITY_KEY,
@@ -47,8 +43,6 @@ from graphormer_urpe.run.ledger import (
     write_json,
 )
 
-EXIT_NON_FINITE = 3
-EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 @dataclass(frozen=True)
 class Start:
@@ -182,42 +176,17 @@ def run_start(cli: TrainingCLI, start: Start) -> dict:
     return metrics
 
 
-@contextlib.contextmanager
-def exit_codes(cli: TrainingCLI) -> Iterator[None]:
-    """Turn what stops a start into its exit code (``sys.exit``): 2 bad input, 3 a non-finite loss, 128 + the
-    signal after a signal (130 Ctrl-C); close W&B and let the run directory go whatever happens."""
-    exit_code, interrupted = 0, False
-    try:
-        yield
-    except InputError as error:
-        log.error("%s", error)
-        exit_code = EXIT_BAD_INPUT
-    except NonFiniteLoss as error:
-        log.error("%s", error)
-        exit_code = EXIT_NON_FINITE
-    except Preempted as stop:
-        if cli.trainer.is_global_zero:
-            log.warning("%s", stop)
-        exit_code = stop.exit_code
-    except SIGTERMException:  # Lightning's handler, outside the training loop (set-up, final evaluation)
-        log.warning("SIGTERM received outside training steps; checkpoints are in %s", cli.checkpoint_dir)
-        exit_code = 128 + signal.SIGTERM
-    except KeyboardInterrupt:  # outside Lightning's calls
-        exit_code, interrupted = EXIT_INTERRUPTED, True
-    except SystemExit as stop:
-        if not isinstance(stop.__context__, KeyboardInterrupt):
-            raise
-        exit_code, interrupted = EXIT_INTERRUPTED, True  # Lightning stops on a KeyboardInterrupt with exit code 1
-    finally:
-        finish_wandb(cli, exit_code)
-        cli.run_directory.release()
-    if interrupted and cli.trainer.is_global_zero:  # a second Ctrl-C in training, or one outside it
+def finish_start(cli: TrainingCLI, exit_code: int, interrupted: bool) -> None:
+    """What ends every start, whatever stopped it (``exit_code``, :mod:`graphormer_urpe.commands.exits`): close W&B
+    (marked preempted after a signal), let the run directory go, and after a KeyboardInterrupt (``interrupted``: a
+    second Ctrl-C in training, or one outside it) say how to continue."""
+    finish_wandb(cli, exit_code)
+    cli.run_directory.release()
+    if interrupted and cli.trainer.is_global_zero:
         last = cli.run_directory.last_checkpoint
         log.warning("interrupted (Ctrl-C) after step %d; %s", cli.trainer.global_step,
                     f"continue from {last} with --run_name {cli.run_dir.name} --ckpt_path last" if last.is_file()
                     else "no checkpoint was written")
-    if exit_code:
-        sys.exit(exit_code)
 
 
 def check_global_batch(data: RunData, world: int) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import nn
@@ -375,11 +376,33 @@ def fused_optimiser_supported(parameters: Iterable[nn.Parameter]) -> bool:
 
 
 class PerTargetTask(GraphormerTask):
-    """A task whose ``val``/``test`` metrics are :class:`PerTargetMetrics` in ``self.metrics[stage]``, updated with
-    :meth:`predictions` and logged at the end of each epoch; subclasses set both and ``monitor``."""
+    """A task whose ``val``/``test`` metrics are :class:`PerTargetMetrics` in ``self.metrics[stage]`` (one set per
+    stage from :meth:`new_metrics`), updated with :meth:`predictions` and logged at the end of each epoch;
+    subclasses set ``monitor`` and define :meth:`new_metrics`, :meth:`score_names` and ``prediction_columns``."""
 
     metrics: nn.ModuleDict
     monitor: tuple[str, str]
+
+    def new_metrics(self) -> nn.ModuleList:
+        """A fresh set of this task's metrics (:class:`PerTargetMetrics`), as every stage logs them."""
+        raise NotImplementedError
+
+    def score_names(self) -> list[str]:
+        """The name of each column of :meth:`predictions` (S): the targets' values, or the classes' probabilities."""
+        raise NotImplementedError
+
+    def score(self, prediction: np.ndarray, target: np.ndarray, prefix: str) -> dict[str, float]:
+        """This task's metrics (:meth:`new_metrics`, as training logs them) of any predictions, e.g. an ensemble's:
+        ``{prefix/key: value}``. Shapes: prediction (R, S) as :meth:`predictions` gives them, target (R, Y), NaN where
+        unknown; rows whose prediction is NaN (not featurised) are left out."""
+        scored = ~np.isnan(prediction).any(axis=1)
+        metrics = self.new_metrics()
+        values: dict[str, float] = {}
+        for metric in metrics:
+            metric.update(torch.as_tensor(prediction[scored], dtype=torch.float32),
+                          torch.as_tensor(target[scored], dtype=torch.float32))
+            values |= {name: float(value) for name, value in metric.compute(prefix).items()}
+        return values
 
     def predictions(self, batch: GraphBatch) -> torch.Tensor:
         """What the metrics and ``predict`` see: the task's output in float32. (B, O), or (B, N, O) per node"""

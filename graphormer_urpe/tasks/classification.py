@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import torch
@@ -16,7 +18,12 @@ from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig, PerTargetTask, data_targets
 from graphormer_urpe.tasks.compiled import CompileMode
-from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, EvaluatorMetric, PerTargetMetrics
+from graphormer_urpe.tasks.metrics import (
+    DefinedBinaryAUROC,
+    DefinedBinaryAveragePrecision,
+    EvaluatorMetric,
+    PerTargetMetrics,
+)
 
 
 class Classification(PerTargetTask):
@@ -62,12 +69,26 @@ class Classification(PerTargetTask):
         outputs = getattr(self.model.config, self.output_field)
         self.target_names = list(target_names or default_target_names(outputs if self.binary else 1))
         self.save_decided(target_kind=target_kind, target_names=self.target_names)
-        self.metrics = nn.ModuleDict({stage: nn.ModuleList(
-            [PerTargetMetrics(DefinedBinaryAUROC, "auroc", self.target_names, labels=True),
-             PerTargetMetrics(BinaryAccuracy, "accuracy", self.target_names, labels=True)] if self.binary else
-            [PerTargetMetrics(lambda: multiclass_accuracy(outputs, evaluator), "accuracy", self.target_names,
-                              labels=True, class_scores=True)]
-        ) for stage in STAGES})
+        self.num_classes = 0 if self.binary else outputs
+        self.evaluator_path = evaluator
+        self.metrics = nn.ModuleDict({stage: self.new_metrics() for stage in STAGES})
+
+    def new_metrics(self) -> nn.ModuleList:
+        """Binary: ROC-AUC (``auroc``), PR-AUC (``auprc``, the average precision), both NaN for a label whose rows
+        hold one class, and accuracy at p >= 0.5, per label and their mean; multi-class: accuracy."""
+        names = self.target_names
+        if self.binary:
+            return nn.ModuleList([PerTargetMetrics(DefinedBinaryAUROC, "auroc", names, labels=True),
+                                  PerTargetMetrics(DefinedBinaryAveragePrecision, "auprc", names, labels=True),
+                                  PerTargetMetrics(BinaryAccuracy, "accuracy", names, labels=True)])
+        accuracy = partial(multiclass_accuracy, self.num_classes, self.evaluator_path)
+        return nn.ModuleList([PerTargetMetrics(accuracy, "accuracy", names, labels=True, class_scores=True)])
+
+    def score_names(self) -> list[str]:
+        """The probability of label 1 of each binary target, or of each class."""
+        if self.binary:
+            return [f"{name}_probability" for name in self.target_names]
+        return [f"{self.target_names[0]}_probability_{c}" for c in range(self.num_classes)]
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
         """Logits. (B, Y) binary, (B, C) multi-class; (B, N, .) with ``readout: nodes``"""
@@ -98,15 +119,14 @@ class Classification(PerTargetTask):
     def prediction_columns(self, prediction: np.ndarray) -> dict[str, np.ndarray]:
         """Predicted label and probabilities; NaN rows (no graph) give empty labels. prediction: (R, Y) or (R, C)"""
         missing = np.isnan(prediction).any(axis=1)
+        scores = dict(zip(self.score_names(), prediction.T))
         if self.binary:
             columns = {}
             for k, name in enumerate(self.target_names):
                 columns[name] = _labels(prediction[:, k] >= 0.5, missing)
-                columns[f"{name}_probability"] = prediction[:, k]
+                columns[f"{name}_probability"] = scores[f"{name}_probability"]
             return columns
-        name = self.target_names[0]
-        return {name: _labels(predicted_classes(prediction), missing),
-                **{f"{name}_probability_{c}": prediction[:, c] for c in range(prediction.shape[1])}}
+        return {self.target_names[0]: _labels(predicted_classes(prediction), missing), **scores}
 
 
 def multiclass_accuracy(classes: int, evaluator: str | None) -> Metric:

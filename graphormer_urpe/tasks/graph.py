@@ -60,8 +60,15 @@ class GraphRegression(PerTargetTask):
         self.save_decided(target_kind=target_kind, target_names=self.target_names)
         self.register_buffer("target_mean", torch.zeros(encoder.num_outputs))
         self.register_buffer("target_std", torch.ones(encoder.num_outputs))
-        self.metrics = nn.ModuleDict(
-            {stage: nn.ModuleList([PerTargetMetrics(MeanAbsoluteError, "mae", self.target_names)]) for stage in STAGES})
+        self.metrics = nn.ModuleDict({stage: self.new_metrics() for stage in STAGES})
+
+    def new_metrics(self) -> nn.ModuleList:
+        """The MAE of every target (``mae/<target>``) and their mean (``mae``)."""
+        return nn.ModuleList([PerTargetMetrics(MeanAbsoluteError, "mae", self.target_names)])
+
+    def score_names(self) -> list[str]:
+        """One value per target."""
+        return list(self.target_names)
 
     def forward(self, batch: GraphBatch) -> torch.Tensor:
         """Predictions in the data's units. (B, Y), or (B, N, Y) with ``readout: nodes``"""
@@ -86,4 +93,4 @@ class GraphRegression(PerTargetTask):
 
     def prediction_columns(self, prediction: np.ndarray) -> dict[str, np.ndarray]:
         """One column per target, in the data's units. prediction: (R, Y)"""
-        return {name: prediction[:, k] for k, name in enumerate(self.target_names)}
+        return {name: prediction[:, k] for k, name in enumerate(self.score_names())}

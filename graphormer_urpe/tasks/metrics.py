@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 from torchmetrics import Metric
-from torchmetrics.classification import BinaryAUROC
+from torchmetrics.classification import BinaryAUROC, BinaryAveragePrecision
 from torchmetrics.utilities import dim_zero_cat
 
 from graphormer_urpe.errors import import_object
@@ -42,14 +42,25 @@ class EvaluatorMetric(Metric):
         return torch.tensor(float(self.evaluator.eval({"y_pred": preds, "y_true": target})[self.key]))
 
 
+def _one_class(target: torch.Tensor | list[torch.Tensor]) -> bool:
+    """Whether a binary metric's collected targets are empty or hold a single class."""
+    target = dim_zero_cat(target) if isinstance(target, list) and target else target
+    return isinstance(target, list) or target.numel() == 0 or bool(target.min() == target.max())
+
+
 class DefinedBinaryAUROC(BinaryAUROC):
     """torchmetrics' exact ``BinaryAUROC``, but NaN (not 0) when the targets hold a single class (as OGB's)."""
 
     def compute(self) -> torch.Tensor:
-        target = dim_zero_cat(self.target) if isinstance(self.target, list) and self.target else self.target
-        if isinstance(target, list) or target.numel() == 0 or bool(target.min() == target.max()):
-            return torch.tensor(float("nan"))
-        return super().compute()
+        return torch.tensor(float("nan")) if _one_class(self.target) else super().compute()
+
+
+class DefinedBinaryAveragePrecision(BinaryAveragePrecision):
+    """torchmetrics' exact ``BinaryAveragePrecision`` (PR-AUC: the precision averaged over the recall steps), but NaN
+    when the targets hold a single class, as :class:`DefinedBinaryAUROC` (torchmetrics gives a warning and 0 or 1)."""
+
+    def compute(self) -> torch.Tensor:
+        return torch.tensor(float("nan")) if _one_class(self.target) else super().compute()
 
 
 class KnownCounts(Metric):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.testing import REPO_DIR
 
 #: An ``__init__`` that fails when run: the benchmark must locate the packages' files, never import them.
 REFUSE_IMPORT = "raise ImportError('the benchmark imported {name}: it must only locate its data files')\n"

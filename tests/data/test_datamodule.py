@@ -22,7 +22,7 @@ from graphormer_urpe.data.sources import QM9, SmilesTable
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.runs import TINY_MOLECULES
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 

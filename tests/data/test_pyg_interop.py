@@ -25,7 +25,7 @@ from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import ZINC, PygDataset
 from graphormer_urpe.data.structure import graph_structure
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.graphs import random_edges
 from graphormer_urpe.testing.tu_format import TUGraph, write_tu_dataset
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw

@@ -16,6 +16,7 @@ import yaml
 
 import evaluate
 import train
+from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.lsc_formats import MAG240M, PCQM4MV2
 from graphormer_urpe.data.sources import QM9
@@ -26,8 +27,9 @@ from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
-from graphormer_urpe.run.cli import CONFIG_DIR, GraphormerCLI
+from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphRegression, SequenceTagging
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.moses_layout import write_moses_package
 from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 from graphormer_urpe.testing.runs import TINY_MOLECULES, tiny_run_args
@@ -78,6 +80,11 @@ EXPECTED = {
     "small_molecules": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_names=("gap_ev",),
                                          molecule_features=tuple(f"rdkit2d/{name}" for name in DESCRIPTORS.names)),
                                 526_385, "4f6c86ae0dc37167"),
+    "small_molecules_classification": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1,
+                                                        target_kind="binary", target_names=("polar",),
+                                                        molecule_features=tuple(f"rdkit2d/{name}"
+                                                                                for name in DESCRIPTORS.names)),
+                                               526_385, "77999700b24266a5"),
     "smiles_csv_classification": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_kind="binary",
                                                    target_names=("polar",)), 121_553, "b2b60ce8e9bbe782"),
     "smiles_csv_example": Expected(DataSpec(**MOLECULES, num_targets=2, num_outputs=2,
@@ -127,7 +134,7 @@ def test_every_config_resolves_to_its_data_and_to_the_model_it_built_before(conf
 
 
 def qm9_sample_smiles(count: int) -> list[str]:
-    return pd.read_csv(CONFIG_DIR.parent / "examples" / "qm9_sample.csv")["smiles"].head(count).tolist()
+    return pd.read_csv(REPO_DIR / "examples" / "qm9_sample.csv")["smiles"].head(count).tolist()
 
 
 def fixture_arguments(config: str, root: Path, synthetic_mag: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:

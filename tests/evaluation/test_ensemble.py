@@ -1,190 +1,282 @@
+"""A saved ensemble: made once from runs of one table (members, trees, weights, scores in one directory), then moved
+and read back by ``predict`` without the training table, giving exactly what it recorded for its own test rows."""
+
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from rdkit import Chem
+import torch
 
-from graphormer_urpe.errors import DataError
-from graphormer_urpe.evaluation.ensemble import ensemble_split
+from graphormer_urpe.errors import CheckpointError, DataError
+from graphormer_urpe.evaluation.blend import TREE_WEIGHTS, DescriptorTrees, choose_weights, descriptor_matrix
+from graphormer_urpe.evaluation.ensemble import (
+    RECORD_FILE,
+    SavedEnsemble,
+    build_ensemble,
+    plan_ensemble,
+    split_rows,
+)
+from graphormer_urpe.evaluation.new_molecules import model_of
+from graphormer_urpe.tasks import Classification, GraphRegression
+from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC
 
 
-def two_seed_runs(small_table: Path, base: Path, *extra: str) -> list[Path]:
-    """The best checkpoints of two 4-step runs (seeds 0 and 1) of the small table, ``extra`` options added."""
-    import train
-    from graphormer_urpe.testing.runs import small_run_args
+def seed_runs(table: Path, base: Path, *extra: str, seeds: tuple[int, ...] = (0, 1)) -> list[Path]:
+    """The best checkpoints of 4-step runs (one per seed) of ``table``, ``extra`` options added."""
+    from graphormer_urpe.testing.runs import small_run_args, train
 
     checkpoints = []
-    for seed in (0, 1):
-        train.main(small_run_args(small_table, base / "data", base / "runs", "--run_name", f"s{seed}",
-                                  "--seed_everything", str(seed), "--trainer.max_steps", "4",
-                                  "--trainer.val_check_interval", "2", *extra))
+    for seed in seeds:
+        train(small_run_args(table, base / "data", base / "runs", "--run_name", f"s{seed}", "--seed_everything",
+                             str(seed), "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", *extra))
         checkpoints.append(sorted((base / "runs" / f"s{seed}" / "checkpoints").glob("best-*.ckpt"))[-1])
     return checkpoints
 
 
 @pytest.fixture(scope="module")
-def two_seeds(small_table: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return two_seed_runs(small_table, tmp_path_factory.mktemp("ensemble"))
-
-
-@pytest.mark.slow
-def test_the_ensemble_predicts_the_mean_of_its_members_and_scores_it(two_seeds: list[Path], tmp_path: Path) -> None:
-    result = ensemble_split(two_seeds, tmp_path, "test")
-    table = pd.read_csv(result["predictions"])
-    assert len(table) == result["rows"] == 6  # the scaffold split's test rows of the 60-molecule table
-    for target in ("gap_ev", "mu_debye"):
-        members = table[[f"member0_{target}", f"member1_{target}"]].to_numpy()
-        np.testing.assert_allclose(table[f"ensemble_{target}"], members.mean(axis=1), rtol=0, atol=1e-12)
-        truth = table[target].to_numpy()
-        known = ~np.isnan(truth)
-        expected = np.mean(np.abs(table[f"ensemble_{target}"].to_numpy()[known] - truth[known]))
-        assert result["ensemble"][f"mae/{target}"] == pytest.approx(expected, rel=1e-12)
-        member_mae = np.mean(np.abs(table[f"member0_{target}"].to_numpy()[known] - truth[known]))
-        assert result["member_metrics"][0][f"mae/{target}"] == pytest.approx(member_mae, rel=1e-12)
-    assert result["ensemble"]["mae"] == pytest.approx(np.mean([result["ensemble"]["mae/gap_ev"],
-                                                               result["ensemble"]["mae/mu_debye"]]))
-
-
-@pytest.mark.slow
-def test_members_of_another_table_are_refused(two_seeds: list[Path], tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from graphormer_urpe.evaluation import ensemble
-
-    real = ensemble.embedded_config
-    calls = []
-
-    def other_table_for_the_second(checkpoint: Path) -> str:
-        calls.append(checkpoint)
-        text = real(checkpoint)
-        return text.replace("small.csv", "other.csv") if len(calls) == 3 else text
-
-    monkeypatch.setattr(ensemble, "embedded_config", other_table_for_the_second)
-    with pytest.raises(DataError, match="share one table and targets"):
-        ensemble_split(two_seeds, tmp_path, "test")
-
-
-def test_an_ensemble_needs_a_run() -> None:
-    with pytest.raises(DataError, match="at least one finished run"):
-        ensemble_split([], Path("."), "test")
-
-
-def test_a_config_that_is_not_a_smiles_table_is_refused() -> None:
-    from graphormer_urpe.evaluation.ensemble import split_table
-
-    config = "data:\n  init_args:\n    source:\n      class_path: graphormer_urpe.data.sources.QM9\n"
-    with pytest.raises(DataError, match="predicts the rows of a SMILES table"):
-        split_table(config, "test")
-
-
-def test_the_blend_weight_is_the_one_of_lowest_validation_mae_the_smaller_on_a_tie() -> None:
-    from graphormer_urpe.evaluation.ensemble import blend_weight
-
-    ensemble, trees = np.zeros(4), np.ones(4)
-    # |0.5 - w| for w in 0, .25, .5, .75, 1: the half-way blend is exact
-    assert blend_weight(ensemble, trees, np.full(4, 0.5)) == 0.5
-    assert blend_weight(ensemble, trees, np.array([0.0, 1.0, np.nan, np.nan])) == 0.0  # MAE 1/2 at every weight
-    assert blend_weight(ensemble, trees, np.array([1.0, 1.0, 0.9, np.nan])) == 1.0
+def with_descriptors(small_table: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return seed_runs(small_table, tmp_path_factory.mktemp("ensemble_descriptors"), "--data.source.descriptors",
+                     "rdkit2d")
 
 
 @pytest.fixture(scope="module")
-def two_seeds_with_descriptors(small_table: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return two_seed_runs(small_table, tmp_path_factory.mktemp("ensemble_descriptors"), "--data.source.descriptors",
-                         "rdkit2d")
+def saved(with_descriptors: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("saved") / "ens"
+    build_ensemble(plan_ensemble(with_descriptors, out, trees=True), "test")
+    return out
 
 
 @pytest.mark.slow
-def test_the_trees_are_fitted_on_the_training_rows_and_blended_with_the_weight_validation_chooses(
-        two_seeds_with_descriptors: list[Path], tmp_path: Path, small_table: Path,
-        package_log: pytest.LogCaptureFixture) -> None:
+def test_the_saved_ensemble_holds_members_trees_weights_and_its_scores(saved: Path,
+                                                                       with_descriptors: list[Path]) -> None:
+    record = SavedEnsemble(saved).record
+    assert record.target_kind == "regression" and record.targets == ["gap_ev", "mu_debye"]
+    assert [m.path for m in record.members] == ["members/member0.ckpt", "members/member1.ckpt"]
+    assert [t.path for t in record.trees] == ["trees/target0.skops", "trees/target1.skops"]
+    assert record.blend_metric == "val/mae" and set(record.tree_weights.values()) <= set(TREE_WEIGHTS)
+    assert [s.path for s in record.sources] == [str(c) for c in with_descriptors]
+    assert record.descriptor_reference_sha1 is not None and record.data_identity["sha1"]
+    assert record.made["git_commit"] and record.made["command"] == "test"
+    task, run = model_of(saved / record.members[0].path)
+    source = run.source()
+    table = pd.read_csv(saved / "test.csv")
+    assert table["row"].tolist() == split_rows(source, "test")["row"].tolist()
+    weights = np.array([record.tree_weights[name] for name in record.targets])
+    members = np.stack([table[[f"{t}_member{k}" for t in record.targets]].to_numpy() for k in (0, 1)])
+    ensemble = table[[f"{t}_ensemble" for t in record.targets]].to_numpy()
+    trees = table[[f"{t}_trees" for t in record.targets]].to_numpy()
+    np.testing.assert_allclose(ensemble, members.mean(axis=0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(table[[f"{t}_std" for t in record.targets]], members.std(axis=0), rtol=0, atol=1e-12)
+    blend = (1 - weights) * ensemble + weights * trees
+    np.testing.assert_allclose(table[record.targets], blend, rtol=0, atol=1e-12)  # the prediction is the blend
+    truth = table[[f"input_{t}" if f"input_{t}" in table else t for t in record.targets]]
+    # the task's own metric: the MAE per target of the known rows, and their mean
+    assert record.scores["test"]["blend"]["test/mae/gap_ev"] == pytest.approx(
+        np.nanmean(np.abs(blend[:, 0] - split_rows(source, "test")["gap_ev"])), rel=1e-6)
+    assert truth.shape == blend.shape
+    # the trees: scikit-learn's, fitted here on the training rows' descriptors, predict what was saved
+    train = split_rows(source, "train")
+    refitted = DescriptorTrees.fit("regression", record.targets, descriptor_matrix(train["smiles"]),
+                                   train[record.targets].to_numpy())
+    test = split_rows(source, "test")
+    np.testing.assert_allclose(trees, refitted.predict(descriptor_matrix(test["smiles"])), rtol=1e-12, atol=1e-12)
+    valid = pd.read_csv(saved / "valid.csv")
+    chosen = choose_weights(task, valid[[f"{t}_ensemble" for t in record.targets]].to_numpy(),
+                            valid[[f"{t}_trees" for t in record.targets]].to_numpy(),
+                            split_rows(source, "valid")[record.targets].to_numpy())
+    assert chosen == list(weights)
+
+
+@pytest.mark.slow
+def test_a_moved_ensemble_predicts_its_test_rows_as_it_recorded_them_without_the_table(
+        saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Moved to another directory, run from an empty one (no training table there), fitting nothing: the test rows'
+    SMILES, with an id and an unreadable row, come back in order with the recorded blend, members and trees, float32
+    rounding apart (another batch may sum in another order)."""
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    from graphormer_urpe.data.sources.descriptors import normalised_descriptors
-    from graphormer_urpe.evaluation.ensemble import TREE_WEIGHTS, blend_weight, split_table
-    from graphormer_urpe.run.checkpoints import embedded_config
+    def no_fit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("predict fitted trees")
 
-    result = ensemble_split(two_seeds_with_descriptors, tmp_path, "test", trees=True)
-    warnings = [r.getMessage() for r in package_log.records if r.levelname == "WARNING"]
-    table = pd.read_csv(result["predictions"])
-    config = embedded_config(two_seeds_with_descriptors[0])
-    _, train = split_table(config, "train")
-    _, valid = split_table(config, "valid")
-    valid_ensemble = ensemble_split(two_seeds_with_descriptors, tmp_path / "valid", "valid")
-    valid_table = pd.read_csv(valid_ensemble["predictions"])
-
-    def descriptors(frame: pd.DataFrame) -> np.ndarray:
-        return np.stack([normalised_descriptors(Chem.MolFromSmiles(s), tails="extend") for s in frame["smiles"]])
-
-    for target in ("gap_ev", "mu_debye"):
-        known = ~np.isnan(train[target].to_numpy())
-        trees = HistGradientBoostingRegressor(random_state=0).fit(descriptors(train)[known],
-                                                                  train[target].to_numpy()[known])
-        # the same trees on the same inputs, through a CSV (float64 written with 17 digits): float64 rounding at most
-        np.testing.assert_allclose(table[f"trees_{target}"], trees.predict(descriptors(table)), rtol=1e-12, atol=1e-12)
-        weight = result["tree_weights"][target]
-        assert weight in TREE_WEIGHTS
-        assert weight == blend_weight(valid_table[f"ensemble_{target}"].to_numpy(),
-                                      trees.predict(descriptors(valid)), valid[target].to_numpy())
-        blend = (1 - weight) * table[f"ensemble_{target}"] + weight * table[f"trees_{target}"]
-        np.testing.assert_allclose(table[f"blend_{target}"], blend, rtol=0, atol=1e-12)
-        truth = table[target].to_numpy()
-        scored = ~np.isnan(truth)
-        assert result["ensemble_with_trees"][f"mae/{target}"] == pytest.approx(
-            np.mean(np.abs(blend.to_numpy()[scored] - truth[scored])), rel=1e-12)
-        assert result["trees"][f"mae/{target}"] == pytest.approx(
-            np.mean(np.abs(table[f"trees_{target}"].to_numpy()[scored] - truth[scored])), rel=1e-12)
-    assert result["ensemble"] == ensemble_split(two_seeds_with_descriptors, tmp_path / "plain", "test")["ensemble"]
-    # issue 38: a weight chosen on a few validation molecules (6 of the 60-row table) is said to be unreliable
-    chosen = "; ".join(f"'{target}': {result['tree_weights'][target]} on {valid[target].notna().sum()} rows"
-                       for target in ("gap_ev", "mu_debye"))
-    assert warnings == [f"{small_table}: the trees' weight was chosen on fewer than 10 validation rows ({chosen}): too "
-                        "few to choose it reliably, so the blend's figures say little; use a larger table, or the "
-                        "ensemble without --trees"]
+    monkeypatch.setattr(HistGradientBoostingRegressor, "fit", no_fit)
+    moved = tmp_path / "elsewhere" / "model"
+    shutil.copytree(saved, moved)
+    expected = pd.read_csv(saved / "test.csv")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    smiles = [*expected["smiles"][:2], "not a molecule", *expected["smiles"][2:]]
+    pd.DataFrame({"id": [f"m{k}" for k in range(len(smiles))], "smiles": smiles}).to_csv("new.csv", index=False)
+    predicted, columns = SavedEnsemble(moved).predict(Path("new.csv"))
+    assert predicted.errors[2] != "" and all(not e for k, e in enumerate(predicted.errors) if k != 2)
+    good = [k for k in range(len(smiles)) if k != 2]
+    record = SavedEnsemble(moved).record
+    for target in record.targets:
+        for suffix in ("", "_member0", "_member1", "_std", "_ensemble", "_trees"):
+            np.testing.assert_allclose(columns[f"{target}{suffix}"][good], expected[f"{target}{suffix}"], rtol=1e-5,
+                                       atol=1e-6, err_msg=f"{target}{suffix}")
+            assert np.isnan(columns[f"{target}{suffix}"][2])
 
 
 @pytest.mark.slow
-def test_the_trees_need_descriptors_and_a_split_other_than_validation(
-        two_seeds: list[Path], two_seeds_with_descriptors: list[Path], tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="this config has none: add --data.source.descriptors rdkit2d"):
-        ensemble_split(two_seeds, tmp_path, "test", trees=True)
-    with pytest.raises(DataError, match="chosen on the validation rows"):
-        ensemble_split(two_seeds_with_descriptors, tmp_path, "valid", trees=True)
-    assert not any(tmp_path.iterdir())  # refused before anything is predicted or written
+def test_an_altered_or_missing_file_of_a_saved_ensemble_is_refused(saved: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(saved, copy)
+    tree = copy / "trees" / "target0.skops"
+    tree.write_bytes(tree.read_bytes()[:-1] + b"x")
+    with pytest.raises(CheckpointError, match="target0.skops is not the file the ensemble recorded"):
+        SavedEnsemble(copy).check()
+    tree.unlink()
+    with pytest.raises(CheckpointError, match="target0.skops is missing from the ensemble"):
+        SavedEnsemble(copy).check()
+    with pytest.raises(CheckpointError, match="not an ensemble's directory"):
+        SavedEnsemble(tmp_path)
+    (tmp_path / RECORD_FILE).write_text(json.dumps({"format": 99}))
+    with pytest.raises(CheckpointError, match="an ensemble of format 99"):
+        SavedEnsemble(tmp_path)
 
 
-def test_the_trees_blend_regression_only(small_table: Path) -> None:
-    from graphormer_urpe.data.sources.tables import SmilesTable
-    from graphormer_urpe.evaluation.ensemble import _check_trees
+def test_a_tree_file_that_holds_other_types_than_fitted_trees_is_not_loaded(tmp_path: Path) -> None:
+    """skops loads scikit-learn's estimators, NumPy's types and TreePredictor only: a file that would call anything
+    else (``os.system``) is refused unread, a pickle file is no skops file at all, and an estimator that is not a tree
+    model is refused too."""
+    import os
+    import pickle
 
-    source = SmilesTable(path=str(small_table), targets=["gap_ev"], task="binary", descriptors="rdkit2d")
-    with pytest.raises(DataError, match="blend regression predictions; .* is a binary task"):
-        _check_trees(source, "test")
+    import skops.io
+    from sklearn.preprocessing import FunctionTransformer
+
+    skops.io.dump(FunctionTransformer(func=os.system), tmp_path / "system.skops")
+    (tmp_path / "pickled.skops").write_bytes(pickle.dumps({"x": 1}))
+    for name in ("system.skops", "pickled.skops"):
+        with pytest.raises(CheckpointError, match=f"{name}: not a tree file of an ensemble"):
+            DescriptorTrees.load("regression", [tmp_path / name])
+    skops.io.dump(FunctionTransformer(func=np.exp), tmp_path / "exp.skops")
+    with pytest.raises(CheckpointError, match="exp.skops holds a FunctionTransformer, not fitted trees"):
+        DescriptorTrees.load("regression", [tmp_path / "exp.skops"])
 
 
 @pytest.mark.slow
-def test_new_molecules_get_the_blend_that_scores_the_test_split(two_seeds_with_descriptors: list[Path],
-                                                                tmp_path: Path) -> None:
-    """The test rows' SMILES as new molecules, with an unreadable one: every row predicted as ensemble_split predicts
-    it (the same members, trees and weights), the unreadable row empty with its reason."""
-    from graphormer_urpe.evaluation.ensemble import ensemble_predict
+def test_an_ensemble_is_planned_before_any_work(with_descriptors: list[Path], small_table: Path,
+                                                saved: Path, tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="needs at least one run"):
+        plan_ensemble([], tmp_path / "e", trees=False)
+    with pytest.raises(DataError, match=f"--out {saved} exists"):
+        plan_ensemble(with_descriptors, saved, trees=True)
+    without = seed_runs(small_table, tmp_path / "plain", seeds=(0,))
+    with pytest.raises(DataError, match="these runs have none: train with --data.source.descriptors rdkit2d"):
+        plan_ensemble(without, tmp_path / "e", trees=True)
+    with pytest.raises(DataError, match="the members were trained on different data"):
+        plan_ensemble([with_descriptors[0], *without], tmp_path / "e", trees=False)
+    assert not (tmp_path / "e").exists()
 
-    scored = ensemble_split(two_seeds_with_descriptors, tmp_path / "scored", "test", trees=True)
-    expected = pd.read_csv(scored["predictions"])
-    new = tmp_path / "new.csv"
-    pd.DataFrame({"smiles": [*expected["smiles"][:3], "not a molecule", *expected["smiles"][3:]]}).to_csv(new,
-                                                                                                          index=False)
-    result = ensemble_predict(two_seeds_with_descriptors, new, tmp_path / "out" / "predictions.csv", trees=True)
-    written = pd.read_csv(result["out"], keep_default_na=False, na_values=[""])
-    assert result["rows"] == len(written) == len(expected) + 1 and result["failed"] == 1
-    assert result["tree_weights"] == scored["tree_weights"]
-    bad = written["smiles"] == "not a molecule"
-    assert written.loc[bad, "error"].item() != ""
-    assert written.loc[bad].drop(columns=["row", "smiles", "error"]).isna().all(axis=None)
-    good = written[~bad].reset_index(drop=True)
-    for target in ("gap_ev", "mu_debye"):
-        for column in (f"member0_{target}", f"member1_{target}", f"ensemble_{target}", f"trees_{target}",
-                       f"blend_{target}"):
-            # float32 predictions: another batch (the new table's 7 rows) may sum in another order
-            np.testing.assert_allclose(good[column], expected[column], rtol=1e-5, atol=1e-6, err_msg=column)
+
+def test_the_blend_weight_is_the_best_of_the_tasks_own_metric_the_smaller_on_a_tie() -> None:
+    from graphormer_urpe import GraphormerConfig
+
+    config = GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, num_outputs=1)
+    regression = GraphRegression(config)
+    ensemble, trees = np.zeros((4, 1)), np.ones((4, 1))
+    # |0.5 - w| for w in 0, .25, .5, .75, 1: the half-way blend is exact
+    assert choose_weights(regression, ensemble, trees, np.full((4, 1), 0.5)) == [0.5]
+    assert choose_weights(regression, ensemble, trees, np.array([[0.0], [1.0], [np.nan], [np.nan]])) == [0.0]
+    assert choose_weights(regression, ensemble, trees, np.array([[1.0], [1.0], [0.9], [np.nan]])) == [1.0]
+    binary = Classification(config, target_kind="binary")
+    labels = np.array([[0.0], [1.0], [0.0], [1.0]])
+    good, bad = np.array([[0.1], [0.9], [0.2], [0.8]]), np.array([[0.9], [0.1], [0.8], [0.2]])
+    # the ensemble ranks every row wrong, the trees right: ROC-AUC 0, 0, 0.5, 1, 1; the smaller of the two best
+    assert choose_weights(binary, bad, good, labels) == [0.75]
+    assert choose_weights(binary, good, bad, labels) == [0.0]  # ROC-AUC 1 for every w < 0.5: the smallest
+    assert choose_weights(binary, good, bad, np.zeros((4, 1))) == [0.0]  # one class: undefined, the ensemble
+
+
+def test_a_blend_weight_chosen_on_few_validation_rows_is_said_to_be_unreliable(
+        package_log: pytest.LogCaptureFixture) -> None:
+    from graphormer_urpe import GraphormerConfig
+
+    task = GraphRegression(GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, num_outputs=2),
+                           target_names=["logS", "logP"])
+    targets = np.full((12, 2), 0.5)
+    targets[1:, 0] = np.nan  # one known logS, twelve logP
+    assert choose_weights(task, np.zeros((12, 2)), np.ones((12, 2)), targets) == [0.5, 0.5]
+    assert [r.getMessage() for r in package_log.records if r.levelname == "WARNING"] == [
+        "the trees' weight was chosen on fewer than 10 validation rows ('logS': 0.5 on 1 row): too few to choose it "
+        "reliably, so the blend's figures say little; use a larger table, or the ensemble without --trees"]
+
+
+def test_the_ensemble_and_the_task_score_with_one_metric_definition() -> None:
+    """On a split whose labels hold one class, ROC-AUC and PR-AUC are NaN for the ensemble as for the task."""
+    from graphormer_urpe import GraphormerConfig
+
+    config = GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, num_outputs=2)
+    task = Classification(config, target_kind="binary", target_names=["a", "b"])
+    scores = np.array([[0.2, 0.9], [0.7, 0.4], [0.6, 0.1]])
+    labels = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])  # 'a' holds one class
+    values = task.score(scores, labels, "test")
+    assert np.isnan(values["test/auroc/a"]) and np.isnan(values["test/auprc/a"])
+    expected = DefinedBinaryAUROC()(torch.tensor(scores[:, 1]), torch.tensor(labels[:, 1]).long())
+    assert values["test/auroc/b"] == pytest.approx(float(expected)) and values["test/auroc"] == values["test/auroc/b"]
+    assert values["test/auprc/b"] == pytest.approx(0.5)  # the one positive ranks second of three: precision 1/2
+
+
+@pytest.fixture(scope="module")
+def binary_table(tmp_path_factory: pytest.TempPathFactory, small_table: Path) -> Path:
+    """The small table with two labels: ``polar`` and ``ringed`` (a ring or more)."""
+    frame = pd.read_csv(small_table)
+    frame["ringed"] = (frame["rings"] > 0).astype(int)
+    path = tmp_path_factory.mktemp("binary") / "binary.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.slow
+def test_binary_labels_get_the_ensemble_and_the_trees_blend_scored_by_roc_and_pr_auc(binary_table: Path,
+                                                                                     tmp_path: Path) -> None:
+    checkpoints = seed_runs(binary_table, tmp_path, "--model.class_path", "graphormer_urpe.tasks.Classification",
+                            "--data.source.task", "binary", "--data.source.targets", "[polar, ringed]",
+                            "--data.source.descriptors", "rdkit2d")
+    record = build_ensemble(plan_ensemble(checkpoints, tmp_path / "ens", trees=True), "test")
+    assert record.target_kind == "binary" and record.blend_metric == "val/auroc"
+    test = pd.read_csv(tmp_path / "ens" / "test.csv")
+    for part in ("member0", "ensemble", "trees", "blend"):
+        assert {"test/auroc", "test/auprc", "test/auroc/polar", "test/auprc/ringed"} <= set(record.scores["test"][part])
+    probabilities = test[["polar_probability", "ringed_probability"]].to_numpy()
+    assert ((probabilities >= 0) & (probabilities <= 1)).all()
+    assert (test["polar"] == (test["polar_probability"] >= 0.5)).all()  # the label of the blended probability
+    task, run = model_of(tmp_path / "ens" / record.members[0].path)
+    truth = split_rows(run.source(), "test")[["polar", "ringed"]].to_numpy()
+    assert record.scores["test"]["blend"] == pytest.approx(task.score(probabilities, truth, "test"), nan_ok=True)
+
+
+def test_only_a_smiles_tables_runs_make_an_ensemble_and_trees_refuse_classes(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused from the members' configs before anything is predicted: a dataset that is not a SMILES table, and
+    trees for a multi-class label (they predict values and binary labels)."""
+    from graphormer_urpe import GraphormerConfig
+    from graphormer_urpe.evaluation import ensemble
+    from graphormer_urpe.run.checkpoints import RunConfig
+
+    def members_of(source: str, source_args: dict) -> None:
+        config = RunConfig(data_class_path="graphormer_urpe.data.datamodule.GraphDataModule", data_args={},
+                           source_class_path=source, source_args=source_args,
+                           model_class_path="graphormer_urpe.tasks.Classification")
+        task = Classification(GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, num_outputs=3),
+                              target_kind="multiclass")
+        monkeypatch.setattr(ensemble, "model_of", lambda checkpoint: (task, config))
+        monkeypatch.setattr(ensemble, "load_checkpoint", lambda checkpoint: {})
+
+    members_of("graphormer_urpe.data.sources.QM9", {})
+    with pytest.raises(DataError, match="predicts the rows of a SMILES table .*, not of QM9"):
+        plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=False)
+    (tmp_path / "t.csv").write_text("smiles,rings\nCCO,0\nc1ccccc1,1\nC1CC1,1\n")
+    members_of("graphormer_urpe.data.sources.SmilesTable", {"path": str(tmp_path / "t.csv"), "targets": ["rings"],
+                                                            "task": "multiclass", "descriptors": "rdkit2d"})
+    with pytest.raises(DataError, match="this table has a multi-class label: ensemble without --trees"):
+        plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=True)
+    assert plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=False).target_kind == "multiclass"
+    assert not (tmp_path / "e").exists()

@@ -1,4 +1,5 @@
-"""evaluate.py --predict: new molecules through the training pipeline, one output row per input row."""
+"""predict (``evaluate.py --predict`` in a checkout): new molecules through the training pipeline, one output row per
+input row, the input's own columns kept beside the predictions."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.sources.featurize import molecule_graph
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.errors import DataError
-from graphormer_urpe.evaluation.new_molecules import predict_new_molecules, predict_table
+from graphormer_urpe.evaluation.new_molecules import model_of, predict_checkpoint
 from graphormer_urpe.run.cli import RUN_DIR_ENV
 from graphormer_urpe.tasks import Classification, GraphRegression
 from graphormer_urpe.testing.directories import read_only_directory
@@ -62,9 +63,10 @@ def test_predictions_keep_every_row_in_order_with_reasons_for_failures(regressio
                             str(tmp_path / "new.csv"), "--out", str(out)])
     assert result["rows"] == 7 and result["predicted"] == 4 and result["failed"] == 3
     preds = pd.read_csv(out, keep_default_na=False)
-    assert list(preds.columns) == ["row", "smiles", "gap_ev", "mu_debye", "error"]
+    assert list(preds.columns) == ["row", "name", "smiles", "gap_ev", "mu_debye", "error"]  # the input's, then ours
     assert preds["row"].tolist() == list(range(7))
-    assert preds["smiles"].tolist() == [s.strip() for s in NEW]
+    assert preds["name"].tolist() == [f"m{k}" for k in range(len(NEW))]
+    assert preds["smiles"].tolist() == NEW  # as the table holds them
     spaced = "whitespace inside the SMILES 'not a molecule' (RDKit would read only 'not')"
     assert preds["error"].tolist() == ["", spaced, "", "empty SMILES", "", "", "RDKit cannot parse"]
     assert (preds.loc[[1, 3, 6], ["gap_ev", "mu_debye"]] == "").all().all()  # empty, not a number
@@ -86,11 +88,11 @@ def test_every_line_comes_back_blank_lines_and_smiles_with_whitespace_with_a_rea
     read ``CCO<tab>CC`` as ethanol named CC."""
     ckpt, _ = regression_run
     (tmp_path / "new.csv").write_text("smiles\nCCO\n   \nCC\nCCO\tCC\nC C\n\n")
-    result = predict_new_molecules(str(ckpt), tmp_path / "new.csv", tmp_path / "preds.csv")
+    result = predict_checkpoint(ckpt, tmp_path / "new.csv", tmp_path / "preds.csv")
     assert result["rows"] == 6 and result["predicted"] == 2 and result["failed"] == 4
     preds = pd.read_csv(tmp_path / "preds.csv", keep_default_na=False)
     assert preds["row"].tolist() == list(range(6))  # row r is line r + 2
-    assert preds["smiles"].tolist() == ["CCO", "", "CC", "CCO\tCC", "C C", ""]
+    assert [text.strip() for text in preds["smiles"]] == ["CCO", "", "CC", "CCO\tCC", "C C", ""]
     assert preds["error"].tolist() == [
         "", "empty SMILES", "", "whitespace inside the SMILES 'CCO\\tCC' (RDKit would read only 'CCO')",
         "whitespace inside the SMILES 'C C' (RDKit would read only 'C')", "empty SMILES"]
@@ -133,9 +135,9 @@ def test_only_molecular_checkpoints_predict_smiles(regression_run, tmp_path: Pat
     ckpt, run_dir = regression_run
     config = (run_dir / "config.yaml").read_text().replace("graphormer_urpe.data.sources.SmilesTable",
                                                            "graphormer_urpe.data.sources.PygDataset")
-    with pytest.raises(DataError, match="--predict reads SMILES, but .* was trained on PygDataset"):
-        predict_table(ckpt, tmp_path / "new.csv", tmp_path / "p.csv", config)
-    with pytest.raises(SystemExit, match="--predict TABLE needs --out") as refused:
+    with pytest.raises(DataError, match="predict reads SMILES, but .* was trained on PygDataset"):
+        model_of(ckpt, config)
+    with pytest.raises(SystemExit) as refused:  # no --out: argparse names it
         evaluate.main(["--ckpt", str(ckpt), "--predict", "new.csv"])
     assert refused.value.code == 2
 
@@ -146,14 +148,17 @@ def test_outputs_that_cannot_be_written_or_would_overwrite_the_table_are_refused
     table = tmp_path / "new.csv"
     table.write_text("smiles\nCCO\n")
     read_only = read_only_directory(tmp_path)
-    for out, message in [(table, f"--out {table} is the table --predict reads; write the predictions to another file"),
-                         (tmp_path, f"--out {tmp_path} is a directory; name the file to write"),
+    (tmp_path / "earlier.csv").write_text("kept\n")
+    for out, message in [(table, f"--out {table} exists; choose another output path (nothing is overwritten)"),
+                         (tmp_path / "earlier.csv", f"--out {tmp_path / 'earlier.csv'} exists; choose another output "
+                                                    "path (nothing is overwritten)"),
+                         (tmp_path, f"--out {tmp_path} is a directory; name the CSV file to write"),
                          (read_only / "p.csv", f"--out {read_only / 'p.csv'}: {read_only} is not writable")]:
         with pytest.raises(SystemExit) as refused:
             evaluate.main(["--ckpt", str(ckpt), "--predict", str(table), "--out", str(out)])
-        assert refused.value.code == 2 and capsys.readouterr().err == f"error: {message}\n"
-    assert table.read_text() == "smiles\nCCO\n"
+        assert refused.value.code == 2 and str(refused.value) == message  # logged in one line
+    assert table.read_text() == "smiles\nCCO\n" and (tmp_path / "earlier.csv").read_text() == "kept\n"
     with pytest.raises(SystemExit) as refused:  # evaluating a split: refused before the model is built
         evaluate.main(["--ckpt", str(ckpt), "--split", "test", "--out", str(read_only / "m.json")])
-    assert refused.value.code == 2 and capsys.readouterr().err == (f"error: --out {read_only / 'm.json'}: "
-                                                                   f"{read_only} is not writable\n")
+    assert refused.value.code == 2
+    assert str(refused.value) == f"--out {read_only / 'm.json'}: {read_only} is not writable"

@@ -19,9 +19,10 @@ from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.sources.descriptors import normalised_descriptors
 from graphormer_urpe.data.sources.featurize import molecule_graph
 from graphormer_urpe.data.sources.tables import TableError
-from graphormer_urpe.evaluation.new_molecules import predict_new_molecules
-from graphormer_urpe.run.cli import REPO_DIR, RUN_DIR_ENV
+from graphormer_urpe.evaluation.new_molecules import predict_checkpoint
+from graphormer_urpe.run.cli import RUN_DIR_ENV
 from graphormer_urpe.tasks import GraphRegression
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.runs import SMALL_TABLE_LINES
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 
@@ -78,4 +79,4 @@ def test_descriptors_and_a_feature_column_train_evaluate_and_predict(tmp_path: P
 
     new.drop(columns="rings").to_csv(tmp_path / "no_rings.csv", index=False)
     with pytest.raises(TableError, match="no column 'rings' \\(a feature column the model was trained with"):
-        predict_new_molecules(str(ckpt), tmp_path / "no_rings.csv", out)  # evaluate.py prints it, exit code 2
+        predict_checkpoint(ckpt, tmp_path / "no_rings.csv", out)  # the command prints it, exit code 2

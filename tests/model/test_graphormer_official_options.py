@@ -11,10 +11,10 @@ import pytest
 import torch
 import yaml
 
+from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.constants import SPD_RELATION_OFFSET, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import collate_graphs
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig, V2Head
-from graphormer_urpe.run.cli import CONFIG_DIR
 from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 

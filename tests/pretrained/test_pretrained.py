@@ -8,10 +8,10 @@ import pytest
 import torch
 import yaml
 
+from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.data.sources.descriptors import descriptor_reference
 from graphormer_urpe.pretrained import CHECKPOINT, SHORT_NAME, provenance, resolve_checkpoint, sha256_of
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint
-from graphormer_urpe.run.ledger import REPO_DIR
 
 
 def test_the_provenance_record_matches_the_shipped_file() -> None:
@@ -35,7 +35,7 @@ def test_the_provenance_record_matches_the_shipped_file() -> None:
 def test_the_shipped_checkpoint_was_trained_with_the_repository_config() -> None:
     """Reproducible by the documented command: every setting of configs/pretrain_moses.yaml is the checkpoint's."""
     trained = yaml.safe_load(provenance()["config"])
-    shipped = yaml.safe_load((REPO_DIR / "configs" / "pretrain_moses.yaml").read_text())
+    shipped = yaml.safe_load((CONFIG_DIR / "pretrain_moses.yaml").read_text())
 
     def contained(part: object, whole: object, key: str) -> None:
         if isinstance(part, dict):

@@ -18,6 +18,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from graphormer_urpe.commands.exits import NON_FINITE_LOSS
 from graphormer_urpe.run.callbacks import (
     NonFiniteLossGuard,
     Preempted,
@@ -27,7 +28,6 @@ from graphormer_urpe.run.callbacks import (
     rng_state,
     set_rng_state,
 )
-from graphormer_urpe.run.start import EXIT_NON_FINITE
 from graphormer_urpe.testing.device import exactness_device
 from graphormer_urpe.testing.distributed import run_on_processes
 from graphormer_urpe.testing.runs import (
@@ -264,7 +264,7 @@ def test_non_finite_loss_names_step_graphs_and_last_good_checkpoint(
         qm9_root: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
     poison = PoisonAtStep(4)
     args = tiny_run_args(qm9_root, tmp_path, "--checkpoint.every_n_steps", "2", "--run_name", "nan")
-    assert train_in_process(args, poison) == EXIT_NON_FINITE
+    assert train_in_process(args, poison) == NON_FINITE_LOSS
     message = package_log.text
     assert "non-finite training loss at optimiser step 4 (epoch 0, batch 3)" in message
     assert f"graphs {poison.indices}" in message
@@ -288,7 +288,7 @@ def test_losses_read_later_still_name_the_first_bad_step_and_keep_it_out_of_ever
     poison = PoisonAtStep(2)
     args = tiny_run_args(qm9_root, tmp_path, "--checkpoint.every_n_steps", "0", "--run_name", "nan",
                          "--trainer.log_every_n_steps", "5")
-    assert train_in_process(args, poison) == EXIT_NON_FINITE
+    assert train_in_process(args, poison) == NON_FINITE_LOSS
     message = package_log.text
     assert "non-finite training loss at optimiser step 2 (epoch 0, batch 1)" in message
     assert f"graphs {poison.indices}" in message and "found 1 step(s) later, losses being read every 5 steps" in message
@@ -373,3 +373,27 @@ def test_the_progress_bar_redraws_at_most_once_per_interval(monkeypatch: pytest.
     drawn = [bar._should_update(current, total=100) for current in range(1, 6)]
     assert drawn == [True, False, False, True, False]
     assert bar._should_update(100, total=100)  # the last batch of an epoch always
+def test_early_stopping_follows_the_tasks_own_monitor() -> None:
+    from graphormer_urpe import GraphormerConfig
+    from graphormer_urpe.run.callbacks import TaskEarlyStopping
+    from graphormer_urpe.tasks import Classification, GraphRegression
+
+    config = GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2)
+    for task, monitor, best, delta in ((GraphRegression(config), "val/mae", torch.inf, -0.01),
+                                       (Classification(config), "val/auroc", -torch.inf, 0.01)):
+        stopping = TaskEarlyStopping(patience=5, min_delta=0.01)
+        stopping.setup(SimpleNamespace(val_check_interval=1.0, check_val_every_n_epoch=1), task, "fit")
+        assert (stopping.monitor, stopping.best_score.item(), stopping.min_delta) == (monitor, best, delta)
+        assert stopping.state_key == f"TaskEarlyStopping{{'monitor': '{monitor}', 'mode': '{task.monitor[1]}'}}"
+
+
+@pytest.mark.slow
+def test_the_recipe_trains_binary_labels_to_the_end(small_table: Path, tmp_path: Path) -> None:
+    """Issue 37: the recipe on a binary table stopped after one epoch, its early stopping watching val/mae."""
+    from graphormer_urpe.testing.runs import train
+
+    metrics = train(["--config", "small_molecules_classification", "--data.source.path", str(small_table),
+                     "--data.root", str(tmp_path / "data"), "--run_root", str(tmp_path / "runs"),
+                     "--trainer.max_epochs", "3", "--trainer.enable_progress_bar", "false"])
+    assert metrics["global_step"] == 3 * 2  # 48 training molecules in batches of 32, every epoch
+    assert {"val/auroc", "val/auprc", "val/accuracy"} <= set(metrics["validation"])

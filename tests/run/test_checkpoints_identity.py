@@ -24,7 +24,7 @@ from graphormer_urpe.run.checkpoints import (
     flatten,
 )
 from graphormer_urpe.run.cli import GraphormerCLI
-from graphormer_urpe.run.ledger import REPO_DIR
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.directories import files_of
 from graphormer_urpe.testing.runs import small_run_args, train_in_process
 

@@ -16,19 +16,13 @@ from lightning_fabric.plugins.environments import SLURMEnvironment
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 import evaluate
+from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.run import cli
 from graphormer_urpe.run.callbacks import PreemptionCheckpoint
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
-from graphormer_urpe.run.cli import (
-    CONFIG_DIR,
-    REPO_DIR,
-    RUN_DIR_ENV,
-    GraphormerCLI,
-    TrainingCLI,
-    resolve_config_paths,
-    resolve_run_dir,
-)
+from graphormer_urpe.run.cli import RUN_DIR_ENV, GraphormerCLI, TrainingCLI, resolve_config_paths, resolve_run_dir
 from graphormer_urpe.run.tracking import WandbOptions
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.runs import tiny_run_args, train
 
 TINY = [

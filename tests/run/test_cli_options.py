@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.errors import ConfigError
-from graphormer_urpe.run.cli import CONFIG_DIR, REPO_DIR, GraphormerCLI, parse_error_line
+from graphormer_urpe.run.cli import GraphormerCLI, parse_error_line
 from graphormer_urpe.run.tracking import WandbOptions
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.directories import read_only_directory
 from graphormer_urpe.testing.runs import train
 

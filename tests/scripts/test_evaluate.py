@@ -1,4 +1,5 @@
-"""evaluate.py's refusals before any work: outputs it would overwrite, splits the checkpoint's data do not have."""
+"""evaluate.py (``graphormer-urpe evaluate`` and, with ``--predict``, ``predict``) refuses before any work: outputs it
+would overwrite, splits the checkpoint's data do not have."""
 
 from __future__ import annotations
 
@@ -12,20 +13,23 @@ import evaluate
 
 def test_help_prints_the_options_and_exits_zero(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as done:
-        evaluate.parse_args(["--help"])
+        evaluate.main(["--help"])
     assert done.value.code == 0
     shown = capsys.readouterr().out
-    assert "--ckpt CKPT" in shown and "--predict TABLE" in shown and "changes the checkpoint's own config" in shown
+    assert "--ckpt CKPT" in shown and "--submission_dir" in shown and "changes the checkpoint's own config" in shown
 
 
-@pytest.mark.parametrize("extra", [["--split", "valid"], ["--predict", "new.csv"]], ids=["metrics", "predictions"])
+@pytest.mark.parametrize("extra", [["--split", "valid"], ["--predict", "TABLE"]], ids=["metrics", "predictions"])
 def test_out_never_overwrites_a_file(tmp_path: Path, extra: list[str]) -> None:
     """As ``python -m graphormer_urpe.convert`` does: an earlier result is never replaced. (The refusal is
     read from the exception: ``capsys`` would close the stream the package's log handler keeps.)"""
+    (tmp_path / "new.csv").write_text("smiles\nCCO\n")
+    (tmp_path / "any.ckpt").write_bytes(b"")
     out = tmp_path / "metrics.json"
     out.write_text('{"earlier": "result"}\n')
     with pytest.raises(SystemExit) as refused:
-        evaluate.main(["--ckpt", str(tmp_path / "any.ckpt"), *extra, "--out", str(out)])
+        evaluate.main(["--ckpt", str(tmp_path / "any.ckpt"), *[str(tmp_path / "new.csv") if a == "TABLE" else a
+                                                                for a in extra], "--out", str(out)])
     assert refused.value.code == 2
     assert str(refused.value) == f"--out {out} exists; choose another output path (nothing is overwritten)"
     assert out.read_text() == '{"earlier": "result"}\n'

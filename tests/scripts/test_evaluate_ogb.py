@@ -20,7 +20,8 @@ from ogb.lsc import PCQM4Mv2Evaluator
 
 import evaluate
 from graphormer_urpe.evaluation.submission import check_submission
-from graphormer_urpe.run.cli import REPO_DIR, RUN_DIR_ENV
+from graphormer_urpe.run.cli import RUN_DIR_ENV
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 from graphormer_urpe.testing.runs import train
 from graphormer_urpe.testing.tolerance import rounding_tolerance
@@ -144,7 +145,7 @@ def test_full_size_test_dev_submission(pcqm_run: dict, tmp_path: Path, caplog: p
 @pytest.mark.slow
 def test_a_non_official_split_or_missing_directory_fails_clearly(pcqm_run: dict, tmp_path: Path,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
-    with pytest.raises(SystemExit, match="pass --submission-dir DIR"):
+    with pytest.raises(SystemExit, match="pass --submission_dir DIR"):
         run_evaluate(pcqm_run, "--split", "test-challenge")
     with pytest.raises(SystemExit, match="writes test-dev or test-challenge submissions, not 'valid'"):
         run_evaluate(pcqm_run, "--split", "valid", "--submission-dir", str(tmp_path))

@@ -21,7 +21,8 @@ import yaml
 
 from graphormer_urpe.commands import sweep as seeds
 from graphormer_urpe.errors import Refused
-from graphormer_urpe.run.ledger import REPO_DIR, RunDirectory
+from graphormer_urpe.run.ledger import RunDirectory
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.directories import files_of
 from graphormer_urpe.testing.runs import SignalDuringStep, small_run_args, tiny_run_args, train_in_process
 
@@ -49,7 +50,7 @@ def test_markdown_table_has_a_row_per_metric_and_a_column_per_seed() -> None:
 def test_seed_command_sets_seed_run_name_and_wandb_group() -> None:
     options, rest = seeds.parse_args(["--config", "qm9_gap", "--seeds", "4", "--trainer.max_steps", "9"])
     command = seeds.seed_command(options, 4, rest)
-    assert command[1:] == [str(seeds.TRAIN), "--config", "qm9_gap", "--trainer.max_steps", "9", "--seed_everything",
+    assert command == [*seeds.TRAIN, "--config", "qm9_gap", "--trainer.max_steps", "9", "--seed_everything",
                            "4", "--run_root", "runs", "--run_name", "qm9_gap-seed4", "--ckpt_path", "auto",
                            "--wandb.group", "qm9_gap"]
 
@@ -217,19 +218,20 @@ def test_a_seed_another_process_runs_is_waited_for_then_reused(tmp_path: Path, m
 
 
 @pytest.mark.slow
-def test_ensemble_scores_the_mean_of_the_seeds_best_checkpoints(small_table: Path, tmp_path: Path) -> None:
+def test_ensemble_saves_the_seeds_best_checkpoints_as_one_ensemble(small_table: Path, tmp_path: Path) -> None:
+    from graphormer_urpe.evaluation.ensemble import SavedEnsemble, sha256_file
     from graphormer_urpe.testing.runs import small_run_args
 
     args = small_run_args(small_table, tmp_path / "data", tmp_path, "--trainer.max_steps", "4",
                           "--trainer.val_check_interval", "2")
     result = seeds.main(["--seeds", "0", "1", "--name", "ens", "--ensemble", *args])
-    ensemble = json.loads((tmp_path / "ens-ensemble.json").read_text())
-    assert ensemble == json.loads(json.dumps(result["ensemble"]))
-    assert ensemble["seeds"] == [0, 1] and len(ensemble["members"]) == 2
-    for seed, member in zip((0, 1), ensemble["members"]):
-        assert member == json.loads((tmp_path / f"ens-seed{seed}" / "metrics.json").read_text())["best_checkpoint"]
-    table = (tmp_path / "ens-ensemble" / "ensemble-test.csv").read_text().splitlines()
-    assert len(table) == 1 + ensemble["rows"] == 7  # header and the 6 test molecules
+    record = SavedEnsemble(tmp_path / "ens-ensemble").record
+    assert result["ensemble"]["sources"] == [{"path": s.path, "sha256": s.sha256} for s in record.sources]
+    for seed, source in zip((0, 1), record.sources):
+        best = json.loads((tmp_path / f"ens-seed{seed}" / "metrics.json").read_text())["best_checkpoint"]
+        assert source.path == best and source.sha256 == sha256_file(Path(best))
+    assert len(pd.read_csv(tmp_path / "ens-ensemble" / "test.csv")) == 6  # the 6 test molecules
+    assert record.trees is None and "test/mae" in record.scores["test"]["ensemble"]
 
 
 @pytest.mark.parametrize("flags", [["--trees"], ["--predict", "new.csv"]])
@@ -239,39 +241,75 @@ def test_trees_and_new_molecules_need_the_ensemble(flags: list[str]) -> None:
     assert stop.value.code == 2
 
 
-def test_a_missing_table_to_predict_stops_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_missing_table_to_predict_stops_before_any_run(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as stop:
         seeds.main(["--config", "small_molecules", "--seeds", "0", "--ensemble", "--predict", str(tmp_path / "no.csv"),
                     "--run_root", str(tmp_path / "runs")])
     assert stop.value.code == 2
-    assert f"error: --predict {tmp_path / 'no.csv'}: no such file" in capsys.readouterr().err
+    assert str(stop.value) == f"the table to predict, {tmp_path / 'no.csv'}, does not exist"
     assert not (tmp_path / "runs").exists()
 
 
+def recipe_refusal(tmp_path: Path, capsys: pytest.CaptureFixture, *flags: str) -> str:
+    """The one line with which a recipe sweep of the small table refuses ``flags``; nothing ran, nothing was written."""
+    from graphormer_urpe.testing.runs import small_run_args
+
+    table = tmp_path / "small.csv"
+    table.write_text("".join((REPO_DIR / "examples" / "qm9_sample.csv").read_text().splitlines(True)[:61]))
+    args = small_run_args(table, tmp_path / "data", tmp_path / "runs", "--trainer.max_steps", "4")
+    with pytest.raises(SystemExit) as stop:
+        seeds.main(["--seeds", "0", "1", "--name", "ens", "--ensemble", *flags, *args])
+    assert stop.value.code == 2 and not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()
+    assert "\n" not in str(stop.value)  # logged in one line
+    return str(stop.value)
+
+
 @pytest.mark.slow
-def test_ensemble_with_trees_writes_its_own_files(small_table: Path, tmp_path: Path) -> None:
+def test_every_refusal_of_a_recipe_sweep_comes_before_the_first_seed(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """Issue 38.3: the trees without descriptors, a table to predict without the SMILES column or without rows."""
+    assert "--trees reads the RDKit descriptors and this config has none" in recipe_refusal(
+        tmp_path, capsys, "--trees", "--data.source.descriptors", "null")
+    (tmp_path / "no_smiles.csv").write_text("id,name\n1,ethanol\n")
+    assert "no_smiles.csv" in recipe_refusal(tmp_path, capsys, "--predict", str(tmp_path / "no_smiles.csv"))
+    (tmp_path / "empty.csv").write_text("smiles\n")
+    assert "empty.csv: the file has a header but no data rows" in recipe_refusal(
+        tmp_path, capsys, "--predict", str(tmp_path / "empty.csv"))
+
+
+@pytest.mark.slow
+def test_ensemble_with_trees_writes_its_own_files(small_table: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    from graphormer_urpe.evaluation.ensemble import SavedEnsemble
     from graphormer_urpe.testing.runs import small_run_args
 
     args = small_run_args(small_table, tmp_path / "data", tmp_path, "--trainer.max_steps", "4",
                           "--trainer.val_check_interval", "2", "--data.source.descriptors", "rdkit2d")
     new = tmp_path / "new.csv"
-    new.write_text("smiles\nCCO\nc1ccccc1O\nnot a molecule\n")
-    result = seeds.main(["--seeds", "0", "1", "--name", "ens", "--ensemble", "--trees", "--predict", str(new), *args])
-    blended = json.loads((tmp_path / "ens-ensemble-trees.json").read_text())
-    assert blended == json.loads(json.dumps(result["ensemble"]))
-    assert set(blended["tree_weights"]) == {"gap_ev", "mu_debye"}
-    assert blended["ensemble_with_trees"]["mae"] > 0 and blended["seeds"] == [0, 1]
-    header = (tmp_path / "ens-ensemble-trees" / "ensemble-test.csv").read_text().splitlines()[0].split(",")
-    assert {"ensemble_gap_ev", "trees_gap_ev", "blend_gap_ev"} <= set(header)
-    assert not (tmp_path / "ens-ensemble.json").exists()  # the plain ensemble's name is not taken
-    predicted = pd.read_csv(tmp_path / "ens-ensemble-trees" / "predict-new.csv", keep_default_na=False,
-                            na_values=[""])
+    new.write_text("id,smiles\na,CCO\nb,c1ccccc1O\nc,not a molecule\n")
+    command = ["--seeds", "0", "1", "--name", "ens", "--ensemble", "--trees", "--predict", str(new), *args]
+    result = seeds.main(command)
+    record = SavedEnsemble(tmp_path / "ens-ensemble-trees").record
+    assert set(record.tree_weights) == {"gap_ev", "mu_debye"} and result["ensemble"]["tree_weights"] == \
+        record.tree_weights
+    blend_mae = record.scores["test"]["blend"]["test/mae"]
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("[seeds] ensemble of seeds [0, 1]: test MAE ") and \
+        f"test MAE {blend_mae:.4g} of the blend with the descriptor trees" in last  # issue 38.5: named as the blend's
+    assert not (tmp_path / "ens-ensemble").exists()  # the plain ensemble's name is not taken
+    written = tmp_path / "ens-ensemble-trees-predict-new.csv"
+    predicted = pd.read_csv(written, keep_default_na=False, na_values=[""])
+    assert predicted["id"].tolist() == ["a", "b", "c"]  # issue 38.5: the table's other columns are kept
     assert predicted["smiles"].tolist() == ["CCO", "c1ccccc1O", "not a molecule"]
-    assert predicted[["blend_gap_ev", "blend_mu_debye"]].iloc[:2].notna().all(axis=None)
-    assert predicted["blend_gap_ev"].iloc[2] != predicted["blend_gap_ev"].iloc[2]  # NaN: could not be featurised
-    assert blended["new_molecules"]["failed"] == 1
-    earlier = (tmp_path / "ens-ensemble-trees" / "predict-new.csv").read_bytes()
+    assert predicted[["gap_ev", "mu_debye", "gap_ev_trees", "gap_ev_std"]].iloc[:2].notna().all(axis=None)
+    assert predicted[["gap_ev", "gap_ev_member0"]].iloc[2].isna().all() and predicted["error"].iloc[2] != ""
+    earlier = written.read_bytes()
     with pytest.raises(SystemExit) as stop:  # the same command again: the earlier prediction is kept
-        seeds.main(["--seeds", "0", "1", "--name", "ens", "--ensemble", "--trees", "--predict", str(new), *args])
-    assert stop.value.code == 2
-    assert (tmp_path / "ens-ensemble-trees" / "predict-new.csv").read_bytes() == earlier
+        seeds.main(command)
+    assert stop.value.code == 2 and written.read_bytes() == earlier
+    written.rename(tmp_path / "kept.csv")  # moved away: the same command reuses the seeds and the ensemble
+    capsys.readouterr()
+    seeds.main(command)
+    assert f"[seeds] ensemble reused: {tmp_path / 'ens-ensemble-trees'} holds these seeds' runs" in \
+        capsys.readouterr().out
+    assert written.read_bytes() == (tmp_path / "kept.csv").read_bytes()

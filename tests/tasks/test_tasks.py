@@ -23,9 +23,10 @@ from graphormer_urpe.data.sources import SmilesTable
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.run.cli import REPO_DIR, GraphormerCLI
+from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
 from graphormer_urpe.tasks.base import warmup_linear_decay
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.distributed import run_on_processes
 from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.runs import tiny_run_args, train_in_process

@@ -33,9 +33,7 @@ of the loss.
 from __future__ import annotations
 
 import functools
-import gzip
 import hashlib
-import importlib.util
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,37 +44,19 @@ import numpy as np
 from rdkit import Chem, rdBase
 from rdkit.Chem import Descriptors
 
-from graphormer_urpe.data.sources.featurize import silence_rdkit
 from graphormer_urpe.errors import DatasetMissing
 
 #: The descriptor set's name, as options and checkpoints spell it.
 DESCRIPTOR_SET = "rdkit2d"
-#: The reference distribution of every descriptor, written by :func:`write_reference`.
+#: Descriptor feature names are ``rdkit2d/<RDKit name>``; a table's feature column may not start so.
+DESCRIPTOR_PREFIX = f"{DESCRIPTOR_SET}/"
+#: How a descriptor outside the reference's range enters the model: on the logarithmic tail, so the many small
+#: molecules below MOSES's smallest weight keep their order (docs/small-data.md).
+DESCRIPTOR_TAILS = "extend"
+#: The reference distribution of every descriptor, written by ``bench/descriptor_reference.py`` (a maintainer's tool).
 REFERENCE_FILE = Path(__file__).with_name("rdkit2d_reference.json")
 #: Quantiles stored per descriptor (0 %, 1 %, ... 100 %).
 REFERENCE_QUANTILES = 101
-
-
-def moses_smiles_file(name: str = "train") -> Path:
-    """``moses/dataset/data/<name>.csv.gz`` of the installed ``molsets`` wheel (MOSES, Polykovskiy et al. 2020:
-    1,584,663 training and 176,074 test molecules of ZINC's clean lead-like set), found without importing it."""
-    spec = importlib.util.find_spec("moses")
-    path = None
-    if spec is not None and spec.submodule_search_locations:
-        path = Path(next(iter(spec.submodule_search_locations))) / "dataset" / "data" / f"{name}.csv.gz"
-    if path is None or not path.is_file():
-        raise DatasetMissing("the MOSES corpus ships in the PyPI wheel molsets: pip install --no-deps molsets==0.3.1 "
-                             f"(it needs none of its dependencies here; looked for moses/dataset/data/{name}.csv.gz)")
-    return path
-
-
-def moses_smiles(name: str = "train") -> list[str]:
-    """The SMILES of one MOSES file, in file order (one column, ``SMILES``)."""
-    with gzip.open(moses_smiles_file(name), "rt") as text:
-        header = text.readline().strip()
-        if header != "SMILES":
-            raise DatasetMissing(f"{moses_smiles_file(name)}: expected the header 'SMILES', found {header!r}")
-        return [line.strip() for line in text if line.strip()]
 
 
 def raw_descriptors(mol: Chem.Mol, names: Sequence[str]) -> np.ndarray:
@@ -179,34 +159,7 @@ def normalised_descriptors(mol: Chem.Mol, tails: Literal["clip", "extend"] = "cl
     return reference.normalise(raw_descriptors(mol, reference.names), tails)
 
 
-def write_reference(molecules: int = 20_000, seed: int = 0, path: Path = REFERENCE_FILE) -> Path:
-    """Compute the reference from ``molecules`` MOSES training molecules drawn with ``seed``; write it to ``path``.
-
-    ``python -m graphormer_urpe.data.sources.descriptors`` runs this (about 2 minutes on one core)."""
-    from tqdm.auto import tqdm
-
-    silence_rdkit()
-    smiles = moses_smiles("train")
-    rows = np.sort(np.random.default_rng(seed).choice(len(smiles), size=min(molecules, len(smiles)), replace=False))
-    names = [name for name, _ in Descriptors.descList]
-    raw = np.stack([raw_descriptors(Chem.MolFromSmiles(smiles[row]), names)
-                    for row in tqdm(rows, desc="RDKit descriptors of the reference", unit="molecule")])
-    levels = np.linspace(0.0, 1.0, REFERENCE_QUANTILES)
-    kept, quantiles = [], []
-    for k, name in enumerate(names):
-        known = raw[:, k][~np.isnan(raw[:, k])]
-        if len(known) < len(rows) // 2:
-            continue  # missing for most drug-like molecules: no usable distribution
-        row = np.quantile(known, levels)
-        kept.append(name)
-        quantiles.append([float(f"{value:.7g}") for value in row])
-    corpus = moses_smiles_file("train")
-    provenance = {"corpus": f"MOSES train ({corpus.name} of molsets 0.3.1)",
-                  "corpus_sha1": hashlib.sha1(corpus.read_bytes()).hexdigest(), "molecules": int(len(rows)),
-                  "seed": seed, "rdkit": rdBase.rdkitVersion, "dropped": sorted(set(names) - set(kept))}
-    path.write_text(json.dumps({"names": kept, "quantiles": quantiles, "provenance": provenance}) + "\n")
-    return path
-
-
-if __name__ == "__main__":
-    print(write_reference())
+def descriptor_features(mol: Chem.Mol) -> np.ndarray:
+    """The descriptors as the model and the descriptor trees read them: on the reference's scale with the
+    :data:`DESCRIPTOR_TAILS` tails, NaN where missing. Shapes: (K,) float32."""
+    return normalised_descriptors(mol, tails=DESCRIPTOR_TAILS)

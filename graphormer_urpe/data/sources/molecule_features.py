@@ -13,14 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 from rdkit import Chem
 
-from graphormer_urpe.data.sources.descriptors import DESCRIPTOR_SET, descriptor_reference, normalised_descriptors
+from graphormer_urpe.data.sources.descriptors import (
+    DESCRIPTOR_PREFIX,
+    DESCRIPTOR_SET,
+    DESCRIPTOR_TAILS,
+    descriptor_features,
+    descriptor_reference,
+)
 from graphormer_urpe.errors import ConfigError
-
-#: How a descriptor outside the reference's range enters the model: on the logarithmic tail, so the many small
-#: molecules below MOSES's smallest weight keep their order (docs/small-data.md).
-DESCRIPTOR_TAILS = "extend"
-#: Descriptor feature names are ``rdkit2d/<RDKit name>``; a table's feature column may not start so.
-DESCRIPTOR_PREFIX = f"{DESCRIPTOR_SET}/"
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class MoleculeFeatures:
             descriptors = np.full((len(smiles), width), np.nan, dtype=np.float32)
             for k, text in enumerate(smiles):
                 if (mol := to_describe(text, max_nodes)) is not None:
-                    descriptors[k] = normalised_descriptors(mol, tails=DESCRIPTOR_TAILS)
+                    descriptors[k] = descriptor_features(mol)
             parts.insert(0, descriptors)
         return np.concatenate(parts, axis=1)
 

@@ -5,6 +5,8 @@ See docs/small-data.md."""
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,23 +18,39 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import seeded_split
-from graphormer_urpe.data.sources.descriptors import (
-    DESCRIPTOR_SET,
-    descriptor_reference,
-    moses_smiles,
-    moses_smiles_file,
-    normalised_descriptors,
-)
+from graphormer_urpe.data.sources.descriptors import DESCRIPTOR_SET, descriptor_reference, normalised_descriptors
 from graphormer_urpe.data.sources.featurize import molecule_graphs, molecule_spec, silence_rdkit
 from graphormer_urpe.data.sources.molecule_features import to_describe
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
 from graphormer_urpe.data.spec import DataSpec
-from graphormer_urpe.errors import ConfigError, check_int
+from graphormer_urpe.errors import ConfigError, DatasetMissing, check_int
 
 log = logging.getLogger(__name__)
 
 #: MOSES's training file: 1,584,663 molecules.
 MOSES_TRAIN_SIZE = 1_584_663
+
+
+def moses_smiles_file(name: str = "train") -> Path:
+    """``moses/dataset/data/<name>.csv.gz`` of the installed ``molsets`` wheel (MOSES, Polykovskiy et al. 2020:
+    1,584,663 training and 176,074 test molecules of ZINC's clean lead-like set), found without importing it."""
+    spec = importlib.util.find_spec("moses")
+    path = None
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / "dataset" / "data" / f"{name}.csv.gz"
+    if path is None or not path.is_file():
+        raise DatasetMissing("the MOSES corpus ships in the PyPI wheel molsets: pip install --no-deps molsets==0.3.1 "
+                             f"(it needs none of its dependencies here; looked for moses/dataset/data/{name}.csv.gz)")
+    return path
+
+
+def moses_smiles(name: str = "train") -> list[str]:
+    """The SMILES of one MOSES file, in file order (one column, ``SMILES``)."""
+    with gzip.open(moses_smiles_file(name), "rt") as text:
+        header = text.readline().strip()
+        if header != "SMILES":
+            raise DatasetMissing(f"{moses_smiles_file(name)}: expected the header 'SMILES', found {header!r}")
+        return [line.strip() for line in text if line.strip()]
 
 
 def capped_fragment(fragment: Chem.Mol) -> str | None:

@@ -87,10 +87,11 @@ class TableRead:
 
 
 def read_table(path: Path, columns: Sequence[str], what: Sequence[str],
-               blank_lines: Literal["skip", "keep"] = "skip") -> TableRead:
-    """Read a CSV or Parquet table once: hash its bytes and parse ``columns`` (named by the config keys ``what``);
-    :class:`TableError` for any problem of the file as a whole. A blank line of a CSV file (nothing, or spaces and
-    tabs, after the header) is skipped and counted, or with ``blank_lines="keep"`` is a row of empty cells."""
+               blank_lines: Literal["skip", "keep"] = "skip", every_column: bool = False) -> TableRead:
+    """Read a CSV or Parquet table once: hash its bytes and parse ``columns`` (named by the config keys ``what``),
+    with ``every_column`` the others too; :class:`TableError` for any problem of the file as a whole. A blank line of a
+    CSV file (nothing, or spaces and tabs, after the header) is skipped and counted, or with ``blank_lines="keep"`` is
+    a row of empty cells."""
     if not is_parquet(path) and not path.name.lower().endswith(_CSV_SUFFIXES):
         raise TableError(f"{path}: unknown table type; name it *.csv, *.csv.gz, *.tsv or *.parquet")
     data = path.read_bytes()
@@ -101,7 +102,7 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str],
         import pyarrow.parquet as pq
 
         _check_columns(path, list(pq.read_schema(io.BytesIO(data)).names), columns, what, None)
-        frame = pd.read_parquet(io.BytesIO(data), columns=list(dict.fromkeys(columns)))
+        frame = pd.read_parquet(io.BytesIO(data), columns=None if every_column else list(dict.fromkeys(columns)))
         lines = None
     else:  # every cell as text
         text = csv_bytes(path, data)
@@ -115,7 +116,8 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str],
         records = _records(path, text, sep)
         keep = blank_lines == "keep"
         # pandas skips the same blank lines (and, kept, reads each as a row): the lines before the header are skipped
-        frame = pd.read_csv(io.BytesIO(text), sep=sep, usecols=list(dict.fromkeys(columns)), dtype=str,
+        frame = pd.read_csv(io.BytesIO(text), sep=sep, usecols=None if every_column else list(dict.fromkeys(columns)),
+                            dtype=str,
                             keep_default_na=False, encoding="utf-8", skip_blank_lines=not keep,
                             skiprows=records.header_line - 1)
         every_line = np.frombuffer(records.lines, dtype=np.int64)  # (R,) with the blank records
@@ -580,9 +582,9 @@ class SmilesTable(MoleculeSource):
 class SmilesToPredict(MoleculeSource):
     """New molecules to predict: one SMILES column, every row (duplicates and blank lines too) in the split
     ``predict``, in file order; rows that cannot be featurised, or whose SMILES holds whitespace, are reported
-    (``evaluate.py --predict`` writes the reason). A model trained with molecule-level features gets them again:
+    (``graphormer-urpe predict`` writes the reason). A model trained with molecule-level features gets them again:
     ``descriptors`` computed from the SMILES, the ``feature_columns`` read from this table (each must be one of
-    its columns)."""
+    its columns). The table's one read keeps every column (``predict`` writes them back beside the predictions)."""
 
     def __init__(self, path: str, smiles_column: str = "smiles", descriptors: Literal["rdkit2d"] | None = None,
                  feature_columns: Sequence[str] = ()) -> None:
@@ -602,7 +604,8 @@ class SmilesToPredict(MoleculeSource):
         trained_with = f"a feature column the model was trained with: data.source.feature_columns " \
                        f"{list(self.features.columns)}"
         return read_table(self.path, [self.smiles_column, *self.features.columns],
-                          ["--smiles-column", *[trained_with] * len(self.features.columns)], blank_lines="keep")
+                          ["--smiles_column", *[trained_with] * len(self.features.columns)], blank_lines="keep",
+                          every_column=True)
 
     def smiles(self) -> list[str]:
         """The SMILES of every row, stripped, in file order (a blank line's is empty)."""

@@ -17,8 +17,9 @@ import train
 from graphormer_urpe.data.lsc_formats import MAG240M
 from graphormer_urpe.data.mag240m.release import MAG240MRaw
 from graphormer_urpe.evaluation.submission import check_submission
-from graphormer_urpe.run.cli import REPO_DIR, RUN_DIR_ENV, GraphormerCLI
+from graphormer_urpe.run.cli import RUN_DIR_ENV, GraphormerCLI
 from graphormer_urpe.run.ledger import count_parameters
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
 #: Every test here shares a small MAG240M training run (about 10 s).

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.data.cache import GraphStore
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import PCQM4Mv2
@@ -23,7 +24,8 @@ from graphormer_urpe.data.sources import pcqm4mv2 as pcqm_module
 from graphormer_urpe.data.sources.featurize import FEATURIZER_VERSION, molecule_graph
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs
 from graphormer_urpe.errors import DatasetMissing
-from graphormer_urpe.run.cli import CONFIG_DIR, REPO_DIR, GraphormerCLI
+from graphormer_urpe.run.cli import GraphormerCLI
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 
 SIZES = {"train": 180, "valid": 60, "test-dev": 40, "test-challenge": 40}

@@ -16,6 +16,7 @@ from rdkit import Chem
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
 import train
+from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import SmilesTable, SmilesToPredict
 from graphormer_urpe.data.sources.base import seeded_split
@@ -23,7 +24,7 @@ from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB, molec
 from graphormer_urpe.data.sources.tables import TableError, balanced_scaffold_split, read_table, scaffold_split
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import DatasetMissing, InputError
-from graphormer_urpe.run.cli import REPO_DIR
+from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.runs import run_train_subprocess
 
 EXAMPLE = REPO_DIR / "examples" / "qm9_sample.csv"
@@ -494,7 +495,7 @@ def test_a_table_is_read_once_per_run(tmp_path: Path, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(io, "open", counting_open)
     monkeypatch.setattr(builtins, "open", counting_open)
-    metrics = train.main(_train(table, tmp_path, "--config", str(REPO_DIR / "configs/smiles_csv_classification.yaml"),
+    metrics = train.main(_train(table, tmp_path, "--config", str(CONFIG_DIR / "smiles_csv_classification.yaml"),
                                 "--data.source.path", str(table), "--data.source.targets", "[rings]",
                                 "--data.source.task", "multiclass", "--data.preprocess_workers", "0",
                                 "--model.encoder.num_layers", "1", "--trainer.max_steps", "2",

@@ -1,0 +1,39 @@
+"""``graphormer-urpe``: one command whose subcommands each have their own help; an unknown one is one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from graphormer_urpe.commands.__main__ import SUBCOMMANDS, main
+
+
+def test_the_command_lists_its_subcommands(capsys: pytest.CaptureFixture) -> None:
+    assert main(["--help"]) == 0
+    shown = capsys.readouterr().out
+    assert all(f"  {name} " in shown for name in SUBCOMMANDS)
+    assert list(SUBCOMMANDS) == ["train", "evaluate", "predict", "sweep", "ensemble", "convert"]
+    assert main([]) == 2 and "subcommands:" in capsys.readouterr().err
+    assert main(["trian"]) == 2
+    assert capsys.readouterr().err == ("error: 'trian' is not a subcommand; one of train, evaluate, predict, sweep, "
+                                       "ensemble, convert (graphormer-urpe --help)\n")
+    assert main(["--version"]) == 0 and capsys.readouterr().out.startswith("graphormer-urpe ")
+
+
+@pytest.mark.parametrize("name", ["evaluate", "predict", "sweep", "ensemble", "convert"])
+def test_every_subcommand_has_its_help_with_underscored_options(name: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([name, "--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert "usage: graphormer-urpe" in shown and not [o for o in shown.split() if o.startswith("--") and "-" in o[2:]
+                                                      and not o.startswith("--data.") and o != "--"]
+
+
+@pytest.mark.slow
+def test_python_dash_m_runs_the_same_command() -> None:
+    done = subprocess.run([sys.executable, "-m", "graphormer_urpe.commands", "train", "--help"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "--run_root" in done.stdout and "--init_from" in done.stdout
