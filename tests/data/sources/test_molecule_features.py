@@ -17,7 +17,7 @@ from rdkit import Chem
 from graphormer_urpe.data.batch import GraphRecord, collate_graphs
 from graphormer_urpe.data.datamodule import GraphDataModule
 from graphormer_urpe.data.sources import SmilesTable, SmilesToPredict, molecule_features
-from graphormer_urpe.data.sources.descriptors import descriptor_reference, normalised_descriptors
+from graphormer_urpe.data.sources.descriptors import descriptor_features, descriptor_reference, normalised_descriptors
 from graphormer_urpe.data.sources.molecule_features import MoleculeFeatures, feature_statistics
 from graphormer_urpe.data.sources.tables import TableError
 from graphormer_urpe.data.spec import DataSpec
@@ -85,11 +85,11 @@ def test_a_molecule_above_max_nodes_is_skipped_before_its_descriptors_are_comput
     descriptor is computed for a molecule the cache skips, and the reason is the cache's."""
     described: list[int] = []
 
-    def recorded(mol: Chem.Mol, tails: str = "clip") -> np.ndarray:
+    def recorded(mol: Chem.Mol) -> np.ndarray:
         described.append(mol.GetNumAtoms())
-        return normalised_descriptors(mol, tails=tails)
+        return descriptor_features(mol)
 
-    monkeypatch.setattr(molecule_features, "normalised_descriptors", recorded)
+    monkeypatch.setattr(molecule_features, "descriptor_features", recorded)
     path = tmp_path / "new.csv"
     pd.DataFrame({"smiles": ["CCO", "C" * 40, "c1ccccc1O"]}).to_csv(path, index=False)
     data = GraphDataModule(SmilesToPredict(str(path), descriptors="rdkit2d"), root=str(tmp_path / "data"),
