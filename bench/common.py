@@ -50,6 +50,36 @@ def random_molecule_record(rng: np.random.Generator, atoms: int, index: int, nod
     return structured_record(x, edges, edge_attr, rng.normal(size=1).astype(np.float32), index)
 
 
+#: Heavy atoms of :func:`random_smiles` and their valences (single bonds only).
+SMILES_ATOMS = (("C", 4), ("N", 3), ("O", 2))
+
+
+def random_smiles(atoms: int, rng: np.random.Generator, rings: int = 2) -> str:
+    """A valid SMILES of ``atoms`` heavy atoms (carbon, some nitrogen and oxygen), a random tree of single bonds
+    with up to ``rings`` ring closures, every valence respected: molecules of a given size for data written in a
+    release layout that featurises SMILES (PCQM4Mv2's)."""
+    from rdkit import Chem
+
+    mol = Chem.RWMol()
+    free = []  # bonds each atom may still take
+    for k in range(atoms):
+        symbol, valence = SMILES_ATOMS[int(rng.choice(3, p=[0.7, 0.15, 0.15]))]
+        mol.AddAtom(Chem.Atom(symbol))
+        free.append(valence)
+        if k:
+            partner = int(rng.choice([j for j in range(k) if free[j] > 0]))
+            mol.AddBond(partner, k, Chem.BondType.SINGLE)
+            free[partner] -= 1
+            free[k] -= 1
+    for _ in range(rings):
+        a, b = (int(i) for i in rng.integers(0, atoms, 2))
+        if a != b and free[a] > 0 and free[b] > 0 and mol.GetBondBetweenAtoms(a, b) is None:
+            mol.AddBond(a, b, Chem.BondType.SINGLE)
+            free[a] -= 1
+            free[b] -= 1
+    return Chem.MolToSmiles(mol.GetMol())
+
+
 def qm9_pool_smiles(count: int, seed: int = 0) -> np.ndarray:
     """SMILES of the 30 first (smallest: 1-4 heavy atoms) and ``count`` random further QM9 molecules of the
     embedded ``qm9pack`` data. (30 + count,) object"""

@@ -71,7 +71,7 @@ CAPS: dict[str, dict[str, float]] = {
     "loop": {"zinc bf16-mixed": 120},
     "profile": {"zinc eager": 25, "zinc cuda_graphs": 35},
     "matrix": {"zinc bf16-mixed rpe": 150, "zinc bf16-mixed compiled": 120, "zinc 32": 150,
-               "pcqm bf16-mixed": 180},
+               "pcqm bf16-mixed": 180, "pcqm loop bf16-mixed": 180},
     "memory": {"zinc": 27, "pcqm4mv2": 27, "mag240m": 44},
     "qm9": {"32": 37, "16-mixed": 40, "bf16-mixed": 34},
 }
@@ -267,14 +267,16 @@ def check_steps(check: Check, commands: dict[str, list[str]], caps: dict[str, fl
     return {"status": part_status(runs), "runs": runs}
 
 
-def check_loop(check: Check, device: str, quick: bool) -> dict:
-    """``train.py`` end to end on ZINC-sized data, eager and with CUDA graphs (``--quick``: steps 2-4 of 4)."""
-    result_file = check.out / "loop zinc bf16-mixed.json"
-    command = [sys.executable, "bench/train_loop.py", "--data-root", str(check.work / "zinc_like"), "--device", device,
-               "--precision", "bf16-mixed", "--variants", "eager", "cuda_graphs", "--pad-nodes-to", str(ZINC_PAD),
+def check_loop(check: Check, device: str, quick: bool, setting: str, cap: float) -> dict:
+    """``train.py`` end to end on data of the setting's sizes, eager and with CUDA graphs, within ``cap`` seconds
+    (``--quick``: steps 2-4 of 4 on a release of 200 molecules)."""
+    result_file = check.out / f"loop {setting} bf16-mixed.json"
+    command = [sys.executable, "bench/train_loop.py", "--setting", setting, "--data-root",
+               str(check.work / f"{setting}_like"), "--device", device, "--precision", "bf16-mixed", "--variants",
+               "eager", "cuda_graphs", "--pad-nodes-to", str(ZINC_PAD if setting == "zinc" else PCQM_PAD),
                "--workers", "2" if quick else "6", "--json", str(result_file)]
-    command += ["--first", "1", "--last", "4"] if quick else []
-    outcome = check.run(command, CAPS["loop"]["zinc bf16-mixed"])
+    command += ["--first", "1", "--last", "4", "--molecules", "200"] if quick else []
+    outcome = check.run(command, cap)
     runs = json.loads(result_file.read_text())["runs"] if result_file.is_file() else {}
     return {"status": outcome.status, "seconds": outcome.seconds, "command": " ".join(command[1:]), "runs": runs,
             "output": outcome.stdout.strip() if outcome.ok else (outcome.stdout + outcome.stderr)[-3000:]}
@@ -423,8 +425,8 @@ def headline(parts: dict) -> list[str]:
 
 
 def markdown_loop(loop: dict) -> list[str]:
-    lines = ["**train.py end to end** (`bench/train_loop.py`: ZINC config on ZINC-sized data in ZINC's layout, "
-             "global batch 256, steps 51-250 timed)", "",
+    lines = ["**train.py end to end** (`bench/train_loop.py`: the config on data of its dataset's sizes in its release "
+             "layout, steps 51-250 timed)", "",
              "| variant | graphs/s | steps/s | time between steps (loader, Lightning) |", "|---|---|---|---|"]
     for mode, runs in loop.get("runs", {}).items():
         for run in runs:
@@ -479,6 +481,8 @@ def markdown(report: dict) -> str:
         lines += markdown_profile(parts["profile"])
     if "matrix" in parts:
         lines += markdown_steps("The rest of the grid", parts["matrix"])
+        if "loop" in parts["matrix"]:
+            lines += markdown_loop(parts["matrix"]["loop"])
     if "memory" in parts:
         lines += markdown_memory(parts["memory"])
     if "qm9" in parts:
@@ -532,10 +536,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if part == "tests":
                 result = check_tests(check, args.quick, args.bundle)
-            elif part in ("step", "matrix"):
+            elif part == "step":
                 result = check_steps(check, steps[part], CAPS[part], update)
+            elif part == "matrix":
+                result = check_steps(check, steps[part], CAPS[part], update)
+                update(result)
+                result["loop"] = check_loop(check, args.device, args.quick, "pcqm", CAPS[part]["pcqm loop bf16-mixed"])
+                result["status"] = part_status([result, result["loop"]])
             elif part == "loop":
-                result = check_loop(check, args.device, args.quick)
+                result = check_loop(check, args.device, args.quick, "zinc", CAPS[part]["zinc bf16-mixed"])
             elif part == "profile":
                 result = check_profile(check, args.device, args.quick, update)
             elif part == "memory":

@@ -1,18 +1,27 @@
-"""The whole training loop: ``train.py --config zinc_subset`` end to end (data loading, Lightning, logging), graphs
-per second over a window of steps, beside the step alone (``bench/train_throughput.py``).
+"""The whole training loop: ``train.py`` end to end (data loading, Lightning, logging), graphs per second over a
+window of steps, beside the step alone (``bench/train_throughput.py``).
 
-    python bench/train_loop.py --data-root data/zinc_like                         # CPU
+    python bench/train_loop.py --data-root data/zinc_like                         # CPU, the ZINC config
     python bench/train_loop.py --data-root /tmp/zinc_like --device cuda --precision bf16-mixed \\
         --variants eager cuda_graphs --pad-nodes-to 40
+    python bench/train_loop.py --setting pcqm --data-root /tmp/pcqm_like --device cuda --pad-nodes-to 56
 
-The data is ZINC-sized and in ZINC's release layout (``ZINC/raw``: the subset's 10,000 / 1,000 / 1,000 molecules,
-9-38 atoms, a tree of bonds and two ring closures each; :func:`~graphormer_urpe.testing.zinc_raw.write_zinc_raw`),
-written once under ``--data-root`` (``--molecules`` for fewer) and read by the real ZINC source and cache. Each
-variant (``eager``, ``compiled``, ``cuda_graphs``: ``--model.compile``) is one ``train.py`` process of the ZINC
-config, global batch 256, its ``--data.num_workers`` loader workers, no validation, no logger, for ``--last``
-optimiser steps; steps ``--first + 1`` .. ``--last`` are timed by :class:`step_clock.StepClock` (graphs per second;
-the share of the time between two steps: waiting for the loader, and Lightning's bookkeeping). Variants run one
-after the other, in alternating order when ``--rounds`` > 1; the median round counts.
+The data is written once under ``--data-root`` in the dataset's release layout, and read by the real source and
+cache:
+
+* ``zinc`` (``configs/zinc_subset.yaml``, global batch 256): ZINC-sized molecules in ZINC's layout (``ZINC/raw``:
+  the subset's 10,000 / 1,000 / 1,000 molecules, 9-38 atoms, a tree of bonds and two ring closures each;
+  :func:`~graphormer_urpe.testing.zinc_raw.write_zinc_raw`);
+* ``pcqm`` (``configs/pcqm4mv2.yaml``, global batch 512): PCQM4Mv2-sized molecules (``bench/train_throughput.py``'s
+  sizes) as SMILES in PCQM4Mv2's layout (``pcqm4m-v2/raw/data.csv.gz``, ``split_dict.pt``; carbon, nitrogen and
+  oxygen, :func:`common.random_smiles`), featurised as PCQM4Mv2 is; 10,000 training molecules, 1,000 in each other
+  split.
+
+``--molecules`` writes fewer. Each variant (``eager``, ``compiled``, ``cuda_graphs``: ``--model.compile``) is one
+``train.py`` process of the config, its ``--data.num_workers`` loader workers, no validation, no logger, for
+``--last`` optimiser steps; steps ``--first + 1`` .. ``--last`` are timed by :class:`step_clock.StepClock` (graphs
+per second; the share of the time between two steps: waiting for the loader, and Lightning's bookkeeping). Variants
+run one after the other, in alternating order when ``--rounds`` > 1; the median round counts.
 """
 
 from __future__ import annotations
@@ -25,7 +34,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
+from common import random_smiles
+from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw, zinc_like_atoms
+from train_throughput import SETTINGS
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
@@ -44,11 +58,31 @@ def zinc_like_release(data_root: Path, train: int) -> None:
         write_zinc_raw(raw, sizes, sizes, atoms=zinc_like_atoms, rings=2)
 
 
+def pcqm_like_release(data_root: Path, train: int) -> None:
+    """``train`` PCQM4Mv2-sized training molecules (a tenth as many in each other split) as SMILES in PCQM4Mv2's
+    layout under ``data_root``, with random gaps, written unless already there."""
+    if (data_root / "pcqm4m-v2").exists():
+        return
+    counts = {"train": train, "valid": train // 10, "test-dev": train // 10, "test-challenge": train // 10}
+    rng = np.random.default_rng(0)
+    total = sum(counts.values())
+    print(f"writing {total} PCQM4Mv2-sized molecules into {data_root / 'pcqm4m-v2'}", flush=True)
+    smiles = [random_smiles(SETTINGS["pcqm"].atoms(rng), rng) for _ in range(total)]
+    starts = np.cumsum([0, *counts.values()])
+    splits = {name: np.arange(starts[k], starts[k + 1]) for k, name in enumerate(counts)}
+    write_pcqm4mv2(data_root, smiles, rng.normal(5.0, 1.0, total), splits)
+
+
+#: Per setting: the config, and what writes its data.
+RELEASES = {"zinc": ("zinc_subset", zinc_like_release), "pcqm": ("pcqm4mv2", pcqm_like_release)}
+
+
 def timed_run(args: argparse.Namespace, mode: str, run_root: Path, out: Path) -> dict:
     """One ``train.py`` process; returns :class:`step_clock.StepClock`'s figures (exit on failure)."""
     clock = {"class_path": "step_clock.StepClock",
              "init_args": {"out": str(out), "first": args.first, "last": args.last}}
-    command = [sys.executable, str(REPO / "train.py"), "--config", "zinc_subset", "--data.root", str(args.data_root),
+    config, _ = RELEASES[args.setting]
+    command = [sys.executable, str(REPO / "train.py"), "--config", config, "--data.root", str(args.data_root),
                "--run_root", str(run_root), "--logger", "none", "--checkpoint.every_n_steps", "0",
                "--trainer.max_steps", str(args.last), "--trainer.limit_val_batches", "0",
                "--trainer.limit_test_batches", "0", "--trainer.accelerator", "gpu" if args.device == "cuda" else "cpu",
@@ -66,9 +100,10 @@ def timed_run(args: argparse.Namespace, mode: str, run_root: Path, out: Path) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-root", type=Path, required=True, help="where the ZINC-sized release is (written)")
+    parser.add_argument("--setting", default="zinc", choices=list(RELEASES))
+    parser.add_argument("--data-root", type=Path, required=True, help="where the setting's release is (written)")
     parser.add_argument("--molecules", type=int, default=SUBSET_TRAIN,
-                        help="training molecules of a release written now (the subset's 10,000)")
+                        help="training molecules of a release written now (10,000)")
     parser.add_argument("--variants", nargs="+", default=["eager"], choices=list(MODES))
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--precision", default="32", choices=["32", "16-mixed", "bf16-mixed"])
@@ -79,8 +114,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="also write every variant's figures to this file")
     args = parser.parse_args()
-    zinc_like_release(args.data_root, args.molecules)
-    print(f"train.py --config zinc_subset on {args.device}, precision {args.precision}, {args.workers} loader "
+    config, write_release = RELEASES[args.setting]
+    write_release(args.data_root, args.molecules)
+    print(f"train.py --config {config} on {args.device}, precision {args.precision}, {args.workers} loader "
           f"workers; steps {args.first + 1}-{args.last} timed, {args.rounds} round(s)", flush=True)
     figures: dict[str, list[dict]] = {mode: [] for mode in args.variants}
     with tempfile.TemporaryDirectory() as scratch:
@@ -90,8 +126,8 @@ def main() -> None:
                 result = timed_run(args, mode, Path(scratch) / "runs", out)
                 figures[mode].append(result)
                 if args.json is not None:  # after every run: a check cut later keeps what was measured
-                    args.json.write_text(json.dumps({"device": args.device, "precision": args.precision,
-                                                     "runs": figures}, indent=2) + "\n")
+                    args.json.write_text(json.dumps({"setting": args.setting, "config": config, "device": args.device,
+                                                     "precision": args.precision, "runs": figures}, indent=2) + "\n")
                 print(f"round {round_index + 1}, {mode}: {result['graphs_per_second']:.0f} graphs/s, "
                       f"{result['between_steps_share']:.0%} of the time between steps", flush=True)
     print("\n| variant | graphs/s (median round) | steps/s | time between steps (loader, Lightning) |")
