@@ -211,8 +211,9 @@ class GraphormerTask(pl.LightningModule):
         if data is not None:
             self.check_data(data)
             encoder = with_data_fields(encoder, data)
-        # collects the arguments of every ``__init__`` up the chain: keep the class's own and LightningCLI's ``_...``
-        self.save_hyperparameters(ignore=["encoder", "optim", "data"])
+        # collects the arguments of every ``__init__`` up the chain: keep the class's own and LightningCLI's ``_...``.
+        # ``compile`` is how this machine runs the step, not part of the model: a checkpoint loads eager anywhere.
+        self.save_hyperparameters(ignore=["encoder", "optim", "data", "compile"])
         accepted = inspect.signature(type(self).__init__).parameters
         for name in [name for name in self.hparams if not name.startswith("_") and name not in accepted]:
             del self.hparams[name]

@@ -108,7 +108,7 @@ def test_a_sweep_whose_checkpoint_decides_the_architecture_resumes_and_reuses_it
     options, train_args = seeds.parse_args(sweep)
     seed0 = tmp_path / "ft-seed0"
     # seed 0 as a sweep stopped during its step 3 leaves it: last.ckpt, no metrics.json
-    assert train_in_process(seeds.seed_command(options, 0, train_args)[2:], SignalDuringStep(3)) == 143
+    assert train_in_process(seeds.seed_command(options, 0, train_args)[len(seeds.TRAIN):], SignalDuringStep(3)) == 143
     assert yaml.safe_load((seed0 / "config.yaml").read_text())["model"]["init_args"]["encoder"]["num_layers"] == 1
 
     first = seeds.main(sweep)
