@@ -77,6 +77,7 @@ def upgraded(source: Path) -> Path:
     return output
 
 
+@pytest.mark.slow
 def test_an_old_node_tagging_checkpoint_converts_then_evaluates_loads_and_predicts_as_before(
         tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
     metrics, _ = synthetic_run(tmp_path, "run", "synthetic_graph")

@@ -68,6 +68,7 @@ def test_it_fine_tunes_from_its_short_name(small_table: Path, tmp_path: Path) ->
     assert record["parameters"] > 500_000  # the checkpoint's architecture, not the 1-layer one of the arguments
 
 
+@pytest.mark.slow
 @pytest.mark.device
 def test_the_recipe_fine_tunes_the_shipped_checkpoint_on_the_device_in_each_precision(
         small_table: Path, tmp_path: Path, device: torch.device) -> None:

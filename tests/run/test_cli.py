@@ -143,6 +143,7 @@ print("TRAINED")
     assert done.returncode == 0 and "TRAINED" in done.stdout, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_a_gloo_process_group_is_destroyed_before_the_interpreter_exits(tmp_path: Path) -> None:
     """Lightning destroys only NCCL groups at exit; a gloo group left to finalisation aborted a finished
     two-process ``evaluate.py`` (SIGABRT). The probe, registered before the CLI's handler, runs after it."""

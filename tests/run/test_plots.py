@@ -44,6 +44,7 @@ def test_sequence_matrices_are_what_the_attention_receives():
     assert sequence_matrices(sequence_model("rpe"))[1] is None
 
 
+@pytest.mark.slow
 def test_sequence_figure_draws_b_and_c_of_the_most_varied_heads(tmp_path):
     model = sequence_model("urpe")
     bias, scale = sequence_matrices(model)

@@ -241,6 +241,7 @@ def test_trees_and_new_molecules_need_the_ensemble(flags: list[str]) -> None:
     assert stop.value.code == 2
 
 
+@pytest.mark.slow
 def test_a_missing_table_to_predict_stops_before_any_run(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as stop:
         seeds.main(["--config", "small_molecules", "--seeds", "0", "--ensemble", "--predict", str(tmp_path / "no.csv"),

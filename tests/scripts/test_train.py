@@ -83,6 +83,7 @@ def test_synthetic_configs_train_and_test(tmp_path, config, method):
     assert json.loads((run_dir / "run.json").read_text())["dataset"]["source"].startswith("synthetic")
 
 
+@pytest.mark.slow
 def test_init_from_turns_an_rpe_run_into_an_identical_urpe_run(tmp_path):
     rpe_metrics, _ = synthetic_run(tmp_path, "rpe", "synthetic_graph", "--model.encoder.attention", "rpe")
     # one step at the first learning rate of the warm-up, which is 0: the URPE run keeps the loaded weights

@@ -78,6 +78,7 @@ class CountingBackend:
         self.backend = aot_autograd(fw_compiler=forward, bw_compiler=backward)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", TASKS)
 def test_forward_and_loss_compile_as_one_graph_and_backward_as_one(rng: np.random.Generator, kind: str) -> None:
     """``fullgraph=True`` raises at any graph break; one forward graph (the whole of ``step_losses``) and one
