@@ -85,6 +85,17 @@ def predictions_by_graph(model: Graphormer, loaders: list, skip_padding: bool = 
     return out
 
 
+def small_model(data: GraphDataModule, attention: str) -> Graphormer:
+    """A 2-layer model for ``data``'s vocabularies, in evaluation mode; with URPE a trained-looking C, so that the
+    URPE product matters."""
+    torch.manual_seed(0)
+    model = Graphormer(GraphormerConfig(node_vocab=data.spec.node_vocab, edge_vocab=data.spec.edge_vocab, num_layers=2,
+                                        hidden_dim=16, ffn_dim=16, num_heads=4, attention=attention)).eval()
+    if model.relative_scale is not None:
+        model.relative_scale.weight.data.uniform_(0.5, 1.5)
+    return model
+
+
 @pytest.mark.parametrize("attention", ["rpe", "urpe"])
 def test_size_aware_batching_changes_no_prediction(qm9_root: Path, attention: str) -> None:
     modules = {}
@@ -93,11 +104,7 @@ def test_size_aware_batching_changes_no_prediction(qm9_root: Path, attention: st
                                           num_workers=0, bucket_window=window)
         modules[window].setup()
     data = modules[3]
-    torch.manual_seed(0)
-    model = Graphormer(GraphormerConfig(node_vocab=data.spec.node_vocab, edge_vocab=data.spec.edge_vocab, num_layers=2,
-                                        hidden_dim=16, ffn_dim=16, num_heads=4, attention=attention)).eval()
-    if model.relative_scale is not None:  # a trained-looking C, so that the URPE product matters
-        model.relative_scale.weight.data.uniform_(0.5, 1.5)
+    model = small_model(data, attention)
     sizes = data.datasets["train"].store.num_nodes
     assert len(set(sizes.tolist())) > 3  # the tiny QM9 split has graphs of several sizes
 
@@ -124,11 +131,7 @@ def test_padding_to_a_node_multiple_changes_no_prediction_and_leaves_few_shapes(
                                             num_workers=0, bucket_window=3, pad_nodes_to=multiple)
         modules[multiple].setup()
     data = modules[4]
-    torch.manual_seed(0)
-    model = Graphormer(GraphormerConfig(node_vocab=data.spec.node_vocab, edge_vocab=data.spec.edge_vocab, num_layers=2,
-                                        hidden_dim=16, ffn_dim=16, num_heads=4, attention=attention)).eval()
-    if model.relative_scale is not None:  # a trained-looking C, so that the URPE product matters
-        model.relative_scale.weight.data.uniform_(0.5, 1.5)
+    model = small_model(data, attention)
     plain = predictions_by_graph(model, [modules[1].train_dataloader()])
     batches = list(data.train_dataloader())
     padded = predictions_by_graph(model, [batches], skip_padding=True)
