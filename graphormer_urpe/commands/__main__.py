@@ -20,17 +20,36 @@ from importlib.metadata import PackageNotFoundError, version
 
 from graphormer_urpe.commands.exits import BAD_INPUT, OK
 
-#: Each subcommand: its module (imported when it runs, so ``convert`` does not load Lightning's CLI) and what it does.
+#: Each subcommand: its module (imported when it runs, so
+#: ``convert`` does not load Lightning's CLI) and what it does.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("graphormer_urpe.commands.train", "train from a YAML config (a run directory under runs/)"),
-    "evaluate": ("graphormer_urpe.commands.evaluate", "a checkpoint's metrics on a split, or OGB-LSC submissions"),
-    "predict": ("graphormer_urpe.commands.predict", "predict new molecules with a checkpoint or a saved ensemble"),
-    "sweep": ("graphormer_urpe.commands.sweep", "one config over several seeds: mean and std, and the recipe's "
-                                                 "ensemble"),
-    "ensemble": ("graphormer_urpe.commands.ensemble", "save the runs of one table as an ensemble, with descriptor "
-                                                       "trees"),
-    "convert": ("graphormer_urpe.commands.convert", "convert official, transformers' or earlier checkpoints; export "
-                                                     "the shipped one"),
+    "train": (
+        "graphormer_urpe.commands.train",
+        "train from a YAML config (a run directory under runs/)",
+    ),
+    "evaluate": (
+        "graphormer_urpe.commands.evaluate",
+        "a checkpoint's metrics on a split, or OGB-LSC submissions",
+    ),
+    "predict": (
+        "graphormer_urpe.commands.predict",
+        "predict new molecules with a checkpoint or a saved ensemble",
+    ),
+    "sweep": (
+        "graphormer_urpe.commands.sweep",
+        "one config over several seeds: mean and std, and the recipe's "
+        "ensemble",
+    ),
+    "ensemble": (
+        "graphormer_urpe.commands.ensemble",
+        "save the runs of one table as an ensemble, with descriptor "
+        "trees",
+    ),
+    "convert": (
+        "graphormer_urpe.commands.convert",
+        "convert official, transformers' or earlier checkpoints; export "
+        "the shipped one",
+    ),
 }
 
 

@@ -36,9 +36,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--runs", type=Path, nargs="+", required=True, metavar="RUN",
                         help="run directories (their best checkpoint) or checkpoint files of one table's runs")
     parser.add_argument("--out", type=Path, required=True, help="the ensemble's directory to write (a new one)")
-    parser.add_argument("--trees", action="store_true",
-                        help="blend gradient-boosted trees on the RDKit descriptors in, their weight chosen on the "
-                             "validation rows")
+    parser.add_argument(
+        "--trees",
+        action="store_true",
+        help="blend gradient-boosted trees on the RDKit descriptors in, their weight chosen on the "
+             "validation rows",
+    )
     return parser.parse_args(argv)
 
 
@@ -67,9 +70,11 @@ def summary(record: EnsembleRecord, split: str = "test") -> str:
     members = f"{len(record.members)} member{'s' if len(record.members) > 1 else ''}"
     if not record.trees:
         return f"{split} {shown('ensemble')} (the mean of {members})"
-    return (f"{split} {shown('blend')} of the blend with the descriptor trees (trees' weights {record.tree_weights}, "
-            f"chosen on validation {record.blend_metric}); the ensemble of {members} alone {shown('ensemble')}, the "
-            f"trees alone {shown('trees')}")
+    return (
+        f"{split} {shown('blend')} of the blend with the descriptor trees (trees' weights {record.tree_weights}, "
+        f"chosen on validation {record.blend_metric}); the ensemble of {members} alone {shown('ensemble')}, the "
+        f"trees alone {shown('trees')}"
+    )
 
 
 def make_ensemble(runs: Sequence[Path], out: Path, trees: bool, command: str) -> EnsembleRecord:
@@ -85,4 +90,6 @@ def main(argv: Sequence[str] | None = None) -> EnsembleRecord:
     options = parse_args(args)  # --help prints and exits first
     configure_logging()
     with exit_codes():
-        return make_ensemble(options.runs, options.out, options.trees, shlex.join(["graphormer-urpe ensemble", *args]))
+        return make_ensemble(
+            options.runs, options.out, options.trees, shlex.join(["graphormer-urpe ensemble", *args])
+        )

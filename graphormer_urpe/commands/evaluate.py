@@ -65,13 +65,21 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--out", type=Path, default=None, help="write the metrics to this JSON file")
     parser.add_argument("--submission_dir", type=Path, default=None,
                         help="directory for the OGB-LSC submission file of --split test-dev/test-challenge")
-    parser.add_argument("--predictions", type=Path, default=None, metavar="FILE",
-                        help="also save the split's rows and predictions (NaN for skipped rows) to this .npz file")
+    parser.add_argument(
+        "--predictions",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also save the split's rows and predictions (NaN for skipped rows) to this .npz file",
+    )
     parser.add_argument("--check_submission", type=Path, default=None, metavar="FILE",
                         help="only check an existing submission file (name, shape, dtype, finite values)")
-    parser.add_argument("--allow_other_data", action="store_true",
-                        help="evaluate even if the data differ from those the checkpoint was trained on (the result "
-                             "then says so)")
+    parser.add_argument(
+        "--allow_other_data",
+        action="store_true",
+        help="evaluate even if the data differ from those the checkpoint was trained on (the result "
+             "then says so)",
+    )
     parser.add_argument("--data_root", type=Path, default=Path("data"),
                         help="dataset root holding <dataset>/split_dict.pt, for --check_submission (without it: "
                              "ogb's official test split sizes)")
@@ -99,8 +107,10 @@ def check_split(options: argparse.Namespace, data: RunData) -> SubmissionFormat 
     fmt = data.spec.submission if isinstance(data, PredictableData) else None
     if fmt is None:
         if options.split in MODES:
-            refuse(f"{options.ckpt}'s data have no split '{options.split}': test-dev and test-challenge are the "
-                   "hidden test splits of OGB-LSC datasets (PCQM4Mv2, MAG240M); evaluate it with --split valid or test")
+            refuse(
+                f"{options.ckpt}'s data have no split '{options.split}': test-dev and test-challenge are the "
+                "hidden test splits of OGB-LSC datasets (PCQM4Mv2, MAG240M); evaluate it with --split valid or test"
+            )
         if options.predictions is not None:
             refuse("--predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
         return None

@@ -25,8 +25,8 @@ log = logging.getLogger("graphormer_urpe")
 OK = 0
 #: ``evaluate``: a leaderboard submission that the leaderboard would refuse.
 INVALID_SUBMISSION = 1
-#: Bad input (an option, a file, a table, a checkpoint, an output that exists), refused in one line before any work
-#: where the input decides it.
+#: Bad input (an option, a file, a table, a checkpoint, an output that exists), refused in one line before any
+#: work where the input decides it.
 BAD_INPUT = EXIT_BAD_INPUT
 #: ``train``: the loss became NaN or infinite.
 NON_FINITE_LOSS = 3

@@ -32,14 +32,19 @@ from graphormer_urpe.run.cli import configure_logging, log, resolve_config_paths
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="graphormer-urpe predict", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("table", type=Path, metavar="TABLE", help="CSV or Parquet table of the molecules to predict")
+    parser.add_argument(
+        "table", type=Path, metavar="TABLE", help="CSV or Parquet table of the molecules to predict"
+    )
     parser.add_argument("--model", type=Path, required=True,
                         help="an ensemble's directory (graphormer-urpe ensemble) or one run's checkpoint (.ckpt)")
     parser.add_argument("--out", type=Path, required=True, help="the predictions' CSV file to write (a new file)")
     parser.add_argument("--smiles_column", default=None,
                         help="the SMILES column of TABLE (default: the training table's, or 'smiles')")
-    parser.add_argument("--config", default=None,
-                        help="with a checkpoint: predict with this config instead of the one the checkpoint holds")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="with a checkpoint: predict with this config instead of the one the checkpoint holds",
+    )
     return parser.parse_args(argv)
 
 
@@ -57,7 +62,9 @@ def check_paths(options: argparse.Namespace) -> None:
     if out.resolve() == options.table.resolve():
         raise DataError(f"--out {out} is the table to predict; write the predictions to another file")
     if not options.model.exists():
-        raise DataError(f"--model {options.model} does not exist: name an ensemble's directory or a checkpoint file")
+        raise DataError(
+            f"--model {options.model} does not exist: name an ensemble's directory or a checkpoint file"
+        )
     if options.config is not None and options.model.is_dir():
         raise DataError("--config changes a checkpoint's config; an ensemble's members keep their own")
 
@@ -84,8 +91,15 @@ def predict_with_ensemble(options: argparse.Namespace) -> dict:
     frame = prediction_frame(predicted, columns)
     write_new(frame, options.out)
     failed = sum(bool(reason) for reason in predicted.errors)
-    log.info("wrote %s: %d rows, %d predicted by the ensemble of %d%s, %d could not be featurised (reason in '%s')",
-             options.out, len(frame), len(frame) - failed, len(ensemble.record.members),
-             " blended with descriptor trees" if ensemble.record.trees else "", failed, ERROR_COLUMN)
+    log.info(
+        "wrote %s: %d rows, %d predicted by the ensemble of %d%s, %d could not be featurised (reason in '%s')",
+        options.out,
+        len(frame),
+        len(frame) - failed,
+        len(ensemble.record.members),
+        " blended with descriptor trees" if ensemble.record.trees else "",
+        failed,
+        ERROR_COLUMN,
+    )
     return {"model": str(options.model), "table": str(options.table), "out": str(options.out), "rows": len(frame),
             "predicted": len(frame) - failed, "failed": failed}

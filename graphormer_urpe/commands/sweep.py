@@ -84,9 +84,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--name", help="experiment name (default: the config name)")
     parser.add_argument("--run_root", default="runs", help="directory of the runs and of the summary")
     parser.add_argument("--collect", action="store_true", help="only aggregate the seeds' finished runs")
-    parser.add_argument("--ensemble", action="store_true",
-                        help="also save the seeds' best checkpoints as an ensemble, scored on the test split (a SMILES "
-                             "table's config; docs/small-data.md)")
+    parser.add_argument(
+        "--ensemble",
+        action="store_true",
+        help="also save the seeds' best checkpoints as an ensemble, scored on the test split (a SMILES "
+             "table's config; docs/small-data.md)",
+    )
     parser.add_argument("--trees", action="store_true",
                         help="with --ensemble: blend gradient-boosted trees on the RDKit descriptors with the "
                              "ensemble, their weight chosen on the validation rows (docs/small-data.md)")
@@ -137,7 +140,9 @@ def run_seed(command: Sequence[str]) -> int:
         child.send_signal(signum)
 
     def wait_for_the_seed(signum: int, frame: FrameType | None) -> None:
-        print("[seeds] Ctrl-C: the seed's run finishes its step and writes last.ckpt", file=sys.stderr, flush=True)
+        print(
+            "[seeds] Ctrl-C: the seed's run finishes its step and writes last.ckpt", file=sys.stderr, flush=True
+        )
 
     handlers = {signal.SIGTERM: forward, signal.SIGUSR1: forward, signal.SIGINT: wait_for_the_seed}
     previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
@@ -191,15 +196,19 @@ def resolved_config(command: Sequence[str]) -> dict:
 
 def check_seed_runs(options: argparse.Namespace, train_args: Sequence[str]) -> None:
     """Stop (exit code 2) unless every existing seed directory holds a run of this command's config."""
-    recorded = {seed: Path(options.run_root) / run_name(options.name, seed) / CONFIG_FILE for seed in options.seeds}
+    recorded = {
+        seed: Path(options.run_root) / run_name(options.name, seed) / CONFIG_FILE for seed in options.seeds
+    }
     recorded = {seed: path for seed, path in recorded.items() if path.is_file()}
     if not recorded:
         return
     wanted = seed_identity(resolved_config(seed_command(options, next(iter(recorded)), train_args)))
     for seed, path in recorded.items():
         if differing := differences(seed_identity(yaml.safe_load(path.read_text())), wanted, str(path), "now"):
-            refuse(f"seed {seed} of '{options.name}' ({path.parent}) is a run of another configuration: {differing}; "
-                   "run this one under another --name")
+            refuse(
+                f"seed {seed} of '{options.name}' ({path.parent}) is a run of another configuration: {differing}; "
+                "run this one under another --name"
+            )
 
 
 def check_same_config(run_root: Path, name: str, seeds: Sequence[int]) -> None:
@@ -239,8 +248,9 @@ def markdown_table(name: str, summary: Mapping[str, Mapping], seeds: Sequence[in
              "|---|---|---|" + "---|" * len(seeds)]
     for metric, stats in summary.items():
         cells = [f"{stats['values'][s]:.6g}" if s in stats["values"] else "-" for s in seeds]
-        lines.append(f"| {metric} | {stats['mean']:.6g} ± {stats['std']:.2g} | {stats['n']} | " + " | ".join(cells)
-                     + " |")
+        lines.append(
+            f"| {metric} | {stats['mean']:.6g} ± {stats['std']:.2g} | {stats['n']} | " + " | ".join(cells) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -263,8 +273,10 @@ def plan_ensemble_outputs(options: argparse.Namespace, train_args: Sequence[str]
     if options.predict is not None:
         predictions = directory.with_name(f"{directory.name}-predict-{options.predict.stem}.csv")
         if predictions.exists():
-            raise DataError(f"--predict: {predictions} exists (an earlier prediction is never overwritten): move it "
-                            "away first")
+            raise DataError(
+                f"--predict: {predictions} exists (an earlier prediction is never overwritten): move it "
+                "away first"
+            )
     config = run_config(yaml.safe_dump(resolved_config(seed_command(options, options.seeds[0], train_args))))
     if not issubclass(config.source_class(), SmilesTable):
         raise DataError(f"--ensemble saves the runs of a SMILES table (data.source SmilesTable), not of "
@@ -274,7 +286,9 @@ def plan_ensemble_outputs(options: argparse.Namespace, train_args: Sequence[str]
         raise DataError("--trees reads the RDKit descriptors and this config has none (data.source.descriptors "
                         f"{source.features.descriptors}): add --data.source.descriptors rdkit2d")
     if options.trees and source.task == "multiclass":
-        raise DataError("--trees predicts regression targets or binary labels; this table has a multi-class label")
+        raise DataError(
+            "--trees predicts regression targets or binary labels; this table has a multi-class label"
+        )
     if options.predict is not None:
         table_to_predict(options.predict, config).smiles()  # read now: a missing column or no rows stops here
     return EnsembleOutputs(directory, predictions, existing_ensemble(options, directory))
@@ -285,8 +299,10 @@ def existing_ensemble(options: argparse.Namespace, directory: Path) -> EnsembleR
     there is none; refuse an ensemble of other runs (never overwritten)."""
     if not directory.exists():
         return None
-    other = f"{directory} holds an ensemble of other runs (an ensemble is never overwritten): move it away or use " \
-            "another --name"
+    other = (
+        f"{directory} holds an ensemble of other runs (an ensemble is never overwritten): move it away or use "
+        "another --name"
+    )
     if not (directory / RECORD_FILE).is_file():
         raise DataError(other)
     record = SavedEnsemble(directory).record
@@ -313,8 +329,11 @@ def write_ensemble(options: argparse.Namespace, seeds: Sequence[int], outputs: E
         predicted, columns = SavedEnsemble(outputs.directory).predict(options.predict)
         write_new(prediction_frame(predicted, columns), outputs.predictions)
         failed = sum(bool(reason) for reason in predicted.errors)
-        print(f"[seeds] ensemble predictions of the {len(predicted.errors)} rows of {options.predict} ({failed} could "
-              f"not be featurised: their reason in 'error'): {outputs.predictions}", flush=True)
+        print(
+            f"[seeds] ensemble predictions of the {len(predicted.errors)} rows of {options.predict} ({failed} could "
+            f"not be featurised: their reason in 'error'): {outputs.predictions}",
+            flush=True,
+        )
     print(f"[seeds] ensemble of seeds {list(seeds)}: {summary(record)}; written {outputs.directory}", flush=True)
     return record
 
@@ -333,8 +352,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     for seed in [] if options.collect else options.seeds:
         code = run_or_reuse(options, seed, train_args)
         if code > 128:  # stopped by a signal, its last.ckpt written: the sweep stops here
-            print(f"[seeds] seed {seed} stopped by a signal (exit code {code}) after writing its last.ckpt; the same "
-                  "command resumes the sweep", file=sys.stderr, flush=True)
+            print(
+                f"[seeds] seed {seed} stopped by a signal (exit code {code}) after writing its last.ckpt; the same "
+                "command resumes the sweep",
+                file=sys.stderr,
+                flush=True,
+            )
             raise SystemExit(code)
         if code:
             print(f"[seeds] seed {seed} failed with exit code {code}", file=sys.stderr, flush=True)
@@ -350,8 +373,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
         refuse(f"no finished run of {options.name} under {run_root} for seeds {options.seeds}")
     check_same_config(run_root, options.name, sorted(per_seed))
     summary = aggregate(per_seed)
-    result = {"experiment": options.name, "seeds": sorted(per_seed), "missing_seeds": failed,
-              "runs": {seed: str(run_root / run_name(options.name, seed)) for seed in per_seed}, "metrics": summary}
+    result = {
+        "experiment": options.name,
+        "seeds": sorted(per_seed),
+        "missing_seeds": failed,
+        "runs": {seed: str(run_root / run_name(options.name, seed)) for seed in per_seed},
+        "metrics": summary,
+    }
     json_path, md_path = run_root / f"{options.name}-seeds.json", run_root / f"{options.name}-seeds.md"
     json_path.write_text(json.dumps(result, indent=2) + "\n")
     md_path.write_text(markdown_table(options.name, summary, sorted(per_seed)))
