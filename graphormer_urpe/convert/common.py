@@ -84,8 +84,10 @@ def check_output(output: str | Path, companions: Sequence[str] = (".yaml",)) -> 
         raise ConversionError(f"{output} is a directory; name the checkpoint file to write, e.g. "
                               f"{path / 'graphormer.ckpt'}")
     if str(output).endswith(("/", os.sep)):  # no such directory: the name still asks for one
-        raise ConversionError(f"{output} ends with '{str(output)[-1]}', the name of a directory; name the checkpoint "
-                              f"file to write, e.g. {path / 'graphormer.ckpt'}")
+        raise ConversionError(
+            f"{output} ends with '{str(output)[-1]}', the name of a directory; name the checkpoint "
+            f"file to write, e.g. {path / 'graphormer.ckpt'}"
+        )
     for path_to_write in (path, *(path.with_suffix(suffix) for suffix in companions)):
         if path_to_write.exists():
             raise ConversionError(f"{path_to_write} exists; choose another output path (nothing is overwritten)")
@@ -120,10 +122,24 @@ def write_checkpoint(converted: Converted, output: Path, *, source: Path, source
     hparams = {"encoder": settings, "target_kind": "regression" if task == "regression" else "binary"}
     converted_from = {"source": str(source), "format": source_format, "dropped": converted.dropped}
     torch.save({"state_dict": model_state, "hyper_parameters": hparams, "converted_from": converted_from}, output)
-    config_yaml = {"model": {"init_args": {"encoder": encoder}}, "data": {"init_args": {"path_order": "official"}}}
+    config_yaml = {
+        "model": {"init_args": {"encoder": encoder}},
+        "data": {"init_args": {"path_order": "official"}},
+    }
     output.with_suffix(".yaml").write_text(yaml.safe_dump(config_yaml, sort_keys=False))
     note = f"; dropped (never applied by the source): {', '.join(converted.dropped)}" if converted.dropped else ""
-    log.info("%s checkpoint %s -> %s (+ %s): %d layers, width %d, %d heads, %s, multi_hop_max_dist %d, "
-             "spatial_pos_max %s%s", source_format, source, output, output.with_suffix(".yaml").name, config.num_layers,
-             config.hidden_dim, config.num_heads, config.edge_encoding, config.multi_hop_max_dist,
-             config.spatial_pos_max, note)
+    log.info(
+        "%s checkpoint %s -> %s (+ %s): %d layers, width %d, %d heads, %s, multi_hop_max_dist %d, "
+        "spatial_pos_max %s%s",
+        source_format,
+        source,
+        output,
+        output.with_suffix(".yaml").name,
+        config.num_layers,
+        config.hidden_dim,
+        config.num_heads,
+        config.edge_encoding,
+        config.multi_hop_max_dist,
+        config.spatial_pos_max,
+        note,
+    )

@@ -65,11 +65,15 @@ def read_config(path: Path) -> dict[str, Any]:
             raise ConversionError(f"{path.name} {key} = {config[key]!r}: only {needed!r} is supported")
     for key in ("kdim", "vdim"):
         if config.get(key) not in (None, config.get("embedding_dim")):
-            raise ConversionError(f"{path.name} {key} = {config[key]!r}: only null (= embedding_dim) is supported")
+            raise ConversionError(
+                f"{path.name} {key} = {config[key]!r}: only null (= embedding_dim) is supported"
+            )
     architectures = config.get("architectures") or [ARCHITECTURE]
     if ARCHITECTURE not in architectures:
-        raise ConversionError(f"{path.name} architectures = {architectures}: only {ARCHITECTURE} carries a prediction "
-                              "head")
+        raise ConversionError(
+            f"{path.name} architectures = {architectures}: only {ARCHITECTURE} carries a prediction "
+            "head"
+        )
     return config
 
 
@@ -123,5 +127,7 @@ def import_huggingface(source: str | Path, output: str | Path, *, node_vocab: Se
     layout = dataclasses.replace(TRANSFORMERS, node_row_shift=NODE_ROW_SHIFTS[node_rows])
     converted = convert_weights(state, layout, declared_settings(config, spatial_pos_max), node_vocab=node_vocab,
                                 edge_vocab=edge_vocab)
-    write_checkpoint(converted, output, source=source, source_format=f"transformers ({node_rows} node rows)", task=task)
+    write_checkpoint(
+        converted, output, source=source, source_format=f"transformers ({node_rows} node rows)", task=task
+    )
     return converted.config

@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 
 OFFICIAL_FEATURE_OFFSET = 512  # convert_to_single_emb's offset between feature columns (official wrapper.py)
 OFFICIAL_UNREACHABLE_DISTANCE = 510  # what official algos.pyx stores for unreachable pairs
-OFFICIAL_UNREACHABLE_ROW = OFFICIAL_UNREACHABLE_DISTANCE + 1  # their spatial_pos_encoder row, after the collator's 1
+# their spatial_pos_encoder row, after the collator's 1
+OFFICIAL_UNREACHABLE_ROW = OFFICIAL_UNREACHABLE_DISTANCE + 1
 OFFICIAL_MULTI_HOP_MAX_DIST = 5  # official default (v1.0 data.py, v2 tasks/graph_prediction.py)
 OFFICIAL_SPATIAL_POS_MAX = 1024  # official default of both training pipelines: nothing is masked by distance
 #: Row of edge value v of column f is ``512 f + v + shift``: ``convert_to_single_emb``'s 1 and
@@ -39,7 +40,8 @@ class Layout:
     bias: str  # prefix of the other tables
     layers: str  # layer i's part (q k v out attention_norm ffn_norm fc1 fc2) is {layers}.{i}.{layer[part]}
     layer: Mapping[str, str]
-    layer_norm: Literal["pre", "post"] | None  # None: pre_layernorm_marker (built only with pre-LN layers) decides
+    # None: pre_layernorm_marker (built only with pre-LN layers) decides
+    layer_norm: Literal["pre", "post"] | None
     pre_layernorm_marker: str | None
     embedding_norm: str | None
     final_norm: str | None
@@ -108,7 +110,9 @@ def convert_weights(state: Mapping[str, torch.Tensor], layout: Layout, declared:
     _check_tables(state, layout, declared, arch)
 
     weights = {ours: state[theirs] for ours, theirs in copies.items()}
-    weights["nodes.features.weight"] = _feature_table(state, layout, "atom_encoder", node_vocab, layout.node_row_shift)
+    weights["nodes.features.weight"] = _feature_table(
+        state, layout, "atom_encoder", node_vocab, layout.node_row_shift
+    )
     for side in ("in", "out"):  # their row d + 1 = ours (min(d, max_degree) + 1), max_degree = rows - 2
         degrees = state[layout.table(f"{side}_degree_encoder")].clone()
         degrees[PAD_ID] = 0.0
@@ -124,8 +128,11 @@ def convert_weights(state: Mapping[str, torch.Tensor], layout: Layout, declared:
         weights["head.bias"] = state[layout.head_bias].reshape(1)
     _warn_about_padding_rows(state, layout)
 
-    dropouts = {name: found.value for name in ("dropout", "attention_dropout", "activation_dropout", "input_dropout")
-                if (found := getattr(declared, name)) is not None}
+    dropouts = {
+        name: found.value
+        for name in ("dropout", "attention_dropout", "activation_dropout", "input_dropout")
+        if (found := getattr(declared, name)) is not None
+    }
     config = GraphormerConfig(
         node_vocab=list(node_vocab), edge_vocab=list(edge_vocab), num_outputs=arch.num_outputs,
         num_layers=arch.num_layers, hidden_dim=arch.hidden_dim, ffn_dim=arch.ffn_dim, num_heads=arch.num_heads,
@@ -146,19 +153,25 @@ def _present_as_declared(state: Mapping[str, torch.Tensor], key: str, claim: Fou
     """Whether an optional part is there (``key`` present), checked against the file's setting."""
     present = key in state
     if claim is not None and claims_present(claim.value) != present:
-        raise ConversionError(f"{claim}, but the file {'holds' if present else 'has no'} {key}, which {layout.name} "
-                              f"builds {built_when}")
+        raise ConversionError(
+            f"{claim}, but the file {'holds' if present else 'has no'} {key}, which {layout.name} "
+            f"builds {built_when}"
+        )
     return present
 
 
 def _architecture(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared) -> Architecture:
     """Sizes read off the weights, and the optional parts they hold, each checked against ``declared``."""
-    for key in (layout.table("atom_encoder"), layout.table("spatial_pos_encoder")):  # the sizes are read from these
+    # the sizes are read from these
+    for key in (layout.table("atom_encoder"), layout.table("spatial_pos_encoder")):
         if key not in state:
             raise ConversionError(f"no {key}: not a Graphormer checkpoint in the {layout.name} layout")
         if state[key].dim() != 2:
             raise ConversionError(f"{layout.name} {key} has shape {_shape(state[key].shape)}, expected (*, *)")
-    hidden, heads = state[layout.table("atom_encoder")].shape[1], state[layout.table("spatial_pos_encoder")].shape[1]
+    hidden, heads = (
+        state[layout.table("atom_encoder")].shape[1],
+        state[layout.table("spatial_pos_encoder")].shape[1],
+    )
     if hidden % heads:
         raise ConversionError(f"{layout.name} {layout.table('atom_encoder')} is {hidden} wide but "
                               f"{layout.table('spatial_pos_encoder')} has {heads} heads: the width must be a "
@@ -180,7 +193,9 @@ def _architecture(state: Mapping[str, torch.Tensor], layout: Layout, declared: D
         if claim is not None and claim.value != dims[name]:
             raise ConversionError(f"{claim}, but the weights have {dims[name]} ({what})")
     if declared.activation is not None and declared.activation.value != "gelu":
-        raise ConversionError(f"{declared.activation}: only gelu is supported (the activation of our layers and head)")
+        raise ConversionError(
+            f"{declared.activation}: only gelu is supported (the activation of our layers and head)"
+        )
     multi_hop = _present_as_declared(state, layout.table("edge_dis_encoder"), declared.edge_type,
                                      lambda value: value == "multi_hop", "only with edge_type multi_hop", layout)
     layer_norm = layout.layer_norm
@@ -189,8 +204,13 @@ def _architecture(state: Mapping[str, torch.Tensor], layout: Layout, declared: D
                                    "only with pre_layernorm", layout)
         layer_norm = "pre" if pre else "post"
     embedding_norm = layout.embedding_norm is not None and _present_as_declared(
-        state, f"{layout.embedding_norm}.weight", declared.embedding_norm, bool, "only with encoder_normalize_before",
-        layout)
+        state,
+        f"{layout.embedding_norm}.weight",
+        declared.embedding_norm,
+        bool,
+        "only with encoder_normalize_before",
+        layout,
+    )
     return Architecture(**dims, multi_hop=multi_hop, layer_norm=layer_norm, embedding_norm=embedding_norm)
 
 
@@ -208,9 +228,16 @@ def _plan(layout: Layout, arch: Architecture) -> tuple[dict[str, Shape], dict[st
         shapes[layout.head_bias] = (1,)
     modules: list[tuple[str, Shape, str | None, bool]] = []  # (theirs, weight shape, ours, whether it has a bias)
     for i in range(arch.num_layers):
-        parts = [("q", (hidden, hidden), None), ("k", (hidden, hidden), None), ("v", (hidden, hidden), None),
-                 ("out", (hidden, hidden), "attention.out"), ("attention_norm", (hidden,), "attention_norm"),
-                 ("ffn_norm", (hidden,), "ffn_norm"), ("fc1", (ffn, hidden), "ffn.0"), ("fc2", (hidden, ffn), "ffn.3")]
+        parts = [
+            ("q", (hidden, hidden), None),
+            ("k", (hidden, hidden), None),
+            ("v", (hidden, hidden), None),
+            ("out", (hidden, hidden), "attention.out"),
+            ("attention_norm", (hidden,), "attention_norm"),
+            ("ffn_norm", (hidden,), "ffn_norm"),
+            ("fc1", (ffn, hidden), "ffn.0"),
+            ("fc2", (hidden, ffn), "ffn.3"),
+        ]
         modules += [(layout.module(i, part), shape, f"layers.{i}.{ours}" if ours else None, True)
                     for part, shape, ours in parts]
     if arch.embedding_norm:
@@ -229,7 +256,9 @@ def _plan(layout: Layout, arch: Architecture) -> tuple[dict[str, Shape], dict[st
     return shapes, copies
 
 
-def _check_keys_and_shapes(state: Mapping[str, torch.Tensor], layout: Layout, shapes: Mapping[str, Shape]) -> list[str]:
+def _check_keys_and_shapes(
+    state: Mapping[str, torch.Tensor], layout: Layout, shapes: Mapping[str, Shape]
+) -> list[str]:
     """Refuse missing and unknown keys, then the first misfit shape; returns the keys dropped as never applied."""
     dropped = sorted(k for k in state if k not in shapes and k.startswith(layout.never_applied))
     keys = {"missing": [k for k in shapes if k not in state],
@@ -245,24 +274,33 @@ def _check_keys_and_shapes(state: Mapping[str, torch.Tensor], layout: Layout, sh
     return dropped
 
 
-def _check_tables(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, arch: Architecture) -> None:
+def _check_tables(
+    state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, arch: Architecture
+) -> None:
     heads = arch.num_heads
     in_degree, out_degree = layout.table("in_degree_encoder"), layout.table("out_degree_encoder")
     rows = state[in_degree].shape[0]
     if rows < 2:
-        raise ConversionError(f"{layout.name} {in_degree} has shape {_shape(state[in_degree].shape)}, expected at "
-                              "least 2 rows (padding and degree 0)")
+        raise ConversionError(
+            f"{layout.name} {in_degree} has shape {_shape(state[in_degree].shape)}, expected at "
+            "least 2 rows (padding and degree 0)"
+        )
     if state[out_degree].shape[0] != rows:
         raise ConversionError(f"{layout.name} {out_degree} has shape {_shape(state[out_degree].shape)}, expected "
                               f"{_shape((rows, arch.hidden_dim))} like {in_degree} (one max_degree here)")
     dis = layout.table("edge_dis_encoder")
     if arch.multi_hop and state[dis].shape[0] % (heads * heads):
-        raise ConversionError(f"{layout.name} {dis} has shape {_shape(state[dis].shape)}, expected (k * {heads * heads}"
-                              f", 1): whole {heads} x {heads} hop matrices")
-    rows_of = {"atom_encoder": (declared.num_atoms, lambda n: n + 1),
-               "edge_encoder": (declared.num_edges, lambda n: n + 1),
-               "in_degree_encoder": (declared.num_in_degree, int), "out_degree_encoder": (declared.num_out_degree, int),
-               "spatial_pos_encoder": (declared.num_spatial, int)}
+        raise ConversionError(
+            f"{layout.name} {dis} has shape {_shape(state[dis].shape)}, expected (k * {heads * heads}"
+            f", 1): whole {heads} x {heads} hop matrices"
+        )
+    rows_of = {
+        "atom_encoder": (declared.num_atoms, lambda n: n + 1),
+        "edge_encoder": (declared.num_edges, lambda n: n + 1),
+        "in_degree_encoder": (declared.num_in_degree, int),
+        "out_degree_encoder": (declared.num_out_degree, int),
+        "spatial_pos_encoder": (declared.num_spatial, int),
+    }
     if arch.multi_hop:
         rows_of["edge_dis_encoder"] = (declared.num_edge_dis, lambda n: n * heads * heads)
     for table, (claim, rows_for) in rows_of.items():
@@ -281,13 +319,19 @@ def _feature_table(state: Mapping[str, torch.Tensor], layout: Layout, table: str
     """
     key = layout.table(table)
     if any(v > OFFICIAL_FEATURE_OFFSET for v in vocab):
-        raise ConversionError(f"{key}: official tables hold at most {OFFICIAL_FEATURE_OFFSET} values per column, the "
-                              f"vocabulary is {list(vocab)}")
-    rows = [PAD_ID] + [OFFICIAL_FEATURE_OFFSET * f + v + shift for f, size in enumerate(vocab) for v in range(size)]
+        raise ConversionError(
+            f"{key}: official tables hold at most {OFFICIAL_FEATURE_OFFSET} values per column, the "
+            f"vocabulary is {list(vocab)}"
+        )
+    rows = [PAD_ID] + [
+        OFFICIAL_FEATURE_OFFSET * f + v + shift for f, size in enumerate(vocab) for v in range(size)
+    ]
     if max(rows) >= state[key].shape[0]:
-        raise ConversionError(f"{layout.name} {key} has {state[key].shape[0]} rows, but our featurisation needs row "
-                              f"{max(rows)}: the checkpoint was trained on other features (check --node_vocab / "
-                              "--edge_vocab)")
+        raise ConversionError(
+            f"{layout.name} {key} has {state[key].shape[0]} rows, but our featurisation needs row "
+            f"{max(rows)}: the checkpoint was trained on other features (check --node_vocab / "
+            "--edge_vocab)"
+        )
     features = state[key][rows]  # a copy
     features[PAD_ID] = 0.0
     return features
@@ -314,8 +358,10 @@ def _relations(state: Mapping[str, torch.Tensor], layout: Layout,
     else:
         masked = min(limit, MAX_SPATIAL_POS_MAX, rows - 1)
         if masked < 1:
-            raise ConversionError(f"{layout.name} {key} has shape {_shape(spatial.shape)}, expected at least 2 rows "
-                                  "(padding and distance 0)")
+            raise ConversionError(
+                f"{layout.name} {key} has shape {_shape(spatial.shape)}, expected at least 2 rows "
+                "(padding and distance 0)"
+            )
         distance = dict(spatial_pos_max=masked, max_distance=None)
         spd_rows = [d + 1 for d in range(masked)]
     table = torch.cat([spatial.new_zeros(1, spatial.shape[1]), virtual, spatial[spd_rows]])
@@ -333,8 +379,10 @@ def _hop_matrices(state: Mapping[str, torch.Tensor], layout: Layout, declared: D
     claim = declared.multi_hop_max_dist
     hops = claim.value if claim is not None else OFFICIAL_MULTI_HOP_MAX_DIST
     if hops < 1:
-        raise ConversionError(f"{claim}: official then uses every hop of the longest path in the batch (predictions "
-                              "depend on the batch); we need 1 or more")
+        raise ConversionError(
+            f"{claim}: official then uses every hop of the longest path in the batch (predictions "
+            "depend on the batch); we need 1 or more"
+        )
     dis = layout.table("edge_dis_encoder")
     matrices = state[dis].reshape(-1, heads, heads)
     if hops > matrices.shape[0]:
@@ -343,7 +391,9 @@ def _hop_matrices(state: Mapping[str, torch.Tensor], layout: Layout, declared: D
     return hops, matrices[:hops].clone()
 
 
-def _attention_inputs(state: Mapping[str, torch.Tensor], layout: Layout, arch: Architecture) -> dict[str, torch.Tensor]:
+def _attention_inputs(
+    state: Mapping[str, torch.Tensor], layout: Layout, arch: Architecture
+) -> dict[str, torch.Tensor]:
     """Our fused ``attention.qkv`` per layer: their q, k and v projections, concatenated.
 
     Shapes:
@@ -360,6 +410,9 @@ def _warn_about_padding_rows(state: Mapping[str, torch.Tensor], layout: Layout) 
     padding = {name: float(state[layout.table(name)][0].abs().max()) for name in tables
                if state[layout.table(name)][0].any()}
     if padding:
-        log.warning("%s padding rows are not zero (%s); they are zero here. Predictions of the source model with the "
-                    "edge table's padding row != 0 depend on the longest path in the batch", layout.name,
-                    ", ".join(f"{k}: max |w| {v:.3g}" for k, v in padding.items()))
+        log.warning(
+            "%s padding rows are not zero (%s); they are zero here. Predictions of the source model with the "
+            "edge table's padding row != 0 depend on the longest path in the batch",
+            layout.name,
+            ", ".join(f"{k}: max |w| {v:.3g}" for k, v in padding.items()),
+        )

@@ -55,10 +55,16 @@ FAIRSEQ_MODEL_ARGS = {
 #: Our name <- (field, type) of the v2 task (``GraphPredictionConfig``), read by the collator from
 #: ``cfg['task']`` and by the model from its copy in ``cfg['model']`` (both must agree).
 FAIRSEQ_TASK_ARGS = {
-    "multi_hop_max_dist": ("multi_hop_max_dist", int), "spatial_pos_max": ("spatial_pos_max", int),
-    "edge_type": ("edge_type", str), "num_outputs": ("num_classes", int), "num_atoms": ("num_atoms", int),
-    "num_edges": ("num_edges", int), "num_in_degree": ("num_in_degree", int), "num_out_degree": ("num_out_degree", int),
-    "num_spatial": ("num_spatial", int), "num_edge_dis": ("num_edge_dis", int),
+    "multi_hop_max_dist": ("multi_hop_max_dist", int),
+    "spatial_pos_max": ("spatial_pos_max", int),
+    "edge_type": ("edge_type", str),
+    "num_outputs": ("num_classes", int),
+    "num_atoms": ("num_atoms", int),
+    "num_edges": ("num_edges", int),
+    "num_in_degree": ("num_in_degree", int),
+    "num_out_degree": ("num_out_degree", int),
+    "num_spatial": ("num_spatial", int),
+    "num_edge_dis": ("num_edge_dis", int),
 }
 #: Our name <- (argument, type) of v1.0's ``Graphormer.__init__``, stored in ``hyper_parameters``.
 LIGHTNING_HPARAMS = {
@@ -115,8 +121,10 @@ def read_official(path: Path) -> tuple[dict[str, torch.Tensor], Layout, Declared
         downstream = dataset.value != V1_PCQM4M if dataset is not None else "out_proj.weight" not in state
         layout = V1_DOWNSTREAM if downstream else V1
     else:
-        raise ConversionError(f"{path}: neither a fairseq checkpoint ('model', official v2) nor a Lightning checkpoint "
-                              f"('state_dict', official v1.0); top-level keys: {sorted(checkpoint)}")
+        raise ConversionError(
+            f"{path}: neither a fairseq checkpoint ('model', official v2) nor a Lightning checkpoint "
+            f"('state_dict', official v1.0); top-level keys: {sorted(checkpoint)}"
+        )
     return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}, layout, declared
 
 
@@ -136,8 +144,10 @@ def import_official(source: str | Path, output: str | Path, *, node_vocab: Seque
     output = check_output(output)
     state, layout, declared = read_official(source)
     declared = dataclasses.replace(
-        declared, multi_hop_max_dist=_option(declared.multi_hop_max_dist, multi_hop_max_dist, "--multi_hop_max_dist"),
-        spatial_pos_max=_option(declared.spatial_pos_max, spatial_pos_max, "--spatial_pos_max"))
+        declared,
+        multi_hop_max_dist=_option(declared.multi_hop_max_dist, multi_hop_max_dist, "--multi_hop_max_dist"),
+        spatial_pos_max=_option(declared.spatial_pos_max, spatial_pos_max, "--spatial_pos_max"),
+    )
     converted = convert_weights(state, layout, declared, node_vocab=node_vocab, edge_vocab=edge_vocab)
     write_checkpoint(converted, output, source=source, source_format=layout.name, task=task)
     return converted.config

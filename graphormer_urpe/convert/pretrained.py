@@ -33,8 +33,10 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
                               f"{config.source_class_path})")
     run_dir = source.resolve().parent.parent
     if not (run_dir / "run.json").is_file():
-        raise CheckpointError(f"{source} is not in a run directory (no {run_dir / 'run.json'}): name the checkpoint "
-                              "under runs/<run>/checkpoints/ that train.py wrote, whose run record it exports")
+        raise CheckpointError(
+            f"{source} is not in a run directory (no {run_dir / 'run.json'}): name the checkpoint "
+            "under runs/<run>/checkpoints/ that train.py wrote, whose run record it exports"
+        )
     for path in (checkpoint_out, provenance_out):
         if path.exists() and not replace:
             raise CheckpointError(f"{path} exists; pass --replace to write over the shipped checkpoint, or --out")
@@ -88,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"wrote {checkpoint_out} ({written['bytes']:,} bytes, step {written['global_step']}) and {provenance_out}")
+    print(
+        f"wrote {checkpoint_out} ({written['bytes']:,} bytes, step {written['global_step']}) and {provenance_out}"
+    )
     return 0
 
 

@@ -18,16 +18,26 @@ from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint
 
 log = logging.getLogger(__name__)
 
-OPTIM_KEYS = ("lr", "warmup_steps", "end_lr", "weight_decay", "adam_eps")  # task arguments until they became optim
+# task arguments until they became optim
+OPTIM_KEYS = ("lr", "warmup_steps", "end_lr", "weight_decay", "adam_eps")
 #: Old task class paths (the layout before issue 13 and the one before it) and what they are now.
 RENAMED_TASKS = {
-    **dict.fromkeys(("graphormer_urpe.tasks.GraphClassification", "graphormer_urpe.tasks.graph.GraphClassification",
-                     "graphormer_urpe.tasks.NodeClassification", "graphormer_urpe.tasks.graph.NodeClassification",
-                     "graphormer_urpe.tasks.NodeTagging", "graphormer_urpe.tasks.tokens.NodeTagging",
-                     "graphormer_urpe.classification.NodeTagging"), "graphormer_urpe.tasks.Classification"),
+    **dict.fromkeys(
+        (
+            "graphormer_urpe.tasks.GraphClassification",
+            "graphormer_urpe.tasks.graph.GraphClassification",
+            "graphormer_urpe.tasks.NodeClassification",
+            "graphormer_urpe.tasks.graph.NodeClassification",
+            "graphormer_urpe.tasks.NodeTagging",
+            "graphormer_urpe.tasks.tokens.NodeTagging",
+            "graphormer_urpe.classification.NodeTagging",
+        ),
+        "graphormer_urpe.tasks.Classification",
+    ),
     "graphormer_urpe.classification.SequenceTagging": "graphormer_urpe.tasks.SequenceTagging",
 }
-MULTICLASS_TASKS = ("NodeClassification", "NodeTagging")  # old tasks whose targets were multi-class by their class
+# old tasks whose targets were multi-class by their class
+MULTICLASS_TASKS = ("NodeClassification", "NodeTagging")
 OLD_ACCURACY, ACCURACY = "val/acc", "val/accuracy"
 
 
@@ -44,13 +54,17 @@ def upgraded_checkpoint(checkpoint: Mapping[str, Any], source: Path) -> tuple[di
     """``checkpoint`` in today's layout (``_class_path`` names its task), and what was changed, one line each."""
     hparams = checkpoint.get("hyper_parameters")
     if not isinstance(hparams, Mapping) or "encoder" not in hparams:
-        raise ConversionError(f"{source}: it holds no task hyper-parameters: not a checkpoint written by train.py")
+        raise ConversionError(
+            f"{source}: it holds no task hyper-parameters: not a checkpoint written by train.py"
+        )
     config = yaml.safe_load(checkpoint[CONFIG_KEY]) if CONFIG_KEY in checkpoint else None
     model = config.get("model") if isinstance(config, dict) else None
     class_path = hparams.get("_class_path") or (model or {}).get("class_path")
     if not class_path:
-        raise ConversionError(f"{source}: it names no task class (no _class_path, no embedded config): convert it "
-                              "by hand")
+        raise ConversionError(
+            f"{source}: it names no task class (no _class_path, no embedded config): convert it "
+            "by hand"
+        )
     upgraded, changes = dict(checkpoint), []
     saved = {key: value for key, value in hparams.items() if key != "_class_path"}
     new_path, arguments = upgraded_arguments(class_path, saved)
@@ -89,8 +103,10 @@ def upgrade(source: str | Path, output: str | Path) -> list[str]:
     task_class = import_object("model.class_path", upgraded["hyper_parameters"]["_class_path"])
     partial = output.with_name(f".{output.name}.partial")
     output.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({**upgraded, "converted_from": {"source": str(source), "format": "graphormer-urpe before issue 13"}},
-               partial)
+    torch.save(
+        {**upgraded, "converted_from": {"source": str(source), "format": "graphormer-urpe before issue 13"}},
+        partial,
+    )
     try:
         task_class.from_checkpoint(partial)
     except (InputError, TypeError, RuntimeError) as error:
