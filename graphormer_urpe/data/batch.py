@@ -84,8 +84,12 @@ class TensorFields:
 
     def map_tensors(self, move: Callable[[torch.Tensor], torch.Tensor]) -> Self:
         """A copy with ``move`` applied to every tensor field."""
-        return type(self)(**{f.name: getattr(self, f.name) if f.metadata.get("host") else move(getattr(self, f.name))
-                             for f in dataclasses.fields(self)})
+        return type(self)(
+            **{
+                f.name: getattr(self, f.name) if f.metadata.get("host") else move(getattr(self, f.name))
+                for f in dataclasses.fields(self)
+            }
+        )
 
 
 @dataclass
@@ -104,7 +108,8 @@ class GraphBatch(TensorFields):
     """
 
     x: torch.Tensor  # (B, N, F) int64: categorical node features (raw values, >= 0)
-    x_continuous: torch.Tensor  # (B, N, Fc) float16/32: continuous node features (Fc = 0 when the dataset has none)
+    # (B, N, Fc) float16/32: continuous node features (Fc = 0 when the dataset has none)
+    x_continuous: torch.Tensor
     node_mask: torch.Tensor  # (B, N) bool: True for real nodes
     in_degree: torch.Tensor  # (B, N) int64
     out_degree: torch.Tensor  # (B, N) int64
@@ -113,11 +118,13 @@ class GraphBatch(TensorFields):
     # unreachable, padding); int16/int32 in batches of sampled subgraphs, widened by the model
     first_edge: torch.Tensor
     edge_attr: torch.Tensor  # (E, Fe) int64: categorical edge features of every batch edge
-    edge_continuous: torch.Tensor  # (E, Fec) float32: continuous edge features (Fec = 0 when the dataset has none)
+    # (E, Fec) float32: continuous edge features (Fec = 0 when the dataset has none)
+    edge_continuous: torch.Tensor
     edge_dst: torch.Tensor  # (E,) int64: target node (position in its graph) of each edge
     y: torch.Tensor  # (B, Y) float32 targets, NaN where unknown; or (B, N, Y) per node (NaN at padding)
     index: torch.Tensor  # (B,) int64: dataset position of each graph (MAG240M: the target paper's id)
-    target_node: torch.Tensor  # (B,) int64: node whose label ``y`` is, or -1 (NO_TARGET_NODE) for graph-level tasks
+    # (B,) int64: node whose label ``y`` is, or -1 (NO_TARGET_NODE) for graph-level tasks
+    target_node: torch.Tensor
     # (B, M) float32: molecule-level features as the data gives them (NaN where missing; the model standardises
     # them), M = 0 for datasets without them
     molecule_features: torch.Tensor
@@ -229,8 +236,11 @@ def collate_graphs(records: Sequence[GraphRecord], shape: BatchShape | None = No
         if molecule_width:
             molecule_features[b] = r.molecule_features
 
-    edge_continuous = (_concat([r.edge_continuous for r in records], np.float32) if _width(records[0].edge_continuous)
-                       else np.zeros((int(edge_offset[-1]), 0), dtype=np.float32))
+    edge_continuous = (
+        _concat([r.edge_continuous for r in records], np.float32)
+        if _width(records[0].edge_continuous)
+        else np.zeros((int(edge_offset[-1]), 0), dtype=np.float32)
+    )
     padding_edges = num_edges - int(edge_offset[-1])  # never on a path: any values do
     arrays = dict(x=x, x_continuous=x_continuous, node_mask=node_mask, in_degree=in_degree, out_degree=out_degree,
                   spd=spd, first_edge=first_edge,

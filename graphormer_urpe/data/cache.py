@@ -122,8 +122,10 @@ class CacheSpec:
         if molecule_shape != (width,):
             return f"molecule features of shape {molecule_shape}, expected ({width},)"
         if width and np.isinf(graph.molecule_features).any():
-            return f"molecule feature {data.molecule_features[int(np.argmax(np.isinf(graph.molecule_features)))]} " \
-                   "is infinite (a missing value is NaN)"
+            return (
+                f"molecule feature {data.molecule_features[int(np.argmax(np.isinf(graph.molecule_features)))]} "
+                "is infinite (a missing value is NaN)"
+            )
         if edge_index.ndim != 2 or edge_index.shape[0] != 2:
             return f"edge_index of shape {edge_index.shape}, expected (2, edges)"
         if edge_attr.shape[0] != edge_index.shape[1]:
@@ -154,7 +156,9 @@ class CacheSpec:
         return None
 
 
-def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) -> tuple[dict[str, np.ndarray], list]:
+def encode_chunk(
+    rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec
+) -> tuple[dict[str, np.ndarray], list]:
     """The flat arrays of one chunk's rows, checked and preprocessed together, and its skipped ``[row, reason]``."""
     read = [(int(row), graph) for row, graph in rows]
     problems = iter(spec.problems([graph for _, graph in read if not isinstance(graph, str)]))
@@ -190,8 +194,19 @@ def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) ->
     }, skipped
 
 
-_ARRAY_NAMES = ("x", "in_degree", "out_degree", "edge_index", "edge_attr", "x_continuous", "edge_continuous", "spd",
-                "first_edge", "y", "source_row")
+_ARRAY_NAMES = (
+    "x",
+    "in_degree",
+    "out_degree",
+    "edge_index",
+    "edge_attr",
+    "x_continuous",
+    "edge_continuous",
+    "spd",
+    "first_edge",
+    "y",
+    "source_row",
+)
 #: The files of a chunk besides its record: the arrays and the three offset arrays, and with molecule-level
 #: features (G, M) float32 one more (optional, so the caches of every other dataset keep their files).
 _CHUNK_FILES = {f"{name}.npy" for name in (*_ARRAY_NAMES, "node_ptr", "edge_ptr", "pair_ptr")}
@@ -280,7 +295,9 @@ class Chunk:
     def __init__(self, path: Path) -> None:
         self.meta = json.loads((path / CHUNK_META).read_text())
         # plain ndarray views: slicing a np.memmap costs ~100x more (__array_finalize__ on every slice)
-        self.arrays = {name[:-4]: np.load(path / name, mmap_mode="r").view(np.ndarray) for name in self.meta["files"]}
+        self.arrays = {
+            name[:-4]: np.load(path / name, mmap_mode="r").view(np.ndarray) for name in self.meta["files"]
+        }
         a = self.arrays
         #: Targets are per node (rows found through ``node_ptr``) rather than per graph.
         self.node_targets = bool(self.meta.get("node_targets", False))
@@ -292,7 +309,9 @@ class Chunk:
         if len(counts) != 1 or a["node_ptr"][-1] != len(a["x"]) or a["edge_ptr"][-1] != len(a["edge_attr"]) \
                 or a["pair_ptr"][-1] != len(a["spd"]) or len(a["y"]) != target_rows or not continuous_ok \
                 or not molecule_ok:
-            raise CacheError(f"{path}: array lengths disagree with their offsets; delete the directory to rebuild")
+            raise CacheError(
+                f"{path}: array lengths disagree with their offsets; delete the directory to rebuild"
+            )
         self.num_graphs = len(a["source_row"])
 
     def record(self, local: int, index: int) -> GraphRecord:
@@ -393,7 +412,9 @@ def exclusive_build(directory: Path) -> Iterator[None]:
             log.info("waiting for another process that is building %s (lock %s)", directory, lock_path)
             fcntl.flock(handle, fcntl.LOCK_EX)
         except OSError as error:  # e.g. Lustre mounted without -o flock
-            log.warning("cannot lock %s (%s): make sure only one job builds %s at a time", lock_path, error, directory)
+            log.warning(
+                "cannot lock %s (%s): make sure only one job builds %s at a time", lock_path, error, directory
+            )
         yield
 
 
@@ -411,7 +432,9 @@ class BuildSummary:
 
     def describe(self) -> str:
         """One line: processed, cached, skipped (with the first few rows and reasons), seconds."""
-        rate = f" ({self.processed_rows / self.seconds:,.0f} rows/s)" if self.processed_rows and self.seconds else ""
+        rate = (
+            f" ({self.processed_rows / self.seconds:,.0f} rows/s)" if self.processed_rows and self.seconds else ""
+        )
         text = (f"{self.processed_rows:,} of {self.rows:,} rows preprocessed in {self.seconds:.1f} s{rate}; "
                 f"{self.graphs:,} graphs cached, {len(self.skipped):,} rows skipped")
         if self.skipped:
@@ -460,8 +483,17 @@ def _counted(rows: Iterator[tuple[int, RawGraph | str]]) -> Iterator[tuple[int, 
 def _build_chunk(task: tuple[Path, int, int, CacheSpec]) -> int:
     path, start, stop, spec = task
     arrays, skipped = encode_chunk(_counted(_WORKER_READER.graphs(start, stop, max_nodes=spec.max_nodes)), spec)
-    write_chunk(path, arrays, {"start": start, "stop": stop, "graphs": len(arrays["source_row"]), "skipped": skipped,
-                               "node_targets": spec.node_targets})
+    write_chunk(
+        path,
+        arrays,
+        {
+            "start": start,
+            "stop": stop,
+            "graphs": len(arrays["source_row"]),
+            "skipped": skipped,
+            "node_targets": spec.node_targets,
+        },
+    )
     return stop - start
 
 
@@ -478,8 +510,16 @@ def _next_within(results: multiprocessing.pool.IMapIterator, seconds: float) -> 
     return True
 
 
-def build_store(reader: RowReader, directory: Path, key: Mapping, spec: CacheSpec, splits: Mapping[str, np.ndarray],
-                num_workers: int, chunk_size: int = 10_000, description: str = "preprocessing") -> BuildSummary:
+def build_store(
+    reader: RowReader,
+    directory: Path,
+    key: Mapping,
+    spec: CacheSpec,
+    splits: Mapping[str, np.ndarray],
+    num_workers: int,
+    chunk_size: int = 10_000,
+    description: str = "preprocessing",
+) -> BuildSummary:
     """Preprocess every row of ``reader`` into ``directory`` (with ``key``, what the cache depends on, and the
     source rows of ``splits``), reusing valid chunks of a previous run; ``num_workers`` 0 works in this process."""
     started = time.perf_counter()

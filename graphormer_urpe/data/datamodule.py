@@ -104,7 +104,9 @@ class GraphDataModule(pl.LightningDataModule):
         check_int("data.chunk_size", chunk_size, 1)
         check_int("data.max_nodes", max_nodes, 1, MAX_NODES)
         check_path_order(path_order, "data.path_order")
-        check_int("data.bucket_window", bucket_window, 0, hint=" (0: off, else a number of global batches, e.g. 100)")
+        check_int(
+            "data.bucket_window", bucket_window, 0, hint=" (0: off, else a number of global batches, e.g. 100)"
+        )
         check_int("data.pad_nodes_to", pad_nodes_to, 1, hint=" (1: off, else a node count such as 8)")
         self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
         self.source = source
@@ -118,11 +120,16 @@ class GraphDataModule(pl.LightningDataModule):
         self.bucket_window = bucket_window
         self.pad_nodes_to = pad_nodes_to
         if (read_only := unwritable(self.root)) is not None and not (self.cache_dir / MANIFEST).is_file():
-            raise ConfigError("data.root", root, f"{read_only} is not writable, and the cache must be built there "
-                              "(choose a writable data.root, or build the cache once where it is writable)")
+            raise ConfigError(
+                "data.root",
+                root,
+                f"{read_only} is not writable, and the cache must be built there "
+                "(choose a writable data.root, or build the cache once where it is writable)",
+            )
         self.datasets: dict[str, GraphDataset] = {}
         self.predict_split = "test"  # served by predict_dataloader (predict_on)
-        self.build_summary: BuildSummary | None = None  # what building the cache did here; None: it was found built
+        # what building the cache did here; None: it was found built
+        self.build_summary: BuildSummary | None = None
 
     @property
     def spec(self) -> DataSpec:
@@ -168,11 +175,20 @@ class GraphDataModule(pl.LightningDataModule):
                 self._build_cache()
 
     def _build_cache(self) -> None:
-        log.info("preprocessing %s into %s with %d workers", self.source.name, self.cache_dir, self.preprocess_workers)
+        log.info(
+            "preprocessing %s into %s with %d workers", self.source.name, self.cache_dir, self.preprocess_workers
+        )
         reader = self.source.open(self.root)
-        self.build_summary = build_store(reader, self.cache_dir, self.cache_key, self.cache_spec,
-                                         self.source.splits(self.root, reader), num_workers=self.preprocess_workers,
-                                         chunk_size=self.chunk_size, description=f"preprocessing {self.source.name}")
+        self.build_summary = build_store(
+            reader,
+            self.cache_dir,
+            self.cache_key,
+            self.cache_spec,
+            self.source.splits(self.root, reader),
+            num_workers=self.preprocess_workers,
+            chunk_size=self.chunk_size,
+            description=f"preprocessing {self.source.name}",
+        )
 
     def _cache_is_valid(self) -> bool:
         """Whether the cache is intact; a damaged one is named and loses its manifest, so it is rebuilt."""
@@ -191,21 +207,31 @@ class GraphDataModule(pl.LightningDataModule):
         if self.datasets:
             return
         if not (self.cache_dir / MANIFEST).is_file():
-            raise FileNotFoundError(f"{self.cache_dir} holds no complete cache on this machine; if data.root is not "
-                                    "shared by all nodes, set --data.prepare_per_node true so that every node builds "
-                                    "its own")
+            raise FileNotFoundError(
+                f"{self.cache_dir} holds no complete cache on this machine; if data.root is not "
+                "shared by all nodes, set --data.prepare_per_node true so that every node builds "
+                "its own"
+            )
         store = GraphStore(self.cache_dir)
         manifest = store.manifest
         if manifest["skipped"]:
             per_split = ", ".join(f"{k} {v}" for k, v in manifest["skipped_by_split"].items() if v)
-            log.warning("%s: %d of %d rows were skipped while preprocessing (%s; first: %s)", self.source.origin(),
-                        manifest["skipped"], manifest["rows"], per_split, manifest["skipped_examples"][:3])
+            log.warning(
+                "%s: %d of %d rows were skipped while preprocessing (%s; first: %s)",
+                self.source.origin(),
+                manifest["skipped"],
+                manifest["rows"],
+                per_split,
+                manifest["skipped_examples"][:3],
+            )
         datasets = {name: GraphDataset(store, idx) for name, idx in store.split_indices().items()}
         sizes = {name: len(ds) for name, ds in datasets.items()}
         if stage in ("fit", None) and sizes.get("train") == 0:
-            raise DataError(f"{self.source.origin()}: no training graph is left, every one of its rows was skipped "
-                            f"while preprocessing (first: {manifest['skipped_examples'][:3]}); check the data, or "
-                            f"data.max_nodes={self.max_nodes}")
+            raise DataError(
+                f"{self.source.origin()}: no training graph is left, every one of its rows was skipped "
+                f"while preprocessing (first: {manifest['skipped_examples'][:3]}); check the data, or "
+                f"data.max_nodes={self.max_nodes}"
+            )
         self.datasets = datasets
         log.info("%s splits: %s", self.source.name, ", ".join(f"{k} {v:,}" for k, v in sizes.items()))
         if stage in ("fit", None) and "train" in datasets and self.spec.target_kind == "regression":
@@ -263,14 +289,23 @@ class GraphDataModule(pl.LightningDataModule):
 
     def _split(self, split: str) -> GraphDataset:
         if split not in self.datasets:
-            raise ValueError(f"{self.source.name} has no split '{split}'; its splits are {', '.join(self.datasets)}")
+            raise ValueError(
+                f"{self.source.name} has no split '{split}'; its splits are {', '.join(self.datasets)}"
+            )
         return self.datasets[split]
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled global batches, this process's slice of each; resumable mid-epoch."""
         train = self._split("train")
-        return train_loader(train, self.batch_size, self.trainer, functools.partial(collate_graphs, shape=self.shape()),
-                            self.num_workers, sizes=train.sizes, bucket_window=self.bucket_window)
+        return train_loader(
+            train,
+            self.batch_size,
+            self.trainer,
+            functools.partial(collate_graphs, shape=self.shape()),
+            self.num_workers,
+            sizes=train.sizes,
+            bucket_window=self.bucket_window,
+        )
 
     def shape(self) -> BatchShape | None:
         """The shape training batches are padded to (``pad_nodes_to``), None when off."""

@@ -40,8 +40,10 @@ def per_device_batch_size(global_batch: int, world_size: int) -> int:
     """The share of one process; the global batch must divide evenly."""
     if global_batch % world_size:
         divisible = max(world_size, global_batch // world_size * world_size)
-        raise ValueError(f"batch_size={global_batch} is the global batch and must be divisible by the {world_size} "
-                         f"processes; use e.g. --data.batch_size {divisible}")
+        raise ValueError(
+            f"batch_size={global_batch} is the global batch and must be divisible by the {world_size} "
+            f"processes; use e.g. --data.batch_size {divisible}"
+        )
     return global_batch // world_size
 
 
@@ -102,7 +104,9 @@ class GlobalBatchSampler(DistributedSampler):
 class EvalShardSampler(DistributedSampler):
     """Contiguous, unpadded shards ``[r * N // W, (r + 1) * N // W)``, in ascending size given ``sizes``."""
 
-    def __init__(self, dataset: Sized, num_replicas: int = 1, rank: int = 0, sizes: np.ndarray | None = None) -> None:
+    def __init__(
+        self, dataset: Sized, num_replicas: int = 1, rank: int = 0, sizes: np.ndarray | None = None
+    ) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)
         size = len(dataset)
         if size < num_replicas:
@@ -153,7 +157,9 @@ class ResumableLoader(DataLoader):
         if (problem := resume_problem(state, sampler.global_batch, sampler.bucket_window, sampler.dataset_size)):
             raise ValueError(problem)
         if state["seed"] != sampler.seed:
-            log.warning("resuming the checkpoint's data order (seed %d), not seed %d", state["seed"], sampler.seed)
+            log.warning(
+                "resuming the checkpoint's data order (seed %d), not seed %d", state["seed"], sampler.seed
+            )
             sampler.seed = state["seed"]
         sampler.resume(state["epoch"], state["batches_done"])
         log.info("data order resumed at epoch %d, batch %d", sampler.epoch, sampler.skip_batches)
@@ -171,8 +177,10 @@ def resume_problem(state: Mapping[str, int], global_batch: int, bucket_window: i
                 "--data.batch_size, or start a new run")
     saved_window = state.get("bucket_window", 0)  # checkpoints from before bucketing: 0
     if saved_window != bucket_window:
-        return (f"the checkpoint's data order uses bucket_window={saved_window}, this run {bucket_window}: the run "
-                f"cannot resume exactly; set --data.bucket_window {saved_window} or start a new run")
+        return (
+            f"the checkpoint's data order uses bucket_window={saved_window}, this run {bucket_window}: the run "
+            f"cannot resume exactly; set --data.bucket_window {saved_window} or start a new run"
+        )
     return None
 
 
@@ -195,14 +203,21 @@ def check_validation_interval(trainer: pl.Trainer | None, batches_per_epoch: int
                               global_batch: int) -> None:
     """Refuse an integer ``trainer.val_check_interval`` beyond an epoch's batches while
     ``trainer.check_val_every_n_epoch`` is set (Lightning would stop with a traceback once training starts)."""
-    if trainer is None or not isinstance(trainer.val_check_interval, int) or trainer.check_val_every_n_epoch is None:
+    if (
+        trainer is None
+        or not isinstance(trainer.val_check_interval, int)
+        or trainer.check_val_every_n_epoch is None
+    ):
         return
     if trainer.val_check_interval > batches_per_epoch and trainer.limit_val_batches:
-        raise ConfigError("trainer.val_check_interval", trainer.val_check_interval,
-                          f"is more than the {batches_per_epoch} training batches of an epoch ({dataset_size} training "
-                          f"examples in global batches of {global_batch}) while trainer.check_val_every_n_epoch is "
-                          f"{trainer.check_val_every_n_epoch}; use at most {batches_per_epoch}, a fraction of an epoch "
-                          "in (0, 1], or trainer.check_val_every_n_epoch null to count batches across epochs")
+        raise ConfigError(
+            "trainer.val_check_interval",
+            trainer.val_check_interval,
+            f"is more than the {batches_per_epoch} training batches of an epoch ({dataset_size} training "
+            f"examples in global batches of {global_batch}) while trainer.check_val_every_n_epoch is "
+            f"{trainer.check_val_every_n_epoch}; use at most {batches_per_epoch}, a fraction of an epoch "
+            "in (0, 1], or trainer.check_val_every_n_epoch null to count batches across epochs",
+        )
 
 
 def eval_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None,
@@ -222,7 +237,9 @@ def _on_cuda(trainer: pl.Trainer | None) -> bool:
     return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
 
-def warn_if_not_published(name: str, sizes: Mapping[str, int], published: Mapping[str, int], hint: str = "") -> None:
+def warn_if_not_published(
+    name: str, sizes: Mapping[str, int], published: Mapping[str, int], hint: str = ""
+) -> None:
     """Warn loudly when split sizes differ from the ``published`` ones; ``hint`` is a likely reason."""
     if published and any(sizes.get(split) != size for split, size in published.items()):
         log.warning("!!! %s split sizes %s differ from the published %s: %sresults are not comparable with the "

@@ -23,15 +23,18 @@ class SubmissionFormat:
     """The test-submission file of one OGB-LSC dataset."""
 
     dataset: str  # as in ``y_pred_<dataset>_<mode>.npz``; also its directory under the data root
-    evaluator: Callable[[], Any]  # builds ogb's evaluator (``eval`` for labelled splits, ``save_test_submission``)
+    # builds ogb's evaluator (``eval`` for labelled splits, ``save_test_submission``)
+    evaluator: Callable[[], Any]
     dtype: np.dtype  # of ``y_pred`` in the file written by ogb
-    num_classes: int | None = None  # predictions are labels 0 .. num_classes - 1; None: regression (finite floats)
+    # predictions are labels 0 .. num_classes - 1; None: regression (finite floats)
+    num_classes: int | None = None
     directory: str | None = None  # the dataset's directory under the data root, when it differs from ``dataset``
     #: Rows of every official split: loading warns when the splits on disk differ; ogb asserts the test ones,
     #: which ``--check-submission`` uses when the dataset is not on disk.
     official_sizes: Mapping[str, int] = field(default_factory=dict)
     examples: str = "molecules"  # what one row is, in messages
-    splits: tuple[str, ...] = ("train", "valid", *MODES)  # the official splits (:data:`MODES` are the hidden ones)
+    # the official splits (:data:`MODES` are the hidden ones)
+    splits: tuple[str, ...] = ("train", "valid", *MODES)
 
     def filename(self, mode: str) -> str:
         """``y_pred_<dataset>_<mode>.npz``."""
@@ -64,8 +67,14 @@ PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, 
                             official_sizes={"train": 3_378_606, "valid": 73_545, "test-dev": 147_037,
                                             "test-challenge": 147_432})
 #: ogb writes MAG240M labels as int16 (``np.short``).
-MAG240M = SubmissionFormat(dataset="mag240m", evaluator=_mag240m_evaluator, dtype=np.dtype(np.int16), num_classes=153,
-                           directory="mag240m_kddcup2021", examples="papers", official_sizes={
-                               "train": 1_112_392, "valid": 138_949, "test-dev": 88_092, "test-challenge": 58_726})
+MAG240M = SubmissionFormat(
+    dataset="mag240m",
+    evaluator=_mag240m_evaluator,
+    dtype=np.dtype(np.int16),
+    num_classes=153,
+    directory="mag240m_kddcup2021",
+    examples="papers",
+    official_sizes={"train": 1_112_392, "valid": 138_949, "test-dev": 88_092, "test-challenge": 58_726},
+)
 #: Every known format by dataset name (``--check-submission`` finds the format from the file name).
 FORMATS = {fmt.dataset: fmt for fmt in (PCQM4MV2, MAG240M)}

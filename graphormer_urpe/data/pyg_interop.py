@@ -34,7 +34,9 @@ def _feature_names(data: Data, names: Sequence[str] | None, default: str) -> lis
         return [default] if default in data and isinstance(data[default], torch.Tensor) else []
     for name in names:
         if name not in data or not isinstance(data[name], torch.Tensor):
-            raise ValueError(f"the graph has no tensor attribute '{name}'; it has: {', '.join(sorted(data.keys()))}")
+            raise ValueError(
+                f"the graph has no tensor attribute '{name}'; it has: {', '.join(sorted(data.keys()))}"
+            )
     return list(names)
 
 
@@ -45,7 +47,9 @@ def _as_columns(tensor: torch.Tensor, rows: int, name: str) -> torch.Tensor:
         raise ValueError(f"attribute '{name}' is {tensor.dtype}: features are integer categories or real floats "
                          "(torch.view_as_real gives the real and imaginary parts as two float columns)")
     if tensor.dim() not in (1, 2) or tensor.shape[0] != rows:
-        raise ValueError(f"attribute '{name}' has shape {tuple(tensor.shape)}; expected ({rows},) or ({rows}, columns)")
+        raise ValueError(
+            f"attribute '{name}' has shape {tuple(tensor.shape)}; expected ({rows},) or ({rows}, columns)"
+        )
     return tensor.reshape(rows, math.prod(tensor.shape[1:]))  # not (rows, -1): ambiguous with 0 rows
 
 
@@ -75,7 +79,9 @@ class GraphormerStructure(BaseTransform):
     def forward(self, data: Data) -> Data:
         """Check ``data`` and add the structure attributes (to a shallow copy, as PyG transforms do)."""
         if not isinstance(data, Data):
-            raise TypeError(f"GraphormerStructure takes homogeneous torch_geometric Data, got {type(data).__name__}")
+            raise TypeError(
+                f"GraphormerStructure takes homogeneous torch_geometric Data, got {type(data).__name__}"
+            )
         if (n := data.num_nodes) is None:
             raise ValueError("the graph's node count is unknown: set data.num_nodes (or give it an 'x')")
         n = int(n)
@@ -140,9 +146,15 @@ def _features(batch: Batch, names: list[str], rows: int,
     return torch.cat(categorical, dim=1), values, origin
 
 
-def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_attributes: Sequence[str] | None = None,
-                   edge_attributes: Sequence[str] | None = None, target: str = "y",
-                   target_level: Literal["graph", "node"] | None = None) -> GraphBatch:
+def to_graph_batch(
+    batch: Batch | Data,
+    spec: DataSpec | None = None,
+    *,
+    node_attributes: Sequence[str] | None = None,
+    edge_attributes: Sequence[str] | None = None,
+    target: str = "y",
+    target_level: Literal["graph", "node"] | None = None,
+) -> GraphBatch:
     """The :class:`~graphormer_urpe.data.batch.GraphBatch` of a PyG batch (or ``Data``) of graphs that went through
     :class:`GraphormerStructure`, on its device: field for field what ``collate_graphs`` makes of the same graphs,
     except ``index`` (the position in the batch). Stale structure or wrong features raise a ``ValueError``.
@@ -191,7 +203,9 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
     edge_graph = batch.batch[batch.edge_index[0]]  # (E,)
     edges_per_graph = torch.bincount(edge_graph, minlength=num_graphs)  # (B,)
     edge_start = torch.cumsum(edges_per_graph, 0) - edges_per_graph  # (B,) first edge of each graph
-    x, x_continuous, node_origin = _features(batch, _feature_names(batch, node_attributes, "x"), num_total, "node")
+    x, x_continuous, node_origin = _features(
+        batch, _feature_names(batch, node_attributes, "x"), num_total, "node"
+    )
     edge_attr, edge_continuous, edge_origin = _features(
         batch, _feature_names(batch, edge_attributes, "edge_attr"), num_edges, "edge")
     if spec is not None:
@@ -206,19 +220,25 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
     checks = [num_nodes.max(), (num_nodes * num_nodes).sum(), degree_mismatch, non_finite]  # one sync for all
     if spec is not None:
         checks += [_outside(x, spec.node_vocab).sum(), _outside(edge_attr, spec.edge_vocab).sum()]
-    n_max, num_pairs, mismatched, not_finite, *outside = torch.stack([c.reshape(()).long() for c in checks]).tolist()
+    n_max, num_pairs, mismatched, not_finite, *outside = torch.stack(
+        [c.reshape(()).long() for c in checks]
+    ).tolist()
     if not_finite:
         nodes_bad = not torch.isfinite(x_continuous).all()
         what, values = ("node", x_continuous) if nodes_bad else ("edge", edge_continuous)
         row, column = (int(i) for i in torch.nonzero(~torch.isfinite(values))[0])
-        raise ValueError(f"the batch's continuous {what} features hold {not_finite} values that are not finite (NaN "
-                         f"or inf), the first at {what} {row} of the batch, column {column}: "
-                         f"{values[row, column].item()}; GraphormerStructure refuses them, so a transform applied "
-                         "after it made them")
+        raise ValueError(
+            f"the batch's continuous {what} features hold {not_finite} values that are not finite (NaN "
+            f"or inf), the first at {what} {row} of the batch, column {column}: "
+            f"{values[row, column].item()}; GraphormerStructure refuses them, so a transform applied "
+            "after it made them"
+        )
     if num_pairs != batch.spd.numel() or num_pairs != batch.first_edge.numel() or mismatched:
-        raise ValueError(f"the structure attributes do not fit the batch's graphs ({num_pairs} node pairs, spd "
-                         f"holds {batch.spd.numel()}; {mismatched} nodes whose out_degree disagrees with edge_index): "
-                         f"{stale}")
+        raise ValueError(
+            f"the structure attributes do not fit the batch's graphs ({num_pairs} node pairs, spd "
+            f"holds {batch.spd.numel()}; {mismatched} nodes whose out_degree disagrees with edge_index): "
+            f"{stale}"
+        )
     if any(outside):
         _raise_outside(x, spec.node_vocab, node_origin, "node_vocab")
         _raise_outside(edge_attr, spec.edge_vocab, edge_origin, "edge_vocab")
@@ -232,7 +252,9 @@ def to_graph_batch(batch: Batch | Data, spec: DataSpec | None = None, *, node_at
         in_degree=pad_rows(node_mask, batch.in_degree.long(), 0),
         out_degree=pad_rows(node_mask, batch.out_degree.long(), 0),
         spd=pad_rows(pair_mask, batch.spd, UNREACHABLE_SPD), first_edge=first_edge, edge_attr=edge_attr,
-        edge_continuous=edge_continuous, edge_dst=batch.edge_index[1] - node_start[edge_graph],  # position in its graph
+        edge_continuous=edge_continuous,
+        # position in its graph
+        edge_dst=batch.edge_index[1] - node_start[edge_graph],
         y=_targets(batch, target, target_level, node_mask, num_graphs, num_total),
         index=torch.arange(num_graphs, device=device),
         target_node=torch.full((num_graphs,), NO_TARGET_NODE, dtype=torch.long, device=device),
@@ -244,16 +266,20 @@ def _molecule_features(batch: Batch, spec: DataSpec | None, num_graphs: int) -> 
     width = None if spec is None else len(spec.molecule_features)
     if "molecule_features" not in batch:
         if width:
-            raise ValueError(f"the model reads {width} molecule-level features ({', '.join(spec.molecule_features[:3])}"
-                             " ...): give each graph an attribute molecule_features of shape (1, M)")
+            raise ValueError(
+                f"the model reads {width} molecule-level features ({', '.join(spec.molecule_features[:3])}"
+                " ...): give each graph an attribute molecule_features of shape (1, M)"
+            )
         return torch.zeros(num_graphs, 0, device=batch.edge_index.device)
     values = batch.molecule_features
     if not isinstance(values, torch.Tensor) or values.dim() != 2 or values.shape[0] != num_graphs \
             or (width is not None and values.shape[1] != width):
         shape = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
         expected = "M" if width is None else str(width)
-        raise ValueError(f"attribute 'molecule_features' has shape {shape} in a batch of {num_graphs} graphs; give "
-                         f"each graph a (1, {expected}) tensor")
+        raise ValueError(
+            f"attribute 'molecule_features' has shape {shape} in a batch of {num_graphs} graphs; give "
+            f"each graph a (1, {expected}) tensor"
+        )
     return values.float()
 
 
@@ -299,6 +325,8 @@ def _raise_outside(ids: torch.Tensor, vocab: Sequence[int], origin: list[tuple[s
     if bad.any():
         row, column = (int(k) for k in torch.nonzero(bad)[0])
         name, attribute_column = origin[column]
-        raise ValueError(f"attribute '{name}' column {attribute_column} has value {int(ids[row, column])} (batch row "
-                         f"{row}), outside the model's {field}[{column}] = {vocab[column]} categories "
-                         f"(0 .. {vocab[column] - 1}): raise {field}[{column}]")
+        raise ValueError(
+            f"attribute '{name}' column {attribute_column} has value {int(ids[row, column])} (batch row "
+            f"{row}), outside the model's {field}[{column}] = {vocab[column]} categories "
+            f"(0 .. {vocab[column] - 1}): raise {field}[{column}]"
+        )

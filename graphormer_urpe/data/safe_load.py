@@ -75,7 +75,9 @@ def load_split_dict(path: Path | str, names: Sequence[str]) -> dict[str, np.ndar
     """An OGB ``split_dict.pt`` holding the splits ``names``: split name -> (R,) int64 row indices."""
     loaded = load_numpy_checkpoint(path)
     if not isinstance(loaded, dict):
-        raise UnsafeCheckpoint(f"{path} holds a {type(loaded).__name__}, expected a dict of split name -> indices")
+        raise UnsafeCheckpoint(
+            f"{path} holds a {type(loaded).__name__}, expected a dict of split name -> indices"
+        )
     if missing := [name for name in names if name not in loaded]:
         raise UnsafeCheckpoint(f"{path} has no split(s) {missing}; it holds {sorted(loaded)}")
     splits = {}
@@ -98,8 +100,13 @@ class _Placeholder:
 
 
 _ALLOWED = {
-    ("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"),
-    ("torch._utils", "_rebuild_tensor"), ("torch", "Size"), ("builtins", "set"), ("builtins", "frozenset"),
+    ("collections", "OrderedDict"),
+    ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch._utils", "_rebuild_parameter"),
+    ("torch._utils", "_rebuild_tensor"),
+    ("torch", "Size"),
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
     ("argparse", "Namespace"),  # fairseq's args and cfg['model']: a plain attribute container
 }
 
@@ -224,6 +231,8 @@ def not_a_checkpoint(path: Path, error: BaseException) -> str:
     except Exception:  # as damaged for the restricted reader: torch's first error says why
         name = None
     if name is not None:
-        return (f"{path} is a checkpoint of the official Graphormer ({name}), not one of this project: convert it "
-                f"with {CONVERT_OFFICIAL} {path} {path.with_suffix('')}-converted.ckpt")
+        return (
+            f"{path} is a checkpoint of the official Graphormer ({name}), not one of this project: convert it "
+            f"with {CONVERT_OFFICIAL} {path} {path.with_suffix('')}-converted.ckpt"
+        )
     return f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint: {load_failure(error)}"

@@ -81,10 +81,14 @@ class DataSpec:
         if self.target_level not in READOUT:
             raise ValueError(f"DataSpec.target_level={self.target_level!r}; expected one of {', '.join(READOUT)}")
         if self.target_kind not in ("regression", "binary", "multiclass"):
-            raise ValueError(f"DataSpec.target_kind={self.target_kind!r}; expected regression, binary or multiclass")
+            raise ValueError(
+                f"DataSpec.target_kind={self.target_kind!r}; expected regression, binary or multiclass"
+            )
         counts = f"num_targets={self.num_targets}, num_outputs={self.num_outputs}"
         if self.target_kind == "multiclass" and (self.num_targets != 1 or self.num_outputs < 2):
-            raise ValueError(f"DataSpec: a multi-class target is one column with at least 2 classes, got {counts}")
+            raise ValueError(
+                f"DataSpec: a multi-class target is one column with at least 2 classes, got {counts}"
+            )
         if self.target_kind != "multiclass" and self.num_outputs != self.num_targets:
             raise ValueError(f"DataSpec: {self.target_kind} targets have one output each, got {counts}")
         if min(self.continuous_node_dim, self.continuous_edge_dim) < 0:

@@ -13,7 +13,8 @@ from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.official_paths import official_first_edges
 from graphormer_urpe.errors import check_choice
 
-#: Which of several shortest paths: the smallest next node at every step, or official Graphormer's (``algos.pyx``).
+#: Which of several shortest paths: the smallest next node
+#: at every step, or official Graphormer's (``algos.pyx``).
 PathOrder = Literal["smallest_next", "official"]
 
 #: Largest node count a graph may have: node ids and edge ids are stored as int16.
@@ -131,7 +132,9 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
         per_block = max(1, _BLOCK_ELEMENTS // max(1, n * n))
         for b0 in range(0, len(members), per_block):
             block = members[b0:b0 + per_block]
-            spd, first, in_degree, out_degree = _equal_size_structures(n, [edge_indices[g] for g in block], path_order)
+            spd, first, in_degree, out_degree = _equal_size_structures(
+                n, [edge_indices[g] for g in block], path_order
+            )
             pairs = pair_ptr[block][:, None] + np.arange(n * n)  # (G, n*n) positions in the output
             nodes = node_ptr[block][:, None] + np.arange(n)  # (G, n)
             out.spd[pairs] = spd.reshape(len(block), n * n)
@@ -147,7 +150,9 @@ def _check_edge_count(num_edges: int, what: str) -> None:
                          "(first-edge ids are stored as int16)")
 
 
-def _equal_size_structures(n: int, edge_indices: list[np.ndarray], path_order: PathOrder) -> tuple[np.ndarray, ...]:
+def _equal_size_structures(
+    n: int, edge_indices: list[np.ndarray], path_order: PathOrder
+) -> tuple[np.ndarray, ...]:
     """SPD (G, n, n) uint8, first edges (G, n, n) int16 and degrees (G, n) int16 of G graphs of n nodes."""
     num_graphs = len(edge_indices)
     edges = [np.asarray(e, dtype=np.int64).reshape(2, -1) for e in edge_indices]
@@ -168,7 +173,9 @@ def _equal_size_structures(n: int, edge_indices: list[np.ndarray], path_order: P
     return spd, first, in_degree.astype(np.int16), out_degree.astype(np.int16)
 
 
-def graph_structure(num_nodes: int, edge_index: np.ndarray, path_order: PathOrder = "smallest_next") -> GraphStructure:
+def graph_structure(
+    num_nodes: int, edge_index: np.ndarray, path_order: PathOrder = "smallest_next"
+) -> GraphStructure:
     """SPD, first edges of shortest paths, and degrees of one graph (see :func:`graph_structures`).
 
     Example:
@@ -181,4 +188,6 @@ def graph_structure(num_nodes: int, edge_index: np.ndarray, path_order: PathOrde
     if not 0 <= num_nodes <= MAX_NODES:
         raise ValueError(f"graph has {num_nodes} nodes; 0 to {MAX_NODES} are supported")
     _check_edge_count(np.shape(edge_index)[-1], "graph")
-    return GraphStructure(*(block[0] for block in _equal_size_structures(int(num_nodes), [edge_index], path_order)))
+    return GraphStructure(
+        *(block[0] for block in _equal_size_structures(int(num_nodes), [edge_index], path_order))
+    )

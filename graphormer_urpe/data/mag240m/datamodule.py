@@ -82,16 +82,30 @@ class MAG240MDataModule(pl.LightningDataModule):
     #: Size-aware batching (``GraphDataModule.bucket_window``): none, the subgraphs are sampled per batch.
     bucket_window = 0
 
-    def __init__(self, root: str = "data", batch_size: int = 1024, fanouts: Sequence[int] = (25, 15),
-                 num_workers: int = 8, seed: int = 0, num_classes: int = 153, cache_dir: str | None = None,
-                 verify_checksums: bool = False, eval_batch_size: int | None = None, handover_slots: int = 4) -> None:
+    def __init__(
+        self,
+        root: str = "data",
+        batch_size: int = 1024,
+        fanouts: Sequence[int] = (25, 15),
+        num_workers: int = 8,
+        seed: int = 0,
+        num_classes: int = 153,
+        cache_dir: str | None = None,
+        verify_checksums: bool = False,
+        eval_batch_size: int | None = None,
+        handover_slots: int = 4,
+    ) -> None:
         super().__init__()
         check_int("data.batch_size", batch_size, 1)
         if eval_batch_size is not None:
             check_int("data.eval_batch_size", eval_batch_size, 1, hint=", or null (data.batch_size)")
         if isinstance(fanouts, str) or not isinstance(fanouts, Sequence):
-            raise ConfigError("data.fanouts", fanouts, "must be a list of neighbours per hop, e.g. [25, 15] ([]: the "
-                              "target paper alone)")
+            raise ConfigError(
+                "data.fanouts",
+                fanouts,
+                "must be a list of neighbours per hop, e.g. [25, 15] ([]: the "
+                "target paper alone)",
+            )
         for hop, fanout in enumerate(fanouts):
             check_int(f"data.fanouts[{hop}]", fanout, 1)
         check_int("data.num_workers", num_workers, 0)
@@ -109,9 +123,13 @@ class MAG240MDataModule(pl.LightningDataModule):
         #: The option that chose :attr:`cache_dir`, named when it cannot be written.
         self.cache_dir_key, cache_option = ("data.cache_dir", cache_dir) if cache_dir else ("data.root", root)
         if (read_only := unwritable(self.cache_dir)) is not None and not (self.cache_dir / MANIFEST).is_file():
-            raise ConfigError(self.cache_dir_key, cache_option, f"{read_only} is not writable, and MAG240M's derived "
-                              f"files must be built in {self.cache_dir} (set data.cache_dir to a writable directory, "
-                              "or build them once where it is writable)")
+            raise ConfigError(
+                self.cache_dir_key,
+                cache_option,
+                f"{read_only} is not writable, and MAG240M's derived "
+                f"files must be built in {self.cache_dir} (set data.cache_dir to a writable directory, "
+                "or build them once where it is writable)",
+            )
         self.verify_checksums = verify_checksums
         self.handover_slots = handover_slots
         self._prepared = False
@@ -158,14 +176,24 @@ class MAG240MDataModule(pl.LightningDataModule):
             bad = np.flatnonzero(np.isnan(labels) | (labels >= self.num_classes) | (labels != np.round(labels)))
             if len(bad):
                 paper = int(self.splits[name][bad[0]])
-                raise ValueError(f"{self.raw.directory / 'processed/paper/node_label.npy'}: {len(bad)} {name} papers "
-                                 f"have no valid label in 0..{self.num_classes - 1} (first: paper {paper}, "
-                                 f"label {self.raw.paper_labels[paper]})")
+                raise ValueError(
+                    f"{self.raw.directory / 'processed/paper/node_label.npy'}: {len(bad)} {name} papers "
+                    f"have no valid label in 0..{self.num_classes - 1} (first: paper {paper}, "
+                    f"label {self.raw.paper_labels[paper]})"
+                )
         sizes = self.split_sizes
-        log.info("MAG240M (%s): %s papers, %s authors, %s institutions; splits %s; fanouts %s; %d workers, "
-                 "%d shared-memory slots each", self.raw.directory,
-                 f"{meta['paper']:,}", f"{meta['author']:,}", f"{meta['institution']:,}",
-                 ", ".join(f"{k} {v:,}" for k, v in sizes.items()), self.fanouts, self.num_workers, self.handover_slots)
+        log.info(
+            "MAG240M (%s): %s papers, %s authors, %s institutions; splits %s; fanouts %s; %d workers, "
+            "%d shared-memory slots each",
+            self.raw.directory,
+            f"{meta['paper']:,}",
+            f"{meta['author']:,}",
+            f"{meta['institution']:,}",
+            ", ".join(f"{k} {v:,}" for k, v in sizes.items()),
+            self.fanouts,
+            self.num_workers,
+            self.handover_slots,
+        )
         warn_if_not_published("MAG240M", sizes, MAG240M.official_sizes,
                               "this is not the OGB-LSC release (a synthetic graph?)")
 

@@ -15,7 +15,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from graphormer_urpe.data.files import atomic_write_json, file_record, read_json_object, record_problem, unwritable
+from graphormer_urpe.data.files import (
+    atomic_write_json,
+    file_record,
+    read_json_object,
+    record_problem,
+    unwritable,
+)
 from graphormer_urpe.data.mag240m.release import RELATIONS, MAG240MRaw, NodeType, Relation
 from graphormer_urpe.errors import DataError
 
@@ -37,7 +43,10 @@ class DerivedFiles:
             manifest, problem = None, "does not list its files (corrupted)"
         if manifest is None and self.path.exists():  # its records are lost: every derived file is rebuilt
             log.warning("%s %s; every derived file will be rebuilt", self.path, problem)  # and it is rewritten
-        if manifest is not None and (manifest["format"], manifest["fingerprint"]) != (DERIVED_FORMAT, self.fingerprint):
+        if manifest is not None and (manifest["format"], manifest["fingerprint"]) != (
+            DERIVED_FORMAT,
+            self.fingerprint,
+        ):
             log.warning("%s was built from other raw data (%s); rebuilding", self.path, manifest["fingerprint"])
             manifest = None
         self.files: dict[str, dict] = dict(manifest["files"]) if manifest else {}
@@ -45,7 +54,9 @@ class DerivedFiles:
     def problem(self, name: str, verify_checksum: bool) -> str | None:
         """Why derived file ``name`` cannot be used, or None (CRC checked if ``verify_checksum`` or mtime moved)."""
         record = self.files.get(name)
-        return "not built yet" if record is None else record_problem(self.directory / name, record, verify_checksum)
+        return (
+            "not built yet" if record is None else record_problem(self.directory / name, record, verify_checksum)
+        )
 
     def complete(self, name: str) -> None:
         """Record ``name`` as complete, with its size, time and checksum."""
@@ -58,7 +69,9 @@ class DerivedFiles:
 
     def save(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.path, {"format": DERIVED_FORMAT, "fingerprint": self.fingerprint, "files": self.files})
+        atomic_write_json(
+            self.path, {"format": DERIVED_FORMAT, "fingerprint": self.fingerprint, "files": self.files}
+        )
 
 
 def csr_files(relation: Relation) -> tuple[str, str]:
@@ -95,8 +108,10 @@ def build_csr(raw: MAG240MRaw, relation: Relation, directory: Path, chunk_edges:
         for row, limit in ((src_row, num_src), (dst_row, num_dst)):
             bad = np.flatnonzero((chunk[row] < 0) | (chunk[row] >= limit))
             if len(bad):
-                raise ValueError(f"{edge_file}: edge {start + bad[0]} has row-{row} node id {chunk[row, bad[0]]}, "
-                                 f"outside 0..{limit - 1} (meta.pt); the file is damaged or from another release")
+                raise ValueError(
+                    f"{edge_file}: edge {start + bad[0]} has row-{row} node id {chunk[row, bad[0]]}, "
+                    f"outside 0..{limit - 1} (meta.pt); the file is damaged or from another release"
+                )
         degree += np.bincount(chunk[src_row], minlength=num_src)
     indptr = np.concatenate([[0], np.cumsum(degree)])
 
@@ -129,8 +144,9 @@ def _read_rows(source: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return rows
 
 
-def build_mean_features(source: np.ndarray, indptr: np.ndarray, indices: np.ndarray, out_path: Path, block_rows: int,
-                        description: str) -> None:
+def build_mean_features(
+    source: np.ndarray, indptr: np.ndarray, indices: np.ndarray, out_path: Path, block_rows: int, description: str
+) -> None:
     """Write ``out[i] = mean(source[indices[indptr[i]:indptr[i + 1]]])`` (zeros if empty) as float16, in blocks of
     ``block_rows`` rows whose CRC32 a progress file records, so an interrupted build resumes.
 
@@ -152,8 +168,13 @@ def build_mean_features(source: np.ndarray, indptr: np.ndarray, indices: np.ndar
     else:
         out = np.lib.format.open_memmap(tmp, mode="r+")
     blocks, done = range(0, num_rows, block_rows), progress["done"]
-    progress["done"] = {str(start): done[str(start)] for start in blocks if str(start) in done  # intact blocks only
-                        and zlib.crc32(np.ascontiguousarray(out[start:start + block_rows]).data) == done[str(start)]}
+    # intact blocks only
+    progress["done"] = {
+        str(start): done[str(start)]
+        for start in blocks
+        if str(start) in done
+        and zlib.crc32(np.ascontiguousarray(out[start : start + block_rows]).data) == done[str(start)]
+    }
     if progress["done"]:
         log.info("%s: resuming, %d of %d blocks already done", out_path, len(progress["done"]), len(blocks))
     for start in tqdm(blocks, desc=description, unit="block", leave=False):
@@ -165,7 +186,9 @@ def build_mean_features(source: np.ndarray, indptr: np.ndarray, indices: np.ndar
         sums = torch.zeros((stop - start, width), dtype=torch.float32)
         if hi > lo:  # index_add_: numpy's add.reduceat is ~30x slower on wide rows
             rows = _read_rows(source, np.asarray(indices[lo:hi], dtype=np.int64))
-            sums.index_add_(0, torch.from_numpy(np.repeat(np.arange(stop - start), counts)), torch.from_numpy(rows))
+            sums.index_add_(
+                0, torch.from_numpy(np.repeat(np.arange(stop - start), counts)), torch.from_numpy(rows)
+            )
         out[start:stop] = sums.numpy() / np.maximum(counts, 1)[:, None]
         out.flush()
         progress["done"][str(start)] = zlib.crc32(np.ascontiguousarray(out[start:stop]).data)
@@ -175,14 +198,22 @@ def build_mean_features(source: np.ndarray, indptr: np.ndarray, indices: np.ndar
     progress_path.unlink()
 
 
-def prepare_derived(raw: MAG240MRaw, directory: Path, verify_checksums: bool = False, chunk_edges: int = 20_000_000,
-                    feature_block_rows: int = 25_000, key: str = "data.cache_dir") -> DerivedFiles:
+def prepare_derived(
+    raw: MAG240MRaw,
+    directory: Path,
+    verify_checksums: bool = False,
+    chunk_edges: int = 20_000_000,
+    feature_block_rows: int = 25_000,
+    key: str = "data.cache_dir",
+) -> DerivedFiles:
     """Build whatever derived file of ``raw`` (already checked) is missing, incomplete or damaged; keep the rest;
     a DataError names ``key`` (the option that chose ``directory``) if it must build there but cannot write."""
     started = time.perf_counter()
     derived = DerivedFiles(directory, raw.fingerprint())
-    problems = {name: derived.problem(name, verify_checksums)
-                for name in [*(n for relation in RELATIONS for n in csr_files(relation)), *FEATURE_FILES.values()]}
+    problems = {
+        name: derived.problem(name, verify_checksums)
+        for name in [*(n for relation in RELATIONS for n in csr_files(relation)), *FEATURE_FILES.values()]
+    }
     if (first := next((name for name, problem in problems.items() if problem), None)) is not None \
             and (read_only := unwritable(directory)) is not None:
         raise DataError(f"{directory} ({key}): MAG240M's derived files must be built there ({first}: "
@@ -195,8 +226,12 @@ def prepare_derived(raw: MAG240MRaw, directory: Path, verify_checksums: bool = F
             log.warning("%s CSR %s; rebuilding it", relation.name, problem)
         for name in csr_files(relation):
             derived.forget(name)
-        log.info("building the %s CSR (%s edges) in %s", relation.name, f"{raw.edge_index(relation.raw).shape[1]:,}",
-                 directory)
+        log.info(
+            "building the %s CSR (%s edges) in %s",
+            relation.name,
+            f"{raw.edge_index(relation.raw).shape[1]:,}",
+            directory,
+        )
         build_csr(raw, relation, directory, chunk_edges)
         for name in csr_files(relation):
             derived.complete(name)

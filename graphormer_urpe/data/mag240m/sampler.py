@@ -123,7 +123,11 @@ class NeighbourSampler:
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Draw neighbours of nodes of one type: (owner, relation, neighbour) of every draw, owner
         being the position in ``ids`` of the expanded node. Shapes: (S,) each."""
-        relations, indptr, indices = EXPANSIONS[node_type], self.graph.arrays["indptr"], self.graph.arrays["indices"]
+        relations, indptr, indices = (
+            EXPANSIONS[node_type],
+            self.graph.arrays["indptr"],
+            self.graph.arrays["indices"],
+        )
         starts = np.stack([np.asarray(indptr[r][ids]) for r in relations], axis=1)  # (m, R)
         degree = np.stack([np.asarray(indptr[r][ids + 1]) for r in relations], axis=1) - starts
         total = degree.sum(axis=1)
@@ -193,7 +197,9 @@ class NeighbourSampler:
         return SampledSubgraphs(node_graph=flat_graph, node_type=flat_type.astype(np.int64), node_id=flat_id,
                                 edge_parent=parent, edge_child=child, edge_relation=relation)
 
-    def batch(self, targets: np.ndarray, rng: np.random.Generator, slots: SlotRing | None = None) -> CompactGraphBatch:
+    def batch(
+        self, targets: np.ndarray, rng: np.random.Generator, slots: SlotRing | None = None
+    ) -> CompactGraphBatch:
         """Sample subgraphs around ``targets`` (B,) into a :class:`CompactGraphBatch` (in ``slots`` if given):
         ``x`` node type, ``edge_attr`` relation, ``y`` label (NaN if unknown), ``index`` paper id."""
         targets = np.asarray(targets, dtype=np.int64)
@@ -239,7 +245,8 @@ class NeighbourSampler:
 
     def _specs(self, batch: int, nodes: int, pairs: int, edges: int, n_max: int) -> Specs:
         """Shapes and dtypes of a :class:`CompactGraphBatch`'s tensors (small integer types)."""
-        degree, width = torch_dtype(edge_id_dtype(edges)), self.graph.features(NodeType.PAPER).shape[1]  # degree <= E
+        # degree <= E
+        degree, width = torch_dtype(edge_id_dtype(edges)), self.graph.features(NodeType.PAPER).shape[1]
         return {"num_nodes": ((batch,), torch.int64), "y": ((batch, 1), torch.float32),
                 "index": ((batch,), torch.int64), "target_node": ((batch,), torch.int64),
                 "x": ((nodes, 1), torch.int8), "x_continuous": ((nodes, width), torch.float16),

@@ -74,7 +74,8 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
     levels = [reach]
     while len(src) and len(levels) < UNREACHABLE_SPD:
         grown = levels[-1].copy()
-        grown[heads] |= np.bitwise_or.reduceat(np.take(levels[-1], dst, axis=0), starts, axis=0)  # (E, W) -> heads
+        # (E, W) -> heads
+        grown[heads] |= np.bitwise_or.reduceat(np.take(levels[-1], dst, axis=0), starts, axis=0)
         if np.array_equal(grown, levels[-1]):
             break
         levels.append(grown)
@@ -86,8 +87,11 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
     pair_ptr = np.concatenate([[0], np.cumsum(num_nodes * num_nodes)])
     if out is None:
         degree_dtype = edge_id_dtype(len(src))
-        out = BatchStructure(spd=np.empty(pair_ptr[-1], dtype=np.uint8), in_degree=np.empty(num_total, degree_dtype),
-                             out_degree=np.empty(num_total, degree_dtype))
+        out = BatchStructure(
+            spd=np.empty(pair_ptr[-1], dtype=np.uint8),
+            in_degree=np.empty(num_total, degree_dtype),
+            out_degree=np.empty(num_total, degree_dtype),
+        )
     out.spd.fill(UNREACHABLE_SPD)
     for b in range(batch):  # per-graph slices write straight into the graph's blocks
         rows, n, block = slice(node_ptr[b], node_ptr[b + 1]), num_nodes[b], slice(pair_ptr[b], pair_ptr[b + 1])
@@ -109,7 +113,9 @@ def batched_first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: 
     """
     device, (batch, n_max, _), num_edges = spd.device, spd.shape, len(edge_dst)
     node_graph = torch.repeat_interleave(torch.arange(batch, device=device), num_nodes)  # (V,)
-    node_local = torch.arange(len(node_graph), device=device) - (torch.cumsum(num_nodes, 0) - num_nodes)[node_graph]
+    node_local = (
+        torch.arange(len(node_graph), device=device) - (torch.cumsum(num_nodes, 0) - num_nodes)[node_graph]
+    )
     edge_src = torch.repeat_interleave(torch.arange(len(node_graph), device=device), out_degree.long())  # (E,)
     edge_graph = node_graph[edge_src]
     from_source = spd[edge_graph, node_local[edge_src]]  # (E, N): spd[i, j] for every j
@@ -117,7 +123,10 @@ def batched_first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: 
     on_path = from_target == from_source - 1  # (E, N); uint8: j == i wraps to 255 (cleared below)
     # ids as float32 (exact below 2^23 edges): index_reduce's amin takes floating types on every device
     none = float(num_edges)
-    candidate = (~on_path).float().mul_(none).add_(torch.arange(num_edges, device=device)[:, None])  # >= none: off
-    first = torch.full((len(node_graph), n_max), none, device=device).index_reduce_(0, edge_src, candidate, "amin")
+    # >= none: off
+    candidate = (~on_path).float().mul_(none).add_(torch.arange(num_edges, device=device)[:, None])
+    first = torch.full((len(node_graph), n_max), none, device=device).index_reduce_(
+        0, edge_src, candidate, "amin"
+    )
     first[torch.arange(len(node_graph), device=device), node_local] = none  # j == i: no edge
     return first.masked_fill_(first >= none, NO_EDGE).to(torch_dtype(edge_id_dtype(num_edges)))  # (V, N)

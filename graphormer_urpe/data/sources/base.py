@@ -77,10 +77,17 @@ class GraphSource(ABC):
 def split_shares(fractions: object) -> tuple[float, float, float]:
     """``data.source.split_fractions`` as three floats; :class:`ConfigError` unless three shares >= 0 summing to 1."""
     listed = isinstance(fractions, Sequence) and not isinstance(fractions, str)
-    if not (listed and len(fractions) == 3 and all(isinstance(f, int | float) and not isinstance(f, bool) and f >= 0
-                                                   for f in fractions) and abs(sum(fractions) - 1.0) <= 1e-6):
-        raise ConfigError("data.source.split_fractions", list(fractions) if listed else fractions,
-                          "must be three shares (train, valid, test), each >= 0, summing to 1, e.g. [0.8, 0.1, 0.1]")
+    if not (
+        listed
+        and len(fractions) == 3
+        and all(isinstance(f, int | float) and not isinstance(f, bool) and f >= 0 for f in fractions)
+        and abs(sum(fractions) - 1.0) <= 1e-6
+    ):
+        raise ConfigError(
+            "data.source.split_fractions",
+            list(fractions) if listed else fractions,
+            "must be three shares (train, valid, test), each >= 0, summing to 1, e.g. [0.8, 0.1, 0.1]",
+        )
     return tuple(float(f) for f in fractions)
 
 

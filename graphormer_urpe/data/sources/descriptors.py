@@ -53,7 +53,8 @@ DESCRIPTOR_PREFIX = f"{DESCRIPTOR_SET}/"
 #: How a descriptor outside the reference's range enters the model: on the logarithmic tail, so the many small
 #: molecules below MOSES's smallest weight keep their order (docs/small-data.md).
 DESCRIPTOR_TAILS = "extend"
-#: The reference distribution of every descriptor, written by ``bench/descriptor_reference.py`` (a maintainer's tool).
+#: The reference distribution of every descriptor, written by
+#: ``bench/descriptor_reference.py`` (a maintainer's tool).
 REFERENCE_FILE = Path(__file__).with_name("rdkit2d_reference.json")
 #: Quantiles stored per descriptor (0 %, 1 %, ... 100 %).
 REFERENCE_QUANTILES = 101

@@ -23,8 +23,13 @@ FEATURIZER_VERSION = f"ogb-smiles2graph/rdkit-{rdBase.rdkitVersion}"
 _REJECTED = -1
 
 
-def molecule_spec(target_names: Sequence[str], target_kind: TargetKind = "regression", num_outputs: int | None = None,
-                  submission: SubmissionFormat | None = None, molecule_features: Sequence[str] = ()) -> DataSpec:
+def molecule_spec(
+    target_names: Sequence[str],
+    target_kind: TargetKind = "regression",
+    num_outputs: int | None = None,
+    submission: SubmissionFormat | None = None,
+    molecule_features: Sequence[str] = (),
+) -> DataSpec:
     """The :class:`DataSpec` of molecules with ogb's atom and bond vocabularies, one target row per molecule;
     ``num_outputs``: classes of a multi-class target (None: one output per target); ``molecule_features``: names
     of the molecule-level features."""
@@ -80,10 +85,19 @@ _BOOL_KEYS: dict[int, object] = {0: False, 1: True}
 
 # Atom columns in ogb's order. Total degree is not read per atom: it is the bond count of the atom
 # (from the bond list) plus its hydrogens, which is how RDKit defines GetTotalDegree.
-_ATOM_TABLES = _LookupTables([
-    _column("atomic_num"), _column("chirality", Chem.rdchem.ChiralType), _column("degree"), _column("formal_charge"),
-    _column("numH"), _column("number_radical_e"), _column("hybridization", Chem.rdchem.HybridizationType),
-    _column("is_aromatic", _BOOL_KEYS, False), _column("is_in_ring", _BOOL_KEYS, False)])
+_ATOM_TABLES = _LookupTables(
+    [
+        _column("atomic_num"),
+        _column("chirality", Chem.rdchem.ChiralType),
+        _column("degree"),
+        _column("formal_charge"),
+        _column("numH"),
+        _column("number_radical_e"),
+        _column("hybridization", Chem.rdchem.HybridizationType),
+        _column("is_aromatic", _BOOL_KEYS, False),
+        _column("is_in_ring", _BOOL_KEYS, False),
+    ]
+)
 _BOND_TABLES = _LookupTables([_column("bond_type", Chem.rdchem.BondType),
                               _column("bond_stereo", Chem.rdchem.BondStereo, False),
                               _column("is_conjugated", _BOOL_KEYS, False)])
@@ -135,7 +149,9 @@ def molecule_graphs(smiles: Sequence[object], targets: np.ndarray,
             column.extend(map(get, bonds))
         sizes.append((n, m))
 
-    counts = np.array([size if isinstance(size, tuple) else (0, 0) for size in sizes], dtype=np.int64).reshape(-1, 2)
+    counts = np.array([size if isinstance(size, tuple) else (0, 0) for size in sizes], dtype=np.int64).reshape(
+        -1, 2
+    )
     node_ptr = np.concatenate([[0], np.cumsum(counts[:, 0])])
     bond_ptr = np.concatenate([[0], np.cumsum(counts[:, 1])])
     atom_raw = np.array(atom_columns, dtype=np.int64).reshape(len(_ATOM_GETTERS), -1)  # (8, sum n)
@@ -144,14 +160,18 @@ def molecule_graphs(smiles: Sequence[object], targets: np.ndarray,
     bond_offset = np.repeat(node_ptr[:-1], counts[:, 1])
     ends = np.concatenate([bond_raw[0] + bond_offset, bond_raw[1] + bond_offset])
     degree = np.bincount(ends, minlength=atom_raw.shape[1]) + atom_raw[_NUM_HS]
-    x = np.ascontiguousarray(_ATOM_TABLES(np.concatenate([atom_raw[:2], degree[None], atom_raw[2:]])).T)  # (sum n, 9)
+    # (sum n, 9)
+    x = np.ascontiguousarray(_ATOM_TABLES(np.concatenate([atom_raw[:2], degree[None], atom_raw[2:]])).T)
     bond_features = _BOND_TABLES(bond_raw[2:]).T  # (sum m, 3)
     edge_index = np.empty((2, 2 * bond_raw.shape[1]), dtype=np.int64)
     edge_index[:, 0::2] = bond_raw[:2]  # (i, j) then (j, i) for every bond, as ogb lists them
     edge_index[:, 1::2] = bond_raw[1::-1]
     edge_attr = np.repeat(bond_features, 2, axis=0)
     rejected: dict[int, str] = {}  # molecule -> why, for values ogb's featuriser would raise on
-    for features, names, ptr in ((x, _ATOM_COLUMN_NAMES, node_ptr), (bond_features, _BOND_COLUMN_NAMES, bond_ptr)):
+    for features, names, ptr in (
+        (x, _ATOM_COLUMN_NAMES, node_ptr),
+        (bond_features, _BOND_COLUMN_NAMES, bond_ptr),
+    ):
         for row in np.flatnonzero((features == _REJECTED).any(axis=1)):
             molecule = int(np.searchsorted(ptr, row, side="right")) - 1
             rejected.setdefault(molecule, _rejection(features[row], names))

@@ -44,7 +44,9 @@ class MoleculeFeatures:
                               f"must be {DESCRIPTOR_SET} (RDKit's 2D descriptors) or null (none)")
         columns = self.columns
         if isinstance(columns, str) or not all(isinstance(name, str) and name for name in columns):
-            raise ConfigError("data.source.feature_columns", columns, "must be a list of column names, e.g. [logP]")
+            raise ConfigError(
+                "data.source.feature_columns", columns, "must be a list of column names, e.g. [logP]"
+            )
         if len(set(columns)) != len(columns) or any(name.startswith(DESCRIPTOR_PREFIX) for name in columns):
             raise ConfigError("data.source.feature_columns", list(columns),
                               f"must name distinct columns, none starting with '{DESCRIPTOR_PREFIX}'")
@@ -53,7 +55,9 @@ class MoleculeFeatures:
     @property
     def names(self) -> tuple[str, ...]:
         """The M feature names, as ``DataSpec.molecule_features`` records them."""
-        descriptors = [DESCRIPTOR_PREFIX + name for name in descriptor_reference().names] if self.descriptors else []
+        descriptors = (
+            [DESCRIPTOR_PREFIX + name for name in descriptor_reference().names] if self.descriptors else []
+        )
         return (*descriptors, *self.columns)
 
     def options(self) -> dict:
@@ -66,7 +70,9 @@ class MoleculeFeatures:
             options["feature_columns"] = list(self.columns)
         return options
 
-    def values(self, smiles: Sequence[object], columns: np.ndarray, max_nodes: int | None = None) -> np.ndarray | None:
+    def values(
+        self, smiles: Sequence[object], columns: np.ndarray, max_nodes: int | None = None
+    ) -> np.ndarray | None:
         """The features of R molecules: descriptors from each SMILES (NaN for one RDKit cannot parse, and for one of
         more than ``max_nodes`` atoms: :func:`to_describe`), then the columns as given; None when there is no feature.
 

@@ -12,14 +12,19 @@ import pandas as pd
 from graphormer_urpe.constants import HARTREE_TO_EV
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import GraphSource, seeded_split
-from graphormer_urpe.data.sources.featurize import FEATURIZER_VERSION, molecule_graphs, molecule_spec, silence_rdkit
+from graphormer_urpe.data.sources.featurize import (
+    FEATURIZER_VERSION,
+    molecule_graphs,
+    molecule_spec,
+    silence_rdkit,
+)
 from graphormer_urpe.data.sources.molecule_features import NO_FEATURES, MoleculeFeatures
 from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.errors import ConfigError, DatasetMissing, check_int
 
 #: Rows featurised at once, then handed on: the preprocessing progress moves every so many rows (RDKit's
-#: descriptors of a hundred small molecules take about a second; making the graphs of 100 or of 10,000 rows at once
-#: runs at the same speed).
+#: descriptors of a hundred small molecules take about a second; making the graphs of 100 or of 10,000 rows at
+#: once runs at the same speed).
 ROWS_AT_ONCE = 100
 
 
@@ -99,7 +104,9 @@ class QM9(MoleculeSource):
 
     name = "qm9"
 
-    def __init__(self, targets: Sequence[str] = ("gap_ev",), seed: int = 0, max_molecules: int | None = None) -> None:
+    def __init__(
+        self, targets: Sequence[str] = ("gap_ev",), seed: int = 0, max_molecules: int | None = None
+    ) -> None:
         if isinstance(targets, str) or not targets or len(set(targets)) != len(targets) or \
                 not set(targets) <= set(QM9_TARGETS):
             raise ConfigError("data.source.targets", targets if isinstance(targets, str) else list(targets),

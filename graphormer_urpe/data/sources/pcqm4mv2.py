@@ -41,9 +41,11 @@ class PCQM4Mv2(MoleculeSource):
         if not (missing := missing_files(folder, RAW_FILES)):
             return
         if not network_reachable(URL):
-            raise DatasetMissing(f"PCQM4Mv2 files are missing from {folder}: {', '.join(missing)}; the network is not "
-                                 f"reachable to download them. Fetch {URL} and unzip it into {Path(root)} (the archive "
-                                 "holds pcqm4m-v2/raw/data.csv.gz and pcqm4m-v2/split_dict.pt).")
+            raise DatasetMissing(
+                f"PCQM4Mv2 files are missing from {folder}: {', '.join(missing)}; the network is not "
+                f"reachable to download them. Fetch {URL} and unzip it into {Path(root)} (the archive "
+                "holds pcqm4m-v2/raw/data.csv.gz and pcqm4m-v2/split_dict.pt)."
+            )
         log.info("downloading PCQM4Mv2 from %s into %s", URL, root)
         archive = Path(download_url(URL, str(root)))
         try:
@@ -54,7 +56,9 @@ class PCQM4Mv2(MoleculeSource):
         finally:
             archive.unlink(missing_ok=True)
         if still_missing := missing_files(folder, RAW_FILES):
-            raise DatasetMissing(f"{URL} unpacked into {root} but {folder} still lacks {', '.join(still_missing)}")
+            raise DatasetMissing(
+                f"{URL} unpacked into {root} but {folder} still lacks {', '.join(still_missing)}"
+            )
 
     def open(self, root: Path) -> MoleculeTable:
         """The SMILES and gaps of every row (empty SMILES cells stay empty strings, not NaN)."""
@@ -63,11 +67,15 @@ class PCQM4Mv2(MoleculeSource):
             frame = pd.read_csv(path, usecols=list(COLUMNS), dtype={"idx": np.int64, "smiles": str},
                                 keep_default_na=False, na_values={"homolumogap": ["", "nan", "NaN"]})
         except ValueError as error:
-            raise ValueError(f"{path}: expected the columns {', '.join(COLUMNS)} of ogb's release ({error})") from error
+            raise ValueError(
+                f"{path}: expected the columns {', '.join(COLUMNS)} of ogb's release ({error})"
+            ) from error
         idx = frame["idx"].to_numpy()
         if not np.array_equal(idx, np.arange(len(frame))):
             row = int(np.argmax(idx != np.arange(len(frame))))
-            raise ValueError(f"{path}: row {row} has idx {idx[row]}; rows must be stored in idx order 0, 1, 2, ...")
+            raise ValueError(
+                f"{path}: row {row} has idx {idx[row]}; rows must be stored in idx order 0, 1, 2, ..."
+            )
         log.info("PCQM4Mv2: %d molecules read from %s", len(frame), path)
         return MoleculeTable(frame["smiles"].tolist(), frame["homolumogap"].to_numpy(np.float64).reshape(-1, 1))
 

@@ -39,8 +39,10 @@ def moses_smiles_file(name: str = "train") -> Path:
     if spec is not None and spec.submodule_search_locations:
         path = Path(next(iter(spec.submodule_search_locations))) / "dataset" / "data" / f"{name}.csv.gz"
     if path is None or not path.is_file():
-        raise DatasetMissing("the MOSES corpus ships in the PyPI wheel molsets: pip install --no-deps molsets==0.3.1 "
-                             f"(it needs none of its dependencies here; looked for moses/dataset/data/{name}.csv.gz)")
+        raise DatasetMissing(
+            "the MOSES corpus ships in the PyPI wheel molsets: pip install --no-deps molsets==0.3.1 "
+            f"(it needs none of its dependencies here; looked for moses/dataset/data/{name}.csv.gz)"
+        )
     return path
 
 
@@ -62,7 +64,8 @@ def capped_fragment(fragment: Chem.Mol) -> str | None:
             atom.SetAtomicNum(1)
             atom.SetIsotope(0)
     try:
-        # RemoveHs folds the new hydrogens into their neighbours: an aromatic n that lost its substituent becomes [nH]
+        # RemoveHs folds the new hydrogens into their neighbours:
+        # an aromatic n that lost its substituent becomes [nH]
         return Chem.MolToSmiles(Chem.RemoveHs(editable.GetMol()))
     except Exception:  # noqa: BLE001 -- RDKit raises several types for a fragment it cannot sanitise; it is skipped
         return None
@@ -90,8 +93,12 @@ def brics_fragments(smiles: Sequence[str], count: int, seed: int) -> list[str]:
                 progress.update(1)
                 if len(found) == count:
                     return list(found)
-    raise ConfigError("data.source.fragments", count, f"the {len(smiles)} molecules yield only {len(found)} distinct "
-                      "BRICS fragments")
+    raise ConfigError(
+        "data.source.fragments",
+        count,
+        f"the {len(smiles)} molecules yield only {len(found)} distinct "
+        "BRICS fragments",
+    )
 
 
 class DescriptorTargets(MoleculeTable):
@@ -107,7 +114,8 @@ class DescriptorTargets(MoleculeTable):
         informative = descriptor_reference().informative
         targets = np.full((stop - start, len(informative)), np.nan, dtype=np.float32)
         for k, smiles in enumerate(self.smiles[start:stop]):
-            if (mol := to_describe(smiles, max_nodes)) is not None:  # molecule_graphs gives the others their reason
+            # molecule_graphs gives the others their reason
+            if (mol := to_describe(smiles, max_nodes)) is not None:
                 targets[k] = normalised_descriptors(mol)[informative]
         return molecule_graphs(self.smiles[start:stop], targets)
 
@@ -133,9 +141,13 @@ class MosesDescriptors(MoleculeSource):
         check_int("data.source.fragments", fragments, 0, MOSES_TRAIN_SIZE)
         check_int("data.source.seed", seed, 0)  # numpy's generators take no negative seed
         if molecules is not None:
-            check_int("data.source.molecules", molecules, 100, MOSES_TRAIN_SIZE, hint=", or null (every molecule)")
+            check_int(
+                "data.source.molecules", molecules, 100, MOSES_TRAIN_SIZE, hint=", or null (every molecule)"
+            )
         if not 0.0 < valid_fraction < 0.25:
-            raise ConfigError("data.source.valid_fraction", valid_fraction, "must be a share in (0, 0.25), e.g. 0.02")
+            raise ConfigError(
+                "data.source.valid_fraction", valid_fraction, "must be a share in (0, 0.25), e.g. 0.02"
+            )
         self.molecules = molecules
         self.valid_fraction = valid_fraction
         self.seed = seed
@@ -150,8 +162,14 @@ class MosesDescriptors(MoleculeSource):
         return f"{moses_smiles_file('train')} ({DESCRIPTOR_SET} descriptor targets)"
 
     def options(self) -> dict:
-        options = {**super().options(), "molecules": self.molecules, "valid_fraction": self.valid_fraction,
-                   "seed": self.seed, "descriptors": DESCRIPTOR_SET, "reference_sha1": descriptor_reference().sha1}
+        options = {
+            **super().options(),
+            "molecules": self.molecules,
+            "valid_fraction": self.valid_fraction,
+            "seed": self.seed,
+            "descriptors": DESCRIPTOR_SET,
+            "reference_sha1": descriptor_reference().sha1,
+        }
         if self.fragments:  # absent when 0, so the caches of runs without fragments keep their keys
             options["fragments"] = self.fragments
         return options
@@ -163,10 +181,14 @@ class MosesDescriptors(MoleculeSource):
         corpus = moses_smiles("train")
         smiles = corpus
         if self.molecules is not None and self.molecules < len(corpus):
-            rows = np.sort(np.random.default_rng(self.seed).choice(len(corpus), size=self.molecules, replace=False))
+            rows = np.sort(
+                np.random.default_rng(self.seed).choice(len(corpus), size=self.molecules, replace=False)
+            )
             smiles = [corpus[row] for row in rows]
         if self.fragments:
-            log.info("cutting MOSES molecules into %d distinct BRICS fragments (about 1 ms a molecule)", self.fragments)
+            log.info(
+                "cutting MOSES molecules into %d distinct BRICS fragments (about 1 ms a molecule)", self.fragments
+            )
             smiles = smiles + brics_fragments(corpus, self.fragments, self.seed)
         return DescriptorTargets(smiles)
 

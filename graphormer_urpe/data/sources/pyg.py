@@ -64,11 +64,15 @@ def offline(cls: type) -> type:
 
     def download(self: Dataset) -> None:
         missing = [path for path in self.raw_paths if not Path(path).exists()]
-        raise DatasetMissing(f"{cls.__module__}.{cls.__name__} has no raw files in {self.raw_dir} (missing: "
-                             f"{', '.join(missing)}); put them there, or set data.source.download: true to let the "
-                             "dataset download them")
+        raise DatasetMissing(
+            f"{cls.__module__}.{cls.__name__} has no raw files in {self.raw_dir} (missing: "
+            f"{', '.join(missing)}); put them there, or set data.source.download: true to let the "
+            "dataset download them"
+        )
 
-    return type(cls.__name__, (cls,), {"download": download, "__module__": cls.__module__, "__doc__": cls.__doc__})
+    return type(
+        cls.__name__, (cls,), {"download": download, "__module__": cls.__module__, "__doc__": cls.__doc__}
+    )
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,15 @@ class PygReader:
     """Rows of the dataset instances (in split order), one row per graph; with ``masks`` (node-mask attributes),
     one block of rows over all graphs per mask."""
 
-    def __init__(self, datasets: Sequence[InMemoryDataset], nodes: FeatureLayout, edges: FeatureLayout, target: str,
-                 node_targets: bool, masks: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        datasets: Sequence[InMemoryDataset],
+        nodes: FeatureLayout,
+        edges: FeatureLayout,
+        target: str,
+        node_targets: bool,
+        masks: Sequence[str] = (),
+    ) -> None:
         self.datasets = list(datasets)
         self.masks = list(masks)
         self.nodes = nodes
@@ -136,14 +147,24 @@ class PygDataset(GraphSource):
         name: directory of the cache under the data root; default ``pyg_<class>[_<args.name>]``.
     """
 
-    def __init__(self, dataset: str, args: dict[str, Any] | None = None, node_attributes: list[str] | None = None,
-                 edge_attributes: list[str] | None = None, target: str = "y",
-                 target_level: Literal["graph", "node"] = "graph",
-                 task: Literal["regression", "binary", "multiclass"] = "regression", num_classes: int | None = None,
-                 target_names: list[str] | None = None, split: Literal["random", "instances", "node_masks"] = "random",
-                 split_args: dict[str, dict[str, Any]] | None = None,
-                 split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, download: bool = False,
-                 name: str | None = None) -> None:
+    def __init__(
+        self,
+        dataset: str,
+        args: dict[str, Any] | None = None,
+        node_attributes: list[str] | None = None,
+        edge_attributes: list[str] | None = None,
+        target: str = "y",
+        target_level: Literal["graph", "node"] = "graph",
+        task: Literal["regression", "binary", "multiclass"] = "regression",
+        num_classes: int | None = None,
+        target_names: list[str] | None = None,
+        split: Literal["random", "instances", "node_masks"] = "random",
+        split_args: dict[str, dict[str, Any]] | None = None,
+        split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
+        seed: int = 0,
+        download: bool = False,
+        name: str | None = None,
+    ) -> None:
         self.dataset = dataset
         self.args = dict(args or {})
         self.node_attributes = node_attributes
@@ -169,7 +190,9 @@ class PygDataset(GraphSource):
             raise DataError("data.source.split: instances needs data.source.split_args with at least 'train' and "
                             f"'valid' (and optionally 'test'), got {sorted(self.split_args)}")
         if not set(self.split_args) <= {"train", "valid", "test"}:
-            raise DataError(f"data.source.split_args names splits {sorted(self.split_args)}; use train, valid, test")
+            raise DataError(
+                f"data.source.split_args names splits {sorted(self.split_args)}; use train, valid, test"
+            )
         if split != "instances" and self.split_args:
             raise DataError("data.source.split_args is used by split: instances only")
         if split == "node_masks" and target_level != "node":
@@ -187,10 +210,21 @@ class PygDataset(GraphSource):
         return f"{self.dataset}({', '.join(f'{k}={v!r}' for k, v in self.args.items())})"
 
     def options(self) -> dict:
-        return {"dataset": self.dataset, "args": self.args, "node_attributes": self.node_attributes,
-                "edge_attributes": self.edge_attributes, "target": self.target, "target_level": self.target_level,
-                "task": self.task, "num_classes": self.num_classes, "split": self.split, "split_args": self.split_args,
-                "split_fractions": self.split_fractions, "seed": self.seed, "fingerprint": self._fingerprint}
+        return {
+            "dataset": self.dataset,
+            "args": self.args,
+            "node_attributes": self.node_attributes,
+            "edge_attributes": self.edge_attributes,
+            "target": self.target,
+            "target_level": self.target_level,
+            "task": self.task,
+            "num_classes": self.num_classes,
+            "split": self.split,
+            "split_args": self.split_args,
+            "split_fractions": self.split_fractions,
+            "seed": self.seed,
+            "fingerprint": self._fingerprint,
+        }
 
     def instances(self) -> dict[str, InMemoryDataset]:
         """The dataset instance of every split (``all`` for one instance), created once."""
@@ -218,15 +252,23 @@ class PygDataset(GraphSource):
 
     def open(self, root: Path) -> PygReader:
         masks = list(MASKS.values()) if self.split == "node_masks" else []
-        return PygReader(list(self.instances().values()), self.description.nodes, self.description.edges, self.target,
-                         self.target_level == "node", masks)
+        return PygReader(
+            list(self.instances().values()),
+            self.description.nodes,
+            self.description.edges,
+            self.target,
+            self.target_level == "node",
+            masks,
+        )
 
     def splits(self, root: Path, reader: PygReader) -> dict[str, np.ndarray]:
         graphs = int(reader.start[-1])
         if self.split == "node_masks":
             return {split: np.arange(k * graphs, (k + 1) * graphs) for k, split in enumerate(MASKS)}
         if self.split == "instances":
-            return {split: np.arange(reader.start[k], reader.start[k + 1]) for k, split in enumerate(self.split_args)}
+            return {
+                split: np.arange(reader.start[k], reader.start[k + 1]) for k, split in enumerate(self.split_args)
+            }
         return seeded_split(graphs, self.seed, self.split_fractions[:2])
 
     def _collated(self, attribute: str) -> list[torch.Tensor | None]:
@@ -257,8 +299,10 @@ class PygDataset(GraphSource):
                                     "negative values; categories must be 0, 1, 2 ... (or make it a float tensor)")
                 sizes = (values.max(dim=0).values + 1).tolist() if len(values) else [1] * values.shape[1]
                 if max(sizes, default=0) > MAX_VOCAB:
-                    raise DataError(f"{self.origin()}: categorical {what} attribute '{name}' has {max(sizes)} values, "
-                                    f"more than {MAX_VOCAB}; store it as a float tensor to project it instead")
+                    raise DataError(
+                        f"{self.origin()}: categorical {what} attribute '{name}' has {max(sizes)} values, "
+                        f"more than {MAX_VOCAB}; store it as a float tensor to project it instead"
+                    )
                 categorical.append((name, values.shape[1]))
                 vocab += sizes
             else:
@@ -278,8 +322,10 @@ class PygDataset(GraphSource):
             rows = int(instance._data.num_nodes) if per_node else len(next(iter(instance.slices.values()))) - 1
             if len(y) != rows:
                 unit, other = ("nodes", "graph") if per_node else ("graphs", "node")
-                raise DataError(f"{self.origin()}: '{self.target}' has {len(y)} rows for {rows} {unit}; per-{other} "
-                                f"targets need data.source.target_level: {other}")
+                raise DataError(
+                    f"{self.origin()}: '{self.target}' has {len(y)} rows for {rows} {unit}; per-{other} "
+                    f"targets need data.source.target_level: {other}"
+                )
         y = torch.cat([t.reshape(len(t), -1) for t in targets]).double()
         classes = self._check_labels(y)
         if self.target_names is not None and len(self.target_names) != y.shape[1]:
@@ -289,10 +335,20 @@ class PygDataset(GraphSource):
             for mask in MASKS.values():
                 if any(m is None or m.dim() != 1 for m in self._collated(mask)):
                     raise DataError(f"{self.origin()}: split: node_masks needs a 1-D node attribute '{mask}'")
-        log.info("%s: node features %s (vocab %s), continuous %s; edge features %s (vocab %s), continuous %s; "
-                 "%d %s target column(s) per %s", self.origin(), [n for n, _ in nodes.categorical], list(nodes.vocab),
-                 [n for n, _ in nodes.continuous], [n for n, _ in edges.categorical], list(edges.vocab),
-                 [n for n, _ in edges.continuous], y.shape[1], self.task, self.target_level)
+        log.info(
+            "%s: node features %s (vocab %s), continuous %s; edge features %s (vocab %s), continuous %s; "
+            "%d %s target column(s) per %s",
+            self.origin(),
+            [n for n, _ in nodes.categorical],
+            list(nodes.vocab),
+            [n for n, _ in nodes.continuous],
+            [n for n, _ in edges.categorical],
+            list(edges.vocab),
+            [n for n, _ in edges.continuous],
+            y.shape[1],
+            self.task,
+            self.target_level,
+        )
         spec = DataSpec(node_vocab=nodes.vocab, edge_vocab=edges.vocab, num_targets=y.shape[1],
                         num_outputs=classes if self.task == "multiclass" else y.shape[1],
                         continuous_node_dim=nodes.continuous_dim, continuous_edge_dim=edges.continuous_dim,
@@ -309,7 +365,9 @@ class PygDataset(GraphSource):
             bad = values[(values != 0) & (values != 1)]
             rule = "0 or 1 (task: binary)"
         elif y.shape[1] != 1:
-            raise DataError(f"{self.origin()}: a multi-class target is one column, '{self.target}' has {y.shape[1]}")
+            raise DataError(
+                f"{self.origin()}: a multi-class target is one column, '{self.target}' has {y.shape[1]}"
+            )
         else:
             limit = self.num_classes if self.num_classes is not None else float("inf")
             bad = values[(values < 0) | (values != values.round()) | (values >= limit)]
@@ -336,7 +394,9 @@ class PygDataset(GraphSource):
                 digest.update(key.encode())
                 value = stores[key]
                 if isinstance(value, torch.Tensor):
-                    digest.update(memoryview(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()))
+                    digest.update(
+                        memoryview(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+                    )
                 else:
                     digest.update(repr(value).encode())
         return digest.hexdigest()

@@ -110,16 +110,24 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str],
         if not header_line:
             raise TableError(f"{path}: the file is empty")
         sep = csv_separator(path, header_line)
+        # as written: pandas renames a repeated name 'x.1'
         header = pd.read_csv(io.BytesIO(text), sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
-                             encoding="utf-8").iloc[0].tolist()  # as written: pandas renames a repeated name 'x.1'
+                             encoding="utf-8").iloc[0].tolist()
         _check_columns(path, header, columns, what, sep)
         records = _records(path, text, sep)
         keep = blank_lines == "keep"
-        # pandas skips the same blank lines (and, kept, reads each as a row): the lines before the header are skipped
-        frame = pd.read_csv(io.BytesIO(text), sep=sep, usecols=None if every_column else list(dict.fromkeys(columns)),
-                            dtype=str,
-                            keep_default_na=False, encoding="utf-8", skip_blank_lines=not keep,
-                            skiprows=records.header_line - 1)
+        # pandas skips the same blank lines (and, kept, reads
+        # each as a row): the lines before the header are skipped
+        frame = pd.read_csv(
+            io.BytesIO(text),
+            sep=sep,
+            usecols=None if every_column else list(dict.fromkeys(columns)),
+            dtype=str,
+            keep_default_na=False,
+            encoding="utf-8",
+            skip_blank_lines=not keep,
+            skiprows=records.header_line - 1,
+        )
         every_line = np.frombuffer(records.lines, dtype=np.int64)  # (R,) with the blank records
         blank = np.frombuffer(records.blank, dtype=np.uint8).astype(bool)  # (R,)
         lines = every_line if keep else every_line[~blank]
@@ -145,8 +153,10 @@ def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], wh
     for column, key in zip(columns, what):
         if header.count(column) > 1:
             places = ", ".join(str(k + 1) for k, name in enumerate(header) if name == column)
-            raise TableError(f"{path}: the header names {header.count(column)} columns '{column}' ({key}), columns "
-                             f"{places}; rename or remove all but one")
+            raise TableError(
+                f"{path}: the header names {header.count(column)} columns '{column}' ({key}), columns "
+                f"{places}; rename or remove all but one"
+            )
         if column not in header:
             lower = {name.lower(): name for name in header}
             close = difflib.get_close_matches(column.lower(), list(lower), n=1)
@@ -224,8 +234,10 @@ def _records(path: Path, text: bytes, sep: str) -> CsvRecords:
             if not blank and len(record) != expected:
                 hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" \
                     if len(record) > expected else ""
-                raise TableError(f"{path}: line {line} has {len(record)} fields, the header (line {header_line}) has "
-                                 f"{expected}{hint}")
+                raise TableError(
+                    f"{path}: line {line} has {len(record)} fields, the header (line {header_line}) has "
+                    f"{expected}{hint}"
+                )
             lines.append(line)
             blanks.append(blank)
         line = reader.line_num + 1
@@ -259,9 +271,11 @@ def check_smiles(table: TableRead, column: str) -> None:
     smiles = smiles_cells(table, column)
     spaced = [row for row, text in enumerate(smiles) if whitespace_inside(text)]
     if spaced:
-        raise TableError(f"{table.path}: column '{column}' has {len(spaced)} SMILES with whitespace inside, at "
-                         f"{table.describe_rows(spaced)}: {', '.join(repr(smiles[r]) for r in spaced[:3])}; RDKit "
-                         "would read only the part before the whitespace: correct these cells (or the separator)")
+        raise TableError(
+            f"{table.path}: column '{column}' has {len(spaced)} SMILES with whitespace inside, at "
+            f"{table.describe_rows(spaced)}: {', '.join(repr(smiles[r]) for r in spaced[:3])}; RDKit "
+            "would read only the part before the whitespace: correct these cells (or the separator)"
+        )
 
 
 def numeric_column(table: TableRead, column: str) -> np.ndarray:
@@ -277,13 +291,17 @@ def numeric_column(table: TableRead, column: str) -> np.ndarray:
         numbers = pd.to_numeric(text.where(~missing, None), errors="coerce").to_numpy(np.float64)
         bad = np.flatnonzero((~missing & np.isnan(numbers)) | (np.abs(numbers) > FLOAT32_MAX))
     if len(bad):
-        raise TableError(f"{table.path}: column '{column}' holds {len(bad)} value(s) that are not finite numbers "
-                         f"within float32's range (|x| <= {FLOAT32_MAX:.4g}), at {table.describe_rows(bad)}: "
-                         f"{', '.join(repr(values.iloc[r]) for r in bad[:3])}; leave a cell empty for a missing value")
+        raise TableError(
+            f"{table.path}: column '{column}' holds {len(bad)} value(s) that are not finite numbers "
+            f"within float32's range (|x| <= {FLOAT32_MAX:.4g}), at {table.describe_rows(bad)}: "
+            f"{', '.join(repr(values.iloc[r]) for r in bad[:3])}; leave a cell empty for a missing value"
+        )
     return numbers
 
 
-def check_labels(values: np.ndarray, column: str, table: TableRead, task: TargetKind, num_classes: int | None) -> int:
+def check_labels(
+    values: np.ndarray, column: str, table: TableRead, task: TargetKind, num_classes: int | None
+) -> int:
     """The number of classes of a classification target (2 for binary), its labels checked."""
     path = table.path
     known = ~np.isnan(values)
@@ -305,7 +323,9 @@ def check_labels(values: np.ndarray, column: str, table: TableRead, task: Target
     else:
         classes = int(np.nanmax(values)) + 1 if known.any() else 0
     if classes < 2:
-        raise TableError(f"{path}: column '{column}' has {classes} class(es); multi-class targets need at least 2")
+        raise TableError(
+            f"{path}: column '{column}' has {classes} class(es); multi-class targets need at least 2"
+        )
     return classes
 
 
@@ -444,8 +464,10 @@ class SmilesTable(MoleculeSource):
         if task == "multiclass" and len(self.targets) != 1:
             raise TableError(f"{self.path}: a multi-class task has one target column, got {self.targets}")
         if both := sorted(set(self.features.columns) & {*self.targets, smiles_column}):
-            raise TableError(f"{self.path}: column(s) {both} are both a feature column (data.source.feature_columns) "
-                             "and the SMILES or a target; a target given as input would be learned by copying it")
+            raise TableError(
+                f"{self.path}: column(s) {both} are both a feature column (data.source.feature_columns) "
+                "and the SMILES or a target; a target given as input would be learned by copying it"
+            )
         self.name = f"smiles_{self.path.name.split('.')[0]}"
 
     @cached_property
@@ -497,7 +519,9 @@ class SmilesTable(MoleculeSource):
         columns = feature_columns(self.table, self.features)
         for k, name in enumerate(self.targets):
             if not np.isfinite(targets[:, k]).any():
-                raise TableError(f"{self.path}: target column '{name}' has no value in any of its {len(frame)} rows")
+                raise TableError(
+                    f"{self.path}: target column '{name}' has no value in any of its {len(frame)} rows"
+                )
             if self.task != "regression":
                 check_labels(targets[:, k], name, self.table, self.task, self.num_classes)
         rejected = self._duplicates(smiles)
@@ -527,12 +551,16 @@ class SmilesTable(MoleculeSource):
             return {}
         if self.duplicate_smiles == "error":
             repeated = list(dict.fromkeys(codes[rows]))
-            listed = [f"'{smiles[first_index[code]]}' at {self.table.describe_rows(np.flatnonzero(codes == code))}"
-                      for code in repeated[:3]]
-            raise TableError(f"{self.path}: column '{self.smiles_column}' has {len(rows)} duplicated SMILES "
-                             f"({'; '.join(listed)}{'; ...' if len(repeated) > 3 else ''}); duplicates can fall into "
-                             "different splits and leak test molecules into training. Remove them, or set data.source."
-                             "duplicate_smiles: keep_first to keep the first row of each and skip the others")
+            listed = [
+                f"'{smiles[first_index[code]]}' at {self.table.describe_rows(np.flatnonzero(codes == code))}"
+                for code in repeated[:3]
+            ]
+            raise TableError(
+                f"{self.path}: column '{self.smiles_column}' has {len(rows)} duplicated SMILES "
+                f"({'; '.join(listed)}{'; ...' if len(repeated) > 3 else ''}); duplicates can fall into "
+                "different splits and leak test molecules into training. Remove them, or set data.source."
+                "duplicate_smiles: keep_first to keep the first row of each and skip the others"
+            )
         log.warning("%s: %d rows repeat the SMILES of an earlier row (%s) and are skipped "
                     "(duplicate_smiles: keep_first)", self.origin(), len(rows), self.table.describe_rows(rows))
         return {int(row): f"duplicate of row {int(first_row[row])}" for row in rows}
@@ -546,20 +574,26 @@ class SmilesTable(MoleculeSource):
             log.info("%s: %d Bemis-Murcko scaffolds", self.origin(), scaffolds)
         elif self.split == "scaffold_balanced":
             splits, scaffolds = balanced_scaffold_split(smiles, self.split_fractions, self.seed)
-            log.info("%s: %d Bemis-Murcko scaffolds, balanced split of seed %d", self.origin(), scaffolds, self.seed)
+            log.info(
+                "%s: %d Bemis-Murcko scaffolds, balanced split of seed %d", self.origin(), scaffolds, self.seed
+            )
         elif self.split == "column":
             names = frame[self.split_column].map(lambda v: SPLIT_NAMES.get(str(v).strip().lower(), "")).to_numpy()
             unknown = np.flatnonzero(names == "")
             if len(unknown):
                 values = sorted({str(frame[self.split_column].iloc[r]) for r in unknown})[:5]
-                raise TableError(f"{self.path}: column '{self.split_column}' (data.source.split_column) has "
-                                 f"{len(unknown)} value(s) that name no split, at {self.table.describe_rows(unknown)}: "
-                                 f"{values}; use train, valid or test")
+                raise TableError(
+                    f"{self.path}: column '{self.split_column}' (data.source.split_column) has "
+                    f"{len(unknown)} value(s) that name no split, at {self.table.describe_rows(unknown)}: "
+                    f"{values}; use train, valid or test"
+                )
             splits = {name: np.flatnonzero(names == name) for name in ("train", "valid", "test")}
             splits = {name: rows for name, rows in splits.items() if name != "test" or len(rows)}
         else:
-            raise TableError(f"data.source.split: {self.split!r}; expected random, scaffold, scaffold_balanced or "
-                             "column")
+            raise TableError(
+                f"data.source.split: {self.split!r}; expected random, scaffold, scaffold_balanced or "
+                "column"
+            )
         for name in ("train", "valid"):
             if not len(splits[name]):
                 raise TableError(f"{self.path}: the {self.split} split leaves no row in '{name}' "
@@ -576,7 +610,9 @@ class SmilesTable(MoleculeSource):
                 raise TableError(f"{self.path}: target '{name}' has no value in the training split, so it cannot "
                                  "be learned; check the column or the split")
             if self.task == "binary" and len(np.unique(values)) < 2:
-                log.warning("%s: target '%s' has only label %g in the training split", self.origin(), name, values[0])
+                log.warning(
+                    "%s: target '%s' has only label %g in the training split", self.origin(), name, values[0]
+                )
 
 
 class SmilesToPredict(MoleculeSource):
@@ -624,7 +660,9 @@ class SmilesToPredict(MoleculeSource):
 
     def open(self, root: Path) -> SmilesRows:
         smiles = self.smiles()
-        spaced = {row: reason for row, text in enumerate(smiles) if (reason := whitespace_inside(text)) is not None}
+        spaced = {
+            row: reason for row, text in enumerate(smiles) if (reason := whitespace_inside(text)) is not None
+        }
         columns = feature_columns(self.table, self.features)
         return SmilesRows(smiles, np.zeros((len(smiles), 0), dtype=np.float32), spaced,
                           {"predict": np.arange(len(smiles))}, self.features, columns)

@@ -53,10 +53,12 @@ class ZINC(GraphSource):
         if not (missing := missing_files(raw, _RAW_FILES)):
             return
         if not network_reachable(PygZINC.url):
-            raise DatasetMissing(f"ZINC raw files are missing from {raw}: {', '.join(missing)}; the network is not "
-                                 f"reachable to download them. Fetch {PygZINC.url}, unzip it and move its 'molecules/' "
-                                 f"folder to {raw}, then put train.index, val.index and test.index from "
-                                 f"{PygZINC.split_url.format('<split>')} into {raw}.")
+            raise DatasetMissing(
+                f"ZINC raw files are missing from {raw}: {', '.join(missing)}; the network is not "
+                f"reachable to download them. Fetch {PygZINC.url}, unzip it and move its 'molecules/' "
+                f"folder to {raw}, then put train.index, val.index and test.index from "
+                f"{PygZINC.split_url.format('<split>')} into {raw}."
+            )
         log.info("downloading ZINC into %s", root / self.name)
         PygZINC(str(root / self.name), subset=self.subset, split="train")
 

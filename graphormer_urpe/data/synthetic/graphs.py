@@ -39,10 +39,17 @@ def regular_graph_record(graph: nx.Graph, index: int, distance: int = 2) -> Grap
     half = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2).T  # (2, e/2)
     edge_index = np.concatenate([half, half[::-1]], axis=1)  # both directions
     structure = graph_structure(n, edge_index)
-    return GraphRecord(x=np.zeros((n, 1), dtype=np.int64), edge_index=edge_index,
-                       edge_attr=np.zeros((edge_index.shape[1], 1), dtype=np.int64), spd=structure.spd,
-                       first_edge=structure.first_edge, in_degree=structure.in_degree, out_degree=structure.out_degree,
-                       y=distance_counts(structure.spd, distance).astype(np.float32)[:, None], index=index)
+    return GraphRecord(
+        x=np.zeros((n, 1), dtype=np.int64),
+        edge_index=edge_index,
+        edge_attr=np.zeros((edge_index.shape[1], 1), dtype=np.int64),
+        spd=structure.spd,
+        first_edge=structure.first_edge,
+        in_degree=structure.in_degree,
+        out_degree=structure.out_degree,
+        y=distance_counts(structure.spd, distance).astype(np.float32)[:, None],
+        index=index,
+    )
 
 
 def regular_graphs(count: int, degree: int, min_nodes: int, max_nodes: int, distance: int,
@@ -136,7 +143,9 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
             info["rejected"] = dict(self.rejected)
             labels = {split: Counter(int(v) for record in records for v in record.y[:, 0])
                       for split, records in self.datasets.items()}  # label -> nodes with it
-            info["majority_label_accuracy"] = {k: round(max(n.values()) / n.total(), 4) for k, n in labels.items()}
+            info["majority_label_accuracy"] = {
+                k: round(max(n.values()) / n.total(), 4) for k, n in labels.items()
+            }
         return info
 
     def identity(self) -> dict:

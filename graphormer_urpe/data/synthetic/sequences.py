@@ -119,8 +119,13 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
                  batch_size: int = 512, val_size: int = 2048, test_size: int = 2048, seed: int = 0) -> None:
         super().__init__()
         check_choice("data.task", task, ("position", "even_token"))
-        for key, value in (("data.length", length), ("data.vocab_size", vocab_size), ("data.batch_size", batch_size),
-                           ("data.val_size", val_size), ("data.test_size", test_size)):
+        for key, value in (
+            ("data.length", length),
+            ("data.vocab_size", vocab_size),
+            ("data.batch_size", batch_size),
+            ("data.val_size", val_size),
+            ("data.test_size", test_size),
+        ):
             check_int(key, value, 1)
         if task == "even_token" and length % 2:
             raise ConfigError("data.length", length, "even_token needs an even length")
