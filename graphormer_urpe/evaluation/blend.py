@@ -64,7 +64,9 @@ class DescriptorTrees:
         self.models = list(models)
 
     @classmethod
-    def fit(cls, kind: str, names: Sequence[str], descriptors: np.ndarray, targets: np.ndarray) -> DescriptorTrees:
+    def fit(
+        cls, kind: str, names: Sequence[str], descriptors: np.ndarray, targets: np.ndarray
+    ) -> DescriptorTrees:
         """Fit one model per target on the rows where it is known. Shapes: descriptors (N, D), targets (N, Y)."""
         if kind not in TREE_KINDS:
             raise DataError(f"the descriptor trees predict regression targets or binary labels, not {kind} ones")
@@ -73,8 +75,10 @@ class DescriptorTrees:
             known = ~np.isnan(targets[:, k])
             if kind == "binary":
                 if len(np.unique(targets[known, k])) < 2:
-                    raise DataError(f"the descriptor trees need both classes of label '{name}' among the training "
-                                    "rows, which hold one; ensemble without --trees")
+                    raise DataError(
+                        f"the descriptor trees need both classes of label '{name}' among the training "
+                        "rows, which hold one; ensemble without --trees"
+                    )
                 model: TreeModel = HistGradientBoostingClassifier(random_state=0)
             else:
                 model = HistGradientBoostingRegressor(random_state=0)
@@ -118,7 +122,9 @@ def blend(ensemble: np.ndarray, trees: np.ndarray, weights: Sequence[float]) -> 
     return (1.0 - w) * ensemble + w * trees
 
 
-def choose_weights(task: PerTargetTask, ensemble: np.ndarray, trees: np.ndarray, targets: np.ndarray) -> list[float]:
+def choose_weights(
+    task: PerTargetTask, ensemble: np.ndarray, trees: np.ndarray, targets: np.ndarray
+) -> list[float]:
     """Per target, the weight of :data:`TREE_WEIGHTS` whose blend scores best on these (validation) rows by the
     task's own monitor metric, the smaller one on a tie; 0 where the metric is undefined. A target with fewer than
     :data:`FEW_VALIDATION_ROWS` known rows gets a warning (one line for all such targets).
@@ -134,16 +140,25 @@ def choose_weights(task: PerTargetTask, ensemble: np.ndarray, trees: np.ndarray,
     for k, name in enumerate(names):
         column = scores[:, k]
         if np.isnan(column).all():
-            log.warning("the blend weight of '%s' cannot be chosen: its validation %s is undefined (one class, or "
-                        "no known value, among the validation rows); the ensemble alone predicts it", name, metric)
+            log.warning(
+                "the blend weight of '%s' cannot be chosen: its validation %s is undefined (one class, or "
+                "no known value, among the validation rows); the ensemble alone predicts it",
+                name,
+                metric,
+            )
             weights.append(0.0)
             continue
         best = np.nanargmin(column) if mode == "min" else np.nanargmax(column)  # the first, smallest, on a tie
         weights.append(TREE_WEIGHTS[int(best)])
     known = (~np.isnan(targets)).sum(axis=0)  # (Y,)
     if few := [k for k in range(len(names)) if known[k] < FEW_VALIDATION_ROWS]:
-        chosen = "; ".join(f"'{names[k]}': {weights[k]} on {known[k]} row{'' if known[k] == 1 else 's'}" for k in few)
-        log.warning("the trees' weight was chosen on fewer than %d validation rows (%s): too few to choose it "
-                    "reliably, so the blend's figures say little; use a larger table, or the ensemble without --trees",
-                    FEW_VALIDATION_ROWS, chosen)
+        chosen = "; ".join(
+            f"'{names[k]}': {weights[k]} on {known[k]} row{'' if known[k] == 1 else 's'}" for k in few
+        )
+        log.warning(
+            "the trees' weight was chosen on fewer than %d validation rows (%s): too few to choose it "
+            "reliably, so the blend's figures say little; use a larger table, or the ensemble without --trees",
+            FEW_VALIDATION_ROWS,
+            chosen,
+        )
     return weights

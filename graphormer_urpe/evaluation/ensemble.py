@@ -82,7 +82,8 @@ class EnsembleRecord:
     data_spec: dict[str, Any]  # the data's declaration the members were trained on (DataSpec as JSON)
     data_identity: dict[str, Any]  # the training table's identity (SHA-1, split, targets, cache key)
     scores: dict[str, dict[str, dict[str, float]]]  # split -> part (member<k>, ensemble, trees, blend) -> metrics
-    made: dict[str, Any] = field(default_factory=dict)  # the command, the time, the commit, the packages' versions
+    # the command, the time, the commit, the packages' versions
+    made: dict[str, Any] = field(default_factory=dict)
 
     @property
     def final(self) -> str:
@@ -151,13 +152,17 @@ def plan_ensemble(checkpoints: Sequence[Path], out: Path, trees: bool) -> Ensemb
                         f"{config.data_name}; evaluate each run with graphormer-urpe evaluate instead")
     for checkpoint, identity, task in zip(checkpoints[1:], identities[1:], tasks[1:]):
         if identity is None or identities[0] is None:
-            raise DataError(f"{checkpoint if identity is None else checkpoints[0]} records no identity of its data "
-                            "(written by an earlier version): an ensemble's members must be known to share one table")
+            raise DataError(
+                f"{checkpoint if identity is None else checkpoints[0]} records no identity of its data "
+                "(written by an earlier version): an ensemble's members must be known to share one table"
+            )
         if differing := differences(identities[0], identity, str(checkpoints[0]), str(checkpoint)):
             raise DataError(f"the members were trained on different data: {differing}; an ensemble's members "
                             "share one table, split, targets and molecule features")
         if type(task) is not type(tasks[0]):
-            raise DataError(f"{checkpoint} is a {type(task).__name__}, {checkpoints[0]} a {type(tasks[0]).__name__}")
+            raise DataError(
+                f"{checkpoint} is a {type(task).__name__}, {checkpoints[0]} a {type(tasks[0]).__name__}"
+            )
     source = config.source()
     kind = source.task
     if trees:
@@ -165,11 +170,15 @@ def plan_ensemble(checkpoints: Sequence[Path], out: Path, trees: bool) -> Ensemb
             raise DataError("the descriptor trees predict regression targets or binary labels; this table has a "
                             "multi-class label: ensemble without --trees")
         if not source.features.descriptors:
-            raise DataError("the descriptor trees read the RDKit descriptors, and these runs have none: train with "
-                            "--data.source.descriptors rdkit2d (configs/small_molecules.yaml has it)")
+            raise DataError(
+                "the descriptor trees read the RDKit descriptors, and these runs have none: train with "
+                "--data.source.descriptors rdkit2d (configs/small_molecules.yaml has it)"
+            )
     if not source.path.is_file():
-        raise DataError(f"the runs' table {source.path} is not here (relative paths are read from the directory the "
-                        "runs were trained in): make the ensemble from there")
+        raise DataError(
+            f"the runs' table {source.path} is not here (relative paths are read from the directory the "
+            "runs were trained in): make the ensemble from there"
+        )
     return EnsemblePlan(checkpoints=list(checkpoints), out=out, trees=trees, config=config, source=source,
                         target_kind=kind, data_identity=identities[0] or {}, tasks=tasks)
 
@@ -243,8 +252,12 @@ def build_ensemble(plan: EnsemblePlan, command: str) -> EnsembleRecord:
     trees = None
     if plan.trees:
         train = split_rows(source, "train")
-        trees = DescriptorTrees.fit(plan.target_kind, source.targets, descriptor_matrix(train[source.smiles_column]),
-                                    train[source.targets].to_numpy())
+        trees = DescriptorTrees.fit(
+            plan.target_kind,
+            source.targets,
+            descriptor_matrix(train[source.smiles_column]),
+            train[source.targets].to_numpy(),
+        )
         for split, frame in frames.items():
             predictions[split].trees = trees.predict(descriptor_matrix(frame[source.smiles_column]))
         valid = predictions["valid"]
@@ -272,7 +285,9 @@ def _predict_rows(plan: EnsemblePlan, frame: pd.DataFrame) -> list[np.ndarray]:
         frame[[plan.source.smiles_column]].to_csv(molecules, index=False)
         predicted = predict_molecules(plan.tasks, plan.config, molecules)
     if failed := [row for row, reason in zip(frame["row"], predicted.errors) if reason]:
-        raise DataError(f"rows {failed[:5]} of {plan.source.path}, which the runs read, could not be featurised again")
+        raise DataError(
+            f"rows {failed[:5]} of {plan.source.path}, which the runs read, could not be featurised again"
+        )
     return predicted.scores
 
 
@@ -329,8 +344,10 @@ class SavedEnsemble:
         self.directory = directory
         path = directory / RECORD_FILE
         if not path.is_file():
-            raise CheckpointError(f"{directory} is not an ensemble's directory (no {RECORD_FILE}); name an ensemble "
-                                  "made by graphormer-urpe ensemble, or a checkpoint file")
+            raise CheckpointError(
+                f"{directory} is not an ensemble's directory (no {RECORD_FILE}); name an ensemble "
+                "made by graphormer-urpe ensemble, or a checkpoint file"
+            )
         self.record = EnsembleRecord.from_json(path.read_text(), path)
 
     def check(self) -> None:
@@ -341,14 +358,18 @@ class SavedEnsemble:
             if not path.is_file():
                 raise CheckpointError(f"{path} is missing from the ensemble {self.directory}")
             if sha256_file(path) != saved.sha256:
-                raise CheckpointError(f"{path} is not the file the ensemble recorded (SHA-256 differs): it was changed "
-                                      "after the ensemble was made")
+                raise CheckpointError(
+                    f"{path} is not the file the ensemble recorded (SHA-256 differs): it was changed "
+                    "after the ensemble was made"
+                )
         wanted = self.record.descriptor_reference_sha1
         if wanted is not None and descriptor_reference().sha1 != wanted:
             raise CheckpointError(f"{self.directory} was made with the descriptor reference {wanted}, this "
                                   f"installation has {descriptor_reference().sha1}: its descriptors would differ")
 
-    def predict(self, table: Path, smiles_column: str | None = None) -> tuple[TablePredictions, dict[str, np.ndarray]]:
+    def predict(
+        self, table: Path, smiles_column: str | None = None
+    ) -> tuple[TablePredictions, dict[str, np.ndarray]]:
         """Every row of ``table`` predicted by each member, their mean, and with trees the trees and the blend with
         the recorded weights; returns the predictions and the output columns (:meth:`PartPredictions.columns`)."""
         self.check()

@@ -46,11 +46,15 @@ def model_of(checkpoint: Path, config_yaml: str | None = None) -> tuple[PerTarge
     it predicts per target from molecules (:class:`DataError`)."""
     config = run_config(config_yaml if config_yaml is not None else embedded_config(checkpoint))
     if not issubclass(config.source_class(), MoleculeSource):
-        raise DataError(f"predict reads SMILES, but {checkpoint} was trained on {config.data_name}, which is not a "
-                        "molecular dataset")
+        raise DataError(
+            f"predict reads SMILES, but {checkpoint} was trained on {config.data_name}, which is not a "
+            "molecular dataset"
+        )
     task = import_object("model.class_path", config.model_class_path or "").from_checkpoint(checkpoint)
     if not isinstance(task, PerTargetTask):
-        raise DataError(f"predict needs a GraphRegression or Classification checkpoint, not {type(task).__name__}")
+        raise DataError(
+            f"predict needs a GraphRegression or Classification checkpoint, not {type(task).__name__}"
+        )
     return task, config
 
 
@@ -71,8 +75,10 @@ def predict_molecules(tasks: Sequence[PerTargetTask], config: RunConfig, table: 
     given = list(to_predict.spec.molecule_features)
     for task in tasks:
         if (read := list(task.model.config.molecule_features)) != given:
-            raise DataError(f"{table}: a model reads the molecule features {read}, its config's data.source gives "
-                            f"{given}")
+            raise DataError(
+                f"{table}: a model reads the molecule features {read}, its config's data.source gives "
+                f"{given}"
+            )
     smiles = to_predict.smiles()  # the table's one read, reused to build the cache
     scores = []
     with tempfile.TemporaryDirectory() as cache_root:
@@ -81,8 +87,14 @@ def predict_molecules(tasks: Sequence[PerTargetTask], config: RunConfig, table: 
         trainer = pl.Trainer(accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
                              enable_model_summary=False)
         for k, task in enumerate(tasks):
-            log.info("predicting %d molecules of %s with model %d of %d (%s)", len(smiles), table, k + 1, len(tasks),
-                     type(task).__name__)
+            log.info(
+                "predicting %d molecules of %s with model %d of %d (%s)",
+                len(smiles),
+                table,
+                k + 1,
+                len(tasks),
+                type(task).__name__,
+            )
             predictions = predict_split(trainer, task, data, "predict", ckpt_path=None)
             scores.append(predictions.prediction.astype(np.float64))
     errors = [predictions.skipped.get(row, "") for row in range(len(smiles))]
@@ -104,7 +116,9 @@ def prediction_frame(predicted: TablePredictions, columns: Mapping[str, np.ndarr
         while kept in taken or kept in own:
             kept = f"input_{kept}"
         if kept != name:
-            log.info("the input column '%s' is written as '%s' (the output's '%s' is a prediction's)", name, kept, name)
+            log.info(
+                "the input column '%s' is written as '%s' (the output's '%s' is a prediction's)", name, kept, name
+            )
         own[kept] = values.to_numpy()
     return pd.DataFrame({ROW_COLUMN: np.arange(len(predicted.errors)), **own, **columns,
                          ERROR_COLUMN: predicted.errors})

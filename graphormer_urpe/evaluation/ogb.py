@@ -72,8 +72,14 @@ def score(predictions: SplitPredictions, fmt: SubmissionFormat, ckpt: str) -> di
     summary = ", ".join(f"{name.upper()} {value:.6f}" for name, value in metrics.items())
     print(f"{fmt.dataset} {predictions.split}: {summary} ({type(evaluator).__name__}, {int(known.sum()):,} "
           f"{fmt.examples})")
-    return {"checkpoint": ckpt, "split": predictions.split, "metrics": metrics, "evaluator": type(evaluator).__name__,
-            "scored": int(known.sum()), "skipped": len(predictions.skipped)}
+    return {
+        "checkpoint": ckpt,
+        "split": predictions.split,
+        "metrics": metrics,
+        "evaluator": type(evaluator).__name__,
+        "scored": int(known.sum()),
+        "skipped": len(predictions.skipped),
+    }
 
 
 def submit(predictions: SplitPredictions, datamodule: PredictableData, ckpt: str, directory: Path, devices: int,
@@ -83,9 +89,11 @@ def submit(predictions: SplitPredictions, datamodule: PredictableData, ckpt: str
     fmt, mode = datamodule.spec.submission, predictions.split
     expected = fmt.split_size(datamodule.root, mode)
     if expected != len(predictions.rows):
-        raise SubmissionError(f"{datamodule.root / (fmt.directory or fmt.dataset) / 'split_dict.pt'} has {expected} "
-                              f"{mode} rows but {datamodule.cache_dir} was built with {len(predictions.rows)}; "
-                              "delete it")
+        raise SubmissionError(
+            f"{datamodule.root / (fmt.directory or fmt.dataset) / 'split_dict.pt'} has {expected} "
+            f"{mode} rows but {datamodule.cache_dir} was built with {len(predictions.rows)}; "
+            "delete it"
+        )
     y_pred = predictions.prediction[:, 0].copy()
     filled = np.flatnonzero(np.isnan(y_pred))
     train_mean = None
@@ -96,17 +104,29 @@ def submit(predictions: SplitPredictions, datamodule: PredictableData, ckpt: str
                                   "there is no training mean to fill them with: the model produced NaN")
         train_mean = float(mean[0])
         y_pred[filled] = train_mean
-        log.warning("%d of %d %s rows could not be featurised; they are predicted as the training mean %.6f "
-                    "(first: %s; all are listed in the submission log)", filled.size, len(y_pred), mode, train_mean,
-                    [(int(predictions.rows[p]), predictions.skipped[int(predictions.rows[p])])
-                     for p in filled[:SHOWN_ROWS]])
+        log.warning(
+            "%d of %d %s rows could not be featurised; they are predicted as the training mean %.6f "
+            "(first: %s; all are listed in the submission log)",
+            filled.size,
+            len(y_pred),
+            mode,
+            train_mean,
+            [
+                (int(predictions.rows[p]), predictions.skipped[int(predictions.rows[p])])
+                for p in filled[:SHOWN_ROWS]
+            ],
+        )
     if fmt.num_classes is not None:
         y_pred = y_pred.astype(np.int64)  # class labels, exact in float32 (gathered as float32)
     writing_started = time.perf_counter()
     path = write_submission(y_pred, directory, mode, expected, fmt)
     now, preprocessing = time.perf_counter(), timings["preprocessing"]
-    seconds = {"total": round(now - timings["started"], 3), "preprocessing": round(preprocessing, 3),
-               "inference": round(timings["inference"], 3), "writing_and_checking": round(now - writing_started, 3)}
+    seconds = {
+        "total": round(now - timings["started"], 3),
+        "preprocessing": round(preprocessing, 3),
+        "inference": round(timings["inference"], 3),
+        "writing_and_checking": round(now - writing_started, 3),
+    }
     record = {
         "file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "dataset": fmt.dataset,
         "mode": mode, "rows": len(y_pred), "checkpoint": ckpt, "cache": str(datamodule.cache_dir),
@@ -119,7 +139,15 @@ def submit(predictions: SplitPredictions, datamodule: PredictableData, ckpt: str
     prepared = "found built" if preprocessing == 0.0 else f"built now, {preprocessing:.1f} s"
     log.info("wrote %s (%d rows, %d filled with the training mean), checked after reading it back", path,
              len(y_pred), filled.size)
-    log.info("wall time %s -> file: %.1f s (preprocessed files: %s; inference %.1f s on %d process(es); writing "
-             "and checking %.1f s); log: %s", "SMILES" if fmt.num_classes is None else "papers", seconds["total"],
-             prepared, timings["inference"], devices, seconds["writing_and_checking"], path.with_suffix(".log.json"))
+    log.info(
+        "wall time %s -> file: %.1f s (preprocessed files: %s; inference %.1f s on %d process(es); writing "
+        "and checking %.1f s); log: %s",
+        "SMILES" if fmt.num_classes is None else "papers",
+        seconds["total"],
+        prepared,
+        timings["inference"],
+        devices,
+        seconds["writing_and_checking"],
+        path.with_suffix(".log.json"),
+    )
     return record

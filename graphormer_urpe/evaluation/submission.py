@@ -59,7 +59,9 @@ def check_submission(path: Path | str, expected_rows: int, fmt: SubmissionFormat
         raise SubmissionError(f"{path} holds a bare {type(loaded).__name__}, expected an .npz archive")
     with loaded:
         if loaded.files != [PREDICTION_KEY]:
-            raise SubmissionError(f"{path} holds the arrays {loaded.files}, expected exactly ['{PREDICTION_KEY}']")
+            raise SubmissionError(
+                f"{path} holds the arrays {loaded.files}, expected exactly ['{PREDICTION_KEY}']"
+            )
         try:
             y_pred = loaded[PREDICTION_KEY]
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
