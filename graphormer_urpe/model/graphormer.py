@@ -126,8 +126,21 @@ class GraphormerConfig:
 
     #: The fields that shape the weights, taken from the checkpoint by ``train.py --init_from``.
     ARCHITECTURE: ClassVar[tuple[str, ...]] = (
-        "num_layers", "hidden_dim", "ffn_dim", "num_heads", "max_degree", "spatial_pos_max", "max_distance",
-        "edge_encoding", "multi_hop_max_dist", "graph_token", "layer_norm", "embedding_norm", "final_norm", "head")
+        "num_layers",
+        "hidden_dim",
+        "ffn_dim",
+        "num_heads",
+        "max_degree",
+        "spatial_pos_max",
+        "max_distance",
+        "edge_encoding",
+        "multi_hop_max_dist",
+        "graph_token",
+        "layer_norm",
+        "embedding_norm",
+        "final_norm",
+        "head",
+    )
 
     def __post_init__(self) -> None:
         """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""
@@ -146,11 +159,17 @@ class GraphormerConfig:
         if self.hidden_dim % self.num_heads:
             raise ConfigError(key + "num_heads", self.num_heads, f"must divide {key}hidden_dim={self.hidden_dim} "
                               "(each head gets hidden_dim / num_heads dimensions)")
-        for name, allowed in (("readout", ("graph_token", "target_node", "nodes")), ("attention", ("urpe", "rpe")),
-                              ("edge_encoding", ("multi_hop", "single_hop", "none")), ("layer_norm", ("pre", "post")),
-                              ("head", ("linear", "v2")), ("graph_token", (True, False)),
-                              ("molecule_features_into", ("graph_token", "readout")),
-                              ("embedding_norm", (True, False)), ("final_norm", (True, False))):
+        for name, allowed in (
+            ("readout", ("graph_token", "target_node", "nodes")),
+            ("attention", ("urpe", "rpe")),
+            ("edge_encoding", ("multi_hop", "single_hop", "none")),
+            ("layer_norm", ("pre", "post")),
+            ("head", ("linear", "v2")),
+            ("graph_token", (True, False)),
+            ("molecule_features_into", ("graph_token", "readout")),
+            ("embedding_norm", (True, False)),
+            ("final_norm", (True, False)),
+        ):
             check_choice(key + name, getattr(self, name), allowed)
         for name in ("input_dropout", "dropout", "attention_dropout", "activation_dropout", "drop_path"):
             check_number(key + name, getattr(self, name), 0.0, 1.0, include_maximum=False)
@@ -158,21 +177,34 @@ class GraphormerConfig:
         if isinstance(features, str) or not isinstance(features, Sequence) or len(set(features)) != len(features):
             raise ConfigError(key + "molecule_features", features, "must be a list of distinct feature names")
         if features and not self.graph_token:
-            raise ConfigError(key + "graph_token", self.graph_token, f"must be true to read the {len(features)} "
-                              "molecule-level features (data.source.descriptors / feature_columns), which enter "
-                              "through the graph token or its final state; turn them off to train without the graph "
-                              "token")
+            raise ConfigError(
+                key + "graph_token",
+                self.graph_token,
+                f"must be true to read the {len(features)} "
+                "molecule-level features (data.source.descriptors / feature_columns), which enter "
+                "through the graph token or its final state; turn them off to train without the graph "
+                "token",
+            )
         if self.spatial_pos_max is not None:
-            check_int(key + "spatial_pos_max", self.spatial_pos_max, 1, MAX_SPATIAL_POS_MAX,
-                      hint=f" (distances are stored up to {MAX_STORED_DISTANCE}; {MAX_SPATIAL_POS_MAX} masks only "
-                           "unreachable pairs), or null to mask nothing by distance (what official Graphormer's "
-                           "spatial_pos_max 1024 does)")
+            check_int(
+                key + "spatial_pos_max",
+                self.spatial_pos_max,
+                1,
+                MAX_SPATIAL_POS_MAX,
+                hint=f" (distances are stored up to {MAX_STORED_DISTANCE}; {MAX_SPATIAL_POS_MAX} masks only "
+                     "unreachable pairs), or null to mask nothing by distance (what official Graphormer's "
+                     "spatial_pos_max 1024 does)",
+            )
         if self.max_distance is not None:
             check_int(key + "max_distance", self.max_distance, 0, MAX_STORED_DISTANCE,
                       hint=" (the largest stored distance), or null")
         elif self.spatial_pos_max is None:
-            raise ConfigError(key + "max_distance", None, f"{key}spatial_pos_max is null (no masking), so set "
-                              f"max_distance (0 to {MAX_STORED_DISTANCE}) to give every unmasked distance a row of B")
+            raise ConfigError(
+                key + "max_distance",
+                None,
+                f"{key}spatial_pos_max is null (no masking), so set "
+                f"max_distance (0 to {MAX_STORED_DISTANCE}) to give every unmasked distance a row of B",
+            )
 
     @property
     def distance_rows(self) -> int:
@@ -216,7 +248,9 @@ class NodeEncoder(nn.Module):
     """Node tokens: summed column embeddings, ``Linear`` of the Fc continuous features (if Fc > 0), plus in- and
     out-degree embeddings (degrees clipped at ``max_degree``)."""
 
-    def __init__(self, node_vocab: Sequence[int], max_degree: int, hidden_dim: int, continuous_dim: int = 0) -> None:
+    def __init__(
+        self, node_vocab: Sequence[int], max_degree: int, hidden_dim: int, continuous_dim: int = 0
+    ) -> None:
         super().__init__()
         self.register_buffer("offsets", _categorical_offsets(node_vocab), persistent=False)
         self.features = nn.Embedding(PAD_ID + 1 + sum(node_vocab), hidden_dim, padding_idx=PAD_ID)
@@ -347,7 +381,8 @@ class EdgePathBias(nn.Module):
         """Shapes: batch.first_edge (B, N, N), edge_attr (E, Fe), edge_continuous (E, Fec) -> (B, N, N, H) edge bias."""
         per_edge = self.features(batch.edge_attr + self.offsets).mean(dim=-2)  # (E, H)
         if self.continuous is not None:
-            per_edge = per_edge + self.continuous(batch.edge_continuous.to(self.continuous.weight.dtype))  # (E, H)
+            # (E, H)
+            per_edge = per_edge + self.continuous(batch.edge_continuous.to(self.continuous.weight.dtype))
         num_edges, heads = per_edge.shape
         if self.hop_weight is not None:
             per_hop = torch.einsum("eh,khg->keg", per_edge, self.hop_weight)  # (K, E, H)
@@ -465,9 +500,17 @@ class Graphormer(nn.Module):
         if config.readout == "graph_token" and not config.graph_token:
             raise ConfigError("model.encoder.readout", config.readout, "needs model.encoder.graph_token=true; "
                               "without the graph token read 'target_node' or 'nodes'")
-        if config.molecule_features and config.molecule_features_into == "readout" and config.readout != "graph_token":
-            raise ConfigError("model.encoder.molecule_features_into", "readout", "joins the molecule features with "
-                              f"the graph token's final state, but this data reads {config.readout}; use graph_token")
+        if (
+            config.molecule_features
+            and config.molecule_features_into == "readout"
+            and config.readout != "graph_token"
+        ):
+            raise ConfigError(
+                "model.encoder.molecule_features_into",
+                "readout",
+                "joins the molecule features with "
+                f"the graph token's final state, but this data reads {config.readout}; use graph_token",
+            )
         self.config = config
         hidden = config.hidden_dim
         self.nodes = NodeEncoder(config.node_vocab, config.max_degree, hidden, config.continuous_node_dim)
@@ -496,7 +539,9 @@ class Graphormer(nn.Module):
             for rate in torch.linspace(0.0, config.drop_path, config.num_layers).tolist()
         )
         self.final_norm = nn.LayerNorm(hidden) if config.final_norm else None
-        self.head = V2Head(hidden, config.num_outputs) if config.head == "v2" else nn.Linear(hidden, config.num_outputs)
+        self.head = (
+            V2Head(hidden, config.num_outputs) if config.head == "v2" else nn.Linear(hidden, config.num_outputs)
+        )
         self.apply(functools.partial(official_init, num_layers=config.num_layers))
         if self.molecule is not None:
             self.molecule.reset_projection()
@@ -533,7 +578,8 @@ class Graphormer(nn.Module):
                 edge_bias = self.edge_bias(batch).float().permute(0, 3, 1, 2)  # (B, H, N, N)
                 attn_bias[:, :, self.first_node:, self.first_node:] += edge_bias
             attn_bias.masked_fill_(~key_mask.unsqueeze(1), float("-inf"))
-            attn_scale = None if self.relative_scale is None else self.relative_scale(relation).float()  # (B, H, T, T)
+            # (B, H, T, T)
+            attn_scale = None if self.relative_scale is None else self.relative_scale(relation).float()
             return attn_bias, attn_scale
 
     def encode(self, batch: GraphBatch) -> torch.Tensor:
@@ -557,10 +603,16 @@ class Graphormer(nn.Module):
         does not tell Y from classes: ``num_targets`` is ``num_outputs`` here."""
         config = self.config
         level = {readout: level for level, readout in READOUT.items()}[config.readout]
-        return DataSpec(node_vocab=config.node_vocab, edge_vocab=config.edge_vocab, num_targets=config.num_outputs,
-                        num_outputs=config.num_outputs, continuous_node_dim=config.continuous_node_dim,
-                        continuous_edge_dim=config.continuous_edge_dim, target_level=level,
-                        molecule_features=tuple(config.molecule_features))
+        return DataSpec(
+            node_vocab=config.node_vocab,
+            edge_vocab=config.edge_vocab,
+            num_targets=config.num_outputs,
+            num_outputs=config.num_outputs,
+            continuous_node_dim=config.continuous_node_dim,
+            continuous_edge_dim=config.continuous_edge_dim,
+            target_level=level,
+            molecule_features=tuple(config.molecule_features),
+        )
 
     def forward(self, batch: GraphBatch | Data) -> torch.Tensor:
         """Prediction of each graph, of its target node, or of every node (``readout``); a PyG ``Batch`` is converted

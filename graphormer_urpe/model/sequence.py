@@ -110,7 +110,9 @@ class SequenceConfig:
         check_choice(key + "attention", self.attention, ("none", "rpe", "urpe"))
         check_int(key + "num_buckets", self.num_buckets, 4)
         if self.num_buckets % 2:
-            raise ConfigError(key + "num_buckets", self.num_buckets, "must be even (half of the buckets per direction)")
+            raise ConfigError(
+                key + "num_buckets", self.num_buckets, "must be even (half of the buckets per direction)"
+            )
         exact = self.num_buckets // 4
         check_int(key + "max_distance", self.max_distance, exact + 1,
                   hint=f" (more than the {exact} exact buckets of num_buckets={self.num_buckets})")
@@ -134,8 +136,15 @@ class SequenceTransformer(nn.Module):
         self.register_buffer("bias_relation", bias_relation, persistent=False)
         self.register_buffer("scale_relation", offset_relations(config.length), persistent=False)
         self.layers = nn.ModuleList(
-            EncoderLayer(config.hidden_dim, config.ffn_dim, config.num_heads, config.dropout, config.attention_dropout,
-                         activation_dropout=0.0, drop_path=0.0)
+            EncoderLayer(
+                config.hidden_dim,
+                config.ffn_dim,
+                config.num_heads,
+                config.dropout,
+                config.attention_dropout,
+                activation_dropout=0.0,
+                drop_path=0.0,
+            )
             for _ in range(config.num_layers)
         )
         self.final_norm = nn.LayerNorm(config.hidden_dim)
@@ -157,7 +166,9 @@ class SequenceTransformer(nn.Module):
         x = self.tokens(tokens)  # (B, T, H*D)
         bias, scale = self.attention_inputs(length)
         # the attention takes one contiguous (B, H, T, T) table each, computed once for all layers
-        attn_bias, attn_scale = (None if m is None else m.expand(batch, -1, -1, -1).contiguous() for m in (bias, scale))
+        attn_bias, attn_scale = (
+            None if m is None else m.expand(batch, -1, -1, -1).contiguous() for m in (bias, scale)
+        )
         for layer in self.layers:
             x = layer(x, attn_bias, attn_scale)
         return self.head(self.final_norm(x))
