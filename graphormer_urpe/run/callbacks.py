@@ -111,7 +111,10 @@ def follow_run_directory(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
 #: and every callback's ``on_train_epoch_end``), or a validation within the epoch.
 AfterBatch = Literal["epoch end", "validation"]
 #: How a log line names what a checkpoint waits for.
-WAITED_FOR: dict[AfterBatch, str] = {"epoch end": "end of its epoch (validation included)", "validation": "validation"}
+WAITED_FOR: dict[AfterBatch, str] = {
+    "epoch end": "end of its epoch (validation included)",
+    "validation": "validation",
+}
 
 
 def work_after_batch(trainer: pl.Trainer) -> AfterBatch | None:
@@ -183,8 +186,8 @@ class LastCheckpoint(ResumableSave, ModelCheckpoint):
         self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Lightning's save_last skips the end of training once any step wrote last.ckpt; here last.ckpt always holds
-        # the final state, so --ckpt_path last can extend a finished run
+        # Lightning's save_last skips the end of training once any step wrote last.ckpt; here last.ckpt always
+        # holds the final state, so --ckpt_path last can extend a finished run
         if self._last_global_step_saved != trainer.global_step:
             self.save(trainer)
 
@@ -203,8 +206,8 @@ class LoggedStep(Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        # Lightning logs under its count of batches that stepped the optimiser, which is one too many after a resume
-        # from the end-of-training last.ckpt at a validation step (why, and the test: docs/exactness.md)
+        # Lightning logs under its count of batches that stepped the optimiser, which is one too many after a
+        # resume from the end-of-training last.ckpt at a validation step (why, and the test: docs/exactness.md)
         epoch_loop = trainer.fit_loop.epoch_loop
         if epoch_loop._batches_that_stepped != trainer.global_step:
             epoch_loop._batches_that_stepped = trainer.global_step
@@ -225,9 +228,11 @@ class TrainingDataPosition(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         fit_loop = trainer.fit_loop
         if not (fit_loop.restarting and fit_loop._combined_loader_states_to_load and fit_loop._data_fetcher):
-            return  # a new run, a resume whose set-up loaded the position, or one at an epoch's end (nothing to skip)
+            # a new run, a resume whose set-up loaded the position, or one at an epoch's end (nothing to skip)
+            return
         fit_loop._load_combined_loader_states()
-        iter(fit_loop._data_fetcher)  # a new iterator: the one made before the restore started at the epoch's start
+        # a new iterator: the one made before the restore started at the epoch's start
+        iter(fit_loop._data_fetcher)
 
 
 class TaskEarlyStopping(EarlyStopping):
@@ -307,7 +312,9 @@ class PreemptionCheckpoint(ResumableSave):
 
     def _agreed(self, trainer: pl.Trainer) -> tuple[bool, bool]:
         """Whether any process received a signal, and whether any received a requeue signal."""
-        flags = torch.tensor([self.received is not None, self.received in self.requeue_signals], dtype=torch.int32)
+        flags = torch.tensor(
+            [self.received is not None, self.received in self.requeue_signals], dtype=torch.int32
+        )
         if self._host_group is not None:
             dist.all_reduce(flags, group=self._host_group)
         stop, requeue = (flags > 0).tolist()
@@ -412,7 +419,9 @@ class NonFiniteLossGuard(Callback):
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         index = getattr(self._batch, "index", None)
-        self._pending.append((trainer.global_step + 1, trainer.current_epoch, self._batch_idx, loss.detach(), index))
+        self._pending.append(
+            (trainer.global_step + 1, trainer.current_epoch, self._batch_idx, loss.detach(), index)
+        )
         if self.check_every == 1:
             self.check(trainer)
 
@@ -432,27 +441,37 @@ class NonFiniteLossGuard(Callback):
         """Read the pending losses (one wait for the device); raise :class:`NonFiniteLoss` on every process if any
         process had a non-finite one, naming the first of each."""
         pending, self._pending = self._pending, []
-        finite = torch.isfinite(torch.stack([loss.float() for _, _, _, loss, _ in pending])).tolist() if pending else []
+        finite = (
+            torch.isfinite(torch.stack([loss.float() for _, _, _, loss, _ in pending])).tolist()
+            if pending
+            else []
+        )
         first_bad = next((entry for entry, ok in zip(pending, finite) if not ok), None)
-        # every process learns whether any loss is bad, so all stop together: one process raising alone would leave
-        # the others waiting in the gradient all-reduce
+        # every process learns whether any loss is bad, so all stop together: one process raising alone would
+        # leave the others waiting in the gradient all-reduce
         if not trainer.strategy.reduce_boolean_decision(first_bad is not None, all=False):
             return
         mine = None
         if first_bad is not None:
             step, epoch, batch_idx, loss, index = first_bad
-            graphs = [i for i in index.tolist() if i >= 0] if isinstance(index, torch.Tensor) else None  # -1: padding
+            # -1: padding
+            graphs = [i for i in index.tolist() if i >= 0] if isinstance(index, torch.Tensor) else None
             mine = (trainer.global_rank, step, epoch, batch_idx, float(loss), graphs)
         reports = sorted((r for r in gather_objects(mine) if r is not None), key=lambda r: r[1])
         _, step, epoch, batch_idx, _, _ = reports[0]
-        graphs = "; ".join((f"process {rank}: " if trainer.world_size > 1 else "") + f"loss {value}, graphs {indices}"
-                           for rank, _, _, _, value, indices in reports)
+        graphs = "; ".join(
+            (f"process {rank}: " if trainer.world_size > 1 else "") + f"loss {value}, graphs {indices}"
+            for rank, _, _, _, value, indices in reports
+        )
         later = trainer.global_step - step if self.check_every > 1 else 0  # optimiser steps taken since
         raise NonFiniteLoss(
             f"non-finite training loss at optimiser step {step} (epoch {epoch}, batch {batch_idx}): {graphs} (dataset "
             "indices, GraphBatch.index)"
-            + (f"; found {later} step(s) later, losses being read every {self.check_every} steps on this device"
-               if later else "")
+            + (
+                f"; found {later} step(s) later, losses being read every {self.check_every} steps on this device"
+                if later
+                else ""
+            )
             + f". Last good checkpoint: {last_good_checkpoint(trainer) or 'none written yet'}. Resume from it with "
             "--ckpt_path, e.g. with a lower --model.init_args.optim.lr or --trainer.gradient_clip_val, and inspect "
             "these graphs."

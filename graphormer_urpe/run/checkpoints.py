@@ -152,7 +152,9 @@ def state_dict_problems(saved: Mapping[str, torch.Tensor], expected: Mapping[str
             for names, problem in found if names]
 
 
-def check_checkpoint(path: str | Path, module: nn.Module, hparams: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def check_checkpoint(
+    path: str | Path, module: nn.Module, hparams: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Load ``path`` and make sure its weights fit ``module``, naming the differing ``hparams`` that explain it."""
     checkpoint = load_checkpoint(path)
     if problems := state_dict_problems(checkpoint["state_dict"], module.state_dict()):
@@ -162,7 +164,9 @@ def check_checkpoint(path: str | Path, module: nn.Module, hparams: Mapping[str, 
         lines = [f"checkpoint {path} does not fit the configured model:", *[f"  - {p}" for p in problems]]
         if differing:
             lines.append("  hyper-parameters that differ: " + "; ".join(differing))
-        lines.append("  use the config the checkpoint was trained with (evaluate.py reads it from the checkpoint)")
+        lines.append(
+            "  use the config the checkpoint was trained with (evaluate.py reads it from the checkpoint)"
+        )
         raise CheckpointError("\n".join(lines))
     return checkpoint
 
@@ -183,24 +187,34 @@ def check_resume(ckpt_path: str, task: pl.LightningModule, max_steps: int, confi
     loader_states = saved_loader_states(checkpoint)
     step = int(checkpoint["global_step"])
     if 0 <= max_steps < step:
-        raise ConfigError("trainer.max_steps", max_steps, f"is below the step of {ckpt_path} ({step}): a resume "
-                          f"continues a run and cannot shorten it; pass at least {step} ({step} evaluates it again), "
-                          "or start a new run")
+        raise ConfigError(
+            "trainer.max_steps",
+            max_steps,
+            f"is below the step of {ckpt_path} ({step}): a resume "
+            f"continues a run and cannot shorten it; pass at least {step} ({step} evaluates it again), "
+            "or start a new run",
+        )
     if CONFIG_KEY in checkpoint:
         trained, now = yaml.safe_load(checkpoint[CONFIG_KEY]), yaml.safe_load(config_yaml)
         for key in RESUMED_FROM_THE_CHECKPOINT:
             old, new = _dotted(trained, key), _dotted(now, key)
             if old != new and not (key == "seed_everything" and seed_drawn):
-                raise ConfigError(key.replace("init_args.", ""), new, f"differs from {ckpt_path}'s {shown(old)}, "
-                                  "which a resume continues with (optimiser and random state); resume with "
-                                  f"{shown(old)}, or start a new run from its weights with --init_from {ckpt_path}")
+                raise ConfigError(
+                    key.replace("init_args.", ""),
+                    new,
+                    f"differs from {ckpt_path}'s {shown(old)}, "
+                    "which a resume continues with (optimiser and random state); resume with "
+                    f"{shown(old)}, or start a new run from its weights with --init_from {ckpt_path}",
+                )
     recorded = checkpoint.get(DATA_IDENTITY_KEY)
     if recorded is None:
         log.warning("%s records no identity of its data (written by an earlier version): the data are not "
                     "compared", ckpt_path)
     elif differing := differences(recorded, data_identity(data), "checkpoint", "now"):
-        raise CheckpointError(f"{ckpt_path} was trained on other data than this run has: {differing}; a resume "
-                              "continues on its run's data (start a new run, or take the weights with --init_from)")
+        raise CheckpointError(
+            f"{ckpt_path} was trained on other data than this run has: {differing}; a resume "
+            "continues on its run's data (start a new run, or take the weights with --init_from)"
+        )
     for state in loader_states:
         problem = resume_problem(state, data.batch_size, data.bucket_window)
         if problem is not None:
@@ -222,16 +236,38 @@ def _dotted(config: dict, key: str) -> object:
 #: Checkpoint key of the :func:`data_identity` of the data the checkpoint was trained on.
 DATA_IDENTITY_KEY = "graphormer_data_identity"
 #: What :func:`reduced_checkpoint` keeps of a checkpoint (the shipped one, an ensemble's members).
-KEPT_KEYS = ("epoch", "global_step", "pytorch-lightning_version", "state_dict", "hparams_name", "hyper_parameters",
-             CONFIG_KEY, DATA_IDENTITY_KEY, INITIALISED_FROM)
+KEPT_KEYS = (
+    "epoch",
+    "global_step",
+    "pytorch-lightning_version",
+    "state_dict",
+    "hparams_name",
+    "hyper_parameters",
+    CONFIG_KEY,
+    DATA_IDENTITY_KEY,
+    INITIALISED_FROM,
+)
 #: Top-level config keys that name, place or resume a run without changing what it computes.
 PLACEMENT_KEYS = ("run_name", "run_root", "ckpt_path")
 #: Config keys (dotted) that decide where and how fast a run executes and what it reports, not what it computes
 #: (global batches; a compiled step and padded batches compute the same to float rounding).
-EXECUTION_KEYS = ("logger", "wandb", "checkpoint", "threads", "trainer.accelerator", "trainer.strategy",
-                  "trainer.devices", "trainer.num_nodes", "trainer.enable_progress_bar", "trainer.enable_model_summary",
-                  "trainer.log_every_n_steps", "data.init_args.num_workers", "data.init_args.preprocess_workers",
-                  "model.init_args.compile", "data.init_args.pad_nodes_to")
+EXECUTION_KEYS = (
+    "logger",
+    "wandb",
+    "checkpoint",
+    "threads",
+    "trainer.accelerator",
+    "trainer.strategy",
+    "trainer.devices",
+    "trainer.num_nodes",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+    "trainer.log_every_n_steps",
+    "data.init_args.num_workers",
+    "data.init_args.preprocess_workers",
+    "model.init_args.compile",
+    "data.init_args.pad_nodes_to",
+)
 #: Differences named in a message before "+N more".
 SHOWN_DIFFERENCES = 5
 
@@ -268,11 +304,15 @@ def _shown(values: Mapping[str, Any], key: str) -> str:
     return repr(values[key]) if key in values else "absent"
 
 
-def differences(recorded: Mapping[str, Any], current: Mapping[str, Any], recorded_as: str, current_as: str) -> str:
+def differences(
+    recorded: Mapping[str, Any], current: Mapping[str, Any], recorded_as: str, current_as: str
+) -> str:
     """The keys (dotted) where ``recorded`` and ``current`` differ, as one line, e.g. ``sha1: '0d41'
     (checkpoint) vs '9bc1' (now)``; an empty string when they are equal."""
     old, new = flatten(recorded), flatten(current)
-    keys = [key for key in sorted(old.keys() | new.keys()) if key not in old or key not in new or old[key] != new[key]]
+    keys = [
+        key for key in sorted(old.keys() | new.keys()) if key not in old or key not in new or old[key] != new[key]
+    ]
     shown = [f"{key}: {_shown(old, key)} ({recorded_as}) vs {_shown(new, key)} ({current_as})"
              for key in keys[:SHOWN_DIFFERENCES]]
     more = f"; +{len(keys) - SHOWN_DIFFERENCES} more" if len(keys) > SHOWN_DIFFERENCES else ""

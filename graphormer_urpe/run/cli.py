@@ -30,7 +30,15 @@ from pytorch_lightning.loggers import Logger
 from graphormer_urpe.configs import shipped_config, shipped_config_names
 from graphormer_urpe.data.datamodule import available_cores
 from graphormer_urpe.data.files import unwritable
-from graphormer_urpe.errors import ConfigError, InputError, check_choice, check_int, check_number, import_object, refuse
+from graphormer_urpe.errors import (
+    ConfigError,
+    InputError,
+    check_choice,
+    check_int,
+    check_number,
+    import_object,
+    refuse,
+)
 from graphormer_urpe.run.callbacks import (
     LastCheckpoint,
     LoggedStep,
@@ -55,7 +63,8 @@ RUN_DIR_ENV = "GRAPHORMER_RUN_DIR"
 _CHOSEN_HERE: set[str] = set()
 
 
-#: jsonargparse parser mode of this CLI: YAML, with a bare ``None`` (a nested override's null, passed on) read as null.
+#: jsonargparse parser mode of this CLI: YAML, with a bare
+#: ``None`` (a nested override's null, passed on) read as null.
 PARSER_MODE = "graphormer_yaml"
 _yaml_loader = get_loader("yaml")
 
@@ -175,11 +184,18 @@ class CheckpointOptions:
 
     def __post_init__(self) -> None:
         check_int("checkpoint.every_n_steps", self.every_n_steps, 0, hint=" (0: only at the end and on signals)")
-        catchable = {s.name for s in signal.valid_signals() if isinstance(s, signal.Signals)} - {"SIGKILL", "SIGSTOP"}
+        catchable = {s.name for s in signal.valid_signals() if isinstance(s, signal.Signals)} - {
+            "SIGKILL",
+            "SIGSTOP",
+        }
         for name in self.signals:
             if name not in catchable:
-                raise ConfigError("checkpoint.signals", name, "is not a signal this process can catch (e.g. SIGTERM, "
-                                  "SIGUSR1, SIGUSR2)")
+                raise ConfigError(
+                    "checkpoint.signals",
+                    name,
+                    "is not a signal this process can catch (e.g. SIGTERM, "
+                    "SIGUSR1, SIGUSR2)",
+                )
         check_choice("checkpoint.requeue", self.requeue, (True, False))
 
 
@@ -188,27 +204,48 @@ class GraphormerCLI(LightningCLI):
     a resolved config as YAML, read before the command line) and builds data, model and a trainer that writes
     nothing (what ``evaluate.py`` uses); :class:`TrainingCLI` adds the run."""
 
-    def __init__(self, args: Sequence[str] | None = None, *, config_text: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, args: Sequence[str] | None = None, *, config_text: str | None = None, **kwargs: Any
+    ) -> None:
         configure_logging()
         # we always pass the (config-resolved) command line as ``args``; Lightning warns about that
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
         #: The command line as given (recorded per segment in ``run.json``).
         self.argv = list(sys.argv[1:] if args is None else args)
         argv = resolve_config_paths(self.argv)
-        self.config_name = next((Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
-                                 for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), "run")
+        self.config_name = next(
+            (
+                Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem
+                for i, a in enumerate(argv)
+                if a == "--config" or a.startswith("--config=")
+            ),
+            "run",
+        )
         if config_text is not None:
             argv = ["--config", config_text, *argv]
-        super().__init__(pl.LightningModule, pl.LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                         run=False, args=argv, save_config_callback=None,  # RunRecord writes config.yaml later
-                         parser_kwargs={"default_env": False, "parser_mode": PARSER_MODE, "exit_on_error": False},
-                         **kwargs)
+        super().__init__(
+            pl.LightningModule,
+            pl.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            run=False,
+            args=argv,
+            save_config_callback=None,  # RunRecord writes config.yaml later
+            parser_kwargs={"default_env": False, "parser_mode": PARSER_MODE, "exit_on_error": False},
+            **kwargs,
+        )
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # the run's options (used by TrainingCLI) are parsed here too: every run's config.yaml reads back
-        parser.add_argument("--run_root", type=str, default="runs", help="Directory holding one directory per run.")
-        parser.add_argument("--run_name", type=str | None, default=None,
-                            help="Run directory name (default: config name and the SLURM job, torchrun id or time).")
+        parser.add_argument(
+            "--run_root", type=str, default="runs", help="Directory holding one directory per run."
+        )
+        parser.add_argument(
+            "--run_name",
+            type=str | None,
+            default=None,
+            help="Run directory name (default: config name and the SLURM job, torchrun id or time).",
+        )
         parser.add_argument("--logger", type=Literal["csv", "wandb", "none"], default="csv",
                             help="Where metrics go: csv, wandb (W&B and csv) or none.")
         parser.add_class_arguments(WandbOptions, "wandb")
@@ -216,10 +253,14 @@ class GraphormerCLI(LightningCLI):
         parser.add_argument("--ckpt_path", type=str | None, default=None,
                             help="Resume training from this checkpoint; 'last': <run dir>/checkpoints/last.ckpt "
                                  "(which must exist); 'auto': that one if it exists, else start the run.")
-        parser.add_argument("--init_from", type=str | None, default=None,
-                            help="Start a new run from this checkpoint's weights (ours or converted, any dataset): "
-                                 "it decides the encoder's architecture; the head is rebuilt when the data's targets "
-                                 "differ; a URPE run takes an RPE checkpoint with C set to ones (docs/finetuning.md).")
+        parser.add_argument(
+            "--init_from",
+            type=str | None,
+            default=None,
+            help="Start a new run from this checkpoint's weights (ours or converted, any dataset): "
+                 "it decides the encoder's architecture; the head is rebuilt when the data's targets "
+                 "differ; a URPE run takes an RPE checkpoint with C set to ones (docs/finetuning.md).",
+        )
         parser.add_argument("--threads", type=int | None, default=None,
                             help="Torch threads of this process (null: the cores it may use minus one per data "
                                  "loader worker, at least 1, unless OMP_NUM_THREADS is set; docs/throughput.md).")
@@ -276,7 +317,8 @@ class TrainingCLI(GraphormerCLI):
         self.init_source: SourceCheckpoint | None = None
         #: The encoder fields of the config that ``init_source`` replaced: field -> {"config", "checkpoint"}.
         self.init_overridden: dict[str, dict[str, Any]] = {}
-        #: This run's directory, the same in every process; chosen when the trainer is built (which needs its path).
+        #: This run's directory, the same in every process; chosen
+        #: when the trainer is built (which needs its path).
         self.run_directory: RunDirectory | None = None
         super().__init__(args, **kwargs)
 
@@ -297,7 +339,9 @@ class TrainingCLI(GraphormerCLI):
                 self.init_source = read_source(self.config["init_from"], task_class)
             except InputError as error:
                 stop_on_input_error(error)
-            self.init_overridden = take_architecture(self.config["model"]["init_args"]["encoder"], self.init_source)
+            self.init_overridden = take_architecture(
+                self.config["model"]["init_args"]["encoder"], self.init_source
+            )
         super().instantiate_classes()
 
     @property
@@ -311,20 +355,31 @@ class TrainingCLI(GraphormerCLI):
         return self.run_dir / "checkpoints"
 
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
-        self.run_directory = resolve_run_dir(self.config["run_root"], self.config.get("run_name"), self.config_name)
+        self.run_directory = resolve_run_dir(
+            self.config["run_root"], self.config.get("run_name"), self.config_name
+        )
         run_dir, checkpoint_dir = self.run_dir, self.checkpoint_dir
         options: CheckpointOptions = self.config_init["checkpoint"]
         trainer_config = self._get(self.config_init, "trainer", default={})
         callbacks = list(trainer_config.get("callbacks") or [])
         monitor, mode = getattr(self.model, "monitor", ("val/loss", "min"))
         callbacks += [
-            ModelCheckpoint(dirpath=checkpoint_dir, filename="best-{step}", monitor=monitor, mode=mode,
-                            auto_insert_metric_name=False),
-            LastCheckpoint(checkpoint_dir, options.every_n_steps), LoggedStep(), RNGState(), TrainingDataPosition(),
+            ModelCheckpoint(
+                dirpath=checkpoint_dir,
+                filename="best-{step}",
+                monitor=monitor,
+                mode=mode,
+                auto_insert_metric_name=False,
+            ),
+            LastCheckpoint(checkpoint_dir, options.every_n_steps),
+            LoggedStep(),
+            RNGState(),
+            TrainingDataPosition(),
             StopDecision(),
             # after LastCheckpoint: Lightning calls checkpoint callbacks last, in their order
-            PreemptionCheckpoint(checkpoint_dir, tuple(options.signals),
-                                 requeue_signals=("SIGUSR1",) if options.requeue else ()),
+            PreemptionCheckpoint(
+                checkpoint_dir, tuple(options.signals), requeue_signals=("SIGUSR1",) if options.requeue else ()
+            ),
             NonFiniteLossGuard(),
         ]
         has_progress_bar = any(isinstance(callback, ProgressBar) for callback in callbacks)
@@ -335,7 +390,9 @@ class TrainingCLI(GraphormerCLI):
             callbacks.append(LearningRateMonitor(logging_interval="step"))
         if self.config["logger"] == "wandb":
             loggers.append(wandb_logger(self.config_init["wandb"], run_dir))
-            callbacks.append(RelationTablePlots(run_dir / "plots", self.config_init["wandb"].plot_every_n_validations))
+            callbacks.append(
+                RelationTablePlots(run_dir / "plots", self.config_init["wandb"].plot_every_n_validations)
+            )
         plugins = trainer_config.get("plugins") or []
         plugins = list(plugins) if isinstance(plugins, list) else [plugins]
         if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
@@ -386,8 +443,9 @@ def parse_error_line(report: str) -> str:
     if detail and (unknown := re.fullmatch(r"unrecognized arguments: --(?:init_args\.)?([^=\s]+).*", detail)):
         return f"{key}.{unknown.group(1)}: no such option"
     # an option that may be null (float | None) reports its value on a "Given value:" line of its own
-    given = next((text.strip()[len("Given value: "):] for text in lines if text.strip().startswith("Given value: ")),
-                 None)
+    given = next(
+        (text.strip()[len("Given value: ") :] for text in lines if text.strip().startswith("Given value: ")), None
+    )
     if detail and given is not None and detail.startswith("Expected a") and "Got value" not in detail:
         detail = f"{detail}. Got value: {given}"
     return f"{key}: {detail}" if detail else key
@@ -402,17 +460,31 @@ def check_run_options(config: Mapping[str, Any]) -> None:
     """Refuse a run name, run root or checkpoint option that would start another run than the one meant."""
     name = config["run_name"]
     if name is not None and (name in ("", ".", "..") or "/" in name):
-        raise ConfigError("run_name", name, "must name one directory under run_root (not empty, '.' or '..', no '/'), "
-                          "or be null (a new directory per start)")
+        raise ConfigError(
+            "run_name",
+            name,
+            "must name one directory under run_root (not empty, '.' or '..', no '/'), "
+            "or be null (a new directory per start)",
+        )
     if config["init_from"] == "":
-        raise ConfigError("init_from", "", "must name a checkpoint file, or be null (the config's own initialisation)")
+        raise ConfigError(
+            "init_from", "", "must name a checkpoint file, or be null (the config's own initialisation)"
+        )
     if config["ckpt_path"] == "":
-        raise ConfigError("ckpt_path", "", "must name a checkpoint file, 'last' or 'auto', or be null (a new run)")
+        raise ConfigError(
+            "ckpt_path", "", "must name a checkpoint file, 'last' or 'auto', or be null (a new run)"
+        )
     if Path(config["run_root"]).is_file():
-        raise ConfigError("run_root", config["run_root"], "is a file; run_root is the directory that holds the runs")
+        raise ConfigError(
+            "run_root", config["run_root"], "is a file; run_root is the directory that holds the runs"
+        )
     if (read_only := unwritable(Path(config["run_root"]))) is not None:
-        raise ConfigError("run_root", config["run_root"], f"{read_only} is not writable, so no run directory can be "
-                          "made there; choose a writable run_root")
+        raise ConfigError(
+            "run_root",
+            config["run_root"],
+            f"{read_only} is not writable, so no run directory can be "
+            "made there; choose a writable run_root",
+        )
 
 
 def check_trainer_options(config: Mapping[str, Any]) -> None:
@@ -435,10 +507,14 @@ def check_trainer_options(config: Mapping[str, Any]) -> None:
     check_int("trainer.max_steps", trainer["max_steps"], -1, hint=" (-1: no limit)")
     check_int("trainer.num_nodes", trainer["num_nodes"], 1)
     if trainer["gradient_clip_val"] is not None:
-        check_number("trainer.gradient_clip_val", trainer["gradient_clip_val"], 0.0, hint=", or null (no clipping)")
+        check_number(
+            "trainer.gradient_clip_val", trainer["gradient_clip_val"], 0.0, hint=", or null (no clipping)"
+        )
     for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
         limit = trainer[name]
         if isinstance(limit, float):
-            check_number(f"trainer.{name}", limit, 0.0, 1.0, hint=" (a fraction), or an integer number of batches")
+            check_number(
+                f"trainer.{name}", limit, 0.0, 1.0, hint=" (a fraction), or an integer number of batches"
+            )
         elif limit is not None:
             check_int(f"trainer.{name}", limit, 0, hint=" (batches), or a fraction in [0, 1]")

@@ -58,8 +58,10 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
                               "(hyper_parameters['encoder']); take one written by train.py or by "
                               "python -m graphormer_urpe.convert")
     if unknown := sorted(set(saved) - {f.name for f in dataclasses.fields(config_class)}):
-        raise CheckpointError(f"--init_from {path}: its encoder has settings that {config_class.__name__} does not "
-                              f"know: {', '.join(unknown)} (a checkpoint of another network, or of a newer version?)")
+        raise CheckpointError(
+            f"--init_from {path}: its encoder has settings that {config_class.__name__} does not "
+            f"know: {', '.join(unknown)} (a checkpoint of another network, or of a newer version?)"
+        )
     try:
         encoder = config_class(**saved)
     except ConfigError as error:
@@ -74,11 +76,21 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
         data_name, path_order = "unknown data", None
     names = hparams.get("target_names")
     return SourceCheckpoint(
-        path=str(path), sha256=sha256_file(Path(path)), state=dict(checkpoint["state_dict"]), encoder=encoder,
-        target_kind=hparams.get("target_kind"), target_names=None if names is None else list(names),
-        origin={"converted_from": converted, "config": checkpoint.get(CONFIG_KEY),
-                "initialised_from": checkpoint.get(INITIALISED_FROM), "global_step": checkpoint.get("global_step")},
-        data_name=data_name, path_order=path_order)
+        path=str(path),
+        sha256=sha256_file(Path(path)),
+        state=dict(checkpoint["state_dict"]),
+        encoder=encoder,
+        target_kind=hparams.get("target_kind"),
+        target_names=None if names is None else list(names),
+        origin={
+            "converted_from": converted,
+            "config": checkpoint.get(CONFIG_KEY),
+            "initialised_from": checkpoint.get(INITIALISED_FROM),
+            "global_step": checkpoint.get("global_step"),
+        },
+        data_name=data_name,
+        path_order=path_order,
+    )
 
 
 def architecture(source: SourceCheckpoint) -> dict[str, Any]:
@@ -109,7 +121,9 @@ def config_as_recorded(config: Mapping[str, Any]) -> dict[str, Any]:
     recorded = copy.deepcopy(dict(config))
     if recorded.get("init_from"):
         task_class = import_object("model.class_path", recorded["model"]["class_path"])
-        recorded["model"]["init_args"]["encoder"].update(architecture(read_source(recorded["init_from"], task_class)))
+        recorded["model"]["init_args"]["encoder"].update(
+            architecture(read_source(recorded["init_from"], task_class))
+        )
     return recorded
 
 
@@ -153,9 +167,14 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, spec: Da
         raise CheckpointError(f"--init_from {source.path} does not fit the model built from its architecture: "
                               + "; ".join(problems))
     if source.path_order is not None and path_order is not None and source.path_order != path_order:
-        log.info("--init_from %s learned its edge encoding on shortest paths in the order %s, this run's data "
-                 "follows %s: set data.path_order %s to give it exactly those paths", source.path, source.path_order,
-                 path_order, source.path_order)
+        log.info(
+            "--init_from %s learned its edge encoding on shortest paths in the order %s, this run's data "
+            "follows %s: set data.path_order %s to give it exactly those paths",
+            source.path,
+            source.path_order,
+            path_order,
+            source.path_order,
+        )
     data = {**{field: plain(value) for field, value in old.items()}, "target_kind": source.target_kind,
             "target_names": source.target_names, "name": source.data_name}
     return Initialisation(weights=weights, reset_to_ones=reset, record={
@@ -170,7 +189,9 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, spec: Da
 def initialise(task: GraphormerTask, plan: Initialisation) -> None:
     """Load the planned weights into ``task``, set the URPE tables it lacks to ones, and record the source."""
     task.load_state_dict(plan.weights, strict=False)
-    scales = {f"{name}.weight": module for name, module in task.named_modules() if isinstance(module, RelativeScale)}
+    scales = {
+        f"{name}.weight": module for name, module in task.named_modules() if isinstance(module, RelativeScale)
+    }
     for key in plan.reset_to_ones:
         scales[key].reset_to_ones()
     task.initialised_from = plan.record
@@ -201,7 +222,10 @@ def _molecule_features(source: SourceCheckpoint, spec: DataSpec | SequenceSpec, 
     """``kept`` when the checkpoint read the same molecule-level features as the data gives, at the same place
     (``into``, the new model's ``molecule_features_into``; projection and statistics load), ``none`` when neither
     has any, else why the projection starts anew at zero (logged)."""
-    old, new = list(getattr(source.encoder, "molecule_features", ())), list(getattr(spec, "molecule_features", ()))
+    old, new = (
+        list(getattr(source.encoder, "molecule_features", ())),
+        list(getattr(spec, "molecule_features", ())),
+    )
     old_into = getattr(source.encoder, "molecule_features_into", "graph_token")
     if old == new and (not new or old_into == into):
         return "kept" if new else "none"
@@ -212,8 +236,10 @@ def _molecule_features(source: SourceCheckpoint, spec: DataSpec | SequenceSpec, 
     elif old == new:
         reason = f"new zero projection: the checkpoint's features entered at its {old_into}, this model's at its {into}"
     else:
-        reason = f"new zero projection: the checkpoint read {len(old)} molecule features, other than the data's " \
-                 f"{len(new)}"
+        reason = (
+            f"new zero projection: the checkpoint read {len(old)} molecule features, other than the data's "
+            f"{len(new)}"
+        )
     log.info("--init_from %s: molecule-level features %s", source.path, reason)
     return reason
 
@@ -229,7 +255,8 @@ def _target_changes(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> 
     return changes
 
 
-#: Names a list in a log line shows before "+N more": QM9's 12 targets in full, not a descriptor pretraining's 186.
+#: Names a list in a log line shows before "+N more": QM9's
+#: 12 targets in full, not a descriptor pretraining's 186.
 SHOWN_NAMES = 12
 
 

@@ -65,7 +65,9 @@ def _make_missing(directory: Path) -> list[Path]:
     return made[::-1]
 
 
-def create_timestamped_dir(run_root: Path, config_name: str, now: datetime.datetime | None = None) -> RunDirectory:
+def create_timestamped_dir(
+    run_root: Path, config_name: str, now: datetime.datetime | None = None
+) -> RunDirectory:
     """Create ``run_root/<config>-<YYYYmmdd-HHMMSS>`` (``now``: default the current time), or ``...-2`` when taken."""
     run_root = Path(run_root)
     parents = _make_missing(run_root)
@@ -143,8 +145,10 @@ class RunDirectory:
 
     def _why_no_checkpoint(self) -> str:
         if self.path in self._made:  # a new directory of this start
-            return ("without --run_name every start gets a new directory; pass the --run_name of the run to resume "
-                    "(or --ckpt_path auto to resume it if it has a checkpoint and start it otherwise)")
+            return (
+                "without --run_name every start gets a new directory; pass the --run_name of the run to resume "
+                "(or --ckpt_path auto to resume it if it has a checkpoint and start it otherwise)"
+            )
         if not self.path.exists():
             return f"{self.path} does not exist (check --run_root and --run_name)"
         if not self.holds_run:
@@ -163,8 +167,10 @@ class RunDirectory:
         self._made.insert(0, self.path)
 
     def _in_use(self) -> RunDirError:
-        return RunDirError(f"{self.path} is in use by another process (it holds {self.path / LOCK_FILE}): wait until "
-                           "that run stops, or stop it first")
+        return RunDirError(
+            f"{self.path} is in use by another process (it holds {self.path / LOCK_FILE}): wait until "
+            "that run stops, or stop it first"
+        )
 
     def _acquire_lock(self, launch: str | None) -> None:
         if self._lock is not None:
@@ -199,8 +205,10 @@ class RunDirectory:
             else:
                 foreign_since = None
             if time.monotonic() > deadline:
-                raise RunDirError(f"{self.path}: the process of global rank 0 did not take the run directory within "
-                                  f"{timeout:.0f} s; see its log")
+                raise RunDirError(
+                    f"{self.path}: the process of global rank 0 did not take the run directory within "
+                    f"{timeout:.0f} s; see its log"
+                )
             time.sleep(0.1)
 
     def release(self) -> None:
@@ -295,7 +303,9 @@ class MetricsLog(Logger):
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         if self.segment is None:
             raise RuntimeError("metrics logged before the run's segment was opened (RunRecord.on_train_start)")
-        values = {name: value.item() if isinstance(value, torch.Tensor) else value for name, value in metrics.items()}
+        values = {
+            name: value.item() if isinstance(value, torch.Tensor) else value for name, value in metrics.items()
+        }
         row = {"segment": self.segment, "step": "" if step is None else step, **values}
         columns = self._header()
         if not set(row) <= set(columns):
@@ -336,8 +346,10 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
     """The run's learning curve: every segment's rows, less those of earlier segments that a later one logged again
     (from the step it resumed at, or the same step and metrics); rows of runs before segments are segment -1."""
     with open(Path(run_dir) / METRICS_FILE, newline="") as handle:
-        rows = [{"segment": -1} | {name: _number(name, text) for name, text in row.items() if text not in ("", None)}
-                for row in csv.DictReader(handle)]
+        rows = [
+            {"segment": -1} | {name: _number(name, text) for name, text in row.items() if text not in ("", None)}
+            for row in csv.DictReader(handle)
+        ]
     starts = {int(s["segment"]): int(s["start_step"]) for s in read_segments(run_dir)}
     kept: list[dict[str, float]] = []
     cutoff = math.inf  # the earliest start of any later segment
@@ -362,7 +374,8 @@ def _number(name: str, text: str) -> float | int:
 # The commit and package versions of a run's record, its parameter count, and JSON written atomically.
 
 PACKAGES = ("torch", "pytorch-lightning", "torch-geometric", "torchmetrics", "ogb", "rdkit", "numpy", "wandb")
-#: The project's name in ``pyproject.toml``: a folder holding the package is a checkout of this project only if so.
+#: The project's name in ``pyproject.toml``: a folder holding
+#: the package is a checkout of this project only if so.
 PROJECT = "graphormer-urpe"
 #: The commit a run records when the package is not in a git checkout of this project (an installed wheel).
 NO_CHECKOUT = "no git checkout"

@@ -95,7 +95,9 @@ def graph_figure(labels: Sequence[str], bias: np.ndarray, scale: np.ndarray | No
     axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
     for ax, (name, table) in zip(axes, panels):
         panel_title, centre = _PANELS[name]
-        image = ax.imshow(table, aspect="auto", cmap="RdBu_r", norm=_centred(table, centre), interpolation="nearest")
+        image = ax.imshow(
+            table, aspect="auto", cmap="RdBu_r", norm=_centred(table, centre), interpolation="nearest"
+        )
         ax.set_title(panel_title, fontsize=9)
         ax.set_xticks(range(len(labels)), labels, fontsize=7)
         ax.set_yticks(range(heads), [str(h) for h in range(heads)], fontsize=7)
@@ -109,7 +111,9 @@ def graph_figure(labels: Sequence[str], bias: np.ndarray, scale: np.ndarray | No
 
 def has_relative_encodings(model: nn.Module) -> bool:
     """Whether :func:`relative_encoding_figure` can draw ``model`` (a Graphormer, or a sequence model with B)."""
-    return isinstance(model, Graphormer) or (isinstance(model, SequenceTransformer) and model.relative_bias is not None)
+    return isinstance(model, Graphormer) or (
+        isinstance(model, SequenceTransformer) and model.relative_bias is not None
+    )
 
 
 def relative_encoding_figure(model: nn.Module, title: str = "", heads: Sequence[int] | None = None) -> Figure:

@@ -84,13 +84,19 @@ class RunRecord(Callback):
         start, run_dir = self.start, self.start.directory.path
         seed = start.config.get("seed_everything")
         initialised = getattr(pl_module, "initialised_from", None)  # a resumed run carries it in its checkpoint
-        info = {"run_dir": str(run_dir), "config": start.config_name,
-                "command": shlex.join(["train.py", *start.argv]),
-                "dataset": trainer.datamodule.describe() if trainer.datamodule is not None else None,
-                "parameters": count_parameters(pl_module),
-                "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",
-                "precision": trainer.precision, "seed": seed, "git_commit": git_commit(),
-                "versions": package_versions(), "initialised_from": describe(initialised) if initialised else None}
+        info = {
+            "run_dir": str(run_dir),
+            "config": start.config_name,
+            "command": shlex.join(["train.py", *start.argv]),
+            "dataset": trainer.datamodule.describe() if trainer.datamodule is not None else None,
+            "parameters": count_parameters(pl_module),
+            "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",
+            "precision": trainer.precision,
+            "seed": seed,
+            "git_commit": git_commit(),
+            "versions": package_versions(),
+            "initialised_from": describe(initialised) if initialised else None,
+        }
         segment = {"command": info["command"], "started": datetime.datetime.now().isoformat(timespec="seconds"),
                    "kind": start.kind, "start_step": start.start_step, "resumed_from": start.checkpoint,
                    "initialised_from": initialised if start.checkpoint is None else None}
@@ -113,9 +119,13 @@ def plan_start(cli: TrainingCLI) -> Start:
     (or the config of a restart); then hold the directory (rank 0 creates and locks it)."""
     data, trainer = cli.datamodule, cli.trainer
     if not isinstance(data, RunData):
-        raise ConfigError("data.class_path", cli.config["data"]["class_path"], "does not give what a run needs of "
-                          "its data (graphormer_urpe.data.predictable.RunData: spec, split_sizes, batch_size, "
-                          "eval_batch_size, bucket_window, describe(), identity())")
+        raise ConfigError(
+            "data.class_path",
+            cli.config["data"]["class_path"],
+            "does not give what a run needs of "
+            "its data (graphormer_urpe.data.predictable.RunData: spec, split_sizes, batch_size, "
+            "eval_batch_size, bucket_window, describe(), identity())",
+        )
     check_global_batch(data, trainer.world_size)
     initialisation = None
     if cli.init_source is not None:
@@ -168,7 +178,12 @@ def run_start(cli: TrainingCLI, start: Start) -> dict:
     except BaseException:
         start.directory.discard()
         raise
-    metrics = {"best_checkpoint": best, "global_step": trainer.global_step, "validation": validation, "test": test}
+    metrics = {
+        "best_checkpoint": best,
+        "global_step": trainer.global_step,
+        "validation": validation,
+        "test": test,
+    }
     if trainer.is_global_zero:
         write_json(start.directory.path / "metrics.json", metrics)
         log.info("validation %s | test %s (best checkpoint %s)", validation, test, best)
@@ -193,8 +208,12 @@ def check_global_batch(data: RunData, world: int) -> None:
     """Refuse a global ``data.batch_size`` (or ``eval_batch_size``) that does not divide by the ``world`` processes."""
     for name, batch in (("batch_size", data.batch_size), ("eval_batch_size", data.eval_batch_size)):
         if batch % world:
-            raise ConfigError(f"data.{name}", batch, f"is the global batch and must divide by the {world} processes "
-                              f"(trainer.devices x trainer.num_nodes); use e.g. {max(world, batch // world * world)}")
+            raise ConfigError(
+                f"data.{name}",
+                batch,
+                f"is the global batch and must divide by the {world} processes "
+                f"(trainer.devices x trainer.num_nodes); use e.g. {max(world, batch // world * world)}",
+            )
 
 
 def check_same_run(cli: TrainingCLI) -> None:
@@ -217,9 +236,14 @@ def warn_if_never_validated(trainer: pl.Trainer) -> None:
     interval, batches = trainer.val_check_interval, trainer.max_steps * trainer.accumulate_grad_batches
     if (isinstance(interval, int) and trainer.check_val_every_n_epoch is None and trainer.max_steps > 0
             and trainer.limit_val_batches != 0 and interval > batches):
-        log.warning("--trainer.val_check_interval %d is more than the %d training batches of --trainer.max_steps %d: "
-                    "the run never validates while training, keeps no best checkpoint, and its final metrics are "
-                    "those of the last weights", interval, batches, trainer.max_steps)
+        log.warning(
+            "--trainer.val_check_interval %d is more than the %d training batches of --trainer.max_steps %d: "
+            "the run never validates while training, keeps no best checkpoint, and its final metrics are "
+            "those of the last weights",
+            interval,
+            batches,
+            trainer.max_steps,
+        )
 
 
 def finish_wandb(cli: TrainingCLI, exit_code: int) -> None:

@@ -75,8 +75,10 @@ def effective_mode(requested: str) -> str:
     else:
         return "online"
     if rank_zero_only.rank == 0:
-        log.warning("W&B: %s; logging offline instead, upload later with `wandb sync <run dir>/wandb/offline-run-*`",
-                    reason)
+        log.warning(
+            "W&B: %s; logging offline instead, upload later with `wandb sync <run dir>/wandb/offline-run-*`",
+            reason,
+        )
     return "offline"
 
 
@@ -89,6 +91,13 @@ def wandb_logger(options: WandbOptions, run_dir: Path) -> WandbLogger:
     """A ``WandbLogger`` writing under ``run_dir/wandb`` with the options' project, names and mode."""
     mode = effective_mode(options.mode)
     os.environ["WANDB_MODE"] = mode  # also governs wandb code paths outside wandb.init: no prompts
-    return WandbLogger(name=options.name or Path(run_dir).name, save_dir=str(run_dir), id=run_id(run_dir),
-                       project=options.project, entity=options.entity, tags=list(options.tags), group=options.group,
-                       mode=mode)
+    return WandbLogger(
+        name=options.name or Path(run_dir).name,
+        save_dir=str(run_dir),
+        id=run_id(run_dir),
+        project=options.project,
+        entity=options.entity,
+        tags=list(options.tags),
+        group=options.group,
+        mode=mode,
+    )
