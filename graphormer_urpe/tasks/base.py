@@ -90,17 +90,30 @@ class OptimConfig:
         for key, rate in (("model.optim.lr", self.lr), ("model.optim.head_lr", self.head_lr),
                           ("model.optim.end_lr", self.end_lr)):
             if rate is not None and rate > MAX_LEARNING_RATE:
-                raise ConfigError(key, rate, f"is above {MAX_LEARNING_RATE:.4g}, the largest learning rate AdamW can "
-                                  "apply to float32 weights (its first step moves them by the rate / (1 - 0.9))")
-        highest = max(self.lr, self.head_lr or self.lr) * max(1.0, self.end_lr / self.lr)  # the schedule's end_lr / lr
+                raise ConfigError(
+                    key,
+                    rate,
+                    f"is above {MAX_LEARNING_RATE:.4g}, the largest learning rate AdamW can "
+                    "apply to float32 weights (its first step moves them by the rate / (1 - 0.9))",
+                )
+        # the schedule's end_lr / lr
+        highest = max(self.lr, self.head_lr or self.lr) * max(1.0, self.end_lr / self.lr)
         if highest > MAX_LEARNING_RATE:
-            raise ConfigError("model.optim.end_lr", self.end_lr, f"takes the head's rate to {highest:.4g} (head_lr x "
-                              f"end_lr / lr), above {MAX_LEARNING_RATE:.4g}, the largest AdamW can apply to float32 "
-                              "weights")
+            raise ConfigError(
+                "model.optim.end_lr",
+                self.end_lr,
+                f"takes the head's rate to {highest:.4g} (head_lr x "
+                f"end_lr / lr), above {MAX_LEARNING_RATE:.4g}, the largest AdamW can apply to float32 "
+                "weights",
+            )
         if highest * self.weight_decay > FLOAT32_MAX:
-            raise ConfigError("model.optim.weight_decay", self.weight_decay, f"times the highest learning rate "
-                              f"({highest:.4g}) is above {FLOAT32_MAX:.4g}, the largest float32: AdamW's decay step "
-                              "cannot be computed")
+            raise ConfigError(
+                "model.optim.weight_decay",
+                self.weight_decay,
+                f"times the highest learning rate "
+                f"({highest:.4g}) is above {FLOAT32_MAX:.4g}, the largest float32: AdamW's decay step "
+                "cannot be computed",
+            )
 
 
 #: The papers' settings, the default of every task (frozen, so one instance serves all).
@@ -111,8 +124,10 @@ def check_layout(path: str | Path, hyper_parameters: Mapping[str, Any]) -> None:
     """Refuse (CheckpointError) a checkpoint of the layout before the task family was merged."""
     outside = [field.name for field in dataclasses.fields(OptimConfig) if field.name in hyper_parameters]
     if outside:
-        raise CheckpointError(f"{path} was written before the task family was merged ({', '.join(outside)} outside "
-                              f"optim): convert it once with python -m graphormer_urpe.convert upgrade {path} NEW.ckpt")
+        raise CheckpointError(
+            f"{path} was written before the task family was merged ({', '.join(outside)} outside "
+            f"optim): convert it once with python -m graphormer_urpe.convert upgrade {path} NEW.ckpt"
+        )
 
 
 def is_head(name: str) -> bool:
@@ -135,9 +150,13 @@ def parameter_groups(task: nn.Module, optim: OptimConfig) -> list[dict[str, Any]
     if optim.head_lr is None and optim.layer_lr_decay == 1.0:
         return [{"params": list(task.parameters()), "lr": optim.lr}]
     layers = len(task.model.layers)
-    peaks = {"embeddings": optim.lr * optim.layer_lr_decay ** layers,
-             **{f"layer{depth}": optim.lr * optim.layer_lr_decay ** (layers - depth) for depth in range(1, layers + 1)},
-             "head": optim.lr if optim.head_lr is None else optim.head_lr}
+    peaks = {
+        "embeddings": optim.lr * optim.layer_lr_decay**layers,
+        **{
+            f"layer{depth}": optim.lr * optim.layer_lr_decay ** (layers - depth) for depth in range(1, layers + 1)
+        },
+        "head": optim.lr if optim.head_lr is None else optim.head_lr,
+    }
     members: dict[str, list[nn.Parameter]] = {name: [] for name in peaks}
     # features joined at the readout are a new part of the head, not an input embedding: the head's rate
     readout_features = getattr(task.model.config, "molecule_features_into", None) == "readout"  # sequences: none
@@ -211,8 +230,9 @@ class GraphormerTask(pl.LightningModule):
         if data is not None:
             self.check_data(data)
             encoder = with_data_fields(encoder, data)
-        # collects the arguments of every ``__init__`` up the chain: keep the class's own and LightningCLI's ``_...``.
-        # ``compile`` is how this machine runs the step, not part of the model: a checkpoint loads eager anywhere.
+        # collects the arguments of every ``__init__`` up the chain: keep the class's own and LightningCLI's
+        # ``_...``. ``compile`` is how this machine runs the step, not part of the model: a checkpoint loads eager
+        # anywhere.
         self.save_hyperparameters(ignore=["encoder", "optim", "data", "compile"])
         accepted = inspect.signature(type(self).__init__).parameters
         for name in [name for name in self.hparams if not name.startswith("_") and name not in accepted]:
@@ -223,7 +243,8 @@ class GraphormerTask(pl.LightningModule):
         self.model = self.model_class(encoder)
         #: Where the weights came from (``train.py --init_from``), None for a run from its own initialisation.
         self.initialised_from: dict[str, Any] | None = None
-        #: :meth:`step_losses` as the training step runs it: compiled at the start of a fit (``compile``), or itself.
+        #: :meth:`step_losses` as the training step runs it:
+        #: compiled at the start of a fit (``compile``), or itself.
         self.training_losses = self.step_losses
 
     @property
@@ -275,11 +296,16 @@ class GraphormerTask(pl.LightningModule):
         hparams = {k: v for k, v in saved.items() if not k.startswith("_")}  # LightningCLI adds _class_path ...
         unknown = sorted(set(hparams) - set(inspect.signature(cls.__init__).parameters))
         if unknown:
-            raise CheckpointError(f"{path}: the hyper-parameters {unknown} are not arguments of {cls.__name__} (a "
-                                  f"checkpoint of {saved.get('_class_path', 'another task')}?): load it with its own "
-                                  "task class")
-        task = cls(encoder=cls.config_class(**hparams.pop("encoder")), optim=OptimConfig(**hparams.pop("optim", {})),
-                   **hparams)  # no ``data``: what it decided is in the saved arguments
+            raise CheckpointError(
+                f"{path}: the hyper-parameters {unknown} are not arguments of {cls.__name__} (a "
+                f"checkpoint of {saved.get('_class_path', 'another task')}?): load it with its own "
+                "task class"
+            )
+        task = cls(
+            encoder=cls.config_class(**hparams.pop("encoder")),
+            optim=OptimConfig(**hparams.pop("optim", {})),
+            **hparams,
+        )  # no ``data``: what it decided is in the saved arguments
         task.load_state_dict(checkpoint["state_dict"])
         task.initialised_from = checkpoint.get(INITIALISED_FROM)
         return task
@@ -309,7 +335,8 @@ class GraphormerTask(pl.LightningModule):
         if fused:
             # Lightning refuses to clip the gradients of an optimiser that unscales 16-bit gradients itself, which
             # fused AdamW declares (_step_supports_amp_scaling). Declared a plain one, its gradients are unscaled
-            # before clipping like any other's, and GradScaler checks them before it calls the step, as for any other.
+            # before clipping like any other's, and GradScaler checks them before it calls the step, as for any
+            # other.
             optimizer._step_supports_amp_scaling = False
         return optimizer
 
@@ -337,9 +364,9 @@ class GraphormerTask(pl.LightningModule):
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's graph outputs may be overwritten now
         losses = self.training_losses(batch)
         for name, value in losses.items():
-            # logged values outlive the step: a copy, so that the next replay of a CUDA graph cannot overwrite them.
-            # Not prog_bar: Lightning would read it from the device after every step (the run's StepProgressBar
-            # shows it when it redraws)
+            # logged values outlive the step: a copy, so that the next replay of a CUDA graph cannot overwrite
+            # them. Not prog_bar: Lightning would read it from the device after every step (the run's
+            # StepProgressBar shows it when it redraws)
             self.log(f"train/{name}", value.detach().clone(), batch_size=self.batch_size_of(batch))
         return losses["loss"]
 
@@ -362,8 +389,10 @@ class GraphormerTask(pl.LightningModule):
         if output.dim() == 3:
             return output.flatten(0, 1), batch.y.flatten(0, 1)
         if batch.y.dim() == 3:
-            raise ValueError("the data has one target per node but the model reads one prediction per graph: "
-                             "set model.encoder.readout=nodes (the data's spec sets it when trained with train.py)")
+            raise ValueError(
+                "the data has one target per node but the model reads one prediction per graph: "
+                "set model.encoder.readout=nodes (the data's spec sets it when trained with train.py)"
+            )
         return output, batch.y
 
 

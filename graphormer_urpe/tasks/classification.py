@@ -141,5 +141,6 @@ def predicted_classes(probabilities: np.ndarray) -> np.ndarray:
 
 def _labels(values: np.ndarray, missing: np.ndarray) -> pd.arrays.IntegerArray:
     """Integer labels with empty entries where ``missing``."""
-    return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64), mask=np.asarray(missing, dtype=bool))
-
+    return pd.arrays.IntegerArray(
+        np.where(missing, 0, values).astype(np.int64), mask=np.asarray(missing, dtype=bool)
+    )

@@ -22,7 +22,8 @@ from graphormer_urpe.errors import check_choice
 log = logging.getLogger(__name__)
 
 #: What ``--model.compile`` takes: eager (False), Inductor (True), Inductor with CUDA graphs ("cuda_graphs"). A
-#: ``str`` rather than a Literal, so that a wrong word is refused naming every choice (:func:`check_compile_mode`).
+#: ``str`` rather than a Literal, so that a wrong word is refused naming every choice
+#: (:func:`check_compile_mode`).
 CompileMode = bool | str
 COMPILE_MODES = (False, True, "cuda_graphs")
 #: Compilations kept per compiled function (one per batch shape) before torch falls back to eager; torch's own

@@ -42,18 +42,27 @@ class GraphRegression(PerTargetTask):
     #: Metric that selects the best checkpoint, and whether lower is better.
     monitor = ("val/mae", "min")
 
-    def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM, normalize_targets: bool = False,
-                 loss: Literal["l1", "mse"] = "l1", target_kind: str = "regression",
-                 target_names: list[str] | None = None, data: DataSpec | None = None,
-                 compile: CompileMode = False) -> None:
+    def __init__(
+        self,
+        encoder: GraphormerConfig,
+        optim: OptimConfig = DEFAULT_OPTIM,
+        normalize_targets: bool = False,
+        loss: Literal["l1", "mse"] = "l1",
+        target_kind: str = "regression",
+        target_names: list[str] | None = None,
+        data: DataSpec | None = None,
+        compile: CompileMode = False,
+    ) -> None:
         if data is not None:
             self.check_data(data)
             target_kind, target_names = data_targets(data, target_kind, target_names, default_kind="regression")
         check_choice("model.normalize_targets", normalize_targets, (True, False))
         check_choice("model.loss", loss, ("l1", "mse"))
         if target_kind != "regression":
-            raise DataError(f"the data's targets are {target_kind} class labels (data.source.task: {target_kind}): "
-                            "train them with model.class_path: graphormer_urpe.tasks.Classification")
+            raise DataError(
+                f"the data's targets are {target_kind} class labels (data.source.task: {target_kind}): "
+                "train them with model.class_path: graphormer_urpe.tasks.Classification"
+            )
         super().__init__(encoder, optim, data, compile)
         encoder = self.model.config
         self.target_names = list(target_names or default_target_names(encoder.num_outputs))
@@ -77,7 +86,11 @@ class GraphRegression(PerTargetTask):
     def on_fit_start(self) -> None:
         """With ``normalize_targets``, take the training split's statistics, unless the head came with its own."""
         super().on_fit_start()
-        if self.hparams.normalize_targets and self.trainer.datamodule is not None and not self.head_from_checkpoint:
+        if (
+            self.hparams.normalize_targets
+            and self.trainer.datamodule is not None
+            and not self.head_from_checkpoint
+        ):
             mean, std = self.trainer.datamodule.target_statistics()
             self.target_mean.copy_(torch.as_tensor(mean))
             self.target_std.copy_(torch.as_tensor(std))

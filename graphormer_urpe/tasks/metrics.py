@@ -85,8 +85,14 @@ class PerTargetMetrics(nn.Module):
     their mean over the targets where it is defined. ``labels``: targets as integers; ``class_scores``: a row's
     predictions are the C scores of one multi-class target (else prediction column c belongs to target c)."""
 
-    def __init__(self, make_metric: Callable[[], Metric], key: str, target_names: Sequence[str], labels: bool = False,
-                 class_scores: bool = False) -> None:
+    def __init__(
+        self,
+        make_metric: Callable[[], Metric],
+        key: str,
+        target_names: Sequence[str],
+        labels: bool = False,
+        class_scores: bool = False,
+    ) -> None:
         super().__init__()
         self.key = key
         self.target_names = list(target_names)
@@ -114,7 +120,9 @@ class PerTargetMetrics(nn.Module):
         defined = values[~torch.isnan(values)]
         result = {f"{prefix}/{self.key}": defined.mean() if defined.numel() else torch.tensor(float("nan"))}
         if len(values) > 1:
-            result.update({f"{prefix}/{self.key}/{name}": value for name, value in zip(self.target_names, values)})
+            result.update(
+                {f"{prefix}/{self.key}/{name}": value for name, value in zip(self.target_names, values)}
+            )
         return result
 
     def reset(self) -> None:
