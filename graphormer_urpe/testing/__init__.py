@@ -2,6 +2,6 @@
 
 from pathlib import Path
 
-#: The source checkout the tests run in: its root scripts, examples and docs. Only test tooling assumes a checkout;
-#: the library runs installed from a wheel as well (tests/test_layout.py).
+#: The source checkout the tests run in: its root scripts, examples and docs. Only test tooling assumes a
+#: checkout; the library runs installed from a wheel as well (tests/test_layout.py).
 REPO_DIR = Path(__file__).resolve().parents[2]

@@ -59,7 +59,9 @@ def _pick_in_class(rng: np.random.Generator, classes: np.ndarray, members: np.nd
 
 def _grouped(values: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices sorted by value and the offsets of each value's run. ((n,), (groups + 1,))"""
-    return np.argsort(values, kind="stable"), np.concatenate([[0], np.cumsum(np.bincount(values, minlength=groups))])
+    return np.argsort(values, kind="stable"), np.concatenate(
+        [[0], np.cumsum(np.bincount(values, minlength=groups))]
+    )
 
 
 def _save_edges(path: Path, src: np.ndarray, dst: np.ndarray) -> None:
@@ -132,7 +134,9 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
 
     # features, streamed: signal * centroid[class] + noise, a confusing share with a wrong centroid
     centroid = rng.standard_normal((classes_count, FEATURE_DIM)).astype(np.float32)
-    shown_class = np.where(rng.random(n) < spec.confusing_fraction, rng.integers(0, classes_count, n), paper_class)
+    shown_class = np.where(
+        rng.random(n) < spec.confusing_fraction, rng.integers(0, classes_count, n), paper_class
+    )
     features = np.lib.format.open_memmap(paper_dir / "node_feat.npy", mode="w+", dtype=np.float16,
                                          shape=(n, FEATURE_DIM))
     for start in tqdm(range(0, n, chunk_size), desc=f"synthetic MAG240M features ({n:,} papers)", unit="chunk"):
@@ -143,11 +147,15 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
     features.flush()
     del features
 
-    torch.save({"paper": n, "author": spec.authors, "institution": spec.institutions, "num_classes": classes_count},
-               directory / "meta.pt")
+    torch.save(
+        {"paper": n, "author": spec.authors, "institution": spec.institutions, "num_classes": classes_count},
+        directory / "meta.pt",
+    )
     torch_save_as_numpy1({"train": np.sort(train).astype(np.int64), "valid": np.sort(valid).astype(np.int64),
                             "test": np.sort(test).astype(np.int64)}, directory / "split_dict.pt")
-    (directory / "RELEASE_v1.txt").write_text("synthetic MAG240M written by graphormer_urpe.testing.mag240m_release\n")
+    (directory / "RELEASE_v1.txt").write_text(
+        "synthetic MAG240M written by graphormer_urpe.testing.mag240m_release\n"
+    )
     return directory
 
 

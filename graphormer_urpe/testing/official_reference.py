@@ -49,7 +49,8 @@ def official_path(path: np.ndarray, i: int, j: int) -> list[int]:
     return [i, *all_nodes(path, i, j), j]
 
 
-# Official preprocessing: v2 ``graphormer/data/wrapper.py`` (``preprocess_item``), ``graphormer/data/collator.py``.
+# Official preprocessing: v2 ``graphormer/data/wrapper.py``
+# (``preprocess_item``), ``graphormer/data/collator.py``.
 
 FEATURE_OFFSET = 512
 
@@ -136,7 +137,8 @@ def transformers_batch(graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], 
                 input_edges=_padded([edges + 1 for _, _, _, edges in tables]), out_degree=in_degree)
 
 
-#: The import tests' molecules: rings (ties between shortest paths), a salt (unreachable pairs), a chain of > 5 hops
+#: The import tests' molecules: rings (ties between shortest
+#: paths), a salt (unreachable pairs), a chain of > 5 hops
 SMILES = ["c1ccc2ccccc2c1", "CC(=O)[O-].[Na+]", "OCCCCCCCC(N)C1CC1", "C1=CC=CC=CC=C1", "OC1=CC(N)CC(Cl)C1"]
 #: Float32 ulps (``rounding_tolerance(..., ulps=ULPS)``) between two implementations' predictions on them: other
 #: summation orders are a few ulps apart on x86, a real difference (another path order) hundreds of times more.

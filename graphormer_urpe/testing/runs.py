@@ -27,12 +27,20 @@ from graphormer_urpe.testing import REPO_DIR
 #: Molecules of the tiny QM9 runs: an 80/10/10 split gives 40 train, 5 valid and 5 test graphs.
 TINY_MOLECULES = 50
 
-#: The first 60 molecules of the example table, as issue 20's probes use it (``head -61``): 48 train, 6 valid, 6 test.
+#: The first 60 molecules of the example table, as issue 20's
+#: probes use it (``head -61``): 48 train, 6 valid, 6 test.
 SMALL_TABLE_LINES = 61
 
 #: Arguments shared by the 2-process DDP run and its 1-process twin: global batch 4 (2 per process),
 #: so the 5 validation graphs form shards of 3 and 2 graphs, i.e. 2 and 1 batches.
-DDP_TWIN_ARGS = ("--data.batch_size", "4", "--checkpoint.every_n_steps", "6", "--wandb.plot_every_n_validations", "1")
+DDP_TWIN_ARGS = (
+    "--data.batch_size",
+    "4",
+    "--checkpoint.every_n_steps",
+    "6",
+    "--wandb.plot_every_n_validations",
+    "1",
+)
 _QUIET = ("--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false")
 
 
@@ -60,7 +68,16 @@ def small_run_args(table: Path, data_root: Path, run_root: Path, *extra: str) ->
     ]
 
 
-_TINY_SEQUENCES = ("--data.length", "8", "--data.val_size", "16", "--data.test_size", "16", "--data.batch_size", "8")
+_TINY_SEQUENCES = (
+    "--data.length",
+    "8",
+    "--data.val_size",
+    "16",
+    "--data.test_size",
+    "16",
+    "--data.batch_size",
+    "8",
+)
 #: Arguments that shrink each synthetic config to a run of seconds.
 TINY_SYNTHETIC_ARGS = {"synthetic_pi": _TINY_SEQUENCES, "synthetic_etp": _TINY_SEQUENCES, "synthetic_graph": (
     "--data.train_graphs", "8", "--data.val_graphs", "4", "--data.test_graphs", "4", "--data.batch_size", "4")}
@@ -128,7 +145,10 @@ def start_from(task: GraphormerTask, path: Path, spec: DataSpec | SequenceSpec) 
 
 def run_train_subprocess(args: list[str], timeout: float = 300.0) -> subprocess.CompletedProcess:
     """``python train.py ARGS`` in a fresh process, W&B offline, killed after ``timeout`` seconds."""
-    env = {k: v for k, v in os.environ.items() if k != RUN_DIR_ENV} | {"WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    env = {k: v for k, v in os.environ.items() if k != RUN_DIR_ENV} | {
+        "WANDB_MODE": "offline",
+        "PYTHONUNBUFFERED": "1",
+    }
     return subprocess.run([sys.executable, str(REPO_DIR / "train.py"), *args], cwd=REPO_DIR, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
