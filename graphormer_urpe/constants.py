@@ -28,7 +28,8 @@ SEQUENCE_RELATION_OFFSET = PAD_RELATION + 1
 DEFAULT_T5_NUM_BUCKETS = 32
 DEFAULT_T5_MAX_DISTANCE = 128
 
-#: Largest stored distance (longer paths are stored as unreachable; molecules and sampled subgraphs are far below).
+#: Largest stored distance (longer paths are stored as
+#: unreachable; molecules and sampled subgraphs are far below).
 MAX_STORED_DISTANCE = UNREACHABLE_SPD - 1
 #: Largest useful ``spatial_pos_max``: it masks the unreachable pairs only.
 MAX_SPATIAL_POS_MAX = UNREACHABLE_SPD
