@@ -28,12 +28,25 @@ from graphormer_urpe.testing.runs import (
 SLOW_FIXTURES = frozenset({"ddp_run", "small_run", "qm9_root"})
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n 2``, the README's command), one torch thread per worker and per process it starts,
+    unless ``OMP_NUM_THREADS`` says otherwise: with two threads each, every op of one worker would wait for the core
+    the other holds (docs/throughput.md, "Sharing cores"). A run's own ``--threads`` default then keeps torch's
+    choice, as ``OMP_NUM_THREADS`` is set."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks ``slow`` every test that uses a fixture of :data:`SLOW_FIXTURES`, directly or through another fixture;
-    tests that train or start processes by themselves carry the mark in their file."""
+    """Marks ``slow`` every test that uses a fixture of :data:`SLOW_FIXTURES`, directly or through another fixture
+    (tests that train or start processes by themselves carry the mark in their file), and runs the slow ones first."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    # slow tests first (file order kept within each group): under pytest-xdist the quick ones then fill the workers'
+    # last minutes, instead of one worker finishing a long test alone
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture
