@@ -179,32 +179,34 @@ def test_the_check_runs_end_to_end_on_the_cpu(qm9_root: Path, tmp_path: Path) ->
         ["check.log", "summary.json", "summary.md"]  # runs and the synthetic MAG240M under work/
 
 
-@pytest.mark.slow
-def test_the_step_loop_and_profile_commands_run_on_the_cpu(tmp_path: Path) -> None:
-    """The check calls its benchmarks with flags they accept: the eager float32 step of the quick list, a few steps
-    of train.py on a small ZINC-sized release, and the profile, each with figures (compilation is for a GPU: minutes
-    on a CPU)."""
-    command = gpu_check.step_command("zinc", "32", ["eager"], ["urpe"], "cpu", True, tmp_path / "step.json")
+def run_bench(command: list[str]) -> subprocess.CompletedProcess:
     done = subprocess.run(command, cwd=REPO_DIR, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+@pytest.mark.slow
+def test_the_step_and_profile_commands_run_on_the_cpu(tmp_path: Path) -> None:
+    """The check calls its benchmarks with flags they accept: the eager float32 step of the quick list and the
+    profile, each with figures (compilation is for a GPU: minutes on a CPU)."""
+    run_bench(gpu_check.step_command("zinc", "32", ["eager"], ["urpe"], "cpu", True, tmp_path / "step.json"))
     [result] = json.loads((tmp_path / "step.json").read_text())["results"]
     assert (result["mode"], result["attention"], len(result["graphs_per_second_rounds"])) == ("eager", "urpe", 3)
     assert result["graphs_per_second"] > 0 and result["shapes"] >= 1
-    loop = [sys.executable, "bench/train_loop.py", "--data-root", str(tmp_path / "zinc"), "--molecules", "200",
-            "--workers", "0", "--first", "1", "--last", "3", "--json", str(tmp_path / "loop.json")]
-    done = subprocess.run(loop, cwd=REPO_DIR, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr[-2000:]
-    [run] = json.loads((tmp_path / "loop.json").read_text())["runs"]["eager"]
-    assert (run["steps"], run["graphs"]) == (2, 400)  # a global batch of 256 holds all 200 training graphs
-    pcqm = [sys.executable, "bench/train_loop.py", "--setting", "pcqm", "--data-root", str(tmp_path / "pcqm"),
-            "--molecules", "100", "--workers", "0", "--first", "1", "--last", "3",
-            "--json", str(tmp_path / "pcqm.json")]
-    done = subprocess.run(pcqm, cwd=REPO_DIR, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr[-2000:]
-    [run] = json.loads((tmp_path / "pcqm.json").read_text())["runs"]["eager"]
-    assert (run["steps"], run["graphs"]) == (2, 200)  # PCQM4Mv2's layout, SMILES featurised: 100 training molecules
-    profile = [sys.executable, "bench/step_profile.py", "--batch-size", "8", "--top", "5"]
-    done = subprocess.run(profile, cwd=REPO_DIR, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_bench([sys.executable, "bench/step_profile.py", "--batch-size", "8", "--top", "5"])
     assert "ATen ops dispatched" in done.stdout and "reads of a value by the step's code (item() outside any op): 0" \
         in done.stdout
+
+
+@pytest.mark.slow
+def test_the_loop_command_runs_both_settings_on_the_cpu(tmp_path: Path) -> None:
+    """A few steps of train.py on a small ZINC-sized release, and on a small PCQM4Mv2 release of SMILES."""
+    run_bench([sys.executable, "bench/train_loop.py", "--data-root", str(tmp_path / "zinc"), "--molecules", "80",
+               "--workers", "0", "--first", "1", "--last", "3", "--json", str(tmp_path / "loop.json")])
+    [run] = json.loads((tmp_path / "loop.json").read_text())["runs"]["eager"]
+    assert (run["steps"], run["graphs"]) == (2, 160)  # a global batch of 256 holds all 80 training graphs
+    run_bench([sys.executable, "bench/train_loop.py", "--setting", "pcqm", "--data-root", str(tmp_path / "pcqm"),
+               "--molecules", "40", "--workers", "0", "--first", "1", "--last", "3",
+               "--json", str(tmp_path / "pcqm.json")])
+    [run] = json.loads((tmp_path / "pcqm.json").read_text())["runs"]["eager"]
+    assert (run["steps"], run["graphs"]) == (2, 80)  # PCQM4Mv2's layout, SMILES featurised: 40 training molecules
