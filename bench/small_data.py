@@ -1,6 +1,6 @@
 """Our models against chemprop 2.3.1 on small public molecular regression sets, on one scaffold split.
 
-    python bench/small_data.py --chemprop /work/chemprop-venv/bin/chemprop --out DIR
+    python bench/small_data.py --chemprop /path/to/chemprop-venv/bin/chemprop --out DIR
     python bench/small_data.py --arms chemprop chemprop+rdkit --chemprop CHEMPROP --out DIR   # some arms
     python bench/small_data.py --report DIR [DIR ...] --out NEW_DIR     # one table from several result dirs
     python bench/small_data.py --quick --chemprop CHEMPROP --out DIR    # smoke run: 1 seed, a few steps/epochs
@@ -721,7 +721,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="seeds of every arm (default: each arm's own count, 0, 1, ...: 5 for recipe and "
                              "chemprop's arms, 3 for the others)")
     parser.add_argument("--chemprop", default=None,
-                        help="the chemprop 2.3.1 executable (e.g. /work/chemprop-venv/bin/chemprop); needed by "
+                        help="the chemprop 2.3.1 executable (e.g. /path/to/chemprop-venv/bin/chemprop); needed by "
                              "chemprop's arms")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
     parser.add_argument("--threads", type=int, default=None,
