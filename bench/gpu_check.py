@@ -21,7 +21,11 @@ the first did not reach), each printed as it starts with the commands it runs:
    kernels by device time, the host's time, kernels launched, synchronisations.
 5. ``matrix``: the rest of the grid of the step: RPE, compiled without CUDA graphs, ``32``, and the PCQM4Mv2
    config.
-6. ``memory`` and 7. ``qm9`` (not run unless named): the peak memory of a training step at the papers' settings
+6. ``flex`` (CUDA only; on a CPU not run unless named, and refused there): FlexAttention
+   (:mod:`graphormer_urpe.model.flex`): its exactness tests (``pytest -m "device and flex"``: against the eager
+   kernel and the formula, and in the compiled step), then the PCQM4Mv2 config's step with the eager attention
+   kernel against it, eager and with CUDA graphs, URPE: time and peak memory.
+7. ``memory`` and 8. ``qm9`` (not run unless named): the peak memory of a training step at the papers' settings
    against a 32 GB V100 (``bench/paper_memory.py``), and the default QM9 run in ``32``, ``16-mixed`` and
    ``bf16-mixed``, mixed precision passing when its first-step loss is within :data:`FIRST_STEP_RTOL` of float32's and
    its late training loss and final validation MAE within :data:`TRAINING_RTOL`.
@@ -58,9 +62,11 @@ PRECISIONS = ("32", "16-mixed", "bf16-mixed")
 FIRST_STEP_RTOL = 0.05
 #: ... and on the mean training loss of the last fifth of the steps and on the final validation MAE.
 TRAINING_RTOL = 0.10
-PARTS = ("tests", "step", "loop", "profile", "matrix", "memory", "qm9")
-#: The parts a call runs unless ``--parts`` names others: memory and QM9 were measured on an H200 (docs/gpu.md).
-DEFAULT_PARTS = ("tests", "step", "loop", "profile", "matrix")
+PARTS = ("tests", "step", "loop", "profile", "matrix", "flex", "memory", "qm9")
+#: The parts a call runs unless ``--parts`` names others: memory and QM9 were measured on an H200 (docs/gpu.md);
+#: FlexAttention trains on CUDA only.
+DEFAULT_PARTS = {"cuda": ("tests", "step", "loop", "profile", "matrix", "flex"),
+                 "cpu": ("tests", "step", "loop", "profile", "matrix")}
 #: Seconds each command may run on one H100-class GPU, part by part (startup of Python, torch and CUDA included).
 #: Memory and QM9: about 1.35 times what each took on the H200 of the second GPU check (docs/gpu.md). The rest:
 #: estimates until a GPU has run them (the compilation of each variant takes most of it), the first four parts within
@@ -72,6 +78,7 @@ CAPS: dict[str, dict[str, float]] = {
     "profile": {"zinc eager": 25, "zinc cuda_graphs": 35},
     "matrix": {"zinc bf16-mixed rpe": 150, "zinc bf16-mixed compiled": 120, "zinc 32": 150,
                "pcqm bf16-mixed": 180, "pcqm loop bf16-mixed": 180},
+    "flex": {"flex device tests": 150, "pcqm bf16-mixed flex": 180},
     "memory": {"zinc": 27, "pcqm4mv2": 27, "mag240m": 44},
     "qm9": {"32": 37, "16-mixed": 40, "bf16-mixed": 34},
 }
@@ -194,15 +201,21 @@ def device_test_files() -> list[str]:
                   if "pytest.mark.device" in path.read_text())
 
 
-def check_tests(check: Check, quick: bool, bundle: Path | None) -> dict:
-    """``pytest -m device`` (``--quick``: the attention module's only); deterministic cuBLAS for exact resume;
-    the tests' 50-molecule QM9 cache from the bundle (tests/conftest.py's ``qm9_root``: no qm9pack there)."""
-    paths = ["tests/model/test_attention.py"] if quick else device_test_files()
+def check_tests(check: Check, quick: bool, bundle: Path | None, flex: bool = False) -> dict:
+    """``pytest -m device`` (``--quick``: the attention module's only), those of FlexAttention (marker ``flex``)
+    apart, in the flex part (``flex``); deterministic cuBLAS for exact resume; the tests' 50-molecule QM9 cache from
+    the bundle (tests/conftest.py's ``qm9_root``: no qm9pack there)."""
+    if flex:
+        paths = ["tests/model/test_flex.py", "tests/tasks/test_compiled.py"]
+        marker, cap = "device and flex", CAPS["flex"]["flex device tests"]
+    else:
+        paths = ["tests/model/test_attention.py"] if quick else device_test_files()
+        marker, cap = "device and not flex", CAPS["tests"]["device tests"]
     env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     if bundle is not None:
         env["GRAPHORMER_TEST_QM9_ROOT"] = str((bundle / "data").resolve())
-    outcome = check.run([sys.executable, "-m", "pytest", "-q", "-m", "device", "-p", "no:cacheprovider", *paths],
-                        CAPS["tests"]["device tests"], env=env)
+    outcome = check.run([sys.executable, "-m", "pytest", "-q", "-m", marker, "-p", "no:cacheprovider", *paths], cap,
+                        env=env)
     summary = next((line for line in reversed(outcome.stdout.splitlines()) if " passed" in line or " failed" in line),
                    "no pytest summary")
     return {"status": outcome.status, "seconds": outcome.seconds, "summary": summary.strip("= "), "files": paths}
@@ -229,16 +242,17 @@ def check_memory(check: Check, device: str, quick: bool, update: Callable[[dict]
 
 
 def step_command(setting: str, precision: str, modes: list[str], attention: list[str], device: str, quick: bool,
-                 out: Path) -> list[str]:
+                 out: Path, kernels: tuple[str, ...] = ("eager",)) -> list[str]:
     """``bench/train_throughput.py`` for one setting and precision (``--quick``: small batches, the least rounds)."""
     command = [sys.executable, "bench/train_throughput.py", "--device", device, "--settings", setting,
-               "--precision", precision, "--modes", *modes, "--attention", *attention, "--batchings", "bucketed",
+               "--precision", precision, "--modes", *modes, "--attention", *attention, "--kernels", *kernels,
+               "--batchings", "bucketed",
                "--pad-nodes-to", str(ZINC_PAD if setting == "zinc" else PCQM_PAD), "--json", str(out)]
     return command + (["--batch-size", "8", "--epoch-batches", "16", "--rounds", "3", "--warm", "1"] if quick else [])
 
 
 def step_commands(device: str, quick: bool, out: Path) -> dict[str, dict[str, list[str]]]:
-    """The step part's and the matrix part's commands, by part and by the names of :data:`CAPS`."""
+    """The step, matrix and flex parts' commands, by part and by the names of :data:`CAPS`."""
     fast = ["eager", "cuda_graphs"]
 
     def command(name: str, setting: str, precision: str, modes: list[str], attention: list[str]) -> list[str]:
@@ -249,7 +263,9 @@ def step_commands(device: str, quick: bool, out: Path) -> dict[str, dict[str, li
                        "zinc bf16-mixed compiled": command("zinc bf16-mixed compiled", "zinc", "bf16-mixed",
                                                            ["compiled"], ["urpe"]),
                        "zinc 32": command("zinc 32", "zinc", "32", fast, ["urpe"]),
-                       "pcqm bf16-mixed": command("pcqm bf16-mixed", "pcqm", "bf16-mixed", fast, ["urpe", "rpe"])}}
+                       "pcqm bf16-mixed": command("pcqm bf16-mixed", "pcqm", "bf16-mixed", fast, ["urpe", "rpe"])},
+            "flex": {"pcqm bf16-mixed flex": step_command("pcqm", "bf16-mixed", fast, ["urpe"], device, quick,
+                                                          out / "step pcqm bf16-mixed flex.json", ("eager", "flex"))}}
 
 
 def check_steps(check: Check, commands: dict[str, list[str]], caps: dict[str, float],
@@ -386,18 +402,18 @@ def markdown_steps(title: str, part: dict) -> list[str]:
     """A table of every step variant measured (graphs/s of the median epoch, its slowest and fastest), then each
     command's output."""
     lines = [f"**{title}** (`bench/train_throughput.py`: the warm step, the median epoch)", "",
-             "| setting | precision | mode | attention | graphs/s | [slowest, fastest] | ms/step | warm-up s | "
-             "shapes | peak GiB | epochs x batches x graphs |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| setting | precision | mode | attention | kernel | graphs/s | [slowest, fastest] | ms/step | "
+             "warm-up s | shapes | peak GiB | epochs x batches x graphs |", "|---" * 12 + "|"]
     for run in part.get("runs", []):
         for r in run["results"]:
             peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
-            lines.append(f"| {r['setting']} | {r['precision']} | {r['mode']} | {r['attention']} | "
+            lines.append(f"| {r['setting']} | {r['precision']} | {r['mode']} | {r['attention']} | {r['kernel']} | "
                          f"{r['graphs_per_second']:,.0f} | [{min(r['graphs_per_second_rounds']):,.0f}, "
                          f"{max(r['graphs_per_second_rounds']):,.0f}] | {r['ms_per_step']:.1f} | "
                          f"{r['warm_seconds']:.0f} | {r['shapes']} | {peak} | "
                          f"{r['rounds']} x {r['epoch_batches']} x {r['batch_size']} |")
         if not run["results"]:
-            lines.append(f"| {run['name']} | | | | {run['status']} after {run['seconds']:.0f} s | | | | | | |")
+            lines.append(f"| {run['name']} | | | | | {run['status']} after {run['seconds']:.0f} s | | | | | | |")
     lines.append("")
     for run in part.get("runs", []):
         lines += [f"`{run['command']}`: {run['status']}", "", "```", run["output"], "```", ""]
@@ -483,6 +499,10 @@ def markdown(report: dict) -> str:
         lines += markdown_steps("The rest of the grid", parts["matrix"])
         if "loop" in parts["matrix"]:
             lines += markdown_loop(parts["matrix"]["loop"])
+    if "flex" in parts:
+        flex_tests = parts["flex"].get("tests", {})
+        lines += [f"**FlexAttention's device tests**: {flex_tests.get('summary', flex_tests.get('status'))}", ""]
+        lines += markdown_steps("FlexAttention against the eager attention kernel, PCQM4Mv2 config", parts["flex"])
     if "memory" in parts:
         lines += markdown_memory(parts["memory"])
     if "qm9" in parts:
@@ -498,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="QM9 molecules of the runs (the bundle's cache holds the first 5000)")
     parser.add_argument("--quick", action="store_true",
                         help="small everything: attention tests only, small batches and few steps, one MAG240M batch")
-    parser.add_argument("--parts", nargs="+", default=list(DEFAULT_PARTS), choices=PARTS)
+    parser.add_argument("--parts", nargs="+", default=None, choices=PARTS,
+                        help="default: every part but memory and qm9 (and flex on a CPU)")
     parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET,
                         help="wall seconds the whole check may take; commands it leaves no time for are not run")
     parser.add_argument("--time-scale", type=float, default=1.0,
@@ -520,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     check = Check(args.out, args.work or args.out / "work", args.time_scale, deadline=started + args.budget)
     check.work.mkdir(parents=True, exist_ok=True)
-    order = [part for part in PARTS if part in args.parts]
+    order = [part for part in PARTS if part in (args.parts or DEFAULT_PARTS[device.type])]
     check.report = {"machine": machine(device), "date": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
                     "command": " ".join(["python bench/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]),
                     "budget": args.budget, "order": order,
@@ -538,6 +559,11 @@ def main(argv: list[str] | None = None) -> int:
                 result = check_tests(check, args.quick, args.bundle)
             elif part == "step":
                 result = check_steps(check, steps[part], CAPS[part], update)
+            elif part == "flex":
+                tests = check_tests(check, args.quick, args.bundle, flex=True)
+                update({"status": "running", "tests": tests})
+                result = {**check_steps(check, steps[part], CAPS[part], update), "tests": tests}
+                result["status"] = part_status([tests, result])
             elif part == "matrix":
                 result = check_steps(check, steps[part], CAPS[part], update)
                 update(result)

@@ -25,6 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from common import random_molecule_record
 from graphormer_urpe.data.batch import BatchShape
+from graphormer_urpe.model.attention import ATTENTION_KERNELS
 from train_throughput import MODES, PRECISIONS, SETTINGS, Step, edges_per_node, epoch_batches
 
 
@@ -48,6 +49,7 @@ def main() -> None:
     parser.add_argument("--setting", default="zinc", choices=list(SETTINGS))
     parser.add_argument("--mode", default="eager", choices=list(MODES))
     parser.add_argument("--attention", default="urpe", choices=["urpe", "rpe"])
+    parser.add_argument("--kernel", default="eager", choices=ATTENTION_KERNELS, help="attention kernel (flex: CUDA)")
     parser.add_argument("--precision", default="32", choices=list(PRECISIONS))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=256)
@@ -65,7 +67,7 @@ def main() -> None:
     shape = None if args.mode == "eager" else BatchShape(args.pad_nodes_to, args.batch_size, edges_per_node(records))
     batches = sorted(epoch_batches(records, args.batch_size, "bucketed", shape, device), key=lambda b: b.x.shape[1])
     batch = batches[len(batches) // 2]
-    step = Step(setting, args.attention, args.mode, device, args.precision)
+    step = Step(setting, args.attention, args.mode, device, args.precision, args.kernel)
     for _ in range(args.warm):
         step(batch)
     waits = host_waits(step, batch, device)

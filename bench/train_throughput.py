@@ -1,8 +1,10 @@
 """The training step at steady state: eager against compiled against compiled with CUDA graphs, URPE against RPE,
-size-aware against uniform batches, for the ZINC and the PCQM4Mv2 configs.
+size-aware against uniform batches, the eager attention kernel against FlexAttention, for the ZINC and the PCQM4Mv2
+configs.
 
     python bench/train_throughput.py                                  # CPU, one thread: per-core figures
     python bench/train_throughput.py --device cuda --precision bf16-mixed --modes eager compiled cuda_graphs
+    python bench/train_throughput.py --device cuda --precision bf16-mixed --settings pcqm --kernels eager flex
 
 Settings (``--settings``), each a config's model on molecules of its dataset's sizes (molecule-shaped random graphs,
 :func:`common.random_molecule_record`, with the featurisation's vocabularies):
@@ -13,7 +15,8 @@ Settings (``--settings``), each a config's model on molecules of its dataset's s
 
 A step is the task's own: ``step_losses`` (eager, or compiled by ``--model.compile``'s code) under the precision's
 autocast, backward (loss-scaled in ``16-mixed``), the config's gradient clipping and the task's AdamW (fused where the
-device allows). The epoch's ``--epoch-batches`` global batches come from the project's sampler, uniform (``today``)
+device allows), its attention computed by ``--kernels``' kernel (:mod:`graphormer_urpe.model.flex`; ``flex`` on CUDA
+only). The epoch's ``--epoch-batches`` global batches come from the project's sampler, uniform (``today``)
 or size-aware (``bucketed``, ``bucket_window`` 100); compiled modes pad every batch to a multiple of
 ``--pad-nodes-to`` nodes, its full graph count and an edge bound (:class:`~graphormer_urpe.data.batch.BatchShape`),
 eager keeps each batch as collated. Every variant first runs each distinct batch shape of the epoch ``--warm``
@@ -45,6 +48,7 @@ from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.data.batch import BatchShape, GraphBatch, GraphRecord, collate_graphs
 from graphormer_urpe.data.loaders import GlobalBatchSampler
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
+from graphormer_urpe.model.attention import ATTENTION_KERNELS, use_attention_kernel
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks import GraphRegression, OptimConfig
 from graphormer_urpe.testing.zinc_raw import zinc_like_atoms
@@ -83,15 +87,18 @@ class Step:
         mode: a key of :data:`MODES`.
         device: where it runs.
         precision: a key of :data:`PRECISIONS`.
+        kernel: the attention kernel, ``eager`` or ``flex``.
     """
 
-    def __init__(self, setting: Setting, attention: str, mode: str, device: torch.device, precision: str) -> None:
+    def __init__(self, setting: Setting, attention: str, mode: str, device: torch.device, precision: str,
+                 kernel: str) -> None:
         config = yaml.safe_load((CONFIG_DIR / f"{setting.config}.yaml").read_text())
         task_args = config["model"]["init_args"]
         encoder = GraphormerConfig(**{**task_args["encoder"], "attention": attention,
                                       "node_vocab": list(setting.node_vocab), "edge_vocab": list(setting.edge_vocab)})
         torch.manual_seed(0)  # every variant starts from the same weights
         self.task = GraphRegression(encoder, OptimConfig(**task_args["optim"]), compile=MODES[mode]).to(device).train()
+        use_attention_kernel(self.task, kernel)
         self.task.compile_training_step()
         self.optimizer = self.task.optimizer()
         self.clip = float(config["trainer"].get("gradient_clip_val") or 0.0)
@@ -181,6 +188,7 @@ class Variant:
     mode: str
     batching: str
     attention: str
+    kernel: str
     step: Step
     batches: list[GraphBatch]
     warm_seconds: float = 0.0
@@ -189,7 +197,7 @@ class Variant:
 
     @property
     def name(self) -> str:
-        return f"{self.mode:11} {self.batching:8} {self.attention:4}"
+        return f"{self.mode:11} {self.batching:8} {self.attention:4} {self.kernel:6}"
 
     def distinct_shapes(self) -> list[GraphBatch]:
         """One batch of each distinct shape of the epoch."""
@@ -216,6 +224,8 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=list(MODES))
     parser.add_argument("--batchings", nargs="+", default=["bucketed"], choices=["today", "bucketed"])
     parser.add_argument("--attention", nargs="+", default=["urpe", "rpe"], choices=["urpe", "rpe"])
+    parser.add_argument("--kernels", nargs="+", default=["eager"], choices=ATTENTION_KERNELS,
+                        help="attention kernels (flex: FlexAttention, CUDA only)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--epoch-batches", type=int, default=16, help="global batches of the epoch (>= 16)")
     parser.add_argument("--rounds", type=int, default=3, help="timed epochs per variant (>= 3); the median counts")
@@ -228,6 +238,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.epoch_batches < 16 or args.rounds < 3:
         parser.error("steady state takes at least 3 rounds of at least 16 batches")
+    if "flex" in args.kernels and not args.device.startswith("cuda"):
+        parser.error("the flex kernel trains on CUDA only (torch has no FlexAttention backward on other devices)")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     clock = Clock(device)
@@ -251,10 +263,11 @@ def main() -> None:
             for batching in args.batchings:
                 batches = epoch_batches(records, args.batch_size, batching, shape, device)
                 for attention in args.attention:
-                    step = Step(setting, attention, mode, device, args.precision)
-                    variants.append(Variant(mode, batching, attention, step, batches))
+                    for kernel in args.kernels:
+                        step = Step(setting, attention, mode, device, args.precision, kernel)
+                        variants.append(Variant(mode, batching, attention, kernel, step, batches))
         padding = ", ".join(f"{v.mode}/{v.batching} {attention_padding(v.batches):.0%}"
-                            for v in variants[::len(args.attention)])
+                            for v in variants[::len(args.attention) * len(args.kernels)])
         print(f"\n{setting_name} ({setting.config}): {len(records)} molecules of {sizes.min()}-{sizes.max()} atoms, "
               f"mean {sizes.mean():.1f}; attention entries that are padding: {padding}", flush=True)
         for variant in variants:  # every distinct shape, compiled and captured, before any timing
@@ -267,8 +280,8 @@ def main() -> None:
                 with clock.peak_memory(variant.memory):
                     variant.rounds.append(clock(variant.run_epoch))
         graphs = args.batch_size * args.epoch_batches
-        print(f"  {'mode':11} {'batching':8} {'att.':4}  graphs/{unit} median [slowest, fastest]   ms/step   warm-up s"
-              + ("   peak GiB" if device.type == "cuda" else ""))
+        print(f"  {'mode':11} {'batching':8} {'att.':4} {'kernel':6}  graphs/{unit} median [slowest, fastest]"
+              "   ms/step   warm-up s" + ("   peak GiB" if device.type == "cuda" else ""))
         for variant in variants:
             median, slowest, fastest = (statistics.median(variant.rounds), max(variant.rounds), min(variant.rounds))
             line = (f"  {variant.name}  {graphs / median:8.0f} [{graphs / slowest:6.0f}, {graphs / fastest:6.0f}]"
@@ -278,7 +291,7 @@ def main() -> None:
             print(line, flush=True)
         results += [{"setting": setting_name, "config": setting.config, "precision": args.precision,
                      "batch_size": args.batch_size, "epoch_batches": args.epoch_batches, "rounds": args.rounds,
-                     "mode": v.mode, "batching": v.batching, "attention": v.attention,
+                     "mode": v.mode, "batching": v.batching, "attention": v.attention, "kernel": v.kernel,
                      "graphs_per_second": graphs / statistics.median(v.rounds),
                      "graphs_per_second_rounds": [graphs / seconds for seconds in v.rounds],
                      "ms_per_step": 1000 * statistics.median(v.rounds) / args.epoch_batches,
@@ -287,15 +300,29 @@ def main() -> None:
         if args.json is not None:  # after every setting: a run cut later keeps what it measured
             args.json.write_text(json.dumps({"device": str(device), "torch": torch.__version__, "results": results},
                                             indent=2) + "\n")
-        by_key = {(v.mode, v.batching, v.attention): statistics.median(v.rounds) for v in variants}
-        for (mode, batching, attention), seconds in by_key.items():
-            if mode != "eager" and ("eager", batching, attention) in by_key:
-                eager = by_key["eager", batching, attention]
-                print(f"  {mode} / eager, {batching} {attention}: {eager / seconds:.2f}x graphs per {unit}")
-            if attention == "urpe" and (mode, batching, "rpe") in by_key:
-                print(f"  URPE / RPE time per step, {mode} {batching}: {seconds / by_key[mode, batching, 'rpe']:.3f}")
-            if batching == "bucketed" and (mode, "today", attention) in by_key:
-                print(f"  size-aware / uniform, {mode} {attention}: {by_key[mode, 'today', attention] / seconds:.2f}x")
+        print_ratios(variants, unit)
+
+
+def print_ratios(variants: list[Variant], unit: str) -> None:
+    """Each variant against the one that differs from it in one choice only: mode, attention, batching or kernel."""
+    by_key = {(v.mode, v.batching, v.attention, v.kernel): statistics.median(v.rounds) for v in variants}
+    peak = {(v.mode, v.batching, v.attention, v.kernel): max(v.memory) for v in variants if v.memory}
+    for (mode, batching, attention, kernel), seconds in by_key.items():
+        if mode != "eager" and ("eager", batching, attention, kernel) in by_key:
+            eager = by_key["eager", batching, attention, kernel]
+            print(f"  {mode} / eager, {batching} {attention} {kernel}: {eager / seconds:.2f}x graphs per {unit}")
+        if attention == "urpe" and (mode, batching, "rpe", kernel) in by_key:
+            rpe = by_key[mode, batching, "rpe", kernel]
+            print(f"  URPE / RPE time per step, {mode} {batching} {kernel}: {seconds / rpe:.3f}")
+        if batching == "bucketed" and (mode, "today", attention, kernel) in by_key:
+            uniform = by_key[mode, "today", attention, kernel]
+            print(f"  size-aware / uniform, {mode} {attention} {kernel}: {uniform / seconds:.2f}x")
+        eager_kernel = (mode, batching, attention, "eager")
+        if kernel == "flex" and eager_kernel in by_key:
+            line = f"  flex / eager kernel, {mode} {batching} {attention}: {by_key[eager_kernel] / seconds:.2f}x graphs"
+            if eager_kernel in peak:
+                line += f", peak memory {peak[mode, batching, attention, kernel] / peak[eager_kernel]:.2f}x"
+            print(line)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,20 @@ Shape letters: B batch, T tokens, H heads, D head dim, R relation ids.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Literal
 
 import torch
 from torch import nn
 
 from graphormer_urpe.constants import PAD_RELATION
+from graphormer_urpe.errors import check_choice
 from graphormer_urpe.model.dropout import Dropout
+from graphormer_urpe.model.flex import flex_relative_attention
+
+#: How :class:`MultiHeadAttention` computes ``softmax(...) [* C] V``: ``eager`` (the (B, H, T, T) matrices in memory,
+#: the default) or ``flex`` (fused by FlexAttention, CUDA only: :mod:`graphormer_urpe.model.flex`).
+AttentionKernel = Literal["eager", "flex"]
+ATTENTION_KERNELS = ("eager", "flex")
 
 
 class AttentionKind(str, Enum):
@@ -136,6 +144,18 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(hidden_dim, 3 * hidden_dim)
         self.out = nn.Linear(hidden_dim, hidden_dim)
         self.attention_dropout = Dropout(attention_dropout)
+        #: how this machine computes the attention (:data:`AttentionKernel`); not a weight, not saved
+        self.kernel: AttentionKernel = "eager"
+
+    def extra_repr(self) -> str:
+        return f"kernel={self.kernel}"
+
+    def queries_keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q, K, V of every head. Shapes: x: (B, T, H*D) -> three (B, H, T, D) views."""
+        batch, tokens, _ = x.shape
+        qkv = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
+        return q, k, v
 
     def attention_weights(self, x: torch.Tensor, attn_bias: torch.Tensor | None,
                           attn_scale: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,8 +164,7 @@ class MultiHeadAttention(nn.Module):
         Shapes: x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) contiguous, or None
             -> A (B, H, T, T) float32 (float64 for a float64 model), V (B, H, T, D)."""
         batch, tokens, _ = x.shape
-        qkv = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
+        q, k, v = self.queries_keys_values(x)
         q = q.reshape(batch * self.num_heads, tokens, self.head_dim)  # (B*H, T, D)
         k_t = k.reshape(batch * self.num_heads, tokens, self.head_dim).transpose(1, 2)  # (B*H, D, T)
         if attn_bias is None:
@@ -163,6 +182,17 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: torch.Tensor, attn_bias: torch.Tensor | None = None,
                 attn_scale: torch.Tensor | None = None) -> torch.Tensor:
         """Shapes: x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) or None -> (B, T, H*D)."""
+        if self.kernel == "flex":
+            mixed = self.flex_mixed(x, attn_bias, attn_scale)  # (B, H, T, D)
+        else:
+            mixed = self.eager_mixed(x, attn_bias, attn_scale)
+        batch, heads, tokens, head_dim = mixed.shape
+        mixed = mixed.transpose(1, 2)  # (B, T, H, D)
+        return self.out(mixed.reshape(batch, tokens, heads * head_dim))
+
+    def eager_mixed(self, x: torch.Tensor, attn_bias: torch.Tensor | None,
+                    attn_scale: torch.Tensor | None) -> torch.Tensor:
+        """The heads' ``A V`` with A in memory. Shapes: as :meth:`forward` -> (B, H, T, D)."""
         probabilities, v = self.attention_weights(x, attn_bias, None)  # softmax, (B, H, T, T)
         if attn_scale is None:
             weights = self.attention_dropout(probabilities)
@@ -173,5 +203,24 @@ class MultiHeadAttention(nn.Module):
         # A V with A as the left factor: the gradient of A comes out contiguous for the backward passes
         # of dropout, URPE product and softmax (V^T A^T would hand them a transposed one; docs/benchmarks.md)
         mixed = torch.bmm(weights.view(batch * heads, tokens, tokens), v.reshape(batch * heads, tokens, head_dim))
-        mixed = mixed.view(batch, heads, tokens, head_dim).transpose(1, 2)  # (B, T, H, D)
-        return self.out(mixed.reshape(batch, tokens, heads * head_dim))
+        return mixed.view(batch, heads, tokens, head_dim)
+
+    def flex_mixed(self, x: torch.Tensor, attn_bias: torch.Tensor | None,
+                   attn_scale: torch.Tensor | None) -> torch.Tensor:
+        """The heads' ``A V`` by FlexAttention, dropout's keep mask folded into URPE's multiplier (drawn as the eager
+        kernel draws it: the same mask from the same generator state). Shapes: as :meth:`forward` -> (B, H, T, D)."""
+        q, k, v = self.queries_keys_values(x)
+        batch, heads, tokens, _ = q.shape
+        if attn_bias is None:
+            attn_bias = q.new_zeros(batch, heads, tokens, tokens, dtype=torch.float32)
+        keep = self.attention_dropout.keep_mask(attn_bias)  # (B, H, T, T) like the float32 probabilities, or None
+        multiplier = attn_scale if keep is None else keep if attn_scale is None else attn_scale * keep
+        return flex_relative_attention(q, k, v, attn_bias, multiplier)
+
+
+def use_attention_kernel(module: nn.Module, kernel: AttentionKernel) -> None:
+    """Make every :class:`MultiHeadAttention` inside ``module`` compute with ``kernel`` (:data:`AttentionKernel`)."""
+    check_choice("attention kernel", kernel, ATTENTION_KERNELS)
+    for attention in module.modules():
+        if isinstance(attention, MultiHeadAttention):
+            attention.kernel = kernel

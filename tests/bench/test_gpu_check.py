@@ -112,6 +112,9 @@ def test_the_first_parts_fit_the_default_budget_and_every_command_has_a_cap(tmp_
     commands = gpu_check.step_commands("cuda", False, tmp_path)
     assert set(commands["step"]) == set(gpu_check.CAPS["step"])
     assert set(commands["matrix"]) | {"pcqm loop bf16-mixed"} == set(gpu_check.CAPS["matrix"])
+    assert set(commands["flex"]) | {"flex device tests"} == set(gpu_check.CAPS["flex"])
+    flex = commands["flex"]["pcqm bf16-mixed flex"]
+    assert flex[flex.index("--kernels") + 1:flex.index("--kernels") + 3] == ["eager", "flex"]
     assert set(gpu_check.CAPS["memory"]) == {"zinc", "pcqm4mv2", "mag240m"}
 
 
@@ -126,14 +129,15 @@ def test_a_cut_step_command_cuts_its_part_and_keeps_what_it_measured(tmp_path: P
     commands = gpu_check.step_commands("cuda", False, tmp_path)["matrix"]
     result = gpu_check.check_steps(check, commands, gpu_check.CAPS["matrix"], lambda entry: None)
     assert result["status"] == "cut" and all(run["results"] == [FIGURES] for run in result["runs"])
-    row = "| zinc | bf16-mixed | cuda_graphs | urpe | 12,345 | [12,000, 12,500] | 20.7 | 41 | 1 | 1.50 | 3 x 16 x 256 |"
+    row = ("| zinc | bf16-mixed | cuda_graphs | urpe | eager | 12,345 | [12,000, 12,500] | 20.7 | 41 | 1 | 1.50 "
+           "| 3 x 16 x 256 |")
     assert row in "\n".join(gpu_check.markdown_steps("grid", result))
 
 
 #: One variant's figures, as bench/train_throughput.py writes them.
 FIGURES = {"setting": "zinc", "config": "zinc_subset", "precision": "bf16-mixed", "batch_size": 256,
            "epoch_batches": 16, "rounds": 3, "mode": "cuda_graphs",
-           "batching": "bucketed", "attention": "urpe", "graphs_per_second": 12345.0,
+           "batching": "bucketed", "attention": "urpe", "kernel": "eager", "graphs_per_second": 12345.0,
            "graphs_per_second_rounds": [12000.0, 12345.0, 12500.0], "ms_per_step": 20.7, "warm_seconds": 41.0,
            "shapes": 1, "peak_gib": 1.5}
 

@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphormer_urpe.data.batch import BatchShape, GraphBatch, collate_graphs
 from graphormer_urpe.errors import ConfigError
+from graphormer_urpe.model.attention import use_attention_kernel
 from graphormer_urpe.model.dropout import Dropout
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
@@ -202,3 +203,32 @@ def test_compiled_dropout_drops_at_the_rate_with_the_eager_scale() -> None:
     for values in (out, keep):
         assert abs(float((values == 0).float().mean()) - 0.2) < 3e-3  # 1e6 draws: std 4e-4
         assert set(values.unique().tolist()) == {0.0, eager_scale}
+
+
+@pytest.mark.device
+@pytest.mark.flex
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*flex_attention called without torch.compile")
+def test_compiled_step_with_the_flex_kernel_is_one_graph_and_computes_the_eager_step(rng: np.random.Generator) -> None:
+    """With ``flex`` attention (:mod:`graphormer_urpe.model.flex`) the step still compiles whole (FlexAttention is an
+    operator Dynamo captures, its score_mod included) and gives the eager kernel's eager step. On CUDA: Inductor, the
+    whole step, gradients included. On a CPU: the forward and loss, captured by the counting backend as one graph;
+    not the backward, which torch computes for a captured score_mod tensor (our bias) only in its GPU lowering and
+    in eager mode (tests/model/test_flex.py), not in the CPU graph's fallback (it returns no gradient for it)."""
+    torch._dynamo.reset()
+    device = exactness_device()
+    task = GraphRegression(dataclasses.replace(NO_DROPOUT, attention="urpe")).to(device).train()
+    with torch.no_grad():  # C of both signs: the two passes and the shift
+        task.model.relative_scale.weight[1:] = torch.rand_like(task.model.relative_scale.weight[1:]) * 2.0 - 0.5
+    batch = graph_batch(rng).to(device)
+    eager = step_results(task, task.step_losses, batch)
+    use_attention_kernel(task, "flex")
+    if device.type == "cuda":
+        assert_same_step(*eager, *step_results(task, compiled(task.step_losses, True, device), batch))
+        return
+    counter = CountingBackend()
+    with torch.no_grad():
+        losses = compiled(task.step_losses, True, device, backend=counter.backend)(batch)
+    assert counter.forward_graphs == 1
+    for name, value in eager[0].items():
+        torch.testing.assert_close(losses[name], value, **rounding_tolerance(value))
