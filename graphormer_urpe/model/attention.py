@@ -214,7 +214,12 @@ class MultiHeadAttention(nn.Module):
         if attn_bias is None:
             attn_bias = q.new_zeros(batch, heads, tokens, tokens, dtype=torch.float32)
         keep = self.attention_dropout.keep_mask(attn_bias)  # (B, H, T, T) like the float32 probabilities, or None
-        multiplier = attn_scale if keep is None else keep if attn_scale is None else attn_scale * keep
+        if keep is None:
+            multiplier = attn_scale  # C, or None for RPE: one pass
+        elif attn_scale is None:
+            multiplier = keep  # RPE in training: dropout alone multiplies
+        else:
+            multiplier = attn_scale * keep
         return flex_relative_attention(q, k, v, attn_bias, multiplier)
 
 
