@@ -22,12 +22,11 @@ import difflib
 import functools
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_geometric.data import Data
 
 from graphormer_urpe.constants import (
     DEFAULT_MULTI_HOP_MAX_DIST,
@@ -44,11 +43,13 @@ from graphormer_urpe.constants import (
     UNREACHABLE_SPD,
 )
 from graphormer_urpe.data.batch import GraphBatch
-from graphormer_urpe.data.pyg_interop import to_graph_batch
 from graphormer_urpe.data.spec import READOUT, DataSpec
 from graphormer_urpe.errors import ConfigError, check_choice, check_int, check_number
 from graphormer_urpe.model.attention import MultiHeadAttention, RelativeBias, RelativeScale
 from graphormer_urpe.model.dropout import Dropout
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 
 @dataclasses.dataclass
@@ -620,6 +621,10 @@ class Graphormer(nn.Module):
 
         Shapes: returns (B, num_outputs); (B, N, num_outputs) with ``readout="nodes"`` (padding nodes included)."""
         if not isinstance(batch, GraphBatch):
+            # PyG is imported here, on first use: a process that never hands the model a PyG batch starts
+            # without its import (seconds; docs/contributing.md)
+            from graphormer_urpe.data.pyg_interop import to_graph_batch
+
             batch = to_graph_batch(batch, self.data_spec())
         states = self.encode(batch)  # (B, T, H*D)
         if self.config.readout == "graph_token":
