@@ -218,7 +218,7 @@ class Variant:
             self.step(batch)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", nargs="+", default=["zinc", "pcqm"], choices=list(SETTINGS))
     parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=list(MODES))
@@ -235,7 +235,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="32", choices=list(PRECISIONS))
     parser.add_argument("--json", type=Path, default=None, help="also write every variant's figures to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.epoch_batches < 16 or args.rounds < 3:
         parser.error("steady state takes at least 3 rounds of at least 16 batches")
     if "flex" in args.kernels and not args.device.startswith("cuda"):

@@ -15,6 +15,7 @@ from graphormer_urpe.testing import REPO_DIR
 
 sys.path.insert(0, str(REPO_DIR / "bench"))
 import gpu_check  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
+import train_throughput  # noqa: E402
 
 
 def run_entry(first: float, tail: float, valid: float) -> dict:
@@ -214,3 +215,11 @@ def test_the_loop_command_runs_both_settings_on_the_cpu(tmp_path: Path) -> None:
                "--json", str(tmp_path / "pcqm.json")])
     [run] = json.loads((tmp_path / "pcqm.json").read_text())["runs"]["eager"]
     assert (run["steps"], run["graphs"]) == (2, 80)  # PCQM4Mv2's layout, SMILES featurised: 40 training molecules
+
+
+def test_the_throughput_bench_refuses_the_flex_kernel_off_cuda(capsys: pytest.CaptureFixture) -> None:
+    """FlexAttention has no backward on a CPU: the bench says so in one line before it builds anything."""
+    with pytest.raises(SystemExit) as stopped:
+        train_throughput.main(["--kernels", "eager", "flex"])
+    assert stopped.value.code == 2
+    assert "the flex kernel trains on CUDA only" in capsys.readouterr().err

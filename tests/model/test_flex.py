@@ -3,7 +3,7 @@ the formula written out do, in value and gradient: signed C, dropout's mask, mas
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -26,7 +26,7 @@ B, H, T = 3, 4, 7
 MULTIPLIERS = ("none", "urpe", "urpe-dropout", "signed")
 
 
-def the_dtype(device: torch.device) -> torch.dtype:
+def exact_dtype(device: torch.device) -> torch.dtype:
     """float64 where torch's reference runs (the CPU), float32 for the fused CUDA kernels."""
     return torch.float64 if device.type == "cpu" else torch.float32
 
@@ -36,7 +36,7 @@ def attention_case(multiplier_kind: str, head_dim: int, device: torch.device
     """Q, K, V (B, H, T, D), a bias (B, H, T, T) with -inf masks (graph 1 has 4 real tokens; its padding queries see
     the real keys, with multiplier 0 as URPE gives them), and a multiplier (B, H, T, T) or None; all leaves."""
     g = torch.Generator().manual_seed(0)
-    dtype = the_dtype(device)
+    dtype = exact_dtype(device)
     q, k, v = (torch.randn(B, H, T, head_dim, generator=g, dtype=dtype) for _ in range(3))
     bias = torch.randn(B, H, T, T, generator=g, dtype=dtype)
     bias[1, :, :, 4:] = float("-inf")
@@ -97,7 +97,8 @@ def test_flex_attention_of_a_negative_multiplier_uses_the_shift_and_stays_exact(
     torch.testing.assert_close(out, expected, **rounding_tolerance(expected, 50.0 * expected))
 
 
-def two_kernels(module: torch.nn.Module, run: callable) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+def two_kernels(module: torch.nn.Module,
+                run: Callable[[], torch.Tensor]) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
     """``run()``'s output and the gradients of ``module``'s parameters with the eager kernel, then with flex; the
     global generator reseeded before each, so that dropout draws the same masks."""
     results = []
@@ -162,7 +163,7 @@ def test_graphormer_training_step_with_flex_equals_eager_every_dropout_on(attent
 
 
 def test_an_unknown_kernel_is_refused_naming_the_choices() -> None:
-    model = Graphormer(dataclasses.replace(GraphormerConfig(), num_layers=1))
+    model = Graphormer(GraphormerConfig(num_layers=1))
     with pytest.raises(ConfigError, match=r"attention kernel='fused': expected one of 'eager', 'flex'"):
         use_attention_kernel(model, "fused")
     assert all(layer.attention.kernel == "eager" for layer in model.layers)
