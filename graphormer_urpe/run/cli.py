@@ -205,8 +205,14 @@ class GraphormerCLI(LightningCLI):
     nothing (what ``evaluate.py`` uses); :class:`TrainingCLI` adds the run."""
 
     def __init__(
-        self, args: Sequence[str] | None = None, *, config_text: str | None = None, **kwargs: Any
+        self,
+        args: Sequence[str] | None = None,
+        *,
+        config_text: str | None = None,
+        prog: str | None = None,
+        **kwargs: Any,
     ) -> None:
+        """``prog`` is the command named by ``--help``'s usage line (default: the program's file name)."""
         configure_logging()
         # we always pass the (config-resolved) command line as ``args``; Lightning warns about that
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
@@ -231,7 +237,7 @@ class GraphormerCLI(LightningCLI):
             run=False,
             args=argv,
             save_config_callback=None,  # RunRecord writes config.yaml later
-            parser_kwargs={"default_env": False, "parser_mode": PARSER_MODE, "exit_on_error": False},
+            parser_kwargs={"default_env": False, "parser_mode": PARSER_MODE, "exit_on_error": False, "prog": prog},
             **kwargs,
         )
 
@@ -306,6 +312,11 @@ class GraphormerCLI(LightningCLI):
         return yaml.safe_load(self.parser.dump(self.config))
 
 
+#: The command that trains, as ``--help`` and every run's record name it (``python train.py`` in a checkout
+#: and ``python -m graphormer_urpe.commands train`` run the same code).
+TRAIN_COMMAND = "graphormer-urpe train"
+
+
 class TrainingCLI(GraphormerCLI):
     """The command line of ``train.py``: also the run directory, ``--init_from``'s architecture, and the
     trainer's run callbacks and loggers. What a start does with them is :mod:`graphormer_urpe.run.start`'s."""
@@ -320,7 +331,7 @@ class TrainingCLI(GraphormerCLI):
         #: This run's directory, the same in every process; chosen
         #: when the trainer is built (which needs its path).
         self.run_directory: RunDirectory | None = None
-        super().__init__(args, **kwargs)
+        super().__init__(args, prog=TRAIN_COMMAND, **kwargs)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         super().parse_arguments(parser, args)

@@ -29,7 +29,7 @@ from graphormer_urpe.run.checkpoints import (
     data_identity,
     differences,
 )
-from graphormer_urpe.run.cli import TrainingCLI, launcher_run_id, log
+from graphormer_urpe.run.cli import TRAIN_COMMAND, TrainingCLI, launcher_run_id, log
 from graphormer_urpe.run.finetune import Initialisation, describe, initialise, plan_initialisation
 from graphormer_urpe.run.ledger import (
     CONFIG_FILE,
@@ -87,7 +87,7 @@ class RunRecord(Callback):
         info = {
             "run_dir": str(run_dir),
             "config": start.config_name,
-            "command": shlex.join(["train.py", *start.argv]),
+            "command": shlex.join([*TRAIN_COMMAND.split(), *start.argv]),
             "dataset": trainer.datamodule.describe() if trainer.datamodule is not None else None,
             "parameters": count_parameters(pl_module),
             "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",

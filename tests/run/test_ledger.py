@@ -305,7 +305,7 @@ def test_an_extension_appends_a_segment_and_the_joined_log_covers_every_step(
     segments = json.loads((run_dir / "run.json").read_text())["segments"]
     assert segments[0] == json.loads((small_run / "run.json").read_text())["segments"][0]
     assert segments[0]["start_step"] == 0 and segments[0]["resumed_from"] is None
-    assert segments[1]["command"] == shlex.join(["train.py", *args])
+    assert segments[1]["command"] == shlex.join(["graphormer-urpe", "train", *args])
     assert (segments[1]["start_step"], segments[1]["resumed_from"]) == (200, str(run_dir / "checkpoints" / "last.ckpt"))
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["max_steps"] == 300
     assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 300
