@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -19,6 +20,20 @@ from graphormer_urpe.data.sources.pretraining import moses_smiles_file
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.pretrained import CHECKPOINT, PROVENANCE, sha256_of
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint, reduced_checkpoint, run_config
+
+
+def portable_command(command: str, base: Path) -> str:
+    """``command`` (a run record's, e.g. ``graphormer-urpe train --config /home/me/cfg.yaml``) with every absolute
+    path below ``base`` written relative to it; a run record before ``graphormer-urpe train`` named ``train.py``,
+    which runs with ``python``."""
+    words = shlex.split(command)
+    for i, word in enumerate(words):
+        path = Path(word)
+        if path.is_absolute() and path.is_relative_to(base):
+            words[i] = str(path.relative_to(base))
+    if words[0] == "train.py":
+        words.insert(0, "python")
+    return shlex.join(words)
 
 
 def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bool = False) -> dict:
@@ -53,9 +68,10 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
         "bytes": checkpoint_out.stat().st_size,
         "global_step": int(checkpoint["global_step"]),
         "parameters": sum(t.numel() for t in reduced["state_dict"].values() if t.is_floating_point()),
-        "source_checkpoint": str(source),
-        "command": "python " + record["command"],
-        "reproduce": "pip install --no-deps molsets==0.3.1 && python train.py --config pretrain_moses",
+        # the run's own names, not this machine's: the record ships with the package
+        "source_checkpoint": f"{run_dir.name}/checkpoints/{source.name}",
+        "command": portable_command(record["command"], Path.cwd()),
+        "reproduce": "pip install --no-deps molsets==0.3.1 && graphormer-urpe train --config pretrain_moses",
         "git_commit": record.get("git_commit"),
         # a pretraining continued from another checkpoint (--init_from) is only reproducible from that one
         "initialised_from": record.get("initialised_from"),

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from graphormer_urpe.convert.pretrained import export, main
+from graphormer_urpe.convert.pretrained import export, main, portable_command
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.pretrained import CHECKPOINT
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
@@ -83,3 +84,13 @@ def test_the_record_names_the_corpus_and_the_start_of_the_run(tmp_path: Path, mo
     assert record["initialised_from"] == started_from
     assert record["corpus"]["molecules"] == config["data"]["init_args"]["source"]["init_args"]["molecules"]
     assert json.loads((tmp_path / "out.json").read_text()) == record
+    assert record["source_checkpoint"] == "pretrain/checkpoints/best-5.ckpt"  # the run's names, not this machine's
+    assert record["command"] == "python train.py --config pretrain_moses"  # a record from before the installed command
+
+
+def test_a_recorded_command_is_written_without_the_paths_of_the_machine(tmp_path: Path) -> None:
+    config = tmp_path / "work" / "configs" / "pretrain moses.yaml"
+    command = shlex.join(["graphormer-urpe", "train", "--config", str(config), "--run_root", "/elsewhere/runs"])
+    assert portable_command(command, tmp_path / "work") == (
+        "graphormer-urpe train --config 'configs/pretrain moses.yaml' --run_root /elsewhere/runs")
+    assert portable_command("train.py --config pretrain_moses", tmp_path) == "python train.py --config pretrain_moses"
