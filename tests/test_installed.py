@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import site
 import subprocess
@@ -90,6 +91,7 @@ def test_the_installed_command_trains_ensembles_and_predicts_from_empty_director
          "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "2",
          "--data.num_workers", "0", "--trainer.enable_progress_bar", "false", "--run_name", "gap"], work, env)
     record = json.loads((work / "runs" / "gap" / "run.json").read_text())
+    assert record["command"].startswith("graphormer-urpe train --config qm9_gap ")  # the command that was run
     assert record["git_commit"] == NO_CHECKOUT and json.loads((work / "runs" / "gap" / "metrics.json").read_text())[
         "global_step"] == 3
 
@@ -98,11 +100,14 @@ def test_the_installed_command_trains_ensembles_and_predicts_from_empty_director
     (work / "my.csv").write_text("".join(lines[:61]))
     new = pd.DataFrame({"id": ["a", "b", "c"], "smiles": ["CCO", "c1ccccc1O", "not a molecule"]})
     new.to_csv(work / "new.csv", index=False)
-    said = run([command, "sweep", "--config", "small_molecules", "--seeds", "0", "1", "--ensemble", "--trees",
-                "--predict", "new.csv", "--data.source.path", "my.csv", "--data.source.targets", "[gap_ev]",
-                "--trainer.max_epochs", "2", "--data.batch_size", "16", "--trainer.enable_progress_bar", "false"],
-               work, env)
+    sweep = ["sweep", "--config", "small_molecules", "--seeds", "0", "1", "--ensemble", "--trees", "--predict",
+             "new.csv", "--data.source.path", "my.csv", "--data.source.targets", "[gap_ev]", "--trainer.max_epochs",
+             "2", "--data.batch_size", "16", "--trainer.enable_progress_bar", "false"]
+    said = run([command, *sweep], work, env)
     assert "of the blend with the descriptor trees" in said
+    assert said.count("too few to choose it reliably") == 1  # 6 validation rows: said once
+    made = json.loads((work / "runs" / "small_molecules-ensemble-trees" / "ensemble.json").read_text())["made"]
+    assert made["command"] == shlex.join(["graphormer-urpe", *sweep])
     swept = pd.read_csv(work / "runs" / "small_molecules-ensemble-trees-predict-new.csv")
 
     # the ensemble moved elsewhere predicts from yet another empty directory, without the training table

@@ -91,5 +91,5 @@ def main(argv: Sequence[str] | None = None) -> EnsembleRecord:
     configure_logging()
     with exit_codes():
         return make_ensemble(
-            options.runs, options.out, options.trees, shlex.join(["graphormer-urpe ensemble", *args])
+            options.runs, options.out, options.trees, shlex.join(["graphormer-urpe", "ensemble", *args])
         )

@@ -45,7 +45,9 @@ the outputs, trees without descriptors) comes before the first seed starts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import json
 import math
 import shlex
@@ -67,6 +69,7 @@ from graphormer_urpe.errors import DataError, InputError, refuse
 from graphormer_urpe.evaluation.ensemble import RECORD_FILE, EnsembleRecord, SavedEnsemble, sha256_file
 from graphormer_urpe.evaluation.new_molecules import prediction_frame, table_to_predict, write_new
 from graphormer_urpe.run.checkpoints import config_identity, differences, run_config
+from graphormer_urpe.run.cli import TrainingCLI
 from graphormer_urpe.run.finetune import config_as_recorded
 from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, is_locked
 
@@ -133,10 +136,16 @@ def seed_identity(config: Mapping) -> dict:
 def run_seed(command: Sequence[str]) -> int:
     """Run one seed's ``train.py``; returns its exit code. SIGTERM and SIGUSR1 sent to this process are passed
     on to it (it saves ``last.ckpt`` and stops); Ctrl-C in the terminal reaches it directly, so this process
-    only waits for it (``subprocess.run`` would kill it a quarter of a second after Ctrl-C)."""
+    only waits for it (``subprocess.run`` would kill it a quarter of a second after Ctrl-C).
+
+    A seed stopped by a forwarded signal returns 128 + that signal, so that the sweep stops, even when the signal
+    came as its run was ending: after ``metrics.json`` the run no longer catches it (and dies of it), or it
+    finished anyway (exit 0)."""
     child = subprocess.Popen(command)
+    forwarded: list[int] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        forwarded.append(signum)
         child.send_signal(signum)
 
     def wait_for_the_seed(signum: int, frame: FrameType | None) -> None:
@@ -147,10 +156,15 @@ def run_seed(command: Sequence[str]) -> int:
     handlers = {signal.SIGTERM: forward, signal.SIGUSR1: forward, signal.SIGINT: wait_for_the_seed}
     previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
     try:
-        return child.wait()
+        code = child.wait()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if code < 0:  # killed by a signal (Popen's -signum)
+        return 128 - code
+    if forwarded and code == 0:
+        return 128 + forwarded[0]
+    return code
 
 
 def wait_for_other_process(run_dir: Path, label: str) -> bool:
@@ -182,14 +196,18 @@ def run_or_reuse(options: argparse.Namespace, seed: int, train_args: Sequence[st
 
 
 def resolved_config(command: Sequence[str]) -> dict:
-    """The config ``train.py`` would record for ``command`` (``--print_config``, with ``--init_from``'s
-    architecture: :func:`~graphormer_urpe.run.finetune.config_as_recorded`), without running it."""
-    done = subprocess.run([*command, "--print_config"], capture_output=True, text=True, check=False)
-    if done.returncode:
-        sys.stderr.write(done.stderr)
-        raise SystemExit(done.returncode)
+    """The config ``train`` would record for ``command`` (a :func:`seed_command`: ``--print_config``, with
+    ``--init_from``'s architecture: :func:`~graphormer_urpe.run.finetune.config_as_recorded`), without running it.
+    Parsed in this process: a ``train`` process started only to print it cost every sweep start some 10 s."""
+    printed = io.StringIO()
     try:
-        return config_as_recorded(yaml.safe_load(done.stdout))
+        with contextlib.redirect_stdout(printed):
+            TrainingCLI([*command[len(TRAIN):], "--print_config"])
+    except SystemExit as stop:  # --print_config's exit (0), or a bad option's, its message already on stderr
+        if stop.code:
+            raise
+    try:
+        return config_as_recorded(yaml.safe_load(printed.getvalue()))
     except InputError as error:
         refuse(str(error))
 
@@ -315,14 +333,15 @@ def existing_ensemble(options: argparse.Namespace, directory: Path) -> EnsembleR
     return record
 
 
-def write_ensemble(options: argparse.Namespace, seeds: Sequence[int], outputs: EnsembleOutputs) -> EnsembleRecord:
-    """Save (or reuse) the seeds' ensemble, and with ``--predict`` predict the table with it; the last line names
-    what the ensemble scores on the test split, a blend's as the blend's."""
+def write_ensemble(options: argparse.Namespace, seeds: Sequence[int], outputs: EnsembleOutputs,
+                   command: str) -> EnsembleRecord:
+    """Save (or reuse) the seeds' ensemble (``command``: this sweep's, for its record), and with ``--predict``
+    predict the table with it; the last line names what the ensemble scores on the test split, a blend's as the
+    blend's."""
     runs = [Path(options.run_root) / run_name(options.name, seed) for seed in seeds]
     record = outputs.reused
     if record is None:
-        record = make_ensemble(runs, outputs.directory, options.trees,
-                               shlex.join(["graphormer-urpe sweep", *(sys.argv[1:])]))
+        record = make_ensemble(runs, outputs.directory, options.trees, command)
     else:
         print(f"[seeds] ensemble reused: {outputs.directory} holds these seeds' runs", flush=True)
     if outputs.predictions is not None:
@@ -340,7 +359,8 @@ def write_ensemble(options: argparse.Namespace, seeds: Sequence[int], outputs: E
 
 def main(argv: Sequence[str] | None = None) -> dict:
     """Run (unless ``--collect``) and aggregate; returns the summary."""
-    options, train_args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    options, train_args = parse_args(argv)
     run_root = Path(options.run_root)
     outputs = None
     if options.ensemble:  # before any run: every refusal of the ensemble, its table and its outputs stops here
@@ -386,7 +406,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     print(md_path.read_text() + f"\n[seeds] written {json_path} and {md_path}", flush=True)
     if outputs is not None:
         with exit_codes():
-            result["ensemble"] = dataclasses.asdict(write_ensemble(options, sorted(per_seed), outputs))
+            record = write_ensemble(options, sorted(per_seed), outputs, shlex.join(["graphormer-urpe", "sweep", *argv]))
+            result["ensemble"] = dataclasses.asdict(record)
     if failed:
         raise SystemExit(f"error: seeds {failed} did not finish; the summary covers seeds {sorted(per_seed)}")
     return result

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -177,6 +178,32 @@ def test_sigterm_to_seeds_py_stops_the_running_seed_at_a_checkpoint_and_the_swee
     assert second.returncode == 128 + signal.SIGTERM  # seed 1 meets the same signal at its step 3
     assert [s["start_step"] for s in json.loads((seed0 / "run.json").read_text())["segments"]] == [0, 3]
     assert json.loads((seed0 / "metrics.json").read_text())["global_step"] == 6
+
+
+@pytest.mark.parametrize("on_sigterm", [
+    "",  # a seed past its metrics.json: it no longer catches the signal and dies of it
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))",  # a seed that finishes anyway
+])
+def test_a_seed_ending_as_sigterm_arrives_still_stops_the_sweep(tmp_path: Path, on_sigterm: str) -> None:
+    """A SIGTERM that reached the seed's train.py after its metrics.json was written ended the seed with -15 (or
+    0), which the sweep counted as a failed (or finished) seed and went on to the next one, to exit 1 at the end."""
+    ready = tmp_path / "ready"
+    child = "\n".join(["import pathlib, signal, sys, time", on_sigterm, f"pathlib.Path({str(ready)!r}).touch()",
+                       "time.sleep(60)"])
+
+    def terminate_this_process_once_the_child_runs() -> None:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    sender = threading.Thread(target=terminate_this_process_once_the_child_runs)
+    sender.start()
+    try:
+        assert seeds.run_seed([sys.executable, "-c", child]) == 128 + signal.SIGTERM
+    finally:
+        sender.join()
+    assert ready.exists()
 
 
 def test_a_seed_another_process_runs_is_waited_for_then_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
