@@ -28,6 +28,14 @@ from graphormer_urpe.testing.directories import files_of
 from graphormer_urpe.testing.runs import SignalDuringStep, small_run_args, tiny_run_args, train_in_process
 
 
+@pytest.fixture
+def seeds_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each seed's ``train`` runs in this process: for tests of what the sweep does with its seeds' runs. A seed as
+    a process of its own (signals passed on, exit codes) is what the end-to-end and SIGTERM tests run; here it
+    would add a process start (some 10 s of imports) per seed."""
+    monkeypatch.setattr(seeds, "run_seed", lambda command: train_in_process(list(command[len(seeds.TRAIN):])))
+
+
 def test_aggregate_gives_mean_sample_std_and_values() -> None:
     summary = seeds.aggregate({0: {"val/mae": 1.0, "test/mae": 2.0}, 1: {"val/mae": 3.0}, 2: {"val/mae": 5.0}})
     assert summary["val/mae"]["mean"] == 3.0
@@ -96,6 +104,7 @@ def test_two_seeds_end_to_end_then_collect(qm9_root: Path, tmp_path: Path, capsy
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("seeds_in_this_process")
 def test_a_sweep_whose_checkpoint_decides_the_architecture_resumes_and_reuses_its_seeds(
         small_run: Path, small_table: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Issue 38: ``--init_from`` writes the checkpoint's architecture into a seed's ``config.yaml``, and the sweep
@@ -245,6 +254,7 @@ def test_a_seed_another_process_runs_is_waited_for_then_reused(tmp_path: Path, m
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("seeds_in_this_process")
 def test_ensemble_saves_the_seeds_best_checkpoints_as_one_ensemble(small_table: Path, tmp_path: Path) -> None:
     from graphormer_urpe.evaluation.ensemble import SavedEnsemble, sha256_file
     from graphormer_urpe.testing.runs import small_run_args
@@ -306,6 +316,7 @@ def test_every_refusal_of_a_recipe_sweep_comes_before_the_first_seed(tmp_path: P
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("seeds_in_this_process")
 def test_ensemble_with_trees_writes_its_own_files(small_table: Path, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture) -> None:
     from graphormer_urpe.evaluation.ensemble import SavedEnsemble
