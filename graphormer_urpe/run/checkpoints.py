@@ -332,6 +332,6 @@ def compare_data(ckpt: str, checkpoint: Mapping[str, Any], current: Mapping[str,
         return {"same_data_as_training": True}
     if not allow_other_data:
         raise CheckpointError(f"{ckpt} was trained on other data than these: {differing}; evaluate on the "
-                              "checkpoint's data, or pass --allow-other-data to evaluate on these anyway")
-    log.warning("evaluating on OTHER data than %s was trained on (--allow-other-data): %s", ckpt, differing)
+                              "checkpoint's data, or pass --allow_other_data to evaluate on these anyway")
+    log.warning("evaluating on OTHER data than %s was trained on (--allow_other_data): %s", ckpt, differing)
     return {"same_data_as_training": False, "data_differences": differing}

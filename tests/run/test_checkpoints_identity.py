@@ -120,14 +120,14 @@ def test_evaluate_refuses_an_edited_table_unless_allowed_and_then_says_so(small_
     difference = f"sha1: '{sha1(small_table)}' (checkpoint) vs '{sha1(edited)}' (now)"
     assert [r.getMessage() for r in package_log.records if r.levelname == "ERROR"] == [
         f"{best} was trained on other data than these: {difference}; evaluate on the checkpoint's data, or pass "
-        "--allow-other-data to evaluate on these anyway"]
+        "--allow_other_data to evaluate on these anyway"]
     assert not data_root.exists()  # refused before anything was built
     out = tmp_path / "other.json"
     result = evaluate.main([*args, "--allow-other-data", "--out", str(out)])
     assert result["same_data_as_training"] is False and result["data_differences"] == difference
     written = json.loads(out.read_text())
     assert written["same_data_as_training"] is False and written["data_differences"] == difference
-    assert (f"evaluating on OTHER data than {best} was trained on (--allow-other-data): {difference}"
+    assert (f"evaluating on OTHER data than {best} was trained on (--allow_other_data): {difference}"
             in [r.getMessage() for r in package_log.records if r.levelname == "WARNING"])
 
 
