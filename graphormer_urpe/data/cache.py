@@ -432,9 +432,11 @@ class BuildSummary:
 
     def describe(self) -> str:
         """One line: processed, cached, skipped (with the first few rows and reasons), seconds."""
-        rate = (
-            f" ({self.processed_rows / self.seconds:,.0f} rows/s)" if self.processed_rows and self.seconds else ""
-        )
+        rate = ""
+        if self.processed_rows and self.seconds:
+            per_second = self.processed_rows / self.seconds
+            # a few slow rows (an expensive featuriser) must not read "0 rows/s"
+            rate = f" ({per_second:,.0f} rows/s)" if per_second >= 10 else f" ({per_second:.2g} rows/s)"
         text = (f"{self.processed_rows:,} of {self.rows:,} rows preprocessed in {self.seconds:.1f} s{rate}; "
                 f"{self.graphs:,} graphs cached, {len(self.skipped):,} rows skipped")
         if self.skipped:

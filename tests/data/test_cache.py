@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import multiprocessing
@@ -147,6 +148,8 @@ def test_summary_counts_skips_per_split_and_says_what_was_done(tmp_path: Path) -
     assert json.loads((tmp_path / "manifest.json").read_text())["skipped_by_split"] == {"train": 4, "valid": 0}
     again = build(tmp_path, FakeReader())
     assert again.processed_rows == 0 and "0 of 25 rows preprocessed" in again.describe()
+    assert "(25 rows/s)" in dataclasses.replace(summary, seconds=1.0).describe()
+    assert "(0.33 rows/s)" in dataclasses.replace(summary, processed_rows=1, seconds=3.0).describe()  # was "0 rows/s"
 
 
 def test_chunks_of_another_chunk_size_and_stale_temporaries_are_replaced(tmp_path: Path) -> None:
