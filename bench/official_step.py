@@ -2,6 +2,7 @@
 
     python bench/official_step.py                                   # ZINC and PCQM4Mv2 sizes, one thread
     python bench/official_step.py --settings zinc --modes eager compiled --batch-size 64
+    python bench/official_step.py --official-batches same                # official on our batches only
 
 The official model is transformers' port of it (``GraphormerForGraphClassification``, 4.57.6, the test extra), the
 reference our import is tested against (tests/convert/test_huggingface.py); it is built at the setting's config
@@ -13,11 +14,15 @@ Before timing, both predict the first batch in evaluation mode and must agree to
 Molecules are molecule-shaped random graphs of the setting's sizes with PCQM4Mv2's featurisation
 (``bench/train_throughput.py``), the epoch's ``--epoch-batches`` size-aware global batches collated by each side
 the way it is: ``collate_graphs`` for ours, official's ``preprocess_item`` and collator for it (done before timing, as
-official's data pipeline is not the step). A step is forward, an L1 loss, backward, gradient clipping at 5 and AdamW:
-official's with ``torch.optim.AdamW`` as a user builds it (its default implementation on the CPU: a loop over the
-parameters), ours as our task builds it (fused). Each side runs every distinct batch shape ``--warm`` times, then
-``--rounds`` epochs, sides alternating; the time is process CPU time, the median epoch counts. Printed: graphs per
-CPU-second of each and ours / official.
+official's data pipeline is not the step). Official also runs on its own batches of the same molecules
+(``--official-batches own``): a random permutation cut into batches of the batch size, as official Graphormer's
+``EpochShuffleDataset`` and fairseq's batching by count draw them, each padded to its largest molecule.
+
+A step is forward, an L1 loss, backward, gradient clipping at 5 and AdamW: official's with ``torch.optim.AdamW`` as a
+user builds it (its default implementation on the CPU: a loop over the parameters), ours as our task builds it
+(fused). Each side runs every distinct batch shape ``--warm`` times, then ``--rounds`` epochs, sides alternating; the
+time is process CPU time, the median epoch counts. Printed: graphs per CPU-second of each, and its speed as a multiple
+of each official side's.
 """
 
 from __future__ import annotations
@@ -149,6 +154,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warm", type=int, default=1)
     parser.add_argument("--pad-nodes-to", type=int, default=8, help="node multiple of the compiled mode's batches")
+    parser.add_argument("--official-batches", nargs="+", default=["same", "own"], choices=["same", "own"],
+                        help="official on our size-aware batches (same), and/or on its own: the same molecules in "
+                             "batches of a random permutation, as its EpochShuffleDataset draws them (own)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -160,17 +168,28 @@ def main() -> None:
         sizes = np.array([len(r.x) for r in records])
         order = GlobalBatchSampler(range(len(records)), args.batch_size, sizes=sizes,
                                    bucket_window=100).epoch_batches(0)
-        graphs = [[(records[i].x, records[i].edge_index, records[i].edge_attr) for i in batch] for batch in order]
-        targets = [torch.from_numpy(np.stack([records[i].y for i in batch])) for batch in order]
         official = official_model(config)
-        official_batches = [(transformers_batch(g, spatial_pos_max=1024), y) for g, y in zip(graphs, targets)]
         with tempfile.TemporaryDirectory() as scratch:
             ours = our_tasks(official, Path(scratch))
-        first_batch = collate_graphs([records[i] for i in order[0]])
-        check_same_predictions(official, ours["rpe"], official_batches[0][0], first_batch)
-        sides = [Side("official", official, functools.partial(official_loss, official),
-                      torch.optim.AdamW(official.parameters(), lr=1e-4), official_batches,
-                      lambda batch: tuple(batch[0]["input_nodes"].shape))]
+        first = [records[i] for i in order[0]]
+        check_same_predictions(official, ours["rpe"],
+                               transformers_batch([(r.x, r.edge_index, r.edge_attr) for r in first],
+                                                  spatial_pos_max=1024),
+                               collate_graphs(first))
+        own_order = np.random.default_rng(0).permutation(len(records)).reshape(-1, args.batch_size)
+        official_batching = {"same": ("official, same batches", order),
+                             "own": ("official, its own batches", own_order)}
+        sides = []
+        for batching in args.official_batches:
+            name, batches_of = official_batching[batching]
+            model = copy.deepcopy(official)  # each side its own weights and optimiser, from the same start
+            batches = [(transformers_batch([(records[i].x, records[i].edge_index, records[i].edge_attr)
+                                            for i in batch], spatial_pos_max=1024),
+                        torch.from_numpy(np.stack([records[i].y for i in batch]))) for batch in batches_of]
+            sides.append(Side(name, model, functools.partial(official_loss, model),
+                              torch.optim.AdamW(model.parameters(), lr=1e-4), batches,
+                              lambda batch: tuple(batch[0]["input_nodes"].shape)))
+        officials = len(sides)
         for mode in args.modes:
             shape = None if mode == "eager" else BatchShape(args.pad_nodes_to, args.batch_size, edges_per_node(records))
             batches = [collate_graphs([records[i] for i in batch], shape) for batch in order]
@@ -188,11 +207,12 @@ def main() -> None:
                 side.rounds.append(side.run_epoch())
         count = args.batch_size * args.epoch_batches
         print(f"\n{setting_name} ({SETTINGS[setting_name].config}), molecules of {sizes.min()}-{sizes.max()} atoms:")
-        reference = statistics.median(sides[0].rounds)
         for side in sides:
             median = statistics.median(side.rounds)
-            print(f"  {side.name:22} {count / median:8.1f} graphs/CPU-s  [{count / max(side.rounds):.1f}, "
-                  f"{count / min(side.rounds):.1f}]  ours / official {reference / median:.2f}x", flush=True)
+            ratios = "  ".join(f"{statistics.median(official_side.rounds) / median:.2f}x {official_side.name}"
+                               for official_side in sides[:officials] if official_side is not side)
+            print(f"  {side.name:26} {count / median:8.1f} graphs/CPU-s  [{count / max(side.rounds):.1f}, "
+                  f"{count / min(side.rounds):.1f}]  {ratios}", flush=True)
 
 
 def official_loss(official: GraphormerForGraphClassification, batch: tuple[dict, torch.Tensor]) -> torch.Tensor:
