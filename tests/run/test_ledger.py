@@ -321,7 +321,7 @@ def test_resuming_a_finished_run_at_its_own_length_evaluates_it_again_as_a_segme
     assert train_in_process(args) == 0
     assert [(s["start_step"], s["command"]) for s in json.loads((run_dir / "run.json").read_text())["segments"]] == [
         (0, json.loads((small_run / "run.json").read_text())["segments"][0]["command"]),
-        (200, shlex.join(["train.py", *args]))]
+        (200, shlex.join(["graphormer-urpe", "train", *args]))]
     added = (run_dir / "metrics.csv").read_text()[len(before):].splitlines()
     assert [row.split(",")[:2] for row in added] == [["1", "200"], ["1", "200"]]  # validation and test again
     assert learning_curve(run_dir) == learning_curve(small_run)
