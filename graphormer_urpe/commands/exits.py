@@ -13,11 +13,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 
-from lightning_fabric.utilities.rank_zero import rank_zero_only
-from pytorch_lightning.utilities.exceptions import SIGTERMException
-
 from graphormer_urpe.errors import EXIT_BAD_INPUT, InputError, NonFiniteLoss, Refused, SubmissionError
-from graphormer_urpe.run.callbacks import Preempted
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -53,6 +49,13 @@ def exit_codes(finish: Callable[[int, bool], None] | None = None) -> Iterator[No
     interrupted)`` runs whatever happens, before the exit (``train`` closes W&B and lets its run directory go there);
     ``interrupted``: a KeyboardInterrupt stopped it (a second Ctrl-C, or one outside training), not a checkpointing
     signal handler."""
+    # imported here, not with the table of codes: ``graphormer-urpe --help`` and ``--version`` read that table, and
+    # Lightning's import (some 8 s) would be all their time
+    from lightning_fabric.utilities.rank_zero import rank_zero_only
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    from graphormer_urpe.run.callbacks import Preempted
+
     exit_code, refusal, interrupted = OK, "", False
     try:
         yield

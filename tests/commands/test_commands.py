@@ -34,8 +34,22 @@ def test_every_subcommand_has_its_help_with_underscored_options(name: str, capsy
 
 
 @pytest.mark.slow
-def test_python_dash_m_runs_the_same_command() -> None:
-    done = subprocess.run([sys.executable, "-m", "graphormer_urpe.commands", "train", "--help"], capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0 and "--run_root" in done.stdout and "--init_from" in done.stdout
-    assert done.stdout.startswith("usage: graphormer-urpe train ")  # not the program file's name
+def test_python_dash_m_runs_the_same_command_and_the_table_of_subcommands_loads_no_lightning() -> None:
+    """``graphormer-urpe --help`` and ``--version`` read the table of subcommands and exit codes: they took 11 s,
+    all of it Lightning's import, which only a subcommand that runs needs."""
+    check = ("import sys; from graphormer_urpe.commands.__main__ import main; code = main(['--version']); "
+             "assert not {'pytorch_lightning', 'lightning_fabric'} & set(sys.modules), 'Lightning imported'; "
+             "sys.exit(code)")
+    for command in ([sys.executable, "-c", check], [sys.executable, "-m", "graphormer_urpe.commands", "--version"]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and done.stdout.startswith("graphormer-urpe "), done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_train_has_its_help_and_its_usage_line_names_it(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["train", "--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("usage: graphormer-urpe train ")  # not the program file's name
+    assert "--run_root" in shown and "--init_from" in shown
