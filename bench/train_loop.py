@@ -32,6 +32,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +99,7 @@ def timed_run(args: argparse.Namespace, mode: str, run_root: Path, out: Path) ->
     return json.loads(out.read_text())
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting", default="zinc", choices=list(RELEASES))
     parser.add_argument("--data-root", type=Path, required=True, help="where the setting's release is (written)")
@@ -113,7 +114,7 @@ def main() -> None:
     parser.add_argument("--last", type=int, default=250, help="the last timed optimiser step")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="also write every variant's figures to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     config, write_release = RELEASES[args.setting]
     write_release(args.data_root, args.molecules)
     print(f"train.py --config {config} on {args.device}, precision {args.precision}, {args.workers} loader "

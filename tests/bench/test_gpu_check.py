@@ -15,6 +15,7 @@ from graphormer_urpe.testing import REPO_DIR
 
 sys.path.insert(0, str(REPO_DIR / "bench"))
 import gpu_check  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
+import train_loop  # noqa: E402
 import train_throughput  # noqa: E402
 
 
@@ -206,13 +207,13 @@ def test_the_step_and_profile_commands_run_on_the_cpu(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_loop_command_runs_both_settings_on_the_cpu(tmp_path: Path) -> None:
     """A few steps of train.py on a small ZINC-sized release, and on a small PCQM4Mv2 release of SMILES."""
-    run_bench([sys.executable, "bench/train_loop.py", "--data-root", str(tmp_path / "zinc"), "--molecules", "80",
-               "--workers", "0", "--first", "1", "--last", "3", "--json", str(tmp_path / "loop.json")])
+    # the bench in this process (each of its train.py runs is a process of its own)
+    train_loop.main(["--data-root", str(tmp_path / "zinc"), "--molecules", "80", "--workers", "0", "--first", "1",
+                     "--last", "3", "--json", str(tmp_path / "loop.json")])
     [run] = json.loads((tmp_path / "loop.json").read_text())["runs"]["eager"]
     assert (run["steps"], run["graphs"]) == (2, 160)  # a global batch of 256 holds all 80 training graphs
-    run_bench([sys.executable, "bench/train_loop.py", "--setting", "pcqm", "--data-root", str(tmp_path / "pcqm"),
-               "--molecules", "40", "--workers", "0", "--first", "1", "--last", "3",
-               "--json", str(tmp_path / "pcqm.json")])
+    train_loop.main(["--setting", "pcqm", "--data-root", str(tmp_path / "pcqm"), "--molecules", "40", "--workers",
+                     "0", "--first", "1", "--last", "3", "--json", str(tmp_path / "pcqm.json")])
     [run] = json.loads((tmp_path / "pcqm.json").read_text())["runs"]["eager"]
     assert (run["steps"], run["graphs"]) == (2, 80)  # PCQM4Mv2's layout, SMILES featurised: 40 training molecules
 
