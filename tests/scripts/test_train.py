@@ -97,7 +97,7 @@ def test_init_from_turns_an_rpe_run_into_an_identical_urpe_run(tmp_path):
     assert all(torch.equal(urpe[key], rpe[key]) for key in rpe)
 
 
-@pytest.mark.parametrize("config", ["synthetic_pi", "synthetic_graph"])
+@pytest.mark.parametrize("config", ["synthetic_pi", pytest.param("synthetic_graph", marks=pytest.mark.slow)])
 def test_evaluate_reproduces_a_synthetic_run(tmp_path, config):
     metrics, _ = synthetic_run(tmp_path, "run", config)
     for split, stage, name in (("valid", "validation", "val/accuracy"), ("test", "test", "test/accuracy")):
