@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -44,7 +45,7 @@ def host_waits(step: Step, batch: object, device: torch.device) -> int:
     return sum("synchroniz" in str(w.message) for w in caught)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting", default="zinc", choices=list(SETTINGS))
     parser.add_argument("--mode", default="eager", choices=list(MODES))
@@ -57,7 +58,7 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=3)
     parser.add_argument("--top", type=int, default=15, help="ops or kernels listed")
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     setting = SETTINGS[args.setting]

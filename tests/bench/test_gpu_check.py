@@ -4,17 +4,19 @@ it still run, the summary is on disk after every part); its mixed-precision verd
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from graphormer_urpe.testing import REPO_DIR
 
 sys.path.insert(0, str(REPO_DIR / "bench"))
 import gpu_check  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
+import step_profile  # noqa: E402
 import train_loop  # noqa: E402
 import train_throughput  # noqa: E402
 
@@ -185,23 +187,31 @@ def test_the_check_runs_end_to_end_on_the_cpu(qm9_root: Path, tmp_path: Path) ->
         ["check.log", "summary.json", "summary.md"]  # runs and the synthetic MAG240M under work/
 
 
-def run_bench(command: list[str]) -> subprocess.CompletedProcess:
-    done = subprocess.run(command, cwd=REPO_DIR, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done
+@pytest.fixture
+def torch_threads() -> Iterator[None]:
+    """A benchmark run in this process sets torch's threads (``--threads``): the test's own are given back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow
-def test_the_step_and_profile_commands_run_on_the_cpu(tmp_path: Path) -> None:
+@pytest.mark.usefixtures("torch_threads")
+def test_the_step_and_profile_commands_run_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """The check calls its benchmarks with flags they accept: the eager float32 step of the quick list and the
-    profile, each with figures (compilation is for a GPU: minutes on a CPU)."""
-    run_bench(gpu_check.step_command("zinc", "32", ["eager"], ["urpe"], "cpu", True, tmp_path / "step.json"))
+    profile, each with figures (compilation is for a GPU: minutes on a CPU). Both run in this process, with the
+    check's own command line."""
+    command = gpu_check.step_command("zinc", "32", ["eager"], ["urpe"], "cpu", True, tmp_path / "step.json")
+    assert command[:2] == [sys.executable, "bench/train_throughput.py"]
+    train_throughput.main(command[2:])
     [result] = json.loads((tmp_path / "step.json").read_text())["results"]
     assert (result["mode"], result["attention"], len(result["graphs_per_second_rounds"])) == ("eager", "urpe", 3)
     assert result["graphs_per_second"] > 0 and result["shapes"] >= 1
-    done = run_bench([sys.executable, "bench/step_profile.py", "--batch-size", "8", "--top", "5"])
-    assert "ATen ops dispatched" in done.stdout and "reads of a value by the step's code (item() outside any op): 0" \
-        in done.stdout
+    capsys.readouterr()
+    step_profile.main(["--batch-size", "8", "--top", "5"])
+    printed = capsys.readouterr().out
+    assert "ATen ops dispatched" in printed and "reads of a value by the step's code (item() outside any op): 0" \
+        in printed
 
 
 @pytest.mark.slow
