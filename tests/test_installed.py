@@ -81,7 +81,6 @@ def test_the_installed_command_trains_ensembles_and_predicts_from_empty_director
                 env)
     assert where.strip().startswith(str(bin_dir.parent)), where  # the wheel's copy, not this checkout's
     assert "predict" in run([command, "--help"], tmp_path, env)
-    assert "--init_from" in run([command, "train", "--config", "small_molecules", "--help"], tmp_path, env)
 
     # a few steps of the default config, the embedded QM9 data; provenance says there is no checkout
     work = tmp_path / "work"
