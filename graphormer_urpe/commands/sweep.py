@@ -38,8 +38,9 @@ With ``--ensemble`` (a SMILES table's config) the seeds' best checkpoints are sa
 blended with gradient-boosted trees on the descriptors, ``<run_root>/<name>-ensemble-trees/``. ``--predict TABLE``
 then predicts a table of new molecules with it (``graphormer-urpe predict``), into
 ``<run_root>/<name>-ensemble[-trees]-predict-<TABLE's stem>.csv``. An ensemble of the same seeds' runs that exists
-is reused; one of other runs, or an existing prediction, is refused. Every refusal (options, the table to predict,
-the outputs, trees without descriptors) comes before the first seed starts.
+is reused; one of other runs, or an existing prediction, is refused. Every refusal (options, ``train``'s included:
+the command is parsed here first; the table to predict, the outputs, trees without descriptors) comes before the
+first seed starts.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ from graphormer_urpe.errors import DataError, InputError, refuse
 from graphormer_urpe.evaluation.ensemble import RECORD_FILE, EnsembleRecord, SavedEnsemble, sha256_file
 from graphormer_urpe.evaluation.new_molecules import prediction_frame, table_to_predict, write_new
 from graphormer_urpe.run.checkpoints import config_identity, differences, run_config
-from graphormer_urpe.run.cli import TrainingCLI
+from graphormer_urpe.run.cli import TrainingCLI, configure_logging
 from graphormer_urpe.run.finetune import config_as_recorded
 from graphormer_urpe.run.ledger import CONFIG_FILE, LOCK_FILE, is_locked
 
@@ -213,14 +214,13 @@ def resolved_config(command: Sequence[str]) -> dict:
 
 
 def check_seed_runs(options: argparse.Namespace, train_args: Sequence[str]) -> None:
-    """Stop (exit code 2) unless every existing seed directory holds a run of this command's config."""
+    """Stop (exit code 2) on an option ``train`` would refuse, before any seed runs (the command is parsed here),
+    and unless every existing seed directory holds a run of this command's config."""
+    wanted = seed_identity(resolved_config(seed_command(options, options.seeds[0], train_args)))
     recorded = {
         seed: Path(options.run_root) / run_name(options.name, seed) / CONFIG_FILE for seed in options.seeds
     }
     recorded = {seed: path for seed, path in recorded.items() if path.is_file()}
-    if not recorded:
-        return
-    wanted = seed_identity(resolved_config(seed_command(options, next(iter(recorded)), train_args)))
     for seed, path in recorded.items():
         if differing := differences(seed_identity(yaml.safe_load(path.read_text())), wanted, str(path), "now"):
             refuse(
@@ -361,6 +361,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Run (unless ``--collect``) and aggregate; returns the summary."""
     argv = list(sys.argv[1:] if argv is None else argv)
     options, train_args = parse_args(argv)
+    configure_logging()  # the package's messages (the ensemble's, the trees') on stderr, one line each
     run_root = Path(options.run_root)
     outputs = None
     if options.ensemble:  # before any run: every refusal of the ensemble, its table and its outputs stops here

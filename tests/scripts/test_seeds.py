@@ -141,6 +141,18 @@ def test_a_sweep_whose_checkpoint_decides_the_architecture_resumes_and_reuses_it
     assert {seed: files_of(tmp_path / f"ft-seed{seed}") for seed in (0, 1)} == runs
 
 
+def test_an_option_train_refuses_stops_the_sweep_before_any_seed(qm9_root: Path, tmp_path: Path,
+                                                                 package_log: pytest.LogCaptureFixture) -> None:
+    """A bad option used to be found by the first seed's train, which failed; the sweep went on to the next seed."""
+    args = tiny_run_args(qm9_root, tmp_path, "--model.encoder.num_layers", "abc")
+    with pytest.raises(SystemExit) as stop:
+        seeds.main(["--seeds", "0", "1", "--name", "bad", *args])
+    assert stop.value.code == 2
+    assert [r.getMessage() for r in package_log.records if r.levelname == "ERROR"] == [
+        "model.encoder.num_layers: Expected a <class 'int'>. Got value: abc"]
+    assert not list(tmp_path.glob("bad-seed*"))  # no seed ran
+
+
 def test_collect_refuses_seeds_of_different_configs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     for seed, attention in ((0, "urpe"), (1, "rpe")):
         run_dir = tmp_path / f"mix-seed{seed}"
@@ -244,6 +256,7 @@ def test_a_seed_another_process_runs_is_waited_for_then_reused(tmp_path: Path, m
         lock.close()
 
     monkeypatch.setattr(seeds, "run_seed", run_seed)
+    monkeypatch.setattr(seeds, "resolved_config", lambda command: config)  # what train would record for exp.yaml
     monkeypatch.setattr(seeds, "POLL_SECONDS", 0.05)
     threading.Thread(target=the_other_sweep_finishes).start()
     result = seeds.main(["--config", "exp.yaml", "--seeds", "5", "6", "--run_root", str(tmp_path)])
