@@ -34,7 +34,7 @@ import functools
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -145,7 +145,7 @@ def molecules(setting_name: str, count: int) -> list[GraphRecord]:
     return records
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", nargs="+", default=["zinc", "pcqm"], choices=list(SETTINGS))
     parser.add_argument("--modes", nargs="+", default=["eager"], choices=["eager", "compiled"])
@@ -158,7 +158,7 @@ def main() -> None:
                         help="official on our size-aware batches (same), and/or on its own: the same molecules in "
                              "batches of a random permutation, as its EpochShuffleDataset draws them (own)")
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, CPU, {args.threads} thread(s); global batch {args.batch_size}, "
           f"{args.epoch_batches} size-aware batches an epoch, {args.rounds} epochs per side", flush=True)
@@ -166,25 +166,19 @@ def main() -> None:
         config = yaml.safe_load((CONFIG_DIR / f"{SETTINGS[setting_name].config}.yaml").read_text())
         records = molecules(setting_name, args.batch_size * args.epoch_batches)
         sizes = np.array([len(r.x) for r in records])
-        order = GlobalBatchSampler(range(len(records)), args.batch_size, sizes=sizes,
-                                   bucket_window=100).epoch_batches(0)
+        orders = batch_orders(records, args.batch_size)
+        order = orders["same"]
         official = official_model(config)
         with tempfile.TemporaryDirectory() as scratch:
             ours = our_tasks(official, Path(scratch))
         first = [records[i] for i in order[0]]
-        check_same_predictions(official, ours["rpe"],
-                               transformers_batch([(r.x, r.edge_index, r.edge_attr) for r in first],
-                                                  spatial_pos_max=1024),
-                               collate_graphs(first))
-        own_order = np.random.default_rng(0).permutation(len(records)).reshape(-1, args.batch_size)
-        official_batching = {"same": ("official, same batches", order),
-                             "own": ("official, its own batches", own_order)}
+        check_same_predictions(official, ours["rpe"], official_inputs(first), collate_graphs(first))
+        names = {"same": "official, same batches", "own": "official, its own batches"}
         sides = []
         for batching in args.official_batches:
-            name, batches_of = official_batching[batching]
+            name, batches_of = names[batching], orders[batching]
             model = copy.deepcopy(official)  # each side its own weights and optimiser, from the same start
-            batches = [(transformers_batch([(records[i].x, records[i].edge_index, records[i].edge_attr)
-                                            for i in batch], spatial_pos_max=1024),
+            batches = [(official_inputs([records[i] for i in batch]),
                         torch.from_numpy(np.stack([records[i].y for i in batch]))) for batch in batches_of]
             sides.append(Side(name, model, functools.partial(official_loss, model),
                               torch.optim.AdamW(model.parameters(), lr=1e-4), batches,
@@ -213,6 +207,20 @@ def main() -> None:
                                for official_side in sides[:officials] if official_side is not side)
             print(f"  {side.name:26} {count / median:8.1f} graphs/CPU-s  [{count / max(side.rounds):.1f}, "
                   f"{count / min(side.rounds):.1f}]  {ratios}", flush=True)
+
+
+def batch_orders(records: list[GraphRecord], batch_size: int) -> dict[str, list]:
+    """An epoch's batches as lists of positions in ``records``: ``same``, ours (size-aware, a window of 100 batches),
+    which official also runs on; ``own``, official's own (a random permutation cut into batches)."""
+    sizes = np.array([len(r.x) for r in records])
+    same = GlobalBatchSampler(range(len(records)), batch_size, sizes=sizes, bucket_window=100).epoch_batches(0)
+    own = np.random.default_rng(0).permutation(len(records)).reshape(-1, batch_size)
+    return {"same": list(same), "own": [list(batch) for batch in own]}
+
+
+def official_inputs(molecules: list[GraphRecord]) -> dict:
+    """Official's collated inputs of these molecules (its ``preprocess_item`` and collator)."""
+    return transformers_batch([(m.x, m.edge_index, m.edge_attr) for m in molecules], spatial_pos_max=1024)
 
 
 def official_loss(official: GraphormerForGraphClassification, batch: tuple[dict, torch.Tensor]) -> torch.Tensor:
