@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from graphormer_urpe.testing import REPO_DIR
 
@@ -185,14 +183,6 @@ def test_the_check_runs_end_to_end_on_the_cpu(qm9_root: Path, tmp_path: Path) ->
     assert "| bf16-mixed |" in summary and "| MAG240M | 32 |" in summary and "(401) |" in summary
     assert (tmp_path / "check.log").is_file() and sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == \
         ["check.log", "summary.json", "summary.md"]  # runs and the synthetic MAG240M under work/
-
-
-@pytest.fixture
-def torch_threads() -> Iterator[None]:
-    """A benchmark run in this process sets torch's threads (``--threads``): the test's own are given back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
 
 import pytest
-import torch
 
 from graphormer_urpe.testing import REPO_DIR
 
 sys.path.insert(0, str(REPO_DIR / "bench"))
 import official_step  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
-
-
-@pytest.fixture
-def torch_threads() -> Iterator[None]:
-    """The bench sets torch's threads (``--threads``): the test's own are given back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow
