@@ -140,6 +140,15 @@ def small_run(small_table: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 @pytest.fixture
+def torch_threads() -> Iterator[None]:
+    """A benchmark run in the test's process sets torch's threads (its ``--threads``): the test's own are given
+    back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def package_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     """``caplog`` that also sees the package's own logger (which does not propagate to the root)."""
     import logging
