@@ -1,0 +1,393 @@
+"""MoleculeACE (van Tilborg, Alenicheva and Grisoni, J. Chem. Inf. Model. 2022) on 10 of its ChEMBL sets: the
+recipe against the benchmark's best method (SVM on ECFP) and chemprop 2.3.1, as the benchmark defines itself.
+
+    python bench/moleculeace.py --arms svm svm+valid chemprop chemprop+rdkit --chemprop CHEMPROP   # the peers
+    python bench/moleculeace.py --arms recipe                      # ours: graphormer-urpe sweep, every part
+    python bench/moleculeace.py --sets CHEMBL1871_Ki --arms svm    # some sets
+    python bench/moleculeace.py --report                           # the tables, from the committed results
+
+Data: the ``MoleculeACE==3.0.0`` wheel (``pip install --no-deps MoleculeACE==3.0.0``; located, never imported)
+ships each set as ``MoleculeACE/Data/benchmark_data/<set>.csv`` (``smiles``, ``y`` = -log10 of the activity in
+molar, ``cliff_mol`` 0/1, ``split`` train/test) and each method's tuned hyperparameters as
+``MoleculeACE/Data/configures/benchmark/<set>/<method>.yml``.
+
+Rows (the same for every arm): the benchmark's test split is the test set. The validation rows were fixed before
+any run, by one rule: ``round(0.1 * n)`` of the n rows of the benchmark's train split, drawn by
+``numpy.random.default_rng(0).permutation(n)`` (the first ones), in table order; the other train rows train.
+Scores, as the benchmark defines them (``MoleculeACE.benchmark.utils``): RMSE on the test rows, and RMSE on the
+test rows flagged ``cliff_mol`` (its ``calc_cliff_rmse`` with the shipped flags).
+
+Arms (:data:`ARMS`):
+
+- ``svm``: scikit-learn's SVR with the set's shipped ``SVM_ECFP.yml`` hyperparameters on MoleculeACE's ECFP
+  (Morgan radius 2, 1,024 bits, as its ``Featurizer.ecfp``), fitted on the training rows; ``svm+valid``: the same
+  fitted on training and validation rows (all of the benchmark's train split, as MoleculeACE's own protocol
+  fits its final model). Deterministic: one run each.
+- ``chemprop``, ``chemprop+rdkit``: ``chemprop train`` with its defaults (and ``--molecule-featurizers
+  v1_rdkit_2d_normalized``), the rows given by ``--splits-file``, on the CPU, 3 seeds (``--pytorch-seed``);
+  validation RMSE by ``chemprop predict`` on the validation rows.
+- ``recipe``: ``graphormer-urpe sweep --config small_molecules --seeds 0 1 2 --ensemble --trees`` on the set's
+  table with the split given as a column; every part is reported: each seed's run, the ensemble of the runs,
+  the trees alone, the blend the recipe chose.
+
+Results are kept in the repository, one small file per set: ``bench/results/moleculeace/<set>.jsonl``, one JSON
+line per run or part (the arm, the seed or part, test RMSE and cliff RMSE, validation RMSE, CPU and wall seconds,
+the test predictions in table order, rounded to 5 decimals), so that the work adds up across machines and
+interruptions: a run whose (set, arm, seed) is there is not run again. Scratch (the runs, chemprop's outputs, logs)
+goes to ``--work`` (default ``runs/moleculeace``). ``--report`` writes ``bench/results/moleculeace/README.md``:
+per set and arm, mean +- sample std over seeds and the ensemble (mean prediction over seeds); the means of
+per-set ratios against SVM and against the better chemprop ensemble.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from common import BenchError, exit_code, spread  # noqa: E402  (bench/common.py)
+from small_data import run_child  # noqa: E402
+
+#: The 10 sets of the issue, smallest training split first (results of the small ones come first).
+SETS = ("CHEMBL1871_Ki", "CHEMBL2034_Ki", "CHEMBL237_EC50", "CHEMBL2971_Ki", "CHEMBL3979_EC50", "CHEMBL4792_Ki",
+        "CHEMBL219_Ki", "CHEMBL237_Ki", "CHEMBL244_Ki", "CHEMBL234_Ki")
+#: The wheel that ships the data and the tuned hyperparameters.
+REQUIREMENT = "MoleculeACE==3.0.0"
+#: The validation rule: this fraction of the benchmark's train split, drawn with this seed.
+VALID_FRACTION = 0.1
+VALID_SEED = 0
+#: Where each set's results are kept (committed).
+RESULTS = REPO / "bench" / "results" / "moleculeace"
+#: The recipe's seeds and sweep, as a user runs it.
+RECIPE_SEEDS = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm: its kind (``svm``, ``chemprop``, ``recipe``), extra options, the seeds it runs."""
+
+    kind: str
+    options: str
+    seeds: tuple[int, ...]
+
+
+ARMS: dict[str, Arm] = {
+    "svm": Arm("svm", "", (0,)),
+    "svm+valid": Arm("svm", "--fit-on-validation", (0,)),
+    "chemprop": Arm("chemprop", "", (0, 1, 2)),
+    "chemprop+rdkit": Arm("chemprop", "--molecule-featurizers v1_rdkit_2d_normalized", (0, 1, 2)),
+    "recipe": Arm("recipe", "--config small_molecules --ensemble --trees", RECIPE_SEEDS),
+}
+
+
+def package_directory() -> Path:
+    """The installed ``MoleculeACE`` package's directory, found without importing it.
+
+    Raises:
+        BenchError: the package is not installed.
+    """
+    spec = importlib.util.find_spec("MoleculeACE")
+    if spec is None or not spec.submodule_search_locations:
+        raise BenchError(f"MoleculeACE is not installed: pip install --no-deps {REQUIREMENT}")
+    return Path(spec.submodule_search_locations[0])
+
+
+def validation_rows(train_rows: int) -> np.ndarray:
+    """Positions (among the benchmark's train rows, in table order) of the validation rows: the first
+    ``round(0.1 * n)`` of ``default_rng(0).permutation(n)``, sorted.
+
+    Example:
+        >>> validation_rows(10).tolist() == sorted(np.random.default_rng(0).permutation(10)[:1].tolist())
+        True
+    """
+    count = round(VALID_FRACTION * train_rows)
+    return np.sort(np.random.default_rng(VALID_SEED).permutation(train_rows)[:count])
+
+
+def read_set(name: str) -> pd.DataFrame:
+    """The set's table: ``smiles``, ``y``, ``cliff_mol`` (0/1) and ``split`` (``train``, ``valid``, ``test``:
+    the benchmark's split, with the validation rows of :func:`validation_rows` taken from its train split).
+
+    Raises:
+        BenchError: the file or one of its columns is missing, or a split is not train or test.
+    """
+    path = package_directory() / "Data" / "benchmark_data" / f"{name}.csv"
+    if not path.is_file():
+        raise BenchError(f"{path}: no such file (another MoleculeACE version?): pip install --no-deps {REQUIREMENT}")
+    table = pd.read_csv(path)
+    missing = {"smiles", "y", "cliff_mol", "split"} - set(table.columns)
+    if missing:
+        raise BenchError(f"{path}: no column(s) {sorted(missing)} (its columns: {', '.join(table.columns)})")
+    if not set(table["split"]) <= {"train", "test"}:
+        raise BenchError(f"{path}: split values {sorted(set(table['split']))}, expected train and test")
+    table = table[["smiles", "y", "cliff_mol", "split"]].copy()
+    train = np.flatnonzero(table["split"].to_numpy() == "train")
+    table.iloc[train[validation_rows(len(train))], table.columns.get_loc("split")] = "valid"
+    return table
+
+
+def svm_hyperparameters(name: str) -> dict:
+    """The set's shipped ``SVM_ECFP.yml`` (``C``, ``epsilon``, ``gamma``, ``kernel``)."""
+    path = package_directory() / "Data" / "configures" / "benchmark" / name / "SVM_ECFP.yml"
+    if not path.is_file():
+        raise BenchError(f"{path}: no such file (another MoleculeACE version?): pip install --no-deps {REQUIREMENT}")
+    return yaml.safe_load(path.read_text())
+
+
+def rmse(predicted: np.ndarray, true: np.ndarray) -> float:
+    """Root-mean-square error (MoleculeACE's ``calc_rmse``)."""
+    return float(np.sqrt(np.mean(np.square(np.asarray(true, np.float64) - np.asarray(predicted, np.float64)))))
+
+
+def scores(predicted: np.ndarray, table: pd.DataFrame) -> dict[str, float]:
+    """Test RMSE and cliff RMSE (the RMSE over the test rows flagged ``cliff_mol``) of predictions of the test
+    rows, in table order."""
+    test = table[table["split"] == "test"]
+    cliff = test["cliff_mol"].to_numpy() == 1
+    true = test["y"].to_numpy(np.float64)
+    return {"test_rmse": rmse(predicted, true), "test_cliff_rmse": rmse(np.asarray(predicted)[cliff], true[cliff])}
+
+
+def ecfp(smiles: Sequence[str]) -> np.ndarray:
+    """MoleculeACE's ECFP: Morgan bits of radius 2, 1,024 bits (``Featurizer.ecfp``). (n, 1024) float64"""
+    from rdkit import Chem
+    from rdkit.Chem import rdFingerprintGenerator
+
+    generator = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=1024)
+    rows = []
+    for text in smiles:
+        mol = Chem.MolFromSmiles(text)
+        if mol is None:
+            raise BenchError(f"RDKit cannot read the SMILES {text!r}")
+        rows.append(generator.GetFingerprintAsNumPy(mol).astype(np.float64))
+    return np.stack(rows)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One (set, arm, seed) of the benchmark."""
+
+    set: str
+    arm: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.set}-{self.arm}-seed{self.seed}"
+
+
+def run_svm(run: Run, table: pd.DataFrame) -> dict:
+    """Fit the SVR with the set's shipped hyperparameters on the ECFP of the training rows (and the validation
+    rows, for ``svm+valid``); its test and validation predictions and CPU seconds."""
+    from sklearn.svm import SVR
+
+    started, wall = time.process_time(), time.monotonic()
+    fitted = ["train", "valid"] if "--fit-on-validation" in ARMS[run.arm].options else ["train"]
+    fit_rows = table[table["split"].isin(fitted)]
+    model = SVR(**svm_hyperparameters(run.set)).fit(ecfp(fit_rows["smiles"]), fit_rows["y"].to_numpy())
+    predicted = {split: model.predict(ecfp(table.loc[table["split"] == split, "smiles"])) for split in ("valid", "test")}
+    valid = table.loc[table["split"] == "valid", "y"].to_numpy()
+    return {"test_predictions": predicted["test"], "val_rmse": rmse(predicted["valid"], valid),
+            "cpu_seconds": time.process_time() - started, "wall_seconds": time.monotonic() - wall,
+            "command": f"SVR({svm_hyperparameters(run.set)}) on ECFP, fitted on {' + '.join(fitted)}"}
+
+
+def set_directory(work: Path, name: str, table: pd.DataFrame) -> Path:
+    """``work/data/<set>``: the set's ``table.csv`` and ``chemprop_splits.json`` (its rows by split, chemprop's
+    ``--splits-file``), written once (and checked to be the same table when there)."""
+    directory = work / "data" / name
+    text = table.to_csv(index=False)
+    path = directory / "table.csv"
+    if path.is_file():
+        if path.read_text() != text:
+            raise BenchError(f"{path} holds another table (another MoleculeACE version?): give another --work")
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = {split: np.flatnonzero(table["split"].to_numpy() == split).tolist() for split in ("train", "valid", "test")}
+    (directory / "chemprop_splits.json").write_text(
+        json.dumps([{"train": rows["train"], "val": rows["valid"], "test": rows["test"]}]) + "\n")
+    for split in ("valid", "test"):
+        table.loc[table["split"] == split, ["smiles"]].to_csv(directory / f"{split}_smiles.csv", index=False)
+    path.write_text(text)
+    return directory
+
+
+def run_chemprop(run: Run, table: pd.DataFrame, directory: Path, work: Path, executable: str) -> dict:
+    """``chemprop train`` on the set's rows, then ``chemprop predict`` on the validation rows; its test and
+    validation predictions (checked to be those rows, in order) and CPU seconds (both processes).
+
+    Raises:
+        BenchError: a chemprop process failed, or its rows are not the set's.
+    """
+    output = fresh_directory(work / "runs" / run.name)
+    options = shlex.split(ARMS[run.arm].options)
+    train = [executable, "train", "--data-path", str(directory / "table.csv"), "--smiles-columns", "smiles",
+             "--target-columns", "y", "--task-type", "regression", "--splits-file",
+             str(directory / "chemprop_splits.json"), "--num-workers", "0", "--accelerator", "cpu", "--devices", "1",
+             "--pytorch-seed", str(run.seed), "--output-dir", str(output), *options]
+    cpu, wall = checked_child(train, work / "logs" / f"{output.name}.log")
+    test = table[table["split"] == "test"]
+    predictions = pd.read_csv(output / "model_0" / "test_predictions.csv")
+    if predictions["smiles"].tolist() != test["smiles"].tolist():
+        raise BenchError(f"{output}/model_0/test_predictions.csv: its molecules are not the test rows in order")
+    written = output / "model_0" / "valid_predictions.csv"
+    predict = [executable, "predict", "--test-path", str(directory / "valid_smiles.csv"), "--smiles-columns", "smiles",
+               "--model-paths", str(output / "model_0" / "best.pt"), "--num-workers", "0", "--accelerator", "cpu",
+               "-o", str(written), *options]
+    predict_cpu, predict_wall = checked_child(predict, work / "logs" / f"{output.name}-validate.log")
+    valid_predictions = pd.read_csv(written)
+    valid = table[table["split"] == "valid"]
+    if valid_predictions["smiles"].tolist() != valid["smiles"].tolist():
+        raise BenchError(f"{written}: its molecules are not the validation rows in order")
+    return {"test_predictions": predictions["y"].to_numpy(np.float64),
+            "val_rmse": rmse(valid_predictions["y"].to_numpy(np.float64), valid["y"].to_numpy()),
+            "cpu_seconds": cpu + predict_cpu, "wall_seconds": wall + predict_wall, "command": shlex.join(train)}
+
+
+def fresh_directory(path: Path) -> Path:
+    """``path``, or ``path-try<k>`` for the first k >= 2 that does not exist (an interrupted run's directory is
+    kept, never reused)."""
+    candidate, attempt = path, 1
+    while candidate.exists():
+        attempt += 1
+        candidate = path.with_name(f"{path.name}-try{attempt}")
+    candidate.parent.mkdir(parents=True, exist_ok=True)
+    return candidate
+
+
+def checked_child(command: list[str], log_path: Path) -> tuple[float, float]:
+    """Run ``command`` on one thread (:func:`small_data.run_child`); its CPU and wall seconds.
+
+    Raises:
+        BenchError: it failed (its exit code, its last log line, the log's path).
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    code, cpu, wall = run_child(command, log_path, threads=1)
+    if code != 0:
+        lines = [line for line in log_path.read_text().splitlines() if line.strip()]
+        raise BenchError(f"{command[0]} failed (exit code {code}): {lines[-1] if lines else ''} (log: {log_path})")
+    return cpu, wall
+
+
+def execute(run: Run, table: pd.DataFrame, work: Path, chemprop: str | None) -> dict:
+    """One run; returns its JSON line."""
+    kind = ARMS[run.arm].kind
+    if kind == "svm":
+        result = run_svm(run, table)
+    elif kind == "chemprop":
+        result = run_chemprop(run, table, set_directory(work, run.set, table), work, str(chemprop))
+    else:
+        raise BenchError(f"arm {run.arm}: runs as a sweep (run_recipe)")
+    predictions = np.asarray(result.pop("test_predictions"), np.float64)
+    return {"set": run.set, "arm": run.arm, "seed": run.seed, "options": ARMS[run.arm].options,
+            **scores(predictions, table), **result, "test_predictions": np.round(predictions, 5).tolist(),
+            "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+
+
+def read_results(name: str) -> list[dict]:
+    """The set's JSON lines (none when there is no file); a truncated last line (a killed write) is ignored.
+
+    Raises:
+        BenchError: a line before the last is not JSON.
+    """
+    path = RESULTS / f"{name}.jsonl"
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()
+    entries = []
+    for number, line in enumerate(lines, 1):
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise BenchError(f"{path}: line {number} is not JSON (edited by hand?)") from None
+    return entries
+
+
+def append_result(entry: dict) -> None:
+    """Append one JSON line to the set's results file."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with (RESULTS / f"{entry['set']}.jsonl").open("a") as results:
+        results.write(json.dumps(entry) + "\n")
+
+
+def pending(sets: Sequence[str], arms: Sequence[str]) -> list[Run]:
+    """The runs of these sets and arms without a result (each set's results read once).
+
+    Raises:
+        BenchError: a result of an arm whose options have changed since (mixing them would mislead).
+    """
+    todo = []
+    for name in sets:
+        done = set()
+        for entry in read_results(name):
+            if entry["arm"] in ARMS and entry.get("part", "run") == "run" and \
+                    entry["options"] != ARMS[entry["arm"]].options:
+                raise BenchError(f"{RESULTS / name}.jsonl: arm {entry['arm']} ran with options {entry['options']!r}, "
+                                 f"now {ARMS[entry['arm']].options!r}: keep the arm's options or name a new arm")
+            done.add((entry["arm"], entry["seed"]))
+        todo += [Run(name, arm, seed) for arm in arms for seed in ARMS[arm].seeds if (arm, seed) not in done]
+    return todo
+
+
+def run_peers(sets: Sequence[str], arms: Sequence[str], work: Path, chemprop: str | None, jobs: int) -> None:
+    """Run the pending runs of the SVM and chemprop arms, ``jobs`` at a time, each appended as it finishes."""
+    tables = {name: read_set(name) for name in sets}
+    todo = pending(sets, arms)
+    print(f"{len(todo)} runs to do, {jobs} at a time; results in {RESULTS}, scratch in {work}", flush=True)
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = {pool.submit(execute, run, tables[run.set], work, chemprop): run for run in todo}
+        for done, future in enumerate(as_completed(futures), 1):
+            run = futures[future]
+            entry = future.result()
+            append_result(entry)
+            print(f"[{done}/{len(todo)}] {run.name}: test RMSE {entry['test_rmse']:.3f}, cliff RMSE "
+                  f"{entry['test_cliff_rmse']:.3f}, valid RMSE {entry['val_rmse']:.3f}, "
+                  f"{entry['cpu_seconds']:.0f} CPU s", flush=True)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=[])
+    parser.add_argument("--chemprop", default=None, help="the chemprop 2.3.1 executable (its own environment)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one thread each")
+    parser.add_argument("--work", type=Path, default=REPO / "runs" / "moleculeace",
+                        help="scratch: tables, runs, logs (default runs/moleculeace)")
+    parser.add_argument("--report", action="store_true", help="write the tables from the results")
+    options = parser.parse_args(argv)
+    if options.jobs < 1:
+        parser.error(f"--jobs {options.jobs}: must be at least 1")
+    if not options.arms and not options.report:
+        parser.error("nothing to do: give --arms, --report or both")
+    return options
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    options = parse_args(argv)
+    if any(ARMS[arm].kind == "chemprop" for arm in options.arms) and options.chemprop is None:
+        raise BenchError("chemprop's arms need --chemprop PATH, the chemprop 2.3.1 executable (docs/small-data.md)")
+    peers = [arm for arm in options.arms if ARMS[arm].kind != "recipe"]
+    if peers:
+        run_peers(options.sets, peers, options.work, options.chemprop, options.jobs)
+
+
+if __name__ == "__main__":
+    sys.exit(exit_code(main))
