@@ -35,7 +35,13 @@ from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.data.sources.descriptors import descriptor_reference
 from graphormer_urpe.data.sources.tables import SmilesTable
 from graphormer_urpe.errors import CheckpointError, DataError
-from graphormer_urpe.evaluation.blend import DescriptorTrees, blend, choose_weights, descriptor_matrix
+from graphormer_urpe.evaluation.blend import (
+    TREE_WEIGHTS,
+    DescriptorTrees,
+    blend,
+    choose_weights,
+    descriptor_matrix,
+)
 from graphormer_urpe.evaluation.new_molecules import TablePredictions, model_of, predict_molecules
 from graphormer_urpe.run.checkpoints import (
     DATA_IDENTITY_KEY,
@@ -51,10 +57,16 @@ log = logging.getLogger("graphormer_urpe")
 
 #: The record's file in an ensemble's directory.
 RECORD_FILE = "ensemble.json"
+#: A finished run's final metrics in its directory, naming its best checkpoint (``graphormer-urpe train``).
+RUN_METRICS = "metrics.json"
 #: The layout of the directory this version writes and reads.
 FORMAT = 1
 #: The splits an ensemble predicts and scores when it is made: the validation rows choose the blend weights.
 SPLITS = ("valid", "test")
+#: How :func:`summary` names each metric of the tasks (``mae``, ``auroc`` ...).
+METRIC_NAMES = {"mae": "MAE", "auroc": "ROC-AUC", "auprc": "PR-AUC", "accuracy": "accuracy"}
+#: The kinds of target an ensemble predicts, as the table declares them (``data.source.task``).
+TARGET_KINDS = ("regression", "binary", "multiclass")
 
 
 @dataclass(frozen=True)
@@ -95,6 +107,8 @@ class EnsembleRecord:
 
     @classmethod
     def from_json(cls, text: str, path: Path) -> EnsembleRecord:
+        """The record stored in ``path`` (its ``text``), checked (:meth:`check`): :class:`CheckpointError` names the
+        file and the key of the first problem."""
         try:
             stored = json.loads(text)
             if stored.get("format") != FORMAT:
@@ -104,9 +118,51 @@ class EnsembleRecord:
             stored["sources"] = [SavedFile(**source) for source in stored["sources"]]
             if stored["trees"] is not None:
                 stored["trees"] = [SavedFile(**tree) for tree in stored["trees"]]
-            return cls(**stored)
+            record = cls(**stored)
         except (json.JSONDecodeError, TypeError, KeyError, AttributeError) as error:
             raise CheckpointError(f"{path}: not an ensemble record ({type(error).__name__}: {error})") from None
+        if problem := record.problem():
+            key, what = problem
+            raise CheckpointError(f"{path}: '{key}' {what}; the record was changed after the ensemble was made "
+                                  "(make it again with graphormer-urpe ensemble)")
+        return record
+
+    def problem(self) -> tuple[str, str] | None:
+        """The first key whose value this record cannot hold, and why: the kind of target, the targets, the files
+        (strings; one tree file per target), and one blend weight per target among those the blend chooses from
+        (:data:`~graphormer_urpe.evaluation.blend.TREE_WEIGHTS`, each in [0, 1]: the blend ``(1 - w) * ensemble
+        + w * trees`` has weights summing to 1), with a validation metric, exactly when there are trees."""
+        if self.target_kind not in TARGET_KINDS:
+            return "target_kind", f"is {self.target_kind!r}, not one of {', '.join(TARGET_KINDS)}"
+        named = isinstance(self.targets, list) and all(isinstance(name, str) and name for name in self.targets)
+        if not named or not self.targets:
+            return "targets", "must be a list of the targets' names"
+        if not isinstance(self.smiles_column, str) or not self.smiles_column:
+            return "smiles_column", "must name the training table's SMILES column"
+        files = {"members": self.members, "sources": self.sources, "trees": self.trees or []}
+        for key, saved in files.items():
+            if not all(isinstance(f.path, str) and isinstance(f.sha256, str) for f in saved):
+                return key, "must list files as {path, sha256} strings"
+        for key in ("members", "trees"):
+            if outside := [f.path for f in files[key] if Path(f.path).is_absolute() or ".." in Path(f.path).parts]:
+                return key, f"names {outside[0]}, not a file inside the ensemble's directory"
+        if not self.members:
+            return "members", "lists no member"
+        if self.trees is None:
+            if self.tree_weights is not None or self.blend_metric is not None:
+                return "tree_weights", "are given for an ensemble without trees"
+            return None
+        if len(self.trees) != len(self.targets):
+            return "trees", f"lists {len(self.trees)} files for {len(self.targets)} targets"
+        if not isinstance(self.tree_weights, dict) or list(self.tree_weights) != self.targets:
+            return "tree_weights", f"must give one weight per target, in order: {', '.join(self.targets)}"
+        for name, weight in self.tree_weights.items():
+            if isinstance(weight, bool) or weight not in TREE_WEIGHTS:
+                return f"tree_weights.{name}", (f"is {weight!r}, not one of the blend's weights "
+                                                f"{', '.join(map(str, TREE_WEIGHTS))} (each in [0, 1])")
+        if not isinstance(self.blend_metric, str) or not self.blend_metric:
+            return "blend_metric", "must name the validation metric that chose the weights"
+        return None
 
 
 def sha256_file(path: Path) -> str:
@@ -127,6 +183,41 @@ class EnsemblePlan:
     target_kind: str  # regression, binary or multiclass
     data_identity: dict[str, Any]  # the members' common training data
     tasks: list[PerTargetTask]  # the members' models, loaded
+
+
+def member_checkpoint(run: Path) -> Path:
+    """A run's member: the checkpoint file given, or the best checkpoint of the run directory given, read from inside
+    it wherever it was moved: ``metrics.json`` names the file (by the path it had when the run finished), and it is
+    the one of that name in the directory's own ``checkpoints/``."""
+    if run.is_file():
+        return run
+    metrics = run / RUN_METRICS
+    if not metrics.is_file():
+        raise DataError(f"--runs {run}: neither a checkpoint file nor a finished run's directory (no {metrics})")
+    try:
+        recorded = json.loads(metrics.read_text()).get("best_checkpoint")
+    except (json.JSONDecodeError, AttributeError) as error:
+        raise DataError(f"--runs {run}: {metrics} is not a run's metrics ({error})") from None
+    if not isinstance(recorded, str) or not recorded:
+        raise DataError(f"--runs {run}: {metrics} names no best checkpoint (best_checkpoint: {recorded!r}); name "
+                        "a checkpoint file instead")
+    best = run / "checkpoints" / Path(recorded).name
+    if not best.is_file():
+        raise DataError(f"--runs {run}: its best checkpoint {best} (best_checkpoint of its {RUN_METRICS}) is not "
+                        "there; name a checkpoint file instead")
+    return best
+
+
+def member_checkpoints(runs: Sequence[Path]) -> list[Path]:
+    """Every run's member (:func:`member_checkpoint`); :class:`DataError` for a run given twice (once as a
+    directory and once as its checkpoint, say): an ensemble of one run twice would claim a spread of 0."""
+    checkpoints = [member_checkpoint(run) for run in runs]
+    first: dict[Path, int] = {}
+    for k, checkpoint in enumerate(checkpoints):
+        if (earlier := first.setdefault(checkpoint.resolve(), k)) != k:
+            raise DataError(f"--runs {runs[earlier]} and {runs[k]} are the same run ({checkpoint.resolve()}): an "
+                            "ensemble's members are different runs")
+    return checkpoints
 
 
 def plan_ensemble(checkpoints: Sequence[Path], out: Path, trees: bool) -> EnsemblePlan:
@@ -242,7 +333,8 @@ class PartPredictions:
 def build_ensemble(plan: EnsemblePlan, command: str) -> EnsembleRecord:
     """Make the planned ensemble: every member predicts the table's validation and test rows, the trees (with
     ``plan.trees``) are fitted on its training rows and their weights chosen on the validation rows, every part is
-    scored with the task's own metrics; the directory is written whole (a temporary one renamed) or not at all."""
+    scored with the task's own metrics; the directory is written whole (a temporary one renamed) or not at all: of
+    two processes writing one ``plan.out``, the second is refused (:class:`DataError`). Logs what it scores."""
     task, source = plan.tasks[0], plan.source
     frames = {split: split_rows(source, split) for split in SPLITS}
     members = _predict_rows(plan, pd.concat(frames.values(), ignore_index=True))
@@ -271,11 +363,44 @@ def build_ensemble(plan: EnsemblePlan, command: str) -> EnsembleRecord:
     partial = Path(tempfile.mkdtemp(prefix=f".{plan.out.name}.partial-", dir=plan.out.parent))
     try:
         record = _write(plan, partial, trees, predictions, frames, scores, command)
-        os.rename(partial, plan.out)  # whole or not at all; refuses an --out made meanwhile
+        os.rename(partial, plan.out)  # whole or not at all
+    except OSError as error:
+        shutil.rmtree(partial, ignore_errors=True)
+        if not plan.out.exists():
+            raise
+        raced = (f"--out {plan.out} was written by another process while this ensemble was made; nothing was "
+                 "overwritten (this one was discarded): use that one, or choose another --out")
+        raise DataError(raced) from error
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+    log.info("ensemble written to %s: %s", plan.out, summary(record))
     return record
+
+
+def summary(record: EnsembleRecord, split: str = "test") -> str:
+    """One line: the ensemble's prediction scored on ``split`` (the blend's, named as the blend's, with its
+    weights; the ensemble alone and the trees alone beside it)."""
+    scores = record.scores[split]
+
+    def shown(part: str) -> str:
+        headline = {key.split("/")[1]: value for key, value in scores[part].items() if key.count("/") == 1}
+        return ", ".join(f"{METRIC_NAMES.get(name, name)} {value:.4g}" for name, value in headline.items())
+
+    members = f"{len(record.members)} member{'s' if len(record.members) > 1 else ''}"
+    if not record.trees:
+        return f"{split} {shown('ensemble')} (the mean of {members})"
+    return (
+        f"{split} {shown('blend')} of the blend with the descriptor trees (trees' weights {record.tree_weights}, "
+        f"chosen on validation {record.blend_metric}); the ensemble of {members} alone {shown('ensemble')}, the "
+        f"trees alone {shown('trees')}"
+    )
+
+
+def make_ensemble(runs: Sequence[Path], out: Path, trees: bool, command: str) -> EnsembleRecord:
+    """Plan (every refusal first), build and save the ensemble of ``runs`` (:func:`member_checkpoints`) into
+    ``out``."""
+    return build_ensemble(plan_ensemble(member_checkpoints(runs), out, trees), command)
 
 
 def _predict_rows(plan: EnsemblePlan, frame: pd.DataFrame) -> list[np.ndarray]:
@@ -349,14 +474,16 @@ class SavedEnsemble:
                 "made by graphormer-urpe ensemble, or a checkpoint file"
             )
         self.record = EnsembleRecord.from_json(path.read_text(), path)
+        for key, saved in (("members", self.record.members), ("trees", self.record.trees or [])):
+            if missing := [f.path for f in saved if not (directory / f.path).is_file()]:
+                raise CheckpointError(f"{directory / missing[0]} is missing from the ensemble {directory} (its "
+                                      f"{RECORD_FILE} lists it under '{key}')")
 
     def check(self) -> None:
-        """Refuse (:class:`CheckpointError`) a missing or altered file, and descriptors computed against another
-        reference than the one the ensemble was made with."""
+        """Refuse (:class:`CheckpointError`) an altered file, and descriptors computed against another reference
+        than the one the ensemble was made with."""
         for saved in [*self.record.members, *(self.record.trees or [])]:
             path = self.directory / saved.path
-            if not path.is_file():
-                raise CheckpointError(f"{path} is missing from the ensemble {self.directory}")
             if sha256_file(path) != saved.sha256:
                 raise CheckpointError(
                     f"{path} is not the file the ensemble recorded (SHA-256 differs): it was changed "

@@ -16,8 +16,11 @@ from graphormer_urpe.errors import CheckpointError, DataError
 from graphormer_urpe.evaluation.blend import TREE_WEIGHTS, DescriptorTrees, choose_weights, descriptor_matrix
 from graphormer_urpe.evaluation.ensemble import (
     RECORD_FILE,
+    EnsembleRecord,
     SavedEnsemble,
+    SavedFile,
     build_ensemble,
+    member_checkpoints,
     plan_ensemble,
     split_rows,
 )
@@ -280,3 +283,105 @@ def test_only_a_smiles_tables_runs_make_an_ensemble_and_trees_refuse_classes(tmp
         plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=True)
     assert plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=False).target_kind == "multiclass"
     assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.slow
+def test_of_two_writers_of_one_ensemble_the_second_is_refused_in_one_line(with_descriptors: list[Path],
+                                                                          tmp_path: Path) -> None:
+    """Two commands planned the same ``--out`` before either wrote it (two ``ensemble`` or two sweeps started
+    together): the first writes it, the second is refused clearly, nothing of its own left, the first's kept."""
+    out = tmp_path / "ens"
+    first, second = (plan_ensemble(with_descriptors, out, trees=False) for _ in range(2))
+    written = build_ensemble(first, "first")
+    with pytest.raises(DataError, match=f"--out {out} was written by another process while this ensemble was made"):
+        build_ensemble(second, "second")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ens"] and SavedEnsemble(out).record == written
+
+
+def finished_run(where: Path, best: str = "best-4.ckpt", recorded_in: Path | None = None) -> Path:
+    """A run directory as ``train`` leaves it, as far as an ensemble reads it: ``checkpoints/<best>`` and
+    ``metrics.json`` naming it by the absolute path it had in ``recorded_in`` (default: ``where``)."""
+    (where / "checkpoints").mkdir(parents=True)
+    (where / "checkpoints" / best).write_text(str(where))
+    recorded = (recorded_in or where).absolute() / "checkpoints" / best
+    (where / "metrics.json").write_text(json.dumps({"best_checkpoint": str(recorded), "global_step": 4}))
+    return where
+
+
+def test_a_run_directory_gives_its_own_best_checkpoint_wherever_it_was_moved(tmp_path: Path) -> None:
+    """``metrics.json`` records the best checkpoint's absolute path: a copy of the run reads its own file, never
+    the one at the recorded path (which a new run of the same name may have replaced)."""
+    original = finished_run(tmp_path / "runs" / "x")
+    copy = tmp_path / "copy_x"
+    shutil.copytree(original, copy)
+    (original / "checkpoints" / "best-4.ckpt").write_text("a new run named x")
+    assert member_checkpoints([copy]) == [copy / "checkpoints" / "best-4.ckpt"]
+    (copy / "checkpoints" / "best-4.ckpt").unlink()
+    with pytest.raises(DataError, match=f"--runs {copy}: its best checkpoint {copy / 'checkpoints' / 'best-4.ckpt'} "
+                                        r"\(best_checkpoint of its metrics.json\) is not there"):
+        member_checkpoints([copy])
+
+
+def test_one_run_given_twice_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = finished_run(tmp_path / "runs" / "x")
+    other = finished_run(tmp_path / "runs" / "y")
+    monkeypatch.chdir(tmp_path)
+    best = run / "checkpoints" / "best-4.ckpt"
+    for twice in ([run, run], [run, Path("runs/x/")], [run, best], [Path("runs/x/checkpoints/best-4.ckpt"), run]):
+        with pytest.raises(DataError, match=f"--runs {twice[0]} and {twice[1]} are the same run "
+                                            f"\\({best.resolve()}\\)"):
+            member_checkpoints(twice)
+    assert member_checkpoints([run, other]) == [best, other / "checkpoints" / "best-4.ckpt"]
+
+
+def written_record(directory: Path, **changed: object) -> Path:
+    """An ensemble's directory holding two members, a tree file per target and a record, ``changed`` as edited into
+    its ``ensemble.json``."""
+    files = {"members": ["members/member0.ckpt", "members/member1.ckpt"], "trees": ["trees/target0.skops"]}
+    for path in (p for paths in files.values() for p in paths):
+        (directory / path).parent.mkdir(parents=True, exist_ok=True)
+        (directory / path).write_text(path)
+    record = EnsembleRecord(format=1, target_kind="regression", targets=["y"], smiles_column="smiles",
+                            members=[SavedFile(p, "0" * 64) for p in files["members"]], sources=[],
+                            trees=[SavedFile(p, "0" * 64) for p in files["trees"]], tree_weights={"y": 0.25},
+                            blend_metric="val/mae", descriptor_reference_sha1=None, data_spec={}, data_identity={},
+                            scores={})
+    stored = json.loads(record.to_json()) | changed
+    (directory / RECORD_FILE).write_text(json.dumps(stored))
+    return directory
+
+
+@pytest.mark.parametrize(("changed", "refusal"), [
+    ({"tree_weights": {"y": 0.3}}, "'tree_weights.y' is 0.3, not one of the blend's weights 0.0, 0.25, 0.5, 0.75, "
+                                   "1.0 (each in [0, 1])"),
+    ({"tree_weights": {"y": 1.5}}, "'tree_weights.y' is 1.5"),
+    ({"tree_weights": {"y": "0.25"}}, "'tree_weights.y' is '0.25'"),
+    ({"tree_weights": {"z": 0.25}}, "'tree_weights' must give one weight per target, in order: y"),
+    ({"tree_weights": None}, "'tree_weights' must give one weight per target"),
+    ({"targets": ["y", "z"]}, "'trees' lists 1 files for 2 targets"),
+    ({"targets": "y"}, "'targets' must be a list of the targets' names"),
+    ({"target_kind": "ordinal"}, "'target_kind' is 'ordinal', not one of regression, binary, multiclass"),
+    ({"members": []}, "'members' lists no member"),
+    ({"members": [{"path": 3, "sha256": "0"}]}, "'members' must list files as {path, sha256} strings"),
+    ({"members": [{"path": "../elsewhere.ckpt", "sha256": "0"}]}, "'members' names ../elsewhere.ckpt, not a file "
+                                                                   "inside"),
+    ({"trees": None}, "'tree_weights' are given for an ensemble without trees"),
+    ({"blend_metric": 1}, "'blend_metric' must name the validation metric"),
+])
+def test_an_edited_ensemble_record_is_refused_naming_the_file_and_the_key(tmp_path: Path, changed: dict,
+                                                                         refusal: str) -> None:
+    """``ensemble.json`` is read before anything is predicted: a blend weight (which no SHA-256 covers) edited
+    into one the blend never chooses, or a value of the wrong type, is refused rather than applied."""
+    assert SavedEnsemble(written_record(tmp_path / "kept")).record.tree_weights == {"y": 0.25}
+    with pytest.raises(CheckpointError) as refused:
+        SavedEnsemble(written_record(tmp_path / "edited", **changed))
+    assert str(refused.value).startswith(f"{tmp_path / 'edited' / RECORD_FILE}: ")
+    assert refusal in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_member_the_record_lists_must_be_in_the_directory(tmp_path: Path) -> None:
+    written_record(tmp_path)
+    (tmp_path / "members" / "member1.ckpt").unlink()
+    with pytest.raises(CheckpointError, match=f"{tmp_path / 'members' / 'member1.ckpt'} is missing from the ensemble "
+                                              f"{tmp_path} \\(its ensemble.json lists it under 'members'\\)"):
+        SavedEnsemble(tmp_path)
