@@ -10,96 +10,78 @@ per target; a classification's label and probability). An ensemble (``graphormer
 prediction under the same names, and per score (``<target>``, ``<label>_probability``) each member's
 (``_member<k>``), their standard deviation as an uncertainty (``_std``) and, blended with trees, the members' mean
 (``_ensemble``) and the trees' (``_trees``): exactly what it recorded for its own test rows. Nothing is overwritten:
-an existing ``--out`` is refused before any work, as are a table without rows or without its SMILES column.
-Exit codes: :mod:`graphormer_urpe.commands.exits`.
+an existing ``--out`` is refused before any work, as are a table that is a directory, without rows or without its
+SMILES column, and an ensemble whose ``ensemble.json`` was edited. Exit codes: :mod:`graphormer_urpe.commands.exits`.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from graphormer_urpe.commands.exits import exit_codes
+from graphormer_urpe.commands.command import Command
 from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.errors import DataError
 from graphormer_urpe.evaluation.ensemble import SavedEnsemble
-from graphormer_urpe.evaluation.new_molecules import ERROR_COLUMN, predict_checkpoint, prediction_frame, write_new
-from graphormer_urpe.run.cli import configure_logging, log, resolve_config_paths
+from graphormer_urpe.evaluation.new_molecules import Prediction, check_table_to_predict, predict_checkpoint
+from graphormer_urpe.run.cli import resolve_config_paths
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="graphormer-urpe predict", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "table", type=Path, metavar="TABLE", help="CSV or Parquet table of the molecules to predict"
-    )
-    parser.add_argument("--model", type=Path, required=True,
-                        help="an ensemble's directory (graphormer-urpe ensemble) or one run's checkpoint (.ckpt)")
-    parser.add_argument("--out", type=Path, required=True, help="the predictions' CSV file to write (a new file)")
-    parser.add_argument("--smiles_column", default=None,
-                        help="the SMILES column of TABLE (default: the training table's, or 'smiles')")
-    parser.add_argument(
-        "--config",
-        default=None,
-        help="with a checkpoint: predict with this config instead of the one the checkpoint holds",
-    )
-    return parser.parse_args(argv)
+@dataclass(frozen=True)
+class PredictPlan:
+    """A table to predict into a new file, every path checked."""
+
+    model: Path  # a checkpoint file, or an ensemble's directory
+    ensemble: SavedEnsemble | None  # the ensemble read from ``model`` (its record checked); None: a checkpoint
+    table: Path  # the molecules, a CSV or Parquet file
+    out: Path  # the CSV file to write (it does not exist)
+    smiles_column: str | None  # TABLE's SMILES column (None: the training table's)
+    config: Path | None  # with a checkpoint: the config to predict with instead of its own
 
 
-def check_paths(options: argparse.Namespace) -> None:
-    """Refuse (:class:`DataError`) before any work an output that exists or cannot be written, or that is the table."""
-    out = options.out
+def check_output(out: Path, table: Path) -> None:
+    """Refuse (:class:`DataError`) an output that exists, cannot be written, or is the table itself."""
     if out.is_dir():
         raise DataError(f"--out {out} is a directory; name the CSV file to write")
     if out.exists():
         raise DataError(f"--out {out} exists; choose another output path (nothing is overwritten)")
     if (read_only := unwritable(out.parent)) is not None:
         raise DataError(f"--out {out}: {read_only} is not writable")
-    if not options.table.is_file():
-        raise DataError(f"the table to predict, {options.table}, does not exist")
-    if out.resolve() == options.table.resolve():
+    if out.resolve() == table.resolve():
         raise DataError(f"--out {out} is the table to predict; write the predictions to another file")
-    if not options.model.exists():
-        raise DataError(
-            f"--model {options.model} does not exist: name an ensemble's directory or a checkpoint file"
-        )
-    if options.config is not None and options.model.is_dir():
-        raise DataError("--config changes a checkpoint's config; an ensemble's members keep their own")
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    """Predict the table's molecules into ``--out``; returns what was written."""
-    options = parse_args(sys.argv[1:] if argv is None else argv)  # --help prints and exits first
-    configure_logging()
-    with exit_codes():
-        check_paths(options)
-        if options.model.is_dir():
-            return predict_with_ensemble(options)
-        config = None
-        if options.config is not None:
-            config = Path(resolve_config_paths(["--config", options.config])[1])
-        return predict_checkpoint(options.model, options.table, options.out, config, options.smiles_column)
+class Predict(Command[PredictPlan, Prediction]):
+    NAME = "predict"
+    HELP = __doc__
+
+    def add_args(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("table", type=Path, metavar="TABLE", help="CSV or Parquet table of the molecules to "
+                            "predict")
+        parser.add_argument("--model", type=Path, required=True,
+                            help="an ensemble's directory (graphormer-urpe ensemble) or one run's checkpoint (.ckpt)")
+        parser.add_argument("--out", type=Path, required=True, help="the predictions' CSV file to write (a new file)")
+        parser.add_argument("--smiles_column", default=None,
+                            help="the SMILES column of TABLE (default: the training table's, or 'smiles')")
+        parser.add_argument("--config", default=None,
+                            help="with a checkpoint: predict with this config instead of the one the checkpoint holds")
+
+    def plan(self, args: argparse.Namespace) -> PredictPlan:
+        check_output(args.out, args.table)
+        check_table_to_predict(args.table)
+        if not args.model.exists():
+            raise DataError(f"--model {args.model} does not exist: name an ensemble's directory or a checkpoint file")
+        if args.config is not None and args.model.is_dir():
+            raise DataError("--config changes a checkpoint's config; an ensemble's members keep their own")
+        config = None if args.config is None else Path(resolve_config_paths(["--config", args.config])[1])
+        return PredictPlan(model=args.model, ensemble=SavedEnsemble(args.model) if args.model.is_dir() else None,
+                           table=args.table, out=args.out, smiles_column=args.smiles_column, config=config)
+
+    def run(self, plan: PredictPlan) -> Prediction:
+        if plan.ensemble is not None:  # its files are checked, and the table read, before any molecule is featurised
+            return plan.ensemble.predict_into(plan.table, plan.out, plan.smiles_column)
+        return predict_checkpoint(plan.model, plan.table, plan.out, plan.config, plan.smiles_column)
 
 
-def predict_with_ensemble(options: argparse.Namespace) -> dict:
-    """``--model DIR``: a saved ensemble's predictions (:class:`~graphormer_urpe.evaluation.ensemble.SavedEnsemble`);
-    its files are checked, and the table read, before any molecule is featurised."""
-    ensemble = SavedEnsemble(options.model)
-    predicted, columns = ensemble.predict(options.table, options.smiles_column)
-    frame = prediction_frame(predicted, columns)
-    write_new(frame, options.out)
-    failed = sum(bool(reason) for reason in predicted.errors)
-    log.info(
-        "wrote %s: %d rows, %d predicted by the ensemble of %d%s, %d could not be featurised (reason in '%s')",
-        options.out,
-        len(frame),
-        len(frame) - failed,
-        len(ensemble.record.members),
-        " blended with descriptor trees" if ensemble.record.trees else "",
-        failed,
-        ERROR_COLUMN,
-    )
-    return {"model": str(options.model), "table": str(options.table), "out": str(options.out), "rows": len(frame),
-            "predicted": len(frame) - failed, "failed": failed}
+main = Predict().main

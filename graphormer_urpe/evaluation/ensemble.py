@@ -42,7 +42,13 @@ from graphormer_urpe.evaluation.blend import (
     choose_weights,
     descriptor_matrix,
 )
-from graphormer_urpe.evaluation.new_molecules import TablePredictions, model_of, predict_molecules
+from graphormer_urpe.evaluation.new_molecules import (
+    Prediction,
+    TablePredictions,
+    model_of,
+    predict_molecules,
+    write_predictions,
+)
 from graphormer_urpe.run.checkpoints import (
     DATA_IDENTITY_KEY,
     RunConfig,
@@ -515,3 +521,10 @@ class SavedEnsemble:
             parts.trees = tree_scores
             parts.weights = [self.record.tree_weights[name] for name in self.record.targets]
         return predicted, parts.columns(tasks[0])
+
+    def predict_into(self, table: Path, out: Path, smiles_column: str | None = None) -> Prediction:
+        """:meth:`predict` the rows of ``table`` into the new CSV file ``out``."""
+        predicted, columns = self.predict(table, smiles_column)
+        trees = " blended with descriptor trees" if self.record.trees else ""
+        return write_predictions(self.directory, table, predicted, columns, out,
+                                 f" by the ensemble of {len(self.record.members)}{trees}")

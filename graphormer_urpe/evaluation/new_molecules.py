@@ -134,16 +134,43 @@ def write_new(frame: pd.DataFrame, out: Path) -> None:
         raise DataError(f"{out} exists; choose another output path (nothing is overwritten)") from None
 
 
-def predict_checkpoint(ckpt: Path, table: Path, out: Path, config: Path | None = None,
-                       smiles_column: str | None = None) -> dict:
-    """Predict the molecules of ``table`` with one run's checkpoint (its config, or ``config``) into ``out``: the
-    task's columns (a regression's values; a classification's labels and probabilities); returns what was written."""
-    task, run = model_of(ckpt, config.read_text() if config is not None else None)
-    predicted = predict_molecules([task], run, table, smiles_column)
-    frame = prediction_frame(predicted, task.prediction_columns(predicted.scores[0]))
+@dataclass(frozen=True)
+class Prediction:
+    """What ``graphormer-urpe predict`` wrote: a table's molecules predicted by a model into a CSV file."""
+
+    model: Path  # the checkpoint, or the ensemble's directory
+    table: Path  # the table of new molecules
+    out: Path  # the predictions' CSV file, written
+    rows: int  # every row of the table, in file order
+    predicted: int  # the rows with predictions
+    failed: int  # the rows that could not be featurised (the reason in the error column)
+
+
+def check_table_to_predict(table: Path) -> None:
+    """Refuse (:class:`DataError`) a table of new molecules that is a directory or is not there."""
+    if table.is_dir():
+        raise DataError(f"the table to predict, {table}, is a directory, not a table (a CSV or Parquet file)")
+    if not table.is_file():
+        raise DataError(f"the table to predict, {table}, does not exist")
+
+
+def write_predictions(model: Path, table: Path, predicted: TablePredictions, columns: Mapping[str, np.ndarray],
+                      out: Path, by: str = "") -> Prediction:
+    """Write the rows of ``table`` (``predicted``) with the prediction ``columns`` of ``model`` to the new file
+    ``out`` (:func:`prediction_frame`, :func:`write_new`) and say so, ``by`` naming the model in the message."""
+    frame = prediction_frame(predicted, columns)
     write_new(frame, out)
     failed = sum(bool(reason) for reason in predicted.errors)
-    log.info("wrote %s: %d rows, %d predicted, %d could not be featurised", out, len(frame), len(frame) - failed,
-             failed)
-    return {"model": str(ckpt), "table": str(table), "out": str(out), "rows": len(frame),
-            "predicted": len(frame) - failed, "failed": failed}
+    log.info("wrote %s: %d rows, %d predicted%s, %d could not be featurised (reason in '%s')", out, len(frame),
+             len(frame) - failed, by, failed, ERROR_COLUMN)
+    return Prediction(model=model, table=table, out=out, rows=len(frame),
+                      predicted=len(frame) - failed, failed=failed)
+
+
+def predict_checkpoint(ckpt: Path, table: Path, out: Path, config: Path | None = None,
+                       smiles_column: str | None = None) -> Prediction:
+    """Predict the molecules of ``table`` with one run's checkpoint (its config, or ``config``) into ``out``: the
+    task's columns (a regression's values; a classification's labels and probabilities)."""
+    task, run = model_of(ckpt, config.read_text() if config is not None else None)
+    predicted = predict_molecules([task], run, table, smiles_column)
+    return write_predictions(ckpt, table, predicted, task.prediction_columns(predicted.scores[0]), out)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from graphormer_urpe.commands.ensemble import main, summary
-from graphormer_urpe.evaluation.ensemble import EnsembleRecord, SavedFile
+from graphormer_urpe.commands.ensemble import main
+from graphormer_urpe.evaluation.ensemble import EnsembleRecord, SavedFile, summary
 from graphormer_urpe.testing.directories import files_of, read_only_directory
 
 
@@ -22,8 +22,15 @@ def test_every_bad_value_of_ensemble_is_one_line_before_any_work(small_run: Path
     unfinished.mkdir()
     (tmp_path / "kept").mkdir()
     (tmp_path / "kept" / "x").write_text("x")
+    moved = tmp_path / "moved"  # a copy whose own best checkpoint is gone: the original's is not read instead
+    shutil.copytree(small_run, moved)
+    for best in (moved / "checkpoints").glob("best-*.ckpt"):
+        best.unlink()
     read_only = read_only_directory(tmp_path)
     cases = {
+        "one run twice": (["--runs", str(run), str(run) + "/", "--out", str(tmp_path / "e")], "are the same run"),
+        "a moved run without its best checkpoint": (["--runs", str(moved), "--out", str(tmp_path / "e")],
+                                                    f"its best checkpoint {moved / 'checkpoints'}"),
         "a run without metrics.json": (["--runs", str(unfinished), "--out", str(tmp_path / "e")], "no "),
         "a run that does not exist": (["--runs", str(tmp_path / "nope"), "--out", str(tmp_path / "e")], "nope"),
         "out exists": (["--runs", str(run), "--out", str(tmp_path / "kept")], "exists; an ensemble is written to"),

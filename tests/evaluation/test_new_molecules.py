@@ -61,7 +61,7 @@ def test_predictions_keep_every_row_in_order_with_reasons_for_failures(regressio
     # the command of docs/own-data.md: the run's own config file, the checkpoint, the new table
     result = evaluate.main(["--config", str(run_dir / "config.yaml"), "--ckpt", str(ckpt), "--predict",
                             str(tmp_path / "new.csv"), "--out", str(out)])
-    assert result["rows"] == 7 and result["predicted"] == 4 and result["failed"] == 3
+    assert (result.rows, result.predicted, result.failed) == (7, 4, 3)
     preds = pd.read_csv(out, keep_default_na=False)
     assert list(preds.columns) == ["row", "name", "smiles", "gap_ev", "mu_debye", "error"]  # the input's, then ours
     assert preds["row"].tolist() == list(range(7))
@@ -79,7 +79,7 @@ def test_predictions_keep_every_row_in_order_with_reasons_for_failures(regressio
     assert preds.loc[0, "gap_ev"] == preds.loc[4, "gap_ev"]  # a repeated molecule is predicted again
     embedded = evaluate.main(["--ckpt", str(ckpt), "--predict", str(tmp_path / "new.csv"),
                               "--out", str(tmp_path / "again.csv")])  # the config stored in the checkpoint
-    assert embedded["rows"] == 7 and (tmp_path / "again.csv").read_text() == out.read_text()
+    assert embedded.rows == 7 and (tmp_path / "again.csv").read_text() == out.read_text()
 
 
 def test_every_line_comes_back_blank_lines_and_smiles_with_whitespace_with_a_reason(
@@ -89,7 +89,7 @@ def test_every_line_comes_back_blank_lines_and_smiles_with_whitespace_with_a_rea
     ckpt, _ = regression_run
     (tmp_path / "new.csv").write_text("smiles\nCCO\n   \nCC\nCCO\tCC\nC C\n\n")
     result = predict_checkpoint(ckpt, tmp_path / "new.csv", tmp_path / "preds.csv")
-    assert result["rows"] == 6 and result["predicted"] == 2 and result["failed"] == 4
+    assert (result.rows, result.predicted, result.failed) == (6, 2, 4)
     preds = pd.read_csv(tmp_path / "preds.csv", keep_default_na=False)
     assert preds["row"].tolist() == list(range(6))  # row r is line r + 2
     assert [text.strip() for text in preds["smiles"]] == ["CCO", "", "CC", "CCO\tCC", "C C", ""]
