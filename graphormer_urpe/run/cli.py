@@ -199,6 +199,28 @@ class CheckpointOptions:
         check_choice("checkpoint.requeue", self.requeue, (True, False))
 
 
+class Trainer(pl.Trainer):
+    """Lightning's Trainer, its batch limits read integer first.
+
+    Lightning reads an integer limit as a number of batches and a float as a fraction, but annotates the limits
+    ``float | int``: jsonargparse, which takes the first type a value fits, made the command line's ``2`` a ``2.0``,
+    a fraction above 1. Every other argument is the Trainer's own.
+
+    Args:
+        limit_train_batches: training batches per epoch: an integer is a number of batches, a float a fraction in
+            [0, 1] (``1.0`` or null: all); per process.
+        limit_val_batches: validation batches, as ``limit_train_batches`` (0: no validation).
+        limit_test_batches: test batches, as ``limit_train_batches``.
+        limit_predict_batches: prediction batches, as ``limit_train_batches``.
+    """
+
+    def __init__(self, *, limit_train_batches: int | float | None = None, limit_val_batches: int | float | None = None,
+                 limit_test_batches: int | float | None = None, limit_predict_batches: int | float | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
+                         limit_test_batches=limit_test_batches, limit_predict_batches=limit_predict_batches, **kwargs)
+
+
 class GraphormerCLI(LightningCLI):
     """LightningCLI with the data-to-model link and one-line refusals: parses a config (a file, or ``config_text``,
     a resolved config as YAML, read before the command line) and builds data, model and a trainer that writes
@@ -232,6 +254,7 @@ class GraphormerCLI(LightningCLI):
         super().__init__(
             pl.LightningModule,
             pl.LightningDataModule,
+            trainer_class=Trainer,
             subclass_mode_model=True,
             subclass_mode_data=True,
             run=False,

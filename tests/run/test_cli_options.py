@@ -38,6 +38,9 @@ CASES = [
     ("qm9_gap", ["--trainer.accelerator", "quantum"], "trainer: You selected an invalid accelerator name"),
     ("qm9_gap", ["--trainer.devices", "0"], "`Trainer(devices='0')` value is not a valid input"),
     ("qm9_gap", ["--trainer.precision", "17"], "trainer.precision: Expected a typing.Literal"),
+    ("qm9_gap", ["--trainer.limit_val_batches", "2.0"],  # a float is a fraction: 2 batches are written 2
+     "trainer.limit_val_batches=2.0: must be a number in [0, 1] (a fraction), or an integer number of batches"),
+    ("qm9_gap", ["--trainer.limit_train_batches", "-1"], "trainer.limit_train_batches=-1: must be an integer >= 0"),
     ("qm9_gap", ["--seed_everything", "-1"], "seed_everything=-1: must be an integer from 0 to 4294967295"),
     ("qm9_gap", ["--trainer.devices", "2", "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp",
                  "--data.batch_size", "33"],
@@ -332,6 +335,22 @@ def test_a_null_distance_option_reaches_the_model(key: str, other: list[str], tm
     cli = GraphormerCLI(["--config", "smiles_csv_example", "--run_root", str(tmp_path / "runs"), "--logger", "none",
                          "--data.root", str(tmp_path / "data"), *other, f"--model.encoder.{key}", "null"])
     assert getattr(cli.model.model.config, key) is None
+
+
+@pytest.mark.parametrize("given, limit", [("2", 2), ("0", 0), ("0.5", 0.5), ("1.0", 1.0), ("1", 1)])
+def test_an_integer_batch_limit_is_a_number_of_batches_and_a_float_a_fraction(given: str, limit: int | float,
+                                                                              tmp_path: Path) -> None:
+    """Lightning's meaning of ``limit_*_batches``: ``2`` is 2 batches, ``0.5`` half of them, ``1.0`` all of them and
+    ``1`` one batch; the command line and a config keep an integer an integer (the Trainer's annotation, float
+    first, made jsonargparse read ``2`` as ``2.0``, which then had to be refused)."""
+    names = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
+    config = tmp_path / "limits.yaml"
+    config.write_text(yaml.safe_dump({"trainer": {names[0]: yaml.safe_load(given)}}))
+    cli = GraphormerCLI(["--config", "synthetic_pi", "--config", str(config), "--logger", "none",
+                         *[option for name in names[1:] for option in (f"--trainer.{name}", given)]])
+    for name in names:
+        assert type(cli.config["trainer"][name]) is type(limit) and cli.config["trainer"][name] == limit, name
+        assert type(getattr(cli.trainer, name)) is type(limit) and getattr(cli.trainer, name) == limit, name
 
 
 def test_a_nested_jsonargparse_report_becomes_one_line_naming_the_key() -> None:
