@@ -1,10 +1,10 @@
 """``graphormer-urpe evaluate``: a checkpoint's metrics on a split, or OGB-LSC test submissions written and checked.
 
-    graphormer-urpe evaluate --ckpt runs/qm9_gap-.../checkpoints/best-1000.ckpt --split test --out metrics.json
-    graphormer-urpe evaluate --ckpt runs/pcqm4mv2-.../checkpoints/last.ckpt --split valid
-    graphormer-urpe evaluate --ckpt runs/pcqm4mv2-.../checkpoints/last.ckpt --split test-dev --submission_dir subs/
+    graphormer-urpe evaluate --model runs/qm9_gap-.../checkpoints/best-1000.ckpt --split test --out metrics.json
+    graphormer-urpe evaluate --model runs/pcqm4mv2-.../checkpoints/last.ckpt --split valid
+    graphormer-urpe evaluate --model runs/pcqm4mv2-.../checkpoints/last.ckpt --split test-dev --submission_dir subs/
     graphormer-urpe evaluate --check_submission subs/y_pred_pcqm4m-v2_test-dev.npz --data_root data
-    graphormer-urpe evaluate --ckpt runs/mag240m-.../checkpoints/best.ckpt --split test-dev --submission_dir subs/
+    graphormer-urpe evaluate --model runs/mag240m-.../checkpoints/best.ckpt --split test-dev --submission_dir subs/
 
 The checkpoint carries its resolved config; ``--config`` and dotted overrides (``--data.root``,
 ``--trainer.devices 8 --trainer.strategy ddp``) change it. On CPU the validation metric equals the
@@ -24,154 +24,150 @@ checked, with a log (``*.log.json``) listing every row given the training mean
 
 New molecules: ``graphormer-urpe predict`` (:mod:`graphormer_urpe.commands.predict`).
 
-This command parses the command line, checks that every output can be written and that ``--out`` names
-no existing file (:func:`check_outputs`), builds the checkpoint's data and model from its config
-(:class:`~graphormer_urpe.run.cli.GraphormerCLI`, no run directory), checks the split (:func:`check_split`)
-and dispatches. Exit codes (:mod:`graphormer_urpe.commands.exits`): 0 done; 1 an invalid submission
-(``--check_submission``, or predictions the leaderboard would refuse); 2 bad input (checkpoint, config, data,
-options, a split the data do not have, an output that cannot be written or exists).
+``--model`` names the checkpoint (``--ckpt``, its earlier name, still works, with a note). The plan checks that every
+output can be written and that ``--out`` names no existing file (:func:`check_outputs`), builds the checkpoint's
+data and model from its config (:class:`~graphormer_urpe.run.cli.GraphormerCLI`, no run directory), checks the split
+(:func:`~graphormer_urpe.evaluation.checkpoint.check_split`), the checkpoint and its data; the run evaluates
+(:func:`~graphormer_urpe.evaluation.checkpoint.evaluate_checkpoint`) into an
+:class:`~graphormer_urpe.evaluation.checkpoint.Evaluation`. Exit codes (:mod:`graphormer_urpe.commands.exits`): 0
+done; 1 an invalid submission (``--check_submission``, or predictions the leaderboard would refuse); 2 bad input
+(checkpoint, config, data, options, a split the data do not have, an output that cannot be written or exists).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from graphormer_urpe.commands.exits import exit_codes
+import pytorch_lightning as pl
+
+from graphormer_urpe.commands.command import Command
 from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.data.lsc_formats import MODES, SubmissionFormat
-from graphormer_urpe.data.predictable import PredictableData, RunData
-from graphormer_urpe.errors import SubmissionError, refuse
-from graphormer_urpe.evaluation.ogb import evaluate_split
-from graphormer_urpe.evaluation.submission import check_submission_file
+from graphormer_urpe.data.predictable import RunData
+from graphormer_urpe.errors import DataError
+from graphormer_urpe.evaluation.checkpoint import Evaluation, check_split, check_submission, evaluate_checkpoint
 from graphormer_urpe.run.callbacks import remove_weight_averaging
 from graphormer_urpe.run.checkpoints import check_checkpoint, compare_data, data_identity, embedded_config
-from graphormer_urpe.run.cli import GraphormerCLI, configure_logging, log
+from graphormer_urpe.run.cli import GraphormerCLI, log
 from graphormer_urpe.run.finetune import describe
 from graphormer_urpe.run.ledger import write_json
 from graphormer_urpe.tasks.base import INITIALISED_FROM
 
 
-def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="graphormer-urpe evaluate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="Any other option (--data.root DIR, --config FILE ...) changes the "
-                                            "checkpoint's own config, as train's options do.")
-    parser.add_argument("--ckpt", default=None, help="checkpoint file (.ckpt)")
-    parser.add_argument("--split", default="valid", choices=["valid", "test", *MODES], help="split to evaluate")
-    parser.add_argument("--out", type=Path, default=None, help="write the metrics to this JSON file")
-    parser.add_argument("--submission_dir", type=Path, default=None,
-                        help="directory for the OGB-LSC submission file of --split test-dev/test-challenge")
-    parser.add_argument(
-        "--predictions",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="also save the split's rows and predictions (NaN for skipped rows) to this .npz file",
-    )
-    parser.add_argument("--check_submission", type=Path, default=None, metavar="FILE",
-                        help="only check an existing submission file (name, shape, dtype, finite values)")
-    parser.add_argument(
-        "--allow_other_data",
-        action="store_true",
-        help="evaluate even if the data differ from those the checkpoint was trained on (the result "
-             "then says so)",
-    )
-    parser.add_argument("--data_root", type=Path, default=Path("data"),
-                        help="dataset root holding <dataset>/split_dict.pt, for --check_submission (without it: "
-                             "ogb's official test split sizes)")
-    return parser.parse_known_args(argv)
+@dataclass(frozen=True)
+class EvaluatePlan:
+    """A checkpoint to evaluate on a split, its model and data built and checked."""
+
+    checkpoint: str  # --model, as given
+    split: str  # valid, test, test-dev, test-challenge
+    trainer: pl.Trainer  # the config's trainer (no logger, no weight averaging)
+    model: pl.LightningModule  # the checkpoint's task, as its config (or --config) builds it
+    data: RunData  # its data
+    submission: SubmissionFormat | None  # the OGB-LSC dataset's format (None: not one)
+    data_check: dict[str, Any]  # compare_data's: same_data_as_training (and data_differences)
+    initialised_from: str | None  # where the run's weights came from (train --init_from)
+    out: Path | None  # the metrics' JSON file to write (it does not exist)
+    submission_dir: Path | None  # where a hidden split's submission goes
+    predictions: Path | None  # where an OGB-LSC split's predictions go (.npz)
+    started: float  # time.perf_counter() when the command started (a submission's wall time)
 
 
-def check_outputs(options: argparse.Namespace) -> None:
-    """Refuse (exit code 2) before any work an output that cannot be written, or ``--out`` over any existing file
-    (nothing is overwritten)."""
-    for flag, path, is_dir in (("--out", options.out, False), ("--predictions", options.predictions, False),
-                               ("--submission_dir", options.submission_dir, True)):
+@dataclass(frozen=True)
+class CheckPlan:
+    """``--check_submission FILE``: an existing submission file to check."""
+
+    path: Path  # the submission file
+    data_root: Path  # where the dataset's split sizes are (else ogb's official sizes)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse (:class:`DataError`) an output that cannot be written, or ``--out`` over any existing file (nothing
+    is overwritten)."""
+    for flag, path, is_dir in (("--out", args.out, False), ("--predictions", args.predictions, False),
+                               ("--submission_dir", args.submission_dir, True)):
         if path is None:
             continue
         if not is_dir and path.is_dir():
-            refuse(f"{flag} {path} is a directory; name the file to write")
+            raise DataError(f"{flag} {path} is a directory; name the file to write")
         if (read_only := unwritable(path if is_dir else path.parent)) is not None:
-            refuse(f"{flag} {path}: {read_only} is not writable")
-    if options.out is not None and options.out.exists():
-        refuse(f"--out {options.out} exists; choose another output path (nothing is overwritten)")
+            raise DataError(f"{flag} {path}: {read_only} is not writable")
+    if args.out is not None and args.out.exists():
+        raise DataError(f"--out {args.out} exists; choose another output path (nothing is overwritten)")
 
 
-def check_split(options: argparse.Namespace, data: RunData) -> SubmissionFormat | None:
-    """Refuse (exit code 2) a split that ``data`` does not have, or a hidden test split without a place for its
-    predictions; returns the OGB-LSC submission format of ``data`` (None: not an OGB-LSC dataset)."""
-    fmt = data.spec.submission if isinstance(data, PredictableData) else None
-    if fmt is None:
-        if options.split in MODES:
-            refuse(
-                f"{options.ckpt}'s data have no split '{options.split}': test-dev and test-challenge are the "
-                "hidden test splits of OGB-LSC datasets (PCQM4Mv2, MAG240M); evaluate it with --split valid or test"
-            )
-        if options.predictions is not None:
-            refuse("--predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
-        return None
-    if options.split not in fmt.splits:
-        refuse(f"{fmt.dataset} has no split '{options.split}'; its splits are {', '.join(fmt.splits)}")
-    if options.split in MODES and options.submission_dir is None and options.predictions is None:
-        refuse(f"--split {options.split} has hidden targets: pass --submission_dir DIR to write a leaderboard "
-               "submission (or --predictions FILE)")
-    return fmt
+class Evaluate(Command[EvaluatePlan | CheckPlan, Evaluation | dict[str, Any]]):
+    NAME = "evaluate"
+    HELP = __doc__
+    EPILOG = "Any other option (--data.root DIR, --config FILE ...) changes the checkpoint's own config, as train's do."
+    OVERRIDES = True
+
+    def add_args(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--model", default=None, metavar="CKPT", help="the checkpoint file (.ckpt) to evaluate")
+        parser.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)  # --model's earlier name
+        parser.add_argument("--split", default="valid", choices=["valid", "test", *MODES], help="split to evaluate")
+        parser.add_argument("--out", type=Path, default=None, help="write the metrics to this JSON file")
+        parser.add_argument("--submission_dir", type=Path, default=None,
+                            help="directory for the OGB-LSC submission file of --split test-dev/test-challenge")
+        parser.add_argument("--predictions", type=Path, default=None, metavar="FILE",
+                            help="also save the split's rows and predictions (NaN for skipped rows) to this .npz file")
+        parser.add_argument("--check_submission", type=Path, default=None, metavar="FILE",
+                            help="only check an existing submission file (name, shape, dtype, finite values)")
+        parser.add_argument("--allow_other_data", action="store_true", help="evaluate even if the data differ from "
+                            "those the checkpoint was trained on (the result then says so)")
+        parser.add_argument("--data_root", type=Path, default=Path("data"),
+                            help="dataset root holding <dataset>/split_dict.pt, for --check_submission (without it: "
+                                 "ogb's official test split sizes)")
+
+    def plan(self, args: argparse.Namespace) -> EvaluatePlan | CheckPlan:
+        started = time.perf_counter()
+        check_outputs(args)
+        if args.check_submission is not None:
+            return CheckPlan(args.check_submission, args.data_root)
+        if args.ckpt is not None:
+            if args.model is not None:
+                raise DataError("--ckpt is --model's earlier name: give one of them")
+            log.warning("--ckpt is now spelled --model (graphormer-urpe evaluate --model CKPT)")
+        checkpoint = args.model or args.ckpt
+        if checkpoint is None:
+            raise DataError("--model CKPT is required (or --check_submission FILE)")
+        if Path(checkpoint).is_dir():
+            raise DataError(f"--model {checkpoint} is a directory: evaluate takes one run's checkpoint (an "
+                            f"ensemble's scores are in its ensemble.json)")
+        if args.submission_dir is not None and args.split not in MODES:
+            raise DataError(f"--submission_dir writes test-dev or test-challenge submissions, not '{args.split}'")
+        own_config = any(a == "--config" or a.startswith("--config=") for a in args.overrides)
+        # the checkpoint's config holds the architecture --init_from gave the run; its weights are --model's
+        cli = GraphormerCLI(args.overrides, config_text=None if own_config else embedded_config(checkpoint))
+        data = cli.datamodule
+        remove_weight_averaging(cli.trainer)  # the checkpoint holds the averaged weights; nothing averages here
+        if not isinstance(data, RunData):
+            raise DataError(f"{type(data).__name__} does not give what evaluation needs of its data (identity())")
+        submission = check_split(data, args.split, checkpoint, args.predictions, args.submission_dir)
+        stored = check_checkpoint(checkpoint, cli.model, cli.model.hparams)
+        initialised = stored.get(INITIALISED_FROM)
+        return EvaluatePlan(
+            checkpoint=checkpoint, split=args.split, trainer=cli.trainer, model=cli.model, data=data,
+            submission=submission, data_check=compare_data(checkpoint, stored, data_identity(data),
+                                                           args.allow_other_data),
+            initialised_from=None if initialised is None else describe(initialised), out=args.out,
+            submission_dir=args.submission_dir, predictions=args.predictions, started=started)
+
+    def run(self, plan: EvaluatePlan | CheckPlan) -> Evaluation | dict[str, Any]:
+        if isinstance(plan, CheckPlan):
+            return check_submission(plan.path, plan.data_root)
+        result = evaluate_checkpoint(plan.trainer, plan.model, plan.data, plan.checkpoint, plan.split,
+                                     plan.submission, submission_dir=plan.submission_dir,
+                                     predictions=plan.predictions, data_check=plan.data_check,
+                                     initialised_from=plan.initialised_from, started=plan.started)
+        if plan.trainer.is_global_zero:
+            log.info("%s", result.as_json())
+            if plan.out is not None:
+                write_json(plan.out, result.as_json())
+        return result
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    """Evaluate, or write or check a submission; returns what was measured or written."""
-    started = time.perf_counter()
-    options, rest = parse_args(sys.argv[1:] if argv is None else argv)  # --help prints and exits first
-    configure_logging()
-    check_outputs(options)
-    with exit_codes():
-        if options.check_submission is not None:
-            return check_submission(options.check_submission, options.data_root)
-        if options.ckpt is None:
-            refuse("--ckpt is required (or --check_submission FILE)")
-        if options.submission_dir is not None and options.split not in MODES:
-            refuse(f"--submission_dir writes test-dev or test-challenge submissions, not '{options.split}'")
-        return evaluate(options, rest, started)
-
-
-def check_submission(path: Path, data_root: Path) -> dict:
-    """``--check_submission FILE``: the file as the leaderboard would check it (:class:`SubmissionError`)."""
-    try:
-        return check_submission_file(path, data_root)
-    except RuntimeError as error:  # the OGB-LSC evaluator's own refusals
-        raise SubmissionError(str(error)) from error
-
-
-def evaluate(options: argparse.Namespace, rest: list[str], started: float) -> dict:
-    """``--ckpt CKPT --split SPLIT``: the checkpoint's model and data (its config, or ``--config``, with the
-    overrides in ``rest``) on one split: its metrics, or an OGB-LSC split's predictions or submission."""
-    own_config = any(a == "--config" or a.startswith("--config=") for a in rest)
-    # the checkpoint's config holds the architecture --init_from gave the run; its weights are --ckpt's
-    cli = GraphormerCLI(rest, config_text=None if own_config else embedded_config(options.ckpt))
-    data = cli.datamodule
-    remove_weight_averaging(cli.trainer)  # the checkpoint holds the averaged weights; nothing averages here
-    if not isinstance(data, RunData):
-        refuse(f"{type(data).__name__} does not give what evaluation needs of its data (identity())")
-    fmt = check_split(options, data)
-    checkpoint = check_checkpoint(options.ckpt, cli.model, cli.model.hparams)
-    data_check = compare_data(options.ckpt, checkpoint, data_identity(data), options.allow_other_data)
-    if fmt is not None:
-        result = evaluate_split(cli.trainer, cli.model, data, options.split, options.ckpt,
-                                submission_dir=options.submission_dir, predictions_file=options.predictions,
-                                started=started, data_check=data_check)
-    else:
-        run = cli.trainer.validate if options.split == "valid" else cli.trainer.test
-        metrics = run(cli.model, data, ckpt_path=options.ckpt, verbose=False)[0]
-        result = {"checkpoint": options.ckpt, "split": options.split, "metrics": metrics}
-    result.update(data_check)
-    if (initialised := checkpoint.get(INITIALISED_FROM)) is not None:
-        result["initialised_from"] = describe(initialised)
-    if cli.trainer.is_global_zero:
-        log.info("%s", result)
-        if options.out is not None:
-            write_json(options.out, result)
-    return result
+main = Evaluate().main

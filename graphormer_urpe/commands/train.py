@@ -23,21 +23,53 @@ directory that cannot be used so), 3 non-finite loss, 128 + signal number after 
 
 from __future__ import annotations
 
-import sys
+import argparse
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
-from graphormer_urpe.commands.exits import INTERRUPTED, exit_codes
+from graphormer_urpe.commands.command import Command
+from graphormer_urpe.commands.exits import exit_codes
 from graphormer_urpe.run.cli import TrainingCLI, log
-from graphormer_urpe.run.start import finish_start, plan_start, run_start
+from graphormer_urpe.run.start import Start, finish_start, plan_start, run_start
 
 
-def main(args: Sequence[str] | None = None) -> dict:
-    """Run one experiment; returns the final metrics."""
-    try:
-        cli = TrainingCLI(args)
-    except KeyboardInterrupt:
-        log.warning("interrupted (Ctrl-C) while setting up; nothing was trained")
-        sys.exit(INTERRUPTED)
-    with exit_codes(finish=partial(finish_start, cli)):
-        return run_start(cli, plan_start(cli))
+@dataclass(frozen=True)
+class TrainPlan:
+    """A start of a run: its parsed config, data, model and trainer, and how it uses its run directory."""
+
+    cli: TrainingCLI  # the config resolved, its objects built
+    start: Start  # new, resume or restart; the directory held (plan_start)
+
+
+class Train(Command[TrainPlan, dict[str, Any]]):
+    NAME = "train"
+    HELP = __doc__
+    OVERRIDES = True
+
+    def add_args(self, parser: argparse.ArgumentParser) -> None:
+        """None here: train's options are its config's, declared and parsed by
+        :class:`~graphormer_urpe.run.cli.TrainingCLI` (``graphormer-urpe train --help`` lists them)."""
+
+    def parse(self, argv: Sequence[str]) -> argparse.Namespace:
+        return argparse.Namespace(overrides=list(argv))  # all of it for TrainingCLI, --help included
+
+    def plan(self, args: argparse.Namespace) -> TrainPlan:
+        try:
+            cli = TrainingCLI(args.overrides)
+        except KeyboardInterrupt:
+            log.warning("interrupted (Ctrl-C) while setting up; nothing was trained")
+            raise
+        with exit_codes(finish=partial(finish_start, cli)):  # a refused start lets its run directory go
+            return TrainPlan(cli, plan_start(cli))
+
+    def run(self, plan: TrainPlan) -> dict[str, Any]:
+        """Fit, then validate and test the best checkpoint; returns the final metrics (``metrics.json``)."""
+        return run_start(plan.cli, plan.start)
+
+    def finish(self, plan: TrainPlan, exit_code: int, interrupted: bool) -> None:
+        finish_start(plan.cli, exit_code, interrupted)
+
+
+main = Train().main

@@ -103,7 +103,7 @@ def test_an_old_node_tagging_checkpoint_converts_then_evaluates_loads_and_predic
 
     # evaluate.py rebuilds the run from the converted embedded config and gives the metric of training
     result = evaluate.main(["--ckpt", str(converted), "--split", "valid", "--logger", "none"])
-    assert result["metrics"]["val/accuracy"] == metrics["validation"]["val/accuracy"]
+    assert result.metrics["val/accuracy"] == metrics["validation"]["val/accuracy"]
     # from_checkpoint: the task and weights of the checkpoint the old one was made from
     task, original = Classification.from_checkpoint(converted).eval(), Classification.from_checkpoint(new).eval()
     assert type(task) is Classification and not task.binary and task.monitor == ("val/accuracy", "max")

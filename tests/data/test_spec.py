@@ -334,7 +334,7 @@ def test_a_checkpoint_in_the_layout_main_wrote_loads_evaluates_and_predicts_iden
     torch.save(checkpoint, tmp_path / "main.ckpt")
 
     result = evaluate.main(["--ckpt", str(tmp_path / "main.ckpt"), "--split", "valid", "--data.root", str(qm9_root)])
-    assert result["metrics"]["val/mae"] == metrics["validation"]["val/mae"]  # exactly, on CPU
+    assert result.metrics["val/mae"] == metrics["validation"]["val/mae"]  # exactly, on CPU
     old = GraphRegression.from_checkpoint(tmp_path / "main.ckpt").eval()
     new = GraphRegression.from_checkpoint(metrics["best_checkpoint"]).eval()
     assert old.hparams == new.hparams

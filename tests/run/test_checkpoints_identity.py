@@ -109,8 +109,8 @@ def test_evaluate_refuses_an_edited_table_unless_allowed_and_then_says_so(small_
     same.parent.mkdir()
     shutil.copy(small_table, same)  # the same bytes elsewhere: the same data
     result = evaluate.main(["--ckpt", best, "--split", "test", "--data.source.path", str(same)])
-    assert result["same_data_as_training"] is True and "data_differences" not in result
-    assert result["metrics"]["test/mae"] == json.loads((small_run / "metrics.json").read_text())["test"]["test/mae"]
+    assert result.same_data_as_training is True and result.data_differences is None
+    assert result.metrics["test/mae"] == json.loads((small_run / "metrics.json").read_text())["test"]["test/mae"]
     edited = edited_copy(small_table, tmp_path / "edited")
     data_root = tmp_path / "data"  # what --allow-other-data builds stays out of the shared data root
     args = ["--ckpt", best, "--split", "test", "--data.source.path", str(edited), "--data.root", str(data_root)]
@@ -124,7 +124,7 @@ def test_evaluate_refuses_an_edited_table_unless_allowed_and_then_says_so(small_
     assert not data_root.exists()  # refused before anything was built
     out = tmp_path / "other.json"
     result = evaluate.main([*args, "--allow-other-data", "--out", str(out)])
-    assert result["same_data_as_training"] is False and result["data_differences"] == difference
+    assert result.same_data_as_training is False and result.data_differences == difference
     written = json.loads(out.read_text())
     assert written["same_data_as_training"] is False and written["data_differences"] == difference
     assert (f"evaluating on OTHER data than {best} was trained on (--allow_other_data): {difference}"

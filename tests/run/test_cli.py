@@ -64,12 +64,12 @@ def test_evaluate_reproduces_the_logged_validation_metric(trained_run, tmp_path:
     out = tmp_path / "eval.json"
     result = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", "valid", "--out", str(out),
                             "--data.root", str(data_root)])
-    assert result["metrics"]["val/mae"] == metrics["validation"]["val/mae"]  # exactly, on CPU
-    assert json.loads(out.read_text())["metrics"] == result["metrics"]
+    assert result.metrics["val/mae"] == metrics["validation"]["val/mae"]  # exactly, on CPU
+    assert json.loads(out.read_text())["metrics"] == result.metrics
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         test = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", "test", "--data.root", str(data_root)])
-    assert test["metrics"]["test/mae"] == metrics["test"]["test/mae"]
+    assert test.metrics["test/mae"] == metrics["test"]["test/mae"]
     # the checkpoint was written in another directory: nothing to say about it
     assert caught and not [w for w in caught if "dirpath" in str(w.message)], [str(w.message) for w in caught]
 

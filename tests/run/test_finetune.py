@@ -369,8 +369,8 @@ def test_the_qm9_pretraining_starts_a_table_of_molecules(pretrained: tuple[Path,
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
     result = evaluate.main(["--ckpt", str(run_dir / "checkpoints" / "last.ckpt"), "--split", "valid"])
-    assert result["metrics"] == metrics["validation"]  # the same weights, the same architecture
-    assert result["initialised_from"] == f"{source} (sha256 {record['sha256'][:12]}; QM9, step " \
+    assert result.metrics == metrics["validation"]  # the same weights, the same architecture
+    assert result.initialised_from == f"{source} (sha256 {record['sha256'][:12]}; QM9, step " \
                                          f"{before['global_step']}): head rebuilt ({reason})"
 
 

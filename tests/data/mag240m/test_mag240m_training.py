@@ -85,7 +85,7 @@ def test_submission_written_and_checked_at_official_shapes(official_shapes, tmp_
     result = evaluate.main(["--ckpt", checkpoint, "--split", split, "--submission-dir", str(tmp_path),
                             "--data.root", str(root), "--data.num_workers", "0", "--data.eval_batch_size", "16384"])
     path = tmp_path / f"y_pred_mag240m_{split}.npz"
-    assert result["rows"] == rows and len(check_submission(path, rows, MAG240M)) == rows
+    assert result.leaderboard["rows"] == rows and len(check_submission(path, rows, MAG240M)) == rows
     assert evaluate.main(["--check-submission", str(path), "--data-root", str(root)])["mode"] == split
     with np.load(path) as archive:
         assert archive["y_pred"].shape == (rows,) and archive["y_pred"].max() < 153
@@ -135,10 +135,10 @@ def test_valid_accuracy_by_ogbs_evaluator_equals_the_training_metric(small_run, 
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
     result = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", "valid", "--data.root", str(root),
                             "--trainer.enable_progress_bar", "false"])
-    assert result["evaluator"] == "MAG240MEvaluator" and result["scored"] == 179 and result["skipped"] == 0
+    assert result.leaderboard == {"evaluator": "MAG240MEvaluator", "scored": 179, "skipped": 0}
     # the same count of correct papers over 179: the training metric is that ratio rounded to float32
     float32 = float(np.finfo(np.float32).eps)
-    assert result["metrics"]["acc"] == pytest.approx(metrics["validation"]["val/accuracy"], rel=float32)
+    assert result.metrics["acc"] == pytest.approx(metrics["validation"]["val/accuracy"], rel=float32)
 
 
 def _evaluate_on(devices: int, *args: str) -> None:

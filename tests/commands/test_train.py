@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import evaluate
+from graphormer_urpe.commands import evaluate
 from graphormer_urpe.run.ledger import read_metrics
 from graphormer_urpe.testing.runs import DDP_TWIN_ARGS, synthetic_run, tiny_run_args, train
 from graphormer_urpe.testing.tolerance import rounding_tolerance
@@ -43,14 +43,14 @@ def test_ddp_metric_equals_single_process_metric_of_the_same_checkpoint(ddp_run:
     """5 graphs on 2 processes (shards of 3 and 2, in 2 and 1 batches): none repeated, none dropped, no hang."""
     run_dir, _ = ddp_run
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    single = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", split, "--trainer.devices", "1",
+    single = evaluate.main(["--model", metrics["best_checkpoint"], "--split", split, "--trainer.devices", "1",
                             "--trainer.strategy", "auto", "--logger", "none"])
     name, stage = ("val/mae", "validation") if split == "valid" else ("test/mae", "test")
     # other batches, so other padding and summation orders: the predictions, of the targets' magnitude
     # (the mean and a few standard deviations after 6 steps), agree up to rounding, and so do their MAEs
     state = torch.load(metrics["best_checkpoint"], weights_only=True)["state_dict"]
     scale = state["target_mean"].abs() + 4 * state["target_std"]
-    assert metrics[stage][name] == pytest.approx(single["metrics"][name], abs=rounding_tolerance(scale)["atol"])
+    assert metrics[stage][name] == pytest.approx(single.metrics[name], abs=rounding_tolerance(scale)["atol"])
 
 
 def test_global_batch_gives_the_same_steps_learning_rates_and_weights(
@@ -101,8 +101,8 @@ def test_init_from_turns_an_rpe_run_into_an_identical_urpe_run(tmp_path):
 def test_evaluate_reproduces_a_synthetic_run(tmp_path, config):
     metrics, _ = synthetic_run(tmp_path, "run", config)
     for split, stage, name in (("valid", "validation", "val/accuracy"), ("test", "test", "test/accuracy")):
-        result = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", split, "--logger", "none"])
-        assert result["metrics"][name] == metrics[stage][name]
+        result = evaluate.main(["--model", metrics["best_checkpoint"], "--split", split, "--logger", "none"])
+        assert result.metrics[name] == metrics[stage][name]
 
 
 def test_a_run_that_averages_weights_tests_the_weights_its_checkpoint_holds(qm9_root: Path, tmp_path: Path) -> None:
@@ -115,9 +115,9 @@ def test_a_run_that_averages_weights_tests_the_weights_its_checkpoint_holds(qm9_
     averaged, current = checkpoint["state_dict"], checkpoint["current_model_state"]
     assert any(not torch.equal(averaged[key], current[key]) for key in averaged)  # two sets of weights to tell apart
     for split, stage, name in (("valid", "validation", "val/mae"), ("test", "test", "test/mae")):
-        result = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", split, "--logger", "none"])
+        result = evaluate.main(["--model", metrics["best_checkpoint"], "--split", split, "--logger", "none"])
         # exactly: the same weights, rows and batches on the same CPU (the averages differ in the third digit)
-        assert result["metrics"][name] == metrics[stage][name]
+        assert result.metrics[name] == metrics[stage][name]
 
 
 def test_a_run_without_validation_batches_reports_none_and_its_last_weights(qm9_root: Path, tmp_path: Path) -> None:
@@ -127,3 +127,20 @@ def test_a_run_without_validation_batches_reports_none_and_its_last_weights(qm9_
     assert metrics["validation"] is None and metrics["best_checkpoint"] is None and metrics["global_step"] == 6
     assert set(metrics["test"]) == {"test/mae"}
     assert json.loads((tmp_path / "noval" / "metrics.json").read_text())["validation"] is None
+
+
+def test_the_command_refuses_a_start_in_one_line_and_leaves_no_run_directory(tmp_path: Path) -> None:
+    """``graphormer-urpe train``'s plan refuses a resume of nothing (exit code 2, one line) and lets the run
+    directory it chose go, so the same ``--run_name`` starts a run later; a bad option stops before that."""
+    from graphormer_urpe.commands.__main__ import main
+    from graphormer_urpe.testing.runs import TINY_SYNTHETIC_ARGS
+
+    args = ["train", "--config", "synthetic_pi", *TINY_SYNTHETIC_ARGS["synthetic_pi"], "--run_root", str(tmp_path),
+            "--run_name", "r", "--logger", "none"]
+    with pytest.raises(SystemExit) as refused:
+        main([*args, "--ckpt_path", "last"])
+    assert refused.value.code == 2 and str(refused.value).startswith("--ckpt_path last: there is no ")
+    assert "\n" not in str(refused.value) and not (tmp_path / "r").exists()
+    with pytest.raises(SystemExit) as refused:
+        main([*args, "--trainer.max_stepz", "3"])
+    assert refused.value.code == 2 and not (tmp_path / "r").exists()

@@ -1,8 +1,10 @@
-"""evaluate.py on PCQM4Mv2: ogb's validation MAE, a full-size test-dev submission, and DDP inference.
+"""``graphormer-urpe evaluate``: refusals before any work (outputs it would overwrite, splits the checkpoint's data do
+not have, an ensemble where a checkpoint is needed), ``--ckpt`` as ``--model``'s earlier name; and on PCQM4Mv2 ogb's
+validation MAE, a full-size test-dev submission, and DDP inference.
 
-One fixture in ogb's layout serves every test: a small train/valid split, a test-dev split of the
-official size (147,037 rows; tiny SMILES keep preprocessing and inference short) and a small
-test-challenge split, each with SMILES RDKit cannot parse.
+One fixture in ogb's layout serves the PCQM4Mv2 tests: a small train/valid split, a test-dev split of the official
+size (147,037 rows; tiny SMILES keep preprocessing and inference short) and a small test-challenge split, each with
+SMILES RDKit cannot parse.
 """
 
 from __future__ import annotations
@@ -18,13 +20,64 @@ import numpy as np
 import pytest
 from ogb.lsc import PCQM4Mv2Evaluator
 
-import evaluate
+from graphormer_urpe.commands import evaluate
+from graphormer_urpe.commands.__main__ import main
 from graphormer_urpe.evaluation.submission import check_submission
 from graphormer_urpe.run.cli import RUN_DIR_ENV
 from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 from graphormer_urpe.testing.runs import train
 from graphormer_urpe.testing.tolerance import rounding_tolerance
+
+
+def test_help_prints_the_options_and_exits_zero(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["evaluate", "--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert "--model CKPT" in shown and "--submission_dir" in shown and "changes the checkpoint's own config" in shown
+    assert "--ckpt" not in shown.split("\n\n")[0]  # the usage names today's spelling only
+
+
+def refusal(argv: list[str]) -> str:
+    """The one line with which ``graphormer-urpe evaluate ARGV`` stops (exit code 2)."""
+    with pytest.raises(SystemExit) as refused:
+        main(["evaluate", *argv])
+    assert refused.value.code == 2 and "\n" not in str(refused.value)
+    return str(refused.value)
+
+
+def test_out_never_overwrites_a_file(tmp_path: Path) -> None:
+    """An earlier result is never replaced. (The refusal is read from the exception: ``capsys`` would close the
+    stream the package's log handler keeps.)"""
+    (tmp_path / "any.ckpt").write_bytes(b"")
+    out = tmp_path / "metrics.json"
+    out.write_text('{"earlier": "result"}\n')
+    assert refusal(["--model", str(tmp_path / "any.ckpt"), "--split", "valid", "--out", str(out)]) == (
+        f"--out {out} exists; choose another output path (nothing is overwritten)")
+    assert out.read_text() == '{"earlier": "result"}\n'
+
+
+def test_the_model_is_one_checkpoint_and_ckpt_its_earlier_name(tmp_path: Path,
+                                                                package_log: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "any.ckpt").write_bytes(b"not a checkpoint")
+    assert refusal(["--ckpt", str(tmp_path / "any.ckpt")]).endswith("), not a checkpoint")
+    assert "--ckpt is now spelled --model (graphormer-urpe evaluate --model CKPT)" in package_log.text
+    assert refusal(["--ckpt", "a.ckpt", "--model", "b.ckpt"]) == "--ckpt is --model's earlier name: give one of them"
+    assert refusal(["--split", "test"]) == "--model CKPT is required (or --check_submission FILE)"
+    assert refusal(["--model", str(tmp_path)]).startswith(f"--model {tmp_path} is a directory: evaluate takes one "
+                                                          "run's checkpoint")
+
+
+def test_a_hidden_test_split_of_a_table_is_named_as_missing(small_run: Path) -> None:
+    """``--split test-dev`` exists for OGB-LSC datasets only: a table's checkpoint is told so, not asked for a
+    ``--submission_dir`` it could never use."""
+    best = json.loads((small_run / "metrics.json").read_text())["best_checkpoint"]
+    for split in ("test-dev", "test-challenge"):
+        assert refusal(["--model", best, "--split", split]) == (
+            f"{best}'s data have no split '{split}': test-dev and test-challenge are the hidden test splits of "
+            "OGB-LSC datasets (PCQM4Mv2, MAG240M); evaluate it with --split valid or test")
+
 
 SIZES = {"train": 60, "valid": 21, "test-dev": 147_037, "test-challenge": 13}
 TINY_SMILES = ["C", "CC", "O", "N", "CO", "CN", "C=O", "C#N", "CCO", "OO", "CC=O", "NC=O", "OCO", "CCN"]
@@ -68,7 +121,7 @@ def pcqm_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def run_evaluate(pcqm_run: dict, *args: str) -> dict:
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(RUN_DIR_ENV, raising=False)
-        return evaluate.main(["--ckpt", pcqm_run["ckpt"], "--data.root", str(pcqm_run["root"]),
+        return evaluate.main(["--model", pcqm_run["ckpt"], "--data.root", str(pcqm_run["root"]),
                               "--trainer.enable_progress_bar", "false", *args])
 
 
@@ -81,7 +134,7 @@ def test_training_reports_no_test_metric_for_hidden_labels(pcqm_run: dict) -> No
 def test_valid_prints_ogbs_mae(pcqm_run: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     saved = tmp_path / "valid.npz"
     result = run_evaluate(pcqm_run, "--split", "valid", "--predictions", str(saved))
-    assert result["evaluator"] == "PCQM4Mv2Evaluator" and result["scored"] == 20 and result["skipped"] == 1
+    assert result.leaderboard == {"evaluator": "PCQM4Mv2Evaluator", "scored": 20, "skipped": 1}
     with np.load(saved) as predictions:
         rows, y_pred = predictions["rows"], predictions["prediction"]
     np.testing.assert_array_equal(rows, pcqm_run["splits"]["valid"])
@@ -89,11 +142,11 @@ def test_valid_prints_ogbs_mae(pcqm_run: dict, tmp_path: Path, capsys: pytest.Ca
     scored = np.delete(np.arange(len(rows)), 2)
     expected = PCQM4Mv2Evaluator().eval({"y_true": pcqm_run["gaps"][rows[scored]].astype(np.float32),
                                          "y_pred": y_pred[scored]})["mae"]
-    assert result["metrics"]["mae"] == expected  # ogb's evaluator on these very arrays
+    assert result.metrics["mae"] == expected  # ogb's evaluator on these very arrays
     # training's torchmetrics MAE sums the same 20 float32 errors per batch: within one ulp per term
     rel = len(scored) * float(np.finfo(np.float32).eps)
-    assert result["metrics"]["mae"] == pytest.approx(pcqm_run["metrics"]["validation"]["val/mae"], rel=rel)
-    assert f"pcqm4m-v2 valid: MAE {result['metrics']['mae']:.6f} (PCQM4Mv2Evaluator, 20 molecules)" in \
+    assert result.metrics["mae"] == pytest.approx(pcqm_run["metrics"]["validation"]["val/mae"], rel=rel)
+    assert f"pcqm4m-v2 valid: MAE {result.metrics['mae']:.6f} (PCQM4Mv2Evaluator, 20 molecules)" in \
         capsys.readouterr().out
 
 
@@ -103,7 +156,7 @@ def test_full_size_test_dev_submission(pcqm_run: dict, tmp_path: Path, caplog: p
     and listed in the log; the file passes the official shape check and --check-submission."""
     subs, saved = tmp_path / "subs", tmp_path / "test-dev.npz"
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
-        record = run_evaluate(pcqm_run, "--split", "test-dev", "--submission-dir", str(subs), "--predictions",
+        record = run_evaluate(pcqm_run, "--split", "test-dev", "--submission_dir", str(subs), "--predictions",
                               str(saved), "--data.batch_size", "4096")
     path = subs / "y_pred_pcqm4m-v2_test-dev.npz"
     y_pred = check_submission(path, SIZES["test-dev"])
@@ -128,15 +181,15 @@ def test_full_size_test_dev_submission(pcqm_run: dict, tmp_path: Path, caplog: p
     assert "2 of 147037 test-dev rows could not be featurised" in caplog.text
     assert "wall time SMILES -> file" in caplog.text and "inference" in caplog.text
 
-    assert evaluate.main(["--check-submission", str(path), "--data-root", str(pcqm_run["root"])])["valid"]
+    assert evaluate.main(["--check_submission", str(path), "--data_root", str(pcqm_run["root"])])["valid"]
     broken = tmp_path / "broken" / path.name
     broken.parent.mkdir()
     np.savez(broken, y_pred=np.where(np.arange(147_037) == 5, np.nan, y_pred).astype(np.float32))
     with pytest.raises(SystemExit) as exit_info:
-        evaluate.main(["--check-submission", str(broken), "--data-root", str(pcqm_run["root"])])
+        evaluate.main(["--check_submission", str(broken), "--data_root", str(pcqm_run["root"])])
     assert exit_info.value.code == 1 and "1 non-finite values (NaN or inf), first at positions [5]" in caplog.text
     # without the dataset on disk: ogb's official size, and said so
-    official = evaluate.main(["--check-submission", str(path), "--data-root", str(tmp_path / "nowhere")])
+    official = evaluate.main(["--check_submission", str(path), "--data_root", str(tmp_path / "nowhere")])
     assert official["valid"] and official["rows"] == 147_037 and official["expected_rows_from"] == "official"
     assert "the expected row count comes from the dataset's split file" in caplog.text
     assert "checking against the official pcqm4m-v2 test-dev size instead, 147037 rows" in caplog.text
@@ -148,9 +201,9 @@ def test_a_non_official_split_or_missing_directory_fails_clearly(pcqm_run: dict,
     with pytest.raises(SystemExit, match="pass --submission_dir DIR"):
         run_evaluate(pcqm_run, "--split", "test-challenge")
     with pytest.raises(SystemExit, match="writes test-dev or test-challenge submissions, not 'valid'"):
-        run_evaluate(pcqm_run, "--split", "valid", "--submission-dir", str(tmp_path))
+        run_evaluate(pcqm_run, "--split", "valid", "--submission_dir", str(tmp_path))
     with caplog.at_level(logging.ERROR, logger="graphormer_urpe"), pytest.raises(SystemExit) as exit_info:
-        run_evaluate(pcqm_run, "--split", "test-challenge", "--submission-dir", str(tmp_path))
+        run_evaluate(pcqm_run, "--split", "test-challenge", "--submission_dir", str(tmp_path))
     assert exit_info.value.code == 1
     assert "refused 13 test-challenge predictions: the split in split_dict.pt has 13 rows" in caplog.text
     with pytest.raises(SystemExit, match="pcqm4m-v2 has no split 'test'; its splits are train, valid, test-dev"):
@@ -166,8 +219,9 @@ def test_two_processes_predict_exactly_what_one_does(pcqm_run: dict, tmp_path: P
     two = tmp_path / "two.npz"
     env = {k: v for k, v in os.environ.items() if k != RUN_DIR_ENV}
     done = subprocess.run(
-        [sys.executable, "evaluate.py", "--ckpt", pcqm_run["ckpt"], "--split", "test-challenge", "--predictions",
-         str(two), "--data.root", str(pcqm_run["root"]), "--data.batch_size", "4", "--trainer.accelerator", "cpu",
+        [sys.executable, "-m", "graphormer_urpe.commands", "evaluate", "--model", pcqm_run["ckpt"], "--split",
+         "test-challenge", "--predictions", str(two), "--data.root", str(pcqm_run["root"]), "--data.batch_size", "4",
+         "--trainer.accelerator", "cpu",
          "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.enable_progress_bar", "false"],
         cwd=REPO_DIR, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )
