@@ -89,7 +89,8 @@ class GraphDataModule(pl.LightningDataModule):
         bucket_window: size-aware batching (``docs/throughput.md``): global batches sorted together by size; 0: off.
         pad_nodes_to: pad every training batch to a node count that is a multiple of this, to its full number of
             graphs and to a fixed number of edges, so that a compiled step sees one shape per multiple
-            (``docs/throughput.md``, "A compiled step"); 1: off, each batch padded to its largest graph only.
+            (``docs/throughput.md``, "A compiled step"); 1: off, each batch padded to its largest graph only. At
+            most ``max_nodes``: a larger multiple would pad every batch beyond any graph the data may hold.
     """
 
     def __init__(self, source: GraphSource, root: str = "data", batch_size: int = 256, num_workers: int = 2,
@@ -107,7 +108,9 @@ class GraphDataModule(pl.LightningDataModule):
         check_int(
             "data.bucket_window", bucket_window, 0, hint=" (0: off, else a number of global batches, e.g. 100)"
         )
-        check_int("data.pad_nodes_to", pad_nodes_to, 1, hint=" (1: off, else a node count such as 8)")
+        check_int("data.pad_nodes_to", pad_nodes_to, 1, max_nodes,
+                  hint=" (1: off, else a node count such as 8; at most data.max_nodes, the largest graph the data "
+                       "may hold)")
         self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
         self.source = source
         self.root = Path(root).expanduser()

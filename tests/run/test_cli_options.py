@@ -101,7 +101,13 @@ CASES = [
     ("smiles_csv_example", ["--data.batch_size", "-1"], "data.batch_size=-1: must be an integer >= 1"),
     ("qm9_gap", ["--data.num_workers", "-1"], "data.num_workers=-1: must be an integer >= 0"),
     ("zinc_subset", ["--data.bucket_window", "-1"], "data.bucket_window=-1: must be an integer >= 0"),
-    ("zinc_subset", ["--data.pad_nodes_to", "0"], "data.pad_nodes_to=0: must be an integer >= 1 (1: off, else a node"),
+    ("zinc_subset", ["--data.pad_nodes_to", "0"], "data.pad_nodes_to=0: must be an integer from 1 to 512 (1: off, else"),
+    # a multiple above the largest graph the data may hold pads every batch beyond it (74.5 GiB for the first batch)
+    ("qm9_gap", ["--data.pad_nodes_to", "100000"],
+     "data.pad_nodes_to=100000: must be an integer from 1 to 512 (1: off, else a node count such as 8; at most "
+     "data.max_nodes, the largest graph the data may hold)"),
+    ("zinc_subset", ["--data.max_nodes", "64", "--data.pad_nodes_to", "65"],
+     "data.pad_nodes_to=65: must be an integer from 1 to 64"),
     ("qm9_gap", ["--data.chunk_size", "0"], "data.chunk_size=0: must be an integer >= 1"),
     ("qm9_gap", ["--data.max_nodes", "40000"], "data.max_nodes=40000: must be an integer from 1 to 32767"),
     ("qm9_gap", ["--data.path_order", "shortest"], "data.path_order: Expected a typing.Literal"),
