@@ -101,7 +101,7 @@ CASES = [
     ("smiles_csv_example", ["--data.batch_size", "-1"], "data.batch_size=-1: must be an integer >= 1"),
     ("qm9_gap", ["--data.num_workers", "-1"], "data.num_workers=-1: must be an integer >= 0"),
     ("zinc_subset", ["--data.bucket_window", "-1"], "data.bucket_window=-1: must be an integer >= 0"),
-    ("zinc_subset", ["--data.pad_nodes_to", "0"], "data.pad_nodes_to=0: must be an integer from 1 to 512 (1: off, else"),
+    ("zinc_subset", ["--data.pad_nodes_to", "0"], "data.pad_nodes_to=0: must be an integer from 1 to 512 (1: off"),
     # a multiple above the largest graph the data may hold pads every batch beyond it (74.5 GiB for the first batch)
     ("qm9_gap", ["--data.pad_nodes_to", "100000"],
      "data.pad_nodes_to=100000: must be an integer from 1 to 512 (1: off, else a node count such as 8; at most "
