@@ -64,7 +64,7 @@ def table_to_predict(table: Path, config: RunConfig, smiles_column: str | None =
     has the SMILES and feature columns (:class:`~graphormer_urpe.errors.InputError`, naming the file)."""
     column = smiles_column or config.source_args.get("smiles_column", "smiles")
     return SmilesToPredict(str(table), column, config.source_args.get("descriptors"),
-                           config.source_args.get("feature_columns") or ())
+                           config.source_args.get("feature_columns") or (), config.source_args.get("fingerprints"))
 
 
 def predict_molecules(tasks: Sequence[PerTargetTask], config: RunConfig, table: Path,

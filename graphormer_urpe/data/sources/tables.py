@@ -26,7 +26,9 @@ from tqdm.auto import tqdm
 
 from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import seeded_split, split_shares
+from graphormer_urpe.data.sources.descriptors import descriptor_reference
 from graphormer_urpe.data.sources.featurize import molecule_spec, silence_rdkit
+from graphormer_urpe.data.sources.fingerprints import ECFP_BITS
 from graphormer_urpe.data.sources.molecule_features import NO_FEATURES, MoleculeFeatures
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
 from graphormer_urpe.data.spec import DataSpec, TargetKind
@@ -395,9 +397,12 @@ def feature_columns(table: TableRead, features: MoleculeFeatures) -> np.ndarray:
 
 
 def describe_features(features: MoleculeFeatures) -> str:
-    """``rdkit2d descriptors (217) + columns logP, mw`` for a log line."""
-    parts = [f"{features.descriptors} descriptors ({len(features.names) - len(features.columns)})"] \
-        if features.descriptors else []
+    """``rdkit2d descriptors (217) + ecfp fingerprints (2048) + columns logP, mw`` for a log line."""
+    parts = []
+    if features.descriptors:
+        parts.append(f"{features.descriptors} descriptors ({len(descriptor_reference().names)})")
+    if features.fingerprints:
+        parts.append(f"{features.fingerprints} fingerprints ({ECFP_BITS})")
     if features.columns:
         parts.append(f"columns {', '.join(features.columns)}")
     return " + ".join(parts)
@@ -436,17 +441,20 @@ class SmilesTable(MoleculeSource):
             entering through the graph token; docs/own-data.md); null: none.
         feature_columns: numeric columns of the table given to the model as molecule-level features, standardised
             with the training split's mean and std (an empty cell is missing, read as the mean).
+        fingerprints: ``ecfp``: each molecule's Morgan count fingerprint (radius 2, 2,048 positions, ``log1p`` of
+            the counts) as molecule-level features beside the descriptors; null: none.
     """
 
     def __init__(self, path: str, targets: Sequence[str], smiles_column: str = "smiles",
                  task: TargetKind = "regression", num_classes: int | None = None, split: SplitMethod = "random",
                  split_column: str = "split", split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                  duplicate_smiles: Literal["error", "keep_first"] = "error",
-                 descriptors: Literal["rdkit2d"] | None = None, feature_columns: Sequence[str] = ()) -> None:
+                 descriptors: Literal["rdkit2d"] | None = None, feature_columns: Sequence[str] = (),
+                 fingerprints: Literal["ecfp"] | None = None) -> None:
         self.path = Path(path)
         self.targets = list(targets)
         self.smiles_column = smiles_column
-        self.features = MoleculeFeatures(descriptors, tuple(feature_columns))
+        self.features = MoleculeFeatures(descriptors, tuple(feature_columns), fingerprints)
         self.task = task
         self.num_classes = num_classes
         self.duplicate_smiles = duplicate_smiles
@@ -623,9 +631,9 @@ class SmilesToPredict(MoleculeSource):
     its columns). The table's one read keeps every column (``predict`` writes them back beside the predictions)."""
 
     def __init__(self, path: str, smiles_column: str = "smiles", descriptors: Literal["rdkit2d"] | None = None,
-                 feature_columns: Sequence[str] = ()) -> None:
+                 feature_columns: Sequence[str] = (), fingerprints: Literal["ecfp"] | None = None) -> None:
         self.path, self.smiles_column = Path(path), smiles_column
-        self.features = MoleculeFeatures(descriptors, tuple(feature_columns))
+        self.features = MoleculeFeatures(descriptors, tuple(feature_columns), fingerprints)
         self.name = f"predict_{self.path.name.split('.')[0]}"
 
     @cached_property

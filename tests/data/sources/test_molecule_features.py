@@ -377,3 +377,50 @@ def test_predict_recomputes_the_features_and_names_missing_columns(tmp_path: Pat
     with pytest.raises(TableError, match=r"no column 'clogp' \(a feature column the model was trained with: "
                                          r"data.source.feature_columns \['logp', 'clogp'\]\)"):
         SmilesToPredict(str(path), "smiles", None, ["logp", "clogp"]).table  # noqa: B018
+
+
+# ----------------------------------------------------------------------------- fingerprints (data.source.fingerprints)
+def hand_counted_ecfp(smiles: str) -> np.ndarray:
+    """The count fingerprint counted here from RDKit's own bit info: each (atom, radius) environment adds one to its
+    position. (2048,) int"""
+    from rdkit.Chem import rdFingerprintGenerator
+
+    info = rdFingerprintGenerator.AdditionalOutput()
+    info.AllocateBitInfoMap()
+    rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048).GetCountFingerprint(
+        Chem.MolFromSmiles(smiles), additionalOutput=info)
+    counts = np.zeros(2048, dtype=np.int64)
+    for position, environments in info.GetBitInfoMap().items():
+        counts[position] = len(environments)
+    return counts
+
+
+def test_fingerprint_features_are_log1p_of_the_morgan_counts_after_the_descriptors(tmp_path: Path) -> None:
+    data = datamodule(tmp_path, write_table(tmp_path), descriptors="rdkit2d", fingerprints="ecfp",
+                      feature_columns=["mw"])
+    names = data.spec.molecule_features
+    assert names[217] == "ecfp/0" and names[217 + 2047] == "ecfp/2047" and names[-1] == "mw" and len(names) == 2266
+    train = all_features(data, "train")
+    for row, (smiles, *_) in enumerate(ROWS[:6]):
+        counts = hand_counted_ecfp(smiles)
+        # octane: its 8 carbons are 2 CH3 and 6 CH2 environments at radius 0, so some position counts 6
+        np.testing.assert_array_equal(train[row, 217:217 + 2048], np.log1p(counts.astype(np.float32)))
+    assert hand_counted_ecfp("CCCCCCCC").max() == 6 and train[5, 217:217 + 2048].max() == np.log1p(np.float32(6))
+    mean, std = feature_statistics(names, train)
+    assert (mean[:2265] == 0).all() and (std[:2265] == 1).all()  # descriptors and counts: on their scale already
+    assert mean[-1] == pytest.approx(np.nanmean(train[:, -1]))  # the column: standardised
+
+
+def test_fingerprints_have_their_own_cache_and_are_recomputed_for_prediction(tmp_path: Path) -> None:
+    path = write_table(tmp_path)
+    plain = SmilesTable(str(path), targets=["y"], split="column", descriptors="rdkit2d")
+    with_ecfp = SmilesTable(str(path), targets=["y"], split="column", descriptors="rdkit2d", fingerprints="ecfp")
+    assert plain.cache_key({})[0] != with_ecfp.cache_key({})[0]
+    assert "fingerprints" not in plain.cache_key({})[1]  # off: the descriptors' caches keep their keys
+    assert with_ecfp.cache_key({})[1]["ecfp_bits"] == 2048
+    to_predict = SmilesToPredict(str(path), "smiles", "rdkit2d", (), "ecfp")
+    assert to_predict.spec.molecule_features == with_ecfp.spec.molecule_features
+    with pytest.raises(ConfigError, match="data.source.fingerprints='maccs': must be ecfp"):
+        SmilesTable(str(path), targets=["y"], split="column", fingerprints="maccs")
+    with pytest.raises(ConfigError, match="none starting with rdkit2d/ or ecfp/"):
+        SmilesTable(str(path), targets=["y"], split="column", feature_columns=["ecfp/3"])
