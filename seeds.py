@@ -1,4 +1,4 @@
-"""``python seeds.py ...``: the sweep over seeds (:mod:`graphormer_urpe.commands.sweep`)."""
+"""``python seeds.py ...`` is ``graphormer-urpe sweep ...`` (:mod:`graphormer_urpe.commands.sweep`), for a checkout."""
 
 from graphormer_urpe.commands.sweep import main
 

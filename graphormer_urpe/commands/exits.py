@@ -26,6 +26,8 @@ INVALID_SUBMISSION = 1
 BAD_INPUT = EXIT_BAD_INPUT
 #: ``train``: the loss became NaN or infinite.
 NON_FINITE_LOSS = 3
+#: ``sweep``: seeds that did not finish (the last line names each one's cause); the summary covers the others.
+FAILED_SEEDS = 4
 #: 128 + the signal's number: a signal stopped the command (``train`` wrote ``last.ckpt`` first).
 SIGNALLED = 128
 #: Ctrl-C (128 + SIGINT).
@@ -37,6 +39,7 @@ EXIT_CODES: dict[str, str] = {
     str(INVALID_SUBMISSION): "evaluate: a leaderboard submission the leaderboard would refuse",
     str(BAD_INPUT): "bad input: one line naming the option, file, row or key, before any work the input decides",
     str(NON_FINITE_LOSS): "train: the loss became NaN or infinite",
+    str(FAILED_SEEDS): "sweep: seeds that did not finish, each one's cause in the last line",
     f"{SIGNALLED} + signal": "a signal stopped it after writing last.ckpt: 130 Ctrl-C, 138 SIGUSR1, 143 SIGTERM",
 }
 

@@ -68,22 +68,27 @@ class DescriptorTrees:
         cls, kind: str, names: Sequence[str], descriptors: np.ndarray, targets: np.ndarray
     ) -> DescriptorTrees:
         """Fit one model per target on the rows where it is known. Shapes: descriptors (N, D), targets (N, Y)."""
-        if kind not in TREE_KINDS:
-            raise DataError(f"the descriptor trees predict regression targets or binary labels, not {kind} ones")
+        cls.check_targets(kind, names, targets)
         models: list[TreeModel] = []
-        for k, name in enumerate(names):
+        for k in range(len(names)):
             known = ~np.isnan(targets[:, k])
             if kind == "binary":
-                if len(np.unique(targets[known, k])) < 2:
-                    raise DataError(
-                        f"the descriptor trees need both classes of label '{name}' among the training "
-                        "rows, which hold one; ensemble without --trees"
-                    )
                 model: TreeModel = HistGradientBoostingClassifier(random_state=0)
             else:
                 model = HistGradientBoostingRegressor(random_state=0)
             models.append(model.fit(descriptors[known], targets[known, k]))
         return cls(kind, models)
+
+    @staticmethod
+    def check_targets(kind: str, names: Sequence[str], targets: np.ndarray) -> None:
+        """Refuse (:class:`DataError`) targets the trees cannot be fitted on: a multi-class label, or a binary label
+        with one class among the training rows (missing labels, NaN, left out). Shapes: targets (N, Y)."""
+        if kind not in TREE_KINDS:
+            raise DataError(f"the descriptor trees predict regression targets or binary labels, not {kind} ones")
+        for k, name in enumerate(names):
+            if kind == "binary" and len(np.unique(targets[~np.isnan(targets[:, k]), k])) < 2:
+                raise DataError(f"the descriptor trees need both classes of label '{name}' among the training rows, "
+                                "which hold one; ensemble without --trees")
 
     def predict(self, descriptors: np.ndarray) -> np.ndarray:
         """Each target's prediction: a value, or the probability of label 1. Shapes: (N, D) -> (N, Y) float64."""

@@ -45,8 +45,11 @@ from graphormer_urpe.evaluation.blend import (
 from graphormer_urpe.evaluation.new_molecules import (
     Prediction,
     TablePredictions,
+    check_table_to_predict,
     model_of,
     predict_molecules,
+    prediction_frame,
+    table_to_predict,
     write_predictions,
 )
 from graphormer_urpe.run.checkpoints import (
@@ -57,6 +60,7 @@ from graphormer_urpe.run.checkpoints import (
     reduced_checkpoint,
 )
 from graphormer_urpe.run.ledger import git_commit, package_versions
+from graphormer_urpe.run.sweep import signals_held
 from graphormer_urpe.tasks.base import PerTargetTask
 
 log = logging.getLogger("graphormer_urpe")
@@ -528,3 +532,89 @@ class SavedEnsemble:
         trees = " blended with descriptor trees" if self.record.trees else ""
         return write_predictions(self.directory, table, predicted, columns, out,
                                  f" by the ensemble of {len(self.record.members)}{trees}")
+
+
+# ----------------------------------------------------------------------------- a sweep's ensemble
+
+@dataclass(frozen=True)
+class EnsembleOutputs:
+    """What ``sweep --ensemble`` writes, planned before the first seed starts (:func:`plan_ensemble_outputs`)."""
+
+    directory: Path  # <run_root>/<name>-ensemble[-trees]
+    trees: bool  # blended with descriptor trees
+    table: Path | None  # --predict TABLE: new molecules to predict with the ensemble
+    predictions: Path | None  # <directory>-predict-<TABLE's stem>.csv
+    reused: EnsembleRecord | None  # the existing ensemble of exactly these seeds' runs, else None: made anew
+
+
+def plan_ensemble_outputs(config: RunConfig, runs: Sequence[Path], directory: Path, trees: bool,
+                          table: Path | None) -> EnsembleOutputs:
+    """Every refusal of a sweep's ensemble of ``runs`` (trained with ``config``, not yet finished) before any of them
+    runs: a config that is not a SMILES table's, trees without descriptors, for a multi-class label or for a binary
+    label with one class among the training rows, a table to predict that is missing, a directory, empty or without
+    the SMILES column, an existing ensemble of other runs (one of these very runs is reused), an existing prediction
+    (unless the ensemble is reused: then it is kept if it is that ensemble's prediction, :func:`write_ensemble`)."""
+    if config.source_class_path is None or not issubclass(config.source_class(), SmilesTable):
+        raise DataError(f"--ensemble saves the runs of a SMILES table (data.source SmilesTable), not of "
+                        f"{config.data_name}")
+    source = config.source()
+    if trees and not source.features.descriptors:
+        raise DataError("--trees reads the RDKit descriptors and this config has none (data.source.descriptors "
+                        f"{source.features.descriptors}): add --data.source.descriptors rdkit2d")
+    if trees:
+        train = split_rows(source, "train")
+        DescriptorTrees.check_targets(source.task, source.targets, train[source.targets].to_numpy())
+    predictions = None
+    if table is not None:
+        check_table_to_predict(table)
+        table_to_predict(table, config).smiles()  # read now: a missing column or no rows stops here
+        predictions = directory.with_name(f"{directory.name}-predict-{table.stem}.csv")
+    reused = existing_ensemble(directory, runs)
+    if predictions is not None and predictions.exists() and reused is None:
+        raise DataError(f"--predict: {predictions} exists (an earlier prediction is never overwritten): move it "
+                        "away first")
+    return EnsembleOutputs(directory, trees, table, predictions, reused)
+
+
+def existing_ensemble(directory: Path, runs: Sequence[Path]) -> EnsembleRecord | None:
+    """The ensemble already at ``directory`` if it is one of exactly these finished ``runs`` (reused), None if there
+    is none; :class:`DataError` for an ensemble of other runs (never overwritten)."""
+    if not directory.exists():
+        return None
+    other = (f"{directory} holds an ensemble of other runs (an ensemble is never overwritten): move it away or use "
+             "another --name")
+    if not (directory / RECORD_FILE).is_file():
+        raise DataError(other)
+    record = SavedEnsemble(directory).record
+    if not all((run / RUN_METRICS).is_file() for run in runs):
+        raise DataError(other.replace("of other runs", "of the runs before seeds that still have to run"))
+    if [sha256_file(member_checkpoint(run)) for run in runs] != [source.sha256 for source in record.sources]:
+        raise DataError(other)
+    return record
+
+
+def write_ensemble(outputs: EnsembleOutputs, runs: Sequence[Path], command: str) -> tuple[EnsembleRecord,
+                                                                                           Prediction | None]:
+    """Save (or reuse) the ensemble of the finished ``runs`` (``command``: the sweep's, for its record), and predict
+    the table of new molecules with it. An ensemble or a prediction that another sweep of these runs wrote meanwhile
+    is reused, a prediction only if it is this ensemble's prediction of the table, byte for byte (else refused:
+    never overwritten); a prediction is written whole or not at all, even on a signal."""
+    record = outputs.reused or existing_ensemble(outputs.directory, runs)
+    if record is None:
+        record = make_ensemble(runs, outputs.directory, outputs.trees, command)
+    else:
+        log.info("ensemble reused: %s holds these runs' ensemble", outputs.directory)
+    if outputs.table is None or outputs.predictions is None:
+        return record, None
+    ensemble = SavedEnsemble(outputs.directory)
+    if not outputs.predictions.exists():
+        with signals_held():
+            return record, ensemble.predict_into(outputs.table, outputs.predictions)
+    predicted, columns = ensemble.predict(outputs.table)
+    if outputs.predictions.read_text() != prediction_frame(predicted, columns).to_csv(index=False, na_rep=""):
+        raise DataError(f"--predict: {outputs.predictions} exists and is not this ensemble's prediction of "
+                        f"{outputs.table} (an earlier prediction is never overwritten): move it away first")
+    log.info("kept %s: this ensemble's prediction of %s, written before", outputs.predictions, outputs.table)
+    failed = sum(bool(reason) for reason in predicted.errors)
+    rows = len(predicted.errors)
+    return record, Prediction(outputs.directory, outputs.table, outputs.predictions, rows, rows - failed, failed)

@@ -428,6 +428,18 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 
 def write_json(path: Path, payload: dict) -> None:
-    """Write ``payload`` as indented JSON, atomically (readers see the old file or the new one)."""
+    """Write ``payload`` as indented JSON, atomically (readers see the old file or the new one); a NaN or infinite
+    number, a metric that is undefined (ROC-AUC of a label with one class), is written as ``null``: JSON has no NaN."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(payload, indent=2, default=str) + "\n")
+    atomic_write_text(path, json.dumps(finite_or_null(payload), indent=2, default=str, allow_nan=False) + "\n")
+
+
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN or infinite float in it, at any depth of dicts and lists, replaced by None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value

@@ -730,3 +730,13 @@ def test_a_record_names_the_commit_of_this_checkout_only(tmp_path: Path, monkeyp
     assert ledger.git_commit() == commit
     (tmp_path / "checkout" / "pyproject.toml").write_text(ours + "# edited\n")
     assert ledger.git_commit() == f"{commit}-dirty"
+
+
+def test_an_undefined_metric_is_written_as_null(tmp_path: Path) -> None:
+    """Issue 44.10: a run of a label with one class wrote its ROC-AUC as a bare ``NaN`` into metrics.json, which is
+    not JSON (strict readers refuse the file)."""
+    ledger.write_json(tmp_path / "metrics.json", {"validation": {"val/auroc": float("nan"), "val/loss": 0.5},
+                                                  "test": [float("inf"), 1.0], "global_step": 4})
+    text = (tmp_path / "metrics.json").read_text()
+    assert json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} is not JSON")) == {
+        "validation": {"val/auroc": None, "val/loss": 0.5}, "test": [None, 1.0], "global_step": 4}
