@@ -322,12 +322,6 @@ def test_sigterm_to_seeds_py_stops_the_running_seed_at_a_checkpoint_and_the_swee
     assert json.loads((seed0 / "metrics.json").read_text())["global_step"] == 6
 
 
-def test_the_root_script_is_the_command() -> None:
-    import seeds as root_script
-
-    assert root_script.main is sweep.main
-
-
 @pytest.mark.slow
 @pytest.mark.usefixtures("seeds_in_this_process")
 def test_ensemble_saves_the_seeds_best_checkpoints_as_one_ensemble(small_table: Path, tmp_path: Path) -> None:
