@@ -244,7 +244,7 @@ class RunDirectory:
 
 def is_locked(path: Path) -> bool:
     """Whether some process holds the lock on ``path``, a run's ``.lock`` (False when the file is gone or the file
-    system cannot lock). ``seeds.py`` asks it to tell a seed that another process is running."""
+    system cannot lock). ``graphormer-urpe sweep`` asks it to tell a seed that another process is running."""
     try:
         handle = open(path)
     except FileNotFoundError:  # the holder finished and removed it since the caller looked
