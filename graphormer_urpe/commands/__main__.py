@@ -1,14 +1,15 @@
 """``graphormer-urpe``: one command, one subcommand per job, each with its own ``--help`` (docs/running.md).
 
     graphormer-urpe train --config qm9_gap                          # one run (a shipped config, or your YAML)
-    graphormer-urpe evaluate --ckpt CKPT --split test               # a split's metrics, or OGB-LSC submissions
+    graphormer-urpe evaluate --model CKPT --split test              # a split's metrics, or OGB-LSC submissions
     graphormer-urpe predict --model MODEL new.csv --out preds.csv   # new molecules: a checkpoint or an ensemble
     graphormer-urpe sweep --config small_molecules --seeds 0 1 2 --ensemble --trees ...   # seeds, mean +- std
     graphormer-urpe ensemble --runs RUN... --trees --out ens/       # an ensemble saved as one directory
     graphormer-urpe convert official|huggingface|upgrade|pretrained ...   # checkpoints of other layouts
 
-``python -m graphormer_urpe.commands`` is the same command; in a checkout ``python train.py``, ``python evaluate.py``
-and ``python seeds.py`` call the same code. Exit codes: :mod:`graphormer_urpe.commands.exits`.
+``python -m graphormer_urpe.commands`` is the same command; in a checkout ``python train.py`` and ``python evaluate.py``
+call the same code. Every subcommand has one shape (:mod:`graphormer_urpe.commands.command`); exit codes:
+:mod:`graphormer_urpe.commands.exits`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from graphormer_urpe.commands.exits import BAD_INPUT, OK
+from graphormer_urpe.commands.exits import BAD_INPUT, OK, exit_codes
+from graphormer_urpe.errors import InputError
 
 #: Each subcommand: its module (imported when it runs, so
 #: ``convert`` does not load Lightning's CLI) and what it does.
@@ -73,9 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("graphormer-urpe (not installed: run from a source tree)")
         return OK
     if args[0] not in SUBCOMMANDS:
-        print(f"error: '{args[0]}' is not a subcommand; one of {', '.join(SUBCOMMANDS)} (graphormer-urpe --help)",
-              file=sys.stderr)
-        return BAD_INPUT
+        from graphormer_urpe.run.cli import configure_logging  # as a subcommand's refusal: Lightning's import
+
+        configure_logging()
+        with exit_codes():
+            raise InputError(f"'{args[0]}' is not a subcommand; one of {', '.join(SUBCOMMANDS)} (graphormer-urpe "
+                             "--help)")
     module = importlib.import_module(SUBCOMMANDS[args[0]][0])
     returned = module.main(args[1:])
     return returned if isinstance(returned, int) else OK  # a subcommand returns its result, or a code

@@ -61,8 +61,11 @@ class Train(Command[TrainPlan, dict[str, Any]]):
         except KeyboardInterrupt:
             log.warning("interrupted (Ctrl-C) while setting up; nothing was trained")
             raise
-        with exit_codes(finish=partial(finish_start, cli)):  # a refused start lets its run directory go
+        try:
             return TrainPlan(cli, plan_start(cli))
+        except BaseException:
+            with exit_codes(finish=partial(finish_start, cli)):  # a refused start lets its run directory go
+                raise
 
     def run(self, plan: TrainPlan) -> dict[str, Any]:
         """Fit, then validate and test the best checkpoint; returns the final metrics (``metrics.json``)."""

@@ -1,2 +1,2 @@
-"""``python -m graphormer_urpe.convert``: other Graphormer implementations' checkpoints, and our own earlier
+"""``graphormer-urpe convert``: other Graphormer implementations' checkpoints, and our own earlier
 layout, as ours (``docs/official-graphormer.md``, ``docs/tasks.md``). Nothing in the library imports it."""

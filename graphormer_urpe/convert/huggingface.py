@@ -119,7 +119,7 @@ def import_huggingface(source: str | Path, output: str | Path, *, node_vocab: Se
     source = Path(source)  # checked first: a message names the real problem
     if source.is_file():
         raise ConversionError(f"{source} is a file; a transformers checkpoint is a directory with config.json (a "
-                              "torch file of the official code converts with python -m graphormer_urpe.convert "
+                              "torch file of the official code converts with graphormer-urpe convert "
                               "official)")
     config = read_config(source / "config.json")
     output = check_output(output)

@@ -1,16 +1,14 @@
 """Reduce a pretraining run's checkpoint to the shipped one (:mod:`graphormer_urpe.pretrained`) and write its
-provenance.
+provenance (``graphormer-urpe convert pretrained``, :mod:`graphormer_urpe.commands.convert`).
 
-    python -m graphormer_urpe.convert.pretrained runs/pretrain_moses-<time>/checkpoints/best-<step>.ckpt --replace
-    python -m graphormer_urpe.convert.pretrained CKPT --out DIR          # elsewhere than the package (new files only)
+    graphormer-urpe convert pretrained runs/pretrain_moses-<time>/checkpoints/best-<step>.ckpt --replace
+    graphormer-urpe convert pretrained CKPT --out DIR          # elsewhere than the package (new files only)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import torch
@@ -18,7 +16,7 @@ import torch
 from graphormer_urpe.data.sources.descriptors import descriptor_reference
 from graphormer_urpe.data.sources.pretraining import moses_smiles_file
 from graphormer_urpe.errors import CheckpointError
-from graphormer_urpe.pretrained import CHECKPOINT, PROVENANCE, sha256_of
+from graphormer_urpe.pretrained import sha256_of
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint, reduced_checkpoint, run_config
 
 
@@ -41,7 +39,7 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
     that a message names the real problem, then the files to write."""
     checkpoint = load_checkpoint(source)
     if CONFIG_KEY not in checkpoint:
-        raise CheckpointError(f"{source} holds no config (not written by train.py)")
+        raise CheckpointError(f"{source} holds no config (not written by graphormer-urpe train)")
     config = run_config(checkpoint[CONFIG_KEY])
     if config.data_name != "MosesDescriptors":
         raise CheckpointError(f"{source} is not a run of configs/pretrain_moses.yaml (its data source is "
@@ -50,7 +48,7 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
     if not (run_dir / "run.json").is_file():
         raise CheckpointError(
             f"{source} is not in a run directory (no {run_dir / 'run.json'}): name the checkpoint "
-            "under runs/<run>/checkpoints/ that train.py wrote, whose run record it exports"
+            "under runs/<run>/checkpoints/ that graphormer-urpe train wrote, whose run record it exports"
         )
     for path in (checkpoint_out, provenance_out):
         if path.exists() and not replace:
@@ -89,28 +87,3 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
     }
     provenance_out.write_text(json.dumps(provenance, indent=1) + "\n")
     return provenance
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="graphormer-urpe convert pretrained", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", type=Path, help="a checkpoint of a train.py --config pretrain_moses run")
-    parser.add_argument("--out", type=Path, default=None, help="a directory (default: the package's own files)")
-    parser.add_argument("--replace", action="store_true", help="write over existing files (the shipped ones)")
-    args = parser.parse_args(argv)
-    checkpoint_out, provenance_out = CHECKPOINT, PROVENANCE
-    if args.out is not None:
-        checkpoint_out, provenance_out = args.out / CHECKPOINT.name, args.out / PROVENANCE.name
-    try:
-        written = export(args.checkpoint, checkpoint_out, provenance_out, args.replace)
-    except CheckpointError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(
-        f"wrote {checkpoint_out} ({written['bytes']:,} bytes, step {written['global_step']}) and {provenance_out}"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

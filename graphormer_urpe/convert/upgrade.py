@@ -1,4 +1,4 @@
-"""``python -m graphormer_urpe.convert upgrade OLD.ckpt NEW.ckpt``: our checkpoints written before issue 13 in
+"""``graphormer-urpe convert upgrade OLD.ckpt NEW.ckpt``: our checkpoints written before issue 13 in
 today's layout, which alone is read elsewhere (``docs/tasks.md``)."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def upgraded_checkpoint(checkpoint: Mapping[str, Any], source: Path) -> tuple[di
     hparams = checkpoint.get("hyper_parameters")
     if not isinstance(hparams, Mapping) or "encoder" not in hparams:
         raise ConversionError(
-            f"{source}: it holds no task hyper-parameters: not a checkpoint written by train.py"
+            f"{source}: it holds no task hyper-parameters: not a checkpoint written by graphormer-urpe train"
         )
     config = yaml.safe_load(checkpoint[CONFIG_KEY]) if CONFIG_KEY in checkpoint else None
     model = config.get("model") if isinstance(config, dict) else None

@@ -144,8 +144,8 @@ _TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TEXT_PEEK = 4096
 _ZIP_MAGIC = b"PK\x03\x04"
 #: The commands that convert another implementation's checkpoint into ours (docs/official-graphormer.md).
-CONVERT_OFFICIAL = "python -m graphormer_urpe.convert official"
-CONVERT_HUGGINGFACE = "python -m graphormer_urpe.convert huggingface"
+CONVERT_OFFICIAL = "graphormer-urpe convert official"
+CONVERT_HUGGINGFACE = "graphormer-urpe convert huggingface"
 #: Where an official checkpoint keeps its weights, the node-feature table there, and the format's name
 #: (``convert/official.py``'s layouts V2 and V1 name the same tables).
 OFFICIAL_NODE_TABLES = (("model", "encoder.graph_encoder.graph_node_feature.atom_encoder.weight", "official v2"),

@@ -4,7 +4,7 @@
 trained to predict the RDKit 2D descriptors of 50,000 MOSES molecules), reduced to what ``--init_from`` reads:
 weights (float32), hyper-parameters and the run's config, without optimiser state. ``moses_rdkit2d.json`` beside it
 records its provenance (config, corpus and its hash, steps, command, commit, metrics) and the SHA-256 of the file.
-``python -m graphormer_urpe.convert.pretrained RUN_CHECKPOINT --replace`` writes both from a run.
+``graphormer-urpe convert pretrained RUN_CHECKPOINT --replace`` writes both from a run.
 """
 
 from __future__ import annotations

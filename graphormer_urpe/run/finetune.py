@@ -55,8 +55,8 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
     saved = hparams.get("encoder")
     if not isinstance(saved, Mapping):
         raise CheckpointError(f"--init_from {path}: the checkpoint records no encoder settings "
-                              "(hyper_parameters['encoder']); take one written by train.py or by "
-                              "python -m graphormer_urpe.convert")
+                              "(hyper_parameters['encoder']); take one written by graphormer-urpe train or by "
+                              "graphormer-urpe convert")
     if unknown := sorted(set(saved) - {f.name for f in dataclasses.fields(config_class)}):
         raise CheckpointError(
             f"--init_from {path}: its encoder has settings that {config_class.__name__} does not "

@@ -16,10 +16,11 @@ from safetensors.torch import load_file, save_file
 from transformers.models.deprecated.graphormer import GraphormerConfig as TransformersConfig
 from transformers.models.deprecated.graphormer import GraphormerForGraphClassification
 
-from graphormer_urpe.convert.__main__ import main
+from graphormer_urpe.commands.__main__ import main
 from graphormer_urpe.convert.common import ConversionError
 from graphormer_urpe.convert.huggingface import import_huggingface
 from graphormer_urpe.tasks import GraphRegression
+from graphormer_urpe.testing.commands import refusal
 from graphormer_urpe.testing.official_reference import ULPS, molecules, transformers_batch
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 
@@ -216,8 +217,8 @@ def test_files_that_are_not_a_checkpoint_directory_are_refused(tmp_path: Path) -
         import_huggingface(tmp_path / "empty", tmp_path / "ours.ckpt")
     torch.save({"model": {}}, tmp_path / "official.pt")
     with pytest.raises(ConversionError, match=r"official\.pt is a file; a transformers checkpoint is a directory with "
-                                              r"config\.json \(a torch file of the official code converts with python "
-                                              r"-m graphormer_urpe\.convert official\)$"):
+                                              r"config\.json \(a torch file of the official code converts with "
+                                              r"graphormer-urpe convert official\)$"):
         import_huggingface(tmp_path / "official.pt", tmp_path / "ours.ckpt")
     (source / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
     with pytest.raises(ConversionError, match=r"model\.safetensors is not a readable safetensors file: "):
@@ -231,16 +232,14 @@ def test_files_that_are_not_a_checkpoint_directory_are_refused(tmp_path: Path) -
         import_huggingface(source, tmp_path / "ours.ckpt")
 
 
-def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_command_line(tmp_path: Path) -> None:
     model = transformers_model()
     source = saved(model, tmp_path / "hf")
     output = tmp_path / "out" / "graphormer.ckpt"
-    assert main(["huggingface", str(source), str(output), "--spatial_pos_max", "20"]) == 0
+    assert main(["convert", "huggingface", str(source), str(output), "--spatial_pos_max", "20"]) == 0
     checkpoint = torch.load(output, weights_only=True)
     assert checkpoint["converted_from"] == {"source": str(source), "format": "transformers (transformers node rows)",
                                             "dropped": []}
     assert checkpoint["hyper_parameters"]["encoder"]["spatial_pos_max"] == 19
-    assert main(["huggingface", str(tmp_path / "nowhere"), str(tmp_path / "x.ckpt")]) == 2
-    err = capsys.readouterr().err
-    assert err == f"error: {tmp_path / 'nowhere' / 'config.json'} does not exist: a transformers checkpoint " \
-                  "directory holds config.json\n"
+    assert refusal(["convert", "huggingface", str(tmp_path / "nowhere"), str(tmp_path / "x.ckpt")]) == (
+        f"{tmp_path / 'nowhere' / 'config.json'} does not exist: a transformers checkpoint directory holds config.json")

@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from graphormer_urpe.convert.__main__ import main
+from graphormer_urpe.commands.__main__ import main
 from graphormer_urpe.convert.common import ConversionError
 from graphormer_urpe.convert.mapping import Declared, convert_weights
 from graphormer_urpe.convert.official import V1, V2, import_official, read_official
@@ -30,6 +30,7 @@ from graphormer_urpe.data.spec import DataSpec
 from graphormer_urpe.model.graphormer import Graphormer
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
 from graphormer_urpe.tasks import GraphRegression
+from graphormer_urpe.testing.commands import refusal
 from graphormer_urpe.testing.official_checkpoints import (
     FFN,
     FORMATS,
@@ -500,26 +501,24 @@ def test_files_in_neither_format_are_refused(tmp_path: Path, content: Any, messa
         import_official(path, tmp_path / "ours.ckpt")
 
 
-def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_command_line(tmp_path: Path) -> None:
     source = save_official(tmp_path / "official.ckpt", "lightning", official_weights("v1"))
     output = tmp_path / "out" / "graphormer.ckpt"
-    assert main(["official", str(source), str(output)]) == 0
+    assert main(["convert", "official", str(source), str(output)]) == 0
     assert (tmp_path / "out" / "graphormer.yaml").is_file()
     assert torch.load(output, weights_only=True)["converted_from"] == {
         "source": str(source), "format": "official v1.0", "dropped": []}
     before = output.read_bytes()
-    assert main(["official", str(source), str(output)]) == 2  # an earlier conversion is never overwritten
-    assert capsys.readouterr().err == f"error: {output} exists; choose another output path (nothing is overwritten)\n"
+    assert refusal(["convert", "official", str(source), str(output)]) == (  # an earlier conversion is never overwritten
+        f"{output} exists; choose another output path (nothing is overwritten)")
     assert output.read_bytes() == before
     torch.save({"weights": {}}, tmp_path / "other.pt")
-    assert main(["official", str(tmp_path / "other.pt"), str(tmp_path / "x.ckpt")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "neither a fairseq checkpoint" in err
+    assert "neither a fairseq checkpoint" in refusal(["convert", "official", str(tmp_path / "other.pt"),
+                                                      str(tmp_path / "x.ckpt")])
     assert not (tmp_path / "x.ckpt").exists()
 
 
-def test_outputs_that_cannot_be_written_are_refused_before_reading(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture) -> None:
+def test_outputs_that_cannot_be_written_are_refused_before_reading(tmp_path: Path) -> None:
     """Each refusal comes before the source is read, and nothing is written; a directory that does not exist is
     named as a name ending with '/', not as a directory (issue 38)."""
     source = str(save_official(tmp_path / "official.pt", "fairseq", official_weights("v2")))
@@ -540,27 +539,24 @@ def test_outputs_that_cannot_be_written_are_refused_before_reading(tmp_path: Pat
         (str(read_only / "x.ckpt"), f"cannot write {read_only / 'x.ckpt'}: {read_only} is not writable"),
     ]
     for output, message in refusals:
-        assert main(["official", source, output]) == 2
-        assert capsys.readouterr().err == f"error: {message}\n"
+        assert refusal(["convert", "official", source, output]) == message
     read_only.chmod(0o700)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "official.pt", "out", "read_only"]
     assert not any((tmp_path / "out").iterdir())
 
 
-def test_a_transformers_directory_or_a_text_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_transformers_directory_or_a_text_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "config.json").write_text("{}")
-    assert main(["official", str(tmp_path / "hf"), str(tmp_path / "x.ckpt")]) == 2
-    assert capsys.readouterr().err == (f"error: {tmp_path / 'hf'} is a directory with config.json, a transformers "
-                                       f"Graphormer: convert it with python -m graphormer_urpe.convert huggingface "
-                                       f"{tmp_path / 'hf'} OUT.ckpt\n")
+    assert refusal(["convert", "official", str(tmp_path / "hf"), str(tmp_path / "x.ckpt")]) == (
+        f"{tmp_path / 'hf'} is a directory with config.json, a transformers Graphormer: convert it with "
+        f"graphormer-urpe convert huggingface {tmp_path / 'hf'} OUT.ckpt")
     (tmp_path / "notes.pt").write_text("hello\n")
     for output in (tmp_path / "x.ckpt", f"{tmp_path / 'out_conv'}/"):  # the source's problem first (issue 38)
-        assert main(["official", str(tmp_path / "notes.pt"), str(output)]) == 2
-        assert capsys.readouterr().err == f"error: {tmp_path / 'notes.pt'} is a text file of 6 bytes ('hello'), " \
-                                          "not a torch file\n"
-    assert main(["official", str(tmp_path / "nope.pt"), f"{tmp_path / 'out_conv'}/"]) == 2
-    assert capsys.readouterr().err == f"error: {tmp_path / 'nope.pt'} does not exist\n"
+        assert refusal(["convert", "official", str(tmp_path / "notes.pt"), str(output)]) == (
+            f"{tmp_path / 'notes.pt'} is a text file of 6 bytes ('hello'), not a torch file")
+    assert refusal(["convert", "official", str(tmp_path / "nope.pt"), f"{tmp_path / 'out_conv'}/"]) == (
+        f"{tmp_path / 'nope.pt'} does not exist")
 
 
 def test_official_checkpoints_are_recognised_by_the_layouts_node_tables() -> None:

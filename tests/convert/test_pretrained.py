@@ -8,36 +8,36 @@ from pathlib import Path
 import pytest
 import yaml
 
-from graphormer_urpe.convert.pretrained import export, main, portable_command
+from graphormer_urpe.convert.pretrained import export, portable_command
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.pretrained import CHECKPOINT
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
+from graphormer_urpe.testing.commands import refusal
 
 
 def test_the_source_is_checked_first_and_an_existing_output_is_never_written_over(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        tmp_path: Path) -> None:
     """Issue 38: a checkpoint that does not exist was answered with "the shipped checkpoint exists; pass --replace"."""
     out = tmp_path / "out"
     out.mkdir()
     (out / CHECKPOINT.name).write_text("earlier")
-    assert main([str(tmp_path / "nope.ckpt"), "--out", str(out)]) == 2
-    assert capsys.readouterr().err == f"error: checkpoint {tmp_path / 'nope.ckpt'} does not exist\n"
+    assert refusal(["convert", "pretrained", str(tmp_path / "nope.ckpt"), "--out", str(out)]) == (
+        f"checkpoint {tmp_path / 'nope.ckpt'} does not exist")
     run = tmp_path / "runs" / "pretrain_moses"
     (run / "checkpoints").mkdir(parents=True)
     shutil.copy(CHECKPOINT, run / "checkpoints" / "best.ckpt")
     (run / "run.json").write_text(json.dumps({"command": "train.py --config pretrain_moses"}))
-    assert main([str(run / "checkpoints" / "best.ckpt"), "--out", str(out)]) == 2
-    assert capsys.readouterr().err == (f"error: {out / CHECKPOINT.name} exists; pass --replace to write over the "
-                                       "shipped checkpoint, or --out\n")
+    assert refusal(["convert", "pretrained", str(run / "checkpoints" / "best.ckpt"), "--out", str(out)]) == (
+        f"{out / CHECKPOINT.name} exists; pass --replace to write over the shipped checkpoint, or --out")
     assert (out / CHECKPOINT.name).read_text() == "earlier" and sorted(p.name for p in out.iterdir()) == [
         CHECKPOINT.name]
 
 
-def test_a_checkpoint_outside_a_run_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_checkpoint_outside_a_run_directory_is_one_line(tmp_path: Path) -> None:
     loose = tmp_path / "loose.ckpt"
     shutil.copy(CHECKPOINT, loose)
-    assert main([str(loose), "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err.startswith(f"error: {loose} is not in a run directory")
+    assert refusal(["convert", "pretrained", str(loose), "--out", str(tmp_path / "out")]).startswith(
+        f"{loose} is not in a run directory")
     assert not (tmp_path / "out").exists()
 
 

@@ -1,4 +1,4 @@
-"""``python -m graphormer_urpe.convert upgrade``: checkpoints of the task layout before issue 13 (five task
+"""``graphormer-urpe convert upgrade``: checkpoints of the task layout before issue 13 (five task
 classes, optimiser arguments at the top level, ``val/acc``), generated here in each old layout, convert into
 today's layout and then load, evaluate and predict exactly as the checkpoints they were made from."""
 
@@ -14,8 +14,8 @@ import yaml
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 import evaluate
+from graphormer_urpe.commands.__main__ import main
 from graphormer_urpe.configs import CONFIG_DIR
-from graphormer_urpe.convert.__main__ import main as convert
 from graphormer_urpe.convert.upgrade import OPTIM_KEYS
 from graphormer_urpe.data.batch import collate_graphs
 from graphormer_urpe.errors import CheckpointError
@@ -25,6 +25,7 @@ from graphormer_urpe.run.checkpoints import CONFIG_KEY
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphRegression, OptimConfig, SequenceTagging
 from graphormer_urpe.tasks.metrics import EvaluatorMetric
+from graphormer_urpe.testing.commands import refusal
 from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.runs import synthetic_run
 
@@ -73,7 +74,7 @@ def save_old(path: Path, task: torch.nn.Module, hparams: dict, monitor: str | No
 def upgraded(source: Path) -> Path:
     """``source`` converted next to it (``<name>.new.ckpt``) by the command, which succeeds."""
     output = source.with_suffix(".new.ckpt")
-    assert convert(["upgrade", str(source), str(output)]) == 0
+    assert main(["convert", "upgrade", str(source), str(output)]) == 0
     return output
 
 
@@ -89,7 +90,7 @@ def test_an_old_node_tagging_checkpoint_converts_then_evaluates_loads_and_predic
                      dropped=("target_kind", "target_names", "evaluator"))
     # unconverted, it is refused in one line naming the command
     refusal = (f"{old} was written before the task family was merged (lr, warmup_steps, end_lr, weight_decay, "
-               "adam_eps outside optim): convert it once with python -m graphormer_urpe.convert upgrade "
+               "adam_eps outside optim): convert it once with graphormer-urpe convert upgrade "
                f"{old} NEW.ckpt")
     with pytest.raises(CheckpointError) as refused:
         Classification.from_checkpoint(old)
@@ -186,7 +187,7 @@ def test_an_old_sequence_checkpoint_converts(tmp_path: Path) -> None:
 
 
 def test_what_is_not_an_old_checkpoint_is_refused_in_one_line_writing_nothing(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        tmp_path: Path) -> None:
     encoder = GraphormerConfig(num_outputs=1, **TINY)
     today = tmp_path / "today.ckpt"
     torch.save({"state_dict": GraphRegression(encoder).state_dict(),
@@ -200,15 +201,14 @@ def test_what_is_not_an_old_checkpoint_is_refused_in_one_line_writing_nothing(
     for source, output, message in [
         (today, "out.ckpt", f"{today} is in today's layout already: use it as it is"),
         (tmp_path / "missing.ckpt", "out.ckpt", f"checkpoint {tmp_path / 'missing.ckpt'} does not exist"),
-        (weights, "out.ckpt", f"{weights}: it holds no task hyper-parameters: not a checkpoint written by train.py"),
+        (weights, "out.ckpt", f"{weights}: it holds no task hyper-parameters: not a checkpoint written by "
+                              "graphormer-urpe train"),
         (today, "taken.ckpt", f"{tmp_path / 'taken.ckpt'} exists; choose another output path (nothing is "
                               "overwritten)"),
         (old, "out.ckpt", "model.class_path='graphormer_urpe.tasks.Gone': cannot be imported (module "
                           "'graphormer_urpe.tasks' has no attribute 'Gone')"),
     ]:
-        capsys.readouterr()
-        assert convert(["upgrade", str(source), str(tmp_path / output)]) == 2
-        assert capsys.readouterr().err == f"error: {message}\n"
+        assert refusal(["convert", "upgrade", str(source), str(tmp_path / output)]) == message
         assert not (tmp_path / "out.ckpt").exists()
     assert (tmp_path / "taken.ckpt").read_text() == "an earlier conversion"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.ckpt", "taken.ckpt", "today.ckpt", "weights.pt"]

@@ -109,7 +109,7 @@ def test_a_file_that_is_not_our_checkpoint_is_named_for_what_it_is(tmp_path: Pat
         assert "\x1b[" in str(error)  # torch's advice, in bold: none of it reaches the message
         assert not_a_checkpoint(official, error) == (
             f"{official} is a checkpoint of the official Graphormer ({name}), not one of this project: convert it "
-            f"with python -m graphormer_urpe.convert official {official} {tmp_path / version}-converted.ckpt")
+            f"with graphormer-urpe convert official {official} {tmp_path / version}-converted.ckpt")
     garbage = tmp_path / "garbage.ckpt"
     garbage.write_bytes(b"PK\x03\x04\x00\xff" * 10)
     assert not_a_checkpoint(garbage, _load_error(garbage)).startswith(
@@ -148,8 +148,8 @@ def test_a_transformers_directory_names_its_converter(tmp_path: Path) -> None:
     assert directory_problem(tmp_path / "hf") == f"{tmp_path / 'hf'} is a directory; name the checkpoint file"
     (tmp_path / "hf" / "config.json").write_text("{}")
     assert directory_problem(tmp_path / "hf") == (
-        f"{tmp_path / 'hf'} is a directory with config.json, a transformers Graphormer: convert it with python -m "
-        f"graphormer_urpe.convert huggingface {tmp_path / 'hf'} OUT.ckpt")
+        f"{tmp_path / 'hf'} is a directory with config.json, a transformers Graphormer: convert it with "
+        f"graphormer-urpe convert huggingface {tmp_path / 'hf'} OUT.ckpt")
 
 
 def _pickle_bytes(path: Path) -> bytes:

@@ -168,7 +168,7 @@ def test_an_official_checkpoint_or_a_text_file_is_named_with_what_to_do(tmp_path
     with pytest.raises(CheckpointError) as refused:
         load_checkpoint(official)
     assert str(refused.value) == (f"{official} is a checkpoint of the official Graphormer (official v2), not one of "
-                                  f"this project: convert it with python -m graphormer_urpe.convert official "
+                                  f"this project: convert it with graphormer-urpe convert official "
                                   f"{official} {tmp_path / 'v2'}-converted.ckpt")
     text = tmp_path / "notes.ckpt"
     text.write_text("hello\n")
@@ -177,5 +177,5 @@ def test_an_official_checkpoint_or_a_text_file_is_named_with_what_to_do(tmp_path
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "config.json").write_text("{}")
     with pytest.raises(CheckpointError, match=r"hf is a directory with config\.json, a transformers Graphormer: "
-                                              r"convert it with python -m graphormer_urpe\.convert huggingface "):
+                                              r"convert it with graphormer-urpe convert huggingface "):
         load_checkpoint(tmp_path / "hf")

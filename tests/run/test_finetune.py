@@ -175,10 +175,10 @@ UNREADABLE = [  # (how the file is made, the message or its start)
      "--init_from: {path} (1,240 bytes) is not a readable checkpoint: neither a torch.save archive nor a legacy torch "
      "file (the weights reader stops at pickle opcode 132): not a checkpoint, or a damaged one"),
     (lambda path: torch.save({"state_dict": {}, "hyper_parameters": {"encoder": {}, "lr": 1e-3}}, path),
-     "{path} was written before the task family was merged (lr outside optim): convert it once with python -m "
-     "graphormer_urpe.convert upgrade {path} NEW.ckpt"),
+     "{path} was written before the task family was merged (lr outside optim): convert it once with graphormer-urpe "
+     "convert upgrade {path} NEW.ckpt"),
     (_without_encoder, "--init_from {path}: the checkpoint records no encoder settings (hyper_parameters['encoder']); "
-                       "take one written by train.py or by python -m graphormer_urpe.convert"),
+                       "take one written by graphormer-urpe train or by graphormer-urpe convert"),
     (lambda path: _with_encoder(path, num_expert=4, rotary=True),
      "--init_from {path}: its encoder has settings that GraphormerConfig does not know: num_expert, rotary (a "
      "checkpoint of another network, or of a newer version?)"),
@@ -446,13 +446,13 @@ def test_failures_are_one_line_before_any_work(pretrained: tuple[Path, Path], tm
 ])
 def test_an_official_pcqm4mv2_model_fine_tunes_on_a_table(tmp_path: Path, config: str, reason: str,
                                                           package_log: pytest.LogCaptureFixture) -> None:
-    """``python -m graphormer_urpe.convert official``, then the same command as from our pretraining; the
+    """``graphormer-urpe convert official``, then the same command as from our pretraining; the
     converted checkpoint records no target names, so its head goes with the number, kind and level of outputs."""
-    from graphormer_urpe.convert.__main__ import main as convert
+    from graphormer_urpe.commands.__main__ import main
     from graphormer_urpe.testing.official_checkpoints import official_weights, save_official
 
     official = save_official(tmp_path / "pcqm4mv2_v2.pt", "fairseq", official_weights("v2"))
-    assert convert(["official", str(official), str(tmp_path / "pcqm4mv2_v2.ckpt")]) == 0
+    assert main(["convert", "official", str(official), str(tmp_path / "pcqm4mv2_v2.ckpt")]) == 0
     run_dir = fine_tune(config, tmp_path / "pcqm4mv2_v2.ckpt", tmp_path / "data", tmp_path / "runs", "tuned")
     before, after = saved(tmp_path / "pcqm4mv2_v2.ckpt"), saved(run_dir / "checkpoints" / "last.ckpt")
     encoder = [key for key in before["state_dict"] if key.startswith("model.") and not key.startswith("model.head.")]
