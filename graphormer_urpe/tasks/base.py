@@ -126,7 +126,7 @@ def check_layout(path: str | Path, hyper_parameters: Mapping[str, Any]) -> None:
     if outside:
         raise CheckpointError(
             f"{path} was written before the task family was merged ({', '.join(outside)} outside "
-            f"optim): convert it once with python -m graphormer_urpe.convert upgrade {path} NEW.ckpt"
+            f"optim): convert it once with graphormer-urpe convert upgrade {path} NEW.ckpt"
         )
 
 
