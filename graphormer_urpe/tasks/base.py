@@ -351,7 +351,7 @@ class GraphormerTask(pl.LightningModule):
 
     def compile_training_step(self) -> None:
         """Make :attr:`training_losses` :meth:`step_losses` compiled as ``compile`` asks, for the model's device."""
-        self.training_losses = compiled(self.step_losses, self.compile_mode, self.device)
+        self.training_losses = compiled(self.step_losses, self.compile_mode, self.device, shape_of=self.batch_shape)
 
     def step_losses(self, batch: GraphBatch) -> dict[str, torch.Tensor]:
         """Forward and loss of one training batch: ``{"loss": the loss to minimise, name: another value to log}``,
@@ -374,6 +374,12 @@ class GraphormerTask(pl.LightningModule):
     def batch_size_of(batch: GraphBatch) -> int:
         """The examples of a batch, what a logged value counts as (padding graphs included)."""
         return batch.num_graphs
+
+    @staticmethod
+    def batch_shape(batch: GraphBatch) -> str:
+        """A batch's shape in words, B graphs x N nodes x E edges: what a compiled step compiles once for."""
+        graphs, nodes = batch.node_mask.shape
+        return f"{graphs} graphs x {nodes} nodes x {batch.edge_attr.shape[0]} edges"
 
     @staticmethod
     def outputs_and_targets(output: torch.Tensor, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,11 +6,13 @@ break), static shapes, optionally replayed as CUDA graphs; docs/throughput.md, "
     mode "cuda_graphs"  Inductor with CUDA graphs (``mode="reduce-overhead"``): one launch per shape on CUDA
 
 Static shapes (``dynamic=False``) make each new batch shape a new compilation, so batches should come in few shapes:
-``--data.pad_nodes_to`` pads every training batch to a multiple of a node count (docs/throughput.md).
+``--data.pad_nodes_to`` pads every training batch to a multiple of a node count (docs/throughput.md). Each
+compilation takes seconds to minutes (46 s for the first on a CPU), so each is announced in one log line.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import TypeVar
@@ -46,10 +48,13 @@ def inductor_workarounds() -> None:
         torch._inductor.config.triton.coalesce_tiling_analysis = False
 
 
-def compiled(fn: F, mode: CompileMode, device: torch.device, backend: str | Callable = "inductor") -> F:
+def compiled(fn: F, mode: CompileMode, device: torch.device, backend: str | Callable = "inductor",
+             shape_of: Callable[..., str] | None = None) -> F:
     """``fn`` compiled as one whole graph with static shapes; ``mode`` as in the module docstring (False returns
     ``fn``). CUDA graphs need a CUDA device: elsewhere ``cuda_graphs`` compiles without them, with a warning.
-    ``backend``: Inductor, or another ``torch.compile`` backend (tests count graphs with one)."""
+    ``backend``: Inductor, or another ``torch.compile`` backend (tests count graphs with one). ``shape_of``: the
+    shape of ``fn``'s arguments in words, telling apart every shape it compiles for; with it, each new shape is
+    logged (:func:`announcing_shapes`)."""
     check_compile_mode(mode)
     if mode is False:
         return fn
@@ -61,8 +66,28 @@ def compiled(fn: F, mode: CompileMode, device: torch.device, backend: str | Call
         log.warning("model.compile=cuda_graphs: CUDA graphs need a CUDA device, this run is on %s; compiling "
                     "without them", device)
     if backend != "inductor":  # other backends take no mode
-        return torch.compile(fn, fullgraph=True, dynamic=False, backend=backend)
-    return torch.compile(fn, fullgraph=True, dynamic=False, mode="reduce-overhead" if graphs else "default")
+        step = torch.compile(fn, fullgraph=True, dynamic=False, backend=backend)
+    else:
+        step = torch.compile(fn, fullgraph=True, dynamic=False, mode="reduce-overhead" if graphs else "default")
+    return step if shape_of is None else announcing_shapes(step, shape_of)
+
+
+def announcing_shapes(step: F, shape_of: Callable[..., str]) -> F:
+    """``step``, logging one line when it is called with a shape it has not met (``shape_of`` its arguments): the
+    shape and how many it has compiled so far. A compilation per shape otherwise passed without a word: on a CPU,
+    46 s for the first, then about 20 s a step while every batch brought a new shape."""
+    shapes: set[str] = set()
+
+    @functools.wraps(step)
+    def announced(*args: object) -> object:
+        shape = shape_of(*args)
+        if shape not in shapes:
+            shapes.add(shape)
+            log.info("model.compile: compiling the training step for a new batch shape, %s (%d shape%s compiled so "
+                     "far; torch keeps at most %d)", shape, len(shapes), "" if len(shapes) == 1 else "s", MAX_SHAPES)
+        return step(*args)
+
+    return announced
 
 
 def uses_cuda_graphs(mode: CompileMode, device: torch.device) -> bool:

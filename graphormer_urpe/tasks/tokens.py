@@ -46,3 +46,9 @@ class SequenceTagging(Classification):
     def batch_size_of(batch: SequenceBatch) -> int:
         """The sequences of a batch."""
         return batch.tokens.shape[0]
+
+    @staticmethod
+    def batch_shape(batch: SequenceBatch) -> str:
+        """A batch's shape in words, B sequences x T tokens."""
+        sequences, tokens = batch.tokens.shape
+        return f"{sequences} sequences x {tokens} tokens"

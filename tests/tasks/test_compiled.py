@@ -5,6 +5,7 @@ one does (losses and gradients to float32 rounding, every dropout on)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 
 import numpy as np
@@ -21,7 +22,7 @@ from graphormer_urpe.model.dropout import Dropout
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
 from graphormer_urpe.tasks.base import fused_optimiser_supported, parameter_groups
-from graphormer_urpe.tasks.compiled import compiled, uses_cuda_graphs
+from graphormer_urpe.tasks.compiled import MAX_SHAPES, compiled, uses_cuda_graphs
 from graphormer_urpe.testing.device import exactness_device
 from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.tolerance import rounding_tolerance
@@ -91,6 +92,35 @@ def test_forward_and_loss_compile_as_one_graph_and_backward_as_one(rng: np.rando
     losses["loss"].backward()
     assert (counter.forward_graphs, counter.backward_graphs) == (1, 1)
     assert torch.isfinite(losses["loss"]) and all(p.grad is not None for p in task.parameters())
+
+
+@pytest.mark.slow
+def test_each_new_batch_shape_is_compiled_with_one_log_line(rng: np.random.Generator,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             package_log: pytest.LogCaptureFixture) -> None:
+    """A compiled step compiles once per batch shape (46 s for the first on a CPU, about 20 s for each later one),
+    which passed without a word: the run's step logs one line per shape it compiles, naming the shape and the count
+    so far, and none for a shape it has met. Counted against the graphs the backend really compiles."""
+    torch._dynamo.reset()
+    counter = CountingBackend()
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: compile_(fn, fullgraph=True, dynamic=False,
+                                                                         backend=counter.backend))
+    task = GraphRegression(TINY, compile=True)
+    task.compile_training_step()
+    shape = BatchShape(node_multiple=4, graphs=5, edges_per_node=3)
+    batches = [collate_graphs([make_record(rng, n, index=i) for i, n in enumerate(sizes)], shape)
+               for sizes in ((3, 2, 1, 4), (1, 2, 2, 3, 1), (5, 7, 1, 2, 6), (3, 1))]  # N: 4, 4, 8, 4
+    package_log.set_level(logging.INFO, logger="graphormer_urpe")
+    for batch in batches:
+        task.training_losses(batch)
+    lines = [r.getMessage() for r in package_log.records if "compil" in r.getMessage()]
+    assert counter.forward_graphs == 2 and lines == [
+        "model.compile: compiling the training step for a new batch shape, 5 graphs x 4 nodes x 60 edges "
+        f"(1 shape compiled so far; torch keeps at most {MAX_SHAPES})",
+        "model.compile: compiling the training step for a new batch shape, 5 graphs x 8 nodes x 120 edges "
+        f"(2 shapes compiled so far; torch keeps at most {MAX_SHAPES})",
+    ]
 
 
 class OpCounter(TorchDispatchMode):
