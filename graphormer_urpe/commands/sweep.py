@@ -22,7 +22,8 @@ in one line (exit code 2).
 Writes ``<run_root>/<name>-seeds.json`` and ``.md``: per metric the mean, the sample standard deviation (n - 1; 0 for
 one seed), n and every seed's value. ``--ensemble`` saves the seeds' best checkpoints as an ensemble,
 ``<run_root>/<name>-ensemble/`` (``graphormer-urpe ensemble``), with ``--trees`` blended with gradient-boosted trees on
-the RDKit descriptors, ``<run_root>/<name>-ensemble-trees/``; ``--predict TABLE`` predicts new molecules with it into
+the RDKit descriptors, ``<run_root>/<name>-ensemble-trees/``, with ``--kernel`` also with a Gaussian process on
+fingerprints, ``<run_root>/<name>-ensemble-trees-kernel/``; ``--predict TABLE`` predicts new molecules with it into
 ``<ensemble's directory>-predict-<TABLE's stem>.csv``. An ensemble of the same seeds' runs that exists is reused, and
 so is its prediction of the same table; one of other runs, or another prediction, is refused.
 
@@ -121,6 +122,9 @@ class Sweep(Command[SweepPlan, SweepResult]):
         parser.add_argument("--trees", action="store_true",
                             help="with --ensemble: blend gradient-boosted trees on the RDKit descriptors with the "
                                  "ensemble, their weight chosen on the validation rows (docs/small-data.md)")
+        parser.add_argument("--kernel", action="store_true",
+                            help="with --ensemble: blend a Gaussian process on Morgan count fingerprints (Tanimoto's "
+                                 "kernel) with the ensemble (docs/small-data.md)")
         parser.add_argument("--predict", type=Path, metavar="TABLE",
                             help="with --ensemble: also predict the molecules of TABLE (CSV or Parquet, the training "
                                  "table's SMILES column) with the ensemble")
@@ -131,7 +135,8 @@ class Sweep(Command[SweepPlan, SweepResult]):
         return args
 
     def plan(self, args: argparse.Namespace) -> SweepPlan:
-        for option, needs in (("--trees", args.trees), ("--predict", args.predict is not None)):
+        needing = (("--trees", args.trees), ("--kernel", args.kernel), ("--predict", args.predict is not None))
+        for option, needs in needing:
             if needs and not args.ensemble:
                 raise InputError(f"{option} works on the seeds' ensemble: add --ensemble")
         if args.config is None and (not args.collect or args.ensemble):
@@ -147,6 +152,8 @@ class Sweep(Command[SweepPlan, SweepResult]):
         if (read_only := unwritable(args.run_root)) is not None:
             raise InputError(f"--run_root {args.run_root}: {read_only} is not writable")
         runs = SeedRuns(name, args.run_root, tuple(args.seeds), args.config, tuple(args.overrides))
+        if args.collect and not collect(runs):  # seeds of different configs are refused there
+            raise InputError(f"no finished run of {name} under {args.run_root} for seeds {list(runs.seeds)}")
         if args.collect and not args.ensemble:
             return SweepPlan(runs, True, None, args.command)
         wanted = resolved_config(runs.command(runs.seeds[0]))  # train's refusals of its options stop here
@@ -154,20 +161,20 @@ class Sweep(Command[SweepPlan, SweepResult]):
             check_seed_runs(runs, wanted)
         outputs = None
         if args.ensemble:
-            directory = args.run_root / f"{name}-ensemble{'-trees' if args.trees else ''}"
+            parts = "".join(f"-{part}" for part, wanted in (("trees", args.trees), ("kernel", args.kernel)) if wanted)
             outputs = plan_ensemble_outputs(run_config(yaml.safe_dump(wanted)), [runs.run_dir(s) for s in runs.seeds],
-                                            directory, args.trees, args.predict)
+                                            args.run_root / f"{name}-ensemble{parts}", args.trees, args.predict,
+                                            args.kernel)
         return SweepPlan(runs, args.collect, outputs, args.command)
 
     def run(self, plan: SweepPlan) -> SweepResult:
         runs = plan.runs
-        failed = {} if plan.collect else run_seeds(runs)
-        per_seed = collect(runs)
+        with stopping_on_signals("between seeds"):
+            failed = {} if plan.collect else run_seeds(runs)  # a running seed gets the signal itself
+            per_seed = collect(runs)
         missing = [seed for seed in runs.seeds if seed in failed or seed not in per_seed]
         if not per_seed:
-            if failed:
-                did_not_finish(runs, failed, missing, [])
-            raise InputError(f"no finished run of {runs.name} under {runs.run_root} for seeds {list(runs.seeds)}")
+            did_not_finish(runs, failed, missing, [])
         result = SweepResult(runs.name, sorted(per_seed), missing, {s: str(runs.run_dir(s)) for s in sorted(per_seed)},
                              aggregate(per_seed))
         json_path, md_path = runs.run_root / f"{runs.name}-seeds.json", runs.run_root / f"{runs.name}-seeds.md"
@@ -180,9 +187,9 @@ class Sweep(Command[SweepPlan, SweepResult]):
             with stopping_on_signals("in its ensemble phase"), held(runs.run_root / f".{runs.name}-ensemble.lock",
                                                                      f"{runs.name}: the ensemble"):
                 record, predictions = write_ensemble(plan.ensemble, finished, plan.command)
+                log.info("%s: ensemble of seeds %s: %s; written %s", runs.name, result.seeds, summary(record),
+                         plan.ensemble.directory)
             result = dataclasses.replace(result, ensemble=record, predictions=predictions)
-            log.info("%s: ensemble of seeds %s: %s; written %s", runs.name, result.seeds, summary(record),
-                     plan.ensemble.directory)
         if missing:
             did_not_finish(runs, failed, missing, result.seeds)
         return result

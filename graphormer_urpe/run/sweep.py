@@ -96,8 +96,9 @@ class SweepStopped(Preempted):
     resumes it."""
 
     def __init__(self, signum: int, message: str) -> None:
-        Exception.__init__(self, f"{signal.Signals(signum).name} received: {message}")
         self.signal_name = signal.Signals(signum).name
+        received = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else self.signal_name
+        Exception.__init__(self, f"{received} received: {message}")
 
 
 def seed_identity(config: Mapping) -> dict:
@@ -266,14 +267,15 @@ def run_seeds(runs: SeedRuns) -> dict[int, SeedExit]:
 
 @contextlib.contextmanager
 def stopping_on_signals(where: str) -> Iterator[None]:
-    """Stop the block at once (:class:`SweepStopped`, saying ``where``) on SIGTERM or SIGUSR1 sent to this process:
-    for the sweep's own work (its ensemble), whose outputs are written whole or not at all."""
+    """Stop the block at once (:class:`SweepStopped`, saying ``where``) on SIGTERM, SIGUSR1 or Ctrl-C: for the
+    sweep's own work (waiting for a seed, its ensemble), whose outputs are written whole or not at all; a seed's
+    ``train`` that runs meanwhile gets the signal itself (:func:`run_seed`)."""
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise SweepStopped(signum, f"the sweep stopped {where}; the same command resumes it (the finished seeds and "
                                    "a written ensemble are reused)")
 
-    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
+    previous = {signum: signal.signal(signum, stop) for signum in (*STOP_SIGNALS, signal.SIGINT)}
     try:
         yield
     finally:
