@@ -1,4 +1,10 @@
-"""Inputs shared by the benchmarks: synthetic graphs, and real molecular datasets shipped in PyPI packages."""
+"""What the benchmarks share: where the repository is and how training is started, synthetic graphs, and real
+molecular datasets shipped in PyPI packages.
+
+A script in ``bench/<group>/`` imports this module, and any other module of ``bench/``, by its full name
+(``from bench.common import REPO``) once its one line ``sys.path.append(...)`` has put the repository root on the path
+(bench/README.md, "Running a script").
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,12 @@ import pandas as pd
 
 from graphormer_urpe.data.batch import GraphRecord
 from graphormer_urpe.data.structure import graph_structure
+
+#: The repository's root: this checkout's ``train.py``, ``data/`` and ``runs/``.
+REPO = Path(__file__).resolve().parents[1]
+#: How a benchmark starts training: this checkout's ``train.py`` in a process of its own
+#: (``[*TRAIN, "--config", ...]``).
+TRAIN = (sys.executable, str(REPO / "train.py"))
 
 
 def zinc_like_graph(rng: np.random.Generator) -> tuple[int, np.ndarray]:
@@ -94,7 +106,7 @@ def qm9_pool_smiles(count: int, seed: int = 0) -> np.ndarray:
 
 def qm9_molecules(count: int, seed: int = 0, pool: Path | None = None) -> list:
     """The molecules of :func:`qm9_pool_smiles` featurised like PCQM4Mv2, or those of ``pool``, a CSV of
-    the same SMILES (column ``SMILES``; ``bench/gpu_bundle.py`` writes it, for machines without
+    the same SMILES (column ``SMILES``; ``bench/gpu/gpu_bundle.py`` writes it, for machines without
     ``qm9pack``). Returns :class:`RawGraph` objects."""
     import pandas as pd
 

@@ -96,7 +96,7 @@ def synthetic_mag(tmp_path_factory: pytest.TempPathFactory):
 
 # ----------------------------------------------------------------------------- tiny training runs
 
-#: Environment variable naming a data root with the prebuilt cache of ``qm9_root`` (set by bench/gpu_check.py).
+#: Environment variable naming a data root with the prebuilt cache of ``qm9_root`` (set by bench/gpu/gpu_check.py).
 QM9_TEST_ROOT_ENV = "GRAPHORMER_TEST_QM9_ROOT"
 
 
@@ -104,7 +104,7 @@ QM9_TEST_ROOT_ENV = "GRAPHORMER_TEST_QM9_ROOT"
 def qm9_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data root holding the cache of the first 50 QM9 molecules, built once per test session; on a
     machine without ``qm9pack`` (the GPU check's), a copy of the prebuilt one under ``$QM9_TEST_ROOT_ENV``
-    (bench/gpu_bundle.py's ``data/``), checked by ``prepare_data`` like any cache."""
+    (bench/gpu/gpu_bundle.py's ``data/``), checked by ``prepare_data`` like any cache."""
     import shutil
 
     from graphormer_urpe.data.datamodule import GraphDataModule

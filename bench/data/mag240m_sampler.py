@@ -1,6 +1,6 @@
 """Sampled MAG240M subgraphs per second per DataLoader worker, and where the time goes.
 
-    nice -n 10 python -m bench.mag240m_sampler --root /tmp/synthetic_mag_1m --papers 1000000
+    nice -n 10 python bench/data/mag240m_sampler.py --root /tmp/synthetic_mag_1m --papers 1000000
 
 Generates a synthetic MAG240M-layout graph at ``--root`` if there is none (a test and benchmark
 tool: graphormer_urpe.testing.mag240m_release), builds its derived files, then times the worker's

@@ -1,7 +1,7 @@
 """Preprocessing speed on PCQM4Mv2-like molecules: ours (features + SPD + paths + cache) vs ogb's
 ``PygPCQM4Mv2Dataset.process`` (features only), the same molecules, one run.
 
-    nice -n 10 python bench/preprocess_pcqm4mv2.py --molecules 20000 --rounds 3
+    nice -n 10 python bench/data/preprocess_pcqm4mv2.py --molecules 20000 --rounds 3
 
 Molecules: PCQM4Mv2 molecules have 14.1 heavy atoms on average (OGB-LSC paper). QM9 molecules
 (qm9pack) have ~9, the 5,000 NCI molecules that RDKit ships (``RDDataDir/NCI/first_5K.smi``)
@@ -34,8 +34,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import REPO
 
 #: Average heavy atoms per PCQM4Mv2 molecule (OGB-LSC, Hu et al. 2021) and the full dataset size.
 PCQM_MEAN_ATOMS = 14.1

@@ -1,8 +1,8 @@
 """The PyG path against our own pipeline, side by side in one run: preprocessing and batching.
 
-    python bench/pyg_interop.py [--graphs 2000] [--batch 128]
+    python bench/data/pyg_interop.py [--graphs 2000] [--batch 128]
 
-On ZINC-sized molecules (``common.zinc_like_graph``, one categorical node and edge column):
+On ZINC-sized molecules (``bench.common.zinc_like_graph``, one categorical node and edge column):
 
 * preprocessing, once per dataset: ``GraphormerStructure`` (one graph per call, as a PyG
   ``pre_transform`` runs) against ``graph_structures`` (the cache's chunks: graphs of equal size
@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-from common import zinc_like_graph
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import zinc_like_graph
 from graphormer_urpe import GraphormerStructure, GraphRecord, collate_graphs, to_graph_batch
 from graphormer_urpe.data.structure import graph_structures
 

@@ -1,7 +1,7 @@
-"""Prepare what a GPU machine without network lacks for bench/gpu_check.py: wheels and prebuilt data, < 48 MiB.
+"""Prepare what a GPU machine without network lacks for bench/gpu/gpu_check.py: wheels and prebuilt data, < 48 MiB.
 
-    python bench/gpu_bundle.py                              # .gpu_bundle/, wheels for the machine's Python 3.12
-    python bench/gpu_bundle.py --python-version 3.11 --out BUNDLE   # the CPU rehearsal's (bench/gpu_rehearsal.sh)
+    python bench/gpu/gpu_bundle.py                                      # .gpu_bundle/, wheels for Python 3.12
+    python bench/gpu/gpu_bundle.py --python-version 3.11 --out BUNDLE   # the CPU rehearsal's (gpu_rehearsal.sh)
 
 A machine with the image docs/gpu.md describes has torch, Lightning, PyG, numpy, pandas and the rest, but not
 :data:`WHEELS`' packages; with no network, it gets them from here. The bundle holds:
@@ -28,7 +28,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import REPO
+
 #: The packages the GPU image lacks and the check imports (exact versions: this project's environment's).
 #: rdkit and ogb: the molecule featuriser (graphormer_urpe.data.sources.featurize, imported by the QM9
 #: source, the benchmarks' vocabularies and tests/tasks/test_tasks.py); six: ogb.utils.url; jsonargparse and its
@@ -82,8 +85,7 @@ def build_data(data: Path, molecules: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    sys.path.insert(0, str(REPO / "bench"))
-    from gpu_check import QM9_MOLECULES
+    from bench.gpu.gpu_check import QM9_MOLECULES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO / ".gpu_bundle", help="the bundle's folder (replaced)")

@@ -1,7 +1,7 @@
 """The one command to run on a GPU machine: is the project correct there, and how fast is its training step?
 
-    python bench/gpu_check.py --bundle .gpu_bundle --out $OUT --budget 480     # on a GPU, 8 minutes at most
-    python bench/gpu_check.py --device cpu --quick --time-scale 6              # the same parts on the CPU, small
+    python bench/gpu/gpu_check.py --bundle .gpu_bundle --out $OUT --budget 480     # on a GPU, 8 minutes at most
+    python bench/gpu/gpu_check.py --device cpu --quick --time-scale 6              # the same parts on the CPU, small
 
 Every command runs under its own time cap (:data:`CAPS`, seconds on one H100-class GPU, Python's, torch's and
 CUDA's start included; ``--time-scale`` multiplies them) and within what is left of ``--budget`` (the wall time the
@@ -14,10 +14,10 @@ the first did not reach), each printed as it starts with the commands it runs:
    CUDA RNG state, the compiled step and its CUDA graph replays against the eager step, first edges and the padded
    MAG240M batch against their CPU reference), on the GPU.
 2. ``step``: the training step of the ZINC config at steady state, ``bf16-mixed``: eager against compiled with
-   CUDA graphs, URPE (``bench/train_throughput.py``; every batch padded to one shape for the compiled mode).
+   CUDA graphs, URPE (``bench/speed/train_throughput.py``; every batch padded to one shape for the compiled mode).
 3. ``loop``: ``train.py --config zinc_subset`` end to end on ZINC-sized data, the same two modes
-   (``bench/train_loop.py``): graphs/s over steps 51-250 and the time between steps, against the step alone.
-4. ``profile``: a ``torch.profiler`` summary of one warm step in both modes (``bench/step_profile.py``): top
+   (``bench/speed/train_loop.py``): graphs/s over steps 51-250 and the time between steps, against the step alone.
+4. ``profile``: a ``torch.profiler`` summary of one warm step in both modes (``bench/speed/step_profile.py``): top
    kernels by device time, the host's time, kernels launched, synchronisations.
 5. ``matrix``: the rest of the grid of the step: RPE, compiled without CUDA graphs, ``32``, and the PCQM4Mv2
    config.
@@ -26,11 +26,11 @@ the first did not reach), each printed as it starts with the commands it runs:
    kernel and the formula, and in the compiled step), then the PCQM4Mv2 config's step with the eager attention
    kernel against it, eager and with CUDA graphs, URPE: time and peak memory.
 7. ``memory`` and 8. ``qm9`` (not run unless named): the peak memory of a training step at the papers' settings
-   against a 32 GB V100 (``bench/paper_memory.py``), and the default QM9 run in ``32``, ``16-mixed`` and
+   against a 32 GB V100 (``bench/memory/paper_memory.py``), and the default QM9 run in ``32``, ``16-mixed`` and
    ``bf16-mixed``, mixed precision passing when its first-step loss is within :data:`FIRST_STEP_RTOL` of float32's and
    its late training loss and final validation MAE within :data:`TRAINING_RTOL`.
 
-``--bundle`` names the folder ``bench/gpu_bundle.py`` prepares (wheels the machine lacks, the prebuilt QM9 caches).
+``--bundle`` names the folder ``bench/gpu/gpu_bundle.py`` prepares (wheels the machine lacks, the prebuilt QM9 caches).
 Under ``--out``: ``summary.md`` (to paste into docs/gpu.md), ``summary.json``, ``check.log`` (every command's
 output) and the benchmarks' JSON files, rewritten after every command, so a run killed at any moment leaves
 everything finished before; runs and data go under ``--work``. Exits with 1 if a part failed, was cut or was not
@@ -56,7 +56,10 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import REPO, TRAIN
+
 PRECISIONS = ("32", "16-mixed", "bf16-mixed")
 #: Mixed precision against float32: relative difference allowed on the first step's loss ...
 FIRST_STEP_RTOL = 0.05
@@ -97,9 +100,9 @@ GOAL_LOOP_SHARE = 0.8
 #: rerun 2026-11-27): what a GPU's measured peak is compared with.
 CPU_ESTIMATE_GIB = {"ZINC": 0.17, "PCQM4Mv2": 0.74, "MAG240M": 12.80}
 #: Papers of the synthetic MAG240M: its release and derived arrays are written in seconds, not the minutes of
-#: bench/paper_memory.py's 100,000; the batch is padded to the fanouts' bound (401 nodes) either way.
+#: bench/memory/paper_memory.py's 100,000; the batch is padded to the fanouts' bound (401 nodes) either way.
 MAG_PAPERS = 20_000
-#: Molecules of the QM9 runs: those of the bundle's cache (``bench/gpu_bundle.py``).
+#: Molecules of the QM9 runs: those of the bundle's cache (``bench/gpu/gpu_bundle.py``).
 QM9_MOLECULES = 5000
 #: Steps of each QM9 run.
 QM9_STEPS = 100
@@ -226,7 +229,7 @@ def check_memory(check: Check, device: str, quick: bool, update: Callable[[dict]
     results: list[dict] = []
     for key, cap in CAPS["memory"].items():
         result_file = check.work / f"memory_{key}.json"
-        command = [sys.executable, "bench/paper_memory.py", "--device", device, "--precision", "16-mixed",
+        command = [sys.executable, "bench/memory/paper_memory.py", "--device", device, "--precision", "16-mixed",
                    "--settings", key, "--work", str(check.work / "memory"), "--json", str(result_file)]
         command += ["--mag-batches", "1" if quick else "2", "--mag-papers", str(MAG_PAPERS)]
         outcome = check.run(command, cap)
@@ -243,8 +246,9 @@ def check_memory(check: Check, device: str, quick: bool, update: Callable[[dict]
 
 def step_command(setting: str, precision: str, modes: list[str], attention: list[str], device: str, quick: bool,
                  out: Path, kernels: tuple[str, ...] = ("eager",)) -> list[str]:
-    """``bench/train_throughput.py`` for one setting and precision (``--quick``: small batches, the least rounds)."""
-    command = [sys.executable, "bench/train_throughput.py", "--device", device, "--settings", setting,
+    """``bench/speed/train_throughput.py`` for one setting and precision (``--quick``: small batches, the least
+    rounds)."""
+    command = [sys.executable, "bench/speed/train_throughput.py", "--device", device, "--settings", setting,
                "--precision", precision, "--modes", *modes, "--attention", *attention, "--kernels", *kernels,
                "--batchings", "bucketed",
                "--pad-nodes-to", str(ZINC_PAD if setting == "zinc" else PCQM_PAD), "--json", str(out)]
@@ -287,7 +291,7 @@ def check_loop(check: Check, device: str, quick: bool, setting: str, cap: float)
     """``train.py`` end to end on data of the setting's sizes, eager and with CUDA graphs, within ``cap`` seconds
     (``--quick``: steps 2-4 of 4 on a release of 200 molecules)."""
     result_file = check.out / f"loop {setting} bf16-mixed.json"
-    command = [sys.executable, "bench/train_loop.py", "--setting", setting, "--data-root",
+    command = [sys.executable, "bench/speed/train_loop.py", "--setting", setting, "--data-root",
                str(check.work / f"{setting}_like"), "--device", device, "--precision", "bf16-mixed", "--variants",
                "eager", "cuda_graphs", "--pad-nodes-to", str(ZINC_PAD if setting == "zinc" else PCQM_PAD),
                "--workers", "2" if quick else "6", "--json", str(result_file)]
@@ -303,8 +307,8 @@ def check_profile(check: Check, device: str, quick: bool, update: Callable[[dict
     runs: list[dict] = []
     for name, cap in CAPS["profile"].items():
         mode = name.split()[1]
-        command = [sys.executable, "bench/step_profile.py", "--device", device, "--setting", "zinc", "--mode", mode,
-                   "--precision", "bf16-mixed", "--pad-nodes-to", str(ZINC_PAD)]
+        command = [sys.executable, "bench/speed/step_profile.py", "--device", device, "--setting", "zinc", "--mode",
+                   mode, "--precision", "bf16-mixed", "--pad-nodes-to", str(ZINC_PAD)]
         command += ["--batch-size", "8"] if quick else []
         outcome = check.run(command, cap)
         runs.append({"name": name, "command": " ".join(command[1:]), "status": outcome.status,
@@ -328,7 +332,7 @@ def check_qm9(check: Check, accelerator: str, steps: int, molecules: int, data_r
     runs: dict[str, dict] = {}
     for precision in PRECISIONS:
         name = f"qm9_{precision}"
-        command = [sys.executable, "train.py", "--config", "qm9_gap", "--trainer.precision", precision,
+        command = [*TRAIN, "--config", "qm9_gap", "--trainer.precision", precision,
                    "--trainer.accelerator", accelerator, "--trainer.devices", "1",
                    "--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(steps),
                    "--trainer.log_every_n_steps", "1", "--trainer.enable_progress_bar", "false",
@@ -379,7 +383,7 @@ def machine(device: torch.device) -> str:
 
 
 def markdown_memory(memory: dict) -> list[str]:
-    lines = ["**Peak memory of one 16-mixed training step per GPU** (`bench/paper_memory.py`; "
+    lines = ["**Peak memory of one 16-mixed training step per GPU** (`bench/memory/paper_memory.py`; "
              "CPU estimate: docs/gpu.md)", "",
              "| setting | graphs/GPU | nodes (padded to) | peak tensors (GiB) | CPU estimate (GiB) | reserved (GiB) | "
              "needs of a V100 (GiB) | fits 32 GB | s |",
@@ -401,7 +405,7 @@ def markdown_memory(memory: dict) -> list[str]:
 def markdown_steps(title: str, part: dict) -> list[str]:
     """A table of every step variant measured (graphs/s of the median epoch, its slowest and fastest), then each
     command's output."""
-    lines = [f"**{title}** (`bench/train_throughput.py`: the warm step, the median epoch)", "",
+    lines = [f"**{title}** (`bench/speed/train_throughput.py`: the warm step, the median epoch)", "",
              "| setting | precision | mode | attention | kernel | graphs/s | [slowest, fastest] | ms/step | "
              "warm-up s | shapes | peak GiB | epochs x batches x graphs |", "|---" * 12 + "|"]
     for run in part.get("runs", []):
@@ -441,8 +445,8 @@ def headline(parts: dict) -> list[str]:
 
 
 def markdown_loop(loop: dict) -> list[str]:
-    lines = ["**train.py end to end** (`bench/train_loop.py`: the config on data of its dataset's sizes in its release "
-             "layout, steps 51-250 timed)", "",
+    lines = ["**train.py end to end** (`bench/speed/train_loop.py`: the config on data of its dataset's sizes in its "
+             "release layout, steps 51-250 timed)", "",
              "| variant | graphs/s | steps/s | time between steps (loader, Lightning) |", "|---|---|---|---|"]
     for mode, runs in loop.get("runs", {}).items():
         for run in runs:
@@ -453,7 +457,7 @@ def markdown_loop(loop: dict) -> list[str]:
 
 
 def markdown_profile(profile: dict) -> list[str]:
-    lines = ["**One warm step profiled** (`bench/step_profile.py`)", ""]
+    lines = ["**One warm step profiled** (`bench/speed/step_profile.py`)", ""]
     for run in profile.get("runs", []):
         lines += [f"`{run['command']}`: {run['status']}", "", "```", run["output"], "```", ""]
     return lines
@@ -525,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="multiply every cap (slower machines: the CPU rehearsal uses 6)")
     parser.add_argument("--bundle", type=Path, default=None,
-                        help="bench/gpu_bundle.py's folder: the wheels' install and the QM9 caches")
+                        help="bench/gpu/gpu_bundle.py's folder: the wheels' install and the QM9 caches")
     parser.add_argument("--data-root", type=Path, default=None,
                         help="dataset root of the QM9 runs (default: the bundle's data/, else data/)")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "gpu_check", help="summaries and check.log")
@@ -535,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda, but torch sees no GPU (torch.cuda.is_available() is False)")
     if args.bundle is not None and not (args.bundle / "manifest.json").is_file():
-        parser.error(f"--bundle {args.bundle} holds no manifest.json: prepare it with python bench/gpu_bundle.py")
+        parser.error(f"--bundle {args.bundle} holds no manifest.json: prepare it with python bench/gpu/gpu_bundle.py")
     data_root = args.data_root or (args.bundle / "data" if args.bundle is not None else REPO / "data")
     device = torch.device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -543,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     check.work.mkdir(parents=True, exist_ok=True)
     order = [part for part in PARTS if part in (args.parts or DEFAULT_PARTS[device.type])]
     check.report = {"machine": machine(device), "date": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
-                    "command": " ".join(["python bench/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]),
+                    "command": " ".join(["python bench/gpu/gpu_check.py",
+                                         *(argv if argv is not None else sys.argv[1:])]),
                     "budget": args.budget, "order": order,
                     "caps": {part: sum(CAPS[part].values()) * args.time_scale for part in order}, "parts": {}}
     say(f"on {check.report['machine']}; parts {', '.join(order)} within {sum(check.report['caps'].values()):.0f} s "

@@ -1,6 +1,6 @@
 """Peak memory of MAG240M training at two graph sizes: it must stay flat (memory maps, not copies).
 
-    nice -n 10 python -m bench.mag240m_memory --roots /tmp/synthetic_mag_100k /tmp/synthetic_mag_1m
+    nice -n 10 python bench/memory/mag240m_memory.py --roots /tmp/synthetic_mag_100k /tmp/synthetic_mag_1m
 
 Runs ``train.py --config mag240m`` (a small model, the paper's fanouts [25, 15], DataLoader workers)
 for a few dozen steps on each synthetic MAG240M-layout graph (generate them with
@@ -23,10 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import REPO, TRAIN
 from graphormer_urpe.data.mag240m.derived import prepare_derived
 from graphormer_urpe.data.mag240m.release import MAG240MRaw
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _tree(pid: int) -> list[int]:
@@ -60,7 +61,7 @@ def _memory_kib(pid: int) -> tuple[int, int]:
 def measure(root: Path, steps: int, workers: int, batch: int) -> dict:
     """Peak memory of one short training run on ``root``."""
     with tempfile.TemporaryDirectory() as runs:
-        command = [sys.executable, "train.py", "--config", "mag240m", "--data.root", str(root),
+        command = [*TRAIN, "--config", "mag240m", "--data.root", str(root),
                    "--data.num_classes", str(MAG240MRaw(root).meta["num_classes"]),
                    "--data.batch_size", str(batch), "--data.num_workers", str(workers),
                    "--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(steps),

@@ -1,7 +1,7 @@
 """Peak memory of one training step per GPU at the papers' settings, against a 32 GB V100.
 
-    python bench/paper_memory.py --device cpu     # estimate: fake tensors, seconds, no memory used
-    python bench/paper_memory.py --device cuda    # measure on the GPU (allocator statistics)
+    python bench/memory/paper_memory.py --device cpu     # estimate: fake tensors, seconds, no memory used
+    python bench/memory/paper_memory.py --device cuda    # measure on the GPU (allocator statistics)
 
 Per GPU, as the papers ran them (the configured batch is global and DDP splits it):
 
@@ -17,7 +17,7 @@ Per GPU, as the papers ran them (the configured batch is global and DDP splits i
 Every batch is padded to its largest graph, so "every graph of the largest size" is the worst
 case a step can meet. A step is the task's own training step, clipping (the config's
 ``gradient_clip_val``) and its AdamW update (the second step, with the optimiser state present;
-``bench/step_memory.py``) in ``16-mixed`` (the V100 setting; ``--precision`` for others).
+``bench/memory/step_memory.py``) in ``16-mixed`` (the V100 setting; ``--precision`` for others).
 The verdict: on a GPU, ``max_memory_reserved`` plus the CUDA context must stay under the V100's
 usable memory; from a CPU estimate (tensors only), the peak plus 15 % allocator overhead plus the
 context must.
@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -40,12 +41,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import random_molecule_record
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import random_molecule_record
+from bench.memory.step_memory import GIB, Precision, StepMemory, estimate_step_memory, measure_step_memory
 from graphormer_urpe.constants import NO_EDGE, UNREACHABLE_SPD
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import GraphormerTask
-from step_memory import GIB, Precision, StepMemory, estimate_step_memory, measure_step_memory
 
 #: What a 32 GB V100 offers to PyTorch (nvidia-smi: 32,510 MiB) and what the CUDA context takes.
 V100_USABLE_GIB = 32510 / 1024

@@ -18,8 +18,8 @@ The estimate counts tensors only. On a GPU add the CUDA context (about 0.3-0.5 G
 workspace, and the caching allocator's rounding and fragmentation (:func:`measure_step_memory`
 reports ``max_memory_reserved`` next to ``max_memory_allocated``). See ``docs/gpu.md``.
 
-A benchmark tool (``bench/paper_memory.py``, ``bench/gpu_check.py``); tests import it with ``bench/``
-on the path, and so can you: ``sys.path.insert(0, "bench")``.
+A benchmark tool (``bench/memory/paper_memory.py``, ``bench/gpu/gpu_check.py``); from the repository root, tests
+and you import it as ``bench.memory.step_memory``.
 """
 
 from __future__ import annotations

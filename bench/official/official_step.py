@@ -1,8 +1,8 @@
 """Our training step against official Graphormer's, with the same weights and the same batches, on the CPU.
 
-    python bench/official_step.py                                   # ZINC and PCQM4Mv2 sizes, one thread
-    python bench/official_step.py --settings zinc --modes eager compiled --batch-size 64
-    python bench/official_step.py --official-batches same                # official on our batches only
+    python bench/official/official_step.py                                   # ZINC and PCQM4Mv2 sizes, one thread
+    python bench/official/official_step.py --settings zinc --modes eager compiled --batch-size 64
+    python bench/official/official_step.py --official-batches same                # official on our batches only
 
 The official model is transformers' port of it (``GraphormerForGraphClassification``, 4.57.6, the test extra), the
 reference our import is tested against (tests/convert/test_huggingface.py); it is built at the setting's config
@@ -12,7 +12,7 @@ imported into ours (``graphormer_urpe.convert huggingface``): RPE with the same 
 Before timing, both predict the first batch in evaluation mode and must agree to float32 rounding.
 
 Molecules are molecule-shaped random graphs of the setting's sizes with PCQM4Mv2's featurisation
-(``bench/train_throughput.py``), the epoch's ``--epoch-batches`` size-aware global batches collated by each side
+(``bench/speed/train_throughput.py``), the epoch's ``--epoch-batches`` size-aware global batches collated by each side
 the way it is: ``collate_graphs`` for ours, official's ``preprocess_item`` and collator for it (done before timing, as
 official's data pipeline is not the step). Official also runs on its own batches of the same molecules
 (``--official-batches own``): a random permutation cut into batches of the batch size, as official Graphormer's
@@ -32,6 +32,7 @@ import copy
 import dataclasses
 import functools
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -43,7 +44,10 @@ import yaml
 from transformers.models.deprecated.graphormer import GraphormerConfig as TransformersConfig
 from transformers.models.deprecated.graphormer import GraphormerForGraphClassification
 
-from common import random_molecule_record
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import random_molecule_record
+from bench.speed.train_throughput import MODES, SETTINGS, edges_per_node
 from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.convert.huggingface import import_huggingface
 from graphormer_urpe.data.batch import BatchShape, GraphBatch, GraphRecord, collate_graphs
@@ -53,7 +57,6 @@ from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.tasks import GraphRegression
 from graphormer_urpe.testing.official_reference import transformers_batch
 from graphormer_urpe.testing.tolerance import rounding_tolerance
-from train_throughput import MODES, SETTINGS, edges_per_node
 
 CLIP = 5.0
 

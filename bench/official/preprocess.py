@@ -1,8 +1,8 @@
 """Structural preprocessing speed: ours vs the official Graphormer algorithm, one core, one run.
 
-    python bench/preprocess.py [--graphs 2000]
+    python bench/official/preprocess.py [--graphs 2000]
 
-Both turn a ZINC-sized molecule (see ``common.zinc_like_graph``) into what the model needs:
+Both turn a ZINC-sized molecule (see ``bench.common.zinc_like_graph``) into what the model needs:
 
 * ours: shortest-path distances by frontier expansion, the first edge of one shortest path per
   pair, and degrees, computed once and cached: one graph at a time (``graph_structure``) and as
@@ -21,11 +21,15 @@ the issue tracker; this script measures the re-implementation side by side with 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from common import zinc_like_graph
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import zinc_like_graph
 from graphormer_urpe.data.structure import graph_structure, graph_structures
 
 UNREACHABLE = 510  # the official code's "no path" distance

@@ -2,7 +2,7 @@
 every RDKit 2D descriptor over MOSES training molecules, into ``graphormer_urpe/data/sources/rdkit2d_reference.json``
 (:mod:`graphormer_urpe.data.sources.descriptors` reads it; its SHA-1 is part of every cache key of descriptors).
 
-    pip install --no-deps molsets==0.3.1 && python bench/descriptor_reference.py
+    pip install --no-deps molsets==0.3.1 && python bench/small_data/descriptor_reference.py
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from graphormer_urpe.data.sources.pretraining import moses_smiles, moses_smiles_
 def write_reference(molecules: int = 20_000, seed: int = 0, path: Path = REFERENCE_FILE) -> Path:
     """Compute the reference from ``molecules`` MOSES training molecules drawn with ``seed``; write it to ``path``.
 
-    ``python bench/descriptor_reference.py`` runs this (about 2 minutes on one core)."""
+    ``python bench/small_data/descriptor_reference.py`` runs this (about 2 minutes on one core)."""
     from tqdm.auto import tqdm
 
     silence_rdkit()

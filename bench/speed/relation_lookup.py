@@ -1,6 +1,6 @@
 """The lookup of B and C by relation id, side by side in one run: ``F.embedding`` vs one ``gather``.
 
-    python bench/relation_lookup.py [--batch 256] [--heads 8] [--relations 40] [--rounds 20]
+    python bench/speed/relation_lookup.py [--batch 256] [--heads 8] [--relations 40] [--rounds 20]
 
 Both compute ``out[b, h, i, j] = table[relation[b, i, j], h]`` as a contiguous ``(B, H, T, T)``
 float32 tensor and its gradient with respect to the ``(R, H)`` table, for padded sizes T of

@@ -1,6 +1,6 @@
 """Cost of the run-operation machinery per training step, side by side in one run.
 
-    python bench/run_operations.py [--molecules 2000] [--steps 75] [--repeats 3]
+    python bench/speed/run_operations.py [--molecules 2000] [--steps 75] [--repeats 3]
 
 Compares, on the same model and data (QM9 subset, the qm9_gap model):
 
@@ -26,15 +26,15 @@ from pathlib import Path
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
-from graphormer_urpe.data.batch import collate_graphs  # noqa: E402
-from graphormer_urpe.data.datamodule import GraphDataModule  # noqa: E402
-from graphormer_urpe.data.sources import QM9  # noqa: E402
-from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB  # noqa: E402
-from graphormer_urpe.model.graphormer import GraphormerConfig  # noqa: E402
-from graphormer_urpe.run.callbacks import LastCheckpoint, NonFiniteLossGuard, PreemptionCheckpoint, RNGState  # noqa: E402
-from graphormer_urpe.tasks import GraphRegression, OptimConfig  # noqa: E402
+from graphormer_urpe.data.batch import collate_graphs
+from graphormer_urpe.data.datamodule import GraphDataModule
+from graphormer_urpe.data.sources import QM9
+from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
+from graphormer_urpe.model.graphormer import GraphormerConfig
+from graphormer_urpe.run.callbacks import LastCheckpoint, NonFiniteLossGuard, PreemptionCheckpoint, RNGState
+from graphormer_urpe.tasks import GraphRegression, OptimConfig
 
 
 class PlainDataModule(GraphDataModule):

@@ -1,11 +1,11 @@
 """The default run on a machine it shares: steps per second of ``train.py`` alone and beside one busy process, for
 several settings of torch threads x data-loader workers, side by side.
 
-    python bench/shared_cores.py                                   # qm9_gap, 20,000 molecules, 2 rounds
-    python bench/shared_cores.py --settings 2x1 1x1 2x0 1x0 --rounds 3 --steps 100
+    python bench/speed/shared_cores.py                                   # qm9_gap, 20,000 molecules, 2 rounds
+    python bench/speed/shared_cores.py --settings 2x1 1x1 2x0 1x0 --rounds 3 --steps 100
 
 Each setting ``TxW`` runs ``train.py --config CONFIG --threads T --data.num_workers W`` for ``--warmup`` + ``--steps``
-optimiser steps and times the last ``--steps`` (:class:`step_clock.StepClock`), once alone and once while a
+optimiser steps and times the last ``--steps`` (:class:`bench.speed.step_clock.StepClock`), once alone and once while a
 single-threaded busy loop (``python -c "while True: pass"``) runs beside it; the settings and the two conditions
 alternate within each round, so all see the same machine. Printed: steps per second alone and shared (median over
 rounds) and how many times slower the shared run is. A fair share of 2 cores with one more process costs about
@@ -23,8 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-BENCH = Path(__file__).resolve().parent
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import REPO, TRAIN
 
 
 def parse_setting(text: str) -> tuple[int, int]:
@@ -36,15 +37,14 @@ def parse_setting(text: str) -> tuple[int, int]:
 def run(config: str, molecules: int, data_root: Path, run_root: Path, threads: int, workers: int, warmup: int,
         steps: int, out: Path) -> dict:
     """One timed ``train.py`` run; returns its :class:`StepClock` figures."""
-    clock = {"class_path": "step_clock.StepClock", "init_args": {"out": str(out), "first": warmup,
+    clock = {"class_path": "bench.speed.step_clock.StepClock", "init_args": {"out": str(out), "first": warmup,
                                                                  "last": warmup + steps}}
-    command = [sys.executable, str(REPO / "train.py"), "--config", config, "--data.source.max_molecules",
+    command = [*TRAIN, "--config", config, "--data.source.max_molecules",
                str(molecules), "--data.root", str(data_root), "--run_root", str(run_root), "--logger", "none",
                "--threads", str(threads), "--data.num_workers", str(workers), "--trainer.max_steps",
                str(warmup + steps), "--trainer.limit_val_batches", "0", "--trainer.limit_test_batches", "0",
                "--trainer.callbacks+", json.dumps(clock)]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    env["PYTHONPATH"] = os.pathsep.join([str(BENCH), env.get("PYTHONPATH", "")])
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"train.py failed ({done.returncode}):\n{done.stderr[-3000:]}")

@@ -1,7 +1,9 @@
 """A callback that times a training run's steps from inside ``train.py``, for the benchmarks of the whole loop.
 
-    python train.py --config ... --trainer.callbacks+='{"class_path": "step_clock.StepClock",
-                    "init_args": {"out": "clock.json", "first": 50, "last": 250}}'      (bench/ on PYTHONPATH)
+    python train.py --config ... --trainer.callbacks+='{"class_path": "bench.speed.step_clock.StepClock",
+                    "init_args": {"out": "clock.json", "first": 50, "last": 250}}'
+
+(``python train.py`` puts the repository root, and so ``bench``, on the path.)
 
 Between the start of optimiser step ``first + 1``'s batch and the end of step ``last``, it counts the graphs trained
 on and the wall time (the device synchronised at both ends), and the part of that time spent between two steps, from

@@ -1,9 +1,9 @@
 """A ``torch.profiler`` summary of one warm training step: where the step's time goes.
 
-    python bench/step_profile.py --setting zinc --mode eager                       # CPU
-    python bench/step_profile.py --setting zinc --mode cuda_graphs --device cuda --precision bf16-mixed
+    python bench/speed/step_profile.py --setting zinc --mode eager                       # CPU
+    python bench/speed/step_profile.py --setting zinc --mode cuda_graphs --device cuda --precision bf16-mixed
 
-The step is ``bench/train_throughput.py``'s (the task's forward and loss, backward, clipping, fused AdamW) on one
+The step is ``bench/speed/train_throughput.py``'s (the task's forward and loss, backward, clipping, fused AdamW) on one
 global batch of ``--batch-size`` molecules of the setting's sizes (the epoch's median-sized size-aware batch; padded
 to ``--pad-nodes-to`` for compiled modes), after ``--warm`` warm-up steps on it. Printed: the step's wall time and
 the host's CPU time in it; on CUDA the device time of its kernels and their count; the top ops (CPU: by self CPU
@@ -16,18 +16,22 @@ debug mode reports, on the CPU every ``item()`` the step's code calls outside an
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from common import random_molecule_record
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import random_molecule_record
+from bench.speed.train_throughput import MODES, PRECISIONS, SETTINGS, Step, edges_per_node, epoch_batches
 from graphormer_urpe.data.batch import BatchShape
 from graphormer_urpe.model.attention import ATTENTION_KERNELS
-from train_throughput import MODES, PRECISIONS, SETTINGS, Step, edges_per_node, epoch_batches
 
 
 def host_waits(step: Step, batch: object, device: torch.device) -> int:

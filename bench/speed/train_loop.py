@@ -1,10 +1,10 @@
 """The whole training loop: ``train.py`` end to end (data loading, Lightning, logging), graphs per second over a
-window of steps, beside the step alone (``bench/train_throughput.py``).
+window of steps, beside the step alone (``bench/speed/train_throughput.py``).
 
-    python bench/train_loop.py --data-root data/zinc_like                         # CPU, the ZINC config
-    python bench/train_loop.py --data-root /tmp/zinc_like --device cuda --precision bf16-mixed \\
+    python bench/speed/train_loop.py --data-root data/zinc_like                         # CPU, the ZINC config
+    python bench/speed/train_loop.py --data-root /tmp/zinc_like --device cuda --precision bf16-mixed \\
         --variants eager cuda_graphs --pad-nodes-to 40
-    python bench/train_loop.py --setting pcqm --data-root /tmp/pcqm_like --device cuda --pad-nodes-to 56
+    python bench/speed/train_loop.py --setting pcqm --data-root /tmp/pcqm_like --device cuda --pad-nodes-to 56
 
 The data is written once under ``--data-root`` in the dataset's release layout, and read by the real source and
 cache:
@@ -12,23 +12,23 @@ cache:
 * ``zinc`` (``configs/zinc_subset.yaml``, global batch 256): ZINC-sized molecules in ZINC's layout (``ZINC/raw``:
   the subset's 10,000 / 1,000 / 1,000 molecules, 9-38 atoms, a tree of bonds and two ring closures each;
   :func:`~graphormer_urpe.testing.zinc_raw.write_zinc_raw`);
-* ``pcqm`` (``configs/pcqm4mv2.yaml``, global batch 512): PCQM4Mv2-sized molecules (``bench/train_throughput.py``'s
-  sizes) as SMILES in PCQM4Mv2's layout (``pcqm4m-v2/raw/data.csv.gz``, ``split_dict.pt``; carbon, nitrogen and
-  oxygen, :func:`common.random_smiles`), featurised as PCQM4Mv2 is; 10,000 training molecules, 1,000 in each other
-  split.
+* ``pcqm`` (``configs/pcqm4mv2.yaml``, global batch 512): PCQM4Mv2-sized molecules
+  (``bench/speed/train_throughput.py``'s sizes) as SMILES in PCQM4Mv2's layout (``pcqm4m-v2/raw/data.csv.gz``,
+  ``split_dict.pt``; carbon, nitrogen and oxygen, :func:`bench.common.random_smiles`), featurised as PCQM4Mv2 is;
+  10,000 training molecules, 1,000 in each other split.
 
 ``--molecules`` writes fewer. Each variant (``eager``, ``compiled``, ``cuda_graphs``: ``--model.compile``) is one
 ``train.py`` process of the config, its ``--data.num_workers`` loader workers, no validation, no logger, for
-``--last`` optimiser steps; steps ``--first + 1`` .. ``--last`` are timed by :class:`step_clock.StepClock` (graphs
-per second; the share of the time between two steps: waiting for the loader, and Lightning's bookkeeping). Variants
-run one after the other, in alternating order when ``--rounds`` > 1; the median round counts.
+``--last`` optimiser steps; steps ``--first + 1`` .. ``--last`` are timed by
+:class:`bench.speed.step_clock.StepClock` (graphs per second; the share of the time between two steps: waiting for the
+loader, and Lightning's bookkeeping). Variants run one after the other, in alternating order when ``--rounds`` > 1;
+the median round counts.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -37,13 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
-from common import random_smiles
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import REPO, TRAIN, random_smiles
+from bench.speed.train_throughput import SETTINGS
 from graphormer_urpe.testing.ogb_layouts import write_pcqm4mv2
 from graphormer_urpe.testing.zinc_raw import write_zinc_raw, zinc_like_atoms
-from train_throughput import SETTINGS
 
-REPO = Path(__file__).resolve().parents[1]
-BENCH = Path(__file__).resolve().parent
 MODES = {"eager": "false", "compiled": "true", "cuda_graphs": "cuda_graphs"}
 #: Training molecules of the ZINC subset (validation and test: a tenth each), as the ZINC source expects them.
 SUBSET_TRAIN = 10_000
@@ -79,11 +79,11 @@ RELEASES = {"zinc": ("zinc_subset", zinc_like_release), "pcqm": ("pcqm4mv2", pcq
 
 
 def timed_run(args: argparse.Namespace, mode: str, run_root: Path, out: Path) -> dict:
-    """One ``train.py`` process; returns :class:`step_clock.StepClock`'s figures (exit on failure)."""
-    clock = {"class_path": "step_clock.StepClock",
+    """One ``train.py`` process; returns :class:`bench.speed.step_clock.StepClock`'s figures (exit on failure)."""
+    clock = {"class_path": "bench.speed.step_clock.StepClock",
              "init_args": {"out": str(out), "first": args.first, "last": args.last}}
     config, _ = RELEASES[args.setting]
-    command = [sys.executable, str(REPO / "train.py"), "--config", config, "--data.root", str(args.data_root),
+    command = [*TRAIN, "--config", config, "--data.root", str(args.data_root),
                "--run_root", str(run_root), "--logger", "none", "--checkpoint.every_n_steps", "0",
                "--trainer.max_steps", str(args.last), "--trainer.limit_val_batches", "0",
                "--trainer.limit_test_batches", "0", "--trainer.accelerator", "gpu" if args.device == "cuda" else "cpu",
@@ -91,8 +91,7 @@ def timed_run(args: argparse.Namespace, mode: str, run_root: Path, out: Path) ->
                "--data.num_workers", str(args.workers), "--trainer.callbacks+", json.dumps(clock)]
     if mode != "eager":
         command += ["--data.pad_nodes_to", str(args.pad_nodes_to)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False,
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
                           stdin=subprocess.DEVNULL)
     if done.returncode or not out.is_file():
         raise SystemExit(f"train.py ({mode}) ended with exit code {done.returncode}:\n{done.stderr[-4000:]}")

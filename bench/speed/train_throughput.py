@@ -2,12 +2,12 @@
 size-aware against uniform batches, the eager attention kernel against FlexAttention, for the ZINC and the PCQM4Mv2
 configs.
 
-    python bench/train_throughput.py                                  # CPU, one thread: per-core figures
-    python bench/train_throughput.py --device cuda --precision bf16-mixed --modes eager compiled cuda_graphs
-    python bench/train_throughput.py --device cuda --precision bf16-mixed --settings pcqm --kernels eager flex
+    python bench/speed/train_throughput.py                                  # CPU, one thread: per-core figures
+    python bench/speed/train_throughput.py --device cuda --precision bf16-mixed --modes eager compiled cuda_graphs
+    python bench/speed/train_throughput.py --device cuda --precision bf16-mixed --settings pcqm --kernels eager flex
 
 Settings (``--settings``), each a config's model on molecules of its dataset's sizes (molecule-shaped random graphs,
-:func:`common.random_molecule_record`, with the featurisation's vocabularies):
+:func:`bench.common.random_molecule_record`, with the featurisation's vocabularies):
 
 * ``zinc``: ``configs/zinc_subset.yaml`` (12 layers, 80 wide, 8 heads), 9-38 atoms (ZINC's statistics);
 * ``pcqm``: ``configs/pcqm4mv2.yaml`` (6 layers, 512 wide, 32 heads), PCQM4Mv2-like sizes: 99.5 % normal(14, 3.2)
@@ -34,6 +34,7 @@ import contextlib
 import functools
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,7 +44,9 @@ import numpy as np
 import torch
 import yaml
 
-from common import random_molecule_record
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import random_molecule_record
 from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.data.batch import BatchShape, GraphBatch, GraphRecord, collate_graphs
 from graphormer_urpe.data.loaders import GlobalBatchSampler

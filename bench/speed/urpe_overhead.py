@@ -1,9 +1,9 @@
 """URPE's cost over RPE per training step, on fixed batches of chosen padded sizes, side by side.
 
-    python bench/urpe_overhead.py [--steps 10] [--sizes 16 24 24:51]
-    PYTHONPATH=/path/to/other/checkout python bench/urpe_overhead.py    # the same on another commit
+    python bench/speed/urpe_overhead.py [--steps 10] [--sizes 16 24 24:51]
+    PYTHONPATH=/path/to/other/checkout python bench/speed/urpe_overhead.py    # the same on another commit
 
-Each size is a batch of 256 molecule-like graphs (``common.random_molecule_record``): ``24`` = every
+Each size is a batch of 256 molecule-like graphs (``bench.common.random_molecule_record``): ``24`` = every
 graph has 24 atoms (T = 25 with the graph token); ``24:51`` = 24 atoms, but one graph in 12 has 51
 (T = 52, most of the batch padding, as in a batch that holds a rare large molecule). A step is
 forward, backward and AdamW of the ZINC-configured Graphormer (12 layers, 80 wide, 8 heads, all
@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
 import graphormer_urpe
-from common import random_molecule_record
+from bench.common import random_molecule_record
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 

@@ -1,7 +1,7 @@
 """The paper's synthetic experiments at laptop scale: every method on every task, one table, three figures.
 
-    python bench/synthetic_results.py                         # everything, ~1 hour on 2 shared CPU cores
-    python bench/synthetic_results.py --only graph --retrain  # one family again
+    python bench/synthetic/synthetic_results.py                         # everything, ~1 hour on 2 shared CPU cores
+    python bench/synthetic/synthetic_results.py --only graph --retrain  # one family again
 
 Trains through ``train.py`` (one subprocess per run, so every run has its own run directory, config
 and checkpoints under ``--run_root``) and reads each run's ``metrics.json``:
@@ -32,11 +32,13 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
+
+from bench.common import REPO, TRAIN
 from graphormer_urpe.run.cli import RUN_DIR_ENV
 from graphormer_urpe.run.plots import relative_encoding_figure
 from graphormer_urpe.tasks import Classification, SequenceTagging
 
-REPO = Path(__file__).resolve().parent.parent
 METHOD_NAMES = {"none": "noPE", "rpe": "RPE", "urpe": "URPE"}
 GRAPH_METHODS = ["RPE", "URPE", "RPE + graph token", "RPE -> URPE"]
 TASK_NAMES = {"pi": "Position Identification", "etp": "Even Token Prediction"}
@@ -118,7 +120,7 @@ def train(run: Run, run_root: Path, threads: int, steps: int | None, retrain: bo
     if metrics_path.is_file() and not retrain:
         return json.loads(metrics_path.read_text())
     shutil.rmtree(run_dir, ignore_errors=True)
-    command = [sys.executable, str(REPO / "train.py"), "--config", run.config, *run.args,
+    command = [*TRAIN, "--config", run.config, *run.args,
                "--run_root", str(run_root), "--run_name", run.name, "--trainer.enable_progress_bar", "false"]
     if steps is not None:  # e.g. a quick check of the whole pipeline: validate once, at the end
         command += ["--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(steps)]

