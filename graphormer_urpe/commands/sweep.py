@@ -146,7 +146,7 @@ class Sweep(Command[SweepPlan, SweepResult]):
             raise InputError(f"--name {name!r}: an experiment's name is one file name (the runs are "
                              f"<run_root>/{name}-seed<S>), without '/'")
         for seed in args.seeds:
-            check_int("--seeds", seed, 0, hint=" (a seed)")
+            check_int("--seeds", seed, 0, 2**32 - 1, hint=" (train's --seed_everything)")
         if len(set(args.seeds)) < len(args.seeds):
             raise InputError(f"--seeds {' '.join(map(str, args.seeds))}: a seed is given twice")
         if (read_only := unwritable(args.run_root)) is not None:

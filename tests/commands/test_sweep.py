@@ -155,7 +155,8 @@ def test_an_option_train_refuses_stops_the_sweep_before_any_seed(qm9_root: Path,
 
 
 @pytest.mark.parametrize(("options", "refused"), [
-    (["--seeds", "-1"], "--seeds=-1: must be an integer >= 0 (a seed)"),
+    (["--seeds", "-1"], "--seeds=-1: must be an integer from 0 to 4294967295 (train's --seed_everything)"),
+    (["--seeds", str(2**32)], "--seeds=4294967296: must be an integer from 0 to 4294967295"),
     (["--seeds", "0", "0"], "--seeds 0 0: a seed is given twice"),
     (["--name", "a/b"], "--name 'a/b': an experiment's name is one file name"),
     (["--name", ".."], "--name '..': an experiment's name is one file name"),
