@@ -161,7 +161,7 @@ class Sweep(Command[SweepPlan, SweepResult]):
             check_seed_runs(runs, wanted)
         outputs = None
         if args.ensemble:
-            parts = "".join(f"-{part}" for part, wanted in (("trees", args.trees), ("kernel", args.kernel)) if wanted)
+            parts = "".join(f"-{part}" for part, chosen in (("trees", args.trees), ("kernel", args.kernel)) if chosen)
             outputs = plan_ensemble_outputs(run_config(yaml.safe_dump(wanted)), [runs.run_dir(s) for s in runs.seeds],
                                             args.run_root / f"{name}-ensemble{parts}", args.trees, args.predict,
                                             args.kernel)
