@@ -31,12 +31,12 @@ class Evaluation:
     leaderboard: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        """The record as ``--out`` writes it: every field, the leaderboard's among them; unset ones left out."""
-        unset = {"data_differences": None, "initialised_from": None}
-        fields = {"checkpoint": self.checkpoint, "split": self.split, "metrics": self.metrics, **self.leaderboard,
-                  "same_data_as_training": self.same_data_as_training, "data_differences": self.data_differences,
-                  "initialised_from": self.initialised_from}
-        return {key: value for key, value in fields.items() if key not in unset or value is not None}
+        """The record as ``--out`` writes it: every field, the leaderboard's among them; unset ones (no metrics, no
+        differences, no initialisation) left out."""
+        unset = {"metrics": {}, "data_differences": None, "initialised_from": None}
+        optional = {key: value for key in unset if (value := getattr(self, key)) != unset[key]}
+        return {"checkpoint": self.checkpoint, "split": self.split, **self.leaderboard,
+                "same_data_as_training": self.same_data_as_training, **optional}
 
 
 def check_split(data: RunData, split: str, checkpoint: str, predictions: Path | None,

@@ -1,20 +1,13 @@
-"""The root scripts of a checkout are the commands: ``python train.py`` is ``graphormer-urpe train``, and
-``python evaluate.py`` is ``graphormer-urpe evaluate`` (``predict`` with ``--predict``), its earlier option spellings
-still read."""
+"""``python evaluate.py`` in a checkout is ``graphormer-urpe evaluate`` (``predict`` with ``--predict``), its
+earlier option spellings still read."""
 
 from __future__ import annotations
 
 import pytest
 
 import evaluate
-import train
 from graphormer_urpe.commands import evaluate as evaluate_command
 from graphormer_urpe.commands import predict as predict_command
-from graphormer_urpe.commands import train as train_command
-
-
-def test_train_py_is_the_train_command() -> None:
-    assert train.main is train_command.main
 
 
 @pytest.fixture
