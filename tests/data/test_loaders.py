@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
+from bench.common import padded_share
 from graphormer_urpe.data.loaders import (
     EvalShardSampler,
     GlobalBatchSampler,
@@ -18,10 +18,6 @@ from graphormer_urpe.data.loaders import (
     per_device_batch_size,
 )
 from graphormer_urpe.errors import ConfigError
-from graphormer_urpe.testing import REPO_DIR
-
-sys.path.insert(0, str(REPO_DIR / "bench"))
-from common import padded_share  # noqa: E402  (bench/common.py, importable once bench/ is on the path)
 
 
 class Indices(Dataset):
