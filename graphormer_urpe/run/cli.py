@@ -107,7 +107,8 @@ def set_threads(config: Mapping[str, Any]) -> None:
 
 
 def resolve_config_paths(argv: Sequence[str]) -> list[str]:
-    """Turn ``--config zinc_subset[.yaml]`` into the path of the shipped config when it is not an existing file."""
+    """Turn ``--config zinc_subset[.yaml]`` into the path of the shipped config when it is not an existing file, and
+    check every config file (:func:`check_config_file`); :class:`ConfigError` for a name that is neither."""
     args = list(argv)
     for i, arg in enumerate(args):
         name = None
@@ -115,14 +116,41 @@ def resolve_config_paths(argv: Sequence[str]) -> list[str]:
             name, index = args[i + 1], i + 1
         elif arg.startswith("--config="):
             name, index = arg.split("=", 1)[1], i
-        if name is None or Path(name).is_file():
+        if name is None:
+            continue
+        if Path(name).is_file():
+            check_config_file(name)
             continue
         candidate = shipped_config(name)
         if candidate is None:
-            refuse(f"config '{name}' is neither a file nor a shipped config (available: "
-                   f"{', '.join(shipped_config_names())})")
+            raise ConfigError("config", name, "is neither a file nor a shipped config (available: "
+                                              f"{', '.join(shipped_config_names())})")
         args[index] = str(candidate) if index != i else f"--config={candidate}"
     return args
+
+
+#: What a config file holds.
+CONFIG_SHAPE = "a mapping of options (trainer:, model:, data:, ...)"
+#: How a refusal names what a config file holds instead of a mapping.
+_HELD = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def check_config_file(path: str) -> None:
+    """Refuse (:class:`ConfigError`, key ``config``) a config file that is not :data:`CONFIG_SHAPE`: broken YAML (with
+    its line and column), an empty file, a list or a single value; jsonargparse's own reports name no file."""
+    try:
+        content = yaml.safe_load(Path(path).read_text())
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        where = "" if mark is None else f" (line {mark.line + 1}, column {mark.column + 1})"
+        raise ConfigError("config", path, f"is not valid YAML: {error.problem}{where}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ConfigError("config", path, f"is not valid YAML: {error}") from None
+    if content is None:
+        raise ConfigError("config", path, f"is empty: a config is {CONFIG_SHAPE}")
+    if not isinstance(content, dict):
+        held = _HELD.get(type(content), type(content).__name__)
+        raise ConfigError("config", path, f"holds {held}, not {CONFIG_SHAPE}")
 
 
 def configure_logging() -> None:
@@ -240,7 +268,10 @@ class GraphormerCLI(LightningCLI):
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
         #: The command line as given (recorded per segment in ``run.json``).
         self.argv = list(sys.argv[1:] if args is None else args)
-        argv = resolve_config_paths(self.argv)
+        try:
+            argv = resolve_config_paths(self.argv)
+        except ConfigError as error:
+            stop_on_input_error(error)
         self.config_name = next(
             (
                 Path(a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1]).stem

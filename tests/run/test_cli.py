@@ -17,6 +17,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 
 import evaluate
 from graphormer_urpe.configs import CONFIG_DIR
+from graphormer_urpe.errors import ConfigError
 from graphormer_urpe.run import cli
 from graphormer_urpe.run.callbacks import PreemptionCheckpoint
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
@@ -107,8 +108,11 @@ def test_bare_config_names_resolve_to_configs_dir(tmp_path: Path) -> None:
     own = tmp_path / "mine.yaml"
     own.write_text("{}")
     assert resolve_config_paths(["--config", str(own)]) == ["--config", str(own)]
-    with pytest.raises(SystemExit, match="available: .*qm9_gap") as refused:
+    with pytest.raises(ConfigError, match=r"^config='zinc_subsett': is neither a file nor a shipped config "
+                                          r"\(available: .*qm9_gap"):
         resolve_config_paths(["--config", "zinc_subsett"])
+    with pytest.raises(SystemExit) as refused:
+        GraphormerCLI(["--config", "zinc_subsett"])
     assert refused.value.code == 2  # bad input, as every refusal
 
 

@@ -33,7 +33,7 @@ CASES = [
     ("smiles_csv_example", ["--trainer.val_check_interval", "1.5"],
      "trainer.val_check_interval=1.5: must be a number in (0, 1]"),
     ("zinc_subset", ["--trainer.check_val_every_n_epoch", "0"], "trainer.check_val_every_n_epoch=0: must be an"),
-    ("qm9_gap", ["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val=-1.0: must be a number >= 0"),
+    ("qm9_gap", ["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val=-1: must be a number >= 0"),
     ("qm9_gap", ["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches=0: must be an integer"),
     ("qm9_gap", ["--trainer.accelerator", "quantum"], "trainer: You selected an invalid accelerator name"),
     ("qm9_gap", ["--trainer.devices", "0"], "`Trainer(devices='0')` value is not a valid input"),
@@ -341,6 +341,27 @@ def test_a_null_distance_option_reaches_the_model(key: str, other: list[str], tm
     cli = GraphormerCLI(["--config", "smiles_csv_example", "--run_root", str(tmp_path / "runs"), "--logger", "none",
                          "--data.root", str(tmp_path / "data"), *other, f"--model.encoder.{key}", "null"])
     assert getattr(cli.model.model.config, key) is None
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("", "is empty: a config is a mapping of options (trainer:, model:, data:, ...)"),
+    ("# nothing but a comment\n", "is empty: a config is a mapping of options (trainer:, model:, data:, ...)"),
+    ("- a\n- b\n", "holds a list, not a mapping of options (trainer:, model:, data:, ...)"),
+    ("just a string\n", "holds a string, not a mapping of options (trainer:, model:, data:, ...)"),
+    ("trainer: {max_steps: 3\n", "is not valid YAML: expected ',' or '}', but got '<stream end>' (line 2, column 1)"),
+    ("trainer:\n  max_steps: 3\n nope: 1\n",
+     "is not valid YAML: expected <block end>, but found '<block mapping start>' (line 3, column 2)"),
+], ids=["empty", "a comment", "a list", "a string", "an open brace", "a bad indent"])
+def test_a_config_that_is_not_a_mapping_of_options_is_named_in_one_line(text: str, problem: str, tmp_path: Path,
+                                                                      package_log: pytest.LogCaptureFixture) -> None:
+    """An empty, list-shaped or broken YAML config stops in one line naming the file and what is wrong (an empty one
+    printed only ``Unexpected config:``), also when it follows a good one."""
+    config = tmp_path / "mine.yaml"
+    config.write_text(text)
+    for args in (["--config", str(config)], ["--config", "synthetic_pi", f"--config={config}"]):
+        code, errors = stop_of([*args, "--run_root", str(tmp_path / "runs")], package_log)
+        assert code == 2 and errors == [f"config={str(config)!r}: {problem}"]
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("given, limit", [("2", 2), ("0", 0), ("0.5", 0.5), ("1.0", 1.0), ("1", 1)])
