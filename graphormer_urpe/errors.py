@@ -61,7 +61,7 @@ class SubmissionError(ValueError):
 
 
 class NonFiniteLoss(RuntimeError):
-    """Training stopped at a NaN or infinite loss (``train.py`` exits with code 3)."""
+    """Training stopped at a NaN or infinite loss (``graphormer-urpe train`` exits with code 3)."""
 
 
 def shown(value: object) -> str:

@@ -22,8 +22,8 @@ from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint, reduced
 
 def portable_command(command: str, base: Path) -> str:
     """``command`` (a run record's, e.g. ``graphormer-urpe train --config /home/me/cfg.yaml``) with every absolute
-    path below ``base`` written relative to it; a run record before ``graphormer-urpe train`` named ``train.py``,
-    which runs with ``python``."""
+    path below ``base`` written relative to it; a run record older than ``graphormer-urpe train`` named the checkout's
+    root script, which runs with ``python``."""
     words = shlex.split(command)
     for i, word in enumerate(words):
         path = Path(word)

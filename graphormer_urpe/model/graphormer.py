@@ -125,7 +125,7 @@ class GraphormerConfig:
     molecule_features: Sequence[str] = ()
     molecule_features_into: Literal["graph_token", "readout"] = "graph_token"
 
-    #: The fields that shape the weights, taken from the checkpoint by ``train.py --init_from``.
+    #: The fields that shape the weights, taken from the checkpoint by ``graphormer-urpe train --init_from``.
     ARCHITECTURE: ClassVar[tuple[str, ...]] = (
         "num_layers",
         "hidden_dim",

@@ -95,7 +95,7 @@ class SequenceConfig:
     dropout: float = 0.0
     attention_dropout: float = 0.0
 
-    #: The fields that shape the weights, taken from the checkpoint by ``train.py --init_from``.
+    #: The fields that shape the weights, taken from the checkpoint by ``graphormer-urpe train --init_from``.
     ARCHITECTURE: ClassVar[tuple[str, ...]] = ("num_layers", "hidden_dim", "ffn_dim", "num_heads", "num_buckets",
                                                "max_distance")
 

@@ -1,7 +1,8 @@
-"""The pretrained checkpoint shipped with the package: ``train.py --init_from pretrained``. See docs/small-data.md.
+"""The pretrained checkpoint shipped with the package: ``graphormer-urpe train --init_from pretrained``. See
+docs/small-data.md.
 
-``moses_rdkit2d.ckpt`` is the best checkpoint of ``train.py --config pretrain_moses`` (a Graphormer + URPE encoder
-trained to predict the RDKit 2D descriptors of 50,000 MOSES molecules), reduced to what ``--init_from`` reads:
+``moses_rdkit2d.ckpt`` is the best checkpoint of ``graphormer-urpe train --config pretrain_moses`` (a Graphormer + URPE
+encoder trained to predict the RDKit 2D descriptors of 50,000 MOSES molecules), reduced to what ``--init_from`` reads:
 weights (float32), hyper-parameters and the run's config, without optimiser state. ``moses_rdkit2d.json`` beside it
 records its provenance (config, corpus and its hash, steps, command, commit, metrics) and the SHA-256 of the file.
 ``graphormer-urpe convert pretrained RUN_CHECKPOINT --replace`` writes both from a run.

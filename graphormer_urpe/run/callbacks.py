@@ -519,7 +519,7 @@ def last_good_checkpoint(trainer: pl.Trainer) -> str | None:
 
 def remove_weight_averaging(trainer: pl.Trainer) -> None:
     """Remove Lightning's weight-averaging callbacks (:class:`WeightAveraging`, e.g. ``EMAWeightAveraging``) from a
-    trainer that evaluates a checkpoint: after a run's fit, and in ``evaluate.py``.
+    trainer that evaluates a checkpoint: after a run's fit, and in ``graphormer-urpe evaluate``.
 
     A checkpoint written while averaging holds the *averaged* weights: validation chose it on them and they are
     what it gives to any reader. Left in place, the callback would load the weights before averaging (its

@@ -76,10 +76,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def embedded_config(path: str | Path) -> str:
-    """The resolved YAML config that ``train.py`` stored in the checkpoint."""
+    """The resolved YAML config that ``graphormer-urpe train`` stored in the checkpoint."""
     checkpoint = load_checkpoint(path)
     if CONFIG_KEY not in checkpoint:
-        raise CheckpointError(f"{path} holds no config (not written by train.py); pass --config")
+        raise CheckpointError(f"{path} holds no config (not written by graphormer-urpe train); pass --config")
     check_layout(path, checkpoint.get("hyper_parameters") or {})
     return checkpoint[CONFIG_KEY]
 
@@ -165,7 +165,7 @@ def check_checkpoint(
         if differing:
             lines.append("  hyper-parameters that differ: " + "; ".join(differing))
         lines.append(
-            "  use the config the checkpoint was trained with (evaluate.py reads it from the checkpoint)"
+            "  use the config the checkpoint was trained with (graphormer-urpe evaluate reads it from the checkpoint)"
         )
         raise CheckpointError("\n".join(lines))
     return checkpoint
@@ -231,7 +231,7 @@ def _dotted(config: dict, key: str) -> object:
 
 # ----------------------------------------------------------------------------- identity of data and configs
 # What makes a dataset the same dataset (what checkpoints record and resumes and evaluations compare), and two
-# runs the same experiment (what a restart and seeds.py compare): docs/running.md, "What is safe".
+# runs the same experiment (what a restart and graphormer-urpe sweep compare): docs/running.md, "What is safe".
 
 #: Checkpoint key of the :func:`data_identity` of the data the checkpoint was trained on.
 DATA_IDENTITY_KEY = "graphormer_data_identity"

@@ -1,4 +1,5 @@
-"""The command line of ``train.py`` and ``evaluate.py`` (LightningCLI), and the run directory it picks."""
+"""The command line of ``graphormer-urpe train`` and ``graphormer-urpe evaluate`` (LightningCLI), and the run directory
+it picks."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def close_process_group() -> None:
 
     Lightning destroys it at exit for NCCL only. A gloo group (DDP on CPUs) left to the interpreter's finalisation
     can abort a process whose work is all done: its worker threads outlive the interpreter (SIGABRT, "terminate
-    called without an active exception"), and a finished ``train.py`` or ``evaluate.py`` exits with -6."""
+    called without an active exception"), and a finished ``graphormer-urpe train`` or ``evaluate`` exits with -6."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
@@ -252,7 +253,7 @@ class Trainer(pl.Trainer):
 class GraphormerCLI(LightningCLI):
     """LightningCLI with the data-to-model link and one-line refusals: parses a config (a file, or ``config_text``,
     a resolved config as YAML, read before the command line) and builds data, model and a trainer that writes
-    nothing (what ``evaluate.py`` uses); :class:`TrainingCLI` adds the run."""
+    nothing (what ``graphormer-urpe evaluate`` uses); :class:`TrainingCLI` adds the run."""
 
     def __init__(
         self,
@@ -366,13 +367,13 @@ class GraphormerCLI(LightningCLI):
         return yaml.safe_load(self.parser.dump(self.config))
 
 
-#: The command that trains, as ``--help`` and every run's record name it (``python train.py`` in a checkout
-#: and ``python -m graphormer_urpe.commands train`` run the same code).
+#: The command that trains, as ``--help`` and every run's record name it (a checkout's root script runs the same
+#: code).
 TRAIN_COMMAND = "graphormer-urpe train"
 
 
 class TrainingCLI(GraphormerCLI):
-    """The command line of ``train.py``: also the run directory, ``--init_from``'s architecture, and the
+    """The command line of ``graphormer-urpe train``: also the run directory, ``--init_from``'s architecture, and the
     trainer's run callbacks and loggers. What a start does with them is :mod:`graphormer_urpe.run.start`'s."""
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:

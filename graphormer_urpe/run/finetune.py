@@ -1,4 +1,5 @@
-"""Start a run from the weights of another: ``train.py --config ANY --init_from CKPT``. See docs/finetuning.md."""
+"""Start a run from the weights of another: ``graphormer-urpe train --config ANY --init_from CKPT``. See
+docs/finetuning.md."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
     except ConfigError as error:
         raise CheckpointError(f"--init_from {path}: its encoder settings are not valid: {error}") from None
     converted = checkpoint.get("converted_from")
-    if CONFIG_KEY in checkpoint:  # written by train.py (or upgraded from an earlier layout of ours)
+    if CONFIG_KEY in checkpoint:  # written by graphormer-urpe train (or upgraded from an earlier layout of ours)
         config = run_config(checkpoint[CONFIG_KEY])
         data_name, path_order = config.data_name, config.data_args.get("path_order")
     elif converted is not None:  # official Graphormer's or transformers' weights, trained on official paths
@@ -113,11 +114,11 @@ def take_architecture(encoder: MutableMapping[str, Any], source: SourceCheckpoin
 
 
 def config_as_recorded(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A resolved config as plain data (what ``train.py --print_config`` prints) as its run records it in
-    ``config.yaml``: with ``init_from``, the encoder's architecture is the checkpoint's (``train.py`` sets it before
-    it builds the model, :func:`take_architecture`). What ``seeds.py`` compares with the config of a seed's run, so
-    that a sweep that fine-tunes reuses and resumes its own seeds. A checkpoint that cannot be read raises a
-    one-line :class:`CheckpointError` naming it."""
+    """A resolved config as plain data (what ``graphormer-urpe train --print_config`` prints) as its run records
+    it in ``config.yaml``: with ``init_from``, the encoder's architecture is the checkpoint's (``train`` sets it before
+    it builds the model, :func:`take_architecture`). What ``graphormer-urpe sweep`` compares with the config of a
+    seed's run, so that a sweep that fine-tunes reuses and resumes its own seeds. A checkpoint that cannot be read
+    raises a one-line :class:`CheckpointError` naming it."""
     recorded = copy.deepcopy(dict(config))
     if recorded.get("init_from"):
         task_class = import_object("model.class_path", recorded["model"]["class_path"])

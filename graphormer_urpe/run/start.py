@@ -173,8 +173,8 @@ def run_start(cli: TrainingCLI, start: Start) -> dict:
         else:  # e.g. PCQM4Mv2, MAG240M: test targets are hidden
             test = None
             hidden = [name for name in datamodule.split_sizes if name not in ("train", "valid")]
-            log.info("no labelled 'test' split; write leaderboard predictions with evaluate.py --split %s "
-                     "--submission-dir DIR", "|".join(hidden) or "<split>")
+            log.info("no labelled 'test' split; write leaderboard predictions with graphormer-urpe evaluate --model %s "
+                     "--split %s --submission_dir DIR", best or "CHECKPOINT", "|".join(hidden) or "<split>")
     except BaseException:
         start.directory.discard()
         raise

@@ -22,7 +22,7 @@ from graphormer_urpe.tasks.compiled import CompileMode, check_compile_mode, comp
 
 #: Evaluation stages, each with its own metric state.
 STAGES = ("val", "test")
-#: Checkpoint key of the record of where a run's weights came from (``train.py --init_from``).
+#: Checkpoint key of the record of where a run's weights came from (``graphormer-urpe train --init_from``).
 INITIALISED_FROM = "initialised_from"
 T = TypeVar("T")
 C = TypeVar("C")
@@ -241,7 +241,8 @@ class GraphormerTask(pl.LightningModule):
         self.optim = optim
         self.compile_mode = compile
         self.model = self.model_class(encoder)
-        #: Where the weights came from (``train.py --init_from``), None for a run from its own initialisation.
+        #: Where the weights came from (``graphormer-urpe train --init_from``), None for a run from its own
+        #: initialisation.
         self.initialised_from: dict[str, Any] | None = None
         #: :meth:`step_losses` as the training step runs it:
         #: compiled at the start of a fit (``compile``), or itself.
@@ -397,7 +398,7 @@ class GraphormerTask(pl.LightningModule):
         if batch.y.dim() == 3:
             raise ValueError(
                 "the data has one target per node but the model reads one prediction per graph: "
-                "set model.encoder.readout=nodes (the data's spec sets it when trained with train.py)"
+                "set model.encoder.readout=nodes (the data's spec sets it when trained with graphormer-urpe train)"
             )
         return output, batch.y
 
