@@ -61,7 +61,7 @@ def test_descriptors_and_a_feature_column_train_evaluate_and_predict(tmp_path: P
     assert not task.model.molecule.mean[:-1].any() and (task.model.molecule.std[:-1] == 1).all()
 
     evaluated = evaluate.main(["--ckpt", str(ckpt), "--split", "test", "--out", str(tmp_path / "test.json")])
-    assert evaluated["metrics"]["test/mae"] == pytest.approx(metrics["test"]["test/mae"], rel=1e-5)
+    assert evaluated.metrics["test/mae"] == pytest.approx(metrics["test"]["test/mae"], rel=1e-5)
 
     new = pd.DataFrame({"smiles": ["CCO", "c1ccccc1O", "C1CC(=O"], "rings": [0, "", 1]})
     new.to_csv(tmp_path / "new.csv", index=False)
