@@ -36,7 +36,7 @@ def test_every_bad_value_of_ensemble_is_one_line_before_any_work(small_run: Path
         "out exists": (["--runs", str(run), "--out", str(tmp_path / "kept")], "exists; an ensemble is written to"),
         "out not writable": (["--runs", str(run), "--out", str(read_only / "e")], "is not writable"),
         "trees without descriptors": (["--runs", str(run), "--trees", "--out", str(tmp_path / "e")],
-                                      "these runs have none: train with --data.source.descriptors rdkit2d"),
+                                      "train with --data.source.descriptors rdkit2d"),
     }
     before = files_of(tmp_path)
     for case, (argv, expected) in cases.items():
