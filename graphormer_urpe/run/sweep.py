@@ -265,6 +265,15 @@ def run_seeds(runs: SeedRuns) -> dict[int, SeedExit]:
     return failed
 
 
+class Signalled(BaseException):
+    """A signal arrived in :func:`stopping_on_signals`'s block: a ``BaseException``, as ``KeyboardInterrupt`` is, so
+    that no ``except Exception`` on its way (a checkpoint's reader) takes it for an error of its own."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 @contextlib.contextmanager
 def stopping_on_signals(where: str) -> Iterator[None]:
     """Stop the block at once (:class:`SweepStopped`, saying ``where``) on SIGTERM, SIGUSR1 or Ctrl-C: for the
@@ -272,12 +281,14 @@ def stopping_on_signals(where: str) -> Iterator[None]:
     ``train`` that runs meanwhile gets the signal itself (:func:`run_seed`)."""
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        raise SweepStopped(signum, f"the sweep stopped {where}; the same command resumes it (the finished seeds and "
-                                   "a written ensemble are reused)")
+        raise Signalled(signum)
 
     previous = {signum: signal.signal(signum, stop) for signum in (*STOP_SIGNALS, signal.SIGINT)}
     try:
         yield
+    except Signalled as signalled:
+        raise SweepStopped(signalled.signum, f"the sweep stopped {where}; the same command resumes it (the finished "
+                                             "seeds and a written ensemble are reused)") from None
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

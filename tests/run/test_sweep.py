@@ -106,3 +106,19 @@ def test_a_lock_another_process_holds_is_waited_for(tmp_path: Path, package_log:
     assert [r.getMessage() for r in package_log.records] == [
         f"exp: seed 0: another sweep works on it ({lock} is held): waiting for it to finish",
         "exp: seed 0: the other sweep is done with it"]
+
+
+@pytest.mark.parametrize(("signum", "said"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C (SIGINT)")])
+def test_a_signal_stops_the_sweep_through_the_code_it_interrupts(signum: int, said: str) -> None:
+    """A SIGTERM that came while the ensemble read a checkpoint was taken by the reader's ``except Exception`` for a
+    corrupt file: the sweep refused it (exit code 2) instead of stopping for the signal."""
+    with pytest.raises(sweep.SweepStopped) as stopped:
+        with sweep.stopping_on_signals("here"):
+            try:
+                os.kill(os.getpid(), signum)
+                time.sleep(5)
+            except Exception:  # as a checkpoint's reader does
+                pytest.fail("the signal was taken for an error")
+    assert stopped.value.exit_code == 128 + signum
+    assert str(stopped.value) == (f"{said} received: the sweep stopped here; the same command resumes it (the finished "
+                                  "seeds and a written ensemble are reused)")
