@@ -634,8 +634,9 @@ def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str, trees
     scores = record.scores[split]
     result = {"ensemble": {"mae": scores["ensemble"][f"{split}/mae"]}}
     if trees:
+        tree_weights = {name: weights.get("trees", 0.0) for name, weights in record.blend_weights.items()}
         result |= {"ensemble_with_trees": {"mae": scores["blend"][f"{split}/mae"]},
-                   "trees": {"mae": scores["trees"][f"{split}/mae"]}, "tree_weights": record.tree_weights}
+                   "trees": {"mae": scores["trees"][f"{split}/mae"]}, "tree_weights": tree_weights}
     return result
 
 

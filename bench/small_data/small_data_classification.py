@@ -132,7 +132,7 @@ def run_recipe(split: Split, seeds: Sequence[int], out: Path, threads: int) -> l
                       ("blend", "recipe, ensemble + trees")):
         test = record.scores["test"][part]
         entries.append({"split": split.seed, "arm": arm, "seed": None, "roc_auc": test["test/auroc"],
-                        "pr_auc": test["test/auprc"], "tree_weight": record.tree_weights["bbb"]})
+                        "pr_auc": test["test/auprc"], "tree_weight": record.blend_weights["bbb"].get("trees", 0.0)})
     entries[0] |= {"cpu_seconds_all_seeds": round(cpu, 1), "wall_seconds_all_seeds": round(wall, 1)}
     return entries
 

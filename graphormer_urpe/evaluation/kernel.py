@@ -33,12 +33,11 @@ import numpy as np
 from scipy import sparse
 
 from graphormer_urpe.data.sources.fingerprints import ECFP_BITS
-from graphormer_urpe.errors import CheckpointError, DataError
+from graphormer_urpe.errors import CheckpointError
+from graphormer_urpe.evaluation.blend import check_part_targets
 
 #: The noise-to-signal ratios the marginal likelihood chooses from.
 NOISE_RATIOS = tuple(float(ratio) for ratio in np.logspace(-3, 1, 33))
-#: The kinds of target the kernel part predicts.
-KERNEL_KINDS = ("regression", "binary")
 #: The largest count a fingerprint position holds (uint8).
 MAX_COUNT = 255
 
@@ -118,16 +117,13 @@ class FingerprintKernel:
         """Fit one process per target on the rows where it is known. Shapes: fingerprints (N, F), targets (N, Y).
 
         Raises:
-            DataError: another kind of target, or a binary label with one class among the known rows.
+            DataError: another kind of target, or a binary label with one class among the known rows
+                (:func:`~graphormer_urpe.evaluation.blend.check_part_targets`).
         """
-        if kind not in KERNEL_KINDS:
-            raise DataError(f"the fingerprint kernel predicts regression targets or binary labels, not {kind} ones")
+        check_part_targets("kernel", kind, names, targets)
         processes = []
-        for k, name in enumerate(names):
+        for k in range(len(names)):
             known = ~np.isnan(targets[:, k])
-            if kind == "binary" and len(np.unique(targets[known, k])) < 2:
-                raise DataError(f"the fingerprint kernel needs both classes of label '{name}' among the training "
-                                "rows, which hold one; ensemble without --kernel")
             processes.append(TanimotoProcess.fit(fingerprints[known], targets[known, k]))
         return cls(kind, processes)
 

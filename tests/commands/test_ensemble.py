@@ -49,12 +49,13 @@ def test_every_bad_value_of_ensemble_is_one_line_before_any_work(small_run: Path
 
 def test_the_summary_names_the_blends_score_as_the_blends() -> None:
     scores = {"test": {"ensemble": {"test/mae": 0.5, "test/mae/y": 0.5}, "trees": {"test/mae": 0.6},
-                       "blend": {"test/mae": 0.4}}}
-    record = EnsembleRecord(format=1, target_kind="regression", targets=["y"], smiles_column="smiles",
+                       "kernel": {"test/mae": 0.45}, "blend": {"test/mae": 0.4}}}
+    record = EnsembleRecord(format=2, target_kind="regression", targets=["y"], smiles_column="smiles",
                             members=[SavedFile("members/member0.ckpt", "a"), SavedFile("members/member1.ckpt", "b")],
-                            sources=[], trees=[SavedFile("trees/target0.skops", "c")], tree_weights={"y": 0.25},
-                            blend_metric="val/mae", descriptor_reference_sha1="d", data_spec={}, data_identity={},
-                            scores=scores)
-    assert summary(record) == ("test MAE 0.4 of the blend with the descriptor trees (trees' weights {'y': 0.25}, "
-                               "chosen on validation val/mae); the ensemble of 2 members alone MAE 0.5, the trees "
-                               "alone MAE 0.6")
+                            sources=[], trees=[SavedFile("trees/target0.skops", "c")], tree_inputs=["rdkit2d"],
+                            kernel=[SavedFile("kernel/target0.npz", "e")],
+                            blend_weights={"y": {"ensemble": 0.5, "kernel": 0.5}}, blend_rule="a rule",
+                            descriptor_reference_sha1="d", data_spec={}, data_identity={}, scores=scores)
+    assert summary(record) == ("test MAE 0.4 of the blend of the ensemble with trees and kernel (weights {'y': "
+                               "{'ensemble': 0.5, 'kernel': 0.5}}, chosen on validation rows by a rule); the ensemble "
+                               "of 2 members alone MAE 0.5, the trees alone MAE 0.6, the kernel alone MAE 0.45")

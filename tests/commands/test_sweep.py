@@ -397,7 +397,7 @@ def test_ensemble_with_trees_writes_its_own_files(small_table: Path, tmp_path: P
     command = ["--seeds", "0", "1", "--name", "ens", "--ensemble", "--trees", "--predict", str(new), *args]
     result = sweep.main(command)
     record = SavedEnsemble(tmp_path / "ens-ensemble-trees").record
-    assert set(record.tree_weights) == {"gap_ev", "mu_debye"} and result.ensemble.tree_weights == record.tree_weights
+    assert set(record.blend_weights) == {"gap_ev", "mu_debye"} and result.ensemble.blend_weights == record.blend_weights
     blend_mae = record.scores["test"]["blend"]["test/mae"]
     last = logged.records[-1].getMessage()
     assert last.startswith("ens: ensemble of seeds [0, 1]: test MAE ") and \

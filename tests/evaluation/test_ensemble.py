@@ -12,8 +12,10 @@ import pandas as pd
 import pytest
 import torch
 
+from graphormer_urpe.data.sources.fingerprints import ecfp_count_matrix
+from graphormer_urpe.data.sources.molecule_features import MoleculeFeatures
 from graphormer_urpe.errors import CheckpointError, DataError
-from graphormer_urpe.evaluation.blend import TREE_WEIGHTS, DescriptorTrees, choose_weights, descriptor_matrix
+from graphormer_urpe.evaluation.blend import BLEND_RULE, DescriptorTrees, blend_weights, tree_inputs
 from graphormer_urpe.evaluation.ensemble import (
     RECORD_FILE,
     EnsembleRecord,
@@ -25,7 +27,7 @@ from graphormer_urpe.evaluation.ensemble import (
     split_rows,
 )
 from graphormer_urpe.evaluation.new_molecules import model_of
-from graphormer_urpe.tasks import Classification, GraphRegression
+from graphormer_urpe.tasks import Classification
 from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC
 
 
@@ -50,18 +52,21 @@ def with_descriptors(small_table: Path, tmp_path_factory: pytest.TempPathFactory
 @pytest.fixture(scope="module")
 def saved(with_descriptors: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("saved") / "ens"
-    build_ensemble(plan_ensemble(with_descriptors, out, trees=True), "test")
+    build_ensemble(plan_ensemble(with_descriptors, out, trees=True, kernel=True), "test")
     return out
 
 
 @pytest.mark.slow
-def test_the_saved_ensemble_holds_members_trees_weights_and_its_scores(saved: Path,
-                                                                       with_descriptors: list[Path]) -> None:
+def test_the_saved_ensemble_holds_members_trees_kernel_weights_and_its_scores(saved: Path,
+                                                                              with_descriptors: list[Path]) -> None:
+    from graphormer_urpe.evaluation.kernel import FingerprintKernel
+
     record = SavedEnsemble(saved).record
     assert record.target_kind == "regression" and record.targets == ["gap_ev", "mu_debye"]
     assert [m.path for m in record.members] == ["members/member0.ckpt", "members/member1.ckpt"]
     assert [t.path for t in record.trees] == ["trees/target0.skops", "trees/target1.skops"]
-    assert record.blend_metric == "val/mae" and set(record.tree_weights.values()) <= set(TREE_WEIGHTS)
+    assert [k.path for k in record.kernel] == ["kernel/target0.npz", "kernel/target1.npz"]
+    assert record.tree_inputs == ["rdkit2d"] and record.blend_rule == BLEND_RULE and record.final == "blend"
     assert [s.path for s in record.sources] == [str(c) for c in with_descriptors]
     assert record.descriptor_reference_sha1 is not None and record.data_identity["sha1"]
     assert record.made["git_commit"] and record.made["command"] == "test"
@@ -69,30 +74,34 @@ def test_the_saved_ensemble_holds_members_trees_weights_and_its_scores(saved: Pa
     source = run.source()
     table = pd.read_csv(saved / "test.csv")
     assert table["row"].tolist() == split_rows(source, "test")["row"].tolist()
-    weights = np.array([record.tree_weights[name] for name in record.targets])
     members = np.stack([table[[f"{t}_member{k}" for t in record.targets]].to_numpy() for k in (0, 1)])
-    ensemble = table[[f"{t}_ensemble" for t in record.targets]].to_numpy()
-    trees = table[[f"{t}_trees" for t in record.targets]].to_numpy()
-    np.testing.assert_allclose(ensemble, members.mean(axis=0), rtol=0, atol=1e-12)
+    parts = {part: table[[f"{t}_{part}" for t in record.targets]].to_numpy()
+             for part in ("ensemble", "trees", "kernel")}
+    np.testing.assert_allclose(parts["ensemble"], members.mean(axis=0), rtol=0, atol=1e-12)
     np.testing.assert_allclose(table[[f"{t}_std" for t in record.targets]], members.std(axis=0), rtol=0, atol=1e-12)
-    blend = (1 - weights) * ensemble + weights * trees
+    blend = np.stack([sum(w * parts[part][:, k] for part, w in record.blend_weights[name].items())
+                      for k, name in enumerate(record.targets)], axis=1)
     np.testing.assert_allclose(table[record.targets], blend, rtol=0, atol=1e-12)  # the prediction is the blend
     truth = table[[f"input_{t}" if f"input_{t}" in table else t for t in record.targets]]
     # the task's own metric: the MAE per target of the known rows, and their mean
     assert record.scores["test"]["blend"]["test/mae/gap_ev"] == pytest.approx(
         np.nanmean(np.abs(blend[:, 0] - split_rows(source, "test")["gap_ev"])), rel=1e-6)
     assert truth.shape == blend.shape
-    # the trees: scikit-learn's, fitted here on the training rows' descriptors, predict what was saved
-    train = split_rows(source, "train")
-    refitted = DescriptorTrees.fit("regression", record.targets, descriptor_matrix(train["smiles"]),
+    # the trees and the kernel, fitted here on the training rows, predict what was saved
+    train, test = split_rows(source, "train"), split_rows(source, "test")
+    descriptors = MoleculeFeatures("rdkit2d")
+    refitted = DescriptorTrees.fit("regression", record.targets, tree_inputs(descriptors, train["smiles"]),
                                    train[record.targets].to_numpy())
-    test = split_rows(source, "test")
-    np.testing.assert_allclose(trees, refitted.predict(descriptor_matrix(test["smiles"])), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(parts["trees"], refitted.predict(tree_inputs(descriptors, test["smiles"])), rtol=1e-12,
+                               atol=1e-12)
+    kernel = FingerprintKernel.fit("regression", record.targets, ecfp_count_matrix(train["smiles"]),
+                                   train[record.targets].to_numpy())
+    np.testing.assert_allclose(parts["kernel"], kernel.predict(ecfp_count_matrix(test["smiles"])), rtol=1e-12,
+                               atol=1e-12)
     valid = pd.read_csv(saved / "valid.csv")
-    chosen = choose_weights(task, valid[[f"{t}_ensemble" for t in record.targets]].to_numpy(),
-                            valid[[f"{t}_trees" for t in record.targets]].to_numpy(),
-                            split_rows(source, "valid")[record.targets].to_numpy())
-    assert chosen == list(weights)
+    chosen = blend_weights({part: valid[[f"{t}_{part}" for t in record.targets]].to_numpy() for part in parts},
+                           split_rows(source, "valid")[record.targets].to_numpy(), record.targets)
+    assert chosen == record.blend_weights
 
 
 @pytest.mark.slow
@@ -103,10 +112,13 @@ def test_a_moved_ensemble_predicts_its_test_rows_as_it_recorded_them_without_the
     rounding apart (another batch may sum in another order)."""
     from sklearn.ensemble import HistGradientBoostingRegressor
 
+    from graphormer_urpe.evaluation.kernel import TanimotoProcess
+
     def no_fit(*args: object, **kwargs: object) -> None:
-        raise AssertionError("predict fitted trees")
+        raise AssertionError("predict fitted a cheap part")
 
     monkeypatch.setattr(HistGradientBoostingRegressor, "fit", no_fit)
+    monkeypatch.setattr(TanimotoProcess, "fit", no_fit)
     moved = tmp_path / "elsewhere" / "model"
     shutil.copytree(saved, moved)
     expected = pd.read_csv(saved / "test.csv")
@@ -120,7 +132,7 @@ def test_a_moved_ensemble_predicts_its_test_rows_as_it_recorded_them_without_the
     good = [k for k in range(len(smiles)) if k != 2]
     record = SavedEnsemble(moved).record
     for target in record.targets:
-        for suffix in ("", "_member0", "_member1", "_std", "_ensemble", "_trees"):
+        for suffix in ("", "_member0", "_member1", "_std", "_ensemble", "_trees", "_kernel"):
             np.testing.assert_allclose(columns[f"{target}{suffix}"][good], expected[f"{target}{suffix}"], rtol=1e-5,
                                        atol=1e-6, err_msg=f"{target}{suffix}")
             assert np.isnan(columns[f"{target}{suffix}"][2])
@@ -172,44 +184,54 @@ def test_an_ensemble_is_planned_before_any_work(with_descriptors: list[Path], sm
     with pytest.raises(DataError, match=f"--out {saved} exists"):
         plan_ensemble(with_descriptors, saved, trees=True)
     without = seed_runs(small_table, tmp_path / "plain", seeds=(0,))
-    with pytest.raises(DataError, match="these runs have none: train with --data.source.descriptors rdkit2d"):
+    with pytest.raises(DataError, match="these runs have neither: train with --data.source.descriptors rdkit2d"):
         plan_ensemble(without, tmp_path / "e", trees=True)
     with pytest.raises(DataError, match="the members were trained on different data"):
         plan_ensemble([with_descriptors[0], *without], tmp_path / "e", trees=False)
     assert not (tmp_path / "e").exists()
 
 
-def test_the_blend_weight_is_the_best_of_the_tasks_own_metric_the_smaller_on_a_tie() -> None:
-    from graphormer_urpe import GraphormerConfig
-
-    config = GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, num_outputs=1)
-    regression = GraphRegression(config)
-    ensemble, trees = np.zeros((4, 1)), np.ones((4, 1))
-    # |0.5 - w| for w in 0, .25, .5, .75, 1: the half-way blend is exact
-    assert choose_weights(regression, ensemble, trees, np.full((4, 1), 0.5)) == [0.5]
-    assert choose_weights(regression, ensemble, trees, np.array([[0.0], [1.0], [np.nan], [np.nan]])) == [0.0]
-    assert choose_weights(regression, ensemble, trees, np.array([[1.0], [1.0], [0.9], [np.nan]])) == [1.0]
-    binary = Classification(config, target_kind="binary")
-    labels = np.array([[0.0], [1.0], [0.0], [1.0]])
-    good, bad = np.array([[0.1], [0.9], [0.2], [0.8]]), np.array([[0.9], [0.1], [0.8], [0.2]])
-    # the ensemble ranks every row wrong, the trees right: ROC-AUC 0, 0, 0.5, 1, 1; the smaller of the two best
-    assert choose_weights(binary, bad, good, labels) == [0.75]
-    assert choose_weights(binary, good, bad, labels) == [0.0]  # ROC-AUC 1 for every w < 0.5: the smallest
-    assert choose_weights(binary, good, bad, np.zeros((4, 1))) == [0.0]  # one class: undefined, the ensemble
+def test_the_blend_weighs_the_parts_by_inverse_validation_error_among_those_near_the_best() -> None:
+    """Hand-computed: errors (MSE) 0.04 and 0.05 weigh 25 : 20; a part over 1.5x the best error is left out; an exact
+    part takes all; rows where the target is unknown are not counted."""
+    truth = np.zeros((4, 1))
+    parts = {"ensemble": np.full((4, 1), 0.2), "trees": np.full((4, 1), np.sqrt(0.05)), "kernel": np.full((4, 1), 0.3)}
+    weights = blend_weights(parts, truth, ["y"])  # errors 0.04, 0.05, 0.09 > 1.5 * 0.04: the kernel is left out
+    assert weights == {"y": pytest.approx({"ensemble": 25 / 45, "trees": 20 / 45})}
+    assert list(weights["y"]) == ["ensemble", "trees"]
+    equal = blend_weights({"ensemble": np.zeros((4, 1)), "trees": np.ones((4, 1))}, np.full((4, 1), 0.5), ["y"])
+    assert equal == {"y": {"ensemble": 0.5, "trees": 0.5}}
+    exact = blend_weights({"ensemble": np.ones((4, 1)), "kernel": np.zeros((4, 1))}, truth, ["y"])
+    assert exact == {"y": {"kernel": 1.0}}
+    some_unknown = np.array([[0.0], [np.nan], [0.0], [np.nan]])
+    skewed = {"ensemble": np.array([[0.1], [9.0], [0.1], [9.0]]), "trees": np.full((4, 1), 0.1)}
+    assert blend_weights(skewed, some_unknown, ["y"]) == {"y": {"ensemble": 0.5, "trees": 0.5}}
 
 
-def test_a_blend_weight_chosen_on_few_validation_rows_is_said_to_be_unreliable(
+def test_binary_labels_are_blended_by_their_brier_scores_and_targets_apart() -> None:
+    labels = np.array([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0], [1.0, 0.0]])
+    confident = np.array([[0.1, 0.9], [0.9, 0.9], [0.1, 0.1], [0.9, 0.1]])  # Brier 0.01 on both labels
+    hedging = np.array([[0.2, 0.5], [0.8, 0.5], [0.2, 0.5], [0.8, 0.5]])  # 0.04 on the first, 0.25 on the second
+    weights = blend_weights({"ensemble": hedging, "trees": confident}, labels, ["a", "b"])
+    assert weights == {"a": {"trees": 1.0}, "b": {"trees": 1.0}}  # 0.04 > 1.5 * 0.01: only the confident part
+    near = np.array([[0.11, 0.9], [0.89, 0.9], [0.11, 0.1], [0.89, 0.1]])  # Brier 0.0121 on 'a'
+    weights = blend_weights({"ensemble": near, "trees": confident}, labels, ["a", "b"])
+    total = 1 / 0.0121 + 1 / 0.01
+    assert weights["a"] == pytest.approx({"ensemble": (1 / 0.0121) / total, "trees": (1 / 0.01) / total})
+    assert weights["b"] == {"ensemble": 0.5, "trees": 0.5}
+
+
+def test_blend_weights_chosen_on_few_validation_rows_are_said_to_be_unreliable(
         package_log: pytest.LogCaptureFixture) -> None:
-    from graphormer_urpe import GraphormerConfig
-
-    task = GraphRegression(GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, num_outputs=2),
-                           target_names=["logS", "logP"])
     targets = np.full((12, 2), 0.5)
     targets[1:, 0] = np.nan  # one known logS, twelve logP
-    assert choose_weights(task, np.zeros((12, 2)), np.ones((12, 2)), targets) == [0.5, 0.5]
+    targets[:, 1] = np.nan
+    targets[:11, 1] = 0.5
+    weights = blend_weights({"ensemble": np.zeros((12, 2)), "trees": np.ones((12, 2))}, targets, ["logS", "logP"])
+    assert weights == {"logS": {"ensemble": 0.5, "trees": 0.5}, "logP": {"ensemble": 0.5, "trees": 0.5}}
     assert [r.getMessage() for r in package_log.records if r.levelname == "WARNING"] == [
-        "the trees' weight was chosen on fewer than 10 validation rows ('logS': 0.5 on 1 row): too few to choose it "
-        "reliably, so the blend's figures say little; use a larger table, or the ensemble without --trees"]
+        "the blend's weights were chosen on fewer than 10 validation rows ('logS' on 1 row): too few to choose them "
+        "reliably, so the blend's figures say little; use a larger table, or the ensemble alone"]
 
 
 def test_the_ensemble_and_the_task_score_with_one_metric_definition() -> None:
@@ -243,10 +265,12 @@ def test_binary_labels_get_the_ensemble_and_the_trees_blend_scored_by_roc_and_pr
     checkpoints = seed_runs(binary_table, tmp_path, "--model.class_path", "graphormer_urpe.tasks.Classification",
                             "--data.source.task", "binary", "--data.source.targets", "[polar, ringed]",
                             "--data.source.descriptors", "rdkit2d")
-    record = build_ensemble(plan_ensemble(checkpoints, tmp_path / "ens", trees=True), "test")
-    assert record.target_kind == "binary" and record.blend_metric == "val/auroc"
+    record = build_ensemble(plan_ensemble(checkpoints, tmp_path / "ens", trees=True, kernel=True), "test")
+    assert record.target_kind == "binary" and record.blend_rule == BLEND_RULE
     test = pd.read_csv(tmp_path / "ens" / "test.csv")
-    for part in ("member0", "ensemble", "trees", "blend"):
+    kernel = test[["polar_probability_kernel", "ringed_probability_kernel"]].to_numpy()
+    assert ((kernel >= 0) & (kernel <= 1)).all()
+    for part in ("member0", "ensemble", "trees", "kernel", "blend"):
         assert {"test/auroc", "test/auprc", "test/auroc/polar", "test/auprc/ringed"} <= set(record.scores["test"][part])
     probabilities = test[["polar_probability", "ringed_probability"]].to_numpy()
     assert ((probabilities >= 0) & (probabilities <= 1)).all()
@@ -279,8 +303,10 @@ def test_only_a_smiles_tables_runs_make_an_ensemble_and_trees_refuse_classes(tmp
     (tmp_path / "t.csv").write_text("smiles,rings\nCCO,0\nc1ccccc1,1\nC1CC1,1\n")
     members_of("graphormer_urpe.data.sources.SmilesTable", {"path": str(tmp_path / "t.csv"), "targets": ["rings"],
                                                             "task": "multiclass", "descriptors": "rdkit2d"})
-    with pytest.raises(DataError, match="this table has a multi-class label: ensemble without --trees"):
+    with pytest.raises(DataError, match="this table has a multiclass label: ensemble without --trees"):
         plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=True)
+    with pytest.raises(DataError, match="this table has a multiclass label: ensemble without --kernel"):
+        plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=False, kernel=True)
     assert plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=False).target_kind == "multiclass"
     assert not (tmp_path / "e").exists()
 
@@ -341,10 +367,11 @@ def written_record(directory: Path, **changed: object) -> Path:
     for path in (p for paths in files.values() for p in paths):
         (directory / path).parent.mkdir(parents=True, exist_ok=True)
         (directory / path).write_text(path)
-    record = EnsembleRecord(format=1, target_kind="regression", targets=["y"], smiles_column="smiles",
+    record = EnsembleRecord(format=2, target_kind="regression", targets=["y"], smiles_column="smiles",
                             members=[SavedFile(p, "0" * 64) for p in files["members"]], sources=[],
-                            trees=[SavedFile(p, "0" * 64) for p in files["trees"]], tree_weights={"y": 0.25},
-                            blend_metric="val/mae", descriptor_reference_sha1=None, data_spec={}, data_identity={},
+                            trees=[SavedFile(p, "0" * 64) for p in files["trees"]], tree_inputs=["rdkit2d"],
+                            kernel=None, blend_weights={"y": {"ensemble": 0.75, "trees": 0.25}},
+                            blend_rule=BLEND_RULE, descriptor_reference_sha1=None, data_spec={}, data_identity={},
                             scores={})
     stored = json.loads(record.to_json()) | changed
     (directory / RECORD_FILE).write_text(json.dumps(stored))
@@ -352,12 +379,16 @@ def written_record(directory: Path, **changed: object) -> Path:
 
 
 @pytest.mark.parametrize(("changed", "refusal"), [
-    ({"tree_weights": {"y": 0.3}}, "'tree_weights.y' is 0.3, not one of the blend's weights 0.0, 0.25, 0.5, 0.75, "
-                                   "1.0 (each in [0, 1])"),
-    ({"tree_weights": {"y": 1.5}}, "'tree_weights.y' is 1.5"),
-    ({"tree_weights": {"y": "0.25"}}, "'tree_weights.y' is '0.25'"),
-    ({"tree_weights": {"z": 0.25}}, "'tree_weights' must give one weight per target, in order: y"),
-    ({"tree_weights": None}, "'tree_weights' must give one weight per target"),
+    ({"blend_weights": {"y": {"ensemble": 0.75, "trees": 0.3}}}, "'blend_weights.y' sum to 1.05, not 1"),
+    ({"blend_weights": {"y": {"ensemble": -0.25, "trees": 1.25}}},
+     "'blend_weights.y.ensemble' is -0.25, not a weight in [0, 1]"),
+    ({"blend_weights": {"y": {"ensemble": "0.75", "trees": 0.25}}}, "'blend_weights.y.ensemble' is '0.75'"),
+    ({"blend_weights": {"y": {"ensemble": 0.5, "kernel": 0.5}}},
+     "'blend_weights.y' must weigh some of the parts ensemble, trees"),
+    ({"blend_weights": {"z": {"ensemble": 1.0}}}, "'blend_weights' must give the weights of each target, in order: y"),
+    ({"blend_weights": None}, "'blend_weights' must give the weights of each target"),
+    ({"blend_rule": 1}, "'blend_rule' must name the rule that chose the weights"),
+    ({"tree_inputs": ["maccs"]}, "'tree_inputs' must list what the trees read, of rdkit2d, ecfp"),
     ({"targets": ["y", "z"]}, "'trees' lists 1 files for 2 targets"),
     ({"targets": "y"}, "'targets' must be a list of the targets' names"),
     ({"target_kind": "ordinal"}, "'target_kind' is 'ordinal', not one of regression, binary, multiclass"),
@@ -365,18 +396,36 @@ def written_record(directory: Path, **changed: object) -> Path:
     ({"members": [{"path": 3, "sha256": "0"}]}, "'members' must list files as {path, sha256} strings"),
     ({"members": [{"path": "../elsewhere.ckpt", "sha256": "0"}]}, "'members' names ../elsewhere.ckpt, not a file "
                                                                    "inside"),
-    ({"trees": None}, "'tree_weights' are given for an ensemble without trees"),
-    ({"blend_metric": 1}, "'blend_metric' must name the validation metric"),
+    ({"kernel": [{"path": "/abs/target0.npz", "sha256": "0"}]}, "'kernel' names /abs/target0.npz, not a file inside"),
+    ({"trees": None}, "'blend_weights' are given for an ensemble without trees or kernel"),
 ])
 def test_an_edited_ensemble_record_is_refused_naming_the_file_and_the_key(tmp_path: Path, changed: dict,
                                                                          refusal: str) -> None:
     """``ensemble.json`` is read before anything is predicted: a blend weight (which no SHA-256 covers) edited
-    into one the blend never chooses, or a value of the wrong type, is refused rather than applied."""
-    assert SavedEnsemble(written_record(tmp_path / "kept")).record.tree_weights == {"y": 0.25}
+    into one that is no blend's, or a value of the wrong type, is refused rather than applied."""
+    assert SavedEnsemble(written_record(tmp_path / "kept")).record.blend_weights == {
+        "y": {"ensemble": 0.75, "trees": 0.25}}
     with pytest.raises(CheckpointError) as refused:
         SavedEnsemble(written_record(tmp_path / "edited", **changed))
     assert str(refused.value).startswith(f"{tmp_path / 'edited' / RECORD_FILE}: ")
     assert refusal in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_an_ensemble_of_format_1_reads_its_tree_weight_as_the_blends(tmp_path: Path) -> None:
+    """A directory the previous release wrote (trees only, one weight w per target) predicts as it did:
+    ``(1 - w) * ensemble + w * trees``; an edited weight is refused as in format 2."""
+    stored = json.loads((written_record(tmp_path / "new") / RECORD_FILE).read_text())
+    for key in ("tree_inputs", "kernel", "blend_weights", "blend_rule"):
+        del stored[key]
+    old = stored | {"format": 1, "tree_weights": {"y": 0.25}, "blend_metric": "val/mae"}
+    written_record(tmp_path / "old")
+    (tmp_path / "old" / RECORD_FILE).write_text(json.dumps(old))
+    record = SavedEnsemble(tmp_path / "old").record
+    assert record.blend_weights == {"y": {"ensemble": 0.75, "trees": 0.25}} and record.tree_inputs == ["rdkit2d"]
+    assert record.kernel is None and record.blend_rule == "the best validation val/mae of 5 weights (format 1)"
+    (tmp_path / "old" / RECORD_FILE).write_text(json.dumps(old | {"tree_weights": {"y": 1.5}}))
+    with pytest.raises(CheckpointError, match="'blend_weights.y.ensemble' is -0.5, not a weight in"):
+        SavedEnsemble(tmp_path / "old")
 
 
 def test_a_member_the_record_lists_must_be_in_the_directory(tmp_path: Path) -> None:

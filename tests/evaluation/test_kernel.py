@@ -82,7 +82,7 @@ def test_binary_labels_are_probabilities_and_one_class_is_refused() -> None:
     assert predicted[aromatic, 0].min() > predicted[~aromatic, 0].max()  # ranks the held-out molecules right
     with pytest.raises(DataError, match="both classes of label 'aromatic'"):
         FingerprintKernel.fit("binary", ["aromatic"], counts[:3], np.zeros((3, 1)))
-    with pytest.raises(DataError, match="not multiclass ones"):
+    with pytest.raises(DataError, match="this table has a multiclass label: ensemble without --kernel"):
         FingerprintKernel.fit("multiclass", ["c"], counts, labels)
 
 
