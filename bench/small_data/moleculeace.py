@@ -1,10 +1,10 @@
 """MoleculeACE (van Tilborg, Alenicheva and Grisoni, J. Chem. Inf. Model. 2022) on 10 of its ChEMBL sets: the
 recipe against the benchmark's best method (SVM on ECFP) and chemprop 2.3.1, as the benchmark defines itself.
 
-    python bench/moleculeace.py --arms svm svm+valid chemprop chemprop+rdkit --chemprop CHEMPROP   # the peers
-    python bench/moleculeace.py --arms recipe                      # ours: graphormer-urpe sweep, every part
-    python bench/moleculeace.py --sets CHEMBL1871_Ki --arms svm    # some sets
-    python bench/moleculeace.py --report                           # the tables, from the committed results
+    python bench/small_data/moleculeace.py --arms svm svm+valid chemprop chemprop+rdkit --chemprop CHEMPROP  # peers
+    python bench/small_data/moleculeace.py --arms recipe                    # ours: graphormer-urpe sweep, every part
+    python bench/small_data/moleculeace.py --sets CHEMBL1871_Ki --arms svm  # some sets
+    python bench/small_data/moleculeace.py --report                         # the tables, from the committed results
 
 Data: the ``MoleculeACE==3.0.0`` wheel (``pip install --no-deps MoleculeACE==3.0.0``; located, never imported)
 ships each set as ``MoleculeACE/Data/benchmark_data/<set>.csv`` (``smiles``, ``y`` = -log10 of the activity in
@@ -45,7 +45,6 @@ import argparse
 import datetime
 import importlib.util
 import json
-import os
 import shlex
 import sys
 import time
@@ -58,12 +57,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
-from common import BenchError, exit_code, spread  # noqa: E402  (bench/common.py)
-from small_data import run_child  # noqa: E402
+from bench.common import REPO, BenchError, exit_code, spread
+from bench.small_data.small_data import run_child
 
 #: The 10 sets of the issue, smallest training split first (results of the small ones come first).
 SETS = ("CHEMBL1871_Ki", "CHEMBL2034_Ki", "CHEMBL237_EC50", "CHEMBL2971_Ki", "CHEMBL3979_EC50", "CHEMBL4792_Ki",
@@ -202,9 +199,12 @@ def run_svm(run: Run, table: pd.DataFrame) -> dict:
     fitted = ["train", "valid"] if "--fit-on-validation" in ARMS[run.arm].options else ["train"]
     fit_rows = table[table["split"].isin(fitted)]
     model = SVR(**svm_hyperparameters(run.set)).fit(ecfp(fit_rows["smiles"]), fit_rows["y"].to_numpy())
-    predicted = {split: model.predict(ecfp(table.loc[table["split"] == split, "smiles"])) for split in ("valid", "test")}
+    predicted = {split: model.predict(ecfp(table.loc[table["split"] == split, "smiles"]))
+                 for split in ("valid", "test")}
     valid = table.loc[table["split"] == "valid", "y"].to_numpy()
-    return {"test_predictions": predicted["test"], "val_rmse": rmse(predicted["valid"], valid),
+    # fitted on the validation rows, its validation RMSE says nothing: none is recorded
+    val_rmse = None if "valid" in fitted else rmse(predicted["valid"], valid)
+    return {"test_predictions": predicted["test"], "val_rmse": val_rmse,
             "cpu_seconds": time.process_time() - started, "wall_seconds": time.monotonic() - wall,
             "command": f"SVR({svm_hyperparameters(run.set)}) on ECFP, fitted on {' + '.join(fitted)}"}
 
@@ -286,6 +286,51 @@ def checked_child(command: list[str], log_path: Path) -> tuple[float, float]:
     return cpu, wall
 
 
+def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dict]:
+    """``graphormer-urpe sweep`` of the arm (the recipe's seeds, its ensemble) on the set's table with the split as a
+    column; one JSON line per part of the saved ensemble (its ``valid.csv`` and ``test.csv``): each seed's run
+    (``member``, with its seed), the ``ensemble`` of the runs, and with trees the ``trees`` and the ``blend``. The
+    sweep's CPU seconds (its whole process tree) are recorded on the ``ensemble`` line.
+
+    Raises:
+        BenchError: the sweep failed, or the ensemble's rows are not the set's.
+    """
+    directory = set_directory(work, name, table)
+    run_root = work / "recipe"
+    sweep_name = fresh_directory(run_root / f"{name}-{arm}").name
+    # graphormer-urpe sweep, by this interpreter: the package of this checkout (run_child runs it in REPO)
+    command = [sys.executable, "-m", "graphormer_urpe.commands", "sweep", *shlex.split(ARMS[arm].options),
+               "--seeds", *map(str, ARMS[arm].seeds), "--name", sweep_name, "--run_root", str(run_root),
+               "--data.source.path", str(directory / "table.csv"), "--data.source.targets", "[y]",
+               "--data.source.split", "column", "--data.source.split_column", "split"]
+    cpu, wall = checked_child(command, work / "logs" / f"{sweep_name}.log")
+    suffix = "-ensemble-trees" if "--trees" in ARMS[arm].options else "-ensemble"
+    ensemble = run_root / f"{sweep_name}{suffix}"
+    parts = {}
+    for split in ("valid", "test"):
+        written = pd.read_csv(ensemble / f"{split}.csv")
+        rows = table[table["split"] == split]
+        if written["smiles"].tolist() != rows["smiles"].tolist():
+            raise BenchError(f"{ensemble / split}.csv: its molecules are not the {split} rows in order")
+        parts[split] = {column.removeprefix("y_"): written[column].to_numpy(np.float64)
+                        for column in written.columns if column == "y" or column.startswith("y_")}
+    valid = table.loc[table["split"] == "valid", "y"].to_numpy()
+    names = [f"member{k}" for k in range(len(ARMS[arm].seeds))] + ["ensemble"]
+    names += ["trees", "y"] if suffix.endswith("trees") else []
+    entries = []
+    for part in names:
+        seed = ARMS[arm].seeds[int(part.removeprefix("member"))] if part.startswith("member") else None
+        predicted = parts["test"][part]
+        entries.append({
+            "set": name, "arm": arm, "seed": seed, "part": "blend" if part == "y" else part.rstrip("0123456789"),
+            "options": ARMS[arm].options, **scores(predicted, table), "val_rmse": rmse(parts["valid"][part], valid),
+            "cpu_seconds": cpu if part == "ensemble" else None, "wall_seconds": wall if part == "ensemble" else None,
+            "command": shlex.join(command), "ensemble": str(ensemble.relative_to(work)),
+            "test_predictions": np.round(predicted, 5).tolist(),
+            "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")})
+    return entries
+
+
 def execute(run: Run, table: pd.DataFrame, work: Path, chemprop: str | None) -> dict:
     """One run; returns its JSON line."""
     kind = ARMS[run.arm].kind
@@ -338,8 +383,7 @@ def pending(sets: Sequence[str], arms: Sequence[str]) -> list[Run]:
     for name in sets:
         done = set()
         for entry in read_results(name):
-            if entry["arm"] in ARMS and entry.get("part", "run") == "run" and \
-                    entry["options"] != ARMS[entry["arm"]].options:
+            if entry["arm"] in ARMS and entry["options"] != ARMS[entry["arm"]].options:
                 raise BenchError(f"{RESULTS / name}.jsonl: arm {entry['arm']} ran with options {entry['options']!r}, "
                                  f"now {ARMS[entry['arm']].options!r}: keep the arm's options or name a new arm")
             done.add((entry["arm"], entry["seed"]))
@@ -361,6 +405,100 @@ def run_peers(sets: Sequence[str], arms: Sequence[str], work: Path, chemprop: st
             print(f"[{done}/{len(todo)}] {run.name}: test RMSE {entry['test_rmse']:.3f}, cliff RMSE "
                   f"{entry['test_cliff_rmse']:.3f}, valid RMSE {entry['val_rmse']:.3f}, "
                   f"{entry['cpu_seconds']:.0f} CPU s", flush=True)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One line of a set's table: test RMSE and cliff RMSE (a mean +- sample std over seeds, or one value)."""
+
+    arm: str
+    what: str  # "seeds" (mean +- std of single runs), "ensemble" (mean prediction over seeds), or a part's name
+    rmse: float
+    cliff_rmse: float
+    rmse_std: float | None = None
+    cliff_rmse_std: float | None = None
+    val_rmse: float | None = None
+
+
+def set_figures(name: str, table: pd.DataFrame) -> list[Figure]:
+    """The set's figures from its results: each deterministic arm; each chemprop arm's seeds (mean +- std) and their
+    ensemble (the mean prediction); each recipe arm's members (mean +- std) and every other part of its ensemble."""
+    entries = read_results(name)
+    figures = []
+    for arm in dict.fromkeys(entry["arm"] for entry in entries):
+        group = [entry for entry in entries if entry["arm"] == arm]
+        singles = [entry for entry in group if entry.get("part", "member") == "member"]
+        if len(singles) > 1:
+            rmse_mean, rmse_std = spread([entry["test_rmse"] for entry in singles])
+            cliff_mean, cliff_std = spread([entry["test_cliff_rmse"] for entry in singles])
+            figures.append(Figure(arm, "seeds", rmse_mean, cliff_mean, rmse_std, cliff_std,
+                                  spread([entry["val_rmse"] for entry in singles])[0]))
+        if "part" not in group[0] and len(singles) > 1:  # a peer's seeds: their ensemble, computed here
+            mean = np.mean([entry["test_predictions"] for entry in singles], axis=0)
+            figures.append(Figure(arm, "ensemble", **{key.removeprefix("test_"): value
+                                                      for key, value in scores(mean, table).items()}))
+        elif len(singles) == 1 and "part" not in group[0]:
+            entry = singles[0]
+            in_sample = "--fit-on-validation" in entry["options"]  # fitted on the validation rows: no figure
+            figures.append(Figure(arm, "one run", entry["test_rmse"], entry["test_cliff_rmse"],
+                                  val_rmse=None if in_sample else entry["val_rmse"]))
+        for entry in group:
+            if entry.get("part", "member") != "member":
+                figures.append(Figure(arm, entry["part"], entry["test_rmse"], entry["test_cliff_rmse"],
+                                      val_rmse=entry["val_rmse"]))
+    return figures
+
+
+def final_figure(figures: Sequence[Figure], arm: str) -> Figure | None:
+    """An arm's own result: its blend (the recipe's choice), else its ensemble, else its one run."""
+    for what in ("blend", "ensemble", "one run"):
+        found = [figure for figure in figures if figure.arm == arm and figure.what == what]
+        if found:
+            return found[0]
+    return None
+
+
+def report(sets: Sequence[str]) -> str:
+    """The Markdown tables: per set, every figure; then, per arm, the mean over sets of its per-set ratios to
+    ``svm`` and to the better chemprop ensemble (per metric), on the sets where both were run."""
+    lines = ["# MoleculeACE: the recipe against SVM-ECFP and chemprop 2.3.1", "",
+             "Written by `python bench/small_data/moleculeace.py --report` from the JSON lines beside this file. "
+             "Test RMSE / cliff RMSE (the test molecules flagged `cliff_mol`); seeds: mean +- sample std of single "
+             "runs; ensemble: the mean prediction of the seeds; valid: RMSE on the validation rows.", ""]
+    ratios: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for name in sets:
+        table = read_set(name)
+        figures = set_figures(name, table)
+        if not figures:
+            continue
+        counts = table["split"].value_counts()
+        cliffs = int(table.loc[table["split"] == "test", "cliff_mol"].sum())
+        lines += [f"## {name} ({counts['train']} / {counts['valid']} / {counts['test']}, {cliffs} cliff molecules "
+                  "in test)", "", "| arm | figure | test RMSE | cliff RMSE | valid RMSE |", "|---|---|---|---|---|"]
+        for figure in figures:
+            rmse_text = f"{figure.rmse:.3f}" + ("" if figure.rmse_std is None else f" +- {figure.rmse_std:.3f}")
+            cliff_text = f"{figure.cliff_rmse:.3f}" + (
+                "" if figure.cliff_rmse_std is None else f" +- {figure.cliff_rmse_std:.3f}")
+            valid = "" if figure.val_rmse is None else f"{figure.val_rmse:.3f}"
+            lines.append(f"| {figure.arm} | {figure.what} | {rmse_text} | {cliff_text} | {valid} |")
+        lines.append("")
+        svm = final_figure(figures, "svm")
+        chemprop = [f for f in (final_figure(figures, arm) for arm in ("chemprop", "chemprop+rdkit")) if f]
+        for arm in dict.fromkeys(figure.arm for figure in figures):
+            own = final_figure(figures, arm)
+            if svm is not None:
+                ratios.setdefault((arm, "SVM"), []).append((own.rmse / svm.rmse, own.cliff_rmse / svm.cliff_rmse))
+            if len(chemprop) == 2:
+                best = min(f.rmse for f in chemprop), min(f.cliff_rmse for f in chemprop)
+                ratios.setdefault((arm, "chemprop"), []).append((own.rmse / best[0], own.cliff_rmse / best[1]))
+    lines += ["## Means of per-set ratios", "",
+              "Each arm's own result (the recipe: its blend; chemprop: its 3-seed ensemble; SVM: its one run) over "
+              "SVM's, and over the better chemprop ensemble of the set (per metric), averaged over the sets where "
+              "both ran.", "", "| arm | against | sets | RMSE ratio | cliff RMSE ratio |", "|---|---|---|---|---|"]
+    for (arm, against), values in ratios.items():
+        lines.append(f"| {arm} | {against} | {len(values)} | {np.mean([v[0] for v in values]):.3f} | "
+                     f"{np.mean([v[1] for v in values]):.3f} |")
+    return "\n".join(lines) + "\n"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -387,6 +525,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     peers = [arm for arm in options.arms if ARMS[arm].kind != "recipe"]
     if peers:
         run_peers(options.sets, peers, options.work, options.chemprop, options.jobs)
+    recipes = [arm for arm in options.arms if ARMS[arm].kind == "recipe"]
+    for arm in recipes:
+        for name in options.sets:
+            if any(entry["arm"] == arm and entry.get("part") == "ensemble" for entry in read_results(name)):
+                continue
+            entries = run_recipe(name, arm, read_set(name), options.work)
+            for entry in entries:
+                append_result(entry)
+            print(f"{name} {arm}: " + ", ".join(f"{e['part']}{'' if e['seed'] is None else e['seed']} "
+                                               f"{e['test_rmse']:.3f}/{e['test_cliff_rmse']:.3f} (valid "
+                                               f"{e['val_rmse']:.3f})" for e in entries), flush=True)
+    if options.report:
+        text = report(options.sets)
+        (RESULTS / "README.md").write_text(text)
+        print(text)
 
 
 if __name__ == "__main__":
