@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Collection
-from typing import Any, NoReturn
+from typing import Any
 
 #: Exit code of every refusal of bad input.
 EXIT_BAD_INPUT = 2
@@ -36,7 +35,8 @@ class CheckpointError(InputError, RuntimeError):
 
 
 class Refused(SystemExit):
-    """A script stopped on bad input (:func:`refuse`): exit code 2, the message as its text."""
+    """A command stopped on bad input (an :class:`InputError`, logged by the commands' ``exit_codes``): exit code 2,
+    the message as its text."""
 
     def __init__(self, message: str) -> None:
         super().__init__(EXIT_BAD_INPUT)
@@ -44,12 +44,6 @@ class Refused(SystemExit):
 
     def __str__(self) -> str:
         return self.message
-
-
-def refuse(message: str) -> NoReturn:
-    """Stop a script on bad input: ``error: <message>`` on stderr, exit code 2 (:class:`Refused`)."""
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    raise Refused(message)
 
 
 class CacheError(RuntimeError):

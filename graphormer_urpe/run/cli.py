@@ -38,7 +38,6 @@ from graphormer_urpe.errors import (
     check_int,
     check_number,
     import_object,
-    refuse,
 )
 from graphormer_urpe.run.callbacks import (
     LastCheckpoint,
@@ -187,8 +186,8 @@ def resolve_run_dir(run_root: str | Path, run_name: str | None, config_name: str
     elif (launch := launcher_run_id()) is not None:
         directory = RunDirectory(Path(run_root) / f"{config_name}-{launch}")
     elif int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("NODE_RANK", "0")) > 0:
-        refuse("this process is one of several started by a launcher that gives them no common "
-               "id; pass --run_name NAME so that they share one run directory")
+        raise InputError("this process is one of several started by a launcher that gives them no common id; pass "
+                         "--run_name NAME so that they share one run directory")
     else:
         directory = create_timestamped_dir(Path(run_root), config_name, now)
     _CHOSEN_HERE.add(str(directory.path))
@@ -329,15 +328,15 @@ class GraphormerCLI(LightningCLI):
         parser.link_arguments("data.spec", "model.init_args.data", apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse, then check what needs no object built; a bad value stops in one line naming the key (exit 2)."""
+        """Parse, then check what needs no object built; a bad value is an :class:`InputError` of one line naming
+        the key (a :class:`ConfigError`, or jsonargparse's report in :func:`parse_error_line`)."""
         try:
             super().parse_arguments(parser, args)
-            self.config["run_root"] = os.path.expanduser(self.config["run_root"])  # ~/runs: the home's, not ./~
-            self.check_options(self.config)
-            set_threads(self.config)
-        except (ArgumentError, ConfigError) as error:
-            log.error("%s", parse_error_line(str(error)) if isinstance(error, ArgumentError) else error)
-            raise SystemExit(2) from None
+        except ArgumentError as error:
+            raise InputError(parse_error_line(str(error))) from None
+        self.config["run_root"] = os.path.expanduser(self.config["run_root"])  # ~/runs: the home's, not ./~
+        self.check_options(self.config)
+        set_threads(self.config)
 
     def check_options(self, config: Mapping[str, Any]) -> None:
         """Refuse (:class:`ConfigError`) a seed or trainer option that Lightning would accept, then fail on."""
@@ -482,15 +481,17 @@ class TrainingCLI(GraphormerCLI):
 
 
 def stop_on_input_error(error: Exception) -> NoReturn:
-    """Log the bad input behind ``error`` (an :class:`InputError`, or Lightning's MisconfigurationException,
-    also as its cause) in one line and exit with code 2; raise anything else as it is."""
+    """Raise the bad input behind ``error`` as an :class:`InputError`, one line that the commands' ``exit_codes``
+    turns into exit code 2: ``error`` itself or the InputError it was raised from, or Lightning's
+    MisconfigurationException (also as its cause); raise anything else as it is."""
     cause: BaseException | None = error
     while cause is not None and not isinstance(cause, InputError | MisconfigurationException):
         cause = cause.__cause__ or cause.__context__
     if cause is None:
         raise error
-    log.error("%s", cause)
-    raise SystemExit(2) from error
+    if isinstance(cause, InputError):
+        raise cause
+    raise InputError(str(cause)) from error
 
 
 def parse_error_line(report: str) -> str:

@@ -86,7 +86,8 @@ TINY_SYNTHETIC_ARGS = {"synthetic_pi": _TINY_SEQUENCES, "synthetic_etp": _TINY_S
 def train(args: list[str], *callbacks: pl.Callback) -> dict:
     """What ``train.py ARGS`` does, in this process, with extra callbacks: plan and run one start; returns its
     metrics, or exits (``SystemExit``) with ``train.py``'s exit code."""
-    cli = TrainingCLI(args)
+    with exit_codes():
+        cli = TrainingCLI(args)
     cli.trainer.callbacks.extend(callbacks)
     with exit_codes(finish=partial(finish_start, cli)):
         return run_start(cli, plan_start(cli))
