@@ -26,6 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 #: How a benchmark starts training: this checkout's ``train.py`` in a process of its own
 #: (``[*TRAIN, "--config", ...]``).
 TRAIN = (sys.executable, str(REPO / "train.py"))
+#: How a benchmark starts ``graphormer-urpe sweep``: the package this interpreter imports, run from ``REPO`` (so this
+#: checkout's), in a process of its own (``[*SWEEP, "--config", ...]``).
+SWEEP = (sys.executable, "-m", "graphormer_urpe.commands", "sweep")
 
 
 def zinc_like_graph(rng: np.random.Generator) -> tuple[int, np.ndarray]:

@@ -44,7 +44,7 @@ import torch
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
-from bench.common import BenchError, PackagedDataset, package_file
+from bench.common import SWEEP, BenchError, PackagedDataset, package_file
 from bench.small_data.small_data import Prepared, chemprop_splits, clean_table, run_child, split_names
 from graphormer_urpe.data.sources.tables import balanced_scaffold_split
 from graphormer_urpe.evaluation.ensemble import SavedEnsemble
@@ -113,11 +113,10 @@ def test_rows(split: Split) -> pd.DataFrame:
 def run_recipe(split: Split, seeds: Sequence[int], out: Path, threads: int) -> list[dict]:
     """The recipe's sweep on one split: one entry per seed, then the ensemble, the trees and the blend."""
     name = f"recipe-split{split.seed}"
-    command = [sys.executable, "-m", "graphormer_urpe.commands", "sweep", "--config",
-               "small_molecules_classification", "--seeds", *map(str, seeds), "--name", name, "--ensemble", "--trees",
-               "--run_root", str(out / "runs"), "--data.source.path", str(split.table), "--data.source.targets",
-               "[bbb]", "--data.source.split", "column", "--data.source.split_column", "split", "--data.root",
-               str(out / "cache" / name), "--trainer.enable_progress_bar", "false"]
+    command = [*SWEEP, "--config", "small_molecules_classification", "--seeds", *map(str, seeds), "--name", name,
+               "--ensemble", "--trees", "--run_root", str(out / "runs"), "--data.source.path", str(split.table),
+               "--data.source.targets", "[bbb]", "--data.source.split", "column", "--data.source.split_column", "split",
+               "--data.root", str(out / "cache" / name), "--trainer.enable_progress_bar", "false"]
     (out / "logs").mkdir(exist_ok=True)
     code, cpu, wall = run_child(command, out / "logs" / f"{name}.log", threads)
     if code:
