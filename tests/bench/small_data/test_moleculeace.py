@@ -1,0 +1,145 @@
+"""bench/small_data/moleculeace.py: the benchmark's own split with the validation rows drawn by the rule fixed first,
+its RMSE and cliff RMSE, the SVM arm with the set's shipped hyperparameters, chemprop's arms read from its files (a
+fake ``chemprop`` writes them), results kept per set and resumed, and the report's per-set ratios; the data in
+MoleculeACE 3.0.0's layout (``graphormer_urpe.testing.data_packages.write_moleculeace``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench.small_data import moleculeace
+from graphormer_urpe.testing.data_packages import sample_molecules, write_moleculeace
+
+SET = "CHEMBL1871_Ki"
+
+
+def benchmark_rows(train: int = 30, test: int = 10) -> list[tuple[str, float, int, str]]:
+    """Molecules of the QM9 sample as a set: y from the gap, every third test molecule a cliff molecule."""
+    molecules = sample_molecules(train + test)
+    return [(smiles, round(-gap, 4), int(k >= train and k % 3 == 0), "train" if k < train else "test")
+            for k, (smiles, gap) in enumerate(molecules)]
+
+
+@pytest.fixture
+def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The results directory, a fresh one (the committed results are never written by a test)."""
+    directory = tmp_path / "results"
+    monkeypatch.setattr(moleculeace, "RESULTS", directory)
+    return directory
+
+
+def test_the_validation_rows_are_a_tenth_of_the_train_split_drawn_by_the_fixed_rule(site: Path) -> None:
+    rows = benchmark_rows()
+    write_moleculeace(site, SET, rows)
+    table = moleculeace.read_set(SET)
+    assert table["split"].value_counts().to_dict() == {"train": 27, "test": 10, "valid": 3}
+    expected = sorted(np.random.default_rng(0).permutation(30)[:3].tolist())  # positions among the train rows
+    assert np.flatnonzero(table["split"].to_numpy() == "valid").tolist() == expected
+    assert table["split"].iloc[30:].eq("test").all()  # the benchmark's test split, untouched
+    assert table["smiles"].tolist() == [row[0] for row in rows] and table["cliff_mol"].tolist() == [r[2] for r in rows]
+    assert moleculeace.svm_hyperparameters(SET) == {"C": 10, "epsilon": 0.1, "gamma": 0.01, "kernel": "rbf"}
+
+
+def test_a_set_in_another_layout_is_refused_naming_the_file(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as uninstalled:  # as on a machine without the wheel, whatever this one has
+        uninstalled.setattr(importlib.util, "find_spec", lambda name: None)
+        with pytest.raises(moleculeace.BenchError, match="MoleculeACE is not installed: pip install --no-deps "
+                                                         "MoleculeACE==3.0.0"):
+            moleculeace.read_set(SET)
+    path = write_moleculeace(site, SET, benchmark_rows())
+    path.write_text(path.read_text().replace("cliff_mol", "cliff"))
+    with pytest.raises(moleculeace.BenchError, match=rf"{path}: no column\(s\) \['cliff_mol'\]"):
+        moleculeace.read_set(SET)
+    with pytest.raises(moleculeace.BenchError, match="CHEMBL234_Ki.csv: no such file"):
+        moleculeace.read_set("CHEMBL234_Ki")
+
+
+def test_rmse_and_cliff_rmse_are_the_benchmarks_definitions() -> None:
+    table = pd.DataFrame({"smiles": list("abcdef"), "y": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+                          "cliff_mol": [0, 1, 0, 1, 1, 0], "split": ["train", "valid", "test", "test", "test", "test"]})
+    predicted = np.array([2.5, 3.0, 3.0, 5.0])  # errors 0.5, 0, -1, 0 on the four test rows
+    scores = moleculeace.scores(predicted, table)
+    assert scores["test_rmse"] == pytest.approx(np.sqrt((0.25 + 1.0) / 4))
+    assert scores["test_cliff_rmse"] == pytest.approx(np.sqrt((0.0 + 1.0) / 2))  # rows 3 and 4 are cliffs
+
+
+def test_the_svm_arms_fit_the_shipped_hyperparameters_and_a_rerun_resumes(site: Path, results: Path,
+                                                                        tmp_path: Path) -> None:
+    from sklearn.svm import SVR
+
+    write_moleculeace(site, SET, benchmark_rows(), svm="C: 3\nepsilon: 0.05\ngamma: 0.02\nkernel: rbf\n")
+    moleculeace.main(["--sets", SET, "--arms", "svm", "svm+valid", "--work", str(tmp_path / "work")])
+    entries = moleculeace.read_results(SET)
+    assert [(e["arm"], e["seed"]) for e in entries] == [("svm", 0), ("svm+valid", 0)]
+    table = moleculeace.read_set(SET)
+    train, test = table[table["split"] == "train"], table[table["split"] == "test"]
+    model = SVR(C=3, epsilon=0.05, gamma=0.02, kernel="rbf").fit(moleculeace.ecfp(train["smiles"]), train["y"])
+    expected = model.predict(moleculeace.ecfp(test["smiles"]))
+    np.testing.assert_allclose(entries[0]["test_predictions"], expected, rtol=0, atol=1e-5)  # rounded to 5 decimals
+    assert entries[0]["test_rmse"] == pytest.approx(moleculeace.rmse(expected, test["y"]), rel=1e-12)
+    assert entries[0]["val_rmse"] is not None and entries[1]["val_rmse"] is None  # fitted on validation: none
+    moleculeace.main(["--sets", SET, "--arms", "svm", "svm+valid", "--work", str(tmp_path / "work")])
+    assert moleculeace.read_results(SET) == entries  # nothing run twice, nothing rewritten
+    path = results / f"{SET}.jsonl"
+    path.write_text(path.read_text().replace('"options": ""', '"options": "--other"', 1))
+    with pytest.raises(moleculeace.BenchError, match="arm svm ran with options '--other', now ''"):
+        moleculeace.main(["--sets", SET, "--arms", "svm", "--work", str(tmp_path / "work")])
+
+
+def test_chemprops_arms_read_its_test_predictions_and_validate_on_the_validation_rows(
+        site: Path, results: Path, tmp_path: Path, chemprop: str) -> None:
+    write_moleculeace(site, SET, benchmark_rows())
+    moleculeace.main(["--sets", SET, "--arms", "chemprop", "--chemprop", chemprop, "--work", str(tmp_path / "w")])
+    entries = moleculeace.read_results(SET)
+    assert [(e["arm"], e["seed"]) for e in entries] == [("chemprop", 0), ("chemprop", 1), ("chemprop", 2)]
+    table = moleculeace.read_set(SET)
+    mean = table.loc[table["split"] == "train", "y"].mean()  # the fake predicts the training mean
+    for entry in entries:
+        np.testing.assert_allclose(entry["test_predictions"], mean, rtol=0, atol=1e-5)
+        assert entry["val_rmse"] == pytest.approx(moleculeace.rmse(np.full(3, mean), table.loc[
+            table["split"] == "valid", "y"]), rel=1e-6)
+    argv = json.loads((tmp_path / "w" / "runs" / f"{SET}-chemprop-seed1" / "argv.json").read_text())
+    assert argv[argv.index("--pytorch-seed") + 1] == "1" and argv[argv.index("--target-columns") + 1] == "y"
+    splits = json.loads((tmp_path / "w" / "data" / SET / "chemprop_splits.json").read_text())[0]
+    assert splits["val"] == np.flatnonzero(table["split"].to_numpy() == "valid").tolist()
+    with pytest.raises(moleculeace.BenchError, match="chemprop's arms need --chemprop"):
+        moleculeace.main(["--sets", SET, "--arms", "chemprop+rdkit"])
+
+
+def entry(arm: str, seed: int | None, rmse: float, cliff: float, part: str | None = None,
+          predictions: list[float] | None = None) -> dict:
+    line = {"set": SET, "arm": arm, "seed": seed, "options": moleculeace.ARMS[arm].options, "test_rmse": rmse,
+            "test_cliff_rmse": cliff, "val_rmse": 0.5, "test_predictions": predictions or []}
+    return line | ({"part": part} if part else {})
+
+
+def test_the_report_takes_each_arms_own_result_and_averages_per_set_ratios(site: Path, results: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """SVM 0.8 / 1.0; chemprop's ensemble (the mean prediction of its seeds) scored here; the recipe's blend
+    0.6 / 0.9: ratios 0.75 / 0.9 against SVM."""
+    write_moleculeace(site, SET, benchmark_rows(train=30, test=4))
+    table = moleculeace.read_set(SET)
+    test = table[table["split"] == "test"]
+    truth = test["y"].to_numpy()
+    lines = [entry("svm", 0, 0.8, 1.0),
+             *(entry("chemprop", seed, 0.0, 0.0, predictions=(truth + shift).tolist())
+               for seed, shift in ((0, 1.0), (1, -1.0), (2, 0.5))),
+             *(entry("chemprop+rdkit", seed, 0.0, 0.0, predictions=(truth + 2.0).tolist()) for seed in (0, 1, 2)),
+             entry("recipe", 0, 0.7, 0.95, part="member"), entry("recipe", 1, 0.72, 0.97, part="member"),
+             entry("recipe", None, 0.65, 0.92, part="ensemble"), entry("recipe", None, 0.6, 0.9, part="blend")]
+    results.mkdir()
+    (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    figures = moleculeace.set_figures(SET, table)
+    chemprop = moleculeace.final_figure(figures, "chemprop")
+    assert chemprop.what == "ensemble" and chemprop.rmse == pytest.approx(0.5 / 3)  # the mean is truth + 1/6
+    assert moleculeace.final_figure(figures, "recipe").rmse == 0.6
+    text = moleculeace.report([SET])
+    assert "| recipe | SVM | 1 | 0.750 | 0.900 |" in text
+    assert test["cliff_mol"].sum() == 2  # the better chemprop ensemble is off by 1/6 on every row, cliffs too
+    assert f"| recipe | chemprop | 1 | {0.6 / (0.5 / 3):.3f} | {0.9 / (0.5 / 3):.3f} |" in text
