@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import shlex
 import sys
@@ -49,7 +48,7 @@ import yaml
 
 from graphormer_urpe.commands.command import Command
 from graphormer_urpe.commands.exits import FAILED_SEEDS
-from graphormer_urpe.data.files import atomic_write_text, unwritable
+from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.errors import InputError, check_int
 from graphormer_urpe.evaluation.ensemble import (
     EnsembleOutputs,
@@ -65,13 +64,14 @@ from graphormer_urpe.run.sweep import (
     SeedRuns,
     Statistic,
     aggregate,
+    causes,
     check_seed_runs,
     collect,
     held,
-    markdown_table,
     resolved_config,
     run_seeds,
     stopping_on_signals,
+    write_summary,
 )
 
 log = logging.getLogger("graphormer_urpe")
@@ -177,11 +177,7 @@ class Sweep(Command[SweepPlan, SweepResult]):
             did_not_finish(runs, failed, missing, [])
         result = SweepResult(runs.name, sorted(per_seed), missing, {s: str(runs.run_dir(s)) for s in sorted(per_seed)},
                              aggregate(per_seed))
-        json_path, md_path = runs.run_root / f"{runs.name}-seeds.json", runs.run_root / f"{runs.name}-seeds.md"
-        atomic_write_text(json_path, json.dumps(result.summary(), indent=2) + "\n")
-        atomic_write_text(md_path, markdown_table(runs.name, result.metrics, result.seeds))
-        print(md_path.read_text(), flush=True)
-        log.info("%s: written %s and %s", runs.name, json_path, md_path)
+        print(write_summary(runs, result.summary(), result.metrics), flush=True)
         if plan.ensemble is not None:
             finished = [runs.run_dir(seed) for seed in result.seeds]
             with stopping_on_signals("in its ensemble phase"), held(runs.run_root / f".{runs.name}-ensemble.lock",
@@ -196,13 +192,9 @@ class Sweep(Command[SweepPlan, SweepResult]):
 
 
 def did_not_finish(runs: SeedRuns, failed: dict[int, SeedExit], missing: list[int], finished: list[int]) -> None:
-    """Stop with :data:`~graphormer_urpe.commands.exits.FAILED_SEEDS`, the last line naming each missing seed's
-    cause."""
-    causes = "; ".join(
-        f"seed {seed}: exit code {failed[seed].code}" + (f", {failed[seed].cause}" if failed[seed].cause else "")
-        if seed in failed else f"seed {seed}: no {runs.metrics(seed)}" for seed in missing)
+    """Stop with :data:`~graphormer_urpe.commands.exits.FAILED_SEEDS`, the last line naming each seed's cause."""
     covered = f"the summary covers seeds {finished}" if finished else "nothing was aggregated"
-    log.error("%s: seeds %s did not finish (%s); %s", runs.name, missing, causes, covered)
+    log.error("%s: seeds %s did not finish (%s); %s", runs.name, missing, causes(runs, failed, missing), covered)
     sys.exit(FAILED_SEEDS)
 
 

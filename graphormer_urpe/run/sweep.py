@@ -31,6 +31,7 @@ from typing import IO
 
 import yaml
 
+from graphormer_urpe.data.files import atomic_write_text
 from graphormer_urpe.run.callbacks import Preempted
 from graphormer_urpe.run.checkpoints import config_identity, differences
 from graphormer_urpe.run.cli import TrainingCLI
@@ -359,3 +360,25 @@ def markdown_table(name: str, statistics: Mapping[str, Statistic], seeds: Sequen
         cells = [f"{stat.values[s]:.6g}" if s in stat.values else "-" for s in seeds]
         lines.append(f"| {metric} | {stat.mean:.6g} ± {stat.std:.2g} | {stat.n} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def write_summary(runs: SeedRuns, summary: Mapping, statistics: Mapping[str, Statistic]) -> str:
+    """Write ``<run_root>/<name>-seeds.json`` (``summary``) and ``-seeds.md`` (:func:`markdown_table` of the finished
+    seeds' ``statistics``); returns the table."""
+    json_path, md_path = runs.run_root / f"{runs.name}-seeds.json", runs.run_root / f"{runs.name}-seeds.md"
+    table = markdown_table(runs.name, statistics, summary["seeds"])
+    atomic_write_text(json_path, json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(md_path, table)
+    log.info("%s: written %s and %s", runs.name, json_path, md_path)
+    return table
+
+
+def causes(runs: SeedRuns, failed: Mapping[int, SeedExit], missing: Sequence[int]) -> str:
+    """Why each ``missing`` seed did not finish: its exit code and last error line, or no ``metrics.json``."""
+
+    def cause(seed: int) -> str:
+        if seed not in failed:
+            return f"seed {seed}: no {runs.metrics(seed)}"
+        return f"seed {seed}: exit code {failed[seed].code}" + (f", {failed[seed].cause}" if failed[seed].cause else "")
+
+    return "; ".join(cause(seed) for seed in missing)

@@ -6,6 +6,7 @@ same command resumes it."""
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import logging
@@ -356,7 +357,7 @@ def test_every_refusal_of_a_recipe_sweep_comes_before_the_first_seed(tmp_path: P
                                                                      seeds_in_this_process: list[int]) -> None:
     """Issue 38.3: the trees without descriptors, a table to predict without the SMILES column or without rows;
     issue 44.8: a config without a SMILES table; 44.10: a label with one class among the training rows."""
-    assert "--trees reads the RDKit descriptors and this config has none" in recipe_refusal(
+    assert "--trees reads the runs' RDKit descriptors or fingerprints, and these runs have neither" in recipe_refusal(
         tmp_path, logged, "--trees", "--data.source.descriptors", "null")
     (tmp_path / "no_smiles.csv").write_text("id,name\n1,ethanol\n")
     assert "no_smiles.csv" in recipe_refusal(tmp_path, logged, "--predict", str(tmp_path / "no_smiles.csv"))
@@ -401,7 +402,7 @@ def test_ensemble_with_trees_writes_its_own_files(small_table: Path, tmp_path: P
     blend_mae = record.scores["test"]["blend"]["test/mae"]
     last = logged.records[-1].getMessage()
     assert last.startswith("ens: ensemble of seeds [0, 1]: test MAE ") and \
-        f"test MAE {blend_mae:.4g} of the blend with the descriptor trees" in last  # issue 38.5: named as the blend's
+        f"test MAE {blend_mae:.4g} of the blend of the ensemble with trees" in last  # issue 38.5: named as the blend's
     assert not (tmp_path / "ens-ensemble").exists()  # the plain ensemble's name is not taken
     written = tmp_path / "ens-ensemble-trees-predict-new.csv"
     assert result.predictions is not None and result.predictions.out == written
@@ -480,8 +481,7 @@ def test_a_sweep_planned_before_another_wrote_the_ensemble_reuses_it_and_its_pre
     sweep.main(command)  # the first sweep: seed 0, the ensemble, the prediction
     record = SavedEnsemble(tmp_path / "dual-ensemble").record
     plan = second.plan(second.parse(command))
-    stale = sweep.SweepPlan(plan.runs, plan.collect, ensemble.EnsembleOutputs(
-        plan.ensemble.directory, False, new, plan.ensemble.predictions, reused=None), plan.command)
+    stale = dataclasses.replace(plan, ensemble=dataclasses.replace(plan.ensemble, reused=None))  # planned before
     logged.clear()
     result = second.run(stale)
     assert result.ensemble == record
