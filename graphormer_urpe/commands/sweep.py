@@ -15,9 +15,9 @@ or a ``train`` runs is waited for (:mod:`graphormer_urpe.run.sweep`). On a SLURM
 job and aggregate them with ``--collect``.
 
 Every refusal (this command's options, the options ``train`` would refuse, a seed directory of another config, the
-ensemble's: a config that is not a SMILES table's, trees without descriptors or for a label with one class among the
-training rows, a table to predict that is missing or has no rows, an existing output) comes before the first seed,
-in one line (exit code 2).
+ensemble's: a config that is not a SMILES table's, trees without descriptors or fingerprints, a label with one class
+among the training rows, a table to predict that is missing or has no rows, an existing output) comes before the
+first seed, in one line (exit code 2).
 
 Writes ``<run_root>/<name>-seeds.json`` and ``.md``: per metric the mean, the sample standard deviation (n - 1; 0 for
 one seed), n and every seed's value. ``--ensemble`` saves the seeds' best checkpoints as an ensemble,
