@@ -5,6 +5,7 @@ recipe against the benchmark's best method (SVM on ECFP) and chemprop 2.3.1, as 
     python bench/small_data/moleculeace.py --arms recipe                    # ours: graphormer-urpe sweep, every part
     python bench/small_data/moleculeace.py --sets CHEMBL1871_Ki --arms svm  # some sets
     python bench/small_data/moleculeace.py --report                         # the tables, from the committed results
+    python bench/small_data/moleculeace.py --blend-stability                # the blend rules under resampling
 
 Data: the ``MoleculeACE==3.0.0`` wheel (``pip install --no-deps MoleculeACE==3.0.0``; located, never imported)
 ships each set as ``MoleculeACE/Data/benchmark_data/<set>.csv`` (``smiles``, ``y`` = -log10 of the activity in
@@ -501,6 +502,55 @@ def report(sets: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The previous release's blend rule: the weight of this grid whose blend has the lowest validation MAE.
+GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def grid_weight(first: np.ndarray, second: np.ndarray, truth: np.ndarray) -> float:
+    """The weight of ``second`` by the previous release's rule: the point of :data:`GRID` whose blend
+    ``(1 - w) first + w second`` has the lowest MAE on these rows, the smaller on a tie."""
+    errors = [np.mean(np.abs((1 - w) * first + w * second - truth)) for w in GRID]
+    return GRID[int(np.argmin(errors))]
+
+
+def blend_stability(sets: Sequence[str], resamples: int = 1000) -> str:
+    """How much each rule's weights move when the validation rows change: for each set, the trees (on the RDKit
+    descriptors) and the fingerprint kernel are fitted on the training rows and predict the validation rows; over
+    ``resamples`` bootstrap resamples of those rows (seed 0), the trees' weight in a blend of the two by the
+    previous rule (:func:`grid_weight`) and by today's (:func:`~graphormer_urpe.evaluation.blend.blend_weights`):
+    its mean, standard deviation and the share of resamples that give one part all the weight. Validation rows
+    only: no test row is read. A Markdown table."""
+    from graphormer_urpe.data.sources.fingerprints import ecfp_count_matrix
+    from graphormer_urpe.data.sources.molecule_features import MoleculeFeatures
+    from graphormer_urpe.evaluation.blend import DescriptorTrees, blend_weights, tree_inputs
+    from graphormer_urpe.evaluation.kernel import FingerprintKernel
+
+    lines = ["| set | validation rows | grid rule: trees' weight | all or nothing | inverse errors: trees' weight | "
+             "all or nothing |", "|---|---|---|---|---|---|"]
+    features = MoleculeFeatures("rdkit2d")
+    for name in sets:
+        table = read_set(name)
+        train, valid = table[table["split"] == "train"], table[table["split"] == "valid"]
+        targets = train[["y"]].to_numpy()
+        trees = DescriptorTrees.fit("regression", ["y"], tree_inputs(features, train["smiles"]), targets)
+        kernel = FingerprintKernel.fit("regression", ["y"], ecfp_count_matrix(train["smiles"].tolist()), targets)
+        parts = {"kernel": kernel.predict(ecfp_count_matrix(valid["smiles"].tolist())),
+                 "trees": trees.predict(tree_inputs(features, valid["smiles"]))}
+        truth = valid[["y"]].to_numpy()
+        rng = np.random.default_rng(0)
+        grid, inverse = [], []
+        for _ in range(resamples):
+            rows = rng.integers(0, len(valid), len(valid))
+            grid.append(grid_weight(parts["kernel"][rows, 0], parts["trees"][rows, 0], truth[rows, 0]))
+            chosen = blend_weights({part: values[rows] for part, values in parts.items()}, truth[rows], ["y"])
+            inverse.append(chosen["y"].get("trees", 0.0))
+        columns = [f"{np.mean(weights):.2f} +- {np.std(weights):.2f} | {np.mean(np.isin(weights, (0.0, 1.0))):.0%}"
+                   for weights in (grid, inverse)]
+        lines.append(f"| {name} | {len(valid)} | {columns[0]} | {columns[1]} |")
+        print(lines[-1], flush=True)
+    return "\n".join(lines) + "\n"
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))
@@ -510,11 +560,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "moleculeace",
                         help="scratch: tables, runs, logs (default runs/moleculeace)")
     parser.add_argument("--report", action="store_true", help="write the tables from the results")
+    parser.add_argument("--blend-stability", action="store_true",
+                        help="measure how the blend rules' weights move under resampling of the validation rows "
+                             "(bench/results/moleculeace/blend_stability.md)")
     options = parser.parse_args(argv)
     if options.jobs < 1:
         parser.error(f"--jobs {options.jobs}: must be at least 1")
-    if not options.arms and not options.report:
-        parser.error("nothing to do: give --arms, --report or both")
+    if not options.arms and not options.report and not options.blend_stability:
+        parser.error("nothing to do: give --arms, --report or --blend-stability")
     return options
 
 
@@ -536,6 +589,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{name} {arm}: " + ", ".join(f"{e['part']}{'' if e['seed'] is None else e['seed']} "
                                                f"{e['test_rmse']:.3f}/{e['test_cliff_rmse']:.3f} (valid "
                                                f"{e['val_rmse']:.3f})" for e in entries), flush=True)
+    if options.blend_stability:
+        text = blend_stability(options.sets)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "blend_stability.md").write_text(text)
     if options.report:
         text = report(options.sets)
         (RESULTS / "README.md").write_text(text)

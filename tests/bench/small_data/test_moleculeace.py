@@ -143,3 +143,23 @@ def test_the_report_takes_each_arms_own_result_and_averages_per_set_ratios(site:
     assert "| recipe | SVM | 1 | 0.750 | 0.900 |" in text
     assert test["cliff_mol"].sum() == 2  # the better chemprop ensemble is off by 1/6 on every row, cliffs too
     assert f"| recipe | chemprop | 1 | {0.6 / (0.5 / 3):.3f} | {0.9 / (0.5 / 3):.3f} |" in text
+
+
+def test_the_grid_rule_is_the_earlier_releases_and_the_stability_table_reads_validation_rows_only(
+        site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    truth = np.array([0.0, 0.0, 0.0, 0.0])
+    first, second = np.array([1.0, 1.0, 1.0, 1.0]), np.array([-0.5, -0.5, -0.5, -0.5])
+    assert moleculeace.grid_weight(first, second, truth) == 0.75  # |1 - 1.5 w| is least at w = 2/3 -> 0.75
+    assert moleculeace.grid_weight(truth, first, truth) == 0.0
+    write_moleculeace(site, SET, benchmark_rows(train=40, test=6))
+    read = moleculeace.read_set
+
+    def no_test_rows(name: str) -> pd.DataFrame:
+        table = read(name)
+        return table.assign(y=np.where(table["split"] == "test", np.nan, table["y"]))  # a test row read would NaN
+
+    monkeypatch.setattr(moleculeace, "read_set", no_test_rows)
+    text = moleculeace.blend_stability([SET], resamples=20)
+    row = text.splitlines()[-1].split(" | ")
+    assert row[0] == f"| {SET}" and row[1] == "4" and "nan" not in text
+
