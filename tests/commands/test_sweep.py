@@ -162,6 +162,7 @@ def test_an_option_train_refuses_stops_the_sweep_before_any_seed(qm9_root: Path,
     (["--name", "a/b"], "--name 'a/b': an experiment's name is one file name"),
     (["--name", ".."], "--name '..': an experiment's name is one file name"),
     (["--trees"], "--trees works on the seeds' ensemble: add --ensemble"),
+    (["--kernel"], "--kernel works on the seeds' ensemble: add --ensemble"),
     (["--predict", "new.csv"], "--predict works on the seeds' ensemble: add --ensemble"),
     (["--collect", "--ensemble"], "--config is required to run seeds or make their ensemble"),
 ])
@@ -395,26 +396,27 @@ def test_ensemble_with_trees_writes_its_own_files(small_table: Path, tmp_path: P
                           "--trainer.val_check_interval", "2", "--data.source.descriptors", "rdkit2d")
     new = tmp_path / "new.csv"
     new.write_text("id,smiles\na,CCO\nb,c1ccccc1O\nc,not a molecule\n")
-    command = ["--seeds", "0", "1", "--name", "ens", "--ensemble", "--trees", "--predict", str(new), *args]
+    command = ["--seeds", "0", "1", "--name", "ens", "--ensemble", "--trees", "--kernel", "--predict", str(new), *args]
     result = sweep.main(command)
-    record = SavedEnsemble(tmp_path / "ens-ensemble-trees").record
+    record = SavedEnsemble(tmp_path / "ens-ensemble-trees-kernel").record
     assert set(record.blend_weights) == {"gap_ev", "mu_debye"} and result.ensemble.blend_weights == record.blend_weights
+    assert record.cheap_parts == ["trees", "kernel"]
     blend_mae = record.scores["test"]["blend"]["test/mae"]
     last = logged.records[-1].getMessage()
     assert last.startswith("ens: ensemble of seeds [0, 1]: test MAE ") and \
-        f"test MAE {blend_mae:.4g} of the blend of the ensemble with trees" in last  # issue 38.5: named as the blend's
-    assert not (tmp_path / "ens-ensemble").exists()  # the plain ensemble's name is not taken
-    written = tmp_path / "ens-ensemble-trees-predict-new.csv"
+        f"test MAE {blend_mae:.4g} of the blend of the ensemble with trees and kernel" in last  # named as the blend's
+    assert not (tmp_path / "ens-ensemble").exists() and not (tmp_path / "ens-ensemble-trees").exists()
+    written = tmp_path / "ens-ensemble-trees-kernel-predict-new.csv"
     assert result.predictions is not None and result.predictions.out == written
     predicted = pd.read_csv(written, keep_default_na=False, na_values=[""])
     assert predicted["id"].tolist() == ["a", "b", "c"]  # issue 38.5: the table's other columns are kept
     assert predicted["smiles"].tolist() == ["CCO", "c1ccccc1O", "not a molecule"]
-    assert predicted[["gap_ev", "mu_debye", "gap_ev_trees", "gap_ev_std"]].iloc[:2].notna().all(axis=None)
+    assert predicted[["gap_ev", "mu_debye", "gap_ev_trees", "gap_ev_kernel", "gap_ev_std"]].iloc[:2].notna().all(None)
     assert predicted[["gap_ev", "gap_ev_member0"]].iloc[2].isna().all() and predicted["error"].iloc[2] != ""
     earlier = written.read_bytes()
     logged.clear()
     sweep.main(command)  # the same command again: the seeds, the ensemble and its prediction are reused
-    assert f"ensemble reused: {tmp_path / 'ens-ensemble-trees'} holds these runs' ensemble" in messages(logged)
+    assert f"ensemble reused: {tmp_path / 'ens-ensemble-trees-kernel'} holds these runs' ensemble" in messages(logged)
     assert f"kept {written}: this ensemble's prediction of {new}, written before" in messages(logged)
     assert written.read_bytes() == earlier
     written.write_text(earlier.decode().replace("a,CCO", "a,CCC"))  # another prediction: never overwritten
