@@ -1,11 +1,14 @@
-"""bench/ as a whole: its index (bench/README.md) names every script and only scripts that exist, every documented
-command names an existing script, and every script reaches the rest of bench/ the one way the index describes."""
+"""bench/ as a whole: its index (bench/README.md) names every script and only scripts that exist, and its links to the
+docs resolve; every documented command names an existing script; every script reaches the rest of bench/ the one way
+the index describes."""
 
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
+
+from markdown.extensions.toc import slugify
 
 from graphormer_urpe.testing import REPO_DIR
 
@@ -18,6 +21,8 @@ PATH_LINE = ("sys.path.append(str(Path(__file__).resolve().parents[2]))  # the r
 COMMAND = re.compile(r"\b(?:python3?|bash)\s+(bench/[\w./-]+)")
 #: The first cell of a row of the index's tables: a script's path in bench/, in backquotes.
 INDEXED = re.compile(r"^\| `([\w./-]+\.(?:py|sh))` \|", re.M)
+#: A link of the index to a docs page, with its optional anchor: ``(../docs/gpu.md#the-command)``.
+DOCS_LINK = re.compile(r"\]\(\.\./docs/([\w-]+\.md)(?:#([\w-]+))?\)")
 
 
 def scripts(bench: Path) -> set[str]:
@@ -33,6 +38,18 @@ def index_problems(index: str, present: set[str]) -> list[str]:
     named = set(INDEXED.findall(index))
     return ([f"{name}: not in the index" for name in sorted(present - named)]
             + [f"{name}: in the index, not in bench/" for name in sorted(named - present)])
+
+
+def link_problems(index: str, docs: Path) -> list[str]:
+    """The links of ``index`` to a docs page that does not exist, or to an anchor that no heading of the page has."""
+    problems = []
+    for page, anchor in DOCS_LINK.findall(index):
+        if not (docs / page).is_file():
+            problems.append(f"docs/{page}: no such page")
+        elif anchor and anchor not in {slugify(h, "-") for h in re.findall(r"^#+ (.+)$", (docs / page).read_text(),
+                                                                             re.M)}:
+            problems.append(f"docs/{page}#{anchor}: no such heading")
+    return problems
 
 
 def command_problems(text: str, repo: Path) -> tuple[int, list[str]]:
@@ -72,6 +89,7 @@ def test_the_index_names_every_script_and_no_other() -> None:
     present = scripts(BENCH)
     assert len(present) > 20 and "gpu/gpu_check.py" in present and "common.py" in present
     assert index_problems(INDEX.read_text(), present) == []
+    assert len(DOCS_LINK.findall(INDEX.read_text())) > 20 and link_problems(INDEX.read_text(), REPO_DIR / "docs") == []
 
 
 def test_every_command_of_the_index_and_the_docs_names_an_existing_script() -> None:
@@ -104,6 +122,10 @@ def test_the_checks_catch_what_they_should(tmp_path: Path) -> None:
     index = "| script | what |\n|---|---|\n| `gpu/gpu_check.py` | the check |\n| `gone.py` | old |\n"
     assert index_problems(index, {"gpu/gpu_check.py", "speed/new.py"}) == [
         "speed/new.py: not in the index", "gone.py: in the index, not in bench/"]
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "gpu.md").write_text("# GPUs\n\n## The command\n")
+    links = "[a](../docs/gpu.md#the-command) [b](../docs/gpu.md) [c](../docs/gpu.md#gone) [d](../docs/cpu.md)"
+    assert link_problems(links, tmp_path / "docs") == ["docs/gpu.md#gone: no such heading", "docs/cpu.md: no such page"]
     (tmp_path / "bench" / "gpu").mkdir(parents=True)
     (tmp_path / "bench" / "gpu" / "gpu_check.py").write_text("")
     text = "    python bench/gpu/gpu_check.py --quick\n`python3 bench/gpu_check.py`, bash bench/gpu/rehearse.sh"
