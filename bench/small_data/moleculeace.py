@@ -27,9 +27,9 @@ Arms (:data:`ARMS`):
 - ``chemprop``, ``chemprop+rdkit``: ``chemprop train`` with its defaults (and ``--molecule-featurizers
   v1_rdkit_2d_normalized``), the rows given by ``--splits-file``, on the CPU, 3 seeds (``--pytorch-seed``);
   validation RMSE by ``chemprop predict`` on the validation rows.
-- ``recipe``: ``graphormer-urpe sweep --config small_molecules --seeds 0 1 2 --ensemble --trees`` on the set's
-  table with the split given as a column; every part is reported: each seed's run, the ensemble of the runs,
-  the trees alone, the blend the recipe chose.
+- ``recipe``: ``graphormer-urpe sweep --config small_molecules --seeds 0 1 2 --ensemble --trees --kernel`` on the
+  set's table with the split given as a column; every part is reported: each seed's run, the ensemble of the runs,
+  the trees alone, the fingerprint kernel alone, the blend the recipe chose.
 
 Results are kept in the repository, one small file per set: ``bench/results/moleculeace/<set>.jsonl``, one JSON
 line per run or part (the arm, the seed or part, test RMSE and cliff RMSE, validation RMSE, CPU and wall seconds,
@@ -60,7 +60,7 @@ import yaml
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
-from bench.common import REPO, BenchError, exit_code, spread
+from bench.common import REPO, SWEEP, BenchError, exit_code, spread
 from bench.small_data.small_data import run_child
 
 #: The 10 sets of the issue, smallest training split first (results of the small ones come first).
@@ -91,7 +91,7 @@ ARMS: dict[str, Arm] = {
     "svm+valid": Arm("svm", "--fit-on-validation", (0,)),
     "chemprop": Arm("chemprop", "", (0, 1, 2)),
     "chemprop+rdkit": Arm("chemprop", "--molecule-featurizers v1_rdkit_2d_normalized", (0, 1, 2)),
-    "recipe": Arm("recipe", "--config small_molecules --ensemble --trees", RECIPE_SEEDS),
+    "recipe": Arm("recipe", "--config small_molecules --ensemble --trees --kernel", RECIPE_SEEDS),
 }
 
 
@@ -290,7 +290,8 @@ def checked_child(command: list[str], log_path: Path) -> tuple[float, float]:
 def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dict]:
     """``graphormer-urpe sweep`` of the arm (the recipe's seeds, its ensemble) on the set's table with the split as a
     column; one JSON line per part of the saved ensemble (its ``valid.csv`` and ``test.csv``): each seed's run
-    (``member``, with its seed), the ``ensemble`` of the runs, and with trees the ``trees`` and the ``blend``. The
+    (``member``, with its seed), the ``ensemble`` of the runs, its cheap parts (``trees``, ``kernel``) and the
+    ``blend``. The
     sweep's CPU seconds (its whole process tree) are recorded on the ``ensemble`` line.
 
     Raises:
@@ -299,14 +300,13 @@ def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dic
     directory = set_directory(work, name, table)
     run_root = work / "recipe"
     sweep_name = fresh_directory(run_root / f"{name}-{arm}").name
-    # graphormer-urpe sweep, by this interpreter: the package of this checkout (run_child runs it in REPO)
-    command = [sys.executable, "-m", "graphormer_urpe.commands", "sweep", *shlex.split(ARMS[arm].options),
+    command = [*SWEEP, *shlex.split(ARMS[arm].options),
                "--seeds", *map(str, ARMS[arm].seeds), "--name", sweep_name, "--run_root", str(run_root),
                "--data.source.path", str(directory / "table.csv"), "--data.source.targets", "[y]",
                "--data.source.split", "column", "--data.source.split_column", "split"]
     cpu, wall = checked_child(command, work / "logs" / f"{sweep_name}.log")
-    suffix = "-ensemble-trees" if "--trees" in ARMS[arm].options else "-ensemble"
-    ensemble = run_root / f"{sweep_name}{suffix}"
+    cheap = [part for part in ("trees", "kernel") if f"--{part}" in shlex.split(ARMS[arm].options)]
+    ensemble = run_root / f"{sweep_name}-ensemble{''.join(f'-{part}' for part in cheap)}"
     parts = {}
     for split in ("valid", "test"):
         written = pd.read_csv(ensemble / f"{split}.csv")
@@ -316,8 +316,8 @@ def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dic
         parts[split] = {column.removeprefix("y_"): written[column].to_numpy(np.float64)
                         for column in written.columns if column == "y" or column.startswith("y_")}
     valid = table.loc[table["split"] == "valid", "y"].to_numpy()
-    names = [f"member{k}" for k in range(len(ARMS[arm].seeds))] + ["ensemble"]
-    names += ["trees", "y"] if suffix.endswith("trees") else []
+    members = [f"member{k}" for k in range(len(ARMS[arm].seeds))]
+    names = [*members, "ensemble", *cheap, *(["y"] if cheap else [])]  # "y": the ensemble's prediction, the blend
     entries = []
     for part in names:
         seed = ARMS[arm].seeds[int(part.removeprefix("member"))] if part.startswith("member") else None

@@ -20,10 +20,9 @@ among the training rows, a table to predict that is missing or has no rows, an e
 first seed, in one line (exit code 2).
 
 Writes ``<run_root>/<name>-seeds.json`` and ``.md``: per metric the mean, the sample standard deviation (n - 1; 0 for
-one seed), n and every seed's value. ``--ensemble`` saves the seeds' best checkpoints as an ensemble,
-``<run_root>/<name>-ensemble/`` (``graphormer-urpe ensemble``), with ``--trees`` blended with gradient-boosted trees on
-the RDKit descriptors, ``<run_root>/<name>-ensemble-trees/``, with ``--kernel`` also with a Gaussian process on
-fingerprints, ``<run_root>/<name>-ensemble-trees-kernel/``; ``--predict TABLE`` predicts new molecules with it into
+one seed), n and every seed's value. ``--ensemble`` saves the seeds' best checkpoints as an ensemble (``graphormer-urpe
+ensemble``), ``<run_root>/<name>-ensemble[-trees][-kernel]/``: blended with gradient-boosted trees on the molecule
+features (``--trees``), a Gaussian process on fingerprints (``--kernel``); ``--predict TABLE`` predicts with it into
 ``<ensemble's directory>-predict-<TABLE's stem>.csv``. An ensemble of the same seeds' runs that exists is reused, and
 so is its prediction of the same table; one of other runs, or another prediction, is refused.
 
@@ -119,9 +118,8 @@ class Sweep(Command[SweepPlan, SweepResult]):
         parser.add_argument("--ensemble", action="store_true",
                             help="also save the seeds' best checkpoints as an ensemble, scored on the test split (a "
                                  "SMILES table's config; docs/small-data.md)")
-        parser.add_argument("--trees", action="store_true",
-                            help="with --ensemble: blend gradient-boosted trees on the RDKit descriptors with the "
-                                 "ensemble, their weight chosen on the validation rows (docs/small-data.md)")
+        parser.add_argument("--trees", action="store_true", help="with --ensemble: blend gradient-boosted trees on "
+                            "the runs' descriptors or fingerprints with the ensemble (docs/small-data.md)")
         parser.add_argument("--kernel", action="store_true",
                             help="with --ensemble: blend a Gaussian process on Morgan count fingerprints (Tanimoto's "
                                  "kernel) with the ensemble (docs/small-data.md)")

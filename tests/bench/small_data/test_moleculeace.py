@@ -163,3 +163,27 @@ def test_the_grid_rule_is_the_earlier_releases_and_the_stability_table_reads_val
     row = text.splitlines()[-1].split(" | ")
     assert row[0] == f"| {SET}" and row[1] == "4" and "nan" not in text
 
+
+
+@pytest.mark.slow
+def test_the_recipes_arm_records_every_part_of_its_ensemble(site: Path, results: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipe as the arm runs it (graphormer-urpe sweep on the set's table, the split as a column), one epoch a
+    seed: each seed's run, the ensemble, the trees, the kernel and the blend, scored against the set's rows."""
+    write_moleculeace(site, SET, benchmark_rows(train=40, test=8))
+    options = moleculeace.ARMS["recipe"].options + " --trainer.max_epochs 1"
+    monkeypatch.setitem(moleculeace.ARMS, "recipe", moleculeace.Arm("recipe", options, (0, 1)))
+    monkeypatch.setenv("PYTHONPATH", str(site))  # the sweep's processes read the same (fake) MoleculeACE: unused
+    moleculeace.main(["--sets", SET, "--arms", "recipe", "--work", str(tmp_path / "work")])
+    entries = moleculeace.read_results(SET)
+    assert [(e["part"], e["seed"]) for e in entries] == [("member", 0), ("member", 1), ("ensemble", None),
+                                                         ("trees", None), ("kernel", None), ("blend", None)]
+    table = moleculeace.read_set(SET)
+    for entry in entries:
+        assert entry["test_rmse"] == pytest.approx(moleculeace.scores(np.array(entry["test_predictions"]),
+                                                                      table)["test_rmse"], abs=1e-4)
+    members = np.array([entry["test_predictions"] for entry in entries[:2]])
+    np.testing.assert_allclose(entries[2]["test_predictions"], members.mean(axis=0), rtol=0, atol=2e-5)
+    assert entries[2]["cpu_seconds"] > 0 and entries[0]["cpu_seconds"] is None  # the sweep's, once
+    moleculeace.main(["--sets", SET, "--arms", "recipe", "--work", str(tmp_path / "work")])  # done: not run again
+    assert moleculeace.read_results(SET) == entries
