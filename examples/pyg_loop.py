@@ -1,6 +1,8 @@
 """Graphormer + URPE in a plain PyTorch Geometric loop: HOMO-LUMO gaps of 500 QM9 molecules (TU layout).
 
     python examples/pyg_loop.py [ROOT] [EPOCHS]      # ROOT: where PyG processes the data (data/pyg_loop)
+
+It runs on CUDA when there is a GPU, else on the CPU.
 """
 import shutil
 import sys

@@ -414,7 +414,10 @@ class EncoderLayer(nn.Module):
     """Transformer layer; ``drop_path`` is the probability of skipping a residual branch for a whole graph.
 
         pre  (v1.0):  x = x + drop(MHA(LN(x)));  x = x + drop(FFN(LN(x)))
-        post (v2):    x = LN(x + drop(MHA(x)));  x = LN(x + drop(FFN(x)))       (``post_norm``)"""
+        post (v2):    x = LN(x + drop(MHA(x)));  x = LN(x + drop(FFN(x)))       (``post_norm``)
+
+    official Graphormer v1.0 normalises before each block, v2 after it.
+    """
 
     def __init__(self, hidden_dim: int, ffn_dim: int, num_heads: int, dropout: float, attention_dropout: float,
                  activation_dropout: float, drop_path: float, post_norm: bool = False) -> None:
