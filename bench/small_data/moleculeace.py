@@ -303,12 +303,13 @@ def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dic
     """
     directory = set_directory(work, name, table)
     run_root = work / "recipe"
-    sweep_name = fresh_directory(run_root / f"{name}-{arm}").name
+    sweep_name = f"{name}-{arm}"  # a sweep stopped earlier resumes: its finished seeds are reused
     command = [*SWEEP, *shlex.split(ARMS[arm].options),
                "--seeds", *map(str, ARMS[arm].seeds), "--name", sweep_name, "--run_root", str(run_root),
                "--data.source.path", str(directory / "table.csv"), "--data.source.targets", "[y]",
                "--data.source.split", "column", "--data.source.split_column", "split"]
-    cpu, wall = checked_child(command, work / "logs" / f"{sweep_name}.log")
+    started = datetime.datetime.now()
+    cpu, wall = checked_child(command, work / "logs" / f"{sweep_name}-{started:%Y%m%d-%H%M%S}.log")
     cheap = [part for part in ("trees", "kernel") if f"--{part}" in shlex.split(ARMS[arm].options)]
     ensemble = run_root / f"{sweep_name}-ensemble{''.join(f'-{part}' for part in cheap)}"
     parts = {}

@@ -300,6 +300,10 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+#: A key's value where a mapping lacks it (:func:`differences`).
+ABSENT = object()
+
+
 def _shown(values: Mapping[str, Any], key: str) -> str:
     return repr(values[key]) if key in values else "absent"
 
@@ -308,11 +312,12 @@ def differences(
     recorded: Mapping[str, Any], current: Mapping[str, Any], recorded_as: str, current_as: str
 ) -> str:
     """The keys (dotted) where ``recorded`` and ``current`` differ, as one line, e.g. ``sha1: '0d41'
-    (checkpoint) vs '9bc1' (now)``; an empty string when they are equal."""
+    (checkpoint) vs '9bc1' (now)``; an empty string when they are equal. A key one side lacks and the other holds
+    as None (null) is no difference: an option added since, at its default (off), configures what the record
+    configured without it (a run started before ``data.source.fingerprints`` existed resumes)."""
     old, new = flatten(recorded), flatten(current)
-    keys = [
-        key for key in sorted(old.keys() | new.keys()) if key not in old or key not in new or old[key] != new[key]
-    ]
+    keys = [key for key in sorted(old.keys() | new.keys()) if old.get(key, ABSENT) != new.get(key, ABSENT)
+            and not (old.get(key, None) is None and new.get(key, None) is None)]  # absent against null
     shown = [f"{key}: {_shown(old, key)} ({recorded_as}) vs {_shown(new, key)} ({current_as})"
              for key in keys[:SHOWN_DIFFERENCES]]
     more = f"; +{len(keys) - SHOWN_DIFFERENCES} more" if len(keys) > SHOWN_DIFFERENCES else ""

@@ -47,11 +47,21 @@ def edited_copy(table: Path, directory: Path) -> Path:
 
 def test_differences_name_each_differing_key_in_one_line() -> None:
     recorded = {"sha1": "aa", "split": {"seed": 0, "fractions": [0.8, 0.1, 0.1]}, "gone": 1}
-    current = {"sha1": "bb", "split": {"seed": 0, "fractions": [0.7, 0.2, 0.1]}, "new": None}
+    current = {"sha1": "bb", "split": {"seed": 0, "fractions": [0.7, 0.2, 0.1]}, "new": 0}
     assert differences(recorded, current, "checkpoint", "now") == (
-        "gone: 1 (checkpoint) vs absent (now); new: absent (checkpoint) vs None (now); "
+        "gone: 1 (checkpoint) vs absent (now); new: absent (checkpoint) vs 0 (now); "
         "sha1: 'aa' (checkpoint) vs 'bb' (now); split.fractions: [0.8, 0.1, 0.1] (checkpoint) vs [0.7, 0.2, 0.1] (now)")
     assert differences(recorded, dict(recorded), "a", "b") == ""
+
+
+def test_an_option_added_since_at_its_default_null_is_no_difference() -> None:
+    """A run recorded before ``data.source.fingerprints`` existed: its config lacks the key, today's holds null, and
+    it is the same configuration (a sweep reuses its seeds, a resume continues it); a value set is a difference."""
+    before = {"data": {"source": {"descriptors": "rdkit2d"}}}
+    assert differences(before, {"data": {"source": {"descriptors": "rdkit2d", "fingerprints": None}}}, "a", "b") == ""
+    assert differences({"data": {"source": {"descriptors": "rdkit2d", "fingerprints": None}}}, before, "a", "b") == ""
+    assert differences(before, {"data": {"source": {"descriptors": "rdkit2d", "fingerprints": "ecfp"}}}, "a", "b") == (
+        "data.source.fingerprints: absent (a) vs 'ecfp' (b)")
     many = {f"k{i}": i for i in range(8)}
     assert differences(many, {}, "a", "b").endswith("k4: 4 (a) vs absent (b); +3 more")
 
