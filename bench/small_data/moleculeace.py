@@ -61,6 +61,7 @@ import yaml
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
 from bench.common import REPO, SWEEP, BenchError, exit_code, spread
+from bench.small_data.small_data import read_results as read_json_lines
 from bench.small_data.small_data import run_child
 
 #: The 10 sets of the issue, smallest training split first (results of the small ones come first).
@@ -353,23 +354,9 @@ def execute(run: Run, table: pd.DataFrame, work: Path, chemprop: str | None) -> 
 
 
 def read_results(name: str) -> list[dict]:
-    """The set's JSON lines (none when there is no file); a truncated last line (a killed write) is ignored.
-
-    Raises:
-        BenchError: a line before the last is not JSON.
-    """
-    path = RESULTS / f"{name}.jsonl"
-    if not path.is_file():
-        return []
-    lines = path.read_text().splitlines()
-    entries = []
-    for number, line in enumerate(lines, 1):
-        try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number < len(lines):
-                raise BenchError(f"{path}: line {number} is not JSON (edited by hand?)") from None
-    return entries
+    """The set's JSON lines (:func:`bench.small_data.small_data.read_results`: none when there is no file, a
+    truncated last line ignored)."""
+    return read_json_lines(RESULTS / f"{name}.jsonl")
 
 
 def append_result(entry: dict) -> None:
