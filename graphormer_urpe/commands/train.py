@@ -1,4 +1,4 @@
-"""``graphormer-urpe train``: train Graphormer(+URPE) from a YAML config (``python train.py`` is the same command).
+"""``graphormer-urpe train``: train Graphormer(+URPE) from a YAML config (a checkout's root script is the same command).
 
     graphormer-urpe train --config qm9_gap
     graphormer-urpe train --config zinc_subset --model.encoder.attention rpe --trainer.max_steps 200
