@@ -7,8 +7,8 @@
     graphormer-urpe ensemble --runs RUN... --trees --out ens/       # an ensemble saved as one directory
     graphormer-urpe convert official|huggingface|upgrade|pretrained ...   # checkpoints of other layouts
 
-This package run as a module is the same command, and so are a checkout's root scripts of train and evaluate. Every subcommand has one shape (:mod:`graphormer_urpe.commands.command`); exit codes:
-:mod:`graphormer_urpe.commands.exits`.
+This package run as a module is the same command, and so are a checkout's root scripts of train and evaluate. Every
+subcommand has one shape (:mod:`graphormer_urpe.commands.command`); exit codes: :mod:`graphormer_urpe.commands.exits`.
 """
 
 from __future__ import annotations

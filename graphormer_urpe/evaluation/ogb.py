@@ -1,4 +1,5 @@
-"""OGB-LSC splits after training (``graphormer-urpe evaluate --split``): scored, saved or submitted (``docs/ogb-lsc.md``)."""
+"""OGB-LSC splits after training (``graphormer-urpe evaluate --split``): scored, saved or submitted
+(``docs/ogb-lsc.md``)."""
 
 from __future__ import annotations
 

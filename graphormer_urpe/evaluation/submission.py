@@ -103,8 +103,8 @@ def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, m
 
 
 def check_submission_file(path: Path, data_root: Path) -> dict:
-    """``graphormer-urpe evaluate --check_submission``: check an existing file against the split sizes under ``data_root``
-    (ogb's official sizes when the dataset is not there); print one line when it is valid."""
+    """``graphormer-urpe evaluate --check_submission``: check an existing file against the split sizes under
+    ``data_root`` (ogb's official sizes when the dataset is not there); print one line when it is valid."""
     fmt = next((f for name, f in FORMATS.items() if path.name.startswith(f"y_pred_{name}_")), None)
     if fmt is None:
         raise SubmissionError(f"{path}: not a submission file name (expected y_pred_<dataset>_<mode>.npz for a "
