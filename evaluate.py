@@ -11,9 +11,13 @@ from collections.abc import Sequence
 from graphormer_urpe.commands import evaluate, predict
 
 #: evaluate.py's earlier option spellings, and today's (underscores, as every command spells its options).
-RENAMED = {"--smiles-column": "--smiles_column", "--submission-dir": "--submission_dir",
-           "--check-submission": "--check_submission", "--allow-other-data": "--allow_other_data",
-           "--data-root": "--data_root"}
+RENAMED = {
+    "--smiles-column": "--smiles_column",
+    "--submission-dir": "--submission_dir",
+    "--check-submission": "--check_submission",
+    "--allow-other-data": "--allow_other_data",
+    "--data-root": "--data_root",
+}
 
 
 def today(argv: Sequence[str]) -> list[str]:
@@ -33,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if "--predict" not in args:
         return evaluate.main(args)
     at = args.index("--predict")
-    table, rest = args[at + 1: at + 2], args[:at] + args[at + 2:]
+    table, rest = args[at + 1 : at + 2], args[:at] + args[at + 2 :]
     if "--ckpt" in rest:
         rest[rest.index("--ckpt")] = "--model"
     return predict.main([*table, *rest])

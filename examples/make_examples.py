@@ -46,13 +46,15 @@ def qm9_sample() -> pd.DataFrame:
     rows = np.sort(np.random.default_rng(0).choice(len(qm9), MOLECULES, replace=False))
     sample = qm9.iloc[rows].reset_index(drop=True)
     rings = [rdMolDescriptors.CalcNumRings(Chem.MolFromSmiles(s)) for s in sample["SMILES"]]
-    table = pd.DataFrame({
-        "smiles": sample["SMILES"],
-        "gap_ev": (sample["HOMO_LUMO_gap_au"] * HARTREE_TO_EV).round(4),
-        "mu_debye": sample["Dipole_debye"],
-        "polar": (sample["Dipole_debye"] > POLAR_DEBYE).astype("Int64"),
-        "rings": np.minimum(rings, 3),
-    })
+    table = pd.DataFrame(
+        {
+            "smiles": sample["SMILES"],
+            "gap_ev": (sample["HOMO_LUMO_gap_au"] * HARTREE_TO_EV).round(4),
+            "mu_debye": sample["Dipole_debye"],
+            "polar": (sample["Dipole_debye"] > POLAR_DEBYE).astype("Int64"),
+            "rings": np.minimum(rings, 3),
+        }
+    )
     missing = np.arange(len(table)) % MISSING_EVERY == MISSING_EVERY - 1
     table.loc[missing, ["mu_debye", "polar"]] = pd.NA
     return table

@@ -4,6 +4,7 @@
 
 It runs on CUDA when there is a GPU, else on the CPU.
 """
+
 import shutil
 import sys
 from pathlib import Path
@@ -22,10 +23,18 @@ train, test = dataset[:450], dataset[450:]
 mean = torch.cat([graph.y for graph in train]).mean()  # predict the gap's offset from the training mean
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
-model = Graphormer(num_layers=4, hidden_dim=64, ffn_dim=64, num_heads=8, dropout=0.0, attention_dropout=0.0,
-                   node_vocab=[1], edge_vocab=[1],  # no integer features: TU labels arrive one-hot, as floats
-                   continuous_node_dim=dataset.num_node_features,
-                   continuous_edge_dim=dataset.num_edge_features).to(device)
+model = Graphormer(
+    num_layers=4,
+    hidden_dim=64,
+    ffn_dim=64,
+    num_heads=8,
+    dropout=0.0,
+    attention_dropout=0.0,
+    node_vocab=[1],
+    edge_vocab=[1],  # no integer features: TU labels arrive one-hot, as floats
+    continuous_node_dim=dataset.num_node_features,
+    continuous_edge_dim=dataset.num_edge_features,
+).to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4)
 for epoch in range(epochs):
     model.train()

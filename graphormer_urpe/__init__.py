@@ -14,14 +14,30 @@ from graphormer_urpe.model.attention import AttentionKind, MultiHeadAttention
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 #: Public names that import Lightning or PyG, and their modules (loaded by :func:`__getattr__` on first use).
-_ON_FIRST_USE = {"GraphRegression": "graphormer_urpe.tasks", "Classification": "graphormer_urpe.tasks",
-                 "GraphDataModule": "graphormer_urpe.data.datamodule",
-                 "GraphormerStructure": "graphormer_urpe.data.pyg_interop",
-                 "to_graph_batch": "graphormer_urpe.data.pyg_interop"}
+_ON_FIRST_USE = {
+    "GraphRegression": "graphormer_urpe.tasks",
+    "Classification": "graphormer_urpe.tasks",
+    "GraphDataModule": "graphormer_urpe.data.datamodule",
+    "GraphormerStructure": "graphormer_urpe.data.pyg_interop",
+    "to_graph_batch": "graphormer_urpe.data.pyg_interop",
+}
 
-__all__ = ["AttentionKind", "Classification", "DataSpec", "GraphBatch", "GraphDataModule", "GraphRecord",
-           "GraphRegression", "Graphormer", "GraphormerConfig", "GraphormerStructure", "MultiHeadAttention",
-           "collate_graphs", "graph_structure", "to_graph_batch"]
+__all__ = [
+    "AttentionKind",
+    "Classification",
+    "DataSpec",
+    "GraphBatch",
+    "GraphDataModule",
+    "GraphRecord",
+    "GraphRegression",
+    "Graphormer",
+    "GraphormerConfig",
+    "GraphormerStructure",
+    "MultiHeadAttention",
+    "collate_graphs",
+    "graph_structure",
+    "to_graph_batch",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -79,8 +79,16 @@ def check_int(key: str, value: object, minimum: int, maximum: int | None = None,
     raise ConfigError(key, value, f"must be {allowed}{hint}")
 
 
-def check_number(key: str, value: object, minimum: float, maximum: float | None = None, *,
-                 include_minimum: bool = True, include_maximum: bool = True, hint: str = "") -> None:
+def check_number(
+    key: str,
+    value: object,
+    minimum: float,
+    maximum: float | None = None,
+    *,
+    include_minimum: bool = True,
+    include_maximum: bool = True,
+    hint: str = "",
+) -> None:
     """Raise :class:`ConfigError` unless ``value`` is a finite number from ``minimum`` to ``maximum`` (None: no end)."""
     number = (_is_int(value) or isinstance(value, float)) and value == value and abs(value) != float("inf")
     above = number and (value >= minimum if include_minimum else value > minimum)

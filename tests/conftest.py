@@ -87,8 +87,9 @@ def synthetic_mag(tmp_path_factory: pytest.TempPathFactory):
     from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_synthetic_mag240m
 
     root = tmp_path_factory.mktemp("mag240m")
-    write_synthetic_mag240m(root, SyntheticMAG(num_papers=3000, num_classes=8, labelled_fraction=0.6, seed=1),
-                            chunk_size=1000)
+    write_synthetic_mag240m(
+        root, SyntheticMAG(num_papers=3000, num_classes=8, labelled_fraction=0.6, seed=1), chunk_size=1000
+    )
     raw = MAG240MRaw(root)
     raw.check()
     prepare_derived(raw, raw.directory / "graphormer", chunk_edges=7000, feature_block_rows=500)
@@ -169,9 +170,23 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     Returns the run directory and the combined log of both processes.
     """
     base = tmp_path_factory.mktemp("ddp")
-    args = tiny_run_args(base / "data", base / "runs", *DDP_TWIN_ARGS, "--run_name", "ddp", "--logger", "wandb",
-                         "--wandb.mode", "offline", "--trainer.devices", "2", "--trainer.strategy", "ddp",
-                         "--trainer.accelerator", "cpu")
+    args = tiny_run_args(
+        base / "data",
+        base / "runs",
+        *DDP_TWIN_ARGS,
+        "--run_name",
+        "ddp",
+        "--logger",
+        "wandb",
+        "--wandb.mode",
+        "offline",
+        "--trainer.devices",
+        "2",
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.accelerator",
+        "cpu",
+    )
     result = run_train_subprocess(args)
     assert result.returncode == 0, result.stderr[-5000:]
     return base / "runs" / "ddp", result.stderr
@@ -193,7 +208,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 #: ``splits.json`` that chemprop 2.3.1 writes (the rows of ``--splits-file``) and, as the best model's
 #: test predictions, the training rows' mean for every test row of the split file, in its order; and
 #: its arguments (``argv.json``) for the test to read.
-FAKE_CHEMPROP = '''
+FAKE_CHEMPROP = """
 import csv, json, sys
 from pathlib import Path
 
@@ -228,7 +243,7 @@ with open(out / "model_0" / "test_predictions.csv", "w", newline="") as f:
     writer = csv.writer(f)
     writer.writerow([smiles, target])
     writer.writerows([rows[i][smiles], repr(mean)] for i in splits[0]["test"])
-'''
+"""
 
 
 @pytest.fixture

@@ -46,9 +46,22 @@ def heading_anchors(markdown_file: Path) -> set[str]:
 @pytest.mark.slow
 def test_mkdocs_build_strict_passes(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(REPO_DIR / "mkdocs.yml"),
-         "--site-dir", str(tmp_path / "site")],
-        cwd=REPO_DIR, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(REPO_DIR / "mkdocs.yml"),
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     problems = [line for line in done.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
@@ -115,11 +128,16 @@ def test_the_nav_of_mkdocs_yml_lists_every_page_once_and_nothing_lists_them_agai
 
 
 def test_a_list_of_pages_is_recognised() -> None:
-    text = ("| page | |\n|---|---|\n| [Tests](docs/testing.md) | what each test pins |\n"
-            "* [Running](running.md#the-default-run-measured)\n1. [Home](index.md)\n"
-            "| `qm9_gap.yaml` | see [PCQM4Mv2](docs/ogb-lsc.md) |\nRead [Tasks](docs/tasks.md) first.\n")
-    assert page_entries(text) == ["| [Tests](docs/testing.md) | what each test pins |",
-                                  "* [Running](running.md#the-default-run-measured)", "1. [Home](index.md)"]
+    text = (
+        "| page | |\n|---|---|\n| [Tests](docs/testing.md) | what each test pins |\n"
+        "* [Running](running.md#the-default-run-measured)\n1. [Home](index.md)\n"
+        "| `qm9_gap.yaml` | see [PCQM4Mv2](docs/ogb-lsc.md) |\nRead [Tasks](docs/tasks.md) first.\n"
+    )
+    assert page_entries(text) == [
+        "| [Tests](docs/testing.md) | what each test pins |",
+        "* [Running](running.md#the-default-run-measured)",
+        "1. [Home](index.md)",
+    ]
 
 
 def test_link_checks_catch_what_they_should(tmp_path: Path) -> None:
@@ -131,8 +149,13 @@ def test_link_checks_catch_what_they_should(tmp_path: Path) -> None:
 
 
 #: Where the code names docs pages: the package, the scripts, the benchmarks, the examples and the configs.
-POINTING_FILES = ("graphormer_urpe/**/*.py", "*.py", "bench/**/*.py", "examples/**/*.py",
-                  "graphormer_urpe/configs/*.yaml")
+POINTING_FILES = (
+    "graphormer_urpe/**/*.py",
+    "*.py",
+    "bench/**/*.py",
+    "examples/**/*.py",
+    "graphormer_urpe/configs/*.yaml",
+)
 #: A docs page named in code, with an optional section: ``docs/running.md#what-is-safe`` (an anchor) or
 #: ``docs/running.md, "What is safe"`` (a heading's title, in double or single quotes).
 DOCS_POINTER = re.compile(r"docs/((?:[\w-]+/)*[\w-]+\.md)(?:#([\w-]+)|,\s*\"([^\"\n]+)\"|,\s*'([^'\n]+)')?")
@@ -182,15 +205,24 @@ def test_docs_pointer_checks_catch_what_they_should(tmp_path: Path) -> None:
     (docs / "model.md").write_text("# The model\n## Index conventions\n```\n## Not a heading\n```\n")
     (docs / "ogb-lsc.md").write_text("# OGB-LSC\n\n**Parameters: 9,649,217 (URPE).** The difference ...\n")
     (docs / "reference" / "testing.md").write_text("# Testing\n")
-    text = ('See docs/model.md, "Index conventions"; docs/model.md#index-conventions and docs/reference/testing.md.\n'
-            "(docs/ogb-lsc.md, 'Parameters') docs/gone.md docs/model.md, \"Not a heading\" docs/model.md#the-mode")
-    assert docs_pointers(text) == [("model.md", "Index conventions"), ("model.md", "index-conventions"),
-                                   ("reference/testing.md", None), ("ogb-lsc.md", "Parameters"), ("gone.md", None),
-                                   ("model.md", "Not a heading"), ("model.md", "the-mode")]
+    text = (
+        'See docs/model.md, "Index conventions"; docs/model.md#index-conventions and docs/reference/testing.md.\n'
+        "(docs/ogb-lsc.md, 'Parameters') docs/gone.md docs/model.md, \"Not a heading\" docs/model.md#the-mode"
+    )
+    assert docs_pointers(text) == [
+        ("model.md", "Index conventions"),
+        ("model.md", "index-conventions"),
+        ("reference/testing.md", None),
+        ("ogb-lsc.md", "Parameters"),
+        ("gone.md", None),
+        ("model.md", "Not a heading"),
+        ("model.md", "the-mode"),
+    ]
     assert pointer_problems("x.py", text, docs) == [
         "x.py: docs/gone.md does not exist",
         "x.py: docs/model.md, no heading 'Not a heading' in docs/model.md",
-        "x.py: docs/model.md, no heading 'the-mode' in docs/model.md"]
+        "x.py: docs/model.md, no heading 'the-mode' in docs/model.md",
+    ]
 
 
 def test_ci_runs_the_readmes_test_command_installing_the_tested_torch_which_the_package_accepts_as_a_range() -> None:

@@ -23,8 +23,20 @@ PACKAGE = REPO / "graphormer_urpe"
 TESTS = REPO / "tests"
 
 #: Floor of each top-level part of the package; a module may import only from its own floor or lower.
-LAYERS = {"constants": 0, "errors": 0, "configs": 0, "pretrained": 0, "data": 1, "model": 2, "tasks": 3, "run": 4,
-          "evaluation": 5, "convert": 6, "commands": 7, "testing": 8}
+LAYERS = {
+    "constants": 0,
+    "errors": 0,
+    "configs": 0,
+    "pretrained": 0,
+    "data": 1,
+    "model": 2,
+    "tasks": 3,
+    "run": 4,
+    "evaluation": 5,
+    "convert": 6,
+    "commands": 7,
+    "testing": 8,
+}
 
 
 def imports(source: str, module: str) -> list[str]:
@@ -124,8 +136,12 @@ def test_imports_are_found_wherever_they_are() -> None:
             from ..run.cli import log
     """)
     assert imports(source, "graphormer_urpe.data.example") == [
-        "graphormer_urpe.data.cache", "graphormer_urpe.data.batch", "graphormer_urpe.model.graphormer",
-        "graphormer_urpe.tasks.base", "graphormer_urpe.run.cli"]
+        "graphormer_urpe.data.cache",
+        "graphormer_urpe.data.batch",
+        "graphormer_urpe.model.graphormer",
+        "graphormer_urpe.tasks.base",
+        "graphormer_urpe.run.cli",
+    ]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -159,9 +175,14 @@ def test_no_parts_of_the_data_package_import_each_other() -> None:
 def test_model_depends_on_its_input_contract_alone() -> None:
     for module, path in library_files():
         if part(module) == "model":
-            allowed = ("graphormer_urpe.model", "graphormer_urpe.constants", "graphormer_urpe.errors",
-                       "graphormer_urpe.data.batch", "graphormer_urpe.data.pyg_interop",
-                       "graphormer_urpe.data.spec")  # our batch, or a PyG one
+            allowed = (
+                "graphormer_urpe.model",
+                "graphormer_urpe.constants",
+                "graphormer_urpe.errors",
+                "graphormer_urpe.data.batch",
+                "graphormer_urpe.data.pyg_interop",
+                "graphormer_urpe.data.spec",
+            )  # our batch, or a PyG one
             outside = [t for t in imports(path.read_text(), module) if not t.startswith(allowed)]
             assert outside == [], module
 
@@ -169,10 +190,14 @@ def test_model_depends_on_its_input_contract_alone() -> None:
 def test_core_data_pipeline_never_imports_mag240m_or_synthetic_code() -> None:
     leaks = []
     for module, path in library_files():
-        if module.startswith("graphormer_urpe.data.") and not module.startswith(("graphormer_urpe.data.mag240m",
-                                                                                   "graphormer_urpe.data.synthetic")):
-            leaks += [f"{module} -> {t}" for t in imports(path.read_text(), module)
-                      if t.startswith(("graphormer_urpe.data.mag240m", "graphormer_urpe.data.synthetic"))]
+        if module.startswith("graphormer_urpe.data.") and not module.startswith(
+            ("graphormer_urpe.data.mag240m", "graphormer_urpe.data.synthetic")
+        ):
+            leaks += [
+                f"{module} -> {t}"
+                for t in imports(path.read_text(), module)
+                if t.startswith(("graphormer_urpe.data.mag240m", "graphormer_urpe.data.synthetic"))
+            ]
     assert leaks == []
 
 
@@ -181,8 +206,13 @@ def test_the_errors_module_is_the_ground_floor() -> None:
 
 
 def test_test_tooling_stays_out_of_the_library() -> None:
-    leaks = [f"{module} -> {t}" for module, path in library_files() if part(module) != "testing"
-             for t in imports(path.read_text(), module) if part(t) == "testing"]
+    leaks = [
+        f"{module} -> {t}"
+        for module, path in library_files()
+        if part(module) != "testing"
+        for t in imports(path.read_text(), module)
+        if part(t) == "testing"
+    ]
     assert leaks == []
 
 
@@ -205,9 +235,10 @@ def checkout_assumptions(module: str, source: str) -> list[str]:
     """Why ``module`` would only run from a checkout: it imports a root script, or names ``REPO_DIR`` outside
     ``testing/``; an installed wheel has neither."""
     found = [f"{module} imports the root script {name}.py" for name in absolute_imports(source) if name in ROOT_SCRIPTS]
-    if part(module) != "testing" and any(isinstance(node, ast.Name | ast.alias) and "REPO_DIR" in
-                                         (node.id if isinstance(node, ast.Name) else node.name)
-                                         for node in ast.walk(ast.parse(source))):
+    if part(module) != "testing" and any(
+        isinstance(node, ast.Name | ast.alias) and "REPO_DIR" in (node.id if isinstance(node, ast.Name) else node.name)
+        for node in ast.walk(ast.parse(source))
+    ):
         found.append(f"{module} names REPO_DIR (the checkout) outside testing/")
     return found
 
@@ -217,18 +248,22 @@ def test_the_library_runs_installed_assuming_no_checkout() -> None:
     assert checkout_assumptions("graphormer_urpe.run.x", "import train\nfrom seeds import main\nx = REPO_DIR") == [
         "graphormer_urpe.run.x imports the root script train.py",
         "graphormer_urpe.run.x imports the root script seeds.py",
-        "graphormer_urpe.run.x names REPO_DIR (the checkout) outside testing/"]
+        "graphormer_urpe.run.x names REPO_DIR (the checkout) outside testing/",
+    ]
     assert checkout_assumptions("graphormer_urpe.testing.x", "from graphormer_urpe.testing import REPO_DIR") == []
-    assert [reason for module, path in library_files()
-            for reason in checkout_assumptions(module, path.read_text())] == []
+    assert [
+        reason for module, path in library_files() for reason in checkout_assumptions(module, path.read_text())
+    ] == []
 
 
 @pytest.mark.slow
 def test_non_molecular_sources_do_not_load_rdkit() -> None:
-    code = ("import sys\n"
-            "import graphormer_urpe, graphormer_urpe.data.sources.zinc, graphormer_urpe.data.sources.pyg\n"
-            "import graphormer_urpe.data.datamodule, graphormer_urpe.data.cache\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('rdkit', 'ogb')))")
+    code = (
+        "import sys\n"
+        "import graphormer_urpe, graphormer_urpe.data.sources.zinc, graphormer_urpe.data.sources.pyg\n"
+        "import graphormer_urpe.data.datamodule, graphormer_urpe.data.cache\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('rdkit', 'ogb')))"
+    )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
 
@@ -263,13 +298,19 @@ def test_building_a_non_molecular_cache_loads_no_rdkit_in_any_process(tmp_path: 
     molecule reader silences RDKit, so ZINC and PyG caches never import it, in the workers either."""
     write_zinc_raw(tmp_path / "ZINC" / "raw", {"train": 20, "val": 8, "test": 6}, {"train": 4, "val": 2, "test": 2})
     edges = np.array([[0, 1, 1, 2], [1, 0, 2, 1]])
-    graphs = [TUGraph(num_nodes=3, edge_index=edges, node_labels=np.array([1, 2, k % 3]),
-                      graph_label=k % 2) for k in range(20)]
+    graphs = [
+        TUGraph(num_nodes=3, edge_index=edges, node_labels=np.array([1, 2, k % 3]), graph_label=k % 2)
+        for k in range(20)
+    ]
     write_tu_dataset(tmp_path / "tu" / "TOY" / "raw", "TOY", graphs)
     out = tmp_path / "loaded"
     out.mkdir()
-    done = subprocess.run([sys.executable, "-c", BUILD_WITHOUT_RDKIT, str(tmp_path), str(out)], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", BUILD_WITHOUT_RDKIT, str(tmp_path), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     parent, loaded_here = done.stdout.split()
     reports = {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
@@ -279,6 +320,7 @@ def test_building_a_non_molecular_cache_loads_no_rdkit_in_any_process(tmp_path: 
 
 
 # ----------------------------------------------------------------------------- the test tree mirrors the package
+
 
 def mirrored_folder(test_folder: Path) -> Path:
     """The folder whose code the tests in ``test_folder`` test: ``tests/<p>/`` -> ``graphormer_urpe/<p>/``,
@@ -322,23 +364,36 @@ def imports_of_tests(source: str) -> list[str]:
             names = [a.name for a in node.names]
         else:
             continue
-        found += [name for name in names
-                  if name.startswith(".") or name.split(".")[0] in ("tests", "conftest")
-                  or name.split(".")[0].startswith("test_")]
+        found += [
+            name
+            for name in names
+            if name.startswith(".")
+            or name.split(".")[0] in ("tests", "conftest")
+            or name.split(".")[0].startswith("test_")
+        ]
     return found
 
 
 def test_the_test_tree_rules_are_checked_as_stated() -> None:
-    placed = ["model/test_attention.py", "model/test_graphormer_official_options.py", "data/mag240m/test_mag240m.py",
-              "data/mag240m/test_mag240m_training.py", "scripts/test_evaluate_ogb.py", "bench/test_common.py",
-              "test_docs.py"]
+    placed = [
+        "model/test_attention.py",
+        "model/test_graphormer_official_options.py",
+        "data/mag240m/test_mag240m.py",
+        "data/mag240m/test_mag240m_training.py",
+        "scripts/test_evaluate_ogb.py",
+        "bench/test_common.py",
+        "test_docs.py",
+    ]
     assert [misplaced(TESTS / name) for name in placed] == [None] * len(placed)
     assert misplaced(TESTS / "data" / "test_attention.py") == (
-        "tests/data/test_attention.py: 'attention' neither is nor begins with a module of graphormer_urpe/data/")
+        "tests/data/test_attention.py: 'attention' neither is nor begins with a module of graphormer_urpe/data/"
+    )
     assert misplaced(TESTS / "scripts" / "test_scripts.py") == (
-        "tests/scripts/test_scripts.py: 'scripts' neither is nor begins with a module of the repository root")
+        "tests/scripts/test_scripts.py: 'scripts' neither is nor begins with a module of the repository root"
+    )
     assert misplaced(TESTS / "widgets" / "test_knob.py") == (
-        "tests/widgets/test_knob.py: mirrors graphormer_urpe/widgets/, which does not exist")
+        "tests/widgets/test_knob.py: mirrors graphormer_urpe/widgets/, which does not exist"
+    )
     source = textwrap.dedent("""
         import tests.conftest
         from tests.conftest import REPO
@@ -351,8 +406,15 @@ def test_the_test_tree_rules_are_checked_as_stated() -> None:
         def late():
             from tests import helpers
     """)
-    assert imports_of_tests(source) == ["tests.conftest", "tests.conftest", ".", ".test_train", "test_train",
-                                        "conftest", "tests"]
+    assert imports_of_tests(source) == [
+        "tests.conftest",
+        "tests.conftest",
+        ".",
+        ".test_train",
+        "test_train",
+        "conftest",
+        "tests",
+    ]
 
 
 def test_every_test_file_sits_in_the_folder_of_what_it_tests() -> None:
@@ -360,16 +422,22 @@ def test_every_test_file_sits_in_the_folder_of_what_it_tests() -> None:
 
 
 def test_no_test_file_imports_tests_or_another_test_module() -> None:
-    imported = {str(path.relative_to(REPO)): names for path in sorted(TESTS.rglob("*.py"))
-                if (names := imports_of_tests(path.read_text()))}
+    imported = {
+        str(path.relative_to(REPO)): names
+        for path in sorted(TESTS.rglob("*.py"))
+        if (names := imports_of_tests(path.read_text()))
+    }
     assert imported == {}
 
 
 def test_tests_hold_test_files_fixtures_and_package_markers_only() -> None:
     """Helpers live in ``graphormer_urpe/testing/``, fixtures in ``tests/conftest.py``, and every folder is a
     package, so that two folders may hold test files of the same name."""
-    others = [str(p.relative_to(REPO)) for p in TESTS.rglob("*.py")
-              if not p.name.startswith("test_") and p.name != "__init__.py" and p != TESTS / "conftest.py"]
+    others = [
+        str(p.relative_to(REPO))
+        for p in TESTS.rglob("*.py")
+        if not p.name.startswith("test_") and p.name != "__init__.py" and p != TESTS / "conftest.py"
+    ]
     assert others == []
     folders = [p for p in TESTS.rglob("*") if p.is_dir() and p.name != "__pycache__"]
     assert [str(p.relative_to(REPO)) for p in folders if not (p / "__init__.py").is_file()] == []

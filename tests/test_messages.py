@@ -52,8 +52,10 @@ def package_problems(root: Path) -> list[str]:
         for line, text in package_messages(path):
             if (name, text) in READ_NOT_SAID:
                 continue
-            problems += [f"{name}:{line + text[:found.start()].count(chr(10))}: {found.group()}"
-                         for found in PACKAGE_OLD_FORM.finditer(text)]
+            problems += [
+                f"{name}:{line + text[: found.start()].count(chr(10))}: {found.group()}"
+                for found in PACKAGE_OLD_FORM.finditer(text)
+            ]
     return problems
 
 
@@ -73,9 +75,13 @@ def doc_line_problems(line: str) -> list[str]:
 
 def doc_problems(root: Path) -> list[str]:
     """``page:line: command`` for every command of the README and the docs that is not a documented entry point."""
-    return [f"{page.relative_to(root).as_posix()}:{number}: {problem}"
-            for pattern in DOC_FILES for page in sorted(root.glob(pattern))
-            for number, line in enumerate(page.read_text().splitlines(), 1) for problem in doc_line_problems(line)]
+    return [
+        f"{page.relative_to(root).as_posix()}:{number}: {problem}"
+        for pattern in DOC_FILES
+        for page in sorted(root.glob(pattern))
+        for number, line in enumerate(page.read_text().splitlines(), 1)
+        for problem in doc_line_problems(line)
+    ]
 
 
 def test_no_package_message_names_a_module_path_or_a_script() -> None:
@@ -86,20 +92,23 @@ def test_no_doc_line_runs_a_module_path_or_a_script_that_is_not_an_entry_point()
     assert doc_problems(REPO_DIR) == []
 
 
-@pytest.mark.parametrize("line, problems", [
-    ("python -m graphormer_urpe.convert official A B", ["python -m graphormer_urpe.convert"]),
-    ("`python3 -m graphormer_urpe.commands train --config x`", ["python3 -m graphormer_urpe.commands"]),
-    ("python seeds.py --config qm9_gap --seeds 0 1", ["python seeds.py", "seeds.py (not as the checkout's file)"]),
-    ("blended as `seeds.py --ensemble --trees` does", ["seeds.py (not as the checkout's file)"]),
-    ("SIGTERM to `seeds.py` stops the running seed", ["seeds.py (not as the checkout's file)"]),
-    ("python scripts/make.py", ["python scripts/make.py"]),
-    ("python train.py --config zinc_subset.yaml; python evaluate.py --model X", []),
-    ("python bench/speed/train_throughput.py --device cuda; python examples/pyg_loop.py", []),
-    ("python -m pytest -n 2; python -m venv .venv; python -m bench.mag", []),
-    ("python -m graphormer_urpe.testing.mag240m_release /tmp/mag --papers 20000", []),
-    ("graphormer-urpe sweep --seeds 0 1; tests/scripts/test_seeds.py; the root seeds.py is the sweep", []),
-    ("    train.py  evaluate.py  seeds.py   graphormer-urpe train, evaluate, sweep, for a checkout", []),
-])
+@pytest.mark.parametrize(
+    "line, problems",
+    [
+        ("python -m graphormer_urpe.convert official A B", ["python -m graphormer_urpe.convert"]),
+        ("`python3 -m graphormer_urpe.commands train --config x`", ["python3 -m graphormer_urpe.commands"]),
+        ("python seeds.py --config qm9_gap --seeds 0 1", ["python seeds.py", "seeds.py (not as the checkout's file)"]),
+        ("blended as `seeds.py --ensemble --trees` does", ["seeds.py (not as the checkout's file)"]),
+        ("SIGTERM to `seeds.py` stops the running seed", ["seeds.py (not as the checkout's file)"]),
+        ("python scripts/make.py", ["python scripts/make.py"]),
+        ("python train.py --config zinc_subset.yaml; python evaluate.py --model X", []),
+        ("python bench/speed/train_throughput.py --device cuda; python examples/pyg_loop.py", []),
+        ("python -m pytest -n 2; python -m venv .venv; python -m bench.mag", []),
+        ("python -m graphormer_urpe.testing.mag240m_release /tmp/mag --papers 20000", []),
+        ("graphormer-urpe sweep --seeds 0 1; tests/scripts/test_seeds.py; the root seeds.py is the sweep", []),
+        ("    train.py  evaluate.py  seeds.py   graphormer-urpe train, evaluate, sweep, for a checkout", []),
+    ],
+)
 def test_the_doc_check_finds_what_it_should(line: str, problems: list[str]) -> None:
     assert doc_line_problems(line) == problems
 
@@ -107,11 +116,15 @@ def test_the_doc_check_finds_what_it_should(line: str, problems: list[str]) -> N
 def test_the_package_check_finds_what_it_should(tmp_path: Path) -> None:
     module = tmp_path / "graphormer_urpe" / "run" / "mod.py"
     module.parent.mkdir(parents=True)
-    module.write_text('"""A module\n\nrun by ``train.py``."""\n\n# as seeds.py does\n'
-                      'X = f"use python -m graphormer_urpe.convert {1}"\n'
-                      'Y = "graphormer-urpe train --config x; tests/scripts/test_seeds.py"\n')
+    module.write_text(
+        '"""A module\n\nrun by ``train.py``."""\n\n# as seeds.py does\n'
+        'X = f"use python -m graphormer_urpe.convert {1}"\n'
+        'Y = "graphormer-urpe train --config x; tests/scripts/test_seeds.py"\n'
+    )
     (tmp_path / "graphormer_urpe" / "testing").mkdir()
     (tmp_path / "graphormer_urpe" / "testing" / "runs.py").write_text('SCRIPT = "train.py"\n')
-    assert package_problems(tmp_path) == ["graphormer_urpe/run/mod.py:3: train.py",
-                                          "graphormer_urpe/run/mod.py:5: seeds.py",
-                                          "graphormer_urpe/run/mod.py:6: python -m graphormer_urpe"]
+    assert package_problems(tmp_path) == [
+        "graphormer_urpe/run/mod.py:3: train.py",
+        "graphormer_urpe/run/mod.py:5: seeds.py",
+        "graphormer_urpe/run/mod.py:6: python -m graphormer_urpe",
+    ]

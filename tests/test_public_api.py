@@ -16,8 +16,9 @@ import graphormer_urpe
 def test_public_name_has_a_docstring_example_that_runs(name: str, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # examples that name a data root must not touch the checkout
     obj = getattr(graphormer_urpe, name)
-    tests = [t for t in doctest.DocTestFinder().find(obj, name, globs=vars(sys.modules[obj.__module__]).copy())
-             if t.examples]
+    tests = [
+        t for t in doctest.DocTestFinder().find(obj, name, globs=vars(sys.modules[obj.__module__]).copy()) if t.examples
+    ]
     assert tests, f"{name} has no '>>>' example in its docstring"
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     for test in tests:
@@ -36,9 +37,11 @@ def test_module_docstring_examples_run() -> None:
 
 @pytest.mark.slow
 def test_import_does_not_load_lightning_and_lightning_names_load_on_use() -> None:
-    code = ("import sys, graphormer_urpe; assert 'pytorch_lightning' not in sys.modules; "
-            "from graphormer_urpe import GraphRegression, GraphDataModule; "
-            "assert GraphRegression.__module__ == 'graphormer_urpe.tasks.graph'")
+    code = (
+        "import sys, graphormer_urpe; assert 'pytorch_lightning' not in sys.modules; "
+        "from graphormer_urpe import GraphRegression, GraphDataModule; "
+        "assert GraphRegression.__module__ == 'graphormer_urpe.tasks.graph'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
     with pytest.raises(AttributeError, match="has no attribute 'Graphormr'"):
         _ = graphormer_urpe.Graphormr

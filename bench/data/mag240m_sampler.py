@@ -104,8 +104,14 @@ def loader_rates(graph: MAG240MGraph, args: argparse.Namespace, papers: np.ndarr
     half = len(items) // 2
     phases = _Phases([np.arange(half), np.arange(half, len(items))])
     collate = SubgraphCollator(graph, args.fanouts, seed=0, slots=slots)
-    loader = torch.utils.data.DataLoader(items, batch_size=args.batch, sampler=phases, collate_fn=collate,
-                                         num_workers=args.workers, persistent_workers=True)
+    loader = torch.utils.data.DataLoader(
+        items,
+        batch_size=args.batch,
+        sampler=phases,
+        collate_fn=collate,
+        num_workers=args.workers,
+        persistent_workers=True,
+    )
     epoch = iter(loader)
     for batch in epoch:
         batch.release()
@@ -117,8 +123,12 @@ def loader_rates(graph: MAG240MGraph, args: argparse.Namespace, papers: np.ndarr
         batch.release()
     wall, main = time.perf_counter() - start, time.process_time() - main_start
     steady_cpu = sum(_cpu_seconds(pid) for pid in workers) - cold_cpu
-    return {"cold": half / cold_cpu, "steady": (len(items) - half) / steady_cpu,
-            "wall": (len(items) - half) / wall / max(args.workers, 1), "main_ms": main * 1000 / len(loader)}
+    return {
+        "cold": half / cold_cpu,
+        "steady": (len(items) - half) / steady_cpu,
+        "wall": (len(items) - half) / wall / max(args.workers, 1),
+        "main_ms": main * 1000 / len(loader),
+    }
 
 
 def main() -> None:
@@ -199,32 +209,50 @@ def main() -> None:
             runs[slots].append(loader_rates(graph, args, rng.permutation(train)[:loader_papers], slots))
     handover = {slots: {key: float(np.median([r[key] for r in rs])) for key in rs[0]} for slots, rs in runs.items()}
 
-    print(f"graph: {graph.num_nodes[NodeType.PAPER]:,} papers, {graph.num_nodes[NodeType.AUTHOR]:,} authors, "
-          f"{graph.num_nodes[NodeType.INSTITUTION]:,} institutions ({args.root})")
-    print(f"fanouts {args.fanouts}, {args.batch} targets per batch, {args.batches} batches; "
-          f"mean subgraph: {nodes / count:.0f} nodes, {edges / count:.0f} directed edges")
+    print(
+        f"graph: {graph.num_nodes[NodeType.PAPER]:,} papers, {graph.num_nodes[NodeType.AUTHOR]:,} authors, "
+        f"{graph.num_nodes[NodeType.INSTITUTION]:,} institutions ({args.root})"
+    )
+    print(
+        f"fanouts {args.fanouts}, {args.batch} targets per batch, {args.batches} batches; "
+        f"mean subgraph: {nodes / count:.0f} nodes, {edges / count:.0f} directed edges"
+    )
     print(f"{'one worker, whole collate (CPU time)':<44}{count / whole:>9.0f} subgraphs/s  (target 1,000)")
     print(f"{'  of which sampling':<44}{sampling / whole:>9.0%} of the time")
     print(f"{'  same batches again (memory maps warm)':<44}{count / warm:>9.0f} subgraphs/s")
-    print(f"{'  bytes handed over, last batch':<44}{handed_over:>9.1f} MiB  (padded: {padded_bytes:.1f} MiB, "
-          f"{padded_bytes / handed_over:.2f}x)")
-    print(f"{'  padding in the training process (CPU)':<44}{padding * 1000:>9.1f} ms per batch (median of 5), "
-          f"first edges included")
+    print(
+        f"{'  bytes handed over, last batch':<44}{handed_over:>9.1f} MiB  (padded: {padded_bytes:.1f} MiB, "
+        f"{padded_bytes / handed_over:.2f}x)"
+    )
+    print(
+        f"{'  padding in the training process (CPU)':<44}{padding * 1000:>9.1f} ms per batch (median of 5), "
+        f"first edges included"
+    )
     ring_rounds = ", ".join(f"{r['steady']:.0f}" for r in runs[4])
-    print(f"DataLoader, {args.workers} workers, per worker CPU second (target 1,000), {args.loader_batches} batches "
-          f"per epoch, median of {args.rounds} interleaved rounds (steady with the ring: {ring_rounds}):")
+    print(
+        f"DataLoader, {args.workers} workers, per worker CPU second (target 1,000), {args.loader_batches} batches "
+        f"per epoch, median of {args.rounds} interleaved rounds (steady with the ring: {ring_rounds}):"
+    )
     print(f"{'':<44}{'steady':>9}{'cold maps':>11}{'wall/worker':>13}{'main ms/batch':>15}")
     for slots, label in ((4, "  slot ring (4 slots)"), (0, "  no ring: new shared memory per batch")):
         r = handover[slots]
         print(f"{label:<44}{r['steady']:>9.0f}{r['cold']:>11.0f}{r['wall']:>13.0f}{r['main_ms']:>15.1f}")
-    print(f"{'  slot ring / no ring':<44}{handover[4]['steady'] / handover[0]['steady']:>8.2f}x"
-          f"{handover[4]['cold'] / handover[0]['cold']:>10.2f}x")
-    print(f"{'SPD + first edges: batched':<44}{structure_count / batched:>9.0f} subgraphs/s  (SPD on bit sets "
-          f"{batched_spd / batched:.0%}, in the workers; first edges {batched_first / batched:.0%}, at padding)")
-    print(f"{'SPD + first edges: graph_structure per graph':<44}{structure_count / per_graph:>9.0f} subgraphs/s"
-          f"  (batched is {per_graph / batched:.1f}x faster)")
-    print(f"{'SPD + first edges: graph_structures (stacked)':<44}{structure_count / stacked:>9.0f} subgraphs/s"
-          f"  (batched is {stacked / batched:.1f}x faster)")
+    print(
+        f"{'  slot ring / no ring':<44}{handover[4]['steady'] / handover[0]['steady']:>8.2f}x"
+        f"{handover[4]['cold'] / handover[0]['cold']:>10.2f}x"
+    )
+    print(
+        f"{'SPD + first edges: batched':<44}{structure_count / batched:>9.0f} subgraphs/s  (SPD on bit sets "
+        f"{batched_spd / batched:.0%}, in the workers; first edges {batched_first / batched:.0%}, at padding)"
+    )
+    print(
+        f"{'SPD + first edges: graph_structure per graph':<44}{structure_count / per_graph:>9.0f} subgraphs/s"
+        f"  (batched is {per_graph / batched:.1f}x faster)"
+    )
+    print(
+        f"{'SPD + first edges: graph_structures (stacked)':<44}{structure_count / stacked:>9.0f} subgraphs/s"
+        f"  (batched is {stacked / batched:.1f}x faster)"
+    )
 
 
 if __name__ == "__main__":

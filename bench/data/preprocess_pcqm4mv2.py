@@ -80,9 +80,10 @@ def write_layout(root: Path, smiles: list[str]) -> None:
     bounds = np.cumsum([0, int(0.9 * n), int(0.04 * n), int(0.03 * n)]).tolist() + [n]
     names = ["train", "valid", "test-dev", "test-challenge"]
     splits = {name: np.arange(bounds[i], bounds[i + 1]) for i, name in enumerate(names)}
-    gaps[bounds[2]:] = np.nan
+    gaps[bounds[2] :] = np.nan
     pd.DataFrame({"idx": np.arange(n), "smiles": smiles, "homolumogap": gaps}).to_csv(
-        folder / "raw" / "data.csv.gz", index=False)
+        folder / "raw" / "data.csv.gz", index=False
+    )
     torch.save(splits, folder / "split_dict.pt")
     (folder / "RELEASE_v1.txt").write_text("v1\n")  # else ogb asks whether to update the dataset
 
@@ -129,8 +130,12 @@ def measure_ours(root: Path, workers: int, chunk_size: int) -> dict:
     data = GraphDataModule(PCQM4Mv2(), root=str(root), preprocess_workers=workers, chunk_size=chunk_size)
     started, cpu = time.perf_counter(), cpu_seconds()
     data.prepare_data()
-    return {"seconds": time.perf_counter() - started, "cpu_seconds": cpu_seconds() - cpu,
-            "read_seconds": read_seconds, "graphs": data.build_summary.graphs}
+    return {
+        "seconds": time.perf_counter() - started,
+        "cpu_seconds": cpu_seconds() - cpu,
+        "read_seconds": read_seconds,
+        "graphs": data.build_summary.graphs,
+    }
 
 
 def child_main(args: argparse.Namespace) -> None:
@@ -149,13 +154,18 @@ def run_child(kind: str, root: Path, chunk_size: int) -> dict:
     work = root.parent / f"{root.name}-{kind.replace(':', '')}"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(root, work)
-    done = subprocess.run([sys.executable, __file__, "--child", kind, "--root", str(work), "--chunk-size",
-                           str(chunk_size)], capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", kind, "--root", str(work), "--chunk-size", str(chunk_size)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+    )
     shutil.rmtree(work, ignore_errors=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{kind} failed:\n{done.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def main() -> None:
@@ -172,12 +182,16 @@ def main() -> None:
         return
 
     smiles, mix = realistic_smiles(args.molecules, args.seed)
-    print(f"{args.molecules:,} molecules: {mix['qm9']:,} QM9 (qm9pack) + {mix['nci']:,} NCI (RDKit's first_5K.smi, "
-          f"<= 51 atoms), {mix['mean_atoms']:.2f} heavy atoms on average (PCQM4Mv2: {PCQM_MEAN_ATOMS}), max "
-          f"{mix['max_atoms']}; chunk size {args.chunk_size:,}; {args.rounds} interleaved rounds; medians")
-    runs = {"ogb": "ogb PygPCQM4Mv2Dataset.process (features only)",
-            "ours:1": "ours, 1 process (features + SPD + paths + cache)",
-            "ours:2": "ours, 2 worker processes"}
+    print(
+        f"{args.molecules:,} molecules: {mix['qm9']:,} QM9 (qm9pack) + {mix['nci']:,} NCI (RDKit's first_5K.smi, "
+        f"<= 51 atoms), {mix['mean_atoms']:.2f} heavy atoms on average (PCQM4Mv2: {PCQM_MEAN_ATOMS}), max "
+        f"{mix['max_atoms']}; chunk size {args.chunk_size:,}; {args.rounds} interleaved rounds; medians"
+    )
+    runs = {
+        "ogb": "ogb PygPCQM4Mv2Dataset.process (features only)",
+        "ours:1": "ours, 1 process (features + SPD + paths + cache)",
+        "ours:2": "ours, 2 worker processes",
+    }
     doubled = "ours:2 x2"
     with tempfile.TemporaryDirectory() as tmp:
         root, root_doubled = Path(tmp) / "single", Path(tmp) / "double"
@@ -194,31 +208,41 @@ def main() -> None:
 
     n = args.molecules
     ogb_per_cpu = n / median("ogb", "cpu_seconds")
-    print(f"\n{'run':50s} {'wall s':>7s} {'CPU s':>7s} {'mol/CPU-s':>10s} {'vs ogb':>7s} {'mol/s wall':>11s} "
-          f"{'peak RSS main / worker':>23s}")
+    print(
+        f"\n{'run':50s} {'wall s':>7s} {'CPU s':>7s} {'mol/CPU-s':>10s} {'vs ogb':>7s} {'mol/s wall':>11s} "
+        f"{'peak RSS main / worker':>23s}"
+    )
     for kind, label in [*runs.items(), (doubled, "ours, 2 workers, twice the molecules")]:
         count = 2 * n if kind == doubled else n
         per_cpu = count / median(kind, "cpu_seconds")
-        print(f"{label:50s} {median(kind, 'seconds'):7.2f} {median(kind, 'cpu_seconds'):7.2f} {per_cpu:10,.0f} "
-              f"{per_cpu / ogb_per_cpu:6.2f}x {count / median(kind, 'seconds'):11,.0f} "
-              f"{median(kind, 'peak_rss_mb'):9.0f} / {median(kind, 'peak_worker_rss_mb'):5.0f} MB")
+        print(
+            f"{label:50s} {median(kind, 'seconds'):7.2f} {median(kind, 'cpu_seconds'):7.2f} {per_cpu:10,.0f} "
+            f"{per_cpu / ogb_per_cpu:6.2f}x {count / median(kind, 'seconds'):11,.0f} "
+            f"{median(kind, 'peak_rss_mb'):9.0f} / {median(kind, 'peak_worker_rss_mb'):5.0f} MB"
+        )
 
     one, two = median("ours:1", "seconds"), median("ours:2", "seconds")
     cpu_one, cpu_two = median("ours:1", "cpu_seconds"), median("ours:2", "cpu_seconds")
     print(f"\nper core (molecules per CPU second), ours / ogb: {n / cpu_one / ogb_per_cpu:.2f}x")
-    print(f"1 -> 2 workers: CPU seconds {cpu_one:.1f} -> {cpu_two:.1f} ({cpu_two / cpu_one:.2f}x, the work parallelism "
-          f"adds); wall time {one:.2f} -> {two:.2f} s ({one / two:.2f}x; 2.00x is linear, and this machine's 2 cores "
-          "are shared with other jobs)")
-    print(f"worker peak RSS, {n:,} -> {2 * n:,} molecules: {median('ours:2', 'peak_worker_rss_mb'):.0f} -> "
-          f"{median(doubled, 'peak_worker_rss_mb'):.0f} MB (bounded by the chunk size; most of it is pages shared "
-          "with the parent after fork)")
+    print(
+        f"1 -> 2 workers: CPU seconds {cpu_one:.1f} -> {cpu_two:.1f} ({cpu_two / cpu_one:.2f}x, the work parallelism "
+        f"adds); wall time {one:.2f} -> {two:.2f} s ({one / two:.2f}x; 2.00x is linear, and this machine's 2 cores "
+        "are shared with other jobs)"
+    )
+    print(
+        f"worker peak RSS, {n:,} -> {2 * n:,} molecules: {median('ours:2', 'peak_worker_rss_mb'):.0f} -> "
+        f"{median(doubled, 'peak_worker_rss_mb'):.0f} MB (bounded by the chunk size; most of it is pages shared "
+        "with the parent after fork)"
+    )
     read_rate = n / median("ours:1", "read_seconds")
     parallel = PCQM_MOLECULES / (16 * n / cpu_two)
     serial = PCQM_MOLECULES / read_rate
-    print(f"extrapolated full PCQM4Mv2 ({PCQM_MOLECULES:,} molecules) on 16 cores: {(serial + parallel) / 60:.1f} min "
-          f"= CSV read in the main process {serial:.0f} s ({read_rate:,.0f} rows/s) + {parallel:.0f} s of "
-          f"preprocessing at the 2-worker CPU rate; ogb's serial process: "
-          f"{PCQM_MOLECULES / ogb_per_cpu / 60:.0f} CPU-minutes")
+    print(
+        f"extrapolated full PCQM4Mv2 ({PCQM_MOLECULES:,} molecules) on 16 cores: {(serial + parallel) / 60:.1f} min "
+        f"= CSV read in the main process {serial:.0f} s ({read_rate:,.0f} rows/s) + {parallel:.0f} s of "
+        f"preprocessing at the 2-worker CPU rate; ogb's serial process: "
+        f"{PCQM_MOLECULES / ogb_per_cpu / 60:.0f} CPU-minutes"
+    )
 
 
 if __name__ == "__main__":

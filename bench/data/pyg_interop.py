@@ -42,40 +42,57 @@ def main() -> None:
 
     started = time.perf_counter()
     transform = GraphormerStructure()
-    data = [transform(Data(x=torch.from_numpy(x), edge_index=torch.from_numpy(e), edge_attr=torch.from_numpy(a)))
-            for (n, e), (x, a) in zip(graphs, features)]
+    data = [
+        transform(Data(x=torch.from_numpy(x), edge_index=torch.from_numpy(e), edge_attr=torch.from_numpy(a)))
+        for (n, e), (x, a) in zip(graphs, features)
+    ]
     pyg_seconds = time.perf_counter() - started
     started = time.perf_counter()
     flat = graph_structures([n for n, _ in graphs], [e for _, e in graphs])
     cache_seconds = time.perf_counter() - started
-    print(f"preprocessing {args.graphs} molecules: GraphormerStructure {args.graphs / pyg_seconds:,.0f} graphs/s, "
-          f"graph_structures (cache chunks) {args.graphs / cache_seconds:,.0f} graphs/s "
-          f"(ratio {pyg_seconds / cache_seconds:.1f}x)")
+    print(
+        f"preprocessing {args.graphs} molecules: GraphormerStructure {args.graphs / pyg_seconds:,.0f} graphs/s, "
+        f"graph_structures (cache chunks) {args.graphs / cache_seconds:,.0f} graphs/s "
+        f"(ratio {pyg_seconds / cache_seconds:.1f}x)"
+    )
 
     records = []
     for k, ((n, e), (x, a)) in enumerate(zip(graphs, features)):
         pairs, nodes = slice(flat.pair_ptr[k], flat.pair_ptr[k + 1]), slice(flat.node_ptr[k], flat.node_ptr[k + 1])
-        records.append(GraphRecord(x=x, edge_index=e, edge_attr=a, spd=flat.spd[pairs].reshape(n, n),
-                                   first_edge=flat.first_edge[pairs].reshape(n, n), in_degree=flat.in_degree[nodes],
-                                   out_degree=flat.out_degree[nodes], y=np.zeros(1, np.float32), index=k))
+        records.append(
+            GraphRecord(
+                x=x,
+                edge_index=e,
+                edge_attr=a,
+                spd=flat.spd[pairs].reshape(n, n),
+                first_edge=flat.first_edge[pairs].reshape(n, n),
+                in_degree=flat.in_degree[nodes],
+                out_degree=flat.out_degree[nodes],
+                y=np.zeros(1, np.float32),
+                index=k,
+            )
+        )
     collate_times, convert_times, ours_times = [], [], []
     for start in range(0, args.graphs - args.batch + 1, args.batch):
         started = time.perf_counter()
-        batch = Batch.from_data_list(data[start:start + args.batch])
+        batch = Batch.from_data_list(data[start : start + args.batch])
         collated = time.perf_counter()
         to_graph_batch(batch)
         collate_times.append(collated - started)
         convert_times.append(time.perf_counter() - collated)
         started = time.perf_counter()
-        collate_graphs(records[start:start + args.batch])
+        collate_graphs(records[start : start + args.batch])
         ours_times.append(time.perf_counter() - started)
     collate_ms, convert_ms = 1e3 * statistics.median(collate_times), 1e3 * statistics.median(convert_times)
     ours_ms = 1e3 * statistics.median(ours_times)
-    print(f"batch of {args.batch}: PyG collation {collate_ms:.1f} ms + to_graph_batch {convert_ms:.1f} ms, "
-          f"collate_graphs {ours_ms:.1f} ms (ratio {(collate_ms + convert_ms) / ours_ms:.2f}x; medians of "
-          f"{len(ours_times)} batches)")
-    stored = sum(d.spd.numel() + 2 * d.first_edge.numel() + 2 * (d.in_degree.numel() + d.out_degree.numel())
-                 for d in data)
+    print(
+        f"batch of {args.batch}: PyG collation {collate_ms:.1f} ms + to_graph_batch {convert_ms:.1f} ms, "
+        f"collate_graphs {ours_ms:.1f} ms (ratio {(collate_ms + convert_ms) / ours_ms:.2f}x; medians of "
+        f"{len(ours_times)} batches)"
+    )
+    stored = sum(
+        d.spd.numel() + 2 * d.first_edge.numel() + 2 * (d.in_degree.numel() + d.out_degree.numel()) for d in data
+    )
     print(f"structure attributes: {stored / args.graphs:,.0f} bytes per molecule on average")
 
 

@@ -52,8 +52,21 @@ MIB = 1024**2
 def download_command(directory: Path, python_version: str) -> list[str]:
     """``pip download`` of :data:`WHEELS` for CPython ``python_version`` on manylinux x86-64, without their
     dependencies (the image has them)."""
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-               "--python-version", python_version, "--implementation", "cp", "--dest", str(directory)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        "--dest",
+        str(directory),
+    ]
     for platform in PLATFORMS:
         command += ["--platform", platform]
     return command + [f"{name}=={version}" for name, version in WHEELS.items()]
@@ -104,8 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     build_data(args.out / "data", args.qm9_molecules)
     files = sizes(args.out)
     total = sum(files.values())
-    manifest = {"python_version": args.python_version, "wheels": WHEELS, "qm9_molecules": args.qm9_molecules,
-                "total_bytes": total, "files": files}
+    manifest = {
+        "python_version": args.python_version,
+        "wheels": WHEELS,
+        "qm9_molecules": args.qm9_molecules,
+        "total_bytes": total,
+        "files": files,
+    }
     (args.out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     for name, size in part_sizes(files).items():
         print(f"{size / MIB:8.2f} MiB  {name}")

@@ -68,8 +68,10 @@ TRAINING_RTOL = 0.10
 PARTS = ("tests", "step", "loop", "profile", "matrix", "flex", "memory", "qm9")
 #: The parts a call runs unless ``--parts`` names others: memory and QM9 were measured on an H200 (docs/gpu.md);
 #: FlexAttention trains on CUDA only.
-DEFAULT_PARTS = {"cuda": ("tests", "step", "loop", "profile", "matrix", "flex"),
-                 "cpu": ("tests", "step", "loop", "profile", "matrix")}
+DEFAULT_PARTS = {
+    "cuda": ("tests", "step", "loop", "profile", "matrix", "flex"),
+    "cpu": ("tests", "step", "loop", "profile", "matrix"),
+}
 #: Seconds each command may run on one H100-class GPU, part by part (startup of Python, torch and CUDA included).
 #: Memory and QM9: about 1.35 times what each took on the H200 of the second GPU check (docs/gpu.md). The rest:
 #: estimates until a GPU has run them (the compilation of each variant takes most of it), the first four parts within
@@ -79,8 +81,13 @@ CAPS: dict[str, dict[str, float]] = {
     "step": {"zinc bf16-mixed urpe": 120},
     "loop": {"zinc bf16-mixed": 120},
     "profile": {"zinc eager": 25, "zinc cuda_graphs": 35},
-    "matrix": {"zinc bf16-mixed rpe": 150, "zinc bf16-mixed compiled": 120, "zinc 32": 150,
-               "pcqm bf16-mixed": 180, "pcqm loop bf16-mixed": 180},
+    "matrix": {
+        "zinc bf16-mixed rpe": 150,
+        "zinc bf16-mixed compiled": 120,
+        "zinc 32": 150,
+        "pcqm bf16-mixed": 180,
+        "pcqm loop bf16-mixed": 180,
+    },
     "flex": {"flex device tests": 150, "pcqm bf16-mixed flex": 180},
     "memory": {"zinc": 27, "pcqm4mv2": 27, "mag240m": 44},
     "qm9": {"32": 37, "16-mixed": 40, "bf16-mixed": 34},
@@ -151,13 +158,24 @@ class Check:
             return Outcome("not reached", 0.0)
         limit = min(cap * self.time_scale, left)
         say(f"$ {' '.join(command)}   (cap {limit:.0f} s)")
-        environment = {**os.environ, "PYTHONUNBUFFERED": "1",
-                       "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-                       **(env or {})}
+        environment = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            **(env or {}),
+        }
         started = time.monotonic()
         # a session of its own, so that a cut kills the command's workers (DataLoader, compile) with it
-        process = subprocess.Popen(command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
         try:
             stdout, stderr = process.communicate(timeout=limit)
             status = "ok" if process.returncode == 0 else "failed"
@@ -167,8 +185,10 @@ class Check:
             status = "cut"
         outcome = Outcome(status, time.monotonic() - started, stdout, stderr, process.returncode)
         with self.log.open("a") as log:
-            log.write(f"\n===== $ {' '.join(command)}\n===== {status} after {outcome.seconds:.1f} s "
-                      f"(cap {limit:.0f} s, exit code {process.returncode})\n{stdout}{stderr}")
+            log.write(
+                f"\n===== $ {' '.join(command)}\n===== {status} after {outcome.seconds:.1f} s "
+                f"(cap {limit:.0f} s, exit code {process.returncode})\n{stdout}{stderr}"
+            )
         if not outcome.ok:
             tail = "\n".join((stdout + stderr).splitlines()[-25:])
             say(f"{status} after {outcome.seconds:.0f} s (exit code {process.returncode}); last lines:\n{tail}")
@@ -200,8 +220,11 @@ def part_status(entries: list[dict]) -> str:
 def device_test_files() -> list[str]:
     """The test files that hold ``device`` tests (collecting only these keeps other tests' imports,
     such as wandb's, off the GPU machine)."""
-    return sorted(str(path.relative_to(REPO)) for path in (REPO / "tests").rglob("test_*.py")
-                  if "pytest.mark.device" in path.read_text())
+    return sorted(
+        str(path.relative_to(REPO))
+        for path in (REPO / "tests").rglob("test_*.py")
+        if "pytest.mark.device" in path.read_text()
+    )
 
 
 def check_tests(check: Check, quick: bool, bundle: Path | None, flex: bool = False) -> dict:
@@ -217,10 +240,13 @@ def check_tests(check: Check, quick: bool, bundle: Path | None, flex: bool = Fal
     env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     if bundle is not None:
         env["GRAPHORMER_TEST_QM9_ROOT"] = str((bundle / "data").resolve())
-    outcome = check.run([sys.executable, "-m", "pytest", "-q", "-m", marker, "-p", "no:cacheprovider", *paths], cap,
-                        env=env)
-    summary = next((line for line in reversed(outcome.stdout.splitlines()) if " passed" in line or " failed" in line),
-                   "no pytest summary")
+    outcome = check.run(
+        [sys.executable, "-m", "pytest", "-q", "-m", marker, "-p", "no:cacheprovider", *paths], cap, env=env
+    )
+    summary = next(
+        (line for line in reversed(outcome.stdout.splitlines()) if " passed" in line or " failed" in line),
+        "no pytest summary",
+    )
     return {"status": outcome.status, "seconds": outcome.seconds, "summary": summary.strip("= "), "files": paths}
 
 
@@ -229,8 +255,20 @@ def check_memory(check: Check, device: str, quick: bool, update: Callable[[dict]
     results: list[dict] = []
     for key, cap in CAPS["memory"].items():
         result_file = check.work / f"memory_{key}.json"
-        command = [sys.executable, "bench/memory/paper_memory.py", "--device", device, "--precision", "16-mixed",
-                   "--settings", key, "--work", str(check.work / "memory"), "--json", str(result_file)]
+        command = [
+            sys.executable,
+            "bench/memory/paper_memory.py",
+            "--device",
+            device,
+            "--precision",
+            "16-mixed",
+            "--settings",
+            key,
+            "--work",
+            str(check.work / "memory"),
+            "--json",
+            str(result_file),
+        ]
         command += ["--mag-batches", "1" if quick else "2", "--mag-papers", str(MAG_PAPERS)]
         outcome = check.run(command, cap)
         entry = {"key": key, "status": outcome.status, "seconds": outcome.seconds}
@@ -244,14 +282,40 @@ def check_memory(check: Check, device: str, quick: bool, update: Callable[[dict]
     return {"status": part_status(results), "results": results}
 
 
-def step_command(setting: str, precision: str, modes: list[str], attention: list[str], device: str, quick: bool,
-                 out: Path, kernels: tuple[str, ...] = ("eager",)) -> list[str]:
+def step_command(
+    setting: str,
+    precision: str,
+    modes: list[str],
+    attention: list[str],
+    device: str,
+    quick: bool,
+    out: Path,
+    kernels: tuple[str, ...] = ("eager",),
+) -> list[str]:
     """``bench/speed/train_throughput.py`` for one setting and precision (``--quick``: small batches, the least
     rounds)."""
-    command = [sys.executable, "bench/speed/train_throughput.py", "--device", device, "--settings", setting,
-               "--precision", precision, "--modes", *modes, "--attention", *attention, "--kernels", *kernels,
-               "--batchings", "bucketed",
-               "--pad-nodes-to", str(ZINC_PAD if setting == "zinc" else PCQM_PAD), "--json", str(out)]
+    command = [
+        sys.executable,
+        "bench/speed/train_throughput.py",
+        "--device",
+        device,
+        "--settings",
+        setting,
+        "--precision",
+        precision,
+        "--modes",
+        *modes,
+        "--attention",
+        *attention,
+        "--kernels",
+        *kernels,
+        "--batchings",
+        "bucketed",
+        "--pad-nodes-to",
+        str(ZINC_PAD if setting == "zinc" else PCQM_PAD),
+        "--json",
+        str(out),
+    ]
     return command + (["--batch-size", "8", "--epoch-batches", "16", "--rounds", "3", "--warm", "1"] if quick else [])
 
 
@@ -262,27 +326,50 @@ def step_commands(device: str, quick: bool, out: Path) -> dict[str, dict[str, li
     def command(name: str, setting: str, precision: str, modes: list[str], attention: list[str]) -> list[str]:
         return step_command(setting, precision, modes, attention, device, quick, out / f"step {name}.json")
 
-    return {"step": {"zinc bf16-mixed urpe": command("zinc bf16-mixed urpe", "zinc", "bf16-mixed", fast, ["urpe"])},
-            "matrix": {"zinc bf16-mixed rpe": command("zinc bf16-mixed rpe", "zinc", "bf16-mixed", fast, ["rpe"]),
-                       "zinc bf16-mixed compiled": command("zinc bf16-mixed compiled", "zinc", "bf16-mixed",
-                                                           ["compiled"], ["urpe"]),
-                       "zinc 32": command("zinc 32", "zinc", "32", fast, ["urpe"]),
-                       "pcqm bf16-mixed": command("pcqm bf16-mixed", "pcqm", "bf16-mixed", fast, ["urpe", "rpe"])},
-            "flex": {"pcqm bf16-mixed flex": step_command("pcqm", "bf16-mixed", fast, ["urpe"], device, quick,
-                                                          out / "step pcqm bf16-mixed flex.json", ("eager", "flex"))}}
+    return {
+        "step": {"zinc bf16-mixed urpe": command("zinc bf16-mixed urpe", "zinc", "bf16-mixed", fast, ["urpe"])},
+        "matrix": {
+            "zinc bf16-mixed rpe": command("zinc bf16-mixed rpe", "zinc", "bf16-mixed", fast, ["rpe"]),
+            "zinc bf16-mixed compiled": command(
+                "zinc bf16-mixed compiled", "zinc", "bf16-mixed", ["compiled"], ["urpe"]
+            ),
+            "zinc 32": command("zinc 32", "zinc", "32", fast, ["urpe"]),
+            "pcqm bf16-mixed": command("pcqm bf16-mixed", "pcqm", "bf16-mixed", fast, ["urpe", "rpe"]),
+        },
+        "flex": {
+            "pcqm bf16-mixed flex": step_command(
+                "pcqm",
+                "bf16-mixed",
+                fast,
+                ["urpe"],
+                device,
+                quick,
+                out / "step pcqm bf16-mixed flex.json",
+                ("eager", "flex"),
+            )
+        },
+    }
 
 
-def check_steps(check: Check, commands: dict[str, list[str]], caps: dict[str, float],
-                update: Callable[[dict], None]) -> dict:
+def check_steps(
+    check: Check, commands: dict[str, list[str]], caps: dict[str, float], update: Callable[[dict], None]
+) -> dict:
     """Each step command; its figures are read from the JSON file it writes (also what a cut one measured)."""
     runs: list[dict] = []
     for name, command in commands.items():
         outcome = check.run(command, caps[name])
         result_file = Path(command[command.index("--json") + 1])
         results = json.loads(result_file.read_text())["results"] if result_file.is_file() else []
-        runs.append({"name": name, "command": " ".join(command[1:]), "status": outcome.status,
-                     "seconds": outcome.seconds, "results": results,
-                     "output": outcome.stdout.strip() if outcome.ok else (outcome.stdout + outcome.stderr)[-3000:]})
+        runs.append(
+            {
+                "name": name,
+                "command": " ".join(command[1:]),
+                "status": outcome.status,
+                "seconds": outcome.seconds,
+                "results": results,
+                "output": outcome.stdout.strip() if outcome.ok else (outcome.stdout + outcome.stderr)[-3000:],
+            }
+        )
         update({"status": "running", "runs": runs})
     return {"status": part_status(runs), "runs": runs}
 
@@ -291,15 +378,37 @@ def check_loop(check: Check, device: str, quick: bool, setting: str, cap: float)
     """``train.py`` end to end on data of the setting's sizes, eager and with CUDA graphs, within ``cap`` seconds
     (``--quick``: steps 2-4 of 4 on a release of 200 molecules)."""
     result_file = check.out / f"loop {setting} bf16-mixed.json"
-    command = [sys.executable, "bench/speed/train_loop.py", "--setting", setting, "--data-root",
-               str(check.work / f"{setting}_like"), "--device", device, "--precision", "bf16-mixed", "--variants",
-               "eager", "cuda_graphs", "--pad-nodes-to", str(ZINC_PAD if setting == "zinc" else PCQM_PAD),
-               "--workers", "2" if quick else "6", "--json", str(result_file)]
+    command = [
+        sys.executable,
+        "bench/speed/train_loop.py",
+        "--setting",
+        setting,
+        "--data-root",
+        str(check.work / f"{setting}_like"),
+        "--device",
+        device,
+        "--precision",
+        "bf16-mixed",
+        "--variants",
+        "eager",
+        "cuda_graphs",
+        "--pad-nodes-to",
+        str(ZINC_PAD if setting == "zinc" else PCQM_PAD),
+        "--workers",
+        "2" if quick else "6",
+        "--json",
+        str(result_file),
+    ]
     command += ["--first", "1", "--last", "4", "--molecules", "200"] if quick else []
     outcome = check.run(command, cap)
     runs = json.loads(result_file.read_text())["runs"] if result_file.is_file() else {}
-    return {"status": outcome.status, "seconds": outcome.seconds, "command": " ".join(command[1:]), "runs": runs,
-            "output": outcome.stdout.strip() if outcome.ok else (outcome.stdout + outcome.stderr)[-3000:]}
+    return {
+        "status": outcome.status,
+        "seconds": outcome.seconds,
+        "command": " ".join(command[1:]),
+        "runs": runs,
+        "output": outcome.stdout.strip() if outcome.ok else (outcome.stdout + outcome.stderr)[-3000:],
+    }
 
 
 def check_profile(check: Check, device: str, quick: bool, update: Callable[[dict], None]) -> dict:
@@ -307,13 +416,31 @@ def check_profile(check: Check, device: str, quick: bool, update: Callable[[dict
     runs: list[dict] = []
     for name, cap in CAPS["profile"].items():
         mode = name.split()[1]
-        command = [sys.executable, "bench/speed/step_profile.py", "--device", device, "--setting", "zinc", "--mode",
-                   mode, "--precision", "bf16-mixed", "--pad-nodes-to", str(ZINC_PAD)]
+        command = [
+            sys.executable,
+            "bench/speed/step_profile.py",
+            "--device",
+            device,
+            "--setting",
+            "zinc",
+            "--mode",
+            mode,
+            "--precision",
+            "bf16-mixed",
+            "--pad-nodes-to",
+            str(ZINC_PAD),
+        ]
         command += ["--batch-size", "8"] if quick else []
         outcome = check.run(command, cap)
-        runs.append({"name": name, "command": " ".join(command[1:]), "status": outcome.status,
-                     "seconds": outcome.seconds,
-                     "output": outcome.stdout.strip() if outcome.ok else (outcome.stdout + outcome.stderr)[-3000:]})
+        runs.append(
+            {
+                "name": name,
+                "command": " ".join(command[1:]),
+                "status": outcome.status,
+                "seconds": outcome.seconds,
+                "output": outcome.stdout.strip() if outcome.ok else (outcome.stdout + outcome.stderr)[-3000:],
+            }
+        )
         update({"status": "running", "runs": runs})
     return {"status": part_status(runs), "runs": runs}
 
@@ -326,28 +453,62 @@ def qm9_losses(run_dir: Path) -> tuple[list[float], dict]:
     return losses, json.loads((run_dir / "metrics.json").read_text())
 
 
-def check_qm9(check: Check, accelerator: str, steps: int, molecules: int, data_root: Path,
-              update: Callable[[dict], None]) -> dict:
+def check_qm9(
+    check: Check, accelerator: str, steps: int, molecules: int, data_root: Path, update: Callable[[dict], None]
+) -> dict:
     """The default QM9 run in each precision, its losses compared with float32's."""
     runs: dict[str, dict] = {}
     for precision in PRECISIONS:
         name = f"qm9_{precision}"
-        command = [*TRAIN, "--config", "qm9_gap", "--trainer.precision", precision,
-                   "--trainer.accelerator", accelerator, "--trainer.devices", "1",
-                   "--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(steps),
-                   "--trainer.log_every_n_steps", "1", "--trainer.enable_progress_bar", "false",
-                   "--data.root", str(data_root), "--data.source.max_molecules", str(molecules),
-                   "--run_root", str(check.work / "runs"), "--run_name", name, "--logger", "csv"]
+        command = [
+            *TRAIN,
+            "--config",
+            "qm9_gap",
+            "--trainer.precision",
+            precision,
+            "--trainer.accelerator",
+            accelerator,
+            "--trainer.devices",
+            "1",
+            "--trainer.max_steps",
+            str(steps),
+            "--trainer.val_check_interval",
+            str(steps),
+            "--trainer.log_every_n_steps",
+            "1",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--data.root",
+            str(data_root),
+            "--data.source.max_molecules",
+            str(molecules),
+            "--run_root",
+            str(check.work / "runs"),
+            "--run_name",
+            name,
+            "--logger",
+            "csv",
+        ]
         outcome = check.run(command, CAPS["qm9"][precision])
         if not outcome.ok:
-            runs[precision] = {"ok": False, "status": outcome.status, "seconds": outcome.seconds,
-                               "error": f"train.py {outcome.status} (exit code {outcome.returncode})"}
+            runs[precision] = {
+                "ok": False,
+                "status": outcome.status,
+                "seconds": outcome.seconds,
+                "error": f"train.py {outcome.status} (exit code {outcome.returncode})",
+            }
         else:
             losses, metrics = qm9_losses(check.work / "runs" / name)
-            tail = losses[-max(1, len(losses) // 5):]
-            runs[precision] = {"ok": True, "status": "ok", "seconds": outcome.seconds, "first_loss": losses[0],
-                               "tail_loss": sum(tail) / len(tail), "valid_mae": metrics["validation"]["val/mae"],
-                               "losses": losses}
+            tail = losses[-max(1, len(losses) // 5) :]
+            runs[precision] = {
+                "ok": True,
+                "status": "ok",
+                "seconds": outcome.seconds,
+                "first_loss": losses[0],
+                "tail_loss": sum(tail) / len(tail),
+                "valid_mae": metrics["validation"]["val/mae"],
+                "losses": losses,
+            }
         update({"status": "running", "steps": steps, "molecules": molecules, "runs": runs})
     compare_precisions(runs)
     for entry in runs.values():
@@ -369,8 +530,11 @@ def compare_precisions(runs: dict[str, dict]) -> None:
         for key in ("first", "tail", "valid"):
             value = "valid_mae" if key == "valid" else f"{key}_loss"
             entry[f"{key}_rdiff"] = abs(entry[value] - reference[value]) / abs(reference[value])
-        entry["ok"] = (entry["first_rdiff"] <= FIRST_STEP_RTOL and entry["tail_rdiff"] <= TRAINING_RTOL
-                       and entry["valid_rdiff"] <= TRAINING_RTOL)
+        entry["ok"] = (
+            entry["first_rdiff"] <= FIRST_STEP_RTOL
+            and entry["tail_rdiff"] <= TRAINING_RTOL
+            and entry["valid_rdiff"] <= TRAINING_RTOL
+        )
 
 
 def machine(device: torch.device) -> str:
@@ -383,39 +547,53 @@ def machine(device: torch.device) -> str:
 
 
 def markdown_memory(memory: dict) -> list[str]:
-    lines = ["**Peak memory of one 16-mixed training step per GPU** (`bench/memory/paper_memory.py`; "
-             "CPU estimate: docs/gpu.md)", "",
-             "| setting | graphs/GPU | nodes (padded to) | peak tensors (GiB) | CPU estimate (GiB) | reserved (GiB) | "
-             "needs of a V100 (GiB) | fits 32 GB | s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "**Peak memory of one 16-mixed training step per GPU** (`bench/memory/paper_memory.py`; "
+        "CPU estimate: docs/gpu.md)",
+        "",
+        "| setting | graphs/GPU | nodes (padded to) | peak tensors (GiB) | CPU estimate (GiB) | reserved (GiB) | "
+        "needs of a V100 (GiB) | fits 32 GB | s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in memory.get("results", []):
         if "setting" not in r:
             lines.append(f"| {r['key']} | {r['status']} after {r['seconds']:.0f} s | | | | | | no | |")
             continue
-        nodes = f"{r['padded_nodes']}" if r["largest_graph"] == r["padded_nodes"] else \
-            f"{r['largest_graph']} ({r['padded_nodes']})"
+        nodes = (
+            f"{r['padded_nodes']}"
+            if r["largest_graph"] == r["padded_nodes"]
+            else f"{r['largest_graph']} ({r['padded_nodes']})"
+        )
         reserved = "-" if r["reserved_gib"] is None else f"{r['reserved_gib']:.2f}"
         estimate = f"{r['cpu_estimate_gib']:.2f}" if "cpu_estimate_gib" in r else "(this is it)"
-        lines.append(f"| {r['setting']} | {r['graphs_per_gpu']} | {nodes} | {r['peak_gib']:.2f} | {estimate} | "
-                     f"{reserved} | {r['needed_gib']:.2f} | {'yes' if r['fits_v100'] else 'NO'} | "
-                     f"{r['seconds']:.0f} |")
+        lines.append(
+            f"| {r['setting']} | {r['graphs_per_gpu']} | {nodes} | {r['peak_gib']:.2f} | {estimate} | "
+            f"{reserved} | {r['needed_gib']:.2f} | {'yes' if r['fits_v100'] else 'NO'} | "
+            f"{r['seconds']:.0f} |"
+        )
     return [*lines, ""]
 
 
 def markdown_steps(title: str, part: dict) -> list[str]:
     """A table of every step variant measured (graphs/s of the median epoch, its slowest and fastest), then each
     command's output."""
-    lines = [f"**{title}** (`bench/speed/train_throughput.py`: the warm step, the median epoch)", "",
-             "| setting | precision | mode | attention | kernel | graphs/s | [slowest, fastest] | ms/step | "
-             "warm-up s | shapes | peak GiB | epochs x batches x graphs |", "|---" * 12 + "|"]
+    lines = [
+        f"**{title}** (`bench/speed/train_throughput.py`: the warm step, the median epoch)",
+        "",
+        "| setting | precision | mode | attention | kernel | graphs/s | [slowest, fastest] | ms/step | "
+        "warm-up s | shapes | peak GiB | epochs x batches x graphs |",
+        "|---" * 12 + "|",
+    ]
     for run in part.get("runs", []):
         for r in run["results"]:
             peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
-            lines.append(f"| {r['setting']} | {r['precision']} | {r['mode']} | {r['attention']} | {r['kernel']} | "
-                         f"{r['graphs_per_second']:,.0f} | [{min(r['graphs_per_second_rounds']):,.0f}, "
-                         f"{max(r['graphs_per_second_rounds']):,.0f}] | {r['ms_per_step']:.1f} | "
-                         f"{r['warm_seconds']:.0f} | {r['shapes']} | {peak} | "
-                         f"{r['rounds']} x {r['epoch_batches']} x {r['batch_size']} |")
+            lines.append(
+                f"| {r['setting']} | {r['precision']} | {r['mode']} | {r['attention']} | {r['kernel']} | "
+                f"{r['graphs_per_second']:,.0f} | [{min(r['graphs_per_second_rounds']):,.0f}, "
+                f"{max(r['graphs_per_second_rounds']):,.0f}] | {r['ms_per_step']:.1f} | "
+                f"{r['warm_seconds']:.0f} | {r['shapes']} | {peak} | "
+                f"{r['rounds']} x {r['epoch_batches']} x {r['batch_size']} |"
+            )
         if not run["results"]:
             lines.append(f"| {run['name']} | | | | | {run['status']} after {run['seconds']:.0f} s | | | | | | |")
     lines.append("")
@@ -426,34 +604,55 @@ def markdown_steps(title: str, part: dict) -> list[str]:
 
 def headline(parts: dict) -> list[str]:
     """The goals: graphs/s of the ZINC config's step with CUDA graphs in bf16-mixed, and the loop's share of it."""
-    step = {(r["mode"], r["attention"]): r["graphs_per_second"] for run in parts.get("step", {}).get("runs", [])
-            for r in run["results"]}
+    step = {
+        (r["mode"], r["attention"]): r["graphs_per_second"]
+        for run in parts.get("step", {}).get("runs", [])
+        for r in run["results"]
+    }
     loop = parts.get("loop", {}).get("runs", {})
     lines = []
     if ("cuda_graphs", "urpe") in step:
         best = step["cuda_graphs", "urpe"]
         verdict = "met" if best >= GOAL_GRAPHS_PER_SECOND else "NOT met"
-        lines.append(f"**Goal**: ZINC config, bf16-mixed, URPE, CUDA graphs: {best:,.0f} graphs/s "
-                     f"(goal {GOAL_GRAPHS_PER_SECOND:,}: {verdict}; eager {step.get(('eager', 'urpe'), 0):,.0f})")
+        lines.append(
+            f"**Goal**: ZINC config, bf16-mixed, URPE, CUDA graphs: {best:,.0f} graphs/s "
+            f"(goal {GOAL_GRAPHS_PER_SECOND:,}: {verdict}; eager {step.get(('eager', 'urpe'), 0):,.0f})"
+        )
         for mode, runs in loop.items():
             if runs and (mode, "urpe") in step:
                 share = runs[-1]["graphs_per_second"] / step[mode, "urpe"]
                 verdict = "met" if share >= GOAL_LOOP_SHARE else "NOT met"
-                lines.append(f"**Goal**: train.py end to end, {mode}: {runs[-1]['graphs_per_second']:,.0f} graphs/s, "
-                             f"{share:.0%} of the step alone (goal {GOAL_LOOP_SHARE:.0%}: {verdict})")
+                lines.append(
+                    f"**Goal**: train.py end to end, {mode}: {runs[-1]['graphs_per_second']:,.0f} graphs/s, "
+                    f"{share:.0%} of the step alone (goal {GOAL_LOOP_SHARE:.0%}: {verdict})"
+                )
     return [*lines, ""] if lines else []
 
 
 def markdown_loop(loop: dict) -> list[str]:
-    lines = ["**train.py end to end** (`bench/speed/train_loop.py`: the config on data of its dataset's sizes in its "
-             "release layout, steps 51-250 timed)", "",
-             "| variant | graphs/s | steps/s | time between steps (loader, Lightning) |", "|---|---|---|---|"]
+    lines = [
+        "**train.py end to end** (`bench/speed/train_loop.py`: the config on data of its dataset's sizes in its "
+        "release layout, steps 51-250 timed)",
+        "",
+        "| variant | graphs/s | steps/s | time between steps (loader, Lightning) |",
+        "|---|---|---|---|",
+    ]
     for mode, runs in loop.get("runs", {}).items():
         for run in runs:
-            lines.append(f"| {mode} | {run['graphs_per_second']:,.0f} | {run['steps_per_second']:.2f} | "
-                         f"{run['between_steps_share']:.0%} |")
-    return [*lines, "", f"`{loop.get('command', '')}`: {loop.get('status')}", "", "```", loop.get("output", ""), "```",
-            ""]
+            lines.append(
+                f"| {mode} | {run['graphs_per_second']:,.0f} | {run['steps_per_second']:.2f} | "
+                f"{run['between_steps_share']:.0%} |"
+            )
+    return [
+        *lines,
+        "",
+        f"`{loop.get('command', '')}`: {loop.get('status')}",
+        "",
+        "```",
+        loop.get("output", ""),
+        "```",
+        "",
+    ]
 
 
 def markdown_profile(profile: dict) -> list[str]:
@@ -464,24 +663,33 @@ def markdown_profile(profile: dict) -> list[str]:
 
 
 def markdown_qm9(qm9: dict) -> list[str]:
-    lines = [f"**QM9, {qm9.get('molecules')} molecules, {qm9.get('steps')} steps** (tolerances: first-step loss "
-             f"{FIRST_STEP_RTOL:.0%}, late training loss and validation MAE {TRAINING_RTOL:.0%} of float32's)", "",
-             "| precision | first-step loss | mean loss, last fifth | valid MAE (eV) | s | within tolerance |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"**QM9, {qm9.get('molecules')} molecules, {qm9.get('steps')} steps** (tolerances: first-step loss "
+        f"{FIRST_STEP_RTOL:.0%}, late training loss and validation MAE {TRAINING_RTOL:.0%} of float32's)",
+        "",
+        "| precision | first-step loss | mean loss, last fifth | valid MAE (eV) | s | within tolerance |",
+        "|---|---|---|---|---|---|",
+    ]
     for precision, entry in qm9.get("runs", {}).items():
         if "first_loss" not in entry:
             lines.append(f"| {precision} | {entry.get('error', 'failed')} | | | {entry['seconds']:.0f} | no |")
             continue
         verdict = "reference" if precision == "32" else ("yes" if entry["ok"] else "NO")
-        lines.append(f"| {precision} | {entry['first_loss']:.4f} | {entry['tail_loss']:.4f} | "
-                     f"{entry['valid_mae']:.4f} | {entry['seconds']:.0f} | {verdict} |")
+        lines.append(
+            f"| {precision} | {entry['first_loss']:.4f} | {entry['tail_loss']:.4f} | "
+            f"{entry['valid_mae']:.4f} | {entry['seconds']:.0f} | {verdict} |"
+        )
     return [*lines, ""]
 
 
 def markdown(report: dict) -> str:
     """The summary to paste into docs/gpu.md: one line per part, then each part's figures."""
-    lines = [f"Machine: {report['machine']}; {report['date']}; `{report['command']}`", "",
-             "| part | status | s | cap (s) |", "|---|---|---|---|"]
+    lines = [
+        f"Machine: {report['machine']}; {report['date']}; `{report['command']}`",
+        "",
+        "| part | status | s | cap (s) |",
+        "|---|---|---|---|",
+    ]
     for part in report["order"]:
         entry = report["parts"].get(part)
         status = "not reached" if entry is None else entry["status"]
@@ -518,20 +726,45 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
     parser.add_argument("--steps", type=int, default=QM9_STEPS, help="steps of each QM9 run")
-    parser.add_argument("--qm9-molecules", type=int, default=QM9_MOLECULES,
-                        help="QM9 molecules of the runs (the bundle's cache holds the first 5000)")
-    parser.add_argument("--quick", action="store_true",
-                        help="small everything: attention tests only, small batches and few steps, one MAG240M batch")
-    parser.add_argument("--parts", nargs="+", default=None, choices=PARTS,
-                        help="default: every part but memory and qm9 (and flex on a CPU)")
-    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET,
-                        help="wall seconds the whole check may take; commands it leaves no time for are not run")
-    parser.add_argument("--time-scale", type=float, default=1.0,
-                        help="multiply every cap (slower machines: the CPU rehearsal uses 6)")
-    parser.add_argument("--bundle", type=Path, default=None,
-                        help="bench/gpu/gpu_bundle.py's folder: the wheels' install and the QM9 caches")
-    parser.add_argument("--data-root", type=Path, default=None,
-                        help="dataset root of the QM9 runs (default: the bundle's data/, else data/)")
+    parser.add_argument(
+        "--qm9-molecules",
+        type=int,
+        default=QM9_MOLECULES,
+        help="QM9 molecules of the runs (the bundle's cache holds the first 5000)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small everything: attention tests only, small batches and few steps, one MAG240M batch",
+    )
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        default=None,
+        choices=PARTS,
+        help="default: every part but memory and qm9 (and flex on a CPU)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET,
+        help="wall seconds the whole check may take; commands it leaves no time for are not run",
+    )
+    parser.add_argument(
+        "--time-scale", type=float, default=1.0, help="multiply every cap (slower machines: the CPU rehearsal uses 6)"
+    )
+    parser.add_argument(
+        "--bundle",
+        type=Path,
+        default=None,
+        help="bench/gpu/gpu_bundle.py's folder: the wheels' install and the QM9 caches",
+    )
+    parser.add_argument(
+        "--data-root",
+        type=Path,
+        default=None,
+        help="dataset root of the QM9 runs (default: the bundle's data/, else data/)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "gpu_check", help="summaries and check.log")
     parser.add_argument("--work", type=Path, default=None, help="runs and data (default: OUT/work)")
     args = parser.parse_args(argv)
@@ -546,13 +779,19 @@ def main(argv: list[str] | None = None) -> int:
     check = Check(args.out, args.work or args.out / "work", args.time_scale, deadline=started + args.budget)
     check.work.mkdir(parents=True, exist_ok=True)
     order = [part for part in PARTS if part in (args.parts or DEFAULT_PARTS[device.type])]
-    check.report = {"machine": machine(device), "date": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
-                    "command": " ".join(["python bench/gpu/gpu_check.py",
-                                         *(argv if argv is not None else sys.argv[1:])]),
-                    "budget": args.budget, "order": order,
-                    "caps": {part: sum(CAPS[part].values()) * args.time_scale for part in order}, "parts": {}}
-    say(f"on {check.report['machine']}; parts {', '.join(order)} within {sum(check.report['caps'].values()):.0f} s "
-        f"of caps and a budget of {args.budget:.0f} s; writing to {args.out}")
+    check.report = {
+        "machine": machine(device),
+        "date": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
+        "command": " ".join(["python bench/gpu/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]),
+        "budget": args.budget,
+        "order": order,
+        "caps": {part: sum(CAPS[part].values()) * args.time_scale for part in order},
+        "parts": {},
+    }
+    say(
+        f"on {check.report['machine']}; parts {', '.join(order)} within {sum(check.report['caps'].values()):.0f} s "
+        f"of caps and a budget of {args.budget:.0f} s; writing to {args.out}"
+    )
     check.write()
     accelerator = "gpu" if device.type == "cuda" else "cpu"
     steps = step_commands(args.device, args.quick, args.out)
@@ -590,8 +829,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = markdown(check.report)
     print("\n" + summary)
     failed = [part for part, result in check.report["parts"].items() if result["status"] != "ok"]
-    say(f"summary in {args.out / 'summary.md'} after {time.monotonic() - started:.0f} s; "
-        + (f"NOT OK: {', '.join(failed)}" if failed else "all parts ok"))
+    say(
+        f"summary in {args.out / 'summary.md'} after {time.monotonic() - started:.0f} s; "
+        + (f"NOT OK: {', '.join(failed)}" if failed else "all parts ok")
+    )
     return 1 if failed else 0
 
 

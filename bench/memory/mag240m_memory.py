@@ -61,14 +61,39 @@ def _memory_kib(pid: int) -> tuple[int, int]:
 def measure(root: Path, steps: int, workers: int, batch: int) -> dict:
     """Peak memory of one short training run on ``root``."""
     with tempfile.TemporaryDirectory() as runs:
-        command = [*TRAIN, "--config", "mag240m", "--data.root", str(root),
-                   "--data.num_classes", str(MAG240MRaw(root).meta["num_classes"]),
-                   "--data.batch_size", str(batch), "--data.num_workers", str(workers),
-                   "--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(steps),
-                   "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
-                   "--model.init_args.encoder.num_layers", "2", "--model.init_args.encoder.hidden_dim", "64",
-                   "--model.init_args.encoder.ffn_dim", "64", "--model.init_args.encoder.num_heads", "8",
-                   "--run_root", runs, "--logger", "none"]
+        command = [
+            *TRAIN,
+            "--config",
+            "mag240m",
+            "--data.root",
+            str(root),
+            "--data.num_classes",
+            str(MAG240MRaw(root).meta["num_classes"]),
+            "--data.batch_size",
+            str(batch),
+            "--data.num_workers",
+            str(workers),
+            "--trainer.max_steps",
+            str(steps),
+            "--trainer.val_check_interval",
+            str(steps),
+            "--trainer.limit_val_batches",
+            "2",
+            "--trainer.limit_test_batches",
+            "2",
+            "--model.init_args.encoder.num_layers",
+            "2",
+            "--model.init_args.encoder.hidden_dim",
+            "64",
+            "--model.init_args.encoder.ffn_dim",
+            "64",
+            "--model.init_args.encoder.num_heads",
+            "8",
+            "--run_root",
+            runs,
+            "--logger",
+            "none",
+        ]
         started = time.perf_counter()
         process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         peak_anon = peak_file = 0
@@ -79,8 +104,12 @@ def measure(root: Path, steps: int, workers: int, batch: int) -> dict:
             time.sleep(0.05)
         if process.returncode:
             raise SystemExit(f"training on {root} failed:\n{process.stderr.read()[-3000:]}")
-    return {"papers": MAG240MRaw(root).meta["paper"], "anon_mib": peak_anon / 1024, "file_mib": peak_file / 1024,
-            "seconds": time.perf_counter() - started}
+    return {
+        "papers": MAG240MRaw(root).meta["paper"],
+        "anon_mib": peak_anon / 1024,
+        "file_mib": peak_file / 1024,
+        "seconds": time.perf_counter() - started,
+    }
 
 
 def main() -> None:
@@ -95,11 +124,16 @@ def main() -> None:
         raw.check()
         prepare_derived(raw, raw.directory / "graphormer")
     small, large = (measure(root, args.steps, args.workers, args.batch) for root in args.roots)
-    print(f"training {args.steps} steps, batch {args.batch}, fanouts [25, 15], {args.workers} workers; "
-          f"peaks summed over the main process and its workers")
+    print(
+        f"training {args.steps} steps, batch {args.batch}, fanouts [25, 15], {args.workers} workers; "
+        f"peaks summed over the main process and its workers"
+    )
     print(f"{'':<36}{small['papers']:>14,} papers{large['papers']:>14,} papers{'ratio':>9}")
-    for key, name in (("anon_mib", "peak anonymous memory (MiB)"), ("file_mib", "peak file-backed resident (MiB)"),
-                      ("seconds", "wall time (s)")):
+    for key, name in (
+        ("anon_mib", "peak anonymous memory (MiB)"),
+        ("file_mib", "peak file-backed resident (MiB)"),
+        ("seconds", "wall time (s)"),
+    ):
         print(f"{name:<36}{small[key]:>21.0f}{large[key]:>21.0f}{large[key] / small[key]:>9.2f}")
 
 

@@ -108,8 +108,9 @@ def needed_gib(memory: StepMemory) -> float:
 def build(config: str, *overrides: str) -> tuple[GraphormerTask, GraphormerCLI]:
     """The task of ``configs/<config>.yaml`` as train.py builds it (the data's spec linked in)."""
     with tempfile.TemporaryDirectory() as runs:
-        cli = GraphormerCLI(["--config", config, "--run_root", runs, "--logger", "none",
-                             "--trainer.accelerator", "cpu", *overrides])
+        cli = GraphormerCLI(
+            ["--config", config, "--run_root", runs, "--logger", "none", "--trainer.accelerator", "cpu", *overrides]
+        )
     return cli.model, cli
 
 
@@ -118,8 +119,9 @@ def molecule_batch(task: GraphormerTask, graphs: int, atoms: int, seed: int = 0)
     vocabularies and one regression target each."""
     rng = np.random.default_rng(seed)
     config = task.model.config
-    records = [random_molecule_record(rng, atoms, index, config.node_vocab, config.edge_vocab)
-               for index in range(graphs)]
+    records = [
+        random_molecule_record(rng, atoms, index, config.node_vocab, config.edge_vocab) for index in range(graphs)
+    ]
     return collate_graphs(records)
 
 
@@ -133,9 +135,18 @@ def synthetic_mag_root(directory: Path, papers: int = 100_000) -> Path:
     root = directory / f"mag240m_{papers}"
     if not (root / "mag240m_kddcup2021" / "graphormer").exists():
         print(f"writing a synthetic MAG240M release ({papers:,} papers) under {root}", flush=True)
-        write_synthetic_mag240m(root, SyntheticMAG(num_papers=papers, num_authors=papers // 5, num_classes=153,
-                                                   labelled_fraction=0.5, citations_per_paper=40,
-                                                   authors_per_paper=10, seed=0))
+        write_synthetic_mag240m(
+            root,
+            SyntheticMAG(
+                num_papers=papers,
+                num_authors=papers // 5,
+                num_classes=153,
+                labelled_fraction=0.5,
+                citations_per_paper=40,
+                authors_per_paper=10,
+                seed=0,
+            ),
+        )
         raw = MAG240MRaw(root)
         raw.check()
         prepare_derived(raw, raw.directory / "graphormer")
@@ -150,8 +161,10 @@ def pad_nodes(batch: GraphBatch, nodes: int) -> GraphBatch:
         return batch
     node_rows = {name: F.pad(getattr(batch, name), (0, extra)) for name in ("node_mask", "in_degree", "out_degree")}
     return dataclasses.replace(
-        batch, **node_rows,
-        x=F.pad(batch.x, (0, 0, 0, extra)), x_continuous=F.pad(batch.x_continuous, (0, 0, 0, extra)),
+        batch,
+        **node_rows,
+        x=F.pad(batch.x, (0, 0, 0, extra)),
+        x_continuous=F.pad(batch.x_continuous, (0, 0, 0, extra)),
         spd=F.pad(batch.spd, (0, extra, 0, extra), value=UNREACHABLE_SPD),
         first_edge=F.pad(batch.first_edge, (0, extra, 0, extra), value=NO_EDGE),
     )
@@ -176,15 +189,29 @@ def mag_batch(cli: GraphormerCLI, batches: int) -> tuple[GraphBatch, int]:
     return pad_nodes(largest, bound), int(largest.spd.shape[1])
 
 
-def run_setting(key: str, device: torch.device, precision: Precision, work: Path, mag_batches: int = 6,
-                mag_papers: int = 100_000, log: Callable[[str], None] = print) -> Result:
+def run_setting(
+    key: str,
+    device: torch.device,
+    precision: Precision,
+    work: Path,
+    mag_batches: int = 6,
+    mag_papers: int = 100_000,
+    log: Callable[[str], None] = print,
+) -> Result:
     """Build the setting's task and worst-case batch, then measure (CUDA) or estimate (CPU) a step."""
     setting = SETTINGS[key]
     started = time.perf_counter()
     if key == "mag240m":
         root = synthetic_mag_root(work, mag_papers)
-        task, cli = build(setting.config, "--data.root", str(root),
-                          "--data.batch_size", str(setting.per_gpu), "--data.num_workers", "0")
+        task, cli = build(
+            setting.config,
+            "--data.root",
+            str(root),
+            "--data.batch_size",
+            str(setting.per_gpu),
+            "--data.num_workers",
+            "0",
+        )
         batch, largest = mag_batch(cli, mag_batches)
     else:
         task, cli = build(setting.config)
@@ -192,9 +219,11 @@ def run_setting(key: str, device: torch.device, precision: Precision, work: Path
         largest = int(batch.spd.shape[1])
     padded = int(batch.spd.shape[1])
     parameters = sum(p.numel() for p in task.parameters())
-    log(f"{setting.name}: {setting.global_batch} graphs over {setting.gpus} GPUs = {setting.per_gpu} per GPU, "
+    log(
+        f"{setting.name}: {setting.global_batch} graphs over {setting.gpus} GPUs = {setting.per_gpu} per GPU, "
         f"padded to {padded} nodes (largest graph sampled: {largest}); {parameters:,} parameters; "
-        f"{precision} on {device}")
+        f"{precision} on {device}"
+    )
     clip = cli.trainer.gradient_clip_val
     if device.type == "cuda":
         memory = measure_step_memory(task.to(device), batch.to(device), precision, clip)
@@ -202,24 +231,36 @@ def run_setting(key: str, device: torch.device, precision: Precision, work: Path
         memory = estimate_step_memory(task, batch, precision, clip)
     needed = needed_gib(memory)
     return Result(
-        setting=setting.name, graphs_per_gpu=setting.per_gpu, padded_nodes=padded, largest_graph=largest,
-        parameters=parameters, device=str(device), precision=precision,
-        peak_gib=memory.peak / GIB, persistent_gib=memory.persistent / GIB,
-        reserved_gib=None if memory.reserved is None else memory.reserved / GIB, needed_gib=needed,
-        fits_v100=needed <= V100_USABLE_GIB, seconds=time.perf_counter() - started,
+        setting=setting.name,
+        graphs_per_gpu=setting.per_gpu,
+        padded_nodes=padded,
+        largest_graph=largest,
+        parameters=parameters,
+        device=str(device),
+        precision=precision,
+        peak_gib=memory.peak / GIB,
+        persistent_gib=memory.persistent / GIB,
+        reserved_gib=None if memory.reserved is None else memory.reserved / GIB,
+        needed_gib=needed,
+        fits_v100=needed <= V100_USABLE_GIB,
+        seconds=time.perf_counter() - started,
     )
 
 
 def markdown(results: list[Result]) -> str:
     """The results as a Markdown table."""
-    lines = ["| setting | graphs/GPU | nodes (padded to) | peak tensors (GiB) | reserved (GiB) | "
-             "needs of a V100 (GiB) | fits 32 GB |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| setting | graphs/GPU | nodes (padded to) | peak tensors (GiB) | reserved (GiB) | "
+        "needs of a V100 (GiB) | fits 32 GB |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         reserved = "-" if r.reserved_gib is None else f"{r.reserved_gib:.2f}"
         nodes = f"{r.padded_nodes}" if r.largest_graph == r.padded_nodes else f"{r.largest_graph} ({r.padded_nodes})"
-        lines.append(f"| {r.setting} | {r.graphs_per_gpu} | {nodes} | {r.peak_gib:.2f} | "
-                     f"{reserved} | {r.needed_gib:.2f} | {'yes' if r.fits_v100 else 'NO'} |")
+        lines.append(
+            f"| {r.setting} | {r.graphs_per_gpu} | {nodes} | {r.peak_gib:.2f} | "
+            f"{reserved} | {r.needed_gib:.2f} | {'yes' if r.fits_v100 else 'NO'} |"
+        )
     return "\n".join(lines)
 
 
@@ -250,8 +291,11 @@ def main() -> None:
         for key in args.settings:
             results.append(run_setting(key, device, args.precision, work, args.mag_batches, args.mag_papers))
             print(markdown(results[-1:]).splitlines()[-1], flush=True)
-    kind = "measured on " + torch.cuda.get_device_name(device) if device.type == "cuda" else \
-        "estimated on the CPU (fake tensors; tensors only, +15 % allocator overhead and 0.5 GiB context assumed)"
+    kind = (
+        "measured on " + torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else "estimated on the CPU (fake tensors; tensors only, +15 % allocator overhead and 0.5 GiB context assumed)"
+    )
     print(f"\npeak memory of one training step per GPU, {args.precision}, {kind}:\n{markdown(results)}")
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))

@@ -111,8 +111,11 @@ class EverySelected(TorchDispatchMode):
         if func is aten.nonzero.default:
             return args[0].new_empty((args[0].numel(), args[0].dim()), dtype=torch.long)
         if func in _INDEXING:
-            indices = [part for index in args[1] for part in (
-                self._positions(index) if index is not None and index.dtype == torch.bool else [index])]
+            indices = [
+                part
+                for index in args[1]
+                for part in (self._positions(index) if index is not None and index.dtype == torch.bool else [index])
+            ]
             args = (args[0], indices, *args[2:])
         return func(*args, **(kwargs or {}))
 
@@ -135,8 +138,15 @@ class StepMemory:
 def task_optimizer(task: GraphormerTask) -> torch.optim.Optimizer:
     """The optimiser of ``task.configure_optimizers()``; its schedule asks a trainer for the run's
     length, so a trainer of two steps is attached for the call."""
-    task.trainer = pl.Trainer(accelerator="cpu", max_steps=2, max_epochs=-1, logger=False, enable_checkpointing=False,
-                              enable_progress_bar=False, enable_model_summary=False)
+    task.trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     try:
         return task.configure_optimizers()["optimizer"]
     finally:
@@ -153,8 +163,9 @@ class TrainingStep:
         gradient_clip: max gradient norm (``trainer.gradient_clip_val``), or None.
     """
 
-    def __init__(self, task: GraphormerTask, precision: Precision, device: torch.device,
-                 gradient_clip: float | None = 5.0) -> None:
+    def __init__(
+        self, task: GraphormerTask, precision: Precision, device: torch.device, gradient_clip: float | None = 5.0
+    ) -> None:
         self.task = task.train()
         self.gradient_clip = gradient_clip
         self.trained = [p for p in task.parameters() if p.requires_grad]
@@ -164,8 +175,10 @@ class TrainingStep:
         self.scaler = torch.amp.GradScaler("cuda") if precision == "16-mixed" and device.type == "cuda" else None
 
     def __call__(self, batch: GraphBatch) -> None:
-        with torch.autocast(self.device_type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None), \
-                warnings.catch_warnings():
+        with (
+            torch.autocast(self.device_type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None),
+            warnings.catch_warnings(),
+        ):
             warnings.filterwarnings("ignore", message=".*self.log.*")  # no trainer records the logged loss
             loss = self.task.training_step(batch, 0)
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
@@ -181,8 +194,9 @@ class TrainingStep:
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def estimate_step_memory(task: GraphormerTask, batch: GraphBatch, precision: Precision,
-                         gradient_clip: float | None = 5.0) -> StepMemory:
+def estimate_step_memory(
+    task: GraphormerTask, batch: GraphBatch, precision: Precision, gradient_clip: float | None = 5.0
+) -> StepMemory:
     """Peak tensor memory of a training step of ``task`` on ``batch``, on fake CPU tensors.
 
     Nothing of the step's size is allocated: a copy of the task and the batch are turned into fake
@@ -211,8 +225,9 @@ def estimate_step_memory(task: GraphormerTask, batch: GraphBatch, precision: Pre
     return StepMemory(peak=tracker.peak, persistent=persistent)
 
 
-def measure_step_memory(task: GraphormerTask, batch: GraphBatch, precision: Precision,
-                        gradient_clip: float | None = 5.0) -> StepMemory:
+def measure_step_memory(
+    task: GraphormerTask, batch: GraphBatch, precision: Precision, gradient_clip: float | None = 5.0
+) -> StepMemory:
     """Peak GPU memory of a training step (``task`` and ``batch`` on the GPU): two steps run, the
     second (with the optimiser state the first created, and the blocks the first left in the
     allocator's cache, as in training) is measured by the allocator."""
@@ -225,5 +240,8 @@ def measure_step_memory(task: GraphormerTask, batch: GraphBatch, precision: Prec
     persistent = torch.cuda.memory_allocated(device)
     step(batch)
     torch.cuda.synchronize(device)
-    return StepMemory(peak=torch.cuda.max_memory_allocated(device), persistent=persistent,
-                      reserved=torch.cuda.max_memory_reserved(device))
+    return StepMemory(
+        peak=torch.cuda.max_memory_allocated(device),
+        persistent=persistent,
+        reserved=torch.cuda.max_memory_reserved(device),
+    )

@@ -64,12 +64,18 @@ CLIP = 5.0
 def official_model(config: dict, seed: int = 0) -> GraphormerForGraphClassification:
     """transformers' model at the config's sizes and dropouts, official v1.0's pre-LayerNorm, random weights."""
     encoder = config["model"]["init_args"]["encoder"]
-    settings = TransformersConfig(num_hidden_layers=encoder["num_layers"], embedding_dim=encoder["hidden_dim"],
-                                  ffn_embedding_dim=encoder["ffn_dim"], num_attention_heads=encoder["num_heads"],
-                                  num_classes=1, pre_layernorm=True, dropout=encoder["dropout"],
-                                  attention_dropout=encoder["attention_dropout"],
-                                  activation_dropout=encoder["activation_dropout"],
-                                  multi_hop_max_dist=encoder["multi_hop_max_dist"])
+    settings = TransformersConfig(
+        num_hidden_layers=encoder["num_layers"],
+        embedding_dim=encoder["hidden_dim"],
+        ffn_embedding_dim=encoder["ffn_dim"],
+        num_attention_heads=encoder["num_heads"],
+        num_classes=1,
+        pre_layernorm=True,
+        dropout=encoder["dropout"],
+        attention_dropout=encoder["attention_dropout"],
+        activation_dropout=encoder["activation_dropout"],
+        multi_hop_max_dist=encoder["multi_hop_max_dist"],
+    )
     torch.manual_seed(seed)
     return GraphormerForGraphClassification(settings)
 
@@ -97,8 +103,15 @@ class Side:
         shape_of: a batch's shape (the node tensor's).
     """
 
-    def __init__(self, name: str, model: torch.nn.Module, loss: Callable[[object], torch.Tensor],
-                 optimizer: torch.optim.Optimizer, batches: list, shape_of: Callable[[object], tuple]) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        loss: Callable[[object], torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        batches: list,
+        shape_of: Callable[[object], tuple],
+    ) -> None:
         self.name = name
         self.shape_of = shape_of
         self.model = model.train()
@@ -157,14 +170,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warm", type=int, default=1)
     parser.add_argument("--pad-nodes-to", type=int, default=8, help="node multiple of the compiled mode's batches")
-    parser.add_argument("--official-batches", nargs="+", default=["same", "own"], choices=["same", "own"],
-                        help="official on our size-aware batches (same), and/or on its own: the same molecules in "
-                             "batches of a random permutation, as its EpochShuffleDataset draws them (own)")
+    parser.add_argument(
+        "--official-batches",
+        nargs="+",
+        default=["same", "own"],
+        choices=["same", "own"],
+        help="official on our size-aware batches (same), and/or on its own: the same molecules in "
+        "batches of a random permutation, as its EpochShuffleDataset draws them (own)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, CPU, {args.threads} thread(s); global batch {args.batch_size}, "
-          f"{args.epoch_batches} size-aware batches an epoch, {args.rounds} epochs per side", flush=True)
+    print(
+        f"torch {torch.__version__}, CPU, {args.threads} thread(s); global batch {args.batch_size}, "
+        f"{args.epoch_batches} size-aware batches an epoch, {args.rounds} epochs per side",
+        flush=True,
+    )
     for setting_name in args.settings:
         config = yaml.safe_load((CONFIG_DIR / f"{SETTINGS[setting_name].config}.yaml").read_text())
         records = molecules(setting_name, args.batch_size * args.epoch_batches)
@@ -181,11 +202,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         for batching in args.official_batches:
             name, batches_of = names[batching], orders[batching]
             model = copy.deepcopy(official)  # each side its own weights and optimiser, from the same start
-            batches = [(official_inputs([records[i] for i in batch]),
-                        torch.from_numpy(np.stack([records[i].y for i in batch]))) for batch in batches_of]
-            sides.append(Side(name, model, functools.partial(official_loss, model),
-                              torch.optim.AdamW(model.parameters(), lr=1e-4), batches,
-                              lambda batch: tuple(batch[0]["input_nodes"].shape)))
+            batches = [
+                (
+                    official_inputs([records[i] for i in batch]),
+                    torch.from_numpy(np.stack([records[i].y for i in batch])),
+                )
+                for batch in batches_of
+            ]
+            sides.append(
+                Side(
+                    name,
+                    model,
+                    functools.partial(official_loss, model),
+                    torch.optim.AdamW(model.parameters(), lr=1e-4),
+                    batches,
+                    lambda batch: tuple(batch[0]["input_nodes"].shape),
+                )
+            )
         officials = len(sides)
         for mode in args.modes:
             shape = None if mode == "eager" else BatchShape(args.pad_nodes_to, args.batch_size, edges_per_node(records))
@@ -194,9 +227,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                 task = copy.deepcopy(imported)  # every side starts from official's weights
                 task.compile_mode = MODES[mode]
                 task.compile_training_step()
-                sides.append(Side(f"ours {mode} {attention}", task,
-                                  lambda b, task=task: task.training_losses(b)["loss"], task.optimizer(), batches,
-                                  lambda batch: tuple(batch.x.shape)))
+                sides.append(
+                    Side(
+                        f"ours {mode} {attention}",
+                        task,
+                        lambda b, task=task: task.training_losses(b)["loss"],
+                        task.optimizer(),
+                        batches,
+                        lambda batch: tuple(batch.x.shape),
+                    )
+                )
         for side in sides:
             side.warm_up(args.warm)
         for round_index in range(args.rounds):
@@ -206,10 +246,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"\n{setting_name} ({SETTINGS[setting_name].config}), molecules of {sizes.min()}-{sizes.max()} atoms:")
         for side in sides:
             median = statistics.median(side.rounds)
-            ratios = "  ".join(f"{statistics.median(official_side.rounds) / median:.2f}x {official_side.name}"
-                               for official_side in sides[:officials] if official_side is not side)
-            print(f"  {side.name:26} {count / median:8.1f} graphs/CPU-s  [{count / max(side.rounds):.1f}, "
-                  f"{count / min(side.rounds):.1f}]  {ratios}", flush=True)
+            ratios = "  ".join(
+                f"{statistics.median(official_side.rounds) / median:.2f}x {official_side.name}"
+                for official_side in sides[:officials]
+                if official_side is not side
+            )
+            print(
+                f"  {side.name:26} {count / median:8.1f} graphs/CPU-s  [{count / max(side.rounds):.1f}, "
+                f"{count / min(side.rounds):.1f}]  {ratios}",
+                flush=True,
+            )
 
 
 def batch_orders(records: list[GraphRecord], batch_size: int) -> dict[str, list]:
@@ -232,8 +278,9 @@ def official_loss(official: GraphormerForGraphClassification, batch: tuple[dict,
     return (official(**inputs).logits - targets).abs().mean()
 
 
-def check_same_predictions(official: GraphormerForGraphClassification, ours: GraphRegression, official_batch: dict,
-                           our_batch: GraphBatch) -> None:
+def check_same_predictions(
+    official: GraphormerForGraphClassification, ours: GraphRegression, official_batch: dict, our_batch: GraphBatch
+) -> None:
     """Both predict the same values in evaluation mode (the same weights read the same way), else stop."""
     with torch.no_grad():
         theirs = official.eval()(**official_batch).logits

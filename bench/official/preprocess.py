@@ -98,8 +98,10 @@ def main() -> None:
     graph_structures([g[0] for g in graphs], [g[1] for g in graphs], path_order="official")
     batched_official = len(graphs) / (time.process_time() - started)
     official = rate(official_style, graphs[: max(1, args.graphs // 4)])
-    print(f"{args.graphs} ZINC-sized molecules ({np.mean([g[0] for g in graphs]):.1f} atoms on average), "
-          f"one core, process CPU time")
+    print(
+        f"{args.graphs} ZINC-sized molecules ({np.mean([g[0] for g in graphs]):.1f} atoms on average), "
+        f"one core, process CPU time"
+    )
     print(f"{'method':64} {'molecules/s':>12}")
     print(f"{'ours: SPD + first edges + degrees, once':64} {ours:12.0f}")
     print(f"{'ours, a chunk at a time as the cache builds it':64} {batched:12.0f}")

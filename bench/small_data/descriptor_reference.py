@@ -30,8 +30,12 @@ def write_reference(molecules: int = 20_000, seed: int = 0, path: Path = REFEREN
     smiles = moses_smiles("train")
     rows = np.sort(np.random.default_rng(seed).choice(len(smiles), size=min(molecules, len(smiles)), replace=False))
     names = [name for name, _ in Descriptors.descList]
-    raw = np.stack([raw_descriptors(Chem.MolFromSmiles(smiles[row]), names)
-                    for row in tqdm(rows, desc="RDKit descriptors of the reference", unit="molecule")])
+    raw = np.stack(
+        [
+            raw_descriptors(Chem.MolFromSmiles(smiles[row]), names)
+            for row in tqdm(rows, desc="RDKit descriptors of the reference", unit="molecule")
+        ]
+    )
     levels = np.linspace(0.0, 1.0, REFERENCE_QUANTILES)
     kept, quantiles = [], []
     for k, name in enumerate(names):
@@ -42,9 +46,14 @@ def write_reference(molecules: int = 20_000, seed: int = 0, path: Path = REFEREN
         kept.append(name)
         quantiles.append([float(f"{value:.7g}") for value in row])
     corpus = moses_smiles_file("train")
-    provenance = {"corpus": f"MOSES train ({corpus.name} of molsets 0.3.1)",
-                  "corpus_sha1": hashlib.sha1(corpus.read_bytes()).hexdigest(), "molecules": int(len(rows)),
-                  "seed": seed, "rdkit": rdBase.rdkitVersion, "dropped": sorted(set(names) - set(kept))}
+    provenance = {
+        "corpus": f"MOSES train ({corpus.name} of molsets 0.3.1)",
+        "corpus_sha1": hashlib.sha1(corpus.read_bytes()).hexdigest(),
+        "molecules": int(len(rows)),
+        "seed": seed,
+        "rdkit": rdBase.rdkitVersion,
+        "dropped": sorted(set(names) - set(kept)),
+    }
     path.write_text(json.dumps({"names": kept, "quantiles": quantiles, "provenance": provenance}) + "\n")
     return path
 

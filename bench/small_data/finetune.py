@@ -130,19 +130,47 @@ def run_config(table: Path, target: str, encoder: dict, budget: Budget, data_roo
     """The config of every run on ``table``, both arms (the learning rate is given to each run): a
     ``SmilesTable`` regression with a scaffold split."""
     return {
-        "trainer": {"max_steps": budget.steps, "val_check_interval": budget.val_every, "check_val_every_n_epoch": None,
-                    "gradient_clip_val": 5.0, "accelerator": "auto", "devices": 1, "precision": 32,
-                    "enable_progress_bar": False, "enable_model_summary": False},
-        "model": {"class_path": "graphormer_urpe.tasks.GraphRegression", "init_args": {
-            "encoder": {**encoder, "dropout": budget.dropout, "attention_dropout": 0.0},
-            "optim": {"warmup_steps": budget.warmup_steps, "weight_decay": 0.0},
-            "normalize_targets": True, "loss": "l1"}},
-        "data": {"class_path": "graphormer_urpe.data.datamodule.GraphDataModule", "init_args": {
-            "source": {"class_path": "graphormer_urpe.data.sources.SmilesTable", "init_args": {
-                "path": str(table), "smiles_column": "smiles", "targets": [target], "task": "regression",
-                "split": "scaffold", "split_fractions": list(budget.split_fractions)}},
-            "root": str(data_root), "batch_size": budget.batch_size, "bucket_window": budget.bucket_window,
-            "num_workers": 0, "preprocess_workers": 0}},
+        "trainer": {
+            "max_steps": budget.steps,
+            "val_check_interval": budget.val_every,
+            "check_val_every_n_epoch": None,
+            "gradient_clip_val": 5.0,
+            "accelerator": "auto",
+            "devices": 1,
+            "precision": 32,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+        },
+        "model": {
+            "class_path": "graphormer_urpe.tasks.GraphRegression",
+            "init_args": {
+                "encoder": {**encoder, "dropout": budget.dropout, "attention_dropout": 0.0},
+                "optim": {"warmup_steps": budget.warmup_steps, "weight_decay": 0.0},
+                "normalize_targets": True,
+                "loss": "l1",
+            },
+        },
+        "data": {
+            "class_path": "graphormer_urpe.data.datamodule.GraphDataModule",
+            "init_args": {
+                "source": {
+                    "class_path": "graphormer_urpe.data.sources.SmilesTable",
+                    "init_args": {
+                        "path": str(table),
+                        "smiles_column": "smiles",
+                        "targets": [target],
+                        "task": "regression",
+                        "split": "scaffold",
+                        "split_fractions": list(budget.split_fractions),
+                    },
+                },
+                "root": str(data_root),
+                "batch_size": budget.batch_size,
+                "bucket_window": budget.bucket_window,
+                "num_workers": 0,
+                "preprocess_workers": 0,
+            },
+        },
     }
 
 
@@ -167,27 +195,48 @@ def train(run: Run, config: Path, checkpoint: str, out: Path, threads: int) -> t
     Raises:
         BenchError: the run failed (its exit code, its last log line and the log's path).
     """
-    command = [*TRAIN, "--config", str(config), "--model.optim.lr", str(run.lr),
-               "--seed_everything", str(run.seed), "--run_root", str(out / "runs"), "--run_name", run.name,
-               "--logger", "csv"]
+    command = [
+        *TRAIN,
+        "--config",
+        str(config),
+        "--model.optim.lr",
+        str(run.lr),
+        "--seed_everything",
+        str(run.seed),
+        "--run_root",
+        str(out / "runs"),
+        "--run_name",
+        run.name,
+        "--logger",
+        "csv",
+    ]
     if run.arm == "fine-tuned":
         command += ["--init_from", checkpoint]
     log_path = out / "logs" / f"{run.name}.log"
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads),
-           "MKL_NUM_THREADS": str(threads)}
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+    }
     env.pop(RUN_DIR_ENV, None)
     started = time.monotonic()
     with log_path.open("w") as log_file:
         log_file.write(" ".join(command) + "\n")
         log_file.flush()
-        code = subprocess.run(command, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, check=False).returncode
+        code = subprocess.run(
+            command, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False
+        ).returncode
     if code != 0:
         lines = [line for line in log_path.read_text().splitlines() if line.strip()]
         raise BenchError(f"run {run.name} failed (exit code {code}): {lines[-1] if lines else ''} (log: {log_path})")
     run_dir = out / "runs" / run.name
-    return (json.loads((run_dir / "metrics.json").read_text()), json.loads((run_dir / "run.json").read_text()),
-            time.monotonic() - started)
+    return (
+        json.loads((run_dir / "metrics.json").read_text()),
+        json.loads((run_dir / "run.json").read_text()),
+        time.monotonic() - started,
+    )
 
 
 def check_arm(run: Run, record: dict) -> None:
@@ -203,8 +252,9 @@ def check_arm(run: Run, record: dict) -> None:
         raise BenchError(f"run {run.name} was initialised from {loaded['path']}")
     if run.arm == "fine-tuned" and (loaded is None or loaded["overridden"] or loaded["head"] != "rebuilt"):
         problem = "nothing" if loaded is None else f"replaced {loaded['overridden']}, head {loaded['head']}"
-        raise BenchError(f"run {run.name}: the checkpoint was not loaded into the same architecture with a new "
-                         f"head ({problem})")
+        raise BenchError(
+            f"run {run.name}: the checkpoint was not loaded into the same architecture with a new head ({problem})"
+        )
 
 
 def grid_results(runs: Sequence[dict], arm: str) -> list[dict]:
@@ -216,10 +266,19 @@ def grid_results(runs: Sequence[dict], arm: str) -> list[dict]:
             by_lr.setdefault(entry["lr"], []).append(entry)
     grid = []
     for lr, group in sorted(by_lr.items()):
-        (val_mean, val_std), (test_mean, test_std) = (spread([r[key] for r in group])
-                                                      for key in ("val_mae", "test_mae"))
-        grid.append({"lr": lr, "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean, "test_std": test_std,
-                     "runs": list(group)})
+        (val_mean, val_std), (test_mean, test_std) = (
+            spread([r[key] for r in group]) for key in ("val_mae", "test_mae")
+        )
+        grid.append(
+            {
+                "lr": lr,
+                "val_mean": val_mean,
+                "val_std": val_std,
+                "test_mean": test_mean,
+                "test_std": test_std,
+                "runs": list(group),
+            }
+        )
     return grid
 
 
@@ -234,26 +293,42 @@ def summary_rows(results: dict, datasets: Sequence[PackagedDataset]) -> list[dic
         chosen = {arm: min(grids[arm], key=lambda point: point["val_mean"]) for arm in ARMS}
         scratch, tuned = chosen["scratch"], chosen["fine-tuned"]
         gain = scratch["test_mean"] - tuned["test_mean"]
-        rows.append({"dataset": dataset.name, "title": dataset.title, "unit": dataset.unit, "split": entry["split"],
-                     "training_mean_mae": entry["training_mean_mae"], "grid": grids, "chosen": chosen,
-                     "ratio": tuned["test_mean"] / scratch["test_mean"], "gain": gain,
-                     "exceeds_spread": bool(gain > scratch["test_std"] + tuned["test_std"])})
+        rows.append(
+            {
+                "dataset": dataset.name,
+                "title": dataset.title,
+                "unit": dataset.unit,
+                "split": entry["split"],
+                "training_mean_mae": entry["training_mean_mae"],
+                "grid": grids,
+                "chosen": chosen,
+                "ratio": tuned["test_mean"] / scratch["test_mean"],
+                "gain": gain,
+                "exceeds_spread": bool(gain > scratch["test_std"] + tuned["test_std"]),
+            }
+        )
     return rows
 
 
 def table_text(rows: Sequence[dict]) -> str:
     """The side-by-side comparison at each arm's chosen learning rate, as a Markdown table."""
-    lines = ["| dataset (unit) | split train / valid / test | training mean | scratch: lr, test MAE "
-             "| fine-tuned: lr, test MAE | fine-tuned / scratch | gain > seed spread |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| dataset (unit) | split train / valid / test | training mean | scratch: lr, test MAE "
+        "| fine-tuned: lr, test MAE | fine-tuned / scratch | gain > seed spread |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         split = " / ".join(str(row["split"][name]) for name in ("train", "valid", "test"))
-        arms = " | ".join(f"{point['lr']:g}, {point['test_mean']:.3f} +- {point['test_std']:.3f}"
-                          for point in (row["chosen"][arm] for arm in ARMS))
+        arms = " | ".join(
+            f"{point['lr']:g}, {point['test_mean']:.3f} +- {point['test_std']:.3f}"
+            for point in (row["chosen"][arm] for arm in ARMS)
+        )
         limit = sum(row["chosen"][arm]["test_std"] for arm in ARMS)
-        lines.append(f"| {row['title']} ({row['unit']}) | {split} | {row['training_mean_mae']:.3f} | {arms} "
-                     f"| {row['ratio']:.2f} | {'yes' if row['exceeds_spread'] else 'no'} (gain {row['gain']:+.3f}, "
-                     f"spread {limit:.3f}) |")
+        lines.append(
+            f"| {row['title']} ({row['unit']}) | {split} | {row['training_mean_mae']:.3f} | {arms} "
+            f"| {row['ratio']:.2f} | {'yes' if row['exceeds_spread'] else 'no'} (gain {row['gain']:+.3f}, "
+            f"spread {limit:.3f}) |"
+        )
     return "\n".join(lines)
 
 
@@ -264,17 +339,26 @@ def grid_text(rows: Sequence[dict]) -> str:
         for arm in ARMS:
             for point in row["grid"][arm]:
                 mark = " *" if point is row["chosen"][arm] else ""
-                lines.append(f"| {row['dataset']} | {arm} | {point['lr']:g}{mark} | {point['val_mean']:.3f} +- "
-                             f"{point['val_std']:.3f} | {point['test_mean']:.3f} +- {point['test_std']:.3f} |")
+                lines.append(
+                    f"| {row['dataset']} | {arm} | {point['lr']:g}{mark} | {point['val_mean']:.3f} +- "
+                    f"{point['val_std']:.3f} | {point['test_mean']:.3f} +- {point['test_std']:.3f} |"
+                )
     return "\n".join(lines)
 
 
 def seeds_text(rows: Sequence[dict]) -> str:
     """Each run's test MAE at its arm's chosen learning rate, seed by seed, with its best validation
     checkpoint and MAE."""
-    return "\n".join(f"{row['dataset']} {arm} (lr {row['chosen'][arm]['lr']:g}): " + ", ".join(
-        f"seed {r['seed']} {r['test_mae']:.3f} ({r['best_checkpoint'].removesuffix('.ckpt')}, val {r['val_mae']:.3f})"
-        for r in row["chosen"][arm]["runs"]) for row in rows for arm in ARMS)
+    return "\n".join(
+        f"{row['dataset']} {arm} (lr {row['chosen'][arm]['lr']:g}): "
+        + ", ".join(
+            f"seed {r['seed']} {r['test_mae']:.3f} "
+            f"({r['best_checkpoint'].removesuffix('.ckpt')}, val {r['val_mae']:.3f})"
+            for r in row["chosen"][arm]["runs"]
+        )
+        for row in rows
+        for arm in ARMS
+    )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -284,21 +368,36 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--lrs", nargs="+", type=float, default=[1e-4, 3e-4, 1e-3],
-                        help="the learning rates each arm runs; each arm takes the one of lowest mean val MAE")
+    parser.add_argument(
+        "--lrs",
+        nargs="+",
+        type=float,
+        default=[1e-4, 3e-4, 1e-3],
+        help="the learning rates each arm runs; each arm takes the one of lowest mean val MAE",
+    )
     parser.add_argument("--warmup_steps", type=int, default=30)
     parser.add_argument("--val_every", type=int, default=25)
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--bucket_window", type=int, default=100)
     parser.add_argument("--split_fractions", nargs=3, type=float, default=[0.8, 0.1, 0.1])
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads of each run (OMP_NUM_THREADS; default: the cores divided by --jobs)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="new directory for tables, configs, runs and results (default runs/finetune_bench-<time>)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: seeds 0 and 1, learning rates 3e-4 and 1e-3, 30 steps, warm-up 5, "
-                             "validation every 10 steps")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads of each run (OMP_NUM_THREADS; default: the cores divided by --jobs)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="new directory for tables, configs, runs and results (default runs/finetune_bench-<time>)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: seeds 0 and 1, learning rates 3e-4 and 1e-3, 30 steps, warm-up 5, validation every 10 steps",
+    )
     options = parser.parse_args(argv)
     if options.quick:
         options.seeds, options.lrs = [0, 1], [3e-4, 1e-3]
@@ -319,38 +418,60 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     if not Path(options.init_from).is_file():
         raise BenchError(f"--init_from {options.init_from}: no such file")
     encoder = architecture(options.init_from)
-    budget = Budget(options.steps, options.batch_size, options.warmup_steps, options.val_every, options.dropout,
-                    options.bucket_window, tuple(options.split_fractions))
+    budget = Budget(
+        options.steps,
+        options.batch_size,
+        options.warmup_steps,
+        options.val_every,
+        options.dropout,
+        options.bucket_window,
+        tuple(options.split_fractions),
+    )
     out = new_directory(options.out)
     for sub in ("tables", "configs", "logs"):
         (out / sub).mkdir()
-    results: dict = {"init_from": options.init_from, "encoder": encoder,
-                     "budget": budget.__dict__ | {"split_fractions": list(budget.split_fractions)},
-                     "lrs": options.lrs, "seeds": options.seeds, "jobs": options.jobs, "threads": options.threads,
-                     "datasets": {}}
+    results: dict = {
+        "init_from": options.init_from,
+        "encoder": encoder,
+        "budget": budget.__dict__ | {"split_fractions": list(budget.split_fractions)},
+        "lrs": options.lrs,
+        "seeds": options.seeds,
+        "jobs": options.jobs,
+        "threads": options.threads,
+        "datasets": {},
+    }
     configs = {}
     for dataset in datasets:
         table = read_dataset(dataset)
         path = out / "tables" / f"{dataset.name}.csv"
         table.to_csv(path, index=False)
         configs[dataset.name] = out / "configs" / f"{dataset.name}.yaml"
-        configs[dataset.name].write_text(yaml.safe_dump(run_config(path, dataset.target, encoder, budget,
-                                                                   out / "data"), sort_keys=False))
+        configs[dataset.name].write_text(
+            yaml.safe_dump(run_config(path, dataset.target, encoder, budget, out / "data"), sort_keys=False)
+        )
         results["datasets"][dataset.name] = {
-            "source": str(package_file(dataset)), "molecules": len(table), "runs": [],
-            "training_mean_mae": training_mean_mae(table, dataset.target, budget.split_fractions)}
+            "source": str(package_file(dataset)),
+            "molecules": len(table),
+            "runs": [],
+            "training_mean_mae": training_mean_mae(table, dataset.target, budget.split_fractions),
+        }
         print(f"{dataset.title}: {len(table):,} molecules from {package_file(dataset)} -> {path}")
-    runs = [Run(d.name, arm, lr, seed)
-            for d in datasets for lr in options.lrs for seed in options.seeds for arm in ARMS]
-    print(f"{len(runs)} runs of train.py ({', '.join(d.name for d in datasets)}; {' and '.join(ARMS)}; learning rates "
-          f"{options.lrs}; seeds {options.seeds}), {options.jobs} at a time with {options.threads} thread(s) each: "
-          f"{budget.steps} steps of {budget.batch_size} (warm-up {budget.warmup_steps}, linear decay), scaffold split "
-          f"{list(budget.split_fractions)}, the encoder of {options.init_from} ({encoder['num_layers']} layers x "
-          f"{encoder['hidden_dim']}, {encoder['attention']}); output in {out}", flush=True)
+    runs = [
+        Run(d.name, arm, lr, seed) for d in datasets for lr in options.lrs for seed in options.seeds for arm in ARMS
+    ]
+    print(
+        f"{len(runs)} runs of train.py ({', '.join(d.name for d in datasets)}; {' and '.join(ARMS)}; learning rates "
+        f"{options.lrs}; seeds {options.seeds}), {options.jobs} at a time with {options.threads} thread(s) each: "
+        f"{budget.steps} steps of {budget.batch_size} (warm-up {budget.warmup_steps}, linear decay), scaffold split "
+        f"{list(budget.split_fractions)}, the encoder of {options.init_from} ({encoder['num_layers']} layers x "
+        f"{encoder['hidden_dim']}, {encoder['attention']}); output in {out}",
+        flush=True,
+    )
     finished = {}
     with ThreadPoolExecutor(options.jobs) as pool:
-        futures = {pool.submit(train, run, configs[run.dataset], options.init_from, out, options.threads): run
-                   for run in runs}
+        futures = {
+            pool.submit(train, run, configs[run.dataset], options.init_from, out, options.threads): run for run in runs
+        }
         for future in as_completed(futures):
             run = futures[future]
             try:
@@ -360,20 +481,31 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
             results["datasets"][run.dataset]["split"] = record["dataset"]["splits"]
-            finished[run] = {"arm": run.arm, "lr": run.lr, "seed": run.seed, "test_mae": metrics["test"]["test/mae"],
-                             "val_mae": metrics["validation"]["val/mae"],
-                             "best_checkpoint": Path(metrics["best_checkpoint"]).name, "seconds": round(seconds, 1)}
-            print(f"[{len(finished)}/{len(runs)}] {run.name}: test MAE {metrics['test']['test/mae']:.4f} (best val "
-                  f"MAE {metrics['validation']['val/mae']:.4f}, {Path(metrics['best_checkpoint']).name}) in "
-                  f"{seconds:.0f} s", flush=True)
+            finished[run] = {
+                "arm": run.arm,
+                "lr": run.lr,
+                "seed": run.seed,
+                "test_mae": metrics["test"]["test/mae"],
+                "val_mae": metrics["validation"]["val/mae"],
+                "best_checkpoint": Path(metrics["best_checkpoint"]).name,
+                "seconds": round(seconds, 1),
+            }
+            print(
+                f"[{len(finished)}/{len(runs)}] {run.name}: test MAE {metrics['test']['test/mae']:.4f} (best val "
+                f"MAE {metrics['validation']['val/mae']:.4f}, {Path(metrics['best_checkpoint']).name}) in "
+                f"{seconds:.0f} s",
+                flush=True,
+            )
     for run in runs:
         results["datasets"][run.dataset]["runs"].append(finished[run])
     rows = summary_rows(results, datasets)
     results["summary"] = rows
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\ntest MAE of the best validation checkpoint, mean +- sample std over seeds {options.seeds}, at each "
-          "arm's learning rate of lowest mean val MAE; gain > seed spread: (mean scratch - mean fine-tuned) > std "
-          "scratch + std fine-tuned")
+    print(
+        f"\ntest MAE of the best validation checkpoint, mean +- sample std over seeds {options.seeds}, at each "
+        "arm's learning rate of lowest mean val MAE; gain > seed spread: (mean scratch - mean fine-tuned) > std "
+        "scratch + std fine-tuned"
+    )
     print(table_text(rows))
     print(seeds_text(rows))
     print("\nthe grid (* = chosen on validation)")

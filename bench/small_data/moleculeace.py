@@ -65,8 +65,18 @@ from bench.small_data.small_data import read_results as read_json_lines
 from bench.small_data.small_data import run_child
 
 #: The 10 sets of the issue, smallest training split first (results of the small ones come first).
-SETS = ("CHEMBL1871_Ki", "CHEMBL2034_Ki", "CHEMBL237_EC50", "CHEMBL2971_Ki", "CHEMBL3979_EC50", "CHEMBL4792_Ki",
-        "CHEMBL219_Ki", "CHEMBL237_Ki", "CHEMBL244_Ki", "CHEMBL234_Ki")
+SETS = (
+    "CHEMBL1871_Ki",
+    "CHEMBL2034_Ki",
+    "CHEMBL237_EC50",
+    "CHEMBL2971_Ki",
+    "CHEMBL3979_EC50",
+    "CHEMBL4792_Ki",
+    "CHEMBL219_Ki",
+    "CHEMBL237_Ki",
+    "CHEMBL244_Ki",
+    "CHEMBL234_Ki",
+)
 #: The wheel that ships the data and the tuned hyperparameters.
 REQUIREMENT = "MoleculeACE==3.0.0"
 #: The validation rule: this fraction of the benchmark's train split, drawn with this seed.
@@ -95,8 +105,9 @@ ARMS: dict[str, Arm] = {
     "recipe": Arm("recipe", "--config small_molecules --ensemble --trees --kernel", RECIPE_SEEDS),
     # the candidate: fingerprint counts beside the descriptors, at the readout and in the trees (chosen or not on
     # validation figures of a few sets, docs/small-data.md)
-    "recipe+ecfp": Arm("recipe", "--config small_molecules --ensemble --trees --kernel --data.source.fingerprints ecfp",
-                       RECIPE_SEEDS),
+    "recipe+ecfp": Arm(
+        "recipe", "--config small_molecules --ensemble --trees --kernel --data.source.fingerprints ecfp", RECIPE_SEEDS
+    ),
 }
 
 
@@ -205,14 +216,19 @@ def run_svm(run: Run, table: pd.DataFrame) -> dict:
     fitted = ["train", "valid"] if "--fit-on-validation" in ARMS[run.arm].options else ["train"]
     fit_rows = table[table["split"].isin(fitted)]
     model = SVR(**svm_hyperparameters(run.set)).fit(ecfp(fit_rows["smiles"]), fit_rows["y"].to_numpy())
-    predicted = {split: model.predict(ecfp(table.loc[table["split"] == split, "smiles"]))
-                 for split in ("valid", "test")}
+    predicted = {
+        split: model.predict(ecfp(table.loc[table["split"] == split, "smiles"])) for split in ("valid", "test")
+    }
     valid = table.loc[table["split"] == "valid", "y"].to_numpy()
     # fitted on the validation rows, its validation RMSE says nothing: none is recorded
     val_rmse = None if "valid" in fitted else rmse(predicted["valid"], valid)
-    return {"test_predictions": predicted["test"], "val_rmse": val_rmse,
-            "cpu_seconds": time.process_time() - started, "wall_seconds": time.monotonic() - wall,
-            "command": f"SVR({svm_hyperparameters(run.set)}) on ECFP, fitted on {' + '.join(fitted)}"}
+    return {
+        "test_predictions": predicted["test"],
+        "val_rmse": val_rmse,
+        "cpu_seconds": time.process_time() - started,
+        "wall_seconds": time.monotonic() - wall,
+        "command": f"SVR({svm_hyperparameters(run.set)}) on ECFP, fitted on {' + '.join(fitted)}",
+    }
 
 
 def set_directory(work: Path, name: str, table: pd.DataFrame) -> Path:
@@ -228,7 +244,8 @@ def set_directory(work: Path, name: str, table: pd.DataFrame) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     rows = {split: np.flatnonzero(table["split"].to_numpy() == split).tolist() for split in ("train", "valid", "test")}
     (directory / "chemprop_splits.json").write_text(
-        json.dumps([{"train": rows["train"], "val": rows["valid"], "test": rows["test"]}]) + "\n")
+        json.dumps([{"train": rows["train"], "val": rows["valid"], "test": rows["test"]}]) + "\n"
+    )
     for split in ("valid", "test"):
         table.loc[table["split"] == split, ["smiles"]].to_csv(directory / f"{split}_smiles.csv", index=False)
     path.write_text(text)
@@ -244,27 +261,66 @@ def run_chemprop(run: Run, table: pd.DataFrame, directory: Path, work: Path, exe
     """
     output = fresh_directory(work / "runs" / run.name)
     options = shlex.split(ARMS[run.arm].options)
-    train = [executable, "train", "--data-path", str(directory / "table.csv"), "--smiles-columns", "smiles",
-             "--target-columns", "y", "--task-type", "regression", "--splits-file",
-             str(directory / "chemprop_splits.json"), "--num-workers", "0", "--accelerator", "cpu", "--devices", "1",
-             "--pytorch-seed", str(run.seed), "--output-dir", str(output), *options]
+    train = [
+        executable,
+        "train",
+        "--data-path",
+        str(directory / "table.csv"),
+        "--smiles-columns",
+        "smiles",
+        "--target-columns",
+        "y",
+        "--task-type",
+        "regression",
+        "--splits-file",
+        str(directory / "chemprop_splits.json"),
+        "--num-workers",
+        "0",
+        "--accelerator",
+        "cpu",
+        "--devices",
+        "1",
+        "--pytorch-seed",
+        str(run.seed),
+        "--output-dir",
+        str(output),
+        *options,
+    ]
     cpu, wall = checked_child(train, work / "logs" / f"{output.name}.log")
     test = table[table["split"] == "test"]
     predictions = pd.read_csv(output / "model_0" / "test_predictions.csv")
     if predictions["smiles"].tolist() != test["smiles"].tolist():
         raise BenchError(f"{output}/model_0/test_predictions.csv: its molecules are not the test rows in order")
     written = output / "model_0" / "valid_predictions.csv"
-    predict = [executable, "predict", "--test-path", str(directory / "valid_smiles.csv"), "--smiles-columns", "smiles",
-               "--model-paths", str(output / "model_0" / "best.pt"), "--num-workers", "0", "--accelerator", "cpu",
-               "-o", str(written), *options]
+    predict = [
+        executable,
+        "predict",
+        "--test-path",
+        str(directory / "valid_smiles.csv"),
+        "--smiles-columns",
+        "smiles",
+        "--model-paths",
+        str(output / "model_0" / "best.pt"),
+        "--num-workers",
+        "0",
+        "--accelerator",
+        "cpu",
+        "-o",
+        str(written),
+        *options,
+    ]
     predict_cpu, predict_wall = checked_child(predict, work / "logs" / f"{output.name}-validate.log")
     valid_predictions = pd.read_csv(written)
     valid = table[table["split"] == "valid"]
     if valid_predictions["smiles"].tolist() != valid["smiles"].tolist():
         raise BenchError(f"{written}: its molecules are not the validation rows in order")
-    return {"test_predictions": predictions["y"].to_numpy(np.float64),
-            "val_rmse": rmse(valid_predictions["y"].to_numpy(np.float64), valid["y"].to_numpy()),
-            "cpu_seconds": cpu + predict_cpu, "wall_seconds": wall + predict_wall, "command": shlex.join(train)}
+    return {
+        "test_predictions": predictions["y"].to_numpy(np.float64),
+        "val_rmse": rmse(valid_predictions["y"].to_numpy(np.float64), valid["y"].to_numpy()),
+        "cpu_seconds": cpu + predict_cpu,
+        "wall_seconds": wall + predict_wall,
+        "command": shlex.join(train),
+    }
 
 
 def fresh_directory(path: Path) -> Path:
@@ -305,10 +361,24 @@ def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dic
     directory = set_directory(work, name, table)
     run_root = work / "recipe"
     sweep_name = f"{name}-{arm}"  # a sweep stopped earlier resumes: its finished seeds are reused
-    command = [*SWEEP, *shlex.split(ARMS[arm].options),
-               "--seeds", *map(str, ARMS[arm].seeds), "--name", sweep_name, "--run_root", str(run_root),
-               "--data.source.path", str(directory / "table.csv"), "--data.source.targets", "[y]",
-               "--data.source.split", "column", "--data.source.split_column", "split"]
+    command = [
+        *SWEEP,
+        *shlex.split(ARMS[arm].options),
+        "--seeds",
+        *map(str, ARMS[arm].seeds),
+        "--name",
+        sweep_name,
+        "--run_root",
+        str(run_root),
+        "--data.source.path",
+        str(directory / "table.csv"),
+        "--data.source.targets",
+        "[y]",
+        "--data.source.split",
+        "column",
+        "--data.source.split_column",
+        "split",
+    ]
     started = datetime.datetime.now()
     cpu, wall = checked_child(command, work / "logs" / f"{sweep_name}-{started:%Y%m%d-%H%M%S}.log")
     cheap = [part for part in ("trees", "kernel") if f"--{part}" in shlex.split(ARMS[arm].options)]
@@ -319,8 +389,11 @@ def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dic
         rows = table[table["split"] == split]
         if written["smiles"].tolist() != rows["smiles"].tolist():
             raise BenchError(f"{ensemble / split}.csv: its molecules are not the {split} rows in order")
-        parts[split] = {column.removeprefix("y_"): written[column].to_numpy(np.float64)
-                        for column in written.columns if column == "y" or column.startswith("y_")}
+        parts[split] = {
+            column.removeprefix("y_"): written[column].to_numpy(np.float64)
+            for column in written.columns
+            if column == "y" or column.startswith("y_")
+        }
     valid = table.loc[table["split"] == "valid", "y"].to_numpy()
     members = [f"member{k}" for k in range(len(ARMS[arm].seeds))]
     names = [*members, "ensemble", *cheap, *(["y"] if cheap else [])]  # "y": the ensemble's prediction, the blend
@@ -328,13 +401,23 @@ def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dic
     for part in names:
         seed = ARMS[arm].seeds[int(part.removeprefix("member"))] if part.startswith("member") else None
         predicted = parts["test"][part]
-        entries.append({
-            "set": name, "arm": arm, "seed": seed, "part": "blend" if part == "y" else part.rstrip("0123456789"),
-            "options": ARMS[arm].options, **scores(predicted, table), "val_rmse": rmse(parts["valid"][part], valid),
-            "cpu_seconds": cpu if part == "ensemble" else None, "wall_seconds": wall if part == "ensemble" else None,
-            "command": shlex.join(command), "ensemble": str(ensemble.relative_to(work)),
-            "test_predictions": np.round(predicted, 5).tolist(),
-            "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")})
+        entries.append(
+            {
+                "set": name,
+                "arm": arm,
+                "seed": seed,
+                "part": "blend" if part == "y" else part.rstrip("0123456789"),
+                "options": ARMS[arm].options,
+                **scores(predicted, table),
+                "val_rmse": rmse(parts["valid"][part], valid),
+                "cpu_seconds": cpu if part == "ensemble" else None,
+                "wall_seconds": wall if part == "ensemble" else None,
+                "command": shlex.join(command),
+                "ensemble": str(ensemble.relative_to(work)),
+                "test_predictions": np.round(predicted, 5).tolist(),
+                "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            }
+        )
     return entries
 
 
@@ -348,9 +431,16 @@ def execute(run: Run, table: pd.DataFrame, work: Path, chemprop: str | None) -> 
     else:
         raise BenchError(f"arm {run.arm}: runs as a sweep (run_recipe)")
     predictions = np.asarray(result.pop("test_predictions"), np.float64)
-    return {"set": run.set, "arm": run.arm, "seed": run.seed, "options": ARMS[run.arm].options,
-            **scores(predictions, table), **result, "test_predictions": np.round(predictions, 5).tolist(),
-            "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+    return {
+        "set": run.set,
+        "arm": run.arm,
+        "seed": run.seed,
+        "options": ARMS[run.arm].options,
+        **scores(predictions, table),
+        **result,
+        "test_predictions": np.round(predictions, 5).tolist(),
+        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
 
 
 def read_results(name: str) -> list[dict]:
@@ -377,8 +467,10 @@ def pending(sets: Sequence[str], arms: Sequence[str]) -> list[Run]:
         done = set()
         for entry in read_results(name):
             if entry["arm"] in ARMS and entry["options"] != ARMS[entry["arm"]].options:
-                raise BenchError(f"{RESULTS / name}.jsonl: arm {entry['arm']} ran with options {entry['options']!r}, "
-                                 f"now {ARMS[entry['arm']].options!r}: keep the arm's options or name a new arm")
+                raise BenchError(
+                    f"{RESULTS / name}.jsonl: arm {entry['arm']} ran with options {entry['options']!r}, "
+                    f"now {ARMS[entry['arm']].options!r}: keep the arm's options or name a new arm"
+                )
             done.add((entry["arm"], entry["seed"]))
         todo += [Run(name, arm, seed) for arm in arms for seed in ARMS[arm].seeds if (arm, seed) not in done]
     return todo
@@ -396,8 +488,11 @@ def run_peers(sets: Sequence[str], arms: Sequence[str], work: Path, chemprop: st
             entry = future.result()
             append_result(entry)
             valid = "" if entry["val_rmse"] is None else f", valid RMSE {entry['val_rmse']:.3f}"
-            print(f"[{done}/{len(todo)}] {run.name}: test RMSE {entry['test_rmse']:.3f}, cliff RMSE "
-                  f"{entry['test_cliff_rmse']:.3f}{valid}, {entry['cpu_seconds']:.0f} CPU s", flush=True)
+            print(
+                f"[{done}/{len(todo)}] {run.name}: test RMSE {entry['test_rmse']:.3f}, cliff RMSE "
+                f"{entry['test_cliff_rmse']:.3f}{valid}, {entry['cpu_seconds']:.0f} CPU s",
+                flush=True,
+            )
 
 
 @dataclass(frozen=True)
@@ -424,21 +519,41 @@ def set_figures(name: str, table: pd.DataFrame) -> list[Figure]:
         if len(singles) > 1:
             rmse_mean, rmse_std = spread([entry["test_rmse"] for entry in singles])
             cliff_mean, cliff_std = spread([entry["test_cliff_rmse"] for entry in singles])
-            figures.append(Figure(arm, "seeds", rmse_mean, cliff_mean, rmse_std, cliff_std,
-                                  spread([entry["val_rmse"] for entry in singles])[0]))
+            figures.append(
+                Figure(
+                    arm,
+                    "seeds",
+                    rmse_mean,
+                    cliff_mean,
+                    rmse_std,
+                    cliff_std,
+                    spread([entry["val_rmse"] for entry in singles])[0],
+                )
+            )
         if "part" not in group[0] and len(singles) > 1:  # a peer's seeds: their ensemble, computed here
             mean = np.mean([entry["test_predictions"] for entry in singles], axis=0)
-            figures.append(Figure(arm, "ensemble", **{key.removeprefix("test_"): value
-                                                      for key, value in scores(mean, table).items()}))
+            figures.append(
+                Figure(
+                    arm, "ensemble", **{key.removeprefix("test_"): value for key, value in scores(mean, table).items()}
+                )
+            )
         elif len(singles) == 1 and "part" not in group[0]:
             entry = singles[0]
             in_sample = "--fit-on-validation" in entry["options"]  # fitted on the validation rows: no figure
-            figures.append(Figure(arm, "one run", entry["test_rmse"], entry["test_cliff_rmse"],
-                                  val_rmse=None if in_sample else entry["val_rmse"]))
+            figures.append(
+                Figure(
+                    arm,
+                    "one run",
+                    entry["test_rmse"],
+                    entry["test_cliff_rmse"],
+                    val_rmse=None if in_sample else entry["val_rmse"],
+                )
+            )
         for entry in group:
             if entry.get("part", "member") != "member":
-                figures.append(Figure(arm, entry["part"], entry["test_rmse"], entry["test_cliff_rmse"],
-                                      val_rmse=entry["val_rmse"]))
+                figures.append(
+                    Figure(arm, entry["part"], entry["test_rmse"], entry["test_cliff_rmse"], val_rmse=entry["val_rmse"])
+                )
     return figures
 
 
@@ -454,10 +569,14 @@ def final_figure(figures: Sequence[Figure], arm: str) -> Figure | None:
 def report(sets: Sequence[str]) -> str:
     """The Markdown tables: per set, every figure; then, per arm, the mean over sets of its per-set ratios to
     ``svm`` and to the better chemprop ensemble (per metric), on the sets where both were run."""
-    lines = ["# MoleculeACE: the recipe against SVM-ECFP and chemprop 2.3.1", "",
-             "Written by `python bench/small_data/moleculeace.py --report` from the JSON lines beside this file. "
-             "Test RMSE / cliff RMSE (the test molecules flagged `cliff_mol`); seeds: mean +- sample std of single "
-             "runs; ensemble: the mean prediction of the seeds; valid: RMSE on the validation rows.", ""]
+    lines = [
+        "# MoleculeACE: the recipe against SVM-ECFP and chemprop 2.3.1",
+        "",
+        "Written by `python bench/small_data/moleculeace.py --report` from the JSON lines beside this file. "
+        "Test RMSE / cliff RMSE (the test molecules flagged `cliff_mol`); seeds: mean +- sample std of single "
+        "runs; ensemble: the mean prediction of the seeds; valid: RMSE on the validation rows.",
+        "",
+    ]
     ratios: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for name in sets:
         table = read_set(name)
@@ -466,12 +585,17 @@ def report(sets: Sequence[str]) -> str:
             continue
         counts = table["split"].value_counts()
         cliffs = int(table.loc[table["split"] == "test", "cliff_mol"].sum())
-        lines += [f"## {name} ({counts['train']} / {counts['valid']} / {counts['test']}, {cliffs} cliff molecules "
-                  "in test)", "", "| arm | figure | test RMSE | cliff RMSE | valid RMSE |", "|---|---|---|---|---|"]
+        lines += [
+            f"## {name} ({counts['train']} / {counts['valid']} / {counts['test']}, {cliffs} cliff molecules in test)",
+            "",
+            "| arm | figure | test RMSE | cliff RMSE | valid RMSE |",
+            "|---|---|---|---|---|",
+        ]
         for figure in figures:
             rmse_text = f"{figure.rmse:.3f}" + ("" if figure.rmse_std is None else f" +- {figure.rmse_std:.3f}")
             cliff_text = f"{figure.cliff_rmse:.3f}" + (
-                "" if figure.cliff_rmse_std is None else f" +- {figure.cliff_rmse_std:.3f}")
+                "" if figure.cliff_rmse_std is None else f" +- {figure.cliff_rmse_std:.3f}"
+            )
             valid = "" if figure.val_rmse is None else f"{figure.val_rmse:.3f}"
             lines.append(f"| {figure.arm} | {figure.what} | {rmse_text} | {cliff_text} | {valid} |")
         lines.append("")
@@ -484,13 +608,21 @@ def report(sets: Sequence[str]) -> str:
             if len(chemprop) == 2:
                 best = min(f.rmse for f in chemprop), min(f.cliff_rmse for f in chemprop)
                 ratios.setdefault((arm, "chemprop"), []).append((own.rmse / best[0], own.cliff_rmse / best[1]))
-    lines += ["## Means of per-set ratios", "",
-              "Each arm's own result (the recipe: its blend; chemprop: its 3-seed ensemble; SVM: its one run) over "
-              "SVM's, and over the better chemprop ensemble of the set (per metric), averaged over the sets where "
-              "both ran.", "", "| arm | against | sets | RMSE ratio | cliff RMSE ratio |", "|---|---|---|---|---|"]
+    lines += [
+        "## Means of per-set ratios",
+        "",
+        "Each arm's own result (the recipe: its blend; chemprop: its 3-seed ensemble; SVM: its one run) over "
+        "SVM's, and over the better chemprop ensemble of the set (per metric), averaged over the sets where "
+        "both ran.",
+        "",
+        "| arm | against | sets | RMSE ratio | cliff RMSE ratio |",
+        "|---|---|---|---|---|",
+    ]
     for (arm, against), values in ratios.items():
-        lines.append(f"| {arm} | {against} | {len(values)} | {np.mean([v[0] for v in values]):.3f} | "
-                     f"{np.mean([v[1] for v in values]):.3f} |")
+        lines.append(
+            f"| {arm} | {against} | {len(values)} | {np.mean([v[0] for v in values]):.3f} | "
+            f"{np.mean([v[1] for v in values]):.3f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -517,8 +649,11 @@ def blend_stability(sets: Sequence[str], resamples: int = 1000) -> str:
     from graphormer_urpe.evaluation.blend import DescriptorTrees, blend_weights, tree_inputs
     from graphormer_urpe.evaluation.kernel import FingerprintKernel
 
-    lines = ["| set | validation rows | grid rule: trees' weight | all or nothing | inverse errors: trees' weight | "
-             "all or nothing |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| set | validation rows | grid rule: trees' weight | all or nothing | inverse errors: trees' weight | "
+        "all or nothing |",
+        "|---|---|---|---|---|---|",
+    ]
     features = MoleculeFeatures("rdkit2d")
     for name in sets:
         table = read_set(name)
@@ -526,8 +661,10 @@ def blend_stability(sets: Sequence[str], resamples: int = 1000) -> str:
         targets = train[["y"]].to_numpy()
         trees = DescriptorTrees.fit("regression", ["y"], tree_inputs(features, train["smiles"]), targets)
         kernel = FingerprintKernel.fit("regression", ["y"], ecfp_count_matrix(train["smiles"].tolist()), targets)
-        parts = {"kernel": kernel.predict(ecfp_count_matrix(valid["smiles"].tolist())),
-                 "trees": trees.predict(tree_inputs(features, valid["smiles"]))}
+        parts = {
+            "kernel": kernel.predict(ecfp_count_matrix(valid["smiles"].tolist())),
+            "trees": trees.predict(tree_inputs(features, valid["smiles"])),
+        }
         truth = valid[["y"]].to_numpy()
         rng = np.random.default_rng(0)
         grid, inverse = [], []
@@ -536,8 +673,10 @@ def blend_stability(sets: Sequence[str], resamples: int = 1000) -> str:
             grid.append(grid_weight(parts["kernel"][rows, 0], parts["trees"][rows, 0], truth[rows, 0]))
             chosen = blend_weights({part: values[rows] for part, values in parts.items()}, truth[rows], ["y"])
             inverse.append(chosen["y"].get("trees", 0.0))
-        columns = [f"{np.mean(weights):.2f} +- {np.std(weights):.2f} | {np.mean(np.isin(weights, (0.0, 1.0))):.0%}"
-                   for weights in (grid, inverse)]
+        columns = [
+            f"{np.mean(weights):.2f} +- {np.std(weights):.2f} | {np.mean(np.isin(weights, (0.0, 1.0))):.0%}"
+            for weights in (grid, inverse)
+        ]
         lines.append(f"| {name} | {len(valid)} | {columns[0]} | {columns[1]} |")
         print(lines[-1], flush=True)
     return "\n".join(lines) + "\n"
@@ -549,12 +688,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=[])
     parser.add_argument("--chemprop", default=None, help="the chemprop 2.3.1 executable (its own environment)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one thread each")
-    parser.add_argument("--work", type=Path, default=REPO / "runs" / "moleculeace",
-                        help="scratch: tables, runs, logs (default runs/moleculeace)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=REPO / "runs" / "moleculeace",
+        help="scratch: tables, runs, logs (default runs/moleculeace)",
+    )
     parser.add_argument("--report", action="store_true", help="write the tables from the results")
-    parser.add_argument("--blend-stability", action="store_true",
-                        help="measure how the blend rules' weights move under resampling of the validation rows "
-                             "(bench/results/moleculeace/blend_stability.md)")
+    parser.add_argument(
+        "--blend-stability",
+        action="store_true",
+        help="measure how the blend rules' weights move under resampling of the validation rows "
+        "(bench/results/moleculeace/blend_stability.md)",
+    )
     options = parser.parse_args(argv)
     if options.jobs < 1:
         parser.error(f"--jobs {options.jobs}: must be at least 1")
@@ -578,9 +724,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             entries = run_recipe(name, arm, read_set(name), options.work)
             for entry in entries:
                 append_result(entry)
-            print(f"{name} {arm}: " + ", ".join(f"{e['part']}{'' if e['seed'] is None else e['seed']} "
-                                               f"{e['test_rmse']:.3f}/{e['test_cliff_rmse']:.3f} (valid "
-                                               f"{e['val_rmse']:.3f})" for e in entries), flush=True)
+            print(
+                f"{name} {arm}: "
+                + ", ".join(
+                    f"{e['part']}{'' if e['seed'] is None else e['seed']} "
+                    f"{e['test_rmse']:.3f}/{e['test_cliff_rmse']:.3f} (valid "
+                    f"{e['val_rmse']:.3f})"
+                    for e in entries
+                ),
+                flush=True,
+            )
     if options.blend_stability:
         text = blend_stability(options.sets)
         RESULTS.mkdir(parents=True, exist_ok=True)

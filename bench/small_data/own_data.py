@@ -37,8 +37,9 @@ def main() -> None:
     columns = ["SMILES", "HOMO_LUMO_gap_au", "Dipole_debye"]
     qm9 = pd.concat([pd.read_csv(p, usecols=columns) for p in qm9pack_csvs()], ignore_index=True)
     qm9 = qm9.head(options.molecules)
-    table = pd.DataFrame({"smiles": qm9["SMILES"], "gap_ev": qm9["HOMO_LUMO_gap_au"] * HARTREE_TO_EV,
-                          "mu_debye": qm9["Dipole_debye"]})
+    table = pd.DataFrame(
+        {"smiles": qm9["SMILES"], "gap_ev": qm9["HOMO_LUMO_gap_au"] * HARTREE_TO_EV, "mu_debye": qm9["Dipole_debye"]}
+    )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "molecules.csv"
         table.to_csv(path, index=False)
@@ -56,8 +57,11 @@ def main() -> None:
     count = len(table)
     print(f"{count:,} QM9 molecules, CPU seconds of one process")
     print(f"{'stage':<48} {'CPU s':>8} {'molecules/CPU s':>16} {'vs featurising':>15}")
-    for name, seconds in (("read + check the table (random split)", read), ("scaffold split (Bemis-Murcko)", scaffold),
-                          ("featurise + structure + cache, 1 process", featurise)):
+    for name, seconds in (
+        ("read + check the table (random split)", read),
+        ("scaffold split (Bemis-Murcko)", scaffold),
+        ("featurise + structure + cache, 1 process", featurise),
+    ):
         print(f"{name:<48} {seconds:8.2f} {count / seconds:16,.0f} {seconds / featurise:14.2f}x")
 
 

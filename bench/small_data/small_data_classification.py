@@ -50,8 +50,18 @@ from graphormer_urpe.data.sources.tables import balanced_scaffold_split
 from graphormer_urpe.evaluation.ensemble import SavedEnsemble
 from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, DefinedBinaryAveragePrecision
 
-B3DB = PackagedDataset("b3db_class", "B3DB blood-brain barrier permeability (BBB+ = 1)", "B3DB", "qc-b3db==1.1.1",
-                       ("B3DB_classification.tsv",), "\t", "SMILES", "BBB+/BBB-", "bbb", "label")
+B3DB = PackagedDataset(
+    "b3db_class",
+    "B3DB blood-brain barrier permeability (BBB+ = 1)",
+    "B3DB",
+    "qc-b3db==1.1.1",
+    ("B3DB_classification.tsv",),
+    "\t",
+    "SMILES",
+    "BBB+/BBB-",
+    "bbb",
+    "label",
+)
 FRACTIONS = (0.8, 0.1, 0.1)
 ARMS = {"chemprop": "", "chemprop+rdkit": "--molecule-featurizers v1_rdkit_2d_normalized"}
 RUNS = "runs.jsonl"
@@ -113,10 +123,31 @@ def test_rows(split: Split) -> pd.DataFrame:
 def run_recipe(split: Split, seeds: Sequence[int], out: Path, threads: int) -> list[dict]:
     """The recipe's sweep on one split: one entry per seed, then the ensemble, the trees and the blend."""
     name = f"recipe-split{split.seed}"
-    command = [*SWEEP, "--config", "small_molecules_classification", "--seeds", *map(str, seeds), "--name", name,
-               "--ensemble", "--trees", "--run_root", str(out / "runs"), "--data.source.path", str(split.table),
-               "--data.source.targets", "[bbb]", "--data.source.split", "column", "--data.source.split_column", "split",
-               "--data.root", str(out / "cache" / name), "--trainer.enable_progress_bar", "false"]
+    command = [
+        *SWEEP,
+        "--config",
+        "small_molecules_classification",
+        "--seeds",
+        *map(str, seeds),
+        "--name",
+        name,
+        "--ensemble",
+        "--trees",
+        "--run_root",
+        str(out / "runs"),
+        "--data.source.path",
+        str(split.table),
+        "--data.source.targets",
+        "[bbb]",
+        "--data.source.split",
+        "column",
+        "--data.source.split_column",
+        "split",
+        "--data.root",
+        str(out / "cache" / name),
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
     (out / "logs").mkdir(exist_ok=True)
     code, cpu, wall = run_child(command, out / "logs" / f"{name}.log", threads)
     if code:
@@ -124,14 +155,32 @@ def run_recipe(split: Split, seeds: Sequence[int], out: Path, threads: int) -> l
     entries = []
     for seed in seeds:
         metrics = json.loads((out / "runs" / f"{name}-seed{seed}" / "metrics.json").read_text())["test"]
-        entries.append({"split": split.seed, "arm": "recipe", "seed": seed, "roc_auc": metrics["test/auroc"],
-                        "pr_auc": metrics["test/auprc"]})
+        entries.append(
+            {
+                "split": split.seed,
+                "arm": "recipe",
+                "seed": seed,
+                "roc_auc": metrics["test/auroc"],
+                "pr_auc": metrics["test/auprc"],
+            }
+        )
     record = SavedEnsemble(out / "runs" / f"{name}-ensemble-trees").record
-    for part, arm in (("ensemble", "recipe, ensemble"), ("trees", "descriptor trees"),
-                      ("blend", "recipe, ensemble + trees")):
+    for part, arm in (
+        ("ensemble", "recipe, ensemble"),
+        ("trees", "descriptor trees"),
+        ("blend", "recipe, ensemble + trees"),
+    ):
         test = record.scores["test"][part]
-        entries.append({"split": split.seed, "arm": arm, "seed": None, "roc_auc": test["test/auroc"],
-                        "pr_auc": test["test/auprc"], "tree_weight": record.blend_weights["bbb"].get("trees", 0.0)})
+        entries.append(
+            {
+                "split": split.seed,
+                "arm": arm,
+                "seed": None,
+                "roc_auc": test["test/auroc"],
+                "pr_auc": test["test/auprc"],
+                "tree_weight": record.blend_weights["bbb"].get("trees", 0.0),
+            }
+        )
     entries[0] |= {"cpu_seconds_all_seeds": round(cpu, 1), "wall_seconds_all_seeds": round(wall, 1)}
     return entries
 
@@ -140,10 +189,31 @@ def run_chemprop(split: Split, arm: str, seed: int, executable: str, out: Path, 
     """One chemprop run, scored from its test predictions (checked to be the split's test rows, in order)."""
     name = f"{arm}-split{split.seed}-seed{seed}"
     output = out / "chemprop" / name
-    command = [executable, "train", "--data-path", str(split.table), "--smiles-columns", "smiles", "--target-columns",
-               "bbb", "--task-type", "classification", "--splits-file",
-               str(split.directory / "chemprop_splits.json"), "--num-workers", "0", "--accelerator", "cpu",
-               "--devices", "1", "--pytorch-seed", str(seed), "--output-dir", str(output), *ARMS[arm].split()]
+    command = [
+        executable,
+        "train",
+        "--data-path",
+        str(split.table),
+        "--smiles-columns",
+        "smiles",
+        "--target-columns",
+        "bbb",
+        "--task-type",
+        "classification",
+        "--splits-file",
+        str(split.directory / "chemprop_splits.json"),
+        "--num-workers",
+        "0",
+        "--accelerator",
+        "cpu",
+        "--devices",
+        "1",
+        "--pytorch-seed",
+        str(seed),
+        "--output-dir",
+        str(output),
+        *ARMS[arm].split(),
+    ]
     (out / "logs").mkdir(exist_ok=True)
     code, cpu, wall = run_child(command, out / "logs" / f"{name}.log", threads)
     if code:
@@ -153,8 +223,15 @@ def run_chemprop(split: Split, arm: str, seed: int, executable: str, out: Path, 
     if predicted["smiles"].tolist() != test["smiles"].tolist():
         raise BenchError(f"{output}: chemprop's test molecules are not the split's test rows in order")
     probabilities = predicted["bbb"].to_numpy(np.float64)
-    return {"split": split.seed, "arm": arm, "seed": seed, **scores(probabilities, test["bbb"].to_numpy()),
-            "probabilities": probabilities.tolist(), "cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1)}
+    return {
+        "split": split.seed,
+        "arm": arm,
+        "seed": seed,
+        **scores(probabilities, test["bbb"].to_numpy()),
+        "probabilities": probabilities.tolist(),
+        "cpu_seconds": round(cpu, 1),
+        "wall_seconds": round(wall, 1),
+    }
 
 
 def summary(entries: Sequence[dict], splits: Sequence[Split]) -> list[dict]:
@@ -166,8 +243,14 @@ def summary(entries: Sequence[dict], splits: Sequence[Split]) -> list[dict]:
             runs = [e for e in entries if e["split"] == split.seed and e["arm"] == arm]
             if runs:
                 mean = np.mean([e["probabilities"] for e in runs], axis=0)
-                entries.append({"split": split.seed, "arm": f"{arm}, ensemble", "seed": None,
-                                **scores(mean, test_rows(split)["bbb"].to_numpy())})
+                entries.append(
+                    {
+                        "split": split.seed,
+                        "arm": f"{arm}, ensemble",
+                        "seed": None,
+                        **scores(mean, test_rows(split)["bbb"].to_numpy()),
+                    }
+                )
     rows = []
     for arm in dict.fromkeys(e["arm"] for e in entries):
         for split in [*(s.seed for s in splits), "mean"]:
@@ -182,13 +265,19 @@ def summary(entries: Sequence[dict], splits: Sequence[Split]) -> list[dict]:
 
 
 def report(rows: Sequence[dict], setup: dict) -> str:
-    lines = [f"B3DB classification, {setup['molecules']} molecules, balanced scaffold splits {setup['split_seeds']}, "
-             f"seeds {setup['seeds']}: test ROC-AUC and PR-AUC, mean +- sample std over seeds (an ensemble: one "
-             "value per split; 'mean': over splits and seeds)", "",
-             "| arm | split | n | ROC-AUC | PR-AUC |", "|---|---|---|---|---|"]
+    lines = [
+        f"B3DB classification, {setup['molecules']} molecules, balanced scaffold splits {setup['split_seeds']}, "
+        f"seeds {setup['seeds']}: test ROC-AUC and PR-AUC, mean +- sample std over seeds (an ensemble: one "
+        "value per split; 'mean': over splits and seeds)",
+        "",
+        "| arm | split | n | ROC-AUC | PR-AUC |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows:
-        lines.append(f"| {row['arm']} | {row['split']} | {row['n']} | {row['roc_auc']:.3f} +- {row['roc_auc_std']:.3f} "
-                     f"| {row['pr_auc']:.3f} +- {row['pr_auc_std']:.3f} |")
+        lines.append(
+            f"| {row['arm']} | {row['split']} | {row['n']} | {row['roc_auc']:.3f} +- {row['roc_auc_std']:.3f} "
+            f"| {row['pr_auc']:.3f} +- {row['pr_auc_std']:.3f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -215,8 +304,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         done.extend(new)
 
     jobs = [(split, None, None) for split in splits if (split.seed, "recipe", options.seeds[0]) not in finished]
-    jobs += [(split, arm, seed) for split in splits for arm in ARMS for seed in options.seeds
-             if (split.seed, arm, seed) not in finished]
+    jobs += [
+        (split, arm, seed)
+        for split in splits
+        for arm in ARMS
+        for seed in options.seeds
+        if (split.seed, arm, seed) not in finished
+    ]
 
     def work(job: tuple) -> list[dict]:
         split, arm, seed = job
@@ -228,9 +322,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     with ThreadPoolExecutor(options.jobs) as pool:
         for new in pool.map(work, jobs):
             record(new)
-    setup = {"molecules": len(table), "split_seeds": options.split_seeds, "seeds": options.seeds,
-             "labels": {"positive": int(table["bbb"].sum()), "negative": int((1 - table["bbb"]).sum())},
-             "splits": {s.seed: {name: len(rows) for name, rows in s.rows.items()} for s in splits}}
+    setup = {
+        "molecules": len(table),
+        "split_seeds": options.split_seeds,
+        "seeds": options.seeds,
+        "labels": {"positive": int(table["bbb"].sum()), "negative": int((1 - table["bbb"]).sum())},
+        "splits": {s.seed: {name: len(rows) for name, rows in s.rows.items()} for s in splits},
+    }
     rows = summary(done, splits)
     (options.out / "results.json").write_text(json.dumps({"setup": setup, "summary": rows, "runs": done}, indent=1))
     (options.out / "results.md").write_text(report(rows, setup))

@@ -32,8 +32,9 @@ def embedding_lookup(table: torch.Tensor, relation: torch.Tensor) -> torch.Tenso
     return F.embedding(relation, table, padding_idx=PAD_RELATION).permute(0, 3, 1, 2).contiguous()
 
 
-def fastest_ms(lookup: Callable, table: torch.Tensor, relation: torch.Tensor, upstream: torch.Tensor,
-               rounds: int) -> float:
+def fastest_ms(
+    lookup: Callable, table: torch.Tensor, relation: torch.Tensor, upstream: torch.Tensor, rounds: int
+) -> float:
     """Fastest forward + backward of ``lookup`` in CPU milliseconds."""
     best = float("inf")
     for _ in range(rounds):

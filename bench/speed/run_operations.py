@@ -41,8 +41,14 @@ class PlainDataModule(GraphDataModule):
     """The same data through an ordinary shuffled DataLoader with persistent workers."""
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.datasets["train"], batch_size=self.batch_size, shuffle=True,
-                          num_workers=self.num_workers, collate_fn=collate_graphs, persistent_workers=True)
+        return DataLoader(
+            self.datasets["train"],
+            batch_size=self.batch_size,
+            shuffle=True,
+            num_workers=self.num_workers,
+            collate_fn=collate_graphs,
+            persistent_workers=True,
+        )
 
 
 class StepTimer(pl.Callback):
@@ -63,20 +69,42 @@ class StepTimer(pl.Callback):
 def run(variant: str, root: str, molecules: int, steps: int, batch: int, workers: int) -> float:
     """Median seconds per step of one training run."""
     data_class = PlainDataModule if variant == "plain" else GraphDataModule
-    data = data_class(QM9(max_molecules=molecules), root=root, batch_size=batch, num_workers=workers,
-                      preprocess_workers=0)
-    config = GraphormerConfig(node_vocab=list(ATOM_VOCAB), edge_vocab=list(BOND_VOCAB), num_layers=4, hidden_dim=64,
-                              ffn_dim=64, num_heads=8, dropout=0.0, attention_dropout=0.0)
+    data = data_class(
+        QM9(max_molecules=molecules), root=root, batch_size=batch, num_workers=workers, preprocess_workers=0
+    )
+    config = GraphormerConfig(
+        node_vocab=list(ATOM_VOCAB),
+        edge_vocab=list(BOND_VOCAB),
+        num_layers=4,
+        hidden_dim=64,
+        ffn_dim=64,
+        num_heads=8,
+        dropout=0.0,
+        attention_dropout=0.0,
+    )
     steps_per_epoch = -(-int(molecules * 0.8) // batch)
     timer = StepTimer(skip=steps_per_epoch)
     callbacks: list[pl.Callback] = [timer]
     with tempfile.TemporaryDirectory() as tmp:
         if variant == "run-ops":
-            callbacks += [RNGState(), PreemptionCheckpoint(Path(tmp)), NonFiniteLossGuard(),
-                          LastCheckpoint(Path(tmp), every_n_train_steps=25)]
-        trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, callbacks=callbacks,
-                             enable_checkpointing=variant == "run-ops", enable_progress_bar=False,
-                             enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp)
+            callbacks += [
+                RNGState(),
+                PreemptionCheckpoint(Path(tmp)),
+                NonFiniteLossGuard(),
+                LastCheckpoint(Path(tmp), every_n_train_steps=25),
+            ]
+        trainer = pl.Trainer(
+            max_steps=steps,
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            callbacks=callbacks,
+            enable_checkpointing=variant == "run-ops",
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            default_root_dir=tmp,
+        )
         pl.seed_everything(0, verbose=False)
         trainer.fit(GraphRegression(config, OptimConfig(lr=1e-4, warmup_steps=10)), data)
     return statistics.median(timer.times)
@@ -96,8 +124,10 @@ def main() -> None:
         for variant in results:
             results[variant].append(run(variant, args.root, args.molecules, args.steps, args.batch, args.workers))
     plain, ops = (min(results[v]) for v in results)
-    print(f"\nQM9 {args.molecules} molecules, batch {args.batch}, {args.workers} worker(s), {args.steps} steps; "
-          f"fastest of {args.repeats} runs of the median step time (first epoch excluded)")
+    print(
+        f"\nQM9 {args.molecules} molecules, batch {args.batch}, {args.workers} worker(s), {args.steps} steps; "
+        f"fastest of {args.repeats} runs of the median step time (first epoch excluded)"
+    )
     print(f"{'variant':<10}{'ms/step':>10}{'ratio':>8}")
     print(f"{'plain':<10}{plain * 1e3:>10.1f}{1.0:>8.2f}")
     print(f"{'run-ops':<10}{ops * 1e3:>10.1f}{ops / plain:>8.2f}")

@@ -34,16 +34,47 @@ def parse_setting(text: str) -> tuple[int, int]:
     return int(threads), int(workers)
 
 
-def run(config: str, molecules: int, data_root: Path, run_root: Path, threads: int, workers: int, warmup: int,
-        steps: int, out: Path) -> dict:
+def run(
+    config: str,
+    molecules: int,
+    data_root: Path,
+    run_root: Path,
+    threads: int,
+    workers: int,
+    warmup: int,
+    steps: int,
+    out: Path,
+) -> dict:
     """One timed ``train.py`` run; returns its :class:`StepClock` figures."""
-    clock = {"class_path": "bench.speed.step_clock.StepClock", "init_args": {"out": str(out), "first": warmup,
-                                                                 "last": warmup + steps}}
-    command = [*TRAIN, "--config", config, "--data.source.max_molecules",
-               str(molecules), "--data.root", str(data_root), "--run_root", str(run_root), "--logger", "none",
-               "--threads", str(threads), "--data.num_workers", str(workers), "--trainer.max_steps",
-               str(warmup + steps), "--trainer.limit_val_batches", "0", "--trainer.limit_test_batches", "0",
-               "--trainer.callbacks+", json.dumps(clock)]
+    clock = {
+        "class_path": "bench.speed.step_clock.StepClock",
+        "init_args": {"out": str(out), "first": warmup, "last": warmup + steps},
+    }
+    command = [
+        *TRAIN,
+        "--config",
+        config,
+        "--data.source.max_molecules",
+        str(molecules),
+        "--data.root",
+        str(data_root),
+        "--run_root",
+        str(run_root),
+        "--logger",
+        "none",
+        "--threads",
+        str(threads),
+        "--data.num_workers",
+        str(workers),
+        "--trainer.max_steps",
+        str(warmup + steps),
+        "--trainer.limit_val_batches",
+        "0",
+        "--trainer.limit_test_batches",
+        "0",
+        "--trainer.callbacks+",
+        json.dumps(clock),
+    ]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -56,15 +87,19 @@ def main() -> None:
     parser.add_argument("--config", default="qm9_gap")
     parser.add_argument("--molecules", type=int, default=20_000, help="QM9 molecules (data.source.max_molecules)")
     parser.add_argument("--data-root", type=Path, default=REPO / "data")
-    parser.add_argument("--settings", nargs="+", default=["2x1", "1x1", "2x0", "1x0"],
-                        help="torch threads x loader workers")
+    parser.add_argument(
+        "--settings", nargs="+", default=["2x1", "1x1", "2x0", "1x0"], help="torch threads x loader workers"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=20, help="optimiser steps before the timed ones")
     parser.add_argument("--steps", type=int, default=100, help="timed optimiser steps")
     args = parser.parse_args()
     settings = [parse_setting(s) for s in args.settings]
-    print(f"{os.cpu_count()} cores; {args.config}, {args.molecules} molecules; {args.warmup} steps of warm-up, "
-          f"{args.steps} timed; {args.rounds} rounds", flush=True)
+    print(
+        f"{os.cpu_count()} cores; {args.config}, {args.molecules} molecules; {args.warmup} steps of warm-up, "
+        f"{args.steps} timed; {args.rounds} rounds",
+        flush=True,
+    )
     rates: dict[tuple[int, int, bool], list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
@@ -77,16 +112,28 @@ def main() -> None:
                     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if shared else None
                     try:
                         out = scratch / f"clock-{round_index}-{threads}x{workers}-{shared}.json"
-                        figures = run(args.config, args.molecules, args.data_root, scratch / "runs", threads, workers,
-                                      args.warmup, args.steps, out)
+                        figures = run(
+                            args.config,
+                            args.molecules,
+                            args.data_root,
+                            scratch / "runs",
+                            threads,
+                            workers,
+                            args.warmup,
+                            args.steps,
+                            out,
+                        )
                     finally:
                         if busy is not None:
                             busy.kill()
                             busy.wait()
                     rates.setdefault((threads, workers, shared), []).append(figures["steps_per_second"])
-                    print(f"round {round_index + 1}: {threads} threads x {workers} workers, "
-                          f"{'beside a busy process' if shared else 'alone'}: "
-                          f"{figures['steps_per_second']:.2f} steps/s", flush=True)
+                    print(
+                        f"round {round_index + 1}: {threads} threads x {workers} workers, "
+                        f"{'beside a busy process' if shared else 'alone'}: "
+                        f"{figures['steps_per_second']:.2f} steps/s",
+                        flush=True,
+                    )
     print("\n| torch threads x loader workers | steps/s alone | steps/s beside one busy process | slower by |")
     print("|---|---|---|---|")
     for threads, workers in settings:

@@ -51,8 +51,9 @@ class StepClock(pl.Callback):
             torch.cuda.synchronize(pl_module.device)
         return time.perf_counter()
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         step = trainer.global_step
         if step == self.first and self.started is None:
             self.started = self._now(pl_module)
@@ -61,8 +62,9 @@ class StepClock(pl.Callback):
         if self.started is not None and self.stopped is None:
             self.graphs = self.graphs + (batch.index >= 0).sum()  # on the device: padding graphs (-1) left out
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.started is None or self.stopped is not None:
             return
         if trainer.global_step >= self.last:
@@ -76,7 +78,18 @@ class StepClock(pl.Callback):
         seconds = self.stopped - self.started
         steps = self.last - self.first
         graphs = int(self.graphs)
-        self.out.write_text(json.dumps({
-            "steps": steps, "graphs": graphs, "seconds": seconds, "steps_per_second": steps / seconds,
-            "graphs_per_second": graphs / seconds, "between_steps_seconds": self.between,
-            "between_steps_share": self.between / seconds}, indent=2) + "\n")
+        self.out.write_text(
+            json.dumps(
+                {
+                    "steps": steps,
+                    "graphs": graphs,
+                    "seconds": seconds,
+                    "steps_per_second": steps / seconds,
+                    "graphs_per_second": graphs / seconds,
+                    "between_steps_seconds": self.between,
+                    "between_steps_share": self.between / seconds,
+                },
+                indent=2,
+            )
+            + "\n"
+        )

@@ -67,8 +67,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     device = torch.device(args.device)
     setting = SETTINGS[args.setting]
     rng = np.random.default_rng(0)
-    records = [random_molecule_record(rng, setting.atoms(rng), index, setting.node_vocab, setting.edge_vocab)
-               for index in range(args.batch_size * 8)]
+    records = [
+        random_molecule_record(rng, setting.atoms(rng), index, setting.node_vocab, setting.edge_vocab)
+        for index in range(args.batch_size * 8)
+    ]
     shape = None if args.mode == "eager" else BatchShape(args.pad_nodes_to, args.batch_size, edges_per_node(records))
     batches = sorted(epoch_batches(records, args.batch_size, "bucketed", shape, device), key=lambda b: b.x.shape[1])
     batch = batches[len(batches) // 2]
@@ -87,23 +89,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     events = profiler.key_averages()
     # ATen ops not called by another ATen op: the forward's, the backward's (under autograd's nodes), the optimiser's
-    dispatched = [e for e in profiler.events() if e.name.startswith("aten::")
-                  and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))]
-    print(f"{args.setting} ({setting.config}), {args.mode}, {args.attention}, precision {args.precision}, {device}; "
-          f"batch of {batch.num_graphs} graphs padded to {batch.x.shape[1]} nodes and {batch.edge_attr.shape[0]} edges")
+    dispatched = [
+        e
+        for e in profiler.events()
+        if e.name.startswith("aten::") and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))
+    ]
+    print(
+        f"{args.setting} ({setting.config}), {args.mode}, {args.attention}, precision {args.precision}, {device}; "
+        f"batch of {batch.num_graphs} graphs padded to {batch.x.shape[1]} nodes and {batch.edge_attr.shape[0]} edges"
+    )
     print(f"step (profiled): {1000 * wall:.1f} ms wall, {1000 * cpu:.1f} ms of host CPU time")
     print(f"ATen ops dispatched (not inside another op): {len(dispatched)}")
     if device.type == "cuda":
         kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
         device_ms = sum(e.self_device_time_total for e in kernels) / 1000
         launches = sum(e.count for e in kernels)
-        print(f"device: {device_ms:.1f} ms in {launches} kernels ({device_ms / (1000 * wall):.0%} of the step's wall "
-              f"time busy); synchronisations (sync debug mode): {waits}")
+        print(
+            f"device: {device_ms:.1f} ms in {launches} kernels ({device_ms / (1000 * wall):.0%} of the step's wall "
+            f"time busy); synchronisations (sync debug mode): {waits}"
+        )
         print(events.table(sort_by="self_device_time_total", row_limit=args.top))
     else:
         # item() called by the step's code, not inside an op (the CPU's fused AdamW reads its step counters so)
-        reads = sum(1 for e in profiler.events() if e.name == "aten::item"
-                    and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::")))
+        reads = sum(
+            1
+            for e in profiler.events()
+            if e.name == "aten::item" and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))
+        )
         print(f"reads of a value by the step's code (item() outside any op): {reads}")
         print(events.table(sort_by="self_cpu_time_total", row_limit=args.top))
 

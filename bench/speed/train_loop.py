@@ -80,19 +80,43 @@ RELEASES = {"zinc": ("zinc_subset", zinc_like_release), "pcqm": ("pcqm4mv2", pcq
 
 def timed_run(args: argparse.Namespace, mode: str, run_root: Path, out: Path) -> dict:
     """One ``train.py`` process; returns :class:`bench.speed.step_clock.StepClock`'s figures (exit on failure)."""
-    clock = {"class_path": "bench.speed.step_clock.StepClock",
-             "init_args": {"out": str(out), "first": args.first, "last": args.last}}
+    clock = {
+        "class_path": "bench.speed.step_clock.StepClock",
+        "init_args": {"out": str(out), "first": args.first, "last": args.last},
+    }
     config, _ = RELEASES[args.setting]
-    command = [*TRAIN, "--config", config, "--data.root", str(args.data_root),
-               "--run_root", str(run_root), "--logger", "none", "--checkpoint.every_n_steps", "0",
-               "--trainer.max_steps", str(args.last), "--trainer.limit_val_batches", "0",
-               "--trainer.limit_test_batches", "0", "--trainer.accelerator", "gpu" if args.device == "cuda" else "cpu",
-               "--trainer.precision", args.precision, "--model.compile", MODES[mode],
-               "--data.num_workers", str(args.workers), "--trainer.callbacks+", json.dumps(clock)]
+    command = [
+        *TRAIN,
+        "--config",
+        config,
+        "--data.root",
+        str(args.data_root),
+        "--run_root",
+        str(run_root),
+        "--logger",
+        "none",
+        "--checkpoint.every_n_steps",
+        "0",
+        "--trainer.max_steps",
+        str(args.last),
+        "--trainer.limit_val_batches",
+        "0",
+        "--trainer.limit_test_batches",
+        "0",
+        "--trainer.accelerator",
+        "gpu" if args.device == "cuda" else "cpu",
+        "--trainer.precision",
+        args.precision,
+        "--model.compile",
+        MODES[mode],
+        "--data.num_workers",
+        str(args.workers),
+        "--trainer.callbacks+",
+        json.dumps(clock),
+    ]
     if mode != "eager":
         command += ["--data.pad_nodes_to", str(args.pad_nodes_to)]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
     if done.returncode or not out.is_file():
         raise SystemExit(f"train.py ({mode}) ended with exit code {done.returncode}:\n{done.stderr[-4000:]}")
     return json.loads(out.read_text())
@@ -102,8 +126,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting", default="zinc", choices=list(RELEASES))
     parser.add_argument("--data-root", type=Path, required=True, help="where the setting's release is (written)")
-    parser.add_argument("--molecules", type=int, default=SUBSET_TRAIN,
-                        help="training molecules of a release written now (10,000)")
+    parser.add_argument(
+        "--molecules", type=int, default=SUBSET_TRAIN, help="training molecules of a release written now (10,000)"
+    )
     parser.add_argument("--variants", nargs="+", default=["eager"], choices=list(MODES))
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--precision", default="32", choices=["32", "16-mixed", "bf16-mixed"])
@@ -116,8 +141,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     config, write_release = RELEASES[args.setting]
     write_release(args.data_root, args.molecules)
-    print(f"train.py --config {config} on {args.device}, precision {args.precision}, {args.workers} loader "
-          f"workers; steps {args.first + 1}-{args.last} timed, {args.rounds} round(s)", flush=True)
+    print(
+        f"train.py --config {config} on {args.device}, precision {args.precision}, {args.workers} loader "
+        f"workers; steps {args.first + 1}-{args.last} timed, {args.rounds} round(s)",
+        flush=True,
+    )
     figures: dict[str, list[dict]] = {mode: [] for mode in args.variants}
     with tempfile.TemporaryDirectory() as scratch:
         for round_index in range(args.rounds):
@@ -126,16 +154,32 @@ def main(argv: Sequence[str] | None = None) -> None:
                 result = timed_run(args, mode, Path(scratch) / "runs", out)
                 figures[mode].append(result)
                 if args.json is not None:  # after every run: a check cut later keeps what was measured
-                    args.json.write_text(json.dumps({"setting": args.setting, "config": config, "device": args.device,
-                                                     "precision": args.precision, "runs": figures}, indent=2) + "\n")
-                print(f"round {round_index + 1}, {mode}: {result['graphs_per_second']:.0f} graphs/s, "
-                      f"{result['between_steps_share']:.0%} of the time between steps", flush=True)
+                    args.json.write_text(
+                        json.dumps(
+                            {
+                                "setting": args.setting,
+                                "config": config,
+                                "device": args.device,
+                                "precision": args.precision,
+                                "runs": figures,
+                            },
+                            indent=2,
+                        )
+                        + "\n"
+                    )
+                print(
+                    f"round {round_index + 1}, {mode}: {result['graphs_per_second']:.0f} graphs/s, "
+                    f"{result['between_steps_share']:.0%} of the time between steps",
+                    flush=True,
+                )
     print("\n| variant | graphs/s (median round) | steps/s | time between steps (loader, Lightning) |")
     print("|---|---|---|---|")
     for mode, results in figures.items():
         median = sorted(results, key=lambda r: r["graphs_per_second"])[len(results) // 2]  # the upper for even
-        print(f"| {mode} | {median['graphs_per_second']:.0f} | {median['steps_per_second']:.2f} | "
-              f"{median['between_steps_share']:.0%} |")
+        print(
+            f"| {mode} | {median['graphs_per_second']:.0f} | {median['steps_per_second']:.2f} | "
+            f"{median['between_steps_share']:.0%} |"
+        )
 
 
 if __name__ == "__main__":

@@ -77,8 +77,10 @@ class Setting:
     edge_vocab: tuple[int, ...]
 
 
-SETTINGS = {"zinc": Setting("zinc_subset", zinc_like_atoms, (28,), (4,)),
-            "pcqm": Setting("pcqm4mv2", pcqm_like_atoms, tuple(ATOM_VOCAB), tuple(BOND_VOCAB))}
+SETTINGS = {
+    "zinc": Setting("zinc_subset", zinc_like_atoms, (28,), (4,)),
+    "pcqm": Setting("pcqm4mv2", pcqm_like_atoms, tuple(ATOM_VOCAB), tuple(BOND_VOCAB)),
+}
 
 
 class Step:
@@ -93,12 +95,19 @@ class Step:
         kernel: the attention kernel, ``eager`` or ``flex``.
     """
 
-    def __init__(self, setting: Setting, attention: str, mode: str, device: torch.device, precision: str,
-                 kernel: str) -> None:
+    def __init__(
+        self, setting: Setting, attention: str, mode: str, device: torch.device, precision: str, kernel: str
+    ) -> None:
         config = yaml.safe_load((CONFIG_DIR / f"{setting.config}.yaml").read_text())
         task_args = config["model"]["init_args"]
-        encoder = GraphormerConfig(**{**task_args["encoder"], "attention": attention,
-                                      "node_vocab": list(setting.node_vocab), "edge_vocab": list(setting.edge_vocab)})
+        encoder = GraphormerConfig(
+            **{
+                **task_args["encoder"],
+                "attention": attention,
+                "node_vocab": list(setting.node_vocab),
+                "edge_vocab": list(setting.edge_vocab),
+            }
+        )
         torch.manual_seed(0)  # every variant starts from the same weights
         self.task = GraphRegression(encoder, OptimConfig(**task_args["optim"]), compile=MODES[mode]).to(device).train()
         use_attention_kernel(self.task, kernel)
@@ -158,8 +167,9 @@ class Clock:
             into.append(torch.cuda.max_memory_allocated(self.device))
 
 
-def epoch_batches(records: list[GraphRecord], batch_size: int, batching: str, shape: BatchShape | None,
-                  device: torch.device) -> list[GraphBatch]:
+def epoch_batches(
+    records: list[GraphRecord], batch_size: int, batching: str, shape: BatchShape | None, device: torch.device
+) -> list[GraphBatch]:
     """The epoch's global batches on ``device``: uniform (``today``) or size-aware (``bucketed``), padded to
     ``shape``."""
     sizes = np.array([len(r.x) for r in records])
@@ -227,8 +237,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=list(MODES))
     parser.add_argument("--batchings", nargs="+", default=["bucketed"], choices=["today", "bucketed"])
     parser.add_argument("--attention", nargs="+", default=["urpe", "rpe"], choices=["urpe", "rpe"])
-    parser.add_argument("--kernels", nargs="+", default=["eager"], choices=ATTENTION_KERNELS,
-                        help="attention kernels (flex: FlexAttention, CUDA only)")
+    parser.add_argument(
+        "--kernels",
+        nargs="+",
+        default=["eager"],
+        choices=ATTENTION_KERNELS,
+        help="attention kernels (flex: FlexAttention, CUDA only)",
+    )
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--epoch-batches", type=int, default=16, help="global batches of the epoch (>= 16)")
     parser.add_argument("--rounds", type=int, default=3, help="timed epochs per variant (>= 3); the median counts")
@@ -247,17 +262,22 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     clock = Clock(device)
     unit = "CPU-second" if device.type == "cpu" else "second"
-    print(f"torch {torch.__version__}, {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else f", {args.threads} threads")
-          + f", precision {args.precision}; global batch {args.batch_size}, {args.epoch_batches} batches an epoch, "
-          f"each distinct shape warmed {args.warm} times, {args.rounds} timed epochs per variant", flush=True)
+    print(
+        f"torch {torch.__version__}, {device}"
+        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else f", {args.threads} threads")
+        + f", precision {args.precision}; global batch {args.batch_size}, {args.epoch_batches} batches an epoch, "
+        f"each distinct shape warmed {args.warm} times, {args.rounds} timed epochs per variant",
+        flush=True,
+    )
 
     results = []
     for setting_name in args.settings:
         setting = SETTINGS[setting_name]
         rng = np.random.default_rng(0)
-        records = [random_molecule_record(rng, setting.atoms(rng), index, setting.node_vocab, setting.edge_vocab)
-                   for index in range(args.batch_size * args.epoch_batches)]
+        records = [
+            random_molecule_record(rng, setting.atoms(rng), index, setting.node_vocab, setting.edge_vocab)
+            for index in range(args.batch_size * args.epoch_batches)
+        ]
         sizes = np.array([len(r.x) for r in records])
         bound = edges_per_node(records)
         variants = []
@@ -269,40 +289,65 @@ def main(argv: list[str] | None = None) -> None:
                     for kernel in args.kernels:
                         step = Step(setting, attention, mode, device, args.precision, kernel)
                         variants.append(Variant(mode, batching, attention, kernel, step, batches))
-        padding = ", ".join(f"{v.mode}/{v.batching} {attention_padding(v.batches):.0%}"
-                            for v in variants[::len(args.attention) * len(args.kernels)])
-        print(f"\n{setting_name} ({setting.config}): {len(records)} molecules of {sizes.min()}-{sizes.max()} atoms, "
-              f"mean {sizes.mean():.1f}; attention entries that are padding: {padding}", flush=True)
+        padding = ", ".join(
+            f"{v.mode}/{v.batching} {attention_padding(v.batches):.0%}"
+            for v in variants[:: len(args.attention) * len(args.kernels)]
+        )
+        print(
+            f"\n{setting_name} ({setting.config}): {len(records)} molecules of {sizes.min()}-{sizes.max()} atoms, "
+            f"mean {sizes.mean():.1f}; attention entries that are padding: {padding}",
+            flush=True,
+        )
         for variant in variants:  # every distinct shape, compiled and captured, before any timing
             variant.warm_seconds = clock(functools.partial(variant.warm_up, args.warm))
-            print(f"  warmed {variant.name}: {len(variant.distinct_shapes())} shapes in {variant.warm_seconds:.1f} s",
-                  flush=True)
+            print(
+                f"  warmed {variant.name}: {len(variant.distinct_shapes())} shapes in {variant.warm_seconds:.1f} s",
+                flush=True,
+            )
             variant.rounds, variant.memory = [], []
         for round_index in range(args.rounds):
             for variant in variants if round_index % 2 == 0 else variants[::-1]:
                 with clock.peak_memory(variant.memory):
                     variant.rounds.append(clock(variant.run_epoch))
         graphs = args.batch_size * args.epoch_batches
-        print(f"  {'mode':11} {'batching':8} {'att.':4} {'kernel':6}  graphs/{unit} median [slowest, fastest]"
-              "   ms/step   warm-up s" + ("   peak GiB" if device.type == "cuda" else ""))
+        print(
+            f"  {'mode':11} {'batching':8} {'att.':4} {'kernel':6}  graphs/{unit} median [slowest, fastest]"
+            "   ms/step   warm-up s" + ("   peak GiB" if device.type == "cuda" else "")
+        )
         for variant in variants:
             median, slowest, fastest = (statistics.median(variant.rounds), max(variant.rounds), min(variant.rounds))
-            line = (f"  {variant.name}  {graphs / median:8.0f} [{graphs / slowest:6.0f}, {graphs / fastest:6.0f}]"
-                    f"{1000 * median / args.epoch_batches:19.1f} {variant.warm_seconds:11.1f}")
+            line = (
+                f"  {variant.name}  {graphs / median:8.0f} [{graphs / slowest:6.0f}, {graphs / fastest:6.0f}]"
+                f"{1000 * median / args.epoch_batches:19.1f} {variant.warm_seconds:11.1f}"
+            )
             if variant.memory:
                 line += f" {max(variant.memory) / 2**30:10.2f}"
             print(line, flush=True)
-        results += [{"setting": setting_name, "config": setting.config, "precision": args.precision,
-                     "batch_size": args.batch_size, "epoch_batches": args.epoch_batches, "rounds": args.rounds,
-                     "mode": v.mode, "batching": v.batching, "attention": v.attention, "kernel": v.kernel,
-                     "graphs_per_second": graphs / statistics.median(v.rounds),
-                     "graphs_per_second_rounds": [graphs / seconds for seconds in v.rounds],
-                     "ms_per_step": 1000 * statistics.median(v.rounds) / args.epoch_batches,
-                     "warm_seconds": v.warm_seconds, "shapes": len(v.distinct_shapes()),
-                     "peak_gib": max(v.memory) / 2**30 if v.memory else None} for v in variants]
+        results += [
+            {
+                "setting": setting_name,
+                "config": setting.config,
+                "precision": args.precision,
+                "batch_size": args.batch_size,
+                "epoch_batches": args.epoch_batches,
+                "rounds": args.rounds,
+                "mode": v.mode,
+                "batching": v.batching,
+                "attention": v.attention,
+                "kernel": v.kernel,
+                "graphs_per_second": graphs / statistics.median(v.rounds),
+                "graphs_per_second_rounds": [graphs / seconds for seconds in v.rounds],
+                "ms_per_step": 1000 * statistics.median(v.rounds) / args.epoch_batches,
+                "warm_seconds": v.warm_seconds,
+                "shapes": len(v.distinct_shapes()),
+                "peak_gib": max(v.memory) / 2**30 if v.memory else None,
+            }
+            for v in variants
+        ]
         if args.json is not None:  # after every setting: a run cut later keeps what it measured
-            args.json.write_text(json.dumps({"device": str(device), "torch": torch.__version__, "results": results},
-                                            indent=2) + "\n")
+            args.json.write_text(
+                json.dumps({"device": str(device), "torch": torch.__version__, "results": results}, indent=2) + "\n"
+            )
         print_ratios(variants, unit)
 
 

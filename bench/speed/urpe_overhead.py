@@ -35,15 +35,26 @@ from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 
 def batch_of(atoms: int, large: int, rng: np.random.Generator) -> GraphBatch:
     """256 graphs of ``atoms`` atoms, every 12th of ``large`` atoms."""
-    return collate_graphs([random_molecule_record(rng, large if index % 12 == 0 else atoms, index)
-                           for index in range(256)])
+    return collate_graphs(
+        [random_molecule_record(rng, large if index % 12 == 0 else atoms, index) for index in range(256)]
+    )
 
 
 def train_step(attention: str, batch: GraphBatch) -> Callable[[], None]:
     """One AdamW step of a fresh model with ``attention``, as a function of no arguments."""
     torch.manual_seed(0)
-    model = Graphormer(GraphormerConfig(num_layers=12, hidden_dim=80, ffn_dim=80, num_heads=8, attention=attention,
-                                        dropout=0.1, attention_dropout=0.1, activation_dropout=0.1))
+    model = Graphormer(
+        GraphormerConfig(
+            num_layers=12,
+            hidden_dim=80,
+            ffn_dim=80,
+            num_heads=8,
+            attention=attention,
+            dropout=0.1,
+            attention_dropout=0.1,
+            activation_dropout=0.1,
+        )
+    )
     optimizer = torch.optim.AdamW(model.parameters())
 
     def step() -> None:
@@ -51,6 +62,7 @@ def train_step(attention: str, batch: GraphBatch) -> Callable[[], None]:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+
     return step
 
 
@@ -77,8 +89,10 @@ def main() -> None:
                 times[attention].append(time.process_time() - started)
         fastest = {attention: min(seconds) for attention, seconds in times.items()}
         median = {attention: statistics.median(seconds) for attention, seconds in times.items()}
-        print(f"{size:>8} {batch.node_mask.shape[1] + 1:>3} {fastest['rpe'] * 1e3:>8.0f} {fastest['urpe'] * 1e3:>8.0f} "
-              f"{fastest['urpe'] / fastest['rpe']:>17.3f} {median['urpe'] / median['rpe']:>7.3f}")
+        print(
+            f"{size:>8} {batch.node_mask.shape[1] + 1:>3} {fastest['rpe'] * 1e3:>8.0f} {fastest['urpe'] * 1e3:>8.0f} "
+            f"{fastest['urpe'] / fastest['rpe']:>17.3f} {median['urpe'] / median['rpe']:>7.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,12 @@ class Run:
     init_from: str | None = None  # name of the run whose best checkpoint starts this one
 
 
-def accuracy_figure(results: dict[str, dict[str, float]], methods: Sequence[str], title: str = "",
-                    baselines: dict[str, float] | None = None) -> Figure:
+def accuracy_figure(
+    results: dict[str, dict[str, float]],
+    methods: Sequence[str],
+    title: str = "",
+    baselines: dict[str, float] | None = None,
+) -> Figure:
     """Grouped bars of accuracy per setting and method, like the paper's Figure 1.
 
     Args:
@@ -98,17 +102,35 @@ def plan(vocab_sizes: list[int], only: list[str]) -> list[Run]:
             continue
         for vocab in vocab_sizes:
             for attention, method in METHOD_NAMES.items():
-                runs.append(Run(f"{task}_v{vocab}_{attention}", f"synthetic_{task}", f"{task.upper()} |V|={vocab}",
-                                method, ["--model.encoder.attention", attention, "--data.vocab_size", str(vocab)]))
+                runs.append(
+                    Run(
+                        f"{task}_v{vocab}_{attention}",
+                        f"synthetic_{task}",
+                        f"{task.upper()} |V|={vocab}",
+                        method,
+                        ["--model.encoder.attention", attention, "--data.vocab_size", str(vocab)],
+                    )
+                )
     if "graph" in only:
         setting = "graph, #nodes at distance 2"
         runs += [
             Run("graph_rpe", "synthetic_graph", setting, "RPE", ["--model.encoder.attention", "rpe"]),
             Run("graph_urpe", "synthetic_graph", setting, "URPE", ["--model.encoder.attention", "urpe"]),
-            Run("graph_rpe_token", "synthetic_graph", setting, "RPE + graph token",
-                ["--model.encoder.attention", "rpe", "--model.encoder.graph_token", "true"]),
-            Run("graph_rpe_to_urpe", "synthetic_graph", setting, "RPE -> URPE", ["--model.encoder.attention", "urpe"],
-                init_from="graph_rpe"),
+            Run(
+                "graph_rpe_token",
+                "synthetic_graph",
+                setting,
+                "RPE + graph token",
+                ["--model.encoder.attention", "rpe", "--model.encoder.graph_token", "true"],
+            ),
+            Run(
+                "graph_rpe_to_urpe",
+                "synthetic_graph",
+                setting,
+                "RPE -> URPE",
+                ["--model.encoder.attention", "urpe"],
+                init_from="graph_rpe",
+            ),
         ]
     return runs
 
@@ -120,8 +142,18 @@ def train(run: Run, run_root: Path, threads: int, steps: int | None, retrain: bo
     if metrics_path.is_file() and not retrain:
         return json.loads(metrics_path.read_text())
     shutil.rmtree(run_dir, ignore_errors=True)
-    command = [*TRAIN, "--config", run.config, *run.args,
-               "--run_root", str(run_root), "--run_name", run.name, "--trainer.enable_progress_bar", "false"]
+    command = [
+        *TRAIN,
+        "--config",
+        run.config,
+        *run.args,
+        "--run_root",
+        str(run_root),
+        "--run_name",
+        run.name,
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
     if steps is not None:  # e.g. a quick check of the whole pipeline: validate once, at the end
         command += ["--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(steps)]
     if run.init_from is not None:
@@ -157,8 +189,11 @@ def markdown_table(runs: list[Run], results: dict[str, dict], majority: float | 
             lines.append(f"| {TASK_NAMES[task.lower()]} | {vocab.split('=')[1]} | {cells} |")
     graph_runs = [r for r in runs if r.config == "synthetic_graph"]
     if graph_runs:
-        lines += ["", "| graph task | majority label | " + " | ".join(GRAPH_METHODS) + " |",
-                  "|---|---|" + "---|" * len(GRAPH_METHODS)]
+        lines += [
+            "",
+            "| graph task | majority label | " + " | ".join(GRAPH_METHODS) + " |",
+            "|---|---|" + "---|" * len(GRAPH_METHODS),
+        ]
         row = {r.method: results[r.name]["test"]["test/accuracy"] for r in graph_runs}
         cells = " | ".join(f"{row[m]:.3f}" if m in row else "-" for m in GRAPH_METHODS)
         lines.append(f"| 3-regular, 12-24 nodes, label = #nodes at distance 2 | {majority:.3f} | {cells} |")
@@ -173,8 +208,9 @@ def draw_heatmaps(runs: list[Run], results: dict[str, dict], out: Path) -> list[
         task_class = Classification if run.config == "synthetic_graph" else SequenceTagging
         task = task_class.from_checkpoint(results[run.name]["best_checkpoint"])
         accuracy = results[run.name]["test"]["test/accuracy"]
-        figure = relative_encoding_figure(task.model, title=f"{run.setting}, {run.method}: learned B and C "
-                                                            f"(test accuracy {accuracy:.3f})")
+        figure = relative_encoding_figure(
+            task.model, title=f"{run.setting}, {run.method}: learned B and C (test accuracy {accuracy:.3f})"
+        )
         path = out / f"{run.name}_BC.png"
         figure.savefig(path, dpi=90)
         drawn.append(path)
@@ -187,8 +223,9 @@ def main() -> None:
     parser.add_argument("--run_root", type=Path, default=REPO / "runs" / "synthetic", help="run directories")
     parser.add_argument("--vocab", type=int, nargs="+", default=[10, 1000], help="vocabulary sizes |V|")
     parser.add_argument("--only", nargs="+", default=["pi", "etp", "graph"], choices=["pi", "etp", "graph"])
-    parser.add_argument("--steps", type=int, default=None,
-                        help="override every config's max_steps (and validate only at the end)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="override every config's max_steps (and validate only at the end)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--retrain", action="store_true", help="train again even if a run has finished")
     options = parser.parse_args()
@@ -199,8 +236,10 @@ def main() -> None:
         print(f"[{k}/{len(runs)}] {run.setting:<32} {run.method:<18} ", end="", flush=True)
         results[run.name] = train(run, options.run_root, options.threads, options.steps, options.retrain)
         metrics = results[run.name]
-        print(f"test accuracy {metrics['test']['test/accuracy']:.3f}  ({metrics.get('seconds', 0) / 60:.1f} min)",
-              flush=True)
+        print(
+            f"test accuracy {metrics['test']['test/accuracy']:.3f}  ({metrics.get('seconds', 0) / 60:.1f} min)",
+            flush=True,
+        )
 
     majority = None
     if "graph" in options.only:
@@ -209,18 +248,33 @@ def main() -> None:
     options.out.mkdir(parents=True, exist_ok=True)
     table = markdown_table(runs, results, majority)
     (options.out / "results.md").write_text(table)
-    (options.out / "results.json").write_text(json.dumps(
-        {run.name: {"setting": run.setting, "method": run.method, "test_accuracy": results[run.name]["test"][
-            "test/accuracy"], "minutes": round(results[run.name].get("seconds", 0) / 60, 1)} for run in runs},
-        indent=2) + "\n")
+    (options.out / "results.json").write_text(
+        json.dumps(
+            {
+                run.name: {
+                    "setting": run.setting,
+                    "method": run.method,
+                    "test_accuracy": results[run.name]["test"]["test/accuracy"],
+                    "minutes": round(results[run.name].get("seconds", 0) / 60, 1),
+                }
+                for run in runs
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     bars: dict[str, dict[str, float]] = {}
     for run in runs:
-        bars.setdefault(run.setting.replace(", #nodes at distance 2", ""), {})[run.method] = \
-            results[run.name]["test"]["test/accuracy"]
+        bars.setdefault(run.setting.replace(", #nodes at distance 2", ""), {})[run.method] = results[run.name]["test"][
+            "test/accuracy"
+        ]
     baselines = {"graph": majority} if majority is not None else None
-    accuracy_figure(bars, [*METHOD_NAMES.values(), *GRAPH_METHODS[2:]], baselines=baselines,
-                    title="Synthetic tasks, test accuracy (dashed: majority label)").savefig(
-        options.out / "accuracy.png", dpi=90)
+    accuracy_figure(
+        bars,
+        [*METHOD_NAMES.values(), *GRAPH_METHODS[2:]],
+        baselines=baselines,
+        title="Synthetic tasks, test accuracy (dashed: majority label)",
+    ).savefig(options.out / "accuracy.png", dpi=90)
     figures = draw_heatmaps(runs, results, options.out)
     print(table)
     print("wrote", options.out / "results.md", options.out / "accuracy.png", *figures)

@@ -38,18 +38,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "sweep": (
         "graphormer_urpe.commands.sweep",
-        "one config over several seeds: mean and std, and the recipe's "
-        "ensemble",
+        "one config over several seeds: mean and std, and the recipe's ensemble",
     ),
     "ensemble": (
         "graphormer_urpe.commands.ensemble",
-        "save the runs of one table as an ensemble, with descriptor "
-        "trees",
+        "save the runs of one table as an ensemble, with descriptor trees",
     ),
     "convert": (
         "graphormer_urpe.commands.convert",
-        "convert official, transformers' or earlier checkpoints; export "
-        "the shipped one",
+        "convert official, transformers' or earlier checkpoints; export the shipped one",
     ),
 }
 
@@ -78,8 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         configure_logging()
         with exit_codes():
-            raise InputError(f"'{args[0]}' is not a subcommand; one of {', '.join(SUBCOMMANDS)} (graphormer-urpe "
-                             "--help)")
+            raise InputError(
+                f"'{args[0]}' is not a subcommand; one of {', '.join(SUBCOMMANDS)} (graphormer-urpe --help)"
+            )
     module = importlib.import_module(SUBCOMMANDS[args[0]][0])
     returned = module.main(args[1:])
     return returned if isinstance(returned, int) else OK  # a subcommand returns its result, or a code

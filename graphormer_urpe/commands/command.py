@@ -62,8 +62,12 @@ class Command(ABC, Generic[PlanT, ResultT]):
         ``finish``); nothing by default."""
 
     def parser(self) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(prog=f"graphormer-urpe {self.NAME}", description=self.HELP,
-                                         epilog=self.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser = argparse.ArgumentParser(
+            prog=f"graphormer-urpe {self.NAME}",
+            description=self.HELP,
+            epilog=self.EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         self.add_args(parser)
         return parser
 

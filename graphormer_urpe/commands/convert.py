@@ -62,12 +62,26 @@ class Conversion:
 def add_import_args(parser: argparse.ArgumentParser) -> None:
     """The output and data options of the two imports of other implementations' checkpoints."""
     parser.add_argument("output", help="our checkpoint to write; its config goes next to it with .yaml")
-    parser.add_argument("--node_vocab", type=int, nargs="+", default=list(ATOM_VOCAB),
-                        help="values per node-feature column of the data (default: ogb's atom features)")
-    parser.add_argument("--edge_vocab", type=int, nargs="+", default=list(BOND_VOCAB),
-                        help="values per edge-feature column of the data (default: ogb's bond features)")
-    parser.add_argument("--task", choices=["regression", "classification"], default="regression",
-                        help="the task the checkpoint will start (regression adds target statistics 0 and 1)")
+    parser.add_argument(
+        "--node_vocab",
+        type=int,
+        nargs="+",
+        default=list(ATOM_VOCAB),
+        help="values per node-feature column of the data (default: ogb's atom features)",
+    )
+    parser.add_argument(
+        "--edge_vocab",
+        type=int,
+        nargs="+",
+        default=list(BOND_VOCAB),
+        help="values per edge-feature column of the data (default: ogb's bond features)",
+    )
+    parser.add_argument(
+        "--task",
+        choices=["regression", "classification"],
+        default="regression",
+        help="the task the checkpoint will start (regression adds target statistics 0 and 1)",
+    )
 
 
 class Convert(Command[ConvertPlan, Conversion]):
@@ -82,42 +96,63 @@ class Convert(Command[ConvertPlan, Conversion]):
         huggingface.add_argument("source", help="directory with config.json and model.safetensors or pytorch_model.bin")
         add_import_args(official)
         add_import_args(huggingface)
-        official.add_argument("--multi_hop_max_dist", type=int,
-                              help="for files that do not store it (default: official 5)")
-        official.add_argument("--spatial_pos_max", type=int,
-                              help="for files that do not store it, such as v1.0's (default: official 1024)")
-        huggingface.add_argument("--spatial_pos_max", type=int, help="the GraphormerDataCollator argument the model "
-                                 "ran with (default: config.json's, which that collator does not read; its own "
-                                 "default is 20)")
-        huggingface.add_argument("--node_rows", choices=list(NODE_ROW_SHIFTS), default="transformers",
-                                 help="node embedding rows of transformers' preprocessing (512 f + v + 3) or of "
-                                      "official Graphormer (512 f + v + 2)")
+        official.add_argument(
+            "--multi_hop_max_dist", type=int, help="for files that do not store it (default: official 5)"
+        )
+        official.add_argument(
+            "--spatial_pos_max",
+            type=int,
+            help="for files that do not store it, such as v1.0's (default: official 1024)",
+        )
+        huggingface.add_argument(
+            "--spatial_pos_max",
+            type=int,
+            help="the GraphormerDataCollator argument the model "
+            "ran with (default: config.json's, which that collator does not read; its own "
+            "default is 20)",
+        )
+        huggingface.add_argument(
+            "--node_rows",
+            choices=list(NODE_ROW_SHIFTS),
+            default="transformers",
+            help="node embedding rows of transformers' preprocessing (512 f + v + 3) or of "
+            "official Graphormer (512 f + v + 2)",
+        )
         # paths as typed: a trailing '/' names a directory, which the converters refuse as an output
-        parsers["upgrade"].add_argument("source", help="the checkpoint in the earlier layout (optimiser arguments "
-                                        "outside optim)")
+        parsers["upgrade"].add_argument(
+            "source", help="the checkpoint in the earlier layout (optimiser arguments outside optim)"
+        )
         parsers["upgrade"].add_argument("output", help="the checkpoint to write, in today's layout")
         pretrained = parsers["pretrained"]
-        pretrained.add_argument("source", type=Path, metavar="checkpoint",
-                                help="a checkpoint of a graphormer-urpe train --config pretrain_moses run")
-        pretrained.add_argument("--out", type=Path, default=None,
-                                help="a directory (default: the package's own files)")
-        pretrained.add_argument("--replace", action="store_true",
-                                help="write over existing files (the shipped ones)")
+        pretrained.add_argument(
+            "source",
+            type=Path,
+            metavar="checkpoint",
+            help="a checkpoint of a graphormer-urpe train --config pretrain_moses run",
+        )
+        pretrained.add_argument("--out", type=Path, default=None, help="a directory (default: the package's own files)")
+        pretrained.add_argument("--replace", action="store_true", help="write over existing files (the shipped ones)")
 
     def plan(self, args: argparse.Namespace) -> ConvertPlan:
         options = {key: value for key, value in vars(args).items() if key not in ("format", "source", "output", "out")}
         if args.format != "pretrained":
             return ConvertPlan(args.format, args.source, (args.output,), options)
-        outputs = (CHECKPOINT, PROVENANCE) if args.out is None else (args.out / CHECKPOINT.name,
-                                                                     args.out / PROVENANCE.name)
+        outputs = (
+            (CHECKPOINT, PROVENANCE) if args.out is None else (args.out / CHECKPOINT.name, args.out / PROVENANCE.name)
+        )
         return ConvertPlan(args.format, args.source, outputs, options)
 
     def run(self, plan: ConvertPlan) -> Conversion:
         """The converter of the format: it checks the source, then the outputs, and then writes them."""
         if plan.format == "pretrained":
             written = export(plan.source, *plan.outputs, **plan.options)
-            log.info("wrote %s (%s bytes, step %d) and %s", plan.outputs[0], f"{written['bytes']:,}",
-                     written["global_step"], plan.outputs[1])
+            log.info(
+                "wrote %s (%s bytes, step %d) and %s",
+                plan.outputs[0],
+                f"{written['bytes']:,}",
+                written["global_step"],
+                plan.outputs[1],
+            )
         else:
             convert = {"official": import_official, "huggingface": import_huggingface, "upgrade": upgrade}
             convert[plan.format](plan.source, plan.outputs[0], **plan.options)

@@ -46,19 +46,33 @@ class Ensemble(Command[EnsembleCommandPlan, EnsembleRecord]):
     HELP = __doc__
 
     def add_args(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--runs", type=Path, nargs="+", required=True, metavar="RUN",
-                            help="run directories (their best checkpoint) or checkpoint files of one table's runs")
+        parser.add_argument(
+            "--runs",
+            type=Path,
+            nargs="+",
+            required=True,
+            metavar="RUN",
+            help="run directories (their best checkpoint) or checkpoint files of one table's runs",
+        )
         parser.add_argument("--out", type=Path, required=True, help="the ensemble's directory to write (a new one)")
-        parser.add_argument("--trees", action="store_true", help="blend gradient-boosted trees on the runs' RDKit "
-                            "descriptors and/or fingerprints in (the blend's weights: docs/small-data.md)")
-        parser.add_argument("--kernel", action="store_true", help="blend a Gaussian process on Morgan count "
-                            "fingerprints (Tanimoto's kernel) in")
+        parser.add_argument(
+            "--trees",
+            action="store_true",
+            help="blend gradient-boosted trees on the runs' RDKit "
+            "descriptors and/or fingerprints in (the blend's weights: docs/small-data.md)",
+        )
+        parser.add_argument(
+            "--kernel",
+            action="store_true",
+            help="blend a Gaussian process on Morgan count fingerprints (Tanimoto's kernel) in",
+        )
 
     def plan(self, args: argparse.Namespace) -> EnsembleCommandPlan:
         parts = [option for option, wanted in (("--trees", args.trees), ("--kernel", args.kernel)) if wanted]
         command = ["graphormer-urpe", self.NAME, "--runs", *map(str, args.runs), *parts, "--out", str(args.out)]
-        return EnsembleCommandPlan(plan_ensemble(member_checkpoints(args.runs), args.out, args.trees, args.kernel),
-                                   shlex.join(command))
+        return EnsembleCommandPlan(
+            plan_ensemble(member_checkpoints(args.runs), args.out, args.trees, args.kernel), shlex.join(command)
+        )
 
     def run(self, plan: EnsembleCommandPlan) -> EnsembleRecord:
         return build_ensemble(plan.ensemble, plan.command)

@@ -87,8 +87,11 @@ class CheckPlan:
 def check_outputs(args: argparse.Namespace) -> None:
     """Refuse (:class:`DataError`) an output that cannot be written, or ``--out`` over any existing file (nothing
     is overwritten)."""
-    for flag, path, is_dir in (("--out", args.out, False), ("--predictions", args.predictions, False),
-                               ("--submission_dir", args.submission_dir, True)):
+    for flag, path, is_dir in (
+        ("--out", args.out, False),
+        ("--predictions", args.predictions, False),
+        ("--submission_dir", args.submission_dir, True),
+    ):
         if path is None:
             continue
         if not is_dir and path.is_dir():
@@ -110,17 +113,38 @@ class Evaluate(Command[EvaluatePlan | CheckPlan, Evaluation | dict[str, Any]]):
         parser.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)  # --model's earlier name
         parser.add_argument("--split", default="valid", choices=["valid", "test", *MODES], help="split to evaluate")
         parser.add_argument("--out", type=Path, default=None, help="write the metrics to this JSON file")
-        parser.add_argument("--submission_dir", type=Path, default=None,
-                            help="directory for the OGB-LSC submission file of --split test-dev/test-challenge")
-        parser.add_argument("--predictions", type=Path, default=None, metavar="FILE",
-                            help="also save the split's rows and predictions (NaN for skipped rows) to this .npz file")
-        parser.add_argument("--check_submission", type=Path, default=None, metavar="FILE",
-                            help="only check an existing submission file (name, shape, dtype, finite values)")
-        parser.add_argument("--allow_other_data", action="store_true", help="evaluate even if the data differ from "
-                            "those the checkpoint was trained on (the result then says so)")
-        parser.add_argument("--data_root", type=Path, default=Path("data"),
-                            help="dataset root holding <dataset>/split_dict.pt, for --check_submission (without it: "
-                                 "ogb's official test split sizes)")
+        parser.add_argument(
+            "--submission_dir",
+            type=Path,
+            default=None,
+            help="directory for the OGB-LSC submission file of --split test-dev/test-challenge",
+        )
+        parser.add_argument(
+            "--predictions",
+            type=Path,
+            default=None,
+            metavar="FILE",
+            help="also save the split's rows and predictions (NaN for skipped rows) to this .npz file",
+        )
+        parser.add_argument(
+            "--check_submission",
+            type=Path,
+            default=None,
+            metavar="FILE",
+            help="only check an existing submission file (name, shape, dtype, finite values)",
+        )
+        parser.add_argument(
+            "--allow_other_data",
+            action="store_true",
+            help="evaluate even if the data differ from those the checkpoint was trained on (the result then says so)",
+        )
+        parser.add_argument(
+            "--data_root",
+            type=Path,
+            default=Path("data"),
+            help="dataset root holding <dataset>/split_dict.pt, for --check_submission (without it: "
+            "ogb's official test split sizes)",
+        )
 
     def plan(self, args: argparse.Namespace) -> EvaluatePlan | CheckPlan:
         started = time.perf_counter()
@@ -135,8 +159,10 @@ class Evaluate(Command[EvaluatePlan | CheckPlan, Evaluation | dict[str, Any]]):
         if checkpoint is None:
             raise DataError("--model CKPT is required (or --check_submission FILE)")
         if Path(checkpoint).is_dir():
-            raise DataError(f"--model {checkpoint} is a directory: evaluate takes one run's checkpoint (an "
-                            f"ensemble's scores are in its ensemble.json)")
+            raise DataError(
+                f"--model {checkpoint} is a directory: evaluate takes one run's checkpoint (an "
+                f"ensemble's scores are in its ensemble.json)"
+            )
         if args.submission_dir is not None and args.split not in MODES:
             raise DataError(f"--submission_dir writes test-dev or test-challenge submissions, not '{args.split}'")
         own_config = any(a == "--config" or a.startswith("--config=") for a in args.overrides)
@@ -150,19 +176,36 @@ class Evaluate(Command[EvaluatePlan | CheckPlan, Evaluation | dict[str, Any]]):
         stored = check_checkpoint(checkpoint, cli.model, cli.model.hparams)
         initialised = stored.get(INITIALISED_FROM)
         return EvaluatePlan(
-            checkpoint=checkpoint, split=args.split, trainer=cli.trainer, model=cli.model, data=data,
-            submission=submission, data_check=compare_data(checkpoint, stored, data_identity(data),
-                                                           args.allow_other_data),
-            initialised_from=None if initialised is None else describe(initialised), out=args.out,
-            submission_dir=args.submission_dir, predictions=args.predictions, started=started)
+            checkpoint=checkpoint,
+            split=args.split,
+            trainer=cli.trainer,
+            model=cli.model,
+            data=data,
+            submission=submission,
+            data_check=compare_data(checkpoint, stored, data_identity(data), args.allow_other_data),
+            initialised_from=None if initialised is None else describe(initialised),
+            out=args.out,
+            submission_dir=args.submission_dir,
+            predictions=args.predictions,
+            started=started,
+        )
 
     def run(self, plan: EvaluatePlan | CheckPlan) -> Evaluation | dict[str, Any]:
         if isinstance(plan, CheckPlan):
             return check_submission(plan.path, plan.data_root)
-        result = evaluate_checkpoint(plan.trainer, plan.model, plan.data, plan.checkpoint, plan.split,
-                                     plan.submission, submission_dir=plan.submission_dir,
-                                     predictions=plan.predictions, data_check=plan.data_check,
-                                     initialised_from=plan.initialised_from, started=plan.started)
+        result = evaluate_checkpoint(
+            plan.trainer,
+            plan.model,
+            plan.data,
+            plan.checkpoint,
+            plan.split,
+            plan.submission,
+            submission_dir=plan.submission_dir,
+            predictions=plan.predictions,
+            data_check=plan.data_check,
+            initialised_from=plan.initialised_from,
+            started=plan.started,
+        )
         if plan.trainer.is_global_zero:
             log.info("%s", result.as_json())
             if plan.out is not None:

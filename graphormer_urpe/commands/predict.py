@@ -57,15 +57,26 @@ class Predict(Command[PredictPlan, Prediction]):
     HELP = __doc__
 
     def add_args(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("table", type=Path, metavar="TABLE", help="CSV or Parquet table of the molecules to "
-                            "predict")
-        parser.add_argument("--model", type=Path, required=True,
-                            help="an ensemble's directory (graphormer-urpe ensemble) or one run's checkpoint (.ckpt)")
+        parser.add_argument(
+            "table", type=Path, metavar="TABLE", help="CSV or Parquet table of the molecules to predict"
+        )
+        parser.add_argument(
+            "--model",
+            type=Path,
+            required=True,
+            help="an ensemble's directory (graphormer-urpe ensemble) or one run's checkpoint (.ckpt)",
+        )
         parser.add_argument("--out", type=Path, required=True, help="the predictions' CSV file to write (a new file)")
-        parser.add_argument("--smiles_column", default=None,
-                            help="the SMILES column of TABLE (default: the training table's, or 'smiles')")
-        parser.add_argument("--config", default=None,
-                            help="with a checkpoint: predict with this config instead of the one the checkpoint holds")
+        parser.add_argument(
+            "--smiles_column",
+            default=None,
+            help="the SMILES column of TABLE (default: the training table's, or 'smiles')",
+        )
+        parser.add_argument(
+            "--config",
+            default=None,
+            help="with a checkpoint: predict with this config instead of the one the checkpoint holds",
+        )
 
     def plan(self, args: argparse.Namespace) -> PredictPlan:
         check_output(args.out, args.table)
@@ -75,8 +86,14 @@ class Predict(Command[PredictPlan, Prediction]):
         if args.config is not None and args.model.is_dir():
             raise DataError("--config changes a checkpoint's config; an ensemble's members keep their own")
         config = None if args.config is None else Path(resolve_config_paths(["--config", args.config])[1])
-        return PredictPlan(model=args.model, ensemble=SavedEnsemble(args.model) if args.model.is_dir() else None,
-                           table=args.table, out=args.out, smiles_column=args.smiles_column, config=config)
+        return PredictPlan(
+            model=args.model,
+            ensemble=SavedEnsemble(args.model) if args.model.is_dir() else None,
+            table=args.table,
+            out=args.out,
+            smiles_column=args.smiles_column,
+            config=config,
+        )
 
     def run(self, plan: PredictPlan) -> Prediction:
         if plan.ensemble is not None:  # its files are checked, and the table read, before any molecule is featurised

@@ -112,20 +112,35 @@ class Sweep(Command[SweepPlan, SweepResult]):
         parser.add_argument("--config", help="experiment config (as for train)")
         parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3], help="seeds (default: 0 1 2 3)")
         parser.add_argument("--name", help="experiment name (default: the config name)")
-        parser.add_argument("--run_root", type=Path, default=Path("runs"),
-                            help="directory of the runs and of the summary")
+        parser.add_argument(
+            "--run_root", type=Path, default=Path("runs"), help="directory of the runs and of the summary"
+        )
         parser.add_argument("--collect", action="store_true", help="only aggregate the seeds' finished runs")
-        parser.add_argument("--ensemble", action="store_true",
-                            help="also save the seeds' best checkpoints as an ensemble, scored on the test split (a "
-                                 "SMILES table's config; docs/small-data.md)")
-        parser.add_argument("--trees", action="store_true", help="with --ensemble: blend gradient-boosted trees on "
-                            "the runs' descriptors or fingerprints with the ensemble (docs/small-data.md)")
-        parser.add_argument("--kernel", action="store_true",
-                            help="with --ensemble: blend a Gaussian process on Morgan count fingerprints (Tanimoto's "
-                                 "kernel) with the ensemble (docs/small-data.md)")
-        parser.add_argument("--predict", type=Path, metavar="TABLE",
-                            help="with --ensemble: also predict the molecules of TABLE (CSV or Parquet, the training "
-                                 "table's SMILES column) with the ensemble")
+        parser.add_argument(
+            "--ensemble",
+            action="store_true",
+            help="also save the seeds' best checkpoints as an ensemble, scored on the test split (a "
+            "SMILES table's config; docs/small-data.md)",
+        )
+        parser.add_argument(
+            "--trees",
+            action="store_true",
+            help="with --ensemble: blend gradient-boosted trees on "
+            "the runs' descriptors or fingerprints with the ensemble (docs/small-data.md)",
+        )
+        parser.add_argument(
+            "--kernel",
+            action="store_true",
+            help="with --ensemble: blend a Gaussian process on Morgan count fingerprints (Tanimoto's "
+            "kernel) with the ensemble (docs/small-data.md)",
+        )
+        parser.add_argument(
+            "--predict",
+            type=Path,
+            metavar="TABLE",
+            help="with --ensemble: also predict the molecules of TABLE (CSV or Parquet, the training "
+            "table's SMILES column) with the ensemble",
+        )
 
     def parse(self, argv: Sequence[str]) -> argparse.Namespace:
         args = super().parse(argv)
@@ -141,8 +156,10 @@ class Sweep(Command[SweepPlan, SweepResult]):
             raise InputError("--config is required to run seeds or make their ensemble")
         name = args.name or Path(args.config).stem
         if name in (".", "..") or Path(name).name != name:
-            raise InputError(f"--name {name!r}: an experiment's name is one file name (the runs are "
-                             f"<run_root>/{name}-seed<S>), without '/'")
+            raise InputError(
+                f"--name {name!r}: an experiment's name is one file name (the runs are "
+                f"<run_root>/{name}-seed<S>), without '/'"
+            )
         for seed in args.seeds:
             check_int("--seeds", seed, 0, 2**32 - 1, hint=" (train's --seed_everything)")
         if len(set(args.seeds)) < len(args.seeds):
@@ -160,9 +177,14 @@ class Sweep(Command[SweepPlan, SweepResult]):
         outputs = None
         if args.ensemble:
             parts = "".join(f"-{part}" for part, chosen in (("trees", args.trees), ("kernel", args.kernel)) if chosen)
-            outputs = plan_ensemble_outputs(run_config(yaml.safe_dump(wanted)), [runs.run_dir(s) for s in runs.seeds],
-                                            args.run_root / f"{name}-ensemble{parts}", args.trees, args.predict,
-                                            args.kernel)
+            outputs = plan_ensemble_outputs(
+                run_config(yaml.safe_dump(wanted)),
+                [runs.run_dir(s) for s in runs.seeds],
+                args.run_root / f"{name}-ensemble{parts}",
+                args.trees,
+                args.predict,
+                args.kernel,
+            )
         return SweepPlan(runs, args.collect, outputs, args.command)
 
     def run(self, plan: SweepPlan) -> SweepResult:
@@ -173,16 +195,28 @@ class Sweep(Command[SweepPlan, SweepResult]):
         missing = [seed for seed in runs.seeds if seed in failed or seed not in per_seed]
         if not per_seed:
             did_not_finish(runs, failed, missing, [])
-        result = SweepResult(runs.name, sorted(per_seed), missing, {s: str(runs.run_dir(s)) for s in sorted(per_seed)},
-                             aggregate(per_seed))
+        result = SweepResult(
+            runs.name,
+            sorted(per_seed),
+            missing,
+            {s: str(runs.run_dir(s)) for s in sorted(per_seed)},
+            aggregate(per_seed),
+        )
         print(write_summary(runs, result.summary(), result.metrics), flush=True)
         if plan.ensemble is not None:
             finished = [runs.run_dir(seed) for seed in result.seeds]
-            with stopping_on_signals("in its ensemble phase"), held(runs.run_root / f".{runs.name}-ensemble.lock",
-                                                                     f"{runs.name}: the ensemble"):
+            with (
+                stopping_on_signals("in its ensemble phase"),
+                held(runs.run_root / f".{runs.name}-ensemble.lock", f"{runs.name}: the ensemble"),
+            ):
                 record, predictions = write_ensemble(plan.ensemble, finished, plan.command)
-                log.info("%s: ensemble of seeds %s: %s; written %s", runs.name, result.seeds, summary(record),
-                         plan.ensemble.directory)
+                log.info(
+                    "%s: ensemble of seeds %s: %s; written %s",
+                    runs.name,
+                    result.seeds,
+                    summary(record),
+                    plan.ensemble.directory,
+                )
             result = dataclasses.replace(result, ensemble=record, predictions=predictions)
         if missing:
             did_not_finish(runs, failed, missing, result.seeds)

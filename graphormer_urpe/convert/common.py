@@ -81,8 +81,9 @@ def check_output(output: str | Path, companions: Sequence[str] = (".yaml",)) -> 
     ``/``), below a file, in an unwritable directory, or an earlier conversion (it or its ``companions`` suffixes)."""
     path = Path(output)
     if path.is_dir():
-        raise ConversionError(f"{output} is a directory; name the checkpoint file to write, e.g. "
-                              f"{path / 'graphormer.ckpt'}")
+        raise ConversionError(
+            f"{output} is a directory; name the checkpoint file to write, e.g. {path / 'graphormer.ckpt'}"
+        )
     if str(output).endswith(("/", os.sep)):  # no such directory: the name still asks for one
         raise ConversionError(
             f"{output} ends with '{str(output)[-1]}', the name of a directory; name the checkpoint "
@@ -129,8 +130,7 @@ def write_checkpoint(converted: Converted, output: Path, *, source: Path, source
     output.with_suffix(".yaml").write_text(yaml.safe_dump(config_yaml, sort_keys=False))
     note = f"; dropped (never applied by the source): {', '.join(converted.dropped)}" if converted.dropped else ""
     log.info(
-        "%s checkpoint %s -> %s (+ %s): %d layers, width %d, %d heads, %s, multi_hop_max_dist %d, "
-        "spatial_pos_max %s%s",
+        "%s checkpoint %s -> %s (+ %s): %d layers, width %d, %d heads, %s, multi_hop_max_dist %d, spatial_pos_max %s%s",
         source_format,
         source,
         output,

@@ -99,8 +99,14 @@ class Architecture:
     embedding_norm: bool
 
 
-def convert_weights(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, *,
-                    node_vocab: Sequence[int], edge_vocab: Sequence[int]) -> Converted:
+def convert_weights(
+    state: Mapping[str, torch.Tensor],
+    layout: Layout,
+    declared: Declared,
+    *,
+    node_vocab: Sequence[int],
+    edge_vocab: Sequence[int],
+) -> Converted:
     """Our RPE Graphormer's config and weights for a checkpoint of the Graphormer family (``node_vocab``,
     ``edge_vocab``: our featurisation's values per column); sizes come from a few shapes, all else is checked."""
     state = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
@@ -110,9 +116,7 @@ def convert_weights(state: Mapping[str, torch.Tensor], layout: Layout, declared:
     _check_tables(state, layout, declared, arch)
 
     weights = {ours: state[theirs] for ours, theirs in copies.items()}
-    weights["nodes.features.weight"] = _feature_table(
-        state, layout, "atom_encoder", node_vocab, layout.node_row_shift
-    )
+    weights["nodes.features.weight"] = _feature_table(state, layout, "atom_encoder", node_vocab, layout.node_row_shift)
     for side in ("in", "out"):  # their row d + 1 = ours (min(d, max_degree) + 1), max_degree = rows - 2
         degrees = state[layout.table(f"{side}_degree_encoder")].clone()
         degrees[PAD_ID] = 0.0
@@ -134,12 +138,23 @@ def convert_weights(state: Mapping[str, torch.Tensor], layout: Layout, declared:
         if (found := getattr(declared, name)) is not None
     }
     config = GraphormerConfig(
-        node_vocab=list(node_vocab), edge_vocab=list(edge_vocab), num_outputs=arch.num_outputs,
-        num_layers=arch.num_layers, hidden_dim=arch.hidden_dim, ffn_dim=arch.ffn_dim, num_heads=arch.num_heads,
-        attention="rpe", max_degree=state[layout.table("in_degree_encoder")].shape[0] - 2,
-        edge_encoding="multi_hop" if arch.multi_hop else "single_hop", multi_hop_max_dist=hops, **distance,
-        layer_norm=arch.layer_norm, embedding_norm=arch.embedding_norm,
-        final_norm=layout.final_norm is not None, head=layout.head, **dropouts,
+        node_vocab=list(node_vocab),
+        edge_vocab=list(edge_vocab),
+        num_outputs=arch.num_outputs,
+        num_layers=arch.num_layers,
+        hidden_dim=arch.hidden_dim,
+        ffn_dim=arch.ffn_dim,
+        num_heads=arch.num_heads,
+        attention="rpe",
+        max_degree=state[layout.table("in_degree_encoder")].shape[0] - 2,
+        edge_encoding="multi_hop" if arch.multi_hop else "single_hop",
+        multi_hop_max_dist=hops,
+        **distance,
+        layer_norm=arch.layer_norm,
+        embedding_norm=arch.embedding_norm,
+        final_norm=layout.final_norm is not None,
+        head=layout.head,
+        **dropouts,
     )
     return Converted(config, weights, dropped)
 
@@ -148,14 +163,19 @@ def _shape(shape: Sequence[int | None]) -> str:
     return "(" + ", ".join("*" if s is None else str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
 
 
-def _present_as_declared(state: Mapping[str, torch.Tensor], key: str, claim: Found | None,
-                         claims_present: Callable[[Any], bool], built_when: str, layout: Layout) -> bool:
+def _present_as_declared(
+    state: Mapping[str, torch.Tensor],
+    key: str,
+    claim: Found | None,
+    claims_present: Callable[[Any], bool],
+    built_when: str,
+    layout: Layout,
+) -> bool:
     """Whether an optional part is there (``key`` present), checked against the file's setting."""
     present = key in state
     if claim is not None and claims_present(claim.value) != present:
         raise ConversionError(
-            f"{claim}, but the file {'holds' if present else 'has no'} {key}, which {layout.name} "
-            f"builds {built_when}"
+            f"{claim}, but the file {'holds' if present else 'has no'} {key}, which {layout.name} builds {built_when}"
         )
     return present
 
@@ -173,35 +193,48 @@ def _architecture(state: Mapping[str, torch.Tensor], layout: Layout, declared: D
         state[layout.table("spatial_pos_encoder")].shape[1],
     )
     if hidden % heads:
-        raise ConversionError(f"{layout.name} {layout.table('atom_encoder')} is {hidden} wide but "
-                              f"{layout.table('spatial_pos_encoder')} has {heads} heads: the width must be a "
-                              "multiple of the heads")
+        raise ConversionError(
+            f"{layout.name} {layout.table('atom_encoder')} is {hidden} wide but "
+            f"{layout.table('spatial_pos_encoder')} has {heads} heads: the width must be a "
+            "multiple of the heads"
+        )
     prefix = f"{layout.layers}."
-    indices = {int(i) for k in state if k.startswith(prefix) and (i := k[len(prefix):].split(".")[0]).isdigit()}
+    indices = {int(i) for k in state if k.startswith(prefix) and (i := k[len(prefix) :].split(".")[0]).isdigit()}
     head_out = f"{layout.head_parts['head.out' if layout.head == 'v2' else 'head']}.weight"  # rows: the outputs
     fc1, out = state.get(f"{layout.module(0, 'fc1')}.weight"), state.get(head_out)
-    dims = dict(num_layers=max(indices) + 1 if indices else 0, hidden_dim=hidden,
-                ffn_dim=fc1.shape[0] if fc1 is not None and fc1.dim() == 2 else hidden, num_heads=heads,
-                num_outputs=out.shape[0] if out is not None and out.dim() == 2 else 1)
-    evidence = {"num_layers": f"layers under {layout.layers}",
-                "hidden_dim": f"the width of {layout.table('atom_encoder')}",
-                "ffn_dim": f"the rows of {layout.module(0, 'fc1')}.weight",
-                "num_heads": f"the width of {layout.table('spatial_pos_encoder')}",
-                "num_outputs": f"the rows of {head_out}"}
+    dims = dict(
+        num_layers=max(indices) + 1 if indices else 0,
+        hidden_dim=hidden,
+        ffn_dim=fc1.shape[0] if fc1 is not None and fc1.dim() == 2 else hidden,
+        num_heads=heads,
+        num_outputs=out.shape[0] if out is not None and out.dim() == 2 else 1,
+    )
+    evidence = {
+        "num_layers": f"layers under {layout.layers}",
+        "hidden_dim": f"the width of {layout.table('atom_encoder')}",
+        "ffn_dim": f"the rows of {layout.module(0, 'fc1')}.weight",
+        "num_heads": f"the width of {layout.table('spatial_pos_encoder')}",
+        "num_outputs": f"the rows of {head_out}",
+    }
     for name, what in evidence.items():
         claim = getattr(declared, name)
         if claim is not None and claim.value != dims[name]:
             raise ConversionError(f"{claim}, but the weights have {dims[name]} ({what})")
     if declared.activation is not None and declared.activation.value != "gelu":
-        raise ConversionError(
-            f"{declared.activation}: only gelu is supported (the activation of our layers and head)"
-        )
-    multi_hop = _present_as_declared(state, layout.table("edge_dis_encoder"), declared.edge_type,
-                                     lambda value: value == "multi_hop", "only with edge_type multi_hop", layout)
+        raise ConversionError(f"{declared.activation}: only gelu is supported (the activation of our layers and head)")
+    multi_hop = _present_as_declared(
+        state,
+        layout.table("edge_dis_encoder"),
+        declared.edge_type,
+        lambda value: value == "multi_hop",
+        "only with edge_type multi_hop",
+        layout,
+    )
     layer_norm = layout.layer_norm
     if layer_norm is None:
-        pre = _present_as_declared(state, layout.pre_layernorm_marker, declared.pre_layernorm, bool,
-                                   "only with pre_layernorm", layout)
+        pre = _present_as_declared(
+            state, layout.pre_layernorm_marker, declared.pre_layernorm, bool, "only with pre_layernorm", layout
+        )
         layer_norm = "pre" if pre else "post"
     embedding_norm = layout.embedding_norm is not None and _present_as_declared(
         state,
@@ -219,9 +252,14 @@ def _plan(layout: Layout, arch: Architecture) -> tuple[dict[str, Shape], dict[st
     as they are (every Linear and LayerNorm but q/k/v, which :func:`_attention_inputs` fuses)."""
     hidden, ffn, heads = arch.hidden_dim, arch.ffn_dim, arch.num_heads
     shapes: dict[str, Shape] = {layout.table(t): (None, hidden) for t in NODE_TABLES[:3]}
-    shapes.update({layout.table("graph_token"): (1, hidden), layout.table("edge_encoder"): (None, heads),
-                   layout.table("spatial_pos_encoder"): (None, heads),
-                   layout.table("graph_token_virtual_distance"): (1, heads)})
+    shapes.update(
+        {
+            layout.table("graph_token"): (1, hidden),
+            layout.table("edge_encoder"): (None, heads),
+            layout.table("spatial_pos_encoder"): (None, heads),
+            layout.table("graph_token_virtual_distance"): (1, heads),
+        }
+    )
     if arch.multi_hop:
         shapes[layout.table("edge_dis_encoder")] = (None, 1)
     if layout.head_bias is not None:
@@ -238,35 +276,40 @@ def _plan(layout: Layout, arch: Architecture) -> tuple[dict[str, Shape], dict[st
             ("fc1", (ffn, hidden), "ffn.0"),
             ("fc2", (hidden, ffn), "ffn.3"),
         ]
-        modules += [(layout.module(i, part), shape, f"layers.{i}.{ours}" if ours else None, True)
-                    for part, shape, ours in parts]
+        modules += [
+            (layout.module(i, part), shape, f"layers.{i}.{ours}" if ours else None, True) for part, shape, ours in parts
+        ]
     if arch.embedding_norm:
         modules.append((layout.embedding_norm, (hidden,), "embedding_norm", True))
     if layout.final_norm is not None:
         modules.append((layout.final_norm, (hidden,), "final_norm", True))
-    head = {"head": (arch.num_outputs, hidden)} if layout.head == "linear" else {
-        "head.transform": (hidden, hidden), "head.norm": (hidden,), "head.out": (arch.num_outputs, hidden)}
+    head = (
+        {"head": (arch.num_outputs, hidden)}
+        if layout.head == "linear"
+        else {"head.transform": (hidden, hidden), "head.norm": (hidden,), "head.out": (arch.num_outputs, hidden)}
+    )
     modules += [(layout.head_parts[ours], shape, ours, ours != "head.out") for ours, shape in head.items()]
     copies = {"graph_token.weight": layout.table("graph_token")}
     for theirs, weight, ours, bias in modules:
-        for parameter, shape in (("weight", weight), ("bias", weight[:1]))[:1 + bias]:
+        for parameter, shape in (("weight", weight), ("bias", weight[:1]))[: 1 + bias]:
             shapes[f"{theirs}.{parameter}"] = shape
             if ours is not None:
                 copies[f"{ours}.{parameter}"] = f"{theirs}.{parameter}"
     return shapes, copies
 
 
-def _check_keys_and_shapes(
-    state: Mapping[str, torch.Tensor], layout: Layout, shapes: Mapping[str, Shape]
-) -> list[str]:
+def _check_keys_and_shapes(state: Mapping[str, torch.Tensor], layout: Layout, shapes: Mapping[str, Shape]) -> list[str]:
     """Refuse missing and unknown keys, then the first misfit shape; returns the keys dropped as never applied."""
     dropped = sorted(k for k in state if k not in shapes and k.startswith(layout.never_applied))
-    keys = {"missing": [k for k in shapes if k not in state],
-            "unknown": sorted(k for k in state if k not in shapes and k not in dropped)}
+    keys = {
+        "missing": [k for k in shapes if k not in state],
+        "unknown": sorted(k for k in state if k not in shapes and k not in dropped),
+    }
     problems = [f"{kind} keys: {', '.join(listed)}" for kind, listed in keys.items() if listed]
     if problems:
-        raise ConversionError(f"not a Graphormer checkpoint in the {layout.name} layout we can map: "
-                              f"{'; '.join(problems)}")
+        raise ConversionError(
+            f"not a Graphormer checkpoint in the {layout.name} layout we can map: {'; '.join(problems)}"
+        )
     for key, expected in shapes.items():
         actual = tuple(state[key].shape)
         if len(actual) != len(expected) or any(e is not None and e != a for e, a in zip(expected, actual)):
@@ -274,9 +317,7 @@ def _check_keys_and_shapes(
     return dropped
 
 
-def _check_tables(
-    state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, arch: Architecture
-) -> None:
+def _check_tables(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, arch: Architecture) -> None:
     heads = arch.num_heads
     in_degree, out_degree = layout.table("in_degree_encoder"), layout.table("out_degree_encoder")
     rows = state[in_degree].shape[0]
@@ -286,8 +327,10 @@ def _check_tables(
             "least 2 rows (padding and degree 0)"
         )
     if state[out_degree].shape[0] != rows:
-        raise ConversionError(f"{layout.name} {out_degree} has shape {_shape(state[out_degree].shape)}, expected "
-                              f"{_shape((rows, arch.hidden_dim))} like {in_degree} (one max_degree here)")
+        raise ConversionError(
+            f"{layout.name} {out_degree} has shape {_shape(state[out_degree].shape)}, expected "
+            f"{_shape((rows, arch.hidden_dim))} like {in_degree} (one max_degree here)"
+        )
     dis = layout.table("edge_dis_encoder")
     if arch.multi_hop and state[dis].shape[0] % (heads * heads):
         raise ConversionError(
@@ -306,12 +349,15 @@ def _check_tables(
     for table, (claim, rows_for) in rows_of.items():
         key = layout.table(table)
         if claim is not None and state[key].shape[0] != rows_for(claim.value):
-            raise ConversionError(f"{layout.name} {key} has shape {_shape(state[key].shape)}, expected "
-                                  f"{rows_for(claim.value)} rows ({claim})")
+            raise ConversionError(
+                f"{layout.name} {key} has shape {_shape(state[key].shape)}, expected "
+                f"{rows_for(claim.value)} rows ({claim})"
+            )
 
 
-def _feature_table(state: Mapping[str, torch.Tensor], layout: Layout, table: str, vocab: Sequence[int],
-                   shift: int) -> torch.Tensor:
+def _feature_table(
+    state: Mapping[str, torch.Tensor], layout: Layout, table: str, vocab: Sequence[int], shift: int
+) -> torch.Tensor:
     """Our categorical table: row 0 padding (zero), then their row ``512 f + v + shift`` for value v of column f.
 
     Shapes:
@@ -323,9 +369,7 @@ def _feature_table(state: Mapping[str, torch.Tensor], layout: Layout, table: str
             f"{key}: official tables hold at most {OFFICIAL_FEATURE_OFFSET} values per column, the "
             f"vocabulary is {list(vocab)}"
         )
-    rows = [PAD_ID] + [
-        OFFICIAL_FEATURE_OFFSET * f + v + shift for f, size in enumerate(vocab) for v in range(size)
-    ]
+    rows = [PAD_ID] + [OFFICIAL_FEATURE_OFFSET * f + v + shift for f, size in enumerate(vocab) for v in range(size)]
     if max(rows) >= state[key].shape[0]:
         raise ConversionError(
             f"{layout.name} {key} has {state[key].shape[0]} rows, but our featurisation needs row "
@@ -337,8 +381,9 @@ def _feature_table(state: Mapping[str, torch.Tensor], layout: Layout, table: str
     return features
 
 
-def _relations(state: Mapping[str, torch.Tensor], layout: Layout,
-               declared: Declared) -> tuple[dict[str, int | None], torch.Tensor]:
+def _relations(
+    state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared
+) -> tuple[dict[str, int | None], torch.Tensor]:
     """Our distance settings and relation table B: padding, the graph token, their row ``d + 1`` for distance d, and
     row 511 for unreachable pairs when nothing masks; a smaller table (v1.0 ZINC: 40 rows) is masked at its end.
 
@@ -369,8 +414,9 @@ def _relations(state: Mapping[str, torch.Tensor], layout: Layout,
     return distance, table
 
 
-def _hop_matrices(state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared,
-                  heads: int) -> tuple[int, torch.Tensor]:
+def _hop_matrices(
+    state: Mapping[str, torch.Tensor], layout: Layout, declared: Declared, heads: int
+) -> tuple[int, torch.Tensor]:
     """Hops K and the first K of ``edge_dis_encoder``'s H x H hop matrices.
 
     Shapes:
@@ -386,29 +432,34 @@ def _hop_matrices(state: Mapping[str, torch.Tensor], layout: Layout, declared: D
     dis = layout.table("edge_dis_encoder")
     matrices = state[dis].reshape(-1, heads, heads)
     if hops > matrices.shape[0]:
-        raise ConversionError(f"{claim or f'multi_hop_max_dist {hops}'} exceeds the {matrices.shape[0]} hop "
-                              f"matrices of {layout.name} {dis} (shape {_shape(state[dis].shape)})")
+        raise ConversionError(
+            f"{claim or f'multi_hop_max_dist {hops}'} exceeds the {matrices.shape[0]} hop "
+            f"matrices of {layout.name} {dis} (shape {_shape(state[dis].shape)})"
+        )
     return hops, matrices[:hops].clone()
 
 
-def _attention_inputs(
-    state: Mapping[str, torch.Tensor], layout: Layout, arch: Architecture
-) -> dict[str, torch.Tensor]:
+def _attention_inputs(state: Mapping[str, torch.Tensor], layout: Layout, arch: Architecture) -> dict[str, torch.Tensor]:
     """Our fused ``attention.qkv`` per layer: their q, k and v projections, concatenated.
 
     Shapes:
         q, k, v weights (H*D, H*D) and biases (H*D,) -> qkv weight (3 H*D, H*D), bias (3 H*D,).
     """
-    return {f"layers.{i}.attention.qkv.{parameter}": torch.cat([
-        state[f"{layout.module(i, part)}.{parameter}"] for part in "qkv"])
-        for i in range(arch.num_layers) for parameter in ("weight", "bias")}
+    return {
+        f"layers.{i}.attention.qkv.{parameter}": torch.cat(
+            [state[f"{layout.module(i, part)}.{parameter}"] for part in "qkv"]
+        )
+        for i in range(arch.num_layers)
+        for parameter in ("weight", "bias")
+    }
 
 
 def _warn_about_padding_rows(state: Mapping[str, torch.Tensor], layout: Layout) -> None:
     """Padding rows are zero here; say how large the dropped ones were."""
     tables = ("atom_encoder", "edge_encoder", "spatial_pos_encoder", "in_degree_encoder", "out_degree_encoder")
-    padding = {name: float(state[layout.table(name)][0].abs().max()) for name in tables
-               if state[layout.table(name)][0].any()}
+    padding = {
+        name: float(state[layout.table(name)][0].abs().max()) for name in tables if state[layout.table(name)][0].any()
+    }
     if padding:
         log.warning(
             "%s padding rows are not zero (%s); they are zero here. Predictions of the source model with the "

@@ -23,34 +23,74 @@ from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.graphormer import GraphormerConfig
 
 V1 = Layout(
-    name="official v1.0", node="", bias="", layers="layers",
-    layer=dict(q="self_attention.linear_q", k="self_attention.linear_k", v="self_attention.linear_v",
-               out="self_attention.output_layer", attention_norm="self_attention_norm", ffn_norm="ffn_norm",
-               fc1="ffn.layer1", fc2="ffn.layer2"),
-    layer_norm="pre", pre_layernorm_marker=None, embedding_norm=None, final_norm="final_ln", head="linear",
-    head_parts={"head": "out_proj"}, head_bias=None, never_applied=(), node_row_shift=2,
+    name="official v1.0",
+    node="",
+    bias="",
+    layers="layers",
+    layer=dict(
+        q="self_attention.linear_q",
+        k="self_attention.linear_k",
+        v="self_attention.linear_v",
+        out="self_attention.output_layer",
+        attention_norm="self_attention_norm",
+        ffn_norm="ffn_norm",
+        fc1="ffn.layer1",
+        fc2="ffn.layer2",
+    ),
+    layer_norm="pre",
+    pre_layernorm_marker=None,
+    embedding_norm=None,
+    final_norm="final_ln",
+    head="linear",
+    head_parts={"head": "out_proj"},
+    head_bias=None,
+    never_applied=(),
+    node_row_shift=2,
 )
 V1_DOWNSTREAM = dataclasses.replace(V1, head_parts={"head": "downstream_out_proj"})  # v1.0 outside PCQM4M-LSC
 V2 = Layout(
-    name="official v2", node="encoder.graph_encoder.graph_node_feature.",
-    bias="encoder.graph_encoder.graph_attn_bias.", layers="encoder.graph_encoder.layers",
-    layer=dict(q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", out="self_attn.out_proj",
-               attention_norm="self_attn_layer_norm", ffn_norm="final_layer_norm", fc1="fc1", fc2="fc2"),
-    layer_norm=None, pre_layernorm_marker="encoder.graph_encoder.final_layer_norm.weight",
-    embedding_norm="encoder.graph_encoder.emb_layer_norm", final_norm=None, head="v2",
-    head_parts={"head.transform": "encoder.lm_head_transform_weight", "head.norm": "encoder.layer_norm",
-                "head.out": "encoder.embed_out"}, head_bias="encoder.lm_output_learned_bias",
-    never_applied=("encoder.graph_encoder.final_layer_norm.", "encoder.masked_lm_pooler."), node_row_shift=2,
+    name="official v2",
+    node="encoder.graph_encoder.graph_node_feature.",
+    bias="encoder.graph_encoder.graph_attn_bias.",
+    layers="encoder.graph_encoder.layers",
+    layer=dict(
+        q="self_attn.q_proj",
+        k="self_attn.k_proj",
+        v="self_attn.v_proj",
+        out="self_attn.out_proj",
+        attention_norm="self_attn_layer_norm",
+        ffn_norm="final_layer_norm",
+        fc1="fc1",
+        fc2="fc2",
+    ),
+    layer_norm=None,
+    pre_layernorm_marker="encoder.graph_encoder.final_layer_norm.weight",
+    embedding_norm="encoder.graph_encoder.emb_layer_norm",
+    final_norm=None,
+    head="v2",
+    head_parts={
+        "head.transform": "encoder.lm_head_transform_weight",
+        "head.norm": "encoder.layer_norm",
+        "head.out": "encoder.embed_out",
+    },
+    head_bias="encoder.lm_output_learned_bias",
+    never_applied=("encoder.graph_encoder.final_layer_norm.", "encoder.masked_lm_pooler."),
+    node_row_shift=2,
 )
 
 #: Our name <- (fairseq argument, type) the v2 model reads from its arguments (``cfg['model']``,
 #: legacy ``args``): ``GraphormerEncoder`` and ``base_architecture`` in ``graphormer/models/graphormer.py``.
 FAIRSEQ_MODEL_ARGS = {
-    "num_layers": ("encoder_layers", int), "hidden_dim": ("encoder_embed_dim", int),
-    "ffn_dim": ("encoder_ffn_embed_dim", int), "num_heads": ("encoder_attention_heads", int),
-    "dropout": ("dropout", float), "attention_dropout": ("attention_dropout", float),
-    "activation_dropout": ("act_dropout", float), "pre_layernorm": ("pre_layernorm", bool),
-    "embedding_norm": ("encoder_normalize_before", bool), "activation": ("activation_fn", str),
+    "num_layers": ("encoder_layers", int),
+    "hidden_dim": ("encoder_embed_dim", int),
+    "ffn_dim": ("encoder_ffn_embed_dim", int),
+    "num_heads": ("encoder_attention_heads", int),
+    "dropout": ("dropout", float),
+    "attention_dropout": ("attention_dropout", float),
+    "activation_dropout": ("act_dropout", float),
+    "pre_layernorm": ("pre_layernorm", bool),
+    "embedding_norm": ("encoder_normalize_before", bool),
+    "activation": ("activation_fn", str),
 }
 #: Our name <- (field, type) of the v2 task (``GraphPredictionConfig``), read by the collator from
 #: ``cfg['task']`` and by the model from its copy in ``cfg['model']`` (both must agree).
@@ -68,10 +108,15 @@ FAIRSEQ_TASK_ARGS = {
 }
 #: Our name <- (argument, type) of v1.0's ``Graphormer.__init__``, stored in ``hyper_parameters``.
 LIGHTNING_HPARAMS = {
-    "num_layers": ("n_layers", int), "hidden_dim": ("hidden_dim", int), "ffn_dim": ("ffn_dim", int),
-    "num_heads": ("num_heads", int), "dropout": ("dropout_rate", float),
-    "attention_dropout": ("attention_dropout_rate", float), "input_dropout": ("intput_dropout_rate", float),
-    "edge_type": ("edge_type", str), "multi_hop_max_dist": ("multi_hop_max_dist", int),
+    "num_layers": ("n_layers", int),
+    "hidden_dim": ("hidden_dim", int),
+    "ffn_dim": ("ffn_dim", int),
+    "num_heads": ("num_heads", int),
+    "dropout": ("dropout_rate", float),
+    "attention_dropout": ("attention_dropout_rate", float),
+    "input_dropout": ("intput_dropout_rate", float),
+    "edge_type": ("edge_type", str),
+    "multi_hop_max_dist": ("multi_hop_max_dist", int),
 }
 V1_PCQM4M = "PCQM4M-LSC"  # the v1.0 dataset whose head is out_proj (every other one: downstream_out_proj)
 
@@ -87,8 +132,9 @@ def _read(sections: Sequence[tuple[str, Any]], fields: Mapping[str, tuple[str, t
                 values.append(value)
         for other in values[1:]:
             if other.value != values[0].value:
-                raise ConversionError(f"{values[0]} but {other}: the collator and the model were built with "
-                                      "different values")
+                raise ConversionError(
+                    f"{values[0]} but {other}: the collator and the model were built with different values"
+                )
         if values:
             out[ours] = values[0]
     return out
@@ -98,8 +144,10 @@ def _fairseq_settings(checkpoint: Mapping[str, Any]) -> Declared:
     """What a fairseq checkpoint stores: ``cfg['model']`` and ``cfg['task']``, or a legacy ``args``."""
     cfg, args = checkpoint.get("cfg"), checkpoint.get("args")
     if isinstance(cfg, Mapping) and (cfg.get("model") is not None or cfg.get("task") is not None):
-        model, task = [("cfg['model']", cfg.get("model"))], [("cfg['task']", cfg.get("task")),
-                                                            ("cfg['model']", cfg.get("model"))]
+        model, task = (
+            [("cfg['model']", cfg.get("model"))],
+            [("cfg['task']", cfg.get("task")), ("cfg['model']", cfg.get("model"))],
+        )
     else:
         model = task = [("args", args)] if isinstance(args, argparse.Namespace) else []
     settings = _read(model, FAIRSEQ_MODEL_ARGS) | _read(task, FAIRSEQ_TASK_ARGS)
@@ -136,9 +184,16 @@ def _option(stored: Found | None, value: int | None, flag: str) -> Found | None:
     return stored or Found(value, flag)
 
 
-def import_official(source: str | Path, output: str | Path, *, node_vocab: Sequence[int] = ATOM_VOCAB,
-                    edge_vocab: Sequence[int] = BOND_VOCAB, multi_hop_max_dist: int | None = None,
-                    spatial_pos_max: int | None = None, task: str = "regression") -> GraphormerConfig:
+def import_official(
+    source: str | Path,
+    output: str | Path,
+    *,
+    node_vocab: Sequence[int] = ATOM_VOCAB,
+    edge_vocab: Sequence[int] = BOND_VOCAB,
+    multi_hop_max_dist: int | None = None,
+    spatial_pos_max: int | None = None,
+    task: str = "regression",
+) -> GraphormerConfig:
     """Convert an official checkpoint (v1.0 ``.ckpt``, v2 ``.pt``) into ``output`` and its ``.yaml``, as the CLI."""
     source = check_source(source)  # first: a message names the real problem
     output = check_output(output)

@@ -42,8 +42,9 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
         raise CheckpointError(f"{source} holds no config (not written by graphormer-urpe train)")
     config = run_config(checkpoint[CONFIG_KEY])
     if config.data_name != "MosesDescriptors":
-        raise CheckpointError(f"{source} is not a run of configs/pretrain_moses.yaml (its data source is "
-                              f"{config.source_class_path})")
+        raise CheckpointError(
+            f"{source} is not a run of configs/pretrain_moses.yaml (its data source is {config.source_class_path})"
+        )
     run_dir = source.resolve().parent.parent
     if not (run_dir / "run.json").is_file():
         raise CheckpointError(
@@ -74,15 +75,21 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
         # a pretraining continued from another checkpoint (--init_from) is only reproducible from that one
         "initialised_from": record.get("initialised_from"),
         "versions": record.get("versions"),
-        "corpus": {"name": "MOSES train (molsets 0.3.1)", "file": corpus.name,
-                   "sha1": descriptor_reference().provenance["corpus_sha1"],
-                   "molecules": config.source_args.get("molecules"),
-                   "seed": config.source_args.get("seed"),
-                   "brics_fragments": config.source_args.get("fragments", 0)},
-        "targets": {"descriptors": "rdkit2d", "reference_sha1": reference.sha1,
-                    "count": len(reference.informative)},
-        "metrics": {key: value for part in ("validation", "test") for key, value in metrics.get(part, {}).items()
-                    if key.count("/") == 1},  # the means over the targets, not each descriptor's
+        "corpus": {
+            "name": "MOSES train (molsets 0.3.1)",
+            "file": corpus.name,
+            "sha1": descriptor_reference().provenance["corpus_sha1"],
+            "molecules": config.source_args.get("molecules"),
+            "seed": config.source_args.get("seed"),
+            "brics_fragments": config.source_args.get("fragments", 0),
+        },
+        "targets": {"descriptors": "rdkit2d", "reference_sha1": reference.sha1, "count": len(reference.informative)},
+        "metrics": {
+            key: value
+            for part in ("validation", "test")
+            for key, value in metrics.get(part, {}).items()
+            if key.count("/") == 1
+        },  # the means over the targets, not each descriptor's
         "config": checkpoint[CONFIG_KEY],
     }
     provenance_out.write_text(json.dumps(provenance, indent=1) + "\n")

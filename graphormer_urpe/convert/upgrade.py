@@ -62,8 +62,7 @@ def upgraded_checkpoint(checkpoint: Mapping[str, Any], source: Path) -> tuple[di
     class_path = hparams.get("_class_path") or (model or {}).get("class_path")
     if not class_path:
         raise ConversionError(
-            f"{source}: it names no task class (no _class_path, no embedded config): convert it "
-            "by hand"
+            f"{source}: it names no task class (no _class_path, no embedded config): convert it by hand"
         )
     upgraded, changes = dict(checkpoint), []
     saved = {key: value for key, value in hparams.items() if key != "_class_path"}
@@ -74,8 +73,9 @@ def upgraded_checkpoint(checkpoint: Mapping[str, Any], source: Path) -> tuple[di
         changes.append(f"hyper-parameters: task {class_path} -> {new_path}, optimiser arguments under optim")
     upgraded["hyper_parameters"] = {**arguments, "_class_path": new_path}
     if isinstance(model, dict):
-        model["class_path"], model["init_args"] = upgraded_arguments(model.get("class_path", ""),
-                                                                     model.get("init_args") or {})
+        model["class_path"], model["init_args"] = upgraded_arguments(
+            model.get("class_path", ""), model.get("init_args") or {}
+        )
         dumped = yaml.safe_dump(config, sort_keys=False)
         if yaml.safe_load(dumped) != yaml.safe_load(checkpoint[CONFIG_KEY]):
             upgraded[CONFIG_KEY] = dumped
@@ -111,8 +111,9 @@ def upgrade(source: str | Path, output: str | Path) -> list[str]:
         task_class.from_checkpoint(partial)
     except (InputError, TypeError, RuntimeError) as error:
         partial.unlink()
-        raise ConversionError(f"{source}: the converted checkpoint does not rebuild {task_class.__name__}: "
-                              f"{str(error).splitlines()[0]}") from error
+        raise ConversionError(
+            f"{source}: the converted checkpoint does not rebuild {task_class.__name__}: {str(error).splitlines()[0]}"
+        ) from error
     os.replace(partial, output)
     log.info("%s -> %s: %s", source, output, "; ".join(changes))
     return changes

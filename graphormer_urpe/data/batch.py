@@ -56,8 +56,9 @@ class GraphRecord(NamedTuple):
     molecule_features: np.ndarray | None = None
 
     @classmethod
-    def from_graph(cls, x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, y: np.ndarray,
-                   index: int = 0) -> GraphRecord:
+    def from_graph(
+        cls, x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray, y: np.ndarray, index: int = 0
+    ) -> GraphRecord:
         """The record of a graph, its structure computed as the cache does.
 
         Example:
@@ -201,8 +202,10 @@ def collate_graphs(records: Sequence[GraphRecord], shape: BatchShape | None = No
             raise ValueError(f"{batch} graphs do not fit a batch shape of {shape.graphs}")
         batch, n_max = shape.graphs, shape.nodes(n_max)
         if num_edges > shape.edges(n_max):
-            raise ValueError(f"{num_edges} edges exceed the batch shape's {shape.edges(n_max)} ({shape.graphs} "
-                             f"graphs x {n_max} nodes x {shape.edges_per_node} edges per node)")
+            raise ValueError(
+                f"{num_edges} edges exceed the batch shape's {shape.edges(n_max)} ({shape.graphs} "
+                f"graphs x {n_max} nodes x {shape.edges_per_node} edges per node)"
+            )
         num_edges = shape.edges(n_max)
     continuous_width = _width(records[0].x_continuous)
     molecule_width = 0 if records[0].molecule_features is None else len(records[0].molecule_features)
@@ -242,13 +245,22 @@ def collate_graphs(records: Sequence[GraphRecord], shape: BatchShape | None = No
         else np.zeros((int(edge_offset[-1]), 0), dtype=np.float32)
     )
     padding_edges = num_edges - int(edge_offset[-1])  # never on a path: any values do
-    arrays = dict(x=x, x_continuous=x_continuous, node_mask=node_mask, in_degree=in_degree, out_degree=out_degree,
-                  spd=spd, first_edge=first_edge,
-                  edge_attr=_padded_rows(_concat([r.edge_attr for r in records], np.int64), padding_edges),
-                  edge_continuous=_padded_rows(edge_continuous, padding_edges),
-                  edge_dst=_padded_rows(_concat([r.edge_index[1] for r in records], np.int64), padding_edges),
-                  y=y, index=index, target_node=np.full(batch, NO_TARGET_NODE, dtype=np.int64),
-                  molecule_features=molecule_features)
+    arrays = dict(
+        x=x,
+        x_continuous=x_continuous,
+        node_mask=node_mask,
+        in_degree=in_degree,
+        out_degree=out_degree,
+        spd=spd,
+        first_edge=first_edge,
+        edge_attr=_padded_rows(_concat([r.edge_attr for r in records], np.int64), padding_edges),
+        edge_continuous=_padded_rows(edge_continuous, padding_edges),
+        edge_dst=_padded_rows(_concat([r.edge_index[1] for r in records], np.int64), padding_edges),
+        y=y,
+        index=index,
+        target_node=np.full(batch, NO_TARGET_NODE, dtype=np.int64),
+        molecule_features=molecule_features,
+    )
     return GraphBatch(**{name: torch.from_numpy(array) for name, array in arrays.items()})
 
 

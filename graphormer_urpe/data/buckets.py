@@ -6,8 +6,9 @@ import numpy as np
 import torch
 
 
-def bucketed_batches(order: np.ndarray, sizes: np.ndarray, global_batch: int, window: int,
-                     generator: torch.Generator) -> list[np.ndarray]:
+def bucketed_batches(
+    order: np.ndarray, sizes: np.ndarray, global_batch: int, window: int, generator: torch.Generator
+) -> list[np.ndarray]:
     """Cut an epoch's shuffled ``order`` into global batches of similar-sized items: windows of ``window`` global
     batches sorted by size (stably), the full batches' order shuffled by ``generator``, a short last batch kept last.
     Shapes: order (L,) int; sizes (dataset size,) int -> list of (global_batch,) int arrays, each in ascending size.
@@ -17,8 +18,8 @@ def bucketed_batches(order: np.ndarray, sizes: np.ndarray, global_batch: int, wi
     span = window * global_batch
     batches: list[np.ndarray] = []
     for start in range(0, len(order), span):
-        chunk = size_sorted(order[start:start + span], sizes)
-        batches += [chunk[i:i + global_batch] for i in range(0, len(chunk), global_batch)]
+        chunk = size_sorted(order[start : start + span], sizes)
+        batches += [chunk[i : i + global_batch] for i in range(0, len(chunk), global_batch)]
     short = batches.pop() if batches and len(batches[-1]) < global_batch else None
     batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
     return batches if short is None else [*batches, short]

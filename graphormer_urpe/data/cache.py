@@ -111,8 +111,10 @@ class CacheSpec:
         for name, values, vocab in (("node", x, data.node_vocab), ("edge", edge_attr, data.edge_vocab)):
             if values.ndim != 2 or values.shape[1] != len(vocab):
                 return f"{name} features of shape {values.shape}, expected ({name}s, {len(vocab)})"
-        continuous = (("node", graph.x_continuous, data.continuous_node_dim, x.shape[0]),
-                      ("edge", graph.edge_continuous, data.continuous_edge_dim, edge_attr.shape[0]))
+        continuous = (
+            ("node", graph.x_continuous, data.continuous_node_dim, x.shape[0]),
+            ("edge", graph.edge_continuous, data.continuous_edge_dim, edge_attr.shape[0]),
+        )
         for name, values, width, rows in continuous:
             shape = (rows, 0) if values is None else values.shape
             if shape != (rows, width):
@@ -143,8 +145,10 @@ class CacheSpec:
         n = graph.x.shape[0]
         if graph.edge_index.size and (graph.edge_index.min() < 0 or graph.edge_index.max() >= n):
             return "edge_index refers to a missing node"
-        for name, values, vocab in (("node", graph.x, self.data.node_vocab),
-                                    ("edge", graph.edge_attr, self.data.edge_vocab)):
+        for name, values, vocab in (
+            ("node", graph.x, self.data.node_vocab),
+            ("edge", graph.edge_attr, self.data.edge_vocab),
+        ):
             outside = (values < 0) | (values >= np.asarray(vocab))
             if outside.any():
                 column = int(np.argmax(outside.any(axis=0)))
@@ -156,9 +160,7 @@ class CacheSpec:
         return None
 
 
-def encode_chunk(
-    rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec
-) -> tuple[dict[str, np.ndarray], list]:
+def encode_chunk(rows: Iterator[tuple[int, RawGraph | str]], spec: CacheSpec) -> tuple[dict[str, np.ndarray], list]:
     """The flat arrays of one chunk's rows, checked and preprocessed together, and its skipped ``[row, reason]``."""
     read = [(int(row), graph) for row, graph in rows]
     problems = iter(spec.problems([graph for _, graph in read if not isinstance(graph, str)]))
@@ -183,13 +185,18 @@ def encode_chunk(
     return {
         **_molecule_arrays(kept, spec),
         "x": np.concatenate([g.x for g in kept]).astype(np.int16),
-        "in_degree": structure.in_degree, "out_degree": structure.out_degree,
+        "in_degree": structure.in_degree,
+        "out_degree": structure.out_degree,
         "edge_index": np.concatenate([g.edge_index for g in kept], axis=1).T.astype(np.int16),
         "edge_attr": np.concatenate([g.edge_attr for g in kept]).astype(np.int16),
         "x_continuous": _continuous([g.x_continuous for g in kept], spec.data.continuous_node_dim),
         "edge_continuous": _continuous([g.edge_continuous for g in kept], spec.data.continuous_edge_dim),
-        "spd": structure.spd, "first_edge": structure.first_edge, "y": y, "pair_ptr": structure.pair_ptr,
-        "source_row": np.array(kept_rows, dtype=np.int64), "node_ptr": structure.node_ptr,
+        "spd": structure.spd,
+        "first_edge": structure.first_edge,
+        "y": y,
+        "pair_ptr": structure.pair_ptr,
+        "source_row": np.array(kept_rows, dtype=np.int64),
+        "node_ptr": structure.node_ptr,
         "edge_ptr": np.concatenate([[0], np.cumsum([g.edge_index.shape[1] for g in kept])]).astype(np.int64),
     }, skipped
 
@@ -230,11 +237,21 @@ def _continuous(features: list[np.ndarray | None], width: int) -> np.ndarray:
 def _empty(name: str, spec: CacheSpec) -> np.ndarray:
     """A zero-row array of the right dtype and width, for a chunk in which every row was skipped."""
     data = spec.data
-    shapes = {"x": (0, len(data.node_vocab)), "edge_index": (0, 2), "edge_attr": (0, len(data.edge_vocab)),
-              "y": (0, data.num_targets), "x_continuous": (0, data.continuous_node_dim),
-              "edge_continuous": (0, data.continuous_edge_dim)}
-    dtypes = {"spd": np.uint8, "y": np.float32, "source_row": np.int64, "x_continuous": np.float32,
-              "edge_continuous": np.float32}
+    shapes = {
+        "x": (0, len(data.node_vocab)),
+        "edge_index": (0, 2),
+        "edge_attr": (0, len(data.edge_vocab)),
+        "y": (0, data.num_targets),
+        "x_continuous": (0, data.continuous_node_dim),
+        "edge_continuous": (0, data.continuous_edge_dim),
+    }
+    dtypes = {
+        "spd": np.uint8,
+        "y": np.float32,
+        "source_row": np.int64,
+        "x_continuous": np.float32,
+        "edge_continuous": np.float32,
+    }
     return np.zeros(shapes.get(name, (0,)), dtype=dtypes.get(name, np.int16))
 
 
@@ -295,31 +312,35 @@ class Chunk:
     def __init__(self, path: Path) -> None:
         self.meta = json.loads((path / CHUNK_META).read_text())
         # plain ndarray views: slicing a np.memmap costs ~100x more (__array_finalize__ on every slice)
-        self.arrays = {
-            name[:-4]: np.load(path / name, mmap_mode="r").view(np.ndarray) for name in self.meta["files"]
-        }
+        self.arrays = {name[:-4]: np.load(path / name, mmap_mode="r").view(np.ndarray) for name in self.meta["files"]}
         a = self.arrays
         #: Targets are per node (rows found through ``node_ptr``) rather than per graph.
         self.node_targets = bool(self.meta.get("node_targets", False))
         counts = {len(a["source_row"]), len(a["node_ptr"]) - 1, len(a["edge_ptr"]) - 1}
         target_rows = a["node_ptr"][-1] if self.node_targets else len(a["source_row"])
-        continuous_ok = all(len(a[name]) in (0, a[ptr][-1]) for name, ptr in
-                            (("x_continuous", "node_ptr"), ("edge_continuous", "edge_ptr")))
+        continuous_ok = all(
+            len(a[name]) in (0, a[ptr][-1])
+            for name, ptr in (("x_continuous", "node_ptr"), ("edge_continuous", "edge_ptr"))
+        )
         molecule_ok = len(a.get("molecule_features", a["source_row"])) == len(a["source_row"])
-        if len(counts) != 1 or a["node_ptr"][-1] != len(a["x"]) or a["edge_ptr"][-1] != len(a["edge_attr"]) \
-                or a["pair_ptr"][-1] != len(a["spd"]) or len(a["y"]) != target_rows or not continuous_ok \
-                or not molecule_ok:
-            raise CacheError(
-                f"{path}: array lengths disagree with their offsets; delete the directory to rebuild"
-            )
+        if (
+            len(counts) != 1
+            or a["node_ptr"][-1] != len(a["x"])
+            or a["edge_ptr"][-1] != len(a["edge_attr"])
+            or a["pair_ptr"][-1] != len(a["spd"])
+            or len(a["y"]) != target_rows
+            or not continuous_ok
+            or not molecule_ok
+        ):
+            raise CacheError(f"{path}: array lengths disagree with their offsets; delete the directory to rebuild")
         self.num_graphs = len(a["source_row"])
 
     def record(self, local: int, index: int) -> GraphRecord:
         """Graph ``local`` of this chunk as numpy arrays (views into the memory map)."""
         a = self.arrays
-        n0, n1 = a["node_ptr"][local:local + 2]
-        e0, e1 = a["edge_ptr"][local:local + 2]
-        p0, p1 = a["pair_ptr"][local:local + 2]
+        n0, n1 = a["node_ptr"][local : local + 2]
+        e0, e1 = a["edge_ptr"][local : local + 2]
+        p0, p1 = a["pair_ptr"][local : local + 2]
         n = n1 - n0
         return GraphRecord(
             x=a["x"][n0:n1],
@@ -412,9 +433,7 @@ def exclusive_build(directory: Path) -> Iterator[None]:
             log.info("waiting for another process that is building %s (lock %s)", directory, lock_path)
             fcntl.flock(handle, fcntl.LOCK_EX)
         except OSError as error:  # e.g. Lustre mounted without -o flock
-            log.warning(
-                "cannot lock %s (%s): make sure only one job builds %s at a time", lock_path, error, directory
-            )
+            log.warning("cannot lock %s (%s): make sure only one job builds %s at a time", lock_path, error, directory)
         yield
 
 
@@ -437,8 +456,10 @@ class BuildSummary:
             per_second = self.processed_rows / self.seconds
             # a few slow rows (an expensive featuriser) must not read "0 rows/s"
             rate = f" ({per_second:,.0f} rows/s)" if per_second >= 10 else f" ({per_second:.2g} rows/s)"
-        text = (f"{self.processed_rows:,} of {self.rows:,} rows preprocessed in {self.seconds:.1f} s{rate}; "
-                f"{self.graphs:,} graphs cached, {len(self.skipped):,} rows skipped")
+        text = (
+            f"{self.processed_rows:,} of {self.rows:,} rows preprocessed in {self.seconds:.1f} s{rate}; "
+            f"{self.graphs:,} graphs cached, {len(self.skipped):,} rows skipped"
+        )
         if self.skipped:
             per_split = ", ".join(f"{name} {count:,}" for name, count in self.skipped_by_split.items() if count)
             shown = "; ".join(f"row {row}: {reason}" for row, reason in self.skipped[:SHOWN_SKIPS])
@@ -543,15 +564,20 @@ def build_store(
         todo.append((directory / name, start, stop, spec))
     processed_rows = sum(stop - start for _, start, stop, _ in todo)
     if processed_rows < reader.num_rows:
-        log.info("resuming %s: %d of %d rows already preprocessed", directory, reader.num_rows - processed_rows,
-                 reader.num_rows)
+        log.info(
+            "resuming %s: %d of %d rows already preprocessed",
+            directory,
+            reader.num_rows - processed_rows,
+            reader.num_rows,
+        )
 
     workers = min(num_workers, len(todo))
     already = reader.num_rows - processed_rows
     with tqdm(total=reader.num_rows, initial=already, desc=description, unit="graph", dynamic_ncols=True) as bar:
         if workers > 1:  # the workers count the rows they read; this process shows the count while it waits
-            context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
-                                                  else "spawn")
+            context = multiprocessing.get_context(
+                "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            )
             count = RowCount(context)
             with context.Pool(workers, _init_worker, (reader, count)) as pool:
                 chunks = pool.imap_unordered(_build_chunk, todo)
@@ -570,11 +596,22 @@ def build_store(
     skipped_by_split = {name: int(np.isin(rows, skipped_rows).sum()) for name, rows in splits.items()}
     graphs = sum(meta["graphs"] for meta in chunk_metas)
     np.savez(directory / SPLITS, **{name: np.asarray(rows, dtype=np.int64) for name, rows in splits.items()})
-    summary = BuildSummary(reader.num_rows, processed_rows, graphs, skipped, skipped_by_split,
-                           time.perf_counter() - started, rebuilt)
-    atomic_write_json(directory / MANIFEST, {
-        "format": CACHE_FORMAT, "key": dict(key), "chunks": names, "rows": reader.num_rows, "graphs": graphs,
-        "skipped": len(skipped), "skipped_examples": skipped[:SHOWN_SKIPS], "skipped_by_split": skipped_by_split,
-        "build_seconds": round(summary.seconds, 2)})
+    summary = BuildSummary(
+        reader.num_rows, processed_rows, graphs, skipped, skipped_by_split, time.perf_counter() - started, rebuilt
+    )
+    atomic_write_json(
+        directory / MANIFEST,
+        {
+            "format": CACHE_FORMAT,
+            "key": dict(key),
+            "chunks": names,
+            "rows": reader.num_rows,
+            "graphs": graphs,
+            "skipped": len(skipped),
+            "skipped_examples": skipped[:SHOWN_SKIPS],
+            "skipped_by_split": skipped_by_split,
+            "build_seconds": round(summary.seconds, 2),
+        },
+    )
     log.info("%s: %s", description, summary.describe())
     return summary

@@ -93,10 +93,20 @@ class GraphDataModule(pl.LightningDataModule):
             most ``max_nodes``: a larger multiple would pad every batch beyond any graph the data may hold.
     """
 
-    def __init__(self, source: GraphSource, root: str = "data", batch_size: int = 256, num_workers: int = 2,
-                 preprocess_workers: int | None = None, chunk_size: int = 10_000, max_nodes: int = 512,
-                 prepare_per_node: bool = False, path_order: PathOrder = "smallest_next",
-                 bucket_window: int = 0, pad_nodes_to: int = 1) -> None:
+    def __init__(
+        self,
+        source: GraphSource,
+        root: str = "data",
+        batch_size: int = 256,
+        num_workers: int = 2,
+        preprocess_workers: int | None = None,
+        chunk_size: int = 10_000,
+        max_nodes: int = 512,
+        prepare_per_node: bool = False,
+        path_order: PathOrder = "smallest_next",
+        bucket_window: int = 0,
+        pad_nodes_to: int = 1,
+    ) -> None:
         super().__init__()
         check_int("data.batch_size", batch_size, 1)
         check_int("data.num_workers", num_workers, 0)
@@ -105,12 +115,14 @@ class GraphDataModule(pl.LightningDataModule):
         check_int("data.chunk_size", chunk_size, 1)
         check_int("data.max_nodes", max_nodes, 1, MAX_NODES)
         check_path_order(path_order, "data.path_order")
+        check_int("data.bucket_window", bucket_window, 0, hint=" (0: off, else a number of global batches, e.g. 100)")
         check_int(
-            "data.bucket_window", bucket_window, 0, hint=" (0: off, else a number of global batches, e.g. 100)"
+            "data.pad_nodes_to",
+            pad_nodes_to,
+            1,
+            max_nodes,
+            hint=" (1: off, else a node count such as 8; at most data.max_nodes, the largest graph the data may hold)",
         )
-        check_int("data.pad_nodes_to", pad_nodes_to, 1, max_nodes,
-                  hint=" (1: off, else a node count such as 8; at most data.max_nodes, the largest graph the data "
-                       "may hold)")
         self.prepare_data_per_node = prepare_per_node  # Lightning: who calls prepare_data; the rest wait
         self.source = source
         self.root = Path(root).expanduser()
@@ -178,9 +190,7 @@ class GraphDataModule(pl.LightningDataModule):
                 self._build_cache()
 
     def _build_cache(self) -> None:
-        log.info(
-            "preprocessing %s into %s with %d workers", self.source.name, self.cache_dir, self.preprocess_workers
-        )
+        log.info("preprocessing %s into %s with %d workers", self.source.name, self.cache_dir, self.preprocess_workers)
         reader = self.source.open(self.root)
         self.build_summary = build_store(
             reader,
@@ -248,8 +258,14 @@ class GraphDataModule(pl.LightningDataModule):
 
     def describe(self) -> dict:
         """Dataset name, options, cache directory and split sizes (after setup)."""
-        return {"source": type(self.source).__name__, **self.source.options(), "cache": str(self.cache_dir),
-                "splits": self.split_sizes, "batch_size": self.batch_size, "bucket_window": self.bucket_window}
+        return {
+            "source": type(self.source).__name__,
+            **self.source.options(),
+            "cache": str(self.cache_dir),
+            "splits": self.split_sizes,
+            "batch_size": self.batch_size,
+            "bucket_window": self.bucket_window,
+        }
 
     def target_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """(Y,) float64 mean and standard deviation of the training targets (of every node for per-node
@@ -259,8 +275,10 @@ class GraphDataModule(pl.LightningDataModule):
         known = np.isfinite(targets).sum(axis=0)
         if (known == 0).any():
             name = self.spec.target_names[int(np.argmin(known))]
-            raise DataError(f"{self.source.origin()}: target '{name}' has no known value in the training split, "
-                             "so it cannot be normalised or learned")
+            raise DataError(
+                f"{self.source.origin()}: target '{name}' has no known value in the training split, "
+                "so it cannot be normalised or learned"
+            )
         return np.nanmean(targets, axis=0), np.maximum(np.nanstd(targets, axis=0), 1e-6)
 
     def warn_if_constant_targets(self) -> None:
@@ -274,9 +292,12 @@ class GraphDataModule(pl.LightningDataModule):
             if len(values) and values.min() == values.max():
                 constant.append(f"'{name}' is {values[0]:g} in all {len(values):,} training values")
         if constant:
-            log.warning("%s: target %s: a model of it learns only that constant, and its error is 0 wherever the "
-                        "target has that value; check the target (data.source.targets)", self.source.origin(),
-                        "; ".join(constant))
+            log.warning(
+                "%s: target %s: a model of it learns only that constant, and its error is 0 wherever the "
+                "target has that value; check the target (data.source.targets)",
+                self.source.origin(),
+                "; ".join(constant),
+            )
 
     def molecule_feature_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """(M,) float64 mean and standard deviation that standardise the molecule-level features: the training
@@ -292,9 +313,7 @@ class GraphDataModule(pl.LightningDataModule):
 
     def _split(self, split: str) -> GraphDataset:
         if split not in self.datasets:
-            raise ValueError(
-                f"{self.source.name} has no split '{split}'; its splits are {', '.join(self.datasets)}"
-            )
+            raise ValueError(f"{self.source.name} has no split '{split}'; its splits are {', '.join(self.datasets)}")
         return self.datasets[split]
 
     def train_dataloader(self) -> DataLoader:
@@ -315,8 +334,11 @@ class GraphDataModule(pl.LightningDataModule):
         if self.pad_nodes_to == 1:
             return None
         world, _ = process_grid(self.trainer)
-        return BatchShape(node_multiple=self.pad_nodes_to, graphs=per_device_batch_size(self.batch_size, world),
-                          edges_per_node=self._split("train").edges_per_node)
+        return BatchShape(
+            node_multiple=self.pad_nodes_to,
+            graphs=per_device_batch_size(self.batch_size, world),
+            edges_per_node=self._split("train").edges_per_node,
+        )
 
     def val_dataloader(self) -> DataLoader:
         """This process's exact, unpadded shard of the validation split."""
@@ -328,8 +350,14 @@ class GraphDataModule(pl.LightningDataModule):
 
     def _eval_loader(self, split: str) -> DataLoader:
         dataset = self._split(split)
-        return eval_loader(dataset, self.batch_size, self.trainer, collate_graphs, self.num_workers,
-                           sizes=dataset.sizes if self.bucket_window else None)
+        return eval_loader(
+            dataset,
+            self.batch_size,
+            self.trainer,
+            collate_graphs,
+            self.num_workers,
+            sizes=dataset.sizes if self.bucket_window else None,
+        )
 
     def predict_dataloader(self) -> DataLoader:
         """This process's exact, unpadded shard of the split chosen by :meth:`predict_on`."""
@@ -358,8 +386,12 @@ class GraphDataModule(pl.LightningDataModule):
         target_of_row = np.full((len(rows), targets.shape[1]), np.nan, dtype=np.float32)
         target_of_row[cached] = targets[graphs[cached]]
         reasons = store.skipped_rows()
-        return SplitRows(rows=rows, items=graphs, targets=target_of_row,
-                         skipped={int(r): reasons.get(int(r), "not in the cache") for r in rows[~cached]})
+        return SplitRows(
+            rows=rows,
+            items=graphs,
+            targets=target_of_row,
+            skipped={int(r): reasons.get(int(r), "not in the cache") for r in rows[~cached]},
+        )
 
 
 def available_cores() -> int:

@@ -60,8 +60,9 @@ def record_problem(path: Path, record: Mapping[str, int], verify_checksum: bool 
     return None
 
 
-def manifest_problem(directory: Path, records: Mapping[str, Mapping[str, int]],
-                     verify_checksum: bool = True) -> str | None:
+def manifest_problem(
+    directory: Path, records: Mapping[str, Mapping[str, int]], verify_checksum: bool = True
+) -> str | None:
     """The first file of ``{relative name: record}`` not matching its record, as ``"<name> <problem>"``, or None."""
     for name, record in records.items():
         if (problem := record_problem(directory / name, record, verify_checksum)) is not None:

@@ -53,8 +53,17 @@ class GlobalBatchSampler(DistributedSampler):
     of each. With ``bucket_window`` > 0 the unpadded order is cut by
     :func:`~graphormer_urpe.data.buckets.bucketed_batches` (by the positions' ``sizes``) instead."""
 
-    def __init__(self, dataset: Sized, global_batch: int, num_replicas: int = 1, rank: int = 0, seed: int = 0,
-                 shuffle: bool = True, sizes: np.ndarray | None = None, bucket_window: int = 0) -> None:
+    def __init__(
+        self,
+        dataset: Sized,
+        global_batch: int,
+        num_replicas: int = 1,
+        rank: int = 0,
+        seed: int = 0,
+        shuffle: bool = True,
+        sizes: np.ndarray | None = None,
+        bucket_window: int = 0,
+    ) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
         self.global_batch = global_batch
         self.local_batch = per_device_batch_size(global_batch, num_replicas)
@@ -78,20 +87,27 @@ class GlobalBatchSampler(DistributedSampler):
         padding = self.total_size - len(order)  # repeat the first indices up to a multiple of W
         order += (order * math.ceil(padding / max(len(order), 1)))[:padding]
         if self.bucket_window:  # bucket the unpadded order, so that the batches do not depend on W
-            batches = [b.tolist() for b in bucketed_batches(np.asarray(order[:self.dataset_size], dtype=np.int64),
-                                                            self.sizes, self.global_batch, self.bucket_window,
-                                                            generator)]
+            batches = [
+                b.tolist()
+                for b in bucketed_batches(
+                    np.asarray(order[: self.dataset_size], dtype=np.int64),
+                    self.sizes,
+                    self.global_batch,
+                    self.bucket_window,
+                    generator,
+                )
+            ]
             if batches:
-                batches[-1] += order[self.dataset_size:]  # the repeats that give every process the same count
+                batches[-1] += order[self.dataset_size :]  # the repeats that give every process the same count
             return batches
-        return [order[start:start + self.global_batch] for start in range(0, self.total_size, self.global_batch)]
+        return [order[start : start + self.global_batch] for start in range(0, self.total_size, self.global_batch)]
 
     def __iter__(self) -> Iterator[int]:
         batches = self.epoch_batches(self.epoch)
         first, self.skip_batches = self.skip_batches, 0  # a resume position applies once
         for block in batches[first:]:
             share = len(block) // self.num_replicas
-            yield from block[self.rank * share:(self.rank + 1) * share]
+            yield from block[self.rank * share : (self.rank + 1) * share]
 
     def resume(self, epoch: int, batches_done: int) -> None:
         """Make the next iteration start at global batch ``batches_done`` of ``epoch``."""
@@ -104,14 +120,14 @@ class GlobalBatchSampler(DistributedSampler):
 class EvalShardSampler(DistributedSampler):
     """Contiguous, unpadded shards ``[r * N // W, (r + 1) * N // W)``, in ascending size given ``sizes``."""
 
-    def __init__(
-        self, dataset: Sized, num_replicas: int = 1, rank: int = 0, sizes: np.ndarray | None = None
-    ) -> None:
+    def __init__(self, dataset: Sized, num_replicas: int = 1, rank: int = 0, sizes: np.ndarray | None = None) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)
         size = len(dataset)
         if size < num_replicas:
-            raise ValueError(f"an evaluation split of {size} graphs cannot be shared by {num_replicas} processes "
-                             "without repeating graphs; evaluate on fewer devices")
+            raise ValueError(
+                f"an evaluation split of {size} graphs cannot be shared by {num_replicas} processes "
+                "without repeating graphs; evaluate on fewer devices"
+            )
         self.start, self.stop = rank * size // num_replicas, (rank + 1) * size // num_replicas
         self.num_samples = self.stop - self.start  # DistributedSampler's len()
         self.sizes = _checked_sizes(sizes, size, 0)
@@ -126,10 +142,23 @@ class ResumableLoader(DataLoader):
     restores on resume. Lightning does not prefetch from loaders with a length, so the count equals the batches
     trained on when a checkpoint is written; workers are started per epoch and seeded from (seed, epoch)."""
 
-    def __init__(self, dataset: Dataset, sampler: GlobalBatchSampler, collate_fn: Callable[[list[Any]], Any],
-                 num_workers: int = 0, pin_memory: bool = False) -> None:
-        super().__init__(dataset, batch_size=sampler.local_batch, sampler=sampler, collate_fn=collate_fn,
-                         num_workers=num_workers, pin_memory=pin_memory, generator=torch.Generator())
+    def __init__(
+        self,
+        dataset: Dataset,
+        sampler: GlobalBatchSampler,
+        collate_fn: Callable[[list[Any]], Any],
+        num_workers: int = 0,
+        pin_memory: bool = False,
+    ) -> None:
+        super().__init__(
+            dataset,
+            batch_size=sampler.local_batch,
+            sampler=sampler,
+            collate_fn=collate_fn,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            generator=torch.Generator(),
+        )
         self.position = (sampler.epoch, 0)
 
     def __iter__(self) -> Iterator[Any]:
@@ -148,33 +177,40 @@ class ResumableLoader(DataLoader):
         """Where the data order stands, plus what it depends on (checked on resume)."""
         sampler: GlobalBatchSampler = self.sampler
         epoch, done = self.position
-        return {"epoch": epoch, "batches_done": done, "seed": sampler.seed, "dataset_size": sampler.dataset_size,
-                "global_batch": sampler.global_batch, "bucket_window": sampler.bucket_window}
+        return {
+            "epoch": epoch,
+            "batches_done": done,
+            "seed": sampler.seed,
+            "dataset_size": sampler.dataset_size,
+            "global_batch": sampler.global_batch,
+            "bucket_window": sampler.bucket_window,
+        }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continue the data order of a checkpoint at its next batch."""
         sampler: GlobalBatchSampler = self.sampler
-        if (problem := resume_problem(state, sampler.global_batch, sampler.bucket_window, sampler.dataset_size)):
+        if problem := resume_problem(state, sampler.global_batch, sampler.bucket_window, sampler.dataset_size):
             raise ValueError(problem)
         if state["seed"] != sampler.seed:
-            log.warning(
-                "resuming the checkpoint's data order (seed %d), not seed %d", state["seed"], sampler.seed
-            )
+            log.warning("resuming the checkpoint's data order (seed %d), not seed %d", state["seed"], sampler.seed)
             sampler.seed = state["seed"]
         sampler.resume(state["epoch"], state["batches_done"])
         log.info("data order resumed at epoch %d, batch %d", sampler.epoch, sampler.skip_batches)
 
 
-def resume_problem(state: Mapping[str, int], global_batch: int, bucket_window: int,
-                   dataset_size: int | None = None) -> str | None:
+def resume_problem(
+    state: Mapping[str, int], global_batch: int, bucket_window: int, dataset_size: int | None = None
+) -> str | None:
     """Why a loader's saved position (:meth:`ResumableLoader.state_dict`) cannot continue with these
     settings, or None. ``dataset_size`` None leaves the training-set size unchecked (before ``setup``)."""
     sizes = (state["dataset_size"], state["global_batch"])
     if sizes[1] != global_batch or (dataset_size is not None and sizes[0] != dataset_size):
         now = "batches" if dataset_size is None else f"{dataset_size} graphs in batches"
-        return (f"the checkpoint's data order is for {sizes[0]} training graphs in global batches of {sizes[1]}, "
-                f"this run has {now} of {global_batch}: the run cannot resume exactly; use the same data and "
-                "--data.batch_size, or start a new run")
+        return (
+            f"the checkpoint's data order is for {sizes[0]} training graphs in global batches of {sizes[1]}, "
+            f"this run has {now} of {global_batch}: the run cannot resume exactly; use the same data and "
+            "--data.batch_size, or start a new run"
+        )
     saved_window = state.get("bucket_window", 0)  # checkpoints from before bucketing: 0
     if saved_window != bucket_window:
         return (
@@ -184,10 +220,18 @@ def resume_problem(state: Mapping[str, int], global_batch: int, bucket_window: i
     return None
 
 
-def train_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None,
-                 collate_fn: Callable[[list[Any]], Any], num_workers: int = 0, seed: int | None = None,
-                 sampler_type: type[GlobalBatchSampler] = GlobalBatchSampler, pin_memory: bool = True,
-                 sizes: np.ndarray | None = None, bucket_window: int = 0) -> ResumableLoader:
+def train_loader(
+    dataset: Dataset,
+    global_batch: int,
+    trainer: pl.Trainer | None,
+    collate_fn: Callable[[list[Any]], Any],
+    num_workers: int = 0,
+    seed: int | None = None,
+    sampler_type: type[GlobalBatchSampler] = GlobalBatchSampler,
+    pin_memory: bool = True,
+    sizes: np.ndarray | None = None,
+    bucket_window: int = 0,
+) -> ResumableLoader:
     """The training loader of this process (``trainer`` None: one process; ``seed`` None: the run's
     ``seed_everything``). ``sampler_type``, a :class:`GlobalBatchSampler`, may turn each index into the key its
     dataset expects, e.g. ``(epoch, index)``; ``pin_memory`` applies on CUDA only."""
@@ -199,15 +243,12 @@ def train_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None
     return ResumableLoader(dataset, sampler, collate_fn, num_workers, pin_memory and _on_cuda(trainer))
 
 
-def check_validation_interval(trainer: pl.Trainer | None, batches_per_epoch: int, dataset_size: int,
-                              global_batch: int) -> None:
+def check_validation_interval(
+    trainer: pl.Trainer | None, batches_per_epoch: int, dataset_size: int, global_batch: int
+) -> None:
     """Refuse an integer ``trainer.val_check_interval`` beyond an epoch's batches while
     ``trainer.check_val_every_n_epoch`` is set (Lightning would stop with a traceback once training starts)."""
-    if (
-        trainer is None
-        or not isinstance(trainer.val_check_interval, int)
-        or trainer.check_val_every_n_epoch is None
-    ):
+    if trainer is None or not isinstance(trainer.val_check_interval, int) or trainer.check_val_every_n_epoch is None:
         return
     if trainer.val_check_interval > batches_per_epoch and trainer.limit_val_batches:
         raise ConfigError(
@@ -220,30 +261,45 @@ def check_validation_interval(trainer: pl.Trainer | None, batches_per_epoch: int
         )
 
 
-def eval_loader(dataset: Dataset, global_batch: int, trainer: pl.Trainer | None,
-                collate_fn: Callable[[list[Any]], Any], num_workers: int = 0,
-                sampler_type: type[EvalShardSampler] = EvalShardSampler, pin_memory: bool = True,
-                sizes: np.ndarray | None = None) -> DataLoader:
+def eval_loader(
+    dataset: Dataset,
+    global_batch: int,
+    trainer: pl.Trainer | None,
+    collate_fn: Callable[[list[Any]], Any],
+    num_workers: int = 0,
+    sampler_type: type[EvalShardSampler] = EvalShardSampler,
+    pin_memory: bool = True,
+    sizes: np.ndarray | None = None,
+) -> DataLoader:
     """The validation/test/predict loader of this process: its exact shard (an :class:`EvalShardSampler`), in
     ascending size given ``sizes``; workers are kept alive between evaluations."""
     world, rank = process_grid(trainer)
-    return DataLoader(dataset, batch_size=per_device_batch_size(global_batch, world), collate_fn=collate_fn,
-                      sampler=sampler_type(dataset, world, rank, sizes), num_workers=num_workers,
-                      persistent_workers=num_workers > 0, pin_memory=pin_memory and _on_cuda(trainer),
-                      generator=torch.Generator().manual_seed(0))  # iterating never consumes the global RNG
+    return DataLoader(
+        dataset,
+        batch_size=per_device_batch_size(global_batch, world),
+        collate_fn=collate_fn,
+        sampler=sampler_type(dataset, world, rank, sizes),
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+        pin_memory=pin_memory and _on_cuda(trainer),
+        generator=torch.Generator().manual_seed(0),
+    )  # iterating never consumes the global RNG
 
 
 def _on_cuda(trainer: pl.Trainer | None) -> bool:
     return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
 
-def warn_if_not_published(
-    name: str, sizes: Mapping[str, int], published: Mapping[str, int], hint: str = ""
-) -> None:
+def warn_if_not_published(name: str, sizes: Mapping[str, int], published: Mapping[str, int], hint: str = "") -> None:
     """Warn loudly when split sizes differ from the ``published`` ones; ``hint`` is a likely reason."""
     if published and any(sizes.get(split) != size for split, size in published.items()):
-        log.warning("!!! %s split sizes %s differ from the published %s: %sresults are not comparable with the "
-                    "papers !!!", name, dict(sizes), dict(published), f"{hint}; " if hint else "")
+        log.warning(
+            "!!! %s split sizes %s differ from the published %s: %sresults are not comparable with the papers !!!",
+            name,
+            dict(sizes),
+            dict(published),
+            f"{hint}; " if hint else "",
+        )
 
 
 def _checked_sizes(sizes: np.ndarray | None, dataset_size: int, bucket_window: int) -> np.ndarray | None:

@@ -47,6 +47,7 @@ class SubmissionFormat:
         splits = load_split_dict(path, [])
         if mode not in splits and "test" in splits:
             import ogb.lsc.utils
+
             ogb.lsc.utils.split_test(splits)
         if mode not in splits:
             raise SubmissionError(f"{path} has no '{mode}' split (it holds {sorted(splits)})")
@@ -55,17 +56,22 @@ class SubmissionFormat:
 
 def _pcqm4mv2_evaluator() -> Any:
     import ogb.lsc  # imported on use: slow
+
     return ogb.lsc.PCQM4Mv2Evaluator()
 
 
 def _mag240m_evaluator() -> Any:
     import ogb.lsc
+
     return ogb.lsc.MAG240MEvaluator()
 
 
-PCQM4MV2 = SubmissionFormat(dataset="pcqm4m-v2", evaluator=_pcqm4mv2_evaluator, dtype=np.dtype(np.float32),
-                            official_sizes={"train": 3_378_606, "valid": 73_545, "test-dev": 147_037,
-                                            "test-challenge": 147_432})
+PCQM4MV2 = SubmissionFormat(
+    dataset="pcqm4m-v2",
+    evaluator=_pcqm4mv2_evaluator,
+    dtype=np.dtype(np.float32),
+    official_sizes={"train": 3_378_606, "valid": 73_545, "test-dev": 147_037, "test-challenge": 147_432},
+)
 #: ogb writes MAG240M labels as int16 (``np.short``).
 MAG240M = SubmissionFormat(
     dataset="mag240m",

@@ -34,9 +34,7 @@ def _feature_names(data: Data, names: Sequence[str] | None, default: str) -> lis
         return [default] if default in data and isinstance(data[default], torch.Tensor) else []
     for name in names:
         if name not in data or not isinstance(data[name], torch.Tensor):
-            raise ValueError(
-                f"the graph has no tensor attribute '{name}'; it has: {', '.join(sorted(data.keys()))}"
-            )
+            raise ValueError(f"the graph has no tensor attribute '{name}'; it has: {', '.join(sorted(data.keys()))}")
     return list(names)
 
 
@@ -44,12 +42,12 @@ def _as_columns(tensor: torch.Tensor, rows: int, name: str) -> torch.Tensor:
     """A (rows,) or (rows, k) feature tensor as (rows, k); refuses another row count, more dimensions (which
     columns they would be is a guess) and complex values (which float features would drop the imaginary part of)."""
     if tensor.is_complex():
-        raise ValueError(f"attribute '{name}' is {tensor.dtype}: features are integer categories or real floats "
-                         "(torch.view_as_real gives the real and imaginary parts as two float columns)")
-    if tensor.dim() not in (1, 2) or tensor.shape[0] != rows:
         raise ValueError(
-            f"attribute '{name}' has shape {tuple(tensor.shape)}; expected ({rows},) or ({rows}, columns)"
+            f"attribute '{name}' is {tensor.dtype}: features are integer categories or real floats "
+            "(torch.view_as_real gives the real and imaginary parts as two float columns)"
         )
+    if tensor.dim() not in (1, 2) or tensor.shape[0] != rows:
+        raise ValueError(f"attribute '{name}' has shape {tuple(tensor.shape)}; expected ({rows},) or ({rows}, columns)")
     return tensor.reshape(rows, math.prod(tensor.shape[1:]))  # not (rows, -1): ambiguous with 0 rows
 
 
@@ -69,8 +67,12 @@ class GraphormerStructure(BaseTransform):
         ([0, 1, 2, 255], [-1, 0, 0, -1], [0, 1, 1, 0])
     """
 
-    def __init__(self, node_attributes: Sequence[str] | None = None, edge_attributes: Sequence[str] | None = None,
-                 path_order: PathOrder = "smallest_next") -> None:
+    def __init__(
+        self,
+        node_attributes: Sequence[str] | None = None,
+        edge_attributes: Sequence[str] | None = None,
+        path_order: PathOrder = "smallest_next",
+    ) -> None:
         check_path_order(path_order)
         self.node_attributes = None if node_attributes is None else list(node_attributes)
         self.edge_attributes = None if edge_attributes is None else list(edge_attributes)
@@ -79,9 +81,7 @@ class GraphormerStructure(BaseTransform):
     def forward(self, data: Data) -> Data:
         """Check ``data`` and add the structure attributes (to a shallow copy, as PyG transforms do)."""
         if not isinstance(data, Data):
-            raise TypeError(
-                f"GraphormerStructure takes homogeneous torch_geometric Data, got {type(data).__name__}"
-            )
+            raise TypeError(f"GraphormerStructure takes homogeneous torch_geometric Data, got {type(data).__name__}")
         if (n := data.num_nodes) is None:
             raise ValueError("the graph's node count is unknown: set data.num_nodes (or give it an 'x')")
         n = int(n)
@@ -89,17 +89,23 @@ class GraphormerStructure(BaseTransform):
             raise ValueError(f"the graph has num_nodes={n}; 1 to {MAX_NODES} nodes are supported")
         edge_index = data.edge_index if data.edge_index is not None else torch.zeros(2, 0, dtype=torch.long)
         if edge_index.dim() != 2 or edge_index.shape[0] != 2 or edge_index.dtype not in _INTEGER_DTYPES:
-            raise ValueError(f"edge_index has shape {tuple(edge_index.shape)} and dtype {edge_index.dtype}; "
-                             "expected (2, edges) integers")
+            raise ValueError(
+                f"edge_index has shape {tuple(edge_index.shape)} and dtype {edge_index.dtype}; "
+                "expected (2, edges) integers"
+            )
         e = edge_index.shape[1]
         if e > MAX_EDGES:
-            raise ValueError(f"the graph has {e} directed edges in edge_index; at most {MAX_EDGES} are supported "
-                             "(first-edge ids are stored as int16)")
+            raise ValueError(
+                f"the graph has {e} directed edges in edge_index; at most {MAX_EDGES} are supported "
+                "(first-edge ids are stored as int16)"
+            )
         edges = edge_index.detach().cpu().numpy()  # numpy: checks on tiny arrays cost microseconds, not tens
         if e and (edges.min() < 0 or edges.max() >= n):
             row, column = np.argwhere((edges < 0) | (edges >= n))[0]
-            raise ValueError(f"edge_index[{row}, {column}] = {edges[row, column]} is not a node of a graph "
-                             f"with num_nodes={n} (0 .. {n - 1})")
+            raise ValueError(
+                f"edge_index[{row}, {column}] = {edges[row, column]} is not a node of a graph "
+                f"with num_nodes={n} (0 .. {n - 1})"
+            )
         for names, default, rows in ((self.node_attributes, "x", n), (self.edge_attributes, "edge_attr", e)):
             for name in _feature_names(data, names, default):
                 _check_values(_as_columns(data[name], rows, name), name)
@@ -111,23 +117,29 @@ class GraphormerStructure(BaseTransform):
         return data
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(node_attributes={self.node_attributes}, "
-                f"edge_attributes={self.edge_attributes}, path_order={self.path_order!r})")
+        return (
+            f"{type(self).__name__}(node_attributes={self.node_attributes}, "
+            f"edge_attributes={self.edge_attributes}, path_order={self.path_order!r})"
+        )
 
 
 def _check_values(values: torch.Tensor, name: str) -> None:
     """Refuse negative categorical values and non-finite continuous ones. values: (rows, k)"""
     array, categorical = values.detach().cpu().numpy(), is_categorical(values)
     bad = array < 0 if categorical else ~np.isfinite(array)
-    rule = ("a negative category (categories are 0, 1, 2 ...; store continuous values as floats)" if categorical
-            else "not finite (NaN or inf)")
+    rule = (
+        "a negative category (categories are 0, 1, 2 ...; store continuous values as floats)"
+        if categorical
+        else "not finite (NaN or inf)"
+    )
     if bad.any():
         row, column = np.argwhere(bad)[0]
         raise ValueError(f"attribute '{name}' row {row} column {column} is {array[row, column].item()}: {rule}")
 
 
-def _features(batch: Batch, names: list[str], rows: int,
-              what: str) -> tuple[torch.Tensor, torch.Tensor, list[tuple[str, int]]]:
+def _features(
+    batch: Batch, names: list[str], rows: int, what: str
+) -> tuple[torch.Tensor, torch.Tensor, list[tuple[str, int]]]:
     """Categorical (rows, F) int64 (one zero column when there is none), continuous (rows, Fc)
     float32, and the (attribute, column) that every categorical column comes from."""
     categorical, continuous, origin = [], [], []
@@ -185,12 +197,16 @@ def to_graph_batch(
     if not isinstance(batch, Batch):
         batch = Batch.from_data_list([batch])
     if missing := [name for name in STRUCTURE_ATTRIBUTES if name not in batch]:
-        raise ValueError(f"the batch has no {', '.join(missing)}: build the dataset with "
-                         "pre_transform=GraphormerStructure() (delete its processed/ directory first: PyG does "
-                         "not re-process a dataset whose pre_transform changed)")
+        raise ValueError(
+            f"the batch has no {', '.join(missing)}: build the dataset with "
+            "pre_transform=GraphormerStructure() (delete its processed/ directory first: PyG does "
+            "not re-process a dataset whose pre_transform changed)"
+        )
     if spec is not None and spec.target_level == "target_node":
-        raise ValueError("readout='target_node' reads GraphBatch.target_node, which PyG batches do not carry; "
-                         "use readout='nodes' (a prediction for every node) or 'graph_token'")
+        raise ValueError(
+            "readout='target_node' reads GraphBatch.target_node, which PyG batches do not carry; "
+            "use readout='nodes' (a prediction for every node) or 'graph_token'"
+        )
     if target_level is None:
         target_level = spec.target_level if spec is not None else "graph"
     if target_level not in ("graph", "node"):
@@ -203,11 +219,10 @@ def to_graph_batch(
     edge_graph = batch.batch[batch.edge_index[0]]  # (E,)
     edges_per_graph = torch.bincount(edge_graph, minlength=num_graphs)  # (B,)
     edge_start = torch.cumsum(edges_per_graph, 0) - edges_per_graph  # (B,) first edge of each graph
-    x, x_continuous, node_origin = _features(
-        batch, _feature_names(batch, node_attributes, "x"), num_total, "node"
-    )
+    x, x_continuous, node_origin = _features(batch, _feature_names(batch, node_attributes, "x"), num_total, "node")
     edge_attr, edge_continuous, edge_origin = _features(
-        batch, _feature_names(batch, edge_attributes, "edge_attr"), num_edges, "edge")
+        batch, _feature_names(batch, edge_attributes, "edge_attr"), num_edges, "edge"
+    )
     if spec is not None:
         _check_widths(spec, x, x_continuous, edge_attr, edge_continuous)
 
@@ -220,9 +235,7 @@ def to_graph_batch(
     checks = [num_nodes.max(), (num_nodes * num_nodes).sum(), degree_mismatch, non_finite]  # one sync for all
     if spec is not None:
         checks += [_outside(x, spec.node_vocab).sum(), _outside(edge_attr, spec.edge_vocab).sum()]
-    n_max, num_pairs, mismatched, not_finite, *outside = torch.stack(
-        [c.reshape(()).long() for c in checks]
-    ).tolist()
+    n_max, num_pairs, mismatched, not_finite, *outside = torch.stack([c.reshape(()).long() for c in checks]).tolist()
     if not_finite:
         nodes_bad = not torch.isfinite(x_continuous).all()
         what, values = ("node", x_continuous) if nodes_bad else ("edge", edge_continuous)
@@ -248,17 +261,22 @@ def to_graph_batch(
     local = pad_rows(pair_mask, batch.first_edge, NO_EDGE).long()  # (B, N, N) ids within each graph
     first_edge = torch.where(local >= 0, local + edge_start[:, None, None], NO_EDGE)  # (B, N, N) batch edge ids
     return GraphBatch(  # shapes as documented in GraphBatch
-        x=pad_rows(node_mask, x, 0), x_continuous=pad_rows(node_mask, x_continuous, 0), node_mask=node_mask,
+        x=pad_rows(node_mask, x, 0),
+        x_continuous=pad_rows(node_mask, x_continuous, 0),
+        node_mask=node_mask,
         in_degree=pad_rows(node_mask, batch.in_degree.long(), 0),
         out_degree=pad_rows(node_mask, batch.out_degree.long(), 0),
-        spd=pad_rows(pair_mask, batch.spd, UNREACHABLE_SPD), first_edge=first_edge, edge_attr=edge_attr,
+        spd=pad_rows(pair_mask, batch.spd, UNREACHABLE_SPD),
+        first_edge=first_edge,
+        edge_attr=edge_attr,
         edge_continuous=edge_continuous,
         # position in its graph
         edge_dst=batch.edge_index[1] - node_start[edge_graph],
         y=_targets(batch, target, target_level, node_mask, num_graphs, num_total),
         index=torch.arange(num_graphs, device=device),
         target_node=torch.full((num_graphs,), NO_TARGET_NODE, dtype=torch.long, device=device),
-        molecule_features=_molecule_features(batch, spec, num_graphs))
+        molecule_features=_molecule_features(batch, spec, num_graphs),
+    )
 
 
 def _molecule_features(batch: Batch, spec: DataSpec | None, num_graphs: int) -> torch.Tensor:
@@ -272,8 +290,12 @@ def _molecule_features(batch: Batch, spec: DataSpec | None, num_graphs: int) -> 
             )
         return torch.zeros(num_graphs, 0, device=batch.edge_index.device)
     values = batch.molecule_features
-    if not isinstance(values, torch.Tensor) or values.dim() != 2 or values.shape[0] != num_graphs \
-            or (width is not None and values.shape[1] != width):
+    if (
+        not isinstance(values, torch.Tensor)
+        or values.dim() != 2
+        or values.shape[0] != num_graphs
+        or (width is not None and values.shape[1] != width)
+    ):
         shape = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
         expected = "M" if width is None else str(width)
         raise ValueError(
@@ -283,8 +305,9 @@ def _molecule_features(batch: Batch, spec: DataSpec | None, num_graphs: int) -> 
     return values.float()
 
 
-def _targets(batch: Batch, target: str, level: str, node_mask: torch.Tensor, num_graphs: int,
-             num_total: int) -> torch.Tensor:
+def _targets(
+    batch: Batch, target: str, level: str, node_mask: torch.Tensor, num_graphs: int, num_total: int
+) -> torch.Tensor:
     """(B, Y) float32 graph targets, (B, N, Y) node targets (NaN at padding), or (B, 0) without any."""
     if target not in batch:
         return torch.zeros(num_graphs, 0, device=node_mask.device)
@@ -292,26 +315,33 @@ def _targets(batch: Batch, target: str, level: str, node_mask: torch.Tensor, num
     y = batch[target]
     if not isinstance(y, torch.Tensor) or y.dim() == 0 or y.shape[0] != rows:
         shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-        raise ValueError(f"target '{target}' has shape {shape}; {level}-level targets need {rows} rows "
-                         f"({'graphs' if level == 'graph' else 'nodes'} of the batch): set target_level")
+        raise ValueError(
+            f"target '{target}' has shape {shape}; {level}-level targets need {rows} rows "
+            f"({'graphs' if level == 'graph' else 'nodes'} of the batch): set target_level"
+        )
     y = y.reshape(rows, -1).float()
     return y if level == "graph" else pad_rows(node_mask, y, float("nan"))
 
 
-def _check_widths(spec: DataSpec, x: torch.Tensor, x_continuous: torch.Tensor, edge_attr: torch.Tensor,
-                  edge_continuous: torch.Tensor) -> None:
+def _check_widths(
+    spec: DataSpec, x: torch.Tensor, x_continuous: torch.Tensor, edge_attr: torch.Tensor, edge_continuous: torch.Tensor
+) -> None:
     """Refuse feature widths that differ from the model's (instead of a silent drop or a deep failure)."""
     for what, ids, values, vocab, width, field in (
         ("node", x, x_continuous, spec.node_vocab, spec.continuous_node_dim, "continuous_node_dim"),
         ("edge", edge_attr, edge_continuous, spec.edge_vocab, spec.continuous_edge_dim, "continuous_edge_dim"),
     ):
         if ids.shape[1] != len(vocab):
-            raise ValueError(f"the batch has {ids.shape[1]} categorical {what}-feature column(s), the model's "
-                             f"{what}_vocab has {len(vocab)} entries ({list(vocab)}); one entry per column")
+            raise ValueError(
+                f"the batch has {ids.shape[1]} categorical {what}-feature column(s), the model's "
+                f"{what}_vocab has {len(vocab)} entries ({list(vocab)}); one entry per column"
+            )
         if values.shape[1] != width:
-            raise ValueError(f"the batch has {values.shape[1]} continuous (float) {what}-feature column(s), the "
-                             f"model has {field}={width}: set {field}={values.shape[1]}, or store categorical "
-                             f"{what} features as integers")
+            raise ValueError(
+                f"the batch has {values.shape[1]} continuous (float) {what}-feature column(s), the "
+                f"model has {field}={width}: set {field}={values.shape[1]}, or store categorical "
+                f"{what} features as integers"
+            )
 
 
 def _outside(ids: torch.Tensor, vocab: Sequence[int]) -> torch.Tensor:

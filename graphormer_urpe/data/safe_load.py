@@ -20,8 +20,22 @@ import torch
 from graphormer_urpe.errors import InputError
 
 #: dtypes whose arrays may be rebuilt (no object, string or structured dtypes).
-NUMERIC_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                  "float16", "float32", "float64", "complex64", "complex128")
+NUMERIC_DTYPES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
 #: The module of ``_reconstruct`` and ``scalar`` as numpy 1.x and numpy 2.x pickles name it.
 MULTIARRAY_SPELLINGS = ("numpy.core.multiarray", "numpy._core.multiarray")
 
@@ -42,10 +56,16 @@ def numpy_safe_globals() -> list[tuple[Callable, str]]:
     """The globals a pickle of numeric numpy arrays and scalars needs, as ``(object, pickled name)``; the dtype
     classes are needed because the unpickler only restores the state of allow-listed types."""
     multiarray = _multiarray()
-    entries: list[tuple[Callable, str]] = [(np.ndarray, "numpy.ndarray"), (np.dtype, "numpy.dtype"),
-                                           (bytes, "builtins.bytes")]  # an empty array's data: bytes()
-    entries += [(getattr(multiarray, name), f"{module}.{name}")
-                for module in MULTIARRAY_SPELLINGS for name in ("_reconstruct", "scalar")]
+    entries: list[tuple[Callable, str]] = [
+        (np.ndarray, "numpy.ndarray"),
+        (np.dtype, "numpy.dtype"),
+        (bytes, "builtins.bytes"),
+    ]  # an empty array's data: bytes()
+    entries += [
+        (getattr(multiarray, name), f"{module}.{name}")
+        for module in MULTIARRAY_SPELLINGS
+        for name in ("_reconstruct", "scalar")
+    ]
     dtype_classes = [type(np.dtype(name)) for name in NUMERIC_DTYPES]
     return entries + [(dtype, f"{dtype.__module__}.{dtype.__qualname__}") for dtype in dtype_classes]
 
@@ -63,29 +83,33 @@ def load_numpy_checkpoint(path: Path | str) -> Any:
                 refused = torch.serialization.get_unsafe_globals_in_checkpoint(path)
             except ValueError:  # not a zip checkpoint: the original error says why
                 refused = []
-            detail = f"it needs globals outside the numpy allow-list: {', '.join(refused)}" if refused \
+            detail = (
+                f"it needs globals outside the numpy allow-list: {', '.join(refused)}"
+                if refused
                 else load_failure(error)
+            )
             raise UnsafeCheckpoint(f"{path}: refusing to load with weights_only=True: {detail}") from error
         except (RuntimeError, EOFError, ValueError) as error:
-            raise UnsafeCheckpoint(f"{path} is not a readable torch.save file (truncated or corrupt?): {error}") \
-                from error
+            raise UnsafeCheckpoint(
+                f"{path} is not a readable torch.save file (truncated or corrupt?): {error}"
+            ) from error
 
 
 def load_split_dict(path: Path | str, names: Sequence[str]) -> dict[str, np.ndarray]:
     """An OGB ``split_dict.pt`` holding the splits ``names``: split name -> (R,) int64 row indices."""
     loaded = load_numpy_checkpoint(path)
     if not isinstance(loaded, dict):
-        raise UnsafeCheckpoint(
-            f"{path} holds a {type(loaded).__name__}, expected a dict of split name -> indices"
-        )
+        raise UnsafeCheckpoint(f"{path} holds a {type(loaded).__name__}, expected a dict of split name -> indices")
     if missing := [name for name in names if name not in loaded]:
         raise UnsafeCheckpoint(f"{path} has no split(s) {missing}; it holds {sorted(loaded)}")
     splits = {}
     for name, value in loaded.items():
         array = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
         if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
-            raise UnsafeCheckpoint(f"{path}: split '{name}' is a {array.dtype} array of shape {array.shape}, "
-                                   "expected 1-D integer row indices")
+            raise UnsafeCheckpoint(
+                f"{path}: split '{name}' is a {array.dtype} array of shape {array.shape}, "
+                "expected 1-D integer row indices"
+            )
         splits[name] = array.astype(np.int64)
     return splits
 
@@ -148,8 +172,10 @@ CONVERT_OFFICIAL = "graphormer-urpe convert official"
 CONVERT_HUGGINGFACE = "graphormer-urpe convert huggingface"
 #: Where an official checkpoint keeps its weights, the node-feature table there, and the format's name
 #: (``convert/official.py``'s layouts V2 and V1 name the same tables).
-OFFICIAL_NODE_TABLES = (("model", "encoder.graph_encoder.graph_node_feature.atom_encoder.weight", "official v2"),
-                        ("state_dict", "atom_encoder.weight", "official v1.0"))
+OFFICIAL_NODE_TABLES = (
+    ("model", "encoder.graph_encoder.graph_node_feature.atom_encoder.weight", "official v2"),
+    ("state_dict", "atom_encoder.weight", "official v1.0"),
+)
 
 
 def first_line(error: BaseException) -> str:
@@ -176,8 +202,10 @@ def load_failure(error: BaseException) -> str:
     if not text.startswith(_WEIGHTS_ONLY_REFUSAL):
         return f"probably truncated or corrupted ({first_line(error)})"
     if (found := re.search(r"Unsupported global: GLOBAL (\S+)", text)) is not None:
-        return (f"it holds {found.group(1)}, a Python object besides weights, which is never unpickled here "
-                "(unpickling a file can run code from it)")
+        return (
+            f"it holds {found.group(1)}, a Python object besides weights, which is never unpickled here "
+            "(unpickling a file can run code from it)"
+        )
     found = re.search(r"Unsupported operand (\d+)", text)
     opcode = f" (the weights reader stops at pickle opcode {found.group(1)})" if found else ""
     return f"neither a torch.save archive nor a legacy torch file{opcode}: not a checkpoint, or a damaged one"
@@ -198,7 +226,7 @@ def text_file(path: Path) -> str | None:
     except UnicodeDecodeError as error:
         if error.start < len(head) - 3:  # more than a character cut by the end of the peek
             return None
-        text = head[:error.start].decode("utf-8")
+        text = head[: error.start].decode("utf-8")
     shown = text.strip().splitlines()[0][:40] if text.strip() else ""
     return f"a text file of {size:,} bytes" + (f" ({shown!r})" if shown else " (blank)")
 
@@ -207,8 +235,10 @@ def directory_problem(path: Path) -> str:
     """Why a directory is no checkpoint file; a transformers directory (it holds ``config.json``) names its
     converter."""
     if (path / "config.json").is_file():
-        return (f"{path} is a directory with config.json, a transformers Graphormer: convert it with "
-                f"{CONVERT_HUGGINGFACE} {path} OUT.ckpt")
+        return (
+            f"{path} is a directory with config.json, a transformers Graphormer: convert it with "
+            f"{CONVERT_HUGGINGFACE} {path} OUT.ckpt"
+        )
     return f"{path} is a directory; name the checkpoint file"
 
 

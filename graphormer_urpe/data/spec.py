@@ -59,8 +59,12 @@ class DataSpec:
     molecule_features: tuple[str, ...] = ()
 
     #: The encoder fields the data decides: input features (a checkpoint's tables fit equal ones) and outputs.
-    FEATURE_FIELDS: ClassVar[tuple[str, ...]] = ("node_vocab", "edge_vocab", "continuous_node_dim",
-                                                 "continuous_edge_dim")
+    FEATURE_FIELDS: ClassVar[tuple[str, ...]] = (
+        "node_vocab",
+        "edge_vocab",
+        "continuous_node_dim",
+        "continuous_edge_dim",
+    )
     OUTPUT_FIELDS: ClassVar[tuple[str, ...]] = ("num_outputs", "readout")
     #: Encoder fields of the molecule-level features: a checkpoint fine-tuned on others gets a new projection.
     MOLECULE_FIELDS: ClassVar[tuple[str, ...]] = ("molecule_features",)
@@ -81,14 +85,10 @@ class DataSpec:
         if self.target_level not in READOUT:
             raise ValueError(f"DataSpec.target_level={self.target_level!r}; expected one of {', '.join(READOUT)}")
         if self.target_kind not in ("regression", "binary", "multiclass"):
-            raise ValueError(
-                f"DataSpec.target_kind={self.target_kind!r}; expected regression, binary or multiclass"
-            )
+            raise ValueError(f"DataSpec.target_kind={self.target_kind!r}; expected regression, binary or multiclass")
         counts = f"num_targets={self.num_targets}, num_outputs={self.num_outputs}"
         if self.target_kind == "multiclass" and (self.num_targets != 1 or self.num_outputs < 2):
-            raise ValueError(
-                f"DataSpec: a multi-class target is one column with at least 2 classes, got {counts}"
-            )
+            raise ValueError(f"DataSpec: a multi-class target is one column with at least 2 classes, got {counts}")
         if self.target_kind != "multiclass" and self.num_outputs != self.num_targets:
             raise ValueError(f"DataSpec: {self.target_kind} targets have one output each, got {counts}")
         if min(self.continuous_node_dim, self.continuous_edge_dim) < 0:
@@ -102,10 +102,15 @@ class DataSpec:
     def encoder_fields(self) -> dict[str, object]:
         """The ``GraphormerConfig`` fields the data decides (:attr:`FEATURE_FIELDS`, :attr:`OUTPUT_FIELDS`, then
         :attr:`MOLECULE_FIELDS`)."""
-        return {"node_vocab": list(self.node_vocab), "edge_vocab": list(self.edge_vocab),
-                "continuous_node_dim": self.continuous_node_dim, "continuous_edge_dim": self.continuous_edge_dim,
-                "num_outputs": self.num_outputs, "readout": self.readout,
-                "molecule_features": list(self.molecule_features)}
+        return {
+            "node_vocab": list(self.node_vocab),
+            "edge_vocab": list(self.edge_vocab),
+            "continuous_node_dim": self.continuous_node_dim,
+            "continuous_edge_dim": self.continuous_edge_dim,
+            "num_outputs": self.num_outputs,
+            "readout": self.readout,
+            "molecule_features": list(self.molecule_features),
+        }
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def first_edges(dist: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
     graph, source, nxt = np.nonzero(edge_id >= 0)  # sorted by (g, i, k)
     per_block = max(1, _BLOCK_ELEMENTS // max(1, n))
     for e0 in range(0, len(graph), per_block):  # blocks in (g, i, k) order: earlier blocks have smaller k
-        g, i, k = graph[e0:e0 + per_block], source[e0:e0 + per_block], nxt[e0:e0 + per_block]
+        g, i, k = graph[e0 : e0 + per_block], source[e0 : e0 + per_block], nxt[e0 : e0 + per_block]
         from_i = dist[g, i]  # (b, n): dist[i, j] for every j
         on_path = (dist[g, k] == from_i - 1) & (from_i >= 1)  # (b, n): k is one step closer to j
         if e0:
@@ -105,8 +105,9 @@ def check_path_order(path_order: str, key: str = "path_order") -> None:
     check_choice(key, path_order, get_args(PathOrder))
 
 
-def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray],
-                     path_order: PathOrder = "smallest_next") -> FlatStructures:
+def graph_structures(
+    num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray], path_order: PathOrder = "smallest_next"
+) -> FlatStructures:
     """SPD, first edges of shortest paths, and degrees of many graphs, concatenated in input order; graphs of
     equal node count are stacked, and each graph's result does not depend on the others. Distances saturate
     at :data:`UNREACHABLE_SPD` (only ever used up to ``spatial_pos_max``, far below it).
@@ -125,16 +126,20 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
         _check_edge_count(np.shape(edges)[-1], f"graph {g}")
     node_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     pair_ptr = np.concatenate([[0], np.cumsum(sizes * sizes)]).astype(np.int64)
-    out = FlatStructures(np.empty(pair_ptr[-1], np.uint8), np.empty(pair_ptr[-1], np.int16),
-                         np.empty(node_ptr[-1], np.int16), np.empty(node_ptr[-1], np.int16), node_ptr, pair_ptr)
+    out = FlatStructures(
+        np.empty(pair_ptr[-1], np.uint8),
+        np.empty(pair_ptr[-1], np.int16),
+        np.empty(node_ptr[-1], np.int16),
+        np.empty(node_ptr[-1], np.int16),
+        node_ptr,
+        pair_ptr,
+    )
     for n in np.unique(sizes).tolist():
         members = np.flatnonzero(sizes == n)
         per_block = max(1, _BLOCK_ELEMENTS // max(1, n * n))
         for b0 in range(0, len(members), per_block):
-            block = members[b0:b0 + per_block]
-            spd, first, in_degree, out_degree = _equal_size_structures(
-                n, [edge_indices[g] for g in block], path_order
-            )
+            block = members[b0 : b0 + per_block]
+            spd, first, in_degree, out_degree = _equal_size_structures(n, [edge_indices[g] for g in block], path_order)
             pairs = pair_ptr[block][:, None] + np.arange(n * n)  # (G, n*n) positions in the output
             nodes = node_ptr[block][:, None] + np.arange(n)  # (G, n)
             out.spd[pairs] = spd.reshape(len(block), n * n)
@@ -146,13 +151,13 @@ def graph_structures(num_nodes: Sequence[int], edge_indices: Sequence[np.ndarray
 
 def _check_edge_count(num_edges: int, what: str) -> None:
     if num_edges > MAX_EDGES:
-        raise ValueError(f"{what} has {num_edges} directed edges; at most {MAX_EDGES} are supported "
-                         "(first-edge ids are stored as int16)")
+        raise ValueError(
+            f"{what} has {num_edges} directed edges; at most {MAX_EDGES} are supported "
+            "(first-edge ids are stored as int16)"
+        )
 
 
-def _equal_size_structures(
-    n: int, edge_indices: list[np.ndarray], path_order: PathOrder
-) -> tuple[np.ndarray, ...]:
+def _equal_size_structures(n: int, edge_indices: list[np.ndarray], path_order: PathOrder) -> tuple[np.ndarray, ...]:
     """SPD (G, n, n) uint8, first edges (G, n, n) int16 and degrees (G, n) int16 of G graphs of n nodes."""
     num_graphs = len(edge_indices)
     edges = [np.asarray(e, dtype=np.int64).reshape(2, -1) for e in edge_indices]
@@ -173,9 +178,7 @@ def _equal_size_structures(
     return spd, first, in_degree.astype(np.int16), out_degree.astype(np.int16)
 
 
-def graph_structure(
-    num_nodes: int, edge_index: np.ndarray, path_order: PathOrder = "smallest_next"
-) -> GraphStructure:
+def graph_structure(num_nodes: int, edge_index: np.ndarray, path_order: PathOrder = "smallest_next") -> GraphStructure:
     """SPD, first edges of shortest paths, and degrees of one graph (see :func:`graph_structures`).
 
     Example:
@@ -188,6 +191,4 @@ def graph_structure(
     if not 0 <= num_nodes <= MAX_NODES:
         raise ValueError(f"graph has {num_nodes} nodes; 0 to {MAX_NODES} are supported")
     _check_edge_count(np.shape(edge_index)[-1], "graph")
-    return GraphStructure(
-        *(block[0] for block in _equal_size_structures(int(num_nodes), [edge_index], path_order))
-    )
+    return GraphStructure(*(block[0] for block in _equal_size_structures(int(num_nodes), [edge_index], path_order)))

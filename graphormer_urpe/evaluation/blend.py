@@ -72,8 +72,10 @@ def tree_inputs(features: MoleculeFeatures, smiles: Sequence[str]) -> np.ndarray
     if features.fingerprints:
         columns.append(np.stack([ecfp_counts(mol) for mol in molecules]).astype(np.float64))
     if not columns:
-        raise DataError("the trees read the runs' RDKit descriptors or fingerprints, and these runs have neither: "
-                        "train with --data.source.descriptors rdkit2d or --data.source.fingerprints ecfp")
+        raise DataError(
+            "the trees read the runs' RDKit descriptors or fingerprints, and these runs have neither: "
+            "train with --data.source.descriptors rdkit2d or --data.source.fingerprints ecfp"
+        )
     return np.concatenate(columns, axis=1)
 
 
@@ -85,12 +87,16 @@ def check_part_targets(part: str, kind: str, names: Sequence[str], targets: np.n
     Shapes: targets (N, Y)."""
     title = PART_TITLES[part]
     if kind not in PART_KINDS:
-        raise DataError(f"the {title} predict regression targets or binary labels; this table has a {kind} "
-                        f"label: ensemble without --{part}")
+        raise DataError(
+            f"the {title} predict regression targets or binary labels; this table has a {kind} "
+            f"label: ensemble without --{part}"
+        )
     for k, name in enumerate(names if targets is not None else ()):
         if kind == "binary" and len(np.unique(targets[~np.isnan(targets[:, k]), k])) < 2:
-            raise DataError(f"the {title} need both classes of label '{name}' among the training rows, which hold "
-                            f"one; ensemble without --{part}")
+            raise DataError(
+                f"the {title} need both classes of label '{name}' among the training rows, which hold "
+                f"one; ensemble without --{part}"
+            )
 
 
 class DescriptorTrees:
@@ -107,9 +113,7 @@ class DescriptorTrees:
         self.models = list(models)
 
     @classmethod
-    def fit(
-        cls, kind: str, names: Sequence[str], descriptors: np.ndarray, targets: np.ndarray
-    ) -> DescriptorTrees:
+    def fit(cls, kind: str, names: Sequence[str], descriptors: np.ndarray, targets: np.ndarray) -> DescriptorTrees:
         """Fit one model per target on the rows where it is known. Shapes: descriptors (N, D), targets (N, Y)."""
         check_part_targets("trees", kind, names, targets)
         models: list[TreeModel] = []
@@ -145,8 +149,9 @@ class DescriptorTrees:
             try:
                 model = skops.io.load(path, trusted=TRUSTED_TYPES)
             except Exception as error:  # skops raises UntrustedTypesFoundException, zip and JSON errors
-                raise CheckpointError(f"{path}: not a tree file of an ensemble ({type(error).__name__}: "
-                                      f"{str(error)[:200]})") from None
+                raise CheckpointError(
+                    f"{path}: not a tree file of an ensemble ({type(error).__name__}: {str(error)[:200]})"
+                ) from None
             if not isinstance(model, HistGradientBoostingRegressor | HistGradientBoostingClassifier):
                 raise CheckpointError(f"{path} holds a {type(model).__name__}, not fitted trees")
             models.append(model)
@@ -175,12 +180,13 @@ def blend_weights(
     known = ~np.isnan(targets)  # (N, Y)
     for k, name in enumerate(names):
         if not known[:, k].any():
-            log.warning("the blend of '%s' cannot be chosen: no validation row knows it; its parts weigh equally",
-                        name)
+            log.warning("the blend of '%s' cannot be chosen: no validation row knows it; its parts weigh equally", name)
             weights[name] = {part: 1.0 / len(parts) for part in parts}
             continue
-        errors = {part: float(np.mean((values[known[:, k], k] - targets[known[:, k], k]) ** 2))
-                  for part, values in parts.items()}
+        errors = {
+            part: float(np.mean((values[known[:, k], k] - targets[known[:, k], k]) ** 2))
+            for part, values in parts.items()
+        }
         best = min(errors.values())
         if best == 0.0:  # a part predicts every validation row exactly: it alone, the first such part
             exact = next(part for part, error in errors.items() if error == 0.0)

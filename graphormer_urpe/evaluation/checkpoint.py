@@ -35,52 +35,87 @@ class Evaluation:
         differences, no initialisation) left out."""
         unset = {"metrics": {}, "data_differences": None, "initialised_from": None}
         optional = {key: value for key in unset if (value := getattr(self, key)) != unset[key]}
-        return {"checkpoint": self.checkpoint, "split": self.split, **self.leaderboard,
-                "same_data_as_training": self.same_data_as_training, **optional}
+        return {
+            "checkpoint": self.checkpoint,
+            "split": self.split,
+            **self.leaderboard,
+            "same_data_as_training": self.same_data_as_training,
+            **optional,
+        }
 
 
-def check_split(data: RunData, split: str, checkpoint: str, predictions: Path | None,
-                submission_dir: Path | None) -> SubmissionFormat | None:
+def check_split(
+    data: RunData, split: str, checkpoint: str, predictions: Path | None, submission_dir: Path | None
+) -> SubmissionFormat | None:
     """Refuse (:class:`DataError`) a split that ``data`` does not have, and a hidden test split without a place for
     its predictions (``submission_dir``, ``predictions``: a file); returns the OGB-LSC submission format of ``data``
     (None: not an OGB-LSC dataset)."""
     fmt = data.spec.submission if isinstance(data, PredictableData) else None
     if fmt is None:
         if split in MODES:
-            raise DataError(f"{checkpoint}'s data have no split '{split}': test-dev and test-challenge are the "
-                            "hidden test splits of OGB-LSC datasets (PCQM4Mv2, MAG240M); evaluate it with --split "
-                            "valid or test")
+            raise DataError(
+                f"{checkpoint}'s data have no split '{split}': test-dev and test-challenge are the "
+                "hidden test splits of OGB-LSC datasets (PCQM4Mv2, MAG240M); evaluate it with --split "
+                "valid or test"
+            )
         if predictions is not None:
             raise DataError("--predictions is available for OGB-LSC datasets (PCQM4Mv2, MAG240M)")
         return None
     if split not in fmt.splits:
         raise DataError(f"{fmt.dataset} has no split '{split}'; its splits are {', '.join(fmt.splits)}")
     if split in MODES and submission_dir is None and predictions is None:
-        raise DataError(f"--split {split} has hidden targets: pass --submission_dir DIR to write a leaderboard "
-                        "submission (or --predictions FILE)")
+        raise DataError(
+            f"--split {split} has hidden targets: pass --submission_dir DIR to write a leaderboard "
+            "submission (or --predictions FILE)"
+        )
     return fmt
 
 
-def evaluate_checkpoint(trainer: pl.Trainer, model: pl.LightningModule, data: RunData, checkpoint: str, split: str,
-                        fmt: SubmissionFormat | None, *, submission_dir: Path | None, predictions: Path | None,
-                        data_check: dict[str, Any], initialised_from: str | None, started: float) -> Evaluation:
+def evaluate_checkpoint(
+    trainer: pl.Trainer,
+    model: pl.LightningModule,
+    data: RunData,
+    checkpoint: str,
+    split: str,
+    fmt: SubmissionFormat | None,
+    *,
+    submission_dir: Path | None,
+    predictions: Path | None,
+    data_check: dict[str, Any],
+    initialised_from: str | None,
+    started: float,
+) -> Evaluation:
     """``checkpoint``'s weights in ``model`` on ``split`` of ``data`` (checked: :func:`check_split`, which gave
     ``fmt``): the task's metrics, or for an OGB-LSC dataset (``fmt``) ogb's, the predictions or the submission
     (:func:`~graphormer_urpe.evaluation.ogb.evaluate_split`, timed from ``started``, a ``time.perf_counter``).
     ``data_check``: :func:`~graphormer_urpe.run.checkpoints.compare_data`'s result."""
     if fmt is not None:
-        leaderboard = evaluate_split(trainer, model, data, split, checkpoint, submission_dir=submission_dir,
-                                     predictions_file=predictions, data_check=data_check, started=started)
+        leaderboard = evaluate_split(
+            trainer,
+            model,
+            data,
+            split,
+            checkpoint,
+            submission_dir=submission_dir,
+            predictions_file=predictions,
+            data_check=data_check,
+            started=started,
+        )
         for key in ("checkpoint", "split", *data_check):
             leaderboard.pop(key, None)
         metrics = leaderboard.pop("metrics", {})
     else:
         stage = trainer.validate if split == "valid" else trainer.test
         metrics, leaderboard = stage(model, data, ckpt_path=checkpoint, verbose=False)[0], {}
-    return Evaluation(checkpoint=checkpoint, split=split, metrics=metrics,
-                      same_data_as_training=data_check["same_data_as_training"],
-                      data_differences=data_check.get("data_differences"), initialised_from=initialised_from,
-                      leaderboard=leaderboard)
+    return Evaluation(
+        checkpoint=checkpoint,
+        split=split,
+        metrics=metrics,
+        same_data_as_training=data_check["same_data_as_training"],
+        data_differences=data_check.get("data_differences"),
+        initialised_from=initialised_from,
+        leaderboard=leaderboard,
+    )
 
 
 def check_submission(path: Path, data_root: Path) -> dict[str, Any]:

@@ -138,8 +138,9 @@ class EnsembleRecord:
             if stored.get("format") == 1:
                 stored = from_format_1(stored)
             if stored.get("format") != FORMAT:
-                raise CheckpointError(f"{path}: an ensemble of format {stored.get('format')}; this version reads "
-                                      f"formats 1 and {FORMAT}")
+                raise CheckpointError(
+                    f"{path}: an ensemble of format {stored.get('format')}; this version reads formats 1 and {FORMAT}"
+                )
             for key in ("members", "sources", *CHEAP_PARTS):
                 if stored[key] is not None:
                     stored[key] = [SavedFile(**saved) for saved in stored[key]]
@@ -148,8 +149,10 @@ class EnsembleRecord:
             raise CheckpointError(f"{path}: not an ensemble record ({type(error).__name__}: {error})") from None
         if problem := record.problem():
             key, what = problem
-            raise CheckpointError(f"{path}: '{key}' {what}; the record was changed after the ensemble was made "
-                                  "(make it again with graphormer-urpe ensemble)")
+            raise CheckpointError(
+                f"{path}: '{key}' {what}; the record was changed after the ensemble was made "
+                "(make it again with graphormer-urpe ensemble)"
+            )
         return record
 
     def problem(self) -> tuple[str, str] | None:
@@ -164,8 +167,12 @@ class EnsembleRecord:
             return "targets", "must be a list of the targets' names"
         if not isinstance(self.smiles_column, str) or not self.smiles_column:
             return "smiles_column", "must name the training table's SMILES column"
-        files = {"members": self.members, "sources": self.sources, "trees": self.trees or [],
-                 "kernel": self.kernel or []}
+        files = {
+            "members": self.members,
+            "sources": self.sources,
+            "trees": self.trees or [],
+            "kernel": self.kernel or [],
+        }
         for key, saved in files.items():
             if not all(isinstance(f.path, str) and isinstance(f.sha256, str) for f in saved):
                 return key, "must list files as {path, sha256} strings"
@@ -177,8 +184,11 @@ class EnsembleRecord:
         for part in self.cheap_parts:
             if len(files[part]) != len(self.targets):
                 return part, f"lists {len(files[part])} files for {len(self.targets)} targets"
-        if self.trees is not None and (not isinstance(self.tree_inputs, list) or not self.tree_inputs
-                                       or not set(self.tree_inputs) <= set(TREE_INPUTS)):
+        if self.trees is not None and (
+            not isinstance(self.tree_inputs, list)
+            or not self.tree_inputs
+            or not set(self.tree_inputs) <= set(TREE_INPUTS)
+        ):
             return "tree_inputs", f"must list what the trees read, of {', '.join(TREE_INPUTS)}"
         if not self.cheap_parts:
             if self.blend_weights is not None or self.blend_rule is not None:
@@ -215,11 +225,16 @@ def from_format_1(stored: dict) -> dict:
     stored = dict(stored)
     weights, metric = stored.pop("tree_weights", None), stored.pop("blend_metric", None)
     if isinstance(weights, dict):  # anything else is left for EnsembleRecord.problem to name
-        weights = {name: {"ensemble": 1.0 - w, "trees": w} if isinstance(w, float) else w
-                   for name, w in weights.items()}
-    stored |= {"format": FORMAT, "kernel": None, "blend_weights": weights,
-               "tree_inputs": None if stored.get("trees") is None else ["rdkit2d"],
-               "blend_rule": None if metric is None else f"the best validation {metric} of 5 weights (format 1)"}
+        weights = {
+            name: {"ensemble": 1.0 - w, "trees": w} if isinstance(w, float) else w for name, w in weights.items()
+        }
+    stored |= {
+        "format": FORMAT,
+        "kernel": None,
+        "blend_weights": weights,
+        "tree_inputs": None if stored.get("trees") is None else ["rdkit2d"],
+        "blend_rule": None if metric is None else f"the best validation {metric} of 5 weights (format 1)",
+    }
     return stored
 
 
@@ -228,6 +243,7 @@ def sha256_file(path: Path) -> str:
 
 
 # ----------------------------------------------------------------------------- making one
+
 
 @dataclass(frozen=True)
 class EnsemblePlan:
@@ -258,12 +274,16 @@ def member_checkpoint(run: Path) -> Path:
     except (json.JSONDecodeError, AttributeError) as error:
         raise DataError(f"--runs {run}: {metrics} is not a run's metrics ({error})") from None
     if not isinstance(recorded, str) or not recorded:
-        raise DataError(f"--runs {run}: {metrics} names no best checkpoint (best_checkpoint: {recorded!r}); name "
-                        "a checkpoint file instead")
+        raise DataError(
+            f"--runs {run}: {metrics} names no best checkpoint (best_checkpoint: {recorded!r}); name "
+            "a checkpoint file instead"
+        )
     best = run / "checkpoints" / Path(recorded).name
     if not best.is_file():
-        raise DataError(f"--runs {run}: its best checkpoint {best} (best_checkpoint of its {RUN_METRICS}) is not "
-                        "there; name a checkpoint file instead")
+        raise DataError(
+            f"--runs {run}: its best checkpoint {best} (best_checkpoint of its {RUN_METRICS}) is not "
+            "there; name a checkpoint file instead"
+        )
     return best
 
 
@@ -274,8 +294,10 @@ def member_checkpoints(runs: Sequence[Path]) -> list[Path]:
     first: dict[Path, int] = {}
     for k, checkpoint in enumerate(checkpoints):
         if (earlier := first.setdefault(checkpoint.resolve(), k)) != k:
-            raise DataError(f"--runs {runs[earlier]} and {runs[k]} are the same run ({checkpoint.resolve()}): an "
-                            "ensemble's members are different runs")
+            raise DataError(
+                f"--runs {runs[earlier]} and {runs[k]} are the same run ({checkpoint.resolve()}): an "
+                "ensemble's members are different runs"
+            )
     return checkpoints
 
 
@@ -299,8 +321,10 @@ def plan_ensemble(checkpoints: Sequence[Path], out: Path, trees: bool, kernel: b
         identities.append(load_checkpoint(checkpoint).get(DATA_IDENTITY_KEY))
     config = configs[0]
     if not issubclass(config.source_class(), SmilesTable):
-        raise DataError(f"an ensemble predicts the rows of a SMILES table (data.source SmilesTable), not of "
-                        f"{config.data_name}; evaluate each run with graphormer-urpe evaluate instead")
+        raise DataError(
+            f"an ensemble predicts the rows of a SMILES table (data.source SmilesTable), not of "
+            f"{config.data_name}; evaluate each run with graphormer-urpe evaluate instead"
+        )
     for checkpoint, identity, task in zip(checkpoints[1:], identities[1:], tasks[1:]):
         if identity is None or identities[0] is None:
             raise DataError(
@@ -308,12 +332,12 @@ def plan_ensemble(checkpoints: Sequence[Path], out: Path, trees: bool, kernel: b
                 "(written by an earlier version): an ensemble's members must be known to share one table"
             )
         if differing := differences(identities[0], identity, str(checkpoints[0]), str(checkpoint)):
-            raise DataError(f"the members were trained on different data: {differing}; an ensemble's members "
-                            "share one table, split, targets and molecule features")
-        if type(task) is not type(tasks[0]):
             raise DataError(
-                f"{checkpoint} is a {type(task).__name__}, {checkpoints[0]} a {type(tasks[0]).__name__}"
+                f"the members were trained on different data: {differing}; an ensemble's members "
+                "share one table, split, targets and molecule features"
             )
+        if type(task) is not type(tasks[0]):
+            raise DataError(f"{checkpoint} is a {type(task).__name__}, {checkpoints[0]} a {type(tasks[0]).__name__}")
     source = config.source()
     if not source.path.is_file():
         raise DataError(
@@ -321,8 +345,17 @@ def plan_ensemble(checkpoints: Sequence[Path], out: Path, trees: bool, kernel: b
             "runs were trained in): make the ensemble from there"
         )
     check_cheap_parts(source, trees, kernel)
-    return EnsemblePlan(checkpoints=list(checkpoints), out=out, trees=trees, kernel=kernel, config=config,
-                        source=source, target_kind=source.task, data_identity=identities[0] or {}, tasks=tasks)
+    return EnsemblePlan(
+        checkpoints=list(checkpoints),
+        out=out,
+        trees=trees,
+        kernel=kernel,
+        config=config,
+        source=source,
+        target_kind=source.task,
+        data_identity=identities[0] or {},
+        tasks=tasks,
+    )
 
 
 def check_cheap_parts(source: SmilesTable, trees: bool, kernel: bool) -> None:
@@ -330,8 +363,10 @@ def check_cheap_parts(source: SmilesTable, trees: bool, kernel: bool) -> None:
     among the runs' features; for either part, a multi-class label or a binary label with one class among the
     training rows (the table is read)."""
     if trees and not (source.features.descriptors or source.features.fingerprints):
-        raise DataError("--trees reads the runs' RDKit descriptors or fingerprints, and these runs have neither: train "
-                        "with --data.source.descriptors rdkit2d (configs/small_molecules.yaml has it)")
+        raise DataError(
+            "--trees reads the runs' RDKit descriptors or fingerprints, and these runs have neither: train "
+            "with --data.source.descriptors rdkit2d (configs/small_molecules.yaml has it)"
+        )
     for part in (part for part, wanted in (("trees", trees), ("kernel", kernel)) if wanted):
         check_part_targets(part, source.task, source.targets, None)  # the kind, before the table is read
         if source.task == "binary":
@@ -436,21 +471,29 @@ def build_ensemble(plan: EnsemblePlan, command: str) -> EnsembleRecord:
     frames = {split: split_rows(source, split) for split in SPLITS}
     members = _predict_rows(plan, pd.concat(frames.values(), ignore_index=True))
     sizes = np.cumsum([0, *(len(frame) for frame in frames.values())])
-    predictions = {split: PartPredictions([member[sizes[i]:sizes[i + 1]] for member in members])
-                   for i, split in enumerate(SPLITS)}
+    predictions = {
+        split: PartPredictions([member[sizes[i] : sizes[i + 1]] for member in members])
+        for i, split in enumerate(SPLITS)
+    }
     cheap = None
     if plan.trees or plan.kernel:
         cheap = fit_cheap_parts(plan)
         for split, frame in frames.items():
             predictions[split].cheap = cheap.predict(frame[source.smiles_column].tolist())
         valid = predictions["valid"]
-        weights = blend_weights({"ensemble": valid.ensemble, **valid.cheap},
-                                frames["valid"][source.targets].to_numpy(), source.targets)
+        weights = blend_weights(
+            {"ensemble": valid.ensemble, **valid.cheap}, frames["valid"][source.targets].to_numpy(), source.targets
+        )
         for split in SPLITS:
             predictions[split].weights = [weights[name] for name in source.targets]
         log.info("blend weights %s, chosen on %d validation rows: %s", weights, len(frames["valid"]), BLEND_RULE)
-    scores = {split: {part: task.score(values, frames[split][source.targets].to_numpy(), split)
-                      for part, values in predictions[split].parts().items()} for split in SPLITS}
+    scores = {
+        split: {
+            part: task.score(values, frames[split][source.targets].to_numpy(), split)
+            for part, values in predictions[split].parts().items()
+        }
+        for split in SPLITS
+    }
     partial = Path(tempfile.mkdtemp(prefix=f".{plan.out.name}.partial-", dir=plan.out.parent))
     try:
         record = _write(plan, partial, cheap, predictions, frames, scores, command)
@@ -459,8 +502,10 @@ def build_ensemble(plan: EnsemblePlan, command: str) -> EnsembleRecord:
         shutil.rmtree(partial, ignore_errors=True)
         if not plan.out.exists():
             raise
-        raced = (f"--out {plan.out} was written by another process while this ensemble was made; nothing was "
-                 "overwritten (this one was discarded): use that one, or choose another --out")
+        raced = (
+            f"--out {plan.out} was written by another process while this ensemble was made; nothing was "
+            "overwritten (this one was discarded): use that one, or choose another --out"
+        )
         raise DataError(raced) from error
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
@@ -483,9 +528,11 @@ def summary(record: EnsembleRecord, split: str = "test") -> str:
         return f"{split} {shown('ensemble')} (the mean of {members})"
     weights = {name: {part: round(w, 3) for part, w in parts.items()} for name, parts in record.blend_weights.items()}
     alone = ", ".join(f"the {part} alone {shown(part)}" for part in record.cheap_parts)
-    return (f"{split} {shown('blend')} of the blend of the ensemble with {' and '.join(record.cheap_parts)} (weights "
-            f"{weights}, chosen on validation rows by {record.blend_rule}); the ensemble of {members} alone "
-            f"{shown('ensemble')}, {alone}")
+    return (
+        f"{split} {shown('blend')} of the blend of the ensemble with {' and '.join(record.cheap_parts)} (weights "
+        f"{weights}, chosen on validation rows by {record.blend_rule}); the ensemble of {members} alone "
+        f"{shown('ensemble')}, {alone}"
+    )
 
 
 def make_ensemble(runs: Sequence[Path], out: Path, trees: bool, command: str, kernel: bool = False) -> EnsembleRecord:
@@ -501,15 +548,19 @@ def _predict_rows(plan: EnsemblePlan, frame: pd.DataFrame) -> list[np.ndarray]:
         frame[[plan.source.smiles_column]].to_csv(molecules, index=False)
         predicted = predict_molecules(plan.tasks, plan.config, molecules)
     if failed := [row for row, reason in zip(frame["row"], predicted.errors) if reason]:
-        raise DataError(
-            f"rows {failed[:5]} of {plan.source.path}, which the runs read, could not be featurised again"
-        )
+        raise DataError(f"rows {failed[:5]} of {plan.source.path}, which the runs read, could not be featurised again")
     return predicted.scores
 
 
-def _write(plan: EnsemblePlan, directory: Path, cheap: CheapParts | None,
-           predictions: dict[str, PartPredictions], frames: dict[str, pd.DataFrame],
-           scores: dict[str, dict[str, dict[str, float]]], command: str) -> EnsembleRecord:
+def _write(
+    plan: EnsemblePlan,
+    directory: Path,
+    cheap: CheapParts | None,
+    predictions: dict[str, PartPredictions],
+    frames: dict[str, pd.DataFrame],
+    scores: dict[str, dict[str, dict[str, float]]],
+    command: str,
+) -> EnsembleRecord:
     """Write the members, the cheap parts, the splits' predictions and the record into ``directory``."""
     task, source = plan.tasks[0], plan.source
     (directory / "members").mkdir()
@@ -543,8 +594,12 @@ def _write(plan: EnsemblePlan, directory: Path, cheap: CheapParts | None,
         data_spec=json.loads(json.dumps(dataclasses.asdict(source.spec))),
         data_identity=plan.data_identity,
         scores=scores,
-        made={"command": command, "created": datetime.datetime.now().isoformat(timespec="seconds"),
-              "git_commit": git_commit(), "versions": package_versions()},
+        made={
+            "command": command,
+            "created": datetime.datetime.now().isoformat(timespec="seconds"),
+            "git_commit": git_commit(),
+            "versions": package_versions(),
+        },
     )
     (directory / RECORD_FILE).write_text(record.to_json())
     return record
@@ -561,6 +616,7 @@ def tree_features(names: Sequence[str]) -> MoleculeFeatures:
 
 
 # ----------------------------------------------------------------------------- reading one back
+
 
 class SavedEnsemble:
     """An ensemble's directory, read back: :meth:`predict` new molecules as it predicted its own test rows.
@@ -582,8 +638,10 @@ class SavedEnsemble:
         listed |= {part: getattr(self.record, part) for part in self.record.cheap_parts}
         for key, saved in listed.items():
             if missing := [f.path for f in saved if not (directory / f.path).is_file()]:
-                raise CheckpointError(f"{directory / missing[0]} is missing from the ensemble {directory} (its "
-                                      f"{RECORD_FILE} lists it under '{key}')")
+                raise CheckpointError(
+                    f"{directory / missing[0]} is missing from the ensemble {directory} (its "
+                    f"{RECORD_FILE} lists it under '{key}')"
+                )
 
     def check(self) -> None:
         """Refuse (:class:`CheckpointError`) an altered file, and descriptors computed against another reference
@@ -597,12 +655,12 @@ class SavedEnsemble:
                 )
         wanted = self.record.descriptor_reference_sha1
         if wanted is not None and descriptor_reference().sha1 != wanted:
-            raise CheckpointError(f"{self.directory} was made with the descriptor reference {wanted}, this "
-                                  f"installation has {descriptor_reference().sha1}: its descriptors would differ")
+            raise CheckpointError(
+                f"{self.directory} was made with the descriptor reference {wanted}, this "
+                f"installation has {descriptor_reference().sha1}: its descriptors would differ"
+            )
 
-    def predict(
-        self, table: Path, smiles_column: str | None = None
-    ) -> tuple[TablePredictions, dict[str, np.ndarray]]:
+    def predict(self, table: Path, smiles_column: str | None = None) -> tuple[TablePredictions, dict[str, np.ndarray]]:
         """Every row of ``table`` predicted by each member, their mean, and with cheap parts each of them and the blend
         with the recorded weights; returns the predictions and the output columns (:meth:`PartPredictions.columns`)."""
         self.check()
@@ -624,6 +682,7 @@ class SavedEnsemble:
 
     def cheap_parts(self) -> CheapParts:
         """The saved cheap parts, read back (trees with skops' trusted types, the kernel's arrays without pickle)."""
+
         def files(part: str) -> list[Path]:
             return [self.directory / saved.path for saved in getattr(self.record, part)]
 
@@ -637,11 +696,13 @@ class SavedEnsemble:
         predicted, columns = self.predict(table, smiles_column)
         parts = self.record.cheap_parts
         trees = f" blended with {' and '.join(parts)}" if parts else ""
-        return write_predictions(self.directory, table, predicted, columns, out,
-                                 f" by the ensemble of {len(self.record.members)}{trees}")
+        return write_predictions(
+            self.directory, table, predicted, columns, out, f" by the ensemble of {len(self.record.members)}{trees}"
+        )
 
 
 # ----------------------------------------------------------------------------- a sweep's ensemble
+
 
 @dataclass(frozen=True)
 class EnsembleOutputs:
@@ -655,8 +716,9 @@ class EnsembleOutputs:
     reused: EnsembleRecord | None  # the existing ensemble of exactly these seeds' runs, else None: made anew
 
 
-def plan_ensemble_outputs(config: RunConfig, runs: Sequence[Path], directory: Path, trees: bool,
-                          table: Path | None, kernel: bool = False) -> EnsembleOutputs:
+def plan_ensemble_outputs(
+    config: RunConfig, runs: Sequence[Path], directory: Path, trees: bool, table: Path | None, kernel: bool = False
+) -> EnsembleOutputs:
     """Every refusal of a sweep's ensemble of ``runs`` (trained with ``config``, not yet finished) before any of them
     runs: a config that is not a SMILES table's, trees without descriptors or fingerprints, cheap parts for a
     multi-class label or for a binary label with one class among the training rows (:func:`check_cheap_parts`), a
@@ -664,8 +726,9 @@ def plan_ensemble_outputs(config: RunConfig, runs: Sequence[Path], directory: Pa
     the SMILES column, an existing ensemble of other runs (one of these very runs is reused), an existing prediction
     (unless the ensemble is reused: then it is kept if it is that ensemble's prediction, :func:`write_ensemble`)."""
     if config.source_class_path is None or not issubclass(config.source_class(), SmilesTable):
-        raise DataError(f"--ensemble saves the runs of a SMILES table (data.source SmilesTable), not of "
-                        f"{config.data_name}")
+        raise DataError(
+            f"--ensemble saves the runs of a SMILES table (data.source SmilesTable), not of {config.data_name}"
+        )
     check_cheap_parts(config.source(), trees, kernel)
     predictions = None
     if table is not None:
@@ -674,8 +737,9 @@ def plan_ensemble_outputs(config: RunConfig, runs: Sequence[Path], directory: Pa
         predictions = directory.with_name(f"{directory.name}-predict-{table.stem}.csv")
     reused = existing_ensemble(directory, runs)
     if predictions is not None and predictions.exists() and reused is None:
-        raise DataError(f"--predict: {predictions} exists (an earlier prediction is never overwritten): move it "
-                        "away first")
+        raise DataError(
+            f"--predict: {predictions} exists (an earlier prediction is never overwritten): move it away first"
+        )
     return EnsembleOutputs(directory, trees, kernel, table, predictions, reused)
 
 
@@ -684,8 +748,10 @@ def existing_ensemble(directory: Path, runs: Sequence[Path]) -> EnsembleRecord |
     is none; :class:`DataError` for an ensemble of other runs (never overwritten)."""
     if not directory.exists():
         return None
-    other = (f"{directory} holds an ensemble of other runs (an ensemble is never overwritten): move it away or use "
-             "another --name")
+    other = (
+        f"{directory} holds an ensemble of other runs (an ensemble is never overwritten): move it away or use "
+        "another --name"
+    )
     if not (directory / RECORD_FILE).is_file():
         raise DataError(other)
     record = SavedEnsemble(directory).record
@@ -696,8 +762,9 @@ def existing_ensemble(directory: Path, runs: Sequence[Path]) -> EnsembleRecord |
     return record
 
 
-def write_ensemble(outputs: EnsembleOutputs, runs: Sequence[Path], command: str) -> tuple[EnsembleRecord,
-                                                                                           Prediction | None]:
+def write_ensemble(
+    outputs: EnsembleOutputs, runs: Sequence[Path], command: str
+) -> tuple[EnsembleRecord, Prediction | None]:
     """Save (or reuse) the ensemble of the finished ``runs`` (``command``: the sweep's, for its record), and predict
     the table of new molecules with it. An ensemble or a prediction that another sweep of these runs wrote meanwhile
     is reused, a prediction only if it is this ensemble's prediction of the table, byte for byte (else refused:
@@ -715,8 +782,10 @@ def write_ensemble(outputs: EnsembleOutputs, runs: Sequence[Path], command: str)
             return record, ensemble.predict_into(outputs.table, outputs.predictions)
     predicted, columns = ensemble.predict(outputs.table)
     if outputs.predictions.read_text() != prediction_frame(predicted, columns).to_csv(index=False, na_rep=""):
-        raise DataError(f"--predict: {outputs.predictions} exists and is not this ensemble's prediction of "
-                        f"{outputs.table} (an earlier prediction is never overwritten): move it away first")
+        raise DataError(
+            f"--predict: {outputs.predictions} exists and is not this ensemble's prediction of "
+            f"{outputs.table} (an earlier prediction is never overwritten): move it away first"
+        )
     log.info("kept %s: this ensemble's prediction of %s, written before", outputs.predictions, outputs.table)
     failed = sum(bool(reason) for reason in predicted.errors)
     rows = len(predicted.errors)

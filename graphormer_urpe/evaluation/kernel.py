@@ -51,8 +51,9 @@ def unary(counts: np.ndarray) -> sparse.csr_matrix:
     levels = np.arange(int(repeats.sum())) - starts  # 0 .. c - 1 within each (row, position)
     columns = np.repeat(positions.astype(np.int64) * MAX_COUNT, repeats) + levels
     data = np.ones(len(columns), dtype=np.float64)
-    return sparse.csr_matrix((data, (np.repeat(rows, repeats), columns)),
-                             shape=(counts.shape[0], counts.shape[1] * MAX_COUNT))
+    return sparse.csr_matrix(
+        (data, (np.repeat(rows, repeats), columns)), shape=(counts.shape[0], counts.shape[1] * MAX_COUNT)
+    )
 
 
 def tanimoto(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -137,8 +138,14 @@ class FingerprintKernel:
         directory.mkdir(parents=True, exist_ok=True)
         names = [f"target{k}.npz" for k in range(len(self.processes))]
         for name, process in zip(names, self.processes):
-            np.savez_compressed(directory / name, fingerprints=process.fingerprints, weights=process.weights,
-                                mean=process.mean, noise_ratio=process.noise_ratio, signal=process.signal)
+            np.savez_compressed(
+                directory / name,
+                fingerprints=process.fingerprints,
+                weights=process.weights,
+                mean=process.mean,
+                noise_ratio=process.noise_ratio,
+                signal=process.signal,
+            )
         return names
 
     @classmethod
@@ -154,13 +161,27 @@ class FingerprintKernel:
                 with np.load(path, allow_pickle=False) as stored:
                     arrays = {key: stored[key] for key in ("fingerprints", "weights", "mean", "noise_ratio", "signal")}
             except (OSError, ValueError, KeyError) as error:
-                raise CheckpointError(f"{path}: not a kernel file of an ensemble ({type(error).__name__}: "
-                                      f"{str(error)[:200]})") from None
+                raise CheckpointError(
+                    f"{path}: not a kernel file of an ensemble ({type(error).__name__}: {str(error)[:200]})"
+                ) from None
             fingerprints, weights = arrays["fingerprints"], arrays["weights"]
-            if fingerprints.dtype != np.uint8 or fingerprints.ndim != 2 or fingerprints.shape[1] != ECFP_BITS or \
-                    weights.shape != (len(fingerprints),):
-                raise CheckpointError(f"{path}: fingerprints {fingerprints.dtype} {fingerprints.shape} and weights "
-                                      f"{weights.shape}, expected uint8 (n, {ECFP_BITS}) and (n,)")
-            processes.append(TanimotoProcess(fingerprints, weights.astype(np.float64), float(arrays["mean"]),
-                                             float(arrays["noise_ratio"]), float(arrays["signal"])))
+            if (
+                fingerprints.dtype != np.uint8
+                or fingerprints.ndim != 2
+                or fingerprints.shape[1] != ECFP_BITS
+                or weights.shape != (len(fingerprints),)
+            ):
+                raise CheckpointError(
+                    f"{path}: fingerprints {fingerprints.dtype} {fingerprints.shape} and weights "
+                    f"{weights.shape}, expected uint8 (n, {ECFP_BITS}) and (n,)"
+                )
+            processes.append(
+                TanimotoProcess(
+                    fingerprints,
+                    weights.astype(np.float64),
+                    float(arrays["mean"]),
+                    float(arrays["noise_ratio"]),
+                    float(arrays["signal"]),
+                )
+            )
         return cls(kind, processes)

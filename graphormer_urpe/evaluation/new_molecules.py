@@ -52,9 +52,7 @@ def model_of(checkpoint: Path, config_yaml: str | None = None) -> tuple[PerTarge
         )
     task = import_object("model.class_path", config.model_class_path or "").from_checkpoint(checkpoint)
     if not isinstance(task, PerTargetTask):
-        raise DataError(
-            f"predict needs a GraphRegression or Classification checkpoint, not {type(task).__name__}"
-        )
+        raise DataError(f"predict needs a GraphRegression or Classification checkpoint, not {type(task).__name__}")
     return task, config
 
 
@@ -63,12 +61,18 @@ def table_to_predict(table: Path, config: RunConfig, smiles_column: str | None =
     ``smiles_column`` defaults to the training table's. Reading ``.table`` checks the file: it exists, has rows, and
     has the SMILES and feature columns (:class:`~graphormer_urpe.errors.InputError`, naming the file)."""
     column = smiles_column or config.source_args.get("smiles_column", "smiles")
-    return SmilesToPredict(str(table), column, config.source_args.get("descriptors"),
-                           config.source_args.get("feature_columns") or (), config.source_args.get("fingerprints"))
+    return SmilesToPredict(
+        str(table),
+        column,
+        config.source_args.get("descriptors"),
+        config.source_args.get("feature_columns") or (),
+        config.source_args.get("fingerprints"),
+    )
 
 
-def predict_molecules(tasks: Sequence[PerTargetTask], config: RunConfig, table: Path,
-                      smiles_column: str | None = None) -> TablePredictions:
+def predict_molecules(
+    tasks: Sequence[PerTargetTask], config: RunConfig, table: Path, smiles_column: str | None = None
+) -> TablePredictions:
     """Featurise ``table`` once as ``config``'s data source does (its molecule features, batch size and size limit)
     and predict every row with each task (an ensemble's members share one config)."""
     to_predict = table_to_predict(table, config, smiles_column)
@@ -76,16 +80,21 @@ def predict_molecules(tasks: Sequence[PerTargetTask], config: RunConfig, table: 
     for task in tasks:
         if (read := list(task.model.config.molecule_features)) != given:
             raise DataError(
-                f"{table}: a model reads the molecule features {read}, its config's data.source gives "
-                f"{given}"
+                f"{table}: a model reads the molecule features {read}, its config's data.source gives {given}"
             )
     smiles = to_predict.smiles()  # the table's one read, reused to build the cache
     scores = []
     with tempfile.TemporaryDirectory() as cache_root:
-        data = GraphDataModule(to_predict, root=cache_root, batch_size=config.data_args.get("batch_size", 256),
-                               num_workers=0, max_nodes=config.data_args.get("max_nodes", 512))
-        trainer = pl.Trainer(accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
-                             enable_model_summary=False)
+        data = GraphDataModule(
+            to_predict,
+            root=cache_root,
+            batch_size=config.data_args.get("batch_size", 256),
+            num_workers=0,
+            max_nodes=config.data_args.get("max_nodes", 512),
+        )
+        trainer = pl.Trainer(
+            accelerator="auto", devices=1, logger=False, enable_checkpointing=False, enable_model_summary=False
+        )
         for k, task in enumerate(tasks):
             log.info(
                 "predicting %d molecules of %s with model %d of %d (%s)",
@@ -100,8 +109,14 @@ def predict_molecules(tasks: Sequence[PerTargetTask], config: RunConfig, table: 
     errors = [predictions.skipped.get(row, "") for row in range(len(smiles))]
     failed = [(row, reason) for row, reason in enumerate(errors) if reason]
     if failed:
-        log.info("%d of %d rows of %s could not be featurised (empty prediction, reason in '%s'; first: %s)",
-                 len(failed), len(errors), table, ERROR_COLUMN, failed[:SHOWN_ROWS])
+        log.info(
+            "%d of %d rows of %s could not be featurised (empty prediction, reason in '%s'; first: %s)",
+            len(failed),
+            len(errors),
+            table,
+            ERROR_COLUMN,
+            failed[:SHOWN_ROWS],
+        )
     return TablePredictions(table=to_predict.table, smiles=smiles, scores=scores, errors=errors)
 
 
@@ -116,12 +131,11 @@ def prediction_frame(predicted: TablePredictions, columns: Mapping[str, np.ndarr
         while kept in taken or kept in own:
             kept = f"input_{kept}"
         if kept != name:
-            log.info(
-                "the input column '%s' is written as '%s' (the output's '%s' is a prediction's)", name, kept, name
-            )
+            log.info("the input column '%s' is written as '%s' (the output's '%s' is a prediction's)", name, kept, name)
         own[kept] = values.to_numpy()
-    return pd.DataFrame({ROW_COLUMN: np.arange(len(predicted.errors)), **own, **columns,
-                         ERROR_COLUMN: predicted.errors})
+    return pd.DataFrame(
+        {ROW_COLUMN: np.arange(len(predicted.errors)), **own, **columns, ERROR_COLUMN: predicted.errors}
+    )
 
 
 def write_new(frame: pd.DataFrame, out: Path) -> None:
@@ -154,21 +168,29 @@ def check_table_to_predict(table: Path) -> None:
         raise DataError(f"the table to predict, {table}, does not exist")
 
 
-def write_predictions(model: Path, table: Path, predicted: TablePredictions, columns: Mapping[str, np.ndarray],
-                      out: Path, by: str = "") -> Prediction:
+def write_predictions(
+    model: Path, table: Path, predicted: TablePredictions, columns: Mapping[str, np.ndarray], out: Path, by: str = ""
+) -> Prediction:
     """Write the rows of ``table`` (``predicted``) with the prediction ``columns`` of ``model`` to the new file
     ``out`` (:func:`prediction_frame`, :func:`write_new`) and say so, ``by`` naming the model in the message."""
     frame = prediction_frame(predicted, columns)
     write_new(frame, out)
     failed = sum(bool(reason) for reason in predicted.errors)
-    log.info("wrote %s: %d rows, %d predicted%s, %d could not be featurised (reason in '%s')", out, len(frame),
-             len(frame) - failed, by, failed, ERROR_COLUMN)
-    return Prediction(model=model, table=table, out=out, rows=len(frame),
-                      predicted=len(frame) - failed, failed=failed)
+    log.info(
+        "wrote %s: %d rows, %d predicted%s, %d could not be featurised (reason in '%s')",
+        out,
+        len(frame),
+        len(frame) - failed,
+        by,
+        failed,
+        ERROR_COLUMN,
+    )
+    return Prediction(model=model, table=table, out=out, rows=len(frame), predicted=len(frame) - failed, failed=failed)
 
 
-def predict_checkpoint(ckpt: Path, table: Path, out: Path, config: Path | None = None,
-                       smiles_column: str | None = None) -> Prediction:
+def predict_checkpoint(
+    ckpt: Path, table: Path, out: Path, config: Path | None = None, smiles_column: str | None = None
+) -> Prediction:
     """Predict the molecules of ``table`` with one run's checkpoint (its config, or ``config``) into ``out``: the
     task's columns (a regression's values; a classification's labels and probabilities)."""
     task, run = model_of(ckpt, config.read_text() if config is not None else None)

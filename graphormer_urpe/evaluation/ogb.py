@@ -23,9 +23,18 @@ from graphormer_urpe.tasks.classification import predicted_classes
 log = logging.getLogger("graphormer_urpe")
 
 
-def evaluate_split(trainer: pl.Trainer, task: pl.LightningModule, datamodule: PredictableData, split: str,
-                   ckpt: str, *, submission_dir: Path | None, predictions_file: Path | None, started: float,
-                   data_check: dict) -> dict:
+def evaluate_split(
+    trainer: pl.Trainer,
+    task: pl.LightningModule,
+    datamodule: PredictableData,
+    split: str,
+    ckpt: str,
+    *,
+    submission_dir: Path | None,
+    predictions_file: Path | None,
+    started: float,
+    data_check: dict,
+) -> dict:
     """Predict ``split`` in its order, then score it or submit it (timed from ``started``, a ``time.perf_counter``);
     ``predictions_file`` also saves them (``.npz``). Returns what was done (rank > 0: the checkpoint and split)."""
     fmt = datamodule.spec.submission
@@ -34,8 +43,13 @@ def evaluate_split(trainer: pl.Trainer, task: pl.LightningModule, datamodule: Pr
     predictions = predict_split(trainer, task, datamodule, split, ckpt)
     if not trainer.is_global_zero:
         return {"checkpoint": ckpt, "split": split}
-    log.info("'%s': %d rows, %d predicted, %d skipped while preprocessing", split, len(predictions.rows),
-             int((predictions.graphs >= 0).sum()), len(predictions.skipped))
+    log.info(
+        "'%s': %d rows, %d predicted, %d skipped while preprocessing",
+        split,
+        len(predictions.rows),
+        int((predictions.graphs >= 0).sum()),
+        len(predictions.skipped),
+    )
     preprocessing = datamodule.preprocessing_seconds
     inference = time.perf_counter() - inference_started - preprocessing
     if predictions.duplicates:
@@ -65,14 +79,20 @@ def score(predictions: SplitPredictions, fmt: SubmissionFormat, ckpt: str) -> di
     if unlabelled:
         log.warning("%d rows of '%s' have no target and are not scored", unlabelled, predictions.split)
     if predictions.skipped:
-        log.warning("%d rows of '%s' could not be preprocessed and are not scored (first: %s)",
-                    len(predictions.skipped), predictions.split, list(predictions.skipped.items())[:SHOWN_ROWS])
+        log.warning(
+            "%d rows of '%s' could not be preprocessed and are not scored (first: %s)",
+            len(predictions.skipped),
+            predictions.split,
+            list(predictions.skipped.items())[:SHOWN_ROWS],
+        )
     evaluator = fmt.evaluator()
     metrics = evaluator.eval({"y_true": predictions.target[known, 0], "y_pred": predictions.prediction[known, 0]})
     metrics = {name: float(value) for name, value in metrics.items()}
     summary = ", ".join(f"{name.upper()} {value:.6f}" for name, value in metrics.items())
-    print(f"{fmt.dataset} {predictions.split}: {summary} ({type(evaluator).__name__}, {int(known.sum()):,} "
-          f"{fmt.examples})")
+    print(
+        f"{fmt.dataset} {predictions.split}: {summary} ({type(evaluator).__name__}, {int(known.sum()):,} "
+        f"{fmt.examples})"
+    )
     return {
         "checkpoint": ckpt,
         "split": predictions.split,
@@ -83,8 +103,15 @@ def score(predictions: SplitPredictions, fmt: SubmissionFormat, ckpt: str) -> di
     }
 
 
-def submit(predictions: SplitPredictions, datamodule: PredictableData, ckpt: str, directory: Path, devices: int,
-           timings: dict[str, float], data_check: dict) -> dict:
+def submit(
+    predictions: SplitPredictions,
+    datamodule: PredictableData,
+    ckpt: str,
+    directory: Path,
+    devices: int,
+    timings: dict[str, float],
+    data_check: dict,
+) -> dict:
     """Fill rows without a prediction with the training mean, write the submission and its log (``*.log.json``,
     with ``data_check``; returned), say how long it took (``timings``: started, preprocessing, inference)."""
     fmt, mode = datamodule.spec.submission, predictions.split
@@ -101,8 +128,10 @@ def submit(predictions: SplitPredictions, datamodule: PredictableData, ckpt: str
     if filled.size:
         mean = datamodule.training_mean()
         if mean is None:
-            raise SubmissionError(f"{filled.size} {mode} predictions are NaN and {fmt.dataset} skips no rows, so "
-                                  "there is no training mean to fill them with: the model produced NaN")
+            raise SubmissionError(
+                f"{filled.size} {mode} predictions are NaN and {fmt.dataset} skips no rows, so "
+                "there is no training mean to fill them with: the model produced NaN"
+            )
         train_mean = float(mean[0])
         y_pred[filled] = train_mean
         log.warning(
@@ -112,10 +141,7 @@ def submit(predictions: SplitPredictions, datamodule: PredictableData, ckpt: str
             len(y_pred),
             mode,
             train_mean,
-            [
-                (int(predictions.rows[p]), predictions.skipped[int(predictions.rows[p])])
-                for p in filled[:SHOWN_ROWS]
-            ],
+            [(int(predictions.rows[p]), predictions.skipped[int(predictions.rows[p])]) for p in filled[:SHOWN_ROWS]],
         )
     if fmt.num_classes is not None:
         y_pred = y_pred.astype(np.int64)  # class labels, exact in float32 (gathered as float32)
@@ -129,17 +155,33 @@ def submit(predictions: SplitPredictions, datamodule: PredictableData, ckpt: str
         "writing_and_checking": round(now - writing_started, 3),
     }
     record = {
-        "file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "dataset": fmt.dataset,
-        "mode": mode, "rows": len(y_pred), "checkpoint": ckpt, "cache": str(datamodule.cache_dir),
-        "filled_with_train_mean": [{"row": int(row), "position": int(p), "reason": predictions.skipped[int(row)]}
-                                   for p, row in zip(filled, predictions.rows[filled])],
-        "train_mean": train_mean, "seconds": seconds, "preprocessing_cached": preprocessing == 0.0,
-        "devices": devices, "git_commit": git_commit(), "versions": package_versions(), **data_check,
+        "file": str(path),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "dataset": fmt.dataset,
+        "mode": mode,
+        "rows": len(y_pred),
+        "checkpoint": ckpt,
+        "cache": str(datamodule.cache_dir),
+        "filled_with_train_mean": [
+            {"row": int(row), "position": int(p), "reason": predictions.skipped[int(row)]}
+            for p, row in zip(filled, predictions.rows[filled])
+        ],
+        "train_mean": train_mean,
+        "seconds": seconds,
+        "preprocessing_cached": preprocessing == 0.0,
+        "devices": devices,
+        "git_commit": git_commit(),
+        "versions": package_versions(),
+        **data_check,
     }
     write_json(path.with_suffix(".log.json"), record)
     prepared = "found built" if preprocessing == 0.0 else f"built now, {preprocessing:.1f} s"
-    log.info("wrote %s (%d rows, %d filled with the training mean), checked after reading it back", path,
-             len(y_pred), filled.size)
+    log.info(
+        "wrote %s (%d rows, %d filled with the training mean), checked after reading it back",
+        path,
+        len(y_pred),
+        filled.size,
+    )
     log.info(
         "wall time %s -> file: %.1f s (preprocessed files: %s; inference %.1f s on %d process(es); writing "
         "and checking %.1f s); log: %s",

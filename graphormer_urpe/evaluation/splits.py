@@ -47,14 +47,21 @@ def gather_predictions(index: torch.Tensor, prediction: torch.Tensor) -> tuple[n
     return graphs, np.concatenate([p[1] for p in parts])[first], len(all_index) - len(graphs)
 
 
-def predict_split(trainer: pl.Trainer, model: pl.LightningModule, datamodule: PredictableData, split: str,
-                  ckpt_path: str | Path | None) -> SplitPredictions:
+def predict_split(
+    trainer: pl.Trainer,
+    model: pl.LightningModule,
+    datamodule: PredictableData,
+    split: str,
+    ckpt_path: str | Path | None,
+) -> SplitPredictions:
     """``split``'s predictions in its row order, on every process; ``model.predict_step`` returns a dict with
     ``index`` (B,) and ``prediction`` (B, Y) or (B,), as the tasks do."""
     datamodule.predict_on(split)
     outputs = trainer.predict(model, datamodule=datamodule, ckpt_path=ckpt_path, return_predictions=True)
-    items, values, duplicates = gather_predictions(torch.cat([o["index"] for o in outputs]),  # >= 1 batch each
-                                                   torch.cat([o["prediction"] for o in outputs]))
+    items, values, duplicates = gather_predictions(
+        torch.cat([o["index"] for o in outputs]),  # >= 1 batch each
+        torch.cat([o["prediction"] for o in outputs]),
+    )
 
     split_rows = datamodule.split_rows(split)
     item_of_row = split_rows.items
@@ -68,5 +75,12 @@ def predict_split(trainer: pl.Trainer, model: pl.LightningModule, datamodule: Pr
         )
     prediction_of_row = np.full((len(item_of_row), values.shape[1]), np.nan, dtype=np.float32)
     prediction_of_row[present] = values[np.searchsorted(items, item_of_row[present])]
-    return SplitPredictions(split=split, rows=split_rows.rows, graphs=item_of_row, prediction=prediction_of_row,
-                            target=split_rows.targets, duplicates=duplicates, skipped=split_rows.skipped)
+    return SplitPredictions(
+        split=split,
+        rows=split_rows.rows,
+        graphs=item_of_row,
+        prediction=prediction_of_row,
+        target=split_rows.targets,
+        duplicates=duplicates,
+        skipped=split_rows.skipped,
+    )

@@ -16,13 +16,16 @@ from graphormer_urpe.errors import SubmissionError
 log = logging.getLogger("graphormer_urpe")
 
 
-def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype | None = None,
-                       num_classes: int | None = None) -> str | None:
+def prediction_problem(
+    y_pred: np.ndarray, expected_rows: int, dtype: np.dtype | None = None, num_classes: int | None = None
+) -> str | None:
     """What is wrong with a prediction array for a split of ``expected_rows`` rows, or None; ``dtype`` None
     accepts any floating dtype, or integer labels in ``0 .. num_classes - 1`` for classification."""
     if y_pred.shape != (expected_rows,):
-        return (f"y_pred has shape {y_pred.shape}, expected ({expected_rows},): one prediction per row of the "
-                "test split, in the split's order")
+        return (
+            f"y_pred has shape {y_pred.shape}, expected ({expected_rows},): one prediction per row of the "
+            "test split, in the split's order"
+        )
     if dtype is not None and y_pred.dtype != dtype:
         return f"y_pred has dtype {y_pred.dtype}, expected {dtype}"
     if num_classes is not None:
@@ -40,8 +43,9 @@ def prediction_problem(y_pred: np.ndarray, expected_rows: int, dtype: np.dtype |
     return None
 
 
-def check_submission(path: Path | str, expected_rows: int, fmt: SubmissionFormat = PCQM4MV2,
-                     mode: str | None = None) -> np.ndarray:
+def check_submission(
+    path: Path | str, expected_rows: int, fmt: SubmissionFormat = PCQM4MV2, mode: str | None = None
+) -> np.ndarray:
     """Read a submission file, check its name (for ``mode``; None: any), contents and values; return them."""
     path = Path(path)
     names = {fmt.filename(m): m for m in MODES}
@@ -59,9 +63,7 @@ def check_submission(path: Path | str, expected_rows: int, fmt: SubmissionFormat
         raise SubmissionError(f"{path} holds a bare {type(loaded).__name__}, expected an .npz archive")
     with loaded:
         if loaded.files != [PREDICTION_KEY]:
-            raise SubmissionError(
-                f"{path} holds the arrays {loaded.files}, expected exactly ['{PREDICTION_KEY}']"
-            )
+            raise SubmissionError(f"{path} holds the arrays {loaded.files}, expected exactly ['{PREDICTION_KEY}']")
         try:
             y_pred = loaded[PREDICTION_KEY]
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
@@ -72,8 +74,13 @@ def check_submission(path: Path | str, expected_rows: int, fmt: SubmissionFormat
     return y_pred
 
 
-def write_submission(y_pred: np.ndarray | torch.Tensor, directory: Path | str, mode: str, expected_rows: int,
-                     fmt: SubmissionFormat = PCQM4MV2) -> Path:
+def write_submission(
+    y_pred: np.ndarray | torch.Tensor,
+    directory: Path | str,
+    mode: str,
+    expected_rows: int,
+    fmt: SubmissionFormat = PCQM4MV2,
+) -> Path:
     """Write a submission into ``directory`` with ogb's ``save_test_submission``; read it back and check it.
 
     Shapes:
@@ -107,8 +114,10 @@ def check_submission_file(path: Path, data_root: Path) -> dict:
     ``data_root`` (ogb's official sizes when the dataset is not there); print one line when it is valid."""
     fmt = next((f for name, f in FORMATS.items() if path.name.startswith(f"y_pred_{name}_")), None)
     if fmt is None:
-        raise SubmissionError(f"{path}: not a submission file name (expected y_pred_<dataset>_<mode>.npz for a "
-                              f"dataset in {sorted(FORMATS)})")
+        raise SubmissionError(
+            f"{path}: not a submission file name (expected y_pred_<dataset>_<mode>.npz for a "
+            f"dataset in {sorted(FORMATS)})"
+        )
     mode = next((m for m in MODES if path.name == fmt.filename(m)), None)
     if mode is None:
         raise SubmissionError(f"{path}: the file must be named {' or '.join(fmt.filename(m) for m in MODES)}")
@@ -117,12 +126,28 @@ def check_submission_file(path: Path, data_root: Path) -> dict:
         expected = fmt.split_size(data_root, mode)
     except FileNotFoundError as error:
         expected, sizes_from = fmt.official_sizes[mode], "official"
-        log.info("the expected row count comes from the dataset's split file, and %s: checking against the "
-                 "official %s %s size instead, %d rows (pass --data-root DIR with DIR/%s/split_dict.pt for "
-                 "another release)", error, fmt.dataset, mode, expected, fmt.directory or fmt.dataset)
+        log.info(
+            "the expected row count comes from the dataset's split file, and %s: checking against the "
+            "official %s %s size instead, %d rows (pass --data-root DIR with DIR/%s/split_dict.pt for "
+            "another release)",
+            error,
+            fmt.dataset,
+            mode,
+            expected,
+            fmt.directory or fmt.dataset,
+        )
     y_pred = check_submission(path, expected, fmt, mode)
     against = "ogb's official split size" if sizes_from == "official" else f"the split file under {data_root}"
-    print(f"{path} is a valid {fmt.dataset} {mode} submission: {len(y_pred)} finite {y_pred.dtype} predictions, "
-          f"as many rows as {against}", flush=True)
-    return {"file": str(path), "dataset": fmt.dataset, "mode": mode, "rows": len(y_pred), "valid": True,
-            "expected_rows_from": sizes_from}
+    print(
+        f"{path} is a valid {fmt.dataset} {mode} submission: {len(y_pred)} finite {y_pred.dtype} predictions, "
+        f"as many rows as {against}",
+        flush=True,
+    )
+    return {
+        "file": str(path),
+        "dataset": fmt.dataset,
+        "mode": mode,
+        "rows": len(y_pred),
+        "valid": True,
+        "expected_rows_from": sizes_from,
+    }

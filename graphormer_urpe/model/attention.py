@@ -157,8 +157,9 @@ class MultiHeadAttention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
         return q, k, v
 
-    def attention_weights(self, x: torch.Tensor, attn_bias: torch.Tensor | None,
-                          attn_scale: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def attention_weights(
+        self, x: torch.Tensor, attn_bias: torch.Tensor | None, attn_scale: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The attention matrix A (before dropout) and the values V; the logits are one fused ``baddbmm``.
 
         Shapes: x: (B, T, H*D); attn_bias, attn_scale: (B, H, T, T) contiguous, or None
@@ -179,8 +180,9 @@ class MultiHeadAttention(nn.Module):
             weights = weights * attn_scale  # URPE: rows no longer sum to 1
         return weights, v
 
-    def forward(self, x: torch.Tensor, attn_bias: torch.Tensor | None = None,
-                attn_scale: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, attn_bias: torch.Tensor | None = None, attn_scale: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Shapes: x: (B, T, H*D); attn_bias (with -inf masks), attn_scale: (B, H, T, T) or None -> (B, T, H*D)."""
         if self.kernel == "flex":
             mixed = self.flex_mixed(x, attn_bias, attn_scale)  # (B, H, T, D)
@@ -190,8 +192,9 @@ class MultiHeadAttention(nn.Module):
         mixed = mixed.transpose(1, 2)  # (B, T, H, D)
         return self.out(mixed.reshape(batch, tokens, heads * head_dim))
 
-    def eager_mixed(self, x: torch.Tensor, attn_bias: torch.Tensor | None,
-                    attn_scale: torch.Tensor | None) -> torch.Tensor:
+    def eager_mixed(
+        self, x: torch.Tensor, attn_bias: torch.Tensor | None, attn_scale: torch.Tensor | None
+    ) -> torch.Tensor:
         """The heads' ``A V`` with A in memory. Shapes: as :meth:`forward` -> (B, H, T, D)."""
         probabilities, v = self.attention_weights(x, attn_bias, None)  # softmax, (B, H, T, T)
         if attn_scale is None:
@@ -205,8 +208,9 @@ class MultiHeadAttention(nn.Module):
         mixed = torch.bmm(weights.view(batch * heads, tokens, tokens), v.reshape(batch * heads, tokens, head_dim))
         return mixed.view(batch, heads, tokens, head_dim)
 
-    def flex_mixed(self, x: torch.Tensor, attn_bias: torch.Tensor | None,
-                   attn_scale: torch.Tensor | None) -> torch.Tensor:
+    def flex_mixed(
+        self, x: torch.Tensor, attn_bias: torch.Tensor | None, attn_scale: torch.Tensor | None
+    ) -> torch.Tensor:
         """The heads' ``A V`` by FlexAttention, dropout's keep mask folded into URPE's multiplier (drawn as the eager
         kernel draws it: the same mask from the same generator state). Shapes: as :meth:`forward` -> (B, H, T, D)."""
         q, k, v = self.queries_keys_values(x)

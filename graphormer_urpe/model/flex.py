@@ -43,15 +43,17 @@ def _compiled_flex_attention() -> Callable:
     return torch.compile(flex_attention)
 
 
-def _flex(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score_bias: torch.Tensor,
-          softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _flex(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score_bias: torch.Tensor, softmax_scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``O = softmax(softmax_scale Q K^T + score_bias) V`` and the rows' log-sum-exps.
 
     Shapes: query, key, value: (B, H, T, D'); score_bias: (B, H, T, T) float -> O (B, H, T, D'), lse (B, H, T)
     (float32; float64 for float64 inputs)."""
 
-    def add_bias(score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q: torch.Tensor,
-                 k: torch.Tensor) -> torch.Tensor:
+    def add_bias(
+        score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> torch.Tensor:
         return score + score_bias[b, h, q, k]
 
     # Inside a compiled step Inductor lowers flex_attention itself; called eagerly on CUDA, its compiled form runs.
@@ -62,8 +64,13 @@ def _flex(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score_bia
     return out, aux.lse
 
 
-def flex_relative_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_bias: torch.Tensor,
-                            multiplier: torch.Tensor | None) -> torch.Tensor:
+def flex_relative_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_bias: torch.Tensor,
+    multiplier: torch.Tensor | None,
+) -> torch.Tensor:
     """``softmax(Q K^T / sqrt(D) + attn_bias) [* multiplier] V`` by FlexAttention (module docstring).
 
     Shapes: query, key, value: (B, H, T, D); attn_bias: (B, H, T, T) float with -inf masks (each row one visible
@@ -89,4 +96,3 @@ def flex_relative_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     ratio = torch.exp(lse_shifted - lse_plain).unsqueeze(-1)  # (B, H, T, 1)
     out = ratio * out_shifted.to(compute_dtype) - shift * out_plain.to(compute_dtype)  # (B, H, T, D')
     return out[..., :head_dim].to(value.dtype)
-

@@ -149,17 +149,32 @@ class GraphormerConfig:
         for name in ("node_vocab", "edge_vocab"):
             vocab = getattr(self, name)
             if isinstance(vocab, str) or not isinstance(vocab, Sequence) or (name == "node_vocab" and not vocab):
-                raise ConfigError(key + name, vocab, "must be a list with the number of values of each feature "
-                                  "column" + (" (at least one column)" if name == "node_vocab" else ""))
+                raise ConfigError(
+                    key + name,
+                    vocab,
+                    "must be a list with the number of values of each feature "
+                    "column" + (" (at least one column)" if name == "node_vocab" else ""),
+                )
             for column, values in enumerate(vocab):
                 check_int(f"{key}{name}[{column}]", values, 1)
-        for name, minimum in (("num_outputs", 1), ("continuous_node_dim", 0), ("continuous_edge_dim", 0),
-                              ("num_layers", 1), ("hidden_dim", 1), ("ffn_dim", 1), ("num_heads", 1),
-                              ("max_degree", 0), ("multi_hop_max_dist", 1)):
+        for name, minimum in (
+            ("num_outputs", 1),
+            ("continuous_node_dim", 0),
+            ("continuous_edge_dim", 0),
+            ("num_layers", 1),
+            ("hidden_dim", 1),
+            ("ffn_dim", 1),
+            ("num_heads", 1),
+            ("max_degree", 0),
+            ("multi_hop_max_dist", 1),
+        ):
             check_int(key + name, getattr(self, name), minimum)
         if self.hidden_dim % self.num_heads:
-            raise ConfigError(key + "num_heads", self.num_heads, f"must divide {key}hidden_dim={self.hidden_dim} "
-                              "(each head gets hidden_dim / num_heads dimensions)")
+            raise ConfigError(
+                key + "num_heads",
+                self.num_heads,
+                f"must divide {key}hidden_dim={self.hidden_dim} (each head gets hidden_dim / num_heads dimensions)",
+            )
         for name, allowed in (
             ("readout", ("graph_token", "target_node", "nodes")),
             ("attention", ("urpe", "rpe")),
@@ -193,12 +208,17 @@ class GraphormerConfig:
                 1,
                 MAX_SPATIAL_POS_MAX,
                 hint=f" (distances are stored up to {MAX_STORED_DISTANCE}; {MAX_SPATIAL_POS_MAX} masks only "
-                     "unreachable pairs), or null to mask nothing by distance (what official Graphormer's "
-                     "spatial_pos_max 1024 does)",
+                "unreachable pairs), or null to mask nothing by distance (what official Graphormer's "
+                "spatial_pos_max 1024 does)",
             )
         if self.max_distance is not None:
-            check_int(key + "max_distance", self.max_distance, 0, MAX_STORED_DISTANCE,
-                      hint=" (the largest stored distance), or null")
+            check_int(
+                key + "max_distance",
+                self.max_distance,
+                0,
+                MAX_STORED_DISTANCE,
+                hint=" (the largest stored distance), or null",
+            )
         elif self.spatial_pos_max is None:
             raise ConfigError(
                 key + "max_distance",
@@ -228,15 +248,22 @@ def _resolve_config(config: GraphormerConfig | None, options: dict[str, Any]) ->
     fields = [f.name for f in dataclasses.fields(GraphormerConfig)]
     unknown = sorted(set(options) - set(fields))
     if unknown:
-        hints = [f"'{name}' (did you mean '{close[0]}'?)" if (close := difflib.get_close_matches(name, fields, 1))
-                 else f"'{name}'" for name in unknown]
-        raise TypeError(f"Graphormer got unknown option(s) {', '.join(hints)}; GraphormerConfig fields: "
-                        f"{', '.join(fields)}")
+        hints = [
+            f"'{name}' (did you mean '{close[0]}'?)"
+            if (close := difflib.get_close_matches(name, fields, 1))
+            else f"'{name}'"
+            for name in unknown
+        ]
+        raise TypeError(
+            f"Graphormer got unknown option(s) {', '.join(hints)}; GraphormerConfig fields: {', '.join(fields)}"
+        )
     if config is None:
         return GraphormerConfig(**options)
     if not isinstance(config, GraphormerConfig):
-        raise TypeError(f"Graphormer(config=...) takes a GraphormerConfig, got {type(config).__name__}; "
-                        "pass hyper-parameters as keyword arguments, e.g. Graphormer(num_layers=6)")
+        raise TypeError(
+            f"Graphormer(config=...) takes a GraphormerConfig, got {type(config).__name__}; "
+            "pass hyper-parameters as keyword arguments, e.g. Graphormer(num_layers=6)"
+        )
     return dataclasses.replace(config, **options) if options else config
 
 
@@ -249,9 +276,7 @@ class NodeEncoder(nn.Module):
     """Node tokens: summed column embeddings, ``Linear`` of the Fc continuous features (if Fc > 0), plus in- and
     out-degree embeddings (degrees clipped at ``max_degree``)."""
 
-    def __init__(
-        self, node_vocab: Sequence[int], max_degree: int, hidden_dim: int, continuous_dim: int = 0
-    ) -> None:
+    def __init__(self, node_vocab: Sequence[int], max_degree: int, hidden_dim: int, continuous_dim: int = 0) -> None:
         super().__init__()
         self.register_buffer("offsets", _categorical_offsets(node_vocab), persistent=False)
         self.features = nn.Embedding(PAD_ID + 1 + sum(node_vocab), hidden_dim, padding_idx=PAD_ID)
@@ -354,8 +379,10 @@ class MoleculeReadout(MoleculeFeatureBlock):
 
 
 #: The block of each place molecule-level features enter (``GraphormerConfig.molecule_features_into``).
-MOLECULE_FEATURE_BLOCKS: dict[str, type[MoleculeFeatureBlock]] = {"graph_token": MoleculeEncoder,
-                                                                   "readout": MoleculeReadout}
+MOLECULE_FEATURE_BLOCKS: dict[str, type[MoleculeFeatureBlock]] = {
+    "graph_token": MoleculeEncoder,
+    "readout": MoleculeReadout,
+}
 
 
 class EdgePathBias(nn.Module):
@@ -369,8 +396,9 @@ class EdgePathBias(nn.Module):
     and no W. Continuous edge features c_e (Fec > 0) add ``Linear(c_e)`` to each edge's vector. The path is
     followed through ``batch.first_edge``, K gathers, never a dense (B, N, N, K, Fe) tensor."""
 
-    def __init__(self, edge_vocab: Sequence[int], num_heads: int, max_hops: int, hop_matrices: bool,
-                 continuous_dim: int = 0) -> None:
+    def __init__(
+        self, edge_vocab: Sequence[int], num_heads: int, max_hops: int, hop_matrices: bool, continuous_dim: int = 0
+    ) -> None:
         super().__init__()
         self.register_buffer("offsets", _categorical_offsets(edge_vocab), persistent=False)
         self.features = nn.Embedding(PAD_ID + 1 + sum(edge_vocab), num_heads, padding_idx=PAD_ID)
@@ -419,15 +447,25 @@ class EncoderLayer(nn.Module):
     official Graphormer v1.0 normalises before each block, v2 after it.
     """
 
-    def __init__(self, hidden_dim: int, ffn_dim: int, num_heads: int, dropout: float, attention_dropout: float,
-                 activation_dropout: float, drop_path: float, post_norm: bool = False) -> None:
+    def __init__(
+        self,
+        hidden_dim: int,
+        ffn_dim: int,
+        num_heads: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        drop_path: float,
+        post_norm: bool = False,
+    ) -> None:
         super().__init__()
         self.post_norm = post_norm
         self.attention_norm = nn.LayerNorm(hidden_dim)
         self.attention = MultiHeadAttention(hidden_dim, num_heads, attention_dropout)
         self.ffn_norm = nn.LayerNorm(hidden_dim)
-        self.ffn = nn.Sequential(nn.Linear(hidden_dim, ffn_dim), nn.GELU(), Dropout(activation_dropout),
-                                 nn.Linear(ffn_dim, hidden_dim))
+        self.ffn = nn.Sequential(
+            nn.Linear(hidden_dim, ffn_dim), nn.GELU(), Dropout(activation_dropout), nn.Linear(ffn_dim, hidden_dim)
+        )
         self.dropout = Dropout(dropout)
         self.drop_path = drop_path
 
@@ -502,13 +540,12 @@ class Graphormer(nn.Module):
         config = _resolve_config(config, options)
         # not in __post_init__: the readout is decided by the data, a config's own value is a placeholder
         if config.readout == "graph_token" and not config.graph_token:
-            raise ConfigError("model.encoder.readout", config.readout, "needs model.encoder.graph_token=true; "
-                              "without the graph token read 'target_node' or 'nodes'")
-        if (
-            config.molecule_features
-            and config.molecule_features_into == "readout"
-            and config.readout != "graph_token"
-        ):
+            raise ConfigError(
+                "model.encoder.readout",
+                config.readout,
+                "needs model.encoder.graph_token=true; without the graph token read 'target_node' or 'nodes'",
+            )
+        if config.molecule_features and config.molecule_features_into == "readout" and config.readout != "graph_token":
             raise ConfigError(
                 "model.encoder.molecule_features_into",
                 "readout",
@@ -531,21 +568,32 @@ class Graphormer(nn.Module):
         multi_hop = config.edge_encoding == "multi_hop"
         if config.edge_encoding != "none":
             max_hops = config.multi_hop_max_dist if multi_hop else 1
-            self.edge_bias = EdgePathBias(config.edge_vocab, heads, max_hops=max_hops, hop_matrices=multi_hop,
-                                          continuous_dim=config.continuous_edge_dim)
+            self.edge_bias = EdgePathBias(
+                config.edge_vocab,
+                heads,
+                max_hops=max_hops,
+                hop_matrices=multi_hop,
+                continuous_dim=config.continuous_edge_dim,
+            )
         else:
             self.edge_bias = None
         self.embedding_norm = nn.LayerNorm(hidden) if config.embedding_norm else None
         self.input_dropout = Dropout(config.input_dropout)
         self.layers = nn.ModuleList(
-            EncoderLayer(hidden, config.ffn_dim, config.num_heads, config.dropout, config.attention_dropout,
-                         config.activation_dropout, rate, post_norm=config.layer_norm == "post")
+            EncoderLayer(
+                hidden,
+                config.ffn_dim,
+                config.num_heads,
+                config.dropout,
+                config.attention_dropout,
+                config.activation_dropout,
+                rate,
+                post_norm=config.layer_norm == "post",
+            )
             for rate in torch.linspace(0.0, config.drop_path, config.num_layers).tolist()
         )
         self.final_norm = nn.LayerNorm(hidden) if config.final_norm else None
-        self.head = (
-            V2Head(hidden, config.num_outputs) if config.head == "v2" else nn.Linear(hidden, config.num_outputs)
-        )
+        self.head = V2Head(hidden, config.num_outputs) if config.head == "v2" else nn.Linear(hidden, config.num_outputs)
         self.apply(functools.partial(official_init, num_layers=config.num_layers))
         if self.molecule is not None:
             self.molecule.reset_projection()
@@ -580,7 +628,7 @@ class Graphormer(nn.Module):
             attn_bias = self.relative_bias(relation).float()  # (B, H, T, T)
             if self.edge_bias is not None:
                 edge_bias = self.edge_bias(batch).float().permute(0, 3, 1, 2)  # (B, H, N, N)
-                attn_bias[:, :, self.first_node:, self.first_node:] += edge_bias
+                attn_bias[:, :, self.first_node :, self.first_node :] += edge_bias
             attn_bias.masked_fill_(~key_mask.unsqueeze(1), float("-inf"))
             # (B, H, T, T)
             attn_scale = None if self.relative_scale is None else self.relative_scale(relation).float()
@@ -633,7 +681,7 @@ class Graphormer(nn.Module):
         if self.config.readout == "graph_token":
             readout = states[:, GRAPH_TOKEN_POS]  # (B, H*D)
         elif self.config.readout == "nodes":
-            readout = states[:, self.first_node:]  # (B, N, H*D)
+            readout = states[:, self.first_node :]  # (B, N, H*D)
         else:
             position = batch.target_node + self.first_node  # (B,)
             readout = states[torch.arange(states.shape[0], device=states.device), position]  # (B, H*D)

@@ -96,8 +96,14 @@ class SequenceConfig:
     attention_dropout: float = 0.0
 
     #: The fields that shape the weights, taken from the checkpoint by ``graphormer-urpe train --init_from``.
-    ARCHITECTURE: ClassVar[tuple[str, ...]] = ("num_layers", "hidden_dim", "ffn_dim", "num_heads", "num_buckets",
-                                               "max_distance")
+    ARCHITECTURE: ClassVar[tuple[str, ...]] = (
+        "num_layers",
+        "hidden_dim",
+        "ffn_dim",
+        "num_heads",
+        "num_buckets",
+        "max_distance",
+    )
 
     def __post_init__(self) -> None:
         """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""
@@ -105,17 +111,22 @@ class SequenceConfig:
         for name in ("vocab_size", "num_classes", "length", "num_layers", "hidden_dim", "ffn_dim", "num_heads"):
             check_int(key + name, getattr(self, name), 1)
         if self.hidden_dim % self.num_heads:
-            raise ConfigError(key + "num_heads", self.num_heads, f"must divide {key}hidden_dim={self.hidden_dim} "
-                              "(each head gets hidden_dim / num_heads dimensions)")
+            raise ConfigError(
+                key + "num_heads",
+                self.num_heads,
+                f"must divide {key}hidden_dim={self.hidden_dim} (each head gets hidden_dim / num_heads dimensions)",
+            )
         check_choice(key + "attention", self.attention, ("none", "rpe", "urpe"))
         check_int(key + "num_buckets", self.num_buckets, 4)
         if self.num_buckets % 2:
-            raise ConfigError(
-                key + "num_buckets", self.num_buckets, "must be even (half of the buckets per direction)"
-            )
+            raise ConfigError(key + "num_buckets", self.num_buckets, "must be even (half of the buckets per direction)")
         exact = self.num_buckets // 4
-        check_int(key + "max_distance", self.max_distance, exact + 1,
-                  hint=f" (more than the {exact} exact buckets of num_buckets={self.num_buckets})")
+        check_int(
+            key + "max_distance",
+            self.max_distance,
+            exact + 1,
+            hint=f" (more than the {exact} exact buckets of num_buckets={self.num_buckets})",
+        )
         for name in ("dropout", "attention_dropout"):
             check_number(key + name, getattr(self, name), 0.0, 1.0, include_maximum=False)
 
@@ -128,10 +139,16 @@ class SequenceTransformer(nn.Module):
         self.config = config
         kind = AttentionKind(config.attention)
         self.tokens = nn.Embedding(config.vocab_size, config.hidden_dim)
-        self.relative_bias = (RelativeBias(SEQUENCE_RELATION_OFFSET + config.num_buckets, config.num_heads)
-                              if kind is not AttentionKind.NONE else None)
-        self.relative_scale = (RelativeScale(SEQUENCE_RELATION_OFFSET + 2 * config.length - 1, config.num_heads)
-                               if kind is AttentionKind.URPE else None)
+        self.relative_bias = (
+            RelativeBias(SEQUENCE_RELATION_OFFSET + config.num_buckets, config.num_heads)
+            if kind is not AttentionKind.NONE
+            else None
+        )
+        self.relative_scale = (
+            RelativeScale(SEQUENCE_RELATION_OFFSET + 2 * config.length - 1, config.num_heads)
+            if kind is AttentionKind.URPE
+            else None
+        )
         bias_relation = bucket_relations(config.length, config.num_buckets, config.max_distance)
         self.register_buffer("bias_relation", bias_relation, persistent=False)
         self.register_buffer("scale_relation", offset_relations(config.length), persistent=False)
@@ -156,8 +173,9 @@ class SequenceTransformer(nn.Module):
         if tokens > self.config.length:
             raise ValueError(f"sequence of {tokens} tokens is longer than length={self.config.length}")
         tables = ((self.relative_bias, self.bias_relation), (self.relative_scale, self.scale_relation))
-        bias, scale = (None if table is None else table(ids[:tokens, :tokens].unsqueeze(0)).float()
-                       for table, ids in tables)
+        bias, scale = (
+            None if table is None else table(ids[:tokens, :tokens].unsqueeze(0)).float() for table, ids in tables
+        )
         return bias, scale
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -166,9 +184,7 @@ class SequenceTransformer(nn.Module):
         x = self.tokens(tokens)  # (B, T, H*D)
         bias, scale = self.attention_inputs(length)
         # the attention takes one contiguous (B, H, T, T) table each, computed once for all layers
-        attn_bias, attn_scale = (
-            None if m is None else m.expand(batch, -1, -1, -1).contiguous() for m in (bias, scale)
-        )
+        attn_bias, attn_scale = (None if m is None else m.expand(batch, -1, -1, -1).contiguous() for m in (bias, scale))
         for layer in self.layers:
             x = layer(x, attn_bias, attn_scale)
         return self.head(self.final_norm(x))

@@ -43,8 +43,11 @@ def rng_state() -> dict[str, Any]:
     """This process's torch, CUDA, numpy and Python RNG states, in ``weights_only``-loadable types."""
     name, keys, position, has_gauss, cached = np.random.get_state()
     version, internal, gauss = random.getstate()
-    state = {"torch": torch.get_rng_state(), "numpy": [name, keys.tolist(), position, has_gauss, cached],
-             "python": [version, list(internal), gauss]}
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [name, keys.tolist(), position, has_gauss, cached],
+        "python": [version, list(internal), gauss],
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
@@ -79,8 +82,12 @@ class RNGState(Callback):
             return
         states = self.pending["states"]
         if len(states) != trainer.world_size:
-            log.warning("the checkpoint holds RNG states of %d processes, this run has %d: dropout masks will "
-                        "differ from the original run", len(states), trainer.world_size)
+            log.warning(
+                "the checkpoint holds RNG states of %d processes, this run has %d: dropout masks will "
+                "differ from the original run",
+                len(states),
+                trainer.world_size,
+            )
         set_rng_state(states[trainer.global_rank % len(states)])
         self.pending = None
 
@@ -96,10 +103,14 @@ def follow_run_directory(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
         return str(moved) if moved.is_file() else ""
 
     best, kth = here(state.get("best_model_path")), here(state.get("kth_best_model_path"))
-    followed = {**state, "dirpath": dirpath, "best_model_path": best, "kth_best_model_path": kth,
-                "best_k_models": {here(path): score for path, score in state.get("best_k_models", {}).items()
-                                  if here(path)},
-                "last_model_path": here(state.get("last_model_path"))}
+    followed = {
+        **state,
+        "dirpath": dirpath,
+        "best_model_path": best,
+        "kth_best_model_path": kth,
+        "best_k_models": {here(path): score for path, score in state.get("best_k_models", {}).items() if here(path)},
+        "last_model_path": here(state.get("last_model_path")),
+    }
     if not best:
         followed["best_model_score"] = None
     if not kth:
@@ -173,11 +184,18 @@ class LastCheckpoint(ResumableSave, ModelCheckpoint):
     that follows the step, :class:`ResumableSave`) and always at the end of training."""
 
     def __init__(self, dirpath: Path, every_n_train_steps: int) -> None:
-        super().__init__(dirpath=dirpath, filename=Path(LAST_CHECKPOINT).stem, save_top_k=0, save_last=True,
-                         every_n_train_steps=every_n_train_steps, enable_version_counter=False)
+        super().__init__(
+            dirpath=dirpath,
+            filename=Path(LAST_CHECKPOINT).stem,
+            save_top_k=0,
+            save_last=True,
+            every_n_train_steps=every_n_train_steps,
+            enable_version_counter=False,
+        )
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         every = self._every_n_train_steps
         if every and not trainer.global_step % every and not self._should_skip_saving_checkpoint(trainer):
             self.save_when_resumable(trainer)
@@ -191,8 +209,9 @@ class LastCheckpoint(ResumableSave, ModelCheckpoint):
         if self._last_global_step_saved != trainer.global_step:
             self.save(trainer)
 
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                           checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         """Before any callback loads its state: every checkpoint callback's paths follow this run directory."""
         states = checkpoint.get("callbacks") or {}
         for key, state in states.items():
@@ -204,8 +223,9 @@ class LastCheckpoint(ResumableSave, ModelCheckpoint):
 class LoggedStep(Callback):
     """Keeps the step Lightning logs under equal to the optimiser step; runs before ``LearningRateMonitor`` logs."""
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         # Lightning logs under its count of batches that stepped the optimiser, which is one too many after a
         # resume from the end-of-training last.ckpt at a validation step (why, and the test: docs/exactness.md)
         epoch_loop = trainer.fit_loop.epoch_loop
@@ -263,9 +283,11 @@ class Preempted(Exception):
     def __init__(self, signal_name: str, step: int, checkpoint: Path, requeued: bool) -> None:
         self.signal_name = signal_name
         received = "Ctrl-C (SIGINT)" if signal_name == "SIGINT" else signal_name
-        super().__init__(f"{received} received: stopped after step {step} and saved {checkpoint}"
-                         + ("; SLURM job requeued" if requeued else "")
-                         + f"; continue with --run_name {checkpoint.parent.parent.name} --ckpt_path last")
+        super().__init__(
+            f"{received} received: stopped after step {step} and saved {checkpoint}"
+            + ("; SLURM job requeued" if requeued else "")
+            + f"; continue with --run_name {checkpoint.parent.parent.name} --ckpt_path last"
+        )
 
     @property
     def exit_code(self) -> int:
@@ -278,8 +300,12 @@ class PreemptionCheckpoint(ResumableSave):
     epoch's end that follows it, :class:`ResumableSave`), save ``last.ckpt``, requeue the SLURM job after one of
     ``requeue_signals``, and stop; a second Ctrl-C stops at once."""
 
-    def __init__(self, checkpoint_dir: Path, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1"),
-                 requeue_signals: tuple[str, ...] = ("SIGUSR1",)) -> None:
+    def __init__(
+        self,
+        checkpoint_dir: Path,
+        signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1"),
+        requeue_signals: tuple[str, ...] = ("SIGUSR1",),
+    ) -> None:
         self.checkpoint_dir = Path(checkpoint_dir)
         self.signals = signals
         self.requeue_signals = requeue_signals
@@ -295,9 +321,11 @@ class PreemptionCheckpoint(ResumableSave):
             raise KeyboardInterrupt  # the second Ctrl-C: stop at once
         self.received = signal.Signals(signum).name
         if signum == signal.SIGINT:
-            log.warning("Ctrl-C: finishing optimiser step %d, then writing %s (Ctrl-C again to stop at once)",
-                        (self._trainer.global_step if self._trainer is not None else 0) + 1,
-                        self.checkpoint_dir / LAST_CHECKPOINT)
+            log.warning(
+                "Ctrl-C: finishing optimiser step %d, then writing %s (Ctrl-C again to stop at once)",
+                (self._trainer.global_step if self._trainer is not None else 0) + 1,
+                self.checkpoint_dir / LAST_CHECKPOINT,
+            )
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._trainer = trainer
@@ -312,9 +340,7 @@ class PreemptionCheckpoint(ResumableSave):
 
     def _agreed(self, trainer: pl.Trainer) -> tuple[bool, bool]:
         """Whether any process received a signal, and whether any received a requeue signal."""
-        flags = torch.tensor(
-            [self.received is not None, self.received in self.requeue_signals], dtype=torch.int32
-        )
+        flags = torch.tensor([self.received is not None, self.received in self.requeue_signals], dtype=torch.int32)
         if self._host_group is not None:
             dist.all_reduce(flags, group=self._host_group)
         stop, requeue = (flags > 0).tolist()
@@ -331,12 +357,14 @@ class PreemptionCheckpoint(ResumableSave):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self.on_train_end(trainer, pl_module)
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._step_at_batch_start = trainer.global_step
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if trainer.global_step == self._step_at_batch_start or self._stop is not None:
             return  # accumulating gradients (only stop where the state is complete), or stopping already
         stop, requeue = self._agreed(trainer)
@@ -345,8 +373,13 @@ class PreemptionCheckpoint(ResumableSave):
         self._stop = (self.received or ("SIGUSR1" if requeue else "SIGTERM"), requeue)  # ranks that got none
         self.save_when_resumable(trainer)
         if self._waiting_for is not None and trainer.is_global_zero:
-            log.warning("%s: finishing the %s after step %d, then writing %s", self._stop[0],
-                        WAITED_FOR[self._waiting_for], trainer.global_step, self.checkpoint_dir / LAST_CHECKPOINT)
+            log.warning(
+                "%s: finishing the %s after step %d, then writing %s",
+                self._stop[0],
+                WAITED_FOR[self._waiting_for],
+                trainer.global_step,
+                self.checkpoint_dir / LAST_CHECKPOINT,
+            )
 
     def save(self, trainer: pl.Trainer) -> None:
         """Save ``last.ckpt`` on every process (rank 0 writes), requeue if asked, and stop (:class:`Preempted`)."""
@@ -413,25 +446,26 @@ class NonFiniteLossGuard(Callback):
             self.check_every = 1 if every_step else max(1, trainer.log_every_n_steps)
         self._pending = []
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._batch, self._batch_idx = batch, batch_idx
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         index = getattr(self._batch, "index", None)
-        self._pending.append(
-            (trainer.global_step + 1, trainer.current_epoch, self._batch_idx, loss.detach(), index)
-        )
+        self._pending.append((trainer.global_step + 1, trainer.current_epoch, self._batch_idx, loss.detach(), index))
         if self.check_every == 1:
             self.check(trainer)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._pending and trainer.global_step % self.check_every == 0:
             self.check(trainer)
 
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                           checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         self.check(trainer)  # raising here writes no file
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -441,11 +475,7 @@ class NonFiniteLossGuard(Callback):
         """Read the pending losses (one wait for the device); raise :class:`NonFiniteLoss` on every process if any
         process had a non-finite one, naming the first of each."""
         pending, self._pending = self._pending, []
-        finite = (
-            torch.isfinite(torch.stack([loss.float() for _, _, _, loss, _ in pending])).tolist()
-            if pending
-            else []
-        )
+        finite = torch.isfinite(torch.stack([loss.float() for _, _, _, loss, _ in pending])).tolist() if pending else []
         first_bad = next((entry for entry, ok in zip(pending, finite) if not ok), None)
         # every process learns whether any loss is bad, so all stop together: one process raising alone would
         # leave the others waiting in the gradient all-reduce
@@ -510,9 +540,15 @@ class StepProgressBar(TQDMProgressBar):
 
 def last_good_checkpoint(trainer: pl.Trainer) -> str | None:
     """The most recently written checkpoint of the run (or the one it resumed from)."""
-    candidates = [trainer.ckpt_path, *(path for callback in trainer.checkpoint_callbacks
-                                       if isinstance(callback, ModelCheckpoint)
-                                       for path in (callback.last_model_path, callback.best_model_path))]
+    candidates = [
+        trainer.ckpt_path,
+        *(
+            path
+            for callback in trainer.checkpoint_callbacks
+            if isinstance(callback, ModelCheckpoint)
+            for path in (callback.last_model_path, callback.best_model_path)
+        ),
+    ]
     existing = {c for c in candidates if c and Path(c).is_file()}
     return max(existing, key=lambda c: Path(c).stat().st_mtime) if existing else None
 
@@ -541,8 +577,11 @@ class RelationTablePlots(Callback):
             return
         self.validations += 1
         model = getattr(pl_module, "model", None)
-        if (self.validations % self.every_n_validations or not has_relative_encodings(model)
-                or not trainer.is_global_zero):
+        if (
+            self.validations % self.every_n_validations
+            or not has_relative_encodings(model)
+            or not trainer.is_global_zero
+        ):
             return
         path = self.plot_dir / f"relation_tables-step{trainer.global_step:07d}.png"
         self.plot_dir.mkdir(parents=True, exist_ok=True)

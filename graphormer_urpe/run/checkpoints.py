@@ -62,8 +62,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(directory_problem(path))
     if path.is_dir():
         found = sorted(str(p) for p in path.rglob("*.ckpt"))
-        raise CheckpointError(f"checkpoint {path} is a directory; name a checkpoint file"
-                              + (f", e.g. {', '.join(found[:3])}" if found else " (it holds no .ckpt file)"))
+        raise CheckpointError(
+            f"checkpoint {path} is a directory; name a checkpoint file"
+            + (f", e.g. {', '.join(found[:3])}" if found else " (it holds no .ckpt file)")
+        )
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
@@ -117,18 +119,23 @@ def run_config(config_yaml: str) -> RunConfig:
     data_args = data.get("init_args") or {}
     source = data_args.get("source")
     model = config.get("model") or {}
-    return RunConfig(data_class_path=data.get("class_path", ""), data_args=dict(data_args),
-                     source_class_path=source.get("class_path") if isinstance(source, Mapping) else None,
-                     source_args=dict(source.get("init_args") or {}) if isinstance(source, Mapping) else {},
-                     model_class_path=model.get("class_path"))
+    return RunConfig(
+        data_class_path=data.get("class_path", ""),
+        data_args=dict(data_args),
+        source_class_path=source.get("class_path") if isinstance(source, Mapping) else None,
+        source_args=dict(source.get("init_args") or {}) if isinstance(source, Mapping) else {},
+        model_class_path=model.get("class_path"),
+    )
 
 
 def reduced_checkpoint(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     """What a model needs of a checkpoint to predict or to start another run (``--init_from``): its weights (in
     float32), hyper-parameters, config and records; the optimiser, schedule, loop and callback states left out."""
     reduced = {key: checkpoint[key] for key in KEPT_KEYS if key in checkpoint}
-    reduced["state_dict"] = {name: tensor.float() if tensor.is_floating_point() else tensor
-                             for name, tensor in checkpoint["state_dict"].items()}
+    reduced["state_dict"] = {
+        name: tensor.float() if tensor.is_floating_point() else tensor
+        for name, tensor in checkpoint["state_dict"].items()
+    }
     return reduced
 
 
@@ -143,24 +150,34 @@ def state_dict_problems(saved: Mapping[str, torch.Tensor], expected: Mapping[str
     """Missing keys, unexpected keys and shape differences between two state dicts, one line each."""
     missing = [k for k in expected if k not in saved]
     unexpected = [k for k in saved if k not in expected]
-    reshaped = [f"{k} {tuple(saved[k].shape)} in the checkpoint vs {tuple(v.shape)} in the model"
-                for k, v in expected.items() if k in saved and tuple(saved[k].shape) != tuple(v.shape)]
-    found = ((missing, "parameters of the model are not in the checkpoint"),
-             (unexpected, "checkpoint parameters are not in the model"), (reshaped, "parameters differ in shape"))
-    return [f"{len(names)} {problem}: {', '.join(names[:SHOWN_KEYS])}"
-            + (f" ... (+{len(names) - SHOWN_KEYS} more)" if len(names) > SHOWN_KEYS else "")
-            for names, problem in found if names]
+    reshaped = [
+        f"{k} {tuple(saved[k].shape)} in the checkpoint vs {tuple(v.shape)} in the model"
+        for k, v in expected.items()
+        if k in saved and tuple(saved[k].shape) != tuple(v.shape)
+    ]
+    found = (
+        (missing, "parameters of the model are not in the checkpoint"),
+        (unexpected, "checkpoint parameters are not in the model"),
+        (reshaped, "parameters differ in shape"),
+    )
+    return [
+        f"{len(names)} {problem}: {', '.join(names[:SHOWN_KEYS])}"
+        + (f" ... (+{len(names) - SHOWN_KEYS} more)" if len(names) > SHOWN_KEYS else "")
+        for names, problem in found
+        if names
+    ]
 
 
-def check_checkpoint(
-    path: str | Path, module: nn.Module, hparams: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+def check_checkpoint(path: str | Path, module: nn.Module, hparams: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Load ``path`` and make sure its weights fit ``module``, naming the differing ``hparams`` that explain it."""
     checkpoint = load_checkpoint(path)
     if problems := state_dict_problems(checkpoint["state_dict"], module.state_dict()):
         saved_hparams, current = flatten(checkpoint.get("hyper_parameters") or {}), flatten(hparams or {})
-        differing = [f"{k}: checkpoint {saved_hparams[k]!r}, config {current[k]!r}"
-                     for k in sorted(set(saved_hparams) & set(current)) if saved_hparams[k] != current[k]]
+        differing = [
+            f"{k}: checkpoint {saved_hparams[k]!r}, config {current[k]!r}"
+            for k in sorted(set(saved_hparams) & set(current))
+            if saved_hparams[k] != current[k]
+        ]
         lines = [f"checkpoint {path} does not fit the configured model:", *[f"  - {p}" for p in problems]]
         if differing:
             lines.append("  hyper-parameters that differ: " + "; ".join(differing))
@@ -173,12 +190,17 @@ def check_checkpoint(
 
 #: Options a resume takes from the checkpoint (the optimiser's state, the random state) rather than from the
 #: command line: one that differs from the checkpoint's would be recorded but not used.
-RESUMED_FROM_THE_CHECKPOINT = ("model.init_args.optim.lr", "model.init_args.optim.weight_decay",
-                               "model.init_args.optim.adam_eps", "seed_everything")
+RESUMED_FROM_THE_CHECKPOINT = (
+    "model.init_args.optim.lr",
+    "model.init_args.optim.weight_decay",
+    "model.init_args.optim.adam_eps",
+    "seed_everything",
+)
 
 
-def check_resume(ckpt_path: str, task: pl.LightningModule, max_steps: int, config_yaml: str, seed_drawn: bool,
-                 data: RunData) -> int:
+def check_resume(
+    ckpt_path: str, task: pl.LightningModule, max_steps: int, config_yaml: str, seed_drawn: bool, data: RunData
+) -> int:
     """Stop (:class:`CheckpointError`, :class:`ConfigError`) unless ``ckpt_path`` fits ``task``, was trained on
     ``data`` with the options a resume takes from it (:data:`RESUMED_FROM_THE_CHECKPOINT`; those of ``config_yaml``,
     the seed unless ``seed_drawn``), continues in the same global batches and has steps left to reach or evaluate
@@ -208,8 +230,9 @@ def check_resume(ckpt_path: str, task: pl.LightningModule, max_steps: int, confi
                 )
     recorded = checkpoint.get(DATA_IDENTITY_KEY)
     if recorded is None:
-        log.warning("%s records no identity of its data (written by an earlier version): the data are not "
-                    "compared", ckpt_path)
+        log.warning(
+            "%s records no identity of its data (written by an earlier version): the data are not compared", ckpt_path
+        )
     elif differing := differences(recorded, data_identity(data), "checkpoint", "now"):
         raise CheckpointError(
             f"{ckpt_path} was trained on other data than this run has: {differing}; a resume "
@@ -283,8 +306,11 @@ def config_identity(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> di
     dropped = {*PLACEMENT_KEYS, *EXECUTION_KEYS, *ignore}
 
     def kept(mapping: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-        return {key: kept(value, f"{prefix}{key}.") if isinstance(value, Mapping) else value
-                for key, value in mapping.items() if f"{prefix}{key}" not in dropped}
+        return {
+            key: kept(value, f"{prefix}{key}.") if isinstance(value, Mapping) else value
+            for key, value in mapping.items()
+            if f"{prefix}{key}" not in dropped
+        }
 
     return kept(config, "")
 
@@ -308,35 +334,43 @@ def _shown(values: Mapping[str, Any], key: str) -> str:
     return repr(values[key]) if key in values else "absent"
 
 
-def differences(
-    recorded: Mapping[str, Any], current: Mapping[str, Any], recorded_as: str, current_as: str
-) -> str:
+def differences(recorded: Mapping[str, Any], current: Mapping[str, Any], recorded_as: str, current_as: str) -> str:
     """The keys (dotted) where ``recorded`` and ``current`` differ, as one line, e.g. ``sha1: '0d41'
     (checkpoint) vs '9bc1' (now)``; an empty string when they are equal. A key one side lacks and the other holds
     as None (null) is no difference: an option added since, at its default (off), configures what the record
     configured without it (a run started before ``data.source.fingerprints`` existed resumes)."""
     old, new = flatten(recorded), flatten(current)
-    keys = [key for key in sorted(old.keys() | new.keys()) if old.get(key, ABSENT) != new.get(key, ABSENT)
-            and not (old.get(key, None) is None and new.get(key, None) is None)]  # absent against null
-    shown = [f"{key}: {_shown(old, key)} ({recorded_as}) vs {_shown(new, key)} ({current_as})"
-             for key in keys[:SHOWN_DIFFERENCES]]
+    keys = [
+        key
+        for key in sorted(old.keys() | new.keys())
+        if old.get(key, ABSENT) != new.get(key, ABSENT)
+        and not (old.get(key, None) is None and new.get(key, None) is None)
+    ]  # absent against null
+    shown = [
+        f"{key}: {_shown(old, key)} ({recorded_as}) vs {_shown(new, key)} ({current_as})"
+        for key in keys[:SHOWN_DIFFERENCES]
+    ]
     more = f"; +{len(keys) - SHOWN_DIFFERENCES} more" if len(keys) > SHOWN_DIFFERENCES else ""
     return "; ".join(shown) + more
 
 
-def compare_data(ckpt: str, checkpoint: Mapping[str, Any], current: Mapping[str, Any],
-                 allow_other_data: bool) -> dict[str, Any]:
+def compare_data(
+    ckpt: str, checkpoint: Mapping[str, Any], current: Mapping[str, Any], allow_other_data: bool
+) -> dict[str, Any]:
     """Compare the data an evaluation rebuilt with those the checkpoint records; returns what its result records."""
     recorded = checkpoint.get(DATA_IDENTITY_KEY)
     if recorded is None:
-        log.warning("%s records no identity of its data (written by an earlier version): the data are not "
-                    "compared", ckpt)
+        log.warning(
+            "%s records no identity of its data (written by an earlier version): the data are not compared", ckpt
+        )
         return {"same_data_as_training": None}
     differing = differences(recorded, current, "checkpoint", "now")
     if not differing:
         return {"same_data_as_training": True}
     if not allow_other_data:
-        raise CheckpointError(f"{ckpt} was trained on other data than these: {differing}; evaluate on the "
-                              "checkpoint's data, or pass --allow_other_data to evaluate on these anyway")
+        raise CheckpointError(
+            f"{ckpt} was trained on other data than these: {differing}; evaluate on the "
+            "checkpoint's data, or pass --allow_other_data to evaluate on these anyway"
+        )
     log.warning("evaluating on OTHER data than %s was trained on (--allow_other_data): %s", ckpt, differing)
     return {"same_data_as_training": False, "data_differences": differing}

@@ -123,8 +123,11 @@ def resolve_config_paths(argv: Sequence[str]) -> list[str]:
             continue
         candidate = shipped_config(name)
         if candidate is None:
-            raise ConfigError("config", name, "is neither a file nor a shipped config (available: "
-                                              f"{', '.join(shipped_config_names())})")
+            raise ConfigError(
+                "config",
+                name,
+                f"is neither a file nor a shipped config (available: {', '.join(shipped_config_names())})",
+            )
         args[index] = str(candidate) if index != i else f"--config={candidate}"
     return args
 
@@ -167,16 +170,20 @@ def launcher_run_id() -> str | None:
     """An id that every process of this launch sees: SLURM job (and srun step), or torchrun run id."""
     if job := os.environ.get("SLURM_JOB_ID"):
         array, step = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_STEP_ID")
-        return f"slurm{os.environ.get('SLURM_ARRAY_JOB_ID', job)}" + (f"_{array}" if array else "") + \
-            (f".{step}" if step else "")
+        return (
+            f"slurm{os.environ.get('SLURM_ARRAY_JOB_ID', job)}"
+            + (f"_{array}" if array else "")
+            + (f".{step}" if step else "")
+        )
     torchrun = os.environ.get("TORCHELASTIC_RUN_ID")
     if torchrun and torchrun != "none":
         return f"torchrun-{torchrun[:12]}"
     return None
 
 
-def resolve_run_dir(run_root: str | Path, run_name: str | None, config_name: str,
-                    now: datetime.datetime | None = None) -> RunDirectory:
+def resolve_run_dir(
+    run_root: str | Path, run_name: str | None, config_name: str, now: datetime.datetime | None = None
+) -> RunDirectory:
     """The run directory, identical in every process: ``run_root/run_name``, the launching process's, the launch
     id's under SLURM or torchrun, else a new ``<config>-<timestamp>`` (``now``: default the current time)."""
     if run_name:
@@ -186,8 +193,10 @@ def resolve_run_dir(run_root: str | Path, run_name: str | None, config_name: str
     elif (launch := launcher_run_id()) is not None:
         directory = RunDirectory(Path(run_root) / f"{config_name}-{launch}")
     elif int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("NODE_RANK", "0")) > 0:
-        raise InputError("this process is one of several started by a launcher that gives them no common id; pass "
-                         "--run_name NAME so that they share one run directory")
+        raise InputError(
+            "this process is one of several started by a launcher that gives them no common id; pass "
+            "--run_name NAME so that they share one run directory"
+        )
     else:
         directory = create_timestamped_dir(Path(run_root), config_name, now)
     _CHOSEN_HERE.add(str(directory.path))
@@ -221,8 +230,7 @@ class CheckpointOptions:
                 raise ConfigError(
                     "checkpoint.signals",
                     name,
-                    "is not a signal this process can catch (e.g. SIGTERM, "
-                    "SIGUSR1, SIGUSR2)",
+                    "is not a signal this process can catch (e.g. SIGTERM, SIGUSR1, SIGUSR2)",
                 )
         check_choice("checkpoint.requeue", self.requeue, (True, False))
 
@@ -242,11 +250,22 @@ class Trainer(pl.Trainer):
         limit_predict_batches: prediction batches, as ``limit_train_batches``.
     """
 
-    def __init__(self, *, limit_train_batches: int | float | None = None, limit_val_batches: int | float | None = None,
-                 limit_test_batches: int | float | None = None, limit_predict_batches: int | float | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
-                         limit_test_batches=limit_test_batches, limit_predict_batches=limit_predict_batches, **kwargs)
+    def __init__(
+        self,
+        *,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            limit_train_batches=limit_train_batches,
+            limit_val_batches=limit_val_batches,
+            limit_test_batches=limit_test_batches,
+            limit_predict_batches=limit_predict_batches,
+            **kwargs,
+        )
 
 
 class GraphormerCLI(LightningCLI):
@@ -297,33 +316,43 @@ class GraphormerCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # the run's options (used by TrainingCLI) are parsed here too: every run's config.yaml reads back
-        parser.add_argument(
-            "--run_root", type=str, default="runs", help="Directory holding one directory per run."
-        )
+        parser.add_argument("--run_root", type=str, default="runs", help="Directory holding one directory per run.")
         parser.add_argument(
             "--run_name",
             type=str | None,
             default=None,
             help="Run directory name (default: config name and the SLURM job, torchrun id or time).",
         )
-        parser.add_argument("--logger", type=Literal["csv", "wandb", "none"], default="csv",
-                            help="Where metrics go: csv, wandb (W&B and csv) or none.")
+        parser.add_argument(
+            "--logger",
+            type=Literal["csv", "wandb", "none"],
+            default="csv",
+            help="Where metrics go: csv, wandb (W&B and csv) or none.",
+        )
         parser.add_class_arguments(WandbOptions, "wandb")
         parser.add_class_arguments(CheckpointOptions, "checkpoint")
-        parser.add_argument("--ckpt_path", type=str | None, default=None,
-                            help="Resume training from this checkpoint; 'last': <run dir>/checkpoints/last.ckpt "
-                                 "(which must exist); 'auto': that one if it exists, else start the run.")
+        parser.add_argument(
+            "--ckpt_path",
+            type=str | None,
+            default=None,
+            help="Resume training from this checkpoint; 'last': <run dir>/checkpoints/last.ckpt "
+            "(which must exist); 'auto': that one if it exists, else start the run.",
+        )
         parser.add_argument(
             "--init_from",
             type=str | None,
             default=None,
             help="Start a new run from this checkpoint's weights (ours or converted, any dataset): "
-                 "it decides the encoder's architecture; the head is rebuilt when the data's targets "
-                 "differ; a URPE run takes an RPE checkpoint with C set to ones (docs/finetuning.md).",
+            "it decides the encoder's architecture; the head is rebuilt when the data's targets "
+            "differ; a URPE run takes an RPE checkpoint with C set to ones (docs/finetuning.md).",
         )
-        parser.add_argument("--threads", type=int | None, default=None,
-                            help="Torch threads of this process (null: the cores it may use minus one per data "
-                                 "loader worker, at least 1, unless OMP_NUM_THREADS is set; docs/throughput.md).")
+        parser.add_argument(
+            "--threads",
+            type=int | None,
+            default=None,
+            help="Torch threads of this process (null: the cores it may use minus one per data "
+            "loader worker, at least 1, unless OMP_NUM_THREADS is set; docs/throughput.md).",
+        )
         # what the data is (vocabularies, widths, outputs, targets) reaches the task in one declaration
         parser.link_arguments("data.spec", "model.init_args.data", apply_on="instantiate")
 
@@ -404,9 +433,7 @@ class TrainingCLI(GraphormerCLI):
                 self.init_source = read_source(self.config["init_from"], task_class)
             except InputError as error:
                 stop_on_input_error(error)
-            self.init_overridden = take_architecture(
-                self.config["model"]["init_args"]["encoder"], self.init_source
-            )
+            self.init_overridden = take_architecture(self.config["model"]["init_args"]["encoder"], self.init_source)
         super().instantiate_classes()
 
     @property
@@ -420,9 +447,7 @@ class TrainingCLI(GraphormerCLI):
         return self.run_dir / "checkpoints"
 
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
-        self.run_directory = resolve_run_dir(
-            self.config["run_root"], self.config.get("run_name"), self.config_name
-        )
+        self.run_directory = resolve_run_dir(self.config["run_root"], self.config.get("run_name"), self.config_name)
         run_dir, checkpoint_dir = self.run_dir, self.checkpoint_dir
         options: CheckpointOptions = self.config_init["checkpoint"]
         trainer_config = self._get(self.config_init, "trainer", default={})
@@ -455,9 +480,7 @@ class TrainingCLI(GraphormerCLI):
             callbacks.append(LearningRateMonitor(logging_interval="step"))
         if self.config["logger"] == "wandb":
             loggers.append(wandb_logger(self.config_init["wandb"], run_dir))
-            callbacks.append(
-                RelationTablePlots(run_dir / "plots", self.config_init["wandb"].plot_every_n_validations)
-            )
+            callbacks.append(RelationTablePlots(run_dir / "plots", self.config_init["wandb"].plot_every_n_validations))
         plugins = trainer_config.get("plugins") or []
         plugins = list(plugins) if isinstance(plugins, list) else [plugins]
         if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
@@ -466,10 +489,14 @@ class TrainingCLI(GraphormerCLI):
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             plugins.append(AtomicCheckpointIO())  # an interrupted save never tears last.ckpt
         try:
-            return super().instantiate_trainer(default_root_dir=str(run_dir), logger=loggers, callbacks=callbacks,
-                                               plugins=plugins or None,
-                                               enable_checkpointing=trainer_config.get("enable_checkpointing"),
-                                               **kwargs)
+            return super().instantiate_trainer(
+                default_root_dir=str(run_dir),
+                logger=loggers,
+                callbacks=callbacks,
+                plugins=plugins or None,
+                enable_checkpointing=trainer_config.get("enable_checkpointing"),
+                **kwargs,
+            )
         except BaseException:
             self.run_directory.release()  # no run directory left behind
             raise
@@ -501,8 +528,8 @@ def parse_error_line(report: str) -> str:
     for k, line in enumerate(lines):
         if (found := re.search(r'Parser key "([^"]+)"', line)) is not None:
             keys.append(found.group(1))
-            rest = [text.strip(" -") for text in lines[k + 1:] if text.strip(" -")]
-            own = line[found.end():].strip(" :")
+            rest = [text.strip(" -") for text in lines[k + 1 :] if text.strip(" -")]
+            own = line[found.end() :].strip(" :")
             detail = own or next((text for text in rest if not text.startswith(_REPORT_FRAMING)), None)
     if not keys:
         return " ".join(text.strip() for text in lines if text.strip())
@@ -519,8 +546,13 @@ def parse_error_line(report: str) -> str:
 
 
 #: Lines of a jsonargparse report that frame the error rather than state it.
-_REPORT_FRAMING = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value",
-                   "Problem with given class_path")
+_REPORT_FRAMING = (
+    "Does not validate against any of the Union subtypes",
+    "Subtypes:",
+    "Errors:",
+    "Given value",
+    "Problem with given class_path",
+)
 
 
 def check_run_options(config: Mapping[str, Any]) -> None:
@@ -534,23 +566,16 @@ def check_run_options(config: Mapping[str, Any]) -> None:
             "or be null (a new directory per start)",
         )
     if config["init_from"] == "":
-        raise ConfigError(
-            "init_from", "", "must name a checkpoint file, or be null (the config's own initialisation)"
-        )
+        raise ConfigError("init_from", "", "must name a checkpoint file, or be null (the config's own initialisation)")
     if config["ckpt_path"] == "":
-        raise ConfigError(
-            "ckpt_path", "", "must name a checkpoint file, 'last' or 'auto', or be null (a new run)"
-        )
+        raise ConfigError("ckpt_path", "", "must name a checkpoint file, 'last' or 'auto', or be null (a new run)")
     if Path(config["run_root"]).is_file():
-        raise ConfigError(
-            "run_root", config["run_root"], "is a file; run_root is the directory that holds the runs"
-        )
+        raise ConfigError("run_root", config["run_root"], "is a file; run_root is the directory that holds the runs")
     if (read_only := unwritable(Path(config["run_root"]))) is not None:
         raise ConfigError(
             "run_root",
             config["run_root"],
-            f"{read_only} is not writable, so no run directory can be "
-            "made there; choose a writable run_root",
+            f"{read_only} is not writable, so no run directory can be made there; choose a writable run_root",
         )
 
 
@@ -563,25 +588,33 @@ def check_trainer_options(config: Mapping[str, Any]) -> None:
     check_int("trainer.accumulate_grad_batches", trainer["accumulate_grad_batches"], 1)
     interval = trainer["val_check_interval"]
     if isinstance(interval, float):
-        check_number("trainer.val_check_interval", interval, 0.0, 1.0, include_minimum=False,
-                     hint=" (a fraction of an epoch), or an integer number of training batches >= 1")
+        check_number(
+            "trainer.val_check_interval",
+            interval,
+            0.0,
+            1.0,
+            include_minimum=False,
+            hint=" (a fraction of an epoch), or an integer number of training batches >= 1",
+        )
     elif interval is not None:
         check_int("trainer.val_check_interval", interval, 1, hint=" (training batches), or a fraction in (0, 1]")
-    for name, minimum in (("check_val_every_n_epoch", 1), ("min_steps", 0), ("min_epochs", 0),
-                          ("num_sanity_val_steps", -1), ("log_every_n_steps", 1), ("max_epochs", -1)):
+    for name, minimum in (
+        ("check_val_every_n_epoch", 1),
+        ("min_steps", 0),
+        ("min_epochs", 0),
+        ("num_sanity_val_steps", -1),
+        ("log_every_n_steps", 1),
+        ("max_epochs", -1),
+    ):
         if trainer[name] is not None:
             check_int(f"trainer.{name}", trainer[name], minimum)
     check_int("trainer.max_steps", trainer["max_steps"], -1, hint=" (-1: no limit)")
     check_int("trainer.num_nodes", trainer["num_nodes"], 1)
     if trainer["gradient_clip_val"] is not None:
-        check_number(
-            "trainer.gradient_clip_val", trainer["gradient_clip_val"], 0.0, hint=", or null (no clipping)"
-        )
+        check_number("trainer.gradient_clip_val", trainer["gradient_clip_val"], 0.0, hint=", or null (no clipping)")
     for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
         limit = trainer[name]
         if isinstance(limit, float):
-            check_number(
-                f"trainer.{name}", limit, 0.0, 1.0, hint=" (a fraction), or an integer number of batches"
-            )
+            check_number(f"trainer.{name}", limit, 0.0, 1.0, hint=" (a fraction), or an integer number of batches")
         elif limit is not None:
             check_int(f"trainer.{name}", limit, 0, hint=" (batches), or a fraction in [0, 1]")

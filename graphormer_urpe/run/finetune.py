@@ -45,8 +45,10 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
     path = resolve_checkpoint(path)
     config_class = getattr(task_class, "config_class", None)
     if config_class is None:
-        raise CheckpointError(f"--init_from {path}: {task_class.__name__} is not a graphormer_urpe task "
-                              "(GraphormerTask): it cannot take the checkpoint's architecture")
+        raise CheckpointError(
+            f"--init_from {path}: {task_class.__name__} is not a graphormer_urpe task "
+            "(GraphormerTask): it cannot take the checkpoint's architecture"
+        )
     try:
         checkpoint = load_checkpoint(path)
     except CheckpointError as error:
@@ -55,9 +57,11 @@ def read_source(path: str, task_class: type) -> SourceCheckpoint:
     check_layout(path, hparams)
     saved = hparams.get("encoder")
     if not isinstance(saved, Mapping):
-        raise CheckpointError(f"--init_from {path}: the checkpoint records no encoder settings "
-                              "(hyper_parameters['encoder']); take one written by graphormer-urpe train or by "
-                              "graphormer-urpe convert")
+        raise CheckpointError(
+            f"--init_from {path}: the checkpoint records no encoder settings "
+            "(hyper_parameters['encoder']); take one written by graphormer-urpe train or by "
+            "graphormer-urpe convert"
+        )
     if unknown := sorted(set(saved) - {f.name for f in dataclasses.fields(config_class)}):
         raise CheckpointError(
             f"--init_from {path}: its encoder has settings that {config_class.__name__} does not "
@@ -107,9 +111,14 @@ def take_architecture(encoder: MutableMapping[str, Any], source: SourceCheckpoin
             overridden[field] = {"config": encoder[field], "checkpoint": value}
         encoder[field] = value
     if overridden:
-        log.warning("--init_from %s decides the encoder's architecture; replaced in the config: %s", source.path,
-                    ", ".join(f"{field} {shown(change['config'])} -> {shown(change['checkpoint'])}"
-                              for field, change in overridden.items()))
+        log.warning(
+            "--init_from %s decides the encoder's architecture; replaced in the config: %s",
+            source.path,
+            ", ".join(
+                f"{field} {shown(change['config'])} -> {shown(change['checkpoint'])}"
+                for field, change in overridden.items()
+            ),
+        )
     return overridden
 
 
@@ -122,9 +131,7 @@ def config_as_recorded(config: Mapping[str, Any]) -> dict[str, Any]:
     recorded = copy.deepcopy(dict(config))
     if recorded.get("init_from"):
         task_class = import_object("model.class_path", recorded["model"]["class_path"])
-        recorded["model"]["init_args"]["encoder"].update(
-            architecture(read_source(recorded["init_from"], task_class))
-        )
+        recorded["model"]["init_args"]["encoder"].update(architecture(read_source(recorded["init_from"], task_class)))
     return recorded
 
 
@@ -137,8 +144,14 @@ class Initialisation:
     record: dict[str, Any]
 
 
-def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, spec: DataSpec | SequenceSpec,
-                        data_name: str, path_order: str | None, overridden: Mapping[str, Any]) -> Initialisation:
+def plan_initialisation(
+    source: SourceCheckpoint,
+    task: GraphormerTask,
+    spec: DataSpec | SequenceSpec,
+    data_name: str,
+    path_order: str | None,
+    overridden: Mapping[str, Any],
+) -> Initialisation:
     """Check that ``source`` can start ``task`` on the data ``spec`` declares (named ``data_name`` in messages,
     its shortest paths in ``path_order``, None: no choice of order), and decide what loads."""
     new, old = spec.encoder_fields(), {field: getattr(source.encoder, field) for field in spec.encoder_fields()}
@@ -146,12 +159,15 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, spec: Da
         raise CheckpointError(
             f"--init_from {source.path}: its feature tables were trained on other input features than this run's "
             f"data has: checkpoint ({source.data_name}) {_features(old, spec)}; data ({data_name}) "
-            f"{_features(new, spec)}; fine-tune it on data featurised the same way")
+            f"{_features(new, spec)}; fine-tune it on data featurised the same way"
+        )
     attention = task.model.config.attention
     if source.encoder.attention == "urpe" and attention != "urpe":
-        raise CheckpointError(f"--init_from {source.path}: its attention is URPE, with a learned C that "
-                              f"model.encoder.attention={attention} would drop; fine-tune it with "
-                              "--model.encoder.attention urpe")
+        raise CheckpointError(
+            f"--init_from {source.path}: its attention is URPE, with a learned C that "
+            f"model.encoder.attention={attention} would drop; fine-tune it with "
+            "--model.encoder.attention urpe"
+        )
     changes = _target_changes(source, spec)
     keep_head = not changes
     target = task.state_dict()
@@ -161,12 +177,16 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, spec: Da
     into = getattr(task.model.config, "molecule_features_into", "graph_token")  # a sequence model reads none
     molecule = _molecule_features(source, spec, into)
     fresh = [] if molecule == "kept" else [key for key in target if key.startswith(MOLECULE_PREFIX)]
-    weights = {key: value for key, value in source.state.items() if (keep_head or not is_head(key))
-               and (molecule == "kept" or not key.startswith(MOLECULE_PREFIX))}
+    weights = {
+        key: value
+        for key, value in source.state.items()
+        if (keep_head or not is_head(key)) and (molecule == "kept" or not key.startswith(MOLECULE_PREFIX))
+    }
     expected = {key: value for key, value in target.items() if key not in reset + rebuilt + fresh}
     if problems := state_dict_problems(weights, expected):
-        raise CheckpointError(f"--init_from {source.path} does not fit the model built from its architecture: "
-                              + "; ".join(problems))
+        raise CheckpointError(
+            f"--init_from {source.path} does not fit the model built from its architecture: " + "; ".join(problems)
+        )
     if source.path_order is not None and path_order is not None and source.path_order != path_order:
         log.info(
             "--init_from %s learned its edge encoding on shortest paths in the order %s, this run's data "
@@ -176,23 +196,35 @@ def plan_initialisation(source: SourceCheckpoint, task: GraphormerTask, spec: Da
             path_order,
             source.path_order,
         )
-    data = {**{field: plain(value) for field, value in old.items()}, "target_kind": source.target_kind,
-            "target_names": source.target_names, "name": source.data_name}
-    return Initialisation(weights=weights, reset_to_ones=reset, record={
-        "path": source.path, "sha256": source.sha256, "source": {"data": data, **source.origin},
-        "architecture": architecture(source),
-        "overridden": dict(overridden), "head": "kept" if keep_head else "rebuilt",
-        "head_reason": _same_targets(source) if keep_head else "; ".join(changes),
-        "loaded": len(weights), "rebuilt": rebuilt, "reset_to_ones": reset, "molecule_features": molecule,
-    })
+    data = {
+        **{field: plain(value) for field, value in old.items()},
+        "target_kind": source.target_kind,
+        "target_names": source.target_names,
+        "name": source.data_name,
+    }
+    return Initialisation(
+        weights=weights,
+        reset_to_ones=reset,
+        record={
+            "path": source.path,
+            "sha256": source.sha256,
+            "source": {"data": data, **source.origin},
+            "architecture": architecture(source),
+            "overridden": dict(overridden),
+            "head": "kept" if keep_head else "rebuilt",
+            "head_reason": _same_targets(source) if keep_head else "; ".join(changes),
+            "loaded": len(weights),
+            "rebuilt": rebuilt,
+            "reset_to_ones": reset,
+            "molecule_features": molecule,
+        },
+    )
 
 
 def initialise(task: GraphormerTask, plan: Initialisation) -> None:
     """Load the planned weights into ``task``, set the URPE tables it lacks to ones, and record the source."""
     task.load_state_dict(plan.weights, strict=False)
-    scales = {
-        f"{name}.weight": module for name, module in task.named_modules() if isinstance(module, RelativeScale)
-    }
+    scales = {f"{name}.weight": module for name, module in task.named_modules() if isinstance(module, RelativeScale)}
     for key in plan.reset_to_ones:
         scales[key].reset_to_ones()
     task.initialised_from = plan.record
@@ -211,8 +243,10 @@ def describe(record: Mapping[str, Any]) -> str:
     source = record["source"]
     step = f", step {source['global_step']}" if source.get("global_step") is not None else ""
     reason = f" ({record['head_reason']})" if record["head"] == "rebuilt" else ""
-    return (f"{record['path']} (sha256 {record['sha256'][:12]}; {source['data']['name']}{step}): "
-            f"head {record['head']}{reason}")
+    return (
+        f"{record['path']} (sha256 {record['sha256'][:12]}; {source['data']['name']}{step}): "
+        f"head {record['head']}{reason}"
+    )
 
 
 #: Parameters and statistics of the molecule-level features (``Graphormer.molecule``) in a task's state dict.
@@ -238,8 +272,7 @@ def _molecule_features(source: SourceCheckpoint, spec: DataSpec | SequenceSpec, 
         reason = f"new zero projection: the checkpoint's features entered at its {old_into}, this model's at its {into}"
     else:
         reason = (
-            f"new zero projection: the checkpoint read {len(old)} molecule features, other than the data's "
-            f"{len(new)}"
+            f"new zero projection: the checkpoint read {len(old)} molecule features, other than the data's {len(new)}"
         )
     log.info("--init_from %s: molecule-level features %s", source.path, reason)
     return reason
@@ -247,8 +280,11 @@ def _molecule_features(source: SourceCheckpoint, spec: DataSpec | SequenceSpec, 
 
 def _target_changes(source: SourceCheckpoint, spec: DataSpec | SequenceSpec) -> list[str]:
     new = spec.encoder_fields()
-    changes = [f"{field} {shown(plain(getattr(source.encoder, field)))} -> {shown(plain(new[field]))}"
-               for field in spec.OUTPUT_FIELDS if plain(getattr(source.encoder, field)) != plain(new[field])]
+    changes = [
+        f"{field} {shown(plain(getattr(source.encoder, field)))} -> {shown(plain(new[field]))}"
+        for field in spec.OUTPUT_FIELDS
+        if plain(getattr(source.encoder, field)) != plain(new[field])
+    ]
     if source.target_kind is not None and source.target_kind != spec.target_kind:
         changes.append(f"target_kind {source.target_kind} -> {spec.target_kind}")
     if source.target_names is not None and source.target_names != list(spec.target_names):
@@ -277,12 +313,17 @@ def listed(names: Sequence[str]) -> str:
 
 
 def _same_targets(source: SourceCheckpoint) -> str:
-    unrecorded = [name for name, value in (("kind", source.target_kind), ("names", source.target_names))
-                  if value is None]
+    unrecorded = [
+        name for name, value in (("kind", source.target_kind), ("names", source.target_names)) if value is None
+    ]
     return "the data's targets are the checkpoint's" + (
-        f" (it records no target {' or '.join(unrecorded)})" if unrecorded else "")
+        f" (it records no target {' or '.join(unrecorded)})" if unrecorded else ""
+    )
 
 
 def _features(fields: Mapping[str, Any], spec: DataSpec | SequenceSpec) -> str:
-    return ", ".join(f"{field} {plain(fields[field])}" for field in spec.FEATURE_FIELDS
-                     if fields[field] or not field.startswith("continuous"))
+    return ", ".join(
+        f"{field} {plain(fields[field])}"
+        for field in spec.FEATURE_FIELDS
+        if fields[field] or not field.startswith("continuous")
+    )

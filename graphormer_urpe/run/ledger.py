@@ -65,9 +65,7 @@ def _make_missing(directory: Path) -> list[Path]:
     return made[::-1]
 
 
-def create_timestamped_dir(
-    run_root: Path, config_name: str, now: datetime.datetime | None = None
-) -> RunDirectory:
+def create_timestamped_dir(run_root: Path, config_name: str, now: datetime.datetime | None = None) -> RunDirectory:
     """Create ``run_root/<config>-<YYYYmmdd-HHMMSS>`` (``now``: default the current time), or ``...-2`` when taken."""
     run_root = Path(run_root)
     parents = _make_missing(run_root)
@@ -115,22 +113,27 @@ class RunDirectory:
         holds_run = self.holds_run
         if ckpt_path is None:
             if holds_run:
-                raise RunDirError(f"{self.path} already exists and a new run never writes into an earlier run's "
-                                  "directory: extend or resume that run with --ckpt_path last, or give this one "
-                                  "another --run_name")
+                raise RunDirError(
+                    f"{self.path} already exists and a new run never writes into an earlier run's "
+                    "directory: extend or resume that run with --ckpt_path last, or give this one "
+                    "another --run_name"
+                )
             return RunStart(None, earlier_segments=False)
         if ckpt_path in ("last", "auto") and self.last_checkpoint.is_file():
             return RunStart(str(self.last_checkpoint), earlier_segments=True)
         if ckpt_path == "last":
-            raise RunDirError(f"--ckpt_path last: there is no {self.last_checkpoint} to resume; "
-                              + self._why_no_checkpoint())
+            raise RunDirError(
+                f"--ckpt_path last: there is no {self.last_checkpoint} to resume; " + self._why_no_checkpoint()
+            )
         if ckpt_path == "auto":
             log.info("--ckpt_path auto: no %s, starting the run from step 0", self.last_checkpoint)
             return RunStart(None, earlier_segments=holds_run)
         own = Path(ckpt_path).resolve().parent == (self.path / "checkpoints").resolve()
         if holds_run and not own:
-            raise RunDirError(f"{self.path} holds another run: resuming {ckpt_path} in it would mix two runs; "
-                              "give the run continued from that checkpoint a new --run_name")
+            raise RunDirError(
+                f"{self.path} holds another run: resuming {ckpt_path} in it would mix two runs; "
+                "give the run continued from that checkpoint a new --run_name"
+            )
         return RunStart(ckpt_path, earlier_segments=holds_run)
 
     def take(self, writer: bool, launch: str | None = None) -> None:
@@ -153,8 +156,10 @@ class RunDirectory:
             return f"{self.path} does not exist (check --run_root and --run_name)"
         if not self.holds_run:
             return f"{self.path} holds no run (check --run_root and --run_name)"
-        return ("the run stopped before writing its first checkpoint; start it again with --ckpt_path auto, or "
-                "under another --run_name")
+        return (
+            "the run stopped before writing its first checkpoint; start it again with --ckpt_path auto, or "
+            "under another --run_name"
+        )
 
     def _create(self) -> None:
         self._made = _make_missing(self.path.parent)
@@ -162,8 +167,9 @@ class RunDirectory:
         try:
             self.path.mkdir()
         except FileExistsError:
-            raise RunDirError(f"{self.path} was created by another process a moment ago: give this run another "
-                              "--run_name") from None
+            raise RunDirError(
+                f"{self.path} was created by another process a moment ago: give this run another --run_name"
+            ) from None
         self._made.insert(0, self.path)
 
     def _in_use(self) -> RunDirError:
@@ -183,8 +189,12 @@ class RunDirectory:
             handle.close()
             raise self._in_use() from None
         except OSError as error:  # e.g. Lustre mounted without -o flock
-            log.warning("cannot lock %s (%s): make sure no other process works in %s at the same time", lock_path,
-                        error, self.path)
+            log.warning(
+                "cannot lock %s (%s): make sure no other process works in %s at the same time",
+                lock_path,
+                error,
+                self.path,
+            )
         handle.truncate(0)  # the holder's launch, for the other processes of the start
         handle.write(launch or f"pid {os.getpid()}")
         handle.flush()
@@ -303,9 +313,7 @@ class MetricsLog(Logger):
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         if self.segment is None:
             raise RuntimeError("metrics logged before the run's segment was opened (RunRecord.on_train_start)")
-        values = {
-            name: value.item() if isinstance(value, torch.Tensor) else value for name, value in metrics.items()
-        }
+        values = {name: value.item() if isinstance(value, torch.Tensor) else value for name, value in metrics.items()}
         row = {"segment": self.segment, "step": "" if step is None else step, **values}
         columns = self._header()
         if not set(row) <= set(columns):
@@ -407,8 +415,9 @@ def _names_this_project(pyproject: Path) -> bool:
 
 def _git(directory: Path, *args: str) -> str:
     """The output of ``git ARGS`` run in ``directory``, stripped; raises on failure."""
-    return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=5,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=directory, capture_output=True, text=True, timeout=5, check=True
+    ).stdout.strip()
 
 
 def package_versions() -> dict[str, str]:

@@ -57,8 +57,9 @@ def _centred(values: np.ndarray, centre: float) -> TwoSlopeNorm:
 _PANELS = {"B": ("B: additive bias", 0.0), "C": ("C: URPE scale (1 at init)", 1.0)}
 
 
-def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Sequence[int] | None = None,
-                    title: str = "") -> Figure:
+def sequence_figure(
+    bias: np.ndarray | None, scale: np.ndarray | None, heads: Sequence[int] | None = None, title: str = ""
+) -> Figure:
     """B and C matrices of ``heads`` (default: those whose C, else B, varies most), one row each, as in Figure 2.
 
     Shapes: bias, scale (H, n, n), or None (no positional encoding; RPE)."""
@@ -72,8 +73,9 @@ def sequence_figure(bias: np.ndarray | None, scale: np.ndarray | None, heads: Se
     for row, head in enumerate(heads):
         for col, (name, matrix) in enumerate(panels):
             ax = axes[row, col]
-            image = ax.imshow(matrix[head], cmap="RdBu_r", norm=_centred(matrix[head], _PANELS[name][1]),
-                              interpolation="nearest")
+            image = ax.imshow(
+                matrix[head], cmap="RdBu_r", norm=_centred(matrix[head], _PANELS[name][1]), interpolation="nearest"
+            )
             ax.set_title(f"{name}, head {head}", fontsize=9)
             ax.set_xlabel("key j", fontsize=8)
             ax.set_ylabel("query i", fontsize=8)
@@ -90,14 +92,13 @@ def graph_figure(labels: Sequence[str], bias: np.ndarray, scale: np.ndarray | No
     Shapes: labels (R',), bias (H, R'), scale (H, R') or None (RPE)."""
     panels = [(name, m) for name, m in (("B", bias), ("C", scale)) if m is not None]
     heads = bias.shape[0]
-    figure = Figure(figsize=(max(6.0, 0.35 * len(labels) + 2.0), (0.3 * heads + 1.4) * len(panels)),
-                    layout="constrained")
+    figure = Figure(
+        figsize=(max(6.0, 0.35 * len(labels) + 2.0), (0.3 * heads + 1.4) * len(panels)), layout="constrained"
+    )
     axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
     for ax, (name, table) in zip(axes, panels):
         panel_title, centre = _PANELS[name]
-        image = ax.imshow(
-            table, aspect="auto", cmap="RdBu_r", norm=_centred(table, centre), interpolation="nearest"
-        )
+        image = ax.imshow(table, aspect="auto", cmap="RdBu_r", norm=_centred(table, centre), interpolation="nearest")
         ax.set_title(panel_title, fontsize=9)
         ax.set_xticks(range(len(labels)), labels, fontsize=7)
         ax.set_yticks(range(heads), [str(h) for h in range(heads)], fontsize=7)
@@ -111,9 +112,7 @@ def graph_figure(labels: Sequence[str], bias: np.ndarray, scale: np.ndarray | No
 
 def has_relative_encodings(model: nn.Module) -> bool:
     """Whether :func:`relative_encoding_figure` can draw ``model`` (a Graphormer, or a sequence model with B)."""
-    return isinstance(model, Graphormer) or (
-        isinstance(model, SequenceTransformer) and model.relative_bias is not None
-    )
+    return isinstance(model, Graphormer) or (isinstance(model, SequenceTransformer) and model.relative_bias is not None)
 
 
 def relative_encoding_figure(model: nn.Module, title: str = "", heads: Sequence[int] | None = None) -> Figure:

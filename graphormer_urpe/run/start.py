@@ -97,9 +97,14 @@ class RunRecord(Callback):
             "versions": package_versions(),
             "initialised_from": describe(initialised) if initialised else None,
         }
-        segment = {"command": info["command"], "started": datetime.datetime.now().isoformat(timespec="seconds"),
-                   "kind": start.kind, "start_step": start.start_step, "resumed_from": start.checkpoint,
-                   "initialised_from": initialised if start.checkpoint is None else None}
+        segment = {
+            "command": info["command"],
+            "started": datetime.datetime.now().isoformat(timespec="seconds"),
+            "kind": start.kind,
+            "start_step": start.start_step,
+            "resumed_from": start.checkpoint,
+            "initialised_from": initialised if start.checkpoint is None else None,
+        }
         for logger in trainer.loggers:  # W&B: the resolved config, parameters, commit, dataset sizes
             logger.log_hyperparams({"config": start.config, "run": info})
         if trainer.is_global_zero:
@@ -109,8 +114,14 @@ class RunRecord(Callback):
                     logger.open(number)
             log.info("run directory: %s (segment %d, from step %d)", run_dir, number, start.start_step)
             log.info("dataset: %s", info["dataset"])
-            log.info("%s: %s trainable parameters; device %s; precision %s; seed %s", type(pl_module).__name__,
-                     f"{info['parameters']:,}", info["device"], info["precision"], seed)
+            log.info(
+                "%s: %s trainable parameters; device %s; precision %s; seed %s",
+                type(pl_module).__name__,
+                f"{info['parameters']:,}",
+                info["device"],
+                info["precision"],
+                seed,
+            )
 
 
 def plan_start(cli: TrainingCLI) -> Start:
@@ -130,26 +141,43 @@ def plan_start(cli: TrainingCLI) -> Start:
     initialisation = None
     if cli.init_source is not None:
         graphs = isinstance(data, GraphDataModule)  # the one datamodule with a source and a choice of path order
-        initialisation = plan_initialisation(cli.init_source, cli.model, data.spec,
-                                             type(data.source if graphs else data).__name__,
-                                             data.path_order if graphs else None, cli.init_overridden)
+        initialisation = plan_initialisation(
+            cli.init_source,
+            cli.model,
+            data.spec,
+            type(data.source if graphs else data).__name__,
+            data.path_order if graphs else None,
+            cli.init_overridden,
+        )
     directory = cli.run_directory
     planned = directory.plan(cli.config["ckpt_path"])
     start_step = 0
     if planned.checkpoint is not None:
-        start_step = check_resume(planned.checkpoint, cli.model, cli.trainer.max_steps, cli.config_yaml,
-                                  cli.seed_drawn, data)
+        start_step = check_resume(
+            planned.checkpoint, cli.model, cli.trainer.max_steps, cli.config_yaml, cli.seed_drawn, data
+        )
         if initialisation is not None:
-            log.info("resuming from %s: --init_from %s only starts new runs (it decided the architecture)",
-                     planned.checkpoint, cli.config["init_from"])
+            log.info(
+                "resuming from %s: --init_from %s only starts new runs (it decided the architecture)",
+                planned.checkpoint,
+                cli.config["init_from"],
+            )
             initialisation = None
     elif planned.earlier_segments:
         check_same_run(cli)
     directory.take(writer=trainer.is_global_zero, launch=launcher_run_id() if trainer.world_size > 1 else None)
     kind = "resume" if planned.checkpoint is not None else "restart" if planned.earlier_segments else "new"
-    return Start(directory=directory, kind=kind, checkpoint=planned.checkpoint, start_step=start_step,
-                 initialisation=initialisation, config_name=cli.config_name, config=cli.config_dict(),
-                 config_yaml=cli.config_yaml, argv=tuple(cli.argv))
+    return Start(
+        directory=directory,
+        kind=kind,
+        checkpoint=planned.checkpoint,
+        start_step=start_step,
+        initialisation=initialisation,
+        config_name=cli.config_name,
+        config=cli.config_dict(),
+        config_yaml=cli.config_yaml,
+        argv=tuple(cli.argv),
+    )
 
 
 def run_start(cli: TrainingCLI, start: Start) -> dict:
@@ -173,8 +201,12 @@ def run_start(cli: TrainingCLI, start: Start) -> dict:
         else:  # e.g. PCQM4Mv2, MAG240M: test targets are hidden
             test = None
             hidden = [name for name in datamodule.split_sizes if name not in ("train", "valid")]
-            log.info("no labelled 'test' split; write leaderboard predictions with graphormer-urpe evaluate --model %s "
-                     "--split %s --submission_dir DIR", best or "CHECKPOINT", "|".join(hidden) or "<split>")
+            log.info(
+                "no labelled 'test' split; write leaderboard predictions with graphormer-urpe evaluate --model %s "
+                "--split %s --submission_dir DIR",
+                best or "CHECKPOINT",
+                "|".join(hidden) or "<split>",
+            )
     except BaseException:
         start.directory.discard()
         raise
@@ -199,9 +231,13 @@ def finish_start(cli: TrainingCLI, exit_code: int, interrupted: bool) -> None:
     cli.run_directory.release()
     if interrupted and cli.trainer.is_global_zero:
         last = cli.run_directory.last_checkpoint
-        log.warning("interrupted (Ctrl-C) after step %d; %s", cli.trainer.global_step,
-                    f"continue from {last} with --run_name {cli.run_dir.name} --ckpt_path last" if last.is_file()
-                    else "no checkpoint was written")
+        log.warning(
+            "interrupted (Ctrl-C) after step %d; %s",
+            cli.trainer.global_step,
+            f"continue from {last} with --run_name {cli.run_dir.name} --ckpt_path last"
+            if last.is_file()
+            else "no checkpoint was written",
+        )
 
 
 def check_global_batch(data: RunData, world: int) -> None:
@@ -223,10 +259,11 @@ def check_same_run(cli: TrainingCLI) -> None:
     if not recorded_path.is_file():  # stopped before its first segment was recorded
         return
     recorded = config_identity(yaml.safe_load(recorded_path.read_text()))
-    if differing := differences(recorded, config_identity(yaml.safe_load(cli.config_yaml)), str(recorded_path),
-                                "now"):
-        raise RunDirError(f"{cli.run_dir} holds a run of another configuration and no checkpoint to resume "
-                          f"({differing}); give this run another --run_name")
+    if differing := differences(recorded, config_identity(yaml.safe_load(cli.config_yaml)), str(recorded_path), "now"):
+        raise RunDirError(
+            f"{cli.run_dir} holds a run of another configuration and no checkpoint to resume "
+            f"({differing}); give this run another --run_name"
+        )
     log.info("%s holds no checkpoint of its run: starting it again from step 0 (a new segment)", cli.run_dir)
 
 
@@ -234,8 +271,13 @@ def warn_if_never_validated(trainer: pl.Trainer) -> None:
     """Say so when ``val_check_interval`` (in training batches) exceeds the training batches of ``max_steps``:
     then the run never validates, keeps no best checkpoint and reports its last weights."""
     interval, batches = trainer.val_check_interval, trainer.max_steps * trainer.accumulate_grad_batches
-    if (isinstance(interval, int) and trainer.check_val_every_n_epoch is None and trainer.max_steps > 0
-            and trainer.limit_val_batches != 0 and interval > batches):
+    if (
+        isinstance(interval, int)
+        and trainer.check_val_every_n_epoch is None
+        and trainer.max_steps > 0
+        and trainer.limit_val_batches != 0
+        and interval > batches
+    ):
         log.warning(
             "--trainer.val_check_interval %d is more than the %d training batches of --trainer.max_steps %d: "
             "the run never validates while training, keeps no best checkpoint, and its final metrics are "

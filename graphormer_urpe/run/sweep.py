@@ -72,8 +72,20 @@ class SeedRuns:
 
     def command(self, seed: int) -> list[str]:
         """The ``train`` command line of one seed (resuming it if it has a checkpoint)."""
-        command = [*TRAIN, "--config", str(self.config), *self.train_args, "--seed_everything", str(seed),
-                   "--run_root", str(self.run_root), "--run_name", self.run_dir(seed).name, "--ckpt_path", "auto"]
+        command = [
+            *TRAIN,
+            "--config",
+            str(self.config),
+            *self.train_args,
+            "--seed_everything",
+            str(seed),
+            "--run_root",
+            str(self.run_root),
+            "--run_name",
+            self.run_dir(seed).name,
+            "--ckpt_path",
+            "auto",
+        ]
         if not any(a == "--wandb.group" or a.startswith("--wandb.group=") for a in self.train_args):
             command += ["--wandb.group", self.name]
         return command
@@ -115,7 +127,7 @@ def resolved_config(command: Sequence[str]) -> dict:
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):
-            TrainingCLI([*command[len(TRAIN):], "--print_config"])
+            TrainingCLI([*command[len(TRAIN) :], "--print_config"])
     except SystemExit as stop:  # --print_config's exit (0), or a bad option's, its message already logged
         if stop.code:
             raise
@@ -128,23 +140,27 @@ def check_seed_runs(runs: SeedRuns, wanted: Mapping) -> None:
     identity = seed_identity(wanted)
     for seed in runs.seeds:
         path = runs.run_dir(seed) / CONFIG_FILE
-        if path.is_file() and (differing := differences(seed_identity(yaml.safe_load(path.read_text())), identity,
-                                                        str(path), "now")):
-            raise RunDirError(f"seed {seed} of '{runs.name}' ({path.parent}) is a run of another configuration: "
-                              f"{differing}; run this one under another --name")
+        if path.is_file() and (
+            differing := differences(seed_identity(yaml.safe_load(path.read_text())), identity, str(path), "now")
+        ):
+            raise RunDirError(
+                f"seed {seed} of '{runs.name}' ({path.parent}) is a run of another configuration: "
+                f"{differing}; run this one under another --name"
+            )
 
 
 def check_same_config(runs: SeedRuns, seeds: Sequence[int]) -> None:
     """Refuse (:class:`~graphormer_urpe.run.ledger.RunDirError`) finished ``seeds`` of different configs."""
-    identities = {seed: seed_identity(yaml.safe_load((runs.run_dir(seed) / CONFIG_FILE).read_text()))
-                  for seed in seeds}
+    identities = {seed: seed_identity(yaml.safe_load((runs.run_dir(seed) / CONFIG_FILE).read_text())) for seed in seeds}
     for seed in seeds[1:]:
         if differing := differences(identities[seeds[0]], identities[seed], f"seed {seeds[0]}", f"seed {seed}"):
-            raise RunDirError(f"the seeds of '{runs.name}' under {runs.run_root} are runs of different "
-                              f"configurations: {differing}")
+            raise RunDirError(
+                f"the seeds of '{runs.name}' under {runs.run_root} are runs of different configurations: {differing}"
+            )
 
 
 # ----------------------------------------------------------------------------- running the seeds
+
 
 def run_seed(command: Sequence[str]) -> SeedExit:
     """Run one seed's ``train``; returns its exit code and its last error line (its stderr passes through as it
@@ -218,8 +234,7 @@ def held(lock: Path, what: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX)
             log.info("%s: the other sweep is done with it", what)
         except OSError as error:  # e.g. Lustre mounted without -o flock
-            log.warning("cannot lock %s (%s): make sure no other sweep works on %s at the same time", lock, error,
-                        what)
+            log.warning("cannot lock %s (%s): make sure no other sweep works on %s at the same time", lock, error, what)
         yield
 
 
@@ -257,11 +272,19 @@ def run_seeds(runs: SeedRuns) -> dict[int, SeedExit]:
     for seed in runs.seeds:
         ended = run_or_reuse(runs, seed)
         if ended.code > 128:
-            raise SweepStopped(ended.code - 128, f"seed {seed} stopped (exit code {ended.code}) after writing its "
-                                                 "last.ckpt; the same command resumes the sweep")
+            raise SweepStopped(
+                ended.code - 128,
+                f"seed {seed} stopped (exit code {ended.code}) after writing its "
+                "last.ckpt; the same command resumes the sweep",
+            )
         if ended.code:
-            log.error("%s: seed %d failed with exit code %d%s", runs.name, seed, ended.code,
-                      f": {ended.cause}" if ended.cause else "")
+            log.error(
+                "%s: seed %d failed with exit code %d%s",
+                runs.name,
+                seed,
+                ended.code,
+                f": {ended.cause}" if ended.cause else "",
+            )
             failed[seed] = ended
     return failed
 
@@ -288,8 +311,11 @@ def stopping_on_signals(where: str) -> Iterator[None]:
     try:
         yield
     except Signalled as signalled:
-        raise SweepStopped(signalled.signum, f"the sweep stopped {where}; the same command resumes it (the finished "
-                                             "seeds and a written ensemble are reused)") from None
+        raise SweepStopped(
+            signalled.signum,
+            f"the sweep stopped {where}; the same command resumes it (the finished "
+            "seeds and a written ensemble are reused)",
+        ) from None
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -299,8 +325,10 @@ def stopping_on_signals(where: str) -> Iterator[None]:
 def signals_held() -> Iterator[None]:
     """Hold back SIGTERM, SIGUSR1 and SIGINT during the block (a file written whole), then raise those received."""
     received: list[int] = []
-    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
-                for signum in (*STOP_SIGNALS, signal.SIGINT)}
+    previous = {
+        signum: signal.signal(signum, lambda signum, frame: received.append(signum))
+        for signum in (*STOP_SIGNALS, signal.SIGINT)
+    }
     try:
         yield
     finally:
@@ -311,6 +339,7 @@ def signals_held() -> Iterator[None]:
 
 
 # ----------------------------------------------------------------------------- aggregating them
+
 
 @dataclass(frozen=True)
 class Statistic:
@@ -344,8 +373,11 @@ def aggregate(per_seed: Mapping[int, Mapping[str, float]]) -> dict[str, Statisti
 
 def collect(runs: SeedRuns) -> dict[int, dict[str, float]]:
     """The final metrics of every finished seed (:func:`final_metrics`), refusing seeds of different configs."""
-    per_seed = {seed: final_metrics(json.loads(runs.metrics(seed).read_text()))
-                for seed in runs.seeds if runs.metrics(seed).is_file()}
+    per_seed = {
+        seed: final_metrics(json.loads(runs.metrics(seed).read_text()))
+        for seed in runs.seeds
+        if runs.metrics(seed).is_file()
+    }
     if per_seed:
         check_same_config(runs, sorted(per_seed))
     return per_seed
@@ -353,9 +385,12 @@ def collect(runs: SeedRuns) -> dict[int, dict[str, float]]:
 
 def markdown_table(name: str, statistics: Mapping[str, Statistic], seeds: Sequence[int]) -> str:
     """A Markdown table: metric, mean ± std, n, one column per seed."""
-    lines = [f"### {name}: {len(seeds)} seeds", "",
-             "| metric | mean ± std | n | " + " | ".join(f"seed {s}" for s in seeds) + " |",
-             "|---|---|---|" + "---|" * len(seeds)]
+    lines = [
+        f"### {name}: {len(seeds)} seeds",
+        "",
+        "| metric | mean ± std | n | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+        "|---|---|---|" + "---|" * len(seeds),
+    ]
     for metric, stat in statistics.items():
         cells = [f"{stat.values[s]:.6g}" if s in stat.values else "-" for s in seeds]
         lines.append(f"| {metric} | {stat.mean:.6g} ± {stat.std:.2g} | {stat.n} | " + " | ".join(cells) + " |")

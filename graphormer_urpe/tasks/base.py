@@ -79,16 +79,29 @@ class OptimConfig:
         check_number("model.optim.adam_eps", self.adam_eps, 0.0, include_minimum=False)
         if self.head_lr is not None:
             check_number("model.optim.head_lr", self.head_lr, 0.0, include_minimum=False, hint=", or null (lr)")
-        check_number("model.optim.layer_lr_decay", self.layer_lr_decay, 0.0, 1.0, include_minimum=False,
-                     hint=" (1: every layer at lr)")
-        check_int("model.optim.freeze_encoder_steps", self.freeze_encoder_steps, -1,
-                  hint=" (optimiser steps; -1: the encoder never trains)")
+        check_number(
+            "model.optim.layer_lr_decay",
+            self.layer_lr_decay,
+            0.0,
+            1.0,
+            include_minimum=False,
+            hint=" (1: every layer at lr)",
+        )
+        check_int(
+            "model.optim.freeze_encoder_steps",
+            self.freeze_encoder_steps,
+            -1,
+            hint=" (optimiser steps; -1: the encoder never trains)",
+        )
         self._check_float32_steps()
 
     def _check_float32_steps(self) -> None:
         """Refuse learning rates whose AdamW steps a float32 cannot hold (PyTorch would stop in the first step)."""
-        for key, rate in (("model.optim.lr", self.lr), ("model.optim.head_lr", self.head_lr),
-                          ("model.optim.end_lr", self.end_lr)):
+        for key, rate in (
+            ("model.optim.lr", self.lr),
+            ("model.optim.head_lr", self.head_lr),
+            ("model.optim.end_lr", self.end_lr),
+        ):
             if rate is not None and rate > MAX_LEARNING_RATE:
                 raise ConfigError(
                     key,
@@ -152,9 +165,7 @@ def parameter_groups(task: nn.Module, optim: OptimConfig) -> list[dict[str, Any]
     layers = len(task.model.layers)
     peaks = {
         "embeddings": optim.lr * optim.layer_lr_decay**layers,
-        **{
-            f"layer{depth}": optim.lr * optim.layer_lr_decay ** (layers - depth) for depth in range(1, layers + 1)
-        },
+        **{f"layer{depth}": optim.lr * optim.layer_lr_decay ** (layers - depth) for depth in range(1, layers + 1)},
         "head": optim.lr if optim.head_lr is None else optim.head_lr,
     }
     members: dict[str, list[nn.Parameter]] = {name: [] for name in peaks}
@@ -180,25 +191,36 @@ def decided_by_data(key: str, data_value: T, given: object, default: object) -> 
     """The data's value of a setting the data decides; a ``given`` value other than ``default`` or the data's
     raises DataError naming ``key`` (a value equal to the default cannot be told from one left out)."""
     if plain(given) not in (plain(data_value), plain(default)):
-        raise DataError(f"{key}={plain(given)!r} but the data has {plain(data_value)!r}: the data decides this "
-                        "setting; remove it from the config")
+        raise DataError(
+            f"{key}={plain(given)!r} but the data has {plain(data_value)!r}: the data decides this "
+            "setting; remove it from the config"
+        )
     return data_value
 
 
-def data_targets(data: DataSpec | SequenceSpec, target_kind: str, target_names: list[str] | None,
-                 default_kind: str) -> tuple[str, list[str]]:
+def data_targets(
+    data: DataSpec | SequenceSpec, target_kind: str, target_names: list[str] | None, default_kind: str
+) -> tuple[str, list[str]]:
     """The kind of target and the target names that ``data`` decides (:func:`decided_by_data`)."""
-    return (decided_by_data("model.target_kind", data.target_kind, target_kind, default_kind),
-            decided_by_data("model.target_names", list(data.target_names), target_names, None))
+    return (
+        decided_by_data("model.target_kind", data.target_kind, target_kind, default_kind),
+        decided_by_data("model.target_names", list(data.target_names), target_names, None),
+    )
 
 
 def with_data_fields(encoder: C, data: DataSpec | SequenceSpec) -> C:
     """``encoder`` with the fields that the data decides set from ``data`` (:func:`decided_by_data`)."""
-    defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
-                for f in dataclasses.fields(encoder)}
-    return dataclasses.replace(encoder, **{
-        key: decided_by_data(f"model.encoder.{key}", value, getattr(encoder, key), defaults[key])
-        for key, value in data.encoder_fields().items()})
+    defaults = {
+        f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+        for f in dataclasses.fields(encoder)
+    }
+    return dataclasses.replace(
+        encoder,
+        **{
+            key: decided_by_data(f"model.encoder.{key}", value, getattr(encoder, key), defaults[key])
+            for key, value in data.encoder_fields().items()
+        },
+    )
 
 
 def plain(value: object) -> object:
@@ -223,8 +245,13 @@ class GraphormerTask(pl.LightningModule):
     config_class: type = GraphormerConfig
     data_class: type = DataSpec
 
-    def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM,
-                 data: DataSpec | SequenceSpec | None = None, compile: CompileMode = False) -> None:
+    def __init__(
+        self,
+        encoder: GraphormerConfig,
+        optim: OptimConfig = DEFAULT_OPTIM,
+        data: DataSpec | SequenceSpec | None = None,
+        compile: CompileMode = False,
+    ) -> None:
         super().__init__()
         check_compile_mode(compile)
         if data is not None:
@@ -280,8 +307,10 @@ class GraphormerTask(pl.LightningModule):
     def check_data(cls, data: DataSpec | SequenceSpec) -> None:
         """Refuse (DataError) the declaration of another family of data than :attr:`data_class`."""
         if not isinstance(data, cls.data_class):
-            raise DataError(f"{cls.__name__} trains on data described by a {cls.data_class.__name__}, the data "
-                            f"gives a {type(data).__name__}: choose the task for this data (model.class_path)")
+            raise DataError(
+                f"{cls.__name__} trains on data described by a {cls.data_class.__name__}, the data "
+                f"gives a {type(data).__name__}: choose the task for this data (model.class_path)"
+            )
 
     def save_decided(self, **values: object) -> None:
         """Save the constructor arguments that ``data`` decided, so that :meth:`from_checkpoint` passes them back."""
@@ -331,8 +360,14 @@ class GraphormerTask(pl.LightningModule):
         """AdamW over :func:`parameter_groups`, fused where the device allows (:func:`fused_optimiser_supported`)."""
         optim = self.optim
         fused = fused_optimiser_supported(self.parameters())
-        optimizer = torch.optim.AdamW(parameter_groups(self, optim), lr=optim.lr, betas=(0.9, 0.999),
-                                      eps=optim.adam_eps, weight_decay=optim.weight_decay, fused=fused)
+        optimizer = torch.optim.AdamW(
+            parameter_groups(self, optim),
+            lr=optim.lr,
+            betas=(0.9, 0.999),
+            eps=optim.adam_eps,
+            weight_decay=optim.weight_decay,
+            fused=fused,
+        )
         if fused:
             # Lightning refuses to clip the gradients of an optimiser that unscales 16-bit gradients itself, which
             # fused AdamW declares (_step_supports_amp_scaling). Declared a plain one, its gradients are unscaled
@@ -347,7 +382,8 @@ class GraphormerTask(pl.LightningModule):
         total = int(self.trainer.estimated_stepping_batches)
         end_factor = optim.end_lr / optim.lr
         schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_linear_decay(step, optim.warmup_steps, total, end_factor))
+            optimizer, lambda step: warmup_linear_decay(step, optim.warmup_steps, total, end_factor)
+        )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def compile_training_step(self) -> None:
@@ -408,8 +444,11 @@ def fused_optimiser_supported(parameters: Iterable[nn.Parameter]) -> bool:
     parameters: floating point, all on one device of a kind it supports (CUDA, and the CPU since torch 2.4)."""
     parameters = list(parameters)
     devices = {p.device for p in parameters}
-    return (len(devices) == 1 and next(iter(devices)).type in _get_fused_kernels_supported_devices()
-            and all(torch.is_floating_point(p) for p in parameters))
+    return (
+        len(devices) == 1
+        and next(iter(devices)).type in _get_fused_kernels_supported_devices()
+        and all(torch.is_floating_point(p) for p in parameters)
+    )
 
 
 class PerTargetTask(GraphormerTask):
@@ -436,8 +475,10 @@ class PerTargetTask(GraphormerTask):
         metrics = self.new_metrics()
         values: dict[str, float] = {}
         for metric in metrics:
-            metric.update(torch.as_tensor(prediction[scored], dtype=torch.float32),
-                          torch.as_tensor(target[scored], dtype=torch.float32))
+            metric.update(
+                torch.as_tensor(prediction[scored], dtype=torch.float32),
+                torch.as_tensor(target[scored], dtype=torch.float32),
+            )
             values |= {name: float(value) for name, value in metric.compute(prefix).items()}
         return values
 

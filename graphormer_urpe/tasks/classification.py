@@ -51,18 +51,29 @@ class Classification(PerTargetTask):
     #: The encoder field of the network's output width: one logit per binary target, or per class.
     output_field = "num_outputs"
 
-    def __init__(self, encoder: GraphormerConfig, optim: OptimConfig = DEFAULT_OPTIM, target_kind: str = "binary",
-                 target_names: list[str] | None = None, evaluator: str | None = None,
-                 data: DataSpec | None = None, compile: CompileMode = False) -> None:
+    def __init__(
+        self,
+        encoder: GraphormerConfig,
+        optim: OptimConfig = DEFAULT_OPTIM,
+        target_kind: str = "binary",
+        target_names: list[str] | None = None,
+        evaluator: str | None = None,
+        data: DataSpec | None = None,
+        compile: CompileMode = False,
+    ) -> None:
         if data is not None:
             self.check_data(data)
             target_kind, target_names = data_targets(data, target_kind, target_names, default_kind="binary")
         if target_kind not in ("binary", "multiclass"):
-            raise DataError(f"Classification needs binary or multiclass targets, the data has {target_kind} "
-                            "ones: train them with model.class_path: graphormer_urpe.tasks.GraphRegression")
+            raise DataError(
+                f"Classification needs binary or multiclass targets, the data has {target_kind} "
+                "ones: train them with model.class_path: graphormer_urpe.tasks.GraphRegression"
+            )
         if evaluator is not None and target_kind != "multiclass":
-            raise DataError(f"evaluator {evaluator} computes multi-class accuracy, the data's targets are "
-                            f"{target_kind}: remove model.init_args.evaluator")
+            raise DataError(
+                f"evaluator {evaluator} computes multi-class accuracy, the data's targets are "
+                f"{target_kind}: remove model.init_args.evaluator"
+            )
         super().__init__(encoder, optim, data, compile)
         self.binary = target_kind == "binary"
         self.monitor = ("val/auroc", "max") if self.binary else ("val/accuracy", "max")
@@ -78,9 +89,13 @@ class Classification(PerTargetTask):
         hold one class, and accuracy at p >= 0.5, per label and their mean; multi-class: accuracy."""
         names = self.target_names
         if self.binary:
-            return nn.ModuleList([PerTargetMetrics(DefinedBinaryAUROC, "auroc", names, labels=True),
-                                  PerTargetMetrics(DefinedBinaryAveragePrecision, "auprc", names, labels=True),
-                                  PerTargetMetrics(BinaryAccuracy, "accuracy", names, labels=True)])
+            return nn.ModuleList(
+                [
+                    PerTargetMetrics(DefinedBinaryAUROC, "auroc", names, labels=True),
+                    PerTargetMetrics(DefinedBinaryAveragePrecision, "auprc", names, labels=True),
+                    PerTargetMetrics(BinaryAccuracy, "accuracy", names, labels=True),
+                ]
+            )
         accuracy = partial(multiclass_accuracy, self.num_classes, self.evaluator_path)
         return nn.ModuleList([PerTargetMetrics(accuracy, "accuracy", names, labels=True, class_scores=True)])
 
@@ -141,6 +156,4 @@ def predicted_classes(probabilities: np.ndarray) -> np.ndarray:
 
 def _labels(values: np.ndarray, missing: np.ndarray) -> pd.arrays.IntegerArray:
     """Integer labels with empty entries where ``missing``."""
-    return pd.arrays.IntegerArray(
-        np.where(missing, 0, values).astype(np.int64), mask=np.asarray(missing, dtype=bool)
-    )
+    return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64), mask=np.asarray(missing, dtype=bool))

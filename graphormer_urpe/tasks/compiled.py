@@ -48,8 +48,13 @@ def inductor_workarounds() -> None:
         torch._inductor.config.triton.coalesce_tiling_analysis = False
 
 
-def compiled(fn: F, mode: CompileMode, device: torch.device, backend: str | Callable = "inductor",
-             shape_of: Callable[..., str] | None = None) -> F:
+def compiled(
+    fn: F,
+    mode: CompileMode,
+    device: torch.device,
+    backend: str | Callable = "inductor",
+    shape_of: Callable[..., str] | None = None,
+) -> F:
     """``fn`` compiled as one whole graph with static shapes; ``mode`` as in the module docstring (False returns
     ``fn``). CUDA graphs need a CUDA device: elsewhere ``cuda_graphs`` compiles without them, with a warning.
     ``backend``: Inductor, or another ``torch.compile`` backend (tests count graphs with one). ``shape_of``: the
@@ -63,8 +68,10 @@ def compiled(fn: F, mode: CompileMode, device: torch.device, backend: str | Call
     dynamo.recompile_limit = max(dynamo.recompile_limit, MAX_SHAPES)
     graphs = mode == "cuda_graphs" and device.type == "cuda"
     if mode == "cuda_graphs" and not graphs:
-        log.warning("model.compile=cuda_graphs: CUDA graphs need a CUDA device, this run is on %s; compiling "
-                    "without them", device)
+        log.warning(
+            "model.compile=cuda_graphs: CUDA graphs need a CUDA device, this run is on %s; compiling without them",
+            device,
+        )
     if backend != "inductor":  # other backends take no mode
         step = torch.compile(fn, fullgraph=True, dynamic=False, backend=backend)
     else:
@@ -83,8 +90,14 @@ def announcing_shapes(step: F, shape_of: Callable[..., str]) -> F:
         shape = shape_of(*args)
         if shape not in shapes:
             shapes.add(shape)
-            log.info("model.compile: compiling the training step for a new batch shape, %s (%d shape%s compiled so "
-                     "far; torch keeps at most %d)", shape, len(shapes), "" if len(shapes) == 1 else "s", MAX_SHAPES)
+            log.info(
+                "model.compile: compiling the training step for a new batch shape, %s (%d shape%s compiled so "
+                "far; torch keeps at most %d)",
+                shape,
+                len(shapes),
+                "" if len(shapes) == 1 else "s",
+                MAX_SHAPES,
+            )
         return step(*args)
 
     return announced

@@ -86,11 +86,7 @@ class GraphRegression(PerTargetTask):
     def on_fit_start(self) -> None:
         """With ``normalize_targets``, take the training split's statistics, unless the head came with its own."""
         super().on_fit_start()
-        if (
-            self.hparams.normalize_targets
-            and self.trainer.datamodule is not None
-            and not self.head_from_checkpoint
-        ):
+        if self.hparams.normalize_targets and self.trainer.datamodule is not None and not self.head_from_checkpoint:
             mean, std = self.trainer.datamodule.target_statistics()
             self.target_mean.copy_(torch.as_tensor(mean))
             self.target_std.copy_(torch.as_tensor(std))

@@ -109,20 +109,23 @@ class PerTargetMetrics(nn.Module):
             rows = known[:, column]
             if rows.any():
                 label = target[rows, column]
-                metric.update(preds[rows] if self.class_scores else preds[rows, column],
-                              label.long() if self.labels else label)
+                metric.update(
+                    preds[rows] if self.class_scores else preds[rows, column], label.long() if self.labels else label
+                )
 
     def compute(self, prefix: str) -> dict[str, torch.Tensor]:
         """``{prefix/key: mean over defined targets}`` and, with several targets, ``prefix/key/<name>`` each."""
         counts = self.known.compute().reshape(-1)  # torchmetrics squeezes a single count
-        values = torch.stack([metric.compute().float().cpu() if count else torch.tensor(float("nan"))
-                              for metric, count in zip(self.metrics, counts.tolist())])
+        values = torch.stack(
+            [
+                metric.compute().float().cpu() if count else torch.tensor(float("nan"))
+                for metric, count in zip(self.metrics, counts.tolist())
+            ]
+        )
         defined = values[~torch.isnan(values)]
         result = {f"{prefix}/{self.key}": defined.mean() if defined.numel() else torch.tensor(float("nan"))}
         if len(values) > 1:
-            result.update(
-                {f"{prefix}/{self.key}/{name}": value for name, value in zip(self.target_names, values)}
-            )
+            result.update({f"{prefix}/{self.key}/{name}": value for name, value in zip(self.target_names, values)})
         return result
 
     def reset(self) -> None:

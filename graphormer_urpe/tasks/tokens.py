@@ -27,8 +27,13 @@ class SequenceTagging(Classification):
     data_class = SequenceSpec
     output_field = "num_classes"
 
-    def __init__(self, encoder: SequenceConfig, optim: OptimConfig = DEFAULT_OPTIM,
-                 data: SequenceSpec | None = None, compile: CompileMode = False) -> None:
+    def __init__(
+        self,
+        encoder: SequenceConfig,
+        optim: OptimConfig = DEFAULT_OPTIM,
+        data: SequenceSpec | None = None,
+        compile: CompileMode = False,
+    ) -> None:
         super().__init__(encoder, optim, target_kind="multiclass", data=data, compile=compile)
 
     def forward(self, batch: SequenceBatch) -> torch.Tensor:

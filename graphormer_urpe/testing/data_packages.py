@@ -68,8 +68,10 @@ def write_b3db(site: Path, extra: list[tuple[str, float]] = ()) -> Path:
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(REFUSE_IMPORT.format(name="B3DB"))
     (package / "b3db.py").write_text(REFUSE_IMPORT.format(name="B3DB.b3db"))
-    rows = [f"{1000 + i}\tname {i}\tiupac {i}\t{smiles}\tnan|\t{value}\tInChI=1S/X\tR1|\tB\t"
-            for i, (smiles, value) in enumerate(extra)]
+    rows = [
+        f"{1000 + i}\tname {i}\tiupac {i}\t{smiles}\tnan|\t{value}\tInChI=1S/X\tR1|\tB\t"
+        for i, (smiles, value) in enumerate(extra)
+    ]
     path = package / "B3DB_regression.tsv"
     path.write_text("\n".join([B3DB_HEADER, *B3DB_HEAD, *rows]) + "\n")
     return path
@@ -92,8 +94,12 @@ def write_solubility(site: Path, train: list[tuple[str, float]], test: list[tupl
         writer.close()
 
 
-def write_moleculeace(site: Path, name: str, rows: list[tuple[str, float, int, str]],
-                      svm: str = "C: 10\nepsilon: 0.1\ngamma: 0.01\nkernel: rbf\n") -> Path:
+def write_moleculeace(
+    site: Path,
+    name: str,
+    rows: list[tuple[str, float, int, str]],
+    svm: str = "C: 10\nepsilon: 0.1\ngamma: 0.01\nkernel: rbf\n",
+) -> Path:
     """MoleculeACE 3.0.0's layout under ``site`` for one set: ``MoleculeACE/__init__.py``,
     ``MoleculeACE/Data/benchmark_data/<name>.csv`` (columns ``smiles,exp_mean [nM],y,cliff_mol,split``; ``y`` is
     -log10 of the activity in nM) holding ``rows`` (SMILES, y, cliff_mol, split), and the set's tuned
@@ -103,7 +109,7 @@ def write_moleculeace(site: Path, name: str, rows: list[tuple[str, float, int, s
     data.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text(REFUSE_IMPORT.format(name="MoleculeACE"))
     lines = ["smiles,exp_mean [nM],y,cliff_mol,split"]
-    lines += [f"{smiles},{10 ** -y:.6g},{y},{cliff},{split}" for smiles, y, cliff, split in rows]
+    lines += [f"{smiles},{10**-y:.6g},{y},{cliff},{split}" for smiles, y, cliff, split in rows]
     path = data / f"{name}.csv"
     path.write_text("\n".join(lines) + "\n")
     configs = package / "Data" / "configures" / "benchmark" / name

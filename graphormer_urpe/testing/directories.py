@@ -10,8 +10,11 @@ from graphormer_urpe.run.ledger import LOCK_FILE
 
 def files_of(directory: Path) -> dict[str, bytes]:
     """Relative path -> bytes of every file under ``directory`` but the run lock (it names its last holder)."""
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*"))
-            if p.is_file() and p.name != LOCK_FILE}
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != LOCK_FILE
+    }
 
 
 def read_only_directory(tmp_path: Path) -> Path:

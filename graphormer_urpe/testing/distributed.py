@@ -14,8 +14,13 @@ import torch.multiprocessing as mp
 
 def _init_and_run(rank: int, world: int, port: int, fn: Callable[..., None], args: tuple) -> None:
     torch.set_num_threads(1)  # the parent's OpenMP thread pool does not survive fork()
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )
     try:
         fn(rank, world, *args)
     finally:
@@ -28,8 +33,9 @@ def run_on_processes(fn: Callable[..., None], world: int, *args: object, timeout
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    context = mp.start_processes(_init_and_run, args=(world, port, fn, args), nprocs=world, join=False,
-                                 start_method="fork")
+    context = mp.start_processes(
+        _init_and_run, args=(world, port, fn, args), nprocs=world, join=False, start_method="fork"
+    )
     deadline = time.monotonic() + timeout
     while not context.join(timeout=max(0.0, deadline - time.monotonic())):
         if time.monotonic() >= deadline:

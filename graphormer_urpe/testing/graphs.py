@@ -28,15 +28,25 @@ def random_edges(rng: np.random.Generator, n: int, extra: int = 2, connected: bo
     return np.concatenate([half, half[::-1]], axis=1)
 
 
-def make_record(rng: np.random.Generator, n: int, index: int = 0, node_vocab: Sequence[int] = (28,),
-                edge_vocab: Sequence[int] = (4,), connected: bool = True,
-                edges: np.ndarray | None = None) -> GraphRecord:
+def make_record(
+    rng: np.random.Generator,
+    n: int,
+    index: int = 0,
+    node_vocab: Sequence[int] = (28,),
+    edge_vocab: Sequence[int] = (4,),
+    connected: bool = True,
+    edges: np.ndarray | None = None,
+) -> GraphRecord:
     """A random graph (:func:`random_edges` unless ``edges``) as the cache returns it, a feature column per vocabulary.
 
     Shapes:
         edges: (2, e), every edge in both directions.
     """
     edge_index = random_edges(rng, n, connected=connected) if edges is None else edges
-    return GraphRecord.from_graph(np.stack([rng.integers(0, v, n) for v in node_vocab], axis=1), edge_index,
-                                  np.stack([rng.integers(0, v, edge_index.shape[1]) for v in edge_vocab], axis=1),
-                                  rng.normal(size=1).astype(np.float32), index)
+    return GraphRecord.from_graph(
+        np.stack([rng.integers(0, v, n) for v in node_vocab], axis=1),
+        edge_index,
+        np.stack([rng.integers(0, v, edge_index.shape[1]) for v in edge_vocab], axis=1),
+        rng.normal(size=1).astype(np.float32),
+        index,
+    )

@@ -49,8 +49,9 @@ class SyntheticMAG:
         return self.num_institutions if self.num_institutions is not None else max(8, self.num_papers // 2000)
 
 
-def _pick_in_class(rng: np.random.Generator, classes: np.ndarray, members: np.ndarray, member_ptr: np.ndarray,
-                   skew: float) -> np.ndarray:
+def _pick_in_class(
+    rng: np.random.Generator, classes: np.ndarray, members: np.ndarray, member_ptr: np.ndarray, skew: float
+) -> np.ndarray:
     """One member of each given class; ``skew > 1`` favours the first members (heavy-tailed popularity)."""
     counts = member_ptr[classes + 1] - member_ptr[classes]
     offset = np.floor(rng.random(len(classes)) ** skew * counts).astype(np.int64)
@@ -59,9 +60,7 @@ def _pick_in_class(rng: np.random.Generator, classes: np.ndarray, members: np.nd
 
 def _grouped(values: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices sorted by value and the offsets of each value's run. ((n,), (groups + 1,))"""
-    return np.argsort(values, kind="stable"), np.concatenate(
-        [[0], np.cumsum(np.bincount(values, minlength=groups))]
-    )
+    return np.argsort(values, kind="stable"), np.concatenate([[0], np.cumsum(np.bincount(values, minlength=groups))])
 
 
 def _save_edges(path: Path, src: np.ndarray, dst: np.ndarray) -> None:
@@ -103,8 +102,11 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
     same = rng.random(len(written)) < spec.homophily
     wanted = np.where(same, paper_class[written], rng.integers(0, classes_count, len(written)))
     has_author = author_ptr[wanted + 1] > author_ptr[wanted]
-    writer = np.where(has_author, _pick_in_class(rng, wanted, authors_sorted, author_ptr, skew=1.5),
-                      rng.integers(0, active, len(written)))
+    writer = np.where(
+        has_author,
+        _pick_in_class(rng, wanted, authors_sorted, author_ptr, skew=1.5),
+        rng.integers(0, active, len(written)),
+    )
     pairs = np.unique(np.stack([writer, written]), axis=1)  # sorted by author, no duplicate authorship
     _save_edges(directory / "processed" / "author___writes___paper", pairs[0], pairs[1])
 
@@ -119,11 +121,12 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
     labelled = rng.permutation(n)[: max(3, int(round(n * spec.labelled_fraction)))]
     n_test = spec.test_size if spec.test_size is not None else int(round(len(labelled) * _SPLIT_FRACTIONS[2]))
     if n_test > len(labelled) - 2:
-        raise ValueError(f"test_size={n_test} needs more than {len(labelled)} labelled papers; "
-                         f"raise labelled_fraction or num_papers")
+        raise ValueError(
+            f"test_size={n_test} needs more than {len(labelled)} labelled papers; raise labelled_fraction or num_papers"
+        )
     remaining = len(labelled) - n_test
     n_valid = max(1, int(round(remaining * _SPLIT_FRACTIONS[1] / (_SPLIT_FRACTIONS[0] + _SPLIT_FRACTIONS[1]))))
-    test, valid, train = labelled[:n_test], labelled[n_test:n_test + n_valid], labelled[n_test + n_valid:]
+    test, valid, train = labelled[:n_test], labelled[n_test : n_test + n_valid], labelled[n_test + n_valid :]
     year = rng.integers(1950, 2021, n).astype(np.int64)
     year[train] = rng.integers(1991, 2019, len(train))
     year[valid], year[test] = 2019, 2020
@@ -134,11 +137,10 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
 
     # features, streamed: signal * centroid[class] + noise, a confusing share with a wrong centroid
     centroid = rng.standard_normal((classes_count, FEATURE_DIM)).astype(np.float32)
-    shown_class = np.where(
-        rng.random(n) < spec.confusing_fraction, rng.integers(0, classes_count, n), paper_class
+    shown_class = np.where(rng.random(n) < spec.confusing_fraction, rng.integers(0, classes_count, n), paper_class)
+    features = np.lib.format.open_memmap(
+        paper_dir / "node_feat.npy", mode="w+", dtype=np.float16, shape=(n, FEATURE_DIM)
     )
-    features = np.lib.format.open_memmap(paper_dir / "node_feat.npy", mode="w+", dtype=np.float16,
-                                         shape=(n, FEATURE_DIM))
     for start in tqdm(range(0, n, chunk_size), desc=f"synthetic MAG240M features ({n:,} papers)", unit="chunk"):
         stop = min(n, start + chunk_size)
         block = rng.standard_normal((stop - start, FEATURE_DIM), dtype=np.float32)
@@ -151,11 +153,15 @@ def write_synthetic_mag240m(root: str | Path, spec: SyntheticMAG, chunk_size: in
         {"paper": n, "author": spec.authors, "institution": spec.institutions, "num_classes": classes_count},
         directory / "meta.pt",
     )
-    torch_save_as_numpy1({"train": np.sort(train).astype(np.int64), "valid": np.sort(valid).astype(np.int64),
-                            "test": np.sort(test).astype(np.int64)}, directory / "split_dict.pt")
-    (directory / "RELEASE_v1.txt").write_text(
-        "synthetic MAG240M written by graphormer_urpe.testing.mag240m_release\n"
+    torch_save_as_numpy1(
+        {
+            "train": np.sort(train).astype(np.int64),
+            "valid": np.sort(valid).astype(np.int64),
+            "test": np.sort(test).astype(np.int64),
+        },
+        directory / "split_dict.pt",
     )
+    (directory / "RELEASE_v1.txt").write_text("synthetic MAG240M written by graphormer_urpe.testing.mag240m_release\n")
     return directory
 
 
@@ -176,9 +182,15 @@ def main() -> None:
     parser.add_argument("--test-size", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    spec = SyntheticMAG(num_papers=args.papers, num_authors=args.authors, num_institutions=args.institutions,
-                        num_classes=args.classes, labelled_fraction=args.labelled_fraction,
-                        test_size=args.test_size, seed=args.seed)
+    spec = SyntheticMAG(
+        num_papers=args.papers,
+        num_authors=args.authors,
+        num_institutions=args.institutions,
+        num_classes=args.classes,
+        labelled_fraction=args.labelled_fraction,
+        test_size=args.test_size,
+        seed=args.seed,
+    )
     print(f"writing {spec} to {args.root}")
     print(f"done: {write_synthetic_mag240m(args.root, spec)}")
 

@@ -16,8 +16,14 @@ from graphormer_urpe.convert.official import V1, V2
 HIDDEN, HEADS, LAYERS, FFN = 16, 4, 2, 24
 
 
-def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0, multi_hop: bool = True,
-                     embedding_norm: bool = True, head: str = "out_proj") -> dict[str, torch.Tensor]:
+def official_weights(
+    version: str,
+    pre_layernorm: bool = False,
+    seed: int = 0,
+    multi_hop: bool = True,
+    embedding_norm: bool = True,
+    head: str = "out_proj",
+) -> dict[str, torch.Tensor]:
     """Random weights under the official names and shapes (v2: ``graphormer_base`` tables; padding rows 0)."""
     g = torch.Generator().manual_seed(seed)
 
@@ -27,8 +33,11 @@ def official_weights(version: str, pre_layernorm: bool = False, seed: int = 0, m
     def table(rows: int, width: int) -> torch.Tensor:
         return randn(rows, width).index_fill(0, torch.tensor(0), 0.0)  # the padding row
 
-    node, bias = ("encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.") \
-        if version == "v2" else ("", "")
+    node, bias = (
+        ("encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.")
+        if version == "v2"
+        else ("", "")
+    )
     w = {
         f"{node}atom_encoder.weight": table(512 * 9 + 1, HIDDEN),
         f"{node}in_degree_encoder.weight": table(512, HIDDEN),
@@ -161,11 +170,22 @@ def official_checkpoint(fmt: str, weights: dict[str, torch.Tensor], **settings: 
     task = {k: settings.get(k, v) for k, v in TASK_FIELDS.items()}
     model = {k: settings.get(k, v) for k, v in MODEL_ARGS.items()}
     everything = {**task, **model, "_name": "graphormer_base"}
-    history = [{"criterion_name": "GraphPredictionL1Loss", "optimizer_name": "FairseqAdam",
-                "lr_scheduler_state": {"best": 0.1}, "num_updates": 1200}]
+    history = [
+        {
+            "criterion_name": "GraphPredictionL1Loss",
+            "optimizer_name": "FairseqAdam",
+            "lr_scheduler_state": {"best": 0.1},
+            "num_updates": 1200,
+        }
+    ]
     if fmt == "fairseq-legacy":
-        return {"args": argparse.Namespace(**everything), "model": weights, "optimizer_history": history,
-                "extra_state": {"epoch": 3}, "last_optimizer_state": {"state": {}}}
+        return {
+            "args": argparse.Namespace(**everything),
+            "model": weights,
+            "optimizer_history": history,
+            "extra_state": {"epoch": 3},
+            "last_optimizer_state": {"state": {}},
+        }
     return {
         "args": None,
         "model": weights,

@@ -74,8 +74,9 @@ def gen_edge_input(path: np.ndarray, edge_type: np.ndarray, max_dist: int) -> np
     return out
 
 
-def preprocess_tables(x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def preprocess_tables(
+    x: np.ndarray, edge_index: np.ndarray, edge_attr: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What official and transformers' ``preprocess_item`` alike compute from one graph of N nodes: adjacency, edge
     types (``convert_to_single_emb(edge_attr) + 1``, 0: no edge), distances and ``gen_edge_input`` of every hop.
 
@@ -106,35 +107,44 @@ def _padded(arrays: list[np.ndarray] | list[torch.Tensor], fill: float = 0) -> t
     return out
 
 
-def official_batch(graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], multi_hop_max_dist: int,
-                   spatial_pos_max: int = 1024) -> dict[str, torch.Tensor]:
+def official_batch(
+    graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], multi_hop_max_dist: int, spatial_pos_max: int = 1024
+) -> dict[str, torch.Tensor]:
     """``preprocess_item`` of every (x, edge_index, edge_attr), then ``collator``."""
     tables = [preprocess_tables(*graph) for graph in graphs]
     attn_bias = _padded([_attn_bias(dist >= spatial_pos_max) for _, _, dist, _ in tables], float("-inf"))
     for b, (x, _, _) in enumerate(graphs):
-        attn_bias[b, x.shape[0] + 1:, :x.shape[0] + 1] = 0.0  # padding nodes' rows see the real tokens
-    return dict(x=_padded([convert_to_single_emb(x) + 1 for x, _, _ in graphs]), attn_bias=attn_bias,
-                attn_edge_type=_padded([edge_type for _, edge_type, _, _ in tables]),
-                spatial_pos=_padded([dist + 1 for _, _, dist, _ in tables]),
-                in_degree=_padded([adjacency.sum(1) + 1 for adjacency, _, _, _ in tables]),
-                edge_input=_padded([edges[:, :, :multi_hop_max_dist] + 1 for _, _, _, edges in tables]))
+        attn_bias[b, x.shape[0] + 1 :, : x.shape[0] + 1] = 0.0  # padding nodes' rows see the real tokens
+    return dict(
+        x=_padded([convert_to_single_emb(x) + 1 for x, _, _ in graphs]),
+        attn_bias=attn_bias,
+        attn_edge_type=_padded([edge_type for _, edge_type, _, _ in tables]),
+        spatial_pos=_padded([dist + 1 for _, _, dist, _ in tables]),
+        in_degree=_padded([adjacency.sum(1) + 1 for adjacency, _, _, _ in tables]),
+        edge_input=_padded([edges[:, :, :multi_hop_max_dist] + 1 for _, _, _, edges in tables]),
+    )
 
 
 # transformers' ``models/deprecated/graphormer/collating_graphormer.py``; its ``algos_graphormer.pyx`` is v2's.
 
 
-def transformers_batch(graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], spatial_pos_max: int = 20,
-                       node_shift: int = 1) -> dict[str, torch.Tensor]:
+def transformers_batch(
+    graphs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], spatial_pos_max: int = 20, node_shift: int = 1
+) -> dict[str, torch.Tensor]:
     """``preprocess_item`` of every (x, edge_index, edge_attr), then ``GraphormerDataCollator(spatial_pos_max)``:
     the keyword inputs of ``GraphormerForGraphClassification``. Node rows are ``convert_to_single_emb(x) + 1``
     and then ``+ 1`` again in ``preprocess_item``; ``node_shift=0`` drops that second 1 (official's rows)."""
     tables = [preprocess_tables(*graph) for graph in graphs]
     in_degree = _padded([adjacency.sum(1) + 1 for adjacency, _, _, _ in tables])
-    return dict(attn_bias=_padded([_attn_bias(dist + 1 >= spatial_pos_max) for _, _, dist, _ in tables]),
-                attn_edge_type=_padded([edge_type for _, edge_type, _, _ in tables]),
-                spatial_pos=_padded([dist + 1 for _, _, dist, _ in tables]), in_degree=in_degree,
-                input_nodes=_padded([convert_to_single_emb(x) + 1 + node_shift for x, _, _ in graphs]),
-                input_edges=_padded([edges + 1 for _, _, _, edges in tables]), out_degree=in_degree)
+    return dict(
+        attn_bias=_padded([_attn_bias(dist + 1 >= spatial_pos_max) for _, _, dist, _ in tables]),
+        attn_edge_type=_padded([edge_type for _, edge_type, _, _ in tables]),
+        spatial_pos=_padded([dist + 1 for _, _, dist, _ in tables]),
+        in_degree=in_degree,
+        input_nodes=_padded([convert_to_single_emb(x) + 1 + node_shift for x, _, _ in graphs]),
+        input_edges=_padded([edges + 1 for _, _, _, edges in tables]),
+        out_degree=in_degree,
+    )
 
 
 #: The import tests' molecules: rings (ties between shortest
@@ -153,7 +163,17 @@ def molecules(path_order: str = "official") -> tuple[list[tuple[np.ndarray, np.n
         x, edge_index, edge_attr = g["node_feat"], g["edge_index"], g["edge_feat"]
         graphs.append((x, edge_index, edge_attr))
         s = graph_structure(x.shape[0], edge_index, path_order=path_order)
-        records.append(GraphRecord(x=x, edge_index=edge_index, edge_attr=edge_attr, spd=s.spd,
-                                   first_edge=s.first_edge, in_degree=s.in_degree, out_degree=s.out_degree,
-                                   y=np.zeros(1, np.float32), index=k))
+        records.append(
+            GraphRecord(
+                x=x,
+                edge_index=edge_index,
+                edge_attr=edge_attr,
+                spd=s.spd,
+                first_edge=s.first_edge,
+                in_degree=s.in_degree,
+                out_degree=s.out_degree,
+                y=np.zeros(1, np.float32),
+                index=k,
+            )
+        )
     return graphs, collate_graphs(records)

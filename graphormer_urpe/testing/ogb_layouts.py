@@ -38,6 +38,7 @@ def write_pcqm4mv2(root: Path, smiles: Sequence[str], gaps: np.ndarray, splits: 
     (folder / "raw").mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame({"idx": np.arange(len(smiles)), "smiles": list(smiles), "homolumogap": gaps})
     frame.to_csv(folder / "raw" / "data.csv.gz", index=False)
-    torch_save_as_numpy1({name: np.asarray(rows, dtype=np.int64) for name, rows in splits.items()},
-                         folder / "split_dict.pt")
+    torch_save_as_numpy1(
+        {name: np.asarray(rows, dtype=np.int64) for name, rows in splits.items()}, folder / "split_dict.pt"
+    )
     return folder

@@ -47,12 +47,38 @@ _QUIET = ("--trainer.enable_progress_bar", "false", "--trainer.enable_model_summ
 def tiny_run_args(data_root: Path, run_root: Path, *extra: str) -> list[str]:
     """``train.py`` arguments of a seconds-long QM9 run: 2 layers of width 16, no progress bars."""
     return [
-        "--config", "qm9_gap", "--data.source.max_molecules", str(TINY_MOLECULES), "--data.root", str(data_root),
-        "--data.batch_size", "8", "--data.num_workers", "0", "--data.preprocess_workers", "0",
-        "--run_root", str(run_root), "--model.encoder.num_layers", "2", "--model.encoder.hidden_dim", "16",
-        "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4", "--model.optim.warmup_steps", "3",
-        "--trainer.max_steps", "6", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1",
-        *_QUIET, *extra,
+        "--config",
+        "qm9_gap",
+        "--data.source.max_molecules",
+        str(TINY_MOLECULES),
+        "--data.root",
+        str(data_root),
+        "--data.batch_size",
+        "8",
+        "--data.num_workers",
+        "0",
+        "--data.preprocess_workers",
+        "0",
+        "--run_root",
+        str(run_root),
+        "--model.encoder.num_layers",
+        "2",
+        "--model.encoder.hidden_dim",
+        "16",
+        "--model.encoder.ffn_dim",
+        "16",
+        "--model.encoder.num_heads",
+        "4",
+        "--model.optim.warmup_steps",
+        "3",
+        "--trainer.max_steps",
+        "6",
+        "--trainer.val_check_interval",
+        "3",
+        "--trainer.log_every_n_steps",
+        "1",
+        *_QUIET,
+        *extra,
     ]
 
 
@@ -60,11 +86,34 @@ def small_run_args(table: Path, data_root: Path, run_root: Path, *extra: str) ->
     """``train.py`` arguments of issue 20's probe runs on ``table``: the CSV example config with batches of
     8, validation every 50 steps and 200 steps, shrunk to a model of 1 layer, width 8 (seconds)."""
     return [
-        "--config", "smiles_csv_example", "--data.source.path", str(table), "--data.batch_size", "8",
-        "--data.root", str(data_root), "--data.num_workers", "0", "--data.preprocess_workers", "0",
-        "--run_root", str(run_root), "--model.encoder.num_layers", "1", "--model.encoder.hidden_dim", "8",
-        "--model.encoder.ffn_dim", "8", "--model.encoder.num_heads", "2",
-        "--trainer.val_check_interval", "50", "--trainer.max_steps", "200", *_QUIET, *extra,
+        "--config",
+        "smiles_csv_example",
+        "--data.source.path",
+        str(table),
+        "--data.batch_size",
+        "8",
+        "--data.root",
+        str(data_root),
+        "--data.num_workers",
+        "0",
+        "--data.preprocess_workers",
+        "0",
+        "--run_root",
+        str(run_root),
+        "--model.encoder.num_layers",
+        "1",
+        "--model.encoder.hidden_dim",
+        "8",
+        "--model.encoder.ffn_dim",
+        "8",
+        "--model.encoder.num_heads",
+        "2",
+        "--trainer.val_check_interval",
+        "50",
+        "--trainer.max_steps",
+        "200",
+        *_QUIET,
+        *extra,
     ]
 
 
@@ -79,8 +128,20 @@ _TINY_SEQUENCES = (
     "8",
 )
 #: Arguments that shrink each synthetic config to a run of seconds.
-TINY_SYNTHETIC_ARGS = {"synthetic_pi": _TINY_SEQUENCES, "synthetic_etp": _TINY_SEQUENCES, "synthetic_graph": (
-    "--data.train_graphs", "8", "--data.val_graphs", "4", "--data.test_graphs", "4", "--data.batch_size", "4")}
+TINY_SYNTHETIC_ARGS = {
+    "synthetic_pi": _TINY_SEQUENCES,
+    "synthetic_etp": _TINY_SEQUENCES,
+    "synthetic_graph": (
+        "--data.train_graphs",
+        "8",
+        "--data.val_graphs",
+        "4",
+        "--data.test_graphs",
+        "4",
+        "--data.batch_size",
+        "4",
+    ),
+}
 
 
 def train(args: list[str], *callbacks: pl.Callback) -> dict:
@@ -96,8 +157,23 @@ def train(args: list[str], *callbacks: pl.Callback) -> dict:
 def synthetic_run(run_root: Path, name: str, config: str, *extra: str) -> tuple[dict, Path]:
     """A two-step training run ``run_root/name`` of a synthetic config (one of :data:`TINY_SYNTHETIC_ARGS`);
     returns its ``metrics.json`` and its run directory."""
-    train(["--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", *_QUIET,
-           "--run_root", str(run_root), "--run_name", name, *TINY_SYNTHETIC_ARGS[config], *extra])
+    train(
+        [
+            "--config",
+            config,
+            "--trainer.max_steps",
+            "2",
+            "--trainer.val_check_interval",
+            "1",
+            *_QUIET,
+            "--run_root",
+            str(run_root),
+            "--run_name",
+            name,
+            *TINY_SYNTHETIC_ARGS[config],
+            *extra,
+        ]
+    )
     return json.loads((run_root / name / "metrics.json").read_text()), run_root / name
 
 
@@ -121,11 +197,13 @@ def same_run(resumed: tuple[FinalState, Path], uninterrupted: tuple[FinalState, 
     (every logged value, validations included), best checkpoint, final metrics; empty when it ends where that one
     did."""
     (state, run_dir), (expected_state, expected_dir) = resumed, uninterrupted
-    problems = [f"weights {k} differ" for k, v in expected_state.weights.items()
-                if not torch.equal(v, state.weights[k])]
+    problems = [
+        f"weights {k} differ" for k, v in expected_state.weights.items() if not torch.equal(v, state.weights[k])
+    ]
     if (state.step, state.device.type) != (expected_state.step, expected_state.device.type):
-        problems.append(f"ends at step {state.step} on {state.device}, not {expected_state.step} on "
-                        f"{expected_state.device}")
+        problems.append(
+            f"ends at step {state.step} on {state.device}, not {expected_state.step} on {expected_state.device}"
+        )
     if learning_curve(run_dir) != learning_curve(expected_dir):
         problems.append("the learning curves differ")
     metrics, expected = (json.loads((d / "metrics.json").read_text()) for d in (run_dir, expected_dir))
@@ -150,8 +228,15 @@ def run_train_subprocess(args: list[str], timeout: float = 300.0) -> subprocess.
         "WANDB_MODE": "offline",
         "PYTHONUNBUFFERED": "1",
     }
-    return subprocess.run([sys.executable, str(REPO_DIR / "train.py"), *args], cwd=REPO_DIR, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, str(REPO_DIR / "train.py"), *args],
+        cwd=REPO_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 class SignalDuringStep(pl.Callback):
@@ -162,8 +247,9 @@ class SignalDuringStep(pl.Callback):
     def __init__(self, step: int, signum: int = signal.SIGTERM, times: int = 1, to_parent: bool = False) -> None:
         self.step, self.signum, self.times, self.to_parent, self.sent = step, signum, times, to_parent, False
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
+    ) -> None:
         if trainer.global_step == self.step - 1 and not self.sent:
             self.sent = True
             for _ in range(self.times):
@@ -177,8 +263,9 @@ class FailAtStep(pl.Callback):
     def __init__(self, step: int) -> None:
         self.step = step
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
+    ) -> None:
         if trainer.global_step == self.step - 1:
             raise RuntimeError(f"failed in step {self.step}")
 

@@ -36,11 +36,19 @@ def write_tu_dataset(raw_dir: Path, name: str, graphs: Sequence[TUGraph]) -> Non
     offsets = np.concatenate([[0], np.cumsum([g.num_nodes for g in graphs])])
     edges = np.concatenate([g.edge_index.T + 1 + offsets[k] for k, g in enumerate(graphs)])
     _save(raw_dir / f"{name}_A.txt", edges, "%d")
-    _save(raw_dir / f"{name}_graph_indicator.txt", np.repeat(np.arange(1, len(graphs) + 1),
-                                                              [g.num_nodes for g in graphs]), "%d")
-    for field, fmt, stack in (("node_labels", "%d", np.concatenate), ("node_attributes", "%.6g", np.concatenate),
-                              ("edge_labels", "%d", np.concatenate), ("edge_attributes", "%.6g", np.concatenate),
-                              ("graph_label", "%d", np.array), ("graph_attributes", "%.6g", np.stack)):
+    _save(
+        raw_dir / f"{name}_graph_indicator.txt",
+        np.repeat(np.arange(1, len(graphs) + 1), [g.num_nodes for g in graphs]),
+        "%d",
+    )
+    for field, fmt, stack in (
+        ("node_labels", "%d", np.concatenate),
+        ("node_attributes", "%.6g", np.concatenate),
+        ("edge_labels", "%d", np.concatenate),
+        ("edge_attributes", "%.6g", np.concatenate),
+        ("graph_label", "%d", np.array),
+        ("graph_attributes", "%.6g", np.stack),
+    ):
         values = [getattr(g, field) for g in graphs]
         if all(v is None for v in values):
             continue

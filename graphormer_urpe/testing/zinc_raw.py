@@ -11,8 +11,14 @@ import numpy as np
 import torch
 
 
-def write_zinc_raw(raw: Path, sizes: dict[str, int], subset_sizes: dict[str, int], seed: int = 0,
-                   atoms: Callable[[np.random.Generator], int] | None = None, rings: int = 0) -> dict:
+def write_zinc_raw(
+    raw: Path,
+    sizes: dict[str, int],
+    subset_sizes: dict[str, int],
+    seed: int = 0,
+    atoms: Callable[[np.random.Generator], int] | None = None,
+    rings: int = 0,
+) -> dict:
     """Write ``sizes[split]`` random molecules per PyG split into ``raw`` (created; must not exist),
     ``subset_sizes[split]`` of them listed in its ``.index`` file; returns per split the molecules (dicts as in the
     pickles) and the subset's rows. A molecule has ``atoms(rng)`` atoms (default: 2 to 11), a random tree of bonds
@@ -32,8 +38,14 @@ def write_zinc_raw(raw: Path, sizes: dict[str, int], subset_sizes: dict[str, int
                 a, b = (int(i) for i in rng.integers(0, n, 2))
                 if a != b and not adjacency[a, b]:
                     adjacency[a, b] = adjacency[b, a] = 1
-            mols.append({"atom_type": torch.from_numpy(rng.integers(0, 28, n)), "bond_type": adjacency,
-                         "logP_SA_cycle_normalized": torch.tensor([float(rng.normal())]), "num_atom": n})
+            mols.append(
+                {
+                    "atom_type": torch.from_numpy(rng.integers(0, 28, n)),
+                    "bond_type": adjacency,
+                    "logP_SA_cycle_normalized": torch.tensor([float(rng.normal())]),
+                    "num_atom": n,
+                }
+            )
         with open(raw / f"{split}.pickle", "wb") as f:
             pickle.dump(mols, f)
         subset = sorted(rng.choice(size, subset_sizes[split], replace=False).tolist())

@@ -15,8 +15,9 @@ from graphormer_urpe.testing import REPO_DIR
 BENCH = REPO_DIR / "bench"
 INDEX = BENCH / "README.md"
 #: The line that puts the repository root on the path of a script in ``bench/<group>/`` (bench/README.md).
-PATH_LINE = ("sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* "
-             "(bench/README.md)")
+PATH_LINE = (
+    "sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)"
+)
 #: A command that runs a script of bench/: ``python bench/gpu/gpu_check.py``, ``bash bench/gpu/gpu_rehearsal.sh``.
 COMMAND = re.compile(r"\b(?:python3?|bash)\s+(bench/[\w./-]+)")
 #: The first cell of a row of the index's tables: a script's path in bench/, in backquotes.
@@ -28,16 +29,22 @@ DOCS_LINK = re.compile(r"\]\(\.\./docs/([\w-]+\.md)(?:#([\w-]+))?\)")
 def scripts(bench: Path) -> set[str]:
     """Every script of ``bench`` (``.py`` and ``.sh``), as a path relative to it; ``results/`` (what running
     benchmarks write) left out."""
-    return {str(path.relative_to(bench)) for path in bench.rglob("*") if path.suffix in (".py", ".sh")
-            and path.relative_to(bench).parts[0] != "results" and "__pycache__" not in path.parts}
+    return {
+        str(path.relative_to(bench))
+        for path in bench.rglob("*")
+        if path.suffix in (".py", ".sh")
+        and path.relative_to(bench).parts[0] != "results"
+        and "__pycache__" not in path.parts
+    }
 
 
 def index_problems(index: str, present: set[str]) -> list[str]:
     """What is wrong with the index ``index`` of the scripts ``present``: a script it does not name, a script it
     names that does not exist."""
     named = set(INDEXED.findall(index))
-    return ([f"{name}: not in the index" for name in sorted(present - named)]
-            + [f"{name}: in the index, not in bench/" for name in sorted(named - present)])
+    return [f"{name}: not in the index" for name in sorted(present - named)] + [
+        f"{name}: in the index, not in bench/" for name in sorted(named - present)
+    ]
 
 
 def link_problems(index: str, docs: Path) -> list[str]:
@@ -46,8 +53,9 @@ def link_problems(index: str, docs: Path) -> list[str]:
     for page, anchor in DOCS_LINK.findall(index):
         if not (docs / page).is_file():
             problems.append(f"docs/{page}: no such page")
-        elif anchor and anchor not in {slugify(h, "-") for h in re.findall(r"^#+ (.+)$", (docs / page).read_text(),
-                                                                             re.M)}:
+        elif anchor and anchor not in {
+            slugify(h, "-") for h in re.findall(r"^#+ (.+)$", (docs / page).read_text(), re.M)
+        }:
             problems.append(f"docs/{page}#{anchor}: no such heading")
     return problems
 
@@ -61,8 +69,13 @@ def command_problems(text: str, repo: Path) -> tuple[int, list[str]]:
 def imports_bench(source: str) -> bool:
     """Whether ``source`` imports a module of bench/ (``bench``, ``bench.common``, ``from bench.speed import x``)."""
     for node in ast.walk(ast.parse(source)):
-        names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
-                 else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        names = (
+            [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and not node.level
+            else [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else []
+        )
         if any(name == "bench" or name.startswith("bench.") for name in names):
             return True
     return False
@@ -93,8 +106,13 @@ def test_the_index_names_every_script_and_no_other() -> None:
 
 
 def test_every_command_of_the_index_and_the_docs_names_an_existing_script() -> None:
-    files = [INDEX, REPO_DIR / "README.md", *sorted((REPO_DIR / "docs").glob("*.md")), *sorted(BENCH.rglob("*.py")),
-             *sorted(BENCH.rglob("*.sh"))]
+    files = [
+        INDEX,
+        REPO_DIR / "README.md",
+        *sorted((REPO_DIR / "docs").glob("*.md")),
+        *sorted(BENCH.rglob("*.py")),
+        *sorted(BENCH.rglob("*.sh")),
+    ]
     texts = {path: path.read_text() for path in files}
     counts, problems = {}, []
     for path, text in texts.items():
@@ -114,14 +132,17 @@ def test_tests_import_bench_by_full_names() -> None:
     """No test puts ``bench/`` itself on the path (its folders would shadow top-level names: ``data``, ``gpu``)."""
     tests = sorted((REPO_DIR / "tests").rglob("*.py"))
     assert sum(imports_bench(path.read_text()) for path in tests) >= 8
-    assert [str(path.relative_to(REPO_DIR)) for path in tests
-            if re.search(r'REPO_DIR\s*/\s*"bench"\)', path.read_text())] == []
+    assert [
+        str(path.relative_to(REPO_DIR)) for path in tests if re.search(r'REPO_DIR\s*/\s*"bench"\)', path.read_text())
+    ] == []
 
 
 def test_the_checks_catch_what_they_should(tmp_path: Path) -> None:
     index = "| script | what |\n|---|---|\n| `gpu/gpu_check.py` | the check |\n| `gone.py` | old |\n"
     assert index_problems(index, {"gpu/gpu_check.py", "speed/new.py"}) == [
-        "speed/new.py: not in the index", "gone.py: in the index, not in bench/"]
+        "speed/new.py: not in the index",
+        "gone.py: in the index, not in bench/",
+    ]
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "gpu.md").write_text("# GPUs\n\n## The command\n")
     links = "[a](../docs/gpu.md#the-command) [b](../docs/gpu.md) [c](../docs/gpu.md#gone) [d](../docs/cpu.md)"
@@ -129,14 +150,19 @@ def test_the_checks_catch_what_they_should(tmp_path: Path) -> None:
     (tmp_path / "bench" / "gpu").mkdir(parents=True)
     (tmp_path / "bench" / "gpu" / "gpu_check.py").write_text("")
     text = "    python bench/gpu/gpu_check.py --quick\n`python3 bench/gpu_check.py`, bash bench/gpu/rehearse.sh"
-    assert command_problems(text, tmp_path) == (3, ["bench/gpu_check.py: no such script",
-                                                    "bench/gpu/rehearse.sh: no such script"])
+    assert command_problems(text, tmp_path) == (
+        3,
+        ["bench/gpu_check.py: no such script", "bench/gpu/rehearse.sh: no such script"],
+    )
     good = f"import sys\nfrom pathlib import Path\n\n{PATH_LINE}\n\nfrom bench.common import REPO\n"
     assert path_problems("speed/x.py", good) == []
     assert path_problems("speed/x.py", "from bench.common import REPO\n" + good) == [
-        "speed/x.py: imports bench/ without the one path line before it"]
+        "speed/x.py: imports bench/ without the one path line before it"
+    ]
     assert path_problems("speed/x.py", good.replace("from bench.common", "from common")) == [
-        "speed/x.py: a module of bench/ imported by its bare name, not as bench.<group>.<name>"]
+        "speed/x.py: a module of bench/ imported by its bare name, not as bench.<group>.<name>"
+    ]
     assert path_problems("speed/x.py", 'import sys\nsys.path.insert(0, "bench")\n') == [
-        "speed/x.py: sys.path.insert (bench/README.md, 'Running a script')"]
+        "speed/x.py: sys.path.insert (bench/README.md, 'Running a script')"
+    ]
     assert path_problems("speed/y.py", "import numpy\n") == [] and not imports_bench("import benchmark\n")

@@ -29,6 +29,8 @@ def test_the_help_and_the_choices_list_every_format_pretrained_included(capsys: 
 
 def test_a_refusal_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     assert refusal(["convert", "upgrade", str(tmp_path / "nope.ckpt"), str(tmp_path / "new.ckpt")]) == (
-        f"checkpoint {tmp_path / 'nope.ckpt'} does not exist")
+        f"checkpoint {tmp_path / 'nope.ckpt'} does not exist"
+    )
     assert refusal(["convert", "pretrained", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path)]) == (
-        f"checkpoint {tmp_path / 'nope.ckpt'} does not exist")
+        f"checkpoint {tmp_path / 'nope.ckpt'} does not exist"
+    )

@@ -29,14 +29,18 @@ def test_every_bad_value_of_ensemble_is_one_line_before_any_work(small_run: Path
     read_only = read_only_directory(tmp_path)
     cases = {
         "one run twice": (["--runs", str(run), str(run) + "/", "--out", str(tmp_path / "e")], "are the same run"),
-        "a moved run without its best checkpoint": (["--runs", str(moved), "--out", str(tmp_path / "e")],
-                                                    f"its best checkpoint {moved / 'checkpoints'}"),
+        "a moved run without its best checkpoint": (
+            ["--runs", str(moved), "--out", str(tmp_path / "e")],
+            f"its best checkpoint {moved / 'checkpoints'}",
+        ),
         "a run without metrics.json": (["--runs", str(unfinished), "--out", str(tmp_path / "e")], "no "),
         "a run that does not exist": (["--runs", str(tmp_path / "nope"), "--out", str(tmp_path / "e")], "nope"),
         "out exists": (["--runs", str(run), "--out", str(tmp_path / "kept")], "exists; an ensemble is written to"),
         "out not writable": (["--runs", str(run), "--out", str(read_only / "e")], "is not writable"),
-        "trees without descriptors": (["--runs", str(run), "--trees", "--out", str(tmp_path / "e")],
-                                      "train with --data.source.descriptors rdkit2d"),
+        "trees without descriptors": (
+            ["--runs", str(run), "--trees", "--out", str(tmp_path / "e")],
+            "train with --data.source.descriptors rdkit2d",
+        ),
     }
     before = files_of(tmp_path)
     for case, (argv, expected) in cases.items():
@@ -48,14 +52,33 @@ def test_every_bad_value_of_ensemble_is_one_line_before_any_work(small_run: Path
 
 
 def test_the_summary_names_the_blends_score_as_the_blends() -> None:
-    scores = {"test": {"ensemble": {"test/mae": 0.5, "test/mae/y": 0.5}, "trees": {"test/mae": 0.6},
-                       "kernel": {"test/mae": 0.45}, "blend": {"test/mae": 0.4}}}
-    record = EnsembleRecord(format=2, target_kind="regression", targets=["y"], smiles_column="smiles",
-                            members=[SavedFile("members/member0.ckpt", "a"), SavedFile("members/member1.ckpt", "b")],
-                            sources=[], trees=[SavedFile("trees/target0.skops", "c")], tree_inputs=["rdkit2d"],
-                            kernel=[SavedFile("kernel/target0.npz", "e")],
-                            blend_weights={"y": {"ensemble": 0.5, "kernel": 0.5}}, blend_rule="a rule",
-                            descriptor_reference_sha1="d", data_spec={}, data_identity={}, scores=scores)
-    assert summary(record) == ("test MAE 0.4 of the blend of the ensemble with trees and kernel (weights {'y': "
-                               "{'ensemble': 0.5, 'kernel': 0.5}}, chosen on validation rows by a rule); the ensemble "
-                               "of 2 members alone MAE 0.5, the trees alone MAE 0.6, the kernel alone MAE 0.45")
+    scores = {
+        "test": {
+            "ensemble": {"test/mae": 0.5, "test/mae/y": 0.5},
+            "trees": {"test/mae": 0.6},
+            "kernel": {"test/mae": 0.45},
+            "blend": {"test/mae": 0.4},
+        }
+    }
+    record = EnsembleRecord(
+        format=2,
+        target_kind="regression",
+        targets=["y"],
+        smiles_column="smiles",
+        members=[SavedFile("members/member0.ckpt", "a"), SavedFile("members/member1.ckpt", "b")],
+        sources=[],
+        trees=[SavedFile("trees/target0.skops", "c")],
+        tree_inputs=["rdkit2d"],
+        kernel=[SavedFile("kernel/target0.npz", "e")],
+        blend_weights={"y": {"ensemble": 0.5, "kernel": 0.5}},
+        blend_rule="a rule",
+        descriptor_reference_sha1="d",
+        data_spec={},
+        data_identity={},
+        scores=scores,
+    )
+    assert summary(record) == (
+        "test MAE 0.4 of the blend of the ensemble with trees and kernel (weights {'y': "
+        "{'ensemble': 0.5, 'kernel': 0.5}}, chosen on validation rows by a rule); the ensemble "
+        "of 2 members alone MAE 0.5, the trees alone MAE 0.6, the kernel alone MAE 0.45"
+    )

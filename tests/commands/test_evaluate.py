@@ -54,19 +54,22 @@ def test_out_never_overwrites_a_file(tmp_path: Path) -> None:
     out = tmp_path / "metrics.json"
     out.write_text('{"earlier": "result"}\n')
     assert refusal(["--model", str(tmp_path / "any.ckpt"), "--split", "valid", "--out", str(out)]) == (
-        f"--out {out} exists; choose another output path (nothing is overwritten)")
+        f"--out {out} exists; choose another output path (nothing is overwritten)"
+    )
     assert out.read_text() == '{"earlier": "result"}\n'
 
 
-def test_the_model_is_one_checkpoint_and_ckpt_its_earlier_name(tmp_path: Path,
-                                                                package_log: pytest.LogCaptureFixture) -> None:
+def test_the_model_is_one_checkpoint_and_ckpt_its_earlier_name(
+    tmp_path: Path, package_log: pytest.LogCaptureFixture
+) -> None:
     (tmp_path / "any.ckpt").write_bytes(b"not a checkpoint")
     assert refusal(["--ckpt", str(tmp_path / "any.ckpt")]).endswith("), not a checkpoint")
     assert "--ckpt is now spelled --model (graphormer-urpe evaluate --model CKPT)" in package_log.text
     assert refusal(["--ckpt", "a.ckpt", "--model", "b.ckpt"]) == "--ckpt is --model's earlier name: give one of them"
     assert refusal(["--split", "test"]) == "--model CKPT is required (or --check_submission FILE)"
-    assert refusal(["--model", str(tmp_path)]).startswith(f"--model {tmp_path} is a directory: evaluate takes one "
-                                                          "run's checkpoint")
+    assert refusal(["--model", str(tmp_path)]).startswith(
+        f"--model {tmp_path} is a directory: evaluate takes one run's checkpoint"
+    )
 
 
 def test_a_hidden_test_split_of_a_table_is_named_as_missing(small_run: Path) -> None:
@@ -76,15 +79,29 @@ def test_a_hidden_test_split_of_a_table_is_named_as_missing(small_run: Path) -> 
     for split in ("test-dev", "test-challenge"):
         assert refusal(["--model", best, "--split", split]) == (
             f"{best}'s data have no split '{split}': test-dev and test-challenge are the hidden test splits of "
-            "OGB-LSC datasets (PCQM4Mv2, MAG240M); evaluate it with --split valid or test")
+            "OGB-LSC datasets (PCQM4Mv2, MAG240M); evaluate it with --split valid or test"
+        )
 
 
 SIZES = {"train": 60, "valid": 21, "test-dev": 147_037, "test-challenge": 13}
 TINY_SMILES = ["C", "CC", "O", "N", "CO", "CN", "C=O", "C#N", "CCO", "OO", "CC=O", "NC=O", "OCO", "CCN"]
 TINY_MODEL = [
-    "--config", "pcqm4mv2", "--model.encoder.num_layers", "1", "--model.encoder.hidden_dim", "16",
-    "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4", "--model.optim.warmup_steps", "2",
-    "--data.num_workers", "0", "--trainer.enable_progress_bar", "false",
+    "--config",
+    "pcqm4mv2",
+    "--model.encoder.num_layers",
+    "1",
+    "--model.encoder.hidden_dim",
+    "16",
+    "--model.encoder.ffn_dim",
+    "16",
+    "--model.encoder.num_heads",
+    "4",
+    "--model.optim.warmup_steps",
+    "2",
+    "--data.num_workers",
+    "0",
+    "--trainer.enable_progress_bar",
+    "false",
 ]
 
 
@@ -97,32 +114,67 @@ def pcqm_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     rng = np.random.default_rng(0)
     smiles = [TINY_SMILES[i] for i in rng.integers(0, len(TINY_SMILES), n)]
     starts = dict(zip(SIZES, np.cumsum([0, *SIZES.values()])))
-    bad = {"train": [starts["train"] + 4], "valid": [starts["valid"] + 2],
-           "test-dev": [starts["test-dev"] + 17, starts["test-dev"] + 90_001],
-           "test-challenge": [starts["test-challenge"] + 6]}
+    bad = {
+        "train": [starts["train"] + 4],
+        "valid": [starts["valid"] + 2],
+        "test-dev": [starts["test-dev"] + 17, starts["test-dev"] + 90_001],
+        "test-challenge": [starts["test-challenge"] + 6],
+    }
     for rows in bad.values():
         for row in rows:
             smiles[row] = "C1CC"
     gaps = rng.uniform(3.0, 9.0, n)
-    gaps[starts["test-dev"]:] = np.nan
+    gaps[starts["test-dev"] :] = np.nan
     splits = {name: np.arange(starts[name], starts[name] + size) for name, size in SIZES.items()}
     write_pcqm4mv2(root, smiles, gaps, splits)
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(RUN_DIR_ENV, raising=False)
-        metrics = train([*TINY_MODEL, "--data.root", str(root), "--data.batch_size", "16",
-                              "--data.preprocess_workers", "2", "--trainer.max_steps", "6",
-                              "--trainer.val_check_interval", "3", "--run_root", str(tmp / "runs"), "--run_name", "t"])
+        metrics = train(
+            [
+                *TINY_MODEL,
+                "--data.root",
+                str(root),
+                "--data.batch_size",
+                "16",
+                "--data.preprocess_workers",
+                "2",
+                "--trainer.max_steps",
+                "6",
+                "--trainer.val_check_interval",
+                "3",
+                "--run_root",
+                str(tmp / "runs"),
+                "--run_name",
+                "t",
+            ]
+        )
     kept_train = [r for r in splits["train"] if r not in bad["train"]]
-    return {"root": root, "tmp": tmp, "metrics": metrics, "ckpt": metrics["best_checkpoint"], "splits": splits,
-            "bad": bad, "gaps": gaps,
-            "train_mean": float(np.mean(gaps[kept_train].astype(np.float32).astype(np.float64)))}
+    return {
+        "root": root,
+        "tmp": tmp,
+        "metrics": metrics,
+        "ckpt": metrics["best_checkpoint"],
+        "splits": splits,
+        "bad": bad,
+        "gaps": gaps,
+        "train_mean": float(np.mean(gaps[kept_train].astype(np.float32).astype(np.float64))),
+    }
 
 
 def run_evaluate(pcqm_run: dict, *args: str) -> dict:
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(RUN_DIR_ENV, raising=False)
-        return evaluate.main(["--model", pcqm_run["ckpt"], "--data.root", str(pcqm_run["root"]),
-                              "--trainer.enable_progress_bar", "false", *args])
+        return evaluate.main(
+            [
+                "--model",
+                pcqm_run["ckpt"],
+                "--data.root",
+                str(pcqm_run["root"]),
+                "--trainer.enable_progress_bar",
+                "false",
+                *args,
+            ]
+        )
 
 
 @pytest.mark.slow
@@ -140,14 +192,16 @@ def test_valid_prints_ogbs_mae(pcqm_run: dict, tmp_path: Path, capsys: pytest.Ca
     np.testing.assert_array_equal(rows, pcqm_run["splits"]["valid"])
     assert np.isnan(y_pred[2]) and np.isfinite(np.delete(y_pred, 2)).all()
     scored = np.delete(np.arange(len(rows)), 2)
-    expected = PCQM4Mv2Evaluator().eval({"y_true": pcqm_run["gaps"][rows[scored]].astype(np.float32),
-                                         "y_pred": y_pred[scored]})["mae"]
+    expected = PCQM4Mv2Evaluator().eval(
+        {"y_true": pcqm_run["gaps"][rows[scored]].astype(np.float32), "y_pred": y_pred[scored]}
+    )["mae"]
     assert result.metrics["mae"] == expected  # ogb's evaluator on these very arrays
     # training's torchmetrics MAE sums the same 20 float32 errors per batch: within one ulp per term
     rel = len(scored) * float(np.finfo(np.float32).eps)
     assert result.metrics["mae"] == pytest.approx(pcqm_run["metrics"]["validation"]["val/mae"], rel=rel)
-    assert f"pcqm4m-v2 valid: MAE {result.metrics['mae']:.6f} (PCQM4Mv2Evaluator, 20 molecules)" in \
-        capsys.readouterr().out
+    assert (
+        f"pcqm4m-v2 valid: MAE {result.metrics['mae']:.6f} (PCQM4Mv2Evaluator, 20 molecules)" in capsys.readouterr().out
+    )
 
 
 @pytest.mark.slow
@@ -156,8 +210,17 @@ def test_full_size_test_dev_submission(pcqm_run: dict, tmp_path: Path, caplog: p
     and listed in the log; the file passes the official shape check and --check-submission."""
     subs, saved = tmp_path / "subs", tmp_path / "test-dev.npz"
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
-        record = run_evaluate(pcqm_run, "--split", "test-dev", "--submission_dir", str(subs), "--predictions",
-                              str(saved), "--data.batch_size", "4096")
+        record = run_evaluate(
+            pcqm_run,
+            "--split",
+            "test-dev",
+            "--submission_dir",
+            str(subs),
+            "--predictions",
+            str(saved),
+            "--data.batch_size",
+            "4096",
+        )
     path = subs / "y_pred_pcqm4m-v2_test-dev.npz"
     y_pred = check_submission(path, SIZES["test-dev"])
     assert y_pred.shape == (147_037,) and y_pred.dtype == np.float32
@@ -177,8 +240,9 @@ def test_full_size_test_dev_submission(pcqm_run: dict, tmp_path: Path, caplog: p
     assert log["rows"] == 147_037 and log["mode"] == "test-dev" and record.metrics == {}  # nothing scored here
     assert log["same_data_as_training"] is True  # the data identity recorded in the checkpoint was compared
     assert log["filled_with_train_mean"] == [
-        {"row": int(r), "position": p, "reason": "RDKit cannot parse"} for r, p in zip(pcqm_run["bad"]["test-dev"],
-                                                                                         bad_positions)]
+        {"row": int(r), "position": p, "reason": "RDKit cannot parse"}
+        for r, p in zip(pcqm_run["bad"]["test-dev"], bad_positions)
+    ]
     assert "2 of 147037 test-dev rows could not be featurised" in caplog.text
     assert "wall time SMILES -> file" in caplog.text and "inference" in caplog.text
 
@@ -197,8 +261,9 @@ def test_full_size_test_dev_submission(pcqm_run: dict, tmp_path: Path, caplog: p
 
 
 @pytest.mark.slow
-def test_a_non_official_split_or_missing_directory_fails_clearly(pcqm_run: dict, tmp_path: Path,
-                                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_a_non_official_split_or_missing_directory_fails_clearly(
+    pcqm_run: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with pytest.raises(SystemExit, match="pass --submission_dir DIR"):
         run_evaluate(pcqm_run, "--split", "test-challenge")
     with pytest.raises(SystemExit, match="writes test-dev or test-challenge submissions, not 'valid'"):
@@ -220,11 +285,36 @@ def test_two_processes_predict_exactly_what_one_does(pcqm_run: dict, tmp_path: P
     two = tmp_path / "two.npz"
     env = {k: v for k, v in os.environ.items() if k != RUN_DIR_ENV}
     done = subprocess.run(
-        [sys.executable, "-m", "graphormer_urpe.commands", "evaluate", "--model", pcqm_run["ckpt"], "--split",
-         "test-challenge", "--predictions", str(two), "--data.root", str(pcqm_run["root"]), "--data.batch_size", "4",
-         "--trainer.accelerator", "cpu",
-         "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.enable_progress_bar", "false"],
-        cwd=REPO_DIR, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "graphormer_urpe.commands",
+            "evaluate",
+            "--model",
+            pcqm_run["ckpt"],
+            "--split",
+            "test-challenge",
+            "--predictions",
+            str(two),
+            "--data.root",
+            str(pcqm_run["root"]),
+            "--data.batch_size",
+            "4",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.devices",
+            "2",
+            "--trainer.strategy",
+            "ddp",
+            "--trainer.enable_progress_bar",
+            "false",
+        ],
+        cwd=REPO_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Starting with 2 processes" in done.stderr + done.stdout

@@ -13,14 +13,21 @@ from graphormer_urpe.testing import REPO_DIR
 
 def test_docs_print_the_table_of_exit_codes() -> None:
     running = (REPO_DIR / "docs" / "running.md").read_text()
-    section = running[running.index("### Exit codes"):]
+    section = running[running.index("### Exit codes") :]
     rows = re.findall(r"^\| ([^|]+?) \| ([^|]+?) \|$", section, flags=re.MULTILINE)
     assert rows[0] == ("code", "meaning")
-    assert dict(rows[1:1 + len(EXIT_CODES)]) == EXIT_CODES
+    assert dict(rows[1 : 1 + len(EXIT_CODES)]) == EXIT_CODES
 
 
-@pytest.mark.parametrize(("raised", "code"), [(DataError("table.csv: no rows"), 2), (SubmissionError("bad"), 1),
-                                              (NonFiniteLoss("nan"), 3), (KeyboardInterrupt(), INTERRUPTED)])
+@pytest.mark.parametrize(
+    ("raised", "code"),
+    [
+        (DataError("table.csv: no rows"), 2),
+        (SubmissionError("bad"), 1),
+        (NonFiniteLoss("nan"), 3),
+        (KeyboardInterrupt(), INTERRUPTED),
+    ],
+)
 def test_what_stops_a_command_becomes_its_exit_code(raised: BaseException, code: int) -> None:
     finished = []
     with pytest.raises(SystemExit) as stop:

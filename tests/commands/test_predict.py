@@ -46,8 +46,10 @@ def test_every_bad_value_of_predict_is_one_line_before_any_work(small_run: Path,
         "out is the table": ([str(table), "--model", best, "--out", str(table)], "exists; choose another"),
         "out a folder": ([str(table), "--model", best, "--out", str(tmp_path / "folder")], "is a directory"),
         "out not writable": ([str(table), "--model", best, "--out", str(read_only / "p.csv")], "is not writable"),
-        "config with an ensemble": ([str(table), "--model", str(tmp_path / "folder"), "--config", "x.yaml", *out],
-                                    "--config changes a checkpoint's config"),
+        "config with an ensemble": (
+            [str(table), "--model", str(tmp_path / "folder"), "--config", "x.yaml", *out],
+            "--config changes a checkpoint's config",
+        ),
     }
     for case, (argv, expected) in cases.items():
         message = refusal(argv, tmp_path)

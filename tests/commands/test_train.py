@@ -35,7 +35,15 @@ def test_ddp_processes_data_once_and_only_rank_zero_writes(ddp_run: tuple[Path, 
     assert log.count("metrics written to") == 1 and log.count("run directory:") == 1
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best-6.ckpt", "last.ckpt"]
     assert {p.name for p in run_dir.iterdir()} == {
-        ".lock", "checkpoints", "config.yaml", "metrics.csv", "metrics.json", "plots", "run.json", "wandb"}
+        ".lock",
+        "checkpoints",
+        "config.yaml",
+        "metrics.csv",
+        "metrics.json",
+        "plots",
+        "run.json",
+        "wandb",
+    }
 
 
 @pytest.mark.parametrize("split", ["valid", "test"])
@@ -43,8 +51,20 @@ def test_ddp_metric_equals_single_process_metric_of_the_same_checkpoint(ddp_run:
     """5 graphs on 2 processes (shards of 3 and 2, in 2 and 1 batches): none repeated, none dropped, no hang."""
     run_dir, _ = ddp_run
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    single = evaluate.main(["--model", metrics["best_checkpoint"], "--split", split, "--trainer.devices", "1",
-                            "--trainer.strategy", "auto", "--logger", "none"])
+    single = evaluate.main(
+        [
+            "--model",
+            metrics["best_checkpoint"],
+            "--split",
+            split,
+            "--trainer.devices",
+            "1",
+            "--trainer.strategy",
+            "auto",
+            "--logger",
+            "none",
+        ]
+    )
     name, stage = ("val/mae", "validation") if split == "valid" else ("test/mae", "test")
     # other batches, so other padding and summation orders: the predictions, of the targets' magnitude
     # (the mean and a few standard deviations after 6 steps), agree up to rounding, and so do their MAEs
@@ -54,7 +74,8 @@ def test_ddp_metric_equals_single_process_metric_of_the_same_checkpoint(ddp_run:
 
 
 def test_global_batch_gives_the_same_steps_learning_rates_and_weights(
-        ddp_run: tuple[Path, str], single_process_twin: Path) -> None:
+    ddp_run: tuple[Path, str], single_process_twin: Path
+) -> None:
     run_dir, _ = ddp_run
     ddp_metrics = json.loads((run_dir / "metrics.json").read_text())
     twin_metrics = json.loads((single_process_twin / "metrics.json").read_text())
@@ -72,8 +93,11 @@ def test_global_batch_gives_the_same_steps_learning_rates_and_weights(
 
 # ----------------------------------------------------------------------------- synthetic tasks
 
-@pytest.mark.parametrize("config,method", [("synthetic_pi", "none"), ("synthetic_pi", "rpe"),
-                                           ("synthetic_etp", "urpe"), ("synthetic_graph", "rpe")])
+
+@pytest.mark.parametrize(
+    "config,method",
+    [("synthetic_pi", "none"), ("synthetic_pi", "rpe"), ("synthetic_etp", "urpe"), ("synthetic_graph", "rpe")],
+)
 def test_synthetic_configs_train_and_test(tmp_path, config, method):
     metrics, run_dir = synthetic_run(tmp_path, "run", config, "--model.encoder.attention", method)
     assert 0.0 <= metrics["test"]["test/accuracy"] <= 1.0
@@ -87,8 +111,17 @@ def test_synthetic_configs_train_and_test(tmp_path, config, method):
 def test_init_from_turns_an_rpe_run_into_an_identical_urpe_run(tmp_path):
     rpe_metrics, _ = synthetic_run(tmp_path, "rpe", "synthetic_graph", "--model.encoder.attention", "rpe")
     # one step at the first learning rate of the warm-up, which is 0: the URPE run keeps the loaded weights
-    _, urpe_dir = synthetic_run(tmp_path, "urpe", "synthetic_graph", "--model.encoder.attention", "urpe",
-                      "--init_from", rpe_metrics["best_checkpoint"], "--trainer.max_steps", "1")
+    _, urpe_dir = synthetic_run(
+        tmp_path,
+        "urpe",
+        "synthetic_graph",
+        "--model.encoder.attention",
+        "urpe",
+        "--init_from",
+        rpe_metrics["best_checkpoint"],
+        "--trainer.max_steps",
+        "1",
+    )
     rpe = torch.load(rpe_metrics["best_checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
     urpe = torch.load(urpe_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
     scale = urpe.pop("model.relative_scale.weight")
@@ -135,8 +168,18 @@ def test_the_command_refuses_a_start_in_one_line_and_leaves_no_run_directory(tmp
     from graphormer_urpe.commands.__main__ import main
     from graphormer_urpe.testing.runs import TINY_SYNTHETIC_ARGS
 
-    args = ["train", "--config", "synthetic_pi", *TINY_SYNTHETIC_ARGS["synthetic_pi"], "--run_root", str(tmp_path),
-            "--run_name", "r", "--logger", "none"]
+    args = [
+        "train",
+        "--config",
+        "synthetic_pi",
+        *TINY_SYNTHETIC_ARGS["synthetic_pi"],
+        "--run_root",
+        str(tmp_path),
+        "--run_name",
+        "r",
+        "--logger",
+        "none",
+    ]
     with pytest.raises(SystemExit) as refused:
         main([*args, "--ckpt_path", "last"])
     assert refused.value.code == 2 and str(refused.value).startswith("--ckpt_path last: there is no ")

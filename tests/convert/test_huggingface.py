@@ -26,15 +26,30 @@ from graphormer_urpe.testing.tolerance import rounding_tolerance
 
 HIDDEN, HEADS, LAYERS, FFN, CLASSES = 16, 4, 2, 24, 3
 #: Tables whose row 0 transformers keeps at zero (``padding_idx``).
-PADDED = ("atom_encoder.weight", "in_degree_encoder.weight", "out_degree_encoder.weight", "edge_encoder.weight",
-          "spatial_pos_encoder.weight")
+PADDED = (
+    "atom_encoder.weight",
+    "in_degree_encoder.weight",
+    "out_degree_encoder.weight",
+    "edge_encoder.weight",
+    "spatial_pos_encoder.weight",
+)
 
 
 def transformers_model(seed: int = 0, **settings: Any) -> GraphormerForGraphClassification:
     """transformers' model at small sizes with every weight random (LayerNorm scales near 1, padding rows 0)."""
-    config = TransformersConfig(**{**dict(num_hidden_layers=LAYERS, embedding_dim=HIDDEN, ffn_embedding_dim=FFN,
-                                          num_attention_heads=HEADS, num_classes=CLASSES,
-                                          encoder_normalize_before=True), **settings})
+    config = TransformersConfig(
+        **{
+            **dict(
+                num_hidden_layers=LAYERS,
+                embedding_dim=HIDDEN,
+                ffn_embedding_dim=FFN,
+                num_attention_heads=HEADS,
+                num_classes=CLASSES,
+                encoder_normalize_before=True,
+            ),
+            **settings,
+        }
+    )
     model = GraphormerForGraphClassification(config).eval()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -72,11 +87,19 @@ def transformers_predictions(model: GraphormerForGraphClassification, **batch_op
 
 # ----------------------------------------------------------------------------- equal to transformers' model
 @pytest.mark.parametrize("safe", [True, False], ids=["safetensors", "pytorch_model.bin"])
-@pytest.mark.parametrize("settings", [{}, dict(pre_layernorm=True), dict(multi_hop_max_dist=3),
-                                      dict(encoder_normalize_before=False, edge_type="single_hop")],
-                         ids=["post-LN", "pre-LN", "3-hops", "single-hop-no-embedding-norm"])
-def test_imported_model_predicts_what_transformers_predicts(tmp_path: Path, safe: bool,
-                                                            settings: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        dict(pre_layernorm=True),
+        dict(multi_hop_max_dist=3),
+        dict(encoder_normalize_before=False, edge_type="single_hop"),
+    ],
+    ids=["post-LN", "pre-LN", "3-hops", "single-hop-no-embedding-norm"],
+)
+def test_imported_model_predicts_what_transformers_predicts(
+    tmp_path: Path, safe: bool, settings: dict[str, Any]
+) -> None:
     model = transformers_model(**settings)
     ours = predictions(tmp_path, saved(model, tmp_path / "hf", safe))
     reference = transformers_predictions(model, spatial_pos_max=1024)  # config.json's, nothing masked
@@ -96,8 +119,11 @@ def test_node_rows_follow_transformers_preprocessing_or_official(tmp_path: Path)
     assert (default - official_rows).abs().max() > 10 * rounding_tolerance(default, official_rows, ulps=ULPS)["atol"]
 
 
-@pytest.mark.parametrize("config_value,option,collator", [(1024, 20, 20), (5, None, 5), (300, None, 300)],
-                         ids=["collator-default-20", "config-5", "config-300"])
+@pytest.mark.parametrize(
+    "config_value,option,collator",
+    [(1024, 20, 20), (5, None, 5), (300, None, 300)],
+    ids=["collator-default-20", "config-5", "config-300"],
+)
 def test_masking_follows_the_collator(tmp_path: Path, config_value: int, option: int | None, collator: int) -> None:
     """``GraphormerDataCollator(spatial_pos_max)`` masks distance + 1 >= it; config.json's value is
     used unless ``--spatial_pos_max`` gives the collator's."""
@@ -127,15 +153,28 @@ SETTINGS = [
     (dict(activation_dropout=0.15), {}, "activation_dropout", 0.15),
     (dict(num_classes=5), {}, "num_outputs", 5),
     (dict(spatial_pos_max=12), {}, "spatial_pos_max", 11),
-    (dict(), dict(layerdrop=0.3, q_noise=0.1, apply_graphormer_init=True, num_trans_layers_to_freeze=1,
-                  freeze_embeddings=False, traceable=True), "num_layers", LAYERS),  # training-only settings
+    (
+        dict(),
+        dict(
+            layerdrop=0.3,
+            q_noise=0.1,
+            apply_graphormer_init=True,
+            num_trans_layers_to_freeze=1,
+            freeze_embeddings=False,
+            traceable=True,
+        ),
+        "num_layers",
+        LAYERS,
+    ),  # training-only settings
 ]
 
 
-@pytest.mark.parametrize("settings,edits,field,expected", SETTINGS,
-                         ids=[f"{field}-{i}" for i, (_, _, field, _) in enumerate(SETTINGS)])
-def test_every_setting_is_read_from_config_json(tmp_path: Path, settings: dict[str, Any], edits: dict[str, Any],
-                                                field: str, expected: Any) -> None:
+@pytest.mark.parametrize(
+    "settings,edits,field,expected", SETTINGS, ids=[f"{field}-{i}" for i, (_, _, field, _) in enumerate(SETTINGS)]
+)
+def test_every_setting_is_read_from_config_json(
+    tmp_path: Path, settings: dict[str, Any], edits: dict[str, Any], field: str, expected: Any
+) -> None:
     source = saved(transformers_model(**settings), tmp_path / "hf", **edits)
     config = import_huggingface(source, tmp_path / "ours.ckpt")
     assert getattr(config, field) == expected
@@ -143,31 +182,67 @@ def test_every_setting_is_read_from_config_json(tmp_path: Path, settings: dict[s
 
 #: (model settings, config.json edits, message): settings the weights contradict, or we cannot express.
 REFUSED = [
-    ({}, dict(num_hidden_layers=3), r"^config\.json num_hidden_layers = 3, but the weights have 2 \(layers under "
-                                    r"encoder\.graph_encoder\.layers\)$"),
-    ({}, dict(embedding_dim=32), r"^config\.json embedding_dim = 32, but the weights have 16 \(the width of "
-                                 r"encoder\.graph_encoder\.graph_node_feature\.atom_encoder\.weight\)$"),
+    (
+        {},
+        dict(num_hidden_layers=3),
+        r"^config\.json num_hidden_layers = 3, but the weights have 2 \(layers under "
+        r"encoder\.graph_encoder\.layers\)$",
+    ),
+    (
+        {},
+        dict(embedding_dim=32),
+        r"^config\.json embedding_dim = 32, but the weights have 16 \(the width of "
+        r"encoder\.graph_encoder\.graph_node_feature\.atom_encoder\.weight\)$",
+    ),
     ({}, dict(ffn_embedding_dim=32), r"^config\.json ffn_embedding_dim = 32, but the weights have 24"),
     ({}, dict(num_attention_heads=8), r"^config\.json num_attention_heads = 8, but the weights have 4"),
-    ({}, dict(num_classes=2), r"^config\.json num_classes = 2, but the weights have 3 \(the rows of "
-                              r"classifier\.classifier\.weight\)$"),
+    (
+        {},
+        dict(num_classes=2),
+        r"^config\.json num_classes = 2, but the weights have 3 \(the rows of "
+        r"classifier\.classifier\.weight\)$",
+    ),
     ({}, dict(num_classes="3"), r"^config\.json num_classes = '3': expected int$"),
-    ({}, dict(num_hidden_layers=None), r"^config\.json num_hidden_layers \(absent: transformers' default\) = 12, but "
-                                       r"the weights have 2"),
-    ({}, dict(edge_type="single_hop"), r"^config\.json edge_type = 'single_hop', but the file holds "
-                                       r"encoder\.graph_encoder\.graph_attn_bias\.edge_dis_encoder\.weight, which "
-                                       r"transformers builds only with edge_type multi_hop$"),
-    ({}, dict(pre_layernorm=True), r"^config\.json pre_layernorm = True, but the file has no "
-                                   r"encoder\.graph_encoder\.final_layer_norm\.weight"),
-    ({}, dict(encoder_normalize_before=False), r"^config\.json encoder_normalize_before = False, but the file holds "
-                                               r"encoder\.graph_encoder\.emb_layer_norm\.weight"),
-    ({}, dict(num_atoms=100), r"^transformers encoder\.graph_encoder\.graph_node_feature\.atom_encoder\.weight has "
-                              r"shape \(4609, 16\), expected 101 rows \(config\.json num_atoms = 100\)$"),
+    (
+        {},
+        dict(num_hidden_layers=None),
+        r"^config\.json num_hidden_layers \(absent: transformers' default\) = 12, but "
+        r"the weights have 2",
+    ),
+    (
+        {},
+        dict(edge_type="single_hop"),
+        r"^config\.json edge_type = 'single_hop', but the file holds "
+        r"encoder\.graph_encoder\.graph_attn_bias\.edge_dis_encoder\.weight, which "
+        r"transformers builds only with edge_type multi_hop$",
+    ),
+    (
+        {},
+        dict(pre_layernorm=True),
+        r"^config\.json pre_layernorm = True, but the file has no "
+        r"encoder\.graph_encoder\.final_layer_norm\.weight",
+    ),
+    (
+        {},
+        dict(encoder_normalize_before=False),
+        r"^config\.json encoder_normalize_before = False, but the file holds "
+        r"encoder\.graph_encoder\.emb_layer_norm\.weight",
+    ),
+    (
+        {},
+        dict(num_atoms=100),
+        r"^transformers encoder\.graph_encoder\.graph_node_feature\.atom_encoder\.weight has "
+        r"shape \(4609, 16\), expected 101 rows \(config\.json num_atoms = 100\)$",
+    ),
     ({}, dict(num_edge_dis=40), r"edge_dis_encoder\.weight has shape \(2048, 1\), expected 640 rows"),
     ({}, dict(multi_hop_max_dist=0), r"^config\.json multi_hop_max_dist = 0: official then uses every hop"),
     ({}, dict(multi_hop_max_dist=200), r"^config\.json multi_hop_max_dist = 200 exceeds the 128 hop matrices"),
-    ({}, dict(spatial_pos_max=1), r"^config\.json spatial_pos_max = 1: masks every pair \(transformers' collator "
-                                  r"masks distance \+ 1 >= spatial_pos_max\)$"),
+    (
+        {},
+        dict(spatial_pos_max=1),
+        r"^config\.json spatial_pos_max = 1: masks every pair \(transformers' collator "
+        r"masks distance \+ 1 >= spatial_pos_max\)$",
+    ),
     ({}, dict(activation_fn="relu"), r"^config\.json activation_fn = 'relu': only gelu is supported"),
     ({}, dict(embed_scale=2.0), r"^config\.json embed_scale = 2\.0: only None is supported$"),
     ({}, dict(share_input_output_embed=True), r"^config\.json share_input_output_embed = True: only False"),
@@ -175,32 +250,51 @@ REFUSED = [
     ({}, dict(self_attention=False), r"^config\.json self_attention = False: only True is supported$"),
     ({}, dict(model_type="bert"), r"^config\.json model_type = 'bert': only 'graphormer' is supported$"),
     ({}, dict(kdim=8), r"^config\.json kdim = 8: only null \(= embedding_dim\) is supported$"),
-    ({}, dict(architectures=["GraphormerModel"]), r"^config\.json architectures = \['GraphormerModel'\]: only "
-                                                  r"GraphormerForGraphClassification carries a prediction head$"),
+    (
+        {},
+        dict(architectures=["GraphormerModel"]),
+        r"^config\.json architectures = \['GraphormerModel'\]: only "
+        r"GraphormerForGraphClassification carries a prediction head$",
+    ),
 ]
 
 
-@pytest.mark.parametrize("settings,edits,message", REFUSED, ids=[
-    "-".join(f"{k}={v}" for k, v in edits.items()) for _, edits, _ in REFUSED])
+@pytest.mark.parametrize(
+    "settings,edits,message", REFUSED, ids=["-".join(f"{k}={v}" for k, v in edits.items()) for _, edits, _ in REFUSED]
+)
 def test_settings_we_cannot_express_or_the_weights_contradict_are_refused(
-        tmp_path: Path, settings: dict[str, Any], edits: dict[str, Any], message: str) -> None:
+    tmp_path: Path, settings: dict[str, Any], edits: dict[str, Any], message: str
+) -> None:
     source = saved(transformers_model(**settings), tmp_path / "hf", **edits)
     with pytest.raises(ConversionError, match=message):
         import_huggingface(source, tmp_path / "ours.ckpt")
     assert not (tmp_path / "ours.ckpt").exists() and not (tmp_path / "ours.yaml").exists()
 
 
-@pytest.mark.parametrize("key,shape,message", [
-    ("classifier.classifier.weight", (CLASSES, HIDDEN - 1),
-     r"^transformers classifier\.classifier\.weight has shape \(3, 15\), expected \(3, 16\)$"),
-    ("classifier.lm_output_learned_bias", (3,),
-     r"^transformers classifier\.lm_output_learned_bias has shape \(3,\), expected \(1,\)$"),
-    ("encoder.graph_encoder.layers.1.self_attn.q_proj.weight", (HIDDEN, HIDDEN + 1),
-     r"^transformers encoder\.graph_encoder\.layers\.1\.self_attn\.q_proj\.weight has shape \(16, 17\), expected "
-     r"\(16, 16\)$"),
-])
-def test_malformed_weights_are_refused_naming_the_transformers_key(tmp_path: Path, key: str, shape: tuple[int, ...],
-                                                                   message: str) -> None:
+@pytest.mark.parametrize(
+    "key,shape,message",
+    [
+        (
+            "classifier.classifier.weight",
+            (CLASSES, HIDDEN - 1),
+            r"^transformers classifier\.classifier\.weight has shape \(3, 15\), expected \(3, 16\)$",
+        ),
+        (
+            "classifier.lm_output_learned_bias",
+            (3,),
+            r"^transformers classifier\.lm_output_learned_bias has shape \(3,\), expected \(1,\)$",
+        ),
+        (
+            "encoder.graph_encoder.layers.1.self_attn.q_proj.weight",
+            (HIDDEN, HIDDEN + 1),
+            r"^transformers encoder\.graph_encoder\.layers\.1\.self_attn\.q_proj\.weight has shape \(16, 17\), "
+            r"expected \(16, 16\)$",
+        ),
+    ],
+)
+def test_malformed_weights_are_refused_naming_the_transformers_key(
+    tmp_path: Path, key: str, shape: tuple[int, ...], message: str
+) -> None:
     source = saved(transformers_model(), tmp_path / "hf")
     state = load_file(source / "model.safetensors")
     state[key] = torch.zeros(shape)
@@ -211,21 +305,30 @@ def test_malformed_weights_are_refused_naming_the_transformers_key(tmp_path: Pat
 
 def test_files_that_are_not_a_checkpoint_directory_are_refused(tmp_path: Path) -> None:
     source = saved(transformers_model(), tmp_path / "hf")
-    with pytest.raises(ConversionError, match=r"empty/config\.json does not exist: a transformers checkpoint "
-                                              r"directory holds config\.json$"):
+    with pytest.raises(
+        ConversionError,
+        match=r"empty/config\.json does not exist: a transformers checkpoint "
+        r"directory holds config\.json$",
+    ):
         (tmp_path / "empty").mkdir()
         import_huggingface(tmp_path / "empty", tmp_path / "ours.ckpt")
     torch.save({"model": {}}, tmp_path / "official.pt")
-    with pytest.raises(ConversionError, match=r"official\.pt is a file; a transformers checkpoint is a directory with "
-                                              r"config\.json \(a torch file of the official code converts with "
-                                              r"graphormer-urpe convert official\)$"):
+    with pytest.raises(
+        ConversionError,
+        match=r"official\.pt is a file; a transformers checkpoint is a directory with "
+        r"config\.json \(a torch file of the official code converts with "
+        r"graphormer-urpe convert official\)$",
+    ):
         import_huggingface(tmp_path / "official.pt", tmp_path / "ours.ckpt")
     (source / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
     with pytest.raises(ConversionError, match=r"model\.safetensors is not a readable safetensors file: "):
         import_huggingface(source, tmp_path / "ours.ckpt")
     (source / "model.safetensors").unlink()
-    with pytest.raises(ConversionError, match=r"holds neither model\.safetensors nor pytorch_model\.bin \(found: "
-                                              r"\['config\.json'\]\)$"):
+    with pytest.raises(
+        ConversionError,
+        match=r"holds neither model\.safetensors nor pytorch_model\.bin \(found: "
+        r"\['config\.json'\]\)$",
+    ):
         import_huggingface(source, tmp_path / "ours.ckpt")
     (source / "config.json").write_text("{not json")
     with pytest.raises(ConversionError, match=r"config\.json is not JSON: "):
@@ -238,8 +341,12 @@ def test_command_line(tmp_path: Path) -> None:
     output = tmp_path / "out" / "graphormer.ckpt"
     assert main(["convert", "huggingface", str(source), str(output), "--spatial_pos_max", "20"]) == 0
     checkpoint = torch.load(output, weights_only=True)
-    assert checkpoint["converted_from"] == {"source": str(source), "format": "transformers (transformers node rows)",
-                                            "dropped": []}
+    assert checkpoint["converted_from"] == {
+        "source": str(source),
+        "format": "transformers (transformers node rows)",
+        "dropped": [],
+    }
     assert checkpoint["hyper_parameters"]["encoder"]["spatial_pos_max"] == 19
     assert refusal(["convert", "huggingface", str(tmp_path / "nowhere"), str(tmp_path / "x.ckpt")]) == (
-        f"{tmp_path / 'nowhere' / 'config.json'} does not exist: a transformers checkpoint directory holds config.json")
+        f"{tmp_path / 'nowhere' / 'config.json'} does not exist: a transformers checkpoint directory holds config.json"
+    )

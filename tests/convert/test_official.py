@@ -51,21 +51,46 @@ def version_of(fmt: str) -> str:
 
 
 # ----------------------------------------------------------------------------- equal to the official model
-def official_forward(w: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], version: str, num_heads: int,
-                     num_layers: int, multi_hop_max_dist: int, pre_layernorm: bool = False) -> torch.Tensor:
+def official_forward(
+    w: dict[str, torch.Tensor],
+    batch: dict[str, torch.Tensor],
+    version: str,
+    num_heads: int,
+    num_layers: int,
+    multi_hop_max_dist: int,
+    pre_layernorm: bool = False,
+) -> torch.Tensor:
     """The official model's graph-token prediction (eval mode, multi_hop), transcribed from v2 ``graphormer_layers.py``,
     ``graphormer_graph_encoder(_layer).py`` and ``models/graphormer.py``, and v1.0 ``model.py``."""
     F = torch.nn.functional
     if version == "v2":
-        node, bias, layer = "encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.", \
-            "encoder.graph_encoder.layers.{}."
-        names = dict(q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", o="self_attn.out_proj",
-                     ln1="self_attn_layer_norm", ln2="final_layer_norm", fc1="fc1", fc2="fc2")
+        node, bias, layer = (
+            "encoder.graph_encoder.graph_node_feature.",
+            "encoder.graph_encoder.graph_attn_bias.",
+            "encoder.graph_encoder.layers.{}.",
+        )
+        names = dict(
+            q="self_attn.q_proj",
+            k="self_attn.k_proj",
+            v="self_attn.v_proj",
+            o="self_attn.out_proj",
+            ln1="self_attn_layer_norm",
+            ln2="final_layer_norm",
+            fc1="fc1",
+            fc2="fc2",
+        )
     else:
         node, bias, layer = "", "", "layers.{}."
-        names = dict(q="self_attention.linear_q", k="self_attention.linear_k", v="self_attention.linear_v",
-                     o="self_attention.output_layer", ln1="self_attention_norm", ln2="ffn_norm",
-                     fc1="ffn.layer1", fc2="ffn.layer2")
+        names = dict(
+            q="self_attention.linear_q",
+            k="self_attention.linear_k",
+            v="self_attention.linear_v",
+            o="self_attention.output_layer",
+            ln1="self_attention_norm",
+            ln2="ffn_norm",
+            fc1="ffn.layer1",
+            fc2="ffn.layer2",
+        )
     x, spatial_pos, edge_input = batch["x"], batch["spatial_pos"], batch["edge_input"]
     n_graph, n_node = x.shape[:2]
     hidden = w[f"{node}atom_encoder.weight"].shape[1]
@@ -109,7 +134,7 @@ def official_forward(w: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
     for i in range(num_layers):
         p = layer.format(i)
         y = ln(p + names["ln1"], h) if pre else h
-        q = lin(p + names["q"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2) * head_dim ** -0.5
+        q = lin(p + names["q"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2) * head_dim**-0.5
         k = lin(p + names["k"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2)
         v = lin(p + names["v"], y).view(n_graph, -1, num_heads, head_dim).transpose(1, 2)
         scores = q @ k.transpose(2, 3) + graph_attn_bias
@@ -134,8 +159,9 @@ VARIANTS = [("lightning", False), ("fairseq", False), ("fairseq", True)]
 
 
 @pytest.mark.parametrize("fmt,pre_layernorm", VARIANTS, ids=["v1.0", "v2-postLN", "v2-preLN"])
-def test_imported_model_predicts_what_the_official_forward_predicts(tmp_path: Path, fmt: str,
-                                                                     pre_layernorm: bool) -> None:
+def test_imported_model_predicts_what_the_official_forward_predicts(
+    tmp_path: Path, fmt: str, pre_layernorm: bool
+) -> None:
     version = version_of(fmt)
     weights = official_weights(version, pre_layernorm)
     source = save_official(tmp_path / "official.pt", fmt, weights, pre_layernorm=pre_layernorm)
@@ -152,8 +178,15 @@ def test_imported_model_predicts_what_the_official_forward_predicts(tmp_path: Pa
     graphs, batch = molecules()
     with torch.no_grad():
         ours = task(batch)
-        official = official_forward(weights, official_batch(graphs, multi_hop_max_dist=5), version, HEADS, LAYERS,
-                                    multi_hop_max_dist=5, pre_layernorm=pre_layernorm)
+        official = official_forward(
+            weights,
+            official_batch(graphs, multi_hop_max_dist=5),
+            version,
+            HEADS,
+            LAYERS,
+            multi_hop_max_dist=5,
+            pre_layernorm=pre_layernorm,
+        )
     torch.testing.assert_close(ours, official, **rounding_tolerance(ours, official, ulps=ULPS))
     # the path order matters on these molecules: our default paths give another prediction
     with torch.no_grad():
@@ -176,10 +209,17 @@ def test_a_model_trained_with_other_distances_predicts_what_official_predicts(tm
     graphs, batch = molecules()
     with torch.no_grad():
         ours = task(batch)
-        official = official_forward(weights, official_batch(graphs, multi_hop_max_dist=3, spatial_pos_max=3), version,
-                                    HEADS, LAYERS, multi_hop_max_dist=3)
-        defaults = official_forward(weights, official_batch(graphs, multi_hop_max_dist=5), version, HEADS, LAYERS,
-                                    multi_hop_max_dist=5)
+        official = official_forward(
+            weights,
+            official_batch(graphs, multi_hop_max_dist=3, spatial_pos_max=3),
+            version,
+            HEADS,
+            LAYERS,
+            multi_hop_max_dist=3,
+        )
+        defaults = official_forward(
+            weights, official_batch(graphs, multi_hop_max_dist=5), version, HEADS, LAYERS, multi_hop_max_dist=5
+        )
     torch.testing.assert_close(ours, official, **rounding_tolerance(ours, official, ulps=ULPS))
     # the settings matter on these molecules: far more than rounding apart
     assert (official - defaults).abs().max() > 10 * rounding_tolerance(official, defaults, ulps=ULPS)["atol"]
@@ -189,18 +229,21 @@ def to_official(model: Graphormer, version: str, seed: int = 1) -> dict[str, tor
     """Our weights in the official layout (the inverse mapping, written independently of the importer);
     rows that our featurisation never reaches are random."""
     w = official_weights(version, pre_layernorm=model.config.layer_norm == "pre" and version == "v2", seed=seed)
-    node, bias = ("encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.") \
-        if version == "v2" else ("", "")
+    node, bias = (
+        ("encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.")
+        if version == "v2"
+        else ("", "")
+    )
     ours = model.state_dict()
     atom = w[f"{node}atom_encoder.weight"]
     row = 1
     for f, size in enumerate(ATOM_VOCAB):
-        atom[512 * f + 2: 512 * f + 2 + size] = ours["nodes.features.weight"][row: row + size]
+        atom[512 * f + 2 : 512 * f + 2 + size] = ours["nodes.features.weight"][row : row + size]
         row += size
     edge = w[f"{bias}edge_encoder.weight"]
     row = 1
     for f, size in enumerate(BOND_VOCAB):
-        edge[512 * f + 3: 512 * f + 3 + size] = ours["edge_bias.features.weight"][row: row + size]
+        edge[512 * f + 3 : 512 * f + 3 + size] = ours["edge_bias.features.weight"][row : row + size]
         row += size
     w[f"{node}in_degree_encoder.weight"] = ours["nodes.in_degree.weight"].clone()
     w[f"{node}out_degree_encoder.weight"] = ours["nodes.out_degree.weight"].clone()
@@ -211,18 +254,41 @@ def to_official(model: Graphormer, version: str, seed: int = 1) -> dict[str, tor
     w[f"{bias}spatial_pos_encoder.weight"][511] = relations[257]
     w[f"{bias}edge_dis_encoder.weight"].view(-1, HEADS, HEADS)[:5] = ours["edge_bias.hop_weight"]
     prefix = "layers.{}." if version == "v1" else "encoder.graph_encoder.layers.{}."
-    names = dict(q="self_attention.linear_q", k="self_attention.linear_k", v="self_attention.linear_v",
-                 o="self_attention.output_layer", ln1="self_attention_norm", ln2="ffn_norm", fc1="ffn.layer1",
-                 fc2="ffn.layer2") if version == "v1" else dict(
-        q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", o="self_attn.out_proj",
-        ln1="self_attn_layer_norm", ln2="final_layer_norm", fc1="fc1", fc2="fc2")
+    names = (
+        dict(
+            q="self_attention.linear_q",
+            k="self_attention.linear_k",
+            v="self_attention.linear_v",
+            o="self_attention.output_layer",
+            ln1="self_attention_norm",
+            ln2="ffn_norm",
+            fc1="ffn.layer1",
+            fc2="ffn.layer2",
+        )
+        if version == "v1"
+        else dict(
+            q="self_attn.q_proj",
+            k="self_attn.k_proj",
+            v="self_attn.v_proj",
+            o="self_attn.out_proj",
+            ln1="self_attn_layer_norm",
+            ln2="final_layer_norm",
+            fc1="fc1",
+            fc2="fc2",
+        )
+    )
     for i in range(LAYERS):
         p = prefix.format(i)
         for part in ("weight", "bias"):
             for j, key in enumerate("qkv"):
-                w[f"{p}{names[key]}.{part}"] = ours[f"layers.{i}.attention.qkv.{part}"][j * HIDDEN:(j + 1) * HIDDEN]
-            for mine, theirs in (("attention.out", "o"), ("attention_norm", "ln1"), ("ffn_norm", "ln2"),
-                                 ("ffn.0", "fc1"), ("ffn.3", "fc2")):
+                w[f"{p}{names[key]}.{part}"] = ours[f"layers.{i}.attention.qkv.{part}"][j * HIDDEN : (j + 1) * HIDDEN]
+            for mine, theirs in (
+                ("attention.out", "o"),
+                ("attention_norm", "ln1"),
+                ("ffn_norm", "ln2"),
+                ("ffn.0", "fc1"),
+                ("ffn.3", "fc2"),
+            ):
                 w[f"{p}{names[theirs]}.{part}"] = ours[f"layers.{i}.{mine}.{part}"]
     for part in ("weight", "bias"):
         if version == "v1":
@@ -240,15 +306,21 @@ def to_official(model: Graphormer, version: str, seed: int = 1) -> dict[str, tor
 def test_imported_weights_equal_our_layout_bit_for_bit(tmp_path: Path, fmt: str, pre_layernorm: bool) -> None:
     version = version_of(fmt)
     weights = official_weights(version, pre_layernorm, seed=5)
-    converted = convert_weights(weights, V1 if version == "v1" else V2, Declared(), node_vocab=ATOM_VOCAB,
-                                edge_vocab=BOND_VOCAB)
+    converted = convert_weights(
+        weights, V1 if version == "v1" else V2, Declared(), node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB
+    )
     ours = Graphormer(converted.config).eval()  # the same architecture with other (random) weights in our layout
     with torch.no_grad():
         generator = torch.Generator().manual_seed(3)
         for name, tensor in ours.state_dict().items():
             tensor.copy_(torch.randn(tensor.shape, generator=generator))
-            if name in ("nodes.features.weight", "nodes.in_degree.weight", "nodes.out_degree.weight",
-                        "edge_bias.features.weight", "relative_bias.table.weight"):
+            if name in (
+                "nodes.features.weight",
+                "nodes.in_degree.weight",
+                "nodes.out_degree.weight",
+                "edge_bias.features.weight",
+                "relative_bias.table.weight",
+            ):
                 tensor[0] = 0.0  # padding rows
     source = save_official(tmp_path / "official.pt", fmt, to_official(ours, version), pre_layernorm=pre_layernorm)
     import_official(source, tmp_path / "ours.ckpt")
@@ -279,11 +351,17 @@ SETTINGS = [
 ]
 
 
-@pytest.mark.parametrize("fmt,name,value,weights,field,expected", [
-    pytest.param(fmt, name, value, weights, field, expected, id=f"{fmt}-{name}-{field}")
-    for formats, name, value, weights, field, expected in SETTINGS for fmt in formats])
-def test_every_setting_is_read_where_the_format_stores_it(tmp_path: Path, fmt: str, name: str, value: Any,
-                                                          weights: dict[str, bool], field: str, expected: Any) -> None:
+@pytest.mark.parametrize(
+    "fmt,name,value,weights,field,expected",
+    [
+        pytest.param(fmt, name, value, weights, field, expected, id=f"{fmt}-{name}-{field}")
+        for formats, name, value, weights, field, expected in SETTINGS
+        for fmt in formats
+    ],
+)
+def test_every_setting_is_read_where_the_format_stores_it(
+    tmp_path: Path, fmt: str, name: str, value: Any, weights: dict[str, bool], field: str, expected: Any
+) -> None:
     source = save_official(tmp_path / "official.pt", fmt, official_weights(version_of(fmt), **weights), **{name: value})
     assert getattr(import_official(source, tmp_path / "ours.ckpt"), field) == expected
     if not weights:  # the same weights without the setting give another value: the setting decided
@@ -299,59 +377,146 @@ def test_v1_dataset_name_picks_the_head(tmp_path: Path) -> None:
     state = torch.load(tmp_path / "ours.ckpt", weights_only=True)["state_dict"]
     assert torch.equal(state["model.head.weight"], weights["downstream_out_proj.weight"])
     source = save_official(tmp_path / "pcq.ckpt", "lightning", weights, dataset_name="PCQM4M-LSC")
-    with pytest.raises(ConversionError, match=r"missing keys: out_proj\.weight, out_proj\.bias; unknown keys: "
-                                              r"downstream_out_proj\.bias, downstream_out_proj\.weight$"):
+    with pytest.raises(
+        ConversionError,
+        match=r"missing keys: out_proj\.weight, out_proj\.bias; unknown keys: "
+        r"downstream_out_proj\.bias, downstream_out_proj\.weight$",
+    ):
         import_official(source, tmp_path / "other.ckpt")
 
 
 #: (formats, official name, value, weights, message): settings the weights contradict, or we cannot express.
 REFUSED = [
-    (FORMATS[:3], "encoder_layers", 3, {}, r"encoder_layers'?\]? = 3, but the weights have 2 \(layers under "
-                                           r"encoder\.graph_encoder\.layers\)$"),
-    (FORMATS[:3], "encoder_embed_dim", 32, {}, r"encoder_embed_dim'?\]? = 32, but the weights have 16 \(the width of "
-                                               r"encoder\.graph_encoder\.graph_node_feature\.atom_encoder\.weight\)$"),
-    (FORMATS[:3], "encoder_ffn_embed_dim", 32, {}, r"= 32, but the weights have 24 \(the rows of "
-                                                   r"encoder\.graph_encoder\.layers\.0\.fc1\.weight\)$"),
-    (FORMATS[:3], "encoder_attention_heads", 8, {}, r"= 8, but the weights have 4 \(the width of "
-                                                    r"encoder\.graph_encoder\.graph_attn_bias\.spatial_pos_encoder"),
-    (FORMATS[:3], "num_classes", 3, {}, r"num_classes'?\]? = 3, but the weights have 1 \(the rows of "
-                                        r"encoder\.embed_out\.weight\)$"),
-    (["lightning"], "n_layers", 3, {}, r"hyper_parameters\['n_layers'\] = 3, but the weights have 2 \(layers under "
-                                       r"layers\)$"),
+    (
+        FORMATS[:3],
+        "encoder_layers",
+        3,
+        {},
+        r"encoder_layers'?\]? = 3, but the weights have 2 \(layers under "
+        r"encoder\.graph_encoder\.layers\)$",
+    ),
+    (
+        FORMATS[:3],
+        "encoder_embed_dim",
+        32,
+        {},
+        r"encoder_embed_dim'?\]? = 32, but the weights have 16 \(the width of "
+        r"encoder\.graph_encoder\.graph_node_feature\.atom_encoder\.weight\)$",
+    ),
+    (
+        FORMATS[:3],
+        "encoder_ffn_embed_dim",
+        32,
+        {},
+        r"= 32, but the weights have 24 \(the rows of "
+        r"encoder\.graph_encoder\.layers\.0\.fc1\.weight\)$",
+    ),
+    (
+        FORMATS[:3],
+        "encoder_attention_heads",
+        8,
+        {},
+        r"= 8, but the weights have 4 \(the width of "
+        r"encoder\.graph_encoder\.graph_attn_bias\.spatial_pos_encoder",
+    ),
+    (
+        FORMATS[:3],
+        "num_classes",
+        3,
+        {},
+        r"num_classes'?\]? = 3, but the weights have 1 \(the rows of "
+        r"encoder\.embed_out\.weight\)$",
+    ),
+    (
+        ["lightning"],
+        "n_layers",
+        3,
+        {},
+        r"hyper_parameters\['n_layers'\] = 3, but the weights have 2 \(layers under "
+        r"layers\)$",
+    ),
     (["lightning"], "hidden_dim", 32, {}, r"hyper_parameters\['hidden_dim'\] = 32, but the weights have 16"),
     (["lightning"], "ffn_dim", 32, {}, r"hyper_parameters\['ffn_dim'\] = 32, but the weights have 24"),
     (["lightning"], "num_heads", 8, {}, r"hyper_parameters\['num_heads'\] = 8, but the weights have 4"),
-    (FORMATS, "edge_type", "single_hop", {}, r"edge_type'?\]? = 'single_hop', but the file holds \S*edge_dis_encoder"
-                                             r"\.weight, which official v\S+ builds only with edge_type multi_hop$"),
-    (FORMATS, "edge_type", "multi_hop", dict(multi_hop=False), r"edge_type'?\]? = 'multi_hop', but the file has no "
-                                                               r"\S*edge_dis_encoder\.weight"),
-    (FORMATS[:3], "pre_layernorm", True, {}, r"pre_layernorm'?\]? = True, but the file has no encoder\.graph_encoder"
-                                             r"\.final_layer_norm\.weight, which official v2 builds only with "
-                                             r"pre_layernorm$"),
-    (FORMATS[:3], "encoder_normalize_before", False, {}, r"= False, but the file holds encoder\.graph_encoder\."
-                                                         r"emb_layer_norm\.weight"),
+    (
+        FORMATS,
+        "edge_type",
+        "single_hop",
+        {},
+        r"edge_type'?\]? = 'single_hop', but the file holds \S*edge_dis_encoder"
+        r"\.weight, which official v\S+ builds only with edge_type multi_hop$",
+    ),
+    (
+        FORMATS,
+        "edge_type",
+        "multi_hop",
+        dict(multi_hop=False),
+        r"edge_type'?\]? = 'multi_hop', but the file has no "
+        r"\S*edge_dis_encoder\.weight",
+    ),
+    (
+        FORMATS[:3],
+        "pre_layernorm",
+        True,
+        {},
+        r"pre_layernorm'?\]? = True, but the file has no encoder\.graph_encoder"
+        r"\.final_layer_norm\.weight, which official v2 builds only with "
+        r"pre_layernorm$",
+    ),
+    (
+        FORMATS[:3],
+        "encoder_normalize_before",
+        False,
+        {},
+        r"= False, but the file holds encoder\.graph_encoder\."
+        r"emb_layer_norm\.weight",
+    ),
     (FORMATS[:3], "activation_fn", "relu", {}, r"activation_fn'?\]? = 'relu': only gelu is supported"),
-    (FORMATS[:3], "num_atoms", 4000, {}, r"atom_encoder\.weight has shape \(4609, 16\), expected 4001 rows \(\S+"
-                                         r"num_atoms'?\]? = 4000\)$"),
+    (
+        FORMATS[:3],
+        "num_atoms",
+        4000,
+        {},
+        r"atom_encoder\.weight has shape \(4609, 16\), expected 4001 rows \(\S+"
+        r"num_atoms'?\]? = 4000\)$",
+    ),
     (FORMATS[:3], "num_edges", 1000, {}, r"edge_encoder\.weight has shape \(1537, 4\), expected 1001 rows"),
     (FORMATS[:3], "num_in_degree", 64, {}, r"in_degree_encoder\.weight has shape \(512, 16\), expected 64 rows"),
     (FORMATS[:3], "num_out_degree", 64, {}, r"out_degree_encoder\.weight has shape \(512, 16\), expected 64 rows"),
     (FORMATS[:3], "num_spatial", 40, {}, r"spatial_pos_encoder\.weight has shape \(512, 4\), expected 40 rows"),
     (FORMATS[:3], "num_edge_dis", 40, {}, r"edge_dis_encoder\.weight has shape \(2048, 1\), expected 640 rows"),
-    (FORMATS, "multi_hop_max_dist", 0, {}, r"multi_hop_max_dist'?\]? = 0: official then uses every hop of the "
-                                           r"longest path in the batch"),
-    (FORMATS, "multi_hop_max_dist", 129, {}, r"multi_hop_max_dist'?\]? = 129 exceeds the 128 hop matrices of "
-                                             r"official v\S+ \S*edge_dis_encoder\.weight \(shape \(2048, 1\)\)$"),
+    (
+        FORMATS,
+        "multi_hop_max_dist",
+        0,
+        {},
+        r"multi_hop_max_dist'?\]? = 0: official then uses every hop of the "
+        r"longest path in the batch",
+    ),
+    (
+        FORMATS,
+        "multi_hop_max_dist",
+        129,
+        {},
+        r"multi_hop_max_dist'?\]? = 129 exceeds the 128 hop matrices of "
+        r"official v\S+ \S*edge_dis_encoder\.weight \(shape \(2048, 1\)\)$",
+    ),
     (FORMATS[:3], "spatial_pos_max", 0, {}, r"spatial_pos_max'?\]? = 0: masks every pair"),
     (FORMATS[:3], "spatial_pos_max", "far", {}, r"spatial_pos_max'?\]? = 'far': expected int$"),
 ]
 
 
-@pytest.mark.parametrize("fmt,name,value,weights,message", [
-    pytest.param(fmt, name, value, weights, message, id=f"{fmt}-{name}-{value}")
-    for formats, name, value, weights, message in REFUSED for fmt in formats])
-def test_settings_the_weights_contradict_are_refused(tmp_path: Path, fmt: str, name: str, value: Any,
-                                                      weights: dict[str, bool], message: str) -> None:
+@pytest.mark.parametrize(
+    "fmt,name,value,weights,message",
+    [
+        pytest.param(fmt, name, value, weights, message, id=f"{fmt}-{name}-{value}")
+        for formats, name, value, weights, message in REFUSED
+        for fmt in formats
+    ],
+)
+def test_settings_the_weights_contradict_are_refused(
+    tmp_path: Path, fmt: str, name: str, value: Any, weights: dict[str, bool], message: str
+) -> None:
     source = save_official(tmp_path / "official.pt", fmt, official_weights(version_of(fmt), **weights), **{name: value})
     with pytest.raises(ConversionError, match=message):
         import_official(source, tmp_path / "ours.ckpt")
@@ -363,9 +528,12 @@ def test_the_places_a_fairseq_file_stores_a_setting_must_agree(tmp_path: Path) -
     checkpoint = official_checkpoint("fairseq", official_weights("v2"), multi_hop_max_dist=3)
     checkpoint["cfg"]["model"].multi_hop_max_dist = 4
     torch.save(checkpoint, tmp_path / "official.pt")
-    with pytest.raises(ConversionError, match=r"^cfg\['task'\]\['multi_hop_max_dist'\] = 3 but cfg\['model'\]\."
-                                              r"multi_hop_max_dist = 4: the collator and the model were built with "
-                                              r"different values$"):
+    with pytest.raises(
+        ConversionError,
+        match=r"^cfg\['task'\]\['multi_hop_max_dist'\] = 3 but cfg\['model'\]\."
+        r"multi_hop_max_dist = 4: the collator and the model were built with "
+        r"different values$",
+    ):
         import_official(tmp_path / "official.pt", tmp_path / "ours.ckpt")
 
 
@@ -377,8 +545,11 @@ def test_command_line_settings_fill_in_what_the_file_does_not_store(tmp_path: Pa
     assert import_official(bare, tmp_path / "b.ckpt").multi_hop_max_dist == 5  # official's default
     stored = save_official(tmp_path / "stored.pt", "fairseq", official_weights("v2"), multi_hop_max_dist=3)
     assert import_official(stored, tmp_path / "c.ckpt", multi_hop_max_dist=3).multi_hop_max_dist == 3
-    with pytest.raises(ConversionError, match=r"^--multi_hop_max_dist 4: the file stores cfg\['task'\]\["
-                                              r"'multi_hop_max_dist'\] = 3, which its weights were trained with$"):
+    with pytest.raises(
+        ConversionError,
+        match=r"^--multi_hop_max_dist 4: the file stores cfg\['task'\]\["
+        r"'multi_hop_max_dist'\] = 3, which its weights were trained with$",
+    ):
         import_official(stored, tmp_path / "d.ckpt", multi_hop_max_dist=4)
 
 
@@ -387,53 +558,106 @@ def _replace(key: str, tensor: torch.Tensor) -> Callable[[dict[str, torch.Tensor
     return lambda w: w.update({key: tensor})
 
 
-NODE, BIAS, LAYER0 = ("encoder.graph_encoder.graph_node_feature.", "encoder.graph_encoder.graph_attn_bias.",
-                      "encoder.graph_encoder.layers.0.")
+NODE, BIAS, LAYER0 = (
+    "encoder.graph_encoder.graph_node_feature.",
+    "encoder.graph_encoder.graph_attn_bias.",
+    "encoder.graph_encoder.layers.0.",
+)
 MALFORMED = [  # (edit, message); the ids name the key
-    (_replace(f"{LAYER0}self_attn.k_proj.weight", torch.zeros(HIDDEN, HIDDEN - 1)),  # was a torch.cat traceback
-     rf"^official v2 {LAYER0}self_attn\.k_proj\.weight has shape \(16, 15\), expected \(16, 16\)$"),
-    (_replace(f"{BIAS}graph_token_virtual_distance.weight", torch.zeros(1, HEADS - 1)),  # was a torch.cat traceback
-     rf"^official v2 {BIAS}graph_token_virtual_distance\.weight has shape \(1, 3\), expected \(1, 4\)$"),
-    (_replace(f"{BIAS}edge_dis_encoder.weight", torch.zeros(30, 1)),  # was a reshape traceback
-     rf"^official v2 {BIAS}edge_dis_encoder\.weight has shape \(30, 1\), expected \(k \* 16, 1\): whole 4 x 4 hop "
-     r"matrices$"),
-    (_replace(f"{LAYER0}fc2.weight", torch.zeros(HIDDEN, FFN + 1)),  # named our layers.0.ffn.3.weight before
-     rf"^official v2 {LAYER0}fc2\.weight has shape \(16, 25\), expected \(16, 24\)$"),
-    (_replace(f"{NODE}out_degree_encoder.weight", torch.zeros(300, HIDDEN)),  # named our nodes.out_degree before
-     rf"^official v2 {NODE}out_degree_encoder\.weight has shape \(300, 16\), expected \(512, 16\) like "
-     rf"{NODE}in_degree_encoder\.weight \(one max_degree here\)$"),
-    (_replace(f"{LAYER0}self_attn_layer_norm.bias", torch.zeros(HIDDEN + 1)),
-     rf"^official v2 {LAYER0}self_attn_layer_norm\.bias has shape \(17,\), expected \(16,\)$"),
-    (_replace("encoder.lm_output_learned_bias", torch.zeros(2)),
-     r"^official v2 encoder\.lm_output_learned_bias has shape \(2,\), expected \(1,\)$"),
-    (_replace(f"{BIAS}edge_encoder.weight", torch.zeros(1537, HEADS, 1)),
-     rf"^official v2 {BIAS}edge_encoder\.weight has shape \(1537, 4, 1\), expected \(\*, 4\)$"),
-    (_replace(f"{NODE}atom_encoder.weight", torch.zeros(4609)),
-     rf"^official v2 {NODE}atom_encoder\.weight has shape \(4609,\), expected \(\*, \*\)$"),
-    (_replace(f"{BIAS}spatial_pos_encoder.weight", torch.zeros(512, 5)),
-     rf"^official v2 {NODE}atom_encoder\.weight is 16 wide but {BIAS}spatial_pos_encoder\.weight has 5 heads: the "
-     r"width must be a multiple of the heads$"),
-    (_replace(f"{NODE}in_degree_encoder.weight", torch.zeros(1, HIDDEN)),
-     rf"^official v2 {NODE}in_degree_encoder\.weight has shape \(1, 16\), expected at least 2 rows"),
-    (_replace(f"{BIAS}spatial_pos_encoder.weight", torch.zeros(1, HEADS)),
-     rf"^official v2 {BIAS}spatial_pos_encoder\.weight has shape \(1, 4\), expected at least 2 rows"),
-    (_replace(f"{NODE}atom_encoder.weight", torch.zeros(100, HIDDEN)),
-     rf"^official v2 {NODE}atom_encoder\.weight has 100 rows, but our featurisation needs row "
-     rf"{512 * 8 + ATOM_VOCAB[-1] - 1 + 2}"),
-    (lambda w: w.update({f"{BIAS}edge_foo.weight": torch.zeros(2)}),
-     rf"^not a Graphormer checkpoint in the official v2 layout we can map: unknown keys: {BIAS}edge_foo\.weight$"),
-    (lambda w: w.pop("encoder.graph_encoder.layers.1.fc1.bias"),
-     r"^not a Graphormer checkpoint in the official v2 layout we can map: missing keys: "
-     r"encoder\.graph_encoder\.layers\.1\.fc1\.bias$"),
-    (lambda w: w.pop(f"{NODE}atom_encoder.weight"),
-     rf"^no {NODE}atom_encoder\.weight: not a Graphormer checkpoint in the official v2 layout$"),
+    (
+        _replace(f"{LAYER0}self_attn.k_proj.weight", torch.zeros(HIDDEN, HIDDEN - 1)),  # was a torch.cat traceback
+        rf"^official v2 {LAYER0}self_attn\.k_proj\.weight has shape \(16, 15\), expected \(16, 16\)$",
+    ),
+    (
+        _replace(f"{BIAS}graph_token_virtual_distance.weight", torch.zeros(1, HEADS - 1)),  # was a torch.cat traceback
+        rf"^official v2 {BIAS}graph_token_virtual_distance\.weight has shape \(1, 3\), expected \(1, 4\)$",
+    ),
+    (
+        _replace(f"{BIAS}edge_dis_encoder.weight", torch.zeros(30, 1)),  # was a reshape traceback
+        rf"^official v2 {BIAS}edge_dis_encoder\.weight has shape \(30, 1\), expected \(k \* 16, 1\): whole 4 x 4 hop "
+        r"matrices$",
+    ),
+    (
+        _replace(f"{LAYER0}fc2.weight", torch.zeros(HIDDEN, FFN + 1)),  # named our layers.0.ffn.3.weight before
+        rf"^official v2 {LAYER0}fc2\.weight has shape \(16, 25\), expected \(16, 24\)$",
+    ),
+    (
+        _replace(f"{NODE}out_degree_encoder.weight", torch.zeros(300, HIDDEN)),  # named our nodes.out_degree before
+        rf"^official v2 {NODE}out_degree_encoder\.weight has shape \(300, 16\), expected \(512, 16\) like "
+        rf"{NODE}in_degree_encoder\.weight \(one max_degree here\)$",
+    ),
+    (
+        _replace(f"{LAYER0}self_attn_layer_norm.bias", torch.zeros(HIDDEN + 1)),
+        rf"^official v2 {LAYER0}self_attn_layer_norm\.bias has shape \(17,\), expected \(16,\)$",
+    ),
+    (
+        _replace("encoder.lm_output_learned_bias", torch.zeros(2)),
+        r"^official v2 encoder\.lm_output_learned_bias has shape \(2,\), expected \(1,\)$",
+    ),
+    (
+        _replace(f"{BIAS}edge_encoder.weight", torch.zeros(1537, HEADS, 1)),
+        rf"^official v2 {BIAS}edge_encoder\.weight has shape \(1537, 4, 1\), expected \(\*, 4\)$",
+    ),
+    (
+        _replace(f"{NODE}atom_encoder.weight", torch.zeros(4609)),
+        rf"^official v2 {NODE}atom_encoder\.weight has shape \(4609,\), expected \(\*, \*\)$",
+    ),
+    (
+        _replace(f"{BIAS}spatial_pos_encoder.weight", torch.zeros(512, 5)),
+        rf"^official v2 {NODE}atom_encoder\.weight is 16 wide but {BIAS}spatial_pos_encoder\.weight has 5 heads: the "
+        r"width must be a multiple of the heads$",
+    ),
+    (
+        _replace(f"{NODE}in_degree_encoder.weight", torch.zeros(1, HIDDEN)),
+        rf"^official v2 {NODE}in_degree_encoder\.weight has shape \(1, 16\), expected at least 2 rows",
+    ),
+    (
+        _replace(f"{BIAS}spatial_pos_encoder.weight", torch.zeros(1, HEADS)),
+        rf"^official v2 {BIAS}spatial_pos_encoder\.weight has shape \(1, 4\), expected at least 2 rows",
+    ),
+    (
+        _replace(f"{NODE}atom_encoder.weight", torch.zeros(100, HIDDEN)),
+        rf"^official v2 {NODE}atom_encoder\.weight has 100 rows, but our featurisation needs row "
+        rf"{512 * 8 + ATOM_VOCAB[-1] - 1 + 2}",
+    ),
+    (
+        lambda w: w.update({f"{BIAS}edge_foo.weight": torch.zeros(2)}),
+        rf"^not a Graphormer checkpoint in the official v2 layout we can map: unknown keys: {BIAS}edge_foo\.weight$",
+    ),
+    (
+        lambda w: w.pop("encoder.graph_encoder.layers.1.fc1.bias"),
+        r"^not a Graphormer checkpoint in the official v2 layout we can map: missing keys: "
+        r"encoder\.graph_encoder\.layers\.1\.fc1\.bias$",
+    ),
+    (
+        lambda w: w.pop(f"{NODE}atom_encoder.weight"),
+        rf"^no {NODE}atom_encoder\.weight: not a Graphormer checkpoint in the official v2 layout$",
+    ),
 ]
 
 
-@pytest.mark.parametrize("edit,message", MALFORMED, ids=[
-    "qkv-width", "virtual-distance-heads", "edge-dis-rows", "fc2", "out-degree-rows", "layer-norm", "scalar-bias",
-    "table-dims", "atom-dims", "width-vs-heads", "degree-rows", "spatial-rows", "atom-table-small", "unknown-key",
-    "missing-key", "no-anchor"])
+@pytest.mark.parametrize(
+    "edit,message",
+    MALFORMED,
+    ids=[
+        "qkv-width",
+        "virtual-distance-heads",
+        "edge-dis-rows",
+        "fc2",
+        "out-degree-rows",
+        "layer-norm",
+        "scalar-bias",
+        "table-dims",
+        "atom-dims",
+        "width-vs-heads",
+        "degree-rows",
+        "spatial-rows",
+        "atom-table-small",
+        "unknown-key",
+        "missing-key",
+        "no-anchor",
+    ],
+)
 def test_malformed_weights_are_refused_naming_the_official_key(tmp_path: Path, edit, message: str) -> None:
     """Weights alone (``{"model": ...}``): the table sizes a fairseq ``cfg`` declares are checked first
     (``test_settings_the_weights_contradict_are_refused``)."""
@@ -448,8 +672,11 @@ def test_malformed_weights_are_refused_naming_the_official_key(tmp_path: Path, e
 def test_v1_shapes_are_named_with_v1_keys(tmp_path: Path) -> None:
     weights = official_weights("v1")
     weights["layers.1.self_attention.linear_v.bias"] = torch.zeros(HIDDEN + 2)
-    with pytest.raises(ConversionError, match=r"^official v1\.0 layers\.1\.self_attention\.linear_v\.bias has shape "
-                                              r"\(18,\), expected \(16,\)$"):
+    with pytest.raises(
+        ConversionError,
+        match=r"^official v1\.0 layers\.1\.self_attention\.linear_v\.bias has shape "
+        r"\(18,\), expected \(16,\)$",
+    ):
         import_official(save_official(tmp_path / "v1.ckpt", "lightning", weights), tmp_path / "ours.ckpt")
 
 
@@ -484,13 +711,19 @@ def test_lightning_callbacks_keyed_by_class_are_read_as_placeholders(tmp_path: P
     assert layout is V1 and declared.multi_hop_max_dist.value == 3 and set(state) == set(official_weights("v1"))
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"\x00not a torch file", r"is not a readable torch file"),
-    ({"weights": {}}, r"neither a fairseq checkpoint \('model', official v2\) nor a Lightning checkpoint "
-                      r"\('state_dict', official v1\.0\); top-level keys: \['weights'\]$"),
-    ([1, 2], r"holds a list, not a checkpoint dictionary$"),
-    ({"state_dict": {"model.nodes.features.weight": torch.zeros(2, 2)}}, r"is a checkpoint of this project"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"\x00not a torch file", r"is not a readable torch file"),
+        (
+            {"weights": {}},
+            r"neither a fairseq checkpoint \('model', official v2\) nor a Lightning checkpoint "
+            r"\('state_dict', official v1\.0\); top-level keys: \['weights'\]$",
+        ),
+        ([1, 2], r"holds a list, not a checkpoint dictionary$"),
+        ({"state_dict": {"model.nodes.features.weight": torch.zeros(2, 2)}}, r"is a checkpoint of this project"),
+    ],
+)
 def test_files_in_neither_format_are_refused(tmp_path: Path, content: Any, message: str) -> None:
     path = tmp_path / "file.pt"
     if isinstance(content, bytes):
@@ -507,14 +740,19 @@ def test_command_line(tmp_path: Path) -> None:
     assert main(["convert", "official", str(source), str(output)]) == 0
     assert (tmp_path / "out" / "graphormer.yaml").is_file()
     assert torch.load(output, weights_only=True)["converted_from"] == {
-        "source": str(source), "format": "official v1.0", "dropped": []}
+        "source": str(source),
+        "format": "official v1.0",
+        "dropped": [],
+    }
     before = output.read_bytes()
     assert refusal(["convert", "official", str(source), str(output)]) == (  # an earlier conversion is never overwritten
-        f"{output} exists; choose another output path (nothing is overwritten)")
+        f"{output} exists; choose another output path (nothing is overwritten)"
+    )
     assert output.read_bytes() == before
     torch.save({"weights": {}}, tmp_path / "other.pt")
-    assert "neither a fairseq checkpoint" in refusal(["convert", "official", str(tmp_path / "other.pt"),
-                                                      str(tmp_path / "x.ckpt")])
+    assert "neither a fairseq checkpoint" in refusal(
+        ["convert", "official", str(tmp_path / "other.pt"), str(tmp_path / "x.ckpt")]
+    )
     assert not (tmp_path / "x.ckpt").exists()
 
 
@@ -530,12 +768,20 @@ def test_outputs_that_cannot_be_written_are_refused_before_reading(tmp_path: Pat
     if unwritable(read_only) is None:  # root writes anywhere; /proc refuses new files even to root
         read_only = Path("/proc")
     refusals = [
-        (f"{tmp_path / 'new'}/", f"{tmp_path / 'new'}/ ends with '/', the name of a directory; name the checkpoint "
-                                 f"file to write, e.g. {tmp_path / 'new' / 'graphormer.ckpt'}"),
-        (str(tmp_path / "out"), f"{tmp_path / 'out'} is a directory; name the checkpoint file to write, e.g. "
-                                f"{tmp_path / 'out' / 'graphormer.ckpt'}"),
-        (str(tmp_path / "a_file" / "x.ckpt"), f"cannot write {tmp_path / 'a_file' / 'x.ckpt'}: "
-                                              f"{tmp_path / 'a_file'} is a file, not a directory"),
+        (
+            f"{tmp_path / 'new'}/",
+            f"{tmp_path / 'new'}/ ends with '/', the name of a directory; name the checkpoint "
+            f"file to write, e.g. {tmp_path / 'new' / 'graphormer.ckpt'}",
+        ),
+        (
+            str(tmp_path / "out"),
+            f"{tmp_path / 'out'} is a directory; name the checkpoint file to write, e.g. "
+            f"{tmp_path / 'out' / 'graphormer.ckpt'}",
+        ),
+        (
+            str(tmp_path / "a_file" / "x.ckpt"),
+            f"cannot write {tmp_path / 'a_file' / 'x.ckpt'}: {tmp_path / 'a_file'} is a file, not a directory",
+        ),
         (str(read_only / "x.ckpt"), f"cannot write {read_only / 'x.ckpt'}: {read_only} is not writable"),
     ]
     for output, message in refusals:
@@ -550,18 +796,23 @@ def test_a_transformers_directory_or_a_text_file_is_named(tmp_path: Path) -> Non
     (tmp_path / "hf" / "config.json").write_text("{}")
     assert refusal(["convert", "official", str(tmp_path / "hf"), str(tmp_path / "x.ckpt")]) == (
         f"{tmp_path / 'hf'} is a directory with config.json, a transformers Graphormer: convert it with "
-        f"graphormer-urpe convert huggingface {tmp_path / 'hf'} OUT.ckpt")
+        f"graphormer-urpe convert huggingface {tmp_path / 'hf'} OUT.ckpt"
+    )
     (tmp_path / "notes.pt").write_text("hello\n")
     for output in (tmp_path / "x.ckpt", f"{tmp_path / 'out_conv'}/"):  # the source's problem first (issue 38)
         assert refusal(["convert", "official", str(tmp_path / "notes.pt"), str(output)]) == (
-            f"{tmp_path / 'notes.pt'} is a text file of 6 bytes ('hello'), not a torch file")
+            f"{tmp_path / 'notes.pt'} is a text file of 6 bytes ('hello'), not a torch file"
+        )
     assert refusal(["convert", "official", str(tmp_path / "nope.pt"), f"{tmp_path / 'out_conv'}/"]) == (
-        f"{tmp_path / 'nope.pt'} does not exist")
+        f"{tmp_path / 'nope.pt'} does not exist"
+    )
 
 
 def test_official_checkpoints_are_recognised_by_the_layouts_node_tables() -> None:
-    assert OFFICIAL_NODE_TABLES == (("model", V2.table("atom_encoder"), V2.name),
-                                    ("state_dict", V1.table("atom_encoder"), V1.name))
+    assert OFFICIAL_NODE_TABLES == (
+        ("model", V2.table("atom_encoder"), V2.name),
+        ("state_dict", V1.table("atom_encoder"), V1.name),
+    )
 
 
 # ----------------------------------------------------------------------------- fine-tuning an import
@@ -575,7 +826,9 @@ def test_imported_checkpoint_starts_rpe_and_urpe_fine_tuning_with_the_same_predi
         record = start_from(task, tmp_path / "ours.ckpt", DataSpec(ATOM_VOCAB, BOND_VOCAB, 1, 1))
         assert record["reset_to_ones"] == (["model.relative_scale.weight"] if attention == "urpe" else [])
         assert (record["head"], record["head_reason"]) == (
-            "kept", "the data's targets are the checkpoint's (it records no target names)")
+            "kept",
+            "the data's targets are the checkpoint's (it records no target names)",
+        )
         with torch.no_grad():
             assert torch.equal(task(batch), imported(batch))
     settings = yaml.safe_load((tmp_path / "ours.yaml").read_text())
@@ -594,10 +847,24 @@ def test_train_fine_tunes_an_imported_checkpoint_as_urpe(tmp_path: Path, qm9_roo
 
     source = save_official(tmp_path / "official.pt", "fairseq", official_weights("v2"))
     import_official(source, tmp_path / "imported.ckpt")
-    train.main(tiny_run_args(qm9_root, tmp_path / "runs", "--config", str(tmp_path / "imported.yaml"),
-                             "--model.encoder.attention", "urpe", "--model.normalize_targets", "true",
-                             "--init_from", str(tmp_path / "imported.ckpt"), "--trainer.max_steps", "1",
-                             "--run_name", "urpe"))
+    train.main(
+        tiny_run_args(
+            qm9_root,
+            tmp_path / "runs",
+            "--config",
+            str(tmp_path / "imported.yaml"),
+            "--model.encoder.attention",
+            "urpe",
+            "--model.normalize_targets",
+            "true",
+            "--init_from",
+            str(tmp_path / "imported.ckpt"),
+            "--trainer.max_steps",
+            "1",
+            "--run_name",
+            "urpe",
+        )
+    )
     run_dir = tmp_path / "runs" / "urpe"
     imported = torch.load(tmp_path / "imported.ckpt", weights_only=True)["state_dict"]
     tuned = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
@@ -628,9 +895,13 @@ def test_single_hop_and_small_distance_tables_map_row_by_row() -> None:
 
 
 def test_v2_drops_what_official_never_applies(tmp_path: Path) -> None:
-    source = save_official(tmp_path / "official.pt", "fairseq", official_weights("v2", pre_layernorm=True),
-                           pre_layernorm=True)
+    source = save_official(
+        tmp_path / "official.pt", "fairseq", official_weights("v2", pre_layernorm=True), pre_layernorm=True
+    )
     import_official(source, tmp_path / "ours.ckpt")
     assert torch.load(tmp_path / "ours.ckpt", weights_only=True)["converted_from"]["dropped"] == [
-        "encoder.graph_encoder.final_layer_norm.bias", "encoder.graph_encoder.final_layer_norm.weight",
-        "encoder.masked_lm_pooler.bias", "encoder.masked_lm_pooler.weight"]
+        "encoder.graph_encoder.final_layer_norm.bias",
+        "encoder.graph_encoder.final_layer_norm.weight",
+        "encoder.masked_lm_pooler.bias",
+        "encoder.masked_lm_pooler.weight",
+    ]

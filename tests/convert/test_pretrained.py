@@ -15,29 +15,32 @@ from graphormer_urpe.run.checkpoints import CONFIG_KEY
 from graphormer_urpe.testing.commands import refusal
 
 
-def test_the_source_is_checked_first_and_an_existing_output_is_never_written_over(
-        tmp_path: Path) -> None:
+def test_the_source_is_checked_first_and_an_existing_output_is_never_written_over(tmp_path: Path) -> None:
     """Issue 38: a checkpoint that does not exist was answered with "the shipped checkpoint exists; pass --replace"."""
     out = tmp_path / "out"
     out.mkdir()
     (out / CHECKPOINT.name).write_text("earlier")
     assert refusal(["convert", "pretrained", str(tmp_path / "nope.ckpt"), "--out", str(out)]) == (
-        f"checkpoint {tmp_path / 'nope.ckpt'} does not exist")
+        f"checkpoint {tmp_path / 'nope.ckpt'} does not exist"
+    )
     run = tmp_path / "runs" / "pretrain_moses"
     (run / "checkpoints").mkdir(parents=True)
     shutil.copy(CHECKPOINT, run / "checkpoints" / "best.ckpt")
     (run / "run.json").write_text(json.dumps({"command": "train.py --config pretrain_moses"}))
     assert refusal(["convert", "pretrained", str(run / "checkpoints" / "best.ckpt"), "--out", str(out)]) == (
-        f"{out / CHECKPOINT.name} exists; pass --replace to write over the shipped checkpoint, or --out")
+        f"{out / CHECKPOINT.name} exists; pass --replace to write over the shipped checkpoint, or --out"
+    )
     assert (out / CHECKPOINT.name).read_text() == "earlier" and sorted(p.name for p in out.iterdir()) == [
-        CHECKPOINT.name]
+        CHECKPOINT.name
+    ]
 
 
 def test_a_checkpoint_outside_a_run_directory_is_one_line(tmp_path: Path) -> None:
     loose = tmp_path / "loose.ckpt"
     shutil.copy(CHECKPOINT, loose)
     assert refusal(["convert", "pretrained", str(loose), "--out", str(tmp_path / "out")]).startswith(
-        f"{loose} is not in a run directory")
+        f"{loose} is not in a run directory"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -55,8 +58,9 @@ def test_a_run_of_another_config_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fragments", [None, 7])
-def test_the_record_names_the_corpus_and_the_start_of_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        fragments: int | None) -> None:
+def test_the_record_names_the_corpus_and_the_start_of_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fragments: int | None
+) -> None:
     import json
 
     import torch
@@ -77,8 +81,11 @@ def test_the_record_names_the_corpus_and_the_start_of_the_run(tmp_path: Path, mo
     torch.save(checkpoint, run / "checkpoints" / "best-5.ckpt")
     # the second case is also a run continued from another checkpoint (--init_from), which the record must name
     started_from = None if fragments is None else "moses_rdkit2d.ckpt (sha256 f6ceaa90c2a5; step 10000)"
-    (run / "run.json").write_text(json.dumps({"command": "train.py --config pretrain_moses", "git_commit": "abc",
-                                              "initialised_from": started_from}))
+    (run / "run.json").write_text(
+        json.dumps(
+            {"command": "train.py --config pretrain_moses", "git_commit": "abc", "initialised_from": started_from}
+        )
+    )
     record = export(run / "checkpoints" / "best-5.ckpt", tmp_path / "out.ckpt", tmp_path / "out.json")
     assert record["corpus"]["brics_fragments"] == (fragments or 0)
     assert record["initialised_from"] == started_from
@@ -92,5 +99,6 @@ def test_a_recorded_command_is_written_without_the_paths_of_the_machine(tmp_path
     config = tmp_path / "work" / "configs" / "pretrain moses.yaml"
     command = shlex.join(["graphormer-urpe", "train", "--config", str(config), "--run_root", "/elsewhere/runs"])
     assert portable_command(command, tmp_path / "work") == (
-        "graphormer-urpe train --config 'configs/pretrain moses.yaml' --run_root /elsewhere/runs")
+        "graphormer-urpe train --config 'configs/pretrain moses.yaml' --run_root /elsewhere/runs"
+    )
     assert portable_command("train.py --config pretrain_moses", tmp_path) == "python train.py --config pretrain_moses"

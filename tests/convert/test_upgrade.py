@@ -80,18 +80,25 @@ def upgraded(source: Path) -> Path:
 
 @pytest.mark.slow
 def test_an_old_node_tagging_checkpoint_converts_then_evaluates_loads_and_predicts_as_before(
-        tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, package_log: pytest.LogCaptureFixture
+) -> None:
     metrics, _ = synthetic_run(tmp_path, "run", "synthetic_graph")
     new = metrics["best_checkpoint"]
     saved = torch.load(new, weights_only=True)["hyper_parameters"]
     assert saved["optim"]["lr"] == 1e-3 and "lr" not in saved  # today's layout
     assert saved["_class_path"] == "graphormer_urpe.tasks.Classification" and saved["target_kind"] == "multiclass"
-    old = old_layout(new, tmp_path / "old.ckpt", "graphormer_urpe.tasks.tokens.NodeTagging",
-                     dropped=("target_kind", "target_names", "evaluator"))
+    old = old_layout(
+        new,
+        tmp_path / "old.ckpt",
+        "graphormer_urpe.tasks.tokens.NodeTagging",
+        dropped=("target_kind", "target_names", "evaluator"),
+    )
     # unconverted, it is refused in one line naming the command
-    refusal = (f"{old} was written before the task family was merged (lr, warmup_steps, end_lr, weight_decay, "
-               "adam_eps outside optim): convert it once with graphormer-urpe convert upgrade "
-               f"{old} NEW.ckpt")
+    refusal = (
+        f"{old} was written before the task family was merged (lr, warmup_steps, end_lr, weight_decay, "
+        "adam_eps outside optim): convert it once with graphormer-urpe convert upgrade "
+        f"{old} NEW.ckpt"
+    )
     with pytest.raises(CheckpointError) as refused:
         Classification.from_checkpoint(old)
     assert str(refused.value) == refusal
@@ -130,18 +137,33 @@ def classification_cases() -> list[tuple[str, torch.nn.Module, dict, str | None]
     regression = GraphormerConfig(num_outputs=1, **TINY)
     return [
         # NodeClassification (MAG240M): multi-class by its class, accuracy from the OGB evaluator, val/acc
-        ("graphormer_urpe.tasks.NodeClassification",
-         Classification(mag, OptimConfig(**OPTIM), target_kind="multiclass", evaluator="ogb.lsc.MAG240MEvaluator"),
-         {**OPTIM, "evaluator": "ogb.lsc.MAG240MEvaluator", "encoder": dataclasses.asdict(mag)}, "val/acc"),
+        (
+            "graphormer_urpe.tasks.NodeClassification",
+            Classification(mag, OptimConfig(**OPTIM), target_kind="multiclass", evaluator="ogb.lsc.MAG240MEvaluator"),
+            {**OPTIM, "evaluator": "ogb.lsc.MAG240MEvaluator", "encoder": dataclasses.asdict(mag)},
+            "val/acc",
+        ),
         # GraphClassification: binary targets, named
-        ("graphormer_urpe.tasks.graph.GraphClassification",
-         Classification(graph, OptimConfig(**OPTIM), target_kind="binary", target_names=["a", "b"]),
-         {**OPTIM, "target_kind": "binary", "target_names": ["a", "b"], "encoder": dataclasses.asdict(graph)},
-         "val/auroc"),
+        (
+            "graphormer_urpe.tasks.graph.GraphClassification",
+            Classification(graph, OptimConfig(**OPTIM), target_kind="binary", target_names=["a", "b"]),
+            {**OPTIM, "target_kind": "binary", "target_names": ["a", "b"], "encoder": dataclasses.asdict(graph)},
+            "val/auroc",
+        ),
         # GraphRegression kept its name; its optimiser arguments moved
-        ("graphormer_urpe.tasks.GraphRegression", GraphRegression(regression, OptimConfig(**OPTIM), loss="mse"),
-         {**OPTIM, "normalize_targets": False, "loss": "mse", "target_kind": "regression", "target_names": ["y"],
-          "encoder": dataclasses.asdict(regression)}, None),
+        (
+            "graphormer_urpe.tasks.GraphRegression",
+            GraphRegression(regression, OptimConfig(**OPTIM), loss="mse"),
+            {
+                **OPTIM,
+                "normalize_targets": False,
+                "loss": "mse",
+                "target_kind": "regression",
+                "target_names": ["y"],
+                "encoder": dataclasses.asdict(regression),
+            },
+            None,
+        ),
     ]
 
 
@@ -155,16 +177,19 @@ def test_old_graph_checkpoints_convert_and_predict_as_the_trained_task(case: int
     assert checkpoint["hyper_parameters"]["optim"] == OPTIM and "lr" not in checkpoint["hyper_parameters"]
     assert checkpoint["converted_from"] == {"source": str(old), "format": "graphormer-urpe before issue 13"}
     if monitor is not None:  # the state that train.py's best-checkpoint callback looks up when resuming
-        assert checkpoint["callbacks"] == dict([best_checkpoint_state({"val/acc": "val/accuracy"}.get(monitor,
-                                                                                                   monitor))])
+        assert checkpoint["callbacks"] == dict(
+            [best_checkpoint_state({"val/acc": "val/accuracy"}.get(monitor, monitor))]
+        )
     task = cls.from_checkpoint(tmp_path / "old.new.ckpt").eval()
     assert task.optim == OptimConfig(**OPTIM) and task.hparams["optim"] == dataclasses.asdict(OptimConfig(**OPTIM))
     assert task.hparams == trained.hparams
     if case == 0:
         assert not task.binary and isinstance(task.metrics["val"][0].metrics[0], EvaluatorMetric)
     if case == 1:  # loaded into another task, it is refused naming what does not fit
-        refused = (r"\['target_kind', 'target_names'\] are not arguments of SequenceTagging \(a checkpoint of "
-                   r"graphormer_urpe.tasks.Classification\?\): load it with its own task class$")
+        refused = (
+            r"\['target_kind', 'target_names'\] are not arguments of SequenceTagging \(a checkpoint of "
+            r"graphormer_urpe.tasks.Classification\?\): load it with its own task class$"
+        )
         with pytest.raises(CheckpointError, match=refused):
             SequenceTagging.from_checkpoint(tmp_path / "old.new.ckpt")
     rng = np.random.default_rng(0)
@@ -175,38 +200,60 @@ def test_old_graph_checkpoints_convert_and_predict_as_the_trained_task(case: int
 
 
 def test_an_old_sequence_checkpoint_converts(tmp_path: Path) -> None:
-    encoder = SequenceConfig(vocab_size=5, num_classes=5, length=6, num_layers=1, hidden_dim=8, ffn_dim=8,
-                             num_heads=2)
+    encoder = SequenceConfig(vocab_size=5, num_classes=5, length=6, num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2)
     trained = SequenceTagging(encoder, OptimConfig(**OPTIM)).eval()
-    old = save_old(tmp_path / "old.ckpt", trained, {**OPTIM, "encoder": dataclasses.asdict(encoder),
-                                                    "_class_path": "graphormer_urpe.classification.SequenceTagging"})
+    old = save_old(
+        tmp_path / "old.ckpt",
+        trained,
+        {
+            **OPTIM,
+            "encoder": dataclasses.asdict(encoder),
+            "_class_path": "graphormer_urpe.classification.SequenceTagging",
+        },
+    )
     task = SequenceTagging.from_checkpoint(upgraded(old)).eval()
     tokens = torch.randint(0, 5, (3, 6), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.equal(task.model(tokens), trained.model(tokens))
 
 
-def test_what_is_not_an_old_checkpoint_is_refused_in_one_line_writing_nothing(
-        tmp_path: Path) -> None:
+def test_what_is_not_an_old_checkpoint_is_refused_in_one_line_writing_nothing(tmp_path: Path) -> None:
     encoder = GraphormerConfig(num_outputs=1, **TINY)
     today = tmp_path / "today.ckpt"
-    torch.save({"state_dict": GraphRegression(encoder).state_dict(),
-                "hyper_parameters": {"encoder": dataclasses.asdict(encoder), "optim": OPTIM,
-                                     "_class_path": "graphormer_urpe.tasks.GraphRegression"}}, today)
+    torch.save(
+        {
+            "state_dict": GraphRegression(encoder).state_dict(),
+            "hyper_parameters": {
+                "encoder": dataclasses.asdict(encoder),
+                "optim": OPTIM,
+                "_class_path": "graphormer_urpe.tasks.GraphRegression",
+            },
+        },
+        today,
+    )
     weights = tmp_path / "weights.pt"
     torch.save({"state_dict": {}}, weights)
     (tmp_path / "taken.ckpt").write_text("an earlier conversion")
-    old = save_old(tmp_path / "old.ckpt", GraphRegression(encoder), {**OPTIM, "encoder": dataclasses.asdict(encoder),
-                                                                      "_class_path": "graphormer_urpe.tasks.Gone"})
+    old = save_old(
+        tmp_path / "old.ckpt",
+        GraphRegression(encoder),
+        {**OPTIM, "encoder": dataclasses.asdict(encoder), "_class_path": "graphormer_urpe.tasks.Gone"},
+    )
     for source, output, message in [
         (today, "out.ckpt", f"{today} is in today's layout already: use it as it is"),
         (tmp_path / "missing.ckpt", "out.ckpt", f"checkpoint {tmp_path / 'missing.ckpt'} does not exist"),
-        (weights, "out.ckpt", f"{weights}: it holds no task hyper-parameters: not a checkpoint written by "
-                              "graphormer-urpe train"),
-        (today, "taken.ckpt", f"{tmp_path / 'taken.ckpt'} exists; choose another output path (nothing is "
-                              "overwritten)"),
-        (old, "out.ckpt", "model.class_path='graphormer_urpe.tasks.Gone': cannot be imported (module "
-                          "'graphormer_urpe.tasks' has no attribute 'Gone')"),
+        (
+            weights,
+            "out.ckpt",
+            f"{weights}: it holds no task hyper-parameters: not a checkpoint written by graphormer-urpe train",
+        ),
+        (today, "taken.ckpt", f"{tmp_path / 'taken.ckpt'} exists; choose another output path (nothing is overwritten)"),
+        (
+            old,
+            "out.ckpt",
+            "model.class_path='graphormer_urpe.tasks.Gone': cannot be imported (module "
+            "'graphormer_urpe.tasks' has no attribute 'Gone')",
+        ),
     ]:
         assert refusal(["convert", "upgrade", str(source), str(tmp_path / output)]) == message
         assert not (tmp_path / "out.ckpt").exists()

@@ -11,19 +11,24 @@ from graphormer_urpe.data.batch import BatchShape, GraphBatch, GraphRecord, coll
 from graphormer_urpe.data.structure import graph_structure
 
 
-def record(edges: list[tuple[int, int]], n: int, index: int, y: list[float], node_level: bool = False,
-           continuous: bool = False) -> GraphRecord:
+def record(
+    edges: list[tuple[int, int]], n: int, index: int, y: list[float], node_level: bool = False, continuous: bool = False
+) -> GraphRecord:
     """A graph of n nodes with undirected ``edges`` (both directions stored), node feature = node id."""
     pairs = [(a, b) for a, b in edges] + [(b, a) for a, b in edges]
     edge_index = np.array(pairs, dtype=np.int64).T.reshape(2, -1)
     structure = graph_structure(n, edge_index)
     targets = np.array(y, dtype=np.float32)
     return GraphRecord(
-        x=np.arange(n, dtype=np.int64).reshape(n, 1) + 1, edge_index=edge_index,
+        x=np.arange(n, dtype=np.int64).reshape(n, 1) + 1,
+        edge_index=edge_index,
         edge_attr=np.arange(edge_index.shape[1], dtype=np.int64).reshape(-1, 1) + 10 * index,
-        spd=structure.spd, first_edge=structure.first_edge, in_degree=structure.in_degree,
+        spd=structure.spd,
+        first_edge=structure.first_edge,
+        in_degree=structure.in_degree,
         out_degree=structure.out_degree,
-        y=np.tile(targets, (n, 1)) if node_level else targets, index=index,
+        y=np.tile(targets, (n, 1)) if node_level else targets,
+        index=index,
         x_continuous=np.full((n, 2), index + 0.5, dtype=np.float32) if continuous else None,
         edge_continuous=np.full((edge_index.shape[1], 3), index + 0.25, dtype=np.float32) if continuous else None,
     )

@@ -40,8 +40,12 @@ class FakeReader:
         x = np.stack([rng.integers(0, 5, n), rng.integers(0, 3, n)], 1)
         if row == 7:
             x[0, 1] = 3
-        return RawGraph(x=x, edge_index=edges, edge_attr=rng.integers(0, 4, (edges.shape[1], 1)),
-                        y=rng.normal(size=2).astype(np.float32))
+        return RawGraph(
+            x=x,
+            edge_index=edges,
+            edge_attr=rng.integers(0, 4, (edges.shape[1], 1)),
+            y=rng.normal(size=2).astype(np.float32),
+        )
 
     def worker_init(self) -> None:
         """Nothing to prepare."""
@@ -125,14 +129,17 @@ def test_manifest_records_totals(tmp_path: Path) -> None:
 def test_vectorised_checks_give_the_same_reasons_as_one_by_one() -> None:
     reader = FakeReader(40)
     good = reader.graph(0)
-    graphs = [g for g in (reader.graph(row) for row in range(40)) if not isinstance(g, str)] + [
-        good._replace(edge_index=good.edge_index + 100),  # edge to a missing node
-        good._replace(edge_attr=good.edge_attr[:-1]),  # one feature row short
-        good._replace(x=good.x[:, :1]),  # a feature column missing
-        good._replace(y=np.zeros(3, np.float32)),  # wrong target count
-        good._replace(x=good.x[:0]),  # no nodes
-        good._replace(edge_attr=np.full_like(good.edge_attr, 9)),  # edge feature outside its vocabulary
-    ]
+    graphs = (
+        [g for g in (reader.graph(row) for row in range(40)) if not isinstance(g, str)]
+        + [
+            good._replace(edge_index=good.edge_index + 100),  # edge to a missing node
+            good._replace(edge_attr=good.edge_attr[:-1]),  # one feature row short
+            good._replace(x=good.x[:, :1]),  # a feature column missing
+            good._replace(y=np.zeros(3, np.float32)),  # wrong target count
+            good._replace(x=good.x[:0]),  # no nodes
+            good._replace(edge_attr=np.full_like(good.edge_attr, 9)),  # edge feature outside its vocabulary
+        ]
+    )
     expected = [SPEC.problem(g) for g in graphs]
     assert SPEC.problems(graphs) == expected
     assert sum(reason is not None for reason in expected) == 8  # rows 7 and 19, and the six above
@@ -166,8 +173,18 @@ def test_chunks_of_another_chunk_size_and_stale_temporaries_are_replaced(tmp_pat
 
 # ----------------------------------------------------------------------------- continuous features, per-node targets
 
-NODE_SPEC = CacheSpec(DataSpec(node_vocab=(3,), edge_vocab=(2,), num_targets=2, num_outputs=2, continuous_node_dim=4,
-                               continuous_edge_dim=1, target_level="node"), max_nodes=30)
+NODE_SPEC = CacheSpec(
+    DataSpec(
+        node_vocab=(3,),
+        edge_vocab=(2,),
+        num_targets=2,
+        num_outputs=2,
+        continuous_node_dim=4,
+        continuous_edge_dim=1,
+        target_level="node",
+    ),
+    max_nodes=30,
+)
 
 
 class NodeTargetReader(FakeReader):
@@ -184,8 +201,14 @@ class NodeTargetReader(FakeReader):
         if row == 5:
             x_continuous[0, 2] = np.nan
         e = edges.shape[1]
-        return RawGraph(x=rng.integers(0, 3, (n, 1)), edge_index=edges, edge_attr=rng.integers(0, 2, (e, 1)), y=y,
-                        x_continuous=x_continuous, edge_continuous=rng.normal(size=(e, 1)))
+        return RawGraph(
+            x=rng.integers(0, 3, (n, 1)),
+            edge_index=edges,
+            edge_attr=rng.integers(0, 2, (e, 1)),
+            y=y,
+            x_continuous=x_continuous,
+            edge_continuous=rng.normal(size=(e, 1)),
+        )
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -193,11 +216,13 @@ def test_continuous_features_and_per_node_targets_round_trip(tmp_path: Path, wor
     from graphormer_urpe.data.batch import collate_graphs
 
     reader = NodeTargetReader(12)
-    summary = build_store(reader, tmp_path, {"test": 2}, NODE_SPEC, {"train": np.arange(12)}, num_workers=workers,
-                          chunk_size=5)
-    assert dict(summary.skipped) == {5: "continuous node-feature column 2 is not finite (NaN or inf)",
-                                     6: f"targets of shape ({reader.graph(6).x.shape[0] + 1}, 2), expected "
-                                        f"({reader.graph(6).x.shape[0]}, 2)"}
+    summary = build_store(
+        reader, tmp_path, {"test": 2}, NODE_SPEC, {"train": np.arange(12)}, num_workers=workers, chunk_size=5
+    )
+    assert dict(summary.skipped) == {
+        5: "continuous node-feature column 2 is not finite (NaN or inf)",
+        6: f"targets of shape ({reader.graph(6).x.shape[0] + 1}, 2), expected ({reader.graph(6).x.shape[0]}, 2)",
+    }
     store = GraphStore(tmp_path)
     records = [store.record(i) for i in range(len(store))]
     for record, row in zip(records, store.source_row):
@@ -213,8 +238,9 @@ def test_continuous_features_and_per_node_targets_round_trip(tmp_path: Path, wor
     for b, i in enumerate(picked):
         np.testing.assert_array_equal(batch.y[b, : n[b]].numpy(), records[i].y)
         np.testing.assert_array_equal(batch.x_continuous[b, : n[b]].numpy(), records[i].x_continuous)
-    np.testing.assert_array_equal(batch.edge_continuous.numpy(),
-                                  np.concatenate([records[i].edge_continuous for i in picked]))
+    np.testing.assert_array_equal(
+        batch.edge_continuous.numpy(), np.concatenate([records[i].edge_continuous for i in picked])
+    )
 
 
 def test_graph_level_caches_hold_no_continuous_features(tmp_path: Path) -> None:
@@ -225,8 +251,12 @@ def test_graph_level_caches_hold_no_continuous_features(tmp_path: Path) -> None:
 
 def test_graphs_with_more_edges_than_int16_ids_hold_are_skipped_and_counted() -> None:
     i, j = np.nonzero(~np.eye(200, dtype=bool))
-    dense = RawGraph(x=np.zeros((200, 2), np.int64), edge_index=np.stack([i, j]),
-                     edge_attr=np.zeros((len(i), 1), np.int64), y=np.zeros(2, np.float32))
+    dense = RawGraph(
+        x=np.zeros((200, 2), np.int64),
+        edge_index=np.stack([i, j]),
+        edge_attr=np.zeros((len(i), 1), np.int64),
+        y=np.zeros(2, np.float32),
+    )
     spec = CacheSpec(SPEC.data, max_nodes=512)
     assert spec.problems([dense]) == ["39800 directed edges > 32767 (first-edge ids are int16)"]
 
@@ -257,7 +287,8 @@ class RecordedBar(cache.tqdm):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_progress_bar_counts_the_rows_of_a_chunk_as_they_are_read(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
     """Issue 38: the bar moved once per chunk (10,000 rows by default: minutes of RDKit descriptors at 0 %). Here the
     reader stops after 2 rows of every chunk of 6 until the bar has shown the rows read so far (``workers`` chunks
     at once): without counting within a chunk, no chunk would finish before the reader's minute of waiting, and the
@@ -276,8 +307,15 @@ def test_the_progress_bar_counts_the_rows_of_a_chunk_as_they_are_read(
     watcher = threading.Thread(target=release_when_shown)
     watcher.start()
     try:
-        summary = build_store(PausingReader(go, rows, before=2), tmp_path, {"test": 1}, SPEC,
-                              {"train": np.arange(rows)}, num_workers=workers, chunk_size=chunk)
+        summary = build_store(
+            PausingReader(go, rows, before=2),
+            tmp_path,
+            {"test": 1},
+            SPEC,
+            {"train": np.arange(rows)},
+            num_workers=workers,
+            chunk_size=chunk,
+        )
     finally:
         go.set()
         watcher.join()

@@ -46,8 +46,9 @@ def build_when_released(root: str, start: multiprocessing.Event, builds: str) ->
 def test_two_jobs_preparing_the_same_root_build_the_cache_once(tmp_path: Path) -> None:
     context = multiprocessing.get_context("fork")
     start, builds = context.Event(), tmp_path / "builds.txt"
-    jobs = [context.Process(target=build_when_released, args=(str(tmp_path / "data"), start, str(builds)))
-            for _ in range(2)]
+    jobs = [
+        context.Process(target=build_when_released, args=(str(tmp_path / "data"), start, str(builds))) for _ in range(2)
+    ]
     for job in jobs:
         job.start()
     start.set()
@@ -89,8 +90,17 @@ def small_model(data: GraphDataModule, attention: str) -> Graphormer:
     """A 2-layer model for ``data``'s vocabularies, in evaluation mode; with URPE a trained-looking C, so that the
     URPE product matters."""
     torch.manual_seed(0)
-    model = Graphormer(GraphormerConfig(node_vocab=data.spec.node_vocab, edge_vocab=data.spec.edge_vocab, num_layers=2,
-                                        hidden_dim=16, ffn_dim=16, num_heads=4, attention=attention)).eval()
+    model = Graphormer(
+        GraphormerConfig(
+            node_vocab=data.spec.node_vocab,
+            edge_vocab=data.spec.edge_vocab,
+            num_layers=2,
+            hidden_dim=16,
+            ffn_dim=16,
+            num_heads=4,
+            attention=attention,
+        )
+    ).eval()
     if model.relative_scale is not None:
         model.relative_scale.weight.data.uniform_(0.5, 1.5)
     return model
@@ -100,8 +110,9 @@ def small_model(data: GraphDataModule, attention: str) -> Graphormer:
 def test_size_aware_batching_changes_no_prediction(qm9_root: Path, attention: str) -> None:
     modules = {}
     for window in (0, 3):
-        modules[window] = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(qm9_root), batch_size=8,
-                                          num_workers=0, bucket_window=window)
+        modules[window] = GraphDataModule(
+            QM9(max_molecules=TINY_MOLECULES), root=str(qm9_root), batch_size=8, num_workers=0, bucket_window=window
+        )
         modules[window].setup()
     data = modules[3]
     model = small_model(data, attention)
@@ -121,14 +132,19 @@ def test_size_aware_batching_changes_no_prediction(qm9_root: Path, attention: st
 
 
 @pytest.mark.parametrize("attention", ["rpe", "urpe"])
-def test_padding_to_a_node_multiple_changes_no_prediction_and_leaves_few_shapes(qm9_root: Path,
-                                                                                attention: str) -> None:
+def test_padding_to_a_node_multiple_changes_no_prediction_and_leaves_few_shapes(qm9_root: Path, attention: str) -> None:
     """Training batches padded to multiples of 4 nodes, to 7 graphs and to a fixed edge count: every graph predicts
     what it predicts unpadded, and an epoch's batches come in one shape per multiple."""
     modules = {}
     for multiple in (1, 4):
-        modules[multiple] = GraphDataModule(QM9(max_molecules=TINY_MOLECULES), root=str(qm9_root), batch_size=7,
-                                            num_workers=0, bucket_window=3, pad_nodes_to=multiple)
+        modules[multiple] = GraphDataModule(
+            QM9(max_molecules=TINY_MOLECULES),
+            root=str(qm9_root),
+            batch_size=7,
+            num_workers=0,
+            bucket_window=3,
+            pad_nodes_to=multiple,
+        )
         modules[multiple].setup()
     data = modules[4]
     model = small_model(data, attention)
@@ -164,18 +180,32 @@ def _rewrite_json(path: Path, change: Callable[[dict], None]) -> None:
 #: (damaged file, how, fragment of the one warning after the file's path). Each is found, named and rebuilt.
 DAMAGE = {
     "truncated manifest": ("manifest.json", _truncate, "is not valid JSON, truncated or corrupted"),
-    "manifest of another cache": ("manifest.json", lambda p: _rewrite_json(p, lambda m: m.update(key={"x": 1})),
-                                  "does not describe this cache (corrupted)"),
-    "manifest without chunks": ("manifest.json", lambda p: _rewrite_json(p, lambda m: m.pop("chunks")),
-                                "lacks chunks (corrupted)"),
+    "manifest of another cache": (
+        "manifest.json",
+        lambda p: _rewrite_json(p, lambda m: m.update(key={"x": 1})),
+        "does not describe this cache (corrupted)",
+    ),
+    "manifest without chunks": (
+        "manifest.json",
+        lambda p: _rewrite_json(p, lambda m: m.pop("chunks")),
+        "lacks chunks (corrupted)",
+    ),
     "truncated chunk record": ("chunk_00001/chunk.json", _truncate, "chunk.json is not valid JSON"),
-    "garbled chunk record": ("chunk_00001/chunk.json", lambda p: p.write_bytes(b"\xff\xfe\x00garbage"),
-                             "chunk.json is not valid JSON"),
-    "chunk record without an array": ("chunk_00002/chunk.json",
-                                      lambda p: _rewrite_json(p, lambda m: m["files"].pop("y.npy")),
-                                      "chunk.json does not list the chunk's arrays (corrupted)"),
-    "chunk record as a list": ("chunk_00000/chunk.json", lambda p: p.write_text("[1, 2]"),
-                               "chunk.json is not a JSON object (a list)"),
+    "garbled chunk record": (
+        "chunk_00001/chunk.json",
+        lambda p: p.write_bytes(b"\xff\xfe\x00garbage"),
+        "chunk.json is not valid JSON",
+    ),
+    "chunk record without an array": (
+        "chunk_00002/chunk.json",
+        lambda p: _rewrite_json(p, lambda m: m["files"].pop("y.npy")),
+        "chunk.json does not list the chunk's arrays (corrupted)",
+    ),
+    "chunk record as a list": (
+        "chunk_00000/chunk.json",
+        lambda p: p.write_text("[1, 2]"),
+        "chunk.json is not a JSON object (a list)",
+    ),
     "corrupted split file": ("splits.npz", _flip_middle_byte, "cannot be read, truncated or corrupted"),
     "truncated split file": ("splits.npz", _truncate, "cannot be read, truncated or corrupted"),
 }
@@ -191,8 +221,9 @@ def intact_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, 
 
 
 @pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
-def test_damaged_cache_metadata_is_named_in_one_line_and_rebuilt(damage: str, intact_cache, tmp_path: Path,
-                                                                 package_log: pytest.LogCaptureFixture) -> None:
+def test_damaged_cache_metadata_is_named_in_one_line_and_rebuilt(
+    damage: str, intact_cache, tmp_path: Path, package_log: pytest.LogCaptureFixture
+) -> None:
     intact_root, sizes, targets = intact_cache
     root = tmp_path / "data"
     shutil.copytree(intact_root, root)
@@ -203,8 +234,9 @@ def test_damaged_cache_metadata_is_named_in_one_line_and_rebuilt(damage: str, in
     warnings = [r.getMessage() for r in package_log.records if r.levelno >= logging.WARNING]
     damaged = module.cache_dir / name.split("/")[0]
     assert len(warnings) == 1 and warnings[0].startswith(str(damaged)) and message in warnings[0], warnings
-    assert warnings[0].endswith("; the cache will be rebuilt" if damaged.name.endswith(("json", "npz"))
-                                else "; rebuilding it")
+    assert warnings[0].endswith(
+        "; the cache will be rebuilt" if damaged.name.endswith(("json", "npz")) else "; rebuilding it"
+    )
     module.setup()
     assert module.split_sizes == sizes
     np.testing.assert_array_equal(module.datasets["train"].store.targets(), targets)
@@ -224,8 +256,15 @@ class HugeTargets:
     def graphs(self, start: int, stop: int, max_nodes: int | None = None) -> Iterator[tuple[int, RawGraph]]:
         for row in range(start, stop):
             y = np.array([1e20 * (1 + row / 7), np.nan if row % 3 == 0 else -3e19 * row], dtype=np.float32)
-            yield row, RawGraph(x=np.zeros((1, 1), np.int64), edge_index=np.zeros((2, 0), np.int64),
-                                edge_attr=np.zeros((0, 1), np.int64), y=y)
+            yield (
+                row,
+                RawGraph(
+                    x=np.zeros((1, 1), np.int64),
+                    edge_index=np.zeros((2, 0), np.int64),
+                    edge_attr=np.zeros((0, 1), np.int64),
+                    y=y,
+                ),
+            )
 
 
 def test_target_statistics_of_targets_whose_squares_overflow_float32_are_exact(tmp_path: Path) -> None:
@@ -249,20 +288,24 @@ def test_a_training_split_left_empty_by_preprocessing_stops_naming_why(tmp_path:
     """``data.max_nodes 2`` skips every molecule: one line, not a traceback at the target statistics."""
     table = tmp_path / "t.csv"
     table.write_text("".join((REPO_DIR / "examples" / "qm9_sample.csv").read_text().splitlines(keepends=True)[:41]))
-    data = GraphDataModule(SmilesTable(str(table), targets=["gap_ev"]), root=str(tmp_path), preprocess_workers=0,
-                           max_nodes=2)
+    data = GraphDataModule(
+        SmilesTable(str(table), targets=["gap_ev"]), root=str(tmp_path), preprocess_workers=0, max_nodes=2
+    )
     data.prepare_data()
     with pytest.raises(DataError) as refused:
         data.setup("fit")
-    assert str(refused.value).startswith(f"{table} (SMILES column 'smiles'): no training graph is left, every one of "
-                                         "its rows was skipped while preprocessing (first: [[0, '")
+    assert str(refused.value).startswith(
+        f"{table} (SMILES column 'smiles'): no training graph is left, every one of "
+        "its rows was skipped while preprocessing (first: [[0, '"
+    )
     assert str(refused.value).endswith("]]); check the data, or data.max_nodes=2")
     data.setup("test")  # evaluating needs no training graph
     assert data.split_sizes["train"] == 0
 
 
-def test_a_valid_cache_is_used_without_the_raw_files(qm9_root: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_valid_cache_is_used_without_the_raw_files(
+    qm9_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A machine given the cache alone (bench/gpu/gpu_bundle.py's, without qm9pack) trains from it; without
     a cache the missing raw files are still named before any work."""
     from graphormer_urpe.data.sources import molecules

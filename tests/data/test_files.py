@@ -42,8 +42,11 @@ def test_checksums_of_an_empty_file(tmp_path: Path) -> None:
 
 def test_record_holds_size_checksum_and_optionally_the_modification_time(data_file: Path) -> None:
     assert file_record(data_file) == {"bytes": 10_500, "crc32": zlib.crc32(DATA)}
-    assert file_record(data_file, mtime=True) == {"bytes": 10_500, "crc32": zlib.crc32(DATA),
-                                                  "mtime_ns": data_file.stat().st_mtime_ns}
+    assert file_record(data_file, mtime=True) == {
+        "bytes": 10_500,
+        "crc32": zlib.crc32(DATA),
+        "mtime_ns": data_file.stat().st_mtime_ns,
+    }
 
 
 def _flip_last_bit(path: Path) -> None:
@@ -98,8 +101,9 @@ def test_atomic_write_replaces_whole_and_leaves_no_temporary_file(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
 
 
-def test_a_write_interrupted_before_the_rename_keeps_the_old_file(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_write_interrupted_before_the_rename_keeps_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "manifest.json"
     atomic_write_text(path, "old")
 

@@ -54,13 +54,14 @@ def global_batches(size: int, batch: int, world: int, epoch: int = 0, window: in
     (size-aware with ``window`` > 0)."""
     per_rank = []
     for rank in range(world):
-        sampler = GlobalBatchSampler(Indices(size), batch, world, rank, seed=3,
-                                     sizes=sizes_of(size) if window else None, bucket_window=window)
+        sampler = GlobalBatchSampler(
+            Indices(size), batch, world, rank, seed=3, sizes=sizes_of(size) if window else None, bucket_window=window
+        )
         sampler.set_epoch(epoch)
         order = list(sampler)
         assert len(order) == len(sampler)
         local = batch // world
-        per_rank.append([order[i:i + local] for i in range(0, len(order), local)])
+        per_rank.append([order[i : i + local] for i in range(0, len(order), local)])
     assert len({len(steps) for steps in per_rank}) == 1, "every process must take the same number of steps"
     return [sum((steps[s] for steps in per_rank), []) for s in range(len(per_rank[0]))]
 
@@ -158,8 +159,15 @@ def epochs_of(loader: ResumableLoader, epochs: range) -> list[list]:
     return out
 
 
-def make_loader(size: int = 22, batch: int = 4, world: int = 1, rank: int = 0, dataset: Dataset | None = None,
-                num_workers: int = 0, window: int = 0) -> ResumableLoader:
+def make_loader(
+    size: int = 22,
+    batch: int = 4,
+    world: int = 1,
+    rank: int = 0,
+    dataset: Dataset | None = None,
+    num_workers: int = 0,
+    window: int = 0,
+) -> ResumableLoader:
     dataset = Indices(size) if dataset is None else dataset
     sizes = sizes_of(len(dataset)) if window else None
     sampler = GlobalBatchSampler(dataset, batch, world, rank, seed=5, sizes=sizes, bucket_window=window)
@@ -186,7 +194,7 @@ def test_loader_resumes_at_the_exact_next_batch(consumed: int, window: int) -> N
     assert len(resumed) == 6  # Lightning's epoch length stays the full epoch
     first = list(resumed)  # Lightning iterates once without calling set_epoch again for this epoch
     rest = epochs_of(resumed, range(epoch + 1, 3))
-    assert first + sum(rest, []) == expected[6 + consumed:]
+    assert first + sum(rest, []) == expected[6 + consumed :]
 
 
 @pytest.mark.parametrize("window", [0, 2])
@@ -225,9 +233,12 @@ def test_a_validation_interval_past_the_epoch_is_refused_only_when_validation_is
     def trainer(interval: int | float, every: int | None, limit_val: int | float = 1.0) -> SimpleNamespace:
         return SimpleNamespace(val_check_interval=interval, check_val_every_n_epoch=every, limit_val_batches=limit_val)
 
-    with pytest.raises(ConfigError, match=r"^trainer\.val_check_interval=8: is more than the 7 training batches of an "
-                                          r"epoch \(50 training examples in global batches of 8\) while "
-                                          r"trainer\.check_val_every_n_epoch is 1; use at most 7"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^trainer\.val_check_interval=8: is more than the 7 training batches of an "
+        r"epoch \(50 training examples in global batches of 8\) while "
+        r"trainer\.check_val_every_n_epoch is 1; use at most 7",
+    ):
         check_validation_interval(trainer(8, 1), 7, 50, 8)
     check_validation_interval(trainer(7, 1), 7, 50, 8)  # the last batch of the epoch
     check_validation_interval(trainer(8, None), 7, 50, 8)  # counted across epochs

@@ -83,8 +83,12 @@ def test_blocks_of_many_graphs_equal_one_graph_at_a_time() -> None:
 def test_the_option_reaches_the_cache_and_its_key(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     edge_index = random_graph(rng, 9, directed=False)
-    graph = RawGraph(x=np.zeros((9, 1), np.int64), edge_index=edge_index,
-                     edge_attr=np.zeros((edge_index.shape[1], 1), np.int64), y=np.zeros(1, np.float32))
+    graph = RawGraph(
+        x=np.zeros((9, 1), np.int64),
+        edge_index=edge_index,
+        edge_attr=np.zeros((edge_index.shape[1], 1), np.int64),
+        y=np.zeros(1, np.float32),
+    )
     spec = CacheSpec(DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=1), path_order="official")
     arrays, _ = encode_chunk(iter([(0, graph)]), spec)
     assert np.array_equal(arrays["first_edge"], graph_structure(9, edge_index, "official").first_edge.reshape(-1))

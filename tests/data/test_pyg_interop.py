@@ -37,8 +37,14 @@ def assert_same_batch(ours: GraphBatch, theirs: GraphBatch) -> None:
     """Every field equal in value, dtype and shape (NaN = NaN), except ``index`` (dataset positions)."""
     for field in dataclasses.fields(GraphBatch):
         if field.name != "index":
-            torch.testing.assert_close(getattr(theirs, field.name), getattr(ours, field.name), rtol=0, atol=0,
-                                       equal_nan=True, msg=lambda m, name=field.name: f"{name}: {m}")
+            torch.testing.assert_close(
+                getattr(theirs, field.name),
+                getattr(ours, field.name),
+                rtol=0,
+                atol=0,
+                equal_nan=True,
+                msg=lambda m, name=field.name: f"{name}: {m}",
+            )
 
 
 def cached_records(data: GraphDataModule) -> list:
@@ -63,11 +69,21 @@ def test_transform_on_a_directed_disconnected_graph_with_an_isolated_node_hand_c
     u = 255
     assert data.spd.dtype == torch.uint8 and data.first_edge.dtype == torch.int16 and data.num_nodes == 6
     assert data.spd.view(6, 6).tolist() == [
-        [0, 1, 2, u, u, u], [2, 0, 1, u, u, u], [1, 2, 0, u, u, u],
-        [u, u, u, 0, 1, u], [u, u, u, 1, 0, u], [u, u, u, u, u, 0]]
+        [0, 1, 2, u, u, u],
+        [2, 0, 1, u, u, u],
+        [1, 2, 0, u, u, u],
+        [u, u, u, 0, 1, u],
+        [u, u, u, 1, 0, u],
+        [u, u, u, u, u, 0],
+    ]
     assert data.first_edge.view(6, 6).tolist() == [
-        [-1, 0, 0, -1, -1, -1], [1, -1, 1, -1, -1, -1], [2, 2, -1, -1, -1, -1],
-        [-1, -1, -1, -1, 3, -1], [-1, -1, -1, 4, -1, -1], [-1] * 6]
+        [-1, 0, 0, -1, -1, -1],
+        [1, -1, 1, -1, -1, -1],
+        [2, 2, -1, -1, -1, -1],
+        [-1, -1, -1, -1, 3, -1],
+        [-1, -1, -1, 4, -1, -1],
+        [-1] * 6,
+    ]
     assert data.in_degree.tolist() == [1, 1, 1, 1, 1, 0] and data.out_degree.tolist() == [1, 1, 1, 1, 1, 0]
     assert torch.equal(data.edge_index, edge_index)  # the graph itself is unchanged
 
@@ -91,33 +107,70 @@ def test_first_edges_become_batch_edge_ids_and_edge_targets_local_positions() ->
     assert_same_batch(to_graph_batch(first), to_graph_batch(Batch.from_data_list([first])))  # one Data
 
 
-@pytest.mark.parametrize("data, transform, message", [
-    (Data(), GraphormerStructure(), r"node count is unknown: set data.num_nodes"),
-    (Data(x=torch.zeros(0, 1, dtype=torch.long), edge_index=torch.zeros(2, 0, dtype=torch.long)),
-     GraphormerStructure(), r"num_nodes=0; 1 to 32767 nodes"),
-    (Data(x=torch.zeros(3, 1, dtype=torch.long), edge_index=torch.tensor([[0, 1], [1, 3]])), GraphormerStructure(),
-     r"edge_index\[1, 1\] = 3 is not a node of a graph with num_nodes=3 \(0 .. 2\)"),
-    (Data(x=torch.zeros(3, 1, dtype=torch.long), edge_index=torch.tensor([[0, -1], [1, 2]])), GraphormerStructure(),
-     r"edge_index\[0, 1\] = -1 is not a node"),
-    (Data(x=torch.zeros(3, 1, dtype=torch.long), edge_index=torch.tensor([[0.0], [1.0]])), GraphormerStructure(),
-     r"edge_index has shape \(2, 1\) and dtype torch.float32; expected \(2, edges\) integers"),
-    (Data(x=torch.tensor([[1, 0], [2, -3]]), edge_index=torch.tensor([[0], [1]])), GraphormerStructure(),
-     r"attribute 'x' row 1 column 1 is -3: a negative category"),
-    (Data(x=torch.tensor([[0.5], [float("nan")]]), edge_index=torch.tensor([[0], [1]])), GraphormerStructure(),
-     r"attribute 'x' row 1 column 0 is nan: not finite"),
-    (Data(x=torch.zeros(2, 1), edge_index=torch.tensor([[0], [1]]), edge_attr=torch.zeros(2, 1)),
-     GraphormerStructure(), r"attribute 'edge_attr' has shape \(2, 1\); expected \(1,\) or \(1, columns\)"),
-    (Data(x=torch.zeros(2, 3, 1), edge_index=torch.tensor([[0], [1]])), GraphormerStructure(),
-     r"attribute 'x' has shape \(2, 3, 1\); expected \(2,\) or \(2, columns\)"),
-    (Data(x=torch.ones(2, 1, dtype=torch.complex64), edge_index=torch.tensor([[0], [1]])), GraphormerStructure(),
-     r"attribute 'x' is torch.complex64: features are integer categories or real floats"),
-    (Data(x=torch.zeros(2, 1), edge_index=torch.tensor([[0], [1]])), GraphormerStructure(node_attributes=["feat"]),
-     r"no tensor attribute 'feat'; it has: edge_index, x"),
-    (Data(edge_index=torch.stack(torch.nonzero(~torch.eye(200, dtype=torch.bool)).T.unbind()), num_nodes=200),
-     GraphormerStructure(), r"39800 directed edges in edge_index; at most 32767"),
-])
-def test_transform_refuses_what_it_cannot_take_naming_attribute_and_value(data: Data, transform: GraphormerStructure,
-                                                                          message: str) -> None:
+@pytest.mark.parametrize(
+    "data, transform, message",
+    [
+        (Data(), GraphormerStructure(), r"node count is unknown: set data.num_nodes"),
+        (
+            Data(x=torch.zeros(0, 1, dtype=torch.long), edge_index=torch.zeros(2, 0, dtype=torch.long)),
+            GraphormerStructure(),
+            r"num_nodes=0; 1 to 32767 nodes",
+        ),
+        (
+            Data(x=torch.zeros(3, 1, dtype=torch.long), edge_index=torch.tensor([[0, 1], [1, 3]])),
+            GraphormerStructure(),
+            r"edge_index\[1, 1\] = 3 is not a node of a graph with num_nodes=3 \(0 .. 2\)",
+        ),
+        (
+            Data(x=torch.zeros(3, 1, dtype=torch.long), edge_index=torch.tensor([[0, -1], [1, 2]])),
+            GraphormerStructure(),
+            r"edge_index\[0, 1\] = -1 is not a node",
+        ),
+        (
+            Data(x=torch.zeros(3, 1, dtype=torch.long), edge_index=torch.tensor([[0.0], [1.0]])),
+            GraphormerStructure(),
+            r"edge_index has shape \(2, 1\) and dtype torch.float32; expected \(2, edges\) integers",
+        ),
+        (
+            Data(x=torch.tensor([[1, 0], [2, -3]]), edge_index=torch.tensor([[0], [1]])),
+            GraphormerStructure(),
+            r"attribute 'x' row 1 column 1 is -3: a negative category",
+        ),
+        (
+            Data(x=torch.tensor([[0.5], [float("nan")]]), edge_index=torch.tensor([[0], [1]])),
+            GraphormerStructure(),
+            r"attribute 'x' row 1 column 0 is nan: not finite",
+        ),
+        (
+            Data(x=torch.zeros(2, 1), edge_index=torch.tensor([[0], [1]]), edge_attr=torch.zeros(2, 1)),
+            GraphormerStructure(),
+            r"attribute 'edge_attr' has shape \(2, 1\); expected \(1,\) or \(1, columns\)",
+        ),
+        (
+            Data(x=torch.zeros(2, 3, 1), edge_index=torch.tensor([[0], [1]])),
+            GraphormerStructure(),
+            r"attribute 'x' has shape \(2, 3, 1\); expected \(2,\) or \(2, columns\)",
+        ),
+        (
+            Data(x=torch.ones(2, 1, dtype=torch.complex64), edge_index=torch.tensor([[0], [1]])),
+            GraphormerStructure(),
+            r"attribute 'x' is torch.complex64: features are integer categories or real floats",
+        ),
+        (
+            Data(x=torch.zeros(2, 1), edge_index=torch.tensor([[0], [1]])),
+            GraphormerStructure(node_attributes=["feat"]),
+            r"no tensor attribute 'feat'; it has: edge_index, x",
+        ),
+        (
+            Data(edge_index=torch.stack(torch.nonzero(~torch.eye(200, dtype=torch.bool)).T.unbind()), num_nodes=200),
+            GraphormerStructure(),
+            r"39800 directed edges in edge_index; at most 32767",
+        ),
+    ],
+)
+def test_transform_refuses_what_it_cannot_take_naming_attribute_and_value(
+    data: Data, transform: GraphormerStructure, message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         transform(data)
 
@@ -130,8 +183,9 @@ def test_zinc_pyg_loop_gives_exactly_our_pipelines_batches_and_outputs(tmp_path:
     sizes, subset = {"train": 30, "val": 8, "test": 6}, {"train": 10, "val": 4, "test": 3}
     write_zinc_raw(tmp_path / "ours" / "ZINC" / "raw", sizes, subset)
     write_zinc_raw(tmp_path / "pyg" / "raw", sizes, subset)  # the same pickles (same seed), PyG's own root
-    data = GraphDataModule(ZINC(subset=True), root=str(tmp_path / "ours"), batch_size=4, num_workers=0,
-                           preprocess_workers=0)
+    data = GraphDataModule(
+        ZINC(subset=True), root=str(tmp_path / "ours"), batch_size=4, num_workers=0, preprocess_workers=0
+    )
     data.prepare_data()
     data.setup()
     records = list(data.datasets["train"])
@@ -140,7 +194,7 @@ def test_zinc_pyg_loop_gives_exactly_our_pipelines_batches_and_outputs(tmp_path:
     model = model_pair(GraphormerConfig(**data.spec.encoder_fields(), attention=attention, **TINY))
     loader = DataLoader(dataset, batch_size=4, shuffle=False)
     for start, batch in zip(range(0, 10, 4), loader, strict=True):
-        ours = collate_graphs(records[start:start + 4])
+        ours = collate_graphs(records[start : start + 4])
         assert_same_batch(ours, to_graph_batch(batch, data.spec))
         with torch.no_grad():
             assert torch.equal(model(batch), model(ours))
@@ -171,10 +225,17 @@ def awkward_tu_graphs(count: int, seed: int = 0) -> list[TUGraph]:
         else:
             edges = np.zeros((2, 0), dtype=np.int64)
         e = edges.shape[1]
-        graphs.append(TUGraph(num_nodes=n, edge_index=edges, node_labels=rng.integers(1, 4, n),
-                              node_attributes=rng.normal(size=(n, 2)).round(4), edge_labels=rng.integers(0, 2, e),
-                              edge_attributes=rng.normal(size=(e, 1)).round(4),
-                              graph_attributes=rng.normal(size=2).round(4)))
+        graphs.append(
+            TUGraph(
+                num_nodes=n,
+                edge_index=edges,
+                node_labels=rng.integers(1, 4, n),
+                node_attributes=rng.normal(size=(n, 2)).round(4),
+                edge_labels=rng.integers(0, 2, e),
+                edge_attributes=rng.normal(size=(e, 1)).round(4),
+                graph_attributes=rng.normal(size=2).round(4),
+            )
+        )
     return graphs
 
 
@@ -195,7 +256,7 @@ def test_tu_dataset_pyg_loop_gives_exactly_our_pipelines_batches_and_outputs(tmp
     assert (config.continuous_node_dim, config.continuous_edge_dim) == (2 + 3, 1 + 2)  # TU labels are one-hot floats
     model = model_pair(config)
     for start, batch in zip(range(0, 23, 5), DataLoader(dataset, batch_size=5), strict=True):
-        ours = collate_graphs(records[start:start + 5])
+        ours = collate_graphs(records[start : start + 5])
         assert_same_batch(ours, to_graph_batch(batch, data.spec))
         with torch.no_grad():
             assert torch.equal(model(batch), model(ours))
@@ -217,9 +278,15 @@ class NodeGraphs(InMemoryDataset):
             edges = random_edges(rng, n - (k % 2), connected=k % 3 != 0)  # odd graphs: last node isolated
             y = rng.normal(size=(n, 2))
             y[rng.random((n, 2)) < 0.2] = np.nan
-            data_list.append(Data(x=torch.tensor(rng.integers(0, 4, (n, 2))), num_nodes=n,
-                                  pos=torch.tensor(rng.normal(size=(n, 3)), dtype=torch.float32),
-                                  edge_index=torch.tensor(edges), y=torch.tensor(y, dtype=torch.float32)))
+            data_list.append(
+                Data(
+                    x=torch.tensor(rng.integers(0, 4, (n, 2))),
+                    num_nodes=n,
+                    pos=torch.tensor(rng.normal(size=(n, 3)), dtype=torch.float32),
+                    edge_index=torch.tensor(edges),
+                    y=torch.tensor(y, dtype=torch.float32),
+                )
+            )
         self.data, self.slices = self.collate(data_list)
 
 
@@ -235,7 +302,7 @@ def test_per_node_targets_without_edge_features_give_exactly_our_pipelines_outpu
     config = GraphormerConfig(**data.spec.encoder_fields(), **TINY)
     model = model_pair(config)
     for start, batch in zip(range(0, 11, 4), DataLoader(graphs, batch_size=4), strict=True):
-        ours = collate_graphs(records[start:start + 4])
+        ours = collate_graphs(records[start : start + 4])
         theirs = to_graph_batch(batch, data.spec, node_attributes=["x", "pos"])
         assert_same_batch(ours, theirs)
         assert theirs.y.shape[:2] == theirs.node_mask.shape and torch.isnan(theirs.y[~theirs.node_mask]).all()
@@ -254,28 +321,52 @@ def graph_batch(**fields) -> Batch:
 PATH = dict(x=torch.tensor([[1], [2], [3]]), edge_index=torch.tensor([[0, 1], [1, 2]]))
 
 
-@pytest.mark.parametrize("batch, config, message", [
-    (Batch.from_data_list([Data(**PATH)]), None,
-     r"the batch has no spd, first_edge, in_degree, out_degree: build the dataset with "
-     r"pre_transform=GraphormerStructure\(\)"),
-    (graph_batch(**PATH), GraphormerConfig(node_vocab=[3], **TINY),
-     r"attribute 'x' column 0 has value 3 \(batch row 2\), outside the model's node_vocab\[0\] = 3 categories "
-     r"\(0 .. 2\): raise node_vocab\[0\]"),
-    (graph_batch(**PATH), GraphormerConfig(node_vocab=[5, 5], **TINY),
-     r"1 categorical node-feature column\(s\), the model's node_vocab has 2 entries"),
-    (graph_batch(x=torch.rand(3, 4), edge_index=PATH["edge_index"]), GraphormerConfig(**TINY),
-     r"4 continuous \(float\) node-feature column\(s\), the model has continuous_node_dim=0: set "
-     r"continuous_node_dim=4"),
-    (graph_batch(**PATH, edge_attr=torch.rand(2, 1)), GraphormerConfig(continuous_edge_dim=2, **TINY),
-     r"1 continuous \(float\) edge-feature column\(s\), the model has continuous_edge_dim=2"),
-    (graph_batch(**PATH), GraphormerConfig(readout="target_node", **TINY),
-     r"readout='target_node' reads GraphBatch.target_node, which PyG batches do not carry"),
-    (graph_batch(**PATH, y=torch.zeros(3)), GraphormerConfig(**TINY),
-     r"target 'y' has shape \(6,\); graph-level targets need 2 rows"),
-])
-def test_conversion_refuses_batches_that_do_not_fit_naming_what_to_change(batch: Batch,
-                                                                          config: GraphormerConfig | None,
-                                                                          message: str) -> None:
+@pytest.mark.parametrize(
+    "batch, config, message",
+    [
+        (
+            Batch.from_data_list([Data(**PATH)]),
+            None,
+            r"the batch has no spd, first_edge, in_degree, out_degree: build the dataset with "
+            r"pre_transform=GraphormerStructure\(\)",
+        ),
+        (
+            graph_batch(**PATH),
+            GraphormerConfig(node_vocab=[3], **TINY),
+            r"attribute 'x' column 0 has value 3 \(batch row 2\), outside the model's node_vocab\[0\] = 3 categories "
+            r"\(0 .. 2\): raise node_vocab\[0\]",
+        ),
+        (
+            graph_batch(**PATH),
+            GraphormerConfig(node_vocab=[5, 5], **TINY),
+            r"1 categorical node-feature column\(s\), the model's node_vocab has 2 entries",
+        ),
+        (
+            graph_batch(x=torch.rand(3, 4), edge_index=PATH["edge_index"]),
+            GraphormerConfig(**TINY),
+            r"4 continuous \(float\) node-feature column\(s\), the model has continuous_node_dim=0: set "
+            r"continuous_node_dim=4",
+        ),
+        (
+            graph_batch(**PATH, edge_attr=torch.rand(2, 1)),
+            GraphormerConfig(continuous_edge_dim=2, **TINY),
+            r"1 continuous \(float\) edge-feature column\(s\), the model has continuous_edge_dim=2",
+        ),
+        (
+            graph_batch(**PATH),
+            GraphormerConfig(readout="target_node", **TINY),
+            r"readout='target_node' reads GraphBatch.target_node, which PyG batches do not carry",
+        ),
+        (
+            graph_batch(**PATH, y=torch.zeros(3)),
+            GraphormerConfig(**TINY),
+            r"target 'y' has shape \(6,\); graph-level targets need 2 rows",
+        ),
+    ],
+)
+def test_conversion_refuses_batches_that_do_not_fit_naming_what_to_change(
+    batch: Batch, config: GraphormerConfig | None, message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         to_graph_batch(batch, None if config is None else Graphormer(config).data_spec())
     if config is not None:
@@ -289,12 +380,17 @@ def test_features_a_later_transform_breaks_are_refused_by_the_conversion() -> No
     model = Graphormer(GraphormerConfig(continuous_node_dim=2, **TINY))
     broken = graph.clone()
     broken.x[2, 1] = float("inf")
-    with pytest.raises(ValueError, match=r"the batch's continuous node features hold 1 values that are not finite "
-                                         r"\(NaN or inf\), the first at node 5 of the batch, column 1: inf; "
-                                         r"GraphormerStructure refuses them, so a transform applied after it"):
+    with pytest.raises(
+        ValueError,
+        match=r"the batch's continuous node features hold 1 values that are not finite "
+        r"\(NaN or inf\), the first at node 5 of the batch, column 1: inf; "
+        r"GraphormerStructure refuses them, so a transform applied after it",
+    ):
         model(Batch.from_data_list([graph, broken]))
-    for x, message in ((graph.x.to(torch.complex64), r"attribute 'x' is torch\.complex64"),
-                       (graph.x[:, :, None], r"attribute 'x' has shape \(3, 2, 1\); expected \(3,\) or \(3, ")):
+    for x, message in (
+        (graph.x.to(torch.complex64), r"attribute 'x' is torch\.complex64"),
+        (graph.x[:, :, None], r"attribute 'x' has shape \(3, 2, 1\); expected \(3,\) or \(3, "),
+    ):
         changed = graph.clone()
         changed.x = x
         with pytest.raises(ValueError, match=message):
@@ -303,8 +399,11 @@ def test_features_a_later_transform_breaks_are_refused_by_the_conversion() -> No
 
 def test_edges_changed_after_the_transform_are_detected() -> None:
     directed = GraphormerStructure()(Data(**PATH))
-    with pytest.raises(ValueError, match=r"2 nodes whose out_degree disagrees with edge_index\): apply every "
-                                         r"transform that changes nodes or edges before GraphormerStructure"):
+    with pytest.raises(
+        ValueError,
+        match=r"2 nodes whose out_degree disagrees with edge_index\): apply every "
+        r"transform that changes nodes or edges before GraphormerStructure",
+    ):
         to_graph_batch(Batch.from_data_list([ToUndirected()(directed)]))
 
 
@@ -324,8 +423,11 @@ def test_model_from_keyword_arguments_equals_the_model_from_a_config() -> None:
 
 
 def test_unknown_keyword_arguments_are_refused_with_a_suggestion() -> None:
-    with pytest.raises(TypeError, match=r"unknown option\(s\) 'num_layer' \(did you mean 'num_layers'\?\), "
-                                        r"'widget'; GraphormerConfig fields: node_vocab, .*num_layers"):
+    with pytest.raises(
+        TypeError,
+        match=r"unknown option\(s\) 'num_layer' \(did you mean 'num_layers'\?\), "
+        r"'widget'; GraphormerConfig fields: node_vocab, .*num_layers",
+    ):
         Graphormer(num_layer=2, widget=1)
     with pytest.raises(TypeError, match=r"takes a GraphormerConfig, got dict"):
         Graphormer({"num_layers": 2})
@@ -343,13 +445,20 @@ def test_pyg_loop_example_runs_and_uses_only_the_transform_and_the_model(tmp_pat
     project_imports = [line for line in source.splitlines() if "graphormer_urpe" in line]
     assert project_imports == ["from graphormer_urpe import Graphormer, GraphormerStructure"]
     env = {**os.environ, "PYTHONPATH": str(EXAMPLE.parent.parent)}
-    result = subprocess.run([sys.executable, str(EXAMPLE), str(tmp_path), "1"], env=env, capture_output=True,
-                            text=True, timeout=600, check=False)
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLE), str(tmp_path), "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     match = re.fullmatch(r"epoch 1: train L1 (\d+\.\d+) eV, test MAE (\d+\.\d+) eV\n", result.stdout)
     assert match and 0 < float(match[2]) < 5, result.stdout  # gaps are 2-12 eV; a broken model predicts NaN
     assert "GraphormerStructure" in (tmp_path / "QM9SAMPLE" / "processed" / "pre_transform.pt").read_bytes().decode(
-        "latin-1")
+        "latin-1"
+    )
     docs = (EXAMPLE.parent.parent / "docs" / "pyg.md").read_text()
     assert source in docs, "docs/pyg.md must show examples/pyg_loop.py verbatim"
 

@@ -23,8 +23,12 @@ from graphormer_urpe.data.safe_load import (
 from graphormer_urpe.testing.official_checkpoints import official_weights, save_official
 from graphormer_urpe.testing.ogb_layouts import NUMPY1_MULTIARRAY, torch_save_as_numpy1
 
-SPLITS = {"train": np.arange(10), "valid": np.array([10, 12]), "test-dev": np.array([11]),
-          "test-challenge": np.array([], dtype=np.int64)}
+SPLITS = {
+    "train": np.arange(10),
+    "valid": np.array([10, 12]),
+    "test-dev": np.array([11]),
+    "test-challenge": np.array([], dtype=np.int64),
+}
 
 
 def test_a_numpy1_pickle_loads(tmp_path: Path) -> None:
@@ -57,11 +61,14 @@ def test_a_numpy2_pickle_loads_and_the_allow_list_is_temporary(tmp_path: Path) -
         torch.load(path, weights_only=True)
 
 
-@pytest.mark.parametrize(("payload", "message"), [
-    ({"train": np.array([object()], dtype=object)}, "builtins.object"),
-    ({"train": np.array(["a"])}, "weights_only"),
-    ({"train": torch.nn.Linear(1, 1)}, "torch.nn.modules.linear.Linear"),
-])
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"train": np.array([object()], dtype=object)}, "builtins.object"),
+        ({"train": np.array(["a"])}, "weights_only"),
+        ({"train": torch.nn.Linear(1, 1)}, "torch.nn.modules.linear.Linear"),
+    ],
+)
 def test_anything_but_numeric_arrays_is_refused(tmp_path: Path, payload: dict, message: str) -> None:
     path = tmp_path / "split_dict.pt"
     torch.save(payload, path)
@@ -109,11 +116,13 @@ def test_a_file_that_is_not_our_checkpoint_is_named_for_what_it_is(tmp_path: Pat
         assert "\x1b[" in str(error)  # torch's advice, in bold: none of it reaches the message
         assert not_a_checkpoint(official, error) == (
             f"{official} is a checkpoint of the official Graphormer ({name}), not one of this project: convert it "
-            f"with graphormer-urpe convert official {official} {tmp_path / version}-converted.ckpt")
+            f"with graphormer-urpe convert official {official} {tmp_path / version}-converted.ckpt"
+        )
     garbage = tmp_path / "garbage.ckpt"
     garbage.write_bytes(b"PK\x03\x04\x00\xff" * 10)
     assert not_a_checkpoint(garbage, _load_error(garbage)).startswith(
-        f"{garbage} (60 bytes) is not a readable checkpoint: probably truncated or corrupted (")
+        f"{garbage} (60 bytes) is not a readable checkpoint: probably truncated or corrupted ("
+    )
 
 
 class NotWeights:
@@ -129,18 +138,20 @@ def test_torch_advice_to_unpickle_a_file_is_never_passed_on(tmp_path: Path) -> N
     plain.write_bytes(pickle.dumps({"a": 1}, protocol=4))
     expected = {
         random_bytes: "neither a torch.save archive nor a legacy torch file (the weights reader stops at pickle opcode "
-                      "132): not a checkpoint, or a damaged one",
+        "132): not a checkpoint, or a damaged one",
         pickled: f"it holds {__name__}.NotWeights, a Python object besides weights, which is never unpickled here "
-                 "(unpickling a file can run code from it)",
+        "(unpickling a file can run code from it)",
         plain: "neither a torch.save archive nor a legacy torch file (the weights reader stops at pickle opcode 149): "
-               "not a checkpoint, or a damaged one",
+        "not a checkpoint, or a damaged one",
     }
     for path, reason in expected.items():
         error = _load_error(path)
         assert "weights_only` set to `False` will likely succeed" in str(error)  # what torch says
         assert load_failure(error) == reason
-        assert not_a_checkpoint(path, error) == \
-            f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint: {reason}"
+        assert (
+            not_a_checkpoint(path, error)
+            == f"{path} ({path.stat().st_size:,} bytes) is not a readable checkpoint: {reason}"
+        )
 
 
 def test_a_transformers_directory_names_its_converter(tmp_path: Path) -> None:
@@ -149,7 +160,8 @@ def test_a_transformers_directory_names_its_converter(tmp_path: Path) -> None:
     (tmp_path / "hf" / "config.json").write_text("{}")
     assert directory_problem(tmp_path / "hf") == (
         f"{tmp_path / 'hf'} is a directory with config.json, a transformers Graphormer: convert it with "
-        f"graphormer-urpe convert huggingface {tmp_path / 'hf'} OUT.ckpt")
+        f"graphormer-urpe convert huggingface {tmp_path / 'hf'} OUT.ckpt"
+    )
 
 
 def _pickle_bytes(path: Path) -> bytes:

@@ -57,47 +57,136 @@ DESCRIPTORS = descriptor_reference()
 #: Parameter counts and state-dict layouts are those main built at 42a5948 (before the DataSpec), with
 #: the 11 name-matched links: the same models.
 EXPECTED = {
-    "mag240m": Expected(DataSpec(node_vocab=(3,), edge_vocab=(6,), num_targets=1, num_outputs=153,
-                                 continuous_node_dim=768, target_level="target_node", target_kind="multiclass",
-                                 target_names=("y",), submission=MAG240M), 10_033_145, "4cfb0f43e0a469d7"),
+    "mag240m": Expected(
+        DataSpec(
+            node_vocab=(3,),
+            edge_vocab=(6,),
+            num_targets=1,
+            num_outputs=153,
+            continuous_node_dim=768,
+            target_level="target_node",
+            target_kind="multiclass",
+            target_names=("y",),
+            submission=MAG240M,
+        ),
+        10_033_145,
+        "4cfb0f43e0a469d7",
+    ),
     # the shipped pretraining: the descriptors that vary over MOSES as targets, already on one scale
-    "pretrain_moses": Expected(DataSpec(**MOLECULES, num_targets=len(DESCRIPTORS.informative),
-                                        num_outputs=len(DESCRIPTORS.informative),
-                                        target_names=tuple(DESCRIPTORS.names[k] for k in DESCRIPTORS.informative)),
-                               594_378, "d6f42cebf0dfe8c2"),
-    "pcqm4mv2": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_names=("homolumogap",),
-                                  submission=PCQM4MV2), 9_649_217, "937d6c5e2a291781"),
-    "pyg_tu_example": Expected(DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=1,
-                                        continuous_node_dim=5, continuous_edge_dim=5, target_names=("gap_ev",)),
-                               110_817, "e28e25d9cdab054e"),
-    "qm9_gap": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_names=("gap_ev",)), 638_097,
-                        "969e502f587c018c"),
-    "qm9_pretrain": Expected(DataSpec(**MOLECULES, num_targets=12, num_outputs=12, target_names=(
-        "mu_debye", "alpha_bohr3", "homo_ev", "lumo_ev", "gap_ev", "r2_bohr2", "zpve_ev", "u0_ev", "u298_ev", "h298_ev",
-        "g298_ev", "cv_cal_mol_k")), 639_516, "412ef8d1df850bb3"),  # the qm9_gap model with 12 outputs
+    "pretrain_moses": Expected(
+        DataSpec(
+            **MOLECULES,
+            num_targets=len(DESCRIPTORS.informative),
+            num_outputs=len(DESCRIPTORS.informative),
+            target_names=tuple(DESCRIPTORS.names[k] for k in DESCRIPTORS.informative),
+        ),
+        594_378,
+        "d6f42cebf0dfe8c2",
+    ),
+    "pcqm4mv2": Expected(
+        DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_names=("homolumogap",), submission=PCQM4MV2),
+        9_649_217,
+        "937d6c5e2a291781",
+    ),
+    "pyg_tu_example": Expected(
+        DataSpec(
+            node_vocab=(1,),
+            edge_vocab=(1,),
+            num_targets=1,
+            num_outputs=1,
+            continuous_node_dim=5,
+            continuous_edge_dim=5,
+            target_names=("gap_ev",),
+        ),
+        110_817,
+        "e28e25d9cdab054e",
+    ),
+    "qm9_gap": Expected(
+        DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_names=("gap_ev",)), 638_097, "969e502f587c018c"
+    ),
+    "qm9_pretrain": Expected(
+        DataSpec(
+            **MOLECULES,
+            num_targets=12,
+            num_outputs=12,
+            target_names=(
+                "mu_debye",
+                "alpha_bohr3",
+                "homo_ev",
+                "lumo_ev",
+                "gap_ev",
+                "r2_bohr2",
+                "zpve_ev",
+                "u0_ev",
+                "u298_ev",
+                "h298_ev",
+                "g298_ev",
+                "cv_cal_mol_k",
+            ),
+        ),
+        639_516,
+        "412ef8d1df850bb3",
+    ),  # the qm9_gap model with 12 outputs
     # the recipe, as its config alone builds it (the encoder defaults, 12 layers of width 80, and the descriptors'
     # block at the readout); a training start takes the shipped checkpoint's architecture instead (tests/pretrained)
-    "small_molecules": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_names=("gap_ev",),
-                                         molecule_features=tuple(f"rdkit2d/{name}" for name in DESCRIPTORS.names)),
-                                526_385, "4f6c86ae0dc37167"),
-    "small_molecules_classification": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1,
-                                                        target_kind="binary", target_names=("polar",),
-                                                        molecule_features=tuple(f"rdkit2d/{name}"
-                                                                                for name in DESCRIPTORS.names)),
-                                               526_385, "77999700b24266a5"),
-    "smiles_csv_classification": Expected(DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_kind="binary",
-                                                   target_names=("polar",)), 121_553, "b2b60ce8e9bbe782"),
-    "smiles_csv_example": Expected(DataSpec(**MOLECULES, num_targets=2, num_outputs=2,
-                                            target_names=("gap_ev", "mu_debye")), 121_618, "32fc24cc2ed454ea"),
+    "small_molecules": Expected(
+        DataSpec(
+            **MOLECULES,
+            num_targets=1,
+            num_outputs=1,
+            target_names=("gap_ev",),
+            molecule_features=tuple(f"rdkit2d/{name}" for name in DESCRIPTORS.names),
+        ),
+        526_385,
+        "4f6c86ae0dc37167",
+    ),
+    "small_molecules_classification": Expected(
+        DataSpec(
+            **MOLECULES,
+            num_targets=1,
+            num_outputs=1,
+            target_kind="binary",
+            target_names=("polar",),
+            molecule_features=tuple(f"rdkit2d/{name}" for name in DESCRIPTORS.names),
+        ),
+        526_385,
+        "77999700b24266a5",
+    ),
+    "smiles_csv_classification": Expected(
+        DataSpec(**MOLECULES, num_targets=1, num_outputs=1, target_kind="binary", target_names=("polar",)),
+        121_553,
+        "b2b60ce8e9bbe782",
+    ),
+    "smiles_csv_example": Expected(
+        DataSpec(**MOLECULES, num_targets=2, num_outputs=2, target_names=("gap_ev", "mu_debye")),
+        121_618,
+        "32fc24cc2ed454ea",
+    ),
     "synthetic_etp": Expected(SequenceSpec(vocab_size=10, num_classes=11, length=32), 152_211, "2ad3251d21f7c2ed"),
-    "synthetic_graph": Expected(DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=7,
-                                         target_level="node", target_kind="multiclass", target_names=("y",)),
-                                110_711, "8703924dfd083793"),
+    "synthetic_graph": Expected(
+        DataSpec(
+            node_vocab=(1,),
+            edge_vocab=(1,),
+            num_targets=1,
+            num_outputs=7,
+            target_level="node",
+            target_kind="multiclass",
+            target_names=("y",),
+        ),
+        110_711,
+        "8703924dfd083793",
+    ),
     "synthetic_pi": Expected(SequenceSpec(vocab_size=10, num_classes=32, length=32), 153_576, "be6bbd6890b44dd6"),
-    "zinc_full": Expected(DataSpec(node_vocab=(28,), edge_vocab=(4,), num_targets=1, num_outputs=1,
-                                   target_names=("y",)), 484_633, "6371cf7f06eb3287"),
-    "zinc_subset": Expected(DataSpec(node_vocab=(28,), edge_vocab=(4,), num_targets=1, num_outputs=1,
-                                     target_names=("y",)), 484_633, "6371cf7f06eb3287"),
+    "zinc_full": Expected(
+        DataSpec(node_vocab=(28,), edge_vocab=(4,), num_targets=1, num_outputs=1, target_names=("y",)),
+        484_633,
+        "6371cf7f06eb3287",
+    ),
+    "zinc_subset": Expected(
+        DataSpec(node_vocab=(28,), edge_vocab=(4,), num_targets=1, num_outputs=1, target_names=("y",)),
+        484_633,
+        "6371cf7f06eb3287",
+    ),
 }
 
 
@@ -125,8 +214,10 @@ def test_every_config_resolves_to_its_data_and_to_the_model_it_built_before(conf
     assert {key: getattr(encoder, key) for key in expected.spec.encoder_fields()} == expected.spec.encoder_fields()
     assert sum(p.numel() for p in built.model.parameters()) == expected.parameters
     assert layout_digest(built.model) == expected.layout
-    assert (built.model.hparams.get("target_kind", "multiclass"), built.model.target_names) == \
-        (expected.spec.target_kind, list(expected.spec.target_names))
+    assert (built.model.hparams.get("target_kind", "multiclass"), built.model.target_names) == (
+        expected.spec.target_kind,
+        list(expected.spec.target_names),
+    )
     assert not (tmp_path / "data").exists()  # describing the data builds nothing
 
 
@@ -144,8 +235,15 @@ def fixture_arguments(config: str, root: Path, synthetic_mag: Path, monkeypatch:
     if config == "pretrain_moses":  # the molsets wheel's layout, with 120 of the example table's molecules
         write_moses_package(root / "site", qm9_sample_smiles(120))
         monkeypatch.syspath_prepend(str(root / "site"))
-        return [*graphs, "--data.preprocess_workers", "0", "--data.source.molecules", "100",
-                "--data.source.valid_fraction", "0.1"]
+        return [
+            *graphs,
+            "--data.preprocess_workers",
+            "0",
+            "--data.source.molecules",
+            "100",
+            "--data.source.valid_fraction",
+            "0.1",
+        ]
     if config.startswith("zinc"):
         write_zinc_raw(root / "ZINC" / "raw", {"train": 12, "val": 8, "test": 6}, {"train": 8, "val": 8, "test": 4})
         return [*graphs, "--data.preprocess_workers", "0"]
@@ -160,11 +258,29 @@ def fixture_arguments(config: str, root: Path, synthetic_mag: Path, monkeypatch:
     if config.startswith(("smiles", "pyg", "small")):
         return [*graphs, "--data.preprocess_workers", "0"]
     if config == "mag240m":
-        return ["--data.root", str(synthetic_mag), "--data.num_classes", "8", "--data.batch_size", "8",
-                "--data.fanouts", "[3, 2]", "--data.num_workers", "0"]
+        return [
+            "--data.root",
+            str(synthetic_mag),
+            "--data.num_classes",
+            "8",
+            "--data.batch_size",
+            "8",
+            "--data.fanouts",
+            "[3, 2]",
+            "--data.num_workers",
+            "0",
+        ]
     if config == "synthetic_graph":
-        return ["--data.train_graphs", "4", "--data.val_graphs", "4", "--data.test_graphs", "4",
-                "--data.batch_size", "4"]
+        return [
+            "--data.train_graphs",
+            "4",
+            "--data.val_graphs",
+            "4",
+            "--data.test_graphs",
+            "4",
+            "--data.batch_size",
+            "4",
+        ]
     return ["--data.val_size", "8", "--data.test_size", "8", "--data.batch_size", "4"]  # sequences
 
 
@@ -192,8 +308,9 @@ def assert_batch_fits(batch: object, spec: DataSpec | SequenceSpec) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", sorted(EXPECTED))
-def test_every_configs_data_is_what_its_spec_declares(config: str, tmp_path: Path, synthetic_mag: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_configs_data_is_what_its_spec_declares(
+    config: str, tmp_path: Path, synthetic_mag: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Built on small data, each datamodule's batches fit its spec, and the model built from the spec reads
     them into predictions of the declared width."""
     built = cli(config, tmp_path, *fixture_arguments(config, tmp_path / "data", synthetic_mag, monkeypatch))
@@ -221,26 +338,42 @@ def test_every_configs_data_is_what_its_spec_declares(config: str, tmp_path: Pat
 def test_readout_and_default_names_follow_from_the_declaration() -> None:
     graphs = DataSpec(node_vocab=[28], edge_vocab=[4], num_targets=3, num_outputs=3)
     assert graphs.node_vocab == (28,) and graphs.target_names == ("y0", "y1", "y2") and graphs.readout == "graph_token"
-    nodes = DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=5, target_level="node",
-                     target_kind="multiclass")
+    nodes = DataSpec(
+        node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=5, target_level="node", target_kind="multiclass"
+    )
     assert nodes.target_names == ("y",) and nodes.readout == "nodes"
-    assert nodes.encoder_fields() == {"node_vocab": [1], "edge_vocab": [1], "num_outputs": 5,
-                                      "continuous_node_dim": 0, "continuous_edge_dim": 0, "readout": "nodes",
-                                      "molecule_features": []}
+    assert nodes.encoder_fields() == {
+        "node_vocab": [1],
+        "edge_vocab": [1],
+        "num_outputs": 5,
+        "continuous_node_dim": 0,
+        "continuous_edge_dim": 0,
+        "readout": "nodes",
+        "molecule_features": [],
+    }
     assert SequenceSpec(10, 11, 32).encoder_fields() == {"vocab_size": 10, "num_classes": 11, "length": 32}
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"num_targets": 2, "num_outputs": 1},
-     r"regression targets have one output each, got num_targets=2, num_outputs=1"),
-    ({"num_targets": 2, "num_outputs": 4, "target_kind": "multiclass"},
-     r"a multi-class target is one column with at least 2 classes, got num_targets=2, num_outputs=4"),
-    ({"num_targets": 1, "num_outputs": 1, "target_kind": "multiclass"}, r"at least 2 classes"),
-    ({"num_targets": 2, "num_outputs": 2, "target_names": ("a",)}, r"1 target names \('a',\) for num_targets=2"),
-    ({"num_targets": 1, "num_outputs": 1, "node_vocab": (3, 0)},
-     r"DataSpec.node_vocab=\(3, 0\): one entry of at least 1"),
-    ({"num_targets": 1, "num_outputs": 1, "target_level": "edge"}, r"target_level='edge'"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (
+            {"num_targets": 2, "num_outputs": 1},
+            r"regression targets have one output each, got num_targets=2, num_outputs=1",
+        ),
+        (
+            {"num_targets": 2, "num_outputs": 4, "target_kind": "multiclass"},
+            r"a multi-class target is one column with at least 2 classes, got num_targets=2, num_outputs=4",
+        ),
+        ({"num_targets": 1, "num_outputs": 1, "target_kind": "multiclass"}, r"at least 2 classes"),
+        ({"num_targets": 2, "num_outputs": 2, "target_names": ("a",)}, r"1 target names \('a',\) for num_targets=2"),
+        (
+            {"num_targets": 1, "num_outputs": 1, "node_vocab": (3, 0)},
+            r"DataSpec.node_vocab=\(3, 0\): one entry of at least 1",
+        ),
+        ({"num_targets": 1, "num_outputs": 1, "target_level": "edge"}, r"target_level='edge'"),
+    ],
+)
 def test_a_contradictory_declaration_is_refused(fields: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         DataSpec(**{"node_vocab": (2,), "edge_vocab": (2,), **fields})
@@ -253,32 +386,66 @@ TINY = dict(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2)
 
 
 def test_the_task_takes_the_encoder_fields_and_targets_from_the_spec() -> None:
-    spec = DataSpec(node_vocab=(5, 3), edge_vocab=(2,), num_targets=1, num_outputs=4, continuous_node_dim=6,
-                    target_level="node", target_kind="multiclass", target_names=("label",))
+    spec = DataSpec(
+        node_vocab=(5, 3),
+        edge_vocab=(2,),
+        num_targets=1,
+        num_outputs=4,
+        continuous_node_dim=6,
+        target_level="node",
+        target_kind="multiclass",
+        target_names=("label",),
+    )
     task = Classification(GraphormerConfig(**TINY), data=spec)
     config = task.model.config
-    assert (list(config.node_vocab), list(config.edge_vocab), config.num_outputs, config.continuous_node_dim,
-            config.readout) == ([5, 3], [2], 4, 6, "nodes")
+    assert (
+        list(config.node_vocab),
+        list(config.edge_vocab),
+        config.num_outputs,
+        config.continuous_node_dim,
+        config.readout,
+    ) == ([5, 3], [2], 4, 6, "nodes")
     assert task.hparams["target_kind"] == "multiclass" and task.hparams["target_names"] == ["label"]
     assert task.hparams["encoder"]["node_vocab"] == [5, 3] and "data" not in task.hparams
     sequence = SequenceTagging(SequenceConfig(**TINY), data=SequenceSpec(7, 9, 12))
-    assert (sequence.model.config.vocab_size, sequence.model.config.num_classes, sequence.model.config.length) == \
-        (7, 9, 12)
+    assert (sequence.model.config.vocab_size, sequence.model.config.num_classes, sequence.model.config.length) == (
+        7,
+        9,
+        12,
+    )
     assert "target_kind" not in sequence.hparams
 
 
-@pytest.mark.parametrize("task, settings, message", [
-    (GraphRegression, {"encoder": {"num_outputs": 3}},
-     r"model.encoder.num_outputs=3 but the data has 2: the data decides this setting; remove it from the config"),
-    (GraphRegression, {"encoder": {"node_vocab": [119]}},
-     r"model.encoder.node_vocab=\[119\] but the data has \[119, 5"),
-    (GraphRegression, {"encoder": {"readout": "nodes"}},
-     r"model.encoder.readout='nodes' but the data has 'graph_token'"),
-    (GraphRegression, {"target_names": ["a", "b"]},
-     r"model.target_names=\['a', 'b'\] but the data has \['gap_ev', 'mu"),
-    (Classification, {"target_kind": "multiclass"},
-     r"model.target_kind='multiclass' but the data has 'regression'"),
-])
+@pytest.mark.parametrize(
+    "task, settings, message",
+    [
+        (
+            GraphRegression,
+            {"encoder": {"num_outputs": 3}},
+            r"model.encoder.num_outputs=3 but the data has 2: the data decides this setting; remove it from the config",
+        ),
+        (
+            GraphRegression,
+            {"encoder": {"node_vocab": [119]}},
+            r"model.encoder.node_vocab=\[119\] but the data has \[119, 5",
+        ),
+        (
+            GraphRegression,
+            {"encoder": {"readout": "nodes"}},
+            r"model.encoder.readout='nodes' but the data has 'graph_token'",
+        ),
+        (
+            GraphRegression,
+            {"target_names": ["a", "b"]},
+            r"model.target_names=\['a', 'b'\] but the data has \['gap_ev', 'mu",
+        ),
+        (
+            Classification,
+            {"target_kind": "multiclass"},
+            r"model.target_kind='multiclass' but the data has 'regression'",
+        ),
+    ],
+)
 def test_a_setting_the_data_decides_is_never_replaced_silently(task: type, settings: dict, message: str) -> None:
     spec = EXPECTED["smiles_csv_example"].spec
     encoder = GraphormerConfig(**TINY, **settings.pop("encoder", {}))
@@ -287,24 +454,47 @@ def test_a_setting_the_data_decides_is_never_replaced_silently(task: type, setti
 
 
 def test_the_datas_own_values_may_be_written_in_a_config(tmp_path: Path) -> None:
-    built = cli("smiles_csv_example", tmp_path, "--model.encoder.num_outputs", "2", "--model.target_names",
-                "[gap_ev, mu_debye]", "--model.encoder.readout", "graph_token")
+    built = cli(
+        "smiles_csv_example",
+        tmp_path,
+        "--model.encoder.num_outputs",
+        "2",
+        "--model.target_names",
+        "[gap_ev, mu_debye]",
+        "--model.encoder.readout",
+        "graph_token",
+    )
     assert built.model.model.config.num_outputs == 2 and built.model.target_names == ["gap_ev", "mu_debye"]
 
 
-def test_a_conflicting_setting_stops_train_py_with_one_line(tmp_path: Path,
-                                                            package_log: pytest.LogCaptureFixture) -> None:
+def test_a_conflicting_setting_stops_train_py_with_one_line(
+    tmp_path: Path, package_log: pytest.LogCaptureFixture
+) -> None:
     with pytest.raises(SystemExit) as stop:
-        train.main(["--config", "smiles_csv_example", "--model.encoder.num_outputs", "5", "--run_root",
-                    str(tmp_path / "runs"), "--data.root", str(tmp_path / "data")])
+        train.main(
+            [
+                "--config",
+                "smiles_csv_example",
+                "--model.encoder.num_outputs",
+                "5",
+                "--run_root",
+                str(tmp_path / "runs"),
+                "--data.root",
+                str(tmp_path / "data"),
+            ]
+        )
     assert stop.value.code == 2 and not (tmp_path / "runs").exists()
     assert [r.getMessage() for r in package_log.records if r.levelname == "ERROR"] == [
-        "model.encoder.num_outputs=5 but the data has 2: the data decides this setting; remove it from the config"]
+        "model.encoder.num_outputs=5 but the data has 2: the data decides this setting; remove it from the config"
+    ]
 
 
 def test_a_task_refuses_a_spec_of_the_other_family() -> None:
-    with pytest.raises(DataError, match="SequenceTagging trains on data described by a SequenceSpec, the data gives a "
-                                        "DataSpec: choose the task for this data"):
+    with pytest.raises(
+        DataError,
+        match="SequenceTagging trains on data described by a SequenceSpec, the data gives a "
+        "DataSpec: choose the task for this data",
+    ):
         SequenceTagging(SequenceConfig(**TINY), data=EXPECTED["qm9_gap"].spec)
 
 
@@ -317,14 +507,26 @@ DECIDED_KEYS = ("node_vocab", "edge_vocab", "num_outputs", "continuous_node_dim"
 
 
 def test_a_checkpoint_in_the_layout_main_wrote_loads_evaluates_and_predicts_identically(
-        qm9_root: Path, tmp_path: Path) -> None:
+    qm9_root: Path, tmp_path: Path
+) -> None:
     metrics = train.main(tiny_run_args(qm9_root, tmp_path / "runs", "--run_name", "tiny"))
     checkpoint = torch.load(metrics["best_checkpoint"], weights_only=True)
     hparams = checkpoint["hyper_parameters"]
-    assert sorted(hparams) == ["_class_path", "_instantiator", "encoder", "loss", "normalize_targets", "optim",
-                               "target_kind", "target_names"]  # main's layout, unchanged
-    assert (hparams["encoder"]["node_vocab"], hparams["target_kind"], hparams["target_names"]) == \
-        ([119, 5, 12, 12, 10, 6, 6, 2, 2], "regression", ["gap_ev"])
+    assert sorted(hparams) == [
+        "_class_path",
+        "_instantiator",
+        "encoder",
+        "loss",
+        "normalize_targets",
+        "optim",
+        "target_kind",
+        "target_names",
+    ]  # main's layout, unchanged
+    assert (hparams["encoder"]["node_vocab"], hparams["target_kind"], hparams["target_names"]) == (
+        [119, 5, 12, 12, 10, 6, 6, 2, 2],
+        "regression",
+        ["gap_ev"],
+    )
     config = yaml.safe_load(checkpoint[CONFIG_KEY])
     for key in DECIDED_KEYS:
         del config["model"]["init_args"]["encoder"][key]

@@ -92,8 +92,11 @@ def reference_first_edges(n: int, edge_index: np.ndarray, spd: np.ndarray) -> np
         for j in range(n):
             if i == j or spd[i, j] == UNREACHABLE_SPD:
                 continue
-            candidates = [(int(edge_index[1, e]), e) for e in range(edge_index.shape[1])
-                          if edge_index[0, e] == i and spd[edge_index[1, e], j] == spd[i, j] - 1]
+            candidates = [
+                (int(edge_index[1, e]), e)
+                for e in range(edge_index.shape[1])
+                if edge_index[0, e] == i and spd[edge_index[1, e], j] == spd[i, j] - 1
+            ]
             first[i, j] = min(candidates)[1]
     return first
 
@@ -119,8 +122,8 @@ def test_batched_structures_match_the_definition_and_networkx() -> None:
     flat = graph_structures([n for n, _ in graphs], [e for _, e in graphs])
     assert flat.node_ptr[-1] == len(flat.in_degree) and flat.pair_ptr[-1] == len(flat.spd)
     for k, (n, edges) in enumerate(graphs):
-        spd = flat.spd[flat.pair_ptr[k]:flat.pair_ptr[k + 1]].reshape(n, n)
-        first = flat.first_edge[flat.pair_ptr[k]:flat.pair_ptr[k + 1]].reshape(n, n)
+        spd = flat.spd[flat.pair_ptr[k] : flat.pair_ptr[k + 1]].reshape(n, n)
+        first = flat.first_edge[flat.pair_ptr[k] : flat.pair_ptr[k + 1]].reshape(n, n)
         np.testing.assert_array_equal(spd, networkx_distances(n, edges).reshape(n, n))
         np.testing.assert_array_equal(first, reference_first_edges(n, edges, spd))
         nodes = slice(flat.node_ptr[k], flat.node_ptr[k + 1])
@@ -155,6 +158,6 @@ def test_too_many_edges_is_refused_instead_of_wrapping_int16_edge_ids() -> None:
         graph_structure(200, dense)
     with pytest.raises(ValueError, match=r"graph 1 has 39800 directed edges"):
         graph_structures([3, 200], [np.zeros((2, 0), int), dense])
-    limit = np.stack(np.nonzero(~np.eye(182, dtype=bool)))[:, :transforms.MAX_EDGES]  # exactly at the limit
+    limit = np.stack(np.nonzero(~np.eye(182, dtype=bool)))[:, : transforms.MAX_EDGES]  # exactly at the limit
     first = graph_structure(182, limit).first_edge
     assert first.max() == transforms.MAX_EDGES - 1 and first.min() == NO_EDGE

@@ -37,16 +37,31 @@ def seed_runs(table: Path, base: Path, *extra: str, seeds: tuple[int, ...] = (0,
 
     checkpoints = []
     for seed in seeds:
-        train(small_run_args(table, base / "data", base / "runs", "--run_name", f"s{seed}", "--seed_everything",
-                             str(seed), "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", *extra))
+        train(
+            small_run_args(
+                table,
+                base / "data",
+                base / "runs",
+                "--run_name",
+                f"s{seed}",
+                "--seed_everything",
+                str(seed),
+                "--trainer.max_steps",
+                "4",
+                "--trainer.val_check_interval",
+                "2",
+                *extra,
+            )
+        )
         checkpoints.append(sorted((base / "runs" / f"s{seed}" / "checkpoints").glob("best-*.ckpt"))[-1])
     return checkpoints
 
 
 @pytest.fixture(scope="module")
 def with_descriptors(small_table: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return seed_runs(small_table, tmp_path_factory.mktemp("ensemble_descriptors"), "--data.source.descriptors",
-                     "rdkit2d")
+    return seed_runs(
+        small_table, tmp_path_factory.mktemp("ensemble_descriptors"), "--data.source.descriptors", "rdkit2d"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +72,9 @@ def saved(with_descriptors: list[Path], tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.mark.slow
-def test_the_saved_ensemble_holds_members_trees_kernel_weights_and_its_scores(saved: Path,
-                                                                              with_descriptors: list[Path]) -> None:
+def test_the_saved_ensemble_holds_members_trees_kernel_weights_and_its_scores(
+    saved: Path, with_descriptors: list[Path]
+) -> None:
     from graphormer_urpe.evaluation.kernel import FingerprintKernel
 
     record = SavedEnsemble(saved).record
@@ -75,38 +91,53 @@ def test_the_saved_ensemble_holds_members_trees_kernel_weights_and_its_scores(sa
     table = pd.read_csv(saved / "test.csv")
     assert table["row"].tolist() == split_rows(source, "test")["row"].tolist()
     members = np.stack([table[[f"{t}_member{k}" for t in record.targets]].to_numpy() for k in (0, 1)])
-    parts = {part: table[[f"{t}_{part}" for t in record.targets]].to_numpy()
-             for part in ("ensemble", "trees", "kernel")}
+    parts = {
+        part: table[[f"{t}_{part}" for t in record.targets]].to_numpy() for part in ("ensemble", "trees", "kernel")
+    }
     np.testing.assert_allclose(parts["ensemble"], members.mean(axis=0), rtol=0, atol=1e-12)
     np.testing.assert_allclose(table[[f"{t}_std" for t in record.targets]], members.std(axis=0), rtol=0, atol=1e-12)
-    blend = np.stack([sum(w * parts[part][:, k] for part, w in record.blend_weights[name].items())
-                      for k, name in enumerate(record.targets)], axis=1)
+    blend = np.stack(
+        [
+            sum(w * parts[part][:, k] for part, w in record.blend_weights[name].items())
+            for k, name in enumerate(record.targets)
+        ],
+        axis=1,
+    )
     np.testing.assert_allclose(table[record.targets], blend, rtol=0, atol=1e-12)  # the prediction is the blend
     truth = table[[f"input_{t}" if f"input_{t}" in table else t for t in record.targets]]
     # the task's own metric: the MAE per target of the known rows, and their mean
     assert record.scores["test"]["blend"]["test/mae/gap_ev"] == pytest.approx(
-        np.nanmean(np.abs(blend[:, 0] - split_rows(source, "test")["gap_ev"])), rel=1e-6)
+        np.nanmean(np.abs(blend[:, 0] - split_rows(source, "test")["gap_ev"])), rel=1e-6
+    )
     assert truth.shape == blend.shape
     # the trees and the kernel, fitted here on the training rows, predict what was saved
     train, test = split_rows(source, "train"), split_rows(source, "test")
     descriptors = MoleculeFeatures("rdkit2d")
-    refitted = DescriptorTrees.fit("regression", record.targets, tree_inputs(descriptors, train["smiles"]),
-                                   train[record.targets].to_numpy())
-    np.testing.assert_allclose(parts["trees"], refitted.predict(tree_inputs(descriptors, test["smiles"])), rtol=1e-12,
-                               atol=1e-12)
-    kernel = FingerprintKernel.fit("regression", record.targets, ecfp_count_matrix(train["smiles"]),
-                                   train[record.targets].to_numpy())
-    np.testing.assert_allclose(parts["kernel"], kernel.predict(ecfp_count_matrix(test["smiles"])), rtol=1e-12,
-                               atol=1e-12)
+    refitted = DescriptorTrees.fit(
+        "regression", record.targets, tree_inputs(descriptors, train["smiles"]), train[record.targets].to_numpy()
+    )
+    np.testing.assert_allclose(
+        parts["trees"], refitted.predict(tree_inputs(descriptors, test["smiles"])), rtol=1e-12, atol=1e-12
+    )
+    kernel = FingerprintKernel.fit(
+        "regression", record.targets, ecfp_count_matrix(train["smiles"]), train[record.targets].to_numpy()
+    )
+    np.testing.assert_allclose(
+        parts["kernel"], kernel.predict(ecfp_count_matrix(test["smiles"])), rtol=1e-12, atol=1e-12
+    )
     valid = pd.read_csv(saved / "valid.csv")
-    chosen = blend_weights({part: valid[[f"{t}_{part}" for t in record.targets]].to_numpy() for part in parts},
-                           split_rows(source, "valid")[record.targets].to_numpy(), record.targets)
+    chosen = blend_weights(
+        {part: valid[[f"{t}_{part}" for t in record.targets]].to_numpy() for part in parts},
+        split_rows(source, "valid")[record.targets].to_numpy(),
+        record.targets,
+    )
     assert chosen == record.blend_weights
 
 
 @pytest.mark.slow
 def test_a_moved_ensemble_predicts_its_test_rows_as_it_recorded_them_without_the_table(
-        saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Moved to another directory, run from an empty one (no training table there), fitting nothing: the test rows'
     SMILES, with an id and an unreadable row, come back in order with the recorded blend, members and trees, float32
     rounding apart (another batch may sum in another order)."""
@@ -133,8 +164,13 @@ def test_a_moved_ensemble_predicts_its_test_rows_as_it_recorded_them_without_the
     record = SavedEnsemble(moved).record
     for target in record.targets:
         for suffix in ("", "_member0", "_member1", "_std", "_ensemble", "_trees", "_kernel"):
-            np.testing.assert_allclose(columns[f"{target}{suffix}"][good], expected[f"{target}{suffix}"], rtol=1e-5,
-                                       atol=1e-6, err_msg=f"{target}{suffix}")
+            np.testing.assert_allclose(
+                columns[f"{target}{suffix}"][good],
+                expected[f"{target}{suffix}"],
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=f"{target}{suffix}",
+            )
             assert np.isnan(columns[f"{target}{suffix}"][2])
 
 
@@ -177,8 +213,9 @@ def test_a_tree_file_that_holds_other_types_than_fitted_trees_is_not_loaded(tmp_
 
 
 @pytest.mark.slow
-def test_an_ensemble_is_planned_before_any_work(with_descriptors: list[Path], small_table: Path,
-                                                saved: Path, tmp_path: Path) -> None:
+def test_an_ensemble_is_planned_before_any_work(
+    with_descriptors: list[Path], small_table: Path, saved: Path, tmp_path: Path
+) -> None:
     with pytest.raises(DataError, match="needs at least one run"):
         plan_ensemble([], tmp_path / "e", trees=False)
     with pytest.raises(DataError, match=f"--out {saved} exists"):
@@ -222,7 +259,8 @@ def test_binary_labels_are_blended_by_their_brier_scores_and_targets_apart() -> 
 
 
 def test_blend_weights_chosen_on_few_validation_rows_are_said_to_be_unreliable(
-        package_log: pytest.LogCaptureFixture) -> None:
+    package_log: pytest.LogCaptureFixture,
+) -> None:
     targets = np.full((12, 2), 0.5)
     targets[1:, 0] = np.nan  # one known logS, twelve logP
     targets[:, 1] = np.nan
@@ -231,7 +269,8 @@ def test_blend_weights_chosen_on_few_validation_rows_are_said_to_be_unreliable(
     assert weights == {"logS": {"ensemble": 0.5, "trees": 0.5}, "logP": {"ensemble": 0.5, "trees": 0.5}}
     assert [r.getMessage() for r in package_log.records if r.levelname == "WARNING"] == [
         "the blend's weights were chosen on fewer than 10 validation rows ('logS' on 1 row): too few to choose them "
-        "reliably, so the blend's figures say little; use a larger table, or the ensemble alone"]
+        "reliably, so the blend's figures say little; use a larger table, or the ensemble alone"
+    ]
 
 
 def test_the_ensemble_and_the_task_score_with_one_metric_definition() -> None:
@@ -260,11 +299,21 @@ def binary_table(tmp_path_factory: pytest.TempPathFactory, small_table: Path) ->
 
 
 @pytest.mark.slow
-def test_binary_labels_get_the_ensemble_and_the_trees_blend_scored_by_roc_and_pr_auc(binary_table: Path,
-                                                                                     tmp_path: Path) -> None:
-    checkpoints = seed_runs(binary_table, tmp_path, "--model.class_path", "graphormer_urpe.tasks.Classification",
-                            "--data.source.task", "binary", "--data.source.targets", "[polar, ringed]",
-                            "--data.source.descriptors", "rdkit2d")
+def test_binary_labels_get_the_ensemble_and_the_trees_blend_scored_by_roc_and_pr_auc(
+    binary_table: Path, tmp_path: Path
+) -> None:
+    checkpoints = seed_runs(
+        binary_table,
+        tmp_path,
+        "--model.class_path",
+        "graphormer_urpe.tasks.Classification",
+        "--data.source.task",
+        "binary",
+        "--data.source.targets",
+        "[polar, ringed]",
+        "--data.source.descriptors",
+        "rdkit2d",
+    )
     record = build_ensemble(plan_ensemble(checkpoints, tmp_path / "ens", trees=True, kernel=True), "test")
     assert record.target_kind == "binary" and record.blend_rule == BLEND_RULE
     test = pd.read_csv(tmp_path / "ens" / "test.csv")
@@ -280,8 +329,9 @@ def test_binary_labels_get_the_ensemble_and_the_trees_blend_scored_by_roc_and_pr
     assert record.scores["test"]["blend"] == pytest.approx(task.score(probabilities, truth, "test"), nan_ok=True)
 
 
-def test_only_a_smiles_tables_runs_make_an_ensemble_and_trees_refuse_classes(tmp_path: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_a_smiles_tables_runs_make_an_ensemble_and_trees_refuse_classes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Refused from the members' configs before anything is predicted: a dataset that is not a SMILES table, and
     trees for a multi-class label (they predict values and binary labels)."""
     from graphormer_urpe import GraphormerConfig
@@ -289,11 +339,17 @@ def test_only_a_smiles_tables_runs_make_an_ensemble_and_trees_refuse_classes(tmp
     from graphormer_urpe.run.checkpoints import RunConfig
 
     def members_of(source: str, source_args: dict) -> None:
-        config = RunConfig(data_class_path="graphormer_urpe.data.datamodule.GraphDataModule", data_args={},
-                           source_class_path=source, source_args=source_args,
-                           model_class_path="graphormer_urpe.tasks.Classification")
-        task = Classification(GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, num_outputs=3),
-                              target_kind="multiclass")
+        config = RunConfig(
+            data_class_path="graphormer_urpe.data.datamodule.GraphDataModule",
+            data_args={},
+            source_class_path=source,
+            source_args=source_args,
+            model_class_path="graphormer_urpe.tasks.Classification",
+        )
+        task = Classification(
+            GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, num_outputs=3),
+            target_kind="multiclass",
+        )
         monkeypatch.setattr(ensemble, "model_of", lambda checkpoint: (task, config))
         monkeypatch.setattr(ensemble, "load_checkpoint", lambda checkpoint: {})
 
@@ -301,8 +357,10 @@ def test_only_a_smiles_tables_runs_make_an_ensemble_and_trees_refuse_classes(tmp
     with pytest.raises(DataError, match="predicts the rows of a SMILES table .*, not of QM9"):
         plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=False)
     (tmp_path / "t.csv").write_text("smiles,rings\nCCO,0\nc1ccccc1,1\nC1CC1,1\n")
-    members_of("graphormer_urpe.data.sources.SmilesTable", {"path": str(tmp_path / "t.csv"), "targets": ["rings"],
-                                                            "task": "multiclass", "descriptors": "rdkit2d"})
+    members_of(
+        "graphormer_urpe.data.sources.SmilesTable",
+        {"path": str(tmp_path / "t.csv"), "targets": ["rings"], "task": "multiclass", "descriptors": "rdkit2d"},
+    )
     with pytest.raises(DataError, match="this table has a multiclass label: ensemble without --trees"):
         plan_ensemble([tmp_path / "a.ckpt"], tmp_path / "e", trees=True)
     with pytest.raises(DataError, match="this table has a multiclass label: ensemble without --kernel"):
@@ -312,8 +370,9 @@ def test_only_a_smiles_tables_runs_make_an_ensemble_and_trees_refuse_classes(tmp
 
 
 @pytest.mark.slow
-def test_of_two_writers_of_one_ensemble_the_second_is_refused_in_one_line(with_descriptors: list[Path],
-                                                                          tmp_path: Path) -> None:
+def test_of_two_writers_of_one_ensemble_the_second_is_refused_in_one_line(
+    with_descriptors: list[Path], tmp_path: Path
+) -> None:
     """Two commands planned the same ``--out`` before either wrote it (two ``ensemble`` or two sweeps started
     together): the first writes it, the second is refused clearly, nothing of its own left, the first's kept."""
     out = tmp_path / "ens"
@@ -343,8 +402,11 @@ def test_a_run_directory_gives_its_own_best_checkpoint_wherever_it_was_moved(tmp
     (original / "checkpoints" / "best-4.ckpt").write_text("a new run named x")
     assert member_checkpoints([copy]) == [copy / "checkpoints" / "best-4.ckpt"]
     (copy / "checkpoints" / "best-4.ckpt").unlink()
-    with pytest.raises(DataError, match=f"--runs {copy}: its best checkpoint {copy / 'checkpoints' / 'best-4.ckpt'} "
-                                        r"\(best_checkpoint of its metrics.json\) is not there"):
+    with pytest.raises(
+        DataError,
+        match=f"--runs {copy}: its best checkpoint {copy / 'checkpoints' / 'best-4.ckpt'} "
+        r"\(best_checkpoint of its metrics.json\) is not there",
+    ):
         member_checkpoints([copy])
 
 
@@ -354,8 +416,9 @@ def test_one_run_given_twice_is_refused_naming_it(tmp_path: Path, monkeypatch: p
     monkeypatch.chdir(tmp_path)
     best = run / "checkpoints" / "best-4.ckpt"
     for twice in ([run, run], [run, Path("runs/x/")], [run, best], [Path("runs/x/checkpoints/best-4.ckpt"), run]):
-        with pytest.raises(DataError, match=f"--runs {twice[0]} and {twice[1]} are the same run "
-                                            f"\\({best.resolve()}\\)"):
+        with pytest.raises(
+            DataError, match=f"--runs {twice[0]} and {twice[1]} are the same run \\({best.resolve()}\\)"
+        ):
             member_checkpoints(twice)
     assert member_checkpoints([run, other]) == [best, other / "checkpoints" / "best-4.ckpt"]
 
@@ -367,44 +430,72 @@ def written_record(directory: Path, **changed: object) -> Path:
     for path in (p for paths in files.values() for p in paths):
         (directory / path).parent.mkdir(parents=True, exist_ok=True)
         (directory / path).write_text(path)
-    record = EnsembleRecord(format=2, target_kind="regression", targets=["y"], smiles_column="smiles",
-                            members=[SavedFile(p, "0" * 64) for p in files["members"]], sources=[],
-                            trees=[SavedFile(p, "0" * 64) for p in files["trees"]], tree_inputs=["rdkit2d"],
-                            kernel=None, blend_weights={"y": {"ensemble": 0.75, "trees": 0.25}},
-                            blend_rule=BLEND_RULE, descriptor_reference_sha1=None, data_spec={}, data_identity={},
-                            scores={})
+    record = EnsembleRecord(
+        format=2,
+        target_kind="regression",
+        targets=["y"],
+        smiles_column="smiles",
+        members=[SavedFile(p, "0" * 64) for p in files["members"]],
+        sources=[],
+        trees=[SavedFile(p, "0" * 64) for p in files["trees"]],
+        tree_inputs=["rdkit2d"],
+        kernel=None,
+        blend_weights={"y": {"ensemble": 0.75, "trees": 0.25}},
+        blend_rule=BLEND_RULE,
+        descriptor_reference_sha1=None,
+        data_spec={},
+        data_identity={},
+        scores={},
+    )
     stored = json.loads(record.to_json()) | changed
     (directory / RECORD_FILE).write_text(json.dumps(stored))
     return directory
 
 
-@pytest.mark.parametrize(("changed", "refusal"), [
-    ({"blend_weights": {"y": {"ensemble": 0.75, "trees": 0.3}}}, "'blend_weights.y' sum to 1.05, not 1"),
-    ({"blend_weights": {"y": {"ensemble": -0.25, "trees": 1.25}}},
-     "'blend_weights.y.ensemble' is -0.25, not a weight in [0, 1]"),
-    ({"blend_weights": {"y": {"ensemble": "0.75", "trees": 0.25}}}, "'blend_weights.y.ensemble' is '0.75'"),
-    ({"blend_weights": {"y": {"ensemble": 0.5, "kernel": 0.5}}},
-     "'blend_weights.y' must weigh some of the parts ensemble, trees"),
-    ({"blend_weights": {"z": {"ensemble": 1.0}}}, "'blend_weights' must give the weights of each target, in order: y"),
-    ({"blend_weights": None}, "'blend_weights' must give the weights of each target"),
-    ({"blend_rule": 1}, "'blend_rule' must name the rule that chose the weights"),
-    ({"tree_inputs": ["maccs"]}, "'tree_inputs' must list what the trees read, of rdkit2d, ecfp"),
-    ({"targets": ["y", "z"]}, "'trees' lists 1 files for 2 targets"),
-    ({"targets": "y"}, "'targets' must be a list of the targets' names"),
-    ({"target_kind": "ordinal"}, "'target_kind' is 'ordinal', not one of regression, binary, multiclass"),
-    ({"members": []}, "'members' lists no member"),
-    ({"members": [{"path": 3, "sha256": "0"}]}, "'members' must list files as {path, sha256} strings"),
-    ({"members": [{"path": "../elsewhere.ckpt", "sha256": "0"}]}, "'members' names ../elsewhere.ckpt, not a file "
-                                                                   "inside"),
-    ({"kernel": [{"path": "/abs/target0.npz", "sha256": "0"}]}, "'kernel' names /abs/target0.npz, not a file inside"),
-    ({"trees": None}, "'blend_weights' are given for an ensemble without trees or kernel"),
-])
-def test_an_edited_ensemble_record_is_refused_naming_the_file_and_the_key(tmp_path: Path, changed: dict,
-                                                                         refusal: str) -> None:
+@pytest.mark.parametrize(
+    ("changed", "refusal"),
+    [
+        ({"blend_weights": {"y": {"ensemble": 0.75, "trees": 0.3}}}, "'blend_weights.y' sum to 1.05, not 1"),
+        (
+            {"blend_weights": {"y": {"ensemble": -0.25, "trees": 1.25}}},
+            "'blend_weights.y.ensemble' is -0.25, not a weight in [0, 1]",
+        ),
+        ({"blend_weights": {"y": {"ensemble": "0.75", "trees": 0.25}}}, "'blend_weights.y.ensemble' is '0.75'"),
+        (
+            {"blend_weights": {"y": {"ensemble": 0.5, "kernel": 0.5}}},
+            "'blend_weights.y' must weigh some of the parts ensemble, trees",
+        ),
+        (
+            {"blend_weights": {"z": {"ensemble": 1.0}}},
+            "'blend_weights' must give the weights of each target, in order: y",
+        ),
+        ({"blend_weights": None}, "'blend_weights' must give the weights of each target"),
+        ({"blend_rule": 1}, "'blend_rule' must name the rule that chose the weights"),
+        ({"tree_inputs": ["maccs"]}, "'tree_inputs' must list what the trees read, of rdkit2d, ecfp"),
+        ({"targets": ["y", "z"]}, "'trees' lists 1 files for 2 targets"),
+        ({"targets": "y"}, "'targets' must be a list of the targets' names"),
+        ({"target_kind": "ordinal"}, "'target_kind' is 'ordinal', not one of regression, binary, multiclass"),
+        ({"members": []}, "'members' lists no member"),
+        ({"members": [{"path": 3, "sha256": "0"}]}, "'members' must list files as {path, sha256} strings"),
+        (
+            {"members": [{"path": "../elsewhere.ckpt", "sha256": "0"}]},
+            "'members' names ../elsewhere.ckpt, not a file inside",
+        ),
+        (
+            {"kernel": [{"path": "/abs/target0.npz", "sha256": "0"}]},
+            "'kernel' names /abs/target0.npz, not a file inside",
+        ),
+        ({"trees": None}, "'blend_weights' are given for an ensemble without trees or kernel"),
+    ],
+)
+def test_an_edited_ensemble_record_is_refused_naming_the_file_and_the_key(
+    tmp_path: Path, changed: dict, refusal: str
+) -> None:
     """``ensemble.json`` is read before anything is predicted: a blend weight (which no SHA-256 covers) edited
     into one that is no blend's, or a value of the wrong type, is refused rather than applied."""
     assert SavedEnsemble(written_record(tmp_path / "kept")).record.blend_weights == {
-        "y": {"ensemble": 0.75, "trees": 0.25}}
+        "y": {"ensemble": 0.75, "trees": 0.25}
+    }
     with pytest.raises(CheckpointError) as refused:
         SavedEnsemble(written_record(tmp_path / "edited", **changed))
     assert str(refused.value).startswith(f"{tmp_path / 'edited' / RECORD_FILE}: ")
@@ -431,6 +522,9 @@ def test_an_ensemble_of_format_1_reads_its_tree_weight_as_the_blends(tmp_path: P
 def test_a_member_the_record_lists_must_be_in_the_directory(tmp_path: Path) -> None:
     written_record(tmp_path)
     (tmp_path / "members" / "member1.ckpt").unlink()
-    with pytest.raises(CheckpointError, match=f"{tmp_path / 'members' / 'member1.ckpt'} is missing from the ensemble "
-                                              f"{tmp_path} \\(its ensemble.json lists it under 'members'\\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=f"{tmp_path / 'members' / 'member1.ckpt'} is missing from the ensemble "
+        f"{tmp_path} \\(its ensemble.json lists it under 'members'\\)",
+    ):
         SavedEnsemble(tmp_path)

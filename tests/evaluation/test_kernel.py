@@ -12,9 +12,28 @@ from graphormer_urpe.data.sources.fingerprints import ECFP_BITS, ecfp_count_matr
 from graphormer_urpe.errors import CheckpointError, DataError
 from graphormer_urpe.evaluation.kernel import NOISE_RATIOS, FingerprintKernel, TanimotoProcess, tanimoto
 
-SMILES = ["CCO", "CCCO", "CCCCO", "c1ccccc1O", "c1ccccc1N", "c1ccccc1CO", "CC(=O)Nc1ccc(O)cc1", "CCN(CC)CC",
-          "OC(=O)c1ccccc1", "CCCCCCCC", "c1ccncc1", "CC(C)O", "ClCCl", "NCC(=O)O", "CC(=O)OC1=CC=CC=C1C(=O)O",
-          "CN1C=NC2=C1C(=O)N(C(=O)N2C)C", "C1CCCCC1", "C1CCCCC1O", "c1ccc2ccccc2c1", "CCOC(=O)C"]
+SMILES = [
+    "CCO",
+    "CCCO",
+    "CCCCO",
+    "c1ccccc1O",
+    "c1ccccc1N",
+    "c1ccccc1CO",
+    "CC(=O)Nc1ccc(O)cc1",
+    "CCN(CC)CC",
+    "OC(=O)c1ccccc1",
+    "CCCCCCCC",
+    "c1ccncc1",
+    "CC(C)O",
+    "ClCCl",
+    "NCC(=O)O",
+    "CC(=O)OC1=CC=CC=C1C(=O)O",
+    "CN1C=NC2=C1C(=O)N(C(=O)N2C)C",
+    "C1CCCCC1",
+    "C1CCCCC1O",
+    "c1ccc2ccccc2c1",
+    "CCOC(=O)C",
+]
 
 
 def random_counts(rng: np.random.Generator, rows: int) -> np.ndarray:
@@ -99,13 +118,20 @@ def test_each_target_uses_its_known_rows_and_the_files_read_back_exactly(tmp_pat
 
 def test_a_file_that_is_not_a_kernel_is_refused_without_unpickling(tmp_path: Path) -> None:
     pickled = tmp_path / "pickled.npz"
-    np.savez(pickled, fingerprints=np.array([object()], dtype=object), weights=np.zeros(1), mean=0.0,
-             noise_ratio=1.0, signal=1.0)
+    np.savez(
+        pickled,
+        fingerprints=np.array([object()], dtype=object),
+        weights=np.zeros(1),
+        mean=0.0,
+        noise_ratio=1.0,
+        signal=1.0,
+    )
     with pytest.raises(CheckpointError, match="pickled.npz: not a kernel file"):
         FingerprintKernel.load("regression", [pickled])
     wrong = tmp_path / "wrong.npz"
-    np.savez(wrong, fingerprints=np.zeros((3, 10), np.uint8), weights=np.zeros(3), mean=0.0, noise_ratio=1.0,
-             signal=1.0)
+    np.savez(
+        wrong, fingerprints=np.zeros((3, 10), np.uint8), weights=np.zeros(3), mean=0.0, noise_ratio=1.0, signal=1.0
+    )
     with pytest.raises(CheckpointError, match=r"wrong.npz: fingerprints uint8 \(3, 10\)"):
         FingerprintKernel.load("regression", [wrong])
     text = tmp_path / "text.npz"

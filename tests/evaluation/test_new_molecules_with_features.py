@@ -26,16 +26,35 @@ from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.runs import SMALL_TABLE_LINES
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 
-TINY = ["--data.num_workers", "0", "--data.preprocess_workers", "0", "--model.encoder.num_layers", "2",
-        "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4",
-        "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--model.optim.warmup_steps", "1",
-        "--trainer.enable_progress_bar", "false"]
+TINY = [
+    "--data.num_workers",
+    "0",
+    "--data.preprocess_workers",
+    "0",
+    "--model.encoder.num_layers",
+    "2",
+    "--model.encoder.hidden_dim",
+    "16",
+    "--model.encoder.ffn_dim",
+    "16",
+    "--model.encoder.num_heads",
+    "4",
+    "--trainer.max_steps",
+    "4",
+    "--trainer.val_check_interval",
+    "2",
+    "--model.optim.warmup_steps",
+    "1",
+    "--trainer.enable_progress_bar",
+    "false",
+]
 
 
 def record_of(smiles: str, features: np.ndarray) -> GraphRecord:
     graph = molecule_graph(smiles, np.zeros(0))
     return GraphRecord.from_graph(graph.x, graph.edge_index, graph.edge_attr, np.zeros(0, np.float32))._replace(
-        molecule_features=features.astype(np.float32))
+        molecule_features=features.astype(np.float32)
+    )
 
 
 @pytest.mark.slow
@@ -44,10 +63,25 @@ def test_descriptors_and_a_feature_column_train_evaluate_and_predict(tmp_path: P
     table = tmp_path / "mols.csv"
     lines = (REPO_DIR / "examples" / "qm9_sample.csv").read_text().splitlines(True)
     table.write_text("".join(lines[:SMALL_TABLE_LINES]))
-    metrics = train.main(["--config", "smiles_csv_example", "--data.source.path", str(table),
-                          "--data.source.descriptors", "rdkit2d", "--data.source.feature_columns", "[rings]", *TINY,
-                          "--data.root", str(tmp_path / "data"), "--run_root", str(tmp_path / "runs"),
-                          "--run_name", "run"])
+    metrics = train.main(
+        [
+            "--config",
+            "smiles_csv_example",
+            "--data.source.path",
+            str(table),
+            "--data.source.descriptors",
+            "rdkit2d",
+            "--data.source.feature_columns",
+            "[rings]",
+            *TINY,
+            "--data.root",
+            str(tmp_path / "data"),
+            "--run_root",
+            str(tmp_path / "runs"),
+            "--run_name",
+            "run",
+        ]
+    )
     ckpt = Path(metrics["best_checkpoint"])
     task = GraphRegression.from_checkpoint(ckpt).eval()
     names = task.model.config.molecule_features

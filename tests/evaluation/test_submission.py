@@ -32,8 +32,12 @@ def test_official_size_submission_is_written_by_ogb_and_read_back(mode: str, tmp
 
 
 def test_the_expected_size_comes_from_the_split_file(tmp_path: Path) -> None:
-    splits = {"train": np.arange(3), "valid": np.arange(3, 4), "test-dev": np.arange(4, 9),
-              "test-challenge": np.arange(9, 10)}
+    splits = {
+        "train": np.arange(3),
+        "valid": np.arange(3, 4),
+        "test-dev": np.arange(4, 9),
+        "test-challenge": np.arange(9, 10),
+    }
     write_pcqm4mv2(tmp_path, ["C"] * 10, np.ones(10), splits)
     assert PCQM4MV2.split_size(tmp_path, "test-dev") == 5 and PCQM4MV2.split_size(tmp_path, "test-challenge") == 1
 
@@ -45,12 +49,18 @@ def test_a_non_official_size_is_refused_by_ogb_with_a_clear_error(tmp_path: Path
     assert not (tmp_path / "y_pred_pcqm4m-v2_test-dev.npz").exists()
 
 
-@pytest.mark.parametrize(("y_pred", "message"), [
-    (np.zeros(OFFICIAL["test-dev"] - 1, np.float32), r"shape \(147036,\), expected \(147037,\)"),
-    (np.zeros((OFFICIAL["test-dev"], 1), np.float32), r"shape \(147037, 1\), expected \(147037,\)"),
-    (np.where(np.arange(OFFICIAL["test-dev"]) == 9, np.nan, 1.0), r"1 non-finite values \(NaN or inf\), first at "
-                                                                   r"positions \[9\]"),
-])
+@pytest.mark.parametrize(
+    ("y_pred", "message"),
+    [
+        (np.zeros(OFFICIAL["test-dev"] - 1, np.float32), r"shape \(147036,\), expected \(147037,\)"),
+        (np.zeros((OFFICIAL["test-dev"], 1), np.float32), r"shape \(147037, 1\), expected \(147037,\)"),
+        (
+            np.where(np.arange(OFFICIAL["test-dev"]) == 9, np.nan, 1.0),
+            r"1 non-finite values \(NaN or inf\), first at "
+            r"positions \[9\]",
+        ),
+    ],
+)
 def test_bad_predictions_are_not_written(y_pred: np.ndarray, message: str, tmp_path: Path) -> None:
     with pytest.raises(SubmissionError, match=message):
         write_submission(y_pred, tmp_path, "test-dev", OFFICIAL["test-dev"])
@@ -70,8 +80,10 @@ def test_every_defect_of_a_file_is_named(tmp_path: Path) -> None:
     cases = [
         (_official_file(tmp_path / "a", y_pred=good[:-5]), r"shape \(147032,\), expected \(147037,\)"),
         (_official_file(tmp_path / "b", y_pred=good.astype(np.float64)), "dtype float64, expected float32"),
-        (_official_file(tmp_path / "c", y_pred=np.where(np.arange(rows) < 3, np.inf, good).astype(np.float32)),
-         r"3 non-finite values \(NaN or inf\), first at positions \[0, 1, 2\]"),
+        (
+            _official_file(tmp_path / "c", y_pred=np.where(np.arange(rows) < 3, np.inf, good).astype(np.float32)),
+            r"3 non-finite values \(NaN or inf\), first at positions \[0, 1, 2\]",
+        ),
         (_official_file(tmp_path / "d", y_pred=good, extra=good), r"holds the arrays \['y_pred', 'extra'\]"),
         (_official_file(tmp_path / "e", predictions=good), r"holds the arrays \['predictions'\]"),
         (_official_file(tmp_path / "f", y_pred=good.astype(np.int64)), "dtype int64, expected float32"),
@@ -83,8 +95,9 @@ def test_every_defect_of_a_file_is_named(tmp_path: Path) -> None:
 
     renamed = tmp_path / "a" / "predictions.npz"
     renamed.write_bytes((tmp_path / "b" / "y_pred_pcqm4m-v2_test-dev.npz").read_bytes())
-    with pytest.raises(SubmissionError, match="must be named y_pred_pcqm4m-v2_test-dev.npz or "
-                                              "y_pred_pcqm4m-v2_test-challenge.npz"):
+    with pytest.raises(
+        SubmissionError, match="must be named y_pred_pcqm4m-v2_test-dev.npz or y_pred_pcqm4m-v2_test-challenge.npz"
+    ):
         check_submission(renamed, rows)
     with pytest.raises(SubmissionError, match="a test-challenge submission must be named"):
         check_submission(tmp_path / "b" / "y_pred_pcqm4m-v2_test-dev.npz", rows, mode="test-challenge")
@@ -122,16 +135,20 @@ def test_mag240m_split_size_comes_from_the_single_test_split(tmp_path: Path) -> 
     """The MAG240M release holds one 'test' split; ogb gives 3 of every 5 rows to test-dev."""
     folder = tmp_path / "mag240m_kddcup2021"
     folder.mkdir()
-    torch_save_as_numpy1({"train": np.arange(5), "valid": np.arange(5, 7), "test": np.arange(7, 17)},
-                           folder / "split_dict.pt")
+    torch_save_as_numpy1(
+        {"train": np.arange(5), "valid": np.arange(5, 7), "test": np.arange(7, 17)}, folder / "split_dict.pt"
+    )
     assert MAG240M.split_size(tmp_path, "test-dev") == 6 and MAG240M.split_size(tmp_path, "test-challenge") == 4
 
 
-@pytest.mark.parametrize("y_pred, message", [
-    (np.zeros(88_092, np.float32), "expected integer class labels"),
-    (np.full(88_092, 153), "88092 labels outside 0..152, first at positions \\[0, 1, 2, 3, 4\\]"),
-    (np.zeros(100, np.int64), r"shape \(100,\), expected \(88092,\)"),
-])
+@pytest.mark.parametrize(
+    "y_pred, message",
+    [
+        (np.zeros(88_092, np.float32), "expected integer class labels"),
+        (np.full(88_092, 153), "88092 labels outside 0..152, first at positions \\[0, 1, 2, 3, 4\\]"),
+        (np.zeros(100, np.int64), r"shape \(100,\), expected \(88092,\)"),
+    ],
+)
 def test_bad_mag240m_labels_are_not_written(y_pred: np.ndarray, message: str, tmp_path: Path) -> None:
     with pytest.raises(SubmissionError, match=message):
         write_submission(y_pred, tmp_path, "test-dev", 88_092, MAG240M)
@@ -140,9 +157,9 @@ def test_bad_mag240m_labels_are_not_written(y_pred: np.ndarray, message: str, tm
 
 @pytest.mark.parametrize("fmt", [PCQM4MV2, MAG240M], ids=lambda fmt: fmt.dataset)
 @pytest.mark.parametrize("mode", ["test-dev", "test-challenge"])
-def test_check_submission_without_the_dataset_uses_ogbs_official_sizes(fmt: SubmissionFormat, mode: str,
-                                                                        tmp_path: Path, package_log,
-                                                                        capsys: pytest.CaptureFixture) -> None:
+def test_check_submission_without_the_dataset_uses_ogbs_official_sizes(
+    fmt: SubmissionFormat, mode: str, tmp_path: Path, package_log, capsys: pytest.CaptureFixture
+) -> None:
     """ogb's writer asserts the official size, so a file it wrote checks against ``official_sizes``."""
     package_log.set_level(logging.INFO, logger="graphormer_urpe")
     rows = fmt.official_sizes[mode]
@@ -150,11 +167,19 @@ def test_check_submission_without_the_dataset_uses_ogbs_official_sizes(fmt: Subm
     path = write_submission(np.ones(rows, fmt.dtype), tmp_path / "subs", mode, rows, fmt)
     capsys.readouterr()
     result = evaluate.main(["--check-submission", str(path), "--data-root", str(tmp_path / "nowhere")])
-    assert result == {"file": str(path), "dataset": fmt.dataset, "mode": mode, "rows": rows, "valid": True,
-                      "expected_rows_from": "official"}
-    assert capsys.readouterr().out == (f"{path} is a valid {fmt.dataset} {mode} submission: {rows} finite "
-                                       f"{np.dtype(fmt.dtype)} predictions, as many rows as ogb's official split "
-                                       "size\n")  # one line on success
+    assert result == {
+        "file": str(path),
+        "dataset": fmt.dataset,
+        "mode": mode,
+        "rows": rows,
+        "valid": True,
+        "expected_rows_from": "official",
+    }
+    assert capsys.readouterr().out == (
+        f"{path} is a valid {fmt.dataset} {mode} submission: {rows} finite "
+        f"{np.dtype(fmt.dtype)} predictions, as many rows as ogb's official split "
+        "size\n"
+    )  # one line on success
     assert f"checking against the official {fmt.dataset} {mode} size instead, {rows} rows" in package_log.text
     short = tmp_path / "short" / path.name
     short.parent.mkdir()

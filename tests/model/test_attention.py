@@ -198,12 +198,13 @@ def test_urpe_equals_the_formula_written_out_by_hand() -> None:
     for h in range(heads):
         cols = slice(h * head_dim, (h + 1) * head_dim)
         q = [x[i] @ w[:width][cols].T + b[:width][cols] for i in range(tokens)]
-        k = [x[j] @ w[width:2 * width][cols].T + b[width:2 * width][cols] for j in range(tokens)]
-        v = [x[j] @ w[2 * width:][cols].T + b[2 * width:][cols] for j in range(tokens)]
+        k = [x[j] @ w[width : 2 * width][cols].T + b[width : 2 * width][cols] for j in range(tokens)]
+        v = [x[j] @ w[2 * width :][cols].T + b[2 * width :][cols] for j in range(tokens)]
         rows = []
         for i in range(tokens):
-            logits = [float(q[i] @ k[j]) / math.sqrt(head_dim) + float(bias_table[relation[i, j], h])
-                      for j in range(tokens)]
+            logits = [
+                float(q[i] @ k[j]) / math.sqrt(head_dim) + float(bias_table[relation[i, j], h]) for j in range(tokens)
+            ]
             top = max(logits)
             exp = [math.exp(value - top) for value in logits]
             weights = [e / sum(exp) * float(scale_table[relation[i, j], h]) for j, e in enumerate(exp)]

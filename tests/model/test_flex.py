@@ -31,8 +31,9 @@ def exact_dtype(device: torch.device) -> torch.dtype:
     return torch.float64 if device.type == "cpu" else torch.float32
 
 
-def attention_case(multiplier_kind: str, head_dim: int, device: torch.device
-                   ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+def attention_case(
+    multiplier_kind: str, head_dim: int, device: torch.device
+) -> tuple[list[torch.Tensor], torch.Tensor | None]:
     """Q, K, V (B, H, T, D), a bias (B, H, T, T) with -inf masks (graph 1 has 4 real tokens; its padding queries see
     the real keys, with multiplier 0 as URPE gives them), and a multiplier (B, H, T, T) or None; all leaves."""
     g = torch.Generator().manual_seed(0)
@@ -53,8 +54,9 @@ def attention_case(multiplier_kind: str, head_dim: int, device: torch.device
     return leaves, None if multiplier is None else multiplier.to(device).requires_grad_()
 
 
-def formula(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
-            multiplier: torch.Tensor | None) -> torch.Tensor:
+def formula(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, multiplier: torch.Tensor | None
+) -> torch.Tensor:
     """``softmax(Q K^T / sqrt(D) + bias) [* multiplier] V`` written out."""
     weights = torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 + bias, dim=-1)
     return (weights if multiplier is None else weights * multiplier) @ v
@@ -63,8 +65,9 @@ def formula(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tenso
 @pytest.mark.device
 @pytest.mark.parametrize("head_dim", [10, 16], ids=["padded-head", "head-16"])
 @pytest.mark.parametrize("multiplier_kind", MULTIPLIERS)
-def test_flex_attention_equals_the_formula_in_value_and_gradient(device: torch.device, multiplier_kind: str,
-                                                                  head_dim: int) -> None:
+def test_flex_attention_equals_the_formula_in_value_and_gradient(
+    device: torch.device, multiplier_kind: str, head_dim: int
+) -> None:
     """Value and every gradient to rounding. Where the multiplier is 0 and none is negative (a padding pair, a dropped
     key), log 0 = -inf takes the entry out: its gradient is 0 (the formula's is A (dO . V), which URPE's C never
     receives there: the padding row of C is frozen, and dropout's multiplier is not learned)."""
@@ -97,8 +100,9 @@ def test_flex_attention_of_a_negative_multiplier_uses_the_shift_and_stays_exact(
     torch.testing.assert_close(out, expected, **rounding_tolerance(expected, 50.0 * expected))
 
 
-def two_kernels(module: torch.nn.Module,
-                run: Callable[[], torch.Tensor]) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+def two_kernels(
+    module: torch.nn.Module, run: Callable[[], torch.Tensor]
+) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
     """``run()``'s output and the gradients of ``module``'s parameters with the eager kernel, then with flex; the
     global generator reseeded before each, so that dropout draws the same masks."""
     results = []
@@ -128,8 +132,9 @@ def assert_same(results: list[tuple[torch.Tensor, list[torch.Tensor]]]) -> None:
 def test_attention_module_with_flex_equals_eager(device: torch.device, attention: str) -> None:
     """The module's output and its weights' gradients, C trained away from ones, padding keys masked."""
     torch.manual_seed(0)
-    module = torch.nn.ModuleDict({"attention": MultiHeadAttention(H * 8, H), "bias": RelativeBias(6, H),
-                                  "scale": RelativeScale(6, H)}).to(device)
+    module = torch.nn.ModuleDict(
+        {"attention": MultiHeadAttention(H * 8, H), "bias": RelativeBias(6, H), "scale": RelativeScale(6, H)}
+    ).to(device)
     with torch.no_grad():
         module["scale"].weight[1:] = torch.rand(5, H) * 2.0 - 0.5  # signed
     x = torch.randn(B, T, H * 8, device=device)
@@ -152,8 +157,16 @@ def test_graphormer_training_step_with_flex_equals_eager_every_dropout_on(attent
     predictions and every parameter's gradient to float32 rounding."""
     rng = np.random.default_rng(0)
     batch = collate_graphs([make_record(rng, n, index=i) for i, n in enumerate((5, 17, 9, 1))])
-    config = GraphormerConfig(num_layers=2, hidden_dim=40, ffn_dim=32, num_heads=4, attention=attention,
-                              dropout=0.1, attention_dropout=0.2, activation_dropout=0.1)
+    config = GraphormerConfig(
+        num_layers=2,
+        hidden_dim=40,
+        ffn_dim=32,
+        num_heads=4,
+        attention=attention,
+        dropout=0.1,
+        attention_dropout=0.2,
+        activation_dropout=0.1,
+    )
     torch.manual_seed(0)
     model = Graphormer(config).train()
     if attention == "urpe":

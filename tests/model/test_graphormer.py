@@ -38,8 +38,14 @@ def permute_record(record, perm: np.ndarray):
     inverse = np.argsort(perm)
     edge_index = inverse[record.edge_index]
     s = graph_structure(len(perm), edge_index)
-    return record._replace(x=record.x[perm], edge_index=edge_index, spd=s.spd, first_edge=s.first_edge,
-                           in_degree=s.in_degree, out_degree=s.out_degree)
+    return record._replace(
+        x=record.x[perm],
+        edge_index=edge_index,
+        spd=s.spd,
+        first_edge=s.first_edge,
+        in_degree=s.in_degree,
+        out_degree=s.out_degree,
+    )
 
 
 @pytest.mark.device
@@ -86,7 +92,8 @@ def test_permutation_equivariance_and_invariance(
 @pytest.mark.device
 @pytest.mark.parametrize("attention", ["rpe", "urpe"])
 def test_other_graphs_and_padding_do_not_change_a_graph(
-        rng: np.random.Generator, attention: str, device: torch.device) -> None:
+    rng: np.random.Generator, attention: str, device: torch.device
+) -> None:
     """Exact up to float32 rounding: other batch shapes may sum in another order (GPU kernels do)."""
     net = model(attention, device=device)
     if attention == "urpe":
@@ -133,8 +140,9 @@ def test_compiled_urpe_model_matches_eager_in_outputs_and_gradients(rng: np.rand
         got.square().sum().backward()
         for (name, theirs), ours in zip(eager.named_parameters(), compiled_net.parameters()):
             if theirs.grad is not None:
-                torch.testing.assert_close(ours.grad, theirs.grad, **rounding_tolerance(ours.grad, theirs.grad),
-                                           msg=name)
+                torch.testing.assert_close(
+                    ours.grad, theirs.grad, **rounding_tolerance(ours.grad, theirs.grad), msg=name
+                )
     assert eager.relative_scale.weight.grad.abs().sum() > 0
 
 
@@ -148,7 +156,7 @@ def test_unreachable_and_far_pairs_are_masked() -> None:
     assert key_mask[0, 1, 1 + 19] and not key_mask[0, 1, 1 + 20]  # spd 19 kept, spd 20 masked
     assert not key_mask[1, 1 + 0, 1 + 3] and key_mask[1, 1 + 0, 1 + 1]  # other component masked
     assert key_mask[:, :, 0].all()  # everyone sees the graph token
-    assert not key_mask[1, :, 1 + 6:].any()  # nobody sees padding
+    assert not key_mask[1, :, 1 + 6 :].any()  # nobody sees padding
 
 
 def test_components_do_not_mix_within_one_layer(rng: np.random.Generator) -> None:
@@ -219,8 +227,9 @@ SMALL = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, 
 
 def _node_batch(rng: np.random.Generator, sizes=(5, 3, 7), width: int = 6) -> GraphBatch:
     """Graph batch plus continuous features and a target node per graph."""
-    batch = collate_graphs([make_record(rng, n, index=i, node_vocab=(3,), edge_vocab=(6,))
-                            for i, n in enumerate(sizes)])
+    batch = collate_graphs(
+        [make_record(rng, n, index=i, node_vocab=(3,), edge_vocab=(6,)) for i, n in enumerate(sizes)]
+    )
     features = torch.randn(len(sizes), batch.x.shape[1], width) * batch.node_mask.unsqueeze(-1)
     target = torch.tensor([int(rng.integers(0, n)) for n in sizes])
     return dataclasses.replace(batch, x_continuous=features.half(), target_node=target)
@@ -228,8 +237,15 @@ def _node_batch(rng: np.random.Generator, sizes=(5, 3, 7), width: int = 6) -> Gr
 
 def _node_model(attention: str, width: int = 6) -> Graphormer:
     torch.manual_seed(0)
-    config = GraphormerConfig(node_vocab=[3], edge_vocab=[6], num_outputs=4, continuous_node_dim=width,
-                              readout="target_node", attention=attention, **SMALL)
+    config = GraphormerConfig(
+        node_vocab=[3],
+        edge_vocab=[6],
+        num_outputs=4,
+        continuous_node_dim=width,
+        readout="target_node",
+        attention=attention,
+        **SMALL,
+    )
     return Graphormer(config).eval()
 
 
@@ -294,8 +310,20 @@ def test_unknown_readout_is_refused() -> None:
 
 
 def node_config(**overrides) -> GraphormerConfig:
-    base = dict(node_vocab=[1], edge_vocab=[1], num_outputs=3, num_layers=3, hidden_dim=16, ffn_dim=16, num_heads=4,
-                attention="rpe", graph_token=False, readout="nodes", dropout=0.0, attention_dropout=0.0)
+    base = dict(
+        node_vocab=[1],
+        edge_vocab=[1],
+        num_outputs=3,
+        num_layers=3,
+        hidden_dim=16,
+        ffn_dim=16,
+        num_heads=4,
+        attention="rpe",
+        graph_token=False,
+        readout="nodes",
+        dropout=0.0,
+        attention_dropout=0.0,
+    )
     return GraphormerConfig(**{**base, **overrides})
 
 
@@ -410,8 +438,9 @@ def test_default_keeps_the_graph_token_and_graph_readout():
 
 
 def test_target_node_readout_without_graph_token(rng):
-    batch = dataclasses.replace(collate_graphs([make_record(rng, 5), make_record(rng, 8)]),
-                                target_node=torch.tensor([4, 2]))
+    batch = dataclasses.replace(
+        collate_graphs([make_record(rng, 5), make_record(rng, 8)]), target_node=torch.tensor([4, 2])
+    )
     net = Graphormer(node_config(node_vocab=[28], edge_vocab=[4], readout="target_node")).eval()
     randomize(net, 0)
     torch.testing.assert_close(net(batch), net.head(net.encode(batch)[torch.arange(2), batch.target_node]))
@@ -462,8 +491,17 @@ def test_continuous_edge_features_change_only_their_graph(rng: np.random.Generat
 def test_node_readout_predicts_every_node_equivariantly(rng: np.random.Generator, attention: str) -> None:
     batch = _node_batch(rng)
     torch.manual_seed(0)
-    net = Graphormer(GraphormerConfig(node_vocab=[3], edge_vocab=[6], num_outputs=2, continuous_node_dim=6,
-                                      readout="nodes", attention=attention, **SMALL)).eval()
+    net = Graphormer(
+        GraphormerConfig(
+            node_vocab=[3],
+            edge_vocab=[6],
+            num_outputs=2,
+            continuous_node_dim=6,
+            readout="nodes",
+            attention=attention,
+            **SMALL,
+        )
+    ).eval()
     output = net(batch)
     assert output.shape == (3, 7, 2)
     torch.testing.assert_close(output, net.head(net.encode(batch)[:, 1:]))
@@ -471,9 +509,14 @@ def test_node_readout_predicts_every_node_equivariantly(rng: np.random.Generator
     permuted = net(_permute(batch, 2, order))
     torch.testing.assert_close(permuted[2], output[2][order], **rounding_tolerance(permuted, output))
     alone = collate_graphs([make_record(np.random.default_rng(0), 5, node_vocab=(3,), edge_vocab=(6,))])
-    together = collate_graphs([make_record(np.random.default_rng(0), 5, node_vocab=(3,), edge_vocab=(6,)),
-                               make_record(rng, 9, node_vocab=(3,), edge_vocab=(6,))])
-    plain = Graphormer(GraphormerConfig(node_vocab=[3], edge_vocab=[6], num_outputs=2, readout="nodes",
-                                        attention=attention, **SMALL)).eval()
+    together = collate_graphs(
+        [
+            make_record(np.random.default_rng(0), 5, node_vocab=(3,), edge_vocab=(6,)),
+            make_record(rng, 9, node_vocab=(3,), edge_vocab=(6,)),
+        ]
+    )
+    plain = Graphormer(
+        GraphormerConfig(node_vocab=[3], edge_vocab=[6], num_outputs=2, readout="nodes", attention=attention, **SMALL)
+    ).eval()
     both, single = plain(together), plain(alone)
     torch.testing.assert_close(both[0, :5], single[0], **rounding_tolerance(both, single))

@@ -31,8 +31,18 @@ def reference_bucket(offset: int, num_buckets: int, max_distance: int) -> int:
 
 
 def small_config(**overrides) -> SequenceConfig:
-    base = dict(vocab_size=7, num_classes=5, length=12, num_layers=2, hidden_dim=16, ffn_dim=32, num_heads=4,
-                attention="urpe", num_buckets=8, max_distance=16)
+    base = dict(
+        vocab_size=7,
+        num_classes=5,
+        length=12,
+        num_layers=2,
+        hidden_dim=16,
+        ffn_dim=32,
+        num_heads=4,
+        attention="urpe",
+        num_buckets=8,
+        max_distance=16,
+    )
     return SequenceConfig(**{**base, **overrides})
 
 

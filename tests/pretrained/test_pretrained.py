@@ -26,8 +26,11 @@ def test_the_provenance_record_matches_the_shipped_file() -> None:
     assert record["parameters"] == sum(t.numel() for t in checkpoint["state_dict"].values() if t.is_floating_point())
     assert all(t.dtype == torch.float32 for t in checkpoint["state_dict"].values() if t.is_floating_point())
     reference = descriptor_reference()
-    assert record["targets"] == {"descriptors": "rdkit2d", "reference_sha1": reference.sha1,
-                                 "count": len(reference.informative)}
+    assert record["targets"] == {
+        "descriptors": "rdkit2d",
+        "reference_sha1": reference.sha1,
+        "count": len(reference.informative),
+    }
     assert record["corpus"]["sha1"] == reference.provenance["corpus_sha1"]
     assert not record["git_commit"].endswith("-dirty")
 
@@ -72,8 +75,19 @@ def test_it_fine_tunes_from_its_short_name(small_table: Path, tmp_path: Path) ->
     import train
     from graphormer_urpe.testing.runs import small_run_args
 
-    args = small_run_args(small_table, tmp_path / "data", tmp_path / "runs", "--run_name", "ft",
-                          "--init_from", SHORT_NAME, "--trainer.max_steps", "3", "--trainer.val_check_interval", "3")
+    args = small_run_args(
+        small_table,
+        tmp_path / "data",
+        tmp_path / "runs",
+        "--run_name",
+        "ft",
+        "--init_from",
+        SHORT_NAME,
+        "--trainer.max_steps",
+        "3",
+        "--trainer.val_check_interval",
+        "3",
+    )
     train.main(args)
     record = json.loads((tmp_path / "runs" / "ft" / "run.json").read_text())
     assert f"sha256 {provenance()['sha256'][:12]}; MosesDescriptors, step 10000" in record["initialised_from"]
@@ -83,7 +97,8 @@ def test_it_fine_tunes_from_its_short_name(small_table: Path, tmp_path: Path) ->
 @pytest.mark.slow
 @pytest.mark.device
 def test_the_recipe_fine_tunes_the_shipped_checkpoint_on_the_device_in_each_precision(
-        small_table: Path, tmp_path: Path, device: torch.device) -> None:
+    small_table: Path, tmp_path: Path, device: torch.device
+) -> None:
     """``configs/small_molecules.yaml`` as a user runs it on a GPU (the CPU where there is none): the shipped
     checkpoint, RDKit descriptors joined with the readout, 4 steps in ``32``, ``16-mixed`` and ``bf16-mixed``.
     Every run starts from the same weights on the same first batch, so only the precision changes the first
@@ -94,11 +109,34 @@ def test_the_recipe_fine_tunes_the_shipped_checkpoint_on_the_device_in_each_prec
 
     first_losses = {}
     for precision in ("32", "16-mixed", "bf16-mixed"):
-        train(["--config", "small_molecules", "--data.source.path", str(small_table),
-               "--data.root", str(tmp_path / "data"), "--run_root", str(tmp_path / "runs"), "--run_name", precision,
-               "--trainer.accelerator", device.type, "--trainer.precision", precision,
-               "--trainer.max_steps", "4", "--trainer.log_every_n_steps", "1", "--logger", "csv",
-               "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"])
+        train(
+            [
+                "--config",
+                "small_molecules",
+                "--data.source.path",
+                str(small_table),
+                "--data.root",
+                str(tmp_path / "data"),
+                "--run_root",
+                str(tmp_path / "runs"),
+                "--run_name",
+                precision,
+                "--trainer.accelerator",
+                device.type,
+                "--trainer.precision",
+                precision,
+                "--trainer.max_steps",
+                "4",
+                "--trainer.log_every_n_steps",
+                "1",
+                "--logger",
+                "csv",
+                "--trainer.enable_progress_bar",
+                "false",
+                "--trainer.enable_model_summary",
+                "false",
+            ]
+        )
         run = tmp_path / "runs" / precision
         losses = [row["train/loss"] for row in read_metrics(run) if "train/loss" in row]
         assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses), (precision, losses)

@@ -44,11 +44,28 @@ from graphormer_urpe.testing.runs import (
 #: device of the exactness tests (dropout masks then come from the CUDA generator on a GPU), with
 #: deterministic kernels (a GPU's atomic-add backward passes otherwise differ from run to run).
 RANDOM_RUN = (
-    "--model.encoder.dropout", "0.1", "--model.encoder.attention_dropout", "0.1",
-    "--model.encoder.input_dropout", "0.1", "--model.encoder.activation_dropout", "0.1",
-    "--model.encoder.drop_path", "0.3", "--trainer.accumulate_grad_batches", "2",
-    "--trainer.gradient_clip_val", "1.0", "--trainer.max_steps", "9", "--checkpoint.every_n_steps", "4",
-    "--trainer.accelerator", exactness_device().type, "--trainer.deterministic", "true",
+    "--model.encoder.dropout",
+    "0.1",
+    "--model.encoder.attention_dropout",
+    "0.1",
+    "--model.encoder.input_dropout",
+    "0.1",
+    "--model.encoder.activation_dropout",
+    "0.1",
+    "--model.encoder.drop_path",
+    "0.3",
+    "--trainer.accumulate_grad_batches",
+    "2",
+    "--trainer.gradient_clip_val",
+    "1.0",
+    "--trainer.max_steps",
+    "9",
+    "--checkpoint.every_n_steps",
+    "4",
+    "--trainer.accelerator",
+    exactness_device().type,
+    "--trainer.deterministic",
+    "true",
 )
 
 
@@ -64,12 +81,17 @@ def uninterrupted(qm9_root: Path, tmp_path_factory: pytest.TempPathFactory) -> F
 @pytest.mark.device
 @pytest.mark.parametrize(("stop_step", "signum"), [(4, signal.SIGTERM), (3, signal.SIGUSR1)])
 def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
-        uninterrupted: FinalState, qm9_root: Path, tmp_path: Path, stop_step: int, signum: int,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    uninterrupted: FinalState,
+    qm9_root: Path,
+    tmp_path: Path,
+    stop_step: int,
+    signum: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # a SLURM job whose scontrol records what it is asked to do
     bin_dir, requests = tmp_path / "bin", tmp_path / "scontrol.txt"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {requests}\n")
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {requests}\n')
     (bin_dir / "scontrol").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
@@ -113,11 +135,25 @@ def test_resume_with_size_aware_batching_reaches_bitwise_the_same_weights(qm9_ro
 #: ``min_delta`` 10 no validation after the first improves, so early stopping decides at the end of epoch 2 (step 18)
 #: on any machine, before ``max_epochs``.
 EPOCH_MODE = (
-    "--trainer.max_steps", "-1", "--trainer.max_epochs", "5", "--trainer.val_check_interval", "1.0",
-    "--trainer.check_val_every_n_epoch", "1", "--model.encoder.dropout", "0.1", "--model.encoder.attention_dropout",
-    "0.1", "--trainer.callbacks+=" + json.dumps({
-        "class_path": "pytorch_lightning.callbacks.EarlyStopping",
-        "init_args": {"monitor": "val/mae", "patience": 2, "min_delta": 10.0}}),
+    "--trainer.max_steps",
+    "-1",
+    "--trainer.max_epochs",
+    "5",
+    "--trainer.val_check_interval",
+    "1.0",
+    "--trainer.check_val_every_n_epoch",
+    "1",
+    "--model.encoder.dropout",
+    "0.1",
+    "--model.encoder.attention_dropout",
+    "0.1",
+    "--trainer.callbacks+="
+    + json.dumps(
+        {
+            "class_path": "pytorch_lightning.callbacks.EarlyStopping",
+            "init_args": {"monitor": "val/mae", "patience": 2, "min_delta": 10.0},
+        }
+    ),
 )
 STEPS_PER_EPOCH, EARLY_STOP_STEP = 6, 18
 
@@ -131,8 +167,16 @@ def epoch_mode(small_table: Path, tmp_path_factory: pytest.TempPathFactory):
     finished: dict[str, tuple[FinalState, Path]] = {}
 
     def args(descriptors: str, name: str) -> list[str]:
-        return small_run_args(small_table, root / "data", root / "runs", *EPOCH_MODE, "--data.source.descriptors",
-                              descriptors, "--run_name", name)
+        return small_run_args(
+            small_table,
+            root / "data",
+            root / "runs",
+            *EPOCH_MODE,
+            "--data.source.descriptors",
+            descriptors,
+            "--run_name",
+            name,
+        )
 
     def uninterrupted(descriptors: str) -> tuple[FinalState, Path]:
         if descriptors not in finished:
@@ -146,15 +190,19 @@ def epoch_mode(small_table: Path, tmp_path_factory: pytest.TempPathFactory):
 
 # 3: within epoch 0; 12: epoch 1's last step (its validation and early stopping's check follow); 18: the last step of
 # epoch 2, whose end decides to stop; 9: within epoch 1
-@pytest.mark.parametrize(("descriptors", "stop_step"), [
-    ("null", 3),
-    pytest.param("null", 12, marks=pytest.mark.slow),
-    pytest.param("null", EARLY_STOP_STEP, marks=pytest.mark.slow),
-    pytest.param("rdkit2d", 9, marks=pytest.mark.slow),
-    pytest.param("rdkit2d", EARLY_STOP_STEP, marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    ("descriptors", "stop_step"),
+    [
+        ("null", 3),
+        pytest.param("null", 12, marks=pytest.mark.slow),
+        pytest.param("null", EARLY_STOP_STEP, marks=pytest.mark.slow),
+        pytest.param("rdkit2d", 9, marks=pytest.mark.slow),
+        pytest.param("rdkit2d", EARLY_STOP_STEP, marks=pytest.mark.slow),
+    ],
+)
 def test_an_epoch_mode_run_resumed_after_a_signal_ends_where_the_uninterrupted_one_does(
-        epoch_mode: SimpleNamespace, descriptors: str, stop_step: int, package_log: pytest.LogCaptureFixture) -> None:
+    epoch_mode: SimpleNamespace, descriptors: str, stop_step: int, package_log: pytest.LogCaptureFixture
+) -> None:
     """Issue 38: resumed in epoch mode, a run trained again on the first batches of its epoch and skipped as many (its
     loader's position was never loaded), and a stop at an epoch's last step lost that epoch's validation and early
     stopping's check. Now weights, every logged value, the best checkpoint and the final metrics are the
@@ -165,8 +213,9 @@ def test_an_epoch_mode_run_resumed_after_a_signal_ends_where_the_uninterrupted_o
     assert train_in_process(args, SignalDuringStep(stop_step)) == 128 + signal.SIGTERM
     last = Path(args[args.index("--run_root") + 1]) / args[-1] / "checkpoints" / "last.ckpt"
     if stop_step % STEPS_PER_EPOCH == 0:  # the checkpoint waits for the end of the epoch
-        assert (f"SIGTERM: finishing the end of its epoch (validation included) after step {stop_step}, then writing "
-                f"{last}") in package_log.text
+        assert (
+            f"SIGTERM: finishing the end of its epoch (validation included) after step {stop_step}, then writing {last}"
+        ) in package_log.text
     resumed = FinalState()
     assert train_in_process(args + ["--ckpt_path", "last"], resumed) == 0
     assert same_run((resumed, last.parent.parent), full) == []
@@ -174,7 +223,8 @@ def test_an_epoch_mode_run_resumed_after_a_signal_ends_where_the_uninterrupted_o
 
 @pytest.mark.slow
 def test_a_step_mode_run_stopped_where_a_validation_follows_validates_before_it_saves(
-        small_table: Path, tmp_path: Path) -> None:
+    small_table: Path, tmp_path: Path
+) -> None:
     """A checkpoint written before the validation due after its step was resumed without that validation (Lightning
     counts it done): no validation logged at that step, best checkpoint and early stopping blind to it. Stopped by a
     signal (step 8) or killed after a periodic ``last.ckpt`` (step 4), both with a validation every 4 steps, the run
@@ -252,8 +302,9 @@ class PoisonAtStep(pl.Callback):
         self.step = step
         self.indices: list[int] | None = None
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
+    ) -> None:
         if trainer.global_step == self.step - 1 and self.indices is None:
             self.indices = batch.index.tolist()
             with torch.no_grad():
@@ -261,7 +312,8 @@ class PoisonAtStep(pl.Callback):
 
 
 def test_non_finite_loss_names_step_graphs_and_last_good_checkpoint(
-        qm9_root: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
+    qm9_root: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture
+) -> None:
     poison = PoisonAtStep(4)
     args = tiny_run_args(qm9_root, tmp_path, "--checkpoint.every_n_steps", "2", "--run_name", "nan")
     assert train_in_process(args, poison) == NON_FINITE_LOSS
@@ -273,7 +325,6 @@ def test_non_finite_loss_names_step_graphs_and_last_good_checkpoint(
     assert torch.load(tmp_path / "nan" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
 
 
-
 @pytest.fixture
 def losses_read_as_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The loss guard on the CPU as on a GPU: losses read together every log interval, not every step."""
@@ -282,12 +333,14 @@ def losses_read_as_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("losses_read_as_on_a_gpu")
 def test_losses_read_later_still_name_the_first_bad_step_and_keep_it_out_of_every_checkpoint(
-        qm9_root: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
+    qm9_root: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture
+) -> None:
     """Losses read every 5 steps: the NaN of step 2 is found when the validation after step 3 would write
     best-3.ckpt, which is then not written."""
     poison = PoisonAtStep(2)
-    args = tiny_run_args(qm9_root, tmp_path, "--checkpoint.every_n_steps", "0", "--run_name", "nan",
-                         "--trainer.log_every_n_steps", "5")
+    args = tiny_run_args(
+        qm9_root, tmp_path, "--checkpoint.every_n_steps", "0", "--run_name", "nan", "--trainer.log_every_n_steps", "5"
+    )
     assert train_in_process(args, poison) == NON_FINITE_LOSS
     message = package_log.text
     assert "non-finite training loss at optimiser step 2 (epoch 0, batch 1)" in message
@@ -319,8 +372,9 @@ class HostReadsPerStep(pl.Callback):
         self.epoch_starts: set[int] = set()  # steps after which the loader began an epoch
         self._at_start = 0
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
+    ) -> None:
         if trainer.global_step:
             self.per_step[trainer.global_step] = self.reads.count - self._at_start
         if batch_idx == 0:
@@ -336,9 +390,22 @@ def test_a_training_step_reads_no_value_from_the_device_between_log_steps(qm9_ro
     compiles whole, tests/tasks/test_compiled.py). On a GPU the check counts every synchronisation (docs/gpu.md)."""
     reads = HostReads()
     per_step = HostReadsPerStep(reads)
-    args = tiny_run_args(qm9_root, tmp_path, "--trainer.max_steps", "12", "--trainer.log_every_n_steps", "4",
-                         "--trainer.val_check_interval", "12", "--checkpoint.every_n_steps", "0",
-                         "--trainer.gradient_clip_val", "1.0", "--data.pad_nodes_to", "8")
+    args = tiny_run_args(
+        qm9_root,
+        tmp_path,
+        "--trainer.max_steps",
+        "12",
+        "--trainer.log_every_n_steps",
+        "4",
+        "--trainer.val_check_interval",
+        "12",
+        "--checkpoint.every_n_steps",
+        "0",
+        "--trainer.gradient_clip_val",
+        "1.0",
+        "--data.pad_nodes_to",
+        "8",
+    )
     with reads:
         assert train_in_process(args, per_step) == 0
     # after the last step of an epoch (every 5th: 40 graphs in batches of 8) the loader starts the next and draws
@@ -373,14 +440,18 @@ def test_the_progress_bar_redraws_at_most_once_per_interval(monkeypatch: pytest.
     drawn = [bar._should_update(current, total=100) for current in range(1, 6)]
     assert drawn == [True, False, False, True, False]
     assert bar._should_update(100, total=100)  # the last batch of an epoch always
+
+
 def test_early_stopping_follows_the_tasks_own_monitor() -> None:
     from graphormer_urpe import GraphormerConfig
     from graphormer_urpe.run.callbacks import TaskEarlyStopping
     from graphormer_urpe.tasks import Classification, GraphRegression
 
     config = GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2)
-    for task, monitor, best, delta in ((GraphRegression(config), "val/mae", torch.inf, -0.01),
-                                       (Classification(config), "val/auroc", -torch.inf, 0.01)):
+    for task, monitor, best, delta in (
+        (GraphRegression(config), "val/mae", torch.inf, -0.01),
+        (Classification(config), "val/auroc", -torch.inf, 0.01),
+    ):
         stopping = TaskEarlyStopping(patience=5, min_delta=0.01)
         stopping.setup(SimpleNamespace(val_check_interval=1.0, check_val_every_n_epoch=1), task, "fit")
         assert (stopping.monitor, stopping.best_score.item(), stopping.min_delta) == (monitor, best, delta)
@@ -392,8 +463,21 @@ def test_the_recipe_trains_binary_labels_to_the_end(small_table: Path, tmp_path:
     """Issue 37: the recipe on a binary table stopped after one epoch, its early stopping watching val/mae."""
     from graphormer_urpe.testing.runs import train
 
-    metrics = train(["--config", "small_molecules_classification", "--data.source.path", str(small_table),
-                     "--data.root", str(tmp_path / "data"), "--run_root", str(tmp_path / "runs"),
-                     "--trainer.max_epochs", "3", "--trainer.enable_progress_bar", "false"])
+    metrics = train(
+        [
+            "--config",
+            "small_molecules_classification",
+            "--data.source.path",
+            str(small_table),
+            "--data.root",
+            str(tmp_path / "data"),
+            "--run_root",
+            str(tmp_path / "runs"),
+            "--trainer.max_epochs",
+            "3",
+            "--trainer.enable_progress_bar",
+            "false",
+        ]
+    )
     assert metrics["global_step"] == 3 * 2  # 48 training molecules in batches of 32, every epoch
     assert {"val/auroc", "val/auprc", "val/accuracy"} <= set(metrics["validation"])

@@ -32,15 +32,19 @@ def save(module: GraphRegression, path: Path) -> Path:
 def trained_run(qm9_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run directory of a 4-step training run (checkpoints every 2 steps)."""
     run_root = tmp_path_factory.mktemp("runs")
-    train(tiny_run_args(qm9_root, run_root, "--trainer.max_steps", "4", "--checkpoint.every_n_steps", "2",
-                             "--run_name", "trained"))
+    train(
+        tiny_run_args(
+            qm9_root, run_root, "--trainer.max_steps", "4", "--checkpoint.every_n_steps", "2", "--run_name", "trained"
+        )
+    )
     return run_root / "trained"
 
 
 def test_saved_loader_states_are_the_training_loaders_positions(trained_run: Path) -> None:
     checkpoint = load_checkpoint(trained_run / "checkpoints" / "last.ckpt")
-    assert saved_loader_states(checkpoint) == [{"epoch": 0, "batches_done": 4, "seed": 0, "dataset_size": 40,
-                                               "global_batch": 8, "bucket_window": 0}]
+    assert saved_loader_states(checkpoint) == [
+        {"epoch": 0, "batches_done": 4, "seed": 0, "dataset_size": 40, "global_batch": 8, "bucket_window": 0}
+    ]
     assert saved_loader_states({"state_dict": {}}) == []
 
 
@@ -63,13 +67,16 @@ def test_unreadable_files_are_named_with_the_reason(tmp_path: Path) -> None:
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     with pytest.raises(CheckpointError) as refused:  # a run directory given instead of one of its files
         load_checkpoint(tmp_path / "run")
-    assert str(refused.value) == (f"checkpoint {tmp_path / 'run'} is a directory; name a checkpoint file (it holds no "
-                                  ".ckpt file)")
+    assert str(refused.value) == (
+        f"checkpoint {tmp_path / 'run'} is a directory; name a checkpoint file (it holds no .ckpt file)"
+    )
     (tmp_path / "run" / "checkpoints" / "last.ckpt").write_bytes(whole)
     with pytest.raises(CheckpointError) as refused:
         load_checkpoint(tmp_path / "run")
-    assert str(refused.value) == (f"checkpoint {tmp_path / 'run'} is a directory; name a checkpoint file, e.g. "
-                                  f"{tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}")
+    assert str(refused.value) == (
+        f"checkpoint {tmp_path / 'run'} is a directory; name a checkpoint file, e.g. "
+        f"{tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}"
+    )
 
 
 def test_rpe_checkpoint_in_a_urpe_model_names_the_attention_type(tmp_path: Path) -> None:
@@ -101,7 +108,8 @@ def test_matching_checkpoint_passes(tmp_path: Path) -> None:
 
 
 def test_evaluate_reports_a_corrupt_checkpoint_without_a_traceback(
-        trained_run: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
+    trained_run: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture
+) -> None:
     corrupt = tmp_path / "corrupt.ckpt"
     whole = (trained_run / "checkpoints" / "last.ckpt").read_bytes()
     corrupt.write_bytes(whole[:1000])
@@ -112,7 +120,8 @@ def test_evaluate_reports_a_corrupt_checkpoint_without_a_traceback(
 
 
 def test_evaluate_with_another_attention_type_names_it(
-        trained_run: Path, package_log: pytest.LogCaptureFixture) -> None:
+    trained_run: Path, package_log: pytest.LogCaptureFixture
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
         evaluate.main(["--ckpt", str(trained_run / "checkpoints" / "last.ckpt"), "--model.encoder.attention", "rpe"])
     assert exit_info.value.code == 2
@@ -121,7 +130,8 @@ def test_evaluate_with_another_attention_type_names_it(
 
 
 def test_resuming_from_a_truncated_last_checkpoint_stops_before_training(
-        trained_run: Path, qm9_root: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
+    trained_run: Path, qm9_root: Path, tmp_path: Path, package_log: pytest.LogCaptureFixture
+) -> None:
     run_root = tmp_path / "runs"
     checkpoints = run_root / "broken" / "checkpoints"
     checkpoints.mkdir(parents=True)
@@ -155,8 +165,9 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path: Path
     assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
 
 
-def test_training_writes_its_checkpoints_through_the_atomic_writer(trained_run: Path, qm9_root: Path,
-                                                                    tmp_path: Path) -> None:
+def test_training_writes_its_checkpoints_through_the_atomic_writer(
+    trained_run: Path, qm9_root: Path, tmp_path: Path
+) -> None:
     cli = TrainingCLI(tiny_run_args(qm9_root, tmp_path, "--run_name", "io"))
     assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     written = sorted(p.name for p in (trained_run / "checkpoints").iterdir())  # four saves, no partial file left
@@ -167,15 +178,20 @@ def test_an_official_checkpoint_or_a_text_file_is_named_with_what_to_do(tmp_path
     official = save_official(tmp_path / "v2.pt", "fairseq", official_weights("v2"))
     with pytest.raises(CheckpointError) as refused:
         load_checkpoint(official)
-    assert str(refused.value) == (f"{official} is a checkpoint of the official Graphormer (official v2), not one of "
-                                  f"this project: convert it with graphormer-urpe convert official "
-                                  f"{official} {tmp_path / 'v2'}-converted.ckpt")
+    assert str(refused.value) == (
+        f"{official} is a checkpoint of the official Graphormer (official v2), not one of "
+        f"this project: convert it with graphormer-urpe convert official "
+        f"{official} {tmp_path / 'v2'}-converted.ckpt"
+    )
     text = tmp_path / "notes.ckpt"
     text.write_text("hello\n")
     with pytest.raises(CheckpointError, match=r"notes\.ckpt is a text file of 6 bytes \('hello'\), not a checkpoint$"):
         load_checkpoint(text)
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "config.json").write_text("{}")
-    with pytest.raises(CheckpointError, match=r"hf is a directory with config\.json, a transformers Graphormer: "
-                                              r"convert it with graphormer-urpe convert huggingface "):
+    with pytest.raises(
+        CheckpointError,
+        match=r"hf is a directory with config\.json, a transformers Graphormer: "
+        r"convert it with graphormer-urpe convert huggingface ",
+    ):
         load_checkpoint(tmp_path / "hf")

@@ -27,11 +27,32 @@ from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.runs import tiny_run_args, train
 
 TINY = [
-    "--config", "qm9_gap", "--data.source.max_molecules", "400", "--data.num_workers", "0",
-    "--data.preprocess_workers", "0", "--data.batch_size", "32", "--model.encoder.num_layers", "2",
-    "--model.encoder.hidden_dim", "16", "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4",
-    "--trainer.max_steps", "8", "--trainer.val_check_interval", "4", "--model.optim.warmup_steps", "2",
-    "--trainer.enable_progress_bar", "false",
+    "--config",
+    "qm9_gap",
+    "--data.source.max_molecules",
+    "400",
+    "--data.num_workers",
+    "0",
+    "--data.preprocess_workers",
+    "0",
+    "--data.batch_size",
+    "32",
+    "--model.encoder.num_layers",
+    "2",
+    "--model.encoder.hidden_dim",
+    "16",
+    "--model.encoder.ffn_dim",
+    "16",
+    "--model.encoder.num_heads",
+    "4",
+    "--trainer.max_steps",
+    "8",
+    "--trainer.val_check_interval",
+    "4",
+    "--model.optim.warmup_steps",
+    "2",
+    "--trainer.enable_progress_bar",
+    "false",
 ]
 
 
@@ -63,8 +84,9 @@ def test_train_writes_a_complete_run_directory(trained_run) -> None:
 def test_evaluate_reproduces_the_logged_validation_metric(trained_run, tmp_path: Path) -> None:
     run_dir, metrics, data_root = trained_run
     out = tmp_path / "eval.json"
-    result = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", "valid", "--out", str(out),
-                            "--data.root", str(data_root)])
+    result = evaluate.main(
+        ["--ckpt", metrics["best_checkpoint"], "--split", "valid", "--out", str(out), "--data.root", str(data_root)]
+    )
     assert result.metrics["val/mae"] == metrics["validation"]["val/mae"]  # exactly, on CPU
     assert json.loads(out.read_text())["metrics"] == result.metrics
     with warnings.catch_warnings(record=True) as caught:
@@ -91,14 +113,29 @@ def test_unknown_key_fails_naming_it() -> None:
 
 @pytest.mark.slow
 def test_a_trainer_setting_lightning_refuses_is_one_error_line_not_a_traceback(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(REPO_DIR / "train.py"), "--config", "qm9_gap.yaml",
-                           "--trainer.max_steps", "-5", "--logger", "none", "--run_root", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_DIR / "train.py"),
+            "--config",
+            "qm9_gap.yaml",
+            "--trainer.max_steps",
+            "-5",
+            "--logger",
+            "none",
+            "--run_root",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and errors[0].endswith(
-        "ERROR] trainer.max_steps=-5: must be an integer >= -1 (-1: no limit)"), done.stderr
+        "ERROR] trainer.max_steps=-5: must be an integer >= -1 (-1: no limit)"
+    ), done.stderr
     assert not any(tmp_path.iterdir())  # stopped before the run directory was made
 
 
@@ -108,8 +145,11 @@ def test_bare_config_names_resolve_to_configs_dir(tmp_path: Path) -> None:
     own = tmp_path / "mine.yaml"
     own.write_text("{}")
     assert resolve_config_paths(["--config", str(own)]) == ["--config", str(own)]
-    with pytest.raises(ConfigError, match=r"^config='zinc_subsett': is neither a file nor a shipped config "
-                                          r"\(available: .*qm9_gap"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^config='zinc_subsett': is neither a file nor a shipped config "
+        r"\(available: .*qm9_gap",
+    ):
         resolve_config_paths(["--config", "zinc_subsett"])
     with pytest.raises(ConfigError, match=r"^config='zinc_subsett': is neither"):  # bad input, as every refusal
         GraphormerCLI(["--config", "zinc_subsett"])
@@ -134,15 +174,16 @@ for name in ("torch_scatter", "torch_sparse", "pyg_lib", "torch_cluster"):
     sys.modules[name] = None  # import raises ImportError, find_spec returns None: as if absent
 sys.path.insert(0, {str(REPO_DIR)!r})
 from graphormer_urpe.testing.runs import train
-train({TINY!r} + ["--data.root", {str(tmp_path / 'data')!r}, "--run_root", {str(tmp_path / 'runs')!r}])
+train({TINY!r} + ["--data.root", {str(tmp_path / "data")!r}, "--run_root", {str(tmp_path / "runs")!r}])
 import torch_geometric.typing as t
 assert not (t.WITH_TORCH_SCATTER or t.WITH_TORCH_SPARSE or t.WITH_PYG_LIB)
 blocked = ("torch_scatter", "torch_sparse", "pyg_lib", "torch_cluster")
 assert all(sys.modules.get(name) is None for name in blocked)
 print("TRAINED")
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+    )
     assert done.returncode == 0 and "TRAINED" in done.stdout, done.stderr[-3000:]
 
 
@@ -160,15 +201,30 @@ import graphormer_urpe.run.cli
 dist.init_process_group("gloo", init_method={(tmp_path / "store").as_uri()!r}, rank=0, world_size=1)
 print("initialised:", dist.is_initialized())
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["initialised: True", "initialised at exit: False"]
 
 
-LAUNCHER_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID", "SLURM_NTASKS",
-                      "SLURM_NTASKS_PER_NODE", "SLURM_JOB_NAME", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
-                      "TORCHELASTIC_RUN_ID", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", RUN_DIR_ENV)
+LAUNCHER_VARIABLES = (
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_STEP_ID",
+    "SLURM_NTASKS",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_JOB_NAME",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "TORCHELASTIC_RUN_ID",
+    "WORLD_SIZE",
+    "NODE_RANK",
+    "LOCAL_RANK",
+    RUN_DIR_ENV,
+)
 
 
 @pytest.fixture
@@ -186,8 +242,9 @@ def test_run_name_wins(plain_process: pytest.MonkeyPatch, tmp_path: Path) -> Non
     assert not (tmp_path / "mine").exists()  # created when the run starts, after every check
 
 
-def test_processes_launched_by_this_one_inherit_its_directory(plain_process: pytest.MonkeyPatch,
-                                                              tmp_path: Path) -> None:
+def test_processes_launched_by_this_one_inherit_its_directory(
+    plain_process: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     chosen = resolve_run_dir(tmp_path, None, "cfg").path
     assert chosen.name.startswith("cfg-") and chosen.parent == tmp_path and chosen.is_dir()
     # a later run in the same process gets a new directory, not the one it exported ...
@@ -199,8 +256,9 @@ def test_processes_launched_by_this_one_inherit_its_directory(plain_process: pyt
     assert resolve_run_dir(tmp_path, None, "cfg").path == chosen
 
 
-def test_slurm_and_torchrun_give_every_process_the_same_directory(plain_process: pytest.MonkeyPatch,
-                                                                  tmp_path: Path) -> None:
+def test_slurm_and_torchrun_give_every_process_the_same_directory(
+    plain_process: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     plain_process.setenv("TORCHELASTIC_RUN_ID", "3f2a9c1e-aaaa-bbbb")
     assert resolve_run_dir(tmp_path, None, "cfg").path == tmp_path / "cfg-torchrun-3f2a9c1e-aaa"
     plain_process.setattr(cli, "_CHOSEN_HERE", set())
@@ -213,30 +271,65 @@ def test_slurm_and_torchrun_give_every_process_the_same_directory(plain_process:
 def test_a_run_root_or_data_root_under_home_is_the_homes(plain_process: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """``~/runs`` (quoted on the command line, or in a YAML file) never makes a directory named ``~``."""
     plain_process.setenv("HOME", str(tmp_path))
-    cli = TrainingCLI(["--config", "smiles_csv_example", "--run_root", "~/runs", "--run_name", "r", "--data.root",
-                         "~/data", "--logger", "none"])
+    cli = TrainingCLI(
+        [
+            "--config",
+            "smiles_csv_example",
+            "--run_root",
+            "~/runs",
+            "--run_name",
+            "r",
+            "--data.root",
+            "~/data",
+            "--logger",
+            "none",
+        ]
+    )
     assert cli.run_dir == tmp_path / "runs" / "r" and cli.datamodule.root == tmp_path / "data"
 
 
-def test_several_processes_without_a_common_id_must_be_named(plain_process: pytest.MonkeyPatch,
-                                                             tmp_path: Path) -> None:
+def test_several_processes_without_a_common_id_must_be_named(plain_process: pytest.MonkeyPatch, tmp_path: Path) -> None:
     plain_process.setenv("TORCHELASTIC_RUN_ID", "none")
     plain_process.setenv("WORLD_SIZE", "8")
     with pytest.raises(InputError, match="pass --run_name"):
         resolve_run_dir(tmp_path, None, "cfg")
 
 
-def test_run_operation_options_reach_callbacks_and_loggers(plain_process: pytest.MonkeyPatch, qm9_root: Path,
-                                                           tmp_path: Path) -> None:
-    parsed = TrainingCLI(tiny_run_args(
-        qm9_root, tmp_path, "--run_name", "opts", "--checkpoint.every_n_steps", "7", "--checkpoint.signals",
-        "[SIGUSR1]", "--checkpoint.requeue", "false", "--logger", "wandb", "--wandb.project", "proj",
-        "--wandb.tags", "[a, b]", "--wandb.mode", "disabled", "--ckpt_path", "last"))
+def test_run_operation_options_reach_callbacks_and_loggers(
+    plain_process: pytest.MonkeyPatch, qm9_root: Path, tmp_path: Path
+) -> None:
+    parsed = TrainingCLI(
+        tiny_run_args(
+            qm9_root,
+            tmp_path,
+            "--run_name",
+            "opts",
+            "--checkpoint.every_n_steps",
+            "7",
+            "--checkpoint.signals",
+            "[SIGUSR1]",
+            "--checkpoint.requeue",
+            "false",
+            "--logger",
+            "wandb",
+            "--wandb.project",
+            "proj",
+            "--wandb.tags",
+            "[a, b]",
+            "--wandb.mode",
+            "disabled",
+            "--ckpt_path",
+            "last",
+        )
+    )
     assert parsed.config["ckpt_path"] == "last"
     assert isinstance(parsed.config_init["wandb"], WandbOptions) and parsed.config_init["wandb"].tags == ["a", "b"]
     last = [c for c in parsed.trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.save_last]
-    assert len(last) == 1 and last[0]._every_n_train_steps == 7 and last[0].dirpath == str(tmp_path / "opts" /
-                                                                                             "checkpoints")
+    assert (
+        len(last) == 1
+        and last[0]._every_n_train_steps == 7
+        and last[0].dirpath == str(tmp_path / "opts" / "checkpoints")
+    )
     # called after every other callback (the best checkpoint's and last.ckpt's included): what it saves holds theirs
     preemption = parsed.trainer.callbacks[-1]
     assert isinstance(preemption, PreemptionCheckpoint)
@@ -245,11 +338,19 @@ def test_run_operation_options_reach_callbacks_and_loggers(plain_process: pytest
     assert parsed.trainer.loggers[1]._wandb_init["project"] == "proj"
 
 
-def test_under_slurm_lightning_auto_requeue_is_replaced_by_ours(plain_process: pytest.MonkeyPatch, qm9_root: Path,
-                                                                tmp_path: Path) -> None:
-    for name, value in {"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_ID": "99",
-                        "SLURM_JOB_NAME": "train", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
-                        "SLURM_NODELIST": "node1"}.items():
+def test_under_slurm_lightning_auto_requeue_is_replaced_by_ours(
+    plain_process: pytest.MonkeyPatch, qm9_root: Path, tmp_path: Path
+) -> None:
+    for name, value in {
+        "SLURM_NTASKS": "1",
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_JOB_ID": "99",
+        "SLURM_JOB_NAME": "train",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "node1",
+    }.items():
         plain_process.setenv(name, value)
     parsed = TrainingCLI(tiny_run_args(qm9_root, tmp_path))
     environment = parsed.trainer._accelerator_connector.cluster_environment

@@ -30,25 +30,45 @@ CASES = [
     # the trainer (checked right after parsing)
     ("smiles_csv_example", ["--trainer.max_steps", "-5"], "trainer.max_steps=-5: must be an integer >= -1"),
     ("smiles_csv_example", ["--trainer.val_check_interval", "0"], "trainer.val_check_interval=0: must be an integer"),
-    ("smiles_csv_example", ["--trainer.val_check_interval", "1.5"],
-     "trainer.val_check_interval=1.5: must be a number in (0, 1]"),
+    (
+        "smiles_csv_example",
+        ["--trainer.val_check_interval", "1.5"],
+        "trainer.val_check_interval=1.5: must be a number in (0, 1]",
+    ),
     ("zinc_subset", ["--trainer.check_val_every_n_epoch", "0"], "trainer.check_val_every_n_epoch=0: must be an"),
     ("qm9_gap", ["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val=-1: must be a number >= 0"),
     ("qm9_gap", ["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches=0: must be an integer"),
     ("qm9_gap", ["--trainer.accelerator", "quantum"], "trainer: You selected an invalid accelerator name"),
     ("qm9_gap", ["--trainer.devices", "0"], "`Trainer(devices='0')` value is not a valid input"),
     ("qm9_gap", ["--trainer.precision", "17"], "trainer.precision: Expected a typing.Literal"),
-    ("qm9_gap", ["--trainer.limit_val_batches", "2.0"],  # a float is a fraction: 2 batches are written 2
-     "trainer.limit_val_batches=2.0: must be a number in [0, 1] (a fraction), or an integer number of batches"),
+    (
+        "qm9_gap",
+        ["--trainer.limit_val_batches", "2.0"],  # a float is a fraction: 2 batches are written 2
+        "trainer.limit_val_batches=2.0: must be a number in [0, 1] (a fraction), or an integer number of batches",
+    ),
     ("qm9_gap", ["--trainer.limit_train_batches", "-1"], "trainer.limit_train_batches=-1: must be an integer >= 0"),
     ("qm9_gap", ["--seed_everything", "-1"], "seed_everything=-1: must be an integer from 0 to 4294967295"),
-    ("qm9_gap", ["--trainer.devices", "2", "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp",
-                 "--data.batch_size", "33"],
-     "data.batch_size=33: is the global batch and must divide by the 2 processes"),
+    (
+        "qm9_gap",
+        [
+            "--trainer.devices",
+            "2",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.strategy",
+            "ddp",
+            "--data.batch_size",
+            "33",
+        ],
+        "data.batch_size=33: is the global batch and must divide by the 2 processes",
+    ),
     # the encoder
     ("qm9_gap", ["--model.encoder.hidden_dim", "0"], "model.encoder.hidden_dim=0: must be an integer >= 1"),
-    ("qm9_gap", ["--model.encoder.hidden_dim", "abc"],
-     "model.encoder.hidden_dim: Expected a <class 'int'>. Got value: abc"),
+    (
+        "qm9_gap",
+        ["--model.encoder.hidden_dim", "abc"],
+        "model.encoder.hidden_dim: Expected a <class 'int'>. Got value: abc",
+    ),
     # an option that may be null echoes the value as the others do
     ("qm9_gap", ["--model.optim.head_lr", "abc"], "model.optim.head_lr: Expected a <class 'float'>. Got value: abc"),
     ("qm9_gap", ["--model.encoder.num_layers", "0"], "model.encoder.num_layers=0: must be an integer >= 1"),
@@ -56,20 +76,35 @@ CASES = [
     ("qm9_gap", ["--model.encoder.num_heads", "7"], "model.encoder.num_heads=7: must divide model.encoder.hidden_dim"),
     ("qm9_gap", ["--model.encoder.num_heads", "0"], "model.encoder.num_heads=0: must be an integer >= 1"),
     ("qm9_gap", ["--model.encoder.attention", "abs"], "model.encoder.attention: Expected a typing.Literal"),
-    ("qm9_gap", ["--model.encoder.molecule_features_into", "head"],
-     "model.encoder.molecule_features_into: Expected a typing.Literal"),
+    (
+        "qm9_gap",
+        ["--model.encoder.molecule_features_into", "head"],
+        "model.encoder.molecule_features_into: Expected a typing.Literal",
+    ),
     ("qm9_gap", ["--model.encoder.num_layerz", "3"], "model.encoder.num_layerz: no such option"),
     ("zinc_subset", ["--model.encoder.max_degree", "-1"], "model.encoder.max_degree=-1: must be an integer >= 0"),
-    ("qm9_gap", ["--model.encoder.spatial_pos_max", "300"],
-     "model.encoder.spatial_pos_max=300: must be an integer from 1 to 255"),
-    ("qm9_gap", ["--model.encoder.spatial_pos_max", "null"],
-     "model.encoder.max_distance=null: model.encoder.spatial_pos_max is null (no masking), so set max_distance"),
-    ("zinc_subset", ["--model.encoder.max_distance", "255"],
-     "model.encoder.max_distance=255: must be an integer from 0 to 254"),
+    (
+        "qm9_gap",
+        ["--model.encoder.spatial_pos_max", "300"],
+        "model.encoder.spatial_pos_max=300: must be an integer from 1 to 255",
+    ),
+    (
+        "qm9_gap",
+        ["--model.encoder.spatial_pos_max", "null"],
+        "model.encoder.max_distance=null: model.encoder.spatial_pos_max is null (no masking), so set max_distance",
+    ),
+    (
+        "zinc_subset",
+        ["--model.encoder.max_distance", "255"],
+        "model.encoder.max_distance=255: must be an integer from 0 to 254",
+    ),
     ("zinc_subset", ["--model.encoder.edge_encoding", "multihop"], "model.encoder.edge_encoding: Expected a typing"),
     ("zinc_subset", ["--model.encoder.multi_hop_max_dist", "0"], "model.encoder.multi_hop_max_dist=0: must be an"),
-    ("zinc_subset", ["--model.encoder.input_dropout", "-0.1"], "model.encoder.input_dropout=-0.1: must be a number in "
-                                                               "[0, 1)"),
+    (
+        "zinc_subset",
+        ["--model.encoder.input_dropout", "-0.1"],
+        "model.encoder.input_dropout=-0.1: must be a number in [0, 1)",
+    ),
     ("qm9_gap", ["--model.encoder.dropout", "1.5"], "model.encoder.dropout=1.5: must be a number in [0, 1)"),
     ("qm9_gap", ["--model.encoder.attention_dropout", "1"], "model.encoder.attention_dropout=1.0: must be a number"),
     ("zinc_subset", ["--model.encoder.activation_dropout", "2"], "model.encoder.activation_dropout=2.0: must be"),
@@ -86,16 +121,25 @@ CASES = [
     ("zinc_subset", ["--model.optim.weight_decay", "-0.01"], "model.optim.weight_decay=-0.01: must be a number >= 0"),
     ("zinc_subset", ["--model.optim.adam_eps", "0"], "model.optim.adam_eps=0.0: must be a number > 0"),
     ("qm9_pretrain", ["--model.optim.head_lr", "0"], "model.optim.head_lr=0.0: must be a number > 0, or null (lr)"),
-    ("smiles_csv_example", ["--model.optim.layer_lr_decay", "1.5"],
-     "model.optim.layer_lr_decay=1.5: must be a number in (0, 1] (1: every layer at lr)"),
+    (
+        "smiles_csv_example",
+        ["--model.optim.layer_lr_decay", "1.5"],
+        "model.optim.layer_lr_decay=1.5: must be a number in (0, 1] (1: every layer at lr)",
+    ),
     ("smiles_csv_example", ["--model.optim.layer_lr_decay", "0"], "model.optim.layer_lr_decay=0.0: must be a number"),
-    ("smiles_csv_classification", ["--model.optim.freeze_encoder_steps", "-2"],
-     "model.optim.freeze_encoder_steps=-2: must be an integer >= -1 (optimiser steps; -1: the encoder never trains)"),
+    (
+        "smiles_csv_classification",
+        ["--model.optim.freeze_encoder_steps", "-2"],
+        "model.optim.freeze_encoder_steps=-2: must be an integer >= -1 (optimiser steps; -1: the encoder never trains)",
+    ),
     ("qm9_gap", ["--model.normalize_targets", "maybe"], "model.normalize_targets: Expected a <class 'bool'>"),
     ("pcqm4mv2", ["--model.loss", "l3"], "model.loss: Expected a typing.Literal['l1', 'mse']"),
     ("qm9_gap", ["--model.compile", "fast"], "model.compile='fast': expected one of false, true, 'cuda_graphs'"),
-    ("smiles_csv_classification", ["--model.evaluator", "ogb.lsc.MAG240MEvaluator"],
-     "evaluator ogb.lsc.MAG240MEvaluator computes multi-class accuracy, the data's targets are binary"),
+    (
+        "smiles_csv_classification",
+        ["--model.evaluator", "ogb.lsc.MAG240MEvaluator"],
+        "evaluator ogb.lsc.MAG240MEvaluator computes multi-class accuracy, the data's targets are binary",
+    ),
     # the data
     ("smiles_csv_example", ["--data.batch_size", "0"], "data.batch_size=0: must be an integer >= 1"),
     ("smiles_csv_example", ["--data.batch_size", "-1"], "data.batch_size=-1: must be an integer >= 1"),
@@ -103,49 +147,82 @@ CASES = [
     ("zinc_subset", ["--data.bucket_window", "-1"], "data.bucket_window=-1: must be an integer >= 0"),
     ("zinc_subset", ["--data.pad_nodes_to", "0"], "data.pad_nodes_to=0: must be an integer from 1 to 512 (1: off"),
     # a multiple above the largest graph the data may hold pads every batch beyond it (74.5 GiB for the first batch)
-    ("qm9_gap", ["--data.pad_nodes_to", "100000"],
-     "data.pad_nodes_to=100000: must be an integer from 1 to 512 (1: off, else a node count such as 8; at most "
-     "data.max_nodes, the largest graph the data may hold)"),
-    ("zinc_subset", ["--data.max_nodes", "64", "--data.pad_nodes_to", "65"],
-     "data.pad_nodes_to=65: must be an integer from 1 to 64"),
+    (
+        "qm9_gap",
+        ["--data.pad_nodes_to", "100000"],
+        "data.pad_nodes_to=100000: must be an integer from 1 to 512 (1: off, else a node count such as 8; at most "
+        "data.max_nodes, the largest graph the data may hold)",
+    ),
+    (
+        "zinc_subset",
+        ["--data.max_nodes", "64", "--data.pad_nodes_to", "65"],
+        "data.pad_nodes_to=65: must be an integer from 1 to 64",
+    ),
     ("qm9_gap", ["--data.chunk_size", "0"], "data.chunk_size=0: must be an integer >= 1"),
     ("qm9_gap", ["--data.max_nodes", "40000"], "data.max_nodes=40000: must be an integer from 1 to 32767"),
     ("qm9_gap", ["--data.path_order", "shortest"], "data.path_order: Expected a typing.Literal"),
     ("qm9_gap", ["--data.source.max_molecules", "0"], "data.source.max_molecules=0: must be an integer >= 1"),
     ("qm9_gap", ["--data.source.seed", "x"], "data.source.seed: Expected a <class 'int'>"),
-    ("qm9_pretrain", ["--data.source.targets", "[gap_ev, gap]"],
-     "data.source.targets=['gap_ev', 'gap']: must be a list of distinct QM9 properties from mu_debye, alpha_bohr3"),
+    (
+        "qm9_pretrain",
+        ["--data.source.targets", "[gap_ev, gap]"],
+        "data.source.targets=['gap_ev', 'gap']: must be a list of distinct QM9 properties from mu_debye, alpha_bohr3",
+    ),
     ("zinc_subset", ["--data.source.subset", "maybe"], "data.source.subset: Expected a <class 'bool'>"),
     ("smiles_csv_example", ["--data.source.targets", "[]"], "name at least one target column (data.source.targets)"),
-    ("smiles_csv_example", ["--data.source.descriptors", "mordred"],
-     "data.source.descriptors: Expected a typing.Literal['rdkit2d']. Got value: mordred"),
+    (
+        "smiles_csv_example",
+        ["--data.source.descriptors", "mordred"],
+        "data.source.descriptors: Expected a typing.Literal['rdkit2d']. Got value: mordred",
+    ),
     ("small_molecules", ["--trainer.max_epochs", "-2"], "trainer.max_epochs=-2: must be an integer >= -1"),
     ("small_molecules", ["--trainer.callbacks", "[{class_path:nope.Nope}]"], "trainer.callbacks: Expected a path"),
-    ("pretrain_moses", ["--data.source.molecules", "10"],
-     "data.source.molecules=10: must be an integer from 100 to 1584663, or null (every molecule)"),
-    ("pretrain_moses", ["--data.source.valid_fraction", "0.5"],
-     "data.source.valid_fraction=0.5: must be a share in (0, 0.25), e.g. 0.02"),
+    (
+        "pretrain_moses",
+        ["--data.source.molecules", "10"],
+        "data.source.molecules=10: must be an integer from 100 to 1584663, or null (every molecule)",
+    ),
+    (
+        "pretrain_moses",
+        ["--data.source.valid_fraction", "0.5"],
+        "data.source.valid_fraction=0.5: must be a share in (0, 0.25), e.g. 0.02",
+    ),
     ("pretrain_moses", ["--data.preprocess_workers", "-1"], "data.preprocess_workers=-1: must be an integer >= 0"),
-    ("pretrain_moses", ["--data.source.fragments", "-1"],
-     "data.source.fragments=-1: must be an integer from 0 to 1584663"),
+    (
+        "pretrain_moses",
+        ["--data.source.fragments", "-1"],
+        "data.source.fragments=-1: must be an integer from 0 to 1584663",
+    ),
     ("pretrain_moses", ["--data.source.seed", "-1"], "data.source.seed=-1: must be an integer >= 0"),
     ("smiles_csv_example", ["--data.source.task", "ranking"], "data.source.task: Expected a typing.Literal"),
     ("smiles_csv_example", ["--data.source.split", "kfold"], "data.source.split: Expected a typing.Literal"),
-    ("smiles_csv_example", ["--data.source.split", "scaffold_balanced", "--data.source.seed", "-1"],
-     "data.source.seed=-1: must be an integer >= 0"),
+    (
+        "smiles_csv_example",
+        ["--data.source.split", "scaffold_balanced", "--data.source.seed", "-1"],
+        "data.source.seed=-1: must be an integer >= 0",
+    ),
     ("pyg_tu_example", ["--data.source.seed", "-1"], "data.source.seed=-1: must be an integer >= 0"),
-    ("smiles_csv_example", ["--data.source.split_fractions", "[0.5, 0.6, 0.1]"],
-     "data.source.split_fractions=[0.5, 0.6, 0.1]: must be three shares (train, valid, test), each >= 0, summing to 1"),
-    ("smiles_csv_example", ["--data.source.split_fractions", "null"],
-     "data.source.split_fractions=null: must be three shares (train, valid, test), each >= 0, summing to 1"),
+    (
+        "smiles_csv_example",
+        ["--data.source.split_fractions", "[0.5, 0.6, 0.1]"],
+        "data.source.split_fractions=[0.5, 0.6, 0.1]: must be three shares (train, valid, test), each >= 0, "
+        "summing to 1",
+    ),
+    (
+        "smiles_csv_example",
+        ["--data.source.split_fractions", "null"],
+        "data.source.split_fractions=null: must be three shares (train, valid, test), each >= 0, summing to 1",
+    ),
     ("smiles_csv_classification", ["--data.source.path", "nowhere.csv"], "the table nowhere.csv does not exist"),
     ("pyg_tu_example", ["--data.source.task", "ranking"], "data.source.task: Expected a typing.Literal"),
-    ("pyg_tu_example", ["--data.source.target_names", "[gap, mu]"],
-     "data.source.target_names has 2 names for the 1"),
+    ("pyg_tu_example", ["--data.source.target_names", "[gap, mu]"], "data.source.target_names has 2 names for the 1"),
     ("pyg_tu_example", ["--data.source.seed", "x"], "data.source.seed: Expected a <class 'int'>"),
     ("synthetic_pi", ["--data.seed", "x"], "data.seed: Expected a <class 'int'>"),
-    ("pyg_tu_example", ["--data.source.dataset", "torch_geometric.datasets.Nope"],
-     "data.source.dataset='torch_geometric.datasets.Nope': cannot be imported"),
+    (
+        "pyg_tu_example",
+        ["--data.source.dataset", "torch_geometric.datasets.Nope"],
+        "data.source.dataset='torch_geometric.datasets.Nope': cannot be imported",
+    ),
     ("pyg_tu_example", ["--data.source.split", "instances"], "split: instances needs data.source.split_args"),
     ("mag240m", ["--data.fanouts", "[25, 0]"], "data.fanouts[1]=0: must be an integer >= 1"),
     ("mag240m", ["--data.batch_size", "0"], "data.batch_size=0: must be an integer >= 1"),
@@ -167,26 +244,44 @@ CASES = [
     ("synthetic_graph", ["--data.test_graphs", "0"], "data.test_graphs=0: must be an integer >= 1"),
     # the run
     ("qm9_gap", ["--threads", "0"], "threads=0: must be an integer >= 1 (torch threads of this process), or null"),
-    ("qm9_gap", ["--run_name", ""],  # an unset variable in a SLURM script: not a new directory per requeue
-     "run_name='': must name one directory under run_root (not empty, '.' or '..', no '/'), or be null (a new "
-     "directory per start)"),
+    (
+        "qm9_gap",
+        ["--run_name", ""],  # an unset variable in a SLURM script: not a new directory per requeue
+        "run_name='': must name one directory under run_root (not empty, '.' or '..', no '/'), or be null (a new "
+        "directory per start)",
+    ),
     ("qm9_gap", ["--run_name", "a/b"], "run_name='a/b': must name one directory under run_root"),
     ("qm9_gap", ["--run_name", "../elsewhere"], "run_name='../elsewhere': must name one directory under run_root"),
     ("qm9_gap", ["--checkpoint.every_n_steps", "-1"], "checkpoint.every_n_steps=-1: must be an integer >= 0"),
     ("smiles_csv_example", ["--init_from", "nowhere.ckpt"], "--init_from: checkpoint nowhere.ckpt does not exist"),
-    ("smiles_csv_example", ["--init_from", ""], "init_from='': must name a checkpoint file, or be null (the config's "
-                                                "own initialisation)"),  # what an unset $CKPT in a script gives
-    ("smiles_csv_example", ["--ckpt_path", ""], "ckpt_path='': must name a checkpoint file, 'last' or 'auto', or be "
-                                                "null (a new run)"),
+    (
+        "smiles_csv_example",
+        ["--init_from", ""],
+        "init_from='': must name a checkpoint file, or be null (the config's own initialisation)",
+    ),  # what an unset $CKPT in a script gives
+    (
+        "smiles_csv_example",
+        ["--ckpt_path", ""],
+        "ckpt_path='': must name a checkpoint file, 'last' or 'auto', or be null (a new run)",
+    ),
     # learning rates AdamW cannot apply to float32 weights: its first step moves them by rate / (1 - 0.9)
-    ("qm9_pretrain", ["--model.optim.head_lr", "1e300"], "model.optim.head_lr=1e+300: is above 3.403e+37, the largest "
-                                                         "learning rate AdamW can apply to float32 weights"),
+    (
+        "qm9_pretrain",
+        ["--model.optim.head_lr", "1e300"],
+        "model.optim.head_lr=1e+300: is above 3.403e+37, the largest learning rate AdamW can apply to float32 weights",
+    ),
     ("qm9_gap", ["--model.optim.lr", "1e38"], "model.optim.lr=1e+38: is above 3.403e+37"),
     ("pcqm4mv2", ["--model.optim.end_lr", "1e38"], "model.optim.end_lr=1e+38: is above 3.403e+37"),
-    ("qm9_gap", ["--model.optim.lr", "1e-3", "--model.optim.head_lr", "1", "--model.optim.end_lr", "1e35"],
-     "model.optim.end_lr=1e+35: takes the head's rate to 1e+38 (head_lr x end_lr / lr), above 3.403e+37"),
-    ("zinc_subset", ["--model.optim.lr", "1e37", "--model.optim.weight_decay", "150.5"],
-     "model.optim.weight_decay=150.5: times the highest learning rate (1e+37) is above 3.403e+38"),
+    (
+        "qm9_gap",
+        ["--model.optim.lr", "1e-3", "--model.optim.head_lr", "1", "--model.optim.end_lr", "1e35"],
+        "model.optim.end_lr=1e+35: takes the head's rate to 1e+38 (head_lr x end_lr / lr), above 3.403e+37",
+    ),
+    (
+        "zinc_subset",
+        ["--model.optim.lr", "1e37", "--model.optim.weight_decay", "150.5"],
+        "model.optim.weight_decay=150.5: times the highest learning rate (1e+37) is above 3.403e+38",
+    ),
     ("qm9_gap", ["--checkpoint.signals", "[SIGFOO]"], "checkpoint.signals='SIGFOO': is not a signal this process"),
     ("qm9_gap", ["--wandb.mode", "sometimes"], "wandb.mode: Expected a typing.Literal"),
     ("qm9_gap", ["--wandb.plot_every_n_validations", "-1"], "wandb.plot_every_n_validations=-1: must be an integer"),
@@ -208,9 +303,14 @@ def stop_of(args: list[str], package_log: pytest.LogCaptureFixture) -> tuple[int
 
 
 @pytest.mark.parametrize("config, options, message", CASES, ids=[f"{c}:{' '.join(o)}" for c, o, _ in CASES])
-def test_an_impossible_option_stops_before_any_work(config: str, options: list[str], message: str, tmp_path: Path,
-                                                    package_log: pytest.LogCaptureFixture,
-                                                    capsys: pytest.CaptureFixture) -> None:
+def test_an_impossible_option_stops_before_any_work(
+    config: str,
+    options: list[str],
+    message: str,
+    tmp_path: Path,
+    package_log: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture,
+) -> None:
     runs, data = tmp_path / "runs", tmp_path / "data"
     args = ["--config", config, "--run_root", str(runs), *(["--data.root", str(data)] if has_root(config) else [])]
     code, errors = stop_of([*args, *options], package_log)
@@ -243,30 +343,49 @@ def test_every_option_a_shipped_config_sets_is_in_the_matrix() -> None:
 def test_a_read_only_run_root_or_data_root_is_named(tmp_path: Path, package_log: pytest.LogCaptureFixture) -> None:
     (tmp_path / "afile").write_text("")
     code, errors = stop_of(["--config", "smiles_csv_example", "--run_root", str(tmp_path / "afile")], package_log)
-    assert code == 2 and errors == [f"run_root='{tmp_path / 'afile'}': is a file; run_root is the directory that holds "
-                                    "the runs"]
+    assert code == 2 and errors == [
+        f"run_root='{tmp_path / 'afile'}': is a file; run_root is the directory that holds the runs"
+    ]
     read_only = read_only_directory(tmp_path)
     code, errors = stop_of(["--config", "smiles_csv_example", "--run_root", str(read_only / "runs")], package_log)
-    assert code == 2 and errors == [f"run_root='{read_only / 'runs'}': {read_only} is not writable, so no run "
-                                    "directory can be made there; choose a writable run_root"]
-    code, errors = stop_of(["--config", "smiles_csv_example", "--run_root", str(tmp_path / "runs"),
-                            "--data.root", str(read_only / "data")], package_log)
-    assert code == 2 and errors == [f"data.root='{read_only / 'data'}': {read_only} is not writable, and the cache "
-                                    "must be built there (choose a writable data.root, or build the cache once where "
-                                    "it is writable)"]
+    assert code == 2 and errors == [
+        f"run_root='{read_only / 'runs'}': {read_only} is not writable, so no run "
+        "directory can be made there; choose a writable run_root"
+    ]
+    code, errors = stop_of(
+        [
+            "--config",
+            "smiles_csv_example",
+            "--run_root",
+            str(tmp_path / "runs"),
+            "--data.root",
+            str(read_only / "data"),
+        ],
+        package_log,
+    )
+    assert code == 2 and errors == [
+        f"data.root='{read_only / 'data'}': {read_only} is not writable, and the cache "
+        "must be built there (choose a writable data.root, or build the cache once where "
+        "it is writable)"
+    ]
     assert not (tmp_path / "runs").exists()
     # MAG240M builds its derived files under the release (data.root) or in data.cache_dir
     mag = ["--config", "mag240m", "--run_root", str(tmp_path / "runs")]
     code, errors = stop_of([*mag, "--data.root", str(read_only / "data")], package_log)
-    assert code == 2 and errors == [f"data.root='{read_only / 'data'}': {read_only} is not writable, and MAG240M's "
-                                    "derived files must be built in "
-                                    f"{read_only / 'data' / 'mag240m_kddcup2021' / 'graphormer'} (set data.cache_dir "
-                                    "to a writable directory, or build them once where it is writable)"]
-    code, errors = stop_of([*mag, "--data.root", str(tmp_path / "data"), "--data.cache_dir", str(read_only / "mag")],
-                           package_log)
-    assert code == 2 and errors == [f"data.cache_dir='{read_only / 'mag'}': {read_only} is not writable, and "
-                                    f"MAG240M's derived files must be built in {read_only / 'mag'} (set data.cache_dir "
-                                    "to a writable directory, or build them once where it is writable)"]
+    assert code == 2 and errors == [
+        f"data.root='{read_only / 'data'}': {read_only} is not writable, and MAG240M's "
+        "derived files must be built in "
+        f"{read_only / 'data' / 'mag240m_kddcup2021' / 'graphormer'} (set data.cache_dir "
+        "to a writable directory, or build them once where it is writable)"
+    ]
+    code, errors = stop_of(
+        [*mag, "--data.root", str(tmp_path / "data"), "--data.cache_dir", str(read_only / "mag")], package_log
+    )
+    assert code == 2 and errors == [
+        f"data.cache_dir='{read_only / 'mag'}': {read_only} is not writable, and "
+        f"MAG240M's derived files must be built in {read_only / 'mag'} (set data.cache_dir "
+        "to a writable directory, or build them once where it is writable)"
+    ]
     assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()
 
 
@@ -314,9 +433,18 @@ NULLABLE = optional_keys()
 
 def test_the_null_matrix_covers_the_keys_of_the_issue() -> None:
     keys = {key for _, key in NULLABLE}
-    assert {"model.encoder.spatial_pos_max", "model.encoder.max_distance", "model.evaluator", "data.preprocess_workers",
-            "data.source.max_molecules", "data.source.num_classes", "data.cache_dir", "data.eval_batch_size",
-            "wandb.entity", "run_name"} <= keys
+    assert {
+        "model.encoder.spatial_pos_max",
+        "model.encoder.max_distance",
+        "model.evaluator",
+        "data.preprocess_workers",
+        "data.source.max_molecules",
+        "data.source.num_classes",
+        "data.cache_dir",
+        "data.eval_batch_size",
+        "wandb.entity",
+        "run_name",
+    } <= keys
 
 
 class ParsedOnly(GraphormerCLI):
@@ -327,33 +455,62 @@ class ParsedOnly(GraphormerCLI):
 
 
 @pytest.mark.parametrize("config, key", NULLABLE, ids=[f"{c}:{k}" for c, k in NULLABLE])
-def test_null_is_accepted_on_the_command_line_wherever_a_config_accepts_it(config: str, key: str,
-                                                                          tmp_path: Path) -> None:
+def test_null_is_accepted_on_the_command_line_wherever_a_config_accepts_it(
+    config: str, key: str, tmp_path: Path
+) -> None:
     parsed = ParsedOnly(["--config", config, "--run_root", str(tmp_path / "runs"), f"--{key}", "null"])
     dotted = key.replace("model.", "model.init_args.", 1).replace("data.", "data.init_args.", 1)
     dotted = dotted.replace("data.init_args.source.", "data.init_args.source.init_args.")
     assert parsed.config[dotted] is None
 
 
-@pytest.mark.parametrize("key, other", [("spatial_pos_max", ["--model.encoder.max_distance", "38"]),
-                                        ("max_distance", ["--model.encoder.spatial_pos_max", "20"])])
+@pytest.mark.parametrize(
+    "key, other",
+    [
+        ("spatial_pos_max", ["--model.encoder.max_distance", "38"]),
+        ("max_distance", ["--model.encoder.spatial_pos_max", "20"]),
+    ],
+)
 def test_a_null_distance_option_reaches_the_model(key: str, other: list[str], tmp_path: Path) -> None:
-    cli = GraphormerCLI(["--config", "smiles_csv_example", "--run_root", str(tmp_path / "runs"), "--logger", "none",
-                         "--data.root", str(tmp_path / "data"), *other, f"--model.encoder.{key}", "null"])
+    cli = GraphormerCLI(
+        [
+            "--config",
+            "smiles_csv_example",
+            "--run_root",
+            str(tmp_path / "runs"),
+            "--logger",
+            "none",
+            "--data.root",
+            str(tmp_path / "data"),
+            *other,
+            f"--model.encoder.{key}",
+            "null",
+        ]
+    )
     assert getattr(cli.model.model.config, key) is None
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("", "is empty: a config is a mapping of options (trainer:, model:, data:, ...)"),
-    ("# nothing but a comment\n", "is empty: a config is a mapping of options (trainer:, model:, data:, ...)"),
-    ("- a\n- b\n", "holds a list, not a mapping of options (trainer:, model:, data:, ...)"),
-    ("just a string\n", "holds a string, not a mapping of options (trainer:, model:, data:, ...)"),
-    ("trainer: {max_steps: 3\n", "is not valid YAML: expected ',' or '}', but got '<stream end>' (line 2, column 1)"),
-    ("trainer:\n  max_steps: 3\n nope: 1\n",
-     "is not valid YAML: expected <block end>, but found '<block mapping start>' (line 3, column 2)"),
-], ids=["empty", "a comment", "a list", "a string", "an open brace", "a bad indent"])
-def test_a_config_that_is_not_a_mapping_of_options_is_named_in_one_line(text: str, problem: str, tmp_path: Path,
-                                                                      package_log: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("", "is empty: a config is a mapping of options (trainer:, model:, data:, ...)"),
+        ("# nothing but a comment\n", "is empty: a config is a mapping of options (trainer:, model:, data:, ...)"),
+        ("- a\n- b\n", "holds a list, not a mapping of options (trainer:, model:, data:, ...)"),
+        ("just a string\n", "holds a string, not a mapping of options (trainer:, model:, data:, ...)"),
+        (
+            "trainer: {max_steps: 3\n",
+            "is not valid YAML: expected ',' or '}', but got '<stream end>' (line 2, column 1)",
+        ),
+        (
+            "trainer:\n  max_steps: 3\n nope: 1\n",
+            "is not valid YAML: expected <block end>, but found '<block mapping start>' (line 3, column 2)",
+        ),
+    ],
+    ids=["empty", "a comment", "a list", "a string", "an open brace", "a bad indent"],
+)
+def test_a_config_that_is_not_a_mapping_of_options_is_named_in_one_line(
+    text: str, problem: str, tmp_path: Path, package_log: pytest.LogCaptureFixture
+) -> None:
     """An empty, list-shaped or broken YAML config stops in one line naming the file and what is wrong (an empty one
     printed only ``Unexpected config:``), also when it follows a good one."""
     config = tmp_path / "mine.yaml"
@@ -365,31 +522,45 @@ def test_a_config_that_is_not_a_mapping_of_options_is_named_in_one_line(text: st
 
 
 @pytest.mark.parametrize("given, limit", [("2", 2), ("0", 0), ("0.5", 0.5), ("1.0", 1.0), ("1", 1)])
-def test_an_integer_batch_limit_is_a_number_of_batches_and_a_float_a_fraction(given: str, limit: int | float,
-                                                                              tmp_path: Path) -> None:
+def test_an_integer_batch_limit_is_a_number_of_batches_and_a_float_a_fraction(
+    given: str, limit: int | float, tmp_path: Path
+) -> None:
     """Lightning's meaning of ``limit_*_batches``: ``2`` is 2 batches, ``0.5`` half of them, ``1.0`` all of them and
     ``1`` one batch; the command line and a config keep an integer an integer (the Trainer's annotation, float
     first, made jsonargparse read ``2`` as ``2.0``, which then had to be refused)."""
     names = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
     config = tmp_path / "limits.yaml"
     config.write_text(yaml.safe_dump({"trainer": {names[0]: yaml.safe_load(given)}}))
-    cli = GraphormerCLI(["--config", "synthetic_pi", "--config", str(config), "--logger", "none",
-                         *[option for name in names[1:] for option in (f"--trainer.{name}", given)]])
+    cli = GraphormerCLI(
+        [
+            "--config",
+            "synthetic_pi",
+            "--config",
+            str(config),
+            "--logger",
+            "none",
+            *[option for name in names[1:] for option in (f"--trainer.{name}", given)],
+        ]
+    )
     for name in names:
         assert type(cli.config["trainer"][name]) is type(limit) and cli.config["trainer"][name] == limit, name
         assert type(getattr(cli.trainer, name)) is type(limit) and getattr(cli.trainer, name) == limit, name
 
 
 def test_a_nested_jsonargparse_report_becomes_one_line_naming_the_key() -> None:
-    report = ('Parser key "data":\n  Does not validate against any of the Union subtypes\n  Subtypes: [...]\n'
-              "  Errors:\n    - Problem with given class_path 'graphormer_urpe.data.datamodule.GraphDataModule':\n"
-              '        Parser key "source.init_args.seed":\n          Expected a <class \'int\'>. Got value: x\n'
-              "    - Expected a <class 'NoneType'>\n  Given value type: <class 'str'>")
+    report = (
+        'Parser key "data":\n  Does not validate against any of the Union subtypes\n  Subtypes: [...]\n'
+        "  Errors:\n    - Problem with given class_path 'graphormer_urpe.data.datamodule.GraphDataModule':\n"
+        "        Parser key \"source.init_args.seed\":\n          Expected a <class 'int'>. Got value: x\n"
+        "    - Expected a <class 'NoneType'>\n  Given value type: <class 'str'>"
+    )
     assert parse_error_line(report) == "data.source.seed: Expected a <class 'int'>. Got value: x"
-    unknown = ('Parser key "model":\n  Does not validate against any of the Union subtypes\n  Subtypes: [...]\n'
-               "  Errors:\n    - Problem with given class_path 'graphormer_urpe.tasks.GraphRegression':\n"
-               "        unrecognized arguments: --encoder.num_layerz=3\n    - Expected a <class 'NoneType'>\n"
-               "  Given value: NestedArg(key='encoder.num_layerz', val='3')")
+    unknown = (
+        'Parser key "model":\n  Does not validate against any of the Union subtypes\n  Subtypes: [...]\n'
+        "  Errors:\n    - Problem with given class_path 'graphormer_urpe.tasks.GraphRegression':\n"
+        "        unrecognized arguments: --encoder.num_layerz=3\n    - Expected a <class 'NoneType'>\n"
+        "  Given value: NestedArg(key='encoder.num_layerz', val='3')"
+    )
     assert parse_error_line(unknown) == "model.encoder.num_layerz: no such option"
     assert parse_error_line("unrecognized arguments: --nope 3") == "unrecognized arguments: --nope 3"
 
@@ -403,15 +574,37 @@ def test_config_error_shows_values_as_yaml_writes_them() -> None:
 # The messages are the in-process matrix's (CASES); the process adds its plumbing: the error line on stderr, exit
 # code 2, no usage text or traceback. One case per kind of refusal: a config check and a parser's type check.
 @pytest.mark.slow
-@pytest.mark.parametrize("options, message", [
-    (["--model.encoder.spatial_pos_max", "300"], "model.encoder.spatial_pos_max=300: must be an integer from 1 to 255"),
-    (["--model.optim.head_lr", "abc"], "model.optim.head_lr: Expected a <class 'float'>. Got value: abc"),
-])
-def test_the_real_command_line_prints_one_error_line_and_exits_2(options: list[str], message: str,
-                                                                  tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(REPO_DIR / "train.py"), "--config", "smiles_csv_example",
-                           "--run_root", str(tmp_path / "runs"), "--data.root", str(tmp_path / "data"), *options],
-                          capture_output=True, text=True, timeout=300, cwd=REPO_DIR, stdin=subprocess.DEVNULL)
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            ["--model.encoder.spatial_pos_max", "300"],
+            "model.encoder.spatial_pos_max=300: must be an integer from 1 to 255",
+        ),
+        (["--model.optim.head_lr", "abc"], "model.optim.head_lr: Expected a <class 'float'>. Got value: abc"),
+    ],
+)
+def test_the_real_command_line_prints_one_error_line_and_exits_2(
+    options: list[str], message: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_DIR / "train.py"),
+            "--config",
+            "smiles_csv_example",
+            "--run_root",
+            str(tmp_path / "runs"),
+            "--data.root",
+            str(tmp_path / "data"),
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_DIR,
+        stdin=subprocess.DEVNULL,
+    )
     errors = [line for line in done.stderr.splitlines() if "ERROR" in line or "error" in line.lower()]
     assert done.returncode == 2 and len(errors) == 1 and f"ERROR] {message}" in errors[0], done.stderr
     assert "Traceback" not in done.stderr and "usage:" not in done.stderr

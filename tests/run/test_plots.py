@@ -25,8 +25,18 @@ CONFIG = GraphormerConfig(num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, sp
 
 def sequence_model(attention: str) -> SequenceTransformer:
     torch.manual_seed(0)
-    model = SequenceTransformer(SequenceConfig(vocab_size=5, num_classes=6, length=10, num_layers=1, hidden_dim=24,
-                                               ffn_dim=16, num_heads=6, attention=attention))
+    model = SequenceTransformer(
+        SequenceConfig(
+            vocab_size=5,
+            num_classes=6,
+            length=10,
+            num_layers=1,
+            hidden_dim=24,
+            ffn_dim=16,
+            num_heads=6,
+            attention=attention,
+        )
+    )
     if model.relative_scale is not None:
         with torch.no_grad():
             model.relative_scale.weight.uniform_(0.0, 2.0)
@@ -71,18 +81,25 @@ def test_rpe_and_nope_sequence_figures():
 
 @pytest.mark.parametrize("graph_token", [True, False])
 def test_graph_tables_and_figure(graph_token):
-    config = GraphormerConfig(num_layers=1, hidden_dim=16, ffn_dim=16, num_heads=4, attention="urpe",
-                              graph_token=graph_token, readout="graph_token" if graph_token else "nodes")
+    config = GraphormerConfig(
+        num_layers=1,
+        hidden_dim=16,
+        ffn_dim=16,
+        num_heads=4,
+        attention="urpe",
+        graph_token=graph_token,
+        readout="graph_token" if graph_token else "nodes",
+    )
     model = Graphormer(config)
     with torch.no_grad():
         model.relative_scale.weight.uniform_(0.0, 2.0)
     labels, bias, scale = graph_tables(model)
     spd_rows = slice(SPD_RELATION_OFFSET, config.num_relations)
-    assert labels[-config.spatial_pos_max:] == [str(d) for d in range(config.spatial_pos_max)]
+    assert labels[-config.spatial_pos_max :] == [str(d) for d in range(config.spatial_pos_max)]
     tables = (model.relative_scale, model.relative_bias.table)
     spd_scale, spd_bias = (table.weight[spd_rows].T.detach() for table in tables)
-    np.testing.assert_array_equal(scale[:, -config.spatial_pos_max:], spd_scale)
-    np.testing.assert_array_equal(bias[:, -config.spatial_pos_max:], spd_bias)
+    np.testing.assert_array_equal(scale[:, -config.spatial_pos_max :], spd_scale)
+    np.testing.assert_array_equal(bias[:, -config.spatial_pos_max :], spd_bias)
     assert (labels[0] == "token") == graph_token
     if graph_token:
         np.testing.assert_array_equal(scale[:, 0], model.relative_scale.weight[GRAPH_TOKEN_RELATION].detach())

@@ -46,21 +46,39 @@ def test_markdown_table_has_a_row_per_metric_and_a_column_per_seed() -> None:
 
 def test_seed_command_sets_seed_run_name_and_wandb_group() -> None:
     runs = sweep.SeedRuns("qm9_gap", Path("runs"), (4,), "qm9_gap", ("--trainer.max_steps", "9"))
-    assert runs.command(4) == [*sweep.TRAIN, "--config", "qm9_gap", "--trainer.max_steps", "9", "--seed_everything",
-                               "4", "--run_root", "runs", "--run_name", "qm9_gap-seed4", "--ckpt_path", "auto",
-                               "--wandb.group", "qm9_gap"]
+    assert runs.command(4) == [
+        *sweep.TRAIN,
+        "--config",
+        "qm9_gap",
+        "--trainer.max_steps",
+        "9",
+        "--seed_everything",
+        "4",
+        "--run_root",
+        "runs",
+        "--run_name",
+        "qm9_gap-seed4",
+        "--ckpt_path",
+        "auto",
+        "--wandb.group",
+        "qm9_gap",
+    ]
 
 
-@pytest.mark.parametrize("on_sigterm", [
-    "",  # a seed past its metrics.json: it no longer catches the signal and dies of it
-    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))",  # a seed that finishes anyway
-])
+@pytest.mark.parametrize(
+    "on_sigterm",
+    [
+        "",  # a seed past its metrics.json: it no longer catches the signal and dies of it
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))",  # a seed that finishes anyway
+    ],
+)
 def test_a_seed_ending_as_sigterm_arrives_still_stops_the_sweep(tmp_path: Path, on_sigterm: str) -> None:
     """A SIGTERM that reached the seed's train after its metrics.json was written ended the seed with -15 (or 0),
     which the sweep counted as a failed (or finished) seed and went on to the next one, to exit 1 at the end."""
     ready = tmp_path / "ready"
-    child = "\n".join(["import pathlib, signal, sys, time", on_sigterm, f"pathlib.Path({str(ready)!r}).touch()",
-                       "time.sleep(60)"])
+    child = "\n".join(
+        ["import pathlib, signal, sys, time", on_sigterm, f"pathlib.Path({str(ready)!r}).touch()", "time.sleep(60)"]
+    )
 
     def terminate_this_process_once_the_child_runs() -> None:
         deadline = time.monotonic() + 60
@@ -79,8 +97,10 @@ def test_a_seed_ending_as_sigterm_arrives_still_stops_the_sweep(tmp_path: Path, 
 
 def test_a_seed_s_last_error_line_is_its_cause(capfd: pytest.CaptureFixture) -> None:
     """Issue 44.10: the cause of a seed that failed was only in its own output, two lines above the sweep's last."""
-    child = ("import sys; print('loading', file=sys.stderr); print('[00:00:01 ERROR] data.root: no table here', "
-             "file=sys.stderr); print('bye', file=sys.stderr); sys.exit(2)")
+    child = (
+        "import sys; print('loading', file=sys.stderr); print('[00:00:01 ERROR] data.root: no table here', "
+        "file=sys.stderr); print('bye', file=sys.stderr); sys.exit(2)"
+    )
     assert sweep.run_seed([sys.executable, "-c", child]) == sweep.SeedExit(2, "data.root: no table here")
     assert capfd.readouterr().err.splitlines() == ["loading", "[00:00:01 ERROR] data.root: no table here", "bye"]
     crash = "raise ValueError('a crash')"
@@ -105,7 +125,8 @@ def test_a_lock_another_process_holds_is_waited_for(tmp_path: Path, package_log:
     assert released and entered >= released[0]
     assert [r.getMessage() for r in package_log.records] == [
         f"exp: seed 0: another sweep works on it ({lock} is held): waiting for it to finish",
-        "exp: seed 0: the other sweep is done with it"]
+        "exp: seed 0: the other sweep is done with it",
+    ]
 
 
 @pytest.mark.parametrize(("signum", "said"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C (SIGINT)")])
@@ -120,5 +141,7 @@ def test_a_signal_stops_the_sweep_through_the_code_it_interrupts(signum: int, sa
             except Exception:  # as a checkpoint's reader does
                 pytest.fail("the signal was taken for an error")
     assert stopped.value.exit_code == 128 + signum
-    assert str(stopped.value) == (f"{said} received: the sweep stopped here; the same command resumes it (the finished "
-                                  "seeds and a written ensemble are reused)")
+    assert str(stopped.value) == (
+        f"{said} received: the sweep stopped here; the same command resumes it (the finished "
+        "seeds and a written ensemble are reused)"
+    )

@@ -26,11 +26,11 @@ def wandb_records(run_file: Path) -> list[wandb_internal_pb2.Record]:
         if left < HEADER:
             pos += left
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + HEADER])
         if kind == 0:
             pos += left
             continue
-        chunk, pos = data[pos + HEADER:pos + HEADER + length], pos + HEADER + length
+        chunk, pos = data[pos + HEADER : pos + HEADER + length], pos + HEADER + length
         partial = chunk if kind in (FULL, FIRST) else partial + chunk
         if kind in (FULL, LAST):
             record = wandb_internal_pb2.Record()
@@ -47,14 +47,16 @@ def no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_online_without_api_key_falls_back_to_offline_with_one_line(
-        no_credentials: None, package_log: pytest.LogCaptureFixture) -> None:
+    no_credentials: None, package_log: pytest.LogCaptureFixture
+) -> None:
     assert effective_mode("online") == "offline"
     lines = [r for r in package_log.records if r.name == "graphormer_urpe"]
     assert len(lines) == 1 and "no API key" in lines[0].getMessage() and "wandb sync" in lines[0].getMessage()
 
 
 def test_online_without_network_falls_back_to_offline(
-        monkeypatch: pytest.MonkeyPatch, package_log: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, package_log: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     monkeypatch.setattr(tracking, "network_reachable", lambda url, timeout: False)
     assert effective_mode("online") == "offline"
@@ -62,14 +64,16 @@ def test_online_without_network_falls_back_to_offline(
 
 
 def test_offline_and_disabled_are_kept_and_online_with_key_and_network_stays_online(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     monkeypatch.setattr(tracking, "network_reachable", lambda url, timeout: True)
     assert [effective_mode(m) for m in ("online", "offline", "disabled")] == ["online", "offline", "disabled"]
 
 
 def test_logger_carries_the_options_and_a_run_id_stable_across_resumes(
-        no_credentials: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    no_credentials: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("WANDB_MODE", raising=False)
     options = WandbOptions(project="p", entity="team", tags=["a", "b"], group="g", mode="online")
     logger = wandb_logger(options, tmp_path / "run")
@@ -97,11 +101,14 @@ def test_offline_run_records_config_parameters_commit_metrics_lr_and_table_image
     assert run_info["dataset"]["splits"] == {"train": 40, "valid": 5, "test": 5}
     assert str(config["config"]["trainer"]["devices"]) == "2"
     assert config["config"]["data"]["init_args"]["batch_size"] == 4
-    history_keys = {"/".join(item.nested_key) or item.key for r in records if r.HasField("history")
-                    for item in r.history.item}
+    history_keys = {
+        "/".join(item.nested_key) or item.key for r in records if r.HasField("history") for item in r.history.item
+    }
     assert {"train/loss", "val/mae", "lr-AdamW", "trainer/global_step"} <= history_keys
     assert any(key.startswith("relation_tables") for key in history_keys)
     images = list((offline_runs[0] / "files" / "media" / "images").glob("relation_tables_*.png"))
     assert len(images) == 2  # validations after steps 3 and 6 of fitting (none for the final validate)
     assert sorted(p.name for p in (run_dir / "plots").iterdir()) == [
-        "relation_tables-step0000003.png", "relation_tables-step0000006.png"]
+        "relation_tables-step0000003.png",
+        "relation_tables-step0000006.png",
+    ]

@@ -20,10 +20,33 @@ def given(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
 
 
 def test_evaluate_py_is_the_evaluate_command_with_its_earlier_spellings(given: dict[str, list[str]]) -> None:
-    evaluate.main(["--ckpt", "c.ckpt", "--split=test", "--submission-dir", "subs", "--data-root=data",
-                   "--allow-other-data", "--data.root", "d"])
-    assert given == {"evaluate": ["--ckpt", "c.ckpt", "--split=test", "--submission_dir", "subs", "--data_root",
-                                  "data", "--allow_other_data", "--data.root", "d"]}
+    evaluate.main(
+        [
+            "--ckpt",
+            "c.ckpt",
+            "--split=test",
+            "--submission-dir",
+            "subs",
+            "--data-root=data",
+            "--allow-other-data",
+            "--data.root",
+            "d",
+        ]
+    )
+    assert given == {
+        "evaluate": [
+            "--ckpt",
+            "c.ckpt",
+            "--split=test",
+            "--submission_dir",
+            "subs",
+            "--data_root",
+            "data",
+            "--allow_other_data",
+            "--data.root",
+            "d",
+        ]
+    }
 
 
 def test_evaluate_py_with_predict_is_the_predict_command(given: dict[str, list[str]]) -> None:

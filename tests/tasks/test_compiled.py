@@ -28,8 +28,17 @@ from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 
 #: Every dropout on, so that the compiled graph holds the random ops of training.
-TINY = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.1, attention_dropout=0.1,
-                        activation_dropout=0.1, input_dropout=0.1, drop_path=0.1)
+TINY = GraphormerConfig(
+    num_layers=2,
+    hidden_dim=16,
+    ffn_dim=16,
+    num_heads=4,
+    dropout=0.1,
+    attention_dropout=0.1,
+    activation_dropout=0.1,
+    input_dropout=0.1,
+    drop_path=0.1,
+)
 
 
 def graph_batch(rng: np.random.Generator, targets: np.ndarray | None = None, node_targets: bool = False) -> GraphBatch:
@@ -49,16 +58,22 @@ def graph_batch(rng: np.random.Generator, targets: np.ndarray | None = None, nod
 
 TASKS: dict[str, Callable[[np.random.Generator], tuple[GraphormerTask, GraphBatch]]] = {
     "regression-urpe": lambda rng: (GraphRegression(TINY), graph_batch(rng)),
-    "regression-rpe-mse": lambda rng: (GraphRegression(dataclasses.replace(TINY, attention="rpe"), loss="mse"),
-                                       graph_batch(rng)),
-    "regression-per-node": lambda rng: (GraphRegression(dataclasses.replace(TINY, readout="nodes")),
-                                        graph_batch(rng, node_targets=True)),
+    "regression-rpe-mse": lambda rng: (
+        GraphRegression(dataclasses.replace(TINY, attention="rpe"), loss="mse"),
+        graph_batch(rng),
+    ),
+    "regression-per-node": lambda rng: (
+        GraphRegression(dataclasses.replace(TINY, readout="nodes")),
+        graph_batch(rng, node_targets=True),
+    ),
     "binary-with-missing-labels": lambda rng: (
         Classification(dataclasses.replace(TINY, num_outputs=2), target_kind="binary"),
-        graph_batch(rng, np.array([[1, 0], [np.nan, 1], [0, np.nan], [1, 1], [0, 0]]))),
+        graph_batch(rng, np.array([[1, 0], [np.nan, 1], [0, np.nan], [1, 1], [0, 0]])),
+    ),
     "multiclass-with-missing-labels": lambda rng: (
         Classification(dataclasses.replace(TINY, num_outputs=3), target_kind="multiclass"),
-        graph_batch(rng, np.array([[2], [np.nan], [0], [1], [1]]))),
+        graph_batch(rng, np.array([[2], [np.nan], [0], [1], [1]])),
+    ),
 }
 
 
@@ -95,22 +110,25 @@ def test_forward_and_loss_compile_as_one_graph_and_backward_as_one(rng: np.rando
 
 
 @pytest.mark.slow
-def test_each_new_batch_shape_is_compiled_with_one_log_line(rng: np.random.Generator,
-                                                             monkeypatch: pytest.MonkeyPatch,
-                                                             package_log: pytest.LogCaptureFixture) -> None:
+def test_each_new_batch_shape_is_compiled_with_one_log_line(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, package_log: pytest.LogCaptureFixture
+) -> None:
     """A compiled step compiles once per batch shape (46 s for the first on a CPU, about 20 s for each later one),
     which passed without a word: the run's step logs one line per shape it compiles, naming the shape and the count
     so far, and none for a shape it has met. Counted against the graphs the backend really compiles."""
     torch._dynamo.reset()
     counter = CountingBackend()
     compile_ = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, **options: compile_(fn, fullgraph=True, dynamic=False,
-                                                                         backend=counter.backend))
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, **options: compile_(fn, fullgraph=True, dynamic=False, backend=counter.backend)
+    )
     task = GraphRegression(TINY, compile=True)
     task.compile_training_step()
     shape = BatchShape(node_multiple=4, graphs=5, edges_per_node=3)
-    batches = [collate_graphs([make_record(rng, n, index=i) for i, n in enumerate(sizes)], shape)
-               for sizes in ((3, 2, 1, 4), (1, 2, 2, 3, 1), (5, 7, 1, 2, 6), (3, 1))]  # N: 4, 4, 8, 4
+    batches = [
+        collate_graphs([make_record(rng, n, index=i) for i, n in enumerate(sizes)], shape)
+        for sizes in ((3, 2, 1, 4), (1, 2, 2, 3, 1), (5, 7, 1, 2, 6), (3, 1))
+    ]  # N: 4, 4, 8, 4
     package_log.set_level(logging.INFO, logger="graphormer_urpe")
     for batch in batches:
         task.training_losses(batch)
@@ -135,8 +153,9 @@ class OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("optim", [OptimConfig(), OptimConfig(layer_lr_decay=0.5, head_lr=1e-3)],
-                         ids=["one-group", "per-layer-groups"])
+@pytest.mark.parametrize(
+    "optim", [OptimConfig(), OptimConfig(layer_lr_decay=0.5, head_lr=1e-3)], ids=["one-group", "per-layer-groups"]
+)
 def test_the_optimiser_is_one_fused_op_per_parameter_group(rng: np.random.Generator, optim: OptimConfig) -> None:
     """AdamW's update of every parameter in one op per group, with no read of a value on the host."""
     task, batch = TASKS["regression-urpe"](rng)
@@ -162,8 +181,9 @@ def test_a_compile_mode_it_does_not_know_is_refused_naming_the_option() -> None:
 
 #: The tiny model without dropout: the compiled step's random numbers are Inductor's own (their order and stream differ
 #: from eager's, and between torch releases), so exactness is checked without them and dropout by its statistics.
-NO_DROPOUT = dataclasses.replace(TINY, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, input_dropout=0.0,
-                                 drop_path=0.0)
+NO_DROPOUT = dataclasses.replace(
+    TINY, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, input_dropout=0.0, drop_path=0.0
+)
 
 
 def step_results(task: GraphormerTask, losses: Callable, batch: GraphBatch) -> tuple[dict, list]:
@@ -171,8 +191,10 @@ def step_results(task: GraphormerTask, losses: Callable, batch: GraphBatch) -> t
     task.zero_grad(set_to_none=True)
     result = losses(batch)
     result["loss"].backward()
-    return ({name: value.detach().clone() for name, value in result.items()},
-            [p.grad.clone() for p in task.parameters()])
+    return (
+        {name: value.detach().clone() for name, value in result.items()},
+        [p.grad.clone() for p in task.parameters()],
+    )
 
 
 def assert_same_step(eager_losses: dict, eager_grads: list, other_losses: dict, other_grads: list) -> None:
@@ -192,8 +214,10 @@ def test_compiled_step_computes_what_the_eager_step_does(rng: np.random.Generato
     torch._dynamo.reset()
     device = exactness_device()
     task, batch = TASKS[kind](rng)
-    task = type(task)(dataclasses.replace(NO_DROPOUT, num_outputs=task.model.config.num_outputs),
-                      **({"target_kind": "multiclass"} if kind.startswith("multiclass") else {}))
+    task = type(task)(
+        dataclasses.replace(NO_DROPOUT, num_outputs=task.model.config.num_outputs),
+        **({"target_kind": "multiclass"} if kind.startswith("multiclass") else {}),
+    )
     task, batch = task.to(device).train(), batch.to(device)
     eager = step_results(task, task.step_losses, batch)
     assert_same_step(*eager, *step_results(task, compiled(task.step_losses, True, device), batch))
@@ -208,8 +232,10 @@ def test_cuda_graph_replays_compute_what_the_eager_step_does(rng: np.random.Gene
     device = exactness_device()
     task = GraphRegression(NO_DROPOUT).to(device).train()
     shape = BatchShape(node_multiple=12, graphs=5, edges_per_node=3)
-    batches = [collate_graphs([make_record(rng, n, index=i) for i, n in enumerate(sizes)], shape).to(device)
-               for sizes in ((3, 9, 1, 6, 4), (7, 2, 5, 11, 8), (4, 4, 10, 1, 6))]
+    batches = [
+        collate_graphs([make_record(rng, n, index=i) for i, n in enumerate(sizes)], shape).to(device)
+        for sizes in ((3, 9, 1, 6, 4), (7, 2, 5, 11, 8), (4, 4, 10, 1, 6))
+    ]
     replayed = compiled(task.step_losses, "cuda_graphs", device)
     for batch in batches:
         eager = step_results(task, task.step_losses, batch)

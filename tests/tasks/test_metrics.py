@@ -22,7 +22,7 @@ def test_matches_the_official_evaluator_over_all_batches() -> None:
     preds = torch.randint(0, 5, (300,), generator=generator)
     target = torch.randint(0, 5, (300,), generator=generator)
     for start in range(0, 300, 70):
-        metric.update(preds[start:start + 70], target[start:start + 70])
+        metric.update(preds[start : start + 70], target[start : start + 70])
     expected = MAG240MEvaluator().eval({"y_pred": preds, "y_true": target})["acc"]
     assert math.isclose(float(metric.compute()), expected, rel_tol=float(torch.finfo(torch.float32).eps))  # float32
 
@@ -32,11 +32,14 @@ def test_nothing_seen_is_nan() -> None:
     assert math.isnan(float(EvaluatorMetric("ogb.lsc.MAG240MEvaluator", "acc").compute()))
 
 
-@pytest.mark.parametrize("path, reason", [
-    ("ogb.lsc.NoSuchEvaluator", "module 'ogb.lsc' has no attribute 'NoSuchEvaluator'"),
-    ("nowhere.Evaluator", "No module named 'nowhere'"),
-    ("Evaluator", "Empty module name"),
-])
+@pytest.mark.parametrize(
+    "path, reason",
+    [
+        ("ogb.lsc.NoSuchEvaluator", "module 'ogb.lsc' has no attribute 'NoSuchEvaluator'"),
+        ("nowhere.Evaluator", "No module named 'nowhere'"),
+        ("Evaluator", "Empty module name"),
+    ],
+)
 def test_an_evaluator_path_that_names_nothing_is_refused_naming_the_option(path: str, reason: str) -> None:
     with pytest.raises(ConfigError) as refused:
         EvaluatorMetric(path, "acc")

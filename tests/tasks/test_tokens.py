@@ -15,8 +15,18 @@ from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.model.sequence import SequenceConfig
 from graphormer_urpe.tasks import Classification, OptimConfig, SequenceTagging
 
-GRAPH_ENCODER = GraphormerConfig(node_vocab=[1], edge_vocab=[1], num_outputs=7, num_layers=2, hidden_dim=16,
-                                 ffn_dim=16, num_heads=4, attention="urpe", graph_token=False, readout="nodes")
+GRAPH_ENCODER = GraphormerConfig(
+    node_vocab=[1],
+    edge_vocab=[1],
+    num_outputs=7,
+    num_layers=2,
+    hidden_dim=16,
+    ffn_dim=16,
+    num_heads=4,
+    attention="urpe",
+    graph_token=False,
+    readout="nodes",
+)
 
 
 @pytest.fixture
@@ -33,14 +43,24 @@ def one_thread():
 def test_position_identification_needs_urpe(one_thread, attention, low, high):
     """The paper's Figure 1 in miniature (n = 16, 200 steps): only URPE identifies positions; chance is 1/16."""
     pl.seed_everything(0, verbose=False)
-    data = SyntheticSequenceDataModule(task="position", length=16, vocab_size=10, batch_size=32, val_size=256,
-                                       test_size=256, seed=0)
+    data = SyntheticSequenceDataModule(
+        task="position", length=16, vocab_size=10, batch_size=32, val_size=256, test_size=256, seed=0
+    )
     encoder = SequenceConfig(num_layers=2, hidden_dim=32, ffn_dim=64, num_heads=4, attention=attention)
     task = SequenceTagging(encoder, OptimConfig(lr=5e-3, warmup_steps=10), data=data.spec)
     assert (task.model.config.vocab_size, task.model.config.num_classes, task.model.config.length) == (10, 16, 16)
-    trainer = pl.Trainer(max_steps=200, val_check_interval=200, check_val_every_n_epoch=None, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         accelerator="cpu", devices=1, num_sanity_val_steps=0)
+    trainer = pl.Trainer(
+        max_steps=200,
+        val_check_interval=200,
+        check_val_every_n_epoch=None,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(task, data)  # validates once, after the last step
     assert low <= float(trainer.callback_metrics["val/accuracy"]) <= high
 
@@ -70,8 +90,9 @@ def test_node_labels_need_the_nodes_readout():
 
 
 def test_sequence_task_rebuilds_from_checkpoint(tmp_path):
-    encoder = SequenceConfig(vocab_size=5, num_classes=6, length=8, num_layers=1, hidden_dim=8, ffn_dim=8,
-                             num_heads=2, attention="urpe")
+    encoder = SequenceConfig(
+        vocab_size=5, num_classes=6, length=8, num_layers=1, hidden_dim=8, ffn_dim=8, num_heads=2, attention="urpe"
+    )
     task = SequenceTagging(encoder, OptimConfig(lr=1e-3)).eval()
     with torch.no_grad():
         task.model.relative_scale.weight.uniform_(0.0, 2.0)

@@ -47,7 +47,11 @@ def test_same_seed_same_files_and_exact_test_size(tmp_path) -> None:
     spec = SyntheticMAG(num_papers=800, num_classes=5, labelled_fraction=0.5, test_size=123, seed=3)
     first = write_synthetic_mag240m(tmp_path / "a", spec, chunk_size=300)
     second = write_synthetic_mag240m(tmp_path / "b", spec, chunk_size=300)
-    for name in ("processed/paper/node_feat.npy", "processed/paper/node_label.npy",
-                 f"processed/{CITES}/edge_index.npy", f"processed/{WRITES}/edge_index.npy"):
+    for name in (
+        "processed/paper/node_feat.npy",
+        "processed/paper/node_label.npy",
+        f"processed/{CITES}/edge_index.npy",
+        f"processed/{WRITES}/edge_index.npy",
+    ):
         assert (first / name).read_bytes() == (second / name).read_bytes()
     assert len(MAG240MRaw(tmp_path / "a").splits()["test-whole"]) == 123

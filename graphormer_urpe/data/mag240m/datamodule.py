@@ -103,8 +103,7 @@ class MAG240MDataModule(pl.LightningDataModule):
             raise ConfigError(
                 "data.fanouts",
                 fanouts,
-                "must be a list of neighbours per hop, e.g. [25, 15] ([]: the "
-                "target paper alone)",
+                "must be a list of neighbours per hop, e.g. [25, 15] ([]: the target paper alone)",
             )
         for hop, fanout in enumerate(fanouts):
             check_int(f"data.fanouts[{hop}]", fanout, 1)
@@ -142,9 +141,16 @@ class MAG240MDataModule(pl.LightningDataModule):
     @property
     def spec(self) -> DataSpec:
         """Node type, six relations, 768 continuous paper features, one class per target paper; OGB-LSC submission."""
-        return DataSpec(node_vocab=(len(NodeType),), edge_vocab=(len(RELATIONS),), num_targets=1,
-                        num_outputs=self.num_classes, continuous_node_dim=FEATURE_DIM, target_level="target_node",
-                        target_kind="multiclass", submission=MAG240M)
+        return DataSpec(
+            node_vocab=(len(NodeType),),
+            edge_vocab=(len(RELATIONS),),
+            num_targets=1,
+            num_outputs=self.num_classes,
+            continuous_node_dim=FEATURE_DIM,
+            target_level="target_node",
+            target_kind="multiclass",
+            submission=MAG240M,
+        )
 
     # -- data
     def prepare_data(self) -> None:
@@ -166,8 +172,10 @@ class MAG240MDataModule(pl.LightningDataModule):
         self.raw.check()
         meta = self.raw.meta
         if meta["num_classes"] != self.num_classes:
-            raise ValueError(f"{self.raw.directory / 'meta.pt'} has {meta['num_classes']} classes but "
-                             f"data.num_classes={self.num_classes}; set --data.num_classes {meta['num_classes']}")
+            raise ValueError(
+                f"{self.raw.directory / 'meta.pt'} has {meta['num_classes']} classes but "
+                f"data.num_classes={self.num_classes}; set --data.num_classes {meta['num_classes']}"
+            )
         self.graph = MAG240MGraph(self.raw.directory, self.cache_dir, {t: meta[t.name.lower()] for t in NodeType})
         split = self.raw.splits()
         self.splits = {name: split[name] for name in ("train", "valid", "test-dev", "test-challenge")}
@@ -194,8 +202,9 @@ class MAG240MDataModule(pl.LightningDataModule):
             self.num_workers,
             self.handover_slots,
         )
-        warn_if_not_published("MAG240M", sizes, MAG240M.official_sizes,
-                              "this is not the OGB-LSC release (a synthetic graph?)")
+        warn_if_not_published(
+            "MAG240M", sizes, MAG240M.official_sizes, "this is not the OGB-LSC release (a synthetic graph?)"
+        )
 
     @property
     def split_sizes(self) -> dict[str, int]:
@@ -204,14 +213,24 @@ class MAG240MDataModule(pl.LightningDataModule):
 
     def describe(self) -> dict:
         """Dataset, directories, split sizes and sampling settings (after setup)."""
-        return {"source": "MAG240M", "root": str(self.raw.directory), "cache": str(self.cache_dir),
-                "splits": self.split_sizes, "fanouts": self.fanouts, "batch_size": self.batch_size,
-                "handover_slots": self.handover_slots}
+        return {
+            "source": "MAG240M",
+            "root": str(self.raw.directory),
+            "cache": str(self.cache_dir),
+            "splits": self.split_sizes,
+            "fanouts": self.fanouts,
+            "batch_size": self.batch_size,
+            "handover_slots": self.handover_slots,
+        }
 
     def identity(self) -> dict:
         """Which data these are, as checkpoints record it: the class and the options that decide the examples."""
-        return {"datamodule": f"{type(self).__module__}.{type(self).__qualname__}", "fanouts": self.fanouts,
-                "seed": self.seed, "num_classes": self.num_classes}
+        return {
+            "datamodule": f"{type(self).__module__}.{type(self).__qualname__}",
+            "fanouts": self.fanouts,
+            "seed": self.seed,
+            "num_classes": self.num_classes,
+        }
 
     def split_rows(self, split: str) -> SplitRows:
         """Paper ids of ``split`` in the official order, each its own item (batch ``index``); NaN labels if hidden."""
@@ -236,12 +255,27 @@ class MAG240MDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled global batches (this process's slice), resumable mid-epoch, new subgraphs each epoch; unpinned."""
-        return train_loader(TargetPapers(self._split("train")), self.batch_size, self.trainer, self._collator(),
-                            self.num_workers, seed=self.seed, sampler_type=TrainingTargets, pin_memory=False)
+        return train_loader(
+            TargetPapers(self._split("train")),
+            self.batch_size,
+            self.trainer,
+            self._collator(),
+            self.num_workers,
+            seed=self.seed,
+            sampler_type=TrainingTargets,
+            pin_memory=False,
+        )
 
     def _eval_loader(self, split: str) -> DataLoader:
-        return eval_loader(TargetPapers(self._split(split)), self.eval_batch_size, self.trainer, self._collator(),
-                           self.num_workers, sampler_type=EvaluationTargets, pin_memory=False)
+        return eval_loader(
+            TargetPapers(self._split(split)),
+            self.eval_batch_size,
+            self.trainer,
+            self._collator(),
+            self.num_workers,
+            sampler_type=EvaluationTargets,
+            pin_memory=False,
+        )
 
     def val_dataloader(self) -> DataLoader:
         """This process's contiguous shard of ``valid``; the same subgraphs at every evaluation."""

@@ -54,9 +54,7 @@ class DerivedFiles:
     def problem(self, name: str, verify_checksum: bool) -> str | None:
         """Why derived file ``name`` cannot be used, or None (CRC checked if ``verify_checksum`` or mtime moved)."""
         record = self.files.get(name)
-        return (
-            "not built yet" if record is None else record_problem(self.directory / name, record, verify_checksum)
-        )
+        return "not built yet" if record is None else record_problem(self.directory / name, record, verify_checksum)
 
     def complete(self, name: str) -> None:
         """Record ``name`` as complete, with its size, time and checksum."""
@@ -69,9 +67,7 @@ class DerivedFiles:
 
     def save(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(
-            self.path, {"format": DERIVED_FORMAT, "fingerprint": self.fingerprint, "files": self.files}
-        )
+        atomic_write_json(self.path, {"format": DERIVED_FORMAT, "fingerprint": self.fingerprint, "files": self.files})
 
 
 def csr_files(relation: Relation) -> tuple[str, str]:
@@ -182,13 +178,11 @@ def build_mean_features(
             continue
         stop = min(num_rows, start + block_rows)
         lo, hi = int(indptr[start]), int(indptr[stop])
-        counts = np.diff(np.asarray(indptr[start:stop + 1]))
+        counts = np.diff(np.asarray(indptr[start : stop + 1]))
         sums = torch.zeros((stop - start, width), dtype=torch.float32)
         if hi > lo:  # index_add_: numpy's add.reduceat is ~30x slower on wide rows
             rows = _read_rows(source, np.asarray(indices[lo:hi], dtype=np.int64))
-            sums.index_add_(
-                0, torch.from_numpy(np.repeat(np.arange(stop - start), counts)), torch.from_numpy(rows)
-            )
+            sums.index_add_(0, torch.from_numpy(np.repeat(np.arange(stop - start), counts)), torch.from_numpy(rows))
         out[start:stop] = sums.numpy() / np.maximum(counts, 1)[:, None]
         out.flush()
         progress["done"][str(start)] = zlib.crc32(np.ascontiguousarray(out[start:stop]).data)
@@ -214,11 +208,14 @@ def prepare_derived(
         name: derived.problem(name, verify_checksums)
         for name in [*(n for relation in RELATIONS for n in csr_files(relation)), *FEATURE_FILES.values()]
     }
-    if (first := next((name for name, problem in problems.items() if problem), None)) is not None \
-            and (read_only := unwritable(directory)) is not None:
-        raise DataError(f"{directory} ({key}): MAG240M's derived files must be built there ({first}: "
-                        f"{problems[first]}), but {read_only} is not writable; set data.cache_dir to a writable "
-                        "directory (or build them once where it is writable)")
+    if (first := next((name for name, problem in problems.items() if problem), None)) is not None and (
+        read_only := unwritable(directory)
+    ) is not None:
+        raise DataError(
+            f"{directory} ({key}): MAG240M's derived files must be built there ({first}: "
+            f"{problems[first]}), but {read_only} is not writable; set data.cache_dir to a writable "
+            "directory (or build them once where it is writable)"
+        )
     for relation in RELATIONS:
         if (problem := next((problems[name] for name in csr_files(relation) if problems[name]), None)) is None:
             continue
@@ -237,18 +234,26 @@ def prepare_derived(
             derived.complete(name)
 
     by_name = {relation.name: relation for relation in RELATIONS}
-    for node_type, relation, averaged in ((NodeType.AUTHOR, by_name["writes"], "papers"),
-                                          (NodeType.INSTITUTION, by_name["employs"], "authors")):
+    for node_type, relation, averaged in (
+        (NodeType.AUTHOR, by_name["writes"], "papers"),
+        (NodeType.INSTITUTION, by_name["employs"], "authors"),
+    ):
         name = FEATURE_FILES[node_type]
         if name in derived.files:  # else not built yet, or forgotten when the author features were rebuilt
             if problems[name] is None:
                 continue
             log.warning("%s %s; rebuilding it", directory / name, problems[name])
             derived.forget(name)
-        source = (raw.paper_features if node_type is NodeType.AUTHOR
-                  else _mapped(directory / FEATURE_FILES[NodeType.AUTHOR]))
-        build_mean_features(source, *(_mapped(directory / csr) for csr in csr_files(relation)), directory / name,
-                            feature_block_rows, f"{node_type.name.lower()} features (mean of {averaged})")
+        source = (
+            raw.paper_features if node_type is NodeType.AUTHOR else _mapped(directory / FEATURE_FILES[NodeType.AUTHOR])
+        )
+        build_mean_features(
+            source,
+            *(_mapped(directory / csr) for csr in csr_files(relation)),
+            directory / name,
+            feature_block_rows,
+            f"{node_type.name.lower()} features (mean of {averaged})",
+        )
         derived.complete(name)
         if node_type is NodeType.AUTHOR:  # institutions average authors: rebuild them too
             derived.forget(FEATURE_FILES[NodeType.INSTITUTION])
@@ -274,11 +279,15 @@ class MAG240MGraph:
         """This process's memory maps, as plain read-only ndarray views (no per-access ``np.memmap`` overhead)."""
         if self._arrays is None:
             derived, paper = self.derived_directory, self.raw_directory / "processed" / "paper"
-            self._arrays = {"indptr": [_mapped(derived / csr_files(relation)[0]) for relation in RELATIONS],
-                            "indices": [_mapped(derived / csr_files(relation)[1]) for relation in RELATIONS],
-                            "features": [_mapped(paper / "node_feat.npy"),
-                                         *(_mapped(derived / FEATURE_FILES[t]) for t in FEATURE_FILES)],
-                            "labels": _mapped(paper / "node_label.npy")}
+            self._arrays = {
+                "indptr": [_mapped(derived / csr_files(relation)[0]) for relation in RELATIONS],
+                "indices": [_mapped(derived / csr_files(relation)[1]) for relation in RELATIONS],
+                "features": [
+                    _mapped(paper / "node_feat.npy"),
+                    *(_mapped(derived / FEATURE_FILES[t]) for t in FEATURE_FILES),
+                ],
+                "labels": _mapped(paper / "node_label.npy"),
+            }
         return self._arrays
 
     def features(self, node_type: NodeType) -> np.ndarray:

@@ -15,9 +15,11 @@ from graphormer_urpe.errors import DatasetMissing
 DATASET_DIR = "mag240m_kddcup2021"
 #: Dimension of the paper features (RoBERTa sentence embeddings).
 FEATURE_DIM = 768
-DOWNLOAD_HINT = ("MAG240M (about 200 GB) is not downloaded automatically. Fetch it once with\n"
-                 "    python -c \"from ogb.lsc import MAG240MDataset; MAG240MDataset('{root}')\"\n"
-                 "(answer its prompts), or unzip mag240m_kddcup2021.zip from the OGB-LSC site into {root}.")
+DOWNLOAD_HINT = (
+    "MAG240M (about 200 GB) is not downloaded automatically. Fetch it once with\n"
+    "    python -c \"from ogb.lsc import MAG240MDataset; MAG240MDataset('{root}')\"\n"
+    "(answer its prompts), or unzip mag240m_kddcup2021.zip from the OGB-LSC site into {root}."
+)
 
 
 class NodeType(IntEnum):
@@ -74,25 +76,34 @@ class MAG240MRaw:
         """Raise :class:`DatasetMissing` naming every missing file; validate shapes and dtypes."""
         missing = [name for name in self.required_files() if not (self.directory / name).is_file()]
         if missing:
-            raise DatasetMissing(f"MAG240M: {len(missing)} file(s) missing under {self.directory}: "
-                                 f"{', '.join(missing)}.\n" + DOWNLOAD_HINT.format(root=self.root))
+            raise DatasetMissing(
+                f"MAG240M: {len(missing)} file(s) missing under {self.directory}: "
+                f"{', '.join(missing)}.\n" + DOWNLOAD_HINT.format(root=self.root)
+            )
         meta = self.meta
         for key in ("paper", "author", "institution", "num_classes"):
             if key not in meta:
                 raise ValueError(f"{self.directory / 'meta.pt'} has no key '{key}' (keys: {sorted(meta)})")
-        expected = {"node_feat.npy": ((meta["paper"], FEATURE_DIM), np.float16),
-                    "node_label.npy": ((meta["paper"],), None), "node_year.npy": ((meta["paper"],), None)}
+        expected = {
+            "node_feat.npy": ((meta["paper"], FEATURE_DIM), np.float16),
+            "node_label.npy": ((meta["paper"],), None),
+            "node_year.npy": ((meta["paper"],), None),
+        }
         for name, (shape, dtype) in expected.items():
             array = self._load(f"processed/paper/{name}")
             if array.shape != shape or (dtype is not None and array.dtype != dtype):
                 wanted = f"shape {shape}" + (f" dtype {np.dtype(dtype)}" if dtype else "")
-                raise ValueError(f"{self.directory / 'processed/paper' / name}: shape {array.shape} dtype "
-                                 f"{array.dtype}; expected {wanted}")
+                raise ValueError(
+                    f"{self.directory / 'processed/paper' / name}: shape {array.shape} dtype "
+                    f"{array.dtype}; expected {wanted}"
+                )
         for raw in RAW_EDGES:
             edges = self.edge_index(raw)
             if edges.ndim != 2 or edges.shape[0] != 2 or not np.issubdtype(edges.dtype, np.integer):
-                raise ValueError(f"{self.directory / 'processed' / raw / 'edge_index.npy'}: shape {edges.shape} "
-                                 f"dtype {edges.dtype}; expected an integer array of shape (2, E)")
+                raise ValueError(
+                    f"{self.directory / 'processed' / raw / 'edge_index.npy'}: shape {edges.shape} "
+                    f"dtype {edges.dtype}; expected an integer array of shape (2, E)"
+                )
 
     def _load(self, name: str) -> np.ndarray:
         return np.load(self.directory / name, mmap_mode="r")
@@ -128,5 +139,7 @@ class MAG240MRaw:
 
     def fingerprint(self) -> dict:
         """What the derived files depend on: node counts and edge counts."""
-        return {"nodes": {t.name.lower(): self.num_nodes(t) for t in NodeType},
-                "edges": {raw: int(self.edge_index(raw).shape[1]) for raw in RAW_EDGES}}
+        return {
+            "nodes": {t.name.lower(): self.num_nodes(t) for t in NodeType},
+            "edges": {raw: int(self.edge_index(raw).shape[1]) for raw in RAW_EDGES},
+        }

@@ -66,14 +66,21 @@ class CompactGraphBatch(TensorFields):
         spd = pad_rows(pair_mask, self.spd, UNREACHABLE_SPD)  # (B, N, N)
         first_edge = batched_first_edges(spd, self.num_nodes, self.out_degree, self.edge_dst)  # (V, N)
         return GraphBatch(  # node fields (V, ...) padded to (B, N, ...); the others copied
-            x=pad_rows(node_mask, self.x.long(), 0), x_continuous=pad_rows(node_mask, self.x_continuous, 0),
+            x=pad_rows(node_mask, self.x.long(), 0),
+            x_continuous=pad_rows(node_mask, self.x_continuous, 0),
             in_degree=pad_rows(node_mask, self.in_degree.long(), 0),
             out_degree=pad_rows(node_mask, self.out_degree.long(), 0),
-            node_mask=node_mask, spd=spd, first_edge=pad_rows(node_mask, first_edge, NO_EDGE),
-            edge_attr=self.edge_attr.to(torch.long, copy=True), edge_dst=self.edge_dst.to(torch.long, copy=True),
-            edge_continuous=self.edge_continuous.clone(), y=self.y.clone(), index=self.index.clone(),
+            node_mask=node_mask,
+            spd=spd,
+            first_edge=pad_rows(node_mask, first_edge, NO_EDGE),
+            edge_attr=self.edge_attr.to(torch.long, copy=True),
+            edge_dst=self.edge_dst.to(torch.long, copy=True),
+            edge_continuous=self.edge_continuous.clone(),
+            y=self.y.clone(),
+            index=self.index.clone(),
             target_node=self.target_node.clone(),
-            molecule_features=torch.zeros(len(self.index), 0, device=self.index.device))  # no molecule features
+            molecule_features=torch.zeros(len(self.index), 0, device=self.index.device),
+        )  # no molecule features
 
     def release(self) -> None:
         """Give the worker's slot back, once the batch has been copied onward (by :meth:`pad` or a move)."""
@@ -119,8 +126,9 @@ class NeighbourSampler:
         self.type_offset = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         self.total_nodes = int(sum(counts))
 
-    def _expand(self, rng: np.random.Generator, node_type: NodeType, ids: np.ndarray, fanout: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _expand(
+        self, rng: np.random.Generator, node_type: NodeType, ids: np.ndarray, fanout: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Draw neighbours of nodes of one type: (owner, relation, neighbour) of every draw, owner
         being the position in ``ids`` of the expanded node. Shapes: (S,) each."""
         relations, indptr, indices = (
@@ -194,12 +202,16 @@ class NeighbourSampler:
             frontier = num_nodes + np.arange(len(fresh_keys))
             num_nodes += len(fresh_keys)
         parent, child, relation = (np.concatenate(column) for column in zip(*edges))
-        return SampledSubgraphs(node_graph=flat_graph, node_type=flat_type.astype(np.int64), node_id=flat_id,
-                                edge_parent=parent, edge_child=child, edge_relation=relation)
+        return SampledSubgraphs(
+            node_graph=flat_graph,
+            node_type=flat_type.astype(np.int64),
+            node_id=flat_id,
+            edge_parent=parent,
+            edge_child=child,
+            edge_relation=relation,
+        )
 
-    def batch(
-        self, targets: np.ndarray, rng: np.random.Generator, slots: SlotRing | None = None
-    ) -> CompactGraphBatch:
+    def batch(self, targets: np.ndarray, rng: np.random.Generator, slots: SlotRing | None = None) -> CompactGraphBatch:
         """Sample subgraphs around ``targets`` (B,) into a :class:`CompactGraphBatch` (in ``slots`` if given):
         ``x`` node type, ``edge_attr`` relation, ``y`` label (NaN if unknown), ``index`` paper id."""
         targets = np.asarray(targets, dtype=np.int64)
@@ -227,8 +239,12 @@ class NeighbourSampler:
         specs = self._specs(batch, len(graph), int(num_nodes @ num_nodes), len(relation), n_max)
         tensors, lease = slots.allocate(specs) if slots is not None else (empty_tensors(specs), None)
         arrays = {name: t.numpy() for name, t in tensors.items()}
-        batched_graph_structure(num_nodes, np.stack([edge_src, edge_dst]), edge_ptr, out=BatchStructure(
-            spd=arrays["spd"], in_degree=arrays["in_degree"], out_degree=arrays["out_degree"]))
+        batched_graph_structure(
+            num_nodes,
+            np.stack([edge_src, edge_dst]),
+            edge_ptr,
+            out=BatchStructure(spd=arrays["spd"], in_degree=arrays["in_degree"], out_degree=arrays["out_degree"]),
+        )
         node_type, node_id = sample.node_type[by_graph], sample.node_id[by_graph]  # (V,) subgraph by subgraph
         for t in NodeType:
             rows = np.flatnonzero(node_type == t)
@@ -247,12 +263,20 @@ class NeighbourSampler:
         """Shapes and dtypes of a :class:`CompactGraphBatch`'s tensors (small integer types)."""
         # degree <= E
         degree, width = torch_dtype(edge_id_dtype(edges)), self.graph.features(NodeType.PAPER).shape[1]
-        return {"num_nodes": ((batch,), torch.int64), "y": ((batch, 1), torch.float32),
-                "index": ((batch,), torch.int64), "target_node": ((batch,), torch.int64),
-                "x": ((nodes, 1), torch.int8), "x_continuous": ((nodes, width), torch.float16),
-                "in_degree": ((nodes,), degree), "out_degree": ((nodes,), degree), "spd": ((pairs,), torch.uint8),
-                "edge_attr": ((edges, 1), torch.int8), "edge_continuous": ((edges, 0), torch.float32),
-                "edge_dst": ((edges,), torch_dtype(np.min_scalar_type(-n_max)))}  # the smallest signed type
+        return {
+            "num_nodes": ((batch,), torch.int64),
+            "y": ((batch, 1), torch.float32),
+            "index": ((batch,), torch.int64),
+            "target_node": ((batch,), torch.int64),
+            "x": ((nodes, 1), torch.int8),
+            "x_continuous": ((nodes, width), torch.float16),
+            "in_degree": ((nodes,), degree),
+            "out_degree": ((nodes,), degree),
+            "spd": ((pairs,), torch.uint8),
+            "edge_attr": ((edges, 1), torch.int8),
+            "edge_continuous": ((edges, 0), torch.float32),
+            "edge_dst": ((edges,), torch_dtype(np.min_scalar_type(-n_max))),
+        }  # the smallest signed type
 
 
 class SubgraphCollator:

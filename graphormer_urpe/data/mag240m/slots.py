@@ -46,12 +46,12 @@ class SlotRing:
         offsets = [0, *itertools.accumulate(sizes)]  # aligned byte offset of each tensor, then the bytes needed
         buffer = self._buffers[slot]
         if buffer is None or buffer.numel() < offsets[-1]:
-            buffer = self._buffers[slot] = torch.empty(
-                int(offsets[-1] * _GROWTH), dtype=torch.uint8
-            ).share_memory_()
-        tensors = {name: buffer[offset:offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
-                   for (name, (shape, dtype)), offset in zip(specs.items(), offsets)}
-        return tensors, self._leases[slot:slot + 1]
+            buffer = self._buffers[slot] = torch.empty(int(offsets[-1] * _GROWTH), dtype=torch.uint8).share_memory_()
+        tensors = {
+            name: buffer[offset : offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+            for (name, (shape, dtype)), offset in zip(specs.items(), offsets)
+        }
+        return tensors, self._leases[slot : slot + 1]
 
 
 def empty_tensors(specs: Specs) -> dict[str, torch.Tensor]:

@@ -42,8 +42,9 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
-def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarray,
-                            out: BatchStructure | None = None) -> BatchStructure:
+def batched_graph_structure(
+    num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarray, out: BatchStructure | None = None
+) -> BatchStructure:
     """SPD and degrees of B graphs, written into ``out`` (e.g. a shared-memory slot) or new arrays.
 
     Shapes: num_nodes (B,); edge_ptr (B + 1,), graph b owns edges ``edge_ptr[b]:edge_ptr[b + 1]``; edge_index
@@ -102,8 +103,9 @@ def batched_graph_structure(num_nodes: np.ndarray, edge_index: np.ndarray, edge_
     return out
 
 
-def batched_first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: torch.Tensor,
-                        edge_dst: torch.Tensor) -> torch.Tensor:
+def batched_first_edges(
+    spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: torch.Tensor, edge_dst: torch.Tensor
+) -> torch.Tensor:
     """First edge of a shortest path from every node to every node of its graph, on spd's device: edge ``i -> k``
     begins one to j when ``spd[k, j] == spd[i, j] - 1``; the first is the smallest k (edges are listed node after
     node by ascending target).
@@ -113,9 +115,7 @@ def batched_first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: 
     """
     device, (batch, n_max, _), num_edges = spd.device, spd.shape, len(edge_dst)
     node_graph = torch.repeat_interleave(torch.arange(batch, device=device), num_nodes)  # (V,)
-    node_local = (
-        torch.arange(len(node_graph), device=device) - (torch.cumsum(num_nodes, 0) - num_nodes)[node_graph]
-    )
+    node_local = torch.arange(len(node_graph), device=device) - (torch.cumsum(num_nodes, 0) - num_nodes)[node_graph]
     edge_src = torch.repeat_interleave(torch.arange(len(node_graph), device=device), out_degree.long())  # (E,)
     edge_graph = node_graph[edge_src]
     from_source = spd[edge_graph, node_local[edge_src]]  # (E, N): spd[i, j] for every j
@@ -125,8 +125,6 @@ def batched_first_edges(spd: torch.Tensor, num_nodes: torch.Tensor, out_degree: 
     none = float(num_edges)
     # >= none: off
     candidate = (~on_path).float().mul_(none).add_(torch.arange(num_edges, device=device)[:, None])
-    first = torch.full((len(node_graph), n_max), none, device=device).index_reduce_(
-        0, edge_src, candidate, "amin"
-    )
+    first = torch.full((len(node_graph), n_max), none, device=device).index_reduce_(0, edge_src, candidate, "amin")
     first[torch.arange(len(node_graph), device=device), node_local] = none  # j == i: no edge
     return first.masked_fill_(first >= none, NO_EDGE).to(torch_dtype(edge_id_dtype(num_edges)))  # (V, N)

@@ -9,9 +9,16 @@ from typing import Any
 from graphormer_urpe.data.sources.base import GraphSource
 
 #: Public name -> module that defines it.
-_LAZY = {"MoleculeSource": "molecules", "MosesDescriptors": "pretraining", "QM9": "molecules",
-         "PCQM4Mv2": "pcqm4mv2", "PygDataset": "pyg",
-         "SmilesTable": "tables", "SmilesToPredict": "tables", "ZINC": "zinc"}
+_LAZY = {
+    "MoleculeSource": "molecules",
+    "MosesDescriptors": "pretraining",
+    "QM9": "molecules",
+    "PCQM4Mv2": "pcqm4mv2",
+    "PygDataset": "pyg",
+    "SmilesTable": "tables",
+    "SmilesToPredict": "tables",
+    "ZINC": "zinc",
+}
 
 __all__ = ["GraphSource", *sorted(_LAZY)]
 

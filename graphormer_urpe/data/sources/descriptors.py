@@ -143,11 +143,14 @@ def descriptor_reference() -> DescriptorReference:
     names = tuple(stored["names"])
     unknown = [name for name in names if name not in _descriptor_functions()]
     if unknown:
-        raise DatasetMissing(f"RDKit {rdBase.rdkitVersion} lacks the descriptors {', '.join(unknown)} of the "
-                             f"{DESCRIPTOR_SET} set (made with RDKit {stored['provenance']['rdkit']}); install "
-                             "that RDKit release or a newer one")
-    return DescriptorReference(names, np.asarray(stored["quantiles"], dtype=np.float64), stored["provenance"],
-                               hashlib.sha1(data).hexdigest())
+        raise DatasetMissing(
+            f"RDKit {rdBase.rdkitVersion} lacks the descriptors {', '.join(unknown)} of the "
+            f"{DESCRIPTOR_SET} set (made with RDKit {stored['provenance']['rdkit']}); install "
+            "that RDKit release or a newer one"
+        )
+    return DescriptorReference(
+        names, np.asarray(stored["quantiles"], dtype=np.float64), stored["provenance"], hashlib.sha1(data).hexdigest()
+    )
 
 
 def normalised_descriptors(mol: Chem.Mol, tails: Literal["clip", "extend"] = "clip") -> np.ndarray:

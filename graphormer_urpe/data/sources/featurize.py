@@ -33,10 +33,16 @@ def molecule_spec(
     """The :class:`DataSpec` of molecules with ogb's atom and bond vocabularies, one target row per molecule;
     ``num_outputs``: classes of a multi-class target (None: one output per target); ``molecule_features``: names
     of the molecule-level features."""
-    return DataSpec(node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB, num_targets=len(target_names),
-                    num_outputs=len(target_names) if num_outputs is None else num_outputs,
-                    target_kind=target_kind, target_names=tuple(target_names), submission=submission,
-                    molecule_features=tuple(molecule_features))
+    return DataSpec(
+        node_vocab=ATOM_VOCAB,
+        edge_vocab=BOND_VOCAB,
+        num_targets=len(target_names),
+        num_outputs=len(target_names) if num_outputs is None else num_outputs,
+        target_kind=target_kind,
+        target_names=tuple(target_names),
+        submission=submission,
+        molecule_features=tuple(molecule_features),
+    )
 
 
 def silence_rdkit() -> None:
@@ -56,8 +62,16 @@ class _LookupTables:
         tables = []  # per column: the index of every raw value from min(keys) to max(keys), then the fallback
         for allowed, keys, has_fallback in columns:
             fallback = len(allowed) - 1 if has_fallback else _REJECTED
-            tables.append(np.array([allowed.index(keys[k]) if k in keys and keys[k] in allowed else fallback
-                                    for k in range(min(keys), max(keys) + 1)] + [fallback], dtype=np.int64))
+            tables.append(
+                np.array(
+                    [
+                        allowed.index(keys[k]) if k in keys and keys[k] in allowed else fallback
+                        for k in range(min(keys), max(keys) + 1)
+                    ]
+                    + [fallback],
+                    dtype=np.int64,
+                )
+            )
         self.table = np.concatenate(tables)
         self.low = np.array([min(keys) for _, keys, _ in columns], dtype=np.int64)[:, None]
         self.size = np.array([len(table) - 1 for table in tables], dtype=np.int64)[:, None]
@@ -98,21 +112,45 @@ _ATOM_TABLES = _LookupTables(
         _column("is_in_ring", _BOOL_KEYS, False),
     ]
 )
-_BOND_TABLES = _LookupTables([_column("bond_type", Chem.rdchem.BondType),
-                              _column("bond_stereo", Chem.rdchem.BondStereo, False),
-                              _column("is_conjugated", _BOOL_KEYS, False)])
-_ATOM_COLUMN_NAMES = ("atomic number", "chirality", "degree", "formal charge", "hydrogen count",
-                      "radical electrons", "hybridization", "aromaticity", "ring membership")
+_BOND_TABLES = _LookupTables(
+    [
+        _column("bond_type", Chem.rdchem.BondType),
+        _column("bond_stereo", Chem.rdchem.BondStereo, False),
+        _column("is_conjugated", _BOOL_KEYS, False),
+    ]
+)
+_ATOM_COLUMN_NAMES = (
+    "atomic number",
+    "chirality",
+    "degree",
+    "formal charge",
+    "hydrogen count",
+    "radical electrons",
+    "hybridization",
+    "aromaticity",
+    "ring membership",
+)
 _BOND_COLUMN_NAMES = ("bond type", "bond stereo", "conjugation")
 
 #: RDKit getters read for every atom, in the order of ``_ATOM_TABLES`` without the degree column.
 _ATOM_GETTERS: tuple[Callable, ...] = (
-    Chem.Atom.GetAtomicNum, Chem.Atom.GetChiralTag, Chem.Atom.GetFormalCharge, Chem.Atom.GetTotalNumHs,
-    Chem.Atom.GetNumRadicalElectrons, Chem.Atom.GetHybridization, Chem.Atom.GetIsAromatic, Chem.Atom.IsInRing,
+    Chem.Atom.GetAtomicNum,
+    Chem.Atom.GetChiralTag,
+    Chem.Atom.GetFormalCharge,
+    Chem.Atom.GetTotalNumHs,
+    Chem.Atom.GetNumRadicalElectrons,
+    Chem.Atom.GetHybridization,
+    Chem.Atom.GetIsAromatic,
+    Chem.Atom.IsInRing,
 )
 _NUM_HS = 3  # row of GetTotalNumHs in the raw atom values
-_BOND_GETTERS: tuple[Callable, ...] = (Chem.Bond.GetBeginAtomIdx, Chem.Bond.GetEndAtomIdx, Chem.Bond.GetBondType,
-                                        Chem.Bond.GetStereo, Chem.Bond.GetIsConjugated)
+_BOND_GETTERS: tuple[Callable, ...] = (
+    Chem.Bond.GetBeginAtomIdx,
+    Chem.Bond.GetEndAtomIdx,
+    Chem.Bond.GetBondType,
+    Chem.Bond.GetStereo,
+    Chem.Bond.GetIsConjugated,
+)
 
 
 def molecule_graph(smiles: object, y: np.ndarray) -> RawGraph | str:
@@ -123,8 +161,9 @@ def molecule_graph(smiles: object, y: np.ndarray) -> RawGraph | str:
     return molecule_graphs([smiles], np.asarray(y).reshape(1, -1))[0]
 
 
-def molecule_graphs(smiles: Sequence[object], targets: np.ndarray,
-                    molecule_features: np.ndarray | None = None) -> list[RawGraph | str]:
+def molecule_graphs(
+    smiles: Sequence[object], targets: np.ndarray, molecule_features: np.ndarray | None = None
+) -> list[RawGraph | str]:
     """:func:`molecule_graph` of R molecules, the numpy work done once for all: each :class:`RawGraph` holds views.
 
     Shapes: targets (R, Y); molecule_features (R, M) float32, or None (the graphs have none)."""
@@ -149,9 +188,7 @@ def molecule_graphs(smiles: Sequence[object], targets: np.ndarray,
             column.extend(map(get, bonds))
         sizes.append((n, m))
 
-    counts = np.array([size if isinstance(size, tuple) else (0, 0) for size in sizes], dtype=np.int64).reshape(
-        -1, 2
-    )
+    counts = np.array([size if isinstance(size, tuple) else (0, 0) for size in sizes], dtype=np.int64).reshape(-1, 2)
     node_ptr = np.concatenate([[0], np.cumsum(counts[:, 0])])
     bond_ptr = np.concatenate([[0], np.cumsum(counts[:, 1])])
     atom_raw = np.array(atom_columns, dtype=np.int64).reshape(len(_ATOM_GETTERS), -1)  # (8, sum n)
@@ -187,8 +224,15 @@ def molecule_graphs(smiles: Sequence[object], targets: np.ndarray,
             n0, n1 = node_ptr[i], node_ptr[i + 1]
             e0, e1 = 2 * bond_ptr[i], 2 * bond_ptr[i + 1]  # two edges per bond
             features = None if molecule_features is None else molecule_features[i]
-            graphs.append(RawGraph(x=x[n0:n1], edge_index=edge_index[:, e0:e1], edge_attr=edge_attr[e0:e1],
-                                   y=targets[i], molecule_features=features))
+            graphs.append(
+                RawGraph(
+                    x=x[n0:n1],
+                    edge_index=edge_index[:, e0:e1],
+                    edge_attr=edge_attr[e0:e1],
+                    y=targets[i],
+                    molecule_features=features,
+                )
+            )
     return graphs
 
 

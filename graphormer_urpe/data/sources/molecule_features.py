@@ -58,28 +58,33 @@ class MoleculeFeatures:
 
     def __post_init__(self) -> None:
         if self.descriptors not in (None, DESCRIPTOR_SET):
-            raise ConfigError("data.source.descriptors", self.descriptors,
-                              f"must be {DESCRIPTOR_SET} (RDKit's 2D descriptors) or null (none)")
+            raise ConfigError(
+                "data.source.descriptors",
+                self.descriptors,
+                f"must be {DESCRIPTOR_SET} (RDKit's 2D descriptors) or null (none)",
+            )
         if self.fingerprints not in (None, FINGERPRINT_SET):
-            raise ConfigError("data.source.fingerprints", self.fingerprints,
-                              f"must be {FINGERPRINT_SET} (Morgan count fingerprints, radius {ECFP_RADIUS}, "
-                              f"{ECFP_BITS} positions) or null (none)")
+            raise ConfigError(
+                "data.source.fingerprints",
+                self.fingerprints,
+                f"must be {FINGERPRINT_SET} (Morgan count fingerprints, radius {ECFP_RADIUS}, "
+                f"{ECFP_BITS} positions) or null (none)",
+            )
         columns = self.columns
         if isinstance(columns, str) or not all(isinstance(name, str) and name for name in columns):
-            raise ConfigError(
-                "data.source.feature_columns", columns, "must be a list of column names, e.g. [logP]"
-            )
+            raise ConfigError("data.source.feature_columns", columns, "must be a list of column names, e.g. [logP]")
         if len(set(columns)) != len(columns) or any(name.startswith(SCALED_PREFIXES) for name in columns):
-            raise ConfigError("data.source.feature_columns", list(columns),
-                              f"must name distinct columns, none starting with {' or '.join(SCALED_PREFIXES)}")
+            raise ConfigError(
+                "data.source.feature_columns",
+                list(columns),
+                f"must name distinct columns, none starting with {' or '.join(SCALED_PREFIXES)}",
+            )
         object.__setattr__(self, "columns", tuple(columns))
 
     @property
     def names(self) -> tuple[str, ...]:
         """The M feature names, as ``DataSpec.molecule_features`` records them."""
-        descriptors = (
-            [DESCRIPTOR_PREFIX + name for name in descriptor_reference().names] if self.descriptors else []
-        )
+        descriptors = [DESCRIPTOR_PREFIX + name for name in descriptor_reference().names] if self.descriptors else []
         fingerprints = fingerprint_names() if self.fingerprints else ()
         return (*descriptors, *fingerprints, *self.columns)
 
@@ -87,17 +92,18 @@ class MoleculeFeatures:
         """The part of a cache key that the features decide; empty when off (so other caches keep their keys)."""
         options: dict = {}
         if self.descriptors:
-            options |= {"descriptors": self.descriptors, "descriptor_reference_sha1": descriptor_reference().sha1,
-                        "descriptor_tails": DESCRIPTOR_TAILS}
+            options |= {
+                "descriptors": self.descriptors,
+                "descriptor_reference_sha1": descriptor_reference().sha1,
+                "descriptor_tails": DESCRIPTOR_TAILS,
+            }
         if self.fingerprints:
             options |= {"fingerprints": self.fingerprints, "ecfp_radius": ECFP_RADIUS, "ecfp_bits": ECFP_BITS}
         if self.columns:
             options["feature_columns"] = list(self.columns)
         return options
 
-    def values(
-        self, smiles: Sequence[object], columns: np.ndarray, max_nodes: int | None = None
-    ) -> np.ndarray | None:
+    def values(self, smiles: Sequence[object], columns: np.ndarray, max_nodes: int | None = None) -> np.ndarray | None:
         """The features of R molecules: descriptors and fingerprints from each SMILES (NaN for one RDKit cannot parse,
         and for one of more than ``max_nodes`` atoms: :func:`to_describe`), then the columns as given; None when
         there is no feature.
@@ -154,7 +160,9 @@ def feature_statistics(names: Sequence[str], values: np.ndarray) -> tuple[np.nda
             continue
         known = values[:, k][np.isfinite(values[:, k])]
         if not len(known):
-            raise ValueError(f"feature column '{name}' has no value in the training split, so it cannot be "
-                             "standardised; fill it or remove it from data.source.feature_columns")
+            raise ValueError(
+                f"feature column '{name}' has no value in the training split, so it cannot be "
+                "standardised; fill it or remove it from data.source.feature_columns"
+            )
         mean[k], std[k] = known.mean(), max(known.std(), 1e-6)
     return mean, std

@@ -35,8 +35,13 @@ class MoleculeTable:
     Shapes: targets (R, Y) float32 for R SMILES; feature_columns (R, C) float, NaN where missing, for the C
     ``features.columns``."""
 
-    def __init__(self, smiles: Sequence[object], targets: np.ndarray, features: MoleculeFeatures = NO_FEATURES,
-                 feature_columns: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        smiles: Sequence[object],
+        targets: np.ndarray,
+        features: MoleculeFeatures = NO_FEATURES,
+        feature_columns: np.ndarray | None = None,
+    ) -> None:
         self.smiles = np.asarray(smiles, dtype=object)
         self.targets = np.asarray(targets, dtype=np.float32).reshape(len(self.smiles), -1)
         self.num_rows = len(self.smiles)
@@ -83,12 +88,18 @@ class MoleculeSource(GraphSource):
 #: QM9's 12 standard targets (Gilmer et al., 2017, and MoleculeNet), as ``targets`` names them: the
 #: ``qm9pack`` column and the factor to the unit in the name (energies in eV, from hartree).
 QM9_TARGETS: dict[str, tuple[str, float]] = {
-    "mu_debye": ("Dipole_debye", 1.0), "alpha_bohr3": ("Polarizability_bohr3", 1.0),
-    "homo_ev": ("HOMO_au", HARTREE_TO_EV), "lumo_ev": ("LUMO_au", HARTREE_TO_EV),
-    "gap_ev": ("HOMO_LUMO_gap_au", HARTREE_TO_EV), "r2_bohr2": ("R2_bohr2", 1.0),
-    "zpve_ev": ("ZPVE_au", HARTREE_TO_EV), "u0_ev": ("InternalEnergy_0K_au", HARTREE_TO_EV),
-    "u298_ev": ("InternalEnergy_298K_au", HARTREE_TO_EV), "h298_ev": ("Enthalphy_298K_au", HARTREE_TO_EV),
-    "g298_ev": ("GibbsFreeEnergy_298K_au", HARTREE_TO_EV), "cv_cal_mol_k": ("Heatcapacity_Cv_cal_mol_K", 1.0),
+    "mu_debye": ("Dipole_debye", 1.0),
+    "alpha_bohr3": ("Polarizability_bohr3", 1.0),
+    "homo_ev": ("HOMO_au", HARTREE_TO_EV),
+    "lumo_ev": ("LUMO_au", HARTREE_TO_EV),
+    "gap_ev": ("HOMO_LUMO_gap_au", HARTREE_TO_EV),
+    "r2_bohr2": ("R2_bohr2", 1.0),
+    "zpve_ev": ("ZPVE_au", HARTREE_TO_EV),
+    "u0_ev": ("InternalEnergy_0K_au", HARTREE_TO_EV),
+    "u298_ev": ("InternalEnergy_298K_au", HARTREE_TO_EV),
+    "h298_ev": ("Enthalphy_298K_au", HARTREE_TO_EV),
+    "g298_ev": ("GibbsFreeEnergy_298K_au", HARTREE_TO_EV),
+    "cv_cal_mol_k": ("Heatcapacity_Cv_cal_mol_K", 1.0),
 }
 
 
@@ -104,13 +115,18 @@ class QM9(MoleculeSource):
 
     name = "qm9"
 
-    def __init__(
-        self, targets: Sequence[str] = ("gap_ev",), seed: int = 0, max_molecules: int | None = None
-    ) -> None:
-        if isinstance(targets, str) or not targets or len(set(targets)) != len(targets) or \
-                not set(targets) <= set(QM9_TARGETS):
-            raise ConfigError("data.source.targets", targets if isinstance(targets, str) else list(targets),
-                              f"must be a list of distinct QM9 properties from {', '.join(QM9_TARGETS)}")
+    def __init__(self, targets: Sequence[str] = ("gap_ev",), seed: int = 0, max_molecules: int | None = None) -> None:
+        if (
+            isinstance(targets, str)
+            or not targets
+            or len(set(targets)) != len(targets)
+            or not set(targets) <= set(QM9_TARGETS)
+        ):
+            raise ConfigError(
+                "data.source.targets",
+                targets if isinstance(targets, str) else list(targets),
+                f"must be a list of distinct QM9 properties from {', '.join(QM9_TARGETS)}",
+            )
         if max_molecules is not None:
             check_int("data.source.max_molecules", max_molecules, 1, hint=", or null (every molecule)")
         self.targets = tuple(targets)
@@ -122,8 +138,12 @@ class QM9(MoleculeSource):
         return molecule_spec(self.targets)
 
     def options(self) -> dict:
-        return {**super().options(), "targets": list(self.targets), "seed": self.seed,
-                "max_molecules": self.max_molecules}
+        return {
+            **super().options(),
+            "targets": list(self.targets),
+            "seed": self.seed,
+            "max_molecules": self.max_molecules,
+        }
 
     def ensure_raw(self, root: Path) -> None:
         qm9pack_csvs()
@@ -132,8 +152,13 @@ class QM9(MoleculeSource):
         columns = ["SMILES", *(QM9_TARGETS[name][0] for name in self.targets)]
         frames = [pd.read_csv(path, usecols=columns, nrows=self.max_molecules) for path in qm9pack_csvs()]
         table = pd.concat(frames, ignore_index=True).iloc[: self.max_molecules]
-        values = np.stack([table[column].to_numpy(np.float64) * factor
-                           for column, factor in (QM9_TARGETS[name] for name in self.targets)], axis=1)
+        values = np.stack(
+            [
+                table[column].to_numpy(np.float64) * factor
+                for column, factor in (QM9_TARGETS[name] for name in self.targets)
+            ],
+            axis=1,
+        )
         return MoleculeTable(table["SMILES"].tolist(), values)
 
     def splits(self, root: Path, reader: MoleculeTable) -> dict[str, np.ndarray]:

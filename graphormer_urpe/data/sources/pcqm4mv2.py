@@ -51,31 +51,31 @@ class PCQM4Mv2(MoleculeSource):
         try:
             extract_zip(str(archive), str(root))
         except zipfile.BadZipFile as error:
-            raise DatasetMissing(f"{archive} is not a complete zip archive ({error}); it was deleted, "
-                                 "run again") from error
+            raise DatasetMissing(
+                f"{archive} is not a complete zip archive ({error}); it was deleted, run again"
+            ) from error
         finally:
             archive.unlink(missing_ok=True)
         if still_missing := missing_files(folder, RAW_FILES):
-            raise DatasetMissing(
-                f"{URL} unpacked into {root} but {folder} still lacks {', '.join(still_missing)}"
-            )
+            raise DatasetMissing(f"{URL} unpacked into {root} but {folder} still lacks {', '.join(still_missing)}")
 
     def open(self, root: Path) -> MoleculeTable:
         """The SMILES and gaps of every row (empty SMILES cells stay empty strings, not NaN)."""
         path = Path(root) / self.name / "raw" / "data.csv.gz"
         try:
-            frame = pd.read_csv(path, usecols=list(COLUMNS), dtype={"idx": np.int64, "smiles": str},
-                                keep_default_na=False, na_values={"homolumogap": ["", "nan", "NaN"]})
+            frame = pd.read_csv(
+                path,
+                usecols=list(COLUMNS),
+                dtype={"idx": np.int64, "smiles": str},
+                keep_default_na=False,
+                na_values={"homolumogap": ["", "nan", "NaN"]},
+            )
         except ValueError as error:
-            raise ValueError(
-                f"{path}: expected the columns {', '.join(COLUMNS)} of ogb's release ({error})"
-            ) from error
+            raise ValueError(f"{path}: expected the columns {', '.join(COLUMNS)} of ogb's release ({error})") from error
         idx = frame["idx"].to_numpy()
         if not np.array_equal(idx, np.arange(len(frame))):
             row = int(np.argmax(idx != np.arange(len(frame))))
-            raise ValueError(
-                f"{path}: row {row} has idx {idx[row]}; rows must be stored in idx order 0, 1, 2, ..."
-            )
+            raise ValueError(f"{path}: row {row} has idx {idx[row]}; rows must be stored in idx order 0, 1, 2, ...")
         log.info("PCQM4Mv2: %d molecules read from %s", len(frame), path)
         return MoleculeTable(frame["smiles"].tolist(), frame["homolumogap"].to_numpy(np.float64).reshape(-1, 1))
 
@@ -86,8 +86,9 @@ class PCQM4Mv2(MoleculeSource):
         for name, rows in splits.items():
             outside = rows[(rows < 0) | (rows >= reader.num_rows)]
             if outside.size:
-                raise ValueError(f"{path}: split '{name}' refers to row {outside[0]}, but data.csv.gz has "
-                                 f"{reader.num_rows} rows")
+                raise ValueError(
+                    f"{path}: split '{name}' refers to row {outside[0]}, but data.csv.gz has {reader.num_rows} rows"
+                )
             if len(np.unique(rows)) != len(rows):
                 raise ValueError(f"{path}: split '{name}' lists {len(rows) - len(np.unique(rows))} rows twice")
             known = np.isfinite(reader.targets[rows, 0])

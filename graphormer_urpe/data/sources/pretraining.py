@@ -96,8 +96,7 @@ def brics_fragments(smiles: Sequence[str], count: int, seed: int) -> list[str]:
     raise ConfigError(
         "data.source.fragments",
         count,
-        f"the {len(smiles)} molecules yield only {len(found)} distinct "
-        "BRICS fragments",
+        f"the {len(smiles)} molecules yield only {len(found)} distinct BRICS fragments",
     )
 
 
@@ -136,18 +135,15 @@ class MosesDescriptors(MoleculeSource):
 
     name = "moses_descriptors"
 
-    def __init__(self, molecules: int | None = 50_000, valid_fraction: float = 0.02, seed: int = 0,
-                 fragments: int = 0) -> None:
+    def __init__(
+        self, molecules: int | None = 50_000, valid_fraction: float = 0.02, seed: int = 0, fragments: int = 0
+    ) -> None:
         check_int("data.source.fragments", fragments, 0, MOSES_TRAIN_SIZE)
         check_int("data.source.seed", seed, 0)  # numpy's generators take no negative seed
         if molecules is not None:
-            check_int(
-                "data.source.molecules", molecules, 100, MOSES_TRAIN_SIZE, hint=", or null (every molecule)"
-            )
+            check_int("data.source.molecules", molecules, 100, MOSES_TRAIN_SIZE, hint=", or null (every molecule)")
         if not 0.0 < valid_fraction < 0.25:
-            raise ConfigError(
-                "data.source.valid_fraction", valid_fraction, "must be a share in (0, 0.25), e.g. 0.02"
-            )
+            raise ConfigError("data.source.valid_fraction", valid_fraction, "must be a share in (0, 0.25), e.g. 0.02")
         self.molecules = molecules
         self.valid_fraction = valid_fraction
         self.seed = seed
@@ -181,14 +177,10 @@ class MosesDescriptors(MoleculeSource):
         corpus = moses_smiles("train")
         smiles = corpus
         if self.molecules is not None and self.molecules < len(corpus):
-            rows = np.sort(
-                np.random.default_rng(self.seed).choice(len(corpus), size=self.molecules, replace=False)
-            )
+            rows = np.sort(np.random.default_rng(self.seed).choice(len(corpus), size=self.molecules, replace=False))
             smiles = [corpus[row] for row in rows]
         if self.fragments:
-            log.info(
-                "cutting MOSES molecules into %d distinct BRICS fragments (about 1 ms a molecule)", self.fragments
-            )
+            log.info("cutting MOSES molecules into %d distinct BRICS fragments (about 1 ms a molecule)", self.fragments)
             smiles = smiles + brics_fragments(corpus, self.fragments, self.seed)
         return DescriptorTargets(smiles)
 

@@ -70,9 +70,7 @@ def offline(cls: type) -> type:
             "dataset download them"
         )
 
-    return type(
-        cls.__name__, (cls,), {"download": download, "__module__": cls.__module__, "__doc__": cls.__doc__}
-    )
+    return type(cls.__name__, (cls,), {"download": download, "__module__": cls.__module__, "__doc__": cls.__doc__})
 
 
 @dataclass(frozen=True)
@@ -121,9 +119,17 @@ class PygReader:
             y = _columns(data[self.target]).astype(np.float32)
             if self.masks:
                 y[~data[self.masks[row // graphs]].numpy().astype(bool)] = np.nan
-            yield row, RawGraph(x=x, edge_index=edge_index, edge_attr=edge_attr,
-                                y=y if self.node_targets else y.reshape(-1), x_continuous=x_continuous,
-                                edge_continuous=edge_continuous)
+            yield (
+                row,
+                RawGraph(
+                    x=x,
+                    edge_index=edge_index,
+                    edge_attr=edge_attr,
+                    y=y if self.node_targets else y.reshape(-1),
+                    x_continuous=x_continuous,
+                    edge_continuous=edge_continuous,
+                ),
+            )
 
 
 class PygDataset(GraphSource):
@@ -187,12 +193,12 @@ class PygDataset(GraphSource):
         if task not in ("regression", "binary", "multiclass"):
             raise DataError(f"data.source.task: {task!r}; expected regression, binary or multiclass")
         if split == "instances" and not {"train", "valid"} <= set(self.split_args):
-            raise DataError("data.source.split: instances needs data.source.split_args with at least 'train' and "
-                            f"'valid' (and optionally 'test'), got {sorted(self.split_args)}")
-        if not set(self.split_args) <= {"train", "valid", "test"}:
             raise DataError(
-                f"data.source.split_args names splits {sorted(self.split_args)}; use train, valid, test"
+                "data.source.split: instances needs data.source.split_args with at least 'train' and "
+                f"'valid' (and optionally 'test'), got {sorted(self.split_args)}"
             )
+        if not set(self.split_args) <= {"train", "valid", "test"}:
+            raise DataError(f"data.source.split_args names splits {sorted(self.split_args)}; use train, valid, test")
         if split != "instances" and self.split_args:
             raise DataError("data.source.split_args is used by split: instances only")
         if split == "node_masks" and target_level != "node":
@@ -239,8 +245,10 @@ class PygDataset(GraphSource):
                 try:
                     instances[split] = cls(**{**self.args, **extra})
                 except TypeError as error:
-                    raise DataError(f"{self.dataset}: cannot be built with {({**self.args, **extra})} ({error}); "
-                                    "check data.source.args") from error
+                    raise DataError(
+                        f"{self.dataset}: cannot be built with { ({**self.args, **extra}) } ({error}); "
+                        "check data.source.args"
+                    ) from error
                 if instances[split].transform is not None:
                     raise DataError(f"{self.origin()} has a transform; use pre_transform (applied once, stored)")
             self._instances = instances
@@ -266,9 +274,7 @@ class PygDataset(GraphSource):
         if self.split == "node_masks":
             return {split: np.arange(k * graphs, (k + 1) * graphs) for k, split in enumerate(MASKS)}
         if self.split == "instances":
-            return {
-                split: np.arange(reader.start[k], reader.start[k + 1]) for k, split in enumerate(self.split_args)
-            }
+            return {split: np.arange(reader.start[k], reader.start[k + 1]) for k, split in enumerate(self.split_args)}
         return seeded_split(graphs, self.seed, self.split_fractions[:2])
 
     def _collated(self, attribute: str) -> list[torch.Tensor | None]:
@@ -284,19 +290,25 @@ class PygDataset(GraphSource):
                 if attributes is None:
                     continue
                 available = sorted(self.instances()[next(iter(self.instances()))]._data.keys())
-                raise DataError(f"{self.origin()}: no tensor attribute '{name}' (data.source.{what}_attributes); "
-                                f"the data has: {', '.join(available)}")
+                raise DataError(
+                    f"{self.origin()}: no tensor attribute '{name}' (data.source.{what}_attributes); "
+                    f"the data has: {', '.join(available)}"
+                )
             if (odd := next((t for t in tensors if t.is_complex() or t.dim() not in (1, 2)), None)) is not None:
-                raise DataError(f"{self.origin()}: {what} attribute '{name}' is a {odd.dtype} tensor of shape "
-                                f"{tuple(odd.shape)}; features are (rows,) or (rows, columns) tensors of integer "
-                                "categories or real floats")
+                raise DataError(
+                    f"{self.origin()}: {what} attribute '{name}' is a {odd.dtype} tensor of shape "
+                    f"{tuple(odd.shape)}; features are (rows,) or (rows, columns) tensors of integer "
+                    "categories or real floats"
+                )
             values = torch.cat([t.reshape(len(t), -1) for t in tensors])
             if is_categorical(values):
                 values = values.long()
                 if len(values) and values.min() < 0:
                     column = int(torch.nonzero((values < 0).any(dim=0))[0])
-                    raise DataError(f"{self.origin()}: categorical {what} attribute '{name}' column {column} has "
-                                    "negative values; categories must be 0, 1, 2 ... (or make it a float tensor)")
+                    raise DataError(
+                        f"{self.origin()}: categorical {what} attribute '{name}' column {column} has "
+                        "negative values; categories must be 0, 1, 2 ... (or make it a float tensor)"
+                    )
                 sizes = (values.max(dim=0).values + 1).tolist() if len(values) else [1] * values.shape[1]
                 if max(sizes, default=0) > MAX_VOCAB:
                     raise DataError(
@@ -329,8 +341,10 @@ class PygDataset(GraphSource):
         y = torch.cat([t.reshape(len(t), -1) for t in targets]).double()
         classes = self._check_labels(y)
         if self.target_names is not None and len(self.target_names) != y.shape[1]:
-            raise DataError(f"data.source.target_names has {len(self.target_names)} names for the {y.shape[1]} "
-                            f"columns of '{self.target}'")
+            raise DataError(
+                f"data.source.target_names has {len(self.target_names)} names for the {y.shape[1]} "
+                f"columns of '{self.target}'"
+            )
         if self.split == "node_masks":
             for mask in MASKS.values():
                 if any(m is None or m.dim() != 1 for m in self._collated(mask)):
@@ -349,11 +363,17 @@ class PygDataset(GraphSource):
             self.task,
             self.target_level,
         )
-        spec = DataSpec(node_vocab=nodes.vocab, edge_vocab=edges.vocab, num_targets=y.shape[1],
-                        num_outputs=classes if self.task == "multiclass" else y.shape[1],
-                        continuous_node_dim=nodes.continuous_dim, continuous_edge_dim=edges.continuous_dim,
-                        target_level=self.target_level, target_kind=self.task,
-                        target_names=tuple(self.target_names or ()))
+        spec = DataSpec(
+            node_vocab=nodes.vocab,
+            edge_vocab=edges.vocab,
+            num_targets=y.shape[1],
+            num_outputs=classes if self.task == "multiclass" else y.shape[1],
+            continuous_node_dim=nodes.continuous_dim,
+            continuous_edge_dim=edges.continuous_dim,
+            target_level=self.target_level,
+            target_kind=self.task,
+            target_names=tuple(self.target_names or ()),
+        )
         return PygDescription(nodes, edges, spec)
 
     def _check_labels(self, y: torch.Tensor) -> int:
@@ -365,16 +385,15 @@ class PygDataset(GraphSource):
             bad = values[(values != 0) & (values != 1)]
             rule = "0 or 1 (task: binary)"
         elif y.shape[1] != 1:
-            raise DataError(
-                f"{self.origin()}: a multi-class target is one column, '{self.target}' has {y.shape[1]}"
-            )
+            raise DataError(f"{self.origin()}: a multi-class target is one column, '{self.target}' has {y.shape[1]}")
         else:
             limit = self.num_classes if self.num_classes is not None else float("inf")
             bad = values[(values < 0) | (values != values.round()) | (values >= limit)]
             rule = "a class id 0, 1, 2 ... (task: multiclass)"
         if len(bad):
-            raise DataError(f"{self.origin()}: {len(bad)} values of '{self.target}' are not {rule}, e.g. "
-                            f"{bad[:3].tolist()}")
+            raise DataError(
+                f"{self.origin()}: {len(bad)} values of '{self.target}' are not {rule}, e.g. {bad[:3].tolist()}"
+            )
         if self.task == "binary":
             return 2
         classes = self.num_classes if self.num_classes is not None else int(values.max()) + 1
@@ -388,15 +407,15 @@ class PygDataset(GraphSource):
         digest = hashlib.sha1()
         for split, instance in self.instances().items():
             digest.update(split.encode())
-            stores: Mapping[str, Any] = {**{f"data.{k}": v for k, v in instance._data.to_dict().items()},
-                                         **{f"slices.{k}": v for k, v in (instance.slices or {}).items()}}
+            stores: Mapping[str, Any] = {
+                **{f"data.{k}": v for k, v in instance._data.to_dict().items()},
+                **{f"slices.{k}": v for k, v in (instance.slices or {}).items()},
+            }
             for key in sorted(stores):
                 digest.update(key.encode())
                 value = stores[key]
                 if isinstance(value, torch.Tensor):
-                    digest.update(
-                        memoryview(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
-                    )
+                    digest.update(memoryview(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()))
                 else:
                     digest.update(repr(value).encode())
         return digest.hexdigest()

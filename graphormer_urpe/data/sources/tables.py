@@ -41,8 +41,15 @@ SplitMethod = Literal["random", "scaffold", "scaffold_balanced", "column"]
 #: Target cells that mean "no value" (compared after stripping blanks, ignoring case).
 MISSING_VALUES = frozenset({"", "nan", "na", "n/a", "null", "none"})
 #: Accepted spellings in a split column, and the split each one means.
-SPLIT_NAMES = {"train": "train", "training": "train", "valid": "valid", "val": "valid", "validation": "valid",
-               "test": "test", "testing": "test"}
+SPLIT_NAMES = {
+    "train": "train",
+    "training": "train",
+    "valid": "valid",
+    "val": "valid",
+    "validation": "valid",
+    "test": "test",
+    "testing": "test",
+}
 #: Rows named in a message (the count is always complete).
 SHOWN_ROWS = 10
 _PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -88,8 +95,13 @@ class TableRead:
         return describe_rows(rows, self.lines)
 
 
-def read_table(path: Path, columns: Sequence[str], what: Sequence[str],
-               blank_lines: Literal["skip", "keep"] = "skip", every_column: bool = False) -> TableRead:
+def read_table(
+    path: Path,
+    columns: Sequence[str],
+    what: Sequence[str],
+    blank_lines: Literal["skip", "keep"] = "skip",
+    every_column: bool = False,
+) -> TableRead:
     """Read a CSV or Parquet table once: hash its bytes and parse ``columns`` (named by the config keys ``what``),
     with ``every_column`` the others too; :class:`TableError` for any problem of the file as a whole. A blank line of a
     CSV file (nothing, or spaces and tabs, after the header) is skipped and counted, or with ``blank_lines="keep"`` is
@@ -113,8 +125,13 @@ def read_table(path: Path, columns: Sequence[str], what: Sequence[str],
             raise TableError(f"{path}: the file is empty")
         sep = csv_separator(path, header_line)
         # as written: pandas renames a repeated name 'x.1'
-        header = pd.read_csv(io.BytesIO(text), sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False,
-                             encoding="utf-8").iloc[0].tolist()
+        header = (
+            pd.read_csv(
+                io.BytesIO(text), sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False, encoding="utf-8"
+            )
+            .iloc[0]
+            .tolist()
+        )
         _check_columns(path, header, columns, what, sep)
         records = _records(path, text, sep)
         keep = blank_lines == "keep"
@@ -149,8 +166,9 @@ def _shown_lines(lines: Sequence[int]) -> str:
     return f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines[:SHOWN_ROWS]))}{more}"
 
 
-def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], what: Sequence[str],
-                   sep: str | None) -> None:
+def _check_columns(
+    path: Path, header: Sequence[str], columns: Sequence[str], what: Sequence[str], sep: str | None
+) -> None:
     """Raise :class:`TableError` naming the first of ``columns`` that ``header`` lacks or holds more than once."""
     for column, key in zip(columns, what):
         if header.count(column) > 1:
@@ -164,8 +182,9 @@ def _check_columns(path: Path, header: Sequence[str], columns: Sequence[str], wh
             close = difflib.get_close_matches(column.lower(), list(lower), n=1)
             hint = f"; did you mean '{lower[close[0]]}'?" if close else "."
             read_as = f" (read with the separator {sep!r})" if sep is not None else ""
-            raise TableError(f"{path}: no column '{column}' ({key}){hint} The file's columns are: "
-                             f"{', '.join(header)}{read_as}")
+            raise TableError(
+                f"{path}: no column '{column}' ({key}){hint} The file's columns are: {', '.join(header)}{read_as}"
+            )
 
 
 def csv_bytes(path: Path, data: bytes) -> bytes:
@@ -183,8 +202,10 @@ def csv_bytes(path: Path, data: bytes) -> bytes:
     except UnicodeDecodeError as error:
         offset = start + error.start
         line = data.count(b"\n", 0, offset) + 1
-        raise TableError(f"{path}: line {line} is not UTF-8 text (byte 0x{data[offset]:02x} at byte offset "
-                         f"{offset}{where}); save the table as UTF-8 (a spreadsheet's 'CSV UTF-8')") from None
+        raise TableError(
+            f"{path}: line {line} is not UTF-8 text (byte 0x{data[offset]:02x} at byte offset "
+            f"{offset}{where}); save the table as UTF-8 (a spreadsheet's 'CSV UTF-8')"
+        ) from None
     return data[start:]
 
 
@@ -234,8 +255,11 @@ def _records(path: Path, text: bytes, sep: str) -> CsvRecords:
             header_line, expected = line, len(record)
         elif header_line:
             if not blank and len(record) != expected:
-                hint = f": a value holding the separator {sep!r} (a decimal comma?) must be quoted" \
-                    if len(record) > expected else ""
+                hint = (
+                    f": a value holding the separator {sep!r} (a decimal comma?) must be quoted"
+                    if len(record) > expected
+                    else ""
+                )
                 raise TableError(
                     f"{path}: line {line} has {len(record)} fields, the header (line {header_line}) has "
                     f"{expected}{hint}"
@@ -301,9 +325,7 @@ def numeric_column(table: TableRead, column: str) -> np.ndarray:
     return numbers
 
 
-def check_labels(
-    values: np.ndarray, column: str, table: TableRead, task: TargetKind, num_classes: int | None
-) -> int:
+def check_labels(values: np.ndarray, column: str, table: TableRead, task: TargetKind, num_classes: int | None) -> int:
     """The number of classes of a classification target (2 for binary), its labels checked."""
     path = table.path
     known = ~np.isnan(values)
@@ -313,11 +335,16 @@ def check_labels(
     else:
         limit = np.inf if num_classes is None else num_classes
         bad = np.flatnonzero(known & ((values < 0) | (values != np.round(values)) | (values >= limit)))
-        rule = "a class id 0, 1, 2 ... (data.source.task: multiclass)" if num_classes is None else \
-            f"a class id in 0..{num_classes - 1} (data.source.num_classes: {num_classes})"
+        rule = (
+            "a class id 0, 1, 2 ... (data.source.task: multiclass)"
+            if num_classes is None
+            else f"a class id in 0..{num_classes - 1} (data.source.num_classes: {num_classes})"
+        )
     if len(bad):
-        raise TableError(f"{path}: column '{column}' has {len(bad)} label(s) that are not {rule}, at "
-                         f"{table.describe_rows(bad)}: {', '.join(f'{values[r]:g}' for r in bad[:3])}")
+        raise TableError(
+            f"{path}: column '{column}' has {len(bad)} label(s) that are not {rule}, at "
+            f"{table.describe_rows(bad)}: {', '.join(f'{values[r]:g}' for r in bad[:3])}"
+        )
     if task == "binary":
         return 2
     if num_classes is not None:
@@ -325,9 +352,7 @@ def check_labels(
     else:
         classes = int(np.nanmax(values)) + 1 if known.any() else 0
     if classes < 2:
-        raise TableError(
-            f"{path}: column '{column}' has {classes} class(es); multi-class targets need at least 2"
-        )
+        raise TableError(f"{path}: column '{column}' has {classes} class(es); multi-class targets need at least 2")
     return classes
 
 
@@ -337,8 +362,9 @@ def scaffold_groups(smiles: Sequence[str]) -> tuple[list[list[int]], list[int]]:
     silence_rdkit()
     groups: dict[str, list[int]] = {}
     unparsed: list[int] = []
-    for row, text in enumerate(tqdm(smiles, desc="Bemis-Murcko scaffolds", unit="molecule", mininterval=2.0,
-                                    disable=len(smiles) < 50_000)):
+    for row, text in enumerate(
+        tqdm(smiles, desc="Bemis-Murcko scaffolds", unit="molecule", mininterval=2.0, disable=len(smiles) < 50_000)
+    ):
         mol = Chem.MolFromSmiles(text) if text else None
         if mol is None:
             unparsed.append(row)
@@ -347,8 +373,9 @@ def scaffold_groups(smiles: Sequence[str]) -> tuple[list[list[int]], list[int]]:
     return list(groups.values()), unparsed
 
 
-def fill_splits(groups: Sequence[list[int]], fractions: Sequence[float], total: int,
-                train: list[int]) -> dict[str, np.ndarray]:
+def fill_splits(
+    groups: Sequence[list[int]], fractions: Sequence[float], total: int, train: list[int]
+) -> dict[str, np.ndarray]:
     """Whole groups, in the given order, into ``train`` (already holding ``train``'s rows) while it stays within
     its share of ``total`` rows, else into ``valid`` while train and valid stay within theirs, else ``test``."""
     parts: dict[str, list[int]] = {"train": list(train), "valid": [], "test": []}
@@ -373,8 +400,9 @@ def scaffold_split(smiles: Sequence[str], fractions: Sequence[float]) -> tuple[d
     return fill_splits(ordered, fractions, len(smiles), unparsed), len(groups)
 
 
-def balanced_scaffold_split(smiles: Sequence[str], fractions: Sequence[float],
-                            seed: int) -> tuple[dict[str, np.ndarray], int]:
+def balanced_scaffold_split(
+    smiles: Sequence[str], fractions: Sequence[float], seed: int
+) -> tuple[dict[str, np.ndarray], int]:
     """A seeded Bemis-Murcko scaffold split, chemprop's ``scaffold_balanced`` rule: the scaffolds too big for half
     of the validation or test share come first, in a random order, then all the others in a random order; whole
     scaffolds then fill train, valid and test as in :func:`scaffold_split`. Another seed, another split with the
@@ -411,9 +439,15 @@ def describe_features(features: MoleculeFeatures) -> str:
 class SmilesRows(MoleculeTable):
     """A :class:`MoleculeTable` that skips the rows in ``rejected`` (row -> reason) and carries its ``splits``."""
 
-    def __init__(self, smiles: Sequence[object], targets: np.ndarray, rejected: dict[int, str],
-                 splits: dict[str, np.ndarray], features: MoleculeFeatures = NO_FEATURES,
-                 columns: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        smiles: Sequence[object],
+        targets: np.ndarray,
+        rejected: dict[int, str],
+        splits: dict[str, np.ndarray],
+        features: MoleculeFeatures = NO_FEATURES,
+        columns: np.ndarray | None = None,
+    ) -> None:
         super().__init__(smiles, targets, features, columns)
         self.rejected, self.splits = rejected, splits
 
@@ -445,12 +479,22 @@ class SmilesTable(MoleculeSource):
             the counts) as molecule-level features beside the descriptors; null: none.
     """
 
-    def __init__(self, path: str, targets: Sequence[str], smiles_column: str = "smiles",
-                 task: TargetKind = "regression", num_classes: int | None = None, split: SplitMethod = "random",
-                 split_column: str = "split", split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
-                 duplicate_smiles: Literal["error", "keep_first"] = "error",
-                 descriptors: Literal["rdkit2d"] | None = None, feature_columns: Sequence[str] = (),
-                 fingerprints: Literal["ecfp"] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        targets: Sequence[str],
+        smiles_column: str = "smiles",
+        task: TargetKind = "regression",
+        num_classes: int | None = None,
+        split: SplitMethod = "random",
+        split_column: str = "split",
+        split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
+        seed: int = 0,
+        duplicate_smiles: Literal["error", "keep_first"] = "error",
+        descriptors: Literal["rdkit2d"] | None = None,
+        feature_columns: Sequence[str] = (),
+        fingerprints: Literal["ecfp"] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.targets = list(targets)
         self.smiles_column = smiles_column
@@ -506,18 +550,27 @@ class SmilesTable(MoleculeSource):
         return f"{self.path} (SMILES column '{self.smiles_column}')"
 
     def options(self) -> dict:
-        return {**super().options(), "sha1": self.table.sha1, "smiles_column": self.smiles_column,
-                "targets": self.targets, "task": self.task, "num_classes": self.num_classes, "split": self.split,
-                "split_column": self.split_column if self.split == "column" else None,
-                "split_fractions": self.split_fractions if self.split != "column" else None,
-                "seed": self.seed if self.split in ("random", "scaffold_balanced") else None,
-                "duplicate_smiles": self.duplicate_smiles,
-                **self.features.options()}
+        return {
+            **super().options(),
+            "sha1": self.table.sha1,
+            "smiles_column": self.smiles_column,
+            "targets": self.targets,
+            "task": self.task,
+            "num_classes": self.num_classes,
+            "split": self.split,
+            "split_column": self.split_column if self.split == "column" else None,
+            "split_fractions": self.split_fractions if self.split != "column" else None,
+            "seed": self.seed if self.split in ("random", "scaffold_balanced") else None,
+            "duplicate_smiles": self.duplicate_smiles,
+            **self.features.options(),
+        }
 
     def ensure_raw(self, root: Path) -> None:
         if not self.path.is_file():
-            raise DatasetMissing(f"the table {self.path} does not exist (data.source.path; a relative path is "
-                                 f"relative to the directory you run from, {Path.cwd()})")
+            raise DatasetMissing(
+                f"the table {self.path} does not exist (data.source.path; a relative path is "
+                f"relative to the directory you run from, {Path.cwd()})"
+            )
 
     def open(self, root: Path) -> SmilesRows:
         """Check the whole table (read once, by :attr:`table`) and split it."""
@@ -527,9 +580,7 @@ class SmilesTable(MoleculeSource):
         columns = feature_columns(self.table, self.features)
         for k, name in enumerate(self.targets):
             if not np.isfinite(targets[:, k]).any():
-                raise TableError(
-                    f"{self.path}: target column '{name}' has no value in any of its {len(frame)} rows"
-                )
+                raise TableError(f"{self.path}: target column '{name}' has no value in any of its {len(frame)} rows")
             if self.task != "regression":
                 check_labels(targets[:, k], name, self.table, self.task, self.num_classes)
         rejected = self._duplicates(smiles)
@@ -537,13 +588,28 @@ class SmilesTable(MoleculeSource):
         self._check_training_targets(targets, splits["train"], rejected)
         empty = [row for row, text in enumerate(smiles) if not text]
         if empty:
-            log.warning("%s: %d empty SMILES cell(s) (molecules without atoms) at %s; these rows are skipped",
-                        self.origin(), len(empty), self.table.describe_rows(empty))
-        log.info("%s: %d rows, targets %s (%s); split %s: %s", self.origin(), len(frame), ", ".join(self.targets),
-                 self.task, self.split, ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
+            log.warning(
+                "%s: %d empty SMILES cell(s) (molecules without atoms) at %s; these rows are skipped",
+                self.origin(),
+                len(empty),
+                self.table.describe_rows(empty),
+            )
+        log.info(
+            "%s: %d rows, targets %s (%s); split %s: %s",
+            self.origin(),
+            len(frame),
+            ", ".join(self.targets),
+            self.task,
+            self.split,
+            ", ".join(f"{k} {len(v):,}" for k, v in splits.items()),
+        )
         if self.features.names:
-            log.info("%s: %d molecule-level features (%s)", self.origin(), len(self.features.names),
-                     describe_features(self.features))
+            log.info(
+                "%s: %d molecule-level features (%s)",
+                self.origin(),
+                len(self.features.names),
+                describe_features(self.features),
+            )
         return SmilesRows(smiles, targets, rejected, splits, self.features, columns)
 
     def splits(self, root: Path, reader: SmilesRows) -> dict[str, np.ndarray]:
@@ -569,8 +635,12 @@ class SmilesTable(MoleculeSource):
                 "different splits and leak test molecules into training. Remove them, or set data.source."
                 "duplicate_smiles: keep_first to keep the first row of each and skip the others"
             )
-        log.warning("%s: %d rows repeat the SMILES of an earlier row (%s) and are skipped "
-                    "(duplicate_smiles: keep_first)", self.origin(), len(rows), self.table.describe_rows(rows))
+        log.warning(
+            "%s: %d rows repeat the SMILES of an earlier row (%s) and are skipped (duplicate_smiles: keep_first)",
+            self.origin(),
+            len(rows),
+            self.table.describe_rows(rows),
+        )
         return {int(row): f"duplicate of row {int(first_row[row])}" for row in rows}
 
     def _splits(self, frame: pd.DataFrame, smiles: list[str]) -> dict[str, np.ndarray]:
@@ -582,9 +652,7 @@ class SmilesTable(MoleculeSource):
             log.info("%s: %d Bemis-Murcko scaffolds", self.origin(), scaffolds)
         elif self.split == "scaffold_balanced":
             splits, scaffolds = balanced_scaffold_split(smiles, self.split_fractions, self.seed)
-            log.info(
-                "%s: %d Bemis-Murcko scaffolds, balanced split of seed %d", self.origin(), scaffolds, self.seed
-            )
+            log.info("%s: %d Bemis-Murcko scaffolds, balanced split of seed %d", self.origin(), scaffolds, self.seed)
         elif self.split == "column":
             names = frame[self.split_column].map(lambda v: SPLIT_NAMES.get(str(v).strip().lower(), "")).to_numpy()
             unknown = np.flatnonzero(names == "")
@@ -599,13 +667,14 @@ class SmilesTable(MoleculeSource):
             splits = {name: rows for name, rows in splits.items() if name != "test" or len(rows)}
         else:
             raise TableError(
-                f"data.source.split: {self.split!r}; expected random, scaffold, scaffold_balanced or "
-                "column"
+                f"data.source.split: {self.split!r}; expected random, scaffold, scaffold_balanced or column"
             )
         for name in ("train", "valid"):
             if not len(splits[name]):
-                raise TableError(f"{self.path}: the {self.split} split leaves no row in '{name}' "
-                                 f"({len(smiles)} rows); use more rows or other split_fractions")
+                raise TableError(
+                    f"{self.path}: the {self.split} split leaves no row in '{name}' "
+                    f"({len(smiles)} rows); use more rows or other split_fractions"
+                )
         return splits
 
     def _check_training_targets(self, targets: np.ndarray, train: np.ndarray, rejected: dict[int, str]) -> None:
@@ -615,12 +684,12 @@ class SmilesTable(MoleculeSource):
             values = targets[usable, k]
             values = values[np.isfinite(values)]
             if not len(values):
-                raise TableError(f"{self.path}: target '{name}' has no value in the training split, so it cannot "
-                                 "be learned; check the column or the split")
-            if self.task == "binary" and len(np.unique(values)) < 2:
-                log.warning(
-                    "%s: target '%s' has only label %g in the training split", self.origin(), name, values[0]
+                raise TableError(
+                    f"{self.path}: target '{name}' has no value in the training split, so it cannot "
+                    "be learned; check the column or the split"
                 )
+            if self.task == "binary" and len(np.unique(values)) < 2:
+                log.warning("%s: target '%s' has only label %g in the training split", self.origin(), name, values[0])
 
 
 class SmilesToPredict(MoleculeSource):
@@ -630,8 +699,14 @@ class SmilesToPredict(MoleculeSource):
     ``descriptors`` computed from the SMILES, the ``feature_columns`` read from this table (each must be one of
     its columns). The table's one read keeps every column (``predict`` writes them back beside the predictions)."""
 
-    def __init__(self, path: str, smiles_column: str = "smiles", descriptors: Literal["rdkit2d"] | None = None,
-                 feature_columns: Sequence[str] = (), fingerprints: Literal["ecfp"] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        smiles_column: str = "smiles",
+        descriptors: Literal["rdkit2d"] | None = None,
+        feature_columns: Sequence[str] = (),
+        fingerprints: Literal["ecfp"] | None = None,
+    ) -> None:
         self.path, self.smiles_column = Path(path), smiles_column
         self.features = MoleculeFeatures(descriptors, tuple(feature_columns), fingerprints)
         self.name = f"predict_{self.path.name.split('.')[0]}"
@@ -645,11 +720,16 @@ class SmilesToPredict(MoleculeSource):
     def table(self) -> TableRead:
         """The SMILES and feature columns and the SHA-1 of the file, from its one read."""
         self.ensure_raw(Path("."))
-        trained_with = f"a feature column the model was trained with: data.source.feature_columns " \
-                       f"{list(self.features.columns)}"
-        return read_table(self.path, [self.smiles_column, *self.features.columns],
-                          ["--smiles_column", *[trained_with] * len(self.features.columns)], blank_lines="keep",
-                          every_column=True)
+        trained_with = (
+            f"a feature column the model was trained with: data.source.feature_columns {list(self.features.columns)}"
+        )
+        return read_table(
+            self.path,
+            [self.smiles_column, *self.features.columns],
+            ["--smiles_column", *[trained_with] * len(self.features.columns)],
+            blank_lines="keep",
+            every_column=True,
+        )
 
     def smiles(self) -> list[str]:
         """The SMILES of every row, stripped, in file order (a blank line's is empty)."""
@@ -659,8 +739,12 @@ class SmilesToPredict(MoleculeSource):
         return f"{self.path} (SMILES column '{self.smiles_column}')"
 
     def options(self) -> dict:
-        return {**super().options(), "sha1": self.table.sha1, "smiles_column": self.smiles_column,
-                **self.features.options()}
+        return {
+            **super().options(),
+            "sha1": self.table.sha1,
+            "smiles_column": self.smiles_column,
+            **self.features.options(),
+        }
 
     def ensure_raw(self, root: Path) -> None:
         if not self.path.is_file():
@@ -668,12 +752,16 @@ class SmilesToPredict(MoleculeSource):
 
     def open(self, root: Path) -> SmilesRows:
         smiles = self.smiles()
-        spaced = {
-            row: reason for row, text in enumerate(smiles) if (reason := whitespace_inside(text)) is not None
-        }
+        spaced = {row: reason for row, text in enumerate(smiles) if (reason := whitespace_inside(text)) is not None}
         columns = feature_columns(self.table, self.features)
-        return SmilesRows(smiles, np.zeros((len(smiles), 0), dtype=np.float32), spaced,
-                          {"predict": np.arange(len(smiles))}, self.features, columns)
+        return SmilesRows(
+            smiles,
+            np.zeros((len(smiles), 0), dtype=np.float32),
+            spaced,
+            {"predict": np.arange(len(smiles))},
+            self.features,
+            columns,
+        )
 
     def splits(self, root: Path, reader: SmilesRows) -> dict[str, np.ndarray]:
         return reader.splits

@@ -24,9 +24,13 @@ class ZINCReader(PygReader):
     """Rows of PyG's processed ZINC splits, numbered train, then val, then test: atom and bond types, one target."""
 
     def __init__(self, root: Path, subset: bool) -> None:
-        super().__init__([PygZINC(str(root), subset=subset, split=split) for split, _ in _SPLITS],
-                         FeatureLayout((("x", 1),), (), ZINC.spec.node_vocab),
-                         FeatureLayout((("edge_attr", 1),), (), ZINC.spec.edge_vocab), "y", node_targets=False)
+        super().__init__(
+            [PygZINC(str(root), subset=subset, split=split) for split, _ in _SPLITS],
+            FeatureLayout((("x", 1),), (), ZINC.spec.node_vocab),
+            FeatureLayout((("edge_attr", 1),), (), ZINC.spec.edge_vocab),
+            "y",
+            node_targets=False,
+        )
 
 
 class ZINC(GraphSource):

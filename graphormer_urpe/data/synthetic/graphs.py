@@ -52,8 +52,9 @@ def regular_graph_record(graph: nx.Graph, index: int, distance: int = 2) -> Grap
     )
 
 
-def regular_graphs(count: int, degree: int, min_nodes: int, max_nodes: int, distance: int,
-                   seed: int) -> tuple[list[GraphRecord], Counter]:
+def regular_graphs(
+    count: int, degree: int, min_nodes: int, max_nodes: int, distance: int, seed: int
+) -> tuple[list[GraphRecord], Counter]:
     """``count`` random connected d-regular graphs whose labels are not all equal (n drawn uniformly from the node
     range, n * d even), a function of the arguments, and the number of rejected graphs per reason."""
     sizes = [n for n in range(min_nodes, max_nodes + 1) if n > degree and n * degree % 2 == 0]
@@ -64,8 +65,10 @@ def regular_graphs(count: int, degree: int, min_nodes: int, max_nodes: int, dist
     rejected: Counter = Counter()
     while len(graphs) < count:
         if sum(rejected.values()) > 100 * count + 1000:
-            raise RuntimeError(f"only {len(graphs)} of {count} usable graphs after rejecting {dict(rejected)}: "
-                               "widen the node range or change degree/distance")
+            raise RuntimeError(
+                f"only {len(graphs)} of {count} usable graphs after rejecting {dict(rejected)}: "
+                "widen the node range or change degree/distance"
+            )
         graph = nx.random_regular_graph(degree, int(rng.choice(sizes)), seed=int(rng.integers(2**31)))
         if not nx.is_connected(graph):
             rejected["disconnected"] += 1
@@ -95,17 +98,31 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
     #: Size-aware batching (``GraphDataModule.bucket_window``): none.
     bucket_window = 0
 
-    def __init__(self, degree: int = 3, min_nodes: int = 12, max_nodes: int = 24, distance: int = 2,
-                 train_graphs: int = 2000, val_graphs: int = 250, test_graphs: int = 250, batch_size: int = 64,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        degree: int = 3,
+        min_nodes: int = 12,
+        max_nodes: int = 24,
+        distance: int = 2,
+        train_graphs: int = 2000,
+        val_graphs: int = 250,
+        test_graphs: int = 250,
+        batch_size: int = 64,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         check_int("data.degree", degree, 2)
-        check_int("data.min_nodes", min_nodes, degree + 1,
-                  hint=f" (a {degree}-regular graph has more than {degree} nodes)")
+        check_int(
+            "data.min_nodes", min_nodes, degree + 1, hint=f" (a {degree}-regular graph has more than {degree} nodes)"
+        )
         check_int("data.max_nodes", max_nodes, min_nodes, hint=" (data.min_nodes)")
         check_int("data.distance", distance, 1)
-        for key, value in (("data.train_graphs", train_graphs), ("data.val_graphs", val_graphs),
-                           ("data.test_graphs", test_graphs), ("data.batch_size", batch_size)):
+        for key, value in (
+            ("data.train_graphs", train_graphs),
+            ("data.val_graphs", val_graphs),
+            ("data.test_graphs", test_graphs),
+            ("data.batch_size", batch_size),
+        ):
             check_int(key, value, 1)
         self.degree = degree
         self.min_nodes = min_nodes
@@ -121,8 +138,14 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
     def spec(self) -> DataSpec:
         """One constant node and edge feature, one class label per node (counts ``0 .. max_distance_count``)."""
         classes = max_distance_count(self.degree, self.distance, self.max_nodes) + 1
-        return DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=classes, target_level="node",
-                        target_kind="multiclass")
+        return DataSpec(
+            node_vocab=(1,),
+            edge_vocab=(1,),
+            num_targets=1,
+            num_outputs=classes,
+            target_level="node",
+            target_kind="multiclass",
+        )
 
     def setup(self, stage: str | None = None) -> None:
         """Generate the three splits from the seed, counting rejected graphs."""
@@ -130,30 +153,42 @@ class SyntheticGraphDataModule(pl.LightningDataModule):
             return
         for split, count in self.split_sizes.items():
             seed = int(np.random.SeedSequence([self.seed, _SPLIT_IDS[split]]).generate_state(1)[0])
-            self.datasets[split], rejected = regular_graphs(count, self.degree, self.min_nodes, self.max_nodes,
-                                                            self.distance, seed=seed)
+            self.datasets[split], rejected = regular_graphs(
+                count, self.degree, self.min_nodes, self.max_nodes, self.distance, seed=seed
+            )
             self.rejected += rejected
 
     def describe(self) -> dict:
         """Graph family, split sizes, rejected graphs and the accuracy of always predicting the majority label."""
-        info = {"source": f"synthetic {self.degree}-regular graphs, label = #nodes at distance {self.distance}",
-                "nodes": f"{self.min_nodes}..{self.max_nodes}", "splits": dict(self.split_sizes),
-                "batch_size": self.batch_size, "seed": self.seed}
+        info = {
+            "source": f"synthetic {self.degree}-regular graphs, label = #nodes at distance {self.distance}",
+            "nodes": f"{self.min_nodes}..{self.max_nodes}",
+            "splits": dict(self.split_sizes),
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+        }
         if self.datasets:
             info["rejected"] = dict(self.rejected)
-            labels = {split: Counter(int(v) for record in records for v in record.y[:, 0])
-                      for split, records in self.datasets.items()}  # label -> nodes with it
-            info["majority_label_accuracy"] = {
-                k: round(max(n.values()) / n.total(), 4) for k, n in labels.items()
-            }
+            labels = {
+                split: Counter(int(v) for record in records for v in record.y[:, 0])
+                for split, records in self.datasets.items()
+            }  # label -> nodes with it
+            info["majority_label_accuracy"] = {k: round(max(n.values()) / n.total(), 4) for k, n in labels.items()}
         return info
 
     def identity(self) -> dict:
         """Which data these are, as checkpoints record it: the class and every option but the batch size."""
-        return {"datamodule": f"{type(self).__module__}.{type(self).__qualname__}", "degree": self.degree,
-                "min_nodes": self.min_nodes, "max_nodes": self.max_nodes, "distance": self.distance,
-                "train_graphs": self.split_sizes["train"], "val_graphs": self.split_sizes["valid"],
-                "test_graphs": self.split_sizes["test"], "seed": self.seed}
+        return {
+            "datamodule": f"{type(self).__module__}.{type(self).__qualname__}",
+            "degree": self.degree,
+            "min_nodes": self.min_nodes,
+            "max_nodes": self.max_nodes,
+            "distance": self.distance,
+            "train_graphs": self.split_sizes["train"],
+            "val_graphs": self.split_sizes["valid"],
+            "test_graphs": self.split_sizes["test"],
+            "seed": self.seed,
+        }
 
     @property
     def eval_batch_size(self) -> int:

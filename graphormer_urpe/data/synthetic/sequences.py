@@ -34,8 +34,9 @@ class SequenceBatch:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> SequenceBatch:
         """A copy with every tensor on ``device``."""
-        return SequenceBatch(self.tokens.to(device, non_blocking=non_blocking),
-                             self.labels.to(device, non_blocking=non_blocking))
+        return SequenceBatch(
+            self.tokens.to(device, non_blocking=non_blocking), self.labels.to(device, non_blocking=non_blocking)
+        )
 
 
 def sequence_labels(task: SequenceTask, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -66,8 +67,9 @@ def _generator(seed: int, *stream: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
-def random_sequences(task: SequenceTask, count: int, length: int, vocab_size: int,
-                     generator: torch.Generator) -> SequenceBatch:
+def random_sequences(
+    task: SequenceTask, count: int, length: int, vocab_size: int, generator: torch.Generator
+) -> SequenceBatch:
     """``count`` uniform random token sequences and their labels."""
     tokens = torch.randint(vocab_size, (count, length), generator=generator)
     return SequenceBatch(tokens, sequence_labels(task, tokens, vocab_size))
@@ -76,8 +78,9 @@ def random_sequences(task: SequenceTask, count: int, length: int, vocab_size: in
 class SequenceStream(IterableDataset):
     """An endless stream of fresh random batches; each (``rank``, worker) draws from its own seeded stream."""
 
-    def __init__(self, task: SequenceTask, length: int, vocab_size: int, batch_size: int, seed: int,
-                 rank: int = 0) -> None:
+    def __init__(
+        self, task: SequenceTask, length: int, vocab_size: int, batch_size: int, seed: int, rank: int = 0
+    ) -> None:
         self.task = task
         self.length = length
         self.vocab_size = vocab_size
@@ -115,8 +118,16 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
     #: Size-aware batching (``GraphDataModule.bucket_window``): none, training draws fresh sequences.
     bucket_window = 0
 
-    def __init__(self, task: SequenceTask = "position", length: int = 128, vocab_size: int = 10,
-                 batch_size: int = 512, val_size: int = 2048, test_size: int = 2048, seed: int = 0) -> None:
+    def __init__(
+        self,
+        task: SequenceTask = "position",
+        length: int = 128,
+        vocab_size: int = 10,
+        batch_size: int = 512,
+        val_size: int = 2048,
+        test_size: int = 2048,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         check_choice("data.task", task, ("position", "even_token"))
         for key, value in (
@@ -141,8 +152,7 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
     @property
     def spec(self) -> SequenceSpec:
         """Vocabulary, classes per token and length, linked into the model by the CLI."""
-        return SequenceSpec(self.vocab_size, num_sequence_classes(self.task, self.length, self.vocab_size),
-                            self.length)
+        return SequenceSpec(self.vocab_size, num_sequence_classes(self.task, self.length, self.vocab_size), self.length)
 
     @property
     def split_sizes(self) -> dict[str, int]:
@@ -154,22 +164,34 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
         if self.datasets:
             return
         for split, size in self.split_sizes.items():
-            data = random_sequences(self.task, size, self.length, self.vocab_size,
-                                    _generator(self.seed, _STREAM_IDS[split]))
+            data = random_sequences(
+                self.task, size, self.length, self.vocab_size, _generator(self.seed, _STREAM_IDS[split])
+            )
             self.datasets[split] = TensorDataset(data.tokens, data.labels)
 
     def describe(self) -> dict:
         """Task, sizes and seed."""
-        return {"source": f"synthetic {self.task}", "length": self.length, "vocab_size": self.vocab_size,
-                "classes": self.spec.num_classes,
-                "splits": {"train": "fresh random batches", "valid": self.val_size, "test": self.test_size},
-                "batch_size": self.batch_size, "seed": self.seed}
+        return {
+            "source": f"synthetic {self.task}",
+            "length": self.length,
+            "vocab_size": self.vocab_size,
+            "classes": self.spec.num_classes,
+            "splits": {"train": "fresh random batches", "valid": self.val_size, "test": self.test_size},
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+        }
 
     def identity(self) -> dict:
         """Which data these are, as checkpoints record it: the class and every option but the batch size."""
-        return {"datamodule": f"{type(self).__module__}.{type(self).__qualname__}", "task": self.task,
-                "length": self.length, "vocab_size": self.vocab_size, "val_size": self.val_size,
-                "test_size": self.test_size, "seed": self.seed}
+        return {
+            "datamodule": f"{type(self).__module__}.{type(self).__qualname__}",
+            "task": self.task,
+            "length": self.length,
+            "vocab_size": self.vocab_size,
+            "val_size": self.val_size,
+            "test_size": self.test_size,
+            "seed": self.seed,
+        }
 
     @property
     def eval_batch_size(self) -> int:
@@ -179,8 +201,9 @@ class SyntheticSequenceDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """Fresh batches of this process's share of the global batch, from its own seeded stream."""
         world, rank = process_grid(self.trainer)
-        stream = SequenceStream(self.task, self.length, self.vocab_size,
-                                per_device_batch_size(self.batch_size, world), self.seed, rank)
+        stream = SequenceStream(
+            self.task, self.length, self.vocab_size, per_device_batch_size(self.batch_size, world), self.seed, rank
+        )
         return DataLoader(stream, batch_size=None)
 
     def val_dataloader(self) -> DataLoader:

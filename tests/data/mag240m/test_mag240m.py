@@ -189,12 +189,14 @@ def test_interrupted_feature_build_resumes(synthetic_mag, tmp_path, monkeypatch,
     blocks = -(-raw.num_nodes(NodeType.AUTHOR) // 400)
     assert reads["n"] < blocks + 1  # finished blocks were not recomputed
     assert "resuming, 3 of" in package_log.text
-    np.testing.assert_array_equal(np.load(directory / name),
-                                  np.load(synthetic_mag / "mag240m_kddcup2021/graphormer" / name))
+    np.testing.assert_array_equal(
+        np.load(directory / name), np.load(synthetic_mag / "mag240m_kddcup2021/graphormer" / name)
+    )
 
 
 def test_a_damaged_file_in_a_read_only_directory_is_refused_before_anything_is_built(
-        synthetic_mag, tmp_path, monkeypatch) -> None:
+    synthetic_mag, tmp_path, monkeypatch
+) -> None:
     raw = copy_release(synthetic_mag, tmp_path)
     directory = tmp_path / "derived"
     _build(raw, directory)
@@ -208,13 +210,15 @@ def test_a_damaged_file_in_a_read_only_directory_is_refused_before_anything_is_b
     assert str(refused.value) == (
         f"{directory} (data.root): MAG240M's derived files must be built there ({csr_files(RELATIONS[0])[0]}: not "
         f"built yet), but {directory} is not writable; set data.cache_dir to a writable directory (or build them "
-        "once where it is writable)")
+        "once where it is writable)"
+    )
     assert {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbled"])
-def test_a_damaged_derived_manifest_is_named_and_every_file_rebuilt(synthetic_mag, tmp_path, package_log,
-                                                                     damage: str) -> None:
+def test_a_damaged_derived_manifest_is_named_and_every_file_rebuilt(
+    synthetic_mag, tmp_path, package_log, damage: str
+) -> None:
     raw = copy_release(synthetic_mag, tmp_path)
     directory = tmp_path / "derived"
     _build(raw, directory)
@@ -229,12 +233,14 @@ def test_a_damaged_derived_manifest_is_named_and_every_file_rebuilt(synthetic_ma
     assert warnings[0].endswith("); every derived file will be rebuilt")
     assert json.loads(manifest.read_text())["files"].keys() == json.loads(intact)["files"].keys()
     for name in json.loads(intact)["files"]:
-        np.testing.assert_array_equal(np.load(directory / name), np.load(synthetic_mag / "mag240m_kddcup2021" /
-                                                                          "graphormer" / name))
+        np.testing.assert_array_equal(
+            np.load(directory / name), np.load(synthetic_mag / "mag240m_kddcup2021" / "graphormer" / name)
+        )
 
 
-def test_a_damaged_progress_record_restarts_that_file_from_its_first_block(synthetic_mag, tmp_path, monkeypatch,
-                                                                           package_log) -> None:
+def test_a_damaged_progress_record_restarts_that_file_from_its_first_block(
+    synthetic_mag, tmp_path, monkeypatch, package_log
+) -> None:
     raw = copy_release(synthetic_mag, tmp_path)
     directory = tmp_path / "derived"
     interrupt_the_feature_build(raw, directory, monkeypatch)
@@ -243,7 +249,10 @@ def test_a_damaged_progress_record_restarts_that_file_from_its_first_block(synth
     package_log.clear()
     _build(raw, directory)
     name = FEATURE_FILES[NodeType.AUTHOR]
-    assert f"{progress} is not valid JSON, truncated or corrupted (JSONDecodeError); {directory / name} is built " \
-           "from its first block" in package_log.text
-    np.testing.assert_array_equal(np.load(directory / name),
-                                  np.load(synthetic_mag / "mag240m_kddcup2021/graphormer" / name))
+    assert (
+        f"{progress} is not valid JSON, truncated or corrupted (JSONDecodeError); {directory / name} is built "
+        "from its first block" in package_log.text
+    )
+    np.testing.assert_array_equal(
+        np.load(directory / name), np.load(synthetic_mag / "mag240m_kddcup2021/graphormer" / name)
+    )

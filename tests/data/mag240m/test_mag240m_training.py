@@ -26,9 +26,20 @@ from graphormer_urpe.testing.mag240m_release import SyntheticMAG, write_syntheti
 pytestmark = pytest.mark.slow
 
 
-TINY = ["--model.init_args.encoder.num_layers", "1", "--model.init_args.encoder.hidden_dim", "32",
-        "--model.init_args.encoder.ffn_dim", "32", "--model.init_args.encoder.num_heads", "4",
-        "--data.num_workers", "0", "--logger", "none"]
+TINY = [
+    "--model.init_args.encoder.num_layers",
+    "1",
+    "--model.init_args.encoder.hidden_dim",
+    "32",
+    "--model.init_args.encoder.ffn_dim",
+    "32",
+    "--model.init_args.encoder.num_heads",
+    "4",
+    "--data.num_workers",
+    "0",
+    "--logger",
+    "none",
+]
 
 
 def _cli(tmp_path, *args: str) -> GraphormerCLI:
@@ -55,10 +66,31 @@ def test_paper_config_and_rpe_one_flag_away(tmp_path, monkeypatch) -> None:
 
 def test_a_few_steps_beat_chance(synthetic_mag, tmp_path, monkeypatch) -> None:
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
-    metrics = train.main(["--config", "mag240m", "--data.root", str(synthetic_mag), "--data.num_classes", "8",
-                          "--data.batch_size", "32", "--data.fanouts", "[3, 2]", "--trainer.max_steps", "30",
-                          "--trainer.val_check_interval", "30", "--model.init_args.optim.warmup_steps", "3",
-                          "--model.init_args.optim.lr", "2e-3", "--run_root", str(tmp_path), *TINY])
+    metrics = train.main(
+        [
+            "--config",
+            "mag240m",
+            "--data.root",
+            str(synthetic_mag),
+            "--data.num_classes",
+            "8",
+            "--data.batch_size",
+            "32",
+            "--data.fanouts",
+            "[3, 2]",
+            "--trainer.max_steps",
+            "30",
+            "--trainer.val_check_interval",
+            "30",
+            "--model.init_args.optim.warmup_steps",
+            "3",
+            "--model.init_args.optim.lr",
+            "2e-3",
+            "--run_root",
+            str(tmp_path),
+            *TINY,
+        ]
+    )
     assert metrics["global_step"] == 30 and metrics["test"] is None  # test labels are hidden
     assert metrics["validation"]["val/accuracy"] > 0.4, metrics  # chance: 1/8
 
@@ -67,14 +99,34 @@ def test_a_few_steps_beat_chance(synthetic_mag, tmp_path, monkeypatch) -> None:
 def official_shapes(tmp_path_factory) -> tuple:
     """A synthetic graph whose test split has exactly the release's 146,818 papers, and a checkpoint."""
     root = tmp_path_factory.mktemp("official")
-    write_synthetic_mag240m(root, SyntheticMAG(num_papers=150_000, num_authors=5_000, labelled_fraction=1.0,
-                                               test_size=146_818, citations_per_paper=2.0))
+    write_synthetic_mag240m(
+        root,
+        SyntheticMAG(
+            num_papers=150_000, num_authors=5_000, labelled_fraction=1.0, test_size=146_818, citations_per_paper=2.0
+        ),
+    )
     runs = tmp_path_factory.mktemp("runs")
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(RUN_DIR_ENV, raising=False)
-        metrics = train.main(["--config", "mag240m", "--data.root", str(root), "--data.batch_size", "64",
-                              "--data.fanouts", "[]", "--trainer.max_steps", "2", "--trainer.val_check_interval",
-                              "2", "--run_root", str(runs), *TINY])
+        metrics = train.main(
+            [
+                "--config",
+                "mag240m",
+                "--data.root",
+                str(root),
+                "--data.batch_size",
+                "64",
+                "--data.fanouts",
+                "[]",
+                "--trainer.max_steps",
+                "2",
+                "--trainer.val_check_interval",
+                "2",
+                "--run_root",
+                str(runs),
+                *TINY,
+            ]
+        )
     return root, metrics["best_checkpoint"]
 
 
@@ -82,8 +134,22 @@ def official_shapes(tmp_path_factory) -> tuple:
 def test_submission_written_and_checked_at_official_shapes(official_shapes, tmp_path, monkeypatch, split, rows):
     root, checkpoint = official_shapes
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
-    result = evaluate.main(["--ckpt", checkpoint, "--split", split, "--submission-dir", str(tmp_path),
-                            "--data.root", str(root), "--data.num_workers", "0", "--data.eval_batch_size", "16384"])
+    result = evaluate.main(
+        [
+            "--ckpt",
+            checkpoint,
+            "--split",
+            split,
+            "--submission-dir",
+            str(tmp_path),
+            "--data.root",
+            str(root),
+            "--data.num_workers",
+            "0",
+            "--data.eval_batch_size",
+            "16384",
+        ]
+    )
     path = tmp_path / f"y_pred_mag240m_{split}.npz"
     assert result.leaderboard["rows"] == rows and len(check_submission(path, rows, MAG240M)) == rows
     assert evaluate.main(["--check-submission", str(path), "--data-root", str(root)])["mode"] == split
@@ -101,11 +167,31 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(synthetic_mag, t
     from graphormer_urpe.testing.runs import FinalState, SignalDuringStep, train_in_process
 
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
-    args = ["--config", "mag240m", "--data.root", str(synthetic_mag), "--data.num_classes", "8",
-            "--data.batch_size", "300", "--data.fanouts", "[3, 2]", "--trainer.max_steps", "7",
-            "--trainer.val_check_interval", "5", "--checkpoint.every_n_steps", "2",
-            "--model.init_args.optim.warmup_steps", "2", "--trainer.enable_progress_bar", "false",
-            "--run_root", str(tmp_path), *TINY]
+    args = [
+        "--config",
+        "mag240m",
+        "--data.root",
+        str(synthetic_mag),
+        "--data.num_classes",
+        "8",
+        "--data.batch_size",
+        "300",
+        "--data.fanouts",
+        "[3, 2]",
+        "--trainer.max_steps",
+        "7",
+        "--trainer.val_check_interval",
+        "5",
+        "--checkpoint.every_n_steps",
+        "2",
+        "--model.init_args.optim.warmup_steps",
+        "2",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--run_root",
+        str(tmp_path),
+        *TINY,
+    ]
     uninterrupted = FinalState()
     assert train_in_process([*args, "--run_name", "full"], uninterrupted) == 0
     cut = [*args, "--run_name", "cut"]
@@ -123,18 +209,49 @@ def small_run(synthetic_mag, tmp_path_factory) -> tuple:
     runs = tmp_path_factory.mktemp("runs")
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(RUN_DIR_ENV, raising=False)
-        metrics = train.main(["--config", "mag240m", "--data.root", str(synthetic_mag), "--data.num_classes", "8",
-                              "--data.batch_size", "32", "--data.fanouts", "[3, 2]", "--trainer.max_steps", "4",
-                              "--trainer.val_check_interval", "4", "--model.init_args.optim.warmup_steps", "2",
-                              "--trainer.enable_progress_bar", "false", "--run_root", str(runs), *TINY])
+        metrics = train.main(
+            [
+                "--config",
+                "mag240m",
+                "--data.root",
+                str(synthetic_mag),
+                "--data.num_classes",
+                "8",
+                "--data.batch_size",
+                "32",
+                "--data.fanouts",
+                "[3, 2]",
+                "--trainer.max_steps",
+                "4",
+                "--trainer.val_check_interval",
+                "4",
+                "--model.init_args.optim.warmup_steps",
+                "2",
+                "--trainer.enable_progress_bar",
+                "false",
+                "--run_root",
+                str(runs),
+                *TINY,
+            ]
+        )
     return synthetic_mag, metrics
 
 
 def test_valid_accuracy_by_ogbs_evaluator_equals_the_training_metric(small_run, monkeypatch) -> None:
     root, metrics = small_run
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
-    result = evaluate.main(["--ckpt", metrics["best_checkpoint"], "--split", "valid", "--data.root", str(root),
-                            "--trainer.enable_progress_bar", "false"])
+    result = evaluate.main(
+        [
+            "--ckpt",
+            metrics["best_checkpoint"],
+            "--split",
+            "valid",
+            "--data.root",
+            str(root),
+            "--trainer.enable_progress_bar",
+            "false",
+        ]
+    )
     assert result.leaderboard == {"evaluator": "MAG240MEvaluator", "scored": 179, "skipped": 0}
     # the same count of correct papers over 179: the training metric is that ratio rounded to float32
     float32 = float(np.finfo(np.float32).eps)
@@ -145,10 +262,27 @@ def _evaluate_on(devices: int, *args: str) -> None:
     """``evaluate.py`` in a subprocess on ``devices`` CPU processes (DDP over gloo for 2)."""
     env = {k: v for k, v in os.environ.items() if k != RUN_DIR_ENV}
     done = subprocess.run(
-        [sys.executable, "evaluate.py", *args, "--data.num_workers", "0", "--trainer.accelerator", "cpu",
-         "--trainer.devices", str(devices), "--trainer.strategy", "ddp" if devices > 1 else "auto",
-         "--trainer.enable_progress_bar", "false"],
-        cwd=REPO_DIR, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "evaluate.py",
+            *args,
+            "--data.num_workers",
+            "0",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.devices",
+            str(devices),
+            "--trainer.strategy",
+            "ddp" if devices > 1 else "auto",
+            "--trainer.enable_progress_bar",
+            "false",
+        ],
+        cwd=REPO_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert devices == 1 or "Starting with 2 processes" in done.stderr + done.stdout
@@ -162,8 +296,19 @@ def test_two_processes_predict_exactly_what_one_does(small_run, tmp_path) -> Non
     saved = {}
     for devices, batch in ((1, 19), (2, 38)):
         saved[devices] = tmp_path / f"{devices}.npz"
-        _evaluate_on(devices, "--ckpt", metrics["best_checkpoint"], "--split", "test-dev", "--predictions",
-                     str(saved[devices]), "--data.root", str(root), "--data.eval_batch_size", str(batch))
+        _evaluate_on(
+            devices,
+            "--ckpt",
+            metrics["best_checkpoint"],
+            "--split",
+            "test-dev",
+            "--predictions",
+            str(saved[devices]),
+            "--data.root",
+            str(root),
+            "--data.eval_batch_size",
+            str(batch),
+        )
     with np.load(saved[1]) as one, np.load(saved[2]) as two:
         np.testing.assert_array_equal(one["rows"], MAG240MRaw(root).splits()["test-dev"])  # the official order
         np.testing.assert_array_equal(one["rows"], two["rows"])
@@ -176,8 +321,16 @@ def test_two_processes_write_the_official_submission_of_one(official_shapes, tmp
     file one process writes."""
     root, checkpoint = official_shapes
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
-    args = ["--ckpt", checkpoint, "--split", "test-challenge", "--data.root", str(root),
-            "--data.eval_batch_size", "16384"]
+    args = [
+        "--ckpt",
+        checkpoint,
+        "--split",
+        "test-challenge",
+        "--data.root",
+        str(root),
+        "--data.eval_batch_size",
+        "16384",
+    ]
     evaluate.main([*args, "--submission-dir", str(tmp_path / "one"), "--data.num_workers", "0"])
     _evaluate_on(2, *args, "--submission-dir", str(tmp_path / "two"))
     name = "y_pred_mag240m_test-challenge.npz"

@@ -144,11 +144,23 @@ def test_isolated_paper_gives_a_valid_one_node_subgraph(graph, neighbours, synth
     alone = sampler.batch(np.array([lonely]), np.random.default_rng(0)).pad()
     assert alone.node_mask.shape == (1, 1) and alone.spd.tolist() == [[[0]]]
     assert alone.first_edge.tolist() == [[[NO_EDGE]]] and alone.edge_attr.shape == (0, 1)
-    mixed = sampler.batch(np.array([lonely, MAG240MRaw(synthetic_mag).splits()["train"][0]]),
-                          np.random.default_rng(0)).pad()
+    mixed = sampler.batch(
+        np.array([lonely, MAG240MRaw(synthetic_mag).splits()["train"][0]]), np.random.default_rng(0)
+    ).pad()
     assert mixed.node_mask[0].sum() == 1 and mixed.node_mask[1].sum() > 1
-    model = Graphormer(GraphormerConfig(node_vocab=[3], edge_vocab=[6], num_outputs=8, continuous_node_dim=768,
-                                        readout="target_node", num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4))
+    model = Graphormer(
+        GraphormerConfig(
+            node_vocab=[3],
+            edge_vocab=[6],
+            num_outputs=8,
+            continuous_node_dim=768,
+            readout="target_node",
+            num_layers=2,
+            hidden_dim=16,
+            ffn_dim=16,
+            num_heads=4,
+        )
+    )
     model.eval()
     for batch in (alone, mixed):
         assert torch.isfinite(model(batch)).all()
@@ -206,15 +218,19 @@ def _padded_as_before(graph: MAG240MGraph, sample: SampledSubgraphs, targets: np
             rows = np.flatnonzero(sample.node_type[nodes] == t)
             features[b, rows] = graph.features(t)[sample.node_id[nodes[rows]]]
     return GraphBatch(
-        x=torch.from_numpy(x), x_continuous=torch.from_numpy(features),
+        x=torch.from_numpy(x),
+        x_continuous=torch.from_numpy(features),
         node_mask=torch.arange(n_max)[None] < torch.from_numpy(sizes)[:, None],
-        in_degree=torch.from_numpy(degrees[0]), out_degree=torch.from_numpy(degrees[1]),
-        spd=torch.from_numpy(spd), first_edge=torch.from_numpy(first_edge),
+        in_degree=torch.from_numpy(degrees[0]),
+        out_degree=torch.from_numpy(degrees[1]),
+        spd=torch.from_numpy(spd),
+        first_edge=torch.from_numpy(first_edge),
         edge_attr=torch.tensor([[pairs[e]] for e in edges], dtype=torch.long).reshape(-1, 1),
         edge_continuous=torch.zeros((len(edges), 0)),
         edge_dst=torch.tensor([e[2] for e in edges], dtype=torch.long),
         y=torch.from_numpy(graph.labels(targets).reshape(-1, 1)),
-        index=torch.as_tensor(targets, dtype=torch.long), target_node=torch.zeros(batch, dtype=torch.long),
+        index=torch.as_tensor(targets, dtype=torch.long),
+        target_node=torch.zeros(batch, dtype=torch.long),
         molecule_features=torch.zeros((batch, 0)),
     )
 
@@ -304,7 +320,7 @@ def test_batches_built_in_worker_slots_equal_batches_built_in_process(graph, syn
         slots_used.add(handed_over.lease.storage_offset())
         padded = handed_over.pad()
         handed_over.release()
-        expected = collate(items[4 * k:4 * k + 4]).pad()
+        expected = collate(items[4 * k : 4 * k + 4]).pad()
         for f in dataclasses.fields(GraphBatch):
             assert torch.equal(getattr(padded, f.name).view(torch.uint8), getattr(expected, f.name).view(torch.uint8))
     assert slots_used <= {0, 1, 2}

@@ -30,8 +30,9 @@ def _graphs(rng: np.random.Generator) -> list[tuple[int, np.ndarray]]:
     return graphs
 
 
-def _blocks(result: BatchStructure, sizes: np.ndarray, edge_index: np.ndarray,
-            device: torch.device | str = "cpu") -> list[tuple[np.ndarray, np.ndarray]]:
+def _blocks(
+    result: BatchStructure, sizes: np.ndarray, edge_index: np.ndarray, device: torch.device | str = "cpu"
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """(spd, first_edge) of each graph as (n, n) arrays: SPD cut out of the flat blocks, first
     edges from :func:`batched_first_edges` on the padded SPD (on ``device``), as ``CompactGraphBatch.pad`` does."""
     ends = np.cumsum(sizes * sizes)
@@ -39,11 +40,11 @@ def _blocks(result: BatchStructure, sizes: np.ndarray, edge_index: np.ndarray,
     n_max = int(sizes.max())
     padded = np.full((len(sizes), n_max, n_max), UNREACHABLE_SPD, dtype=np.uint8)
     for b, block in enumerate(spd_blocks):
-        padded[b, :len(block), :len(block)] = block
+        padded[b, : len(block), : len(block)] = block
     inputs = (padded, sizes, result.out_degree, edge_index[1])
     first = batched_first_edges(*(torch.from_numpy(a).to(device) for a in inputs)).cpu().numpy()  # (V, N)
     rows = np.split(first, np.cumsum(sizes)[:-1])
-    return [(spd, row[:, :len(spd)]) for spd, row in zip(spd_blocks, rows)]
+    return [(spd, row[:, : len(spd)]) for spd, row in zip(spd_blocks, rows)]
 
 
 @pytest.mark.device
@@ -66,8 +67,8 @@ def test_equals_graph_structure_on_every_graph(rng: np.random.Generator, device:
         np.testing.assert_array_equal(spd, expected.spd)
         first = expected.first_edge.astype(np.int64)
         np.testing.assert_array_equal(first_edge, np.where(first >= 0, first + edge_ptr[b], NO_EDGE))
-        np.testing.assert_array_equal(result.in_degree[node_ptr[b]:node_ptr[b + 1]], expected.in_degree)
-        np.testing.assert_array_equal(result.out_degree[node_ptr[b]:node_ptr[b + 1]], expected.out_degree)
+        np.testing.assert_array_equal(result.in_degree[node_ptr[b] : node_ptr[b + 1]], expected.in_degree)
+        np.testing.assert_array_equal(result.out_degree[node_ptr[b] : node_ptr[b + 1]], expected.out_degree)
 
 
 def test_result_does_not_depend_on_the_other_graphs(rng: np.random.Generator) -> None:
@@ -83,11 +84,14 @@ def test_result_does_not_depend_on_the_other_graphs(rng: np.random.Generator) ->
         np.testing.assert_array_equal(first_edge - np.where(first_alone >= 0, edge_ptr[b], 0), first_alone)
 
 
-@pytest.mark.parametrize("edges, message", [
-    (np.array([[1, 0], [0, 1]]), "sorted"),  # unsorted
-    (np.array([[0, 0], [1, 1]]), "sorted"),  # duplicate
-    (np.array([[0], [5]]), "outside"),  # no node 5
-])
+@pytest.mark.parametrize(
+    "edges, message",
+    [
+        (np.array([[1, 0], [0, 1]]), "sorted"),  # unsorted
+        (np.array([[0, 0], [1, 1]]), "sorted"),  # duplicate
+        (np.array([[0], [5]]), "outside"),  # no node 5
+    ],
+)
 def test_rejects_malformed_edges(edges: np.ndarray, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         batched_graph_structure(np.array([3]), edges, np.array([0, edges.shape[1]]))

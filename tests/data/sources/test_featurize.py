@@ -15,8 +15,17 @@ from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB, molec
 from graphormer_urpe.data.sources.molecules import qm9pack_csvs
 
 SMILES = [
-    "C", "O=C1CC2CC(O2)C1=O", "CC(=O)CCC1CC1O", "c1ccccc1O", "C[C@H](N)C(=O)O", "[NH4+].[Cl-]",
-    "F/C=C/F", "OC1=CC=CC=C1C(=O)[O-]", "C1=CC=C2C(=C1)C=CC3=CC=CC=C32", "[2H]C([2H])([2H])Br", "N#N",
+    "C",
+    "O=C1CC2CC(O2)C1=O",
+    "CC(=O)CCC1CC1O",
+    "c1ccccc1O",
+    "C[C@H](N)C(=O)O",
+    "[NH4+].[Cl-]",
+    "F/C=C/F",
+    "OC1=CC=CC=C1C(=O)[O-]",
+    "C1=CC=C2C(=C1)C=CC3=CC=CC=C32",
+    "[2H]C([2H])([2H])Br",
+    "N#N",
 ]
 
 
@@ -30,10 +39,17 @@ def test_features_equal_ogb_smiles2graph(smiles: str) -> None:
     assert (ours.x < np.array(ATOM_VOCAB)).all() and ours.edge_attr.shape[1] == len(BOND_VOCAB)
 
 
-@pytest.mark.parametrize(("smiles", "reason"), [
-    ("C1CC", "RDKit cannot parse"), ("not a molecule", "RDKit cannot parse"), ("", "empty SMILES"),
-    ("   ", "empty SMILES"), (float("nan"), "empty SMILES"), (None, "empty SMILES"),
-])
+@pytest.mark.parametrize(
+    ("smiles", "reason"),
+    [
+        ("C1CC", "RDKit cannot parse"),
+        ("not a molecule", "RDKit cannot parse"),
+        ("", "empty SMILES"),
+        ("   ", "empty SMILES"),
+        (float("nan"), "empty SMILES"),
+        (None, "empty SMILES"),
+    ],
+)
 def test_bad_smiles_give_a_reason(smiles: object, reason: str) -> None:
     assert molecule_graph(smiles, np.zeros(1, np.float32)) == reason
 
@@ -59,8 +75,11 @@ def test_thousands_of_molecules_equal_ogb_in_one_batch() -> None:
             assert graph == "RDKit cannot parse"
             continue
         reference = smiles2graph(text)
-        for ours, theirs in ((graph.x, reference["node_feat"]), (graph.edge_index, reference["edge_index"]),
-                             (graph.edge_attr, reference["edge_feat"])):
+        for ours, theirs in (
+            (graph.x, reference["node_feat"]),
+            (graph.edge_index, reference["edge_index"]),
+            (graph.edge_attr, reference["edge_feat"]),
+        ):
             assert ours.dtype == theirs.dtype == np.int64 and ours.shape == theirs.shape
             np.testing.assert_array_equal(ours, theirs, err_msg=text)
         assert graph.y[0] == k

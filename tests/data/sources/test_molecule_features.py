@@ -28,10 +28,18 @@ from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.runs import start_from
 
 #: Small molecules of different sizes and chemistry; 'logp' misses a value in row 3, 'mw' in row 0.
-ROWS = [("CCO", 0.1, 46.1, ""), ("c1ccccc1O", 0.5, 94.1, "1.5"), ("CC(=O)Nc1ccc(O)cc1", 0.9, 151.2, "0.5"),
-        ("CCN(CC)CC", 1.2, "", "1.4"), ("OC(=O)c1ccccc1", 0.3, 122.1, "1.9"), ("CCCCCCCC", 2.0, 114.2, "5.2"),
-        ("c1ccncc1", 0.7, 79.1, "0.7"), ("CC(C)O", 0.2, 60.1, "0.05"), ("ClCCl", 0.4, 84.9, "1.25"),
-        ("NCC(=O)O", 0.6, 75.1, "-3.2")]
+ROWS = [
+    ("CCO", 0.1, 46.1, ""),
+    ("c1ccccc1O", 0.5, 94.1, "1.5"),
+    ("CC(=O)Nc1ccc(O)cc1", 0.9, 151.2, "0.5"),
+    ("CCN(CC)CC", 1.2, "", "1.4"),
+    ("OC(=O)c1ccccc1", 0.3, 122.1, "1.9"),
+    ("CCCCCCCC", 2.0, 114.2, "5.2"),
+    ("c1ccncc1", 0.7, 79.1, "0.7"),
+    ("CC(C)O", 0.2, 60.1, "0.05"),
+    ("ClCCl", 0.4, 84.9, "1.25"),
+    ("NCC(=O)O", 0.6, 75.1, "-3.2"),
+]
 SPLIT = ["train"] * 6 + ["valid", "valid", "test", "test"]
 
 
@@ -66,8 +74,8 @@ def test_descriptor_features_are_the_normalised_descriptors_in_the_cache(tmp_pat
     assert train.shape == (6, len(names) + 2) and train.dtype == np.float32
     for row, (smiles, _, mw, logp) in enumerate(ROWS[:6]):
         expected = normalised_descriptors(Chem.MolFromSmiles(smiles), tails="extend")
-        np.testing.assert_array_equal(train[row, :len(names)], expected)  # bit for bit: the same function
-        np.testing.assert_array_equal(train[row, len(names):], np.array([mw or "nan", logp or "nan"], np.float32))
+        np.testing.assert_array_equal(train[row, : len(names)], expected)  # bit for bit: the same function
+        np.testing.assert_array_equal(train[row, len(names) :], np.array([mw or "nan", logp or "nan"], np.float32))
     assert np.isnan(train[0, -1]) and np.isnan(train[3, -2])  # missing cells are NaN in the cache
     # ethanol weighs less than every MOSES molecule: below -1 on the tail, lighter molecules further below
     weight = names.index("MolWt")
@@ -79,7 +87,8 @@ def test_descriptor_features_are_the_normalised_descriptors_in_the_cache(tmp_pat
 
 
 def test_a_molecule_above_max_nodes_is_skipped_before_its_descriptors_are_computed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 38: ``evaluate.py --predict`` of a table holding a 1,000-atom chain was silent for 130 s (RDKit's
     descriptors of the chain), then skipped it as "1000 nodes > max_nodes=512". The size is checked first: no
     descriptor is computed for a molecule the cache skips, and the reason is the cache's."""
@@ -92,8 +101,13 @@ def test_a_molecule_above_max_nodes_is_skipped_before_its_descriptors_are_comput
     monkeypatch.setattr(molecule_features, "descriptor_features", recorded)
     path = tmp_path / "new.csv"
     pd.DataFrame({"smiles": ["CCO", "C" * 40, "c1ccccc1O"]}).to_csv(path, index=False)
-    data = GraphDataModule(SmilesToPredict(str(path), descriptors="rdkit2d"), root=str(tmp_path / "data"),
-                           num_workers=0, preprocess_workers=0, max_nodes=30)
+    data = GraphDataModule(
+        SmilesToPredict(str(path), descriptors="rdkit2d"),
+        root=str(tmp_path / "data"),
+        num_workers=0,
+        preprocess_workers=0,
+        max_nodes=30,
+    )
     data.prepare_data()
     assert data.build_summary.skipped == [[1, "40 nodes > max_nodes=30"]]
     assert described == [3, 7]
@@ -111,16 +125,22 @@ def test_the_cache_key_and_the_spec_record_the_options(tmp_path: Path) -> None:
     keys = {"descriptors", "descriptor_reference_sha1", "feature_columns"}
     assert not keys & set(plain.cache_key({})[1]) and plain.spec.molecule_features == ()  # off: old keys stay
     names = set()
-    for features in ({"descriptors": "rdkit2d"}, {"feature_columns": ["mw"]}, {"feature_columns": ["logp"]},
-                     {"descriptors": "rdkit2d", "feature_columns": ["mw"]}):
+    for features in (
+        {"descriptors": "rdkit2d"},
+        {"feature_columns": ["mw"]},
+        {"feature_columns": ["logp"]},
+        {"descriptors": "rdkit2d", "feature_columns": ["mw"]},
+    ):
         source = SmilesTable(str(path), targets=["y"], split="column", **features)
         name, key = source.cache_key({})
         names.add(name)
         assert key.get("feature_columns", []) == features.get("feature_columns", [])
-        assert key.get("descriptor_reference_sha1") == (descriptor_reference().sha1 if "descriptors" in features
-                                                        else None)
+        assert key.get("descriptor_reference_sha1") == (
+            descriptor_reference().sha1 if "descriptors" in features else None
+        )
         assert len(source.spec.molecule_features) == 217 * ("descriptors" in features) + len(
-            features.get("feature_columns", []))
+            features.get("feature_columns", [])
+        )
     assert len(names | {plain.cache_key({})[0]}) == 5  # every option its own cache
 
 
@@ -128,20 +148,21 @@ def test_the_cache_key_and_the_spec_record_the_options(tmp_path: Path) -> None:
 def test_bad_feature_cells_are_refused_naming_row_and_line(tmp_path: Path, cell: str, shown: str) -> None:
     logp = [row[3] for row in ROWS]
     logp[4] = cell
-    source = SmilesTable(str(write_table(tmp_path, logp=logp)), targets=["y"], split="column",
-                         feature_columns=["logp"])
+    source = SmilesTable(str(write_table(tmp_path, logp=logp)), targets=["y"], split="column", feature_columns=["logp"])
     with pytest.raises(TableError, match=rf"column 'logp' holds 1 value\(s\) .* at row 4 \(line 6\): {shown}"):
         source.open(Path("."))
 
 
-@pytest.mark.parametrize("features, message", [
-    ({"descriptors": "mordred"}, "data.source.descriptors"),
-    ({"feature_columns": ["mw", "mw"]}, "distinct"),
-    ({"feature_columns": ["y"]}, "both a feature column"),
-    ({"feature_columns": ["nope"]}, "no column 'nope' \\(data.source.feature_columns\\)"),
-])
-def test_impossible_feature_options_are_refused_before_any_work(tmp_path: Path, features: dict,
-                                                                message: str) -> None:
+@pytest.mark.parametrize(
+    "features, message",
+    [
+        ({"descriptors": "mordred"}, "data.source.descriptors"),
+        ({"feature_columns": ["mw", "mw"]}, "distinct"),
+        ({"feature_columns": ["y"]}, "both a feature column"),
+        ({"feature_columns": ["nope"]}, "no column 'nope' \\(data.source.feature_columns\\)"),
+    ],
+)
+def test_impossible_feature_options_are_refused_before_any_work(tmp_path: Path, features: dict, message: str) -> None:
     with pytest.raises((ConfigError, TableError), match=message):
         SmilesTable(str(write_table(tmp_path)), targets=["y"], split="column", **features).spec  # noqa: B018
 
@@ -164,7 +185,8 @@ def test_feature_columns_are_standardised_with_the_training_rows(tmp_path: Path)
     features = torch.from_numpy(all_features(data, "valid"))  # rows 6, 7
     z = molecule.standardised(features)
     expected = (np.array([[79.1, 0.7], [60.1, 0.05]], np.float32) - mean[-2:].astype(np.float32)) / std[-2:].astype(
-        np.float32)
+        np.float32
+    )
     torch.testing.assert_close(z[:, -2:], torch.from_numpy(expected.astype(np.float32)))
     assert torch.equal(z[:, :-2], features[:, :-2])  # descriptors unchanged (mean 0, std 1)
 
@@ -183,17 +205,19 @@ def test_a_feature_column_without_a_training_value_is_refused() -> None:
 
 # ----------------------------------------------------------------------------- the model
 def records_with_features(rng: np.random.Generator, values: np.ndarray) -> list[GraphRecord]:
-    return [make_record(rng, n, index=k)._replace(molecule_features=row)
-            for k, (n, row) in enumerate(zip([4, 6, 3], values))]
+    return [
+        make_record(rng, n, index=k)._replace(molecule_features=row)
+        for k, (n, row) in enumerate(zip([4, 6, 3], values))
+    ]
 
 
 MODEL = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, dropout=0.0, attention_dropout=0.0)
 
 
-@pytest.mark.parametrize("readout, into", [("graph_token", "graph_token"), ("nodes", "graph_token"),
-                                           ("graph_token", "readout")])
-def test_a_zero_projection_computes_bit_for_bit_what_the_model_without_features_does(readout: str,
-                                                                                      into: str) -> None:
+@pytest.mark.parametrize(
+    "readout, into", [("graph_token", "graph_token"), ("nodes", "graph_token"), ("graph_token", "readout")]
+)
+def test_a_zero_projection_computes_bit_for_bit_what_the_model_without_features_does(readout: str, into: str) -> None:
     rng = np.random.default_rng(0)
     values = rng.normal(size=(3, 5)).astype(np.float32)
     values[1, 2] = np.nan
@@ -201,8 +225,7 @@ def test_a_zero_projection_computes_bit_for_bit_what_the_model_without_features_
     torch.manual_seed(0)
     plain = Graphormer(readout=readout, **MODEL).eval()
     torch.manual_seed(1)
-    featured = Graphormer(readout=readout, molecule_features=list("abcde"), molecule_features_into=into,
-                          **MODEL).eval()
+    featured = Graphormer(readout=readout, molecule_features=list("abcde"), molecule_features_into=into, **MODEL).eval()
     width = 5 if into == "graph_token" else 16
     assert torch.equal(featured.molecule.projection.weight, torch.zeros(16, width))
     featured.load_state_dict(plain.state_dict(), strict=False)  # the same weights, the projection left at zero
@@ -228,8 +251,11 @@ def test_a_trained_projection_conditions_the_graph_token_and_keeps_permutation_i
         for r in records:
             order = rng.permutation(len(r.x))
             inverse = np.argsort(order)
-            permuted.append(GraphRecord.from_graph(r.x[order], inverse[r.edge_index], r.edge_attr, r.y, r.index)
-                            ._replace(molecule_features=r.molecule_features))
+            permuted.append(
+                GraphRecord.from_graph(r.x[order], inverse[r.edge_index], r.edge_attr, r.y, r.index)._replace(
+                    molecule_features=r.molecule_features
+                )
+            )
         shuffled = model(collate_graphs(permuted))
     assert not torch.allclose(out, other, atol=1e-4)  # the features reach the prediction
     torch.testing.assert_close(shuffled, out, rtol=1e-5, atol=1e-5)
@@ -303,8 +329,16 @@ def test_pyg_batches_carry_graph_level_molecule_features() -> None:
     from graphormer_urpe.data.pyg_interop import to_graph_batch
 
     structure = GraphormerStructure()
-    graphs = [structure(Data(x=torch.tensor([[1], [2]]), edge_index=torch.tensor([[0, 1], [1, 0]]),
-                             molecule_features=torch.tensor([[0.5, float(k)]]))) for k in range(3)]
+    graphs = [
+        structure(
+            Data(
+                x=torch.tensor([[1], [2]]),
+                edge_index=torch.tensor([[0, 1], [1, 0]]),
+                molecule_features=torch.tensor([[0.5, float(k)]]),
+            )
+        )
+        for k in range(3)
+    ]
     batch = to_graph_batch(Batch.from_data_list(graphs))
     assert batch.molecule_features.tolist() == [[0.5, 0.0], [0.5, 1.0], [0.5, 2.0]]
     spec = DataSpec((28,), (4,), 1, 1, molecule_features=("a", "b", "c"))
@@ -328,18 +362,25 @@ def saved_task(path: Path, data: DataSpec) -> GraphRegression:
     return task
 
 
-@pytest.mark.parametrize("source_data, kept", [(PLAIN, False), (WITH, True),
-                                               (dataclasses.replace(PLAIN, molecule_features=("x", "y")), False)])
+@pytest.mark.parametrize(
+    "source_data, kept",
+    [(PLAIN, False), (WITH, True), (dataclasses.replace(PLAIN, molecule_features=("x", "y")), False)],
+)
 def test_init_from_loads_the_encoder_and_reuses_the_projection_only_for_the_same_features(
-        tmp_path: Path, source_data: DataSpec, kept: bool, caplog) -> None:
+    tmp_path: Path, source_data: DataSpec, kept: bool, caplog
+) -> None:
     source = saved_task(tmp_path / "source.ckpt", source_data)
     task = GraphRegression(ENCODER, data=WITH)
     with caplog.at_level(logging.INFO, logger="graphormer_urpe"):
         record = start_from(task, tmp_path / "source.ckpt", WITH)
     state, trained = task.state_dict(), source.state_dict()
     molecule = [key for key in state if key.startswith("model.molecule.")]
-    assert molecule == ["model.molecule.mean", "model.molecule.std", "model.molecule.projection.weight",
-                        "model.molecule.projection.bias"]
+    assert molecule == [
+        "model.molecule.mean",
+        "model.molecule.std",
+        "model.molecule.projection.weight",
+        "model.molecule.projection.bias",
+    ]
     encoder = [key for key in state if key not in molecule]
     assert all(torch.equal(state[key], trained[key]) for key in encoder)  # the encoder (and head) as before
     if kept:
@@ -355,8 +396,9 @@ def test_init_from_starts_the_features_anew_when_they_enter_elsewhere(tmp_path: 
     source = saved_task(tmp_path / "source.ckpt", WITH)  # its features entered at the graph token
     task = GraphRegression(dataclasses.replace(ENCODER, molecule_features_into="readout"), data=WITH)
     record = start_from(task, tmp_path / "source.ckpt", WITH)
-    assert record["molecule_features"] == ("new zero projection: the checkpoint's features entered at its "
-                                           "graph_token, this model's at its readout")
+    assert record["molecule_features"] == (
+        "new zero projection: the checkpoint's features entered at its graph_token, this model's at its readout"
+    )
     state, trained = task.state_dict(), source.state_dict()
     assert not state["model.molecule.projection.weight"].any()
     assert all(torch.equal(state[key], trained[key]) for key in state if not key.startswith("model.molecule."))
@@ -371,11 +413,15 @@ def test_predict_recomputes_the_features_and_names_missing_columns(tmp_path: Pat
     data.setup()
     features = all_features(data, "predict")
     for row, (smiles, *_, logp) in enumerate(ROWS):
-        np.testing.assert_array_equal(features[row, :-1], normalised_descriptors(Chem.MolFromSmiles(smiles),
-                                                                                  tails="extend"))
+        np.testing.assert_array_equal(
+            features[row, :-1], normalised_descriptors(Chem.MolFromSmiles(smiles), tails="extend")
+        )
         np.testing.assert_array_equal(features[row, -1], np.float32(logp or "nan"))
-    with pytest.raises(TableError, match=r"no column 'clogp' \(a feature column the model was trained with: "
-                                         r"data.source.feature_columns \['logp', 'clogp'\]\)"):
+    with pytest.raises(
+        TableError,
+        match=r"no column 'clogp' \(a feature column the model was trained with: "
+        r"data.source.feature_columns \['logp', 'clogp'\]\)",
+    ):
         SmilesToPredict(str(path), "smiles", None, ["logp", "clogp"]).table  # noqa: B018
 
 
@@ -388,7 +434,8 @@ def hand_counted_ecfp(smiles: str) -> np.ndarray:
     info = rdFingerprintGenerator.AdditionalOutput()
     info.AllocateBitInfoMap()
     rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048).GetCountFingerprint(
-        Chem.MolFromSmiles(smiles), additionalOutput=info)
+        Chem.MolFromSmiles(smiles), additionalOutput=info
+    )
     counts = np.zeros(2048, dtype=np.int64)
     for position, environments in info.GetBitInfoMap().items():
         counts[position] = len(environments)
@@ -396,16 +443,17 @@ def hand_counted_ecfp(smiles: str) -> np.ndarray:
 
 
 def test_fingerprint_features_are_log1p_of_the_morgan_counts_after_the_descriptors(tmp_path: Path) -> None:
-    data = datamodule(tmp_path, write_table(tmp_path), descriptors="rdkit2d", fingerprints="ecfp",
-                      feature_columns=["mw"])
+    data = datamodule(
+        tmp_path, write_table(tmp_path), descriptors="rdkit2d", fingerprints="ecfp", feature_columns=["mw"]
+    )
     names = data.spec.molecule_features
     assert names[217] == "ecfp/0" and names[217 + 2047] == "ecfp/2047" and names[-1] == "mw" and len(names) == 2266
     train = all_features(data, "train")
     for row, (smiles, *_) in enumerate(ROWS[:6]):
         counts = hand_counted_ecfp(smiles)
         # octane: its 8 carbons are 2 CH3 and 6 CH2 environments at radius 0, so some position counts 6
-        np.testing.assert_array_equal(train[row, 217:217 + 2048], np.log1p(counts.astype(np.float32)))
-    assert hand_counted_ecfp("CCCCCCCC").max() == 6 and train[5, 217:217 + 2048].max() == np.log1p(np.float32(6))
+        np.testing.assert_array_equal(train[row, 217 : 217 + 2048], np.log1p(counts.astype(np.float32)))
+    assert hand_counted_ecfp("CCCCCCCC").max() == 6 and train[5, 217 : 217 + 2048].max() == np.log1p(np.float32(6))
     mean, std = feature_statistics(names, train)
     assert (mean[:2265] == 0).all() and (std[:2265] == 1).all()  # descriptors and counts: on their scale already
     assert mean[-1] == pytest.approx(np.nanmean(train[:, -1]))  # the column: standardised

@@ -43,7 +43,7 @@ def pcqm_fixture(root: Path) -> tuple[list[str], np.ndarray, dict[str, np.ndarra
     gaps = np.random.default_rng(0).uniform(2.0, 12.0, n)
     starts = np.cumsum([0, *SIZES.values()])
     splits = {name: np.arange(starts[i], starts[i + 1]) for i, name in enumerate(SIZES)}
-    gaps[starts[2]:] = np.nan
+    gaps[starts[2] :] = np.nan
     write_pcqm4mv2(root, smiles, gaps, splits)
     return smiles, gaps, splits
 
@@ -86,10 +86,18 @@ def test_bad_rows_are_skipped_counted_and_named(prepared) -> None:
     assert manifest["skipped"] == len(BAD_ROWS)
     assert manifest["skipped_by_split"] == {"train": 1, "valid": 1, "test-dev": 1, "test-challenge": 2}
     skipped = data.datasets["train"].store.skipped_rows()
-    assert skipped == {5: "RDKit cannot parse", 190: "empty SMILES", 250: "RDKit cannot parse",
-                       299: "RDKit cannot parse", 310: "RDKit cannot parse"}
-    assert data.build_summary is not None and "(train 1, valid 1, test-dev 1, test-challenge 2; first: row 5: RDKit " \
-        "cannot parse; row 190: empty SMILES" in data.build_summary.describe()
+    assert skipped == {
+        5: "RDKit cannot parse",
+        190: "empty SMILES",
+        250: "RDKit cannot parse",
+        299: "RDKit cannot parse",
+        310: "RDKit cannot parse",
+    }
+    assert (
+        data.build_summary is not None
+        and "(train 1, valid 1, test-dev 1, test-challenge 2; first: row 5: RDKit cannot parse; row 190: empty SMILES"
+        in data.build_summary.describe()
+    )
 
 
 def test_cache_key_holds_the_featurizer_and_rdkit_versions(prepared, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,12 +142,29 @@ def test_download_unpacks_the_release_archive(tmp_path: Path, monkeypatch: pytes
     assert not (root / "pcqm4m-v2.zip").exists()
 
 
-@pytest.mark.parametrize(("splits", "message"), [
-    ({"train": np.arange(5), "valid": np.array([400]), "test-dev": np.arange(5, 8), "test-challenge": np.arange(8, 9)},
-     "split 'valid' refers to row 400, but data.csv.gz has 10 rows"),
-    ({"train": np.array([0, 1, 1]), "valid": np.arange(3, 5), "test-dev": np.arange(5, 8),
-      "test-challenge": np.arange(8, 9)}, "split 'train' lists 1 rows twice"),
-])
+@pytest.mark.parametrize(
+    ("splits", "message"),
+    [
+        (
+            {
+                "train": np.arange(5),
+                "valid": np.array([400]),
+                "test-dev": np.arange(5, 8),
+                "test-challenge": np.arange(8, 9),
+            },
+            "split 'valid' refers to row 400, but data.csv.gz has 10 rows",
+        ),
+        (
+            {
+                "train": np.array([0, 1, 1]),
+                "valid": np.arange(3, 5),
+                "test-dev": np.arange(5, 8),
+                "test-challenge": np.arange(8, 9),
+            },
+            "split 'train' lists 1 rows twice",
+        ),
+    ],
+)
 def test_inconsistent_split_files_stop_before_any_work(tmp_path: Path, splits: dict, message: str) -> None:
     write_pcqm4mv2(tmp_path, ["C"] * 10, np.ones(10), splits)
     data = datamodule(tmp_path)
@@ -149,9 +174,12 @@ def test_inconsistent_split_files_stop_before_any_work(tmp_path: Path, splits: d
 
 
 def test_csv_rows_out_of_idx_order_are_refused(tmp_path: Path) -> None:
-    folder = write_pcqm4mv2(tmp_path, ["C", "CC", "O"], np.ones(3), {"train": np.arange(3), "valid": np.arange(0),
-                                                                      "test-dev": np.arange(0),
-                                                                      "test-challenge": np.arange(0)})
+    folder = write_pcqm4mv2(
+        tmp_path,
+        ["C", "CC", "O"],
+        np.ones(3),
+        {"train": np.arange(3), "valid": np.arange(0), "test-dev": np.arange(0), "test-challenge": np.arange(0)},
+    )
     frame = pd.read_csv(folder / "raw" / "data.csv.gz")
     frame.iloc[::-1].to_csv(folder / "raw" / "data.csv.gz", index=False)
     with pytest.raises(ValueError, match="row 0 has idx 2"):
@@ -179,8 +207,9 @@ def replace_then_die(src, dst):
 cache.os.replace = replace_then_die
 GraphDataModule(PCQM4Mv2(), root={str(root)!r}, preprocess_workers=0, chunk_size=50).prepare_data()
 """
-    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                            stdin=subprocess.DEVNULL)
+    killed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     data = datamodule(root, preprocess_workers=0)
     complete = sorted(p.name for p in data.cache_dir.glob("chunk_*"))
@@ -244,8 +273,18 @@ OFFICIAL_ROWS = {"atom": 512 * 9 + 1, "degree": 512, "edge": 512 * 3 + 1, "hops"
 
 @pytest.mark.parametrize("attention", ["urpe", "rpe"])
 def test_config_has_the_paper_settings_and_accounted_parameters(attention: str, tmp_path: Path) -> None:
-    cli = GraphormerCLI(["--config", "pcqm4mv2", "--model.encoder.attention", attention, "--run_root", str(tmp_path),
-                         "--logger", "none"])
+    cli = GraphormerCLI(
+        [
+            "--config",
+            "pcqm4mv2",
+            "--model.encoder.attention",
+            attention,
+            "--run_root",
+            str(tmp_path),
+            "--logger",
+            "none",
+        ]
+    )
     encoder, task = cli.model.model.config, cli.model
     assert (encoder.num_layers, encoder.hidden_dim, encoder.ffn_dim, encoder.num_heads) == (6, 512, 512, 32)
     assert (encoder.attention_dropout, encoder.dropout, encoder.input_dropout) == (0.1, 0.0, 0.0)
@@ -259,14 +298,21 @@ def test_config_has_the_paper_settings_and_accounted_parameters(attention: str, 
     assert ours == (9_649_217 if attention == "urpe" else 9_640_961)  # B and C: distances 0..254 + unreachable
     # the same layers with the official code's table sizes give the paper's ~12.5M
     model, hidden, heads = task.model, 512, 32
-    official = (ours - model.nodes.features.weight.numel() + OFFICIAL_ROWS["atom"] * hidden
-                - model.nodes.in_degree.weight.numel() - model.nodes.out_degree.weight.numel()
-                + 2 * OFFICIAL_ROWS["degree"] * hidden
-                - model.edge_bias.features.weight.numel() + OFFICIAL_ROWS["edge"] * heads
-                - model.edge_bias.hop_weight.numel() + OFFICIAL_ROWS["hops"] * heads * heads
-                - model.relative_bias.table.weight.numel()
-                + (OFFICIAL_ROWS["spatial"] + OFFICIAL_ROWS["virtual"]) * heads
-                - (model.relative_scale.weight.numel() if model.relative_scale is not None else 0))
+    official = (
+        ours
+        - model.nodes.features.weight.numel()
+        + OFFICIAL_ROWS["atom"] * hidden
+        - model.nodes.in_degree.weight.numel()
+        - model.nodes.out_degree.weight.numel()
+        + 2 * OFFICIAL_ROWS["degree"] * hidden
+        - model.edge_bias.features.weight.numel()
+        + OFFICIAL_ROWS["edge"] * heads
+        - model.edge_bias.hop_weight.numel()
+        + OFFICIAL_ROWS["hops"] * heads * heads
+        - model.relative_bias.table.weight.numel()
+        + (OFFICIAL_ROWS["spatial"] + OFFICIAL_ROWS["virtual"]) * heads
+        - (model.relative_scale.weight.numel() if model.relative_scale is not None else 0)
+    )
     assert official == 12_550_721
 
 

@@ -13,8 +13,18 @@ from graphormer_urpe.data.sources.pretraining import MosesDescriptors, brics_fra
 from graphormer_urpe.errors import ConfigError, DatasetMissing
 from graphormer_urpe.testing.moses_layout import write_moses_package
 
-SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "not a smiles", "CCN(CC)CC", "O=C(O)c1ccccc1", "CCCCCC",
-          "c1ccncc1", "CC(C)Cc1ccc(C(C)C(=O)O)cc1", "OCC(O)CO"] * 2
+SMILES = [
+    "CCO",
+    "c1ccccc1O",
+    "CC(=O)Nc1ccc(O)cc1",
+    "not a smiles",
+    "CCN(CC)CC",
+    "O=C(O)c1ccccc1",
+    "CCCCCC",
+    "c1ccncc1",
+    "CC(C)Cc1ccc(C(C)C(=O)O)cc1",
+    "OCC(O)CO",
+] * 2
 
 
 @pytest.fixture
@@ -81,7 +91,7 @@ def test_fragments_are_added_to_the_drawn_molecules_and_to_the_cache_key(moses: 
     reader = with_fragments.open(moses.parent)
     assert reader.num_rows == len(SMILES) + 3
     assert list(reader.smiles[: len(SMILES)]) == SMILES
-    assert list(reader.smiles[len(SMILES):]) == brics_fragments(SMILES, 3, seed=0)
+    assert list(reader.smiles[len(SMILES) :]) == brics_fragments(SMILES, 3, seed=0)
     for key, value in (("fragments", -1), ("seed", -1)):
         with pytest.raises(ConfigError, match=f"data.source.{key}"):
             MosesDescriptors(**{key: value})

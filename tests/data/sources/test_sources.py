@@ -24,8 +24,9 @@ from graphormer_urpe.testing.zinc_raw import write_zinc_raw
 
 @pytest.fixture
 def zinc_root(tmp_path: Path) -> tuple[Path, dict]:
-    mols = write_zinc_raw(tmp_path / "ZINC" / "raw", {"train": 30, "val": 8, "test": 6},
-                          {"train": 10, "val": 4, "test": 3})
+    mols = write_zinc_raw(
+        tmp_path / "ZINC" / "raw", {"train": 30, "val": 8, "test": 6}, {"train": 10, "val": 4, "test": 3}
+    )
     return tmp_path, mols
 
 
@@ -70,8 +71,9 @@ def test_unreachable_network_is_detected_quickly() -> None:
 
 
 def test_qm9_slice(tmp_path: Path) -> None:
-    data = GraphDataModule(QM9(max_molecules=300), root=str(tmp_path), batch_size=8, num_workers=0,
-                           preprocess_workers=2, chunk_size=100)
+    data = GraphDataModule(
+        QM9(max_molecules=300), root=str(tmp_path), batch_size=8, num_workers=0, preprocess_workers=2, chunk_size=100
+    )
     data.prepare_data()
     data.setup()
     assert data.split_sizes == {"train": 240, "valid": 30, "test": 30}
@@ -87,17 +89,29 @@ def test_qm9_slice(tmp_path: Path) -> None:
 def test_qm9_targets_are_the_standard_properties_in_their_units(tmp_path: Path) -> None:
     """Methane's 12 properties as qm9pack stores them (the first row of qm9_part1.csv), each converted
     in float64 and stored as float32; the gap column and the split are those of the gap-only data."""
-    every = GraphDataModule(QM9(targets=list(QM9_TARGETS), max_molecules=40), root=str(tmp_path), num_workers=0,
-                            preprocess_workers=0)
+    every = GraphDataModule(
+        QM9(targets=list(QM9_TARGETS), max_molecules=40), root=str(tmp_path), num_workers=0, preprocess_workers=0
+    )
     gap = GraphDataModule(QM9(max_molecules=40), root=str(tmp_path), num_workers=0, preprocess_workers=0)
     for data in (every, gap):
         data.prepare_data()
         data.setup()
     assert every.spec.target_names == tuple(QM9_TARGETS) and gap.spec.target_names == ("gap_ev",)
     assert every.cache_dir != gap.cache_dir and every.cache_dir.parent == tmp_path / "qm9" / "graphormer"
-    stored = {"mu_debye": 0.0, "alpha_bohr3": 13.21, "homo_ev": -0.3877, "lumo_ev": 0.1171, "gap_ev": 0.5048,
-              "r2_bohr2": 35.3641, "zpve_ev": 0.044749, "u0_ev": -40.47893, "u298_ev": -40.476062,
-              "h298_ev": -40.475117, "g298_ev": -40.498597, "cv_cal_mol_k": 6.469}
+    stored = {
+        "mu_debye": 0.0,
+        "alpha_bohr3": 13.21,
+        "homo_ev": -0.3877,
+        "lumo_ev": 0.1171,
+        "gap_ev": 0.5048,
+        "r2_bohr2": 35.3641,
+        "zpve_ev": 0.044749,
+        "u0_ev": -40.47893,
+        "u298_ev": -40.476062,
+        "h298_ev": -40.475117,
+        "g298_ev": -40.498597,
+        "cv_cal_mol_k": 6.469,
+    }
     factor = {name: HARTREE_TO_EV if name.endswith("_ev") else 1.0 for name in stored}
     methane = every.datasets["train"].store.record(0)
     assert every.datasets["train"].store.source_row[0] == 0
@@ -127,8 +141,11 @@ def test_the_gap_data_are_those_qm9gap_wrote(qm9_root: Path) -> None:
 
 @pytest.mark.parametrize("targets", [[], ["gap_ev", "gap_ev"], ["gap"], "gap_ev"])
 def test_qm9_refuses_targets_it_does_not_have(targets: object) -> None:
-    with pytest.raises(ConfigError, match=r"^data.source.targets=.*: must be a list of distinct QM9 properties from "
-                                          r"mu_debye, alpha_bohr3, homo_ev, .*, cv_cal_mol_k$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^data.source.targets=.*: must be a list of distinct QM9 properties from "
+        r"mu_debye, alpha_bohr3, homo_ev, .*, cv_cal_mol_k$",
+    ):
         QM9(targets=targets)
 
 

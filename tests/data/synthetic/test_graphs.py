@@ -37,8 +37,9 @@ def test_graphs_are_regular_connected_with_networkx_labels(degree, distance):
         assert {d for _, d in graph.degree()} == {degree}
         assert (record.x == 0).all() and (record.edge_attr == 0).all()
         assert (record.in_degree == degree).all()
-        expected = [sum(1 for d in nx.single_source_shortest_path_length(graph, v).values() if d == distance)
-                    for v in graph]
+        expected = [
+            sum(1 for d in nx.single_source_shortest_path_length(graph, v).values() if d == distance) for v in graph
+        ]
         assert labels.tolist() == expected
         assert len(set(expected)) > 1  # not vertex-transitive
         assert labels.max() <= max_distance_count(degree, distance, 16)
@@ -68,15 +69,25 @@ def test_collate_pads_labels_with_nan():
     assert batch.y.shape[2] == 1
     for b, record in enumerate(graphs):
         assert batch.y[b, : sizes[b], 0].tolist() == record.y[:, 0].tolist()
-        assert torch.isnan(batch.y[b, sizes[b]:]).all()
+        assert torch.isnan(batch.y[b, sizes[b] :]).all()
     assert torch.equal(~torch.isnan(batch.y[..., 0]), batch.node_mask)
 
 
 def test_datamodule_splits_and_sizes():
-    data = SyntheticGraphDataModule(degree=3, min_nodes=10, max_nodes=14, distance=2, train_graphs=8, val_graphs=4,
-                                    test_graphs=4, batch_size=4, seed=0)
-    assert data.spec == DataSpec(node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=7, target_level="node",
-                                 target_kind="multiclass")  # counts 0 .. 6 at distance 2: 3 * 2 = 6 at most
+    data = SyntheticGraphDataModule(
+        degree=3,
+        min_nodes=10,
+        max_nodes=14,
+        distance=2,
+        train_graphs=8,
+        val_graphs=4,
+        test_graphs=4,
+        batch_size=4,
+        seed=0,
+    )
+    assert data.spec == DataSpec(
+        node_vocab=(1,), edge_vocab=(1,), num_targets=1, num_outputs=7, target_level="node", target_kind="multiclass"
+    )  # counts 0 .. 6 at distance 2: 3 * 2 = 6 at most
     data.setup("fit")
     batches = list(data.train_dataloader())
     assert [b.num_graphs for b in batches] == [4, 4]

@@ -53,8 +53,9 @@ def test_stream_is_fresh_and_reproducible():
 
 
 def test_datamodule_sizes_splits_and_loaders():
-    data = SyntheticSequenceDataModule(task="even_token", length=8, vocab_size=5, batch_size=4, val_size=10,
-                                       test_size=6, seed=0)
+    data = SyntheticSequenceDataModule(
+        task="even_token", length=8, vocab_size=5, batch_size=4, val_size=10, test_size=6, seed=0
+    )
     assert data.spec == SequenceSpec(vocab_size=5, num_classes=6, length=8)
     data.setup("fit")
     valid = list(data.val_dataloader())
@@ -63,8 +64,9 @@ def test_datamodule_sizes_splits_and_loaders():
     train = next(iter(data.train_dataloader()))
     assert train.tokens.shape == (4, 8) and train.tokens.max() < 5
     # the fixed sets are a function of the seed, and the two differ from each other
-    again = SyntheticSequenceDataModule(task="even_token", length=8, vocab_size=5, batch_size=4, val_size=10,
-                                        test_size=6, seed=0)
+    again = SyntheticSequenceDataModule(
+        task="even_token", length=8, vocab_size=5, batch_size=4, val_size=10, test_size=6, seed=0
+    )
     again.setup("fit")
     assert torch.equal(next(iter(again.val_dataloader())).tokens, valid[0].tokens)
     assert not torch.equal(next(iter(data.test_dataloader())).tokens, valid[0].tokens)
