@@ -170,8 +170,8 @@ def test_the_installed_command_trains_ensembles_and_predicts_from_empty_director
         "false",
     ]
     said = run([command, *sweep], work, env)
-    assert "of the blend with the descriptor trees" in said
-    assert said.count("too few to choose it reliably") == 1  # 6 validation rows: said once
+    assert "of the blend of the ensemble with trees" in said
+    assert said.count("too few to choose them reliably") == 1  # 6 validation rows: said once
     made = json.loads((work / "runs" / "small_molecules-ensemble-trees" / "ensemble.json").read_text())["made"]
     assert made["command"] == shlex.join(["graphormer-urpe", *sweep])
     swept = pd.read_csv(work / "runs" / "small_molecules-ensemble-trees-predict-new.csv")
