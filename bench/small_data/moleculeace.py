@@ -61,8 +61,8 @@ import yaml
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
 from bench.common import REPO, SWEEP, BenchError, exit_code, spread
+from bench.small_data.small_data import chemprop_predict, chemprop_train, run_child
 from bench.small_data.small_data import read_results as read_json_lines
-from bench.small_data.small_data import run_child
 
 #: The 10 sets of the issue, smallest training split first (results of the small ones come first).
 SETS = (
@@ -261,54 +261,18 @@ def run_chemprop(run: Run, table: pd.DataFrame, directory: Path, work: Path, exe
     """
     output = fresh_directory(work / "runs" / run.name)
     options = shlex.split(ARMS[run.arm].options)
-    train = [
-        executable,
-        "train",
-        "--data-path",
-        str(directory / "table.csv"),
-        "--smiles-columns",
-        "smiles",
-        "--target-columns",
-        "y",
-        "--task-type",
-        "regression",
-        "--splits-file",
-        str(directory / "chemprop_splits.json"),
-        "--num-workers",
-        "0",
-        "--accelerator",
-        "cpu",
-        "--devices",
-        "1",
-        "--pytorch-seed",
-        str(run.seed),
-        "--output-dir",
-        str(output),
-        *options,
-    ]
+    train = chemprop_train(
+        executable, directory / "table.csv", "y", directory / "chemprop_splits.json", run.seed, output, options
+    )
     cpu, wall = checked_child(train, work / "logs" / f"{output.name}.log")
     test = table[table["split"] == "test"]
     predictions = pd.read_csv(output / "model_0" / "test_predictions.csv")
     if predictions["smiles"].tolist() != test["smiles"].tolist():
         raise BenchError(f"{output}/model_0/test_predictions.csv: its molecules are not the test rows in order")
     written = output / "model_0" / "valid_predictions.csv"
-    predict = [
-        executable,
-        "predict",
-        "--test-path",
-        str(directory / "valid_smiles.csv"),
-        "--smiles-columns",
-        "smiles",
-        "--model-paths",
-        str(output / "model_0" / "best.pt"),
-        "--num-workers",
-        "0",
-        "--accelerator",
-        "cpu",
-        "-o",
-        str(written),
-        *options,
-    ]
+    predict = chemprop_predict(
+        executable, directory / "valid_smiles.csv", output / "model_0" / "best.pt", written, options
+    )
     predict_cpu, predict_wall = checked_child(predict, work / "logs" / f"{output.name}-validate.log")
     valid_predictions = pd.read_csv(written)
     valid = table[table["split"] == "valid"]

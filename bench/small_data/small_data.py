@@ -296,21 +296,30 @@ def ours_command(run: Run, prepared: Prepared, out: Path, run_name: str, quick: 
 
 
 def chemprop_command(run: Run, prepared: Prepared, executable: str, output: Path, quick: bool) -> list[str]:
-    """``chemprop train`` for a chemprop arm: its defaults, except the task, the split file, no loader
-    workers, the CPU, the seed and the arm's options."""
+    """``chemprop train`` for a chemprop arm (:func:`chemprop_train`), the quick run's epochs with ``quick``."""
+    options = [*shlex.split(ARMS[run.arm].options), *(QUICK_CHEMPROP if quick else ())]
+    splits = prepared.directory / "chemprop_splits.json"
+    return chemprop_train(executable, prepared.table, prepared.target, splits, run.seed, output, options)
+
+
+def chemprop_train(
+    executable: str, table: Path, target: str, splits: Path, seed: int, output: Path, options: Sequence[str]
+) -> list[str]:
+    """``chemprop train`` of one target of ``table`` (SMILES column ``smiles``) with chemprop's defaults, except
+    the task (regression), the rows (``--splits-file``), no loader workers, the CPU, the seed and ``options``."""
     return [
         executable,
         "train",
         "--data-path",
-        str(prepared.table),
+        str(table),
         "--smiles-columns",
         "smiles",
         "--target-columns",
-        prepared.target,
+        target,
         "--task-type",
         "regression",
         "--splits-file",
-        str(prepared.directory / "chemprop_splits.json"),
+        str(splits),
         "--num-workers",
         "0",
         "--accelerator",
@@ -318,11 +327,32 @@ def chemprop_command(run: Run, prepared: Prepared, executable: str, output: Path
         "--devices",
         "1",
         "--pytorch-seed",
-        str(run.seed),
+        str(seed),
         "--output-dir",
         str(output),
-        *shlex.split(ARMS[run.arm].options),
-        *(QUICK_CHEMPROP if quick else ()),
+        *options,
+    ]
+
+
+def chemprop_predict(executable: str, smiles: Path, model: Path, written: Path, options: Sequence[str]) -> list[str]:
+    """``chemprop predict`` of the molecules of ``smiles`` (column ``smiles``) by ``model`` into ``written``, on the
+    CPU without loader workers, with the arm's ``options`` (its molecule featurizers)."""
+    return [
+        executable,
+        "predict",
+        "--test-path",
+        str(smiles),
+        "--smiles-columns",
+        "smiles",
+        "--model-paths",
+        str(model),
+        "--num-workers",
+        "0",
+        "--accelerator",
+        "cpu",
+        "-o",
+        str(written),
+        *options,
     ]
 
 
@@ -459,23 +489,7 @@ def chemprop_validation(
     """
     smiles, valid = split_smiles(prepared, "valid")
     written = output / "model_0" / "valid_predictions.csv"
-    command = [
-        executable,
-        "predict",
-        "--test-path",
-        str(smiles),
-        "--smiles-columns",
-        "smiles",
-        "--model-paths",
-        str(output / "model_0" / "best.pt"),
-        "--num-workers",
-        "0",
-        "--accelerator",
-        "cpu",
-        "-o",
-        str(written),
-        *shlex.split(options),
-    ]
+    command = chemprop_predict(executable, smiles, output / "model_0" / "best.pt", written, shlex.split(options))
     predictions, cpu, wall = run_prediction(command, log_path, threads, written, valid, "validation")
     error = predictions[prepared.target].to_numpy(np.float64) - valid[prepared.target].to_numpy(np.float64)
     return {
