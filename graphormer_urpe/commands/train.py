@@ -27,12 +27,11 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from graphormer_urpe.commands.command import Command
 from graphormer_urpe.commands.exits import exit_codes
 from graphormer_urpe.run.cli import TrainingCLI, log
-from graphormer_urpe.run.start import Start, finish_start, plan_start, run_start
+from graphormer_urpe.run.start import RunMetrics, Start, finish_start, plan_start, run_start
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ class TrainPlan:
     start: Start  # new, resume or restart; the directory held (plan_start)
 
 
-class Train(Command[TrainPlan, dict[str, Any]]):
+class Train(Command[TrainPlan, RunMetrics]):
     NAME = "train"
     HELP = __doc__
     OVERRIDES = True
@@ -67,7 +66,7 @@ class Train(Command[TrainPlan, dict[str, Any]]):
             with exit_codes(finish=partial(finish_start, cli)):  # a refused start lets its run directory go
                 raise
 
-    def run(self, plan: TrainPlan) -> dict[str, Any]:
+    def run(self, plan: TrainPlan) -> RunMetrics:
         """Fit, then validate and test the best checkpoint; returns the final metrics (``metrics.json``)."""
         return run_start(plan.cli, plan.start)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import shlex
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import pytorch_lightning as pl
 import yaml
@@ -180,7 +180,16 @@ def plan_start(cli: TrainingCLI) -> Start:
     )
 
 
-def run_start(cli: TrainingCLI, start: Start) -> dict:
+class RunMetrics(TypedDict):
+    """A finished start's result: what ``train`` returns and writes to the run's ``metrics.json``."""
+
+    best_checkpoint: str | None  # the best validation checkpoint's path; None: no checkpoint was kept
+    global_step: int  # optimiser steps taken, over every segment of the run
+    validation: dict[str, float] | None  # the best checkpoint's validation metrics (val/...); None: none evaluated
+    test: dict[str, float] | None  # its test metrics (test/...); None: no labelled test split, or none evaluated
+
+
+def run_start(cli: TrainingCLI, start: Start) -> RunMetrics:
     """Initialise (``--init_from``), fit with the start recorded as a segment, validate and test the best
     checkpoint, write ``metrics.json``; returns the final metrics. A start that fails before its run's first
     checkpoint leaves no directory of its own behind (:meth:`RunDirectory.discard`)."""
@@ -210,12 +219,7 @@ def run_start(cli: TrainingCLI, start: Start) -> dict:
     except BaseException:
         start.directory.discard()
         raise
-    metrics = {
-        "best_checkpoint": best,
-        "global_step": trainer.global_step,
-        "validation": validation,
-        "test": test,
-    }
+    metrics = RunMetrics(best_checkpoint=best, global_step=trainer.global_step, validation=validation, test=test)
     if trainer.is_global_zero:
         write_json(start.directory.path / "metrics.json", metrics)
         log.info("validation %s | test %s (best checkpoint %s)", validation, test, best)

@@ -20,7 +20,7 @@ from graphormer_urpe.data.spec import DataSpec, SequenceSpec
 from graphormer_urpe.run.cli import RUN_DIR_ENV, TrainingCLI
 from graphormer_urpe.run.finetune import initialise, plan_initialisation, read_source
 from graphormer_urpe.run.ledger import read_metrics
-from graphormer_urpe.run.start import finish_start, plan_start, run_start
+from graphormer_urpe.run.start import RunMetrics, finish_start, plan_start, run_start
 from graphormer_urpe.tasks.base import GraphormerTask
 from graphormer_urpe.testing import REPO_DIR
 
@@ -144,7 +144,7 @@ TINY_SYNTHETIC_ARGS = {
 }
 
 
-def train(args: list[str], *callbacks: pl.Callback) -> dict:
+def train(args: list[str], *callbacks: pl.Callback) -> RunMetrics:
     """What ``train.py ARGS`` does, in this process, with extra callbacks: plan and run one start; returns its
     metrics, or exits (``SystemExit``) with ``train.py``'s exit code."""
     with exit_codes():
