@@ -33,7 +33,8 @@ Arms (:data:`ARMS`):
 
 Results are kept in the repository, one small file per set: ``bench/results/moleculeace/<set>.jsonl``, one JSON
 line per run or part (the arm, the seed or part, test RMSE and cliff RMSE, validation RMSE, CPU and wall seconds,
-the test predictions in table order, rounded to 5 decimals), so that the work adds up across machines and
+the command with paths relative to ``--work`` (:func:`portable`), the test predictions in table order, rounded to
+5 decimals), so that the work adds up across machines and
 interruptions: a run whose (set, arm, seed) is there is not run again. Scratch (the runs, chemprop's outputs, logs)
 goes to ``--work`` (default ``runs/moleculeace``). ``--report`` writes ``bench/results/moleculeace/README.md``:
 per set and arm, mean +- sample std over seeds and the ensemble (mean prediction over seeds); the means of
@@ -283,7 +284,7 @@ def run_chemprop(run: Run, table: pd.DataFrame, directory: Path, work: Path, exe
         "val_rmse": rmse(valid_predictions["y"].to_numpy(np.float64), valid["y"].to_numpy()),
         "cpu_seconds": cpu + predict_cpu,
         "wall_seconds": wall + predict_wall,
-        "command": shlex.join(train),
+        "command": portable(train, work),
     }
 
 
@@ -296,6 +297,19 @@ def fresh_directory(path: Path) -> Path:
         candidate = path.with_name(f"{path.name}-try{attempt}")
     candidate.parent.mkdir(parents=True, exist_ok=True)
     return candidate
+
+
+def portable(command: Sequence[str], work: Path) -> str:
+    """``command`` as the results record it, naming no path of this machine: the program by its name, paths under
+    ``work`` relative to it.
+
+    Example:
+        >>> portable(["/opt/venv/bin/chemprop", "train", "--data-path", "/w/data/t.csv", "-x", "1"], Path("/w"))
+        'chemprop train --data-path data/t.csv -x 1'
+    """
+    prefix = f"{work.resolve()}/"
+    words = [word.removeprefix(prefix) if word.startswith(prefix) else word for word in command[1:]]
+    return shlex.join([Path(command[0]).name, *words])
 
 
 def checked_child(command: list[str], log_path: Path) -> tuple[float, float]:
@@ -376,7 +390,7 @@ def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dic
                 "val_rmse": rmse(parts["valid"][part], valid),
                 "cpu_seconds": cpu if part == "ensemble" else None,
                 "wall_seconds": wall if part == "ensemble" else None,
-                "command": shlex.join(command),
+                "command": portable(command, work),
                 "ensemble": str(ensemble.relative_to(work)),
                 "test_predictions": np.round(predicted, 5).tolist(),
                 "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -666,6 +680,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(bench/results/moleculeace/blend_stability.md)",
     )
     options = parser.parse_args(argv)
+    options.work = options.work.resolve()  # the results record commands with paths relative to it (portable)
     if options.jobs < 1:
         parser.error(f"--jobs {options.jobs}: must be at least 1")
     if not options.arms and not options.report and not options.blend_stability:

@@ -116,6 +116,9 @@ def test_chemprops_arms_read_its_test_predictions_and_validate_on_the_validation
         assert entry["val_rmse"] == pytest.approx(
             moleculeace.rmse(np.full(3, mean), table.loc[table["split"] == "valid", "y"]), rel=1e-6
         )
+    # the recorded command names no path of this machine: the program by its name, paths relative to --work
+    assert entries[1]["command"].startswith(f"chemprop train --data-path data/{SET}/table.csv ")
+    assert all(str(tmp_path) not in entry["command"] for entry in entries)
     argv = json.loads((tmp_path / "w" / "runs" / f"{SET}-chemprop-seed1" / "argv.json").read_text())
     assert argv[argv.index("--pytorch-seed") + 1] == "1" and argv[argv.index("--target-columns") + 1] == "y"
     splits = json.loads((tmp_path / "w" / "data" / SET / "chemprop_splits.json").read_text())[0]
