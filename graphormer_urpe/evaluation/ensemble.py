@@ -671,7 +671,7 @@ class SavedEnsemble:
         if self.record.cheap_parts and self.record.blend_weights is not None:
             readable = np.array([not reason for reason in predicted.errors], dtype=bool)
             smiles = [text for text, ok in zip(predicted.smiles, readable) if ok]
-            cheap = self.cheap_parts().predict(smiles) if smiles else {}
+            cheap = self.load_cheap_parts().predict(smiles) if smiles else {}
             for part in self.record.cheap_parts:
                 scores = np.full(parts.ensemble.shape, np.nan)
                 if smiles:
@@ -680,7 +680,7 @@ class SavedEnsemble:
             parts.weights = [self.record.blend_weights[name] for name in self.record.targets]
         return predicted, parts.columns(tasks[0])
 
-    def cheap_parts(self) -> CheapParts:
+    def load_cheap_parts(self) -> CheapParts:
         """The saved cheap parts, read back (trees with skops' trusted types, the kernel's arrays without pickle)."""
 
         def files(part: str) -> list[Path]:
