@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from graphormer_urpe.data.sources.descriptors import descriptor_reference
-from graphormer_urpe.data.sources.pretraining import moses_smiles_file
+from graphormer_urpe.data.sources.pretraining import MOSES_TRAIN_FILE
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.pretrained import sha256_of
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint, reduced_checkpoint, run_config
@@ -60,7 +60,6 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
     checkpoint_out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(reduced, checkpoint_out)
     reference = descriptor_reference()
-    corpus = moses_smiles_file("train")
     provenance = {
         "file": checkpoint_out.name,
         "sha256": sha256_of(checkpoint_out),
@@ -77,7 +76,7 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
         "versions": record.get("versions"),
         "corpus": {
             "name": "MOSES train (molsets 0.3.1)",
-            "file": corpus.name,
+            "file": MOSES_TRAIN_FILE,  # named, not opened: a machine given the corpus alone has no molsets
             "sha1": descriptor_reference().provenance["corpus_sha1"],
             "molecules": config.source_args.get("molecules"),
             "seed": config.source_args.get("seed"),

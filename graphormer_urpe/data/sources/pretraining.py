@@ -29,29 +29,47 @@ log = logging.getLogger(__name__)
 
 #: MOSES's training file: 1,584,663 molecules.
 MOSES_TRAIN_SIZE = 1_584_663
+#: The source's directory under the data root (:attr:`MosesDescriptors.name`); ``raw/`` in it may hold MOSES's files.
+MOSES_DIRECTORY = "moses_descriptors"
+#: The name of MOSES's training file, in the wheel and under ``<data root>/moses_descriptors/raw/``.
+MOSES_TRAIN_FILE = "train.csv.gz"
 
 
-def moses_smiles_file(name: str = "train") -> Path:
-    """``moses/dataset/data/<name>.csv.gz`` of the installed ``molsets`` wheel (MOSES, Polykovskiy et al. 2020:
-    1,584,663 training and 176,074 test molecules of ZINC's clean lead-like set), found without importing it."""
+def placed_moses_file(root: Path, name: str = "train") -> Path:
+    """Where a data root holds a MOSES file for a machine without the ``molsets`` wheel:
+    ``<root>/moses_descriptors/raw/<name>.csv.gz``."""
+    return Path(root) / MOSES_DIRECTORY / "raw" / f"{name}.csv.gz"
+
+
+def moses_smiles_file(name: str = "train", root: Path | None = None) -> Path:
+    """One file of the MOSES corpus (Polykovskiy et al. 2020: 1,584,663 training and 176,074 test molecules of
+    ZINC's clean lead-like set): ``<root>/moses_descriptors/raw/<name>.csv.gz`` when the data root ``root`` holds it
+    (a machine without the ``molsets`` wheel, such as the GPU bundle's, docs/gpu.md), else
+    ``moses/dataset/data/<name>.csv.gz`` of the installed ``molsets`` wheel, found without importing it."""
+    placed = None if root is None else placed_moses_file(root, name)
+    if placed is not None and placed.is_file():
+        return placed
     spec = importlib.util.find_spec("moses")
     path = None
     if spec is not None and spec.submodule_search_locations:
         path = Path(next(iter(spec.submodule_search_locations))) / "dataset" / "data" / f"{name}.csv.gz"
     if path is None or not path.is_file():
+        where = placed or placed_moses_file(Path("<data.root>"), name)
         raise DatasetMissing(
-            "the MOSES corpus ships in the PyPI wheel molsets: pip install --no-deps molsets==0.3.1 "
-            f"(it needs none of its dependencies here; looked for moses/dataset/data/{name}.csv.gz)"
+            "the MOSES corpus ships in the PyPI wheel molsets: pip install --no-deps molsets==0.3.1 (it needs none "
+            f"of its dependencies here), or place its {name}.csv.gz at {where} (neither that file nor the wheel's "
+            f"moses/dataset/data/{name}.csv.gz was found)"
         )
     return path
 
 
-def moses_smiles(name: str = "train") -> list[str]:
-    """The SMILES of one MOSES file, in file order (one column, ``SMILES``)."""
-    with gzip.open(moses_smiles_file(name), "rt") as text:
+def moses_smiles(name: str = "train", root: Path | None = None) -> list[str]:
+    """The SMILES of one MOSES file (:func:`moses_smiles_file`), in file order (one column, ``SMILES``)."""
+    path = moses_smiles_file(name, root)
+    with gzip.open(path, "rt") as text:
         header = text.readline().strip()
         if header != "SMILES":
-            raise DatasetMissing(f"{moses_smiles_file(name)}: expected the header 'SMILES', found {header!r}")
+            raise DatasetMissing(f"{path}: expected the header 'SMILES', found {header!r}")
         return [line.strip() for line in text if line.strip()]
 
 
@@ -122,7 +140,9 @@ class DescriptorTargets(MoleculeTable):
 class MosesDescriptors(MoleculeSource):
     """MOSES molecules (Polykovskiy et al. 2020; drug-like molecules of ZINC, 250-350 Da, 8-27 heavy atoms) with
     their :data:`~graphormer_urpe.data.sources.descriptors.DESCRIPTOR_SET` descriptors that vary over MOSES as
-    regression targets, already on one scale (in [-1, 1]: train with ``normalize_targets: false``).
+    regression targets, already on one scale (in [-1, 1]: train with ``normalize_targets: false``). The corpus is
+    ``<data.root>/moses_descriptors/raw/train.csv.gz`` where that file exists, else the ``molsets`` wheel's
+    (:func:`moses_smiles_file`).
 
     Args:
         molecules: molecules drawn (with ``seed``) from MOSES's 1,584,663 training molecules; null takes them all.
@@ -133,7 +153,7 @@ class MosesDescriptors(MoleculeSource):
             hold and MOSES leaves out; 0 (the default) adds none.
     """
 
-    name = "moses_descriptors"
+    name = MOSES_DIRECTORY
 
     def __init__(
         self, molecules: int | None = 50_000, valid_fraction: float = 0.02, seed: int = 0, fragments: int = 0
@@ -155,7 +175,7 @@ class MosesDescriptors(MoleculeSource):
         return molecule_spec([reference.names[k] for k in reference.informative])
 
     def origin(self) -> str:
-        return f"{moses_smiles_file('train')} ({DESCRIPTOR_SET} descriptor targets)"
+        return f"MOSES {MOSES_TRAIN_FILE} ({DESCRIPTOR_SET} descriptor targets)"
 
     def options(self) -> dict:
         options = {
@@ -171,10 +191,10 @@ class MosesDescriptors(MoleculeSource):
         return options
 
     def ensure_raw(self, root: Path) -> None:
-        moses_smiles_file("train")
+        moses_smiles_file("train", root)
 
     def open(self, root: Path) -> DescriptorTargets:
-        corpus = moses_smiles("train")
+        corpus = moses_smiles("train", root)
         smiles = corpus
         if self.molecules is not None and self.molecules < len(corpus):
             rows = np.sort(np.random.default_rng(self.seed).choice(len(corpus), size=self.molecules, replace=False))

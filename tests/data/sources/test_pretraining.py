@@ -9,9 +9,14 @@ from rdkit import Chem
 from rdkit.Chem import BRICS
 
 from graphormer_urpe.data.sources.descriptors import descriptor_reference, normalised_descriptors
-from graphormer_urpe.data.sources.pretraining import MosesDescriptors, brics_fragments, capped_fragment
+from graphormer_urpe.data.sources.pretraining import (
+    MosesDescriptors,
+    brics_fragments,
+    capped_fragment,
+    moses_smiles_file,
+)
 from graphormer_urpe.errors import ConfigError, DatasetMissing
-from graphormer_urpe.testing.moses_layout import write_moses_package
+from graphormer_urpe.testing.moses_layout import place_moses_corpus, write_moses_package
 
 SMILES = [
     "CCO",
@@ -58,8 +63,30 @@ def test_the_draw_and_the_split_are_fixed_by_the_seed(moses: Path) -> None:
 def test_a_missing_wheel_is_named_with_its_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "path", [p for p in sys.path if "site-packages" not in p])
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    with pytest.raises(DatasetMissing, match="pip install --no-deps molsets==0.3.1"):
-        MosesDescriptors().ensure_raw(Path("."))
+    with pytest.raises(DatasetMissing, match="pip install --no-deps molsets==0.3.1") as refused:
+        MosesDescriptors().ensure_raw(Path("here"))
+    # and where a data root may hold the corpus instead
+    assert "place its train.csv.gz at here/moses_descriptors/raw/train.csv.gz" in str(refused.value)
+
+
+def test_a_corpus_placed_under_the_data_root_is_read_without_the_wheel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)  # no molsets
+    placed = place_moses_corpus(tmp_path / "data", SMILES[:10])
+    assert placed == tmp_path / "data" / "moses_descriptors" / "raw" / "train.csv.gz"
+    source = MosesDescriptors(molecules=None, valid_fraction=0.1)
+    source.ensure_raw(tmp_path / "data")
+    assert list(source.open(tmp_path / "data").smiles) == SMILES[:10]
+    with pytest.raises(DatasetMissing):  # another root holds none, and there is no wheel
+        source.ensure_raw(tmp_path / "elsewhere")
+
+
+def test_the_data_roots_corpus_comes_before_the_wheels(moses: Path, tmp_path: Path) -> None:
+    assert moses_smiles_file("train", tmp_path / "data") == moses  # nothing placed: the wheel's
+    place_moses_corpus(tmp_path / "data", ["CCO", "CCN"])
+    assert moses_smiles_file("train") == moses  # no root given: the wheel's
+    assert list(MosesDescriptors(molecules=None).open(tmp_path / "data").smiles) == ["CCO", "CCN"]
 
 
 def test_a_fragment_is_capped_with_hydrogens_where_it_was_cut() -> None:
