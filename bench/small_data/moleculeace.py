@@ -6,6 +6,7 @@ recipe against the benchmark's best method (SVM on ECFP) and chemprop 2.3.1, as 
     python bench/small_data/moleculeace.py --sets CHEMBL1871_Ki --arms svm  # some sets
     python bench/small_data/moleculeace.py --report                         # the tables, from the committed results
     python bench/small_data/moleculeace.py --blend-stability                # the blend rules under resampling
+    python bench/small_data/moleculeace.py --selection recipe+ecfp recipe   # a candidate, on validation figures
 
 Data: the ``MoleculeACE==3.0.0`` wheel (``pip install --no-deps MoleculeACE==3.0.0``; located, never imported)
 ships each set as ``MoleculeACE/Data/benchmark_data/<set>.csv`` (``smiles``, ``y`` = -log10 of the activity in
@@ -87,6 +88,12 @@ VALID_SEED = 0
 RESULTS = REPO / "bench" / "results" / "moleculeace"
 #: The recipe's seeds and sweep, as a user runs it.
 RECIPE_SEEDS = (0, 1, 2)
+#: The sets on which the recipe's candidates are chosen, on validation figures (docs/small-data.md, "Choices made on
+#: the validation rows"): the two smallest, fixed before any of their runs.
+SELECTION_SETS = ("CHEMBL1871_Ki", "CHEMBL2034_Ki")
+#: A candidate replaces the recipe only if the mean over :data:`SELECTION_SETS` of its network ensemble's
+#: validation RMSE relative to the recipe's is at most this, and its blend's at most 1 (fixed before the runs).
+SELECTION_ENSEMBLE_RATIO = 0.97
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,33 @@ ARMS: dict[str, Arm] = {
         "recipe", "--config small_molecules --ensemble --trees --kernel --data.source.fingerprints ecfp", RECIPE_SEEDS
     ),
 }
+
+
+def shipped_pretrained() -> str:
+    """The SHA-256 of the pretrained checkpoint the package ships (``--init_from pretrained``, the recipe's start):
+    part of a recipe arm's identity, so that results of two checkpoints are never mixed under one arm."""
+    from graphormer_urpe.pretrained import provenance
+
+    return provenance()["sha256"]
+
+
+def check_seed_runs(run_root: Path, sweep_name: str, seeds: Sequence[int], pretrained: str) -> None:
+    """Refuse a sweep whose finished or started seeds (``run.json`` of ``<run_root>/<sweep_name>-seed<S>``) began
+    from another checkpoint than ``pretrained``: the sweep would reuse them under the arm's name.
+
+    Raises:
+        BenchError: naming the run directory and both checkpoints.
+    """
+    for seed in seeds:
+        record = run_root / f"{sweep_name}-seed{seed}" / "run.json"
+        if not record.is_file():
+            continue
+        started = json.loads(record.read_text())["segments"][0].get("initialised_from") or {}
+        if started.get("sha256") != pretrained:
+            raise BenchError(
+                f"{record.parent}: started from checkpoint sha256 {started.get('sha256')}, the shipped one is "
+                f"{pretrained}: move that run away (or give another --work) to run the arm with this checkpoint"
+            )
 
 
 def package_directory() -> Path:
@@ -339,6 +373,8 @@ def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dic
     directory = set_directory(work, name, table)
     run_root = work / "recipe"
     sweep_name = f"{name}-{arm}"  # a sweep stopped earlier resumes: its finished seeds are reused
+    pretrained = shipped_pretrained()
+    check_seed_runs(run_root, sweep_name, ARMS[arm].seeds, pretrained)
     command = [
         *SWEEP,
         *shlex.split(ARMS[arm].options),
@@ -386,6 +422,7 @@ def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dic
                 "seed": seed,
                 "part": "blend" if part == "y" else part.rstrip("0123456789"),
                 "options": ARMS[arm].options,
+                "pretrained": pretrained,
                 **scores(predicted, table),
                 "val_rmse": rmse(parts["valid"][part], valid),
                 "cpu_seconds": cpu if part == "ensemble" else None,
@@ -442,16 +479,36 @@ def pending(sets: Sequence[str], arms: Sequence[str]) -> list[Run]:
     """
     todo = []
     for name in sets:
-        done = set()
-        for entry in read_results(name):
-            if entry["arm"] in ARMS and entry["options"] != ARMS[entry["arm"]].options:
-                raise BenchError(
-                    f"{RESULTS / name}.jsonl: arm {entry['arm']} ran with options {entry['options']!r}, "
-                    f"now {ARMS[entry['arm']].options!r}: keep the arm's options or name a new arm"
-                )
-            done.add((entry["arm"], entry["seed"]))
+        entries = checked_results(name)
+        done = {(entry["arm"], entry["seed"]) for entry in entries}
         todo += [Run(name, arm, seed) for arm in arms for seed in ARMS[arm].seeds if (arm, seed) not in done]
     return todo
+
+
+def checked_results(name: str) -> list[dict]:
+    """The set's results, each of an arm that still is what it was: the same options, and for a recipe arm the same
+    shipped pretrained checkpoint (:func:`shipped_pretrained`).
+
+    Raises:
+        BenchError: a result of an arm that has changed since (mixing them would mislead).
+    """
+    entries = read_results(name)
+    pretrained = shipped_pretrained()
+    for entry in entries:
+        arm = ARMS.get(entry["arm"])
+        if arm is None:
+            continue
+        if entry["options"] != arm.options:
+            raise BenchError(
+                f"{RESULTS / name}.jsonl: arm {entry['arm']} ran with options {entry['options']!r}, "
+                f"now {arm.options!r}: keep the arm's options or name a new arm"
+            )
+        if arm.kind == "recipe" and entry.get("pretrained") != pretrained:
+            raise BenchError(
+                f"{RESULTS / name}.jsonl: arm {entry['arm']} ran from the pretrained checkpoint sha256 "
+                f"{entry.get('pretrained')}, the shipped one is now {pretrained}: name a new arm"
+            )
+    return entries
 
 
 def run_peers(sets: Sequence[str], arms: Sequence[str], work: Path, chemprop: str | None, jobs: int) -> None:
@@ -604,6 +661,57 @@ def report(sets: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def validation_figures(name: str, arm: str) -> dict[str, float]:
+    """A recipe arm's validation RMSE on the set, per part: ``seeds`` (the mean over its runs), ``ensemble``, its
+    cheap parts and ``blend``; empty when the arm has not finished there. No test figure is read."""
+    entries = [entry for entry in checked_results(name) if entry["arm"] == arm]
+    if not any(entry.get("part") == "ensemble" for entry in entries):
+        return {}
+    figures = {"seeds": float(np.mean([entry["val_rmse"] for entry in entries if entry["part"] == "member"]))}
+    figures.update({entry["part"]: entry["val_rmse"] for entry in entries if entry["part"] != "member"})
+    return figures
+
+
+def selection(candidate: str, baseline: str) -> str:
+    """The rule that decides whether ``candidate`` replaces the recipe ``baseline``, on validation figures of
+    :data:`SELECTION_SETS` only (no test row is read): per set and part, both validation RMSEs and their ratio; then
+    the means over the sets of the network ensemble's and the blend's ratios against :data:`SELECTION_ENSEMBLE_RATIO`
+    and 1. A Markdown text ending in the verdict."""
+    lines = [
+        f"# Selection: {candidate} against {baseline}, on the validation rows of {', '.join(SELECTION_SETS)}",
+        "",
+        f"Written by `python bench/small_data/moleculeace.py --selection {candidate} {baseline}`. The rule, fixed "
+        f"before the runs: {candidate} replaces {baseline} only if the mean over these sets of its network "
+        f"ensemble's validation RMSE relative to {baseline}'s is at most {SELECTION_ENSEMBLE_RATIO} and its blend's "
+        "at most 1.",
+        "",
+        f"| set | part | {baseline} | {candidate} | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    ratios: dict[str, list[float]] = {"ensemble": [], "blend": []}
+    missing = []
+    for name in SELECTION_SETS:
+        old, new = validation_figures(name, baseline), validation_figures(name, candidate)
+        if not old or not new:
+            missing += [f"{name} {arm}" for arm, figures in ((baseline, old), (candidate, new)) if not figures]
+            continue
+        for part in old:
+            lines.append(f"| {name} | {part} | {old[part]:.4f} | {new[part]:.4f} | {new[part] / old[part]:.3f} |")
+        for part in ratios:
+            ratios[part].append(new[part] / old[part])
+    lines.append("")
+    if missing:
+        lines.append(f"**No verdict yet**: not finished: {', '.join(missing)}.")
+        return "\n".join(lines) + "\n"
+    ensemble, blend = np.mean(ratios["ensemble"]), np.mean(ratios["blend"])
+    chosen = ensemble <= SELECTION_ENSEMBLE_RATIO and blend <= 1.0
+    lines.append(
+        f"Mean ratios: network ensemble {ensemble:.3f} (at most {SELECTION_ENSEMBLE_RATIO}), blend {blend:.3f} "
+        f"(at most 1). **{candidate} {'replaces' if chosen else 'does not replace'} {baseline}.**"
+    )
+    return "\n".join(lines) + "\n"
+
+
 #: The previous release's blend rule: the weight of this grid whose blend has the lowest validation MAE.
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -674,6 +782,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--report", action="store_true", help="write the tables from the results")
     parser.add_argument(
+        "--selection",
+        nargs=2,
+        metavar=("CANDIDATE", "RECIPE"),
+        choices=[name for name, arm in ARMS.items() if arm.kind == "recipe"],
+        help="whether a candidate recipe arm replaces the recipe, by the rule fixed before on validation figures "
+        "of SELECTION_SETS (bench/results/moleculeace/selection-CANDIDATE.md)",
+    )
+    parser.add_argument(
         "--blend-stability",
         action="store_true",
         help="measure how the blend rules' weights move under resampling of the validation rows "
@@ -683,8 +799,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     options.work = options.work.resolve()  # the results record commands with paths relative to it (portable)
     if options.jobs < 1:
         parser.error(f"--jobs {options.jobs}: must be at least 1")
-    if not options.arms and not options.report and not options.blend_stability:
-        parser.error("nothing to do: give --arms, --report or --blend-stability")
+    if not options.arms and not options.report and not options.blend_stability and not options.selection:
+        parser.error("nothing to do: give --arms, --report, --selection or --blend-stability")
     return options
 
 
@@ -698,25 +814,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     recipes = [arm for arm in options.arms if ARMS[arm].kind == "recipe"]
     for arm in recipes:
         for name in options.sets:
-            if any(entry["arm"] == arm and entry.get("part") == "ensemble" for entry in read_results(name)):
+            if any(entry["arm"] == arm and entry.get("part") == "ensemble" for entry in checked_results(name)):
                 continue
             entries = run_recipe(name, arm, read_set(name), options.work)
             for entry in entries:
                 append_result(entry)
-            print(
-                f"{name} {arm}: "
-                + ", ".join(
-                    f"{e['part']}{'' if e['seed'] is None else e['seed']} "
-                    f"{e['test_rmse']:.3f}/{e['test_cliff_rmse']:.3f} (valid "
-                    f"{e['val_rmse']:.3f})"
-                    for e in entries
-                ),
-                flush=True,
+            # validation figures only: the recipe's candidates are chosen on them, the test rows wait for the report
+            parts = ", ".join(
+                f"{e['part']}{'' if e['seed'] is None else e['seed']} {e['val_rmse']:.3f}" for e in entries
             )
+            print(f"{name} {arm}: validation RMSE {parts}", flush=True)
     if options.blend_stability:
         text = blend_stability(options.sets)
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "blend_stability.md").write_text(text)
+    if options.selection:
+        text = selection(*options.selection)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / f"selection-{options.selection[0]}.md").write_text(text)
+        print(text)
     if options.report:
         text = report(options.sets)
         (RESULTS / "README.md").write_text(text)

@@ -181,6 +181,71 @@ def test_the_report_takes_each_arms_own_result_and_averages_per_set_ratios(
     assert f"| recipe | chemprop | 1 | {0.6 / (0.5 / 3):.3f} | {0.9 / (0.5 / 3):.3f} |" in text
 
 
+def recipe_lines(arm: str, members: tuple[float, float], ensemble: float, blend: float, name: str = SET) -> list[dict]:
+    """A recipe arm's lines with these validation RMSEs (test figures NaN: the selection must not read them)."""
+    parts = [("member", 0, members[0]), ("member", 1, members[1]), ("ensemble", None, ensemble)]
+    parts += [("trees", None, 0.9), ("blend", None, blend)]
+    return [
+        entry(arm, seed, float("nan"), float("nan"), part=part)
+        | {"set": name, "val_rmse": value, "pretrained": moleculeace.shipped_pretrained()}
+        for part, seed, value in parts
+    ]
+
+
+def test_a_recipe_arms_results_of_another_pretrained_checkpoint_are_refused(results: Path) -> None:
+    """An arm's identity is its options and, for the recipe, the shipped checkpoint it started from: results of
+    another checkpoint are never mixed in, nor is a seed run that started from one reused by the sweep."""
+    results.mkdir()
+    lines = recipe_lines("recipe", (0.5, 0.6), 0.5, 0.45)
+    (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert [line["val_rmse"] for line in moleculeace.checked_results(SET)] == [0.5, 0.6, 0.5, 0.9, 0.45]
+    lines[0]["pretrained"] = "0" * 64
+    (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(moleculeace.BenchError, match="arm recipe ran from the pretrained checkpoint sha256 0{64}"):
+        moleculeace.checked_results(SET)
+    with pytest.raises(moleculeace.BenchError, match="name a new arm"):
+        moleculeace.pending([SET], ["svm"])
+
+
+def test_a_sweeps_seed_started_from_another_checkpoint_is_refused_before_the_sweep(tmp_path: Path) -> None:
+    shipped = moleculeace.shipped_pretrained()
+    for seed, sha in ((0, shipped), (1, "f" * 64)):
+        run = tmp_path / f"{SET}-recipe-seed{seed}"
+        run.mkdir()
+        record = {"segments": [{"segment": 0, "initialised_from": {"path": "x.ckpt", "sha256": sha}}]}
+        (run / "run.json").write_text(json.dumps(record))
+    moleculeace.check_seed_runs(tmp_path, f"{SET}-recipe", (0, 2), shipped)  # seed 2 not started: nothing to check
+    with pytest.raises(moleculeace.BenchError, match=f"{SET}-recipe-seed1: started from checkpoint sha256 f{{64}}"):
+        moleculeace.check_seed_runs(tmp_path, f"{SET}-recipe", (0, 1, 2), shipped)
+
+
+def test_the_selection_reads_validation_figures_only_and_applies_the_rule_fixed_before(
+    results: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ensemble ratios 0.96 and 0.98 (mean 0.97, the bound: chosen); blend ratios 1.0 and 1.0. Test figures are NaN
+    in these lines, so a verdict that read them would not be a number."""
+    first, second = moleculeace.SELECTION_SETS
+    results.mkdir()
+    assert "**No verdict yet**: not finished: " in moleculeace.selection("recipe+ecfp", "recipe")
+    lines = {
+        first: recipe_lines("recipe", (0.6, 0.7), 0.5, 0.4, first)
+        + recipe_lines("recipe+ecfp", (0.6, 0.6), 0.48, 0.4, first),
+        second: recipe_lines("recipe", (0.8, 0.8), 1.0, 0.5, second)
+        + recipe_lines("recipe+ecfp", (0.8, 0.9), 0.98, 0.5, second),
+    }
+    for name, written in lines.items():
+        (results / f"{name}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in written))
+    text = moleculeace.selection("recipe+ecfp", "recipe")
+    assert f"| {first} | seeds | 0.6500 | 0.6000 | 0.923 |" in text
+    assert (
+        "Mean ratios: network ensemble 0.970 (at most 0.97), blend 1.000 (at most 1). **recipe+ecfp replaces recipe.**"
+        in text
+    )
+    lines[second][-1]["val_rmse"] = 0.501  # the candidate's blend a little worse: not chosen
+    (results / f"{second}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines[second]))
+    assert "**recipe+ecfp does not replace recipe.**" in moleculeace.selection("recipe+ecfp", "recipe")
+
+
 def test_the_grid_rule_is_the_earlier_releases_and_the_stability_table_reads_validation_rows_only(
     site: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -229,5 +294,6 @@ def test_the_recipes_arm_records_every_part_of_its_ensemble(
     members = np.array([entry["test_predictions"] for entry in entries[:2]])
     np.testing.assert_allclose(entries[2]["test_predictions"], members.mean(axis=0), rtol=0, atol=2e-5)
     assert entries[2]["cpu_seconds"] > 0 and entries[0]["cpu_seconds"] is None  # the sweep's, once
+    assert {entry["pretrained"] for entry in entries} == {moleculeace.shipped_pretrained()}
     moleculeace.main(["--sets", SET, "--arms", "recipe", "--work", str(tmp_path / "work")])  # done: not run again
     assert moleculeace.read_results(SET) == entries
