@@ -1,4 +1,5 @@
-"""Prepare what a GPU machine without network lacks for bench/gpu/gpu_check.py: wheels and prebuilt data, < 48 MiB.
+"""Prepare what a GPU machine without network lacks for bench/gpu/gpu_check.py and bench/gpu/gpu_pretrain.py: wheels
+and data, sent with the working tree within 64 MiB.
 
     python bench/gpu/gpu_bundle.py                                      # .gpu_bundle/, wheels for Python 3.12
     python bench/gpu/gpu_bundle.py --python-version 3.11 --out BUNDLE   # the CPU rehearsal's (gpu_rehearsal.sh)
@@ -11,17 +12,21 @@ A machine with the image docs/gpu.md describes has torch, Lightning, PyG, numpy,
 * ``data/qm9/``: the caches of the first :data:`~gpu_check.QM9_MOLECULES` QM9 molecules, as
   ``configs/qm9_gap.yaml`` builds it (its key holds the RDKit version: the wheel's is the same), and
   of the first 50, the device tests' (``qm9_root`` of tests/conftest.py);
+* ``data/moses_descriptors/raw/train.csv.gz``: MOSES's 1,584,663 training SMILES (10 MB), where
+  ``MosesDescriptors`` finds them under a data root without the ``molsets`` wheel (the pretraining's corpus),
+  checked against the SHA-1 that the descriptor reference records;
 * ``manifest.json``: what is where, the Python version and every file's size.
 
-It prints every part's size and the total, and exits with 1 if the total passes :data:`LIMIT_MIB`
-(leaving room for the working tree within the 64 MiB such a machine may be sent). The folder is git-ignored; send it
-with the working tree. Building the data needs this project's own environment
-(``qm9pack``, RDKit); downloading the wheels needs PyPI.
+It prints every part's size, the working tree's (tracked files and untracked ones git does not ignore: what is sent
+with the bundle) and their total, and exits with 1 if that total passes :data:`SEND_LIMIT_MIB`. The folder is
+git-ignored; send it with the working tree. Building the data needs this project's own environment (``qm9pack``,
+RDKit, ``molsets``); downloading the wheels needs PyPI.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import subprocess
@@ -45,7 +50,8 @@ WHEELS = {
     "typeshed-client": "2.15.0",
 }
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
-LIMIT_MIB = 48
+#: The most a GPU machine may be sent: the bundle and the working tree together.
+SEND_LIMIT_MIB = 64
 MIB = 1024**2
 
 
@@ -78,7 +84,7 @@ def sizes(root: Path) -> dict[str, int]:
 
 
 def part_sizes(files: dict[str, int]) -> dict[str, int]:
-    """Bytes per part: each wheel, the QM9 cache (the first two path components)."""
+    """Bytes per part: each wheel, each dataset's data (the first two path components)."""
     parts: dict[str, int] = {}
     for name, size in files.items():
         key = "/".join(Path(name).parts[:2])
@@ -86,15 +92,61 @@ def part_sizes(files: dict[str, int]) -> dict[str, int]:
     return parts
 
 
+def working_tree_bytes(repo: Path) -> int:
+    """Bytes of what is sent with the bundle: the files git tracks (as they are on disk) and the untracked ones it does
+    not ignore, under ``repo``."""
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    paths = {repo / name for name in listed.split("\0") if name}
+    return sum(path.stat().st_size for path in paths if path.is_file() and not path.is_symlink())
+
+
+def place_corpus(data: Path, sha1: str) -> Path:
+    """Copy MOSES's training SMILES from the ``molsets`` wheel to where ``MosesDescriptors`` finds them under the data
+    root ``data`` (:func:`~graphormer_urpe.data.sources.pretraining.placed_moses_file`), once their SHA-1 is
+    ``sha1``; return the copy."""
+    from graphormer_urpe.data.sources.pretraining import moses_smiles_file, placed_moses_file
+
+    corpus, placed = moses_smiles_file("train"), placed_moses_file(data)
+    if (found := hashlib.sha1(corpus.read_bytes()).hexdigest()) != sha1:
+        raise SystemExit(f"{corpus}: SHA-1 {found}, not the {sha1} that the descriptor reference records for it")
+    print(f"MOSES corpus {corpus} -> {placed}", flush=True)
+    placed.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(corpus, placed)
+    return placed
+
+
 def build_data(data: Path, molecules: int) -> None:
-    """The QM9 caches of the first ``molecules`` molecules and of the first 50, under ``data``."""
+    """The QM9 caches of the first ``molecules`` molecules and of the first 50, and MOSES's training SMILES (checked
+    against the SHA-1 that the descriptor reference records), under ``data``."""
     from graphormer_urpe.data.datamodule import GraphDataModule
     from graphormer_urpe.data.sources import QM9
+    from graphormer_urpe.data.sources.descriptors import descriptor_reference
     from graphormer_urpe.testing.runs import TINY_MOLECULES
 
     for count in (molecules, TINY_MOLECULES):  # the check's runs, the device tests' qm9_root (tests/conftest.py)
         print(f"QM9 cache of the first {count} molecules under {data}", flush=True)
         GraphDataModule(QM9(max_molecules=count), root=str(data), preprocess_workers=0).prepare_data()
+    place_corpus(data, descriptor_reference().provenance["corpus_sha1"])
+
+
+def send_report(files: dict[str, int], tree: int) -> tuple[list[str], bool]:
+    """Lines of sizes (each part of the bundle, its total, the working tree ``tree``, both together) and whether
+    both together are within :data:`SEND_LIMIT_MIB`."""
+    total = sum(files.values())
+    within = total + tree <= SEND_LIMIT_MIB * MIB
+    lines = [f"{size / MIB:8.2f} MiB  {name}" for name, size in part_sizes(files).items()]
+    lines += [
+        f"{total / MIB:8.2f} MiB  the bundle",
+        f"{tree / MIB:8.2f} MiB  the working tree (tracked files, and untracked ones git does not ignore)",
+        f"{(total + tree) / MIB:8.2f} MiB  sent together ({'within' if within else 'OVER'} the {SEND_LIMIT_MIB} MiB "
+        "limit)",
+    ]
+    return lines, within
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,20 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run(command, check=True, stdin=subprocess.DEVNULL)
     build_data(args.out / "data", args.qm9_molecules)
     files = sizes(args.out)
-    total = sum(files.values())
+    tree = working_tree_bytes(REPO)
     manifest = {
         "python_version": args.python_version,
         "wheels": WHEELS,
         "qm9_molecules": args.qm9_molecules,
-        "total_bytes": total,
+        "total_bytes": sum(files.values()),
+        "working_tree_bytes": tree,
         "files": files,
     }
     (args.out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    for name, size in part_sizes(files).items():
-        print(f"{size / MIB:8.2f} MiB  {name}")
-    verdict = "within" if total <= LIMIT_MIB * MIB else "OVER"
-    print(f"{total / MIB:8.2f} MiB  in all under {args.out} ({verdict} the {LIMIT_MIB} MiB limit)")
-    return 0 if total <= LIMIT_MIB * MIB else 1
+    lines, within = send_report(files, tree)
+    print("\n".join(lines))
+    return 0 if within else 1
 
 
 if __name__ == "__main__":
