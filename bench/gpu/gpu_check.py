@@ -116,7 +116,8 @@ QM9_STEPS = 100
 
 
 def say(message: str) -> None:
-    print(f"[gpu_check {datetime.datetime.now():%H:%M:%S}] {message}", flush=True)
+    """Print ``message`` with the script's name (gpu_check, gpu_pretrain) and the time."""
+    print(f"[{Path(sys.argv[0]).stem} {datetime.datetime.now():%H:%M:%S}] {message}", flush=True)
 
 
 @dataclass
@@ -149,9 +150,17 @@ class Check:
     def log(self) -> Path:
         return self.out / "check.log"
 
-    def run(self, command: list[str], cap: float, env: dict[str, str] | None = None) -> Outcome:
+    def run(
+        self,
+        command: list[str],
+        cap: float,
+        env: dict[str, str] | None = None,
+        while_running: Callable[[], None] | None = None,
+        every: float = 10.0,
+    ) -> Outcome:
         """Run ``command`` in the repository for at most ``cap`` seconds (times ``--time-scale``) and what is left of
-        the budget; its output is appended to ``check.log``, and its tail printed when it fails."""
+        the budget, calling ``while_running`` every ``every`` seconds until it ends; its output is appended to
+        ``check.log``, and its tail printed when it fails."""
         left = self.deadline - time.monotonic()
         if left < LEAST_COMMAND_SECONDS:
             say(f"not reached (budget: {max(left, 0):.0f} s left): {' '.join(command)}")
@@ -176,13 +185,19 @@ class Check:
             text=True,
             start_new_session=True,
         )
-        try:
-            stdout, stderr = process.communicate(timeout=limit)
-            status = "ok" if process.returncode == 0 else "failed"
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-            status = "cut"
+        while True:
+            left = started + limit - time.monotonic()
+            try:  # a communicate that times out loses no output: the next one returns all of it
+                stdout, stderr = process.communicate(timeout=max(0.0, min(left, every if while_running else left)))
+                status = "ok" if process.returncode == 0 else "failed"
+                break
+            except subprocess.TimeoutExpired:
+                if left <= every or while_running is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    stdout, stderr = process.communicate()
+                    status = "cut"
+                    break
+                while_running()
         outcome = Outcome(status, time.monotonic() - started, stdout, stderr, process.returncode)
         with self.log.open("a") as log:
             log.write(
@@ -199,9 +214,13 @@ class Check:
         self.report["parts"][part] = {**entry, "seconds": time.monotonic() - started}
         self.write()
 
+    def markdown(self) -> str:
+        """``summary.md``: the report as docs/gpu.md shows it."""
+        return markdown(self.report)
+
     def write(self) -> None:
         """Write ``summary.json`` and ``summary.md`` (each replaced whole, never left half-written)."""
-        for name, text in (("summary.json", json.dumps(self.report, indent=2)), ("summary.md", markdown(self.report))):
+        for name, text in (("summary.json", json.dumps(self.report, indent=2)), ("summary.md", self.markdown())):
             partial = self.out / f".{name}.partial"
             partial.write_text(text + "\n")
             partial.replace(self.out / name)

@@ -49,6 +49,20 @@ def test_a_command_over_its_cap_is_cut_and_logged(tmp_path: Path) -> None:
     assert (done.status, done.returncode) == ("failed", 3)
 
 
+def test_a_command_is_looked_at_while_it_runs_and_still_cut_at_its_cap(tmp_path: Path) -> None:
+    check = gpu_check.Check(tmp_path, tmp_path / "work", time_scale=1.0)
+    looks: list[float] = []
+    script = "import time; print('first', flush=True); time.sleep(1.2); print('last')"
+    outcome = check.run([sys.executable, "-c", script], cap=60, while_running=lambda: looks.append(1.0), every=0.3)
+    assert outcome.ok and outcome.stdout.split() == ["first", "last"]  # no output lost between the looks
+    assert len(looks) >= 2  # 1.2 s of sleep: a look every 0.3 s
+    looks.clear()
+    cut = check.run(
+        [sys.executable, "-c", "import time; time.sleep(600)"], 1, while_running=lambda: looks.append(1), every=0.3
+    )
+    assert cut.status == "cut" and cut.seconds < 10 and looks
+
+
 def test_a_part_over_its_cap_is_recorded_as_cut_and_the_next_parts_still_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
