@@ -438,6 +438,24 @@ class CheapParts:
     kernel: FingerprintKernel | None
     features: MoleculeFeatures  # the runs' molecule features: what the trees read
 
+    @classmethod
+    def fit(
+        cls,
+        kind: str,
+        names: Sequence[str],
+        smiles: Sequence[str],
+        targets: np.ndarray,
+        features: MoleculeFeatures,
+        trees: bool,
+        kernel: bool,
+    ) -> CheapParts:
+        """The parts asked for, fitted on these (training) rows: the trees on what ``features`` gives of each molecule
+        (:func:`~graphormer_urpe.evaluation.blend.tree_inputs`), the kernel on its count fingerprint. Shapes: targets
+        (N, Y), NaN where unknown."""
+        fitted_trees = DescriptorTrees.fit(kind, names, tree_inputs(features, smiles), targets) if trees else None
+        fitted_kernel = FingerprintKernel.fit(kind, names, ecfp_count_matrix(smiles), targets) if kernel else None
+        return cls(fitted_trees, fitted_kernel, features)
+
     def predict(self, smiles: Sequence[str]) -> dict[str, np.ndarray]:
         """Each part's predictions of these molecules (parsed by RDKit). Each (R, S)."""
         predicted = {}
@@ -453,12 +471,7 @@ def fit_cheap_parts(plan: EnsemblePlan) -> CheapParts:
     source = plan.source
     train = split_rows(source, "train")
     smiles, targets = train[source.smiles_column].tolist(), train[source.targets].to_numpy()
-    trees = kernel = None
-    if plan.trees:
-        trees = DescriptorTrees.fit(plan.target_kind, source.targets, tree_inputs(source.features, smiles), targets)
-    if plan.kernel:
-        kernel = FingerprintKernel.fit(plan.target_kind, source.targets, ecfp_count_matrix(smiles), targets)
-    return CheapParts(trees, kernel, source.features)
+    return CheapParts.fit(plan.target_kind, source.targets, smiles, targets, source.features, plan.trees, plan.kernel)
 
 
 def build_ensemble(plan: EnsemblePlan, command: str) -> EnsembleRecord:
