@@ -8,8 +8,9 @@ order, with the table's own columns (an ``id``, say) kept beside the predictions
 a row could not be predicted (its predictions empty). A checkpoint writes the task's columns (a regression's value
 per target; a classification's label and probability). An ensemble (``graphormer-urpe ensemble``) writes its
 prediction under the same names, and per score (``<target>``, ``<label>_probability``) each member's
-(``_member<k>``), their standard deviation as an uncertainty (``_std``) and, blended with trees, the members' mean
-(``_ensemble``) and the trees' (``_trees``): exactly what it recorded for its own test rows. Nothing is overwritten:
+(``_member<k>``), their standard deviation as an uncertainty (``_std``) and, blended with cheap parts, the members'
+mean (``_ensemble``), the trees' (``_trees``) and the kernel's (``_kernel``): exactly what it recorded for its own
+test rows. Nothing is overwritten:
 an existing ``--out`` is refused before any work, as are a table that is a directory, without rows or without its
 SMILES column, and an ensemble whose ``ensemble.json`` was edited. Exit codes: :mod:`graphormer_urpe.commands.exits`.
 """

@@ -422,7 +422,8 @@ def test_every_refusal_of_a_recipe_sweep_comes_before_the_first_seed(
     tmp_path: Path, logged: pytest.LogCaptureFixture, seeds_in_this_process: list[int]
 ) -> None:
     """Issue 38.3: the trees without descriptors, a table to predict without the SMILES column or without rows;
-    issue 44.8: a config without a SMILES table; 44.10: a label with one class among the training rows."""
+    issue 44.8: a config without a SMILES table; 44.10: a label with one class among the training rows (for the trees
+    and for the kernel)."""
     assert "--trees reads the runs' RDKit descriptors or fingerprints, and these runs have neither" in recipe_refusal(
         tmp_path, logged, "--trees", "--data.source.descriptors", "null"
     )
@@ -452,6 +453,10 @@ def test_every_refusal_of_a_recipe_sweep_comes_before_the_first_seed(
     ) == (
         "the descriptor trees need both classes of label 'polar' among the training rows, which hold one; ensemble "
         "without --trees"
+    )
+    assert recipe_refusal(tmp_path, logged, "--kernel", table=one_class, config="smiles_csv_classification") == (
+        "the fingerprint kernel's processes need both classes of label 'polar' among the training rows, which hold "
+        "one; ensemble without --kernel"
     )
     assert seeds_in_this_process == []
 

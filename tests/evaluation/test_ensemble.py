@@ -298,13 +298,13 @@ def binary_table(tmp_path_factory: pytest.TempPathFactory, small_table: Path) ->
     return path
 
 
-@pytest.mark.slow
-def test_binary_labels_get_the_ensemble_and_the_trees_blend_scored_by_roc_and_pr_auc(
-    binary_table: Path, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def binary_saved(binary_table: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The saved ensemble, with trees and kernel, of two runs of the two labels with descriptors and fingerprints."""
+    base = tmp_path_factory.mktemp("binary_saved")
     checkpoints = seed_runs(
         binary_table,
-        tmp_path,
+        base,
         "--model.class_path",
         "graphormer_urpe.tasks.Classification",
         "--data.source.task",
@@ -313,20 +313,79 @@ def test_binary_labels_get_the_ensemble_and_the_trees_blend_scored_by_roc_and_pr
         "[polar, ringed]",
         "--data.source.descriptors",
         "rdkit2d",
+        "--data.source.fingerprints",
+        "ecfp",
     )
-    record = build_ensemble(plan_ensemble(checkpoints, tmp_path / "ens", trees=True, kernel=True), "test")
+    build_ensemble(plan_ensemble(checkpoints, base / "ens", trees=True, kernel=True), "test")
+    return base / "ens"
+
+
+@pytest.mark.slow
+def test_binary_labels_get_the_ensemble_trees_and_kernel_blend_scored_by_roc_and_pr_auc(binary_saved: Path) -> None:
+    """The trees read the descriptors and the ECFP counts, the kernel regresses 0/1 clipped to [0, 1]: each, fitted
+    here on the training rows, predicts the probabilities saved; the blend's weights are chosen on the validation
+    rows' Brier scores; every part is scored by ROC-AUC and PR-AUC, the blend as the task scores its probabilities."""
+    from graphormer_urpe.evaluation.kernel import FingerprintKernel
+
+    record = SavedEnsemble(binary_saved).record
     assert record.target_kind == "binary" and record.blend_rule == BLEND_RULE
-    test = pd.read_csv(tmp_path / "ens" / "test.csv")
-    kernel = test[["polar_probability_kernel", "ringed_probability_kernel"]].to_numpy()
-    assert ((kernel >= 0) & (kernel <= 1)).all()
+    assert record.tree_inputs == ["rdkit2d", "ecfp"] and record.cheap_parts == ["trees", "kernel"]
+    test, valid = pd.read_csv(binary_saved / "test.csv"), pd.read_csv(binary_saved / "valid.csv")
+    names = [f"{label}_probability" for label in record.targets]
+    parts = {part: test[[f"{name}_{part}" for name in names]].to_numpy() for part in ("ensemble", "trees", "kernel")}
+    assert ((parts["kernel"] >= 0) & (parts["kernel"] <= 1)).all()
     for part in ("member0", "ensemble", "trees", "kernel", "blend"):
         assert {"test/auroc", "test/auprc", "test/auroc/polar", "test/auprc/ringed"} <= set(record.scores["test"][part])
-    probabilities = test[["polar_probability", "ringed_probability"]].to_numpy()
+    probabilities = test[names].to_numpy()
     assert ((probabilities >= 0) & (probabilities <= 1)).all()
     assert (test["polar"] == (test["polar_probability"] >= 0.5)).all()  # the label of the blended probability
-    task, run = model_of(tmp_path / "ens" / record.members[0].path)
-    truth = split_rows(run.source(), "test")[["polar", "ringed"]].to_numpy()
+    task, run = model_of(binary_saved / record.members[0].path)
+    source = run.source()
+    train, truth = split_rows(source, "train"), split_rows(source, "test")[record.targets].to_numpy()
     assert record.scores["test"]["blend"] == pytest.approx(task.score(probabilities, truth, "test"), nan_ok=True)
+    labels = train[record.targets].to_numpy()
+    with_ecfp = MoleculeFeatures("rdkit2d", (), "ecfp")
+    trees = DescriptorTrees.fit("binary", record.targets, tree_inputs(with_ecfp, train["smiles"]), labels)
+    assert tree_inputs(with_ecfp, test["smiles"]).shape[1] == 217 + 2048
+    np.testing.assert_allclose(parts["trees"], trees.predict(tree_inputs(with_ecfp, test["smiles"])), rtol=1e-12)
+    kernel = FingerprintKernel.fit("binary", record.targets, ecfp_count_matrix(train["smiles"]), labels)
+    np.testing.assert_allclose(parts["kernel"], kernel.predict(ecfp_count_matrix(test["smiles"])), rtol=1e-12)
+    brier = {part: valid[[f"{name}_{part}" for name in names]].to_numpy() for part in parts}
+    assert blend_weights(brier, split_rows(source, "valid")[record.targets].to_numpy(), record.targets) == (
+        record.blend_weights
+    )
+
+
+@pytest.mark.slow
+def test_a_moved_binary_ensemble_predicts_labels_and_every_parts_probability_as_it_recorded(
+    binary_saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Moved, read from an empty directory, fitting nothing: the test rows' SMILES come back with each label, its
+    blended probability and every part's (members, std, ensemble, trees on descriptors + ECFP, kernel) as test.csv
+    recorded them, float32 rounding apart."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from graphormer_urpe.evaluation.kernel import TanimotoProcess
+
+    def no_fit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("predict fitted a cheap part")
+
+    monkeypatch.setattr(HistGradientBoostingClassifier, "fit", no_fit)
+    monkeypatch.setattr(TanimotoProcess, "fit", no_fit)
+    moved = tmp_path / "elsewhere" / "model"
+    shutil.copytree(binary_saved, moved)
+    expected = pd.read_csv(binary_saved / "test.csv")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    expected[["smiles"]].to_csv("new.csv", index=False)
+    predicted, columns = SavedEnsemble(moved).predict(Path("new.csv"))
+    assert not any(predicted.errors)
+    record = SavedEnsemble(moved).record
+    for label in record.targets:
+        np.testing.assert_array_equal(np.asarray(columns[label], dtype=np.int64), expected[label], err_msg=label)
+        for suffix in ("", "_member0", "_member1", "_std", "_ensemble", "_trees", "_kernel"):
+            name = f"{label}_probability{suffix}"
+            np.testing.assert_allclose(columns[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert list(columns)[:4] == ["polar", "polar_probability", "ringed", "ringed_probability"]
 
 
 def test_only_a_smiles_tables_runs_make_an_ensemble_and_trees_refuse_classes(
