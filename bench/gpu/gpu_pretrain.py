@@ -146,10 +146,12 @@ def featurise_seconds(molecules: int, rates: Rates) -> float:
 
 def plan_steps(seconds: float, molecules: int, rates: Rates, schedule: Schedule, reserve: float) -> int:
     """The optimiser steps that fit ``seconds`` less a training's fixed seconds, its evaluations and ``reserve``, at
-    the probed rate times :data:`SLACK` (0 when none fits). When every molecule fitted the plan, this is more than
-    ``schedule.passes`` passes."""
+    the probed rate times :data:`SLACK` (0 when none fits), rounded down to a multiple of ``schedule.validations``
+    when there are that many, so that the last step is validated too. When every molecule fitted the plan, this is
+    more than ``schedule.passes`` passes."""
     left = seconds - rates.train_fixed - reserve - SLACK * schedule.eval_seconds(molecules, rates)
-    return max(0, math.floor(left * rates.steps_per_second / SLACK))
+    steps = max(0, math.floor(left * rates.steps_per_second / SLACK))
+    return steps - steps % schedule.validations if steps >= schedule.validations else steps
 
 
 def chunk_size(molecules: int, cores: int) -> int:
@@ -159,7 +161,8 @@ def chunk_size(molecules: int, cores: int) -> int:
 
 @dataclass(frozen=True)
 class Optimisation:
-    """The learning rate, warm-up and validation interval of a run of ``steps`` steps of ``batch_size``."""
+    """The learning rate, warm-up and validation interval of a run of ``steps`` steps of ``batch_size`` (the interval
+    rounded up: ``validations`` validations at most, the last at the last step when they divide ``steps``)."""
 
     lr: float
     warmup_steps: int
@@ -563,7 +566,7 @@ def train(check: Pretraining, setting: Setting, rates: Rates, data: list[str], r
         "--checkpoint.every_n_steps",
         str(optimisation.val_check_interval),
         "--model.optim.lr",
-        str(optimisation.lr),
+        f"{optimisation.lr:.4g}",
         "--model.optim.warmup_steps",
         str(optimisation.warmup_steps),
     ]

@@ -27,7 +27,7 @@ def test_the_molecules_fill_the_time_left_at_the_probed_rates() -> None:
     # the planned featurisation and the steps that see each training molecule twice fit the 300 s with the reserve
     featurised = gpu_pretrain.featurise_seconds(molecules, RATES)
     steps = gpu_pretrain.plan_steps(300 - featurised, molecules, RATES, SCHEDULE, reserve=20)
-    assert steps * 32 >= 2 * 0.96 * molecules - 32
+    assert steps % 10 == 0 and steps * 32 >= 2 * 0.96 * molecules - 10 * 32  # whole validation intervals
     assert featurised + 20 + 1.1 * (steps / 5 + SCHEDULE.eval_seconds(molecules, RATES)) + 20 <= 300
 
 
@@ -46,8 +46,11 @@ def test_too_little_time_for_the_fewest_molecules_is_refused() -> None:
 
 
 def test_the_steps_fit_the_time_left_less_the_fixed_seconds_the_evaluations_and_the_reserve() -> None:
-    # 200 - 20 fixed - 20 reserve - 1.1 x 5 s of evaluation (12 x 0.02 x 10,000 graphs at 3 x 32 x 5 per second)
-    assert gpu_pretrain.plan_steps(200, 10_000, RATES, SCHEDULE, reserve=20) == math.floor(154.5 * 5 / 1.1)
+    # 200 - 20 fixed - 20 reserve - 1.1 x 5 s of evaluation (12 x 0.02 x 10,000 graphs at 3 x 32 x 5 per second):
+    # 702 steps, 700 in 10 validation intervals of 70
+    assert math.floor(154.5 * 5 / 1.1) == 702
+    assert gpu_pretrain.plan_steps(200, 10_000, RATES, SCHEDULE, reserve=20) == 700
+    assert gpu_pretrain.plan_steps(47.5, 10_000, RATES, SCHEDULE, reserve=20) == 9  # 2 s: fewer than 10, as they are
     assert gpu_pretrain.plan_steps(45, 10_000, RATES, SCHEDULE, reserve=20) == 0
 
 
