@@ -85,6 +85,9 @@ MIN_MOLECULES = 100
 PROBE_CAPS = {"probe featurisation": 60, "probe steps": 90}
 #: The featurisation may overrun its plan by this share, but never into more than half the training's time.
 FEATURISE_OVERRUN = 0.5
+#: The training's loader workers: half the cores (the other half for the main process), at most this many (each
+#: collates batches far faster than one step trains on them).
+MAX_LOADER_WORKERS = 8
 #: Seconds between two looks for a new best checkpoint while the training runs.
 POLL_SECONDS = 10.0
 
@@ -658,6 +661,21 @@ def main(argv: list[str] | None = None) -> int:
             f"--bundle {args.bundle} holds no {placed_moses_file(args.bundle / 'data')}: prepare it with "
             "python bench/gpu/gpu_bundle.py"
         )
+    for option, value, least in (
+        ("--batch-size", args.batch_size, 1),
+        ("--validations", args.validations, 1),
+        ("--cores", args.cores, 1),
+        ("--probe-steps TIMED", args.probe_steps[1], 1),
+    ):
+        if value < least:
+            parser.error(f"{option} {value}: at least {least}")
+    if args.passes <= 0:
+        parser.error(f"--passes {args.passes}: must be positive")
+    if args.probe_per_core * args.cores < MIN_MOLECULES:
+        parser.error(
+            f"--probe-per-core {args.probe_per_core} on {args.cores} cores probes {args.probe_per_core * args.cores} "
+            f"molecules; MosesDescriptors draws at least {MIN_MOLECULES}"
+        )
     args.precision = args.precision or ("bf16-mixed" if args.device == "cuda" else "32")
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -678,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
         args,
         Schedule(args.batch_size, args.passes, args.validations, valid_fraction),
         config,
-        loader_workers=max(1, min(8, args.cores // 2)),
+        loader_workers=max(1, min(MAX_LOADER_WORKERS, args.cores // 2)),
         reserve=RESERVE_SECONDS * args.time_scale,
         started=started,
     )
@@ -688,12 +706,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"stopped by {error!r}")
         check.report["error"] = repr(error)
         check.write()
-    phases = check.report["phases"]
-    failed = [
-        name
-        for name in ("probe featurisation", "probe steps", "featurise", "train", "convert")
-        if phases.get(name, {}).get("status") != "ok"
-    ]
+    failed = [name for name in PHASES if check.report["phases"].get(name, {}).get("status") != "ok"]
     print("\n" + check.markdown())
     say(
         f"summary in {args.out / 'summary.md'} after {time.monotonic() - started:.0f} s; "

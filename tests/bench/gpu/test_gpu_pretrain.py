@@ -113,7 +113,7 @@ def test_a_phase_that_fails_is_on_disk_and_those_after_it_are_not_reached(
 ) -> None:
     def failed_probe(check: gpu_pretrain.Pretraining, result: Path, overrides: list[str], seconds: float) -> dict:
         assert overrides[overrides.index("--data.preprocess_workers") + 1] == "3"  # every core given
-        assert overrides[overrides.index("--data.chunk_size") + 1] == "7"  # one chunk each
+        assert overrides[overrides.index("--data.chunk_size") + 1] == "40"  # one chunk each
         return {"status": "failed", "seconds": 1.5, "error": "exit code 1"}
 
     def steps(*args: object) -> dict:
@@ -121,7 +121,7 @@ def test_a_phase_that_fails_is_on_disk_and_those_after_it_are_not_reached(
 
     monkeypatch.setattr(gpu_pretrain, "featurise", failed_probe)
     monkeypatch.setattr(gpu_pretrain, "probe_steps", steps)
-    argv = ["--device", "cpu", "--cores", "3", "--probe-per-core", "7", "--out", str(tmp_path / "out")]
+    argv = ["--device", "cpu", "--cores", "3", "--probe-per-core", "40", "--out", str(tmp_path / "out")]
     assert gpu_pretrain.main([*argv, "--work", str(tmp_path / "work")]) == 1
     report = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert report["phases"] == {"probe featurisation": {"status": "failed", "seconds": 1.5, "error": "exit code 1"}}
@@ -141,19 +141,37 @@ def test_a_phase_that_raises_is_recorded_with_what_finished_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def probe(check: gpu_pretrain.Pretraining, result: Path, overrides: list[str], seconds: float) -> dict:
-        return {"status": "ok", "seconds": 2.0, "molecules": 14, "graphs": 14, "per_second": 9.0, "fixed_seconds": 1.0}
+        return {"status": "ok", "seconds": 2.0, "molecules": 140, "graphs": 140, "per_second": 9.0, "fixed_seconds": 1}
 
     def steps(*args: object) -> dict:
         raise RuntimeError("a bug in the step probe")
 
     monkeypatch.setattr(gpu_pretrain, "featurise", probe)
     monkeypatch.setattr(gpu_pretrain, "probe_steps", steps)
-    argv = ["--device", "cpu", "--cores", "2", "--probe-per-core", "7", "--out", str(tmp_path / "out")]
+    argv = ["--device", "cpu", "--cores", "2", "--probe-per-core", "70", "--out", str(tmp_path / "out")]
     assert gpu_pretrain.main([*argv, "--work", str(tmp_path / "work")]) == 1
     report = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert report["error"] == "RuntimeError('a bug in the step probe')"
     assert report["phases"]["probe featurisation"]["per_second"] == 9.0
     assert (
-        "| probe featurisation | ok | 2 | 14 molecules, 9.0 molecules/s |"
+        "| probe featurisation | ok | 2 | 140 molecules, 9.0 molecules/s |"
         in (tmp_path / "out" / "summary.md").read_text()
     )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--cores", "1", "--probe-per-core", "50"], "probes 50 molecules; MosesDescriptors draws at least 100"),
+        (["--batch-size", "0"], "--batch-size 0: at least 1"),
+        (["--probe-steps", "3", "0"], "--probe-steps TIMED 0: at least 1"),
+        (["--passes", "0"], "--passes 0.0: must be positive"),
+    ],
+)
+def test_options_that_cannot_plan_are_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit):
+        gpu_pretrain.main(["--device", "cpu", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w"), *options])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
