@@ -240,15 +240,15 @@ def featurise(check: Pretraining, result: Path, overrides: list[str], seconds: f
     return entry
 
 
-def probe_steps(check: Pretraining, args: argparse.Namespace, overrides: list[str], clock: Path) -> dict:
-    """The step probe: ``--probe-steps`` warm-up and timed steps on the probe's molecules, no validation; steps per
-    second and the process's fixed seconds."""
+def probe_command(args: argparse.Namespace, overrides: list[str], clock: Path) -> list[str]:
+    """The step probe's ``graphormer-urpe train``: ``overrides`` (the probe's data and the run's training options),
+    ``--probe-steps`` warm-up and timed steps clocked into ``clock``, no validation, test, logger or checkpoint."""
     warm, timed = args.probe_steps
     step_clock = {
         "class_path": "bench.speed.step_clock.StepClock",
         "init_args": {"out": str(clock), "first": warm, "last": warm + timed},
     }
-    command = [
+    return [
         *TRAIN,
         *overrides,
         "--run_root",
@@ -266,7 +266,12 @@ def probe_steps(check: Pretraining, args: argparse.Namespace, overrides: list[st
         "--trainer.callbacks+",
         json.dumps(step_clock),
     ]
-    outcome = check.run(command, PROBE_CAPS["probe steps"])
+
+
+def probe_steps(check: Pretraining, args: argparse.Namespace, overrides: list[str], clock: Path) -> dict:
+    """The step probe (:func:`probe_command`) under its cap; steps per second and the process's fixed seconds."""
+    warm, timed = args.probe_steps
+    outcome = check.run(probe_command(args, overrides, clock), PROBE_CAPS["probe steps"])
     entry: dict = {"status": outcome.status, "seconds": outcome.seconds}
     if outcome.ok:
         timing = json.loads(clock.read_text())
@@ -536,25 +541,12 @@ def featurise_corpus(check: Pretraining, setting: Setting, rates: Rates) -> list
     return data if entry["status"] == "ok" else None
 
 
-def train(check: Pretraining, setting: Setting, rates: Rates, data: list[str], run_dir: Path) -> int | None:
-    """Plan the steps from the time left and train, keeping every new best checkpoint as it comes; the steps
-    planned, or None if none fits."""
-    args, left = setting.args, setting.left()
-    molecules = check.report["plan"]["molecules"]
-    steps = plan_steps(left, molecules, rates, setting.schedule, setting.reserve)
-    if steps < 1:
-        check.phase("train", {"status": "not reached", "seconds": 0.0, "error": f"{left:.0f} s left: no step fits"})
-        return None
-    optimisation = Optimisation.of(setting.config, steps, args.batch_size, args.validations)
-    samples = steps * args.batch_size
-    check.report["plan"] |= {
-        "steps": steps,
-        "passes": samples / (molecules * setting.schedule.train_share()),
-        **asdict(optimisation),
-        "budget_left_to_train": left,
-    }
-    say(f"plan: {steps:,} steps of {args.batch_size} in the {left:.0f} s left")
-    command = [
+def train_command(
+    setting: Setting, data: list[str], run_dir: Path, steps: int, optimisation: Optimisation
+) -> list[str]:
+    """The run's ``graphormer-urpe train``: the cache's ``data`` options, the training options, ``steps`` steps with
+    ``optimisation``'s schedule and validations, in ``run_dir``."""
+    return [
         *TRAIN,
         *data,
         *setting.train_overrides(),
@@ -573,6 +565,27 @@ def train(check: Pretraining, setting: Setting, rates: Rates, data: list[str], r
         "--model.optim.warmup_steps",
         str(optimisation.warmup_steps),
     ]
+
+
+def train(check: Pretraining, setting: Setting, rates: Rates, data: list[str], run_dir: Path) -> int | None:
+    """Plan the steps from the time left and train, keeping every new best checkpoint as it comes; the steps
+    planned, or None if none fits."""
+    args, left = setting.args, setting.left()
+    molecules = check.report["plan"]["molecules"]
+    steps = plan_steps(left, molecules, rates, setting.schedule, setting.reserve)
+    if steps < 1:
+        check.phase("train", {"status": "not reached", "seconds": 0.0, "error": f"{left:.0f} s left: no step fits"})
+        return None
+    optimisation = Optimisation.of(setting.config, steps, args.batch_size, args.validations)
+    samples = steps * args.batch_size
+    check.report["plan"] |= {
+        "steps": steps,
+        "passes": samples / (molecules * setting.schedule.train_share()),
+        **asdict(optimisation),
+        "budget_left_to_train": left,
+    }
+    say(f"plan: {steps:,} steps of {args.batch_size} in the {left:.0f} s left")
+    command = train_command(setting, data, run_dir, steps, optimisation)
     keep = functools.partial(check.keep, run_dir, steps)
     every = POLL_SECONDS * args.time_scale
     outcome = check.run_for(command, left - setting.reserve / 2, while_running=keep, every=every)

@@ -4,16 +4,20 @@ under OUT while a run trains, and the summary on disk when a phase fails or rais
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
+from bench.common import TRAIN
 from bench.gpu import gpu_pretrain
 from bench.gpu.gpu_pretrain import Optimisation, Rates, Schedule
-from graphormer_urpe.pretrained import CHECKPOINT
+from graphormer_urpe.pretrained import CHECKPOINT, provenance
+from graphormer_urpe.run.cli import GraphormerCLI
 
 RATES = Rates(featurise_per_second=100.0, featurise_fixed=10.0, steps_per_second=5.0, train_fixed=20.0)
 SCHEDULE = Schedule(batch_size=32, passes=2.0, validations=10, valid_fraction=0.02)
@@ -69,6 +73,34 @@ def test_the_schedule_is_the_configs_scaled_to_the_batch_and_the_steps() -> None
     assert scaled.lr == pytest.approx(5e-4 * math.sqrt(8))
     assert (scaled.warmup_steps, scaled.val_check_interval) == (150, 301)
     assert Optimisation.of(config, 7, 512, 10) == Optimisation(lr=scaled.lr, warmup_steps=1, val_check_interval=1)
+
+
+def test_the_commands_are_options_the_training_reads_and_keep_the_shipped_architecture(tmp_path: Path) -> None:
+    args = argparse.Namespace(batch_size=512, device="cpu", precision="bf16-mixed", probe_steps=(10, 30), work=tmp_path)
+    setting = gpu_pretrain.Setting(args, SCHEDULE, gpu_pretrain.shipped_run_config(), 8, reserve=25.0, started=0.0)
+    data = gpu_pretrain.data_overrides(tmp_path / "data", 690_000, 5391, 16)
+    command = gpu_pretrain.train_command(
+        setting, data, tmp_path / "runs" / "pretrain", 3000, Optimisation(1.4e-3, 150, 300)
+    )
+    assert command[: len(TRAIN)] == list(TRAIN)
+    cli = GraphormerCLI(command[len(TRAIN) :])
+    config, data_module = cli.config, cli.datamodule
+    assert (data_module.source.molecules, data_module.chunk_size, data_module.preprocess_workers) == (690_000, 5391, 16)
+    assert (data_module.batch_size, data_module.num_workers, data_module.root) == (512, 8, tmp_path / "data")
+    assert config["model"]["init_args"]["optim"]["lr"] == 1.4e-3
+    assert config["model"]["init_args"]["optim"]["warmup_steps"] == 150
+    trainer = config["trainer"]
+    assert (trainer["max_steps"], trainer["val_check_interval"], trainer["precision"]) == (3000, 300, "bf16-mixed")
+    assert (config["run_root"], config["run_name"]) == (str(tmp_path / "runs"), "pretrain")
+    shipped = yaml.safe_load(provenance()["config"])["model"]["init_args"]["encoder"]
+    for key in ("num_layers", "hidden_dim", "ffn_dim", "num_heads", "attention"):  # a drop-in for the shipped one
+        assert config["model"]["init_args"]["encoder"][key] == shipped[key]
+    probe = GraphormerCLI(
+        gpu_pretrain.probe_command(args, [*data, *setting.train_overrides()], tmp_path / "c.json")[2:]
+    )
+    assert (probe.config["trainer"]["max_steps"], probe.config["trainer"]["limit_val_batches"]) == (40, 0)
+    clock = next(callback for callback in probe.trainer.callbacks if type(callback).__name__ == "StepClock")
+    assert (clock.first, clock.last, clock.out) == (10, 40, tmp_path / "c.json")
 
 
 def fake_run(tmp_path: Path, step: int) -> Path:
