@@ -60,6 +60,7 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
     checkpoint_out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(reduced, checkpoint_out)
     reference = descriptor_reference()
+    command = portable_command(record["command"], Path.cwd())
     provenance = {
         "file": checkpoint_out.name,
         "sha256": sha256_of(checkpoint_out),
@@ -68,8 +69,9 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
         "parameters": sum(t.numel() for t in reduced["state_dict"].values() if t.is_floating_point()),
         # the run's own names, not this machine's: the record ships with the package
         "source_checkpoint": f"{run_dir.name}/checkpoints/{source.name}",
-        "command": portable_command(record["command"], Path.cwd()),
-        "reproduce": "pip install --no-deps molsets==0.3.1 && graphormer-urpe train --config pretrain_moses",
+        "command": command,
+        # the run's own options (molecules, steps...): the config's defaults would reproduce another pretraining
+        "reproduce": f"pip install --no-deps molsets==0.3.1 && {command}",
         "git_commit": record.get("git_commit"),
         # a pretraining continued from another checkpoint (--init_from) is only reproducible from that one
         "initialised_from": record.get("initialised_from"),

@@ -82,7 +82,11 @@ def test_the_record_names_the_corpus_and_the_start_of_the_run(
     started_from = None if fragments is None else "moses_rdkit2d.ckpt (sha256 f6ceaa90c2a5; step 10000)"
     (run / "run.json").write_text(
         json.dumps(
-            {"command": "train.py --config pretrain_moses", "git_commit": "abc", "initialised_from": started_from}
+            {
+                "command": "train.py --config pretrain_moses --data.source.molecules 500",
+                "git_commit": "abc",
+                "initialised_from": started_from,
+            }
         )
     )
     record = export(run / "checkpoints" / "best-5.ckpt", tmp_path / "out.ckpt", tmp_path / "out.json")
@@ -92,7 +96,9 @@ def test_the_record_names_the_corpus_and_the_start_of_the_run(
     assert record["corpus"]["molecules"] == config["data"]["init_args"]["source"]["init_args"]["molecules"]
     assert json.loads((tmp_path / "out.json").read_text()) == record
     assert record["source_checkpoint"] == "pretrain/checkpoints/best-5.ckpt"  # the run's names, not this machine's
-    assert record["command"] == "python train.py --config pretrain_moses"  # a record from before the installed command
+    # a record from before the installed command; the run's own options are what reproduces it
+    assert record["command"] == "python train.py --config pretrain_moses --data.source.molecules 500"
+    assert record["reproduce"] == f"pip install --no-deps molsets==0.3.1 && {record['command']}"
 
 
 def test_a_recorded_command_is_written_without_the_paths_of_the_machine(tmp_path: Path) -> None:
