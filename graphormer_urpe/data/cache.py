@@ -10,8 +10,10 @@ import multiprocessing
 import multiprocessing.pool
 import os
 import shutil
+import signal
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -490,10 +492,37 @@ class RowCount:
         return self._rows.value
 
 
+@contextlib.contextmanager
+def said_on_sigterm(line: Callable[[], str]) -> Iterator[None]:
+    """While a cache is built, SIGTERM (a scheduler's preemption, ``kill``) ends the process with exit code 143 after
+    logging ``line()`` (what is kept), instead of without a word. Chunks are written whole, so nothing is damaged and
+    the same command resumes at the first missing one. Only the main thread can take a signal: elsewhere, nothing
+    changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        log.warning(line())
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _init_worker(reader: RowReader, progress: RowCount | tqdm) -> None:
     global _WORKER_READER, _WORKER_PROGRESS
     _WORKER_READER, _WORKER_PROGRESS = reader, progress
     reader.worker_init()
+
+
+def _init_pool_worker(reader: RowReader, progress: RowCount) -> None:
+    # the pool ends its workers by SIGTERM: a forked worker must not say what its parent says (it inherited that)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _init_worker(reader, progress)
 
 
 def _counted(rows: Iterator[tuple[int, RawGraph | str]]) -> Iterator[tuple[int, RawGraph | str]]:
@@ -524,13 +553,12 @@ def _build_chunk(task: tuple[Path, int, int, CacheSpec]) -> int:
 PROGRESS_SECONDS = 0.5
 
 
-def _next_within(results: multiprocessing.pool.IMapIterator, seconds: float) -> bool:
-    """Whether the next result of a pool's ``imap_unordered`` came within ``seconds``."""
+def _next_within(results: multiprocessing.pool.IMapIterator, seconds: float) -> int | None:
+    """The next result of a pool's ``imap_unordered`` (a chunk's rows), or None if none came within ``seconds``."""
     try:
-        results.next(timeout=seconds)
+        return results.next(timeout=seconds)
     except multiprocessing.TimeoutError:
-        return False
-    return True
+        return None
 
 
 def build_store(
@@ -573,22 +601,34 @@ def build_store(
 
     workers = min(num_workers, len(todo))
     already = reader.num_rows - processed_rows
-    with tqdm(total=reader.num_rows, initial=already, desc=description, unit="graph", dynamic_ncols=True) as bar:
+    kept = [already]  # rows in finished chunks, for the line a SIGTERM leaves
+
+    def stopped() -> str:
+        return (
+            f"SIGTERM received while {description} into {directory}: {kept[0]:,} of {reader.num_rows:,} rows kept "
+            "in finished chunks; the same command resumes from there"
+        )
+
+    with (
+        said_on_sigterm(stopped),
+        tqdm(total=reader.num_rows, initial=already, desc=description, unit="graph", dynamic_ncols=True) as bar,
+    ):
         if workers > 1:  # the workers count the rows they read; this process shows the count while it waits
             context = multiprocessing.get_context(
                 "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
             )
             count = RowCount(context)
-            with context.Pool(workers, _init_worker, (reader, count)) as pool:
+            with context.Pool(workers, _init_pool_worker, (reader, count)) as pool:
                 chunks = pool.imap_unordered(_build_chunk, todo)
                 for _ in todo:
-                    while not _next_within(chunks, PROGRESS_SECONDS):
+                    while (rows := _next_within(chunks, PROGRESS_SECONDS)) is None:
                         bar.update(already + count.rows - bar.n)
+                    kept[0] += rows
                 bar.update(already + count.rows - bar.n)
         else:
             _init_worker(reader, bar)
             for task in todo:
-                _build_chunk(task)
+                kept[0] += _build_chunk(task)
 
     chunk_metas = [json.loads((directory / name / CHUNK_META).read_text()) for name in names]
     skipped = [s for meta in chunk_metas for s in meta["skipped"]]

@@ -6,7 +6,10 @@ import dataclasses
 import json
 import logging
 import multiprocessing
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,6 +104,48 @@ def test_interrupted_build_resumes_at_missing_chunks(tmp_path: Path, caplog: pyt
         build(tmp_path, reader)
     assert reader.calls == [(12, 18), (18, 24)]
     assert len(GraphStore(tmp_path)) == 21
+
+
+class TerminatedReader(FakeReader):
+    """A FakeReader whose reading of ``row`` sends SIGTERM to the process that builds the cache (a preemption)."""
+
+    def __init__(self, row: int) -> None:
+        super().__init__()
+        self.row = row
+        self.builder = os.getpid()
+
+    def graph(self, row: int) -> RawGraph | str:
+        if row == self.row:
+            os.kill(self.builder, signal.SIGTERM)
+            time.sleep(5)  # the signal ends the build before this row is done
+        return super().graph(row)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sigterm_while_building_says_what_is_kept_and_the_same_build_resumes(
+    tmp_path: Path, workers: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Killed in the third chunk of 6 rows: exit code 143 and one line (the first two chunks kept when the chunks are
+    built in order), the handler given back; the next build resumes and caches what an uninterrupted one does."""
+    before = signal.getsignal(signal.SIGTERM)
+    with caplog.at_level(logging.WARNING), pytest.raises(SystemExit) as stop:
+        build(tmp_path / "cache", TerminatedReader(row=14), workers)
+    assert stop.value.code == 143
+    (line,) = [record.getMessage() for record in caplog.records if "SIGTERM" in record.getMessage()]
+    kept = "12 of 25 rows" if workers == 0 else "of 25 rows"
+    assert f"SIGTERM received while preprocessing into {tmp_path / 'cache'}: " in line and kept in line
+    assert line.endswith("the same command resumes from there")
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert not (tmp_path / "cache" / "manifest.json").exists()
+    reader = FakeReader()
+    build(tmp_path / "cache", reader)
+    if workers == 0:
+        assert reader.calls == [(12, 18), (18, 24), (24, 25)]
+    build(tmp_path / "fresh", FakeReader())
+    resumed, fresh = GraphStore(tmp_path / "cache"), GraphStore(tmp_path / "fresh")
+    assert len(resumed) == len(fresh) == 21
+    for index in range(len(fresh)):
+        np.testing.assert_array_equal(resumed.record(index).x, fresh.record(index).x)
 
 
 def test_truncated_or_corrupt_chunks_are_detected_and_rebuilt(tmp_path: Path) -> None:
