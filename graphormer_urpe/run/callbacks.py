@@ -268,6 +268,20 @@ class TaskEarlyStopping(EarlyStopping):
     def __init__(self, patience: int = 3, min_delta: float = 0.0, **kwargs: Any) -> None:
         super().__init__(monitor="", patience=patience, min_delta=abs(min_delta), **kwargs)
         self.least_change = abs(min_delta)
+        self.validated = False  # in this process: a run ended by max_steps before it validates has nothing to stop on
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self.validated = True
+        super().on_validation_end(trainer, pl_module)
+
+    def _validate_condition_metric(self, logs: dict[str, torch.Tensor]) -> bool:
+        """Lightning's check that the monitor was logged, except before any validation of this process: a run that
+        ``max_steps`` ends before its first validation (it said so when training started) ends without a word from
+        here, instead of failing after all its steps."""
+        if not self.validated and self.monitor not in logs:
+            return False
+        return super()._validate_condition_metric(logs)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Take the task's monitor, before a resumed checkpoint restores this callback's state (keyed by it)."""

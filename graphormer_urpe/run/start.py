@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import shlex
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
@@ -74,6 +75,8 @@ class RunRecord(Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._record(trainer, pl_module)
+        if trainer.is_global_zero:
+            warn_if_never_validated(trainer)  # here the training batches of an epoch are known
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self.recorded:  # nothing was left to train: Lightning skipped the training loop
@@ -198,8 +201,6 @@ def run_start(cli: TrainingCLI, start: Start) -> RunMetrics:
         if start.initialisation is not None:
             initialise(model, start.initialisation)
         trainer.callbacks.append(RunRecord(start))
-        if trainer.is_global_zero:
-            warn_if_never_validated(trainer)
         trainer.fit(model, datamodule, ckpt_path=start.checkpoint)
         best = trainer.checkpoint_callback.best_model_path or None
         remove_weight_averaging(trainer)
@@ -272,23 +273,26 @@ def check_same_run(cli: TrainingCLI) -> None:
 
 
 def warn_if_never_validated(trainer: pl.Trainer) -> None:
-    """Say so when ``val_check_interval`` (in training batches) exceeds the training batches of ``max_steps``:
-    then the run never validates, keeps no best checkpoint and reports its last weights."""
-    interval, batches = trainer.val_check_interval, trainer.max_steps * trainer.accumulate_grad_batches
-    if (
-        isinstance(interval, int)
-        and trainer.check_val_every_n_epoch is None
-        and trainer.max_steps > 0
-        and trainer.limit_val_batches != 0
-        and interval > batches
-    ):
+    """Say so when ``max_steps`` ends a run that starts at step 0 before its first validation, whether that comes
+    every ``val_check_interval`` batches or at the end of epoch ``check_val_every_n_epoch``: then the run never
+    validates, keeps no best checkpoint and reports its last weights. Called when training starts, once the
+    training batches of an epoch are known."""
+    if trainer.max_steps <= 0 or trainer.global_step > 0 or trainer.limit_val_batches == 0:
+        return
+    if trainer.val_check_batch is None or not math.isfinite(trainer.val_check_batch):
+        return  # validation by wall time, or none
+    batches = trainer.max_steps * trainer.accumulate_grad_batches
+    first = int(trainer.val_check_batch)  # batches before the first validation
+    if trainer.check_val_every_n_epoch is not None:
+        first += (trainer.check_val_every_n_epoch - 1) * int(trainer.num_training_batches)
+    if batches < first:
         log.warning(
-            "--trainer.val_check_interval %d is more than the %d training batches of --trainer.max_steps %d: "
-            "the run never validates while training, keeps no best checkpoint, and its final metrics are "
+            "--trainer.max_steps %d ends training after %d training batches, before its first validation (after "
+            "%d): the run never validates while training, keeps no best checkpoint, and its final metrics are "
             "those of the last weights",
-            interval,
-            batches,
             trainer.max_steps,
+            batches,
+            first,
         )
 
 

@@ -808,11 +808,29 @@ def test_a_run_that_would_never_validate_says_so(
     args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "short", "--trainer.max_steps", "3")
     assert train_in_process(args) == 0
     assert (
-        "--trainer.val_check_interval 50 is more than the 3 training batches of --trainer.max_steps 3: the run "
-        "never validates while training, keeps no best checkpoint, and its final metrics are those of the last "
+        "--trainer.max_steps 3 ends training after 3 training batches, before its first validation (after 50): the "
+        "run never validates while training, keeps no best checkpoint, and its final metrics are those of the last "
         "weights"
     ) in [r.getMessage() for r in package_log.records if r.levelname == "WARNING"]
     assert json.loads((tmp_path / "runs" / "short" / "metrics.json").read_text())["best_checkpoint"] is None
+
+
+def test_a_run_validated_at_epoch_ends_and_stopped_early_that_max_steps_ends_first_says_so_and_finishes(
+    small_table: Path, data_root: Path, tmp_path: Path, package_log
+) -> None:
+    """small_molecules' schedule (validation at each epoch's end, early stopping on it) with max_steps below the
+    batches of one epoch: it said so when training started and finished with its last weights, where early stopping
+    used to fail after every step for want of its metric."""
+    stopping = {"class_path": "graphormer_urpe.run.callbacks.TaskEarlyStopping", "init_args": {"patience": 2}}
+    epoch_ends = ["--trainer.val_check_interval", "1.0", "--trainer.check_val_every_n_epoch", "1"]
+    args = small_run_args(small_table, data_root, tmp_path / "runs", "--run_name", "short", *epoch_ends)
+    args += ["--trainer.max_steps", "3", f"--trainer.callbacks+={json.dumps(stopping)}"]
+    assert train_in_process(args) == 0
+    warnings = [r.getMessage() for r in package_log.records if r.levelname == "WARNING"]
+    batches = [w for w in warnings if w.startswith("--trainer.max_steps 3 ends training after 3 training batches")]
+    assert len(batches) == 1 and "before its first validation (after " in batches[0], warnings
+    metrics = json.loads((tmp_path / "runs" / "short" / "metrics.json").read_text())
+    assert metrics["best_checkpoint"] is None and metrics["global_step"] == 3
 
 
 @pytest.mark.slow
