@@ -238,12 +238,17 @@ def test_the_selection_reads_validation_figures_only_and_applies_the_rule_fixed_
     text = moleculeace.selection("recipe+ecfp", "recipe")
     assert f"| {first} | seeds | 0.6500 | 0.6000 | 0.923 |" in text
     assert (
-        "Mean ratios: network ensemble 0.970 (at most 0.97), blend 1.000 (at most 1). **recipe+ecfp replaces recipe.**"
-        in text
+        "Mean ratios: network ensemble 0.970 (at most 0.97), blend 1.000 (at most 1.0). "
+        "**recipe+ecfp replaces recipe.**" in text
     )
     lines[second][-1]["val_rmse"] = 0.501  # the candidate's blend a little worse: not chosen
     (results / f"{second}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines[second]))
     assert "**recipe+ecfp does not replace recipe.**" in moleculeace.selection("recipe+ecfp", "recipe")
+    # a change that only saves time may cost up to 2 %: ensemble ratios 1.01 and 1.02 pass, 1.03 would not
+    for name, ensemble in ((first, 0.505), (second, 1.02)):
+        faster = recipe_lines("recipe+buckets", (0.6, 0.7), ensemble, 0.4 if name == first else 0.5, name)
+        (results / f"{name}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines[name] + faster))
+    assert "(at most 1.02). **recipe+buckets replaces recipe.**" in moleculeace.selection("recipe+buckets", "recipe")
 
 
 def test_the_grid_rule_is_the_earlier_releases_and_the_stability_table_reads_validation_rows_only(
