@@ -105,6 +105,8 @@ class Bounds:
 #: Each candidate's bounds: a change of the model must win (0.97); a change that only saves time (size-aware
 #: batching) may cost at most 2 %, the spread of these ratios between seeds.
 CANDIDATES = {"recipe+ecfp": Bounds(0.97, 1.0), "recipe+buckets": Bounds(1.02, 1.02)}
+#: A pretrained checkpoint replaces the shipped one as a change of the model does (rule 2 of the docs).
+CHECKPOINT_BOUNDS = Bounds(0.97, 1.0)
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,19 @@ def shipped_pretrained() -> str:
     from graphormer_urpe.pretrained import provenance
 
     return provenance()["sha256"]
+
+
+def with_checkpoint(arm: str, checkpoint: Path) -> str:
+    """The name of recipe arm ``arm`` fine-tuned from ``checkpoint`` instead of the shipped checkpoint:
+    ``<arm>@<the first 12 hex digits of the file's SHA-256>``, so that its results are another arm's."""
+    from graphormer_urpe.pretrained import sha256_of
+
+    return f"{arm}@{sha256_of(checkpoint)[:12]}"
+
+
+def arm_of(name: str) -> Arm | None:
+    """The arm a result's arm name runs (``recipe@<sha>``: ``recipe`` from another checkpoint), None if unknown."""
+    return ARMS.get(name.split("@")[0])
 
 
 def check_seed_runs(run_root: Path, sweep_name: str, seeds: Sequence[int], pretrained: str) -> None:
@@ -377,26 +392,31 @@ def checked_child(command: list[str], log_path: Path) -> tuple[float, float]:
     return cpu, wall
 
 
-def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dict]:
+def run_recipe(name: str, arm_name: str, table: pd.DataFrame, work: Path, checkpoint: Path | None = None) -> list[dict]:
     """``graphormer-urpe sweep`` of the arm (the recipe's seeds, its ensemble) on the set's table with the split as a
-    column; one JSON line per part of the saved ensemble (its ``valid.csv`` and ``test.csv``): each seed's run
-    (``member``, with its seed), the ``ensemble`` of the runs, its cheap parts (``trees``, ``kernel``) and the
-    ``blend``. The
-    sweep's CPU seconds (its whole process tree) are recorded on the ``ensemble`` line.
+    column, fine-tuned from the shipped checkpoint or from ``checkpoint`` (a path under ``work``; the arm is then
+    named :func:`with_checkpoint`); one JSON line per part of the saved ensemble (its ``valid.csv`` and
+    ``test.csv``): each seed's run (``member``, with its seed), the ``ensemble`` of the runs, its cheap parts
+    (``trees``, ``kernel``) and the ``blend``. The sweep's CPU seconds (its whole process tree) are recorded on the
+    ``ensemble`` line.
 
     Raises:
         BenchError: the sweep failed, or the ensemble's rows are not the set's.
     """
+    from graphormer_urpe.pretrained import sha256_of
+
+    arm = arm_of(arm_name)
     directory = set_directory(work, name, table)
     run_root = work / "recipe"
-    sweep_name = f"{name}-{arm}"  # a sweep stopped earlier resumes: its finished seeds are reused
-    pretrained = shipped_pretrained()
-    check_seed_runs(run_root, sweep_name, ARMS[arm].seeds, pretrained)
+    sweep_name = f"{name}-{arm_name.replace('@', '-')}"  # a sweep stopped earlier resumes: finished seeds are reused
+    pretrained = shipped_pretrained() if checkpoint is None else sha256_of(checkpoint)
+    check_seed_runs(run_root, sweep_name, arm.seeds, pretrained)
     command = [
         *SWEEP,
-        *shlex.split(ARMS[arm].options),
+        *shlex.split(arm.options),
+        *([] if checkpoint is None else ["--init_from", str(checkpoint)]),
         "--seeds",
-        *map(str, ARMS[arm].seeds),
+        *map(str, arm.seeds),
         "--name",
         sweep_name,
         "--run_root",
@@ -412,7 +432,7 @@ def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dic
     ]
     started = datetime.datetime.now()
     cpu, wall = checked_child(command, work / "logs" / f"{sweep_name}-{started:%Y%m%d-%H%M%S}.log")
-    cheap = [part for part in ("trees", "kernel") if f"--{part}" in shlex.split(ARMS[arm].options)]
+    cheap = [part for part in ("trees", "kernel") if f"--{part}" in shlex.split(arm.options)]
     ensemble = run_root / f"{sweep_name}-ensemble{''.join(f'-{part}' for part in cheap)}"
     parts = {}
     for split in ("valid", "test"):
@@ -426,19 +446,19 @@ def run_recipe(name: str, arm: str, table: pd.DataFrame, work: Path) -> list[dic
             if column == "y" or column.startswith("y_")
         }
     valid = table.loc[table["split"] == "valid", "y"].to_numpy()
-    members = [f"member{k}" for k in range(len(ARMS[arm].seeds))]
+    members = [f"member{k}" for k in range(len(arm.seeds))]
     names = [*members, "ensemble", *cheap, *(["y"] if cheap else [])]  # "y": the ensemble's prediction, the blend
     entries = []
     for part in names:
-        seed = ARMS[arm].seeds[int(part.removeprefix("member"))] if part.startswith("member") else None
+        seed = arm.seeds[int(part.removeprefix("member"))] if part.startswith("member") else None
         predicted = parts["test"][part]
         entries.append(
             {
                 "set": name,
-                "arm": arm,
+                "arm": arm_name,
                 "seed": seed,
                 "part": "blend" if part == "y" else part.rstrip("0123456789"),
-                "options": ARMS[arm].options,
+                "options": arm.options,
                 "pretrained": pretrained,
                 **scores(predicted, table),
                 "val_rmse": rmse(parts["valid"][part], valid),
@@ -510,9 +530,9 @@ def checked_results(name: str) -> list[dict]:
         BenchError: a result of an arm that has changed since (mixing them would mislead).
     """
     entries = read_results(name)
-    pretrained = shipped_pretrained()
+    shipped = shipped_pretrained()
     for entry in entries:
-        arm = ARMS.get(entry["arm"])
+        arm = arm_of(entry["arm"])
         if arm is None:
             continue
         if entry["options"] != arm.options:
@@ -520,10 +540,15 @@ def checked_results(name: str) -> list[dict]:
                 f"{RESULTS / name}.jsonl: arm {entry['arm']} ran with options {entry['options']!r}, "
                 f"now {arm.options!r}: keep the arm's options or name a new arm"
             )
-        if arm.kind == "recipe" and entry.get("pretrained") != pretrained:
+        if arm.kind != "recipe":
+            continue
+        _, _, checkpoint = entry["arm"].partition("@")  # a candidate checkpoint's arm names its SHA-256
+        started = entry.get("pretrained") or ""
+        if started[: len(checkpoint)] != checkpoint if checkpoint else started != shipped:
             raise BenchError(
                 f"{RESULTS / name}.jsonl: arm {entry['arm']} ran from the pretrained checkpoint sha256 "
-                f"{entry.get('pretrained')}, the shipped one is now {pretrained}: name a new arm"
+                f"{entry.get('pretrained')}, "
+                + (f"not {checkpoint}..." if checkpoint else f"the shipped one is now {shipped}: name a new arm")
             )
     return entries
 
@@ -694,7 +719,7 @@ def selection(candidate: str, baseline: str) -> str:
     :data:`SELECTION_SETS` only (no test row is read): per set and part, both validation RMSEs and their ratio; then
     the means over the sets of the network ensemble's and the blend's ratios against the candidate's
     :data:`CANDIDATES` bounds. A Markdown text ending in the verdict."""
-    bounds = CANDIDATES[candidate]
+    bounds = CHECKPOINT_BOUNDS if "@" in candidate else CANDIDATES[candidate]
     lines = [
         f"# Selection: {candidate} against {baseline}, on the validation rows of {', '.join(SELECTION_SETS)}",
         "",
@@ -803,9 +828,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--selection",
         nargs=2,
         metavar=("CANDIDATE", "RECIPE"),
-        choices=[*CANDIDATES, *(name for name, arm in ARMS.items() if arm.kind == "recipe")],
-        help="whether a candidate recipe arm replaces the recipe, by the rule fixed before on validation figures "
-        "of SELECTION_SETS (bench/results/moleculeace/selection-CANDIDATE.md)",
+        help="whether a candidate recipe arm (one of CANDIDATES, or a recipe arm from another checkpoint: "
+        "ARM@SHA256-PREFIX) replaces the recipe, by the rule fixed before on validation figures of SELECTION_SETS "
+        "(bench/results/moleculeace/selection-CANDIDATE.md)",
+    )
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="fine-tune the recipe arms from this pretrained checkpoint (under --work) instead of the shipped one; "
+        "their results go to ARM@<its SHA-256's first 12 digits> (rule 2 of docs/small-data.md)",
     )
     parser.add_argument(
         "--blend-stability",
@@ -815,6 +847,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     options = parser.parse_args(argv)
     options.work = options.work.resolve()  # the results record commands with paths relative to it (portable)
+    if options.selection:
+        candidate, recipe = options.selection
+        if candidate not in CANDIDATES and not ("@" in candidate and arm_of(candidate) is not None):
+            parser.error(f"--selection {candidate}: not a candidate ({', '.join(CANDIDATES)}, or ARM@SHA256-PREFIX)")
+        if recipe not in ARMS or ARMS[recipe].kind != "recipe":
+            parser.error(f"--selection ... {recipe}: not a recipe arm")
+    if options.init_from is not None:
+        options.init_from = options.init_from.resolve()
+        if not options.init_from.is_file():
+            parser.error(f"--init-from {options.init_from}: no such file")
+        if not options.init_from.is_relative_to(options.work):
+            # the committed results record the command with paths relative to --work: none of this machine's
+            parser.error(f"--init-from {options.init_from}: put the checkpoint under --work ({options.work})")
     if options.jobs < 1:
         parser.error(f"--jobs {options.jobs}: must be at least 1")
     if not options.arms and not options.report and not options.blend_stability and not options.selection:
@@ -830,11 +875,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if peers:
         run_peers(options.sets, peers, options.work, options.chemprop, options.jobs)
     recipes = [arm for arm in options.arms if ARMS[arm].kind == "recipe"]
-    for arm in recipes:
+    for base in recipes:
+        arm = base if options.init_from is None else with_checkpoint(base, options.init_from)
         for name in options.sets:
             if any(entry["arm"] == arm and entry.get("part") == "ensemble" for entry in checked_results(name)):
                 continue
-            entries = run_recipe(name, arm, read_set(name), options.work)
+            entries = run_recipe(name, arm, read_set(name), options.work, options.init_from)
             for entry in entries:
                 append_result(entry)
             # validation figures only: the recipe's candidates are chosen on them, the test rows wait for the report

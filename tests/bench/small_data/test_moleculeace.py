@@ -207,6 +207,44 @@ def test_a_recipe_arms_results_of_another_pretrained_checkpoint_are_refused(resu
         moleculeace.pending([SET], ["svm"])
 
 
+def test_a_candidate_checkpoint_runs_as_an_arm_of_its_own_named_by_its_sha256(
+    results: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Rule 2's arm: the recipe fine-tuned from another checkpoint is ``recipe@<12 hex digits>``; its lines must have
+    started from that file, the shipped recipe's from the shipped one, and the selection holds it to 0.97 and 1."""
+    import hashlib
+
+    work = tmp_path / "work"
+    checkpoint = work / "candidate.ckpt"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(b"weights")
+    sha = hashlib.sha256(b"weights").hexdigest()
+    arm = moleculeace.with_checkpoint("recipe", checkpoint)
+    assert arm == f"recipe@{sha[:12]}" and moleculeace.arm_of(arm) == moleculeace.ARMS["recipe"]
+    lines = recipe_lines("recipe", (0.5, 0.6), 0.5, 0.45) + [
+        line | {"arm": arm, "pretrained": sha} for line in recipe_lines("recipe", (0.5, 0.5), 0.48, 0.45)
+    ]
+    results.mkdir()
+    (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert len(moleculeace.checked_results(SET)) == 10
+    lines[-1]["pretrained"] = moleculeace.shipped_pretrained()  # a line of the candidate's arm from another file
+    (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(moleculeace.BenchError, match=f"arm {arm} ran from the pretrained checkpoint sha256 .*, not "):
+        moleculeace.checked_results(SET)
+    lines[-1]["pretrained"] = sha
+    (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert "is at most 0.97 and its blend's at most 1.0" in moleculeace.selection(arm, "recipe")
+    outside = tmp_path / "elsewhere.ckpt"
+    outside.write_bytes(b"weights")
+    for path, message in ((outside, "put the checkpoint under --work"), (work / "none.ckpt", "no such file")):
+        with pytest.raises(SystemExit):
+            moleculeace.parse_args(["--arms", "recipe", "--work", str(work), "--init-from", str(path)])
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        moleculeace.parse_args(["--selection", "svm", "recipe"])
+    assert "--selection svm: not a candidate" in capsys.readouterr().err
+
+
 def test_a_sweeps_seed_started_from_another_checkpoint_is_refused_before_the_sweep(tmp_path: Path) -> None:
     shipped = moleculeace.shipped_pretrained()
     for seed, sha in ((0, shipped), (1, "f" * 64)):
