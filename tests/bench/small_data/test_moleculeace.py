@@ -175,10 +175,14 @@ def test_the_report_takes_each_arms_own_result_and_averages_per_set_ratios(
     chemprop = moleculeace.final_figure(figures, "chemprop")
     assert chemprop.what == "ensemble" and chemprop.rmse == pytest.approx(0.5 / 3)  # the mean is truth + 1/6
     assert moleculeace.final_figure(figures, "recipe").rmse == 0.6
-    text = moleculeace.report([SET])
+    text = moleculeace.report([SET], final=True)
     assert "| recipe | SVM | 1 | 0.750 | 0.900 |" in text
     assert test["cliff_mol"].sum() == 2  # the better chemprop ensemble is off by 1/6 on every row, cliffs too
     assert f"| recipe | chemprop | 1 | {0.6 / (0.5 / 3):.3f} | {0.9 / (0.5 / 3):.3f} |" in text
+    # before the final reading: the recipe's validation figures only, no test figure and no ratio of its own
+    early = moleculeace.report([SET])
+    assert "| recipe | blend | (final reading) | (final reading) | 0.500 |" in early
+    assert "| recipe | SVM |" not in early and "0.600" not in early and "| svm | SVM | 1 | 1.000 | 1.000 |" in early
 
 
 def recipe_lines(arm: str, members: tuple[float, float], ensemble: float, blend: float, name: str = SET) -> list[dict]:
