@@ -573,6 +573,37 @@ def run_peers(sets: Sequence[str], arms: Sequence[str], work: Path, chemprop: st
             )
 
 
+def run_recipes(sets: Sequence[str], bases: Sequence[str], work: Path, checkpoint: Path | None, jobs: int) -> None:
+    """Run the recipe arms ``bases`` (from ``checkpoint``, else the shipped one) on the sets where they have not
+    finished, ``jobs`` sweeps at a time (each sweep's seeds one after the other, one thread each), in the order given:
+    arm by arm, set by set. Each sweep's lines are appended as it finishes, and its validation figures printed (the
+    recipe's candidates are chosen on them; its test figures wait for the final reading)."""
+    tables = {name: read_set(name) for name in sets}
+    for name, table in tables.items():  # written once here, before sweeps of one set may run side by side
+        set_directory(work, name, table)
+    arms = [base if checkpoint is None else with_checkpoint(base, checkpoint) for base in bases]
+    todo = [
+        (name, arm)
+        for arm in arms
+        for name in sets
+        if not any(entry["arm"] == arm and entry.get("part") == "ensemble" for entry in checked_results(name))
+    ]
+    print(f"{len(todo)} recipe sweeps to do, {jobs} at a time; results in {RESULTS}, scratch in {work}", flush=True)
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = {
+            pool.submit(run_recipe, name, arm, tables[name], work, checkpoint): (name, arm) for name, arm in todo
+        }
+        for future in as_completed(futures):
+            name, arm = futures[future]
+            entries = future.result()
+            for entry in entries:
+                append_result(entry)
+            parts = ", ".join(
+                f"{e['part']}{'' if e['seed'] is None else e['seed']} {e['val_rmse']:.3f}" for e in entries
+            )
+            print(f"{name} {arm}: validation RMSE {parts}", flush=True)
+
+
 @dataclass(frozen=True)
 class Figure:
     """One line of a set's table: test RMSE and cliff RMSE (a mean +- sample std over seeds, or one value)."""
@@ -825,7 +856,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=[])
     parser.add_argument("--chemprop", default=None, help="the chemprop 2.3.1 executable (its own environment)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one thread each")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="runs (peers) or sweeps (the recipe's arms) at a time, one thread each"
+    )
     parser.add_argument(
         "--work",
         type=Path,
@@ -891,19 +924,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if peers:
         run_peers(options.sets, peers, options.work, options.chemprop, options.jobs)
     recipes = [arm for arm in options.arms if ARMS[arm].kind == "recipe"]
-    for base in recipes:
-        arm = base if options.init_from is None else with_checkpoint(base, options.init_from)
-        for name in options.sets:
-            if any(entry["arm"] == arm and entry.get("part") == "ensemble" for entry in checked_results(name)):
-                continue
-            entries = run_recipe(name, arm, read_set(name), options.work, options.init_from)
-            for entry in entries:
-                append_result(entry)
-            # validation figures only: the recipe's candidates are chosen on them, the test rows wait for the report
-            parts = ", ".join(
-                f"{e['part']}{'' if e['seed'] is None else e['seed']} {e['val_rmse']:.3f}" for e in entries
-            )
-            print(f"{name} {arm}: validation RMSE {parts}", flush=True)
+    if recipes:
+        run_recipes(options.sets, recipes, options.work, options.init_from, options.jobs)
     if options.blend_stability:
         text = blend_stability(options.sets)
         RESULTS.mkdir(parents=True, exist_ok=True)
