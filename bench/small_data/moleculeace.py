@@ -468,6 +468,8 @@ def run_recipe(name: str, arm_name: str, table: pd.DataFrame, work: Path, checkp
                 "command": portable(command, work),
                 "ensemble": str(ensemble.relative_to(work)),
                 "test_predictions": np.round(predicted, 5).tolist(),
+                # the validation rows' too: blend rules are compared on them (--blend-rules), never on the test rows
+                "valid_predictions": np.round(parts["valid"][part], 5).tolist(),
                 "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             }
         )
@@ -795,6 +797,72 @@ def selection(candidate: str, baseline: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def inverse_errors(parts: dict[str, np.ndarray], truth: np.ndarray, power: float) -> dict[str, float]:
+    """Weights proportional to 1 / MSE**power of the parts within ``ADMIT`` times the best MSE. Shapes: parts (N,),
+    truth (N,)."""
+    from graphormer_urpe.evaluation.blend import ADMIT
+
+    errors = {part: float(np.mean((values - truth) ** 2)) for part, values in parts.items()}
+    best = min(errors.values())
+    admitted = {part: error**-power for part, error in errors.items() if error <= ADMIT * best}
+    return {part: value / sum(admitted.values()) for part, value in admitted.items()}
+
+
+def best_part(parts: dict[str, np.ndarray], truth: np.ndarray) -> dict[str, float]:
+    """All the weight on the part with the lowest MSE on these rows."""
+    return {min(parts, key=lambda part: np.mean((parts[part] - truth) ** 2)): 1.0}
+
+
+#: The blend rules ``--blend-rules`` compares: each maps the parts' predictions and the truth of some rows to
+#: weights. Today's is :func:`~graphormer_urpe.evaluation.blend.blend_weights` (inverse MSE, within 1.5x).
+BLEND_RULES = {
+    "inverse MSE, within 1.5x (today's)": lambda parts, truth: inverse_errors(parts, truth, 1.0),
+    "inverse squared MSE, within 1.5x": lambda parts, truth: inverse_errors(parts, truth, 2.0),
+    "the best part alone": best_part,
+    "the network ensemble alone": lambda parts, truth: {"ensemble": 1.0},
+}
+
+
+def blend_rules(arm: str, splits: int = 500) -> str:
+    """How well each of :data:`BLEND_RULES` blends a recipe arm's parts (the network ensemble, the trees, the kernel)
+    on rows it did not choose its weights on: on each set where the arm has finished, the validation rows are cut
+    into two random halves ``splits`` times (seed 0); each rule chooses its weights on one half and is scored on the
+    other (and the other way round). Per set and rule, the mean held-out RMSE relative to the network ensemble's on
+    the same half, and the mean over the sets. Validation rows only: no test row is read. A Markdown table."""
+    from graphormer_urpe.evaluation.blend import blend_weights
+
+    rows, ratios = [], {rule: [] for rule in BLEND_RULES}
+    for name in SETS:
+        entries = {e["part"]: e for e in checked_results(name) if e["arm"] == arm and e["part"] != "member"}
+        if "ensemble" not in entries:
+            continue
+        parts = {part: np.asarray(entries[part]["valid_predictions"]) for part in ("ensemble", "trees", "kernel")}
+        truth = read_set(name).query("split == 'valid'")["y"].to_numpy()
+        whole = blend_weights({part: values[:, None] for part, values in parts.items()}, truth[:, None], ["y"])["y"]
+        here = inverse_errors(parts, truth, 1.0)  # must be the rule as the ensemble applies it (on every row here)
+        if whole.keys() != here.keys() or not np.allclose([whole[p] for p in here], list(here.values())):
+            raise BenchError(f"{name}: today's rule gives {whole} on the validation rows, this copy of it {here}")
+        rng = np.random.default_rng(0)
+        held_out = {rule: [] for rule in BLEND_RULES}
+        for _ in range(splits):
+            order = rng.permutation(len(truth))
+            halves = order[: len(truth) // 2], order[len(truth) // 2 :]
+            for chosen, scored in (halves, halves[::-1]):
+                network = rmse(parts["ensemble"][scored], truth[scored])
+                for rule, weigh in BLEND_RULES.items():
+                    weights = weigh({part: values[chosen] for part, values in parts.items()}, truth[chosen])
+                    blended = sum(weight * parts[part][scored] for part, weight in weights.items())
+                    held_out[rule].append(rmse(blended, truth[scored]) / network)
+        cells = []
+        for rule, values in held_out.items():
+            ratios[rule].append(float(np.mean(values)))
+            cells.append(f"{np.mean(values):.3f}")
+        rows.append(f"| {name} | {len(truth)} | " + " | ".join(cells) + " |")
+    header = "| set | validation rows | " + " | ".join(BLEND_RULES) + " |"
+    mean = "| mean | | " + " | ".join(f"{np.mean(values):.3f}" if values else "" for values in ratios.values()) + " |"
+    return "\n".join([header, "|---|---|" + "---|" * len(BLEND_RULES), *rows, mean]) + "\n"
+
+
 #: The previous release's blend rule: the weight of this grid whose blend has the lowest validation MAE.
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -880,6 +948,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(bench/results/moleculeace/selection-CANDIDATE.md)",
     )
     parser.add_argument(
+        "--blend-rules",
+        metavar="ARM",
+        choices=[name for name, arm in ARMS.items() if arm.kind == "recipe"],
+        help="compare blend rules on held-out halves of the validation rows of the sets where this recipe arm "
+        "finished (bench/results/moleculeace/blend_rules-ARM.md)",
+    )
+    parser.add_argument(
         "--init-from",
         type=Path,
         default=None,
@@ -911,8 +986,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--jobs {options.jobs}: must be at least 1")
     if options.final_reading and not options.report:
         parser.error("--final-reading goes with --report")
-    if not options.arms and not options.report and not options.blend_stability and not options.selection:
-        parser.error("nothing to do: give --arms, --report, --selection or --blend-stability")
+    if not (options.arms or options.report or options.blend_stability or options.selection or options.blend_rules):
+        parser.error("nothing to do: give --arms, --report, --selection, --blend-rules or --blend-stability")
     return options
 
 
@@ -930,6 +1005,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         text = blend_stability(options.sets)
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "blend_stability.md").write_text(text)
+    if options.blend_rules:
+        text = blend_rules(options.blend_rules)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / f"blend_rules-{options.blend_rules}.md").write_text(text)
+        print(text)
     if options.selection:
         text = selection(*options.selection)
         RESULTS.mkdir(parents=True, exist_ok=True)

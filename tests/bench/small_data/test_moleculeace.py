@@ -293,6 +293,42 @@ def test_the_selection_reads_validation_figures_only_and_applies_the_rule_fixed_
     assert "(at most 1.02). **recipe+buckets replaces recipe.**" in moleculeace.selection("recipe+buckets", "recipe")
 
 
+def test_blend_rules_are_scored_on_held_out_halves_of_the_validation_rows_only(
+    site: Path, results: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The network alone is the reference (1.000); parts that equal it leave every rule at 1.000; trees far worse
+    than 1.5x the network's error are never admitted, so today's rule equals the network alone; and no test row is
+    read (their y are NaN here)."""
+    write_moleculeace(site, SET, benchmark_rows(train=40, test=6))
+    read = moleculeace.read_set
+    table = read(SET)
+    monkeypatch.setattr(
+        moleculeace,
+        "read_set",
+        lambda name: read(name).assign(y=np.where(table["split"] == "test", np.nan, table["y"])),
+    )
+    truth = table.loc[table["split"] == "valid", "y"].to_numpy()
+    rng = np.random.default_rng(1)
+    network = truth + rng.normal(0, 0.1, truth.shape)
+
+    def write(trees: np.ndarray, kernel: np.ndarray) -> None:
+        parts = {"member": network, "ensemble": network, "trees": trees, "kernel": kernel, "blend": network}
+        lines = [
+            entry("recipe", 0 if part == "member" else None, float("nan"), float("nan"), part=part)
+            | {"pretrained": moleculeace.shipped_pretrained(), "valid_predictions": values.tolist()}
+            for part, values in parts.items()
+        ]
+        results.mkdir(exist_ok=True)
+        (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    write(network, network)
+    row = moleculeace.blend_rules("recipe", splits=20).splitlines()[2]
+    assert row == f"| {SET} | {len(truth)} | 1.000 | 1.000 | 1.000 | 1.000 |"
+    write(truth + 5.0, network)  # trees 2,500 times the network's error: never admitted; the kernel equals it
+    row = moleculeace.blend_rules("recipe", splits=20).splitlines()[2].split(" | ")
+    assert row[2:4] == ["1.000", "1.000"] and row[-1] == "1.000 |"
+
+
 def test_the_grid_rule_is_the_earlier_releases_and_the_stability_table_reads_validation_rows_only(
     site: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
