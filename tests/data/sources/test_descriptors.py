@@ -6,11 +6,13 @@ from rdkit import Chem
 from rdkit.Chem import Descriptors
 
 from graphormer_urpe.data.sources.descriptors import (
+    ESTATE_REDUCTIONS,
     DescriptorReference,
     descriptor_reference,
     normalised_descriptors,
     raw_descriptors,
 )
+from graphormer_urpe.testing.data_packages import sample_molecules
 
 
 def reference(quantiles: list[list[float]]) -> DescriptorReference:
@@ -60,6 +62,31 @@ def test_the_reference_median_maps_to_zero_and_every_value_lies_in_the_unit_inte
     aspirin = normalised_descriptors(Chem.MolFromSmiles("CC(=O)Oc1ccccc1C(=O)O"))
     assert aspirin.shape == (len(ref.names),) and aspirin.dtype == np.float32
     assert np.nanmin(aspirin) >= -1.0 and np.nanmax(aspirin) <= 1.0
+
+
+def test_every_reference_descriptor_is_rdkits_own_value_bit_for_bit() -> None:
+    """The E-state indices computed once a molecule (ESTATE_REDUCTIONS) give what RDKit's four functions give, and
+    every other descriptor is RDKit's function's value: on drug-like, charged, one-atom and salt molecules."""
+    names = descriptor_reference().names
+    assert set(ESTATE_REDUCTIONS) <= set(names)
+    functions = dict(Descriptors.descList)
+    smiles = [s for s, _ in sample_molecules(40)] + [
+        "CC(=O)Oc1ccccc1C(=O)O",
+        "[NH4+]",
+        "C",
+        "[Na+].[Cl-]",
+        "O=[N+]([O-])c1ccccc1",
+    ]
+    for text in smiles:
+        mol = Chem.MolFromSmiles(text)
+        expected = np.full(len(names), np.nan)
+        for k, name in enumerate(names):
+            try:
+                expected[k] = float(functions[name](mol))
+            except Exception:  # noqa: BLE001 -- as raw_descriptors: RDKit's failure is a missing value
+                continue
+        expected[~np.isfinite(expected)] = np.nan
+        np.testing.assert_array_equal(raw_descriptors(mol, names), expected, err_msg=text)
 
 
 def test_raw_values_are_rdkits_and_failures_are_missing() -> None:
