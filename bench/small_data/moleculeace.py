@@ -545,9 +545,10 @@ def checked_results(name: str) -> list[dict]:
             )
         if arm.kind != "recipe":
             continue
-        _, _, checkpoint = entry["arm"].partition("@")  # a candidate checkpoint's arm names its SHA-256
+        _, _, checkpoint = entry["arm"].partition("@")  # a candidate checkpoint's arm names its SHA-256's start
         started = entry.get("pretrained") or ""
-        if started[: len(checkpoint)] != checkpoint if checkpoint else started != shipped:
+        from_its_checkpoint = started.startswith(checkpoint) if checkpoint else started == shipped
+        if not from_its_checkpoint:
             raise BenchError(
                 f"{RESULTS / name}.jsonl: arm {entry['arm']} ran from the pretrained checkpoint sha256 "
                 f"{entry.get('pretrained')}, "
