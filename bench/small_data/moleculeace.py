@@ -31,7 +31,11 @@ Arms (:data:`ARMS`):
   validation RMSE by ``chemprop predict`` on the validation rows.
 - ``recipe``: ``graphormer-urpe sweep --config small_molecules --seeds 0 1 2 --ensemble --trees --kernel`` on the
   set's table with the split given as a column; every part is reported: each seed's run, the ensemble of the runs,
-  the trees alone, the fingerprint kernel alone, the blend the recipe chose.
+  the trees alone, the fingerprint kernel alone, the blend the recipe chose. Its candidates (``recipe+ecfp``,
+  ``recipe+buckets``) add options; ``recipe+buckets`` is the final reading's arm (docs/small-data.md).
+
+A recipe arm's identity: its options, the SHA-256 of the checkpoint it starts from (``pretrained``) and of the
+configuration its options resolve to (``configuration``, :func:`configuration`); its lines never mix two of them.
 
 Results are kept in the repository, one small file per set: ``bench/results/moleculeace/<set>.jsonl``, one JSON
 line per run or part (the arm, the seed or part, test RMSE and cliff RMSE, validation RMSE, CPU and wall seconds,
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import importlib.util
 import json
 import shlex
@@ -124,15 +129,18 @@ ARMS: dict[str, Arm] = {
     "svm+valid": Arm("svm", "--fit-on-validation", (0,)),
     "chemprop": Arm("chemprop", "", (0, 1, 2)),
     "chemprop+rdkit": Arm("chemprop", "--molecule-featurizers v1_rdkit_2d_normalized", (0, 1, 2)),
+    # the recipe before size-aware batching joined its config: its results (the selection sets) ran on the config's
+    # earlier content (their "configuration"), so the arm cannot add more (stale_sets)
     "recipe": Arm("recipe", "--config small_molecules --ensemble --trees --kernel", RECIPE_SEEDS),
-    # the candidate: fingerprint counts beside the descriptors, at the readout and in the trees (chosen or not on
-    # validation figures of a few sets, docs/small-data.md)
+    # a candidate (rule 1, not chosen): fingerprint counts beside the descriptors, at the readout and in the trees,
+    # run on the config's earlier content too
     "recipe+ecfp": Arm(
         "recipe", "--config small_molecules --ensemble --trees --kernel --data.source.fingerprints ecfp", RECIPE_SEEDS
     ),
-    # a candidate that saves time: batches of molecules of similar size (windows of 4 batches sorted by size), so a
-    # few large molecules no longer pad every batch (CHEMBL1871_Ki: its median batch is padded to 178 atoms, its
-    # mean molecule has 33; docs/small-data.md)
+    # a candidate that saves time (rule 3, chosen): batches of molecules of similar size (windows of 4 batches sorted
+    # by size), so a few large molecules no longer pad every batch (CHEMBL1871_Ki: its median batch is padded to 178
+    # atoms, its mean molecule has 33; docs/small-data.md). Since then the config holds the window itself: this arm
+    # runs the shipped recipe's configuration (the same SHA-256), and it is the final reading's arm
     "recipe+buckets": Arm(
         "recipe", "--config small_molecules --ensemble --trees --kernel --data.bucket_window 4", RECIPE_SEEDS
     ),
@@ -145,6 +153,36 @@ def shipped_pretrained() -> str:
     from graphormer_urpe.pretrained import provenance
 
     return provenance()["sha256"]
+
+
+def configuration(options: str, config: dict | None = None) -> str:
+    """The SHA-256 of the configuration a recipe arm's ``options`` resolve to: the shipped config that ``--config``
+    names (or ``config``, its content as a mapping), with each of the options' dotted keys (``--data.bucket_window 4``)
+    set in it, as canonical JSON. Part of a recipe arm's identity: editing the config changes it, unless the arm's own
+    options set the edited value, so results of two configurations are never mixed under one arm name.
+
+    A dotted key is set where the config holds it, looking through ``init_args`` as the command line does:
+    ``--data.bucket_window`` is ``data: init_args: bucket_window``.
+    """
+    words = shlex.split(options)
+    if config is None:
+        from graphormer_urpe.configs import shipped_config
+
+        config = yaml.safe_load(shipped_config(words[words.index("--config") + 1]).read_text())
+    resolved = json.loads(json.dumps(config))  # a deep copy
+    for key, value in zip(words, [*words[1:], None], strict=True):
+        if not key.startswith("--") or "." not in key:
+            continue  # the sweep's own flags (--ensemble, --trees): part of the options, not of the config
+        *path, last = key.removeprefix("--").split(".")
+        node = resolved
+        for part in path:
+            if part not in node and "init_args" in node:
+                node = node["init_args"]
+            node = node.setdefault(part, {})
+        if last not in node and "init_args" in node:
+            node = node["init_args"]
+        node[last] = yaml.safe_load(value)
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
 
 
 def with_checkpoint(arm: str, checkpoint: Path) -> str:
@@ -412,6 +450,7 @@ def run_recipe(name: str, arm_name: str, table: pd.DataFrame, work: Path, checkp
     sweep_name = f"{name}-{arm_name.replace('@', '-')}"  # a sweep stopped earlier resumes: finished seeds are reused
     pretrained = shipped_pretrained() if checkpoint is None else sha256_of(checkpoint)
     check_seed_runs(run_root, sweep_name, arm.seeds, pretrained)
+    configured = configuration(arm.options)
     command = [
         *SWEEP,
         *shlex.split(arm.options),
@@ -461,6 +500,7 @@ def run_recipe(name: str, arm_name: str, table: pd.DataFrame, work: Path, checkp
                 "part": "blend" if part == "y" else part.rstrip("0123456789"),
                 "options": arm.options,
                 "pretrained": pretrained,
+                "configuration": configured,
                 **scores(predicted, table),
                 "val_rmse": rmse(parts["valid"][part], valid),
                 "cpu_seconds": cpu if part == "ensemble" else None,
@@ -527,7 +567,8 @@ def pending(sets: Sequence[str], arms: Sequence[str]) -> list[Run]:
 
 def checked_results(name: str) -> list[dict]:
     """The set's results, each of an arm that still is what it was: the same options, and for a recipe arm the same
-    shipped pretrained checkpoint (:func:`shipped_pretrained`).
+    shipped pretrained checkpoint (:func:`shipped_pretrained`) and one configuration for all its lines (an arm whose
+    config has changed since keeps its results; :func:`stale_sets` stops it from adding more).
 
     Raises:
         BenchError: a result of an arm that has changed since (mixing them would mislead).
@@ -554,7 +595,24 @@ def checked_results(name: str) -> list[dict]:
                 f"{entry.get('pretrained')}, "
                 + (f"not {checkpoint}..." if checkpoint else f"the shipped one is now {shipped}: name a new arm")
             )
+        configured = {line.get("configuration") for line in entries if line["arm"] == entry["arm"]}
+        if len(configured) > 1:
+            raise BenchError(
+                f"{RESULTS / name}.jsonl: arm {entry['arm']} holds lines of {len(configured)} configurations "
+                f"({', '.join(sorted(str(sha)[:12] for sha in configured))}): results of one arm must not mix"
+            )
     return entries
+
+
+def stale_sets(arm_name: str) -> list[str]:
+    """The sets (of all :data:`SETS`) where recipe arm ``arm_name`` ran with another configuration than its options
+    resolve to today (:func:`configuration`): the config changed since, and another run would mix the two."""
+    today = configuration(arm_of(arm_name).options)
+    return [
+        name
+        for name in SETS
+        if any(entry["arm"] == arm_name and entry.get("configuration") != today for entry in checked_results(name))
+    ]
 
 
 def run_peers(sets: Sequence[str], arms: Sequence[str], work: Path, chemprop: str | None, jobs: int) -> None:
@@ -581,10 +639,17 @@ def run_recipes(sets: Sequence[str], bases: Sequence[str], work: Path, checkpoin
     finished, ``jobs`` sweeps at a time (each sweep's seeds one after the other, one thread each), in the order given:
     arm by arm, set by set. Each sweep's lines are appended as it finishes, and its validation figures printed (the
     recipe's candidates are chosen on them; its test figures wait for the final reading)."""
+    arms = [base if checkpoint is None else with_checkpoint(base, checkpoint) for base in bases]
+    for arm in arms:
+        stale = stale_sets(arm)
+        if stale:
+            raise BenchError(
+                f"arm {arm} ran with another configuration on {', '.join(stale)} (its config has changed since): "
+                "its results stand as they are; name a new arm to run the configuration of today"
+            )
     tables = {name: read_set(name) for name in sets}
     for name, table in tables.items():  # written once here, before sweeps of one set may run side by side
         set_directory(work, name, table)
-    arms = [base if checkpoint is None else with_checkpoint(base, checkpoint) for base in bases]
     todo = [
         (name, arm)
         for arm in arms

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from bench.small_data import moleculeace
 from graphormer_urpe.testing.data_packages import sample_molecules, write_moleculeace
@@ -191,9 +192,68 @@ def recipe_lines(arm: str, members: tuple[float, float], ensemble: float, blend:
     parts += [("trees", None, 0.9), ("blend", None, blend)]
     return [
         entry(arm, seed, float("nan"), float("nan"), part=part)
-        | {"set": name, "val_rmse": value, "pretrained": moleculeace.shipped_pretrained()}
+        | {
+            "set": name,
+            "val_rmse": value,
+            "pretrained": moleculeace.shipped_pretrained(),
+            "configuration": moleculeace.configuration(moleculeace.ARMS[arm].options),
+        }
         for part, seed, value in parts
     ]
+
+
+def test_a_recipe_arms_configuration_is_the_config_with_its_options_set_where_the_config_holds_them() -> None:
+    """The options' dotted keys land where the command line puts them (through ``init_args``); the sweep's own flags
+    and a value the config already holds change nothing; the final arm runs the shipped recipe's configuration."""
+    config = {
+        "trainer": {"max_epochs": 80},
+        "data": {
+            "class_path": "Module",
+            "init_args": {"batch_size": 32, "source": {"class_path": "Table", "init_args": {"path": "a.csv"}}},
+        },
+    }
+    windowed = json.loads(json.dumps(config))
+    windowed["data"]["init_args"]["bucket_window"] = 4
+    fingerprints = json.loads(json.dumps(config))
+    fingerprints["data"]["init_args"]["source"]["init_args"]["fingerprints"] = "ecfp"
+    configuration = moleculeace.configuration
+    assert configuration("--config c --data.bucket_window 4", config) == configuration("--config c", windowed)
+    assert configuration("--config c --data.source.fingerprints ecfp", config) == configuration(
+        "--config c", fingerprints
+    )
+    assert configuration("--config c --ensemble --trees --kernel", config) == configuration("--config c", config)
+    assert configuration("--config c --trainer.max_epochs 80", config) == configuration("--config c", config)
+    assert configuration("--config c --trainer.max_epochs 81", config) != configuration("--config c", config)
+    assert configuration("--config c --data.batch_size 16", config) != configuration("--config c", config)
+    assert config["data"]["init_args"] == {"batch_size": 32, "source": config["data"]["init_args"]["source"]}
+    from graphormer_urpe.configs import shipped_config
+
+    shipped = yaml.safe_load(shipped_config("small_molecules").read_text())
+    assert configuration("--config small_molecules") == configuration("--config c", shipped)
+    arms = {name: configuration(arm.options) for name, arm in moleculeace.ARMS.items() if arm.kind == "recipe"}
+    assert arms["recipe+buckets"] == arms["recipe"] != arms["recipe+ecfp"]
+
+
+def test_a_recipe_arm_whose_configuration_changed_keeps_its_results_and_adds_none(
+    site: Path, results: Path, tmp_path: Path
+) -> None:
+    """Lines of an arm that ran on a config's earlier content stay readable; the arm refuses to run again (before
+    any sweep), and two configurations in one arm's lines are refused."""
+    write_moleculeace(site, SET, benchmark_rows(train=30, test=4))
+    results.mkdir()
+    lines = recipe_lines("recipe", (0.5, 0.6), 0.5, 0.45)
+    for line in lines:
+        line["configuration"] = "e" * 64  # the config's earlier content
+    (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert len(moleculeace.checked_results(SET)) == 5 and moleculeace.validation_figures(SET, "recipe")["blend"] == 0.45
+    assert moleculeace.stale_sets("recipe") == [SET] and moleculeace.stale_sets("recipe+buckets") == []
+    with pytest.raises(moleculeace.BenchError, match=f"arm recipe ran with another configuration on {SET}"):
+        moleculeace.main(["--sets", SET, "--arms", "recipe", "--work", str(tmp_path / "work")])
+    assert not (tmp_path / "work").exists()  # refused before anything was written or run
+    lines[0]["configuration"] = moleculeace.configuration(moleculeace.ARMS["recipe"].options)
+    (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(moleculeace.BenchError, match="arm recipe holds lines of 2 configurations"):
+        moleculeace.checked_results(SET)
 
 
 def test_a_recipe_arms_results_of_another_pretrained_checkpoint_are_refused(results: Path) -> None:
@@ -378,5 +438,6 @@ def test_the_recipes_arm_records_every_part_of_its_ensemble(
     np.testing.assert_allclose(entries[2]["test_predictions"], members.mean(axis=0), rtol=0, atol=2e-5)
     assert entries[2]["cpu_seconds"] > 0 and entries[0]["cpu_seconds"] is None  # the sweep's, once
     assert {entry["pretrained"] for entry in entries} == {moleculeace.shipped_pretrained()}
+    assert {entry["configuration"] for entry in entries} == {moleculeace.configuration(options)}
     moleculeace.main(["--sets", SET, "--arms", "recipe", "--work", str(tmp_path / "work")])  # done: not run again
     assert moleculeace.read_results(SET) == entries
