@@ -8,7 +8,10 @@ A script in ``bench/<group>/`` imports this module, and any other module of ``be
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
+import shlex
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from graphormer_urpe.data.batch import GraphRecord
 from graphormer_urpe.data.structure import graph_structure
@@ -360,6 +364,44 @@ def read_dataset(dataset: PackagedDataset) -> pd.DataFrame:
             )
         tables.append(table)
     return pd.concat(tables, ignore_index=True)
+
+
+def configuration(options: str, config: dict | None = None) -> str:
+    """The SHA-256 of the configuration an arm's ``options`` resolve to: the shipped config that ``--config`` names (or
+    ``config``, its content as a mapping), with each of the options' config keys (dotted, ``--data.bucket_window 4``,
+    or one the config holds at its top, ``--init_from null``) set in it, as canonical JSON. Part of an arm's identity
+    in the MoleculeACE and small-data benchmarks: editing the config changes it, unless the arm's own options set the
+    edited value, so that results of two configurations are never mixed under one arm name.
+
+    A dotted key is set where the config holds it, looking through ``init_args`` as the command line does:
+    ``--data.bucket_window`` is ``data: init_args: bucket_window``. Other options (the sweep's ``--ensemble``,
+    ``--trees``) are not the config's.
+
+    Raises:
+        BenchError: the options name no ``--config``.
+    """
+    words = shlex.split(options)
+    if "--config" not in words:
+        raise BenchError(f"options {options!r}: no --config, so no configuration to resolve")
+    if config is None:
+        from graphormer_urpe.configs import shipped_config
+
+        config = yaml.safe_load(shipped_config(words[words.index("--config") + 1]).read_text())
+    resolved = json.loads(json.dumps(config))  # a deep copy
+    for key, value in zip(words, [*words[1:], None], strict=True):
+        name = key.removeprefix("--")
+        if not key.startswith("--") or ("." not in name and name not in resolved):
+            continue
+        *path, last = name.split(".")
+        node = resolved
+        for part in path:
+            if part not in node and "init_args" in node:
+                node = node["init_args"]
+            node = node.setdefault(part, {})
+        if last not in node and "init_args" in node:
+            node = node["init_args"]
+        node[last] = yaml.safe_load(value)
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
 
 
 def spread(values: Sequence[float]) -> tuple[float, float]:

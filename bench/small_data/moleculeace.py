@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import importlib.util
 import json
 import shlex
@@ -68,7 +67,7 @@ import yaml
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
-from bench.common import REPO, SWEEP, BenchError, exit_code, spread
+from bench.common import REPO, SWEEP, BenchError, configuration, exit_code, spread
 from bench.small_data.small_data import chemprop_predict, chemprop_train, run_child
 from bench.small_data.small_data import read_results as read_json_lines
 
@@ -153,36 +152,6 @@ def shipped_pretrained() -> str:
     from graphormer_urpe.pretrained import provenance
 
     return provenance()["sha256"]
-
-
-def configuration(options: str, config: dict | None = None) -> str:
-    """The SHA-256 of the configuration a recipe arm's ``options`` resolve to: the shipped config that ``--config``
-    names (or ``config``, its content as a mapping), with each of the options' dotted keys (``--data.bucket_window 4``)
-    set in it, as canonical JSON. Part of a recipe arm's identity: editing the config changes it, unless the arm's own
-    options set the edited value, so results of two configurations are never mixed under one arm name.
-
-    A dotted key is set where the config holds it, looking through ``init_args`` as the command line does:
-    ``--data.bucket_window`` is ``data: init_args: bucket_window``.
-    """
-    words = shlex.split(options)
-    if config is None:
-        from graphormer_urpe.configs import shipped_config
-
-        config = yaml.safe_load(shipped_config(words[words.index("--config") + 1]).read_text())
-    resolved = json.loads(json.dumps(config))  # a deep copy
-    for key, value in zip(words, [*words[1:], None], strict=True):
-        if not key.startswith("--") or "." not in key:
-            continue  # the sweep's own flags (--ensemble, --trees): part of the options, not of the config
-        *path, last = key.removeprefix("--").split(".")
-        node = resolved
-        for part in path:
-            if part not in node and "init_args" in node:
-                node = node["init_args"]
-            node = node.setdefault(part, {})
-        if last not in node and "init_args" in node:
-            node = node["init_args"]
-        node[last] = yaml.safe_load(value)
-    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
 
 
 def with_checkpoint(arm: str, checkpoint: Path) -> str:

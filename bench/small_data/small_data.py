@@ -34,7 +34,8 @@ checking that the ``splits.json`` chemprop wrote is ours), the same model's vali
 ``metrics.json``; chemprop: ``chemprop predict`` on the validation rows), its CPU seconds (user +
 system of the whole process tree, from ``os.wait4``) and wall seconds. Results are appended, one JSON line per run, to
 ``DIR/results.jsonl``; running again with the same ``--out`` (same datasets, same budget) skips the
-(dataset, arm, seed) already there and refuses an arm whose options changed. ``DIR/results.md`` and
+(dataset, arm, seed) already there and refuses an arm whose options changed, or whose options name a config whose
+content changed (:func:`~bench.common.configuration`, recorded on each line). ``DIR/results.md`` and
 ``DIR/results.json`` (per dataset and arm: mean +- sample std of the test MAE over seeds, the ratio to
 the best chemprop arm, CPU and wall seconds per run, the number of seeds) are rewritten from the JSON
 lines at the end of each invocation; ``--report`` writes them for the results of several directories
@@ -72,6 +73,7 @@ from bench.common import (
     TRAIN,
     BenchError,
     PackagedDataset,
+    configuration,
     exit_code,
     missing_packages,
     new_directory,
@@ -574,6 +576,7 @@ def execute(run: Run, prepared: Prepared, out: Path, chemprop: str | None, threa
         "seed": run.seed,
         "program": arm.program,
         "options": arm.options,
+        "configuration": configuration(arm.options) if "--config" in shlex.split(arm.options) else None,
         **result,
         "cpu_seconds": round(cpu, 3),
         "wall_seconds": round(wall, 3),
@@ -608,16 +611,28 @@ def pending_runs(planned: Sequence[Run], done: Sequence[dict]) -> list[Run]:
     """The planned runs without a result in ``done``.
 
     Raises:
-        BenchError: a result of an arm whose options have changed since (mixing them would mislead).
+        BenchError: a result of an arm whose options have changed since, or whose options name a config whose
+            content has (:func:`~bench.common.configuration`): mixing them would mislead.
     """
     finished = {}
+    configured = {}  # arm -> the configuration its options resolve to today
     for entry in done:
         finished[(entry["dataset"], entry["arm"], entry["seed"])] = entry
-        if entry["arm"] in ARMS and entry["options"] != ARMS[entry["arm"]].options:
+        arm = ARMS.get(entry["arm"])
+        if arm is None:
+            continue
+        if entry["options"] != arm.options:
             raise BenchError(
                 f"arm {entry['arm']} ran with options {entry['options']!r} in this directory, now "
-                f"{ARMS[entry['arm']].options!r}: use a new --out"
+                f"{arm.options!r}: use a new --out"
             )
+        if "--config" in shlex.split(arm.options):
+            today = configured.setdefault(entry["arm"], configuration(arm.options))
+            if entry.get("configuration") != today:
+                raise BenchError(
+                    f"arm {entry['arm']} ran in this directory with another configuration than "
+                    f"{arm.options!r} gives today (its config has changed since): use a new --out"
+                )
     return [run for run in planned if (run.dataset, run.arm, run.seed) not in finished]
 
 

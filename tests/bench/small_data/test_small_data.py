@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench.common import configuration
 from bench.small_data import small_data
 from graphormer_urpe.data.sources.tables import SmilesTable, balanced_scaffold_split, scaffold_split
 from graphormer_urpe.testing import REPO_DIR
@@ -408,6 +409,14 @@ def test_a_rerun_skips_finished_runs_and_refuses_an_arm_whose_options_changed(tm
     changed = [{**done[0], "options": "--old"}]
     with pytest.raises(small_data.BenchError, match="arm scratch ran with options '--old' in this directory"):
         small_data.pending_runs(planned, changed)
+    # the recipe names a config: its lines must have run on the config's content of today
+    recipe = [small_data.Run("b3db", "recipe", seed) for seed in range(2)]
+    today = configuration(small_data.ARMS["recipe"].options)
+    ran = {**entry("b3db", "recipe", 0, 0.5, 1.0), "options": small_data.ARMS["recipe"].options}
+    assert small_data.pending_runs(recipe, [ran | {"configuration": today}]) == [recipe[1]]
+    for earlier in ({"configuration": "e" * 64}, {}):  # another content, or a line from before the field
+        with pytest.raises(small_data.BenchError, match="arm recipe ran in this directory with another configuration"):
+            small_data.pending_runs(recipe, [ran | earlier])
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps(done[0]) + "\n" + '{"dataset": "b3')  # a write cut short by a kill
     assert small_data.read_results(path) == [done[0]]
