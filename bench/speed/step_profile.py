@@ -72,7 +72,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         for index in range(args.batch_size * 8)
     ]
     shape = None if args.mode == "eager" else BatchShape(args.pad_nodes_to, args.batch_size, edges_per_node(records))
-    batches = sorted(epoch_batches(records, args.batch_size, "bucketed", shape, device), key=lambda b: b.x.shape[1])
+    batches = sorted(
+        epoch_batches(records, args.batch_size, "bucketed", setting.bucket_window, shape, device),
+        key=lambda b: b.x.shape[1],
+    )
     batch = batches[len(batches) // 2]
     step = Step(setting, args.attention, args.mode, device, args.precision, args.kernel)
     for _ in range(args.warm):

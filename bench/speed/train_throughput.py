@@ -1,17 +1,27 @@
 """The training step at steady state: eager against compiled against compiled with CUDA graphs, URPE against RPE,
 size-aware against uniform batches, the eager attention kernel against FlexAttention, for the ZINC and the PCQM4Mv2
-configs.
+configs and the small-data recipe.
 
     python bench/speed/train_throughput.py                                  # CPU, one thread: per-core figures
     python bench/speed/train_throughput.py --device cuda --precision bf16-mixed --modes eager compiled cuda_graphs
     python bench/speed/train_throughput.py --device cuda --precision bf16-mixed --settings pcqm --kernels eager flex
+    python bench/speed/train_throughput.py --settings chembl --batch-size 32 --epoch-batches 16 --modes eager \
+        --attention urpe --batchings today bucketed             # the recipe on MoleculeACE's CHEMBL1871_Ki sizes
 
 Settings (``--settings``), each a config's model on molecules of its dataset's sizes (molecule-shaped random graphs,
 :func:`bench.common.random_molecule_record`, with the featurisation's vocabularies):
 
 * ``zinc``: ``configs/zinc_subset.yaml`` (12 layers, 80 wide, 8 heads), 9-38 atoms (ZINC's statistics);
 * ``pcqm``: ``configs/pcqm4mv2.yaml`` (6 layers, 512 wide, 32 heads), PCQM4Mv2-like sizes: 99.5 % normal(14, 3.2)
-  clipped to 1-30, 0.5 % uniform in 31-51 (an assumed histogram with PCQM4Mv2's range and mean).
+  clipped to 1-30, 0.5 % uniform in 31-51 (an assumed histogram with PCQM4Mv2's range and mean);
+* ``chembl``: the small-data recipe's network, the shipped checkpoint's architecture that ``small_molecules.yaml``
+  fine-tunes (``configs/pretrain_moses.yaml``: 4 layers, 128 wide, 8 heads; no dropout there, 0.1 in the recipe; the
+  descriptor block at the readout, one linear layer, left out), on sizes drawn from the heavy atoms of MoleculeACE's
+  CHEMBL1871_Ki training molecules (the ``MoleculeACE==3.0.0`` wheel: 473 molecules of 14-186 atoms, mean 33), its
+  size-aware batches cut from windows of 4 batches (``small_molecules.yaml``'s ``bucket_window``).
+
+Size-aware batches (``bucketed``) use the setting's window: the dataset's config's ``bucket_window`` (ZINC, the
+recipe), else 100.
 
 A step is the task's own: ``step_losses`` (eager, or compiled by ``--model.compile``'s code) under the precision's
 autocast, backward (loss-scaled in ``16-mixed``), the config's gradient clipping and the task's AdamW (fused where the
@@ -75,11 +85,32 @@ class Setting:
     atoms: Callable[[np.random.Generator], int]
     node_vocab: tuple[int, ...]
     edge_vocab: tuple[int, ...]
+    bucket_window: int  # of the size-aware batches
+
+
+@functools.cache
+def chembl1871_sizes() -> np.ndarray:
+    """Heavy atoms of each training molecule of MoleculeACE's CHEMBL1871_Ki (the benchmark's rows, its validation
+    rows left out), read from the MoleculeACE wheel."""
+    from rdkit import Chem
+
+    from bench.small_data.moleculeace import read_set
+
+    table = read_set("CHEMBL1871_Ki")
+    return np.array(
+        [Chem.MolFromSmiles(smiles).GetNumHeavyAtoms() for smiles in table.query("split == 'train'").smiles]
+    )
+
+
+def chembl1871_like_atoms(rng: np.random.Generator) -> int:
+    """Heavy atoms of a molecule drawn (with replacement) from CHEMBL1871_Ki's training molecules."""
+    return int(rng.choice(chembl1871_sizes()))
 
 
 SETTINGS = {
-    "zinc": Setting("zinc_subset", zinc_like_atoms, (28,), (4,)),
-    "pcqm": Setting("pcqm4mv2", pcqm_like_atoms, tuple(ATOM_VOCAB), tuple(BOND_VOCAB)),
+    "zinc": Setting("zinc_subset", zinc_like_atoms, (28,), (4,), 100),
+    "pcqm": Setting("pcqm4mv2", pcqm_like_atoms, tuple(ATOM_VOCAB), tuple(BOND_VOCAB), 100),
+    "chembl": Setting("pretrain_moses", chembl1871_like_atoms, tuple(ATOM_VOCAB), tuple(BOND_VOCAB), 4),
 }
 
 
@@ -168,12 +199,17 @@ class Clock:
 
 
 def epoch_batches(
-    records: list[GraphRecord], batch_size: int, batching: str, shape: BatchShape | None, device: torch.device
+    records: list[GraphRecord],
+    batch_size: int,
+    batching: str,
+    bucket_window: int,
+    shape: BatchShape | None,
+    device: torch.device,
 ) -> list[GraphBatch]:
-    """The epoch's global batches on ``device``: uniform (``today``) or size-aware (``bucketed``), padded to
-    ``shape``."""
+    """The epoch's global batches on ``device``: uniform (``today``) or size-aware (``bucketed``, windows of
+    ``bucket_window`` batches), padded to ``shape``."""
     sizes = np.array([len(r.x) for r in records])
-    window = {"today": 0, "bucketed": 100}[batching]
+    window = {"today": 0, "bucketed": bucket_window}[batching]
     sampler = GlobalBatchSampler(range(len(records)), batch_size, seed=0, sizes=sizes, bucket_window=window)
     return [collate_graphs([records[i] for i in batch], shape).to(device) for batch in sampler.epoch_batches(0)]
 
@@ -284,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
         for mode in args.modes:
             shape = None if mode == "eager" else BatchShape(args.pad_nodes_to, args.batch_size, bound)
             for batching in args.batchings:
-                batches = epoch_batches(records, args.batch_size, batching, shape, device)
+                batches = epoch_batches(records, args.batch_size, batching, setting.bucket_window, shape, device)
                 for attention in args.attention:
                     for kernel in args.kernels:
                         step = Step(setting, attention, mode, device, args.precision, kernel)
