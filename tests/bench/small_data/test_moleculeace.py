@@ -151,8 +151,8 @@ def entry(
 def test_the_report_takes_each_arms_own_result_and_averages_per_set_ratios(
     site: Path, results: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SVM 0.8 / 1.0; chemprop's ensemble (the mean prediction of its seeds) scored here; the recipe's blend
-    0.6 / 0.9: ratios 0.75 / 0.9 against SVM."""
+    """SVM 0.8 / 1.0; chemprop's ensemble (the mean prediction of its seeds) scored here; the final arm's blend
+    0.6 / 0.9: ratios 0.75 / 0.9 against SVM, each part of the recipe with its own ratios, and the issue's bounds."""
     write_moleculeace(site, SET, benchmark_rows(train=30, test=4))
     table = moleculeace.read_set(SET)
     test = table[table["split"] == "test"]
@@ -164,25 +164,31 @@ def test_the_report_takes_each_arms_own_result_and_averages_per_set_ratios(
             for seed, shift in ((0, 1.0), (1, -1.0), (2, 0.5))
         ),
         *(entry("chemprop+rdkit", seed, 0.0, 0.0, predictions=(truth + 2.0).tolist()) for seed in (0, 1, 2)),
-        entry("recipe", 0, 0.7, 0.95, part="member"),
-        entry("recipe", 1, 0.72, 0.97, part="member"),
-        entry("recipe", None, 0.65, 0.92, part="ensemble"),
-        entry("recipe", None, 0.6, 0.9, part="blend"),
+        entry("recipe+buckets", 0, 0.7, 0.95, part="member"),
+        entry("recipe+buckets", 1, 0.72, 0.97, part="member"),
+        entry("recipe+buckets", None, 0.65, 0.92, part="ensemble"),
+        entry("recipe+buckets", None, 0.6, 0.9, part="blend"),
     ]
     results.mkdir()
     (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     figures = moleculeace.set_figures(SET, table)
     chemprop = moleculeace.final_figure(figures, "chemprop")
     assert chemprop.what == "ensemble" and chemprop.rmse == pytest.approx(0.5 / 3)  # the mean is truth + 1/6
-    assert moleculeace.final_figure(figures, "recipe").rmse == 0.6
+    assert moleculeace.final_figure(figures, "recipe+buckets").rmse == 0.6
     text = moleculeace.report([SET], final=True)
-    assert "| recipe | SVM | 1 | 0.750 | 0.900 |" in text
+    assert "| recipe+buckets | blend | SVM | 1 | 0.750 | 0.900 |" in text
+    assert "| recipe+buckets | ensemble | SVM | 1 | 0.812 | 0.920 |" in text  # each part of the recipe's
     assert test["cliff_mol"].sum() == 2  # the better chemprop ensemble is off by 1/6 on every row, cliffs too
-    assert f"| recipe | chemprop | 1 | {0.6 / (0.5 / 3):.3f} | {0.9 / (0.5 / 3):.3f} |" in text
-    # before the final reading: the recipe's validation figures only, no test figure and no ratio of its own
+    assert f"| recipe+buckets | blend | chemprop | 1 | {0.6 / (0.5 / 3):.3f} | {0.9 / (0.5 / 3):.3f} |" in text
+    # the issue's bounds on the final arm, met or missed by how much, and on how many of the 10 sets
+    assert "| blend | SVM | RMSE | 1 | 0.750 | 0.93 | met (on 1 of 10 sets) |" in text
+    assert "| blend | SVM | cliff RMSE | 1 | 0.900 | 0.93 | met (on 1 of 10 sets) |" in text
+    assert f"| ensemble | chemprop | RMSE | 1 | {0.65 * 6:.3f} | 0.9 | missed by {0.65 * 6 - 0.9:.3f} (on 1 of" in text
+    # before the final reading: the recipe's validation figures only, no test figure, no ratio and no bound
     early = moleculeace.report([SET])
-    assert "| recipe | blend | (final reading) | (final reading) | 0.500 |" in early
-    assert "| recipe | SVM |" not in early and "0.600" not in early and "| svm | SVM | 1 | 1.000 | 1.000 |" in early
+    assert "| recipe+buckets | blend | (final reading) | (final reading) | 0.500 |" in early
+    assert "| recipe+buckets | blend | SVM" not in early and "0.600" not in early and "## The bounds" not in early
+    assert "| svm | one run | SVM | 1 | 1.000 | 1.000 |" in early
 
 
 def recipe_lines(arm: str, members: tuple[float, float], ensemble: float, blend: float, name: str = SET) -> list[dict]:
