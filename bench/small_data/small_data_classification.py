@@ -24,7 +24,9 @@ Arms, on every split and seed:
 Every arm's test predictions are scored here by the same definitions, the project's task metrics
 (``DefinedBinaryAUROC``, ``DefinedBinaryAveragePrecision``). ``DIR/results.json`` holds every run and the summary;
 ``DIR/results.md`` the table: per split and arm the mean +- sample std over seeds, the ensembles' single values, and
-the mean over the splits. A run whose result exists in ``DIR/runs.jsonl`` is skipped on the next invocation.
+the mean over the splits. A run whose result exists in ``DIR/runs.jsonl`` is skipped on the next invocation; a
+directory whose recipe entries ran on another content of ``small_molecules_classification.yaml`` (each entry records
+its :func:`~bench.common.configuration`) is refused before anything is written: use a new ``--out``.
 
 ``--cheap-parts`` trains no network and needs no chemprop: on the same rows and splits it measures the saved
 ensemble's cheap parts alone (:func:`cheap_parts`; about 4 CPU minutes for 2,000 molecules and two splits, most of it
@@ -53,7 +55,7 @@ import torch
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
-from bench.common import SWEEP, BenchError, PackagedDataset, package_file
+from bench.common import SWEEP, BenchError, PackagedDataset, configuration, package_file
 from bench.small_data.small_data import Prepared, chemprop_splits, clean_table, run_child, split_names
 from graphormer_urpe.data.sources.molecule_features import MoleculeFeatures
 from graphormer_urpe.data.sources.tables import balanced_scaffold_split
@@ -145,13 +147,33 @@ def test_rows(split: Split) -> pd.DataFrame:
     return pd.read_csv(split.table).iloc[split.rows["test"]]
 
 
+#: The recipe's config, whose content (:func:`~bench.common.configuration`) each of its entries records.
+RECIPE_CONFIG = "--config small_molecules_classification"
+#: The arms of the entries the recipe's sweep writes.
+RECIPE_ARMS = ("recipe", "recipe, ensemble", "descriptor trees", "recipe, ensemble + trees")
+
+
+def check_recipe_configuration(done: Sequence[dict], path: Path) -> None:
+    """Refuse to resume a directory whose recipe entries ran on another content of the recipe's config (or before
+    entries recorded it): mixed with today's runs they would mislead.
+
+    Raises:
+        BenchError: naming the file and what to do.
+    """
+    today = configuration(RECIPE_CONFIG)
+    if any(entry["arm"] in RECIPE_ARMS and entry.get("configuration") != today for entry in done):
+        raise BenchError(
+            f"{path}: the recipe's runs there ran on another content of small_molecules_classification.yaml than "
+            "today's: use a new --out"
+        )
+
+
 def run_recipe(split: Split, seeds: Sequence[int], out: Path, threads: int) -> list[dict]:
     """The recipe's sweep on one split: one entry per seed, then the ensemble, the trees and the blend."""
     name = f"recipe-split{split.seed}"
     command = [
         *SWEEP,
-        "--config",
-        "small_molecules_classification",
+        *RECIPE_CONFIG.split(),
         "--seeds",
         *map(str, seeds),
         "--name",
@@ -177,6 +199,7 @@ def run_recipe(split: Split, seeds: Sequence[int], out: Path, threads: int) -> l
     code, cpu, wall = run_child(command, out / "logs" / f"{name}.log", threads)
     if code:
         raise BenchError(f"{name} failed (exit code {code}): see {out / 'logs' / f'{name}.log'}")
+    configured = configuration(RECIPE_CONFIG)
     entries = []
     for seed in seeds:
         metrics = json.loads((out / "runs" / f"{name}-seed{seed}" / "metrics.json").read_text())["test"]
@@ -184,6 +207,7 @@ def run_recipe(split: Split, seeds: Sequence[int], out: Path, threads: int) -> l
             {
                 "split": split.seed,
                 "arm": "recipe",
+                "configuration": configured,
                 "seed": seed,
                 "roc_auc": metrics["test/auroc"],
                 "pr_auc": metrics["test/auprc"],
@@ -200,6 +224,7 @@ def run_recipe(split: Split, seeds: Sequence[int], out: Path, threads: int) -> l
             {
                 "split": split.seed,
                 "arm": arm,
+                "configuration": configured,
                 "seed": None,
                 "roc_auc": test["test/auroc"],
                 "pr_auc": test["test/auprc"],
@@ -423,12 +448,14 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     if options.chemprop is None and not options.cheap_parts:
         parser.error("--chemprop CHEMPROP is required (the chemprop 2.3.1 executable), unless --cheap-parts")
     options.out.mkdir(parents=True, exist_ok=True)
+    done_path = options.out / RUNS
+    done = [json.loads(line) for line in done_path.read_text().splitlines()] if done_path.is_file() else []
+    if not options.cheap_parts:  # before anything is written
+        check_recipe_configuration(done, done_path)
     table = b3db_table(options.molecules)
     splits = [write_split(table, seed, options.out) for seed in options.split_seeds]
     if options.cheap_parts:
         return run_cheap_parts(table, splits, options.out)
-    done_path = options.out / RUNS
-    done = [json.loads(line) for line in done_path.read_text().splitlines()] if done_path.is_file() else []
     finished = {(e["split"], e["arm"], e["seed"]) for e in done}
 
     def record(new: Sequence[dict]) -> None:

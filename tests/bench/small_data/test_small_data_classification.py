@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench.common import configuration
 from bench.small_data import small_data_classification as bench
 from graphormer_urpe.data.sources.fingerprints import ecfp_count_matrix
 from graphormer_urpe.data.sources.molecule_features import MoleculeFeatures
@@ -47,6 +48,21 @@ def test_chemprop_is_needed_unless_the_cheap_parts_alone_are_measured(
         capsys.readouterr().err
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_directory_of_recipe_runs_on_another_config_content_is_refused_before_anything_is_written(
+    site: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    line = {"split": 0, "arm": "recipe, ensemble", "seed": None, "roc_auc": 0.9, "pr_auc": 0.9}
+    for earlier in ({"configuration": "e" * 64}, {}):  # another content, or an entry from before the field
+        (out / bench.RUNS).write_text(json.dumps(line | earlier) + "\n")
+        with pytest.raises(bench.BenchError, match="ran on another content of small_molecules_classification.yaml"):
+            bench.main(["--out", str(out), "--chemprop", "chemprop"])
+        assert sorted(path.name for path in out.iterdir()) == [bench.RUNS]
+    today = {"configuration": configuration(bench.RECIPE_CONFIG)}
+    bench.check_recipe_configuration([line | today, {"split": 0, "arm": "chemprop", "seed": 0}], out / bench.RUNS)
 
 
 @pytest.mark.slow
