@@ -535,15 +535,16 @@ def pending(sets: Sequence[str], arms: Sequence[str]) -> list[Run]:
 
 
 def checked_results(name: str) -> list[dict]:
-    """The set's results, each of an arm that still is what it was: the same options, and for a recipe arm the same
-    shipped pretrained checkpoint (:func:`shipped_pretrained`) and one configuration for all its lines (an arm whose
-    config has changed since keeps its results; :func:`stale_sets` stops it from adding more).
+    """The set's results, each of an arm that still is what it was: the same options; for a recipe arm, one
+    identity (the checkpoint it started from, the configuration) for all its lines, and a candidate checkpoint's arm
+    (``<arm>@<sha>``) started from that checkpoint. An arm whose shipped checkpoint or config has changed since keeps
+    its results; :func:`stale_sets` stops it from adding more.
 
     Raises:
-        BenchError: a result of an arm that has changed since (mixing them would mislead).
+        BenchError: a result of an arm whose options have changed, or lines of one arm that mix identities.
     """
     entries = read_results(name)
-    shipped = shipped_pretrained()
+    recipe_arms = set()
     for entry in entries:
         arm = arm_of(entry["arm"])
         if arm is None:
@@ -555,33 +556,42 @@ def checked_results(name: str) -> list[dict]:
             )
         if arm.kind != "recipe":
             continue
+        recipe_arms.add(entry["arm"])
         _, _, checkpoint = entry["arm"].partition("@")  # a candidate checkpoint's arm names its SHA-256's start
-        started = entry.get("pretrained") or ""
-        from_its_checkpoint = started.startswith(checkpoint) if checkpoint else started == shipped
-        if not from_its_checkpoint:
+        if checkpoint and not (entry.get("pretrained") or "").startswith(checkpoint):
             raise BenchError(
                 f"{RESULTS / name}.jsonl: arm {entry['arm']} ran from the pretrained checkpoint sha256 "
-                f"{entry.get('pretrained')}, "
-                + (f"not {checkpoint}..." if checkpoint else f"the shipped one is now {shipped}: name a new arm")
+                f"{entry.get('pretrained')}, not {checkpoint}..."
             )
-        configured = {line.get("configuration") for line in entries if line["arm"] == entry["arm"]}
-        if len(configured) > 1:
+    for arm_name in sorted(recipe_arms):
+        identities = {identity(entry) for entry in entries if entry["arm"] == arm_name}
+        if len(identities) > 1:
+            described = ", ".join(f"checkpoint {p[:12]} with configuration {c[:12]}" for p, c in sorted(identities))
             raise BenchError(
-                f"{RESULTS / name}.jsonl: arm {entry['arm']} holds lines of {len(configured)} configurations "
-                f"({', '.join(sorted(str(sha)[:12] for sha in configured))}): results of one arm must not mix"
+                f"{RESULTS / name}.jsonl: arm {arm_name} holds lines of {len(identities)} identities "
+                f"({described}): results of one arm must not mix"
             )
     return entries
 
 
+def identity(entry: dict) -> tuple[str, str]:
+    """What a recipe line ran beyond its options: the SHA-256 of the checkpoint it started from and of its
+    configuration (empty where a line lacks one)."""
+    return entry.get("pretrained") or "", entry.get("configuration") or ""
+
+
 def stale_sets(arm_name: str) -> list[str]:
-    """The sets (of all :data:`SETS`) where recipe arm ``arm_name`` ran with another configuration than its options
-    resolve to today (:func:`configuration`): the config changed since, and another run would mix the two."""
+    """The sets (of all :data:`SETS`) where recipe arm ``arm_name`` ran from another checkpoint than the shipped one
+    (an arm without ``@``) or with another configuration than its options resolve to today (:func:`configuration`):
+    one of them changed since, and another run would mix the two."""
     today = configuration(arm_of(arm_name).options)
-    return [
-        name
-        for name in SETS
-        if any(entry["arm"] == arm_name and entry.get("configuration") != today for entry in checked_results(name))
-    ]
+    shipped = None if "@" in arm_name else shipped_pretrained()  # a candidate's checkpoint: checked by its name
+
+    def stale(entry: dict) -> bool:
+        started, configured = identity(entry)
+        return configured != today or (shipped is not None and started != shipped)
+
+    return [name for name in SETS if any(entry["arm"] == arm_name and stale(entry) for entry in checked_results(name))]
 
 
 def run_peers(sets: Sequence[str], arms: Sequence[str], work: Path, chemprop: str | None, jobs: int) -> None:
@@ -613,8 +623,9 @@ def run_recipes(sets: Sequence[str], bases: Sequence[str], work: Path, checkpoin
         stale = stale_sets(arm)
         if stale:
             raise BenchError(
-                f"arm {arm} ran with another configuration on {', '.join(stale)} (its config has changed since): "
-                "its results stand as they are; name a new arm to run the configuration of today"
+                f"arm {arm} ran from another checkpoint or with another configuration on {', '.join(stale)} (the "
+                "shipped checkpoint or the config has changed since): its results stand as they are; name a new arm "
+                "to run today's"
             )
     tables = {name: read_set(name) for name in sets}
     for name, table in tables.items():  # written once here, before sweeps of one set may run side by side
@@ -712,7 +723,8 @@ def final_figure(figures: Sequence[Figure], arm: str) -> Figure | None:
     return None
 
 
-#: The arm of the final reading: the recipe as rules 1 and 3 leave it, the shipped configuration (docs/small-data.md).
+#: The arm of the final reading: the recipe as rules 1 and 3 leave it, the shipped configuration (docs/small-data.md;
+#: ``recipe+buckets@<sha>`` should rule 2 choose a new checkpoint).
 FINAL_ARM = "recipe+buckets"
 #: The recipe's parts whose ratios the report gives: the network ensemble, each cheap part, the blend.
 RECIPE_PARTS = ("ensemble", "trees", "kernel", "blend")
