@@ -891,13 +891,16 @@ def open_directory(out: Path, setup: dict) -> list[str]:
 
 def combined_report(directories: Sequence[Path], out: Path) -> list[dict]:
     """One report in the new directory ``out`` from the results of ``directories`` (same tables: the
-    same rows and split; a (dataset, arm, seed) in two of them stops).
+    same rows and split; a (dataset, arm, seed) in two of them stops, and so does an arm whose runs differ in
+    options or configuration between them).
 
     Raises:
-        BenchError: a directory is not a benchmark, the tables differ, or a run is in two directories.
+        BenchError: a directory is not a benchmark, the tables differ, a run is in two directories, or one arm's
+            runs would mix two settings.
     """
     datasets: dict[str, dict] = {}
     entries, commands, seen = [], [], {}
+    settings: dict[str, tuple[str, str | None, Path]] = {}  # arm -> its first run's options, configuration, directory
     for directory in directories:
         if not (directory / "bench.json").is_file():
             raise BenchError(f"{directory}: no bench.json (not a small_data results directory)")
@@ -912,6 +915,12 @@ def combined_report(directories: Sequence[Path], out: Path) -> list[dict]:
             key = (entry["dataset"], entry["arm"], entry["seed"])
             if key in seen:
                 raise BenchError(f"{directory}: {key} is also in {seen[key]}")
+            first = settings.setdefault(entry["arm"], (entry["options"], entry.get("configuration"), directory))
+            if first[:2] != (entry["options"], entry.get("configuration")):
+                raise BenchError(
+                    f"{directory}: arm {entry['arm']} ran with other options or another configuration than in "
+                    f"{first[2]}: results of one arm must not mix"
+                )
             seen[key] = directory
             entries.append({**entry, "directory": str(directory)})
     new_directory(out)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -491,6 +492,12 @@ def test_chemprops_arms_end_to_end_resume_and_a_combined_report(
     rows = small_data.main(["--report", str(out), str(other), "--out", str(combined)])
     assert [arm["seeds"] for arm in rows[1]["arms"]] == [[0, 1, 5], [0, 1]]
     assert small_data.cli(["--report", str(out), str(other), "--out", str(combined)]) == 2  # never overwritten
+    tampered = tmp_path / "tampered"  # the other directory's chemprop run, as if it had run another configuration
+    shutil.copytree(other, tampered)
+    lines = small_data.read_results(tampered / "results.jsonl")
+    (tampered / "results.jsonl").write_text("".join(json.dumps(e | {"configuration": "e" * 64}) + "\n" for e in lines))
+    with pytest.raises(small_data.BenchError, match="arm chemprop ran with other options or another configuration"):
+        small_data.main(["--report", str(out), str(tampered), "--out", str(tmp_path / "mixed-settings")])
     write_b3db(site.parent / "site2", sample_molecules(30))
     sys.path.insert(0, str(site.parent / "site2"))
     try:
