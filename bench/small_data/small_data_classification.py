@@ -149,8 +149,10 @@ def test_rows(split: Split) -> pd.DataFrame:
 
 #: The recipe's config, whose content (:func:`~bench.common.configuration`) each of its entries records.
 RECIPE_CONFIG = "--config small_molecules_classification"
+#: The arm of each part of the recipe's saved ensemble the sweep's entries report, beside each seed's (``recipe``).
+PART_ARMS = {"ensemble": "recipe, ensemble", "trees": "descriptor trees", "blend": "recipe, ensemble + trees"}
 #: The arms of the entries the recipe's sweep writes.
-RECIPE_ARMS = ("recipe", "recipe, ensemble", "descriptor trees", "recipe, ensemble + trees")
+RECIPE_ARMS = ("recipe", *PART_ARMS.values())
 
 
 def check_recipe_configuration(done: Sequence[dict], path: Path) -> None:
@@ -214,11 +216,7 @@ def run_recipe(split: Split, seeds: Sequence[int], out: Path, threads: int) -> l
             }
         )
     record = SavedEnsemble(out / "runs" / f"{name}-ensemble-trees").record
-    for part, arm in (
-        ("ensemble", "recipe, ensemble"),
-        ("trees", "descriptor trees"),
-        ("blend", "recipe, ensemble + trees"),
-    ):
+    for part, arm in PART_ARMS.items():
         test = record.scores["test"][part]
         entries.append(
             {
