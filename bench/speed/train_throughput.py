@@ -56,7 +56,7 @@ import yaml
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
-from bench.common import random_molecule_record
+from bench.common import exit_code, random_molecule_record
 from graphormer_urpe.configs import CONFIG_DIR
 from graphormer_urpe.data.batch import BatchShape, GraphBatch, GraphRecord, collate_graphs
 from graphormer_urpe.data.loaders import GlobalBatchSampler
@@ -410,4 +410,4 @@ def print_ratios(variants: list[Variant], unit: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_code(main))

@@ -4,6 +4,7 @@ batches by the recipe's window."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import yaml
 from rdkit import Chem
 
+from bench.common import exit_code
 from bench.speed import train_throughput
 from graphormer_urpe.configs import shipped_config
 from graphormer_urpe.testing.data_packages import write_moleculeace
@@ -38,3 +40,14 @@ def test_the_recipes_setting_draws_chembl1871_training_sizes_and_batches_by_the_
     assert setting.bucket_window == recipe["data"]["init_args"]["bucket_window"] == 4
     zinc = yaml.safe_load(shipped_config("zinc_subset").read_text())
     assert train_throughput.SETTINGS["zinc"].bucket_window == zinc["data"]["init_args"]["bucket_window"]
+
+
+def test_the_recipes_setting_without_the_moleculeace_wheel_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setattr(train_throughput, "chembl1871_sizes", train_throughput.chembl1871_sizes.__wrapped__)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # as on a machine without the wheel
+    argv = ["--settings", "chembl", "--batch-size", "2", "--modes", "eager", "--attention", "urpe"]
+    assert exit_code(train_throughput.main, argv) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["error: MoleculeACE is not installed: pip install --no-deps MoleculeACE==3.0.0"]
