@@ -792,11 +792,17 @@ def report(sets: Sequence[str], final: bool = False) -> str:
         "",
     ]
     ratios: dict[tuple[str, str, str], list[tuple[float, float]]] = {}  # (arm, figure, against) -> per set
+    rule = chosen_rule(held_out_ratios(FINAL_ARM)) if final else None  # rule 4, on validation rows only
     for name in sets:
         table = read_set(name)
         figures = set_figures(name, table)
         if not figures:
             continue
+        if rule not in (None, TODAYS_RULE) and recipe_parts(name, FINAL_ARM, "test"):
+            figures = [
+                ruled_blend(name, FINAL_ARM, rule, table) if (f.arm, f.what) == (FINAL_ARM, "blend") else f
+                for f in figures
+            ]
         counts = table["split"].value_counts()
         cliffs = int(table.loc[table["split"] == "test", "cliff_mol"].sum())
         lines += [
@@ -850,7 +856,11 @@ def report(sets: Sequence[str], final: bool = False) -> str:
             f"{np.mean([v[1] for v in values]):.3f} |"
         )
     if final:
-        lines += ["", *bounds_text(ratios)]
+        if rule is None:
+            blend = f"{FINAL_ARM}'s blend is its stored one (today's rule): rule 4 waits for all {len(SETS)} sets."
+        else:
+            blend = f"{FINAL_ARM}'s blend weighs its stored parts by rule 4's choice: {rule} (`--blend-rules`)."
+        lines += ["", blend, "", *bounds_text(ratios)]
     return "\n".join(lines) + "\n"
 
 
@@ -924,31 +934,48 @@ def best_part(parts: dict[str, np.ndarray], truth: np.ndarray) -> dict[str, floa
 
 #: The blend rules ``--blend-rules`` compares: each maps the parts' predictions and the truth of some rows to
 #: weights. Today's is :func:`~graphormer_urpe.evaluation.blend.blend_weights` (inverse MSE, within 1.5x).
+TODAYS_RULE = "inverse MSE, within 1.5x (today's)"
 BLEND_RULES = {
-    "inverse MSE, within 1.5x (today's)": lambda parts, truth: inverse_errors(parts, truth, 1.0),
+    TODAYS_RULE: lambda parts, truth: inverse_errors(parts, truth, 1.0),
     "inverse squared MSE, within 1.5x": lambda parts, truth: inverse_errors(parts, truth, 2.0),
     "the best part alone": best_part,
     "the network ensemble alone": lambda parts, truth: {"ensemble": 1.0},
 }
+#: Rule 4 (docs/small-data.md), fixed before the final arm's sweeps: over all of :data:`SETS`, the rule with the lowest
+#: mean held-out ratio replaces today's if that mean is at least this much lower than today's.
+RULE_MARGIN = 0.02
+#: The parts a recipe arm's blend weighs.
+BLENDED_PARTS = ("ensemble", "trees", "kernel")
 
 
-def blend_rules(arm: str, splits: int = 500) -> str:
-    """How well each of :data:`BLEND_RULES` blends a recipe arm's parts (the network ensemble, the trees, the kernel)
-    on rows it did not choose its weights on: on each set where the arm has finished, the validation rows are cut
-    into two random halves ``splits`` times (seed 0); each rule chooses its weights on one half and is scored on the
-    other (and the other way round). Per set and rule, the mean held-out RMSE relative to the network ensemble's on
-    the same half, and the mean over the sets. Validation rows only: no test row is read. A Markdown table."""
+def recipe_parts(name: str, arm: str, split: str) -> dict[str, np.ndarray]:
+    """A recipe arm's stored predictions of one split (``valid`` or ``test``) per part of :data:`BLENDED_PARTS`,
+    shape (rows,); empty when the arm has not finished on the set."""
+    entries = {e["part"]: e for e in checked_results(name) if e["arm"] == arm and e["part"] != "member"}
+    if "ensemble" not in entries:
+        return {}
+    return {part: np.asarray(entries[part][f"{split}_predictions"]) for part in BLENDED_PARTS}
+
+
+def held_out_ratios(arm: str, splits: int = 500) -> dict[str, dict[str, float]]:
+    """Per set of :data:`SETS` where the recipe arm finished, per rule of :data:`BLEND_RULES`: the mean RMSE of the
+    rule's blend on held-out halves of the validation rows relative to the network ensemble's on the same half. The
+    validation rows are cut into two random halves ``splits`` times (seed 0); the rule weighs the parts on one half
+    and is scored on the other (and the other way round). Validation rows only: no test row is read.
+
+    Raises:
+        BenchError: today's rule, applied here, is not the product's (``blend_weights``) on a set's validation rows.
+    """
     from graphormer_urpe.evaluation.blend import blend_weights
 
-    rows, ratios = [], {rule: [] for rule in BLEND_RULES}
+    ratios = {}
     for name in SETS:
-        entries = {e["part"]: e for e in checked_results(name) if e["arm"] == arm and e["part"] != "member"}
-        if "ensemble" not in entries:
+        parts = recipe_parts(name, arm, "valid")
+        if not parts:
             continue
-        parts = {part: np.asarray(entries[part]["valid_predictions"]) for part in ("ensemble", "trees", "kernel")}
         truth = read_set(name).query("split == 'valid'")["y"].to_numpy()
         whole = blend_weights({part: values[:, None] for part, values in parts.items()}, truth[:, None], ["y"])["y"]
-        here = inverse_errors(parts, truth, 1.0)  # must be the rule as the ensemble applies it (on every row here)
+        here = BLEND_RULES[TODAYS_RULE](parts, truth)  # must be the rule as the ensemble applies it (every row here)
         if whole.keys() != here.keys() or not np.allclose([whole[p] for p in here], list(here.values())):
             raise BenchError(f"{name}: today's rule gives {whole} on the validation rows, this copy of it {here}")
         rng = np.random.default_rng(0)
@@ -962,14 +989,52 @@ def blend_rules(arm: str, splits: int = 500) -> str:
                     weights = weigh({part: values[chosen] for part, values in parts.items()}, truth[chosen])
                     blended = sum(weight * parts[part][scored] for part, weight in weights.items())
                     held_out[rule].append(rmse(blended, truth[scored]) / network)
-        cells = []
-        for rule, values in held_out.items():
-            ratios[rule].append(float(np.mean(values)))
-            cells.append(f"{np.mean(values):.3f}")
-        rows.append(f"| {name} | {len(truth)} | " + " | ".join(cells) + " |")
+        ratios[name] = {rule: float(np.mean(values)) for rule, values in held_out.items()}
+    return ratios
+
+
+def chosen_rule(ratios: dict[str, dict[str, float]]) -> str | None:
+    """Rule 4's verdict on :func:`held_out_ratios`: the rule with the lowest mean ratio over the sets if it is at
+    least :data:`RULE_MARGIN` lower than today's, else today's; None until the arm has finished on all of
+    :data:`SETS`."""
+    if set(ratios) != set(SETS):
+        return None
+    means = {rule: float(np.mean([ratios[name][rule] for name in SETS])) for rule in BLEND_RULES}
+    best = min(means, key=means.get)
+    return best if means[best] <= (1 - RULE_MARGIN) * means[TODAYS_RULE] else TODAYS_RULE
+
+
+def blend_rules(arm: str, splits: int = 500) -> str:
+    """:func:`held_out_ratios` as a Markdown table (per set and rule, and the mean over the sets), and rule 4's
+    verdict (:func:`chosen_rule`) once the arm has finished on all of :data:`SETS`."""
+    ratios = held_out_ratios(arm, splits)
+    rows = []
+    for name, by_rule in ratios.items():
+        validation = int((read_set(name)["split"] == "valid").sum())
+        rows.append(f"| {name} | {validation} | " + " | ".join(f"{by_rule[rule]:.3f}" for rule in BLEND_RULES) + " |")
+    means = [np.mean([by_rule[rule] for by_rule in ratios.values()]) if ratios else None for rule in BLEND_RULES]
     header = "| set | validation rows | " + " | ".join(BLEND_RULES) + " |"
-    mean = "| mean | | " + " | ".join(f"{np.mean(values):.3f}" if values else "" for values in ratios.values()) + " |"
-    return "\n".join([header, "|---|---|" + "---|" * len(BLEND_RULES), *rows, mean]) + "\n"
+    mean = "| mean | | " + " | ".join("" if value is None else f"{value:.3f}" for value in means) + " |"
+    rule = chosen_rule(ratios)
+    if rule is None:
+        verdict = f"Rule 4 decides once {arm} has finished on all {len(SETS)} sets ({len(ratios)} so far)."
+    elif rule == TODAYS_RULE:
+        verdict = f"**Rule 4: today's rule stays** (no rule's mean is {RULE_MARGIN:.0%} below today's)."
+    else:
+        verdict = f'**Rule 4: "{rule}" replaces today\'s rule** (its mean at least {RULE_MARGIN:.0%} below).'
+    return "\n".join([header, "|---|---|" + "---|" * len(BLEND_RULES), *rows, mean, "", verdict]) + "\n"
+
+
+def ruled_blend(name: str, arm: str, rule: str, table: pd.DataFrame) -> Figure:
+    """A recipe arm's blend on the set by one of :data:`BLEND_RULES`: its weights chosen on all the validation rows
+    from the stored parts' predictions, applied to their test predictions; scored as the arm's ``blend``."""
+    valid, test = recipe_parts(name, arm, "valid"), recipe_parts(name, arm, "test")
+    truth = table.loc[table["split"] == "valid", "y"].to_numpy()
+    weights = BLEND_RULES[rule](valid, truth)
+    blended = sum(weight * test[part] for part, weight in weights.items())
+    in_sample = sum(weight * valid[part] for part, weight in weights.items())
+    figures = scores(blended, table)
+    return Figure(arm, "blend", figures["test_rmse"], figures["test_cliff_rmse"], val_rmse=rmse(in_sample, truth))
 
 
 #: The previous release's blend rule: the weight of this grid whose blend has the lowest validation MAE.
@@ -1059,9 +1124,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--blend-rules",
         metavar="ARM",
-        choices=[name for name, arm in ARMS.items() if arm.kind == "recipe"],
         help="compare blend rules on held-out halves of the validation rows of the sets where this recipe arm "
-        "finished (bench/results/moleculeace/blend_rules-ARM.md)",
+        "(or ARM@SHA256-PREFIX) finished, and give rule 4's verdict once it has finished on all of them "
+        "(bench/results/moleculeace/blend_rules-ARM.md)",
     )
     parser.add_argument(
         "--init-from",
@@ -1084,6 +1149,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             parser.error(f"--selection {candidate}: not a candidate ({', '.join(CANDIDATES)}, or ARM@SHA256-PREFIX)")
         if recipe not in ARMS or ARMS[recipe].kind != "recipe":
             parser.error(f"--selection ... {recipe}: not a recipe arm")
+    if options.blend_rules and (arm_of(options.blend_rules) is None or arm_of(options.blend_rules).kind != "recipe"):
+        parser.error(f"--blend-rules {options.blend_rules}: not a recipe arm (or ARM@SHA256-PREFIX)")
     if options.init_from is not None:
         options.init_from = options.init_from.resolve()
         if not options.init_from.is_file():

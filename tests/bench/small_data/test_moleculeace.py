@@ -171,6 +171,7 @@ def test_the_report_takes_each_arms_own_result_and_averages_per_set_ratios(
     ]
     results.mkdir()
     (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    monkeypatch.setattr(moleculeace, "held_out_ratios", lambda arm: {})  # rule 4 on one set: waits for all 10
     figures = moleculeace.set_figures(SET, table)
     chemprop = moleculeace.final_figure(figures, "chemprop")
     assert chemprop.what == "ensemble" and chemprop.rmse == pytest.approx(0.5 / 3)  # the mean is truth + 1/6
@@ -379,6 +380,47 @@ def test_blend_rules_are_scored_on_held_out_halves_of_the_validation_rows_only(
     write(truth + 5.0, network)  # trees 2,500 times the network's error: never admitted; the kernel equals it
     row = moleculeace.blend_rules("recipe", splits=20).splitlines()[2].split(" | ")
     assert row[2:4] == ["1.000", "1.000"] and row[-1] == "1.000 |"
+
+
+def test_rule_4_replaces_todays_blend_only_by_a_rule_2_percent_better_over_all_ten_sets() -> None:
+    def ratios(todays: float, network: float, sets: tuple[str, ...] = moleculeace.SETS) -> dict:
+        others = {"inverse squared MSE, within 1.5x": todays, "the best part alone": todays + 0.05}
+        return {
+            name: {moleculeace.TODAYS_RULE: todays, **others, "the network ensemble alone": network} for name in sets
+        }
+
+    assert moleculeace.chosen_rule(ratios(1.03, 1.0)) == "the network ensemble alone"  # 1.0 <= 0.98 x 1.03
+    assert moleculeace.chosen_rule(ratios(1.01, 1.0)) == moleculeace.TODAYS_RULE  # 1 % lower: not enough
+    assert moleculeace.chosen_rule(ratios(1.03, 1.0, moleculeace.SETS[:-1])) is None  # not on all 10 sets yet
+
+
+def test_the_final_reading_blends_the_final_arms_stored_parts_by_rule_4s_choice(
+    site: Path, results: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should rule 4 choose "the network ensemble alone", the final arm's blend figure is its ensemble's, whatever
+    the stored blend (today's rule) scored; today's rule leaves the stored blend as it is."""
+    write_moleculeace(site, SET, benchmark_rows(train=40, test=6))
+    table = moleculeace.read_set(SET)
+    valid = table.loc[table["split"] == "valid", "y"].to_numpy()
+    test = table.loc[table["split"] == "test", "y"].to_numpy()
+    shifts = {"ensemble": 0.1, "trees": 0.3, "kernel": -0.2, "blend": 0.05}
+    lines = [entry("svm", 0, 0.8, 1.0)] + [
+        entry(moleculeace.FINAL_ARM, None, float(abs(shift)), float(abs(shift)), part=part)
+        | {"valid_predictions": (valid + shift).tolist(), "test_predictions": (test + shift).tolist()}
+        for part, shift in shifts.items()
+    ]
+    results.mkdir()
+    (results / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    monkeypatch.setattr(moleculeace, "checked_results", moleculeace.read_results)  # identities: not this test's
+    monkeypatch.setattr(moleculeace, "held_out_ratios", lambda arm: {})
+    monkeypatch.setattr(moleculeace, "chosen_rule", lambda ratios: "the network ensemble alone")
+    text = moleculeace.report([SET], final=True)
+    assert f"| {moleculeace.FINAL_ARM} | blend | 0.100 | 0.100 | 0.100 |" in text
+    assert f"| {moleculeace.FINAL_ARM} | blend | SVM | 1 | {0.1 / 0.8:.3f} | {0.1 / 1.0:.3f} |" in text
+    assert "weighs its stored parts by rule 4's choice: the network ensemble alone" in text
+    monkeypatch.setattr(moleculeace, "chosen_rule", lambda ratios: moleculeace.TODAYS_RULE)
+    text = moleculeace.report([SET], final=True)
+    assert f"| {moleculeace.FINAL_ARM} | blend | 0.050 | 0.050 | 0.500 |" in text  # the stored line's figures
 
 
 def test_the_grid_rule_is_the_earlier_releases_and_the_stability_table_reads_validation_rows_only(
