@@ -537,6 +537,17 @@ class StepProgressBar(TQDMProgressBar):
         self.refresh_seconds = refresh_seconds
         self._drawn_at = -math.inf
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        if trainer.fit_loop.restarted_mid_epoch:
+            # Lightning calls no on_train_epoch_start for an epoch resumed midway: the bar would have no total and no
+            # epoch, and its rate would count the batches done before the resume as done in this process's seconds
+            self.on_train_epoch_start(trainer, pl_module)
+            # the epoch's batches trained before the resume (the batch_idx of the next one): the rate counts only
+            # the batches of this process
+            done = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+            self.train_progress_bar.n = self.train_progress_bar.initial = done
+
     def _should_update(self, current: int, total: int) -> bool:
         now = time.monotonic()
         if not self.is_enabled or (current != total and now - self._drawn_at < self.refresh_seconds):

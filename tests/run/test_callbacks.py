@@ -442,6 +442,30 @@ def test_the_progress_bar_redraws_at_most_once_per_interval(monkeypatch: pytest.
     assert bar._should_update(100, total=100)  # the last batch of an epoch always
 
 
+class TrainBarAtFirstBatch(pl.Callback):
+    """Keeps the training bar's description, total and first count when the first batch of this process ends."""
+
+    seen: tuple[str, int | None, int, int] | None = None
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *_: object) -> None:
+        if self.seen is None:
+            bar = trainer.progress_bar_callback.train_progress_bar
+            self.seen = (bar.desc, bar.total, bar.initial, bar.n)
+
+
+def test_a_run_resumed_mid_epoch_shows_its_epoch_total_and_position(qm9_root: Path, tmp_path: Path) -> None:
+    """Lightning skips on_train_epoch_start for an epoch resumed midway: without StepProgressBar's own start the bar
+    read ``Training: 3/?`` with a rate counting the batches before the resume."""
+    args = tiny_run_args(qm9_root, tmp_path, *RANDOM_RUN, "--run_name", "cut")
+    assert train_in_process(args, SignalDuringStep(4)) == 128 + signal.SIGTERM  # epoch 1's first two batches done
+    shown = TrainBarAtFirstBatch()
+    with_bar = [*args, "--trainer.enable_progress_bar", "true", "--ckpt_path", "last"]  # the last flag wins
+    assert train_in_process(with_bar, shown) == 0
+    # 5 batches an epoch, two a step (the third step of an epoch has one): step 4 trained epoch 1's first two
+    # batches; the bar starts at 2 of 5 (its rate counts from there) and this process's first batch is the 3rd
+    assert shown.seen == ("Epoch 1: ", 5, 2, 3)
+
+
 def test_early_stopping_follows_the_tasks_own_monitor() -> None:
     from graphormer_urpe import GraphormerConfig
     from graphormer_urpe.run.callbacks import TaskEarlyStopping
