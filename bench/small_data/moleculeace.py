@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
+import itertools
 import json
 import shlex
 import sys
@@ -932,6 +933,22 @@ def best_part(parts: dict[str, np.ndarray], truth: np.ndarray) -> dict[str, floa
     return {min(parts, key=lambda part: np.mean((parts[part] - truth) ** 2)): 1.0}
 
 
+def simplex_grid(parts: int, steps: int) -> np.ndarray:
+    """Every weight vector of ``parts`` non-negative multiples of ``1 / steps`` that sum to 1, shape (points, parts)."""
+    points = [w for w in itertools.product(range(steps + 1), repeat=parts) if sum(w) == steps]
+    return np.array(points, dtype=np.float64) / steps
+
+
+def least_squares(parts: dict[str, np.ndarray], truth: np.ndarray, steps: int = 20) -> dict[str, float]:
+    """Stacking: the non-negative weights summing to 1, on a grid of ``1 / steps``, whose blend has the lowest MSE on
+    these rows (the first such point of :func:`simplex_grid` on a tie). Shapes: parts (N,), truth (N,)."""
+    names = list(parts)
+    grid = simplex_grid(len(names), steps)  # (G, P)
+    blends = np.stack([parts[name] for name in names], axis=1) @ grid.T  # (N, G)
+    best = grid[int(np.argmin(np.mean((blends - truth[:, None]) ** 2, axis=0)))]
+    return {name: float(weight) for name, weight in zip(names, best, strict=True) if weight > 0}
+
+
 #: The blend rules ``--blend-rules`` compares: each maps the parts' predictions and the truth of some rows to
 #: weights. Today's is :func:`~graphormer_urpe.evaluation.blend.blend_weights` (inverse MSE, within 1.5x).
 TODAYS_RULE = "inverse MSE, within 1.5x (today's)"
@@ -939,6 +956,7 @@ BLEND_RULES = {
     TODAYS_RULE: lambda parts, truth: inverse_errors(parts, truth, 1.0),
     "inverse squared MSE, within 1.5x": lambda parts, truth: inverse_errors(parts, truth, 2.0),
     "the best part alone": best_part,
+    "least squares (weights >= 0, summing to 1)": least_squares,
     "the network ensemble alone": lambda parts, truth: {"ensemble": 1.0},
 }
 #: Rule 4 (docs/small-data.md), fixed before the final arm's sweeps: over all of :data:`SETS`, the rule with the lowest

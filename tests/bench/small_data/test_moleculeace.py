@@ -376,18 +376,28 @@ def test_blend_rules_are_scored_on_held_out_halves_of_the_validation_rows_only(
 
     write(network, network)
     row = moleculeace.blend_rules("recipe", splits=20).splitlines()[2]
-    assert row == f"| {SET} | {len(truth)} | 1.000 | 1.000 | 1.000 | 1.000 |"
+    assert row == f"| {SET} | {len(truth)} | " + " | ".join(["1.000"] * len(moleculeace.BLEND_RULES)) + " |"
     write(truth + 5.0, network)  # trees 2,500 times the network's error: never admitted; the kernel equals it
     row = moleculeace.blend_rules("recipe", splits=20).splitlines()[2].split(" | ")
     assert row[2:4] == ["1.000", "1.000"] and row[-1] == "1.000 |"
 
 
+def test_the_least_squares_rule_stacks_on_the_simplex() -> None:
+    grid = moleculeace.simplex_grid(3, 20)
+    assert grid.shape == (231, 3) and np.allclose(grid.sum(axis=1), 1.0) and grid.min() == 0.0
+    truth = np.zeros(4)
+    over, under, far = np.ones(4), -np.ones(4), np.full(4, 5.0)
+    assert moleculeace.least_squares({"a": over, "b": under, "c": far}, truth) == {"a": 0.5, "b": 0.5}  # MSE 0
+    # one part alone is exact: all its weight, no other part's
+    assert moleculeace.least_squares({"a": over, "b": truth, "c": far}, truth) == {"b": 1.0}
+    # 1 and 3 against a truth of 1.5: 0.75 x 1 + 0.25 x 3 = 1.5
+    assert moleculeace.least_squares({"a": over, "b": np.full(4, 3.0)}, np.full(4, 1.5)) == {"a": 0.75, "b": 0.25}
+
+
 def test_rule_4_replaces_todays_blend_only_by_a_rule_2_percent_better_over_all_ten_sets() -> None:
     def ratios(todays: float, network: float, sets: tuple[str, ...] = moleculeace.SETS) -> dict:
-        others = {"inverse squared MSE, within 1.5x": todays, "the best part alone": todays + 0.05}
-        return {
-            name: {moleculeace.TODAYS_RULE: todays, **others, "the network ensemble alone": network} for name in sets
-        }
+        by_rule = dict.fromkeys(moleculeace.BLEND_RULES, todays + 0.05) | {moleculeace.TODAYS_RULE: todays}
+        return {name: by_rule | {"the network ensemble alone": network} for name in sets}
 
     assert moleculeace.chosen_rule(ratios(1.03, 1.0)) == "the network ensemble alone"  # 1.0 <= 0.98 x 1.03
     assert moleculeace.chosen_rule(ratios(1.01, 1.0)) == moleculeace.TODAYS_RULE  # 1 % lower: not enough
