@@ -539,7 +539,7 @@ class StepProgressBar(TQDMProgressBar):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_start(trainer, pl_module)
-        if trainer.fit_loop.restarted_mid_epoch:
+        if getattr(trainer.fit_loop, "restarted_mid_epoch", False):  # Lightning >= 2.5 (2.4 starts every epoch)
             # Lightning calls no on_train_epoch_start for an epoch resumed midway: the bar would have no total and no
             # epoch, and its rate would count the batches done before the resume as done in this process's seconds
             self.on_train_epoch_start(trainer, pl_module)
