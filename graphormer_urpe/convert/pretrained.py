@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import torch
+import yaml
 
 from graphormer_urpe.data.sources.descriptors import descriptor_reference
 from graphormer_urpe.data.sources.pretraining import MOSES_TRAIN_FILE
@@ -32,6 +34,23 @@ def portable_command(command: str, base: Path) -> str:
     if words[0] == "train.py":
         words.insert(0, "python")
     return shlex.join(words)
+
+
+def portable_config(config_yaml: str, base: Path) -> str:
+    """A run's resolved config (YAML) with every value that is an absolute path below ``base`` (``data.root``,
+    ``run_root`` of a run started with absolute paths) written relative to it, as :func:`portable_command` writes the
+    command: the shipped checkpoint carries its config, and no path of the machine that made it."""
+
+    def portable(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: portable(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [portable(item) for item in value]
+        if isinstance(value, str) and Path(value).is_absolute() and Path(value).is_relative_to(base):
+            return str(Path(value).relative_to(base))
+        return value
+
+    return yaml.safe_dump(portable(yaml.safe_load(config_yaml)), sort_keys=False)
 
 
 def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bool = False) -> dict:
@@ -57,6 +76,7 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
     record = json.loads((run_dir / "run.json").read_text())
     metrics = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").is_file() else {}
     reduced = reduced_checkpoint(checkpoint)
+    reduced[CONFIG_KEY] = portable_config(checkpoint[CONFIG_KEY], Path.cwd())
     checkpoint_out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(reduced, checkpoint_out)
     reference = descriptor_reference()
@@ -91,7 +111,7 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
             for key, value in metrics.get(part, {}).items()
             if key.count("/") == 1
         },  # the means over the targets, not each descriptor's
-        "config": checkpoint[CONFIG_KEY],
+        "config": reduced[CONFIG_KEY],
     }
     provenance_out.write_text(json.dumps(provenance, indent=1) + "\n")
     return provenance

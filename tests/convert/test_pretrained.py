@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from graphormer_urpe.convert.pretrained import export, portable_command
+from graphormer_urpe.convert.pretrained import export, portable_command, portable_config
 from graphormer_urpe.errors import CheckpointError
 from graphormer_urpe.pretrained import CHECKPOINT
 from graphormer_urpe.run.checkpoints import CONFIG_KEY
@@ -108,3 +108,32 @@ def test_a_recorded_command_is_written_without_the_paths_of_the_machine(tmp_path
         "graphormer-urpe train --config 'configs/pretrain moses.yaml' --run_root /elsewhere/runs"
     )
     assert portable_command("train.py --config pretrain_moses", tmp_path) == "python train.py --config pretrain_moses"
+
+
+def test_the_config_is_written_without_the_paths_of_the_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pretraining started with absolute paths (``--data.root /work/data``) shipped them in its checkpoint's config
+    and record: both now name them relative to where convert runs, as the command does."""
+    import torch
+
+    work = tmp_path / "work"
+    checkpoint = torch.load(CHECKPOINT, weights_only=True)
+    config = yaml.safe_load(checkpoint[CONFIG_KEY])
+    config["data"]["init_args"]["root"] = str(work / "data")
+    config["run_root"] = str(work / "runs")
+    config["data"]["init_args"]["elsewhere"] = ["/elsewhere/cache"]  # outside: left as it is, like the command's
+    checkpoint[CONFIG_KEY] = yaml.safe_dump(config)
+    run = work / "runs" / "pretrain"
+    (run / "checkpoints").mkdir(parents=True)
+    torch.save(checkpoint, run / "checkpoints" / "best-5.ckpt")
+    (run / "run.json").write_text(json.dumps({"command": "graphormer-urpe train --config pretrain_moses"}))
+    monkeypatch.chdir(work)
+    record = export(run / "checkpoints" / "best-5.ckpt", tmp_path / "out.ckpt", tmp_path / "out.json")
+    written = torch.load(tmp_path / "out.ckpt", weights_only=True)[CONFIG_KEY]
+    assert record["config"] == written
+    exported = yaml.safe_load(written)
+    assert (exported["data"]["init_args"]["root"], exported["run_root"]) == ("data", "runs")
+    assert exported["data"]["init_args"]["elsewhere"] == ["/elsewhere/cache"]
+    assert exported["model"] == config["model"] and str(work) not in written
+    assert portable_config(written, work) == written  # nothing left to rewrite
