@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 from collections.abc import Callable, Iterator, Mapping, Sized
 from typing import Any
 
@@ -20,6 +21,21 @@ from graphormer_urpe.data.buckets import bucketed_batches, size_sorted
 from graphormer_urpe.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+
+#: The signals a run stops on: SIGTERM and SIGUSR1 (``PreemptionCheckpoint``), SIGINT (Ctrl-C).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """Every loader worker's start (``worker_init_fn``): the signals that stop a run are the main process's to act
+    on. A scheduler signals every process of a job (SLURM's time limit and ``scancel``, a ``kill`` of the process
+    group, Ctrl-C in a terminal); a PyTorch worker dies of a SIGTERM that does not come from its parent, and the main
+    process then fails with "DataLoader worker (pid N) is killed by signal: Terminated" wherever it is, even while it
+    writes ``last.ckpt``. Ignoring them, the worker serves batches until the main process, having finished its step
+    and saved, shuts it down (a worker also ends when its main process is gone)."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def process_grid(trainer: pl.Trainer | None) -> tuple[int, int]:
@@ -158,6 +174,7 @@ class ResumableLoader(DataLoader):
             num_workers=num_workers,
             pin_memory=pin_memory,
             generator=torch.Generator(),
+            worker_init_fn=ignore_stop_signals,
         )
         self.position = (sampler.epoch, 0)
 
@@ -283,6 +300,7 @@ def eval_loader(
         persistent_workers=num_workers > 0,
         pin_memory=pin_memory and _on_cuda(trainer),
         generator=torch.Generator().manual_seed(0),
+        worker_init_fn=ignore_stop_signals,
     )  # iterating never consumes the global RNG
 
 

@@ -242,16 +242,36 @@ def run_train_subprocess(args: list[str], timeout: float = 300.0) -> subprocess.
 class SignalDuringStep(pl.Callback):
     """Sends ``signum`` ``times`` times to this process (or its parent, e.g. ``seeds.py``) during optimiser step
     ``step``; a subprocess gets it by
-    ``--trainer.callbacks+='{"class_path": "graphormer_urpe.testing.runs.SignalDuringStep", "init_args": {...}}'``."""
+    ``--trainer.callbacks+='{"class_path": "graphormer_urpe.testing.runs.SignalDuringStep", "init_args": {...}}'``.
+    ``with_workers``: as a scheduler signals a job, from another process (``kill``), to this process and each of its
+    children (its DataLoader workers), the workers first."""
 
-    def __init__(self, step: int, signum: int = signal.SIGTERM, times: int = 1, to_parent: bool = False) -> None:
+    def __init__(
+        self,
+        step: int,
+        signum: int = signal.SIGTERM,
+        times: int = 1,
+        to_parent: bool = False,
+        with_workers: bool = False,
+    ) -> None:
         self.step, self.signum, self.times, self.to_parent, self.sent = step, signum, times, to_parent, False
+        self.with_workers = with_workers
+        self.workers_signalled: list[int] = []
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
     ) -> None:
         if trainer.global_step == self.step - 1 and not self.sent:
             self.sent = True
+            if self.with_workers:
+                this = os.getpid()
+                self.workers_signalled = [
+                    int(p) for p in Path(f"/proc/{this}/task/{this}/children").read_text().split()
+                ]
+                pids = [*map(str, self.workers_signalled), str(this)]
+                for _ in range(self.times):
+                    subprocess.run(["kill", f"-{signal.Signals(self.signum).name[3:]}", *pids], check=True)
+                return
             for _ in range(self.times):
                 os.kill(os.getppid() if self.to_parent else os.getpid(), self.signum)
 

@@ -117,6 +117,25 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
     assert different == []
 
 
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGUSR1, 138), (signal.SIGINT, 130)])
+def test_a_signal_to_every_process_of_the_job_stops_as_one_to_the_main_process_does(
+    uninterrupted: FinalState, qm9_root: Path, tmp_path: Path, signum: int, code: int
+) -> None:
+    """SLURM's time limit, ``scancel`` or Ctrl-C signal the DataLoader workers too. A worker killed by a SIGTERM not
+    from its parent made the main process fail ("DataLoader worker (pid N) is killed by signal: Terminated") wherever
+    it was, here while it wrote last.ckpt; the workers now leave the stop to the main process."""
+    args = tiny_run_args(qm9_root, tmp_path, *RANDOM_RUN, "--data.num_workers", "1", "--run_name", "cut")
+    signalled = SignalDuringStep(4, signum, with_workers=True)
+    assert train_in_process(args, signalled) == code
+    assert signalled.workers_signalled  # the training loader's worker and the evaluation loader's
+    assert torch.load(tmp_path / "cut" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+    resumed = FinalState()
+    assert train_in_process(args + ["--ckpt_path", "last"], resumed) == 0
+    assert resumed.step == uninterrupted.step == 9
+    different = [k for k, v in uninterrupted.weights.items() if not torch.equal(v, resumed.weights[k])]
+    assert different == []  # workers collate what the main process would: the same batches
+
+
 def test_resume_with_size_aware_batching_reaches_bitwise_the_same_weights(qm9_root: Path, tmp_path: Path) -> None:
     bucketed = (*RANDOM_RUN, "--data.bucket_window", "2")
     uninterrupted = FinalState()
