@@ -23,8 +23,9 @@ from graphormer_urpe.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
-#: The signals a run stops on: SIGTERM and SIGUSR1 (``PreemptionCheckpoint``), SIGINT (Ctrl-C).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+#: The signals a run stops on, which its loader workers ignore: SIGTERM and SIGUSR1 (``PreemptionCheckpoint``), SIGINT
+#: (Ctrl-C).
+WORKER_IGNORED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 def ignore_stop_signals(worker_id: int) -> None:
@@ -34,7 +35,7 @@ def ignore_stop_signals(worker_id: int) -> None:
     process then fails with "DataLoader worker (pid N) is killed by signal: Terminated" wherever it is, even while it
     writes ``last.ckpt``. Ignoring them, the worker serves batches until the main process, having finished its step
     and saved, shuts it down (a worker also ends when its main process is gone)."""
-    for signum in STOP_SIGNALS:
+    for signum in WORKER_IGNORED_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
 
 
