@@ -117,14 +117,7 @@ def test_resume_after_a_signal_reaches_bitwise_the_same_weights(
     assert different == []
 
 
-@pytest.mark.parametrize(
-    ("signum", "code"),
-    [  # the quick loop keeps SIGTERM, the one schedulers send
-        (signal.SIGTERM, 143),
-        pytest.param(signal.SIGUSR1, 138, marks=pytest.mark.slow),
-        pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow),
-    ],
-)
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGUSR1, 138), (signal.SIGINT, 130)])
 def test_a_signal_to_every_process_of_the_job_stops_as_one_to_the_main_process_does(
     uninterrupted: FinalState, qm9_root: Path, tmp_path: Path, signum: int, code: int
 ) -> None:
