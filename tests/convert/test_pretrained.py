@@ -113,8 +113,8 @@ def test_a_recorded_command_is_written_without_the_paths_of_the_machine(tmp_path
 def test_the_config_is_written_without_the_paths_of_the_machine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pretraining started with absolute paths (``--data.root /work/data``) shipped them in its checkpoint's config
-    and record: both now name them relative to where convert runs, as the command does."""
+    """A pretraining started with absolute paths (``--data.root``, ``--run_root``) shipped them in its checkpoint's
+    config and record: both now name them relative to where convert runs, as the command does."""
     import torch
 
     work = tmp_path / "work"
