@@ -83,6 +83,7 @@ from bench.common import (
 )
 from graphormer_urpe.data.sources.featurize import silence_rdkit
 from graphormer_urpe.data.sources.tables import balanced_scaffold_split, scaffold_split
+from graphormer_urpe.evaluation.blend import PART_TITLES
 from graphormer_urpe.evaluation.ensemble import SavedEnsemble, build_ensemble, plan_ensemble
 from graphormer_urpe.run.cli import RUN_DIR_ENV
 
@@ -115,17 +116,18 @@ class Arm:
         seeds: how many seeds (0, 1, ...) the arm runs by default.
         ensemble: also predict the test rows with each run's best checkpoint (ours: ``evaluate.py --predict``,
             its CPU seconds recorded apart), so that the report adds the MAE of the mean prediction over seeds.
-        trees: the report also blends the seeds' ensemble with trees on the RDKit descriptors, as ``seeds.py
-            --ensemble --trees`` does (:func:`ensemble_split`, a saved ensemble of the runs'
-            best checkpoints: their predictions of the validation and test rows, the trees fitted on the training
-            rows, the trees' weight chosen on the validation rows).
+        blend: the cheap parts (``trees``, ``kernel``: :data:`~graphormer_urpe.evaluation.blend.CHEAP_PARTS`) that
+            the report blends with the seeds' ensemble, as ``graphormer-urpe sweep --ensemble --trees --kernel``
+            does (:func:`ensemble_split`, a saved ensemble of the runs' best checkpoints: their predictions of the
+            validation and test rows, the parts fitted on the training rows, the blend's weights chosen on the
+            validation rows by the product's rule).
     """
 
     program: str
     options: str
     seeds: int
     ensemble: bool = False
-    trees: bool = False
+    blend: tuple[str, ...] = ()
 
 
 #: The arms: edit here. ``descriptors``, ``finetuned`` and ``recipe`` need the options that issue 30
@@ -135,7 +137,7 @@ ARMS: dict[str, Arm] = {
     "descriptors": Arm("ours", "--data.source.descriptors rdkit2d", 3),
     "finetuned": Arm("ours", "--init_from pretrained", 3),
     "finetuned+descriptors": Arm("ours", "--init_from pretrained --data.source.descriptors rdkit2d", 3),
-    "recipe": Arm("ours", "--config small_molecules", 5, ensemble=True, trees=True),
+    "recipe": Arm("ours", "--config small_molecules", 5, ensemble=True, blend=("trees", "kernel")),
     "recipe-graph-token": Arm("ours", "--config small_molecules --model.encoder.molecule_features_into graph_token", 3),
     # URPE against RPE in the recipe: without its pretraining, since the shipped checkpoint is URPE (its learned C
     # cannot be dropped by --init_from) and an RPE pretraining is another 45 minutes of 2 cores
@@ -688,16 +690,32 @@ def summarise(entries: Sequence[dict], datasets: dict[str, dict]) -> list[dict]:
             )
         chemprop = [arm for arm in arms if arm["program"] == "chemprop"]
         best = min(chemprop, key=lambda arm: arm["test_mae_mean"]) if chemprop else None
+        ensembles = [arm for arm in chemprop if arm["ensemble"] is not None]
+        best_ensemble = min(ensembles, key=lambda arm: arm["ensemble"]["test_mae"]) if ensembles else None
         for arm in arms:
             arm["ratio_to_best_chemprop"] = arm["test_mae_mean"] / best["test_mae_mean"] if best else None
             if arm["ensemble"] is not None:
                 arm["ensemble"]["ratio_to_best_chemprop"] = (
                     arm["ensemble"]["test_mae"] / best["test_mae_mean"] if best else None
                 )
+                arm["ensemble"]["ratio_to_best_chemprop_ensemble"] = (
+                    arm["ensemble"]["test_mae"] / best_ensemble["ensemble"]["test_mae"] if best_ensemble else None
+                )
         rows.append(
-            {"dataset": dataset, **datasets[dataset], "best_chemprop": best["arm"] if best else None, "arms": arms}
+            {
+                "dataset": dataset,
+                **datasets[dataset],
+                "best_chemprop": best["arm"] if best else None,
+                "best_chemprop_ensemble": best_ensemble["arm"] if best_ensemble else None,
+                "arms": arms,
+            }
         )
     return rows
+
+
+def ratio_text(ratio: float | None) -> str:
+    """A ratio to a chemprop figure for the report's tables: three decimals, blank without one."""
+    return "" if ratio is None else f"{ratio:.3f}"
 
 
 def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
@@ -705,13 +723,16 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
     parts = [
         "# Small molecular datasets: ours against chemprop 2.3.1",
         "",
-        "Test MAE of each run's best validation model, mean +- sample std over seeds; ratio = this arm's "
-        "mean / the best chemprop arm's mean (below 1: better than chemprop); valid MAE: the same model on the "
+        "Test MAE of each run's best validation model, mean +- sample std over seeds; / best chemprop = this "
+        "figure / the best chemprop arm's mean over its runs, / best chemprop ensemble = this figure / the test MAE "
+        "of the better chemprop ensemble (below 1: better than chemprop); valid MAE: the same model on the "
         "validation rows, on which its epoch was chosen (ours: the lowest point of the run's validation curve; "
         "chemprop: its lowest validation loss; blank where a run did not record it); CPU and wall seconds per "
         "run. An ensemble row: the test MAE of the mean prediction over the arm's seeds, and its CPU seconds "
-        "in all; with trees: that mean blended with gradient-boosted trees on the RDKit descriptors "
-        "(`seeds.py --ensemble --trees`), the trees' weight w chosen on the validation rows.",
+        "in all. The recipe's parts: the cheap parts of its saved ensemble (`graphormer-urpe sweep --ensemble "
+        "--trees --kernel`), each alone, fitted on the training rows; its blend: the mean prediction blended with "
+        "them, the weights chosen on the validation rows by the product's rule; blended runs: each run alone "
+        "blended the same way (an ensemble of one).",
         "",
     ]
     for row in rows:
@@ -720,60 +741,83 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
             f"## {row['title']} ({row['dataset']}, {row['unit']})",
             "",
             f"{row['molecules']:,} molecules, {row.get('split_rule', 'scaffold')} split (train / valid / test "
-            f"{split}), best chemprop arm: "
-            f"{row['best_chemprop'] or 'none run'}",
+            f"{split}), best chemprop arm: {row['best_chemprop'] or 'none run'}, best chemprop ensemble: "
+            f"{row.get('best_chemprop_ensemble') or 'none'}",
             "",
-            "| arm | options | seeds | test MAE | / best chemprop | valid MAE | CPU s per run | wall s per run |",
-            "|---|---|---|---|---|---|---|---|",
+            "| arm | options | seeds | test MAE | / best chemprop | / best chemprop ensemble | valid MAE "
+            "| CPU s per run | wall s per run |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for arm in row["arms"]:
-            ratio = "" if arm["ratio_to_best_chemprop"] is None else f"{arm['ratio_to_best_chemprop']:.3f}"
             options = f"`{arm['options']}`" if arm["options"] else "(defaults)"
             valid = "" if arm["val_mae_mean"] is None else f"{arm['val_mae_mean']:.3f} +- {arm['val_mae_std']:.3f}"
             parts.append(
                 f"| {arm['arm']} | {options} | {len(arm['seeds'])} | {arm['test_mae_mean']:.3f} +- "
-                f"{arm['test_mae_std']:.3f} | {ratio} | {valid} | {arm['cpu_seconds']:.0f} | "
-                f"{arm['wall_seconds']:.0f} |"
+                f"{arm['test_mae_std']:.3f} | {ratio_text(arm['ratio_to_best_chemprop'])} | | {valid} | "
+                f"{arm['cpu_seconds']:.0f} | {arm['wall_seconds']:.0f} |"
             )
             if (joint := arm["ensemble"]) is not None:
-                ratio = "" if joint["ratio_to_best_chemprop"] is None else f"{joint['ratio_to_best_chemprop']:.3f}"
                 parts.append(
                     f"| {arm['arm']}, ensemble | mean prediction of the seeds | {joint['seeds']} | "
-                    f"{joint['test_mae']:.3f} | {ratio} | | {joint['cpu_seconds']:.0f} in all | |"
+                    f"{joint['test_mae']:.3f} | {ratio_text(joint['ratio_to_best_chemprop'])} | "
+                    f"{ratio_text(joint.get('ratio_to_best_chemprop_ensemble'))} | | {joint['cpu_seconds']:.0f} "
+                    "in all | |"
                 )
-            if (single := arm.get("runs_with_trees")) is not None:
-                ratio = "" if single["ratio_to_best_chemprop"] is None else f"{single['ratio_to_best_chemprop']:.3f}"
-                parts.append(
-                    f"| {arm['arm']} + trees | each run blended with descriptor trees | {single['seeds']} | "
-                    f"{single['test_mae_mean']:.3f} +- {single['test_mae_std']:.3f} | {ratio} | | | |"
+            if (blend := arm.get("blend")) is not None:
+                for part, figure in blend["parts"].items():
+                    parts.append(
+                        f"| {arm['arm']}, {part} | {PART_TITLES[part]} alone | | {figure['test_mae']:.3f} | "
+                        f"{ratio_text(figure['ratio_to_best_chemprop'])} | "
+                        f"{ratio_text(figure['ratio_to_best_chemprop_ensemble'])} | | | |"
+                    )
+                weights = "; ".join(
+                    ", ".join(f"{part} {weight:.2f}" for part, weight in target.items())
+                    for target in blend["weights"].values()
                 )
-            if (blend := arm.get("ensemble_with_trees")) is not None:
-                ratio = "" if blend["ratio_to_best_chemprop"] is None else f"{blend['ratio_to_best_chemprop']:.3f}"
-                weights = ", ".join(f"{w:g}" for w in blend["tree_weights"].values())
                 parts.append(
-                    f"| {arm['arm']}, ensemble + trees | the mean blended with descriptor trees, w = "
-                    f"{weights} | {blend['seeds']} | {blend['test_mae']:.3f} | {ratio} | | | |"
+                    f"| {arm['arm']}, blend | the mean blended with {', '.join(blend['parts'])}: {weights} | "
+                    f"{blend['seeds']} | {blend['test_mae']:.3f} | {ratio_text(blend['ratio_to_best_chemprop'])} | "
+                    f"{ratio_text(blend['ratio_to_best_chemprop_ensemble'])} | | | |"
+                )
+            if (single := arm.get("runs_blended")) is not None:
+                parts.append(
+                    f"| {arm['arm']}, blended runs | each run blended alone | {single['seeds']} | "
+                    f"{single['test_mae_mean']:.3f} +- {single['test_mae_std']:.3f} | "
+                    f"{ratio_text(single['ratio_to_best_chemprop'])} | | | | |"
                 )
         parts.append("")
     parts += ["## Commands", "", "```", *commands, "```", ""]
     return "\n".join(parts)
 
 
-def blend_with_trees(rows: Sequence[dict], entries: Sequence[dict], out: Path) -> None:
-    """For each arm of :data:`ARMS` with ``trees`` and two or more runs: its seeds' ensemble blended with descriptor
-    trees (:func:`ensemble_split`, an ensemble saved under ``out/trees/<dataset>-<arm>``)
-    as the arm's ``ensemble_with_trees``: seeds, test MAE, the trees' weights, the ratio to the best chemprop arm;
-    and each run blended with them alone (an ensemble of one, ``out/trees/<dataset>-<arm>-seed<S>``) as its
-    ``runs_with_trees``: the test MAE's mean and sample std over seeds, and the ratio of the mean.
-    Each entry names its results directory (``directory``); the runs' best checkpoints are read there.
+def chemprop_ratios(row: dict, test_mae: float) -> dict[str, float | None]:
+    """``test_mae`` over the best chemprop arm's mean (``ratio_to_best_chemprop``) and over the best chemprop
+    ensemble's test MAE (``ratio_to_best_chemprop_ensemble``) of the dataset's summary ``row``; None without one."""
+    best = next((arm for arm in row["arms"] if arm["arm"] == row["best_chemprop"]), None)
+    best_ensemble = next((arm for arm in row["arms"] if arm["arm"] == row.get("best_chemprop_ensemble")), None)
+    return {
+        "ratio_to_best_chemprop": test_mae / best["test_mae_mean"] if best else None,
+        "ratio_to_best_chemprop_ensemble": test_mae / best_ensemble["ensemble"]["test_mae"] if best_ensemble else None,
+    }
+
+
+def blend_parts(rows: Sequence[dict], entries: Sequence[dict], out: Path) -> None:
+    """For each arm of :data:`ARMS` with ``blend`` parts and two or more runs: its seeds' ensemble blended with
+    those parts (:func:`ensemble_split`, an ensemble saved under ``out/blends/<dataset>-<arm>``) as the arm's
+    ``blend``: seeds, test MAE, the weights per target and part, each part's own test MAE, and the ratios of each
+    to the best chemprop arm's mean and to the best chemprop ensemble; and each run blended alone (an ensemble of
+    one, ``out/blends/<dataset>-<arm>-seed<S>``) as its ``runs_blended``: the test MAE's mean and sample std over
+    seeds, and the ratio of the mean. Each entry names its results directory (``directory``); the runs' best
+    checkpoints are read there.
 
     Raises:
         BenchError: the ensemble recomputed from the checkpoints is not the one of the runs' recorded predictions.
     """
     for row in rows:
         for arm in row["arms"]:
-            if not (arm["arm"] in ARMS and ARMS[arm["arm"]].trees and arm["ensemble"] is not None):
+            if not (arm["arm"] in ARMS and ARMS[arm["arm"]].blend and arm["ensemble"] is not None):
                 continue
+            cheap = ARMS[arm["arm"]].blend
             group = sorted(
                 (e for e in entries if e["dataset"] == row["dataset"] and e["arm"] == arm["arm"]),
                 key=lambda entry: entry["seed"],
@@ -781,64 +825,57 @@ def blend_with_trees(rows: Sequence[dict], entries: Sequence[dict], out: Path) -
             checkpoints = [
                 Path(e["directory"]) / "runs" / e["run"] / "checkpoints" / e["best_checkpoint"] for e in group
             ]
-            result = ensemble_split(checkpoints, out / "trees" / f"{row['dataset']}-{arm['arm']}", "test", trees=True)
+            result = ensemble_split(checkpoints, out / "blends" / f"{row['dataset']}-{arm['arm']}", "test", cheap)
             recorded = arm["ensemble"]["test_mae"]
-            if abs(result["ensemble"]["mae"] - recorded) > 1e-4 * max(1.0, recorded):  # float32 predictions, twice
+            if abs(result["ensemble"] - recorded) > 1e-4 * max(1.0, recorded):  # float32 predictions, twice
                 raise BenchError(
                     f"{row['dataset']} {arm['arm']}: the checkpoints' ensemble scores "
-                    f"{result['ensemble']['mae']:.6f}, the runs' recorded predictions {recorded:.6f}"
+                    f"{result['ensemble']:.6f}, the runs' recorded predictions {recorded:.6f}"
                 )
-            best = next((a for a in row["arms"] if a["arm"] == row["best_chemprop"]), None)
-            test_mae = result["ensemble_with_trees"]["mae"]
-            arm["ensemble_with_trees"] = {
+            arm["blend"] = {
                 "seeds": len(group),
-                "test_mae": test_mae,
-                "tree_weights": result["tree_weights"],
-                "trees_test_mae": result["trees"]["mae"],
-                "ratio_to_best_chemprop": test_mae / best["test_mae_mean"] if best else None,
+                "test_mae": result["blend"],
+                "weights": result["weights"],
+                "parts": {part: {"test_mae": result[part], **chemprop_ratios(row, result[part])} for part in cheap},
+                **chemprop_ratios(row, result["blend"]),
             }
             alone = [
                 ensemble_split(
-                    [checkpoint], out / "trees" / f"{row['dataset']}-{arm['arm']}-seed{e['seed']}", "test", trees=True
-                )["ensemble_with_trees"]["mae"]
+                    [checkpoint], out / "blends" / f"{row['dataset']}-{arm['arm']}-seed{e['seed']}", "test", cheap
+                )["blend"]
                 for checkpoint, e in zip(checkpoints, group)
             ]
             mean, std = spread(alone)
-            arm["runs_with_trees"] = {
+            arm["runs_blended"] = {
                 "seeds": len(group),
                 "test_mae_mean": mean,
                 "test_mae_std": std,
-                "ratio_to_best_chemprop": mean / best["test_mae_mean"] if best else None,
+                "ratio_to_best_chemprop": chemprop_ratios(row, mean)["ratio_to_best_chemprop"],
             }
 
 
-def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str, trees: bool) -> dict:
+def ensemble_split(checkpoints: Sequence[Path], out_dir: Path, split: str, parts: Sequence[str]) -> dict:
     """The MAE on ``split`` (``test``) of the checkpoints' saved ensemble (``graphormer-urpe ensemble``, written to
-    ``out_dir`` once, read back after): of the ensemble, and with ``trees`` of the blend and of the trees alone, with
-    the trees' weights."""
+    ``out_dir`` once, read back after) with the cheap ``parts`` (``trees``, ``kernel``): ``ensemble`` (the mean),
+    ``blend`` and each part's, and ``weights`` (target -> part -> weight, ``ensemble`` included)."""
     if out_dir.exists():
         record = SavedEnsemble(out_dir).record
     else:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        record = build_ensemble(
-            plan_ensemble(list(checkpoints), out_dir, trees), "bench/small_data/small_data.py --report"
-        )
+        plan = plan_ensemble(list(checkpoints), out_dir, trees="trees" in parts, kernel="kernel" in parts)
+        record = build_ensemble(plan, "bench/small_data/small_data.py --report")
+    if record.cheap_parts != list(parts):
+        raise BenchError(f"{out_dir}: its ensemble holds the parts {record.cheap_parts}, the arm blends {list(parts)}")
     scores = record.scores[split]
-    result = {"ensemble": {"mae": scores["ensemble"][f"{split}/mae"]}}
-    if trees:
-        tree_weights = {name: weights.get("trees", 0.0) for name, weights in record.blend_weights.items()}
-        result |= {
-            "ensemble_with_trees": {"mae": scores["blend"][f"{split}/mae"]},
-            "trees": {"mae": scores["trees"][f"{split}/mae"]},
-            "tree_weights": tree_weights,
-        }
-    return result
+    return {part: scores[part][f"{split}/mae"] for part in ("ensemble", "blend", *parts)} | {
+        "weights": record.blend_weights
+    }
 
 
 def write_report(out: Path, entries: Sequence[dict], datasets: dict[str, dict], commands: Sequence[str]) -> list[dict]:
     """Write ``results.json`` (summary and every run) and ``results.md`` into ``out``; returns the summary."""
     rows = summarise(entries, datasets)
-    blend_with_trees(rows, entries, out)
+    blend_parts(rows, entries, out)
     (out / "results.json").write_text(
         json.dumps({"commands": list(commands), "summary": rows, "runs": list(entries)}, indent=2) + "\n"
     )

@@ -314,76 +314,105 @@ def test_an_ensemble_is_the_mean_prediction_over_seeds() -> None:
         "test_mae": pytest.approx(1 / 3),
         "cpu_seconds": 33.0,
         "ratio_to_best_chemprop": pytest.approx(1 / 3 / 0.8),
+        "ratio_to_best_chemprop_ensemble": None,  # chemprop ran once: no ensemble
     }
     assert chemprop["ensemble"] is None  # one run
     text = small_data.report_text(small_data.summarise(entries, {"b3db": record}), [])
-    assert "| recipe, ensemble | mean prediction of the seeds | 2 | 0.333 | 0.417 | | 33 in all | |" in text
+    assert "| recipe, ensemble | mean prediction of the seeds | 2 | 0.333 | 0.417 |  | | 33 in all | |" in text
 
 
-def test_the_recipes_ensemble_is_blended_with_trees_from_its_runs_checkpoints(
+def test_the_recipes_ensemble_is_blended_with_its_cheap_parts_from_its_runs_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     targets = [1.0, 2.0, 4.0]
     entries = [
         {
-            **entry("b3db", "recipe", seed, 0.0, 10.0),
+            **entry("b3db", arm, seed, float(np.abs(np.subtract(predictions, targets)).mean()), 10.0),
             "test_predictions": predictions,
             "test_targets": targets,
             "directory": str(tmp_path / "bench"),
-            "run": f"b3db-recipe-seed{seed}",
+            "run": f"b3db-{arm}-seed{seed}",
             "best_checkpoint": "best-9.ckpt",
         }
-        for seed, predictions in ((0, [1.5, 2.0, 3.0]), (1, [1.5, 3.0, 5.0]))
+        for arm, seed, predictions in (
+            ("recipe", 0, [1.5, 2.0, 3.0]),
+            ("recipe", 1, [1.5, 3.0, 5.0]),
+            ("chemprop", 0, [1.0, 2.0, 3.0]),  # MAE 1/3
+            ("chemprop", 1, [1.6, 2.0, 5.0]),  # MAE 1.6/3; the mean [1.3, 2, 4]: the ensemble's MAE 0.1
+        )
     ]
-    entries.append(entry("b3db", "chemprop", 0, 0.8, 5.0))
+    chemprop_mean = (1 + 1.6) / 3 / 2  # of its runs' MAEs
     record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 7, "valid": 0, "test": 3}}
     calls = []
 
-    def ensemble_split(checkpoints: list[Path], out_dir: Path, split: str, trees: bool) -> dict:
-        calls.append((checkpoints, out_dir, split, trees))
+    def ensemble_split(checkpoints: list[Path], out_dir: Path, split: str, parts: tuple[str, ...]) -> dict:
+        calls.append((checkpoints, out_dir, split, parts))
         return {
-            "ensemble": {"mae": 1 / 3},
-            "ensemble_with_trees": {"mae": 0.2},
-            "trees": {"mae": 0.5},
-            "tree_weights": {"logBB": 0.25},
+            "ensemble": 1 / 3,
+            "blend": 0.2,
+            "trees": 0.5,
+            "kernel": 0.4,
+            "weights": {"logBB": {"ensemble": 0.5, "trees": 0.2, "kernel": 0.3}},
         }
 
     monkeypatch.setattr(small_data, "ensemble_split", ensemble_split)
     rows = small_data.summarise(entries, {"b3db": record})
-    small_data.blend_with_trees(rows, entries, tmp_path / "report")
+    assert rows[0]["best_chemprop_ensemble"] == "chemprop"
+    small_data.blend_parts(rows, entries, tmp_path / "report")
     checkpoints = [
         tmp_path / "bench" / "runs" / f"b3db-recipe-seed{seed}" / "checkpoints" / "best-9.ckpt" for seed in (0, 1)
     ]
-    trees = tmp_path / "report" / "trees"
+    blends = tmp_path / "report" / "blends"
+    parts = ("trees", "kernel")
     assert calls == [
-        (checkpoints, trees / "b3db-recipe", "test", True),
-        ([checkpoints[0]], trees / "b3db-recipe-seed0", "test", True),
-        ([checkpoints[1]], trees / "b3db-recipe-seed1", "test", True),
-    ]
-    recipe = rows[0]["arms"][0]
-    assert recipe["ensemble_with_trees"] == {
+        (checkpoints, blends / "b3db-recipe", "test", parts),
+        ([checkpoints[0]], blends / "b3db-recipe-seed0", "test", parts),
+        ([checkpoints[1]], blends / "b3db-recipe-seed1", "test", parts),
+    ]  # chemprop's arms blend nothing
+    recipe = next(arm for arm in rows[0]["arms"] if arm["arm"] == "recipe")
+    assert recipe["ensemble"]["ratio_to_best_chemprop_ensemble"] == pytest.approx((1 / 3) / 0.1)
+    assert recipe["blend"] == {
         "seeds": 2,
         "test_mae": 0.2,
-        "tree_weights": {"logBB": 0.25},
-        "trees_test_mae": 0.5,
-        "ratio_to_best_chemprop": pytest.approx(0.25),
+        "weights": {"logBB": {"ensemble": 0.5, "trees": 0.2, "kernel": 0.3}},
+        "parts": {
+            "trees": {
+                "test_mae": 0.5,
+                "ratio_to_best_chemprop": pytest.approx(0.5 / chemprop_mean),
+                "ratio_to_best_chemprop_ensemble": pytest.approx(5.0),
+            },
+            "kernel": {
+                "test_mae": 0.4,
+                "ratio_to_best_chemprop": pytest.approx(0.4 / chemprop_mean),
+                "ratio_to_best_chemprop_ensemble": pytest.approx(4.0),
+            },
+        },
+        "ratio_to_best_chemprop": pytest.approx(0.2 / chemprop_mean),
+        "ratio_to_best_chemprop_ensemble": pytest.approx(2.0),
     }
-    assert recipe["runs_with_trees"] == {
+    assert recipe["runs_blended"] == {
         "seeds": 2,
         "test_mae_mean": 0.2,
         "test_mae_std": 0.0,
-        "ratio_to_best_chemprop": pytest.approx(0.25),
+        "ratio_to_best_chemprop": pytest.approx(0.2 / chemprop_mean),
     }
     text = small_data.report_text(rows, [])
-    assert "| recipe, ensemble + trees | the mean blended with descriptor trees, w = 0.25 | 2 | 0.200 | 0.250 |" in text
-    assert "| recipe + trees | each run blended with descriptor trees | 2 | 0.200 +- 0.000 | 0.250 |" in text
+    assert "| recipe, ensemble | mean prediction of the seeds | 2 | 0.333 | 0.769 | 3.333 | | 20 in all | |" in text
+    assert "| recipe, trees | descriptor trees alone | | 0.500 | 1.154 | 5.000 | | | |" in text
+    assert "| recipe, kernel | fingerprint kernel's processes alone | | 0.400 | 0.923 | 4.000 | | | |" in text
+    assert (
+        "| recipe, blend | the mean blended with trees, kernel: ensemble 0.50, trees 0.20, kernel 0.30 | 2 | 0.200 "
+        "| 0.462 | 2.000 | | | |"
+    ) in text
+    assert "| recipe, blended runs | each run blended alone | 2 | 0.200 +- 0.000 | 0.462 | | | | |" in text
+    assert "best chemprop ensemble: chemprop" in text
 
-    def another_ensemble(checkpoints: list[Path], out_dir: Path, split: str, trees: bool) -> dict:
-        return {**ensemble_split(checkpoints, out_dir, split, trees), "ensemble": {"mae": 0.34}}
+    def another_ensemble(checkpoints: list[Path], out_dir: Path, split: str, parts: tuple[str, ...]) -> dict:
+        return {**ensemble_split(checkpoints, out_dir, split, parts), "ensemble": 0.34}
 
     monkeypatch.setattr(small_data, "ensemble_split", another_ensemble)
     with pytest.raises(small_data.BenchError, match="checkpoints' ensemble scores 0.340000, the runs' recorded"):
-        small_data.blend_with_trees(small_data.summarise(entries, {"b3db": record}), entries, tmp_path / "report")
+        small_data.blend_parts(small_data.summarise(entries, {"b3db": record}), entries, tmp_path / "report")
 
 
 def test_the_report_gives_each_arm_a_row_and_the_commands() -> None:
@@ -396,9 +425,9 @@ def test_the_report_gives_each_arm_a_row_and_the_commands() -> None:
     record = {"title": "t", "unit": "u", "molecules": 10, "split": {"train": 8, "valid": 1, "test": 1}}
     rows = small_data.summarise(entries, {"b3db": record})
     text = small_data.report_text(rows, ["python bench/small_data/small_data.py --out x"])
-    assert "| scratch | (defaults) | 2 | 0.700 +- 0.141 | 1.167 | 0.400 +- 0.141 | 20 | 40 |" in text
+    assert "| scratch | (defaults) | 2 | 0.700 +- 0.141 | 1.167 | | 0.400 +- 0.141 | 20 | 40 |" in text
     assert (
-        "| chemprop+rdkit | `--molecule-featurizers v1_rdkit_2d_normalized` | 2 | 0.600 +- 0.283 | 1.000 |  | 2 | 4 |"
+        "| chemprop+rdkit | `--molecule-featurizers v1_rdkit_2d_normalized` | 2 | 0.600 +- 0.283 | 1.000 | |  | 2 | 4 |"
     ) in text
     assert "python bench/small_data/small_data.py --out x" in text
 
@@ -603,3 +632,41 @@ def test_the_quick_run_of_ours_trains_on_the_benchmarks_split(
     assert ours["predict_cpu_seconds"] > 0 and (out / "predictions" / "freesolv-scratch-seed0.csv").is_file()
     summary = json.loads((out / "results.json").read_text())["summary"][0]
     assert summary["arms"][0]["ratio_to_best_chemprop"] == pytest.approx(ours["test_mae"] / theirs["test_mae"])
+
+
+@pytest.mark.slow
+def test_the_blend_is_the_products_saved_ensemble_with_trees_and_kernel(small_table: Path, tmp_path: Path) -> None:
+    """``ensemble_split`` builds the product's saved ensemble of the runs' checkpoints once and reads its scores
+    back; a directory that holds other parts than the arm blends is refused, not mixed."""
+    from graphormer_urpe.testing.runs import small_run_args, train
+
+    checkpoints = []
+    for seed in (0, 1):
+        train(
+            small_run_args(
+                small_table,
+                tmp_path / "data",
+                tmp_path / "runs",
+                "--run_name",
+                f"s{seed}",
+                "--seed_everything",
+                str(seed),
+                "--trainer.max_steps",
+                "4",
+                "--trainer.val_check_interval",
+                "2",
+                "--data.source.descriptors",
+                "rdkit2d",
+            )
+        )
+        checkpoints.append(sorted((tmp_path / "runs" / f"s{seed}" / "checkpoints").glob("best-*.ckpt"))[-1])
+    out = tmp_path / "blends" / "qm9-recipe"
+    result = small_data.ensemble_split(checkpoints, out, "test", ("trees", "kernel"))
+    record = small_data.SavedEnsemble(out).record
+    assert record.cheap_parts == ["trees", "kernel"]
+    for part in ("ensemble", "blend", "trees", "kernel"):
+        assert result[part] == record.scores["test"][part]["test/mae"]
+    assert result["weights"] == record.blend_weights
+    assert small_data.ensemble_split(checkpoints, out, "test", ("trees", "kernel")) == result  # read back
+    with pytest.raises(small_data.BenchError, match="holds the parts \\['trees', 'kernel'\\], the arm blends"):
+        small_data.ensemble_split(checkpoints, out, "test", ("trees",))
