@@ -83,7 +83,6 @@ from bench.common import (
 )
 from graphormer_urpe.data.sources.featurize import silence_rdkit
 from graphormer_urpe.data.sources.tables import balanced_scaffold_split, scaffold_split
-from graphormer_urpe.evaluation.blend import PART_TITLES
 from graphormer_urpe.evaluation.ensemble import SavedEnsemble, build_ensemble, plan_ensemble
 from graphormer_urpe.run.cli import RUN_DIR_ENV
 
@@ -766,7 +765,7 @@ def report_text(rows: Sequence[dict], commands: Sequence[str]) -> str:
             if (blend := arm.get("blend")) is not None:
                 for part, figure in blend["parts"].items():
                     parts.append(
-                        f"| {arm['arm']}, {part} | {PART_TITLES[part]} alone | | {figure['test_mae']:.3f} | "
+                        f"| {arm['arm']}, {part} | the {part} part alone | | {figure['test_mae']:.3f} | "
                         f"{ratio_text(figure['ratio_to_best_chemprop'])} | "
                         f"{ratio_text(figure['ratio_to_best_chemprop_ensemble'])} | | | |"
                     )

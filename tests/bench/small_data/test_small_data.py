@@ -398,8 +398,8 @@ def test_the_recipes_ensemble_is_blended_with_its_cheap_parts_from_its_runs_chec
     }
     text = small_data.report_text(rows, [])
     assert "| recipe, ensemble | mean prediction of the seeds | 2 | 0.333 | 0.769 | 3.333 | | 20 in all | |" in text
-    assert "| recipe, trees | descriptor trees alone | | 0.500 | 1.154 | 5.000 | | | |" in text
-    assert "| recipe, kernel | fingerprint kernel's processes alone | | 0.400 | 0.923 | 4.000 | | | |" in text
+    assert "| recipe, trees | the trees part alone | | 0.500 | 1.154 | 5.000 | | | |" in text
+    assert "| recipe, kernel | the kernel part alone | | 0.400 | 0.923 | 4.000 | | | |" in text
     assert (
         "| recipe, blend | the mean blended with trees, kernel: ensemble 0.50, trees 0.20, kernel 0.30 | 2 | 0.200 "
         "| 0.462 | 2.000 | | | |"
