@@ -107,6 +107,8 @@ class RunRecord(Callback):
             "start_step": start.start_step,
             "resumed_from": start.checkpoint,
             "initialised_from": initialised if start.checkpoint is None else None,
+            # the record's own git_commit is the latest start's; a run resumed across commits keeps each here
+            "git_commit": info["git_commit"],
         }
         for logger in trainer.loggers:  # W&B: the resolved config, parameters, commit, dataset sizes
             logger.log_hyperparams({"config": start.config, "run": info})

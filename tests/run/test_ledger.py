@@ -325,10 +325,12 @@ def test_a_new_run_never_takes_over_an_existing_directory(
 
 
 def test_an_extension_appends_a_segment_and_the_joined_log_covers_every_step(
-    small_run: Path, small_table: Path, data_root: Path, tmp_path: Path
+    small_run: Path, small_table: Path, data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 20: validation every 50 steps, 200 steps, then extended to 300 with ``--ckpt_path last``."""
+    """Issue 20: validation every 50 steps, 200 steps, then extended to 300 with ``--ckpt_path last``; the
+    extension runs at another commit, and each segment records its own."""
     run_dir = copy_run(small_run, tmp_path)
+    monkeypatch.setattr("graphormer_urpe.run.start.git_commit", lambda: "0123abc-the-extensions-commit")
     first_segment = (run_dir / "metrics.csv").read_bytes()
     assert curve(run_dir) == expected_curve(200)
     args = small_run_args(
@@ -349,6 +351,9 @@ def test_an_extension_appends_a_segment_and_the_joined_log_covers_every_step(
     segments = json.loads((run_dir / "run.json").read_text())["segments"]
     assert segments[0] == json.loads((small_run / "run.json").read_text())["segments"][0]
     assert segments[0]["start_step"] == 0 and segments[0]["resumed_from"] is None
+    record = json.loads((run_dir / "run.json").read_text())
+    assert segments[0]["git_commit"] == json.loads((small_run / "run.json").read_text())["git_commit"]
+    assert segments[1]["git_commit"] == record["git_commit"] == "0123abc-the-extensions-commit"  # the latest start's
     assert segments[1]["command"] == shlex.join(["graphormer-urpe", "train", *args])
     assert (segments[1]["start_step"], segments[1]["resumed_from"]) == (200, str(run_dir / "checkpoints" / "last.ckpt"))
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["max_steps"] == 300
