@@ -232,3 +232,41 @@ def test_ci_runs_the_readmes_test_command_installing_the_tested_torch_which_the_
     dependencies = tomllib.loads((REPO_DIR / "pyproject.toml").read_text())["project"]["dependencies"]
     assert "torch>=2.6" in dependencies
     assert [requirement for requirement in dependencies if "==" in requirement] == []  # no exact pins
+
+
+#: The paragraph of docs/contributing.md that walks a resume through the code, one ``file:line`` per stop.
+RESUME_WALK = re.compile(r"^`commands/__main__\.py:\d+` →.*?\n\n", re.MULTILINE | re.DOTALL)
+#: A stop: ``path:line`` (a new file) or ``:line`` (the file before).
+STOP = re.compile(r"`((?:[\w/]+\.py)?):(\d+)`")
+DEFINITION = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s")
+
+
+def walk_stops(text: str) -> list[tuple[str, int]]:
+    """The ``(file under graphormer_urpe/, line)`` stops of the resume walk in ``text``, each file carried forward."""
+    walk = RESUME_WALK.search(text)
+    assert walk is not None, "docs/contributing.md: the resume walk (`commands/__main__.py:N` → ...) is missing"
+    stops, path = [], ""
+    for named, line in STOP.findall(walk.group(0)):
+        path = named or path
+        stops.append((path, int(line)))
+    return stops
+
+
+def test_every_stop_of_the_resume_walk_is_a_definition() -> None:
+    """docs/contributing.md walks a resume with ``file:line`` stops: each must land on a ``def`` or ``class`` line
+    of the code today, or the walk has gone stale (lines move with every edit)."""
+    stops = walk_stops((REPO_DIR / "docs" / "contributing.md").read_text())
+    assert len(stops) > 10
+    stale = []
+    for path, line in stops:
+        lines = (REPO_DIR / "graphormer_urpe" / path).read_text().splitlines()
+        if not (line <= len(lines) and DEFINITION.match(lines[line - 1])):
+            stale.append(f"{path}:{line}")
+    assert not stale, f"not a definition any more: {', '.join(stale)}"
+
+
+def test_the_walk_check_finds_a_stale_stop() -> None:
+    text = "`commands/__main__.py:61` → `run/ledger.py:1`, `:2`\n\n"
+    assert walk_stops(text) == [("commands/__main__.py", 61), ("run/ledger.py", 1), ("run/ledger.py", 2)]
+    line = (REPO_DIR / "graphormer_urpe" / "run" / "ledger.py").read_text().splitlines()[0]
+    assert not DEFINITION.match(line)  # its docstring: a stop there would be reported

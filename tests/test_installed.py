@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 
 from graphormer_urpe.run.cli import RUN_DIR_ENV
-from graphormer_urpe.run.ledger import NO_CHECKOUT
+from graphormer_urpe.run.provenance import NO_CHECKOUT
 from graphormer_urpe.testing import REPO_DIR
 
 #: What the wheel is built from: the package, and the files its metadata names.

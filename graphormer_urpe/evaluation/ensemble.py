@@ -66,7 +66,7 @@ from graphormer_urpe.run.checkpoints import (
     load_checkpoint,
     reduced_checkpoint,
 )
-from graphormer_urpe.run.ledger import git_commit, package_versions
+from graphormer_urpe.run.provenance import git_commit, package_versions
 from graphormer_urpe.run.sweep import signals_held
 from graphormer_urpe.tasks.base import PerTargetTask
 

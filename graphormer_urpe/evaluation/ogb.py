@@ -17,7 +17,8 @@ from graphormer_urpe.data.predictable import PredictableData
 from graphormer_urpe.errors import SubmissionError
 from graphormer_urpe.evaluation.splits import SHOWN_ROWS, SplitPredictions, predict_split
 from graphormer_urpe.evaluation.submission import write_submission
-from graphormer_urpe.run.ledger import git_commit, package_versions, write_json
+from graphormer_urpe.run.ledger import write_json
+from graphormer_urpe.run.provenance import git_commit, package_versions
 from graphormer_urpe.tasks.classification import predicted_classes
 
 log = logging.getLogger("graphormer_urpe")

@@ -1,5 +1,5 @@
 """A run directory is a ledger: created once, used by one process at a time, appended to by every start; and what
-every record carries (commit, package versions, parameter count), JSON written atomically."""
+every record carries (its parameter count), JSON written atomically."""
 
 from __future__ import annotations
 
@@ -13,14 +13,10 @@ import json
 import logging
 import math
 import os
-import platform
 import shutil
-import subprocess
 import time
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -379,56 +375,7 @@ def _number(name: str, text: str) -> float | int:
 
 
 # ----------------------------------------------------------------------------- what every record carries
-# The commit and package versions of a run's record, its parameter count, and JSON written atomically.
-
-PACKAGES = ("torch", "pytorch-lightning", "torch-geometric", "torchmetrics", "ogb", "rdkit", "numpy", "wandb")
-#: The project's name in ``pyproject.toml``: a folder holding
-#: the package is a checkout of this project only if so.
-PROJECT = "graphormer-urpe"
-#: The commit a run records when the package is not in a git checkout of this project (an installed wheel).
-NO_CHECKOUT = "no git checkout"
-
-
-def git_commit() -> str:
-    """The commit of the checkout that holds the running package (with ``-dirty`` if it has local changes),
-    :data:`NO_CHECKOUT` when the package is not in a checkout of this project (installed into site-packages, also
-    where site-packages lies inside some other repository), or ``unknown`` when git cannot tell."""
-    root = Path(__file__).resolve().parents[2]  # the folder above the package
-    if not _names_this_project(root / "pyproject.toml"):
-        return NO_CHECKOUT
-    try:
-        toplevel = _git(root, "rev-parse", "--show-toplevel")
-        if Path(toplevel).resolve() != root:  # a copy of the sources inside another repository
-            return NO_CHECKOUT
-        dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
-        return _git(root, "rev-parse", "HEAD") + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def _names_this_project(pyproject: Path) -> bool:
-    try:
-        return tomllib.loads(pyproject.read_text())["project"]["name"] == PROJECT
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError):
-        return False
-
-
-def _git(directory: Path, *args: str) -> str:
-    """The output of ``git ARGS`` run in ``directory``, stripped; raises on failure."""
-    return subprocess.run(
-        ["git", *args], cwd=directory, capture_output=True, text=True, timeout=5, check=True
-    ).stdout.strip()
-
-
-def package_versions() -> dict[str, str]:
-    """Installed versions of the packages that decide results."""
-    versions = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
+# Its parameter count, and JSON written atomically (its commit and package versions: run/provenance.py).
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -38,11 +38,10 @@ from graphormer_urpe.run.ledger import (
     RunDirectory,
     RunDirError,
     count_parameters,
-    git_commit,
-    package_versions,
     start_segment,
     write_json,
 )
+from graphormer_urpe.run.provenance import git_commit, package_versions
 
 
 @dataclass(frozen=True)
