@@ -29,10 +29,11 @@ def test_public_name_has_a_docstring_example_that_runs(name: str, tmp_path, monk
 def test_module_docstring_examples_run() -> None:
     from graphormer_urpe.data import pyg_interop, structure
     from graphormer_urpe.run import finetune
-    from graphormer_urpe.tasks import base
+    from graphormer_urpe.tasks import optimiser
 
-    for module in (pyg_interop, structure, base, finetune):
-        assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
+    for module in (pyg_interop, structure, optimiser, finetune):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, module.__name__  # a module without examples: stale here
 
 
 @pytest.mark.slow

@@ -55,6 +55,7 @@ from graphormer_urpe.data.loaders import GlobalBatchSampler
 from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.data.structure import graph_structure
 from graphormer_urpe.tasks import GraphRegression
+from graphormer_urpe.tasks.optimiser import adamw
 from graphormer_urpe.testing.official_reference import transformers_batch
 from graphormer_urpe.testing.tolerance import rounding_tolerance
 
@@ -232,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         f"ours {mode} {attention}",
                         task,
                         lambda b, task=task: task.training_losses(b)["loss"],
-                        task.optimizer(),
+                        adamw(task, task.optim),
                         batches,
                         lambda batch: tuple(batch.x.shape),
                     )

@@ -64,6 +64,7 @@ from graphormer_urpe.data.sources.featurize import ATOM_VOCAB, BOND_VOCAB
 from graphormer_urpe.model.attention import ATTENTION_KERNELS, use_attention_kernel
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks import GraphRegression, OptimConfig
+from graphormer_urpe.tasks.optimiser import adamw
 from graphormer_urpe.testing.zinc_raw import zinc_like_atoms
 
 PRECISIONS = {"32": None, "16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
@@ -143,7 +144,7 @@ class Step:
         self.task = GraphRegression(encoder, OptimConfig(**task_args["optim"]), compile=MODES[mode]).to(device).train()
         use_attention_kernel(self.task, kernel)
         self.task.compile_training_step()
-        self.optimizer = self.task.optimizer()
+        self.optimizer = adamw(self.task, self.task.optim)
         self.clip = float(config["trainer"].get("gradient_clip_val") or 0.0)
         self.device = device
         self.dtype = PRECISIONS[precision]

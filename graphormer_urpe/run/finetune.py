@@ -19,7 +19,8 @@ from graphormer_urpe.errors import CheckpointError, ConfigError, import_object, 
 from graphormer_urpe.model.attention import RelativeScale
 from graphormer_urpe.pretrained import resolve_checkpoint
 from graphormer_urpe.run.checkpoints import CONFIG_KEY, load_checkpoint, run_config, state_dict_problems
-from graphormer_urpe.tasks.base import INITIALISED_FROM, GraphormerTask, check_layout, is_head, plain
+from graphormer_urpe.tasks.base import INITIALISED_FROM, GraphormerTask, check_layout, plain
+from graphormer_urpe.tasks.optimiser import is_head
 
 log = logging.getLogger("graphormer_urpe")
 

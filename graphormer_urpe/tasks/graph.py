@@ -13,9 +13,10 @@ from graphormer_urpe.data.batch import GraphBatch
 from graphormer_urpe.data.spec import DataSpec, default_target_names
 from graphormer_urpe.errors import DataError, check_choice
 from graphormer_urpe.model.graphormer import GraphormerConfig
-from graphormer_urpe.tasks.base import DEFAULT_OPTIM, STAGES, OptimConfig, PerTargetTask, data_targets
+from graphormer_urpe.tasks.base import STAGES, PerTargetTask, data_targets
 from graphormer_urpe.tasks.compiled import CompileMode
 from graphormer_urpe.tasks.metrics import PerTargetMetrics
+from graphormer_urpe.tasks.optimiser import DEFAULT_OPTIM, OptimConfig
 
 
 class GraphRegression(PerTargetTask):

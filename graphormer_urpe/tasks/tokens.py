@@ -7,9 +7,9 @@ import torch
 from graphormer_urpe.data.spec import SequenceSpec
 from graphormer_urpe.data.synthetic.sequences import SequenceBatch
 from graphormer_urpe.model.sequence import SequenceConfig, SequenceTransformer
-from graphormer_urpe.tasks.base import DEFAULT_OPTIM, OptimConfig
 from graphormer_urpe.tasks.classification import Classification
 from graphormer_urpe.tasks.compiled import CompileMode
+from graphormer_urpe.tasks.optimiser import DEFAULT_OPTIM, OptimConfig
 
 
 class SequenceTagging(Classification):

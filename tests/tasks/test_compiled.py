@@ -21,8 +21,8 @@ from graphormer_urpe.model.attention import use_attention_kernel
 from graphormer_urpe.model.dropout import Dropout
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
-from graphormer_urpe.tasks.base import fused_optimiser_supported, parameter_groups
 from graphormer_urpe.tasks.compiled import MAX_SHAPES, compiled, uses_cuda_graphs
+from graphormer_urpe.tasks.optimiser import fused_optimiser_supported, parameter_groups
 from graphormer_urpe.testing.device import exactness_device
 from graphormer_urpe.testing.graphs import make_record
 from graphormer_urpe.testing.tolerance import rounding_tolerance

@@ -25,7 +25,7 @@ from graphormer_urpe.errors import DataError
 from graphormer_urpe.model.graphormer import GraphormerConfig
 from graphormer_urpe.run.cli import GraphormerCLI
 from graphormer_urpe.tasks import Classification, GraphormerTask, GraphRegression, OptimConfig
-from graphormer_urpe.tasks.base import warmup_linear_decay
+from graphormer_urpe.tasks.optimiser import warmup_linear_decay
 from graphormer_urpe.testing import REPO_DIR
 from graphormer_urpe.testing.distributed import run_on_processes
 from graphormer_urpe.testing.graphs import make_record

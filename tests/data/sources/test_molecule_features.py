@@ -307,7 +307,7 @@ def test_an_unknown_place_for_the_features_is_refused() -> None:
 
 
 def test_features_at_the_readout_train_at_the_heads_rate() -> None:
-    from graphormer_urpe.tasks.base import OptimConfig, parameter_groups
+    from graphormer_urpe.tasks.optimiser import OptimConfig, parameter_groups
 
     encoder = GraphormerConfig(molecule_features=["a", "b"], **MODEL)
     optim = OptimConfig(lr=1e-3, head_lr=5e-3, layer_lr_decay=0.5)
