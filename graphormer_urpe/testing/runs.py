@@ -301,3 +301,28 @@ class FinalState(pl.Callback):
         self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
         self.step = trainer.global_step
         self.device = pl_module.device
+
+
+def seed_runs(table: Path, base: Path, *extra: str, seeds: tuple[int, ...] = (0, 1)) -> list[Path]:
+    """The best checkpoints of 4-step runs (one per seed) of ``table`` (runs under ``base/runs``, their cache under
+    ``base/data``), ``extra`` options added: the members of a small saved ensemble."""
+    checkpoints = []
+    for seed in seeds:
+        train(
+            small_run_args(
+                table,
+                base / "data",
+                base / "runs",
+                "--run_name",
+                f"s{seed}",
+                "--seed_everything",
+                str(seed),
+                "--trainer.max_steps",
+                "4",
+                "--trainer.val_check_interval",
+                "2",
+                *extra,
+            )
+        )
+        checkpoints.append(sorted((base / "runs" / f"s{seed}" / "checkpoints").glob("best-*.ckpt"))[-1])
+    return checkpoints

@@ -29,32 +29,7 @@ from graphormer_urpe.evaluation.ensemble import (
 from graphormer_urpe.evaluation.new_molecules import model_of
 from graphormer_urpe.tasks import Classification
 from graphormer_urpe.tasks.metrics import DefinedBinaryAUROC
-
-
-def seed_runs(table: Path, base: Path, *extra: str, seeds: tuple[int, ...] = (0, 1)) -> list[Path]:
-    """The best checkpoints of 4-step runs (one per seed) of ``table``, ``extra`` options added."""
-    from graphormer_urpe.testing.runs import small_run_args, train
-
-    checkpoints = []
-    for seed in seeds:
-        train(
-            small_run_args(
-                table,
-                base / "data",
-                base / "runs",
-                "--run_name",
-                f"s{seed}",
-                "--seed_everything",
-                str(seed),
-                "--trainer.max_steps",
-                "4",
-                "--trainer.val_check_interval",
-                "2",
-                *extra,
-            )
-        )
-        checkpoints.append(sorted((base / "runs" / f"s{seed}" / "checkpoints").glob("best-*.ckpt"))[-1])
-    return checkpoints
+from graphormer_urpe.testing.runs import seed_runs
 
 
 @pytest.fixture(scope="module")

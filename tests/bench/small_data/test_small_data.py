@@ -638,28 +638,9 @@ def test_the_quick_run_of_ours_trains_on_the_benchmarks_split(
 def test_the_blend_is_the_products_saved_ensemble_with_trees_and_kernel(small_table: Path, tmp_path: Path) -> None:
     """``ensemble_split`` builds the product's saved ensemble of the runs' checkpoints once and reads its scores
     back; a directory that holds other parts than the arm blends is refused, not mixed."""
-    from graphormer_urpe.testing.runs import small_run_args, train
+    from graphormer_urpe.testing.runs import seed_runs
 
-    checkpoints = []
-    for seed in (0, 1):
-        train(
-            small_run_args(
-                small_table,
-                tmp_path / "data",
-                tmp_path / "runs",
-                "--run_name",
-                f"s{seed}",
-                "--seed_everything",
-                str(seed),
-                "--trainer.max_steps",
-                "4",
-                "--trainer.val_check_interval",
-                "2",
-                "--data.source.descriptors",
-                "rdkit2d",
-            )
-        )
-        checkpoints.append(sorted((tmp_path / "runs" / f"s{seed}" / "checkpoints").glob("best-*.ckpt"))[-1])
+    checkpoints = seed_runs(small_table, tmp_path, "--data.source.descriptors", "rdkit2d")
     out = tmp_path / "blends" / "qm9-recipe"
     result = small_data.ensemble_split(checkpoints, out, "test", ("trees", "kernel"))
     record = small_data.SavedEnsemble(out).record
