@@ -691,24 +691,18 @@ def summarise(entries: Sequence[dict], datasets: dict[str, dict]) -> list[dict]:
         best = min(chemprop, key=lambda arm: arm["test_mae_mean"]) if chemprop else None
         ensembles = [arm for arm in chemprop if arm["ensemble"] is not None]
         best_ensemble = min(ensembles, key=lambda arm: arm["ensemble"]["test_mae"]) if ensembles else None
+        row = {
+            "dataset": dataset,
+            **datasets[dataset],
+            "best_chemprop": best["arm"] if best else None,
+            "best_chemprop_ensemble": best_ensemble["arm"] if best_ensemble else None,
+            "arms": arms,
+        }
         for arm in arms:
-            arm["ratio_to_best_chemprop"] = arm["test_mae_mean"] / best["test_mae_mean"] if best else None
+            arm["ratio_to_best_chemprop"] = chemprop_ratios(row, arm["test_mae_mean"])["ratio_to_best_chemprop"]
             if arm["ensemble"] is not None:
-                arm["ensemble"]["ratio_to_best_chemprop"] = (
-                    arm["ensemble"]["test_mae"] / best["test_mae_mean"] if best else None
-                )
-                arm["ensemble"]["ratio_to_best_chemprop_ensemble"] = (
-                    arm["ensemble"]["test_mae"] / best_ensemble["ensemble"]["test_mae"] if best_ensemble else None
-                )
-        rows.append(
-            {
-                "dataset": dataset,
-                **datasets[dataset],
-                "best_chemprop": best["arm"] if best else None,
-                "best_chemprop_ensemble": best_ensemble["arm"] if best_ensemble else None,
-                "arms": arms,
-            }
-        )
+                arm["ensemble"].update(chemprop_ratios(row, arm["ensemble"]["test_mae"]))
+        rows.append(row)
     return rows
 
 
