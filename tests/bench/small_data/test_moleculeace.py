@@ -216,6 +216,23 @@ def test_the_final_arm_runs_the_shipped_recipes_configuration() -> None:
     assert arms["recipe+buckets"] == arms["recipe"] != arms["recipe+ecfp"]
 
 
+def test_each_candidate_is_a_recipe_arm_and_rule_5s_changes_only_the_final_arms_loss() -> None:
+    """A candidate is compared with the final arm on the same parts: recipe+mse's options are recipe+buckets' with
+    the loss set, and its configuration is the shipped config with that one key changed."""
+    import yaml
+
+    from graphormer_urpe.configs import shipped_config
+
+    assert all(moleculeace.ARMS[name].kind == "recipe" for name in moleculeace.CANDIDATES)
+    final, candidate = moleculeace.ARMS["recipe+buckets"], moleculeace.ARMS["recipe+mse"]
+    assert candidate.options == f"{final.options} --model.loss mse"
+    config = yaml.safe_load(shipped_config("small_molecules").read_text())
+    assert config["model"]["init_args"]["loss"] == "l1"
+    config["model"]["init_args"]["loss"] = "mse"
+    assert moleculeace.configuration(candidate.options) == moleculeace.configuration(final.options, config)
+    assert moleculeace.configuration(candidate.options) != moleculeace.configuration(final.options)
+
+
 def test_a_recipe_arm_whose_configuration_changed_keeps_its_results_and_adds_none(
     site: Path, results: Path, tmp_path: Path
 ) -> None:
