@@ -48,7 +48,7 @@ from graphormer_urpe.evaluation.blend import (
     check_part_targets,
     tree_inputs,
 )
-from graphormer_urpe.evaluation.kernel import FingerprintKernel
+from graphormer_urpe.evaluation.kernel import FingerprintKernel, check_training_rows
 from graphormer_urpe.evaluation.new_molecules import (
     Prediction,
     TablePredictions,
@@ -361,17 +361,25 @@ def plan_ensemble(checkpoints: Sequence[Path], out: Path, trees: bool, kernel: b
 def check_cheap_parts(source: SmilesTable, trees: bool, kernel: bool) -> None:
     """Refuse (:class:`DataError`) cheap parts the runs' table cannot have: trees without descriptors or fingerprints
     among the runs' features; for either part, a multi-class label or a binary label with one class among the
-    training rows (the table is read)."""
+    training rows; the kernel on more training rows of a target than it takes
+    (:func:`~graphormer_urpe.evaluation.kernel.check_training_rows`). The table is read for the last two."""
     if trees and not (source.features.descriptors or source.features.fingerprints):
         raise DataError(
             "--trees reads the runs' RDKit descriptors or fingerprints, and these runs have neither: train "
             "with --data.source.descriptors rdkit2d (configs/small_molecules.yaml has it)"
         )
-    for part in (part for part, wanted in (("trees", trees), ("kernel", kernel)) if wanted):
+    parts = [part for part, wanted in (("trees", trees), ("kernel", kernel)) if wanted]
+    for part in parts:
         check_part_targets(part, source.task, source.targets, None)  # the kind, before the table is read
-        if source.task == "binary":
-            labels = split_rows(source, "train")[source.targets].to_numpy()
-            check_part_targets(part, source.task, source.targets, labels)
+    if not parts or (source.task != "binary" and not kernel):
+        return
+    targets = split_rows(source, "train")[source.targets].to_numpy()
+    if source.task == "binary":
+        for part in parts:
+            check_part_targets(part, source.task, source.targets, targets)
+    if kernel:
+        for name, known in zip(source.targets, np.isfinite(targets).sum(axis=0)):
+            check_training_rows(int(known), f"{source.path}, target '{name}'")
 
 
 def split_rows(source: SmilesTable, split: str) -> pd.DataFrame:

@@ -19,6 +19,10 @@ No other choice is made: nothing is tuned on the validation rows. A binary label
 least-squares classifier) and the prediction clipped to [0, 1], the probability of label 1 that the blend and
 ROC-AUC read.
 
+The kernel matrix is dense: fitting n rows holds about five (n, n) float64 arrays at its peak (measured: 623 MiB
+for 4,000 rows) and the decomposition grows with n^3, so a process is fitted on at most :data:`MAX_TRAINING_ROWS`
+rows (:func:`check_training_rows`: about 4 GiB and a few CPU minutes there).
+
 Saved as one ``target<k>.npz`` per target (NumPy arrays only, read with ``allow_pickle=False``): the training
 rows' fingerprints, the weights ``(K + lam I)^-1 (y - m)``, ``m``, ``lam`` and ``s2``.
 """
@@ -33,13 +37,29 @@ import numpy as np
 from scipy import sparse
 
 from graphormer_urpe.data.sources.fingerprints import ECFP_BITS
-from graphormer_urpe.errors import CheckpointError
+from graphormer_urpe.errors import CheckpointError, DataError
 from graphormer_urpe.evaluation.blend import check_part_targets
 
 #: The noise-to-signal ratios the marginal likelihood chooses from.
 NOISE_RATIOS = tuple(float(ratio) for ratio in np.logspace(-3, 1, 33))
 #: The largest count a fingerprint position holds (uint8).
 MAX_COUNT = 255
+#: The most rows one target's process is fitted on (its dense kernel matrix; the module's docstring).
+MAX_TRAINING_ROWS = 10_000
+#: Peak bytes of a fit per entry of the (n, n) kernel matrix: about five float64 arrays of that shape.
+PEAK_BYTES_PER_ENTRY = 5 * 8
+
+
+def check_training_rows(rows: int, where: str) -> None:
+    """Refuse (:class:`DataError`) a kernel part fitted on more than :data:`MAX_TRAINING_ROWS` rows, before any work:
+    ``where`` names the table or target in the message."""
+    if rows > MAX_TRAINING_ROWS:
+        gib = PEAK_BYTES_PER_ENTRY * rows**2 / 2**30
+        raise DataError(
+            f"{where}: the fingerprint kernel would be fitted on {rows:,} training rows, more than the "
+            f"{MAX_TRAINING_ROWS:,} it takes (its dense kernel matrix: about {gib:.0f} GiB at its peak, and its "
+            "decomposition grows with the cube of the rows); leave out --kernel, the ensemble and the trees scale"
+        )
 
 
 def unary(counts: np.ndarray) -> sparse.csr_matrix:
@@ -119,12 +139,16 @@ class FingerprintKernel:
 
         Raises:
             DataError: another kind of target, or a binary label with one class among the known rows
-                (:func:`~graphormer_urpe.evaluation.blend.check_part_targets`).
+                (:func:`~graphormer_urpe.evaluation.blend.check_part_targets`), or a target known on more than
+                :data:`MAX_TRAINING_ROWS` rows (:func:`check_training_rows`).
         """
         check_part_targets("kernel", kind, names, targets)
+        known_rows = ~np.isnan(targets)
+        for k, name in enumerate(names):
+            check_training_rows(int(known_rows[:, k].sum()), f"target '{name}'")
         processes = []
         for k in range(len(names)):
-            known = ~np.isnan(targets[:, k])
+            known = known_rows[:, k]
             processes.append(TanimotoProcess.fit(fingerprints[known], targets[known, k]))
         return cls(kind, processes)
 

@@ -26,6 +26,7 @@ import yaml
 from graphormer_urpe.commands import sweep
 from graphormer_urpe.commands.exits import FAILED_SEEDS
 from graphormer_urpe.evaluation import ensemble
+from graphormer_urpe.evaluation import kernel as kernel_module
 from graphormer_urpe.evaluation.ensemble import SavedEnsemble, sha256_file
 from graphormer_urpe.run import sweep as seeds
 from graphormer_urpe.run.ledger import RunDirectory
@@ -419,11 +420,11 @@ def recipe_refusal(
 
 @pytest.mark.slow
 def test_every_refusal_of_a_recipe_sweep_comes_before_the_first_seed(
-    tmp_path: Path, logged: pytest.LogCaptureFixture, seeds_in_this_process: list[int]
+    tmp_path: Path, logged: pytest.LogCaptureFixture, seeds_in_this_process: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 38.3: the trees without descriptors, a table to predict without the SMILES column or without rows;
     issue 44.8: a config without a SMILES table; 44.10: a label with one class among the training rows (for the trees
-    and for the kernel)."""
+    and for the kernel); issue 45.2: a kernel on more training rows than it takes."""
     assert "--trees reads the runs' RDKit descriptors or fingerprints, and these runs have neither" in recipe_refusal(
         tmp_path, logged, "--trees", "--data.source.descriptors", "null"
     )
@@ -458,6 +459,8 @@ def test_every_refusal_of_a_recipe_sweep_comes_before_the_first_seed(
         "the fingerprint kernel's processes need both classes of label 'polar' among the training rows, which hold "
         "one; ensemble without --kernel"
     )
+    monkeypatch.setattr(kernel_module, "MAX_TRAINING_ROWS", 2)  # the small table trains on more rows
+    assert "target 'gap_ev': the fingerprint kernel would be fitted on " in recipe_refusal(tmp_path, logged, "--kernel")
     assert seeds_in_this_process == []
 
 

@@ -15,6 +15,7 @@ import torch
 from graphormer_urpe.data.sources.fingerprints import ecfp_count_matrix
 from graphormer_urpe.data.sources.molecule_features import MoleculeFeatures
 from graphormer_urpe.errors import CheckpointError, DataError
+from graphormer_urpe.evaluation import kernel as kernel_module
 from graphormer_urpe.evaluation.blend import BLEND_RULE, DescriptorTrees, blend_weights, tree_inputs
 from graphormer_urpe.evaluation.ensemble import (
     RECORD_FILE,
@@ -189,7 +190,7 @@ def test_a_tree_file_that_holds_other_types_than_fitted_trees_is_not_loaded(tmp_
 
 @pytest.mark.slow
 def test_an_ensemble_is_planned_before_any_work(
-    with_descriptors: list[Path], small_table: Path, saved: Path, tmp_path: Path
+    with_descriptors: list[Path], small_table: Path, saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with pytest.raises(DataError, match="needs at least one run"):
         plan_ensemble([], tmp_path / "e", trees=False)
@@ -200,6 +201,9 @@ def test_an_ensemble_is_planned_before_any_work(
         plan_ensemble(without, tmp_path / "e", trees=True)
     with pytest.raises(DataError, match="the members were trained on different data"):
         plan_ensemble([with_descriptors[0], *without], tmp_path / "e", trees=False)
+    monkeypatch.setattr(kernel_module, "MAX_TRAINING_ROWS", 2)  # the table's training rows are more
+    with pytest.raises(DataError, match=r"small\.csv, target '\w+': the fingerprint kernel would be fitted on"):
+        plan_ensemble(with_descriptors, tmp_path / "e", trees=True, kernel=True)
     assert not (tmp_path / "e").exists()
 
 

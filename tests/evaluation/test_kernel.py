@@ -10,7 +10,14 @@ import pytest
 
 from graphormer_urpe.data.sources.fingerprints import ECFP_BITS, ecfp_count_matrix
 from graphormer_urpe.errors import CheckpointError, DataError
-from graphormer_urpe.evaluation.kernel import NOISE_RATIOS, FingerprintKernel, TanimotoProcess, tanimoto
+from graphormer_urpe.evaluation import kernel as kernel_module
+from graphormer_urpe.evaluation.kernel import (
+    NOISE_RATIOS,
+    FingerprintKernel,
+    TanimotoProcess,
+    check_training_rows,
+    tanimoto,
+)
 
 SMILES = [
     "CCO",
@@ -114,6 +121,29 @@ def test_each_target_uses_its_known_rows_and_the_files_read_back_exactly(tmp_pat
     assert names == ["target0.npz", "target1.npz"]
     loaded = FingerprintKernel.load("regression", [tmp_path / "kernel" / name for name in names])
     np.testing.assert_array_equal(loaded.predict(counts), kernel.predict(counts))
+
+
+def test_a_target_known_on_more_rows_than_the_kernel_takes_is_refused_before_its_matrix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The limit counts each target's known rows; the message names the target, the rows and the peak memory."""
+    with pytest.raises(DataError, match="the fingerprint kernel would be fitted on 10,001 training rows, more than"):
+        check_training_rows(10_001, "t")
+    check_training_rows(10_000, "t")
+    with pytest.raises(DataError, match=r"about 4 GiB at its peak"):  # 5 x 8 bytes x 10,001^2 = 3.73 GiB
+        check_training_rows(10_001, "t")
+    counts = ecfp_count_matrix(SMILES)
+    targets = np.stack([np.arange(20.0), np.where(np.arange(20) < 5, np.arange(20.0), np.nan)], axis=1)
+    monkeypatch.setattr(kernel_module, "MAX_TRAINING_ROWS", 5)
+    with monkeypatch.context() as patched:
+
+        def no_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            raise AssertionError("the kernel matrix was built before the refusal")
+
+        patched.setattr(kernel_module, "tanimoto", no_matrix)
+        with pytest.raises(DataError, match="target 'a': the fingerprint kernel would be fitted on 20 training rows"):
+            FingerprintKernel.fit("regression", ["b", "a"], counts, targets[:, ::-1])
+    assert len(FingerprintKernel.fit("regression", ["b"], counts, targets[:, 1:]).processes[0].weights) == 5
 
 
 def test_a_file_that_is_not_a_kernel_is_refused_without_unpickling(tmp_path: Path) -> None:
