@@ -216,21 +216,40 @@ def test_the_final_arm_runs_the_shipped_recipes_configuration() -> None:
     assert arms["recipe+buckets"] == arms["recipe"] != arms["recipe+ecfp"]
 
 
-def test_each_candidate_is_a_recipe_arm_and_rule_5s_changes_only_the_final_arms_loss() -> None:
-    """A candidate is compared with the final arm on the same parts: recipe+mse's options are recipe+buckets' with
-    the loss set, and its configuration is the shipped config with that one key changed."""
+@pytest.mark.parametrize(
+    ("candidate", "options", "changed"),
+    [
+        ("recipe+mse", "--model.loss mse", {("model", "loss"): "mse"}),
+        (
+            "recipe+nodropout",
+            "--model.encoder.dropout 0 --model.encoder.attention_dropout 0",
+            {("model", "encoder", "dropout"): 0, ("model", "encoder", "attention_dropout"): 0},
+        ),
+        ("recipe+batch16", "--data.batch_size 16", {("data", "batch_size"): 16}),
+    ],
+)
+def test_each_candidate_for_the_networks_share_changes_only_its_keys_of_the_final_arm(
+    candidate: str, options: str, changed: dict[tuple[str, ...], object]
+) -> None:
+    """Rules 5 to 7 compare a candidate with the final arm on the same parts: its options are recipe+buckets' with
+    some keys set, and its configuration is the shipped config with those keys changed (and they do change it)."""
     import yaml
 
     from graphormer_urpe.configs import shipped_config
 
-    assert all(moleculeace.ARMS[name].kind == "recipe" for name in moleculeace.CANDIDATES)
-    final, candidate = moleculeace.ARMS["recipe+buckets"], moleculeace.ARMS["recipe+mse"]
-    assert candidate.options == f"{final.options} --model.loss mse"
+    assert moleculeace.ARMS[candidate].kind == "recipe" and candidate in moleculeace.CANDIDATES
+    final = moleculeace.ARMS["recipe+buckets"]
+    assert moleculeace.ARMS[candidate].options == f"{final.options} {options}"
     config = yaml.safe_load(shipped_config("small_molecules").read_text())
-    assert config["model"]["init_args"]["loss"] == "l1"
-    config["model"]["init_args"]["loss"] = "mse"
-    assert moleculeace.configuration(candidate.options) == moleculeace.configuration(final.options, config)
-    assert moleculeace.configuration(candidate.options) != moleculeace.configuration(final.options)
+    for (section, *path), value in changed.items():
+        node = config[section]["init_args"]
+        for key in path[:-1]:
+            node = node[key]
+        assert node[path[-1]] != value
+        node[path[-1]] = value
+    assert moleculeace.configuration(moleculeace.ARMS[candidate].options) == moleculeace.configuration(
+        final.options, config
+    )
 
 
 def test_a_recipe_arm_whose_configuration_changed_keeps_its_results_and_adds_none(
