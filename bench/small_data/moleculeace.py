@@ -151,7 +151,7 @@ ARMS: dict[str, Arm] = {
     "recipe+buckets": Arm(
         "recipe", "--config small_molecules --ensemble --trees --kernel --data.bucket_window 4", RECIPE_SEEDS
     ),
-    # a candidate for the network's share (rule 5, chosen on validation after the final reading): the squared error
+    # a candidate for the network's share (rule 5, judged on validation after the final reading): the squared error
     # as the training loss, against the final arm. The benchmark scores RMSE, and its cliff molecules are the large
     # errors, which an L1 loss treats as outliers; chemprop trains on the squared error too
     "recipe+mse": Arm(
