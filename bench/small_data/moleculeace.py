@@ -169,7 +169,7 @@ ARMS: dict[str, Arm] = {
         "--model.encoder.dropout 0 --model.encoder.attention_dropout 0",
         RECIPE_SEEDS,
     ),
-    # rule 7: batches of 16. The runs stop after 27 to 60 epochs of 15 to 20 steps (the validation MAE's patience):
+    # rule 7: batches of 16. The runs stop after 27 to 53 epochs of 15 to 17 steps (the validation MAE's patience):
     # half the batch gives the encoder twice the updates before the patience ends
     "recipe+batch16": Arm(
         "recipe",
