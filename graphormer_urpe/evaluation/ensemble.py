@@ -371,10 +371,11 @@ def check_cheap_parts(source: SmilesTable, trees: bool, kernel: bool) -> None:
     parts = [part for part, wanted in (("trees", trees), ("kernel", kernel)) if wanted]
     for part in parts:
         check_part_targets(part, source.task, source.targets, None)  # the kind, before the table is read
-    if not parts or (source.task != "binary" and not kernel):
-        return
+    reads_labels = source.task == "binary" and bool(parts)  # a label needs both classes among the training rows
+    if not (reads_labels or kernel):
+        return  # nothing below: the table is not read
     targets = split_rows(source, "train")[source.targets].to_numpy()
-    if source.task == "binary":
+    if reads_labels:
         for part in parts:
             check_part_targets(part, source.task, source.targets, targets)
     if kernel:
