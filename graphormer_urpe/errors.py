@@ -58,6 +58,11 @@ class NonFiniteLoss(RuntimeError):
     """Training stopped at a NaN or infinite loss (``graphormer-urpe train`` exits with code 3)."""
 
 
+class SeedsUnfinished(RuntimeError):
+    """Seeds of a ``graphormer-urpe sweep`` did not finish (exit code 4); the message names each one's cause and the
+    seeds its summary covers."""
+
+
 def shown(value: object) -> str:
     """A value as the user writes it in YAML or on the command line: ``null``, ``true``, ``'x'``, ``3``."""
     if value is None:

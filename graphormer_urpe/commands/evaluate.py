@@ -22,16 +22,13 @@ checked, with a log (``*.log.json``) listing every row given the training mean
 (:mod:`graphormer_urpe.evaluation.ogb`); ``--check_submission`` checks a file
 (:func:`~graphormer_urpe.evaluation.submission.check_submission_file`).
 
-New molecules: ``graphormer-urpe predict`` (:mod:`graphormer_urpe.commands.predict`).
-
-``--model`` names the checkpoint (``--ckpt``, its earlier name, still works, with a note). The plan checks that every
-output can be written and that ``--out`` names no existing file (:func:`check_outputs`), builds the checkpoint's
-data and model from its config (:class:`~graphormer_urpe.run.cli.GraphormerCLI`, no run directory), checks the split
-(:func:`~graphormer_urpe.evaluation.checkpoint.check_split`), the checkpoint and its data; the run evaluates
-(:func:`~graphormer_urpe.evaluation.checkpoint.evaluate_checkpoint`) into an
-:class:`~graphormer_urpe.evaluation.checkpoint.Evaluation`. Exit codes (:mod:`graphormer_urpe.commands.exits`): 0
-done; 1 an invalid submission (``--check_submission``, or predictions the leaderboard would refuse); 2 bad input
-(checkpoint, config, data, options, a split the data do not have, an output that cannot be written or exists).
+``--model`` names the checkpoint (``--ckpt``, its earlier name, still works, with a note); new molecules are
+``graphormer-urpe predict``'s (:mod:`graphormer_urpe.commands.predict`). Before any work the plan checks the outputs
+(writable; ``--out`` no existing file), the split, the checkpoint and its data
+(:mod:`graphormer_urpe.evaluation.checkpoint`, where the run's evaluation is too). Exit codes
+(:mod:`graphormer_urpe.commands.exits`): 0 done; 1 an invalid submission (``--check_submission``, or predictions the
+leaderboard would refuse); 2 bad input (checkpoint, config, data, options, a split the data do not have, an output
+that cannot be written or exists).
 """
 
 from __future__ import annotations
@@ -45,11 +42,16 @@ from typing import Any
 import pytorch_lightning as pl
 
 from graphormer_urpe.commands.command import Command
-from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.data.lsc_formats import MODES, SubmissionFormat
 from graphormer_urpe.data.predictable import RunData
 from graphormer_urpe.errors import DataError
-from graphormer_urpe.evaluation.checkpoint import Evaluation, check_split, check_submission, evaluate_checkpoint
+from graphormer_urpe.evaluation.checkpoint import (
+    Evaluation,
+    check_outputs,
+    check_split,
+    check_submission,
+    evaluate_checkpoint,
+)
 from graphormer_urpe.run.callbacks import remove_weight_averaging
 from graphormer_urpe.run.checkpoints import check_checkpoint, compare_data, data_identity, embedded_config
 from graphormer_urpe.run.cli import GraphormerCLI, log
@@ -82,24 +84,6 @@ class CheckPlan:
 
     path: Path  # the submission file
     data_root: Path  # where the dataset's split sizes are (else ogb's official sizes)
-
-
-def check_outputs(args: argparse.Namespace) -> None:
-    """Refuse (:class:`DataError`) an output that cannot be written, or ``--out`` over any existing file (nothing
-    is overwritten)."""
-    for flag, path, is_dir in (
-        ("--out", args.out, False),
-        ("--predictions", args.predictions, False),
-        ("--submission_dir", args.submission_dir, True),
-    ):
-        if path is None:
-            continue
-        if not is_dir and path.is_dir():
-            raise DataError(f"{flag} {path} is a directory; name the file to write")
-        if (read_only := unwritable(path if is_dir else path.parent)) is not None:
-            raise DataError(f"{flag} {path}: {read_only} is not writable")
-    if args.out is not None and args.out.exists():
-        raise DataError(f"--out {args.out} exists; choose another output path (nothing is overwritten)")
 
 
 class Evaluate(Command[EvaluatePlan | CheckPlan, Evaluation | dict[str, Any]]):
@@ -148,7 +132,7 @@ class Evaluate(Command[EvaluatePlan | CheckPlan, Evaluation | dict[str, Any]]):
 
     def plan(self, args: argparse.Namespace) -> EvaluatePlan | CheckPlan:
         started = time.perf_counter()
-        check_outputs(args)
+        check_outputs(args.out, args.predictions, args.submission_dir)
         if args.check_submission is not None:
             return CheckPlan(args.check_submission, args.data_root)
         if args.ckpt is not None:

@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 
-from graphormer_urpe.errors import EXIT_BAD_INPUT, InputError, NonFiniteLoss, Refused, SubmissionError
+from graphormer_urpe.errors import EXIT_BAD_INPUT, InputError, NonFiniteLoss, Refused, SeedsUnfinished, SubmissionError
 
 log = logging.getLogger("graphormer_urpe")
 
@@ -48,10 +48,10 @@ EXIT_CODES: dict[str, str] = {
 def exit_codes(finish: Callable[[int, bool], None] | None = None) -> Iterator[None]:
     """Run a command's work and exit (``sys.exit``) with the code of what stopped it: :data:`BAD_INPUT` on an
     :class:`~graphormer_urpe.errors.InputError` (its message on one line, no traceback), :data:`INVALID_SUBMISSION`,
-    :data:`NON_FINITE_LOSS`, 128 + the signal after a signal (:data:`INTERRUPTED` for Ctrl-C). ``finish(code,
-    interrupted)`` runs whatever happens, before the exit (``train`` closes W&B and lets its run directory go there);
-    ``interrupted``: a KeyboardInterrupt stopped it (a second Ctrl-C, or one outside training), not a checkpointing
-    signal handler."""
+    :data:`NON_FINITE_LOSS`, :data:`FAILED_SEEDS`, 128 + the signal after a signal (:data:`INTERRUPTED` for Ctrl-C).
+    ``finish(code, interrupted)`` runs whatever happens, before the exit (``train`` closes W&B and lets its run
+    directory go there); ``interrupted``: a KeyboardInterrupt stopped it (a second Ctrl-C, or one outside training),
+    not a checkpointing signal handler."""
     # imported here, not with the table of codes: ``graphormer-urpe --help`` and ``--version`` read that table, and
     # Lightning's import (some 8 s) would be all their time
     from lightning_fabric.utilities.rank_zero import rank_zero_only
@@ -71,6 +71,9 @@ def exit_codes(finish: Callable[[int, bool], None] | None = None) -> Iterator[No
     except NonFiniteLoss as error:
         log.error("%s", error)
         exit_code = NON_FINITE_LOSS
+    except SeedsUnfinished as error:
+        log.error("%s", error)
+        exit_code = FAILED_SEEDS
     except Preempted as stop:  # train's own checkpointing handler: last.ckpt is written
         if rank_zero_only.rank == 0:  # every process of a DDP run stops so; one says why
             log.warning("%s", stop)

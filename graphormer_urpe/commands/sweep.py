@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +44,8 @@ from pathlib import Path
 import yaml
 
 from graphormer_urpe.commands.command import Command
-from graphormer_urpe.commands.exits import FAILED_SEEDS
 from graphormer_urpe.data.files import unwritable
-from graphormer_urpe.errors import InputError, check_int
+from graphormer_urpe.errors import InputError
 from graphormer_urpe.evaluation.ensemble import (
     EnsembleOutputs,
     EnsembleRecord,
@@ -59,21 +56,19 @@ from graphormer_urpe.evaluation.ensemble import (
 from graphormer_urpe.evaluation.new_molecules import Prediction
 from graphormer_urpe.run.checkpoints import run_config
 from graphormer_urpe.run.sweep import (
-    SeedExit,
     SeedRuns,
     Statistic,
     aggregate,
-    causes,
     check_seed_runs,
     collect,
     held,
+    log,
     resolved_config,
     run_seeds,
     stopping_on_signals,
+    unfinished,
     write_summary,
 )
-
-log = logging.getLogger("graphormer_urpe")
 
 
 @dataclass(frozen=True)
@@ -112,9 +107,7 @@ class Sweep(Command[SweepPlan, SweepResult]):
         parser.add_argument("--config", help="experiment config (as for train)")
         parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3], help="seeds (default: 0 1 2 3)")
         parser.add_argument("--name", help="experiment name (default: the config name)")
-        parser.add_argument(
-            "--run_root", type=Path, default=Path("runs"), help="directory of the runs and of the summary"
-        )
+        parser.add_argument("--run_root", type=Path, default=Path("runs"), help="where the runs and the summary are")
         parser.add_argument("--collect", action="store_true", help="only aggregate the seeds' finished runs")
         parser.add_argument(
             "--ensemble",
@@ -122,18 +115,12 @@ class Sweep(Command[SweepPlan, SweepResult]):
             help="also save the seeds' best checkpoints as an ensemble, scored on the test split (a "
             "SMILES table's config; docs/small-data.md)",
         )
-        parser.add_argument(
-            "--trees",
-            action="store_true",
-            help="with --ensemble: blend gradient-boosted trees on "
-            "the runs' descriptors or fingerprints with the ensemble (docs/small-data.md)",
-        )
-        parser.add_argument(
-            "--kernel",
-            action="store_true",
-            help="with --ensemble: blend a Gaussian process on Morgan count fingerprints (Tanimoto's "
-            "kernel) with the ensemble (docs/small-data.md)",
-        )
+        blended = {
+            "--trees": "gradient-boosted trees on the runs' descriptors or fingerprints",
+            "--kernel": "a Gaussian process on Morgan count fingerprints (Tanimoto's kernel)",
+        }
+        for option, part in blended.items():
+            parser.add_argument(option, action="store_true", help=f"with --ensemble: blend {part} in")
         parser.add_argument(
             "--predict",
             type=Path,
@@ -148,25 +135,15 @@ class Sweep(Command[SweepPlan, SweepResult]):
         return args
 
     def plan(self, args: argparse.Namespace) -> SweepPlan:
-        needing = (("--trees", args.trees), ("--kernel", args.kernel), ("--predict", args.predict is not None))
-        for option, needs in needing:
-            if needs and not args.ensemble:
+        for option, given in (("--trees", args.trees), ("--kernel", args.kernel), ("--predict", args.predict)):
+            if given and not args.ensemble:
                 raise InputError(f"{option} works on the seeds' ensemble: add --ensemble")
         if args.config is None and (not args.collect or args.ensemble):
             raise InputError("--config is required to run seeds or make their ensemble")
         name = args.name or Path(args.config).stem
-        if name in (".", "..") or Path(name).name != name:
-            raise InputError(
-                f"--name {name!r}: an experiment's name is one file name (the runs are "
-                f"<run_root>/{name}-seed<S>), without '/'"
-            )
-        for seed in args.seeds:
-            check_int("--seeds", seed, 0, 2**32 - 1, hint=" (train's --seed_everything)")
-        if len(set(args.seeds)) < len(args.seeds):
-            raise InputError(f"--seeds {' '.join(map(str, args.seeds))}: a seed is given twice")
+        runs = SeedRuns(name, args.run_root, tuple(args.seeds), args.config, tuple(args.overrides))
         if (read_only := unwritable(args.run_root)) is not None:
             raise InputError(f"--run_root {args.run_root}: {read_only} is not writable")
-        runs = SeedRuns(name, args.run_root, tuple(args.seeds), args.config, tuple(args.overrides))
         if args.collect and not collect(runs):  # seeds of different configs are refused there
             raise InputError(f"no finished run of {name} under {args.run_root} for seeds {list(runs.seeds)}")
         if args.collect and not args.ensemble:
@@ -194,22 +171,19 @@ class Sweep(Command[SweepPlan, SweepResult]):
             per_seed = collect(runs)
         missing = [seed for seed in runs.seeds if seed in failed or seed not in per_seed]
         if not per_seed:
-            did_not_finish(runs, failed, missing, [])
-        result = SweepResult(
-            runs.name,
-            sorted(per_seed),
-            missing,
-            {s: str(runs.run_dir(s)) for s in sorted(per_seed)},
-            aggregate(per_seed),
-        )
+            raise unfinished(runs, failed, missing, [])
+        finished = sorted(per_seed)
+        run_dirs = {seed: str(runs.run_dir(seed)) for seed in finished}
+        result = SweepResult(runs.name, finished, missing, run_dirs, aggregate(per_seed))
         print(write_summary(runs, result.summary(), result.metrics), flush=True)
         if plan.ensemble is not None:
-            finished = [runs.run_dir(seed) for seed in result.seeds]
             with (
                 stopping_on_signals("in its ensemble phase"),
                 held(runs.run_root / f".{runs.name}-ensemble.lock", f"{runs.name}: the ensemble"),
             ):
-                record, predictions = write_ensemble(plan.ensemble, finished, plan.command)
+                record, predictions = write_ensemble(
+                    plan.ensemble, [runs.run_dir(seed) for seed in finished], plan.command
+                )
                 log.info(
                     "%s: ensemble of seeds %s: %s; written %s",
                     runs.name,
@@ -219,15 +193,8 @@ class Sweep(Command[SweepPlan, SweepResult]):
                 )
             result = dataclasses.replace(result, ensemble=record, predictions=predictions)
         if missing:
-            did_not_finish(runs, failed, missing, result.seeds)
+            raise unfinished(runs, failed, missing, result.seeds)
         return result
-
-
-def did_not_finish(runs: SeedRuns, failed: dict[int, SeedExit], missing: list[int], finished: list[int]) -> None:
-    """Stop with :data:`~graphormer_urpe.commands.exits.FAILED_SEEDS`, the last line naming each seed's cause."""
-    covered = f"the summary covers seeds {finished}" if finished else "nothing was aggregated"
-    log.error("%s: seeds %s did not finish (%s); %s", runs.name, missing, causes(runs, failed, missing), covered)
-    sys.exit(FAILED_SEEDS)
 
 
 main = Sweep().main

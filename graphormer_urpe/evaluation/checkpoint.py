@@ -1,6 +1,6 @@
-"""A checkpoint evaluated on one split of its data (``graphormer-urpe evaluate``): the split checked against the
-data, then the task's metrics, or for an OGB-LSC dataset ogb's metric, its predictions or a leaderboard submission
-(:mod:`graphormer_urpe.evaluation.ogb`); and an existing submission file checked as the leaderboard would."""
+"""A checkpoint evaluated on one split of its data (``graphormer-urpe evaluate``): its outputs and the split checked
+against the data, then the task's metrics, or for an OGB-LSC dataset ogb's metric, its predictions or a leaderboard
+submission (:mod:`graphormer_urpe.evaluation.ogb`); and an existing submission file checked as the leaderboard would."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
+from graphormer_urpe.data.files import unwritable
 from graphormer_urpe.data.lsc_formats import MODES, SubmissionFormat
 from graphormer_urpe.data.predictable import PredictableData, RunData
 from graphormer_urpe.errors import DataError, SubmissionError
@@ -42,6 +43,25 @@ class Evaluation:
             "same_data_as_training": self.same_data_as_training,
             **optional,
         }
+
+
+def check_outputs(out: Path | None, predictions: Path | None, submission_dir: Path | None) -> None:
+    """Refuse (:class:`DataError`) an output that cannot be written, or ``--out`` over any existing file (nothing
+    is overwritten): ``--out`` (the metrics' JSON file), ``--predictions`` (an ``.npz`` file), ``--submission_dir``
+    (a directory)."""
+    for flag, path, is_dir in (
+        ("--out", out, False),
+        ("--predictions", predictions, False),
+        ("--submission_dir", submission_dir, True),
+    ):
+        if path is None:
+            continue
+        if not is_dir and path.is_dir():
+            raise DataError(f"{flag} {path} is a directory; name the file to write")
+        if (read_only := unwritable(path if is_dir else path.parent)) is not None:
+            raise DataError(f"{flag} {path}: {read_only} is not writable")
+    if out is not None and out.exists():
+        raise DataError(f"--out {out} exists; choose another output path (nothing is overwritten)")
 
 
 def check_split(

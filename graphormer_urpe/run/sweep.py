@@ -32,6 +32,7 @@ from typing import IO
 import yaml
 
 from graphormer_urpe.data.files import atomic_write_text
+from graphormer_urpe.errors import InputError, SeedsUnfinished, check_int
 from graphormer_urpe.run.callbacks import Preempted
 from graphormer_urpe.run.checkpoints import config_identity, differences
 from graphormer_urpe.run.cli import TrainingCLI
@@ -62,6 +63,19 @@ class SeedRuns:
     seeds: tuple[int, ...]  # in the order they run
     config: str | None  # train's --config; None: only aggregate finished runs (--collect)
     train_args: tuple[str, ...]  # every other option, passed to train unchanged
+
+    def __post_init__(self) -> None:
+        """Refuse (:class:`~graphormer_urpe.errors.InputError`) what ``--name`` and ``--seeds`` cannot be: a name that
+        is not one file name, a seed outside ``train``'s range or given twice."""
+        if self.name in (".", "..") or Path(self.name).name != self.name:
+            raise InputError(
+                f"--name {self.name!r}: an experiment's name is one file name (the runs are "
+                f"<run_root>/{self.name}-seed<S>), without '/'"
+            )
+        for seed in self.seeds:
+            check_int("--seeds", seed, 0, 2**32 - 1, hint=" (train's --seed_everything)")
+        if len(set(self.seeds)) < len(self.seeds):
+            raise InputError(f"--seeds {' '.join(map(str, self.seeds))}: a seed is given twice")
 
     def run_dir(self, seed: int) -> Path:
         return self.run_root / f"{self.name}-seed{seed}"
@@ -408,12 +422,17 @@ def write_summary(runs: SeedRuns, summary: Mapping, statistics: Mapping[str, Sta
     return table
 
 
-def causes(runs: SeedRuns, failed: Mapping[int, SeedExit], missing: Sequence[int]) -> str:
-    """Why each ``missing`` seed did not finish: its exit code and last error line, or no ``metrics.json``."""
+def unfinished(
+    runs: SeedRuns, failed: Mapping[int, SeedExit], missing: Sequence[int], finished: Sequence[int]
+) -> SeedsUnfinished:
+    """What stops a sweep whose ``missing`` seeds did not finish, in one line: each one's exit code and last error
+    line, or no ``metrics.json``; and the ``finished`` seeds its summary covers."""
 
     def cause(seed: int) -> str:
         if seed not in failed:
             return f"seed {seed}: no {runs.metrics(seed)}"
         return f"seed {seed}: exit code {failed[seed].code}" + (f", {failed[seed].cause}" if failed[seed].cause else "")
 
-    return "; ".join(cause(seed) for seed in missing)
+    causes = "; ".join(cause(seed) for seed in missing)
+    covered = f"the summary covers seeds {list(finished)}" if finished else "nothing was aggregated"
+    return SeedsUnfinished(f"{runs.name}: seeds {list(missing)} did not finish ({causes}); {covered}")

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from graphormer_urpe.commands.exits import EXIT_CODES, INTERRUPTED, exit_codes
-from graphormer_urpe.errors import DataError, NonFiniteLoss, Refused, SubmissionError
+from graphormer_urpe.errors import DataError, NonFiniteLoss, Refused, SeedsUnfinished, SubmissionError
 from graphormer_urpe.testing import REPO_DIR
 
 
@@ -25,6 +25,7 @@ def test_docs_print_the_table_of_exit_codes() -> None:
         (DataError("table.csv: no rows"), 2),
         (SubmissionError("bad"), 1),
         (NonFiniteLoss("nan"), 3),
+        (SeedsUnfinished("exp: seeds [1] did not finish (seed 1: exit code 2); the summary covers seeds [0]"), 4),
         (KeyboardInterrupt(), INTERRUPTED),
     ],
 )
