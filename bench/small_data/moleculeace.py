@@ -8,6 +8,7 @@ recipe against the benchmark's best method (SVM on ECFP) and chemprop 2.3.1, as 
     python bench/small_data/moleculeace.py --report --final-reading         # with the recipe's test figures
     python bench/small_data/moleculeace.py --blend-stability                # the blend rules under resampling
     python bench/small_data/moleculeace.py --selection recipe+ecfp recipe   # a candidate, on validation figures
+    python bench/small_data/moleculeace.py --second-reading recipe+nodropout recipe+buckets  # a chosen one, on test
 
 Data: the ``MoleculeACE==3.0.0`` wheel (``pip install --no-deps MoleculeACE==3.0.0``; located, never imported)
 ships each set as ``MoleculeACE/Data/benchmark_data/<set>.csv`` (``smiles``, ``y`` = -log10 of the activity in
@@ -98,6 +99,10 @@ RECIPE_SEEDS = (0, 1, 2)
 #: The sets on which the recipe's candidates are chosen, on validation figures (docs/small-data.md, "Choices made on
 #: the validation rows"): the two smallest, fixed before any of their runs.
 SELECTION_SETS = ("CHEMBL1871_Ki", "CHEMBL2034_Ki")
+#: The sets of a chosen candidate's second reading: those it was not chosen on.
+READING_SETS = tuple(name for name in SETS if name not in SELECTION_SETS)
+#: The parts a second reading compares, and each one's mean test RMSE ratio that the shipped config's change needs.
+READING_PARTS = ("ensemble", "blend")
 
 
 @dataclass(frozen=True)
@@ -949,6 +954,61 @@ def selection(candidate: str, baseline: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def reading_figures(name: str, arm: str) -> dict[str, tuple[float, float]]:
+    """A recipe arm's test RMSE and cliff RMSE on the set, per part of :data:`READING_PARTS`; empty when the arm has
+    not finished there."""
+    entries = [entry for entry in checked_results(name) if entry["arm"] == arm and entry["part"] in READING_PARTS]
+    return {entry["part"]: (entry["test_rmse"], entry["test_cliff_rmse"]) for entry in entries}
+
+
+def second_reading(candidate: str, baseline: str) -> str:
+    """The rule for the shipped config, once a candidate chosen on :data:`SELECTION_SETS` has run everywhere (fixed
+    before any of its test figures was read; docs/small-data.md): it changes the config only if, over
+    :data:`READING_SETS`, the mean of its per-set test RMSE ratios to ``baseline``'s is below 1 for the network
+    ensemble and for the blend. Per set and part both test RMSEs / cliff RMSEs and their ratios; the means (the
+    cliffs' too, which the rule does not read); the verdict. A Markdown text."""
+    lines = [
+        f"# Second reading: {candidate} against {baseline}, on the test rows of the sets it was not chosen on",
+        "",
+        f"Written by `python bench/small_data/moleculeace.py --second-reading {candidate} {baseline}`. The rule, "
+        f"fixed before any test figure of {candidate} was read: the shipped config takes {candidate}'s change only "
+        f"if the mean over these {len(READING_SETS)} sets of its network ensemble's test RMSE relative to "
+        f"{baseline}'s is below 1, and its blend's too. Test RMSE / cliff RMSE.",
+        "",
+        f"| set | part | {baseline} | {candidate} | ratio | cliff ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    ratios: dict[str, list[tuple[float, float]]] = {part: [] for part in READING_PARTS}
+    missing = []
+    for name in READING_SETS:
+        old, new = reading_figures(name, baseline), reading_figures(name, candidate)
+        if len(old) < len(READING_PARTS) or len(new) < len(READING_PARTS):
+            unfinished = ((baseline, old), (candidate, new))
+            missing += [f"{name} {arm}" for arm, figures in unfinished if len(figures) < len(READING_PARTS)]
+            continue
+        for part in READING_PARTS:
+            ratio = (new[part][0] / old[part][0], new[part][1] / old[part][1])
+            ratios[part].append(ratio)
+            lines.append(
+                f"| {name} | {part} | {old[part][0]:.3f} / {old[part][1]:.3f} | {new[part][0]:.3f} / "
+                f"{new[part][1]:.3f} | {ratio[0]:.3f} | {ratio[1]:.3f} |"
+            )
+    lines.append("")
+    if missing:
+        lines.append(f"**No verdict yet**: not finished: {', '.join(missing)}.")
+        return "\n".join(lines) + "\n"
+    means = {part: np.mean(values, axis=0) for part, values in ratios.items()}
+    lower = {part: sum(value[0] < 1 for value in values) for part, values in ratios.items()}
+    changes = all(means[part][0] < 1 for part in READING_PARTS)
+    for part in READING_PARTS:
+        lines.append(
+            f"- {part}: mean ratio {means[part][0]:.3f} (cliffs {means[part][1]:.3f}), lower on "
+            f"{lower[part]} of {len(READING_SETS)} sets"
+        )
+    lines += ["", f"**The shipped config {'takes' if changes else 'does not take'} {candidate}'s change.**"]
+    return "\n".join(lines) + "\n"
+
+
 def inverse_errors(parts: dict[str, np.ndarray], truth: np.ndarray, power: float) -> dict[str, float]:
     """Weights proportional to 1 / MSE**power of the parts within ``ADMIT`` times the best MSE. Shapes: parts (N,),
     truth (N,)."""
@@ -1172,6 +1232,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(bench/results/moleculeace/selection-CANDIDATE.md)",
     )
     parser.add_argument(
+        "--second-reading",
+        nargs=2,
+        metavar=("CANDIDATE", "RECIPE"),
+        help="whether a candidate chosen on SELECTION_SETS changes the shipped config, by the rule fixed before on "
+        "the test figures of the other sets (bench/results/moleculeace/second_reading-CANDIDATE.md)",
+    )
+    parser.add_argument(
         "--blend-rules",
         metavar="ARM",
         help="compare blend rules on held-out halves of the validation rows of the sets where this recipe arm "
@@ -1199,6 +1266,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             parser.error(f"--selection {candidate}: not a candidate ({', '.join(CANDIDATES)}, or ARM@SHA256-PREFIX)")
         if recipe not in ARMS or ARMS[recipe].kind != "recipe":
             parser.error(f"--selection ... {recipe}: not a recipe arm")
+    if options.second_reading:
+        candidate, recipe = options.second_reading
+        if candidate not in CANDIDATES:
+            parser.error(f"--second-reading {candidate}: not a candidate ({', '.join(CANDIDATES)})")
+        if recipe not in ARMS or ARMS[recipe].kind != "recipe":
+            parser.error(f"--second-reading ... {recipe}: not a recipe arm")
     if options.blend_rules and (arm_of(options.blend_rules) is None or arm_of(options.blend_rules).kind != "recipe"):
         parser.error(f"--blend-rules {options.blend_rules}: not a recipe arm (or ARM@SHA256-PREFIX)")
     if options.init_from is not None:
@@ -1212,8 +1285,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--jobs {options.jobs}: must be at least 1")
     if options.final_reading and not options.report:
         parser.error("--final-reading goes with --report")
-    if not (options.arms or options.report or options.blend_stability or options.selection or options.blend_rules):
-        parser.error("nothing to do: give --arms, --report, --selection, --blend-rules or --blend-stability")
+    tasks = (options.arms, options.report, options.blend_stability, options.selection, options.second_reading)
+    if not any(tasks) and not options.blend_rules:
+        parser.error(
+            "nothing to do: give --arms, --report, --selection, --second-reading, --blend-rules or --blend-stability"
+        )
     return options
 
 
@@ -1240,6 +1316,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         text = selection(*options.selection)
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"selection-{options.selection[0]}.md").write_text(text)
+        print(text)
+    if options.second_reading:
+        text = second_reading(*options.second_reading)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / f"second_reading-{options.second_reading[0]}.md").write_text(text)
         print(text)
     if options.report:
         text = report(options.sets, options.final_reading)

@@ -382,6 +382,56 @@ def test_the_selection_reads_validation_figures_only_and_applies_the_rule_fixed_
     assert "(at most 1.02). **recipe+buckets replaces recipe.**" in moleculeace.selection("recipe+buckets", "recipe")
 
 
+def test_the_second_reading_compares_test_figures_on_the_sets_the_candidate_was_not_chosen_on(
+    results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The candidate's network ensemble 0.9x the final arm's test RMSE on every reading set and its blend 1.02x on
+    one, 0.98x on the others: both means below 1, so the config takes the change; the blend 1.1x on one set more
+    than that loses it. The selection sets' lines (a candidate twice as good there) are not read."""
+    results.mkdir()
+
+    def lines(name: str, arm: str, ensemble: float, blend: float) -> list[dict]:
+        parts = [("ensemble", ensemble), ("trees", 0.7), ("blend", blend)]
+        return [
+            entry(arm, None, rmse, rmse + 0.1, part=part)
+            | {
+                "set": name,
+                "pretrained": moleculeace.shipped_pretrained(),
+                "configuration": moleculeace.configuration(moleculeace.ARMS[arm].options),
+            }
+            for part, rmse in parts
+        ]
+
+    def write(blend_ratios: dict[str, float]) -> str:
+        for name in moleculeace.SETS:
+            candidate = (0.3, 0.25) if name in moleculeace.SELECTION_SETS else (0.9, 0.5 * blend_ratios[name])
+            written = lines(name, "recipe+buckets", 1.0, 0.5) + lines(name, "recipe+nodropout", *candidate)
+            (results / f"{name}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in written))
+        return moleculeace.second_reading("recipe+nodropout", "recipe+buckets")
+
+    first, *others = moleculeace.READING_SETS
+    assert len(moleculeace.READING_SETS) == 8 and not set(moleculeace.READING_SETS) & set(moleculeace.SELECTION_SETS)
+    text = write({first: 1.02} | {name: 0.98 for name in others})
+    assert f"| {first} | blend | 0.500 / 0.600 | 0.510 / 0.610 | 1.020 | 1.017 |" in text
+    assert f"| {first} | ensemble | 1.000 / 1.100 | 0.900 / 1.000 | 0.900 | 0.909 |" in text
+    assert "- ensemble: mean ratio 0.900 (cliffs 0.909), lower on 8 of 8 sets" in text
+    assert f"- blend: mean ratio {(1.02 + 7 * 0.98) / 8:.3f}" in text and "lower on 7 of 8 sets" in text
+    assert "**The shipped config takes recipe+nodropout's change.**" in text
+    assert moleculeace.SELECTION_SETS[0] not in text
+    text = write({first: 1.02, others[0]: 1.1} | {name: 0.98 for name in others[1:]})
+    assert "**The shipped config does not take recipe+nodropout's change.**" in text
+    (results / f"{first}.jsonl").write_text(
+        "".join(json.dumps(line) + "\n" for line in lines(first, "recipe+buckets", 1.0, 0.5))
+    )
+    assert f"**No verdict yet**: not finished: {first} recipe+nodropout." in moleculeace.second_reading(
+        "recipe+nodropout", "recipe+buckets"
+    )
+    for refused, message in (("svm recipe+buckets", "not a candidate"), ("recipe+mse svm", "not a recipe arm")):
+        with pytest.raises(SystemExit):
+            moleculeace.parse_args(["--second-reading", *refused.split()])
+        assert message in capsys.readouterr().err
+
+
 def test_blend_rules_are_scored_on_held_out_halves_of_the_validation_rows_only(
     site: Path, results: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
