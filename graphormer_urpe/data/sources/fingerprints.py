@@ -1,5 +1,6 @@
 """Morgan (ECFP) count fingerprints: a molecule-level feature (``data.source.fingerprints: ecfp``), the descriptor
-trees' inputs beside the RDKit descriptors, and the Tanimoto kernel's (:mod:`graphormer_urpe.evaluation.kernel`).
+trees' inputs beside the RDKit descriptors, the Tanimoto kernel's (:mod:`graphormer_urpe.evaluation.kernel`), and
+targets of the drug-like pretraining (``MosesDescriptors(fingerprint_targets=N)``, folded into N positions).
 
 Each molecule's circular substructures of radius 0 to :data:`ECFP_RADIUS` (ECFP4, as MoleculeACE's and chemprop's
 Morgan featurisers) are hashed into :data:`ECFP_BITS` positions; position j counts the substructures hashed there
@@ -30,15 +31,16 @@ ECFP_BITS = 2048
 
 
 @functools.cache
-def _generator():  # RDKit's generator object is reused: building one costs as much as a hundred fingerprints
+def _generator(bits: int):  # RDKit's generator object is reused: building one costs as much as a hundred fingerprints
     from rdkit.Chem import rdFingerprintGenerator
 
-    return rdFingerprintGenerator.GetMorganGenerator(radius=ECFP_RADIUS, fpSize=ECFP_BITS)
+    return rdFingerprintGenerator.GetMorganGenerator(radius=ECFP_RADIUS, fpSize=bits)
 
 
-def ecfp_counts(mol: Chem.Mol) -> np.ndarray:
-    """The Morgan count fingerprint of ``mol``. Shapes: (ECFP_BITS,) uint8."""
-    return np.minimum(_generator().GetCountFingerprintAsNumPy(mol), 255).astype(np.uint8)
+def ecfp_counts(mol: Chem.Mol, bits: int = ECFP_BITS) -> np.ndarray:
+    """The Morgan count fingerprint of ``mol`` hashed into ``bits`` positions (RDKit takes each substructure's
+    identifier modulo ``bits``, so fewer positions fold the same substructures together). Shapes: (bits,) uint8."""
+    return np.minimum(_generator(bits).GetCountFingerprintAsNumPy(mol), 255).astype(np.uint8)
 
 
 def ecfp_count_matrix(smiles: Sequence[str]) -> np.ndarray:
@@ -58,11 +60,12 @@ def ecfp_count_matrix(smiles: Sequence[str]) -> np.ndarray:
     return rows
 
 
-def fingerprint_features(mol: Chem.Mol) -> np.ndarray:
-    """The fingerprint as a model input: ``log1p`` of each count. Shapes: (ECFP_BITS,) float32."""
-    return np.log1p(ecfp_counts(mol).astype(np.float32))
+def fingerprint_features(mol: Chem.Mol, bits: int = ECFP_BITS) -> np.ndarray:
+    """The fingerprint as a model input, and as the pretraining's targets: ``log1p`` of each count.
+    Shapes: (bits,) float32."""
+    return np.log1p(ecfp_counts(mol, bits).astype(np.float32))
 
 
-def fingerprint_names() -> tuple[str, ...]:
-    """The feature names of the fingerprint's positions, ``ecfp/0`` ... ``ecfp/2047``."""
-    return tuple(f"{FINGERPRINT_PREFIX}{position}" for position in range(ECFP_BITS))
+def fingerprint_names(bits: int = ECFP_BITS) -> tuple[str, ...]:
+    """The names of the fingerprint's positions, ``ecfp/0`` ... ``ecfp/2047`` (``ecfp/<bits - 1>``)."""
+    return tuple(f"{FINGERPRINT_PREFIX}{position}" for position in range(bits))

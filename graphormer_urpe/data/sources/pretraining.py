@@ -20,6 +20,7 @@ from graphormer_urpe.data.batch import RawGraph
 from graphormer_urpe.data.sources.base import seeded_split
 from graphormer_urpe.data.sources.descriptors import DESCRIPTOR_SET, descriptor_reference, normalised_descriptors
 from graphormer_urpe.data.sources.featurize import molecule_graphs, molecule_spec, silence_rdkit
+from graphormer_urpe.data.sources.fingerprints import ECFP_BITS, fingerprint_features, fingerprint_names
 from graphormer_urpe.data.sources.molecule_features import to_describe
 from graphormer_urpe.data.sources.molecules import MoleculeSource, MoleculeTable
 from graphormer_urpe.data.spec import DataSpec
@@ -119,28 +120,35 @@ def brics_fragments(smiles: Sequence[str], count: int, seed: int) -> list[str]:
 
 
 class DescriptorTargets(MoleculeTable):
-    """SMILES whose targets are their normalised descriptors that vary over MOSES, computed where the graphs are
-    made (in the preprocessing workers, once, then cached with the graphs).
+    """SMILES whose targets are their normalised descriptors that vary over MOSES, and with ``fingerprint_bits`` > 0
+    their Morgan count fingerprint folded into that many positions (``log1p`` of each count), computed where the
+    graphs are made (in the preprocessing workers, once, then cached with the graphs).
 
-    Shapes: a graph's targets (1, K') float32 in [-1, 1], NaN where a descriptor is missing."""
+    Shapes: a graph's targets (1, K' + F) float32: K' descriptors in [-1, 1], NaN where one is missing, then F =
+    ``fingerprint_bits`` values ``log1p(count)`` >= 0."""
 
-    def __init__(self, smiles: list[str]) -> None:
+    def __init__(self, smiles: list[str], fingerprint_bits: int = 0) -> None:
         super().__init__(smiles, np.zeros((len(smiles), 0), dtype=np.float32))
+        self.fingerprint_bits = fingerprint_bits
 
     def featurised(self, start: int, stop: int, max_nodes: int | None) -> list[RawGraph | str]:
         informative = descriptor_reference().informative
-        targets = np.full((stop - start, len(informative)), np.nan, dtype=np.float32)
+        width = len(informative) + self.fingerprint_bits
+        targets = np.full((stop - start, width), np.nan, dtype=np.float32)
         for k, smiles in enumerate(self.smiles[start:stop]):
             # molecule_graphs gives the others their reason
             if (mol := to_describe(smiles, max_nodes)) is not None:
-                targets[k] = normalised_descriptors(mol)[informative]
+                targets[k, : len(informative)] = normalised_descriptors(mol)[informative]
+                if self.fingerprint_bits:
+                    targets[k, len(informative) :] = fingerprint_features(mol, self.fingerprint_bits)
         return molecule_graphs(self.smiles[start:stop], targets)
 
 
 class MosesDescriptors(MoleculeSource):
     """MOSES molecules (Polykovskiy et al. 2020; drug-like molecules of ZINC, 250-350 Da, 8-27 heavy atoms) with
     their :data:`~graphormer_urpe.data.sources.descriptors.DESCRIPTOR_SET` descriptors that vary over MOSES as
-    regression targets, already on one scale (in [-1, 1]: train with ``normalize_targets: false``). The corpus is
+    regression targets, already on one scale (in [-1, 1]: train with ``normalize_targets: false``), optionally
+    followed by their Morgan count fingerprint (``fingerprint_targets``). The corpus is
     ``<data.root>/moses_descriptors/raw/train.csv.gz`` where that file exists, else the ``molsets`` wheel's
     (:func:`moses_smiles_file`).
 
@@ -151,14 +159,24 @@ class MosesDescriptors(MoleculeSource):
         fragments: distinct BRICS fragments of MOSES molecules (:func:`brics_fragments`, drawn with ``seed``) added
             to the drawn molecules, so the encoder also sees the small molecules (below 250 Da) that most user tables
             hold and MOSES leaves out; 0 (the default) adds none.
+        fingerprint_targets: positions of the Morgan count fingerprint (radius 2, as the fingerprint kernel's and
+            ``data.source.fingerprints``' ECFP, folded into this many positions) added to the targets as
+            ``log1p(count)``, ``ecfp/0`` ... after the descriptors: substructures the descriptors do not name, which
+            the fine-tuned readout does not see either; 0 (the default) adds none.
     """
 
     name = MOSES_DIRECTORY
 
     def __init__(
-        self, molecules: int | None = 50_000, valid_fraction: float = 0.02, seed: int = 0, fragments: int = 0
+        self,
+        molecules: int | None = 50_000,
+        valid_fraction: float = 0.02,
+        seed: int = 0,
+        fragments: int = 0,
+        fingerprint_targets: int = 0,
     ) -> None:
         check_int("data.source.fragments", fragments, 0, MOSES_TRAIN_SIZE)
+        check_int("data.source.fingerprint_targets", fingerprint_targets, 0, ECFP_BITS)
         check_int("data.source.seed", seed, 0)  # numpy's generators take no negative seed
         if molecules is not None:
             check_int("data.source.molecules", molecules, 100, MOSES_TRAIN_SIZE, hint=", or null (every molecule)")
@@ -168,14 +186,19 @@ class MosesDescriptors(MoleculeSource):
         self.valid_fraction = valid_fraction
         self.seed = seed
         self.fragments = fragments
+        self.fingerprint_targets = fingerprint_targets
 
     @property
     def spec(self) -> DataSpec:
         reference = descriptor_reference()
-        return molecule_spec([reference.names[k] for k in reference.informative])
+        descriptors = [reference.names[k] for k in reference.informative]
+        return molecule_spec(descriptors + list(fingerprint_names(self.fingerprint_targets)))
 
     def origin(self) -> str:
-        return f"MOSES {MOSES_TRAIN_FILE} ({DESCRIPTOR_SET} descriptor targets)"
+        targets = f"{DESCRIPTOR_SET} descriptor"
+        if self.fingerprint_targets:
+            targets += f" and {self.fingerprint_targets} ECFP count"
+        return f"MOSES {MOSES_TRAIN_FILE} ({targets} targets)"
 
     def options(self) -> dict:
         options = {
@@ -188,6 +211,8 @@ class MosesDescriptors(MoleculeSource):
         }
         if self.fragments:  # absent when 0, so the caches of runs without fragments keep their keys
             options["fragments"] = self.fragments
+        if self.fingerprint_targets:  # the same
+            options["fingerprint_targets"] = self.fingerprint_targets
         return options
 
     def ensure_raw(self, root: Path) -> None:
@@ -202,7 +227,7 @@ class MosesDescriptors(MoleculeSource):
         if self.fragments:
             log.info("cutting MOSES molecules into %d distinct BRICS fragments (about 1 ms a molecule)", self.fragments)
             smiles = smiles + brics_fragments(corpus, self.fragments, self.seed)
-        return DescriptorTargets(smiles)
+        return DescriptorTargets(smiles, self.fingerprint_targets)
 
     def splits(self, root: Path, reader: DescriptorTargets) -> dict[str, np.ndarray]:
         return seeded_split(reader.num_rows, self.seed, (1.0 - 2 * self.valid_fraction, self.valid_fraction))

@@ -9,6 +9,7 @@ from rdkit import Chem
 from rdkit.Chem import BRICS
 
 from graphormer_urpe.data.sources.descriptors import descriptor_reference, normalised_descriptors
+from graphormer_urpe.data.sources.fingerprints import ecfp_counts
 from graphormer_urpe.data.sources.pretraining import (
     MosesDescriptors,
     brics_fragments,
@@ -122,3 +123,29 @@ def test_fragments_are_added_to_the_drawn_molecules_and_to_the_cache_key(moses: 
     for key, value in (("fragments", -1), ("seed", -1)):
         with pytest.raises(ConfigError, match=f"data.source.{key}"):
             MosesDescriptors(**{key: value})
+
+
+def test_fingerprint_targets_follow_the_descriptors_as_log1p_of_the_folded_morgan_counts(moses: Path) -> None:
+    plain = MosesDescriptors(molecules=None, valid_fraction=0.1)
+    source = MosesDescriptors(molecules=None, valid_fraction=0.1, fingerprint_targets=256)
+    descriptors = plain.spec.target_names
+    assert source.spec.target_names == (*descriptors, *(f"ecfp/{j}" for j in range(256)))
+    assert "fingerprint_targets" not in plain.options()  # the caches of runs without them keep their keys
+    assert source.options()["fingerprint_targets"] == 256
+    assert source.origin() == "MOSES train.csv.gz (rdkit2d descriptor and 256 ECFP count targets)"
+    graphs = dict(source.open(moses.parent).graphs(0, len(SMILES)))
+    assert graphs[3] == "RDKit cannot parse"
+    for row in (1, 2, 8):
+        mol = Chem.MolFromSmiles(SMILES[row])
+        targets = graphs[row].y.reshape(-1)
+        np.testing.assert_array_equal(
+            targets[: len(descriptors)], normalised_descriptors(mol)[descriptor_reference().informative]
+        )
+        # RDKit hashes a substructure to its identifier modulo the positions, and 256 divides 2048: position j of
+        # the 256 counts the substructures at positions j, j + 256, ... of the 2048
+        folded = ecfp_counts(mol).astype(np.float32).reshape(8, 256).sum(axis=0)
+        assert folded.sum() > 0
+        np.testing.assert_array_equal(targets[len(descriptors) :], np.log1p(folded))
+    for value in (-1, 2049, 2.5):
+        with pytest.raises(ConfigError, match="data.source.fingerprint_targets"):
+            MosesDescriptors(fingerprint_targets=value)
