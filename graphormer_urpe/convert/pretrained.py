@@ -81,6 +81,9 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
     torch.save(reduced, checkpoint_out)
     reference = descriptor_reference()
     command = portable_command(record["command"], Path.cwd())
+    targets = {"descriptors": "rdkit2d", "reference_sha1": reference.sha1, "count": len(reference.informative)}
+    if fingerprint_positions := config.source_args.get("fingerprint_targets", 0):
+        targets["ecfp_count_positions"] = fingerprint_positions  # absent when none, as in the records before
     provenance = {
         "file": checkpoint_out.name,
         "sha256": sha256_of(checkpoint_out),
@@ -104,7 +107,7 @@ def export(source: Path, checkpoint_out: Path, provenance_out: Path, replace: bo
             "seed": config.source_args.get("seed"),
             "brics_fragments": config.source_args.get("fragments", 0),
         },
-        "targets": {"descriptors": "rdkit2d", "reference_sha1": reference.sha1, "count": len(reference.informative)},
+        "targets": targets,
         "metrics": {
             key: value
             for part in ("validation", "test")

@@ -72,6 +72,8 @@ def test_the_record_names_the_corpus_and_the_start_of_the_run(
     config = yaml.safe_load(checkpoint[CONFIG_KEY])
     if fragments is not None:  # the shipped run's config may or may not name them; a run without them drew none
         config["data"]["init_args"]["source"]["init_args"]["fragments"] = fragments
+        # the second case also learned fingerprint counts, which the record's targets name
+        config["data"]["init_args"]["source"]["init_args"]["fingerprint_targets"] = 256
     else:
         config["data"]["init_args"]["source"]["init_args"].pop("fragments", None)
     checkpoint[CONFIG_KEY] = yaml.safe_dump(config)
@@ -91,6 +93,7 @@ def test_the_record_names_the_corpus_and_the_start_of_the_run(
     )
     record = export(run / "checkpoints" / "best-5.ckpt", tmp_path / "out.ckpt", tmp_path / "out.json")
     assert record["corpus"]["brics_fragments"] == (fragments or 0)
+    assert record["targets"].get("ecfp_count_positions") == (None if fragments is None else 256)
     assert record["corpus"]["file"] == "train.csv.gz"
     assert record["initialised_from"] == started_from
     assert record["corpus"]["molecules"] == config["data"]["init_args"]["source"]["init_args"]["molecules"]
