@@ -976,15 +976,17 @@ def reading_figures(name: str, arm: str) -> dict[str, tuple[float, float]]:
 
 def second_reading(candidate: str, baseline: str) -> str:
     """The rule for the shipped config, once a candidate chosen on :data:`SELECTION_SETS` has run everywhere (fixed
-    before any of its test figures was read; docs/small-data.md): it changes the config only if, over
-    :data:`READING_SETS`, the mean of its per-set test RMSE ratios to ``baseline``'s is below 1 for the network
-    ensemble and for the blend. Per set and part both test RMSEs / cliff RMSEs and their ratios; the means (the
-    cliffs' too, which the rule does not read); the verdict. A Markdown text."""
+    before any of its test figures was read; docs/small-data.md): it changes the config (the shipped checkpoint, for a
+    candidate checkpoint's arm ``ARM@SHA``) only if, over :data:`READING_SETS`, the mean of its per-set test RMSE
+    ratios to ``baseline``'s is below 1 for the network ensemble and for the blend. Per set and part both test RMSEs
+    / cliff RMSEs and their ratios; the means (the cliffs' too, which the rule does not read); the verdict. A
+    Markdown text."""
+    shipped = "checkpoint" if "@" in candidate else "config"
     lines = [
         f"# Second reading: {candidate} against {baseline}, on the test rows of the sets it was not chosen on",
         "",
         f"Written by `python bench/small_data/moleculeace.py --second-reading {candidate} {baseline}`. The rule, "
-        f"fixed before any test figure of {candidate} was read: the shipped config takes {candidate}'s change only "
+        f"fixed before any test figure of {candidate} was read: the shipped {shipped} takes {candidate}'s change only "
         f"if the mean over these {len(READING_SETS)} sets of its network ensemble's test RMSE relative to "
         f"{baseline}'s is below 1, and its blend's too. Test RMSE / cliff RMSE.",
         "",
@@ -1018,7 +1020,7 @@ def second_reading(candidate: str, baseline: str) -> str:
             f"- {part}: mean ratio {means[part][0]:.3f} (cliffs {means[part][1]:.3f}), lower on "
             f"{lower[part]} of {len(READING_SETS)} sets"
         )
-    lines += ["", f"**The shipped config {'takes' if changes else 'does not take'} {candidate}'s change.**"]
+    lines += ["", f"**The shipped {shipped} {'takes' if changes else 'does not take'} {candidate}'s change.**"]
     return "\n".join(lines) + "\n"
 
 
@@ -1248,8 +1250,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--second-reading",
         nargs=2,
         metavar=("CANDIDATE", "RECIPE"),
-        help="whether a candidate chosen on SELECTION_SETS changes the shipped config, by the rule fixed before on "
-        "the test figures of the other sets (bench/results/moleculeace/second_reading-CANDIDATE.md)",
+        help="whether a candidate chosen on SELECTION_SETS changes the shipped config (or, ARM@SHA256-PREFIX, the "
+        "shipped checkpoint), by the rule fixed before on the test figures of the other sets "
+        "(bench/results/moleculeace/second_reading-CANDIDATE.md)",
     )
     parser.add_argument(
         "--blend-rules",
@@ -1273,18 +1276,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     options = parser.parse_args(argv)
     options.work = options.work.resolve()  # the results record commands with paths relative to it (portable)
-    if options.selection:
-        candidate, recipe = options.selection
+    for flag, pair in (("--selection", options.selection), ("--second-reading", options.second_reading)):
+        if not pair:
+            continue
+        candidate, recipe = pair
         if candidate not in CANDIDATES and not ("@" in candidate and arm_of(candidate) is not None):
-            parser.error(f"--selection {candidate}: not a candidate ({', '.join(CANDIDATES)}, or ARM@SHA256-PREFIX)")
+            parser.error(f"{flag} {candidate}: not a candidate ({', '.join(CANDIDATES)}, or ARM@SHA256-PREFIX)")
         if recipe not in ARMS or ARMS[recipe].kind != "recipe":
-            parser.error(f"--selection ... {recipe}: not a recipe arm")
-    if options.second_reading:
-        candidate, recipe = options.second_reading
-        if candidate not in CANDIDATES:
-            parser.error(f"--second-reading {candidate}: not a candidate ({', '.join(CANDIDATES)})")
-        if recipe not in ARMS or ARMS[recipe].kind != "recipe":
-            parser.error(f"--second-reading ... {recipe}: not a recipe arm")
+            parser.error(f"{flag} ... {recipe}: not a recipe arm")
     if options.blend_rules and (arm_of(options.blend_rules) is None or arm_of(options.blend_rules).kind != "recipe"):
         parser.error(f"--blend-rules {options.blend_rules}: not a recipe arm (or ARM@SHA256-PREFIX)")
     if options.init_from is not None:

@@ -399,24 +399,30 @@ def test_the_second_reading_compares_test_figures_on_the_sets_the_candidate_was_
     than that loses it. The selection sets' lines (a candidate twice as good there) are not read."""
     results.mkdir()
 
+    checkpoint = "0123456789ab" + "c" * 52  # a candidate checkpoint's SHA-256
+
     def lines(name: str, arm: str, ensemble: float, blend: float) -> list[dict]:
         parts = [("ensemble", ensemble), ("trees", 0.7), ("blend", blend)]
+        options = moleculeace.arm_of(arm).options
         return [
-            entry(arm, None, rmse, rmse + 0.1, part=part)
+            entry(arm.partition("@")[0], None, rmse, rmse + 0.1, part=part)
             | {
                 "set": name,
-                "pretrained": moleculeace.shipped_pretrained(),
-                "configuration": moleculeace.configuration(moleculeace.ARMS[arm].options),
+                "arm": arm,
+                "pretrained": checkpoint if "@" in arm else moleculeace.shipped_pretrained(),
+                "configuration": moleculeace.configuration(options),
             }
             for part, rmse in parts
         ]
 
-    def write(blend_ratios: dict[str, float]) -> str:
+    def write(
+        blend_ratios: dict[str, float], candidate_arm: str = "recipe+nodropout", baseline="recipe+buckets"
+    ) -> str:
         for name in moleculeace.SETS:
             candidate = (0.3, 0.25) if name in moleculeace.SELECTION_SETS else (0.9, 0.5 * blend_ratios[name])
-            written = lines(name, "recipe+buckets", 1.0, 0.5) + lines(name, "recipe+nodropout", *candidate)
+            written = lines(name, baseline, 1.0, 0.5) + lines(name, candidate_arm, *candidate)
             (results / f"{name}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in written))
-        return moleculeace.second_reading("recipe+nodropout", "recipe+buckets")
+        return moleculeace.second_reading(candidate_arm, baseline)
 
     first, *others = moleculeace.READING_SETS
     assert len(moleculeace.READING_SETS) == 8 and not set(moleculeace.READING_SETS) & set(moleculeace.SELECTION_SETS)
@@ -439,6 +445,11 @@ def test_the_second_reading_compares_test_figures_on_the_sets_the_candidate_was_
         with pytest.raises(SystemExit):
             moleculeace.parse_args(["--second-reading", *refused.split()])
         assert message in capsys.readouterr().err
+    # a candidate checkpoint (rule 10): the same rule decides whether it replaces the shipped checkpoint
+    text = write({name: 0.98 for name in moleculeace.READING_SETS}, "recipe+nodropout@0123456789ab", "recipe+nodropout")
+    assert "**The shipped checkpoint takes recipe+nodropout@0123456789ab's change.**" in text
+    parsed = moleculeace.parse_args(["--second-reading", "recipe+nodropout@0123456789ab", "recipe+nodropout"])
+    assert parsed.second_reading == ["recipe+nodropout@0123456789ab", "recipe+nodropout"]
 
 
 def test_blend_rules_are_scored_on_held_out_halves_of_the_validation_rows_only(
