@@ -84,6 +84,36 @@ def tanimoto(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Posterior:
+    """A Gaussian process fitted on a kernel matrix of its n training rows (the module's docstring): the prediction
+    at x is ``mean + k(x, X) @ weights``. Shapes: weights (n,) float64."""
+
+    weights: np.ndarray
+    mean: float
+    noise_ratio: float  # lam
+    signal: float  # s2
+
+    @classmethod
+    def fit(cls, matrix: np.ndarray, targets: np.ndarray) -> Posterior:
+        """``lam`` by marginal likelihood over :data:`NOISE_RATIOS`, ``s2`` at its optimum. Shapes: (n, n) positive
+        semi-definite, (n,)."""
+        y = np.asarray(targets, dtype=np.float64)
+        mean = float(y.mean())
+        eigenvalues, vectors = np.linalg.eigh(matrix)
+        eigenvalues = np.clip(eigenvalues, 0.0, None)  # K is positive semi-definite; rounding may say -1e-15
+        z = vectors.T @ (y - mean)
+        n = len(y)
+        best = None
+        for ratio in NOISE_RATIOS:
+            signal = float(np.sum(z**2 / (eigenvalues + ratio)) / n)
+            likelihood = -0.5 * n * np.log(max(signal, 1e-300)) - 0.5 * np.sum(np.log(eigenvalues + ratio))
+            if best is None or likelihood > best[0]:
+                best = (likelihood, ratio, signal)
+        _, ratio, signal = best
+        return cls(vectors @ (z / (eigenvalues + ratio)), mean, ratio, signal)
+
+
+@dataclass(frozen=True)
 class TanimotoProcess:
     """One target's fitted process: the prediction at x is ``mean + tanimoto(x, fingerprints) @ weights``.
 
@@ -99,21 +129,8 @@ class TanimotoProcess:
     @classmethod
     def fit(cls, fingerprints: np.ndarray, targets: np.ndarray) -> TanimotoProcess:
         """The process of these training rows, ``lam`` by marginal likelihood. Shapes: (n, F) uint8, (n,)."""
-        y = np.asarray(targets, dtype=np.float64)
-        mean = float(y.mean())
-        eigenvalues, vectors = np.linalg.eigh(tanimoto(fingerprints, fingerprints))
-        eigenvalues = np.clip(eigenvalues, 0.0, None)  # K is positive semi-definite; rounding may say -1e-15
-        z = vectors.T @ (y - mean)
-        n = len(y)
-        best = None
-        for ratio in NOISE_RATIOS:
-            signal = float(np.sum(z**2 / (eigenvalues + ratio)) / n)
-            likelihood = -0.5 * n * np.log(max(signal, 1e-300)) - 0.5 * np.sum(np.log(eigenvalues + ratio))
-            if best is None or likelihood > best[0]:
-                best = (likelihood, ratio, signal)
-        _, ratio, signal = best
-        weights = vectors @ (z / (eigenvalues + ratio))
-        return cls(fingerprints, weights, mean, ratio, signal)
+        posterior = Posterior.fit(tanimoto(fingerprints, fingerprints), targets)
+        return cls(fingerprints, posterior.weights, posterior.mean, posterior.noise_ratio, posterior.signal)
 
     def predict(self, fingerprints: np.ndarray) -> np.ndarray:
         """The posterior mean at each row. Shapes: (N, F) uint8 -> (N,) float64."""

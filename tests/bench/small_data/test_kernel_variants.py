@@ -1,0 +1,94 @@
+"""bench/small_data/kernel_variants.py: rule 12's kernel variants on MoleculeACE's validation rows; ``today`` is the
+recipe's own kernel part, and the verdict applies the rule fixed before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.small_data import kernel_variants, moleculeace
+from graphormer_urpe.data.sources.fingerprints import ecfp_count_matrix
+from graphormer_urpe.evaluation.kernel import FingerprintKernel
+from graphormer_urpe.testing.data_packages import sample_molecules, write_moleculeace
+
+SET = "CHEMBL1871_Ki"
+
+
+@pytest.fixture
+def benchmark(site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """A set of 40 QM9 molecules (30 train, 10 test) and the shipped arm's stored validation predictions: the
+    ensemble and the trees made up, the kernel the product's own fitted on the training rows."""
+    molecules = sample_molecules(40)
+    rows = [(smiles, round(-gap, 4), 0, "train" if k < 30 else "test") for k, (smiles, gap) in enumerate(molecules)]
+    write_moleculeace(site, SET, rows)
+    monkeypatch.setattr(moleculeace, "RESULTS", tmp_path / "results")
+    moleculeace.RESULTS.mkdir()
+    table = moleculeace.read_set(SET)
+    train, valid = table[table["split"] == "train"], table[table["split"] == "valid"]
+    truth = valid["y"].to_numpy(np.float64)
+    kernel = FingerprintKernel.fit(
+        "regression", ["y"], ecfp_count_matrix(list(train["smiles"])), train["y"].to_numpy(np.float64)[:, None]
+    ).predict(ecfp_count_matrix(list(valid["smiles"])))[:, 0]
+    parts = {"ensemble": truth + 0.1, "trees": truth - 0.3, "kernel": kernel}
+    arm = moleculeace.ARMS[moleculeace.SHIPPED_ARM]
+    lines = [
+        {
+            "set": SET,
+            "arm": moleculeace.SHIPPED_ARM,
+            "seed": None,
+            "part": part,
+            "options": arm.options,
+            "valid_predictions": parts.get(part, truth).tolist(),
+            "test_predictions": [],
+        }
+        for part in ("ensemble", "trees", "kernel", "blend")
+    ]
+    (moleculeace.RESULTS / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return train, valid, parts
+
+
+def test_today_is_the_recipes_own_kernel_part_and_its_blend(benchmark: tuple) -> None:
+    train, valid, parts = benchmark
+    truth = valid["y"].to_numpy(np.float64)
+    today = kernel_variants.variant_prediction("today", list(train["smiles"]), train["y"].to_numpy(), valid["smiles"])
+    np.testing.assert_allclose(today, parts["kernel"], rtol=1e-12, atol=1e-12)
+    figures = kernel_variants.set_figures(SET)
+    assert set(figures) == set(kernel_variants.VARIANTS)
+    assert figures["today"][0] == pytest.approx(moleculeace.rmse(parts["kernel"], truth), rel=1e-12)
+    # the recipe's rule: inverse MSE over the parts within 1.5x of the best error
+    errors = {part: np.mean((values - truth) ** 2) for part, values in parts.items()}
+    admitted = {part: 1 / error for part, error in errors.items() if error <= 1.5 * min(errors.values())}
+    blended = sum(parts[part] * weight / sum(admitted.values()) for part, weight in admitted.items())
+    assert figures["today"][1] == pytest.approx(moleculeace.rmse(blended, truth), rel=1e-9)
+    assert all(0 < kernel < 5 and 0 < blend < 5 for kernel, blend in figures.values())
+
+
+def test_a_variant_averages_the_kernels_of_its_fingerprints(benchmark: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    train, valid, parts = benchmark
+    monkeypatch.setitem(kernel_variants.VARIANTS, "twice", ("ecfp4", "ecfp4"))
+    args = (list(train["smiles"]), train["y"].to_numpy(), valid["smiles"])
+    np.testing.assert_allclose(kernel_variants.variant_prediction("twice", *args), parts["kernel"], rtol=1e-10)
+    pairs = kernel_variants.variant_prediction("ecfp4+atompairs", *args)
+    assert not np.allclose(pairs, parts["kernel"])  # the atom pairs' kernel changes it
+
+
+def test_the_verdict_applies_the_rule_fixed_before() -> None:
+    """Two sets; ecfp6 0.97x today's kernel on both and its blend 0.985x: chosen; its blend at 1.0x: not; an
+    unfinished set: no verdict."""
+
+    def figures(ecfp6_blend: float) -> dict:
+        return {
+            name: {"today": (1.0, 0.8), "ecfp6": (0.97, 0.8 * ecfp6_blend), "ecfp4+atompairs": (0.99, 0.7),
+                   "ecfp4+fcfp4": (1.01, 0.8)}
+            for name in ("A", "B")
+        }  # fmt: skip
+
+    text = kernel_variants.verdict_text(figures(0.985))
+    assert "| mean ratio | 1 / 1 | 0.970 / 0.985 | 0.990 / 0.875 | 1.010 / 1.000 |" in text
+    assert text.rstrip().endswith("**ecfp6 replaces today's kernel.**")
+    assert kernel_variants.verdict_text(figures(1.0)).rstrip().endswith("**ecfp6 does not replace today's kernel.**")
+    unfinished = kernel_variants.verdict_text(figures(0.985) | {"C": {}})
+    assert "**No verdict yet**: recipe+nodropout has not finished on C." in unfinished
