@@ -34,8 +34,8 @@ Arms (:data:`ARMS`):
   set's table with the split given as a column; every part is reported: each seed's run, the ensemble of the runs,
   the trees alone, the fingerprint kernel alone, the blend the recipe chose. Its candidates (``recipe+ecfp``,
   ``recipe+buckets``, then ``recipe+mse``, ``recipe+nodropout``, ``recipe+batch16``, ``recipe+nodropout+mse``,
-  ``recipe+nodropout+batch16`` for the network's share) add
-  options; ``recipe+buckets`` is the final reading's arm, ``recipe+nodropout`` the second reading's and the shipped
+  ``recipe+nodropout+batch16``, ``recipe+nodropout+batch64`` for the network's share) add options, and a candidate
+  checkpoint runs an arm as ``ARM@<its SHA-256's start>`` (``--init-from``); ``recipe+buckets`` is the final reading's arm, ``recipe+nodropout`` the second reading's and the shipped
   recipe since (docs/small-data.md).
 
 A recipe arm's identity: its options, the SHA-256 of the checkpoint it starts from (``pretrained``) and of the
