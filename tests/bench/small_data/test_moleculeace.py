@@ -234,14 +234,21 @@ def test_the_second_readings_arm_runs_the_shipped_recipes_configuration() -> Non
         ("recipe+nodropout+mse", "recipe+nodropout", "--model.loss mse", {("model", "loss"): "mse"}),
         ("recipe+nodropout+batch16", "recipe+nodropout", "--data.batch_size 16", {("data", "batch_size"): 16}),
         ("recipe+nodropout+batch64", "recipe+nodropout", "--data.batch_size 64", {("data", "batch_size"): 64}),
+        (
+            "recipe+nodropout+graphtoken",
+            "recipe+nodropout",
+            "--model.encoder.molecule_features_into graph_token",
+            {("model", "encoder", "molecule_features_into"): "graph_token"},
+        ),
     ],
 )
 def test_each_candidate_for_the_networks_share_changes_only_its_keys_of_the_arm_it_is_judged_against(
     candidate: str, base: str, options: str, changed: dict[tuple[str, ...], object]
 ) -> None:
-    """Rules 5 to 9 and 11 compare a candidate with the arm it may replace on the same parts (the final arm; rules
-    8, 9 and 11 the shipped one): its options are that arm's with some keys set, and its configuration is the shipped
-    config with those keys set (they change it, but for rule 6's, which the config holds since the second reading)."""
+    """Rules 5 to 9, 11 and 13 compare a candidate with the arm it may replace on the same parts (the final arm;
+    rules 8, 9, 11 and 13 the shipped one): its options are that arm's with some keys set, and its configuration is
+    the shipped config with those keys set (they change it, but for rule 6's, which the config holds since the second
+    reading)."""
     import yaml
 
     from graphormer_urpe.configs import shipped_config
