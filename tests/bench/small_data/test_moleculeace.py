@@ -399,6 +399,41 @@ def test_the_selection_reads_validation_figures_only_and_applies_the_rule_fixed_
     assert "(at most 1.02). **recipe+buckets replaces recipe.**" in moleculeace.selection("recipe+buckets", "recipe")
 
 
+def test_the_validation_reading_judges_a_candidate_on_the_sets_the_shipped_arm_was_not_chosen_on(
+    results: Path,
+) -> None:
+    """Rule 14: the candidate's network ensemble 0.98x the shipped arm's validation RMSE on each of READING_SETS and
+    its blend 1.0x: chosen (bounds 0.98 / 1.0); 0.99x: not. The selection sets' lines (the candidate twice as bad
+    there) are not read, nor the test figures (NaN)."""
+    results.mkdir()
+    candidate, shipped = "recipe+nodropout+graphtoken", moleculeace.SHIPPED_ARM
+
+    def write(ensemble_ratio: float, sets: tuple[str, ...] = moleculeace.SETS) -> str:
+        for name in sets:
+            worse = 2.0 if name in moleculeace.SELECTION_SETS else 1.0
+            written = recipe_lines(shipped, (0.7, 0.7), 0.5, 0.4, name)
+            written += recipe_lines(candidate, (0.7, 0.7), 0.5 * ensemble_ratio * worse, 0.4 * worse, name)
+            (results / f"{name}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in written))
+        return moleculeace.selection(candidate, shipped, wider=True)
+
+    text = write(0.98)
+    assert text.startswith(f"# Validation reading: {candidate} against {shipped}, on the validation rows of ")
+    assert "--validation-reading" in text and all(name in text for name in moleculeace.READING_SETS)
+    assert not any(name in text for name in moleculeace.SELECTION_SETS)
+    assert "network ensemble 0.980 (at most 0.98), blend 1.000 (at most 1.0). " in text
+    assert text.rstrip().endswith(f"**{candidate} replaces {shipped}.**")
+    assert write(0.99).rstrip().endswith(f"**{candidate} does not replace {shipped}.**")
+    for path in results.iterdir():
+        path.unlink()
+    unfinished = write(0.98, moleculeace.SETS[:-1])
+    assert (
+        f"**No verdict yet**: not finished: {moleculeace.SETS[-1]} {shipped}, {moleculeace.SETS[-1]} {candidate}."
+        in (unfinished)
+    )
+    parsed = moleculeace.parse_args(["--validation-reading", candidate, shipped])
+    assert parsed.validation_reading == [candidate, shipped]
+
+
 def test_the_second_reading_compares_test_figures_on_the_sets_the_candidate_was_not_chosen_on(
     results: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
