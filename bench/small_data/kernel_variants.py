@@ -67,15 +67,24 @@ def counts(smiles: Sequence[str], name: str) -> np.ndarray:
     return np.minimum(np.stack(rows), MAX_COUNT).astype(np.uint8)
 
 
-def variant_prediction(variant: str, train: Sequence[str], targets: np.ndarray, valid: Sequence[str]) -> np.ndarray:
-    """The variant's process fitted on the training molecules, at the validation molecules. Shapes: (V,)."""
-    fitted, at_valid = [], []
-    for name in VARIANTS[variant]:
+def kernel_matrices(train: Sequence[str], valid: Sequence[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per fingerprint of :data:`VARIANTS`, Tanimoto's kernel among the training molecules and from the validation
+    molecules to them, computed once for every variant that averages it. Shapes: (T, T), (V, T)."""
+    matrices = {}
+    for name in sorted({name for names in VARIANTS.values() for name in names}):
         train_counts = counts(train, name)
-        fitted.append(tanimoto(train_counts, train_counts))
-        at_valid.append(tanimoto(counts(valid, name), train_counts))
-    posterior = Posterior.fit(np.mean(fitted, axis=0), targets)
-    return posterior.mean + np.mean(at_valid, axis=0) @ posterior.weights
+        matrices[name] = (tanimoto(train_counts, train_counts), tanimoto(counts(valid, name), train_counts))
+    return matrices
+
+
+def variant_prediction(
+    variant: str, matrices: dict[str, tuple[np.ndarray, np.ndarray]], targets: np.ndarray
+) -> np.ndarray:
+    """The variant's process fitted on the training molecules (``targets``, (T,)), at the validation molecules, from
+    :func:`kernel_matrices`. Shapes: (V,)."""
+    names = VARIANTS[variant]
+    posterior = Posterior.fit(np.mean([matrices[name][0] for name in names], axis=0), targets)
+    return posterior.mean + np.mean([matrices[name][1] for name in names], axis=0) @ posterior.weights
 
 
 def set_figures(name: str) -> dict[str, tuple[float, float]]:
@@ -87,9 +96,10 @@ def set_figures(name: str) -> dict[str, tuple[float, float]]:
     table = moleculeace.read_set(name)
     train, valid = table[table["split"] == "train"], table[table["split"] == "valid"]
     truth = valid["y"].to_numpy(dtype=np.float64)
+    matrices = kernel_matrices(list(train["smiles"]), list(valid["smiles"]))
     figures = {}
     for variant in VARIANTS:
-        kernel = variant_prediction(variant, list(train["smiles"]), train["y"].to_numpy(np.float64), valid["smiles"])
+        kernel = variant_prediction(variant, matrices, train["y"].to_numpy(np.float64))
         parts_now = {"ensemble": parts["ensemble"], "trees": parts["trees"], "kernel": kernel}
         columns = {part: values[:, None] for part, values in parts_now.items()}  # (V, 1): one target
         weights = blend_weights(columns, truth[:, None], ["y"])

@@ -53,7 +53,8 @@ def benchmark(site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tu
 def test_today_is_the_recipes_own_kernel_part_and_its_blend(benchmark: tuple) -> None:
     train, valid, parts = benchmark
     truth = valid["y"].to_numpy(np.float64)
-    today = kernel_variants.variant_prediction("today", list(train["smiles"]), train["y"].to_numpy(), valid["smiles"])
+    matrices = kernel_variants.kernel_matrices(list(train["smiles"]), list(valid["smiles"]))
+    today = kernel_variants.variant_prediction("today", matrices, train["y"].to_numpy())
     np.testing.assert_allclose(today, parts["kernel"], rtol=1e-12, atol=1e-12)
     figures = kernel_variants.set_figures(SET)
     assert set(figures) == set(kernel_variants.VARIANTS)
@@ -69,7 +70,7 @@ def test_today_is_the_recipes_own_kernel_part_and_its_blend(benchmark: tuple) ->
 def test_a_variant_averages_the_kernels_of_its_fingerprints(benchmark: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
     train, valid, parts = benchmark
     monkeypatch.setitem(kernel_variants.VARIANTS, "twice", ("ecfp4", "ecfp4"))
-    args = (list(train["smiles"]), train["y"].to_numpy(), valid["smiles"])
+    args = (kernel_variants.kernel_matrices(list(train["smiles"]), list(valid["smiles"])), train["y"].to_numpy())
     np.testing.assert_allclose(kernel_variants.variant_prediction("twice", *args), parts["kernel"], rtol=1e-10)
     pairs = kernel_variants.variant_prediction("ecfp4+atompairs", *args)
     assert not np.allclose(pairs, parts["kernel"])  # the atom pairs' kernel changes it

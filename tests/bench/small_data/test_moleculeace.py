@@ -400,7 +400,7 @@ def test_the_selection_reads_validation_figures_only_and_applies_the_rule_fixed_
 
 
 def test_the_validation_reading_judges_a_candidate_on_the_sets_the_shipped_arm_was_not_chosen_on(
-    results: Path,
+    results: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Rule 14: the candidate's network ensemble 0.98x the shipped arm's validation RMSE on each of READING_SETS and
     its blend 1.0x: chosen (bounds 0.98 / 1.0); 0.99x: not. The selection sets' lines (the candidate twice as bad
@@ -432,6 +432,11 @@ def test_the_validation_reading_judges_a_candidate_on_the_sets_the_shipped_arm_w
     )
     parsed = moleculeace.parse_args(["--validation-reading", candidate, shipped])
     assert parsed.validation_reading == [candidate, shipped]
+    for refused, message in ((f"svm {shipped}", "not a candidate"), (f"{candidate} svm", "not a recipe arm")):
+        with pytest.raises(SystemExit):
+            moleculeace.parse_args(["--validation-reading", *refused.split()])
+        error = capsys.readouterr().err
+        assert "--validation-reading" in error and message in error
 
 
 def test_the_second_reading_compares_test_figures_on_the_sets_the_candidate_was_not_chosen_on(
