@@ -374,7 +374,13 @@ def test_the_selection_reads_validation_figures_only_and_applies_the_rule_fixed_
     in these lines, so a verdict that read them would not be a number."""
     first, second = moleculeace.SELECTION_SETS
     results.mkdir()
-    assert "**No verdict yet**: not finished: " in moleculeace.selection("recipe+ecfp", "recipe")
+    unfinished = moleculeace.selection("recipe+ecfp", "recipe")
+    assert "Not finished: " in unfinished and unfinished.rstrip().endswith("**No verdict yet.**")
+    # nothing finished: the sets left would need the bounds themselves
+    assert (
+        "the sets left (2 of 2) would need mean ratios of at most 0.970 (network ensemble) and 1.000 (blend)"
+        in unfinished
+    )
     lines = {
         first: recipe_lines("recipe", (0.6, 0.7), 0.5, 0.4, first)
         + recipe_lines("recipe+ecfp", (0.6, 0.6), 0.48, 0.4, first),
@@ -404,17 +410,20 @@ def test_the_validation_reading_judges_a_candidate_on_the_sets_the_shipped_arm_w
 ) -> None:
     """Rule 14: the candidate's network ensemble 0.98x the shipped arm's validation RMSE on each of READING_SETS and
     its blend 1.0x: chosen (bounds 0.98 / 1.0); 0.99x: not. The selection sets' lines (the candidate twice as bad
-    there) are not read, nor the test figures (NaN)."""
+    there) are not read, nor the test figures (NaN). Unfinished, it says what the sets left would need; a stopped
+    candidate (STOPPED_READINGS) is not chosen."""
     results.mkdir()
-    candidate, shipped = "recipe+nodropout+graphtoken", moleculeace.SHIPPED_ARM
+    candidate, shipped = "recipe+nodropout+ecfp", moleculeace.SHIPPED_ARM
 
-    def write(ensemble_ratio: float, sets: tuple[str, ...] = moleculeace.SETS) -> str:
+    def write(
+        ensemble_ratio: float, sets: tuple[str, ...] = moleculeace.SETS, arm: str = candidate, blend_ratio: float = 1.0
+    ) -> str:
         for name in sets:
             worse = 2.0 if name in moleculeace.SELECTION_SETS else 1.0
             written = recipe_lines(shipped, (0.7, 0.7), 0.5, 0.4, name)
-            written += recipe_lines(candidate, (0.7, 0.7), 0.5 * ensemble_ratio * worse, 0.4 * worse, name)
+            written += recipe_lines(arm, (0.7, 0.7), 0.5 * ensemble_ratio * worse, 0.4 * blend_ratio * worse, name)
             (results / f"{name}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in written))
-        return moleculeace.selection(candidate, shipped, wider=True)
+        return moleculeace.selection(arm, shipped, wider=True)
 
     text = write(0.98)
     assert text.startswith(f"# Validation reading: {candidate} against {shipped}, on the validation rows of ")
@@ -426,10 +435,21 @@ def test_the_validation_reading_judges_a_candidate_on_the_sets_the_shipped_arm_w
     for path in results.iterdir():
         path.unlink()
     unfinished = write(0.98, moleculeace.SETS[:-1])
+    assert f"Not finished: {moleculeace.SETS[-1]} {shipped}, {moleculeace.SETS[-1]} {candidate}. " in unfinished
+    # 7 of 8 sets at 0.98 / 1.0: the last must reach the bounds themselves
     assert (
-        f"**No verdict yet**: not finished: {moleculeace.SETS[-1]} {shipped}, {moleculeace.SETS[-1]} {candidate}."
-        in (unfinished)
+        "the sets left (1 of 8) would need mean ratios of at most 0.980 (network ensemble) and 1.000 (blend)"
+        in unfinished
     )
+    assert unfinished.rstrip().endswith("**No verdict yet.**")
+    # rule 14's first candidate, stopped with six of eight sets at 1.026 / 1.014 (its figures' means): the two left
+    # would need (8 x 0.98 - 6 x 1.026) / 2 = 0.842 and (8 x 1.0 - 6 x 1.014) / 2 = 0.958
+    for path in results.iterdir():
+        path.unlink()
+    stopped = "recipe+nodropout+graphtoken"
+    text = write(1.026, moleculeace.SETS[:-2], arm=stopped, blend_ratio=1.014)
+    assert "the sets left (2 of 8) would need mean ratios of at most 0.842 (network ensemble) and 0.958 (blend)" in text
+    assert text.rstrip().endswith(f"**{stopped} does not replace {shipped}**: {moleculeace.STOPPED_READINGS[stopped]}.")
     parsed = moleculeace.parse_args(["--validation-reading", candidate, shipped])
     assert parsed.validation_reading == [candidate, shipped]
     for refused, message in ((f"svm {shipped}", "not a candidate"), (f"{candidate} svm", "not a recipe arm")):
