@@ -20,11 +20,14 @@ from graphormer_urpe.errors import CheckpointError, DataError
 from graphormer_urpe.model.graphormer import Graphormer, GraphormerConfig
 from graphormer_urpe.tasks.compiled import CompileMode, check_compile_mode, compiled, uses_cuda_graphs
 from graphormer_urpe.tasks.optimiser import DEFAULT_OPTIM, OptimConfig, adamw, is_head, warmup_decay_schedule
+from graphormer_urpe.tasks.weight_average import WeightAverage
 
 #: Evaluation stages, each with its own metric state.
 STAGES = ("val", "test")
 #: Checkpoint key of the record of where a run's weights came from (``graphormer-urpe train --init_from``).
 INITIALISED_FROM = "initialised_from"
+#: Checkpoint key of the weight average's state (``model.optim.weight_average``), what a resumed run continues.
+WEIGHT_AVERAGE = "weight_average"
 T = TypeVar("T")
 C = TypeVar("C")
 
@@ -126,6 +129,10 @@ class GraphormerTask(pl.LightningModule):
         #: :meth:`step_losses` as the training step runs it:
         #: compiled at the start of a fit (``compile``), or itself.
         self.training_losses = self.step_losses
+        #: The moving average of the weights (``optim.weight_average``), from the start of training; None without.
+        self.weight_average: WeightAverage | None = None
+        #: A resumed run's weight-average state, read with its checkpoint before the model is on its device.
+        self.restored_weight_average: dict[str, Any] | None = None
 
     @property
     def head_from_checkpoint(self) -> bool:
@@ -151,9 +158,44 @@ class GraphormerTask(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.initialised_from is not None:
             checkpoint[INITIALISED_FROM] = self.initialised_from
+        if self.weight_average is not None:
+            checkpoint[WEIGHT_AVERAGE] = self.weight_average.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A resumed run's records; its weight average is taken at the start of training, on the model's device."""
         self.initialised_from = checkpoint.get(INITIALISED_FROM)
+        self.restored_weight_average = checkpoint.get(WEIGHT_AVERAGE)
+
+    def on_train_start(self) -> None:
+        """Start the weight average (``optim.weight_average``) at the weights training starts from, or take a resumed
+        run's."""
+        if self.optim.weight_average is None:
+            return
+        self.weight_average = WeightAverage(self.optim.weight_average, self.model)
+        if self.restored_weight_average is not None:
+            self.weight_average.load_state_dict(self.restored_weight_average)
+            self.restored_weight_average = None
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        """The optimiser's step, then the weight average's (before any callback may save a checkpoint of it)."""
+        super().optimizer_step(*args, **kwargs)
+        if self.weight_average is not None:
+            self.weight_average.update()
+
+    def on_train_batch_start(self, batch: GraphBatch, batch_idx: int) -> None:
+        """Training updates its own weights: give them back if a validation left the average in."""
+        if self.weight_average is not None:
+            self.weight_average.swap_out()
+
+    def on_validation_start(self) -> None:
+        """A validation judges the averaged weights, and the checkpoints written after it hold them."""
+        if self.weight_average is not None:
+            self.weight_average.swap_in()
+
+    def on_train_end(self) -> None:
+        """The network after training holds the average, as a validation would judge it."""
+        if self.weight_average is not None:
+            self.weight_average.swap_in()
 
     @classmethod
     def check_data(cls, data: DataSpec | SequenceSpec) -> None:

@@ -46,6 +46,9 @@ class OptimConfig:
         layer_lr_decay: d in (0, 1]: layer l of L trains at ``lr * d ** (L - l)``, the embeddings at ``lr * d ** L``.
         freeze_encoder_steps: no update of the encoder (all but the head) in the first N optimiser steps; -1: never
             (no gradients computed for it); 0: nothing frozen.
+        weight_average: d in (0, 1): validations and the checkpoints they write use the exponential moving average
+            of the weights, d per optimiser step (:mod:`~graphormer_urpe.tasks.weight_average`); null: the weights
+            training updates.
     """
 
     lr: float = 2e-4
@@ -56,6 +59,7 @@ class OptimConfig:
     head_lr: float | None = None
     layer_lr_decay: float = 1.0
     freeze_encoder_steps: int = 0
+    weight_average: float | None = None
 
     def __post_init__(self) -> None:
         """Check every field; raise :class:`~graphormer_urpe.errors.ConfigError` naming the first that cannot work."""
@@ -80,6 +84,16 @@ class OptimConfig:
             -1,
             hint=" (optimiser steps; -1: the encoder never trains)",
         )
+        if self.weight_average is not None:
+            check_number(
+                "model.optim.weight_average",
+                self.weight_average,
+                0.0,
+                1.0,
+                include_minimum=False,
+                include_maximum=False,
+                hint=" (the average's decay per optimiser step, e.g. 0.99), or null (no average)",
+            )
         self._check_float32_steps()
 
     def _check_float32_steps(self) -> None:

@@ -191,13 +191,13 @@ STEPS_PER_EPOCH, EARLY_STOP_STEP = 6, 18
 
 @pytest.fixture(scope="module")
 def epoch_mode(small_table: Path, tmp_path_factory: pytest.TempPathFactory):
-    """``epoch_mode(descriptors, name, *extra)``: a start of the epoch-mode run on the small table (``descriptors``
-    null or rdkit2d), its exit code; ``epoch_mode.uninterrupted(descriptors)``: that run uninterrupted (trained once),
-    its final state and run directory."""
+    """``epoch_mode.args(descriptors, name, *extra)``: the arguments of the epoch-mode run on the small table
+    (``descriptors`` null or rdkit2d, ``extra`` options added; the run's name last); ``epoch_mode.uninterrupted(
+    descriptors, *extra)``: that run uninterrupted (trained once), its final state and run directory."""
     root = tmp_path_factory.mktemp("epoch_mode")
-    finished: dict[str, tuple[FinalState, Path]] = {}
+    finished: dict[tuple[str, ...], tuple[FinalState, Path]] = {}
 
-    def args(descriptors: str, name: str) -> list[str]:
+    def args(descriptors: str, name: str, *extra: str) -> list[str]:
         return small_run_args(
             small_table,
             root / "data",
@@ -205,16 +205,19 @@ def epoch_mode(small_table: Path, tmp_path_factory: pytest.TempPathFactory):
             *EPOCH_MODE,
             "--data.source.descriptors",
             descriptors,
+            *extra,
             "--run_name",
             name,
         )
 
-    def uninterrupted(descriptors: str) -> tuple[FinalState, Path]:
-        if descriptors not in finished:
+    def uninterrupted(descriptors: str, *extra: str) -> tuple[FinalState, Path]:
+        key = (descriptors, *extra)
+        if key not in finished:
             final = FinalState()
-            assert train_in_process(args(descriptors, f"full-{descriptors}"), final) == 0
-            finished[descriptors] = (final, root / "runs" / f"full-{descriptors}")
-        return finished[descriptors]
+            name = "-".join(["full", descriptors, *(option.strip("-") for option in extra)])
+            assert train_in_process(args(descriptors, name, *extra), final) == 0
+            finished[key] = (final, root / "runs" / name)
+        return finished[key]
 
     return SimpleNamespace(args=args, uninterrupted=uninterrupted)
 
@@ -250,6 +253,28 @@ def test_an_epoch_mode_run_resumed_after_a_signal_ends_where_the_uninterrupted_o
     resumed = FinalState()
     assert train_in_process(args + ["--ckpt_path", "last"], resumed) == 0
     assert same_run((resumed, last.parent.parent), full) == []
+
+
+# 3: within epoch 0, before any validation; 12: epoch 1's last step, a checkpoint written after its validation (the
+# average in the weights); 9: within epoch 1, after a validation swapped the average in and the next step out
+@pytest.mark.parametrize(
+    "stop_step", [3, pytest.param(12, marks=pytest.mark.slow), pytest.param(9, marks=pytest.mark.slow)]
+)
+def test_a_run_with_a_weight_average_resumed_after_a_signal_ends_where_the_uninterrupted_one_does(
+    epoch_mode: SimpleNamespace, stop_step: int
+) -> None:
+    """``model.optim.weight_average``: the training weights and the average are both in every checkpoint, whichever
+    of them the network held when it was written, so the resumed run's weights, validations (which judge the
+    average), best checkpoint and final metrics are the uninterrupted run's."""
+    averaged = ("--model.optim.weight_average", "0.5")
+    full = epoch_mode.uninterrupted("null", *averaged)
+    args = epoch_mode.args("null", f"cut-averaged-{stop_step}", *averaged)
+    assert train_in_process(args, SignalDuringStep(stop_step)) == 128 + signal.SIGTERM
+    resumed = FinalState()
+    assert train_in_process(args + ["--ckpt_path", "last"], resumed) == 0
+    run_dir = Path(args[args.index("--run_root") + 1]) / args[-1]
+    assert same_run((resumed, run_dir), full) == []
+    assert same_run((resumed, run_dir), epoch_mode.uninterrupted("null")) != []  # the average changes the run
 
 
 @pytest.mark.slow
