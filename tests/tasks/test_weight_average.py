@@ -4,6 +4,7 @@ a refused decay. (Resumed runs: tests/run/test_callbacks.py.)"""
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -106,6 +107,38 @@ def test_bfloat16_weights_are_averaged_in_float32() -> None:
     assert network.weight.item() == 1.0 + 2**-7
 
 
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_on_the_device_the_average_follows_its_formula_and_a_saved_state_loads_onto_it(
+    device: torch.device, dtype: torch.dtype
+) -> None:
+    """On the GPU when there is one: three steps averaged on the device against float64 on the CPU; the state saved
+    (as a checkpoint is, then read onto the CPU) loads back onto the parameters' device."""
+    torch.manual_seed(0)
+    network = nn.Linear(4, 3).to(device=device, dtype=dtype)
+    average = WeightAverage(0.9, network)
+    expected = [parameter.detach().double().cpu() for parameter in network.parameters()]
+    for _ in range(3):
+        with torch.no_grad():
+            for parameter in network.parameters():
+                parameter.add_(torch.randn_like(parameter))
+        average.update()
+        expected = [0.9 * a + 0.1 * p.detach().double().cpu() for a, p in zip(expected, network.parameters())]
+    for found, wanted in zip(average.average, expected):
+        assert found.device == device and found.dtype == torch.float32
+        torch.testing.assert_close(found.double().cpu(), wanted, **rounding_tolerance(found, ulps=16))
+    average.swap_in()
+    buffer = io.BytesIO()
+    torch.save(average.state_dict(), buffer)
+    buffer.seek(0)
+    restored = WeightAverage(0.9, network)
+    restored.load_state_dict(torch.load(buffer, map_location="cpu", weights_only=True))
+    assert all(tensor.device == device for tensor in restored.average + restored.training_weights)
+    restored.swap_out()
+    for parameter, kept in zip(network.parameters(), average.training_weights):
+        assert torch.equal(parameter.detach(), kept)
+
+
 @pytest.mark.parametrize("decay", [0.0, 1.0, 1.5, math.nan])
 def test_a_decay_outside_zero_to_one_is_refused_naming_the_option(decay: float) -> None:
     with pytest.raises(ConfigError, match=r"model.optim.weight_average.*must be a number in \(0, 1\)"):
@@ -125,6 +158,7 @@ class Trajectory(pl.Callback):
         self.weights.append([parameter.detach().clone().double() for parameter in pl_module.model.parameters()])
 
 
+@pytest.mark.device
 def test_a_run_validates_and_saves_the_average_of_its_own_weights(
     small_table: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
