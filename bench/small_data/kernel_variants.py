@@ -30,7 +30,6 @@ from rdkit.Chem import rdFingerprintGenerator
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository root, for bench.* (bench/README.md)
 
 from bench.small_data import moleculeace
-from graphormer_urpe.evaluation.blend import blend, blend_weights
 from graphormer_urpe.evaluation.kernel import MAX_COUNT, Posterior, tanimoto
 
 #: Positions of every fingerprint here, as the recipe's.
@@ -100,10 +99,9 @@ def set_figures(name: str) -> dict[str, tuple[float, float]]:
     figures = {}
     for variant in VARIANTS:
         kernel = variant_prediction(variant, matrices, train["y"].to_numpy(np.float64))
-        parts_now = {"ensemble": parts["ensemble"], "trees": parts["trees"], "kernel": kernel}
-        columns = {part: values[:, None] for part, values in parts_now.items()}  # (V, 1): one target
-        weights = blend_weights(columns, truth[:, None], ["y"])
-        blended = blend(columns, [weights["y"]])[:, 0]
+        blended = moleculeace.product_blend(
+            {"ensemble": parts["ensemble"], "trees": parts["trees"], "kernel": kernel}, truth
+        )
         figures[variant] = (moleculeace.rmse(kernel, truth), moleculeace.rmse(blended, truth))
     return figures
 

@@ -1132,6 +1132,16 @@ def recipe_parts(name: str, arm: str, split: str) -> dict[str, np.ndarray]:
     return {part: np.asarray(entries[part][f"{split}_predictions"]) for part in BLENDED_PARTS}
 
 
+def product_blend(parts: dict[str, np.ndarray], truth: np.ndarray) -> np.ndarray:
+    """The blend the recipe's own rule (``blend_weights``: inverse MSE over the parts within 1.5x of the best) makes
+    of one target's parts, its weights chosen on these very rows. Shapes: each part (V,), truth (V,) -> (V,)."""
+    from graphormer_urpe.evaluation.blend import blend, blend_weights
+
+    columns = {part: values[:, None] for part, values in parts.items()}  # (V, 1): one target
+    weights = blend_weights(columns, truth[:, None], ["y"])
+    return blend(columns, [weights["y"]])[:, 0]
+
+
 def held_out_ratios(arm: str, splits: int = 500) -> dict[str, dict[str, float]]:
     """Per set of :data:`SETS` where the recipe arm finished, per rule of :data:`BLEND_RULES`: the mean RMSE of the
     rule's blend on held-out halves of the validation rows relative to the network ensemble's on the same half. The

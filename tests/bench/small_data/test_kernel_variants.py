@@ -3,60 +3,35 @@ recipe's own kernel part, and the verdict applies the rule fixed before."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from bench.small_data import kernel_variants, moleculeace
 from graphormer_urpe.data.sources.fingerprints import ecfp_count_matrix
 from graphormer_urpe.evaluation.kernel import FingerprintKernel
-from graphormer_urpe.testing.data_packages import sample_molecules, write_moleculeace
-
-SET = "CHEMBL1871_Ki"
 
 
 @pytest.fixture
-def benchmark(site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple:
-    """A set of 40 QM9 molecules (30 train, 10 test) and the shipped arm's stored validation predictions: the
-    ensemble and the trees made up, the kernel the product's own fitted on the training rows."""
-    molecules = sample_molecules(40)
-    rows = [(smiles, round(-gap, 4), 0, "train" if k < 30 else "test") for k, (smiles, gap) in enumerate(molecules)]
-    write_moleculeace(site, SET, rows)
-    monkeypatch.setattr(moleculeace, "RESULTS", tmp_path / "results")
-    moleculeace.RESULTS.mkdir()
-    table = moleculeace.read_set(SET)
-    train, valid = table[table["split"] == "train"], table[table["split"] == "valid"]
+def benchmark(small_set: tuple, store_shipped_parts) -> tuple:
+    """The shipped arm's stored validation predictions: the ensemble and the trees made up, the kernel the product's
+    own fitted on the training rows."""
+    name, train, valid = small_set
     truth = valid["y"].to_numpy(np.float64)
     kernel = FingerprintKernel.fit(
         "regression", ["y"], ecfp_count_matrix(list(train["smiles"])), train["y"].to_numpy(np.float64)[:, None]
     ).predict(ecfp_count_matrix(list(valid["smiles"])))[:, 0]
     parts = {"ensemble": truth + 0.1, "trees": truth - 0.3, "kernel": kernel}
-    arm = moleculeace.ARMS[moleculeace.SHIPPED_ARM]
-    lines = [
-        {
-            "set": SET,
-            "arm": moleculeace.SHIPPED_ARM,
-            "seed": None,
-            "part": part,
-            "options": arm.options,
-            "valid_predictions": parts.get(part, truth).tolist(),
-            "test_predictions": [],
-        }
-        for part in ("ensemble", "trees", "kernel", "blend")
-    ]
-    (moleculeace.RESULTS / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return train, valid, parts
+    store_shipped_parts(parts)
+    return name, train, valid, parts
 
 
 def test_today_is_the_recipes_own_kernel_part_and_its_blend(benchmark: tuple) -> None:
-    train, valid, parts = benchmark
+    name, train, valid, parts = benchmark
     truth = valid["y"].to_numpy(np.float64)
     matrices = kernel_variants.kernel_matrices(list(train["smiles"]), list(valid["smiles"]))
     today = kernel_variants.variant_prediction("today", matrices, train["y"].to_numpy())
     np.testing.assert_allclose(today, parts["kernel"], rtol=1e-12, atol=1e-12)
-    figures = kernel_variants.set_figures(SET)
+    figures = kernel_variants.set_figures(name)
     assert set(figures) == set(kernel_variants.VARIANTS)
     assert figures["today"][0] == pytest.approx(moleculeace.rmse(parts["kernel"], truth), rel=1e-12)
     # the recipe's rule: inverse MSE over the parts within 1.5x of the best error
@@ -68,7 +43,7 @@ def test_today_is_the_recipes_own_kernel_part_and_its_blend(benchmark: tuple) ->
 
 
 def test_a_variant_averages_the_kernels_of_its_fingerprints(benchmark: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
-    train, valid, parts = benchmark
+    _, train, valid, parts = benchmark
     monkeypatch.setitem(kernel_variants.VARIANTS, "twice", ("ecfp4", "ecfp4"))
     args = (kernel_variants.kernel_matrices(list(train["smiles"]), list(valid["smiles"])), train["y"].to_numpy())
     np.testing.assert_allclose(kernel_variants.variant_prediction("twice", *args), parts["kernel"], rtol=1e-10)
