@@ -15,13 +15,15 @@ from graphormer_urpe.evaluation.blend import DescriptorTrees, tree_inputs
 @pytest.fixture
 def benchmark(small_set: tuple, store_shipped_parts) -> tuple:
     """The shipped arm's stored validation predictions: the ensemble and the kernel made up, the trees the
-    product's own on the descriptors, fitted on the training rows (rounded to 5 decimals, as the lines store them)."""
+    product's own on the descriptors, fitted on the training rows (their targets in float32, as the product's table
+    reader holds them; rounded to 5 decimals, as the lines store them)."""
     name, train, valid = small_set
     truth = valid["y"].to_numpy(np.float64)
     features = MoleculeFeatures("rdkit2d")
-    trees = DescriptorTrees.fit(
-        "regression", ["y"], tree_inputs(features, list(train["smiles"])), train["y"].to_numpy(np.float64)[:, None]
-    ).predict(tree_inputs(features, list(valid["smiles"])))[:, 0]
+    targets = train["y"].to_numpy(np.float32).astype(np.float64)[:, None]
+    trees = DescriptorTrees.fit("regression", ["y"], tree_inputs(features, list(train["smiles"])), targets).predict(
+        tree_inputs(features, list(valid["smiles"]))
+    )[:, 0]
     parts = {"ensemble": truth + 0.1, "trees": np.round(trees, 5), "kernel": truth - 0.2}
     store_shipped_parts(parts)
     return name, train, valid, parts
