@@ -57,6 +57,7 @@ class Start:
     config: dict[str, Any]  # the resolved config as plain data, nulls left out (for loggers)
     config_yaml: str  # the resolved config, nulls kept (config.yaml, every checkpoint)
     argv: tuple[str, ...]  # the command line as given
+    git_commit: str  # the checkout's commit when the start was planned, before any preprocessing: the code it runs
 
 
 class RunRecord(Callback):
@@ -95,7 +96,7 @@ class RunRecord(Callback):
             "device": f"{type(trainer.accelerator).__name__} x {trainer.num_devices} x {trainer.num_nodes} node(s)",
             "precision": trainer.precision,
             "seed": seed,
-            "git_commit": git_commit(),
+            "git_commit": start.git_commit,
             "versions": package_versions(),
             "initialised_from": describe(initialised) if initialised else None,
         }
@@ -181,6 +182,7 @@ def plan_start(cli: TrainingCLI) -> Start:
         config=cli.config_dict(),
         config_yaml=cli.config_yaml,
         argv=tuple(cli.argv),
+        git_commit=git_commit(),
     )
 
 

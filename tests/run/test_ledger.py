@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 import torch
 import yaml
 
@@ -328,9 +329,16 @@ def test_an_extension_appends_a_segment_and_the_joined_log_covers_every_step(
     small_run: Path, small_table: Path, data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 20: validation every 50 steps, 200 steps, then extended to 300 with ``--ckpt_path last``; the
-    extension runs at another commit, and each segment records its own."""
+    extension runs at another commit, and each segment records its own: the commit when the start was planned, not
+    one made while it prepared its data (the code it runs was imported before)."""
     run_dir = copy_run(small_run, tmp_path)
-    monkeypatch.setattr("graphormer_urpe.run.start.git_commit", lambda: "0123abc-the-extensions-commit")
+    checkout = {"commit": "0123abc-the-extensions-commit"}
+    monkeypatch.setattr("graphormer_urpe.run.start.git_commit", lambda: checkout["commit"])
+
+    class CommitWhilePreparing(pl.Callback):
+        def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            checkout["commit"] = "4567def-committed-meanwhile"
+
     first_segment = (run_dir / "metrics.csv").read_bytes()
     assert curve(run_dir) == expected_curve(200)
     args = small_run_args(
@@ -344,7 +352,7 @@ def test_an_extension_appends_a_segment_and_the_joined_log_covers_every_step(
         "--ckpt_path",
         "last",
     )
-    assert train_in_process(args) == 0
+    assert train_in_process(args, CommitWhilePreparing()) == 0
     assert (run_dir / "metrics.csv").read_bytes().startswith(first_segment)  # appended: not a byte lost
     assert curve(run_dir) == expected_curve(300)  # from the start to 300, no gap, no row twice
     assert [row["segment"] for row in read_metrics(run_dir)] == [0] * 12 + [1] * 8
