@@ -17,7 +17,6 @@ The rule, fixed before any figure: the variant with the lowest mean over the set
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 from collections.abc import Sequence
@@ -89,12 +88,10 @@ def variant_prediction(
 def set_figures(name: str) -> dict[str, tuple[float, float]]:
     """Per variant, its validation RMSE alone and in the blend, on set ``name``; empty where the shipped arm has
     not finished there."""
-    parts = moleculeace.recipe_parts(name, moleculeace.SHIPPED_ARM, "valid")
-    if not parts:
+    shipped = moleculeace.shipped_validation(name)
+    if shipped is None:
         return {}
-    table = moleculeace.read_set(name)
-    train, valid = table[table["split"] == "train"], table[table["split"] == "valid"]
-    truth = valid["y"].to_numpy(dtype=np.float64)
+    parts, train, valid, truth = shipped.parts, shipped.train, shipped.valid, shipped.truth
     matrices = kernel_matrices(list(train["smiles"]), list(valid["smiles"]))
     figures = {}
     for variant in VARIANTS:
@@ -145,16 +142,7 @@ def verdict_text(figures: dict[str, dict[str, tuple[float, float]]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", nargs="+", default=list(moleculeace.SETS), choices=moleculeace.SETS)
-    options = parser.parse_args(argv)
-    figures = {}
-    for name in options.sets:
-        figures[name] = set_figures(name)
-        print(f"{name}: {figures[name] or 'not finished'}", flush=True)
-    text = verdict_text(figures)
-    (moleculeace.RESULTS / "kernel_variants.md").write_text(text)
-    print(text)
+    moleculeace.variants_main(argv, __doc__.split("\n\n")[0], set_figures, verdict_text, "kernel_variants.md")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -1137,6 +1137,27 @@ def recipe_parts(name: str, arm: str, split: str) -> dict[str, np.ndarray]:
     return {part: np.asarray(entries[part][f"{split}_predictions"]) for part in BLENDED_PARTS}
 
 
+@dataclass(frozen=True)
+class ShippedValidation:
+    """What a script varying one cheap part reads of a set: the shipped arm's stored validation predictions per part
+    of :data:`BLENDED_PARTS` (each (V,)), the training and validation rows, the validation targets (V,)."""
+
+    parts: dict[str, np.ndarray]
+    train: pd.DataFrame
+    valid: pd.DataFrame
+    truth: np.ndarray
+
+
+def shipped_validation(name: str) -> ShippedValidation | None:
+    """:class:`ShippedValidation` of set ``name``; None where the shipped arm has not finished there."""
+    parts = recipe_parts(name, SHIPPED_ARM, "valid")
+    if not parts:
+        return None
+    table = read_set(name)
+    valid = table[table["split"] == "valid"]
+    return ShippedValidation(parts, table[table["split"] == "train"], valid, valid["y"].to_numpy(dtype=np.float64))
+
+
 def product_blend(parts: dict[str, np.ndarray], truth: np.ndarray) -> np.ndarray:
     """The blend the recipe's own rule (``blend_weights``: inverse MSE over the parts within 1.5x of the best) makes
     of one target's parts, its weights chosen on these very rows. Shapes: each part (V,), truth (V,) -> (V,)."""
@@ -1145,6 +1166,28 @@ def product_blend(parts: dict[str, np.ndarray], truth: np.ndarray) -> np.ndarray
     columns = {part: values[:, None] for part, values in parts.items()}  # (V, 1): one target
     weights = blend_weights(columns, truth[:, None], ["y"])
     return blend(columns, [weights["y"]])[:, 0]
+
+
+def variants_main(
+    argv: Sequence[str] | None,
+    description: str,
+    set_figures: Callable[[str], dict],
+    verdict_text: Callable[[dict], str],
+    written: str,
+) -> None:
+    """The command of a script that varies one cheap part on the validation rows (rules 12 and 17): each set's
+    figures (``set_figures``, printed as they come), then the verdict (``verdict_text``), written to
+    ``RESULTS / written`` and printed."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
+    options = parser.parse_args(argv)
+    figures = {}
+    for name in options.sets:
+        figures[name] = set_figures(name)
+        print(f"{name}: {figures[name] or 'not finished'}", flush=True)
+    text = verdict_text(figures)
+    (RESULTS / written).write_text(text)
+    print(text)
 
 
 def held_out_ratios(arm: str, splits: int = 500) -> dict[str, dict[str, float]]:

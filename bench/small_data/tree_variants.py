@@ -16,7 +16,6 @@ most :data:`BLEND_BOUND`. :data:`SEEN_SETS` (whose trees figures rule 15 showed)
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,12 +64,10 @@ def set_figures(name: str) -> dict[str, tuple[float, float]]:
         BenchError: ``today`` does not give back the shipped arm's stored trees (then the comparison would not be
             the product's).
     """
-    parts = moleculeace.recipe_parts(name, moleculeace.SHIPPED_ARM, "valid")
-    if not parts:
+    shipped = moleculeace.shipped_validation(name)
+    if shipped is None:
         return {}
-    table = moleculeace.read_set(name)
-    train, valid = table[table["split"] == "train"], table[table["split"] == "valid"]
-    truth = valid["y"].to_numpy(dtype=np.float64)
+    parts, train, valid, truth = shipped.parts, shipped.train, shipped.valid, shipped.truth
     # the product's table reader holds targets in float32: fitted on the float64 ones, a near tie between two splits
     # may fall the other way (on CHEMBL2971_Ki one validation row's prediction moved by 0.009)
     targets = train["y"].to_numpy(np.float32).astype(np.float64)
@@ -138,16 +135,7 @@ def verdict_text(figures: dict[str, dict[str, tuple[float, float]]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", nargs="+", default=list(moleculeace.SETS), choices=moleculeace.SETS)
-    options = parser.parse_args(argv)
-    figures = {}
-    for name in options.sets:
-        figures[name] = set_figures(name)
-        print(f"{name}: {figures[name] or 'not finished'}", flush=True)
-    text = verdict_text(figures)
-    (moleculeace.RESULTS / "tree_variants.md").write_text(text)
-    print(text)
+    moleculeace.variants_main(argv, __doc__.split("\n\n")[0], set_figures, verdict_text, "tree_variants.md")
 
 
 if __name__ == "__main__":

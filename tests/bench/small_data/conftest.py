@@ -53,3 +53,16 @@ def store_shipped_parts() -> Callable[[dict[str, np.ndarray]], None]:
         (moleculeace.RESULTS / f"{SET}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
 
     return store
+
+
+@pytest.fixture
+def hand_blend() -> Callable[[dict[str, np.ndarray], np.ndarray], np.ndarray]:
+    """``hand_blend(parts, truth)``: the recipe's rule computed by hand, inverse MSE over the parts within 1.5x of
+    the best error on ``truth``'s rows."""
+
+    def blended(parts: dict[str, np.ndarray], truth: np.ndarray) -> np.ndarray:
+        errors = {part: np.mean((values - truth) ** 2) for part, values in parts.items()}
+        admitted = {part: 1 / error for part, error in errors.items() if error <= 1.5 * min(errors.values())}
+        return sum(parts[part] * weight / sum(admitted.values()) for part, weight in admitted.items())
+
+    return blended

@@ -25,7 +25,7 @@ def benchmark(small_set: tuple, store_shipped_parts) -> tuple:
     return name, train, valid, parts
 
 
-def test_today_is_the_recipes_own_kernel_part_and_its_blend(benchmark: tuple) -> None:
+def test_today_is_the_recipes_own_kernel_part_and_its_blend(benchmark: tuple, hand_blend) -> None:
     name, train, valid, parts = benchmark
     truth = valid["y"].to_numpy(np.float64)
     matrices = kernel_variants.kernel_matrices(list(train["smiles"]), list(valid["smiles"]))
@@ -34,10 +34,7 @@ def test_today_is_the_recipes_own_kernel_part_and_its_blend(benchmark: tuple) ->
     figures = kernel_variants.set_figures(name)
     assert set(figures) == set(kernel_variants.VARIANTS)
     assert figures["today"][0] == pytest.approx(moleculeace.rmse(parts["kernel"], truth), rel=1e-12)
-    # the recipe's rule: inverse MSE over the parts within 1.5x of the best error
-    errors = {part: np.mean((values - truth) ** 2) for part, values in parts.items()}
-    admitted = {part: 1 / error for part, error in errors.items() if error <= 1.5 * min(errors.values())}
-    blended = sum(parts[part] * weight / sum(admitted.values()) for part, weight in admitted.items())
+    blended = hand_blend(parts, truth)
     assert figures["today"][1] == pytest.approx(moleculeace.rmse(blended, truth), rel=1e-9)
     assert all(0 < kernel < 5 and 0 < blend < 5 for kernel, blend in figures.values())
 

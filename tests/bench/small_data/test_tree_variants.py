@@ -29,16 +29,15 @@ def benchmark(small_set: tuple, store_shipped_parts) -> tuple:
     return name, train, valid, parts
 
 
-def test_today_is_the_recipes_own_trees_and_with_ecfp_reads_the_counts(benchmark: tuple, store_shipped_parts) -> None:
+def test_today_is_the_recipes_own_trees_and_with_ecfp_reads_the_counts(
+    benchmark: tuple, store_shipped_parts, hand_blend
+) -> None:
     name, train, valid, parts = benchmark
     truth = valid["y"].to_numpy(np.float64)
     figures = tree_variants.set_figures(name)
     assert set(figures) == set(tree_variants.VARIANTS)
     assert figures["today"][0] == pytest.approx(moleculeace.rmse(parts["trees"], truth), abs=1e-5)
-    # the recipe's rule: inverse MSE over the parts within 1.5x of the best error
-    errors = {part: np.mean((values - truth) ** 2) for part, values in parts.items()}
-    admitted = {part: 1 / error for part, error in errors.items() if error <= 1.5 * min(errors.values())}
-    blended = sum(parts[part] * weight / sum(admitted.values()) for part, weight in admitted.items())
+    blended = hand_blend(parts, truth)
     assert figures["today"][1] == pytest.approx(moleculeace.rmse(blended, truth), abs=1e-5)
     predictions = tree_variants.variant_predictions(
         list(train["smiles"]), train["y"].to_numpy(np.float64), list(valid["smiles"])
