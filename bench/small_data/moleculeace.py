@@ -216,8 +216,8 @@ ARMS: dict[str, Arm] = {
     # the last 100 steps. The ensemble of three seeds is 4 to 8 % below their mean RMSE: much of a run's error is its
     # own variance, part of which an average within the run takes out
     "recipe+nodropout+average": Arm("recipe", f"{SHIPPED_OPTIONS} --model.optim.weight_average 0.99", RECIPE_SEEDS),
-    # rule 18, judged by rule 14: on the largest sets most runs end at the 80 epochs' limit, their best epoch among
-    # the last 20 (cut by the schedule, not stopped by the patience)
+    # rule 18, judged by rule 14: on the largest sets the runs end at the 80 epochs' limit, their best epoch among
+    # the last 25 (cut by the schedule, not stopped by the patience)
     "recipe+nodropout+epochs120": Arm("recipe", f"{SHIPPED_OPTIONS} --trainer.max_epochs 120", RECIPE_SEEDS),
 }
 
