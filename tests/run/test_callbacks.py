@@ -308,6 +308,25 @@ def test_a_step_mode_run_stopped_where_a_validation_follows_validates_before_it_
     assert same_run((resumed, tmp_path / "runs" / "killed"), uninterrupted) == []
 
 
+@pytest.mark.slow
+def test_a_step_mode_run_with_a_weight_average_resumed_after_a_signal_ends_where_the_uninterrupted_one_does(
+    small_table: Path, tmp_path: Path
+) -> None:
+    """Step mode, a validation every 4 steps, ``model.optim.weight_average``: stopped at step 8 (the checkpoint
+    written after its validation, the average in the weights), the run resumes with the training weights."""
+    averaged = ("--trainer.max_steps", "12", "--trainer.val_check_interval", "4", "--model.optim.weight_average", "0.5")
+
+    def args(name: str) -> list[str]:
+        return small_run_args(small_table, tmp_path / "data", tmp_path / "runs", *averaged, "--run_name", name)
+
+    full = FinalState()
+    assert train_in_process(args("full"), full) == 0
+    assert train_in_process(args("signal"), SignalDuringStep(8)) == 128 + signal.SIGTERM
+    resumed = FinalState()
+    assert train_in_process(args("signal") + ["--ckpt_path", "last"], resumed) == 0
+    assert same_run((resumed, tmp_path / "runs" / "signal"), (full, tmp_path / "runs" / "full")) == []
+
+
 def test_preempted_names_the_checkpoint_and_the_exit_code() -> None:
     stop = Preempted("SIGUSR1", 12, Path("runs/x/checkpoints/last.ckpt"), requeued=True)
     assert stop.exit_code == 128 + signal.SIGUSR1

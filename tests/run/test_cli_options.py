@@ -132,6 +132,13 @@ CASES = [
         ["--model.optim.freeze_encoder_steps", "-2"],
         "model.optim.freeze_encoder_steps=-2: must be an integer >= -1 (optimiser steps; -1: the encoder never trains)",
     ),
+    (
+        "small_molecules",
+        ["--model.optim.weight_average", "1"],
+        "model.optim.weight_average=1.0: must be a number in (0, 1) (the average's decay per optimiser step, e.g. "
+        "0.99), or null (no average)",
+    ),
+    ("qm9_gap", ["--model.optim.weight_average", "0"], "model.optim.weight_average=0.0: must be a number in (0, 1)"),
     ("qm9_gap", ["--model.normalize_targets", "maybe"], "model.normalize_targets: Expected a <class 'bool'>"),
     ("pcqm4mv2", ["--model.loss", "l3"], "model.loss: Expected a typing.Literal['l1', 'mse']"),
     ("qm9_gap", ["--model.compile", "fast"], "model.compile='fast': expected one of false, true, 'cuda_graphs'"),
